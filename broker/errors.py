@@ -1,0 +1,181 @@
+"""Every error osqueue raises, under one root.
+
+Each class has a stable ``code`` string (used in HTTP error bodies and logs)
+and an HTTP ``status``. All of them pickle, because Spark moves exceptions
+between the driver and executor processes.
+
+Tree::
+
+    OsqueueError                      code              status
+    ├── StorageError                  storage_error     503
+    │   ├── NotFound                  not_found         404
+    │   ├── Conflict                  conflict          409
+    │   ├── StorageUnavailable        storage_unavailable 503
+    │   └── UnsafeStore               unsafe_store      500
+    ├── StateError                    state_error       500
+    │   ├── CorruptState              corrupt_state     500
+    │   ├── ForeignState              foreign_state     500
+    │   └── NewerState                newer_state       500
+    ├── RequestError                  bad_request       400
+    │   ├── InvalidRequest            invalid_request   422
+    │   ├── PayloadTooLarge           payload_too_large 413
+    │   └── Unauthorized              unauthorized      401
+    ├── UnknownQueue                  unknown_queue     404
+    ├── StaleToken                    stale_token       409
+    ├── QueueFull                     queue_full        503
+    ├── NotTheBroker                  not_the_broker    503
+    └── BrokerUnavailable             broker_unavailable 503
+
+Messages never contain credentials: store URLs are shown without any
+user-info part and tokens are never echoed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+def _rebuild(cls: type[OsqueueError], message: str, details: dict[str, Any]) -> OsqueueError:
+    return cls(message, **details)
+
+
+class OsqueueError(Exception):
+    """Root of every osqueue error.
+
+    ``details`` are extra JSON-safe fields (for example ``url`` on
+    :class:`NotTheBroker`) carried in HTTP error bodies and kept when pickled.
+    """
+
+    code: ClassVar[str] = "osqueue_error"
+    status: ClassVar[int] = 500
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.message, self.details))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON error body: ``{"error": message, "code": code, ...details}``."""
+        return {"error": self.message, "code": self.code, **self.details}
+
+
+class StorageError(OsqueueError):
+    code = "storage_error"
+    status = 503
+
+
+class NotFound(StorageError):
+    code = "not_found"
+    status = 404
+
+
+class Conflict(StorageError):
+    """A conditional write lost: the object changed (or exists) since it was read."""
+
+    code = "conflict"
+    status = 409
+
+
+class StorageUnavailable(StorageError):
+    """Transient failure or timeout: the outcome of a write is unknown."""
+
+    code = "storage_unavailable"
+    status = 503
+
+
+class UnsafeStore(StorageError):
+    """The store does not honour conditional writes; running on it would lose jobs."""
+
+    code = "unsafe_store"
+    status = 500
+
+
+class StateError(OsqueueError):
+    code = "state_error"
+    status = 500
+
+
+class CorruptState(StateError):
+    code = "corrupt_state"
+
+
+class ForeignState(StateError):
+    code = "foreign_state"
+
+
+class NewerState(StateError):
+    code = "newer_state"
+
+
+class RequestError(OsqueueError):
+    code = "bad_request"
+    status = 400
+
+
+class InvalidRequest(RequestError):
+    code = "invalid_request"
+    status = 422
+
+
+class PayloadTooLarge(RequestError):
+    code = "payload_too_large"
+    status = 413
+
+
+class Unauthorized(RequestError):
+    code = "unauthorized"
+    status = 401
+
+
+class UnknownQueue(OsqueueError):
+    code = "unknown_queue"
+    status = 404
+
+
+class StaleToken(OsqueueError):
+    code = "stale_token"
+    status = 409
+
+
+class QueueFull(OsqueueError):
+    code = "queue_full"
+    status = 503
+
+
+class NotTheBroker(OsqueueError):
+    """This broker no longer owns the queue; ``details['url']`` names the one that does."""
+
+    code = "not_the_broker"
+    status = 503
+
+
+class BrokerUnavailable(OsqueueError):
+    code = "broker_unavailable"
+    status = 503
+
+
+ERRORS_BY_CODE: dict[str, type[OsqueueError]] = {}
+
+
+def _index(cls: type[OsqueueError]) -> None:
+    ERRORS_BY_CODE[cls.code] = cls
+    for sub in cls.__subclasses__():
+        _index(sub)
+
+
+_index(OsqueueError)
+
+
+def from_dict(body: dict[str, Any], status: int = 500) -> OsqueueError:
+    """Rebuild an error from an HTTP error body (unknown codes become the root)."""
+    body = dict(body)
+    message = str(body.pop("error", f"HTTP {status}"))
+    code = str(body.pop("code", ""))
+    cls = ERRORS_BY_CODE.get(code, OsqueueError)
+    return cls(message, **body)

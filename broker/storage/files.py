@@ -1,0 +1,185 @@
+"""Local-file store: the embedded default.
+
+A CAS object ``dir/name`` is a symbolic link to an immutable version file
+``dir/.name.v-<etag>``. Replacing the link (``rename`` of a new link over it)
+is atomic, so a reader always sees one whole version with its own etag, and
+``jq . dir/name`` still works. Writers serialise on an ``flock`` of
+``dir/.name.lock``, held across compare, write, fsync and rename, so the
+compare-and-set is atomic across threads and processes. Each write makes a
+fresh random etag, so the etag changes even when the bytes repeat.
+
+Needs a POSIX filesystem with ``flock`` and symbolic links (a local disk, not
+a FUSE mount of object storage: use ``s3://`` there).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from broker.errors import Conflict, InvalidRequest, NotFound, StorageUnavailable
+from broker.storage.base import ObjectStore, Versioned
+
+_VERSION_MARK = ".v-"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_durable(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class FileStore(ObjectStore):
+    """CAS objects and plain objects under one local directory."""
+
+    def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
+        self.root = Path(root).resolve()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.url = f"file://{self.root}"
+        self._fsync = fsync
+
+    # -- paths -----------------------------------------------------------
+    def _path(self, key: str) -> Path:
+        parts = key.split("/")
+        if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            raise InvalidRequest(f"invalid object key {key!r}")
+        if any(p.startswith(".") for p in parts):
+            raise InvalidRequest(f"object key parts may not start with '.': {key!r}")
+        return self.root.joinpath(*parts)
+
+    @staticmethod
+    def _version_name(path: Path, etag: str) -> str:
+        return f".{path.name}{_VERSION_MARK}{etag}"
+
+    @contextlib.contextmanager
+    def _locked(self, path: Path) -> Iterator[None]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path.parent / f".{path.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
+
+    def _current(self, path: Path) -> tuple[str | None, Path | None]:
+        """(etag, version file) of the object now, or (None, None) if absent."""
+        try:
+            target = os.readlink(path)
+        except FileNotFoundError:
+            return None, None
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+            # A plain file put there by hand (a restored backup, say): give it an
+            # etag from its identity; the next write turns it into a link.
+            st = path.stat()
+            return f"f-{st.st_ino}-{st.st_mtime_ns}-{st.st_size}", None
+        _, _, etag = target.rpartition(_VERSION_MARK)
+        return etag, path.parent / target
+
+    def _swap(self, path: Path, data: bytes, old_version: Path | None) -> str:
+        etag = uuid.uuid4().hex
+        version = path.parent / self._version_name(path, etag)
+        if self._fsync:
+            _write_durable(version, data)
+        else:
+            version.write_bytes(data)
+        tmp_link = path.parent / f".{path.name}.link-{etag}"
+        os.symlink(version.name, tmp_link)
+        os.replace(tmp_link, path)
+        if self._fsync:
+            _fsync_dir(path.parent)
+        if old_version is not None:
+            with contextlib.suppress(FileNotFoundError):
+                old_version.unlink()
+        return etag
+
+    # -- CAS objects -----------------------------------------------------
+    def read(self, key: str) -> Versioned:
+        path = self._path(key)
+        for _ in range(100):
+            etag, version = self._current(path)
+            if etag is None:
+                raise NotFound(f"no object {key!r} in {self.url}")
+            try:
+                data = (version or path).read_bytes()
+            except FileNotFoundError:
+                continue  # replaced between readlink and open: look again
+            return Versioned(data, etag)
+        raise StorageUnavailable(f"object {key!r} kept changing while being read")
+
+    def write_if_match(self, key: str, data: bytes, etag: str) -> str:
+        path = self._path(key)
+        with self._locked(path):
+            current, version = self._current(path)
+            if current is None or current != etag:
+                raise Conflict(f"object {key!r} changed since it was read")
+            return self._swap(path, data, version)
+
+    def create_if_absent(self, key: str, data: bytes) -> str:
+        path = self._path(key)
+        with self._locked(path):
+            if os.path.lexists(path):
+                raise Conflict(f"object {key!r} already exists")
+            return self._swap(path, data, None)
+
+    # -- plain objects ---------------------------------------------------
+    def put(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex}"
+        if self._fsync:
+            _write_durable(tmp, data)
+        else:
+            tmp.write_bytes(data)
+        os.replace(tmp, path)
+        if self._fsync:
+            _fsync_dir(path.parent)
+
+    def get(self, key: str) -> bytes:
+        return self.read(key).data
+
+    def list(self, prefix: str) -> list[str]:
+        base, _, _ = prefix.rpartition("/")
+        start = self.root.joinpath(*base.split("/")) if base else self.root
+        keys: list[str] = []
+        for dirpath, dirnames, filenames in os.walk(start):
+            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+            rel = Path(dirpath).relative_to(self.root).as_posix()
+            for name in filenames:
+                if name.startswith("."):
+                    continue
+                key = name if rel == "." else f"{rel}/{name}"
+                if key.startswith(prefix):
+                    keys.append(key)
+            # symlinks to version files are listed by os.walk as files already
+        return sorted(keys)
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        with self._locked(path):
+            _, version = self._current(path)
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            if version is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    version.unlink()

@@ -1,0 +1,744 @@
+"""Every queue operation as ``apply(state, op, now_ms) -> result``.
+
+No I/O and no clock: time comes in as ``now_ms`` (integer milliseconds). An
+operation either applies whole or raises an :class:`~broker.errors.OsqueueError`
+before changing anything, so a bad request in a group commit never leaves a
+half-applied state. ``apply`` mutates ``state`` in place (copying a queue of a
+million jobs per commit would cost more than the write); a caller that must
+roll back re-reads the committed object instead.
+
+Promises kept here (and checked by the property tests):
+
+* claim order: runnable pending jobs by priority (higher first), then run-at,
+  then enqueue sequence; paused queues hand out nothing;
+* ``attempts`` counts claims; a job is claimed only while
+  ``attempts < max_attempts``; a failure or an expired lease on the last
+  attempt makes it ``dead``;
+* a fencing token is valid only while its job is claimed under it and its
+  lease has not expired at ``now_ms``; a stale token never completes,
+  fails or extends a job;
+* a push whose idempotency key is in the window returns the original id and
+  creates nothing.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from broker import timefmt
+from broker.errors import InvalidRequest, PayloadTooLarge, QueueFull
+from broker.state import (
+    CLAIMED,
+    DEAD,
+    JOB_OVERHEAD_BYTES,
+    PENDING,
+    STAGED,
+    BrokerRecord,
+    Job,
+    KeyEntry,
+    Lease,
+    QueueState,
+    Settings,
+)
+
+MAX_ERROR_CHARS = 4000
+MAX_PRIORITY = 1_000_000
+MAX_LEASE_MS = 24 * 3600 * 1000
+
+# -- operations ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A job to push. ``payload`` is its JSON encoding (bytes)."""
+
+    payload: bytes
+    priority: int = 0
+    delay_ms: int = 0
+    max_attempts: int | None = None
+    key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Push:
+    jobs: tuple[NewJob, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """Push jobs invisible to claims under ``write_id`` (a Spark task attempt)."""
+
+    write_id: str
+    jobs: tuple[NewJob, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    """Make the staged jobs of ``keep`` pending and drop every other write of ``prefix``."""
+
+    prefix: str
+    keep: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    worker: str
+    max_jobs: int = 1
+    lease_ms: int = 30_000
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    tokens: tuple[str, ...]
+    lease_ms: int = 30_000
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteItem:
+    token: str
+    result: bytes | None = None  # JSON bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Complete:
+    items: tuple[CompleteItem, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FailItem:
+    token: str
+    error: str = ""
+    retry_in_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    items: tuple[FailItem, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaim:
+    """Return expired leases to pending (or dead) and drop expired staged writes."""
+
+
+@dataclass(frozen=True, slots=True)
+class Redrive:
+    ids: tuple[str, ...] | None = None  # None: every dead job
+
+
+@dataclass(frozen=True, slots=True)
+class Purge:
+    statuses: tuple[str, ...] = (PENDING, DEAD)
+
+
+@dataclass(frozen=True, slots=True)
+class SetPaused:
+    paused: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Configure:
+    settings: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class TakeOver:
+    """Become the queue's broker; every claimed job gets a fresh lease on our clock."""
+
+    broker_id: str
+    url: str
+    lease_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class RenewBroker:
+    broker_id: str
+    url: str
+    lease_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClearBroker:
+    broker_id: str
+
+
+Op = (
+    Push | Stage | Publish | Claim | Heartbeat | Complete | Fail | Reclaim | Redrive | Purge
+    | SetPaused | Configure | TakeOver | RenewBroker | ClearBroker
+)
+
+# -- results -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    id: str
+    payload: bytes
+    token: str
+    attempt: int
+    lease_expires_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ItemResult:
+    token: str
+    ok: bool
+    reason: str | None = None
+    status: str | None = None  # for fail: "pending" (retrying) or "dead"
+
+
+@dataclass(slots=True)
+class Result:
+    """What an operation produced. ``changed`` says whether a write is needed."""
+
+    changed: bool = False
+    ids: list[str] = field(default_factory=list)
+    jobs: list[ClaimedJob] = field(default_factory=list)
+    items: list[ItemResult] = field(default_factory=list)
+    archived: list[dict[str, Any]] = field(default_factory=list)
+    count: int = 0
+
+
+# -- helpers -------------------------------------------------------------------
+
+
+def job_id_for(seq: int) -> str:
+    return f"j{seq:010d}"
+
+
+def _schedule(state: QueueState, job: Job, now_ms: int) -> None:
+    """Index a job that just became pending."""
+    if job.run_at_ms <= now_ms:
+        heapq.heappush(state.ready, (-job.priority, job.run_at_ms, job.seq, job.id))
+    else:
+        heapq.heappush(state.delayed, (job.run_at_ms, job.seq, job.id))
+
+
+def _is_ready_entry(state: QueueState, entry: tuple[int, int, int, str]) -> Job | None:
+    job = state.jobs.get(entry[3])
+    if (
+        job is None
+        or job.status != PENDING
+        or job.run_at_ms != entry[1]
+        or job.priority != -entry[0]
+    ):
+        return None
+    return job
+
+
+def _promote_due(state: QueueState, now_ms: int) -> None:
+    delayed = state.delayed
+    while delayed and delayed[0][0] <= now_ms:
+        run_at, seq, job_id = heapq.heappop(delayed)
+        job = state.jobs.get(job_id)
+        if job is not None and job.status == PENDING and job.run_at_ms == run_at:
+            heapq.heappush(state.ready, (-job.priority, run_at, seq, job_id))
+
+
+def live_job(state: QueueState, token: str, now_ms: int) -> Job | None:
+    """The job ``token`` still holds at ``now_ms``, or None if the token is stale."""
+    job_id = token.rpartition(".")[0]
+    job = state.jobs.get(job_id)
+    if (
+        job is None
+        or job.status != CLAIMED
+        or job.lease is None
+        or job.lease.token != token
+        or job.lease.expires_ms <= now_ms
+    ):
+        return None
+    return job
+
+
+def _stale_reason(state: QueueState, token: str) -> str:
+    job = state.jobs.get(token.rpartition(".")[0])
+    if job is None:
+        return "job is gone (completed, purged or never existed)"
+    if job.status == CLAIMED and job.lease is not None and job.lease.token == token:
+        return "lease expired; the job will be reclaimed"
+    return "token is stale; the job was reclaimed or claimed again"
+
+
+def backoff_ms(settings: Settings, attempts: int) -> int:
+    """Delay before retry number ``attempts`` (1-based): base * 2**(attempts-1), capped."""
+    delay = settings.backoff_base_s * (2 ** max(0, attempts - 1))
+    return round(min(delay, settings.backoff_max_s) * 1000)
+
+
+def _settle_failure(state: QueueState, job: Job, error: str, retry_in_ms: int | None,
+                    now_ms: int) -> str:
+    """Move a claimed job back to pending (retry) or dead; return the new status."""
+    job.lease = None
+    job.last_error = error[-MAX_ERROR_CHARS:] if error else None
+    state.counters.failed += 1
+    if job.attempts >= job.max_attempts:
+        job.status = DEAD
+        state.counters.dead += 1
+    else:
+        job.status = PENDING
+        delay = retry_in_ms if retry_in_ms is not None else backoff_ms(state.settings, job.attempts)
+        job.run_at_ms = now_ms + max(0, delay)
+        _schedule(state, job, now_ms)
+    job.touch()
+    return job.status
+
+
+def _validate_new(state: QueueState, new: NewJob) -> int:
+    """Check one new job; return its size estimate."""
+    limit = state.settings.max_payload_bytes
+    if len(new.payload) > limit:
+        raise PayloadTooLarge(
+            f"payload is {len(new.payload)} bytes; this queue's limit is {limit} bytes"
+        )
+    if not -MAX_PRIORITY <= new.priority <= MAX_PRIORITY:
+        raise InvalidRequest(f"priority must be within +-{MAX_PRIORITY}, got {new.priority}")
+    if new.delay_ms < 0:
+        raise InvalidRequest(f"delay must be >= 0, got {new.delay_ms / 1000} s")
+    if new.max_attempts is not None and not 1 <= new.max_attempts <= 1000:
+        raise InvalidRequest(f"max_attempts must be 1..1000, got {new.max_attempts}")
+    if new.key is not None and not 0 < len(new.key) <= 512:
+        raise InvalidRequest("idempotency keys must be 1..512 characters")
+    return len(new.payload) + JOB_OVERHEAD_BYTES
+
+
+def _insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int,
+                 status: str, write_id: str | None) -> list[str]:
+    """Validate all, then create all (or raise having created nothing)."""
+    window = state.keys
+    fresh: dict[str, int] = {}
+    incoming = 0
+    for new in jobs:
+        size = _validate_new(state, new)
+        if new.key is not None and (new.key in window or new.key in fresh):
+            continue
+        if new.key is not None:
+            fresh[new.key] = 0
+        incoming += size
+    if incoming and state.approx_bytes + incoming > state.settings.max_state_bytes:
+        raise QueueFull(
+            f"queue full: the object would grow past {state.settings.max_state_bytes} bytes; "
+            "nothing from this push was written"
+        )
+    ids: list[str] = []
+    created: dict[str, str] = {}
+    for new in jobs:
+        if new.key is not None:
+            seen = window.get(new.key)
+            if seen is not None:
+                ids.append(seen.job_id)
+                continue
+            if new.key in created:
+                ids.append(created[new.key])
+                continue
+        state.counters.enqueued += 1
+        seq = state.counters.enqueued
+        job = Job(
+            job_id_for(seq),
+            seq,
+            new.payload,
+            status=status,
+            priority=new.priority,
+            run_at_ms=now_ms + new.delay_ms,
+            max_attempts=new.max_attempts or state.settings.max_attempts,
+            created_ms=now_ms,
+            key=new.key,
+            write_id=write_id,
+        )
+        state.jobs[job.id] = job
+        state.approx_bytes += job.size_estimate()
+        if status == PENDING:
+            _schedule(state, job, now_ms)
+        elif write_id is not None:
+            state.staged_writes.setdefault(write_id, []).append(job.id)
+        if new.key is not None:
+            created[new.key] = job.id
+            window[new.key] = KeyEntry(job.id, now_ms)
+        ids.append(job.id)
+    _trim_window(state, now_ms)
+    return ids
+
+
+def _trim_window(state: QueueState, now_ms: int) -> None:
+    window = state.keys
+    oldest_ok = now_ms - round(state.settings.dedup_ttl_s * 1000)
+    cap = state.settings.dedup_keys
+    while window:
+        first = next(iter(window))
+        if len(window) > cap or window[first].at_ms < oldest_ok:
+            del window[first]
+        else:
+            break
+
+
+def _remove(state: QueueState, job: Job) -> None:
+    del state.jobs[job.id]
+    state.approx_bytes -= job.size_estimate()
+
+
+# -- operation handlers -----------------------------------------------------------
+
+
+def _push(state: QueueState, op: Push, now_ms: int) -> Result:
+    ids = _insert_jobs(state, op.jobs, now_ms, PENDING, None)
+    return Result(changed=True, ids=ids)
+
+
+def _stage(state: QueueState, op: Stage, now_ms: int) -> Result:
+    existing = state.staged_writes.get(op.write_id)
+    if existing is not None:  # a retried request of the same task attempt
+        return Result(ids=list(existing))
+    ids = _insert_jobs(state, op.jobs, now_ms, STAGED, op.write_id)
+    state.staged_writes.setdefault(op.write_id, [])
+    return Result(changed=True, ids=ids)
+
+
+def _publish(state: QueueState, op: Publish, now_ms: int) -> Result:
+    keep = set(op.keep)
+    result = Result()
+    for write_id in [w for w in state.staged_writes if w.startswith(op.prefix)]:
+        ids = state.staged_writes.pop(write_id)
+        for job_id in ids:
+            job = state.jobs.get(job_id)
+            if job is None or job.status != STAGED:
+                continue
+            result.changed = True
+            if write_id in keep:
+                job.status = PENDING
+                job.write_id = None
+                job.run_at_ms = max(job.run_at_ms, now_ms)
+                job.touch()
+                _schedule(state, job, now_ms)
+                result.ids.append(job_id)
+            else:
+                _remove(state, job)
+                result.count += 1
+    return result
+
+
+def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
+    if op.max_jobs < 1 or op.max_jobs > 10_000:
+        raise InvalidRequest(f"max_jobs must be 1..10000, got {op.max_jobs}")
+    if not 0 < op.lease_ms <= MAX_LEASE_MS:
+        raise InvalidRequest(f"lease must be within (0, 86400] s, got {op.lease_ms / 1000}")
+    if not op.worker or len(op.worker) > 200:
+        raise InvalidRequest("worker must be a name of 1..200 characters")
+    result = Result()
+    if state.paused:
+        return result
+    _promote_due(state, now_ms)
+    ready = state.ready
+    while ready and len(result.jobs) < op.max_jobs:
+        entry = heapq.heappop(ready)
+        job = _is_ready_entry(state, entry)
+        if job is None:
+            continue
+        if job.run_at_ms > now_ms:  # indexed early (clock moved back, or after a load)
+            heapq.heappush(state.delayed, (job.run_at_ms, job.seq, job.id))
+            continue
+        state.counters.fence += 1
+        token = f"{job.id}.{state.counters.fence}"
+        job.status = CLAIMED
+        job.attempts += 1
+        expires = now_ms + op.lease_ms
+        job.lease = Lease(token, op.worker, op.lease_ms, expires, now_ms)
+        job.touch()
+        heapq.heappush(state.leases, (expires, token, job.id))
+        result.jobs.append(ClaimedJob(job.id, job.payload, token, job.attempts, expires))
+    result.changed = bool(result.jobs)
+    return result
+
+
+def _heartbeat(state: QueueState, op: Heartbeat, now_ms: int) -> Result:
+    if not 0 < op.lease_ms <= MAX_LEASE_MS:
+        raise InvalidRequest(f"lease must be within (0, 86400] s, got {op.lease_ms / 1000}")
+    result = Result()
+    for token in op.tokens:
+        job = live_job(state, token, now_ms)
+        if job is None or job.lease is None:
+            result.items.append(ItemResult(token, False, _stale_reason(state, token)))
+            continue
+        lease = job.lease
+        lease.expires_ms = now_ms + op.lease_ms
+        lease.lease_ms = op.lease_ms
+        lease.heartbeat_ms = now_ms
+        job.touch()
+        heapq.heappush(state.leases, (lease.expires_ms, token, job.id))
+        result.items.append(ItemResult(token, True))
+        result.changed = True
+    return result
+
+
+def _complete(state: QueueState, op: Complete, now_ms: int) -> Result:
+    limit = state.settings.max_payload_bytes
+    for item in op.items:
+        if item.result is not None and len(item.result) > limit:
+            raise PayloadTooLarge(f"result is {len(item.result)} bytes; the limit is {limit}")
+    result = Result()
+    for item in op.items:
+        job = live_job(state, item.token, now_ms)
+        if job is None or job.lease is None:
+            result.items.append(ItemResult(item.token, False, _stale_reason(state, item.token)))
+            continue
+        record = job.to_dict()
+        record.pop("lease", None)
+        record.pop("key", None)
+        record["status"] = "completed"
+        record["worker"] = job.lease.worker
+        record["completed_at"] = timefmt.fmt(now_ms)
+        record["result"] = orjson.Fragment(item.result) if item.result is not None else None
+        _remove(state, job)
+        state.counters.completed += 1
+        result.archived.append(record)
+        result.items.append(ItemResult(item.token, True, status="completed"))
+        result.changed = True
+    return result
+
+
+def _fail(state: QueueState, op: Fail, now_ms: int) -> Result:
+    for item in op.items:
+        if item.retry_in_ms is not None and item.retry_in_ms < 0:
+            raise InvalidRequest("retry_in_s must be >= 0")
+    result = Result()
+    for item in op.items:
+        job = live_job(state, item.token, now_ms)
+        if job is None:
+            result.items.append(ItemResult(item.token, False, _stale_reason(state, item.token)))
+            continue
+        status = _settle_failure(state, job, item.error, item.retry_in_ms, now_ms)
+        result.items.append(ItemResult(item.token, True, status=status))
+        result.changed = True
+    return result
+
+
+def _reclaim(state: QueueState, op: Reclaim, now_ms: int) -> Result:
+    result = Result()
+    leases = state.leases
+    while leases and leases[0][0] <= now_ms:
+        expires, token, job_id = heapq.heappop(leases)
+        job = state.jobs.get(job_id)
+        if (
+            job is None
+            or job.status != CLAIMED
+            or job.lease is None
+            or job.lease.token != token
+            or job.lease.expires_ms != expires
+        ):
+            continue
+        worker = job.lease.worker
+        _settle_failure(state, job, f"lease expired (worker {worker} stopped heartbeating)",
+                        0, now_ms)
+        state.counters.reclaimed += 1
+        result.ids.append(job_id)
+        result.changed = True
+    ttl = round(state.settings.staged_ttl_s * 1000)
+    for write_id in list(state.staged_writes):
+        ids = state.staged_writes[write_id]
+        first = state.jobs.get(ids[0]) if ids else None
+        if first is None or first.created_ms + ttl <= now_ms:
+            for job_id in state.staged_writes.pop(write_id):
+                job = state.jobs.get(job_id)
+                if job is not None and job.status == STAGED:
+                    _remove(state, job)
+                    result.count += 1
+                    result.changed = True
+    if len(leases) > 64 and len(leases) > 4 * sum(
+        1 for j in state.jobs.values() if j.status == CLAIMED
+    ):
+        _compact_leases(state)
+    return result
+
+
+def _compact_leases(state: QueueState) -> None:
+    state.leases = [
+        (j.lease.expires_ms, j.lease.token, j.id)
+        for j in state.jobs.values()
+        if j.status == CLAIMED and j.lease is not None
+    ]
+    heapq.heapify(state.leases)
+
+
+def _redrive(state: QueueState, op: Redrive, now_ms: int) -> Result:
+    if op.ids is None:
+        targets = [j for j in state.jobs.values() if j.status == DEAD]
+    else:
+        targets = [j for i in op.ids if (j := state.jobs.get(i)) is not None and j.status == DEAD]
+    for job in targets:
+        job.status = PENDING
+        job.attempts = 0
+        job.run_at_ms = now_ms
+        job.touch()
+        _schedule(state, job, now_ms)
+    return Result(changed=bool(targets), ids=[j.id for j in targets], count=len(targets))
+
+
+def _purge(state: QueueState, op: Purge, now_ms: int) -> Result:
+    bad = set(op.statuses) - {PENDING, CLAIMED, DEAD, STAGED}
+    if bad:
+        raise InvalidRequest(f"unknown status {sorted(bad)}; use pending, claimed, dead, staged")
+    statuses = set(op.statuses)
+    doomed = [j for j in state.jobs.values() if j.status in statuses]
+    for job in doomed:
+        _remove(state, job)
+    if STAGED in statuses:
+        state.staged_writes.clear()
+    return Result(changed=bool(doomed), count=len(doomed))
+
+
+def _set_paused(state: QueueState, op: SetPaused, now_ms: int) -> Result:
+    changed = state.paused != op.paused
+    state.paused = op.paused
+    return Result(changed=changed)
+
+
+def _configure(state: QueueState, op: Configure, now_ms: int) -> Result:
+    current = Settings.from_dict({})
+    allowed = set(current.__slots__)  # type: ignore[attr-defined]
+    unknown = set(op.settings) - allowed
+    if unknown:
+        raise InvalidRequest(f"unknown settings {sorted(unknown)}; known: {sorted(allowed)}")
+    merged = {name: getattr(state.settings, name) for name in allowed}
+    for name, value in op.settings.items():
+        default = getattr(current, name)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise InvalidRequest(f"setting {name} must be a positive number, got {value!r}")
+        merged[name] = type(default)(value)
+    state.settings = Settings(**merged)
+    return Result(changed=True)
+
+
+def _take_over(state: QueueState, op: TakeOver, now_ms: int) -> Result:
+    previous = state.broker.id if state.broker else None
+    state.broker = BrokerRecord(op.broker_id, op.url, now_ms + op.lease_ms)
+    if previous != op.broker_id:
+        for job in state.jobs.values():
+            if job.status == CLAIMED and job.lease is not None:
+                job.lease.expires_ms = max(job.lease.expires_ms, now_ms + job.lease.lease_ms)
+                job.touch()
+        _compact_leases(state)
+    return Result(changed=True)
+
+
+def _renew_broker(state: QueueState, op: RenewBroker, now_ms: int) -> Result:
+    state.broker = BrokerRecord(op.broker_id, op.url, now_ms + op.lease_ms)
+    return Result(changed=True)
+
+
+def _clear_broker(state: QueueState, op: ClearBroker, now_ms: int) -> Result:
+    if state.broker is None or state.broker.id != op.broker_id:
+        return Result()
+    state.broker = None
+    return Result(changed=True)
+
+
+_HANDLERS: dict[type, Callable[[QueueState, Any, int], Result]] = {
+    Push: _push,
+    Stage: _stage,
+    Publish: _publish,
+    Claim: _claim,
+    Heartbeat: _heartbeat,
+    Complete: _complete,
+    Fail: _fail,
+    Reclaim: _reclaim,
+    Redrive: _redrive,
+    Purge: _purge,
+    SetPaused: _set_paused,
+    Configure: _configure,
+    TakeOver: _take_over,
+    RenewBroker: _renew_broker,
+    ClearBroker: _clear_broker,
+}
+
+
+def apply(state: QueueState, op: Op, now_ms: int) -> Result:
+    """Apply one operation at time ``now_ms``.
+
+    Raises an ``OsqueueError`` (``InvalidRequest``, ``PayloadTooLarge``,
+    ``QueueFull``) without changing ``state`` when the operation is refused.
+    """
+    return _HANDLERS[type(op)](state, op, now_ms)
+
+
+# -- read-only views --------------------------------------------------------------
+
+
+def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
+    """Counts by status and figures a person watching the queue wants."""
+    counts = state.count_by_status()
+    oldest: int | None = None
+    next_run: int | None = None
+    for job in state.jobs.values():
+        if job.status == PENDING:
+            if job.run_at_ms <= now_ms:
+                oldest = job.created_ms if oldest is None else min(oldest, job.created_ms)
+            else:
+                next_run = job.run_at_ms if next_run is None else min(next_run, job.run_at_ms)
+    return {
+        "counts": counts,
+        "total": len(state.jobs),
+        "paused": state.paused,
+        "oldest_pending_age_s": None if oldest is None else (now_ms - oldest) / 1000,
+        "next_delayed_run_at": None if next_run is None else timefmt.fmt(next_run),
+        "enqueued_total": state.counters.enqueued,
+        "completed_total": state.counters.completed,
+        "failed_total": state.counters.failed,
+        "dead_total": state.counters.dead,
+        "reclaimed_total": state.counters.reclaimed,
+        "seq": state.seq,
+        "approx_state_bytes": state.approx_bytes,
+        "dedup_keys": len(state.keys),
+        "broker": None
+        if state.broker is None
+        else {
+            "id": state.broker.id,
+            "url": state.broker.url,
+            "lease_expires_at": timefmt.fmt(state.broker.expires_ms),
+        },
+        "settings": {name: getattr(state.settings, name)
+                     for name in state.settings.__slots__},  # type: ignore[attr-defined]
+    }
+
+
+def list_jobs(state: QueueState, status: str | None = None, limit: int = 100,
+              after: str | None = None) -> list[Job]:
+    """A page of jobs in enqueue order, after job id ``after``, optionally by status."""
+    if status is not None and status not in (PENDING, CLAIMED, DEAD, STAGED):
+        raise InvalidRequest(f"unknown status {status!r}; use pending, claimed, dead, staged")
+    if not 1 <= limit <= 10_000:
+        raise InvalidRequest(f"limit must be 1..10000, got {limit}")
+    after_seq = -1
+    if after is not None:
+        job = state.jobs.get(after)
+        if job is not None:
+            after_seq = job.seq
+        elif after.startswith("j") and after[1:].isdigit():
+            after_seq = int(after[1:])
+        else:
+            raise InvalidRequest(f"after must be a job id, got {after!r}")
+    page: list[Job] = []
+    for job in state.jobs.values():
+        if job.seq <= after_seq or (status is not None and job.status != status):
+            continue
+        page.append(job)
+        if len(page) >= limit:
+            break
+    return page
+
+
+def next_wakeup_ms(state: QueueState) -> int | None:
+    """When the earliest lease expires or delayed job becomes due (for idle timers)."""
+    times = []
+    if state.leases:
+        times.append(state.leases[0][0])
+    if state.delayed:
+        times.append(state.delayed[0][0])
+    return min(times) if times else None
+
+
+def new_state(now_ms: int, settings: Settings | None = None) -> QueueState:
+    """An empty queue."""
+    return QueueState(updated_ms=now_ms, settings=settings or Settings())

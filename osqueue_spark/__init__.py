@@ -1,0 +1,1 @@
+"""osqueue_spark."""

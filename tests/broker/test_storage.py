@@ -1,0 +1,272 @@
+"""One contract, run against every store: memory, local files, S3 (moto over HTTP)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import pickle
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from broker.errors import (
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    StorageUnavailable,
+    UnsafeStore,
+)
+from broker.storage import FileStore, MemoryStore, ObjectStore, S3Store, Versioned, store_from_url
+
+ROUNDS = 200
+
+
+class StoreContract:
+    """Every backend must pass these. Subclasses provide the ``store`` fixture."""
+
+    @pytest.fixture()
+    def store(self) -> Iterator[ObjectStore]:
+        raise NotImplementedError
+
+    def test_read_missing_is_not_found(self, store: ObjectStore) -> None:
+        with pytest.raises(NotFound):
+            store.read("q/queue.json")
+
+    def test_create_then_read(self, store: ObjectStore) -> None:
+        etag = store.create_if_absent("q/queue.json", b'{"a":1}')
+        got = store.read("q/queue.json")
+        assert got == Versioned(b'{"a":1}', etag)
+
+    def test_create_over_existing_is_refused(self, store: ObjectStore) -> None:
+        etag = store.create_if_absent("q/queue.json", b"one")
+        with pytest.raises(Conflict):
+            store.create_if_absent("q/queue.json", b"two")
+        assert store.read("q/queue.json") == Versioned(b"one", etag)
+
+    def test_write_if_match_replaces(self, store: ObjectStore) -> None:
+        first = store.create_if_absent("q/queue.json", b"one")
+        second = store.write_if_match("q/queue.json", b"two", first)
+        assert second != first
+        assert store.read("q/queue.json") == Versioned(b"two", second)
+
+    def test_stale_etag_is_refused(self, store: ObjectStore) -> None:
+        first = store.create_if_absent("q/queue.json", b"one")
+        second = store.write_if_match("q/queue.json", b"two", first)
+        with pytest.raises(Conflict):
+            store.write_if_match("q/queue.json", b"three", first)
+        assert store.read("q/queue.json") == Versioned(b"two", second)
+
+    def test_write_if_match_on_missing_is_refused(self, store: ObjectStore) -> None:
+        with pytest.raises(Conflict):
+            store.write_if_match("q/queue.json", b"x", "no-such-etag")
+        with pytest.raises(NotFound):
+            store.read("q/queue.json")
+
+    def test_plain_objects(self, store: ObjectStore) -> None:
+        store.put("q/archive/2026-01-01T00/b.jsonl", b"b\n")
+        store.put("q/archive/2026-01-01T00/a.jsonl", b"a\n")
+        store.put("q/archive/2026-01-01T01/c.jsonl", b"c\n")
+        store.put("other/x", b"x")
+        assert store.get("q/archive/2026-01-01T00/a.jsonl") == b"a\n"
+        assert store.list("q/archive/") == [
+            "q/archive/2026-01-01T00/a.jsonl",
+            "q/archive/2026-01-01T00/b.jsonl",
+            "q/archive/2026-01-01T01/c.jsonl",
+        ]
+        assert store.list("q/archive/2026-01-01T01") == ["q/archive/2026-01-01T01/c.jsonl"]
+        store.delete("q/archive/2026-01-01T00/a.jsonl")
+        store.delete("q/archive/2026-01-01T00/never-was.jsonl")
+        with pytest.raises(NotFound):
+            store.get("q/archive/2026-01-01T00/a.jsonl")
+        assert len(store.list("q/")) == 2
+
+    def test_cas_objects_are_listed_and_deleted(self, store: ObjectStore) -> None:
+        store.create_if_absent("q1/queue.json", b"1")
+        store.create_if_absent("q2/queue.json", b"2")
+        assert store.list("q") == ["q1/queue.json", "q2/queue.json"]
+        store.delete("q1/queue.json")
+        with pytest.raises(NotFound):
+            store.read("q1/queue.json")
+        store.create_if_absent("q1/queue.json", b"again")
+
+    def test_self_test_passes(self, store: ObjectStore) -> None:
+        store.self_test()
+        assert not [k for k in store.list("_osqueue/") if "selftest" in k]
+
+    def test_thread_race_has_one_winner_per_round(self, store: ObjectStore) -> None:
+        _thread_race(store, writers=4, rounds=ROUNDS)
+
+
+def _thread_race(store: ObjectStore, writers: int, rounds: int) -> None:
+    key = "race/queue.json"
+    store.create_if_absent(key, b"0")
+    barrier = threading.Barrier(writers)
+    wins: list[list[int]] = [[] for _ in range(writers)]
+
+    def writer(n: int) -> None:
+        for r in range(rounds):
+            seen = store.read(key)
+            barrier.wait()
+            try:
+                store.write_if_match(key, f"{r}-{n}".encode(), seen.etag)
+                wins[n].append(r)
+            except Conflict:
+                pass
+            barrier.wait()
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    per_round = [sum(r in w for w in wins) for r in range(rounds)]
+    assert per_round == [1] * rounds
+
+
+class TestMemoryStore(StoreContract):
+    @pytest.fixture()
+    def store(self) -> Iterator[ObjectStore]:
+        yield MemoryStore()
+
+    def test_etag_changes_when_bytes_repeat(self, store: ObjectStore) -> None:
+        first = store.create_if_absent("k", b"same")
+        assert store.write_if_match("k", b"same", first) != first
+
+
+def _process_writer(root: str, n: int, rounds: int, barrier: Any, out: Any) -> None:
+    store = FileStore(root)
+    won = []
+    for r in range(rounds):
+        seen = store.read("race/queue.json")
+        barrier.wait()
+        try:
+            store.write_if_match("race/queue.json", f"{r}-{n}".encode(), seen.etag)
+            won.append(r)
+        except Conflict:
+            pass
+        barrier.wait()
+    out.put((n, won))
+
+
+class TestFileStore(StoreContract):
+    @pytest.fixture()
+    def store(self, tmp_path: Path) -> Iterator[ObjectStore]:
+        yield FileStore(tmp_path / "store")
+
+    def test_etag_changes_when_bytes_repeat(self, store: ObjectStore) -> None:
+        first = store.create_if_absent("k", b"same")
+        second = store.write_if_match("k", b"same", first)
+        assert second != first
+        with pytest.raises(Conflict):
+            store.write_if_match("k", b"same", first)
+
+    def test_object_is_readable_as_a_plain_file(self, tmp_path: Path) -> None:
+        store = FileStore(tmp_path)
+        etag = store.create_if_absent("q/queue.json", b'{"x":1}')
+        store.write_if_match("q/queue.json", b'{"x":2}', etag)
+        assert (tmp_path / "q" / "queue.json").read_bytes() == b'{"x":2}'
+        # old versions are removed, leaving one version file beside the link
+        versions = [p.name for p in (tmp_path / "q").iterdir() if ".v-" in p.name]
+        assert len(versions) == 1
+
+    def test_bad_keys_are_refused(self, store: ObjectStore) -> None:
+        for key in ("../escape", "/abs", "a//b", "a/.hidden", ""):
+            with pytest.raises(InvalidRequest):
+                store.put(key, b"x")
+
+    def test_process_race_has_one_winner_per_round(self, tmp_path: Path) -> None:
+        root = str(tmp_path / "race")
+        FileStore(root).create_if_absent("race/queue.json", b"0")
+        ctx = mp.get_context("fork")
+        writers = 4
+        barrier = ctx.Barrier(writers)
+        out = ctx.Queue()
+        procs = [
+            ctx.Process(target=_process_writer, args=(root, n, ROUNDS, barrier, out))
+            for n in range(writers)
+        ]
+        for p in procs:
+            p.start()
+        results = dict(out.get(timeout=120) for _ in procs)
+        for p in procs:
+            p.join(timeout=30)
+            assert p.exitcode == 0
+        per_round = [sum(r in results[n] for n in results) for r in range(ROUNDS)]
+        assert per_round == [1] * ROUNDS
+
+
+class TestS3Store(StoreContract):
+    @pytest.fixture()
+    def store(self, s3_url: str) -> Iterator[ObjectStore]:
+        store = store_from_url(s3_url)
+        yield store
+        store.close()
+
+    def test_url_shows_no_credentials(self, s3_bucket: str) -> None:
+        store = S3Store(s3_bucket, "p", endpoint_url="http://user:secret@127.0.0.1:1")
+        assert "secret" not in store.url and "secret" not in repr(store)
+
+
+class _FlakyClient:
+    """An injected fault: the first ``failures`` calls answer 503."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.calls = 0
+
+    def get_object(self, **kwargs: Any) -> dict[str, Any]:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise ClientError(
+                {"Error": {"Code": "SlowDown"}, "ResponseMetadata": {"HTTPStatusCode": 503}},
+                "GetObject",
+            )
+        import io
+
+        return {"Body": io.BytesIO(b"ok"), "ETag": '"e"'}
+
+
+def test_s3_retries_transient_errors_then_gives_up() -> None:
+    flaky = _FlakyClient(failures=2)
+    store = S3Store("b", client=flaky, retries=5)
+    assert store.read("k") == Versioned(b"ok", '"e"')
+    assert flaky.calls == 3
+    hopeless = S3Store("b", client=_FlakyClient(failures=100), retries=3)
+    with pytest.raises(StorageUnavailable):
+        hopeless.read("k")
+
+
+class _IgnoresConditions(MemoryStore):
+    """An injected fault: a store that silently ignores If-Match."""
+
+    def write_if_match(self, key: str, data: bytes, etag: str) -> str:
+        self.put(key, data)
+        return self.read(key).etag
+
+
+def test_self_test_refuses_a_store_that_ignores_conditions() -> None:
+    with pytest.raises(UnsafeStore, match="does not honour"):
+        _IgnoresConditions().self_test()
+
+
+def test_store_from_url() -> None:
+    assert isinstance(store_from_url("memory://t1"), MemoryStore)
+    assert store_from_url("memory://t1") is store_from_url("memory://t1")
+    s3 = store_from_url("s3://bkt/some/prefix?endpoint=http://127.0.0.1:9")
+    assert isinstance(s3, S3Store) and s3.prefix == "some/prefix"
+    for bad in ("gs://x/y", "file://relative/path", "s3:///nobucket", "nonsense"):
+        with pytest.raises(InvalidRequest):
+            store_from_url(bad)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: Conflict("x"), lambda: NotFound("y"), lambda: UnsafeStore("z")],
+)
+def test_storage_errors_pickle(make: Callable[[], Exception]) -> None:
+    err = make()
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is type(err) and str(back) == str(err)

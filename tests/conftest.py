@@ -1,0 +1,77 @@
+"""Session fixtures: real servers on 127.0.0.1 with free ports, stopped after."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class MotoServer:
+    """moto's S3 app served by a NON-threaded werkzeug server.
+
+    moto checks If-Match without holding a lock, so a threaded server lets two
+    conditional writers both win; serving one request at a time makes its
+    compare-and-set honest, which race tests need.
+    """
+
+    def __init__(self) -> None:
+        from moto.moto_server.werkzeug_app import (
+            DomainDispatcherApplication,
+            MotoRequestHandler,
+            create_backend_app,
+        )
+        from werkzeug.serving import make_server
+
+        self.port = free_port()
+        app = DomainDispatcherApplication(create_backend_app)
+        self._server = make_server(
+            "127.0.0.1", self.port, app, threaded=False, request_handler=MotoRequestHandler
+        )
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[MotoServer]:
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    server = MotoServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture()
+def s3_bucket(moto_server: MotoServer) -> str:
+    """A fresh bucket on the session's moto server."""
+    import boto3
+
+    name = f"osq-{uuid.uuid4().hex[:12]}"
+    client = boto3.client("s3", endpoint_url=moto_server.endpoint, region_name="us-east-1")
+    client.create_bucket(Bucket=name)
+    client.close()
+    return name
+
+
+@pytest.fixture()
+def s3_url(moto_server: MotoServer, s3_bucket: str) -> str:
+    return f"s3://{s3_bucket}/queues?endpoint={moto_server.endpoint}"

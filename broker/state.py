@@ -166,9 +166,10 @@ class Job:
         return out
 
     def encode(self) -> bytes:
+        """The job's JSON, preceded by the ``,\n`` that separates it from the one before."""
         enc = self._enc
         if enc is None:
-            enc = self._enc = orjson.dumps(self.to_dict())
+            enc = self._enc = b",\n" + orjson.dumps(self.to_dict())
         return enc
 
     def size_estimate(self) -> int:
@@ -265,18 +266,29 @@ def _header(state: QueueState) -> dict[str, Any]:
 def _key_bytes(key: str, entry: KeyEntry) -> bytes:
     enc = entry.enc
     if enc is None:
-        enc = entry.enc = orjson.dumps([key, entry.job_id, timefmt.fmt(entry.at_ms)])
+        enc = entry.enc = b",\n" + orjson.dumps([key, entry.job_id, timefmt.fmt(entry.at_ms)])
     return enc
 
 
 def encode(state: QueueState) -> bytes:
-    """The object's bytes. Unchanged jobs and keys reuse their cached encodings."""
+    """The object's bytes. Unchanged jobs and keys reuse their cached encodings.
+
+    Each cached encoding starts with its separator, so the whole object is one
+    ``join`` (one copy of the bytes); the first job's separator is cut off.
+    """
     head = orjson.dumps(_header(state))
-    jobs = b",\n".join([job.encode() for job in state.jobs.values()])
-    keys = b",\n".join([_key_bytes(k, e) for k, e in state.keys.items()])
-    return b"".join(
-        (head[:-1], b',\n"jobs":[\n', jobs, b'\n],\n"keys":[\n', keys, b"\n]}\n")
-    )
+    parts: list[bytes] = [head[:-1], b',\n"jobs":[\n']
+    jobs = [job._enc or job.encode() for job in state.jobs.values()]
+    if jobs:
+        jobs[0] = jobs[0][2:]
+    parts += jobs
+    parts.append(b'\n],\n"keys":[\n')
+    keys = [e.enc or _key_bytes(k, e) for k, e in state.keys.items()]
+    if keys:
+        keys[0] = keys[0][2:]
+    parts += keys
+    parts.append(b"\n]}\n")
+    return b"".join(parts)
 
 
 def encode_full(state: QueueState) -> bytes:

@@ -16,10 +16,17 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+_last: list[tuple[int, str]] = [(-1, "")]
+
+
 def fmt(ms: int) -> str:
     """``1700000000123`` -> ``"2023-11-14T22:13:20.123Z"``."""
     secs, rem = divmod(ms, 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{rem:03d}Z"
+    cached_secs, text = _last[0]
+    if cached_secs != secs:  # most stamps in one commit share their second
+        text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs))
+        _last[0] = (secs, text)
+    return f"{text}.{rem:03d}Z"
 
 
 def parse(text: str) -> int:

@@ -310,11 +310,17 @@ def _insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int,
                  status: str, write_id: str | None) -> list[str]:
     """Validate all, then create all (or raise having created nothing)."""
     window = state.keys
+    oldest_ok = now_ms - round(state.settings.dedup_ttl_s * 1000)
+
+    def seen(key: str) -> KeyEntry | None:
+        entry = window.get(key)
+        return entry if entry is not None and entry.at_ms >= oldest_ok else None
+
     fresh: dict[str, int] = {}
     incoming = 0
     for new in jobs:
         size = _validate_new(state, new)
-        if new.key is not None and (new.key in window or new.key in fresh):
+        if new.key is not None and (seen(new.key) is not None or new.key in fresh):
             continue
         if new.key is not None:
             fresh[new.key] = 0
@@ -328,9 +334,9 @@ def _insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int,
     created: dict[str, str] = {}
     for new in jobs:
         if new.key is not None:
-            seen = window.get(new.key)
-            if seen is not None:
-                ids.append(seen.job_id)
+            entry = seen(new.key)
+            if entry is not None:
+                ids.append(entry.job_id)
                 continue
             if new.key in created:
                 ids.append(created[new.key])
@@ -357,6 +363,7 @@ def _insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int,
             state.staged_writes.setdefault(write_id, []).append(job.id)
         if new.key is not None:
             created[new.key] = job.id
+            window.pop(new.key, None)  # re-insert at the end: the window stays in time order
             window[new.key] = KeyEntry(job.id, now_ms)
         ids.append(job.id)
     _trim_window(state, now_ms)

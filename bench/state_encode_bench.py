@@ -1,0 +1,76 @@
+"""Commit encode cost: incremental (cached per-job bytes) versus a full re-encode.
+
+For each queue size it builds a state of N pending jobs, encodes it once, then
+changes 1,000 jobs (claims them) and times the next commit's encode both ways.
+
+    .venv/bin/python bench/state_encode_bench.py [--sizes 10000,100000,1000000]
+
+Prints a table and writes bench/results/state_encode.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import orjson  # noqa: E402
+
+from bench._common import best_of, write_results  # noqa: E402
+from broker import state as S  # noqa: E402
+from broker import transitions as T  # noqa: E402
+
+CHANGED = 1_000
+
+
+def build(n: int) -> S.QueueState:
+    st = T.new_state(0)
+    batch = 10_000
+    for start in range(0, n, batch):
+        jobs = tuple(
+            T.NewJob(orjson.dumps({"doc": i, "path": f"s3://bucket/docs/{i}.json"}))
+            for i in range(start, min(n, start + batch))
+        )
+        T.apply(st, T.Push(jobs), 1_000)
+    return st
+
+
+def measure(n: int) -> dict[str, float]:
+    st = build(n)
+    S.stamp(st, "bench", 1_000)
+    S.encode(st)  # the commit that wrote these jobs cached their bytes
+    now = 2_000
+
+    def change_and_encode() -> None:
+        nonlocal now
+        now += 1
+        T.apply(st, T.Claim("bench", CHANGED, 60_000), now)
+        S.stamp(st, "bench", now)
+        S.encode(st)
+
+    incremental = best_of(change_and_encode, repeat=5)
+    full = best_of(lambda: S.encode_full(st), repeat=3)
+    size = len(S.encode(st))
+    assert orjson.loads(S.encode(st)) == orjson.loads(S.encode_full(st))
+    return {"jobs": n, "incremental_s": incremental, "full_s": full,
+            "speedup": full / incremental, "object_bytes": size}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="10000,100000,1000000")
+    args = parser.parse_args()
+    rows = [measure(int(n)) for n in args.sizes.split(",")]
+    print(f"{'jobs':>10} {'object MB':>10} {'incremental ms':>15} {'full ms':>10} {'speedup':>8}")
+    for r in rows:
+        print(f"{r['jobs']:>10,} {r['object_bytes'] / 1e6:>10.1f} {r['incremental_s'] * 1e3:>15.2f}"
+              f" {r['full_s'] * 1e3:>10.2f} {r['speedup']:>7.1f}x")
+    print("(incremental: claim 1,000 jobs, then encode; includes the claim itself)")
+    path = write_results("state_encode", {"changed_per_commit": CHANGED, "rows": rows})
+    print(f"results written to {path}")
+
+
+if __name__ == "__main__":
+    main()

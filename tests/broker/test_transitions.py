@@ -1,0 +1,305 @@
+"""The pure queue core: unit tests and hypothesis invariants, no I/O."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from broker import state as S
+from broker import transitions as T
+from broker.errors import InvalidRequest, PayloadTooLarge, QueueFull
+
+
+def push(state: S.QueueState, now: int, *payloads: object, **kw: object) -> list[str]:
+    jobs = tuple(T.NewJob(orjson.dumps(p), **kw) for p in payloads)  # type: ignore[arg-type]
+    return T.apply(state, T.Push(jobs), now).ids
+
+
+def claim(state: S.QueueState, now: int, n: int = 1, lease_ms: int = 10_000) -> list[T.ClaimedJob]:
+    return T.apply(state, T.Claim("w", n, lease_ms), now).jobs
+
+
+def test_claim_order_priority_then_run_at_then_seq() -> None:
+    st_ = T.new_state(0)
+    a, = push(st_, 0, "a")
+    b, = push(st_, 0, "b", priority=5)
+    c, = push(st_, 0, "c", delay_ms=100)
+    d, = push(st_, 0, "d", priority=5)
+    assert [j.id for j in claim(st_, 50, 10)] == [b, d, a]
+    assert [j.id for j in claim(st_, 200, 10)] == [c]
+
+
+def test_delayed_high_priority_job_does_not_block_runnable_ones() -> None:
+    st_ = T.new_state(0)
+    push(st_, 0, "later", priority=9, delay_ms=1000)
+    low, = push(st_, 0, "now")
+    assert [j.id for j in claim(st_, 10)] == [low]
+
+
+def test_fail_backs_off_then_dies_then_redrive() -> None:
+    st_ = T.new_state(0)
+    st_.settings.backoff_base_s = 1.0
+    jid, = push(st_, 0, "x", max_attempts=2)
+    tok = claim(st_, 0)[0].token
+    r = T.apply(st_, T.Fail((T.FailItem(tok, "boom"),)), 10)
+    assert r.items[0].status == "pending"
+    assert claim(st_, 500) == []  # backing off for 1 s
+    job2 = claim(st_, 1010)
+    assert job2[0].attempt == 2
+    r = T.apply(st_, T.Fail((T.FailItem(job2[0].token, "boom again"),)), 1020)
+    assert r.items[0].status == "dead"
+    assert st_.jobs[jid].status == "dead" and st_.jobs[jid].last_error == "boom again"
+    assert T.apply(st_, T.Redrive(), 2000).count == 1
+    assert claim(st_, 2000)[0].attempt == 1
+
+
+def test_expired_lease_is_reclaimed_and_old_token_refused() -> None:
+    st_ = T.new_state(0)
+    jid, = push(st_, 0, "x")
+    old = claim(st_, 0, lease_ms=1000)[0].token
+    assert T.apply(st_, T.Heartbeat((old,), 1000), 500).items[0].ok
+    r = T.apply(st_, T.Reclaim(), 1600)
+    assert r.ids == [jid] and st_.jobs[jid].status == "pending"
+    new = claim(st_, 1600)[0].token
+    assert new != old
+    assert not T.apply(st_, T.Heartbeat((old,), 1000), 1700).items[0].ok
+    done = T.apply(st_, T.Complete((T.CompleteItem(old),)), 1700)
+    assert not done.items[0].ok and jid in st_.jobs
+    assert T.apply(st_, T.Complete((T.CompleteItem(new, b"1"),)), 1700).items[0].ok
+    assert jid not in st_.jobs
+
+
+def test_token_is_dead_once_lease_passes_even_before_reclaim() -> None:
+    st_ = T.new_state(0)
+    push(st_, 0, "x")
+    tok = claim(st_, 0, lease_ms=1000)[0].token
+    r = T.apply(st_, T.Complete((T.CompleteItem(tok),)), 1000)
+    assert not r.items[0].ok and "expired" in (r.items[0].reason or "")
+
+
+def test_idempotency_key_dedupes_within_window() -> None:
+    st_ = T.new_state(0)
+    st_.settings.dedup_ttl_s = 10
+    first = push(st_, 0, "a", key="k1")
+    again = push(st_, 5, "b", key="k1")
+    assert again == first and len(st_.jobs) == 1
+    both = T.apply(st_, T.Push((T.NewJob(b"1", key="k2"), T.NewJob(b"2", key="k2"))), 6).ids
+    assert both[0] == both[1] and len(st_.jobs) == 2
+    later = push(st_, 20_000, "c", key="k1")  # window passed
+    assert later != first
+
+
+def test_bad_push_changes_nothing() -> None:
+    st_ = T.new_state(0)
+    st_.settings.max_payload_bytes = 10
+    before = S.encode(st_)
+    with pytest.raises(PayloadTooLarge):
+        T.apply(st_, T.Push((T.NewJob(b"1"), T.NewJob(b'"' + b"x" * 20 + b'"'))), 0)
+    with pytest.raises(InvalidRequest):
+        T.apply(st_, T.Push((T.NewJob(b"1"), T.NewJob(b"2", delay_ms=-1))), 0)
+    assert S.encode(st_) == before and st_.counters.enqueued == 0
+
+
+def test_queue_full_refuses_whole_push() -> None:
+    st_ = T.new_state(0)
+    st_.settings.max_state_bytes = 3 * S.JOB_OVERHEAD_BYTES
+    push(st_, 0, 1, 2)
+    with pytest.raises(QueueFull):
+        T.apply(st_, T.Push((T.NewJob(b"3"), T.NewJob(b"4"))), 0)
+    assert len(st_.jobs) == 2
+
+
+def test_paused_queue_hands_out_nothing() -> None:
+    st_ = T.new_state(0)
+    push(st_, 0, "x")
+    T.apply(st_, T.SetPaused(True), 0)
+    assert claim(st_, 0) == []
+    T.apply(st_, T.SetPaused(False), 0)
+    assert len(claim(st_, 0)) == 1
+
+
+def test_takeover_grants_fresh_leases() -> None:
+    st_ = T.new_state(0)
+    push(st_, 0, "x")
+    tok = claim(st_, 0, lease_ms=1000)[0].token
+    T.apply(st_, T.TakeOver("b2", "http://b2", 30_000), 900)
+    assert T.apply(st_, T.Reclaim(), 1500).ids == []  # old expiry 1000 no longer counts
+    assert T.apply(st_, T.Heartbeat((tok,), 1000), 1500).items[0].ok
+
+
+def test_stage_publish_discard() -> None:
+    st_ = T.new_state(0)
+    a = T.apply(st_, T.Stage("w1/p0/a0", (T.NewJob(b"1"), T.NewJob(b"2"))), 0).ids
+    b = T.apply(st_, T.Stage("w1/p0/a1", (T.NewJob(b"1"), T.NewJob(b"2"))), 0).ids
+    assert T.apply(st_, T.Stage("w1/p0/a0", (T.NewJob(b"1"),)), 0).ids == a  # retried request
+    assert claim(st_, 0) == []  # staged jobs are invisible
+    r = T.apply(st_, T.Publish("w1/", ("w1/p0/a1",)), 1)
+    assert sorted(r.ids) == sorted(b) and r.count == 2
+    assert sorted(j.id for j in claim(st_, 1, 10)) == sorted(b)
+    T.apply(st_, T.Stage("w2/p0/a0", (T.NewJob(b"1"),)), 0)
+    st_.settings.staged_ttl_s = 1
+    assert T.apply(st_, T.Reclaim(), 5000).count == 1  # the vanished writer's jobs expire
+
+
+def test_corrupt_foreign_and_newer_objects_are_refused() -> None:
+    from broker.errors import CorruptState, ForeignState, NewerState
+
+    with pytest.raises(CorruptState):
+        S.decode(b"{not json")
+    with pytest.raises(CorruptState):
+        S.decode(b'{"format":"osqueue","version":1,"seq":1}')
+    with pytest.raises(ForeignState):
+        S.decode(b'{"format":"other","version":1}')
+    with pytest.raises(NewerState):
+        S.decode(b'{"format":"osqueue","version":99}')
+
+
+# -- invariants over random operation sequences ---------------------------------------
+
+payloads = st.one_of(st.integers(-(2**53), 2**53), st.text(max_size=8), st.lists(st.integers(-9, 9), max_size=3),
+                     st.dictionaries(st.text(max_size=3), st.booleans(), max_size=2))
+
+
+def order_key(job: S.Job) -> tuple[int, int, int]:
+    return (-job.priority, job.run_at_ms, job.seq)
+
+
+class QueueMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.state = T.new_state(0)
+        self.now = 0
+        self.pushed: set[str] = set()
+        self.completed: set[str] = set()
+        self.purged: set[str] = set()
+        self.tokens: list[str] = []
+        self.keys: dict[str, str] = {}
+
+    @rule(dt=st.integers(0, 3000))
+    def tick(self, dt: int) -> None:
+        self.now += dt
+
+    @rule(items=st.lists(st.tuples(payloads, st.integers(-2, 2), st.integers(0, 2000),
+                                   st.sampled_from([None, 1, 2, 3]),
+                                   st.sampled_from([None, "a", "b", "c"])),
+                         min_size=1, max_size=4))
+    def push(self, items: list[tuple[object, int, int, int | None, str | None]]) -> None:
+        jobs = tuple(T.NewJob(orjson.dumps(p), pr, d, m, k) for p, pr, d, m, k in items)
+        ids = T.apply(self.state, T.Push(jobs), self.now).ids
+        assert len(ids) == len(jobs)
+        for (_, _, _, _, key), jid in zip(items, ids, strict=True):
+            if key is not None:
+                if key in self.keys and self.keys[key] != jid:
+                    # only allowed once the key aged out of the window
+                    assert key not in self.state.keys or self.state.keys[key].job_id == jid
+                self.keys[key] = jid
+        self.pushed.update(ids)
+
+    @rule(n=st.integers(1, 4), lease=st.integers(1, 3000))
+    def claim(self, n: int, lease: int) -> None:
+        T._promote_due(self.state, self.now)
+        runnable = sorted(
+            (j for j in self.state.jobs.values() if j.status == "pending" and j.run_at_ms <= self.now),
+            key=order_key,
+        )
+        expected = [j.id for j in runnable[:n]] if not self.state.paused else []
+        got = T.apply(self.state, T.Claim("w", n, lease), self.now).jobs
+        assert [j.id for j in got] == expected
+        for j in got:
+            self.tokens.append(j.token)
+
+    @precondition(lambda self: self.tokens)
+    @rule(data=st.data(), lease=st.integers(1, 3000))
+    def heartbeat(self, data: st.DataObject, lease: int) -> None:
+        tok = data.draw(st.sampled_from(self.tokens))
+        valid = T.live_job(self.state, tok, self.now) is not None
+        snapshot = {k: j.encode() for k, j in self.state.jobs.items()}
+        r = T.apply(self.state, T.Heartbeat((tok,), lease), self.now)
+        assert r.items[0].ok == valid
+        if not valid:
+            assert {k: j.encode() for k, j in self.state.jobs.items()} == snapshot
+
+    @precondition(lambda self: self.tokens)
+    @rule(data=st.data())
+    def complete(self, data: st.DataObject) -> None:
+        tok = data.draw(st.sampled_from(self.tokens))
+        job = T.live_job(self.state, tok, self.now)
+        snapshot = {k: j.encode() for k, j in self.state.jobs.items()}
+        r = T.apply(self.state, T.Complete((T.CompleteItem(tok, b"true"),)), self.now)
+        assert r.items[0].ok == (job is not None)
+        if job is None:
+            assert {k: j.encode() for k, j in self.state.jobs.items()} == snapshot
+            assert r.archived == []
+        else:
+            assert job.id not in self.state.jobs
+            assert job.id not in self.completed
+            self.completed.add(job.id)
+            assert [a["id"] for a in r.archived] == [job.id]
+
+    @precondition(lambda self: self.tokens)
+    @rule(data=st.data(), retry=st.sampled_from([None, 0, 500]))
+    def fail(self, data: st.DataObject, retry: int | None) -> None:
+        tok = data.draw(st.sampled_from(self.tokens))
+        job = T.live_job(self.state, tok, self.now)
+        r = T.apply(self.state, T.Fail((T.FailItem(tok, "err", retry),)), self.now)
+        assert r.items[0].ok == (job is not None)
+        if job is not None:
+            assert job.status == ("dead" if job.attempts >= job.max_attempts else "pending")
+
+    @rule()
+    def reclaim(self) -> None:
+        T.apply(self.state, T.Reclaim(), self.now)
+        for job in self.state.jobs.values():
+            if job.status == "claimed":
+                assert job.lease is not None and job.lease.expires_ms > self.now
+
+    @rule()
+    def redrive(self) -> None:
+        T.apply(self.state, T.Redrive(), self.now)
+
+    @rule(paused=st.booleans())
+    def pause(self, paused: bool) -> None:
+        T.apply(self.state, T.SetPaused(paused), self.now)
+
+    @rule(statuses=st.sampled_from([("dead",), ("pending", "dead")]))
+    def purge(self, statuses: tuple[str, ...]) -> None:
+        doomed = {j.id for j in self.state.jobs.values() if j.status in statuses}
+        assert T.apply(self.state, T.Purge(statuses), self.now).count == len(doomed)
+        self.purged |= doomed
+
+    @rule()
+    def roundtrip(self) -> None:
+        S.stamp(self.state, "test", self.now)
+        data = S.encode(self.state)
+        back = S.decode(data)
+        assert S.encode(back) == data
+        assert S.encode_full(back) == S.encode_full(self.state)
+        assert orjson.loads(data) == orjson.loads(S.encode_full(self.state))
+        # the parsed state behaves the same from here on
+        self.state = back
+
+    @invariant()
+    def nothing_lost_or_duplicated(self) -> None:
+        live = set(self.state.jobs)
+        assert not live & self.completed and not live & self.purged
+        assert not self.completed & self.purged
+        assert live | self.completed | self.purged == self.pushed
+        assert len(self.pushed) == self.state.counters.enqueued
+
+    @invariant()
+    def attempts_bounded(self) -> None:
+        for job in self.state.jobs.values():
+            assert 0 <= job.attempts <= job.max_attempts
+            if job.status == "pending":
+                assert job.attempts < job.max_attempts
+            assert (job.status == "claimed") == (job.lease is not None)
+
+
+QueueMachine.TestCase.settings = settings(
+    max_examples=150, stateful_step_count=40, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestQueueMachine = QueueMachine.TestCase

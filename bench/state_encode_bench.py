@@ -16,11 +16,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import orjson  # noqa: E402
+import orjson
 
-from bench._common import best_of, write_results  # noqa: E402
-from broker import state as S  # noqa: E402
-from broker import transitions as T  # noqa: E402
+from bench._common import best_of, write_results
+from broker import state as S
+from broker import transitions as T
 
 CHANGED = 1_000
 

@@ -256,7 +256,8 @@ def _header(state: QueueState) -> dict[str, Any]:
         "updated_at": timefmt.fmt(state.updated_ms),
         "broker": None
         if broker is None
-        else {"id": broker.id, "url": broker.url, "lease_expires_at": timefmt.fmt(broker.expires_ms)},
+        else {"id": broker.id, "url": broker.url,
+              "lease_expires_at": timefmt.fmt(broker.expires_ms)},
         "paused": state.paused,
         "settings": asdict(state.settings),
         "counters": asdict(state.counters),

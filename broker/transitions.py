@@ -524,6 +524,7 @@ def _fail(state: QueueState, op: Fail, now_ms: int) -> Result:
 
 def _reclaim(state: QueueState, op: Reclaim, now_ms: int) -> Result:
     result = Result()
+    _promote_due(state, now_ms)  # so the delayed heap's head is always in the future
     leases = state.leases
     while leases and leases[0][0] <= now_ms:
         expires, token, job_id = heapq.heappop(leases)
@@ -604,7 +605,7 @@ def _set_paused(state: QueueState, op: SetPaused, now_ms: int) -> Result:
 
 def _configure(state: QueueState, op: Configure, now_ms: int) -> Result:
     current = Settings.from_dict({})
-    allowed = set(current.__slots__)  # type: ignore[attr-defined]
+    allowed = set(current.__slots__)
     unknown = set(op.settings) - allowed
     if unknown:
         raise InvalidRequest(f"unknown settings {sorted(unknown)}; known: {sorted(allowed)}")
@@ -706,7 +707,7 @@ def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
             "lease_expires_at": timefmt.fmt(state.broker.expires_ms),
         },
         "settings": {name: getattr(state.settings, name)
-                     for name in state.settings.__slots__},  # type: ignore[attr-defined]
+                     for name in state.settings.__slots__},
     }
 
 

@@ -1,1 +1,47 @@
-"""osqueue_spark."""
+"""osqueue_spark: a durable job queue in one JSON object on object storage, for Spark.
+
+* :func:`start_broker` runs a broker in this process (the embedded default);
+* :class:`QueueClient` talks to a broker from anywhere (driver, executors, scripts);
+* :func:`register` adds the ``osqueue`` Spark data source (needs pyspark);
+* :func:`push_partition` and :func:`process` build ``foreachPartition`` and
+  ``mapInPandas`` functions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.errors import OsqueueError
+from osqueue_spark.client import ClaimedJob, ItemResult, QueueClient
+from osqueue_spark.embedded import start_broker
+
+__all__ = [
+    "RESULT_SCHEMA",
+    "ClaimedJob",
+    "ItemResult",
+    "OsqueueError",
+    "QueueClient",
+    "process",
+    "push_partition",
+    "register",
+    "start_broker",
+]
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    # Spark-side helpers import pyspark lazily, so the client works without it.
+    if name in ("register",):
+        from osqueue_spark.datasource import register
+
+        return register
+    if name in ("process", "RESULT_SCHEMA"):
+        from osqueue_spark import workers
+
+        return getattr(workers, name)
+    if name == "push_partition":
+        from osqueue_spark.sink import push_partition
+
+        return push_partition
+    raise AttributeError(name)

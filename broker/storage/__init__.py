@@ -45,7 +45,7 @@ def store_from_url(url: str, *, endpoint_url: str | None = None) -> ObjectStore:
         if not parts.netloc:
             raise InvalidRequest(f"S3 store URLs look like s3://bucket/prefix, got {url!r}")
         query = parse_qs(parts.query)
-        endpoint = endpoint_url or (query.get("endpoint") or [None])[0]
+        endpoint = endpoint_url or next(iter(query.get("endpoint", [])), None)
         return S3Store(parts.netloc, parts.path.strip("/"), endpoint_url=endpoint)
     if parts.scheme == "memory":
         name = parts.netloc or parts.path or "default"

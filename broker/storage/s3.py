@@ -21,13 +21,13 @@ from typing import Any, TypeVar
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
+from tenacity import Retrying as _Retrying
 from tenacity import (
     retry_if_exception_type,
     stop_after_attempt,
     wait_exponential,
     wait_random,
 )
-from tenacity import Retrying as _Retrying
 
 from broker.errors import Conflict, NotFound, StorageError, StorageUnavailable
 from broker.storage.base import ObjectStore, Versioned

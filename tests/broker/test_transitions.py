@@ -159,7 +159,8 @@ def test_corrupt_foreign_and_newer_objects_are_refused() -> None:
 
 # -- invariants over random operation sequences ---------------------------------------
 
-payloads = st.one_of(st.integers(-(2**53), 2**53), st.text(max_size=8), st.lists(st.integers(-9, 9), max_size=3),
+payloads = st.one_of(st.integers(-(2**53), 2**53), st.text(max_size=8),
+                     st.lists(st.integers(-9, 9), max_size=3),
                      st.dictionaries(st.text(max_size=3), st.booleans(), max_size=2))
 
 
@@ -202,7 +203,8 @@ class QueueMachine(RuleBasedStateMachine):
     def claim(self, n: int, lease: int) -> None:
         T._promote_due(self.state, self.now)
         runnable = sorted(
-            (j for j in self.state.jobs.values() if j.status == "pending" and j.run_at_ms <= self.now),
+            (j for j in self.state.jobs.values()
+             if j.status == "pending" and j.run_at_ms <= self.now),
             key=order_key,
         )
         expected = [j.id for j in runnable[:n]] if not self.state.paused else []

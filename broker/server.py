@@ -1,0 +1,124 @@
+"""Run a :class:`Broker` behind its HTTP API: as the main program or in a thread.
+
+``BrokerServer.run()`` binds the socket first (so ``port=0`` picks a free port
+and the broker can advertise its real URL), starts the broker (self-test,
+load and take over existing queues; a bad queue object stops it here, before
+anything is written), serves until told to stop (SIGTERM/SIGINT in the main
+thread, or :meth:`stop`), then drains: stop accepting, finish in-flight
+requests, flush every queue and clear its broker record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+from typing import Any
+
+import uvicorn
+
+from broker.http import build_app
+from broker.service import Broker, BrokerConfig
+from broker.storage import ObjectStore
+
+log = logging.getLogger("osqueue.server")
+
+
+def _advertised(host: str, port: int) -> str:
+    if host in ("0.0.0.0", "::", ""):
+        try:
+            host = socket.gethostbyname(socket.gethostname())
+        except OSError:
+            host = "127.0.0.1"
+    return f"http://{host}:{port}"
+
+
+class BrokerServer:
+    """A broker and its HTTP server. Use :meth:`run` (blocking) or :meth:`start_in_thread`."""
+
+    def __init__(self, store: ObjectStore, host: str = "127.0.0.1", port: int = 0, *,
+                 token: str | None = None, config: BrokerConfig | None = None,
+                 advertise_url: str | None = None, drain_s: float = 30.0) -> None:
+        self.store = store
+        self.host = host
+        self.config = config or BrokerConfig()
+        self._token = token
+        self._advertise = advertise_url
+        self._drain_s = drain_s
+        self._sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind((host, port))
+        self.port: int = self._sock.getsockname()[1]
+        self.url = advertise_url or _advertised(host, self.port)
+        self.config.url = self.url
+        self.broker = Broker(store, self.config)
+        self._server: uvicorn.Server | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    def __repr__(self) -> str:
+        return f"BrokerServer({self.url!r}, store={self.store.url!r})"
+
+    async def serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        try:
+            await self.broker.start()
+        except BaseException:
+            self._sock.close()
+            raise
+        app = build_app(self.broker, token=self._token)
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                                timeout_graceful_shutdown=max(1, round(self._drain_s)), http="auto",
+                                timeout_keep_alive=30)
+        self._server = uvicorn.Server(config)
+        self._ready.set()
+        try:
+            await self._server.serve(sockets=[self._sock])
+        finally:
+            await self.broker.stop(self._drain_s)
+            self._sock.close()
+
+    def run(self) -> None:
+        """Serve in this thread until SIGTERM/SIGINT; then drain and return."""
+        asyncio.run(self.serve())
+
+    # -- embedded use -------------------------------------------------------------
+    def start_in_thread(self, timeout_s: float = 60.0) -> BrokerServer:
+        """Serve from a daemon thread; return once it accepts requests.
+
+        Raises whatever stopped the broker from starting (a corrupt queue
+        object, an unsafe store) in the calling thread.
+        """
+
+        def main() -> None:
+            try:
+                asyncio.run(self.serve())
+            except BaseException as exc:  # handed to the caller of start_in_thread
+                self._error = exc
+                self._ready.set()
+
+        self._thread = threading.Thread(target=main, name=f"osqueue-broker-{self.port}",
+                                        daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout_s):
+            raise TimeoutError(f"broker did not start within {timeout_s} s")
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """Drain and stop a broker started with :meth:`start_in_thread`."""
+        if self._server is not None and self._loop is not None and not self._loop.is_closed():
+            server = self._server
+            self._loop.call_soon_threadsafe(setattr, server, "should_exit", True)
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def __enter__(self) -> BrokerServer:
+        return self if self._thread is not None else self.start_in_thread()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

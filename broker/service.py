@@ -1,0 +1,329 @@
+"""The broker's own Python API (embedded mode): several named queues, each with
+its own commit loop, answered only once durable.
+
+All methods are coroutines to be awaited on the broker's event loop. The HTTP
+server (:mod:`broker.http`) is a thin adapter over this class; so is
+``osqueue_spark.start_broker``.
+
+Queues come into being with their first push (or an explicit
+:meth:`Broker.create_queue` with settings). A claim on a queue that does not
+exist returns no jobs and creates nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker import keys, timefmt, transitions
+from broker import state as S
+from broker.commit import CommitLoop
+from broker.errors import (
+    InvalidRequest,
+    NotTheBroker,
+    OsqueueError,
+    UnknownQueue,
+)
+from broker.metrics import Metrics
+from broker.queue_model import QueueModel
+from broker.storage import ObjectStore
+
+log = logging.getLogger("osqueue.broker")
+
+
+def new_broker_id() -> str:
+    host = socket.gethostname().split(".")[0][:24] or "host"
+    return f"b-{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class BrokerConfig:
+    """Broker settings. Times in seconds, sizes in bytes."""
+
+    url: str = ""
+    broker_id: str = field(default_factory=new_broker_id)
+    lease_s: float = 30.0
+    max_wait_s: float = 60.0
+    max_request_bytes: int = 64 * 1024 * 1024
+    io_threads: int = 16
+    self_test: bool = True
+    default_settings: dict[str, Any] = field(default_factory=dict)
+
+
+class _Queue:
+    """One queue's loop plus the event that wakes long-polling claims."""
+
+    def __init__(self, name: str, loop: CommitLoop[S.QueueState], model: QueueModel) -> None:
+        self.name = name
+        self.loop = loop
+        self.model = model
+        self.jobs_ready = asyncio.Event()
+        self.last_owner_check = 0.0
+
+    def notify(self, state: S.QueueState) -> None:
+        if state.ready and not state.paused:
+            self.jobs_ready.set()
+            self.jobs_ready = asyncio.Event()
+
+
+class Broker:
+    """Owns the queues of one store. Create it, ``await start()``, then call ops."""
+
+    def __init__(self, store: ObjectStore, config: BrokerConfig | None = None, *,
+                 clock: Callable[[], int] = timefmt.now_ms) -> None:
+        self.store = store
+        self.config = config or BrokerConfig()
+        self.id = self.config.broker_id
+        self.clock = clock
+        self.metrics = Metrics()
+        self._queues: dict[str, _Queue] = {}
+        self._creating: dict[str, asyncio.Lock] = {}
+        self._executor = ThreadPoolExecutor(self.config.io_threads, thread_name_prefix="osq-io")
+        self._started = False
+        self._stopping = False
+        self._settings = S.Settings.from_dict(self.config.default_settings)
+
+    @property
+    def url(self) -> str:
+        return self.config.url
+
+    # -- lifecycle ----------------------------------------------------------------
+    async def start(self) -> None:
+        """Check the store, load every existing queue and take them over.
+
+        Raises ``UnsafeStore`` if the store ignores conditional writes and a
+        ``StateError`` (naming the object) if any queue object is corrupt,
+        foreign or newer; nothing is written in either case.
+        """
+        loop = asyncio.get_running_loop()
+        if self.config.self_test:
+            await loop.run_in_executor(self._executor, self.store.self_test)
+        names = await loop.run_in_executor(self._executor, self._existing_queue_names)
+        loaded = []
+        for name in names:
+            q = self._make_queue(name)
+            await q.loop.load()  # raises StateError before anything is written
+            loaded.append(q)
+        for q in loaded:
+            self._queues[q.name] = q
+            q.loop.start()
+            q.loop.kick()  # take over: writes our broker record
+        self._started = True
+        log.info("broker %s serving %d queue(s) from %s at %s", self.id, len(loaded),
+                 self.store.url, self.url or "(in-process)")
+
+    def _existing_queue_names(self) -> list[str]:
+        names = []
+        for key in self.store.list(""):
+            name = keys.queue_from_state_key(key)
+            if name is not None:
+                names.append(name)
+        return names
+
+    async def stop(self, drain_s: float = 30.0) -> None:
+        """Flush buffered operations, clear our broker record, stop every loop."""
+        if self._stopping:
+            return
+        self._stopping = True
+        for q in list(self._queues.values()):
+            q.model.retiring = True
+            if q.loop.active and q.loop.etag is not None:
+                try:
+                    await asyncio.wait_for(
+                        q.loop.submit(transitions.ClearBroker(self.id)), drain_s)
+                except (OsqueueError, TimeoutError) as exc:
+                    log.warning("could not clear broker record of %s: %s", q.name, exc)
+            await q.loop.close()
+        self._executor.shutdown(wait=False)
+        log.info("broker %s stopped", self.id)
+
+    # -- queues ---------------------------------------------------------------------
+    def _make_queue(self, name: str, settings: S.Settings | None = None) -> _Queue:
+        model = QueueModel(self.store, name, self.id, self.url,
+                           round(self.config.lease_s * 1000), settings or self._settings)
+        holder: list[_Queue] = []
+
+        def observe(seconds: float, batch: int, state_bytes: int) -> None:
+            self.metrics.commit(seconds, batch)
+            self.metrics.gauge("osqueue_state_bytes", state_bytes, queue=name)
+
+        loop: CommitLoop[S.QueueState] = CommitLoop(
+            self.store, keys.state_key(name), model, self.id, self._executor,
+            clock=self.clock,
+            on_commit=lambda st, _results: holder[0].notify(st),
+            on_timer=lambda st: holder[0].notify(st),
+            observe=observe,
+        )
+        q = _Queue(name, loop, model)
+        holder.append(q)
+        return q
+
+    async def _queue(self, name: str) -> _Queue:
+        q = self._queues.get(name)
+        if q is None:
+            keys.check_queue_name(name)
+            if self._stopping:
+                raise OsqueueError("broker is shutting down")
+            lock = self._creating.setdefault(name, asyncio.Lock())
+            async with lock:
+                q = self._queues.get(name)
+                if q is None:
+                    q = self._make_queue(name)
+                    await q.loop.load()
+                    self._queues[name] = q
+                    q.loop.start()
+        if not q.loop.active:
+            await self._maybe_retake(q)
+        return q
+
+    async def _maybe_retake(self, q: _Queue) -> None:
+        """A stepped-down queue is taken back only once the other broker's lease ran out."""
+        now = time.monotonic()
+        if now - q.last_owner_check < 1.0:
+            return
+        q.last_owner_check = now
+        loop = asyncio.get_running_loop()
+        try:
+            got = await loop.run_in_executor(self._executor, self.store.read,
+                                             keys.state_key(q.name))
+        except OsqueueError:
+            return
+        state = S.decode(got.data)
+        record = state.broker
+        if record is None or record.expires_ms <= self.clock():
+            log.info("queue %s: the other broker's lease ran out; taking it back", q.name)
+            q.loop.reactivate()
+        elif q.loop.step_down_error is not None and isinstance(q.loop.step_down_error,
+                                                               NotTheBroker):
+            q.loop.step_down_error = NotTheBroker(
+                f"this broker no longer serves queue {q.name!r}; it is served by {record.url}",
+                url=record.url, queue=q.name)
+
+    async def _submit(self, queue: str, opname: str, op: Any) -> Any:
+        q = await self._queue(queue)
+        try:
+            result = await q.loop.submit(op)
+        except OsqueueError as exc:
+            self.metrics.op(queue, opname, exc.code)
+            raise
+        self.metrics.op(queue, opname, "ok")
+        return result
+
+    async def create_queue(self, name: str,
+                           settings: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Create a queue (or change its settings) and write it now."""
+        await self._submit(name, "configure", transitions.Configure(dict(settings or {})))
+        return await self.stats(name)
+
+    # -- operations -------------------------------------------------------------------
+    async def push(self, queue: str, jobs: list[transitions.NewJob]) -> list[str]:
+        if not jobs:
+            raise InvalidRequest("push needs at least one job")
+        result = await self._submit(queue, "push", transitions.Push(tuple(jobs)))
+        return list(result.ids)
+
+    async def stage(self, queue: str, write_id: str, jobs: list[transitions.NewJob]) -> list[str]:
+        result = await self._submit(queue, "stage", transitions.Stage(write_id, tuple(jobs)))
+        return list(result.ids)
+
+    async def publish(self, queue: str, prefix: str, keep: list[str]) -> dict[str, Any]:
+        result = await self._submit(queue, "publish", transitions.Publish(prefix, tuple(keep)))
+        return {"ids": result.ids, "discarded": result.count}
+
+    async def claim(self, queue: str, worker: str, max_jobs: int = 1, lease_s: float = 30.0,
+                    wait_s: float = 0.0) -> list[transitions.ClaimedJob]:
+        if wait_s < 0 or wait_s > self.config.max_wait_s:
+            raise InvalidRequest(f"wait_s must be within [0, {self.config.max_wait_s}]")
+        op = transitions.Claim(worker, max_jobs, round(lease_s * 1000))
+        if queue not in self._queues:
+            keys.check_queue_name(queue)
+        deadline = time.monotonic() + wait_s
+        while True:
+            q = await self._queue(queue)
+            ready = q.jobs_ready  # taken before the claim, so no wake-up is missed
+            result = await self._submit(queue, "claim", op)
+            remaining = deadline - time.monotonic()
+            if result.jobs or remaining <= 0 or self._stopping:
+                return list(result.jobs)
+            try:
+                await asyncio.wait_for(ready.wait(), remaining)
+            except TimeoutError:
+                pass
+
+    async def heartbeat(self, queue: str, tokens: list[str],
+                        lease_s: float = 30.0) -> list[transitions.ItemResult]:
+        result = await self._submit(
+            queue, "heartbeat", transitions.Heartbeat(tuple(tokens), round(lease_s * 1000)))
+        return list(result.items)
+
+    async def complete(self, queue: str,
+                       items: list[transitions.CompleteItem]) -> list[transitions.ItemResult]:
+        result = await self._submit(queue, "complete", transitions.Complete(tuple(items)))
+        return list(result.items)
+
+    async def fail(self, queue: str,
+                   items: list[transitions.FailItem]) -> list[transitions.ItemResult]:
+        result = await self._submit(queue, "fail", transitions.Fail(tuple(items)))
+        return list(result.items)
+
+    async def redrive(self, queue: str, ids: list[str] | None = None) -> int:
+        op = transitions.Redrive(tuple(ids) if ids is not None else None)
+        return int((await self._submit(queue, "redrive", op)).count)
+
+    async def purge(self, queue: str, statuses: list[str] | None = None) -> int:
+        op = transitions.Purge(tuple(statuses)) if statuses else transitions.Purge()
+        return int((await self._submit(queue, "purge", op)).count)
+
+    async def set_paused(self, queue: str, paused: bool) -> None:
+        await self._submit(queue, "pause" if paused else "resume", transitions.SetPaused(paused))
+
+    # -- reads ----------------------------------------------------------------------------
+    async def _existing(self, queue: str) -> S.QueueState:
+        q = await self._queue(queue)
+        if not q.loop.active and q.loop.step_down_error is not None:
+            raise q.loop.step_down_error
+        state = q.loop.state
+        if state is None or (q.loop.etag is None and not state.jobs):
+            raise UnknownQueue(f"queue {queue!r} does not exist (it is created by its first push)")
+        return state
+
+    async def stats(self, queue: str) -> dict[str, Any]:
+        state = await self._existing(queue)
+        now = self.clock()
+        out = transitions.stats(state, now)
+        q = self._queues[queue]
+        for status, n in out["counts"].items():
+            self.metrics.gauge("osqueue_jobs", n, queue=queue, status=status)
+        out["queue"] = queue
+        out["state_bytes"] = q.loop.stats.state_bytes
+        out["commits"] = q.loop.stats.commits
+        out["conflicts"] = q.loop.stats.conflicts
+        out["last_commit_ms"] = round(q.loop.stats.last_commit_s * 1000, 3)
+        return out
+
+    async def jobs(self, queue: str, status: str | None = None, limit: int = 100,
+                   after: str | None = None) -> list[dict[str, Any]]:
+        state = await self._existing(queue)
+        return [job.to_plain() for job in transitions.list_jobs(state, status, limit, after)]
+
+    def queue_names(self) -> list[str]:
+        return sorted(self._queues)
+
+    def refresh_gauges(self) -> None:
+        for name, q in self._queues.items():
+            st = q.loop.stats
+            self.metrics.gauge("osqueue_commits_total", st.commits, queue=name)
+            self.metrics.gauge("osqueue_conflicts_total", st.conflicts, queue=name)
+            self.metrics.gauge("osqueue_unknown_outcomes_total", st.unknown_outcomes, queue=name)
+            self.metrics.gauge("osqueue_step_downs_total", st.step_downs, queue=name)
+            if q.loop.state is not None:
+                for status, n in q.loop.state.count_by_status().items():
+                    self.metrics.gauge("osqueue_jobs", n, queue=name, status=status)

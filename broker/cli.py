@@ -63,10 +63,10 @@ def main(argv: list[str] | None = None) -> int:
         store = store_from_url(args.store, endpoint_url=args.endpoint_url)
         config = BrokerConfig(lease_s=args.lease_s, self_test=not args.no_self_test,
                               max_request_bytes=int(args.max_request_mb * 1024 * 1024))
-        server = BrokerServer(store, host, port, token=token, config=config,
-                              advertise_url=args.advertise_url)
-        print(f"osqueue-broker {server.broker.id} listening on {server.url} "
-              f"(store {store.url})", file=sys.stderr, flush=True)
+        server = BrokerServer(
+            store, host, port, token=token, config=config, advertise_url=args.advertise_url,
+            on_ready=lambda s: print(f"osqueue-broker {s.broker.id} ready on {s.url} "
+                                     f"(store {store.url})", file=sys.stderr, flush=True))
         server.run()
     except OsqueueError as exc:
         print(f"osqueue-broker: refusing to start: {exc.message} [{exc.code}]", file=sys.stderr)

@@ -9,8 +9,9 @@ The loop knows nothing about queues. A :class:`Model` tells it how to decode,
 apply, encode, which writer owns the object and what side effect (the
 archive) must land before a write. On a lost race it re-reads: if the object
 is its own attempted write (same ``seq`` and writer) it landed; if the owner
-is still this writer it re-applies the batch to the fresh state; otherwise it
-steps down and answers every caller with the model's "not the owner" error.
+is still this writer (or this writer has not landed a write yet, so it is
+taking the object over) it re-applies the batch to the fresh state; otherwise
+it steps down and answers every caller with the model's "not the owner" error.
 An unknown outcome (timeout, 5xx) is resolved the same way by re-reading,
 with backoff; transient errors never make it step down. An idle loop parks
 until an operation arrives or the model's next timer is due.
@@ -109,6 +110,9 @@ class CommitLoop(Generic[StateT]):
         self.state: StateT | None = None
         self.etag: str | None = None
         self.active = True
+        # False until a write of ours lands after (re)activation: until then a
+        # foreign owner is the one we are taking over from, not our successor.
+        self.owned = False
         self.step_down_error: OsqueueError | None = None
         self._executor = executor
         self._on_commit = on_commit
@@ -151,6 +155,7 @@ class CommitLoop(Generic[StateT]):
 
     def reactivate(self) -> None:
         self.active = True
+        self.owned = False
         self.step_down_error = None
         self.state = None  # re-read before the takeover
         self._wake.set()
@@ -290,6 +295,7 @@ class CommitLoop(Generic[StateT]):
             await self._resolve(attempted, undo, unknown=True)
             return
         self.etag = etag
+        self.owned = True
         self.stats.state_bytes = len(data)
 
     async def _resolve(self, attempted: tuple[int, str | None],
@@ -299,6 +305,7 @@ class CommitLoop(Generic[StateT]):
         fresh = self.state
         assert fresh is not None
         if self.etag is not None and self.model.version(fresh) == attempted:
+            self.owned = True
             return  # our write landed after all
         if undo is not None:
             try:
@@ -306,7 +313,7 @@ class CommitLoop(Generic[StateT]):
             except OsqueueError as exc:  # an orphan archive object is harmless
                 log.warning("could not remove side effect of a lost write: %s", exc)
         owner = self.model.owner(fresh)
-        if owner != self.writer and self.etag is not None:
+        if owner != self.writer and self.etag is not None and self.owned:
             raise StepDown(self.model.not_owner(fresh))
         raise _Retry(sleep=unknown)
 

@@ -11,9 +11,12 @@ requests, flush every queue and clear its broker record.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import signal
 import socket
 import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import uvicorn
@@ -23,6 +26,16 @@ from broker.service import Broker, BrokerConfig
 from broker.storage import ObjectStore
 
 log = logging.getLogger("osqueue.server")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling: we drain the broker after it stops
+    (uvicorn would re-raise SIGTERM once its server is down and kill the process
+    before the broker flushed and cleared its records)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 def _advertised(host: str, port: int) -> str:
@@ -39,21 +52,24 @@ class BrokerServer:
 
     def __init__(self, store: ObjectStore, host: str = "127.0.0.1", port: int = 0, *,
                  token: str | None = None, config: BrokerConfig | None = None,
-                 advertise_url: str | None = None, drain_s: float = 30.0) -> None:
+                 advertise_url: str | None = None, drain_s: float = 30.0,
+                 on_ready: Callable[[BrokerServer], None] | None = None) -> None:
         self.store = store
         self.host = host
         self.config = config or BrokerConfig()
         self._token = token
         self._advertise = advertise_url
         self._drain_s = drain_s
+        self._on_ready = on_ready
         self._sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind((host, port))
+        self._sock.listen(2048)  # connections wait in the backlog until uvicorn serves
         self.port: int = self._sock.getsockname()[1]
         self.url = advertise_url or _advertised(host, self.port)
         self.config.url = self.url
         self.broker = Broker(store, self.config)
-        self._server: uvicorn.Server | None = None
+        self._server: _Server | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -73,13 +89,23 @@ class BrokerServer:
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                                 timeout_graceful_shutdown=max(1, round(self._drain_s)), http="auto",
                                 timeout_keep_alive=30)
-        self._server = uvicorn.Server(config)
+        self._server = server = _Server(config)
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._loop.add_signal_handler(sig, self._on_signal, sig)
         self._ready.set()
+        if self._on_ready is not None:
+            self._on_ready(self)
         try:
-            await self._server.serve(sockets=[self._sock])
+            await server.serve(sockets=[self._sock])
         finally:
             await self.broker.stop(self._drain_s)
             self._sock.close()
+
+    def _on_signal(self, sig: int) -> None:
+        log.info("received %s: draining", signal.Signals(sig).name)
+        if self._server is not None:
+            self._server.should_exit = True
 
     def run(self) -> None:
         """Serve in this thread until SIGTERM/SIGINT; then drain and return."""

@@ -1,0 +1,74 @@
+"""Run real broker processes for tests and wait on their own "ready" line."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from typing import Any
+
+READY = re.compile(r"ready on (http://\S+)")
+
+
+class BrokerProcess:
+    """``python -m broker`` in a child process on 127.0.0.1 with a free port."""
+
+    def __init__(self, store: str, *args: str, env: dict[str, str] | None = None) -> None:
+        self.store = store
+        self.args = args
+        self.env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen[str] | None = None
+        self.url = ""
+        self.lines: list[str] = []
+        self._ready = threading.Event()
+        self._reader: threading.Thread | None = None
+
+    def start(self, timeout_s: float = 60.0, expect_ready: bool = True) -> BrokerProcess:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "broker", "--store", self.store,
+             "--listen", "127.0.0.1:0", "--log-level", "warning", *self.args],
+            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=self.env,
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        if expect_ready and (not self._ready.wait(timeout_s) or not self.url):
+            self.stop(signal.SIGKILL)
+            raise RuntimeError("broker did not become ready:\n" + "".join(self.lines))
+        return self
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            m = READY.search(line)
+            if m and not self.url:
+                self.url = m.group(1)
+                self._ready.set()
+        self._ready.set()
+
+    def wait(self, timeout_s: float = 60.0) -> int:
+        assert self.proc is not None
+        code = self.proc.wait(timeout_s)
+        if self._reader is not None:
+            self._reader.join(5)
+        return code
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 60.0) -> int:
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.wait(timeout_s)
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def __enter__(self) -> BrokerProcess:
+        return self.start() if self.proc is None else self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

@@ -78,9 +78,22 @@ def _str(body: dict[str, Any], name: str, default: str | None, *, max_len: int =
     return value
 
 
+_PLAIN_FIELDS = frozenset({"payload"})
+_SIMPLE_DEFAULTS = {"priority": 0, "delay_s": 0, "max_attempts": None, "key": None}
+
+
 def parse_new_jobs(body: dict[str, Any]) -> list[transitions.NewJob]:
     jobs = []
+    dumps, new_job = orjson.dumps, transitions.NewJob
     for i, raw in enumerate(_list(body, "jobs")):
+        # fast path: {"payload": ...} alone, or with every option at its default
+        if type(raw) is dict and "payload" in raw and (
+            raw.keys() == _PLAIN_FIELDS
+            or all(_SIMPLE_DEFAULTS.get(k, k) == v and type(v) is not bool
+                   for k, v in raw.items() if k != "payload")
+        ):
+            jobs.append(new_job(dumps(raw["payload"])))
+            continue
         where = f"jobs[{i}]."
         item = _obj(raw, f"jobs[{i}]")
         if "payload" not in item:

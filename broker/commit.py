@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from broker.errors import Conflict, NotFound, OsqueueError, StorageError
-from broker.storage import ObjectStore
+from broker.storage import Data, ObjectStore, data_len
 
 log = logging.getLogger("osqueue.commit")
 
@@ -47,7 +47,7 @@ class Model(Protocol[StateT]):
     def housekeeping(self, state: StateT, now_ms: int, exists: bool) -> list[Any]:
         """Ops the owner runs on every commit (reclaim, lease renewal, takeover)."""
         ...
-    def encode(self, state: StateT, writer: str, now_ms: int) -> bytes:
+    def encode(self, state: StateT, writer: str, now_ms: int) -> Data:
         """Stamp the state as the next commit by ``writer`` and return its bytes."""
         ...
     def version(self, state: StateT) -> tuple[int, str | None]:
@@ -100,6 +100,8 @@ class CommitLoop(Generic[StateT]):
         on_timer: Callable[[StateT], None] | None = None,
         observe: Callable[[float, int, int], None] | None = None,
         max_batch: int = 10_000,
+        linger_fraction: float = 0.1,
+        max_linger_s: float = 0.05,
     ) -> None:
         self.store = store
         self.key = key
@@ -119,6 +121,8 @@ class CommitLoop(Generic[StateT]):
         self._on_timer = on_timer
         self._observe = observe
         self._max_batch = max_batch
+        self._linger_fraction = linger_fraction
+        self._max_linger_s = max_linger_s
         self._buffer: list[_Pending] = []
         self._wake = asyncio.Event()
         self._closing = False
@@ -179,6 +183,7 @@ class CommitLoop(Generic[StateT]):
             self._wake.clear()
             if self._closing and not self._buffer:
                 return
+            await self._linger()
             batch = self._buffer[: self._max_batch]
             del self._buffer[: len(batch)]
             if self.active:
@@ -188,6 +193,31 @@ class CommitLoop(Generic[StateT]):
                     self._answer(item, self.step_down_error or OsqueueError("not active"))
             if self.state is not None and self._on_timer is not None:
                 self._on_timer(self.state)
+
+    async def _linger(self) -> None:
+        """Let the callers the last commit just answered join this one.
+
+        They come back within a few milliseconds; starting the write with only
+        the first of them would make the rest wait for two writes. Waits at
+        most ``linger_fraction`` of the last commit's duration (capped), and
+        only while fewer operations are buffered than the last batch had.
+        """
+        want = self.stats.last_batch
+        if not self._buffer or len(self._buffer) >= want or self._closing:
+            return
+        budget = min(self._max_linger_s, self.stats.last_commit_s * self._linger_fraction)
+        if budget <= 0.0005:
+            return
+        deadline = time.monotonic() + budget
+        while len(self._buffer) < want:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), left)
+            except TimeoutError:
+                return
 
     def _timer_timeout(self) -> float | None:
         if self.state is None or not self.active:
@@ -296,7 +326,7 @@ class CommitLoop(Generic[StateT]):
             return
         self.etag = etag
         self.owned = True
-        self.stats.state_bytes = len(data)
+        self.stats.state_bytes = data_len(data)
 
     async def _resolve(self, attempted: tuple[int, str | None],
                        undo: Callable[[], None] | None, *, unknown: bool) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 from broker import archive, transitions
 from broker import state as S
 from broker.errors import NotTheBroker, OsqueueError
-from broker.storage import ObjectStore
+from broker.storage import Data, ObjectStore
 
 
 class QueueModel:
@@ -52,9 +52,9 @@ class QueueModel:
             ops.append(transitions.RenewBroker(self.broker_id, self.url, self.lease_ms))
         return ops
 
-    def encode(self, state: S.QueueState, writer: str, now_ms: int) -> bytes:
+    def encode(self, state: S.QueueState, writer: str, now_ms: int) -> Data:
         S.stamp(state, writer, now_ms)
-        return S.encode(state)
+        return S.encode_parts(state)
 
     def version(self, state: S.QueueState) -> tuple[int, str | None]:
         return state.seq, state.writer

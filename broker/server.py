@@ -16,7 +16,7 @@ import logging
 import signal
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 import uvicorn
@@ -36,6 +36,17 @@ class _Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+
+def run_loop(main: Coroutine[Any, Any, None]) -> None:
+    """Run ``main`` on uvloop when installed: with the standard loop, uvicorn's
+    responses stall about 40 ms each here (a Nagle / delayed-ACK interaction)."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+    else:
+        uvloop.run(main)
 
 
 def _advertised(host: str, port: int) -> str:
@@ -109,7 +120,7 @@ class BrokerServer:
 
     def run(self) -> None:
         """Serve in this thread until SIGTERM/SIGINT; then drain and return."""
-        asyncio.run(self.serve())
+        run_loop(self.serve())
 
     # -- embedded use -------------------------------------------------------------
     def start_in_thread(self, timeout_s: float = 60.0) -> BrokerServer:
@@ -121,7 +132,7 @@ class BrokerServer:
 
         def main() -> None:
             try:
-                asyncio.run(self.serve())
+                run_loop(self.serve())
             except BaseException as exc:  # handed to the caller of start_in_thread
                 self._error = exc
                 self._ready.set()

@@ -115,7 +115,9 @@ class Broker:
         for q in loaded:
             self._queues[q.name] = q
             q.loop.start()
-            q.loop.kick()  # take over: writes our broker record
+        # Take every queue over (write our broker record, re-lease claimed jobs)
+        # before saying we are ready; a reclaim op carries the takeover.
+        await asyncio.gather(*(q.loop.submit(transitions.Reclaim()) for q in loaded))
         self._started = True
         log.info("broker %s serving %d queue(s) from %s at %s", self.id, len(loaded),
                  self.store.url, self.url or "(in-process)")

@@ -43,6 +43,10 @@ DEAD = "dead"
 STAGED = "staged"
 STATUSES = (PENDING, CLAIMED, DEAD, STAGED)
 
+# ids, statuses and timestamps never need JSON escaping, so they can be spliced in.
+_PLAIN_JOB = (b',\n{"id":"%s","seq":%d,"status":"%s","priority":%d,"run_at":"%s",'
+              b'"attempts":%d,"max_attempts":%d,"created_at":"%s","payload":%s}')
+
 #: Rough bytes a job costs in the object besides its payload (for size limits).
 JOB_OVERHEAD_BYTES = 220
 
@@ -131,10 +135,6 @@ class Job:
         self.write_id = write_id
         self._enc: bytes | None = None
 
-    def touch(self) -> None:
-        """Forget the cached encoding; call after every change."""
-        self._enc = None
-
     def to_dict(self) -> dict[str, Any]:
         """The job as it appears in the object (payload as an orjson fragment)."""
         out: dict[str, Any] = {
@@ -166,10 +166,23 @@ class Job:
         return out
 
     def encode(self) -> bytes:
-        """The job's JSON, preceded by the ``,\n`` that separates it from the one before."""
+        """The job's JSON, preceded by the ``,\n`` that separates it from the one before.
+
+        The common shape (no key, error, lease or write id) is filled into a
+        byte template; everything else goes through :meth:`to_dict`. Both give
+        the same JSON (the property tests compare them).
+        """
         enc = self._enc
         if enc is None:
-            enc = self._enc = b",\n" + orjson.dumps(self.to_dict())
+            if (self.lease is None and self.key is None and self.last_error is None
+                    and self.write_id is None):
+                enc = _PLAIN_JOB % (
+                    self.id.encode(), self.seq, self.status.encode(), self.priority,
+                    timefmt.fmt(self.run_at_ms).encode(), self.attempts, self.max_attempts,
+                    timefmt.fmt(self.created_ms).encode(), self.payload)
+            else:
+                enc = b",\n" + orjson.dumps(self.to_dict())
+            self._enc = enc
         return enc
 
     def size_estimate(self) -> int:
@@ -235,12 +248,46 @@ class QueueState:
     leases: list[tuple[int, str, str]] = field(default_factory=list)
     staged_writes: dict[str, list[str]] = field(default_factory=dict)
     approx_bytes: int = 0
+    # Encoding cache by segment (jobs whose seq >> SEGMENT_SHIFT is equal):
+    # the joined bytes of each clean segment, the segments to rebuild, and how
+    # many jobs each segment holds. Kept by touch/added/removed.
+    segments: dict[int, bytes] = field(default_factory=dict)
+    dirty: set[int] = field(default_factory=set)
+    seg_count: dict[int, int] = field(default_factory=dict)
 
     def count_by_status(self) -> dict[str, int]:
         counts = dict.fromkeys(STATUSES, 0)
         for job in self.jobs.values():
             counts[job.status] += 1
         return counts
+
+
+# -- change tracking (called by broker.transitions on every job change) ---------
+
+SEGMENT_SHIFT = 10  # 1,024 sequence numbers a segment
+
+
+def touch(state: QueueState, job: Job) -> None:
+    """Record that ``job`` changed: its bytes and its segment's bytes are stale."""
+    job._enc = None
+    state.dirty.add(job.seq >> SEGMENT_SHIFT)
+
+
+def added(state: QueueState, job: Job) -> None:
+    seg = job.seq >> SEGMENT_SHIFT
+    state.dirty.add(seg)
+    state.seg_count[seg] = state.seg_count.get(seg, 0) + 1
+
+
+def removed(state: QueueState, job: Job) -> None:
+    seg = job.seq >> SEGMENT_SHIFT
+    state.dirty.add(seg)
+    left = state.seg_count[seg] - 1
+    if left:
+        state.seg_count[seg] = left
+    else:
+        del state.seg_count[seg]
+        state.segments.pop(seg, None)
 
 
 # -- encoding ----------------------------------------------------------------
@@ -271,15 +318,55 @@ def _key_bytes(key: str, entry: KeyEntry) -> bytes:
     return enc
 
 
-def encode(state: QueueState) -> bytes:
-    """The object's bytes. Unchanged jobs and keys reuse their cached encodings.
+def _refresh_segments(state: QueueState) -> None:
+    """Rebuild the bytes of every dirty segment (all of them after a load)."""
+    dirty, segments, jobs = state.dirty, state.segments, state.jobs
+    if not dirty:
+        return
+    shift = SEGMENT_SHIFT
+    if len(dirty) * (1 << shift) > len(jobs):  # cheaper to walk every job once
+        groups: dict[int, list[bytes]] = {}
+        for job in jobs.values():
+            seg = job.seq >> shift
+            if seg in dirty:
+                groups.setdefault(seg, []).append(job._enc or job.encode())
+        for seg in dirty:
+            if seg in groups:
+                segments[seg] = b"".join(groups[seg])
+            else:
+                segments.pop(seg, None)
+    else:  # ids are the sequence numbers, so a segment's jobs can be looked up
+        from broker.transitions import job_id_for
 
-    Each cached encoding starts with its separator, so the whole object is one
-    ``join`` (one copy of the bytes); the first job's separator is cut off.
+        for seg in dirty:
+            if seg not in state.seg_count:
+                segments.pop(seg, None)
+                continue
+            get = jobs.get
+            found = [j for s in range(seg << shift, (seg + 1) << shift)
+                     if (j := get(job_id_for(s))) is not None]
+            segments[seg] = b"".join([j._enc or j.encode() for j in found])
+    dirty.clear()
+
+
+def encode(state: QueueState) -> bytes:
+    """The object's bytes (see :func:`encode_parts`)."""
+    return b"".join(encode_parts(state))
+
+
+def encode_parts(state: QueueState) -> list[bytes]:
+    """The object's bytes as chunks to write in order, re-encoding only what changed.
+
+    Jobs keep their own bytes and segments of 1,024 jobs keep their joined
+    bytes, so a commit costs the changed jobs, the changed segments and one
+    list of the segments (no copy of the whole object). Each job's bytes start with their ``,\n``
+    separator; the first one is cut off.
     """
+    _refresh_segments(state)
     head = orjson.dumps(_header(state))
     parts: list[bytes] = [head[:-1], b',\n"jobs":[\n']
-    jobs = [job._enc or job.encode() for job in state.jobs.values()]
+    segments = state.segments
+    jobs = [segments[seg] for seg in sorted(state.seg_count)]
     if jobs:
         jobs[0] = jobs[0][2:]
     parts += jobs
@@ -289,7 +376,7 @@ def encode(state: QueueState) -> bytes:
         keys[0] = keys[0][2:]
     parts += keys
     parts.append(b"\n]}\n")
-    return b"".join(parts)
+    return parts
 
 
 def encode_full(state: QueueState) -> bytes:
@@ -399,9 +486,12 @@ def rebuild_indexes(state: QueueState) -> None:
     delayed: list[tuple[int, int, str]] = []
     leases: list[tuple[int, str, str]] = []
     staged: dict[str, list[str]] = {}
+    seg_count: dict[int, int] = {}
     approx = 0
     for job in state.jobs.values():
         approx += job.size_estimate()
+        seg = job.seq >> SEGMENT_SHIFT
+        seg_count[seg] = seg_count.get(seg, 0) + 1
         if job.status == PENDING:
             ready.append((-job.priority, job.run_at_ms, job.seq, job.id))
         elif job.status == CLAIMED and job.lease is not None:
@@ -413,6 +503,9 @@ def rebuild_indexes(state: QueueState) -> None:
     state.ready, state.delayed, state.leases = ready, delayed, leases
     state.staged_writes = staged
     state.approx_bytes = approx
+    state.seg_count = seg_count
+    state.segments = {}
+    state.dirty = set(seg_count)
 
 
 def stamp(state: QueueState, writer: str, now_ms: int) -> None:

@@ -16,17 +16,23 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-_last: list[tuple[int, str]] = [(-1, "")]
+_last_second: list[tuple[int, str]] = [(-1, "")]
+_last_ms: list[tuple[int, str]] = [(-1, "")]
 
 
 def fmt(ms: int) -> str:
     """``1700000000123`` -> ``"2023-11-14T22:13:20.123Z"``."""
+    cached_ms, out = _last_ms[0]
+    if cached_ms == ms:  # a commit stamps many jobs with the same millisecond
+        return out
     secs, rem = divmod(ms, 1000)
-    cached_secs, text = _last[0]
-    if cached_secs != secs:  # most stamps in one commit share their second
+    cached_secs, text = _last_second[0]
+    if cached_secs != secs:
         text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs))
-        _last[0] = (secs, text)
-    return f"{text}.{rem:03d}Z"
+        _last_second[0] = (secs, text)
+    out = f"{text}.{rem:03d}Z"
+    _last_ms[0] = (ms, out)
+    return out
 
 
 def parse(text: str) -> int:

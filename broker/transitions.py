@@ -44,6 +44,9 @@ from broker.state import (
     Lease,
     QueueState,
     Settings,
+    added,
+    removed,
+    touch,
 )
 
 MAX_ERROR_CHARS = 4000
@@ -208,6 +211,7 @@ class Result:
 
 
 def job_id_for(seq: int) -> str:
+    """Job ids are the enqueue sequence number, zero-padded so they sort."""
     return f"j{seq:010d}"
 
 
@@ -284,7 +288,7 @@ def _settle_failure(state: QueueState, job: Job, error: str, retry_in_ms: int | 
         delay = retry_in_ms if retry_in_ms is not None else backoff_ms(state.settings, job.attempts)
         job.run_at_ms = now_ms + max(0, delay)
         _schedule(state, job, now_ms)
-    job.touch()
+    touch(state, job)
     return job.status
 
 
@@ -332,6 +336,8 @@ def _insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int,
         )
     ids: list[str] = []
     created: dict[str, str] = {}
+    counters, all_jobs, settings_max = state.counters, state.jobs, state.settings.max_attempts
+    run_now = status == PENDING
     for new in jobs:
         if new.key is not None:
             entry = seen(new.key)
@@ -341,8 +347,8 @@ def _insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int,
             if new.key in created:
                 ids.append(created[new.key])
                 continue
-        state.counters.enqueued += 1
-        seq = state.counters.enqueued
+        counters.enqueued += 1
+        seq = counters.enqueued
         job = Job(
             job_id_for(seq),
             seq,
@@ -350,14 +356,14 @@ def _insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int,
             status=status,
             priority=new.priority,
             run_at_ms=now_ms + new.delay_ms,
-            max_attempts=new.max_attempts or state.settings.max_attempts,
+            max_attempts=new.max_attempts or settings_max,
             created_ms=now_ms,
             key=new.key,
             write_id=write_id,
         )
-        state.jobs[job.id] = job
-        state.approx_bytes += job.size_estimate()
-        if status == PENDING:
+        all_jobs[job.id] = job
+        added(state, job)
+        if run_now:
             _schedule(state, job, now_ms)
         elif write_id is not None:
             state.staged_writes.setdefault(write_id, []).append(job.id)
@@ -366,6 +372,7 @@ def _insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int,
             window.pop(new.key, None)  # re-insert at the end: the window stays in time order
             window[new.key] = KeyEntry(job.id, now_ms)
         ids.append(job.id)
+    state.approx_bytes += incoming
     _trim_window(state, now_ms)
     return ids
 
@@ -384,6 +391,7 @@ def _trim_window(state: QueueState, now_ms: int) -> None:
 
 def _remove(state: QueueState, job: Job) -> None:
     del state.jobs[job.id]
+    removed(state, job)
     state.approx_bytes -= job.size_estimate()
 
 
@@ -418,7 +426,7 @@ def _publish(state: QueueState, op: Publish, now_ms: int) -> Result:
                 job.status = PENDING
                 job.write_id = None
                 job.run_at_ms = max(job.run_at_ms, now_ms)
-                job.touch()
+                touch(state, job)
                 _schedule(state, job, now_ms)
                 result.ids.append(job_id)
             else:
@@ -453,7 +461,7 @@ def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
         job.attempts += 1
         expires = now_ms + op.lease_ms
         job.lease = Lease(token, op.worker, op.lease_ms, expires, now_ms)
-        job.touch()
+        touch(state, job)
         heapq.heappush(state.leases, (expires, token, job.id))
         result.jobs.append(ClaimedJob(job.id, job.payload, token, job.attempts, expires))
     result.changed = bool(result.jobs)
@@ -473,7 +481,7 @@ def _heartbeat(state: QueueState, op: Heartbeat, now_ms: int) -> Result:
         lease.expires_ms = now_ms + op.lease_ms
         lease.lease_ms = op.lease_ms
         lease.heartbeat_ms = now_ms
-        job.touch()
+        touch(state, job)
         heapq.heappush(state.leases, (lease.expires_ms, token, job.id))
         result.items.append(ItemResult(token, True))
         result.changed = True
@@ -579,7 +587,7 @@ def _redrive(state: QueueState, op: Redrive, now_ms: int) -> Result:
         job.status = PENDING
         job.attempts = 0
         job.run_at_ms = now_ms
-        job.touch()
+        touch(state, job)
         _schedule(state, job, now_ms)
     return Result(changed=bool(targets), ids=[j.id for j in targets], count=len(targets))
 
@@ -626,7 +634,7 @@ def _take_over(state: QueueState, op: TakeOver, now_ms: int) -> Result:
         for job in state.jobs.values():
             if job.status == CLAIMED and job.lease is not None:
                 job.lease.expires_ms = max(job.lease.expires_ms, now_ms + job.lease.lease_ms)
-                job.touch()
+                touch(state, job)
         _compact_leases(state)
     return Result(changed=True)
 

@@ -14,17 +14,20 @@ import threading
 from urllib.parse import parse_qs, urlsplit
 
 from broker.errors import InvalidRequest
-from broker.storage.base import ObjectStore, Versioned
+from broker.storage.base import Data, ObjectStore, Versioned, as_bytes, data_len
 from broker.storage.files import FileStore
 from broker.storage.memory import MemoryStore
 from broker.storage.s3 import S3Store
 
 __all__ = [
+    "Data",
     "FileStore",
     "MemoryStore",
     "ObjectStore",
     "S3Store",
     "Versioned",
+    "as_bytes",
+    "data_len",
     "store_from_url",
 ]
 

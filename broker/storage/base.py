@@ -18,9 +18,22 @@ from __future__ import annotations
 
 import abc
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from broker.errors import Conflict, NotFound, UnsafeStore
+
+#: What a write takes: bytes, or chunks of bytes written in order (saves
+#: joining a large object only to write it).
+Data = bytes | Sequence[bytes]
+
+
+def as_bytes(data: Data) -> bytes:
+    return data if isinstance(data, bytes) else b"".join(data)
+
+
+def data_len(data: Data) -> int:
+    return len(data) if isinstance(data, bytes) else sum(map(len, data))
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +55,7 @@ class ObjectStore(abc.ABC):
         """Return the object's bytes and etag; raise ``NotFound`` if absent."""
 
     @abc.abstractmethod
-    def write_if_match(self, key: str, data: bytes, etag: str) -> str:
+    def write_if_match(self, key: str, data: Data, etag: str) -> str:
         """Replace the object only if its etag is still ``etag``; return the new etag.
 
         Raises ``Conflict`` if the object changed or vanished since it was read.
@@ -50,7 +63,7 @@ class ObjectStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    def create_if_absent(self, key: str, data: bytes) -> str:
+    def create_if_absent(self, key: str, data: Data) -> str:
         """Create the object only if no object has that key; return its etag.
 
         Raises ``Conflict`` if it exists.

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from broker.errors import Conflict, InvalidRequest, NotFound, StorageUnavailable
-from broker.storage.base import ObjectStore, Versioned
+from broker.storage.base import Data, ObjectStore, Versioned
 
 _VERSION_MARK = ".v-"
 
@@ -36,14 +36,27 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_durable(path: Path, data: bytes) -> None:
+_IOV_MAX = 1024
+
+
+def _write_file(path: Path, data: Data, fsync: bool) -> None:
+    """Write all of ``data`` (chunks via writev, no join), then fsync if asked."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        os.fsync(fd)
+        chunks = [data] if isinstance(data, bytes) else [c for c in data if c]
+        i = 0
+        while i < len(chunks):
+            batch = chunks[i:i + _IOV_MAX]
+            written = os.writev(fd, batch)
+            for chunk in batch:  # account for a short write
+                if written >= len(chunk):
+                    written -= len(chunk)
+                    i += 1
+                else:
+                    chunks[i] = chunk[written:]
+                    break
+        if fsync:
+            os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -96,13 +109,10 @@ class FileStore(ObjectStore):
         _, _, etag = target.rpartition(_VERSION_MARK)
         return etag, path.parent / target
 
-    def _swap(self, path: Path, data: bytes, old_version: Path | None) -> str:
+    def _swap(self, path: Path, data: Data, old_version: Path | None) -> str:
         etag = uuid.uuid4().hex
         version = path.parent / self._version_name(path, etag)
-        if self._fsync:
-            _write_durable(version, data)
-        else:
-            version.write_bytes(data)
+        _write_file(version, data, self._fsync)
         tmp_link = path.parent / f".{path.name}.link-{etag}"
         os.symlink(version.name, tmp_link)
         os.replace(tmp_link, path)
@@ -127,7 +137,7 @@ class FileStore(ObjectStore):
             return Versioned(data, etag)
         raise StorageUnavailable(f"object {key!r} kept changing while being read")
 
-    def write_if_match(self, key: str, data: bytes, etag: str) -> str:
+    def write_if_match(self, key: str, data: Data, etag: str) -> str:
         path = self._path(key)
         with self._locked(path):
             current, version = self._current(path)
@@ -135,7 +145,7 @@ class FileStore(ObjectStore):
                 raise Conflict(f"object {key!r} changed since it was read")
             return self._swap(path, data, version)
 
-    def create_if_absent(self, key: str, data: bytes) -> str:
+    def create_if_absent(self, key: str, data: Data) -> str:
         path = self._path(key)
         with self._locked(path):
             if os.path.lexists(path):
@@ -147,10 +157,7 @@ class FileStore(ObjectStore):
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex}"
-        if self._fsync:
-            _write_durable(tmp, data)
-        else:
-            tmp.write_bytes(data)
+        _write_file(tmp, data, self._fsync)
         os.replace(tmp, path)
         if self._fsync:
             _fsync_dir(path.parent)

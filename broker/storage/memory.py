@@ -6,7 +6,7 @@ import itertools
 import threading
 
 from broker.errors import Conflict, NotFound
-from broker.storage.base import ObjectStore, Versioned
+from broker.storage.base import Data, ObjectStore, Versioned, as_bytes
 
 
 class MemoryStore(ObjectStore):
@@ -28,21 +28,21 @@ class MemoryStore(ObjectStore):
             except KeyError:
                 raise NotFound(f"no object {key!r} in {self.url}") from None
 
-    def write_if_match(self, key: str, data: bytes, etag: str) -> str:
+    def write_if_match(self, key: str, data: Data, etag: str) -> str:
         with self._lock:
             current = self._objects.get(key)
             if current is None or current.etag != etag:
                 raise Conflict(f"object {key!r} changed since it was read")
             new = self._new_etag()
-            self._objects[key] = Versioned(bytes(data), new)
+            self._objects[key] = Versioned(as_bytes(data), new)
             return new
 
-    def create_if_absent(self, key: str, data: bytes) -> str:
+    def create_if_absent(self, key: str, data: Data) -> str:
         with self._lock:
             if key in self._objects:
                 raise Conflict(f"object {key!r} already exists")
             new = self._new_etag()
-            self._objects[key] = Versioned(bytes(data), new)
+            self._objects[key] = Versioned(as_bytes(data), new)
             return new
 
     def put(self, key: str, data: bytes) -> None:

@@ -30,7 +30,7 @@ from tenacity import (
 )
 
 from broker.errors import Conflict, NotFound, StorageError, StorageUnavailable
-from broker.storage.base import ObjectStore, Versioned
+from broker.storage.base import Data, ObjectStore, Versioned, as_bytes
 
 T = TypeVar("T")
 
@@ -117,10 +117,12 @@ class S3Store(ObjectStore):
 
         return self._call(key, go)
 
-    def write_if_match(self, key: str, data: bytes, etag: str) -> str:
+    def write_if_match(self, key: str, data: Data, etag: str) -> str:
+        body = as_bytes(data)
+
         def go() -> str:
             resp = self._client.put_object(
-                Bucket=self.bucket, Key=self._key(key), Body=data, IfMatch=etag,
+                Bucket=self.bucket, Key=self._key(key), Body=body, IfMatch=etag,
                 ContentType="application/json",
             )
             return str(resp["ETag"])
@@ -130,10 +132,12 @@ class S3Store(ObjectStore):
         except NotFound:
             raise Conflict(f"object {key!r} vanished since it was read") from None
 
-    def create_if_absent(self, key: str, data: bytes) -> str:
+    def create_if_absent(self, key: str, data: Data) -> str:
+        body = as_bytes(data)
+
         def go() -> str:
             resp = self._client.put_object(
-                Bucket=self.bucket, Key=self._key(key), Body=data, IfNoneMatch="*",
+                Bucket=self.bucket, Key=self._key(key), Body=body, IfNoneMatch="*",
                 ContentType="application/json",
             )
             return str(resp["ETag"])

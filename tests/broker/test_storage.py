@@ -270,3 +270,13 @@ def test_storage_errors_pickle(make: Callable[[], Exception]) -> None:
     err = make()
     back = pickle.loads(pickle.dumps(err))
     assert type(back) is type(err) and str(back) == str(err)
+
+
+@pytest.mark.parametrize("kind", ["memory", "file"])
+def test_writes_accept_chunks(kind: str, tmp_path: Path) -> None:
+    store: ObjectStore = MemoryStore() if kind == "memory" else FileStore(tmp_path)
+    chunks = [b"a" * 7, b"", b"b" * 5000] + [b"c"] * 3000  # more than IOV_MAX pieces
+    etag = store.create_if_absent("k", chunks)
+    assert store.read("k").data == b"".join(chunks)
+    store.write_if_match("k", [b"x", b"y"], etag)
+    assert store.read("k").data == b"xy"

@@ -1,0 +1,270 @@
+"""Broker benchmark: a real broker process over loopback, driven by bench/loadgen.py.
+
+    .venv/bin/python bench/broker_bench.py [--seconds 3] [--quick]
+
+Side by side in one run, on the file store (a fresh directory per scenario):
+
+1. the ceiling: a do-nothing Starlette endpoint driven by the same generator;
+2. the broker: single-job and 100-job requests, push-only and the closed
+   push -> claim -> complete cycle, at 1, 16, 64 and 256 clients;
+3. the broker with 50 ms and 200 ms injected CAS write latency (cycle);
+4. the broker's in-process API with the same closed-loop clients (no HTTP);
+5. the ablation: each client doing its own CAS per operation (no broker).
+
+Prints tables and writes bench/results/broker_bench.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import orjson  # noqa: E402
+
+from bench._common import write_results  # noqa: E402
+from bench.loadgen import pct  # noqa: E402
+from broker import transitions  # noqa: E402
+from broker.direct import DirectQueue  # noqa: E402
+from broker.service import Broker, BrokerConfig  # noqa: E402
+from broker.storage import FileStore  # noqa: E402
+
+READY = re.compile(r"ready on (http://\S+)")
+
+
+class Server:
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "servers.py"), *args],
+                                     stderr=subprocess.PIPE, text=True)
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            m = READY.search(line)
+            if m:
+                self.url = m.group(1)
+                break
+        else:
+            raise RuntimeError(f"server {args} did not start")
+        threading.Thread(target=self.proc.stderr.read, daemon=True).start()
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def loadgen(url: str, mode: str, clients: int, seconds: float, batch: int = 1) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "loadgen.py"), url, "--mode", mode,
+         "--clients", str(clients), "--seconds", str(seconds), "--batch", str(batch)],
+        capture_output=True, text=True, check=True, timeout=seconds * 10 + 120)
+    result: dict[str, Any] = json.loads(out.stdout)
+    if result["errors"]:
+        print(f"  ! errors: {result['errors']}", file=sys.stderr)
+    return result
+
+
+def broker_run(mode: str, clients: int, seconds: float, batch: int = 1,
+               latency_ms: float = 0.0) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="osq-bench-") as tmp:
+        args = ["broker", "--store", f"file://{tmp}"]
+        if latency_ms:
+            args += ["--write-latency-ms", str(latency_ms)]
+        server = Server(*args)
+        try:
+            return loadgen(server.url, mode, clients, seconds, batch)
+        finally:
+            server.stop()
+
+
+def noop_run(clients: int, seconds: float) -> dict[str, Any]:
+    server = Server("noop")
+    try:
+        return loadgen(server.url, "noop", clients, seconds)
+    finally:
+        server.stop()
+
+
+# -- in-process API ------------------------------------------------------------------
+
+async def _inprocess(store_dir: str, clients: int, seconds: float) -> dict[str, Any]:
+    broker = Broker(FileStore(store_dir), BrokerConfig(url="http://in-process", self_test=False))
+    await broker.start()
+    lat: dict[str, list[float]] = {"push": [], "claim": [], "complete": []}
+    stop_at = time.perf_counter() + seconds
+    payload = orjson.dumps({"n": 0, "doc": "doc-0"})
+
+    async def client(n: int) -> None:
+        while time.perf_counter() < stop_at:
+            t0 = time.perf_counter()
+            await broker.push("bench", [transitions.NewJob(payload)])
+            t1 = time.perf_counter()
+            jobs = await broker.claim("bench", f"w{n}", 1, 60.0)
+            t2 = time.perf_counter()
+            lat["push"].append(t1 - t0)
+            lat["claim"].append(t2 - t1)
+            if jobs:
+                await broker.complete("bench", [transitions.CompleteItem(jobs[0].token, b"1")])
+                lat["complete"].append(time.perf_counter() - t2)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(client(n) for n in range(clients)))
+    elapsed = time.perf_counter() - start
+    await broker.stop()
+    return {op: {"requests": len(v), "req_per_s": len(v) / elapsed, "jobs_per_s": len(v) / elapsed,
+                 "p50_ms": pct(v, 0.5) * 1000, "p99_ms": pct(v, 0.99) * 1000}
+            for op, v in lat.items()} | {"clients": clients, "seconds": elapsed}
+
+
+def inprocess_run(clients: int, seconds: float) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="osq-bench-") as tmp:
+        return asyncio.run(_inprocess(tmp, clients, seconds))
+
+
+# -- ablation: every client does its own CAS -------------------------------------------
+
+def direct_run(clients: int, seconds: float) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="osq-bench-") as tmp:
+        store = FileStore(tmp)
+        lat: dict[str, list[float]] = {"push": [], "claim": [], "complete": []}
+        conflicts = [0]
+        lock = threading.Lock()
+        stop_at = time.perf_counter() + seconds
+        payload = orjson.dumps({"n": 0, "doc": "doc-0"})
+
+        def client(n: int) -> None:
+            q = DirectQueue(store, "bench", writer=f"d{n}")
+            while time.perf_counter() < stop_at:
+                t0 = time.perf_counter()
+                q.apply(transitions.Push((transitions.NewJob(payload),)))
+                t1 = time.perf_counter()
+                got = q.apply(transitions.Claim(f"w{n}", 1, 60_000)).jobs
+                t2 = time.perf_counter()
+                with lock:
+                    lat["push"].append(t1 - t0)
+                    lat["claim"].append(t2 - t1)
+                if got:
+                    q.apply(transitions.Complete((transitions.CompleteItem(got[0].token),)))
+                    with lock:
+                        lat["complete"].append(time.perf_counter() - t2)
+            with lock:
+                conflicts[0] += q.conflicts
+
+        start = time.perf_counter()
+        threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - start
+        return {op: {"requests": len(v), "req_per_s": len(v) / elapsed,
+                     "jobs_per_s": len(v) / elapsed,
+                     "p50_ms": pct(v, 0.5) * 1000, "p99_ms": pct(v, 0.99) * 1000}
+                for op, v in lat.items()} | {"clients": clients, "seconds": elapsed,
+                                             "conflicts": conflicts[0]}
+
+
+def ops_per_s(r: dict[str, Any]) -> float:
+    return sum(r[op]["req_per_s"] for op in ("push", "claim", "complete") if op in r)
+
+
+def row(label: str, r: dict[str, Any]) -> str:
+    cells = [f"{label:<34}"]
+    for op in ("push", "claim", "complete", "noop"):
+        if op in r:
+            x = r[op]
+            cells.append(f"{op}: {x['req_per_s']:>8,.0f} req/s {x['jobs_per_s']:>9,.0f} jobs/s "
+                         f"p50 {x['p50_ms']:>7.1f} p99 {x['p99_ms']:>7.1f} ms")
+    return "  ".join(cells)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seconds", type=float, default=3.0)
+    p.add_argument("--latency-seconds", type=float, default=8.0)
+    p.add_argument("--quick", action="store_true", help="fewer client counts")
+    args = p.parse_args()
+    counts = [1, 64] if args.quick else [1, 16, 64, 256]
+    s = args.seconds
+    results: dict[str, Any] = {"ceiling": {}, "file": {}, "latency": {}, "inprocess": {},
+                               "ablation": {}}
+
+    print("== bare Starlette ceiling (same load generator)")
+    for c in counts:
+        results["ceiling"][c] = r = noop_run(c, s)
+        print(row(f"noop  clients={c}", r), flush=True)
+
+    print("== broker on the file store")
+    for c in counts:
+        for mode, batch in (("push", 1), ("cycle", 1), ("push", 100), ("cycle", 100)):
+            r = broker_run(mode, c, s, batch)
+            results["file"][f"{mode}-b{batch}-c{c}"] = r
+            print(row(f"{mode:<5} batch={batch:<3} clients={c}", r), flush=True)
+
+    print("== broker with injected CAS write latency (closed-loop cycle, 1 job a request)")
+    for latency in (50, 200):
+        for c in ([64, 256] if args.quick else [16, 64, 256]):
+            r = broker_run("cycle", c, args.latency_seconds, 1, latency_ms=latency)
+            for op in ("push", "claim", "complete"):
+                r[op]["p50_x"] = r[op]["p50_ms"] / latency
+                r[op]["p99_x"] = r[op]["p99_ms"] / latency
+            results["latency"][f"{latency}ms-c{c}"] = r
+            mult = "  ".join(f"{op} p50 {r[op]['p50_x']:.2f}x p99 {r[op]['p99_x']:.2f}x"
+                             for op in ("push", "claim", "complete"))
+            print(f"latency {latency} ms clients={c:<4} {mult}", flush=True)
+
+    print("== in-process API (no HTTP), closed-loop cycle")
+    for c in counts:
+        results["inprocess"][c] = r = inprocess_run(c, s)
+        print(row(f"in-process clients={c}", r), flush=True)
+
+    print("== ablation: each client does its own CAS per operation (no broker)")
+    results["ablation"][64] = r = direct_run(64, s)
+    print(row("direct CAS clients=64", r) + f"  conflicts={r['conflicts']}", flush=True)
+
+    c64 = 64
+    ceiling = results["ceiling"][c64]["noop"]["req_per_s"]
+    push1 = results["file"][f"push-b1-c{c64}"]["push"]["req_per_s"]
+    cycle1 = ops_per_s(results["file"][f"cycle-b1-c{c64}"])
+    push100 = results["file"][f"push-b100-c{c64}"]["push"]["jobs_per_s"]
+    inproc = ops_per_s(results["inprocess"][c64])
+    direct = ops_per_s(results["ablation"][64])
+    summary = {
+        "ceiling_req_per_s_c64": ceiling,
+        "push_single_req_per_s_c64": push1,
+        "push_single_fraction_of_ceiling": push1 / ceiling,
+        "cycle_single_ops_per_s_c64": cycle1,
+        "cycle_single_fraction_of_ceiling": cycle1 / ceiling,
+        "push_batch100_jobs_per_s_c64": push100,
+        "inprocess_cycle_ops_per_s_c64": inproc,
+        "http_cost_ratio_c64": inproc / cycle1,
+        "direct_cas_ops_per_s_c64": direct,
+        "ablation_broker_over_direct_c64": cycle1 / direct,
+    }
+    if "200ms-c256" in results["latency"]:
+        r = results["latency"]["200ms-c256"]
+        summary.update({f"lat200_c256_{op}_p99_x": r[op]["p99_x"]
+                        for op in ("push", "claim", "complete")})
+    results["summary"] = summary
+    print("== summary")
+    for k, v in summary.items():
+        print(f"{k:<42} {v:,.3f}")
+    path = write_results("broker_bench", {"seconds": s, "results": results})
+    print(f"results written to {path}")
+
+
+if __name__ == "__main__":
+    main()

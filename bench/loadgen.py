@@ -1,0 +1,158 @@
+"""A closed-loop HTTP load generator: N clients, one keep-alive connection each.
+
+Each client sends a request, waits for the answer, records its latency, and
+sends the next. Modes:
+
+* ``noop``: POST /noop (the bare-Starlette ceiling);
+* ``push``: push ``--batch`` jobs a request;
+* ``cycle``: push ``--batch`` jobs, claim up to ``--batch``, complete them in one
+  request; latencies are kept per operation.
+
+    python bench/loadgen.py URL --mode cycle --clients 64 --seconds 3 [--batch 1]
+
+Prints one JSON object: per operation the count, requests/s, jobs/s, p50 and
+p99 latency (ms). The same generator drives every server in a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import sys
+import time
+from urllib.parse import urlsplit
+
+import orjson
+
+
+class Conn:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 host: str) -> None:
+        self.reader, self.writer, self.host = reader, writer, host
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        head = (f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
+        self.writer.write(head.encode() + body)
+        status_line = await self.reader.readline()
+        length = 0
+        while True:
+            line = await self.reader.readline()
+            if line in (b"\r\n", b""):
+                break
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        data = await self.reader.readexactly(length) if length else b""
+        return int(status_line.split()[1]), data
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+async def run(url: str, mode: str, clients: int, seconds: float, batch: int,
+              queue: str) -> dict[str, object]:
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    base = f"/v1/queues/{queue}"
+    lat: dict[str, list[float]] = {"push": [], "claim": [], "complete": [], "noop": []}
+    jobs_done: dict[str, int] = {"push": 0, "claim": 0, "complete": 0, "noop": 0}
+    errors: list[str] = []
+    counter = itertools.count()
+    push_body = orjson.dumps({"jobs": [{"payload": {"n": i, "doc": f"doc-{i}"}}
+                                       for i in range(batch)]})
+    noop_body = orjson.dumps({"jobs": [{"payload": {"n": 0, "doc": "doc-0"}}]})
+    start_gate = asyncio.Event()
+    measuring = [False]
+    stop_at = [0.0]
+
+    async def timed(conn: Conn, op: str, path: str, body: bytes) -> bytes | None:
+        t0 = time.perf_counter()
+        status, data = await conn.post(path, body)
+        t1 = time.perf_counter()
+        if status != 200:
+            errors.append(f"{op}: {status} {data[:120]!r}")
+            return None
+        if measuring[0]:
+            lat[op].append(t1 - t0)
+        return data
+
+    async def client(n: int) -> None:
+        reader, writer = await asyncio.open_connection(host, port)
+        conn = Conn(reader, writer, f"{host}:{port}")
+        worker = f"lg-{n}"
+        await start_gate.wait()
+        while time.perf_counter() < stop_at[0] and len(errors) < 20:
+            if mode == "noop":
+                if await timed(conn, "noop", "/noop", noop_body) is not None and measuring[0]:
+                    jobs_done["noop"] += 1
+                continue
+            if await timed(conn, "push", f"{base}/push", push_body) is not None and measuring[0]:
+                jobs_done["push"] += batch
+            if mode == "push":
+                continue
+            body = orjson.dumps({"worker": worker, "max_jobs": batch, "lease_s": 60})
+            data = await timed(conn, "claim", f"{base}/claim", body)
+            if data is None:
+                continue
+            claimed = orjson.loads(data)["jobs"]
+            if measuring[0]:
+                jobs_done["claim"] += len(claimed)
+            if not claimed:
+                continue
+            items = [{"token": j["token"], "result": next(counter)} for j in claimed]
+            if await timed(conn, "complete", f"{base}/complete",
+                           orjson.dumps({"items": items})) is not None and measuring[0]:
+                jobs_done["complete"] += len(items)
+        writer.close()
+
+    tasks = [asyncio.create_task(client(n)) for n in range(clients)]
+    await asyncio.sleep(0.2)  # connections open
+    warmup = min(1.0, seconds / 4)
+    begin = time.perf_counter()
+    stop_at[0] = begin + warmup + seconds
+    start_gate.set()
+    await asyncio.sleep(warmup)
+    measuring[0] = True
+    t_measure = time.perf_counter()
+    await asyncio.gather(*tasks)
+    elapsed = time.perf_counter() - t_measure
+    out: dict[str, object] = {"mode": mode, "clients": clients, "batch": batch,
+                              "seconds": elapsed, "errors": errors[:5]}
+    for op, values in lat.items():
+        if not values:
+            continue
+        out[op] = {"requests": len(values), "req_per_s": len(values) / elapsed,
+                   "jobs_per_s": jobs_done[op] / elapsed,
+                   "p50_ms": pct(values, 0.5) * 1000, "p99_ms": pct(values, 0.99) * 1000}
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("url")
+    p.add_argument("--mode", choices=["noop", "push", "cycle"], default="cycle")
+    p.add_argument("--clients", type=int, default=64)
+    p.add_argument("--seconds", type=float, default=3.0)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--queue", default="bench")
+    args = p.parse_args()
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    result = asyncio.run(run(args.url, args.mode, args.clients, args.seconds, args.batch,
+                             args.queue))
+    json.dump(result, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

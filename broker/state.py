@@ -108,13 +108,12 @@ class Job:
         id: str,
         seq: int,
         payload: bytes,
-        *,
         status: str = PENDING,
         priority: int = 0,
-        run_at_ms: int,
+        run_at_ms: int = 0,
         attempts: int = 0,
         max_attempts: int = 3,
-        created_ms: int,
+        created_ms: int = 0,
         key: str | None = None,
         last_error: str | None = None,
         lease: Lease | None = None,
@@ -249,11 +248,12 @@ class QueueState:
     staged_writes: dict[str, list[str]] = field(default_factory=dict)
     approx_bytes: int = 0
     # Encoding cache by segment (jobs whose seq >> SEGMENT_SHIFT is equal):
-    # the joined bytes of each clean segment, the segments to rebuild, and how
-    # many jobs each segment holds. Kept by touch/added/removed.
+    # each segment's jobs in seq order (removed ones are filtered out lazily),
+    # the joined bytes of each clean segment, and the segments to rebuild.
+    # Kept by touch/added/removed.
+    seg_jobs: dict[int, list[Job]] = field(default_factory=dict)
     segments: dict[int, bytes] = field(default_factory=dict)
     dirty: set[int] = field(default_factory=set)
-    seg_count: dict[int, int] = field(default_factory=dict)
 
     def count_by_status(self) -> dict[str, int]:
         counts = dict.fromkeys(STATUSES, 0)
@@ -274,20 +274,19 @@ def touch(state: QueueState, job: Job) -> None:
 
 
 def added(state: QueueState, job: Job) -> None:
+    """Record a new job (always the highest seq so far, so appending keeps order)."""
     seg = job.seq >> SEGMENT_SHIFT
     state.dirty.add(seg)
-    state.seg_count[seg] = state.seg_count.get(seg, 0) + 1
+    lst = state.seg_jobs.get(seg)
+    if lst is None:
+        state.seg_jobs[seg] = [job]
+    else:
+        lst.append(job)
 
 
 def removed(state: QueueState, job: Job) -> None:
-    seg = job.seq >> SEGMENT_SHIFT
-    state.dirty.add(seg)
-    left = state.seg_count[seg] - 1
-    if left:
-        state.seg_count[seg] = left
-    else:
-        del state.seg_count[seg]
-        state.segments.pop(seg, None)
+    """Record a removed job; its segment drops it at the next encode."""
+    state.dirty.add(job.seq >> SEGMENT_SHIFT)
 
 
 # -- encoding ----------------------------------------------------------------
@@ -319,33 +318,22 @@ def _key_bytes(key: str, entry: KeyEntry) -> bytes:
 
 
 def _refresh_segments(state: QueueState) -> None:
-    """Rebuild the bytes of every dirty segment (all of them after a load)."""
-    dirty, segments, jobs = state.dirty, state.segments, state.jobs
+    """Rebuild the bytes of every dirty segment, dropping jobs no longer in the state."""
+    dirty = state.dirty
     if not dirty:
         return
-    shift = SEGMENT_SHIFT
-    if len(dirty) * (1 << shift) > len(jobs):  # cheaper to walk every job once
-        groups: dict[int, list[bytes]] = {}
-        for job in jobs.values():
-            seg = job.seq >> shift
-            if seg in dirty:
-                groups.setdefault(seg, []).append(job._enc or job.encode())
-        for seg in dirty:
-            if seg in groups:
-                segments[seg] = b"".join(groups[seg])
-            else:
-                segments.pop(seg, None)
-    else:  # ids are the sequence numbers, so a segment's jobs can be looked up
-        from broker.transitions import job_id_for
-
-        for seg in dirty:
-            if seg not in state.seg_count:
-                segments.pop(seg, None)
-                continue
-            get = jobs.get
-            found = [j for s in range(seg << shift, (seg + 1) << shift)
-                     if (j := get(job_id_for(s))) is not None]
-            segments[seg] = b"".join([j._enc or j.encode() for j in found])
+    jobs, segments, lists = state.jobs, state.segments, state.seg_jobs
+    get = jobs.get
+    for seg in dirty:
+        lst = lists.get(seg)
+        live = [j for j in lst if get(j.id) is j] if lst is not None else []
+        if not live:
+            lists.pop(seg, None)
+            segments.pop(seg, None)
+            continue
+        if len(live) != len(lst or ()):
+            lists[seg] = live
+        segments[seg] = b"".join([j._enc or j.encode() for j in live])
     dirty.clear()
 
 
@@ -366,7 +354,7 @@ def encode_parts(state: QueueState) -> list[bytes]:
     head = orjson.dumps(_header(state))
     parts: list[bytes] = [head[:-1], b',\n"jobs":[\n']
     segments = state.segments
-    jobs = [segments[seg] for seg in sorted(state.seg_count)]
+    jobs = [segments[seg] for seg in sorted(state.seg_jobs)]
     if jobs:
         jobs[0] = jobs[0][2:]
     parts += jobs
@@ -486,12 +474,11 @@ def rebuild_indexes(state: QueueState) -> None:
     delayed: list[tuple[int, int, str]] = []
     leases: list[tuple[int, str, str]] = []
     staged: dict[str, list[str]] = {}
-    seg_count: dict[int, int] = {}
+    seg_jobs: dict[int, list[Job]] = {}
     approx = 0
     for job in state.jobs.values():
         approx += job.size_estimate()
-        seg = job.seq >> SEGMENT_SHIFT
-        seg_count[seg] = seg_count.get(seg, 0) + 1
+        seg_jobs.setdefault(job.seq >> SEGMENT_SHIFT, []).append(job)
         if job.status == PENDING:
             ready.append((-job.priority, job.run_at_ms, job.seq, job.id))
         elif job.status == CLAIMED and job.lease is not None:
@@ -503,9 +490,9 @@ def rebuild_indexes(state: QueueState) -> None:
     state.ready, state.delayed, state.leases = ready, delayed, leases
     state.staged_writes = staged
     state.approx_bytes = approx
-    state.seg_count = seg_count
+    state.seg_jobs = seg_jobs
     state.segments = {}
-    state.dirty = set(seg_count)
+    state.dirty = set(seg_jobs)
 
 
 def stamp(state: QueueState, writer: str, now_ms: int) -> None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -56,9 +56,12 @@ MAX_LEASE_MS = 24 * 3600 * 1000
 # -- operations ----------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class NewJob:
-    """A job to push. ``payload`` is its JSON encoding (bytes)."""
+class NewJob(NamedTuple):
+    """A job to push. ``payload`` is its JSON encoding (bytes).
+
+    A NamedTuple, not a dataclass: pushes make millions of these, and a tuple
+    is several times cheaper to build.
+    """
 
     payload: bytes
     priority: int = 0
@@ -349,18 +352,9 @@ def _insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int,
                 continue
         counters.enqueued += 1
         seq = counters.enqueued
-        job = Job(
-            job_id_for(seq),
-            seq,
-            new.payload,
-            status=status,
-            priority=new.priority,
-            run_at_ms=now_ms + new.delay_ms,
-            max_attempts=new.max_attempts or settings_max,
-            created_ms=now_ms,
-            key=new.key,
-            write_id=write_id,
-        )
+        job = Job(job_id_for(seq), seq, new.payload, status, new.priority,
+                  now_ms + new.delay_ms, 0, new.max_attempts or settings_max, now_ms,
+                  new.key, None, None, write_id)
         all_jobs[job.id] = job
         added(state, job)
         if run_now:

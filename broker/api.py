@@ -122,7 +122,7 @@ def parse_stage(body: Any) -> tuple[str, list[transitions.NewJob]]:
     return write_id, parse_new_jobs(body)
 
 
-def parse_publish(body: Any) -> tuple[str, list[str]]:
+def parse_publish(body: Any) -> tuple[str, list[str], str | None]:
     body = _obj(body, "request body")
     prefix = _str(body, "prefix", None, max_len=300)
     if prefix is None:
@@ -130,7 +130,7 @@ def parse_publish(body: Any) -> tuple[str, list[str]]:
     keep = body.get("keep", [])
     if not isinstance(keep, list) or not all(isinstance(k, str) for k in keep):
         raise InvalidRequest("field 'keep' must be a list of write ids")
-    return prefix, keep
+    return prefix, keep, _str(body, "once", None, max_len=512)
 
 
 def parse_claim(body: Any) -> dict[str, Any]:

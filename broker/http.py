@@ -112,8 +112,8 @@ def build_app(broker: Broker, *, token: str | None = None) -> Starlette:
         return {"ids": await broker.stage(request.path_params["queue"], write_id, jobs)}
 
     async def publish(request: Request) -> Any:
-        prefix, keep = api.parse_publish(await body_of(request))
-        return await broker.publish(request.path_params["queue"], prefix, keep)
+        prefix, keep, once = api.parse_publish(await body_of(request))
+        return await broker.publish(request.path_params["queue"], prefix, keep, once)
 
     async def stats(request: Request) -> Any:
         return await broker.stats(request.path_params["queue"])

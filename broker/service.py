@@ -236,9 +236,11 @@ class Broker:
         result = await self._submit(queue, "stage", transitions.Stage(write_id, tuple(jobs)))
         return list(result.ids)
 
-    async def publish(self, queue: str, prefix: str, keep: list[str]) -> dict[str, Any]:
-        result = await self._submit(queue, "publish", transitions.Publish(prefix, tuple(keep)))
-        return {"ids": result.ids, "discarded": result.count}
+    async def publish(self, queue: str, prefix: str, keep: list[str],
+                      once: str | None = None) -> dict[str, Any]:
+        op = transitions.Publish(prefix, tuple(keep), once)
+        result = await self._submit(queue, "publish", op)
+        return {"ids": result.ids, "discarded": result.count, "duplicate": result.duplicate}
 
     async def claim(self, queue: str, worker: str, max_jobs: int = 1, lease_s: float = 30.0,
                     wait_s: float = 0.0) -> list[transitions.ClaimedJob]:

@@ -85,10 +85,16 @@ class Stage:
 
 @dataclass(frozen=True, slots=True)
 class Publish:
-    """Make the staged jobs of ``keep`` pending and drop every other write of ``prefix``."""
+    """Make the staged jobs of ``keep`` pending and drop every other write of ``prefix``.
+
+    With ``once``, a key in the idempotency window: if it is already there
+    (this publish happened before, e.g. a replayed streaming batch), every
+    staged write of ``prefix`` is dropped instead and ``Result.duplicate`` is set.
+    """
 
     prefix: str
     keep: tuple[str, ...]
+    once: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +214,7 @@ class Result:
     items: list[ItemResult] = field(default_factory=list)
     archived: list[dict[str, Any]] = field(default_factory=list)
     count: int = 0
+    duplicate: bool = False
 
 
 # -- helpers -------------------------------------------------------------------
@@ -315,8 +322,13 @@ def _validate_new(state: QueueState, new: NewJob) -> int:
 
 def _insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int,
                  status: str, write_id: str | None) -> list[str]:
-    """Validate all, then create all (or raise having created nothing)."""
-    window = state.keys
+    """Validate all, then create all (or raise having created nothing).
+
+    Pending jobs are deduplicated by key here. Staged jobs keep their keys
+    out of the window until they are published (a discarded write must not
+    swallow its retry); :func:`_publish` deduplicates them then.
+    """
+    window = state.keys if status == PENDING else {}
     oldest_ok = now_ms - round(state.settings.dedup_ttl_s * 1000)
 
     def seen(key: str) -> KeyEntry | None:
@@ -361,13 +373,14 @@ def _insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int,
             _schedule(state, job, now_ms)
         elif write_id is not None:
             state.staged_writes.setdefault(write_id, []).append(job.id)
-        if new.key is not None:
+        if new.key is not None and run_now:
             created[new.key] = job.id
             window.pop(new.key, None)  # re-insert at the end: the window stays in time order
             window[new.key] = KeyEntry(job.id, now_ms)
         ids.append(job.id)
     state.approx_bytes += incoming
-    _trim_window(state, now_ms)
+    if run_now:
+        _trim_window(state, now_ms)
     return ids
 
 
@@ -381,6 +394,11 @@ def _trim_window(state: QueueState, now_ms: int) -> None:
             del window[first]
         else:
             break
+
+
+def _live_key(state: QueueState, key: str, now_ms: int) -> bool:
+    entry = state.keys.get(key)
+    return entry is not None and entry.at_ms >= now_ms - round(state.settings.dedup_ttl_s * 1000)
 
 
 def _remove(state: QueueState, job: Job) -> None:
@@ -409,6 +427,16 @@ def _stage(state: QueueState, op: Stage, now_ms: int) -> Result:
 def _publish(state: QueueState, op: Publish, now_ms: int) -> Result:
     keep = set(op.keep)
     result = Result()
+    if op.once is not None:
+        seen = state.keys.get(op.once)
+        oldest_ok = now_ms - round(state.settings.dedup_ttl_s * 1000)
+        if seen is not None and seen.at_ms >= oldest_ok:
+            keep = set()
+            result.duplicate = True
+        else:
+            state.keys.pop(op.once, None)
+            state.keys[op.once] = KeyEntry("published", now_ms)
+            result.changed = True
     for write_id in [w for w in state.staged_writes if w.startswith(op.prefix)]:
         ids = state.staged_writes.pop(write_id)
         for job_id in ids:
@@ -416,7 +444,13 @@ def _publish(state: QueueState, op: Publish, now_ms: int) -> Result:
             if job is None or job.status != STAGED:
                 continue
             result.changed = True
-            if write_id in keep:
+            if write_id in keep and job.key is not None and _live_key(state, job.key, now_ms):
+                _remove(state, job)  # published before under the same key
+                result.count += 1
+            elif write_id in keep:
+                if job.key is not None:
+                    state.keys.pop(job.key, None)
+                    state.keys[job.key] = KeyEntry(job.id, now_ms)
                 job.status = PENDING
                 job.write_id = None
                 job.run_at_ms = max(job.run_at_ms, now_ms)

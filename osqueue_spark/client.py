@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 from urllib.parse import quote
 
@@ -139,7 +140,7 @@ class QueueClient:
     # -- transport -----------------------------------------------------------------
     def _send(self, method: str, path: str, body: Any, timeout_s: float,
               *, ok_statuses: tuple[int, ...] = (200,)) -> Any:
-        data = None if body is None else orjson.dumps(body)
+        data = None if body is None else orjson.dumps(body, default=_json_default)
         try:
             resp = self._http.request(method, self.url + path, body=data,
                                       timeout=urllib3.Timeout(connect=5.0, read=timeout_s))
@@ -304,13 +305,28 @@ class QueueClient:
         body = {"write_id": write_id, "jobs": [_job_body(j) for j in jobs]}
         return list(self.request("POST", self._q("stage"), body)["ids"])
 
-    def publish(self, prefix: str, keep: Sequence[str]) -> dict[str, Any]:
-        """Publish staged writes ``keep``; discard every other write under ``prefix``."""
-        return dict(self.request("POST", self._q("publish"), {"prefix": prefix,
-                                                               "keep": list(keep)}))
+    def publish(self, prefix: str, keep: Sequence[str], once: str | None = None) -> dict[str, Any]:
+        """Publish staged writes ``keep``; discard every other write under ``prefix``.
+
+        ``once``: a key that makes the publish happen at most once (within the
+        queue's dedup window); a repeat discards what is staged instead.
+        """
+        body = {"prefix": prefix, "keep": list(keep), "once": once}
+        return dict(self.request("POST", self._q("publish"), body))
 
     def health(self) -> dict[str, Any]:
         return dict(self.request("GET", "/healthz"))
+
+
+def _json_default(value: Any) -> Any:
+    """Encode what Spark rows hold and JSON lacks: decimals as strings, bytes as text."""
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, bytes | bytearray):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=str)
+    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
 
 
 def _items(out: dict[str, Any]) -> list[ItemResult]:

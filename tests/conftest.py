@@ -75,3 +75,30 @@ def s3_bucket(moto_server: MotoServer) -> str:
 @pytest.fixture()
 def s3_url(moto_server: MotoServer, s3_bucket: str) -> str:
     return f"s3://{s3_bucket}/queues?endpoint={moto_server.endpoint}"
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One local SparkSession for the whole test session (2 cores, 4 task attempts)."""
+    import sys
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    import osqueue_spark
+
+    session = (
+        SparkSession.builder.master("local[2,4]")
+        .appName("osqueue-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.python.filterPushdown.enabled", "true")
+        .config("spark.driver.memory", "2g")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    osqueue_spark.register(session)
+    yield session
+    session.stop()

@@ -139,6 +139,13 @@ def test_stage_publish_discard() -> None:
     r = T.apply(st_, T.Publish("w1/", ("w1/p0/a1",)), 1)
     assert sorted(r.ids) == sorted(b) and r.count == 2
     assert sorted(j.id for j in claim(st_, 1, 10)) == sorted(b)
+    # keys enter the window at publish: a discarded write does not swallow its retry
+    T.apply(st_, T.Stage("w3/a", (T.NewJob(b"9", key="k9"),)), 2)
+    T.apply(st_, T.Publish("w3/", ()), 2)
+    retry = T.apply(st_, T.Stage("w4/a", (T.NewJob(b"9", key="k9"),)), 3).ids
+    assert T.apply(st_, T.Publish("w4/", ("w4/a",)), 3).ids == retry
+    T.apply(st_, T.Stage("w5/a", (T.NewJob(b"9", key="k9"),)), 4)
+    assert T.apply(st_, T.Publish("w5/", ("w5/a",)), 4).ids == []  # published before
     T.apply(st_, T.Stage("w2/p0/a0", (T.NewJob(b"1"),)), 0)
     st_.settings.staged_ttl_s = 1
     assert T.apply(st_, T.Reclaim(), 5000).count == 1  # the vanished writer's jobs expire

@@ -1,0 +1,71 @@
+"""A background thread that keeps the leases of held jobs alive.
+
+It heartbeats every ``lease_s / 3`` seconds for all tokens it holds, in one
+request. A token the broker reports lost (the job was reclaimed) is dropped
+and recorded in ``lost``: the holder must not complete it. Transient broker
+errors are logged and retried at the next beat; they never stop the thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from broker.errors import OsqueueError
+
+log = logging.getLogger("osqueue.heartbeat")
+
+
+class Heartbeater:
+    def __init__(self, client: Any, lease_s: float) -> None:
+        self.client = client
+        self.lease_s = lease_s
+        self.interval_s = max(0.05, lease_s / 3)
+        self.lost: set[str] = set()
+        self._tokens: set[str] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="osqueue-heartbeat", daemon=True)
+        self._thread.start()
+
+    def add(self, tokens: Iterable[str]) -> None:
+        with self._lock:
+            self._tokens.update(tokens)
+
+    def remove(self, tokens: Iterable[str]) -> None:
+        with self._lock:
+            self._tokens.difference_update(tokens)
+
+    def beat(self) -> None:
+        """Send one heartbeat for every held token now."""
+        with self._lock:
+            tokens = sorted(self._tokens)
+        if not tokens:
+            return
+        try:
+            results = self.client.heartbeat(tokens, self.lease_s)
+        except OsqueueError as exc:
+            log.warning("heartbeat failed (%s); retrying in %.1fs", exc, self.interval_s)
+            return
+        gone = [r.token for r in results if not r.ok]
+        if gone:
+            log.warning("lost %d lease(s): %s", len(gone), gone[:5])
+            with self._lock:
+                self._tokens.difference_update(gone)
+                self.lost.update(gone)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.beat()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.interval_s + 5)
+
+    def __enter__(self) -> Heartbeater:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

@@ -1,0 +1,196 @@
+"""Data source options: strings in, one frozen dataclass out, a clear message per bad option.
+
+Options are parsed once (on the driver, in the data source's constructor) and
+the dataclass travels to executors by pickle. Secrets (``token``) are kept out
+of ``repr``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker import keys, timefmt
+from broker.errors import InvalidRequest
+
+
+class OptionError(InvalidRequest):
+    """A missing or malformed data source option."""
+
+    code = "bad_option"
+
+
+def _get(options: Mapping[str, str], name: str) -> str | None:
+    # Spark hands options over case-insensitively; accept any case here too.
+    for key, value in options.items():
+        if key.lower() == name.lower():
+            return value
+    return None
+
+
+def _req(options: Mapping[str, str], name: str, example: str) -> str:
+    value = _get(options, name)
+    if value is None or not value.strip():
+        raise OptionError(f"option '{name}' is required, e.g. .option(\"{name}\", \"{example}\")")
+    return value.strip()
+
+
+def _int(options: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise OptionError(f"option '{name}' must be an integer, got {raw!r}") from None
+    if not lo <= value <= hi:
+        raise OptionError(f"option '{name}' must be within [{lo}, {hi}], got {value}")
+    return value
+
+
+def _float(options: Mapping[str, str], name: str, default: float, lo: float,
+           hi: float) -> float:
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise OptionError(f"option '{name}' must be a number, got {raw!r}") from None
+    if not lo <= value <= hi:
+        raise OptionError(f"option '{name}' must be within [{lo}, {hi}], got {value}")
+    return value
+
+
+def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    if raw.lower() in ("true", "1", "yes"):
+        return True
+    if raw.lower() in ("false", "0", "no"):
+        return False
+    raise OptionError(f"option '{name}' must be true or false, got {raw!r}")
+
+
+def _time(options: Mapping[str, str], name: str) -> int | None:
+    raw = _get(options, name)
+    if raw is None:
+        return None
+    text = raw.strip()
+    if "T" not in text:
+        text += "T00:00:00Z"
+    elif not text.endswith("Z") and "+" not in text[10:]:
+        text += "Z"
+    try:
+        return timefmt.parse(text)
+    except ValueError:
+        raise OptionError(f"option '{name}' must be an ISO-8601 time such as "
+                          f"2026-11-22T03:00:00Z, got {raw!r}") from None
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """``spark.read.format("osqueue")``: reads storage directly, no broker needed."""
+
+    store: str
+    queue: str
+    table: str = "queue"  # or "archive"
+    since_ms: int | None = None
+    until_ms: int | None = None
+    objects_per_partition: int = 8
+    payload_schema: str | None = None
+    filter_pushdown: bool = False
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> ReadOptions:
+        table = (_get(options, "table") or "queue").lower()
+        if table not in ("queue", "archive"):
+            raise OptionError(f"option 'table' must be 'queue' or 'archive', got {table!r}")
+        out = cls(
+            store=_req(options, "store", "s3://bucket/prefix"),
+            queue=keys.check_queue_name(_req(options, "queue", "jobs")),
+            table=table,
+            since_ms=_time(options, "since"),
+            until_ms=_time(options, "until"),
+            objects_per_partition=_int(options, "objectsPerPartition", 8, 1, 100_000),
+            payload_schema=_get(options, "payloadSchema"),
+            filter_pushdown=_bool(options, "filterPushdown", False),
+        )
+        if out.since_ms is not None and out.until_ms is not None and out.since_ms > out.until_ms:
+            raise OptionError("option 'since' is after option 'until'")
+        return out
+
+
+@dataclass(frozen=True)
+class BrokerOptions:
+    """Where the broker is, for writes, streams and workers."""
+
+    broker: str
+    queue: str
+    token: str | None = field(default=None, repr=False)
+    store: str | None = None
+    batch_size: int = 1000
+    timeout_s: float = 60.0
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> BrokerOptions:
+        broker = _req(options, "broker", "http://127.0.0.1:8765")
+        if not broker.startswith(("http://", "https://")):
+            raise OptionError(f"option 'broker' must be an http(s) URL, got {broker!r}")
+        return cls(
+            broker=broker,
+            queue=keys.check_queue_name(_req(options, "queue", "jobs")),
+            token=_get(options, "token"),
+            store=_get(options, "store"),
+            batch_size=_int(options, "batchSize", 1000, 1, 10_000),
+            timeout_s=_float(options, "timeoutS", 60.0, 1.0, 3600.0),
+        )
+
+    def client(self) -> Any:
+        from osqueue_spark.client import QueueClient
+
+        return QueueClient(self.broker, self.queue, token=self.token, store=self.store,
+                           timeout_s=self.timeout_s)
+
+
+@dataclass(frozen=True)
+class StreamReadOptions:
+    """``spark.readStream.format("osqueue")``: a consumer."""
+
+    target: BrokerOptions
+    max_jobs_per_trigger: int = 1000
+    lease_s: float = 120.0
+    worker: str = "spark-stream"
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> StreamReadOptions:
+        return cls(
+            target=BrokerOptions.parse(options),
+            max_jobs_per_trigger=_int(options, "maxJobsPerTrigger", 1000, 1, 10_000),
+            lease_s=_float(options, "leaseS", 120.0, 1.0, 86_400.0),
+            worker=_get(options, "worker") or "spark-stream",
+        )
+
+
+@dataclass(frozen=True)
+class StreamWriteOptions:
+    """``writeStream.format("osqueue")``: exactly once per (stream id, batch id)."""
+
+    target: BrokerOptions
+    stream_id: str
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> StreamWriteOptions:
+        stream_id = _get(options, "streamId") or _get(options, "checkpointLocation")
+        if not stream_id:
+            raise OptionError(
+                "streaming writes need a stable identity across restarts: set "
+                ".option(\"checkpointLocation\", ...) or .option(\"streamId\", \"my-stream\")")
+        return cls(target=BrokerOptions.parse(options), stream_id=stream_id)
+
+
+def replace(obj: Any, **changes: Any) -> Any:
+    return dataclasses.replace(obj, **changes)

@@ -1,0 +1,212 @@
+"""Workers: ``process()`` for ``mapInPandas`` and ``claim_one()`` for hand-written loops.
+
+``process(fn, broker=..., queue=...)`` returns a function for
+``df.mapInPandas(f, RESULT_SCHEMA)``. Each Spark task becomes a worker: it
+claims jobs in batches, calls ``fn(payload)`` for each while a background
+thread heartbeats every job it holds, completes the job with fn's return
+value (JSON) or fails it with the error text and the traceback's tail, and
+yields one row per job. It stops when the queue stays empty for ``idle_s``,
+or at ``max_jobs`` or ``max_seconds``. The input rows are ignored: use them
+only to choose the number of workers, e.g. ``spark.range(8).repartition(8)``.
+
+A worker process that dies mid-job loses nothing: the job's lease runs out
+and the broker hands it to another worker (attempts + 1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import orjson
+
+from broker.errors import InvalidRequest
+from osqueue_spark.client import ClaimedJob, ItemResult, QueueClient
+from osqueue_spark.heartbeat import Heartbeater
+
+RESULT_SCHEMA = (
+    "id string, status string, attempts int, result string, error string, "
+    "worker string, started timestamp, finished timestamp"
+)
+RESULT_COLUMNS = ["id", "status", "attempts", "result", "error", "worker", "started", "finished"]
+TRACEBACK_CHARS = 2000
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _worker_name(prefix: str) -> str:
+    try:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+    except ImportError:
+        ctx = None
+    part = f"p{ctx.partitionId()}-a{ctx.attemptNumber()}" if ctx is not None else "driver"
+    return f"{prefix}-{socket.gethostname().split('.')[0]}-{os.getpid()}-{part}"
+
+
+def error_text(exc: BaseException) -> str:
+    """``Type: message`` plus the tail of the traceback."""
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return f"{type(exc).__name__}: {exc}\n{tb[-TRACEBACK_CHARS:]}"
+
+
+@dataclass(frozen=True)
+class ProcessConfig:
+    broker: str
+    queue: str
+    token: str | None = None
+    batch_size: int = 16
+    lease_s: float = 60.0
+    idle_s: float = 5.0
+    max_jobs: int | None = None
+    max_seconds: float | None = None
+    retry_in_s: float | None = None
+    worker_prefix: str = "spark"
+
+    def __repr__(self) -> str:  # never the token
+        return f"ProcessConfig(broker={self.broker!r}, queue={self.queue!r})"
+
+
+def run_worker(fn: Callable[[Any], Any], cfg: ProcessConfig,
+               client: QueueClient | None = None) -> Iterator[tuple[Any, ...]]:
+    """Claim and process jobs until idle or a budget runs out; yield one row per job."""
+    client = client or QueueClient(cfg.broker, cfg.queue, token=cfg.token)
+    worker = _worker_name(cfg.worker_prefix)
+    done = 0
+    started_at = time.monotonic()
+    with Heartbeater(client, cfg.lease_s) as hb:
+        while True:
+            if cfg.max_jobs is not None and done >= cfg.max_jobs:
+                return
+            if cfg.max_seconds is not None and time.monotonic() - started_at >= cfg.max_seconds:
+                return
+            want = cfg.batch_size if cfg.max_jobs is None else min(cfg.batch_size,
+                                                                   cfg.max_jobs - done)
+            jobs = client.claim(worker, want, cfg.lease_s, wait_s=cfg.idle_s)
+            if not jobs:
+                return  # empty for idle_s
+            hb.add(j.token for j in jobs)
+            completes: list[tuple[str, Any]] = []
+            fails: list[tuple[str, str, float | None]] = []
+            rows: list[tuple[Any, ...]] = []
+            for job in jobs:
+                began = _now()
+                try:
+                    value = fn(job.payload)
+                    encoded = orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+                except Exception as exc:  # the job failed, not the worker
+                    text = error_text(exc)
+                    fails.append((job.token, text, cfg.retry_in_s))
+                    rows.append((job.id, "failed", job.attempt, None, text[:TRACEBACK_CHARS],
+                                 worker, began, _now()))
+                else:
+                    completes.append((job.token, orjson.loads(encoded)))
+                    rows.append((job.id, "completed", job.attempt, encoded, None, worker,
+                                 began, _now()))
+            lost = hb.lost
+            ok_tokens = {t for t, _ in completes if t not in lost}
+            results: dict[str, ItemResult] = {}
+            if ok_tokens:
+                for r in client.complete_many([(t, v) for t, v in completes if t in ok_tokens]):
+                    results[r.token] = r
+            live_fails = [f for f in fails if f[0] not in lost]
+            if live_fails:
+                for r in client.fail_many(live_fails):
+                    results[r.token] = r
+            hb.remove(j.token for j in jobs)
+            for job, row in zip(jobs, rows, strict=True):
+                r = results.get(job.token)
+                if r is None or not r.ok:  # the lease was lost: another worker has it
+                    row = (*row[:1], "lost", *row[2:])
+                elif row[1] == "failed" and r.status == "dead":
+                    row = (*row[:1], "dead", *row[2:])
+                yield row
+            done += len(jobs)
+
+
+def process(fn: Callable[[Any], Any], *, broker: str, queue: str, token: str | None = None,
+            batch_size: int = 16, lease_s: float = 60.0, idle_s: float = 5.0,
+            max_jobs: int | None = None, max_seconds: float | None = None,
+            retry_in_s: float | None = None,
+            worker_prefix: str = "spark") -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """A ``mapInPandas`` function whose every task processes jobs with ``fn``.
+
+    ``fn`` takes a payload (decoded JSON) and returns something JSON can
+    encode. Use with ``df.mapInPandas(process(fn, ...), RESULT_SCHEMA)``;
+    ``status`` is completed, failed (will be retried), dead (attempts
+    exhausted) or lost (the lease ran out while ``fn`` ran; another worker
+    will do it).
+    """
+    if not callable(fn):
+        raise InvalidRequest("process() needs a callable fn(payload)")
+    if batch_size < 1 or lease_s <= 0 or idle_s < 0:
+        raise InvalidRequest("batch_size must be >= 1, lease_s > 0 and idle_s >= 0")
+    cfg = ProcessConfig(broker, queue, token, batch_size, lease_s, idle_s, max_jobs,
+                        max_seconds, retry_in_s, worker_prefix)
+
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        import pandas as pd
+
+        for _ in batches:  # the input only decides how many workers run
+            pass
+        chunk: list[tuple[Any, ...]] = []
+        for row in run_worker(fn, cfg):
+            chunk.append(row)
+            if len(chunk) >= 1000:
+                yield pd.DataFrame(chunk, columns=RESULT_COLUMNS)
+                chunk = []
+        yield pd.DataFrame(chunk, columns=RESULT_COLUMNS)
+
+    return run
+
+
+class JobContext:
+    """What ``claim_one`` yields: the job, and a place for its result."""
+
+    def __init__(self, job: ClaimedJob) -> None:
+        self.job = job
+        self.result: Any = None
+
+    @property
+    def payload(self) -> Any:
+        return self.job.payload
+
+
+@contextlib.contextmanager
+def claim_one(client: QueueClient, worker: str, *, lease_s: float = 60.0,
+              wait_s: float = 0.0) -> Iterator[JobContext | None]:
+    """Claim one job and hold its lease while the block runs.
+
+    Yields None when no job came within ``wait_s``. On a normal exit the job
+    is completed with ``ctx.result``; on an exception it is failed with the
+    error text and the exception propagates::
+
+        with claim_one(client, "me", wait_s=10) as ctx:
+            if ctx is not None:
+                ctx.result = handle(ctx.payload)
+    """
+    jobs = client.claim(worker, 1, lease_s, wait_s)
+    if not jobs:
+        yield None
+        return
+    ctx = JobContext(jobs[0])
+    with Heartbeater(client, lease_s) as hb:
+        hb.add([ctx.job.token])
+        try:
+            yield ctx
+        except BaseException as exc:
+            hb.remove([ctx.job.token])
+            client.fail(ctx.job.token, error_text(exc))
+            raise
+        hb.remove([ctx.job.token])
+    client.complete(ctx.job.token, ctx.result)

@@ -1,0 +1,330 @@
+"""The Spark surface on a real local SparkSession, against an in-process broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chispa import assert_df_equality
+
+from broker import keys
+from broker import state as S
+from broker.server import BrokerServer
+from broker.storage import FileStore
+from osqueue_spark import RESULT_SCHEMA, QueueClient, process, push_partition, start_broker
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def store_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("spark-store")
+
+
+@pytest.fixture(scope="module")
+def broker(store_dir: Path) -> Iterator[BrokerServer]:
+    with start_broker(f"file://{store_dir}", lease_s=30, backoff_base_s=0.05) as b:
+        yield b
+
+
+def qname() -> str:
+    return f"sq-{uuid.uuid4().hex[:8]}"
+
+
+def test_read_known_queue_object(spark: Any, broker: BrokerServer, store_dir: Path) -> None:
+    q = qname()
+    c = QueueClient(broker.url, q)
+    ids = c.push_many([{"payload": {"n": i, "name": f"x{i}"}, "priority": i} for i in range(3)])
+    held = c.claim("reader-test", 1)[0]  # the priority-2 job
+    df = (spark.read.format("osqueue").option("store", f"file://{store_dir}")
+          .option("queue", q).load())
+    got = {r["id"]: r for r in df.collect()}
+    assert set(got) == set(ids)
+    assert got[held.id]["status"] == "claimed" and got[held.id]["worker"] == "reader-test"
+    assert got[ids[0]]["status"] == "pending" and json.loads(got[ids[0]]["payload"]) == {
+        "n": 0, "name": "x0"}
+    typed = (spark.read.format("osqueue").option("store", f"file://{store_dir}")
+             .option("queue", q).option("payloadSchema", "n long, name string").load()
+             .select("id", "n", "name").orderBy("id"))
+    expected = spark.createDataFrame([(ids[i], i, f"x{i}") for i in range(3)],
+                                     "id string, n long, name string")
+    assert_df_equality(typed, expected, ignore_nullable=True)
+
+
+def test_read_bad_options_are_clear(spark: Any) -> None:
+    with pytest.raises(Exception, match="option 'store' is required"):
+        spark.read.format("osqueue").option("queue", "q").load().collect()
+    with pytest.raises(Exception, match="option 'table' must be"):
+        (spark.read.format("osqueue").option("store", "file:///tmp").option("queue", "q")
+         .option("table", "nope").load().collect())
+
+
+def test_archive_read_with_pruning(spark: Any, tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    from broker import archive
+
+    hours = ["2026-01-01T10", "2026-01-01T11", "2026-01-02T09"]
+    for h_i, hour in enumerate(hours):
+        for obj in range(2):
+            recs = []
+            for n in range(5):
+                done = f"{hour}:{10 + obj:02d}:{n:02d}.000Z"
+                recs.append({"id": f"j{h_i}{obj}{n}", "seq": n, "status": "completed",
+                             "priority": 0, "payload": {"h": h_i}, "attempts": 1,
+                             "max_attempts": 3, "created_at": done, "run_at": done,
+                             "completed_at": done, "worker": "w", "result": {"ok": n}})
+            store.put(f"arch/archive/{hour}/{obj:012d}-b.jsonl",
+                      archive.encode_records(recs))
+    def base() -> Any:  # a fresh reader each time: readers keep their options
+        return (spark.read.format("osqueue").option("store", f"file://{tmp_path}")
+                .option("queue", "arch").option("table", "archive")
+                .option("objectsPerPartition", "1"))
+
+    everything = base().load()
+    assert everything.count() == 30
+    assert everything.rdd.getNumPartitions() == 6  # one partition per archive object
+    df = base().option("since", "2026-01-01T11:00:00Z").option(
+        "until", "2026-01-01T23:59:59Z").load()
+    assert df.count() == 10 and df.rdd.getNumPartitions() == 2  # one hour's two objects
+    assert {r["id"][1] for r in df.collect()} == {"1"}
+    grouped = base().option("objectsPerPartition", "4").load()
+    assert grouped.count() == 30 and grouped.rdd.getNumPartitions() == 2
+    pushed = (base().option("filterPushdown", "true").load()
+              .where("completed_at >= timestamp'2026-01-02 00:00:00+00:00'"))
+    assert pushed.count() == 10
+    assert pushed.rdd.getNumPartitions() == 2  # only the 2026-01-02 hour was listed
+    none = base().option("filterPushdown", "true").load().where("status = 'dead'")
+    assert none.count() == 0
+    assert json.loads(pushed.first()["result"])["ok"] in range(5)
+
+
+def fail_first_attempt(value: int) -> int:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if (ctx is not None and ctx.partitionId() == 1 and ctx.attemptNumber() == 0
+            and value % 2500 == 2000):
+        raise RuntimeError("injected task failure after staging part of the partition")
+    return value
+
+
+def test_write_is_exactly_once_under_task_retry(spark: Any, broker: BrokerServer,
+                                               store_dir: Path) -> None:
+    from pyspark.sql import functions as F
+
+    q = qname()
+    flaky = F.udf(fail_first_attempt, "long")
+    df = (spark.range(10_000, numPartitions=4)
+          .withColumn("n", flaky("id"))
+          .select(F.to_json(F.struct("n")).alias("payload"), (F.col("n") % 3).alias("priority")))
+    (df.write.format("osqueue").option("broker", broker.url).option("queue", q)
+     .option("batchSize", "500").mode("append").save())
+    state = S.decode(FileStore(store_dir).read(keys.state_key(q)).data)
+    payloads = sorted(json.loads(j.payload)["n"] for j in state.jobs.values())
+    assert payloads == list(range(10_000))
+    assert all(j.status == "pending" for j in state.jobs.values())
+    assert state.staged_writes == {}
+    # the failed attempt had staged jobs (they took sequence numbers) that were discarded
+    assert state.counters.enqueued > 10_000
+
+
+def test_write_without_payload_column_uses_all_columns(spark: Any, broker: BrokerServer) -> None:
+    q = qname()
+    df = spark.createDataFrame([(1, "a", 5, "k1"), (2, "b", 0, "k1")],
+                               "doc long, name string, priority int, key string")
+    df.write.format("osqueue").option("broker", broker.url).option("queue", q).mode(
+        "append").save()
+    jobs = QueueClient(broker.url, q).jobs()
+    assert len(jobs) == 1  # same key: deduped at publish
+    assert jobs[0]["payload"] in ({"doc": 1, "name": "a"}, {"doc": 2, "name": "b"})
+    assert jobs[0]["key"] == "k1"
+
+
+def test_write_rejects_overwrite_and_bad_json(spark: Any, broker: BrokerServer) -> None:
+    df = spark.createDataFrame([("not json",)], "payload string")
+    with pytest.raises(Exception, match="only appends"):
+        df.write.format("osqueue").option("broker", broker.url).option("queue", "x").mode(
+            "overwrite").save()
+    q = qname()
+    with pytest.raises(Exception, match="must hold JSON text"):
+        df.write.format("osqueue").option("broker", broker.url).option("queue", q).mode(
+            "append").save()
+    from broker.errors import UnknownQueue
+
+    with pytest.raises(UnknownQueue):  # nothing was published, not even the queue
+        QueueClient(broker.url, q).stats()
+
+
+_SEEN = "/tmp/osq-fp-seen"
+
+
+def test_foreach_partition_retry_has_no_duplicates(spark: Any, broker: BrokerServer) -> None:
+    from pyspark.sql import functions as F
+
+    q = qname()
+    marker = f"{_SEEN}-{q}"
+    push = push_partition(broker=broker.url, queue=q, batch_size=100)
+
+    def flaky_push(rows: Any) -> None:
+        from pyspark import TaskContext
+
+        rows = list(rows)
+        push(iter(rows))  # everything is pushed, then the task dies once
+        ctx = TaskContext.get()
+        if ctx.partitionId() == 0 and not os.path.exists(marker):
+            open(marker, "w").close()
+            raise RuntimeError("injected failure after the push")
+
+    df = spark.range(1000, numPartitions=3).select(F.to_json(F.struct("id")).alias("payload"))
+    df.foreachPartition(flaky_push)
+    assert os.path.exists(marker)
+    stats = QueueClient(broker.url, q).stats()
+    assert stats["total"] == 1000 and stats["enqueued_total"] == 1000
+
+
+def work(payload: dict[str, Any]) -> dict[str, Any]:
+    if payload.get("poison"):
+        raise ValueError(f"cannot handle {payload['n']}")
+    return {"square": payload["n"] ** 2}
+
+
+def test_process_completes_retries_and_dead_letters(spark: Any, broker: BrokerServer) -> None:
+    q = qname()
+    c = QueueClient(broker.url, q)
+    c.create(max_attempts=2, backoff_base_s=0.05)
+    c.push_many([{"payload": {"n": n, "poison": n % 10 == 0}} for n in range(100)])
+    fn = process(work, broker=broker.url, queue=q, batch_size=8, idle_s=2.0, lease_s=30)
+    out = spark.range(4).repartition(4).mapInPandas(fn, RESULT_SCHEMA).collect()
+    by_status: dict[str, list[Any]] = {}
+    for r in out:
+        by_status.setdefault(r["status"], []).append(r)
+    assert len(by_status["completed"]) == 90
+    assert len(by_status["failed"]) == 10 and len(by_status["dead"]) == 10
+    assert all("ValueError: cannot handle" in r["error"] for r in by_status["dead"])
+    assert all("Traceback" in r["error"] for r in by_status["dead"])
+    assert {json.loads(r["result"])["square"] for r in by_status["completed"]} == {
+        n * n for n in range(100) if n % 10}
+    stats = c.stats()
+    assert stats["counts"] == {"pending": 0, "claimed": 0, "dead": 10, "staged": 0}
+    assert stats["completed_total"] == 90
+
+
+def test_worker_killed_mid_job_loses_nothing(broker: BrokerServer) -> None:
+    q = qname()
+    c = QueueClient(broker.url, q)
+    jid = c.push({"n": 7})
+    code = (
+        "import os, sys\n"
+        "from osqueue_spark import QueueClient\n"
+        "from osqueue_spark.workers import ProcessConfig, run_worker\n"
+        f"cfg = ProcessConfig({broker.url!r}, {q!r}, lease_s=1.0, idle_s=0.5)\n"
+        "def die(payload):\n"
+        "    print('claimed', flush=True)\n"
+        "    os.kill(os.getpid(), 9)\n"
+        "list(run_worker(die, cfg))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == -signal.SIGKILL and "claimed" in proc.stdout
+    assert c.stats()["counts"]["claimed"] == 1
+    again = c.claim("rescuer", wait_s=20)  # after the 1 s lease the job comes back
+    assert [j.id for j in again] == [jid] and again[0].attempt == 2
+    c.complete(again[0].token, {"rescued": True})
+
+
+def test_claim_one_context_manager(broker: BrokerServer) -> None:
+    from osqueue_spark.workers import claim_one
+
+    q = qname()
+    c = QueueClient(broker.url, q)
+    ok, bad = c.push({"n": 1}), c.push({"n": 2})
+    with claim_one(c, "me", lease_s=0.6) as ctx:
+        assert ctx is not None and ctx.job.id == ok
+        import time as _t
+
+        _t.sleep(1.5)  # longer than the lease: only the heartbeat keeps it
+        ctx.result = {"done": 1}
+    with pytest.raises(ZeroDivisionError), claim_one(c, "me") as ctx2:
+        assert ctx2 is not None and ctx2.job.id == bad
+        1 / 0  # noqa: B018
+    stats = c.stats()
+    assert stats["completed_total"] == 1 and stats["counts"]["pending"] == 1
+    assert "ZeroDivisionError" in c.jobs()[0]["last_error"]
+    with claim_one(QueueClient(broker.url, qname()), "me") as nothing:
+        assert nothing is None
+
+
+def test_streaming_write_exactly_once_across_restart(spark: Any, broker: BrokerServer,
+                                                    tmp_path: Path) -> None:
+    from pyspark.sql import functions as F
+
+    q = qname()
+    src = tmp_path / "in"
+    src.mkdir()
+    ckpt = str(tmp_path / "ckpt")
+
+    def run_once() -> None:
+        stream = (spark.readStream.schema("n long").json(str(src))
+                  .select(F.to_json(F.struct("n")).alias("payload")))
+        query = (stream.writeStream.format("osqueue").option("broker", broker.url)
+                 .option("queue", q).option("checkpointLocation", ckpt)
+                 .trigger(availableNow=True).start())
+        query.awaitTermination(120)
+
+    (src / "a.json").write_text("\n".join(json.dumps({"n": i}) for i in range(50)))
+    run_once()
+    (src / "b.json").write_text("\n".join(json.dumps({"n": i}) for i in range(50, 80)))
+    run_once()  # a restarted query from the same checkpoint
+    run_once()  # nothing new: nothing added
+    jobs = list(QueueClient(broker.url, q).iter_jobs())
+    assert sorted(j["payload"]["n"] for j in jobs) == list(range(80))
+
+
+def test_streaming_write_needs_an_identity(spark: Any, broker: BrokerServer) -> None:
+    from broker.errors import InvalidRequest
+    from osqueue_spark.options import StreamWriteOptions
+
+    with pytest.raises(InvalidRequest, match="checkpointLocation"):
+        StreamWriteOptions.parse({"broker": broker.url, "queue": "q"})
+
+
+def test_streaming_read_completes_on_commit_and_survives_restart(
+        spark: Any, broker: BrokerServer, tmp_path: Path) -> None:
+    q = qname()
+    c = QueueClient(broker.url, q)
+    c.push_many([{"payload": {"n": i}} for i in range(30)])
+    ckpt = str(tmp_path / "ckpt")
+    out = str(tmp_path / "out")
+
+    def start() -> Any:
+        df = (spark.readStream.format("osqueue").option("broker", broker.url)
+              .option("queue", q).option("maxJobsPerTrigger", "10").option("leaseS", "2")
+              .load())
+        return (df.writeStream.format("parquet").option("path", out)
+                .option("checkpointLocation", ckpt).trigger(processingTime="200 milliseconds")
+                .start())
+
+    query = start()
+    deadline = datetime.now(timezone.utc) + timedelta(seconds=120)
+    while c.stats()["completed_total"] < 10 and datetime.now(timezone.utc) < deadline:
+        query.awaitTermination(0.5)
+    query.stop()  # stops mid-stream; claimed but uncommitted jobs come back by lease
+    first = c.stats()["completed_total"]
+    assert first >= 10
+    query = start()
+    while c.stats()["completed_total"] < 30 and datetime.now(timezone.utc) < deadline:
+        query.awaitTermination(0.5)
+    query.stop()
+    stats = c.stats()
+    assert stats["completed_total"] == 30 and stats["total"] == 0
+    seen = {json.loads(r["payload"])["n"] for r in spark.read.parquet(out).collect()}
+    assert seen == set(range(30))

@@ -125,10 +125,10 @@ def run_worker(fn: Callable[[Any], Any], cfg: ProcessConfig,
                     results[r.token] = r
             hb.remove(j.token for j in jobs)
             for job, row in zip(jobs, rows, strict=True):
-                r = results.get(job.token)
-                if r is None or not r.ok:  # the lease was lost: another worker has it
+                answer = results.get(job.token)
+                if answer is None or not answer.ok:  # the lease was lost: another worker has it
                     row = (*row[:1], "lost", *row[2:])
-                elif row[1] == "failed" and r.status == "dead":
+                elif row[1] == "failed" and answer.status == "dead":
                     row = (*row[:1], "dead", *row[2:])
                 yield row
             done += len(jobs)

@@ -60,6 +60,12 @@ class Model(Protocol[StateT]):
         """Write what must land before the commit; return an undo for a lost write."""
         ...
     def next_timer_ms(self, state: StateT, now_ms: int) -> int | None: ...
+    def contended(self, state: StateT, lost: int) -> None:
+        """Called (in an I/O thread) after ``lost`` lost races while taking over."""
+        ...
+    def owned(self) -> None:
+        """Called (in an I/O thread) when the first write after (re)activation lands."""
+        ...
 
 
 @dataclass(slots=True)
@@ -115,6 +121,7 @@ class CommitLoop(Generic[StateT]):
         # False until a write of ours lands after (re)activation: until then a
         # foreign owner is the one we are taking over from, not our successor.
         self.owned = False
+        self._lost_races = 0
         self.step_down_error: OsqueueError | None = None
         self._executor = executor
         self._on_commit = on_commit
@@ -325,8 +332,14 @@ class CommitLoop(Generic[StateT]):
             await self._resolve(attempted, undo, unknown=True)
             return
         self.etag = etag
-        self.owned = True
         self.stats.state_bytes = data_len(data)
+        await self._now_owned()
+
+    async def _now_owned(self) -> None:
+        if not self.owned:
+            self.owned = True
+            self._lost_races = 0
+            await self._io(self.model.owned)
 
     async def _resolve(self, attempted: tuple[int, str | None],
                        undo: Callable[[], None] | None, *, unknown: bool) -> None:
@@ -335,7 +348,7 @@ class CommitLoop(Generic[StateT]):
         fresh = self.state
         assert fresh is not None
         if self.etag is not None and self.model.version(fresh) == attempted:
-            self.owned = True
+            await self._now_owned()
             return  # our write landed after all
         if undo is not None:
             try:
@@ -345,7 +358,15 @@ class CommitLoop(Generic[StateT]):
         owner = self.model.owner(fresh)
         if owner != self.writer and self.etag is not None and self.owned:
             raise StepDown(self.model.not_owner(fresh))
+        if not self.owned and owner not in (None, self.writer):
+            self._lost_races += 1
+            if self._lost_races % 3 == 0:  # a busy owner: ask it to hand over
+                await self._io(self.model.contended, fresh, self._lost_races)
         raise _Retry(sleep=unknown)
+
+    def yield_to(self, error: OsqueueError) -> None:
+        """Stop writing because another writer asked to take over; answer ``error``."""
+        self._step_down(error, [])
 
     def _step_down(self, error: OsqueueError, batch: list[_Pending]) -> None:
         log.warning("%s: another broker owns the object now; stepping down (%s)",

@@ -109,7 +109,7 @@ def build_app(broker: Broker, *, token: str | None = None) -> Starlette:
 
     async def stage(request: Request) -> Any:
         write_id, jobs = api.parse_stage(await body_of(request))
-        return {"ids": await broker.stage(request.path_params["queue"], write_id, jobs)}
+        return {"staged": await broker.stage(request.path_params["queue"], write_id, jobs)}
 
     async def publish(request: Request) -> Any:
         prefix, keep, once = api.parse_publish(await body_of(request))

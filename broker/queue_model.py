@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from broker import archive, transitions
+import orjson
+
+from broker import archive, keys, timefmt, transitions
 from broker import state as S
 from broker.errors import NotTheBroker, OsqueueError
 from broker.storage import Data, ObjectStore
@@ -83,6 +85,14 @@ class QueueModel:
             return None
         key = archive.write(self.store, self.queue, records, now_ms, state.seq, self.broker_id)
         return lambda: self.store.delete(key)
+
+    def contended(self, state: S.QueueState, lost: int) -> None:
+        request = {"id": self.broker_id, "url": self.url, "at_ms": timefmt.now_ms(),
+                   "lost_races": lost}
+        self.store.put(keys.takeover_key(self.queue), orjson.dumps(request))
+
+    def owned(self) -> None:
+        self.store.delete(keys.takeover_key(self.queue))
 
     def next_timer_ms(self, state: S.QueueState, now_ms: int) -> int | None:
         times = []

@@ -23,6 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from broker import keys, timefmt, transitions
 from broker import state as S
 from broker.commit import CommitLoop
@@ -30,6 +32,7 @@ from broker.errors import (
     InvalidRequest,
     NotTheBroker,
     OsqueueError,
+    PayloadTooLarge,
     UnknownQueue,
 )
 from broker.metrics import Metrics
@@ -89,6 +92,8 @@ class Broker:
         self._executor = ThreadPoolExecutor(self.config.io_threads, thread_name_prefix="osq-io")
         self._started = False
         self._stopping = False
+        self._sweep_task: asyncio.Task[None] | None = None
+        self._watch_task: asyncio.Task[None] | None = None
         self._settings = S.Settings.from_dict(self.config.default_settings)
 
     @property
@@ -119,6 +124,8 @@ class Broker:
         # before saying we are ready; a reclaim op carries the takeover.
         await asyncio.gather(*(q.loop.submit(transitions.Reclaim()) for q in loaded))
         self._started = True
+        self._sweep_task = asyncio.get_running_loop().create_task(self._sweeper())
+        self._watch_task = asyncio.get_running_loop().create_task(self._takeover_watch())
         log.info("broker %s serving %d queue(s) from %s at %s", self.id, len(loaded),
                  self.store.url, self.url or "(in-process)")
 
@@ -135,6 +142,9 @@ class Broker:
         if self._stopping:
             return
         self._stopping = True
+        for task in (self._sweep_task, self._watch_task):
+            if task is not None:
+                task.cancel()
         for q in list(self._queues.values()):
             q.model.retiring = True
             if q.loop.active and q.loop.etag is not None:
@@ -198,16 +208,19 @@ class Broker:
                                              keys.state_key(q.name))
         except OsqueueError:
             return
-        state = S.decode(got.data)
-        record = state.broker
-        if record is None or record.expires_ms <= self.clock():
-            log.info("queue %s: the other broker's lease ran out; taking it back", q.name)
+        record = S.decode(got.data).broker
+        # we handed the queue over: is the newcomer still on its way?
+        request = (await self._fresh_request(q.name)
+                   if record is not None and record.id == self.id else None)
+        if (record is None or record.expires_ms <= self.clock()
+                or (record.id == self.id and request is None)):
+            log.info("queue %s: no live broker owns it; taking it back", q.name)
             q.loop.reactivate()
-        elif q.loop.step_down_error is not None and isinstance(q.loop.step_down_error,
-                                                               NotTheBroker):
+        else:
+            url = request["url"] if request is not None else record.url
             q.loop.step_down_error = NotTheBroker(
-                f"this broker no longer serves queue {q.name!r}; it is served by {record.url}",
-                url=record.url, queue=q.name)
+                f"this broker no longer serves queue {q.name!r}; it is served by {url}",
+                url=url, queue=q.name)
 
     async def _submit(self, queue: str, opname: str, op: Any) -> Any:
         q = await self._queue(queue)
@@ -232,15 +245,141 @@ class Broker:
         result = await self._submit(queue, "push", transitions.Push(tuple(jobs)))
         return list(result.ids)
 
-    async def stage(self, queue: str, write_id: str, jobs: list[transitions.NewJob]) -> list[str]:
-        result = await self._submit(queue, "stage", transitions.Stage(write_id, tuple(jobs)))
-        return list(result.ids)
+    # -- staged writes (Spark's exactly-once enqueue) ---------------------------------
+    #
+    # A task stages a chunk of jobs as its own immutable object (no CAS, no
+    # commit: staging costs nothing in the queue object). The driver's publish
+    # reads the chunks of the successful attempts and pushes them in ONE commit,
+    # marked with a "once" key so a repeated publish adds nothing; then every
+    # staging object of the write is deleted. Objects of a writer that vanished
+    # are swept after the queue's staged_ttl_s.
+
+    async def stage(self, queue: str, write_id: str, jobs: list[transitions.NewJob]) -> int:
+        keys.check_queue_name(queue)
+        keys.check_write_id(write_id)
+        limit = self._settings.max_payload_bytes
+        for job in jobs:
+            if len(job.payload) > limit:
+                raise PayloadTooLarge(f"payload is {len(job.payload)} bytes; the limit is {limit}")
+        data = b"".join(
+            orjson.dumps([orjson.Fragment(j.payload), j.priority, j.delay_ms, j.max_attempts,
+                          j.key]) + b"\n" for j in jobs)
+        key = keys.staging_key(queue, write_id, self.clock())
+        await asyncio.get_running_loop().run_in_executor(self._executor, self.store.put, key,
+                                                         data)
+        self.metrics.op(queue, "stage", "ok")
+        return len(jobs)
+
+    def _staged_objects(self, queue: str, prefix: str) -> dict[str, str]:
+        """write id -> one staging object key, for the write ids under ``prefix``."""
+        found: dict[str, str] = {}
+        for key in self.store.list(keys.staging_prefix(queue) + prefix):
+            parsed = keys.parse_staging_key(queue, key)
+            if parsed is not None:
+                found.setdefault(parsed[0], key)  # a re-staged chunk has the same content
+        return found
+
+    def _read_staged(self, key: str) -> list[transitions.NewJob]:
+        return [transitions.NewJob(orjson.dumps(p), pr, d, m, k)
+                for p, pr, d, m, k in map(orjson.loads, self.store.get(key).splitlines())]
 
     async def publish(self, queue: str, prefix: str, keep: list[str],
                       once: str | None = None) -> dict[str, Any]:
-        op = transitions.Publish(prefix, tuple(keep), once)
-        result = await self._submit(queue, "publish", op)
-        return {"ids": result.ids, "discarded": result.count, "duplicate": result.duplicate}
+        """Push the staged chunks ``keep`` in one commit; drop every staging object
+        under ``prefix``. Raises ``InvalidRequest`` (and publishes nothing) if a
+        chunk to keep is missing."""
+        keys.check_queue_name(queue)
+        loop = asyncio.get_running_loop()
+        staged = await loop.run_in_executor(self._executor, self._staged_objects, queue, prefix)
+        result = None
+        if keep:
+            missing = [w for w in keep if w not in staged]
+            if missing:
+                q = self._queues.get(queue)
+                state = q.loop.state if q is not None else None
+                if once is not None and state is not None and once in state.keys:
+                    result = transitions.Result(duplicate=True)  # published before
+                else:
+                    raise InvalidRequest(f"{len(missing)} staged chunk(s) are missing, e.g. "
+                                         f"{missing[0]!r}; nothing was published")
+            if result is None:
+                chunks = await asyncio.gather(*(loop.run_in_executor(
+                    self._executor, self._read_staged, staged[w]) for w in keep))
+                jobs = tuple(job for chunk in chunks for job in chunk)
+                result = await self._submit(queue, "publish", transitions.Push(jobs, once))
+        for key in staged.values():
+            await loop.run_in_executor(self._executor, self.store.delete, key)
+        published = len(result.ids) if result is not None else 0
+        return {"published": published, "discarded": len(set(staged) - set(keep)),
+                "duplicate": bool(result and result.duplicate)}
+
+    async def sweep_staging(self) -> int:
+        """Delete staging objects older than each queue's staged_ttl_s; return how many."""
+        loop = asyncio.get_running_loop()
+        now = self.clock()
+        removed = 0
+        for name, q in list(self._queues.items()):
+            ttl_ms = round((q.loop.state.settings if q.loop.state else self._settings)
+                           .staged_ttl_s * 1000)
+            listed = await loop.run_in_executor(self._executor, self.store.list,
+                                                keys.staging_prefix(name))
+            for key in listed:
+                parsed = keys.parse_staging_key(name, key)
+                if parsed is not None and parsed[1] + ttl_ms <= now:
+                    await loop.run_in_executor(self._executor, self.store.delete, key)
+                    removed += 1
+        if removed:
+            log.info("swept %d staging object(s) of vanished writers", removed)
+        return removed
+
+    async def _sweeper(self, every_s: float = 60.0) -> None:
+        while not self._stopping:
+            await asyncio.sleep(every_s)
+            try:
+                await self.sweep_staging()
+            except OsqueueError as exc:
+                log.warning("staging sweep failed: %s", exc)
+
+    async def _fresh_request(self, queue: str) -> dict[str, Any] | None:
+        """Another broker's takeover request for ``queue`` from the last 10 seconds."""
+        loop = asyncio.get_running_loop()
+        try:
+            raw = await loop.run_in_executor(self._executor, self.store.get,
+                                             keys.takeover_key(queue))
+            request = orjson.loads(raw)
+        except (OsqueueError, orjson.JSONDecodeError):
+            return None
+        if not isinstance(request, dict) or request.get("id") == self.id:
+            return None
+        if request.get("at_ms", 0) < self.clock() - 10_000:
+            return None
+        return request
+
+    async def check_takeover_requests(self) -> None:
+        """Hand a queue over to a broker that asked for it in the last 10 seconds.
+
+        A newcomer that keeps losing the CAS race to a busy broker leaves a
+        request object; CAS alone would let it starve.
+        """
+        for name, q in list(self._queues.items()):
+            if not q.loop.active or not q.loop.owned:
+                continue
+            request = await self._fresh_request(name)
+            if request is None:
+                continue
+            url = request.get("url")
+            log.warning("queue %s: broker %s at %s asked to take over; handing it over",
+                        name, request.get("id"), url)
+            q.loop.yield_to(NotTheBroker(
+                f"this broker handed queue {name!r} over to {url}", url=url, queue=name))
+
+    async def _takeover_watch(self, every_s: float = 1.0) -> None:
+        while not self._stopping:
+            await asyncio.sleep(every_s)
+            try:
+                await self.check_takeover_requests()
+            except OsqueueError as exc:
+                log.warning("takeover check failed: %s", exc)
 
     async def claim(self, queue: str, worker: str, max_jobs: int = 1, lease_s: float = 30.0,
                     wait_s: float = 0.0) -> list[transitions.ClaimedJob]:

@@ -40,8 +40,7 @@ VERSION = 1
 PENDING = "pending"
 CLAIMED = "claimed"
 DEAD = "dead"
-STAGED = "staged"
-STATUSES = (PENDING, CLAIMED, DEAD, STAGED)
+STATUSES = (PENDING, CLAIMED, DEAD)
 
 # ids, statuses and timestamps never need JSON escaping, so they can be spliced in.
 _PLAIN_JOB = (b',\n{"id":"%s","seq":%d,"status":"%s","priority":%d,"run_at":"%s",'
@@ -66,7 +65,7 @@ class Settings:
     dedup_ttl_s: float = 86_400.0
     max_payload_bytes: int = 256 * 1024
     max_state_bytes: int = 512 * 1024 * 1024
-    staged_ttl_s: float = 3_600.0
+    staged_ttl_s: float = 3_600.0  # staging objects of a vanished Spark writer expire
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Settings:
@@ -100,7 +99,6 @@ class Job:
         "run_at_ms",
         "seq",
         "status",
-        "write_id",
     )
 
     def __init__(
@@ -117,7 +115,6 @@ class Job:
         key: str | None = None,
         last_error: str | None = None,
         lease: Lease | None = None,
-        write_id: str | None = None,
     ) -> None:
         self.id = id
         self.seq = seq
@@ -131,7 +128,6 @@ class Job:
         self.key = key
         self.last_error = last_error
         self.lease = lease
-        self.write_id = write_id
         self._enc: bytes | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -151,8 +147,6 @@ class Job:
             out["key"] = self.key
         if self.last_error is not None:
             out["last_error"] = self.last_error
-        if self.write_id is not None:
-            out["write_id"] = self.write_id
         if self.lease is not None:
             lease = self.lease
             out["lease"] = {
@@ -173,8 +167,7 @@ class Job:
         """
         enc = self._enc
         if enc is None:
-            if (self.lease is None and self.key is None and self.last_error is None
-                    and self.write_id is None):
+            if self.lease is None and self.key is None and self.last_error is None:
                 enc = _PLAIN_JOB % (
                     self.id.encode(), self.seq, self.status.encode(), self.priority,
                     timefmt.fmt(self.run_at_ms).encode(), self.attempts, self.max_attempts,
@@ -245,7 +238,6 @@ class QueueState:
     ready: list[tuple[int, int, int, str]] = field(default_factory=list)
     delayed: list[tuple[int, int, str]] = field(default_factory=list)
     leases: list[tuple[int, str, str]] = field(default_factory=list)
-    staged_writes: dict[str, list[str]] = field(default_factory=dict)
     approx_bytes: int = 0
     # Encoding cache by segment (jobs whose seq >> SEGMENT_SHIFT is equal):
     # each segment's jobs in seq order (removed ones are filtered out lazily),
@@ -406,7 +398,6 @@ def _job_from(raw: dict[str, Any]) -> Job:
         key=raw.get("key"),
         last_error=raw.get("last_error"),
         lease=_lease_from(lease) if lease else None,
-        write_id=raw.get("write_id"),
     )
 
 
@@ -473,7 +464,6 @@ def rebuild_indexes(state: QueueState) -> None:
     ready: list[tuple[int, int, int, str]] = []
     delayed: list[tuple[int, int, str]] = []
     leases: list[tuple[int, str, str]] = []
-    staged: dict[str, list[str]] = {}
     seg_jobs: dict[int, list[Job]] = {}
     approx = 0
     for job in state.jobs.values():
@@ -483,12 +473,9 @@ def rebuild_indexes(state: QueueState) -> None:
             ready.append((-job.priority, job.run_at_ms, job.seq, job.id))
         elif job.status == CLAIMED and job.lease is not None:
             leases.append((job.lease.expires_ms, job.lease.token, job.id))
-        elif job.status == STAGED and job.write_id is not None:
-            staged.setdefault(job.write_id, []).append(job.id)
     heapq.heapify(ready)
     heapq.heapify(leases)
     state.ready, state.delayed, state.leases = ready, delayed, leases
-    state.staged_writes = staged
     state.approx_bytes = approx
     state.seg_jobs = seg_jobs
     state.segments = {}

@@ -37,7 +37,6 @@ from broker.state import (
     DEAD,
     JOB_OVERHEAD_BYTES,
     PENDING,
-    STAGED,
     BrokerRecord,
     Job,
     KeyEntry,
@@ -72,28 +71,11 @@ class NewJob(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Push:
+    """Enqueue jobs. With ``once`` (a key in the idempotency window), the push
+    happens at most once: a repeat creates nothing and sets ``Result.duplicate``
+    (Spark publishes staged writes this way)."""
+
     jobs: tuple[NewJob, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Stage:
-    """Push jobs invisible to claims under ``write_id`` (a Spark task attempt)."""
-
-    write_id: str
-    jobs: tuple[NewJob, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Publish:
-    """Make the staged jobs of ``keep`` pending and drop every other write of ``prefix``.
-
-    With ``once``, a key in the idempotency window: if it is already there
-    (this publish happened before, e.g. a replayed streaming batch), every
-    staged write of ``prefix`` is dropped instead and ``Result.duplicate`` is set.
-    """
-
-    prefix: str
-    keep: tuple[str, ...]
     once: str | None = None
 
 
@@ -135,7 +117,7 @@ class Fail:
 
 @dataclass(frozen=True, slots=True)
 class Reclaim:
-    """Return expired leases to pending (or dead) and drop expired staged writes."""
+    """Return expired leases to pending (or dead)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +162,7 @@ class ClearBroker:
 
 
 Op = (
-    Push | Stage | Publish | Claim | Heartbeat | Complete | Fail | Reclaim | Redrive | Purge
+    Push | Claim | Heartbeat | Complete | Fail | Reclaim | Redrive | Purge
     | SetPaused | Configure | TakeOver | RenewBroker | ClearBroker
 )
 
@@ -320,15 +302,9 @@ def _validate_new(state: QueueState, new: NewJob) -> int:
     return len(new.payload) + JOB_OVERHEAD_BYTES
 
 
-def _insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int,
-                 status: str, write_id: str | None) -> list[str]:
-    """Validate all, then create all (or raise having created nothing).
-
-    Pending jobs are deduplicated by key here. Staged jobs keep their keys
-    out of the window until they are published (a discarded write must not
-    swallow its retry); :func:`_publish` deduplicates them then.
-    """
-    window = state.keys if status == PENDING else {}
+def _insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int) -> list[str]:
+    """Validate all, then create all (or raise having created nothing)."""
+    window = state.keys
     oldest_ok = now_ms - round(state.settings.dedup_ttl_s * 1000)
 
     def seen(key: str) -> KeyEntry | None:
@@ -352,7 +328,6 @@ def _insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int,
     ids: list[str] = []
     created: dict[str, str] = {}
     counters, all_jobs, settings_max = state.counters, state.jobs, state.settings.max_attempts
-    run_now = status == PENDING
     for new in jobs:
         if new.key is not None:
             entry = seen(new.key)
@@ -364,23 +339,18 @@ def _insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int,
                 continue
         counters.enqueued += 1
         seq = counters.enqueued
-        job = Job(job_id_for(seq), seq, new.payload, status, new.priority,
-                  now_ms + new.delay_ms, 0, new.max_attempts or settings_max, now_ms,
-                  new.key, None, None, write_id)
+        job = Job(job_id_for(seq), seq, new.payload, PENDING, new.priority,
+                  now_ms + new.delay_ms, 0, new.max_attempts or settings_max, now_ms, new.key)
         all_jobs[job.id] = job
         added(state, job)
-        if run_now:
-            _schedule(state, job, now_ms)
-        elif write_id is not None:
-            state.staged_writes.setdefault(write_id, []).append(job.id)
-        if new.key is not None and run_now:
+        _schedule(state, job, now_ms)
+        if new.key is not None:
             created[new.key] = job.id
             window.pop(new.key, None)  # re-insert at the end: the window stays in time order
             window[new.key] = KeyEntry(job.id, now_ms)
         ids.append(job.id)
     state.approx_bytes += incoming
-    if run_now:
-        _trim_window(state, now_ms)
+    _trim_window(state, now_ms)
     return ids
 
 
@@ -411,56 +381,13 @@ def _remove(state: QueueState, job: Job) -> None:
 
 
 def _push(state: QueueState, op: Push, now_ms: int) -> Result:
-    ids = _insert_jobs(state, op.jobs, now_ms, PENDING, None)
-    return Result(changed=True, ids=ids)
-
-
-def _stage(state: QueueState, op: Stage, now_ms: int) -> Result:
-    existing = state.staged_writes.get(op.write_id)
-    if existing is not None:  # a retried request of the same task attempt
-        return Result(ids=list(existing))
-    ids = _insert_jobs(state, op.jobs, now_ms, STAGED, op.write_id)
-    state.staged_writes.setdefault(op.write_id, [])
-    return Result(changed=True, ids=ids)
-
-
-def _publish(state: QueueState, op: Publish, now_ms: int) -> Result:
-    keep = set(op.keep)
-    result = Result()
+    if op.once is not None and _live_key(state, op.once, now_ms):
+        return Result(duplicate=True)
+    ids = _insert_jobs(state, op.jobs, now_ms)
     if op.once is not None:
-        seen = state.keys.get(op.once)
-        oldest_ok = now_ms - round(state.settings.dedup_ttl_s * 1000)
-        if seen is not None and seen.at_ms >= oldest_ok:
-            keep = set()
-            result.duplicate = True
-        else:
-            state.keys.pop(op.once, None)
-            state.keys[op.once] = KeyEntry("published", now_ms)
-            result.changed = True
-    for write_id in [w for w in state.staged_writes if w.startswith(op.prefix)]:
-        ids = state.staged_writes.pop(write_id)
-        for job_id in ids:
-            job = state.jobs.get(job_id)
-            if job is None or job.status != STAGED:
-                continue
-            result.changed = True
-            if write_id in keep and job.key is not None and _live_key(state, job.key, now_ms):
-                _remove(state, job)  # published before under the same key
-                result.count += 1
-            elif write_id in keep:
-                if job.key is not None:
-                    state.keys.pop(job.key, None)
-                    state.keys[job.key] = KeyEntry(job.id, now_ms)
-                job.status = PENDING
-                job.write_id = None
-                job.run_at_ms = max(job.run_at_ms, now_ms)
-                touch(state, job)
-                _schedule(state, job, now_ms)
-                result.ids.append(job_id)
-            else:
-                _remove(state, job)
-                result.count += 1
-    return result
+        state.keys.pop(op.once, None)
+        state.keys[op.once] = KeyEntry("(published)", now_ms)
+    return Result(changed=True, ids=ids)
 
 
 def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
@@ -579,17 +506,6 @@ def _reclaim(state: QueueState, op: Reclaim, now_ms: int) -> Result:
         state.counters.reclaimed += 1
         result.ids.append(job_id)
         result.changed = True
-    ttl = round(state.settings.staged_ttl_s * 1000)
-    for write_id in list(state.staged_writes):
-        ids = state.staged_writes[write_id]
-        first = state.jobs.get(ids[0]) if ids else None
-        if first is None or first.created_ms + ttl <= now_ms:
-            for job_id in state.staged_writes.pop(write_id):
-                job = state.jobs.get(job_id)
-                if job is not None and job.status == STAGED:
-                    _remove(state, job)
-                    result.count += 1
-                    result.changed = True
     if len(leases) > 64 and len(leases) > 4 * sum(
         1 for j in state.jobs.values() if j.status == CLAIMED
     ):
@@ -621,15 +537,13 @@ def _redrive(state: QueueState, op: Redrive, now_ms: int) -> Result:
 
 
 def _purge(state: QueueState, op: Purge, now_ms: int) -> Result:
-    bad = set(op.statuses) - {PENDING, CLAIMED, DEAD, STAGED}
+    bad = set(op.statuses) - {PENDING, CLAIMED, DEAD}
     if bad:
-        raise InvalidRequest(f"unknown status {sorted(bad)}; use pending, claimed, dead, staged")
+        raise InvalidRequest(f"unknown status {sorted(bad)}; use pending, claimed or dead")
     statuses = set(op.statuses)
     doomed = [j for j in state.jobs.values() if j.status in statuses]
     for job in doomed:
         _remove(state, job)
-    if STAGED in statuses:
-        state.staged_writes.clear()
     return Result(changed=bool(doomed), count=len(doomed))
 
 
@@ -681,8 +595,6 @@ def _clear_broker(state: QueueState, op: ClearBroker, now_ms: int) -> Result:
 
 _HANDLERS: dict[type, Callable[[QueueState, Any, int], Result]] = {
     Push: _push,
-    Stage: _stage,
-    Publish: _publish,
     Claim: _claim,
     Heartbeat: _heartbeat,
     Complete: _complete,
@@ -750,8 +662,8 @@ def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
 def list_jobs(state: QueueState, status: str | None = None, limit: int = 100,
               after: str | None = None) -> list[Job]:
     """A page of jobs in enqueue order, after job id ``after``, optionally by status."""
-    if status is not None and status not in (PENDING, CLAIMED, DEAD, STAGED):
-        raise InvalidRequest(f"unknown status {status!r}; use pending, claimed, dead, staged")
+    if status is not None and status not in (PENDING, CLAIMED, DEAD):
+        raise InvalidRequest(f"unknown status {status!r}; use pending, claimed or dead")
     if not 1 <= limit <= 10_000:
         raise InvalidRequest(f"limit must be 1..10000, got {limit}")
     after_seq = -1

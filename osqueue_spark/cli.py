@@ -194,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, limit in (("jobs", 100), ("peek", 10)):
         jp = sub.add_parser(name, help="list jobs" if name == "jobs" else "the first few jobs")
-        jp.add_argument("--status", choices=["pending", "claimed", "dead", "staged"])
+        jp.add_argument("--status", choices=["pending", "claimed", "dead"])
         jp.add_argument("--limit", type=int, default=limit)
         jp.add_argument("--after", help="page after this job id")
         jp.add_argument("--json", action="store_true")
@@ -206,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     pg = sub.add_parser("purge", help="delete jobs by status (default pending and dead)")
     pg.add_argument("--status", action="append",
-                    choices=["pending", "claimed", "dead", "staged"])
+                    choices=["pending", "claimed", "dead"])
     pg.add_argument("--yes", action="store_true", help="really delete")
     pg.set_defaults(fn=cmd_purge)
 

@@ -300,16 +300,17 @@ class QueueClient:
     def resume(self) -> None:
         self.request("POST", self._q("resume"), {})
 
-    def stage(self, write_id: str, jobs: Sequence[Any]) -> list[str]:
-        """Stage jobs invisibly under ``write_id`` (idempotent per write id)."""
+    def stage(self, write_id: str, jobs: Sequence[Any]) -> int:
+        """Stage jobs under ``write_id`` without enqueueing them (idempotent per write id)."""
         body = {"write_id": write_id, "jobs": [_job_body(j) for j in jobs]}
-        return list(self.request("POST", self._q("stage"), body)["ids"])
+        return int(self.request("POST", self._q("stage"), body)["staged"])
 
     def publish(self, prefix: str, keep: Sequence[str], once: str | None = None) -> dict[str, Any]:
-        """Publish staged writes ``keep``; discard every other write under ``prefix``.
+        """Enqueue the staged writes ``keep`` in one commit; drop every write under ``prefix``.
 
         ``once``: a key that makes the publish happen at most once (within the
         queue's dedup window); a repeat discards what is staged instead.
+        Returns ``{"published": n, "discarded": m, "duplicate": bool}``.
         """
         body = {"prefix": prefix, "keep": list(keep), "once": once}
         return dict(self.request("POST", self._q("publish"), body))

@@ -229,16 +229,16 @@ def _stage_rows(opts: BrokerOptions, prefix: str, rows: Iterator[Any]) -> Staged
 class QueueWriter(DataSourceWriter):
     def __init__(self, opts: BrokerOptions, write_uuid: str) -> None:
         self.opts = opts
-        self.prefix = f"w-{write_uuid}/"
+        self.prefix = f"w-{write_uuid}/"  # one write: every task's chunks live under it
 
     def write(self, iterator: Iterator[Any]) -> StagedMessage:
         return _stage_rows(self.opts, self.prefix, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         keep = [w for m in messages if isinstance(m, StagedMessage) for w in m.write_ids]
-        out = self.opts.client().publish(self.prefix, keep)
-        log.info("osqueue write %s: published %d jobs, discarded %d staged by failed attempts",
-                 self.prefix, len(out["ids"]), out["discarded"])
+        out = self.opts.client().publish(self.prefix, keep, once=f"write:{self.prefix}")
+        log.info("osqueue write %s: published %d jobs, discarded %d chunk(s) of failed attempts",
+                 self.prefix, out["published"], out["discarded"])
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         out = self.opts.client().publish(self.prefix, [])

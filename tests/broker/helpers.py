@@ -26,7 +26,7 @@ class BrokerProcess:
         self._ready = threading.Event()
         self._reader: threading.Thread | None = None
 
-    def start(self, timeout_s: float = 60.0, expect_ready: bool = True) -> BrokerProcess:
+    def start(self, timeout_s: float = 120.0, expect_ready: bool = True) -> BrokerProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "broker", "--store", self.store,
              "--listen", "127.0.0.1:0", "--log-level", "warning", *self.args],

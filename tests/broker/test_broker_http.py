@@ -263,7 +263,7 @@ def test_pause_resume_purge(client: QueueClient) -> None:
     client.resume()
     assert len(client.claim("w")) == 1
     assert client.purge() == 2
-    assert client.stats()["counts"] == {"pending": 0, "claimed": 1, "dead": 0, "staged": 0}
+    assert client.stats()["counts"] == {"pending": 0, "claimed": 1, "dead": 0}
 
 
 def test_corrupt_queue_object_refuses_start_and_stays_untouched(tmp_path: Path) -> None:
@@ -321,7 +321,7 @@ def test_two_brokers_never_both_acknowledge(tmp_path: Path) -> None:
                 acked[jid] = value
             i += 1
 
-    threads = [threading.Thread(target=pusher, args=(n,)) for n in range(4)]
+    threads = [threading.Thread(target=pusher, args=(n,)) for n in range(3)]
     for t in threads:
         t.start()
     while len(acked) < 100:

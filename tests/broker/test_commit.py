@@ -149,3 +149,34 @@ def test_direct_queue_archives_and_survives_races(tmp_path: Path) -> None:
     for t in threads:
         t.join()
     assert q.stats()["total"] == 30
+
+
+def test_busy_broker_hands_over_on_request(tmp_path: Path) -> None:
+    """A newcomer that keeps losing CAS races asks; the owner yields, stale asks are ignored."""
+    from broker.errors import NotTheBroker
+    from broker.timefmt import now_ms
+
+    store = FileStore(tmp_path)
+
+    async def main() -> None:
+        a = Broker(store, BrokerConfig(url="http://a", self_test=False))
+        await a.start()
+        await a.push("q", [transitions.NewJob(b"1")])
+        stale = {"id": "b-old", "url": "http://old", "at_ms": now_ms() - 60_000}
+        store.put(keys.takeover_key("q"), orjson.dumps(stale))
+        await a.check_takeover_requests()
+        await a.push("q", [transitions.NewJob(b"2")])  # still the owner
+        fresh = {"id": "b-new", "url": "http://b", "at_ms": now_ms()}
+        store.put(keys.takeover_key("q"), orjson.dumps(fresh))
+        await a.check_takeover_requests()
+        with pytest.raises(NotTheBroker) as info:
+            await a.push("q", [transitions.NewJob(b"3")])
+        assert info.value.details["url"] == "http://b"
+        b = Broker(store, BrokerConfig(url="http://b", self_test=False))
+        await b.start()  # lands at once: a no longer writes; its request object is removed
+        assert (await b.stats("q"))["total"] == 2
+        assert keys.takeover_key("q") not in store.list("q/")
+        await a.stop()
+        await b.stop()
+
+    run(main())

@@ -130,25 +130,14 @@ def test_takeover_grants_fresh_leases() -> None:
     assert T.apply(st_, T.Heartbeat((tok,), 1000), 1500).items[0].ok
 
 
-def test_stage_publish_discard() -> None:
+def test_push_once_happens_at_most_once() -> None:
     st_ = T.new_state(0)
-    a = T.apply(st_, T.Stage("w1/p0/a0", (T.NewJob(b"1"), T.NewJob(b"2"))), 0).ids
-    b = T.apply(st_, T.Stage("w1/p0/a1", (T.NewJob(b"1"), T.NewJob(b"2"))), 0).ids
-    assert T.apply(st_, T.Stage("w1/p0/a0", (T.NewJob(b"1"),)), 0).ids == a  # retried request
-    assert claim(st_, 0) == []  # staged jobs are invisible
-    r = T.apply(st_, T.Publish("w1/", ("w1/p0/a1",)), 1)
-    assert sorted(r.ids) == sorted(b) and r.count == 2
-    assert sorted(j.id for j in claim(st_, 1, 10)) == sorted(b)
-    # keys enter the window at publish: a discarded write does not swallow its retry
-    T.apply(st_, T.Stage("w3/a", (T.NewJob(b"9", key="k9"),)), 2)
-    T.apply(st_, T.Publish("w3/", ()), 2)
-    retry = T.apply(st_, T.Stage("w4/a", (T.NewJob(b"9", key="k9"),)), 3).ids
-    assert T.apply(st_, T.Publish("w4/", ("w4/a",)), 3).ids == retry
-    T.apply(st_, T.Stage("w5/a", (T.NewJob(b"9", key="k9"),)), 4)
-    assert T.apply(st_, T.Publish("w5/", ("w5/a",)), 4).ids == []  # published before
-    T.apply(st_, T.Stage("w2/p0/a0", (T.NewJob(b"1"),)), 0)
-    st_.settings.staged_ttl_s = 1
-    assert T.apply(st_, T.Reclaim(), 5000).count == 1  # the vanished writer's jobs expire
+    first = T.apply(st_, T.Push((T.NewJob(b"1"), T.NewJob(b"2")), once="write:a"), 0)
+    assert len(first.ids) == 2 and not first.duplicate
+    again = T.apply(st_, T.Push((T.NewJob(b"1"), T.NewJob(b"2")), once="write:a"), 5)
+    assert again.duplicate and again.ids == [] and len(st_.jobs) == 2
+    other = T.apply(st_, T.Push((T.NewJob(b"3"),), once="write:b"), 5)
+    assert len(other.ids) == 1 and len(st_.jobs) == 3
 
 
 def test_corrupt_foreign_and_newer_objects_are_refused() -> None:

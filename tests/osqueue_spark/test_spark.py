@@ -107,21 +107,23 @@ def test_archive_read_with_pruning(spark: Any, tmp_path: Path) -> None:
     assert json.loads(pushed.first()["result"])["ok"] in range(5)
 
 
-def fail_first_attempt(value: int) -> int:
-    from pyspark import TaskContext
-
-    ctx = TaskContext.get()
-    if (ctx is not None and ctx.partitionId() == 1 and ctx.attemptNumber() == 0
-            and value % 2500 == 2000):
-        raise RuntimeError("injected task failure after staging part of the partition")
-    return value
-
-
 def test_write_is_exactly_once_under_task_retry(spark: Any, broker: BrokerServer,
                                                store_dir: Path) -> None:
     from pyspark.sql import functions as F
 
     q = qname()
+    marker = f"/tmp/osq-write-failed-{q}"
+
+    def fail_first_attempt(value: int) -> int:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        if (ctx is not None and ctx.partitionId() == 1 and ctx.attemptNumber() == 0
+                and value % 2500 == 2000):
+            open(marker, "w").close()
+            raise RuntimeError("injected task failure after staging part of the partition")
+        return value
+
     flaky = F.udf(fail_first_attempt, "long")
     df = (spark.range(10_000, numPartitions=4)
           .withColumn("n", flaky("id"))
@@ -132,9 +134,37 @@ def test_write_is_exactly_once_under_task_retry(spark: Any, broker: BrokerServer
     payloads = sorted(json.loads(j.payload)["n"] for j in state.jobs.values())
     assert payloads == list(range(10_000))
     assert all(j.status == "pending" for j in state.jobs.values())
-    assert state.staged_writes == {}
-    # the failed attempt had staged jobs (they took sequence numbers) that were discarded
-    assert state.counters.enqueued > 10_000
+    assert os.path.exists(marker)  # the first attempt failed after staging 4 chunks
+    assert FileStore(store_dir).list(f"{q}/staging/") == []  # every chunk was cleaned up
+
+
+def test_stage_publish_sweep_through_the_broker(broker: BrokerServer, store_dir: Path) -> None:
+    q = qname()
+    c = QueueClient(broker.url, q)
+    assert c.stage("w-1/a", [{"payload": 1}, {"payload": 2, "key": "k"}]) == 2
+    assert c.stage("w-1/b", [{"payload": 3}]) == 1
+    assert c.stage("w-2/x", [{"payload": 4}]) == 1
+    assert c.claim("w") == []  # staged jobs are not in the queue
+    out = c.publish("w-1/", ["w-1/a"], once="write:w-1")
+    assert out == {"published": 2, "discarded": 1, "duplicate": False}
+    assert c.publish("w-1/", ["w-1/a"], once="write:w-1")["duplicate"]  # a retried commit
+    assert c.stats()["total"] == 2
+    from broker.errors import InvalidRequest
+
+    with pytest.raises(InvalidRequest, match="missing"):
+        c.publish("w-3/", ["w-3/never-staged"], once="write:w-3")
+    import asyncio
+
+    async def sweep() -> int:
+        inner = broker.broker
+        for q_ in inner._queues.values():
+            if q_.loop.state is not None:
+                q_.loop.state.settings.staged_ttl_s = 0.001
+        return await inner.sweep_staging()
+
+    fut = asyncio.run_coroutine_threadsafe(sweep(), broker._loop)  # type: ignore[arg-type]
+    assert fut.result(30) == 1  # w-2's chunk: its writer vanished
+    assert FileStore(store_dir).list(f"{q}/staging/") == []
 
 
 def test_write_without_payload_column_uses_all_columns(spark: Any, broker: BrokerServer) -> None:
@@ -214,7 +244,7 @@ def test_process_completes_retries_and_dead_letters(spark: Any, broker: BrokerSe
     assert {json.loads(r["result"])["square"] for r in by_status["completed"]} == {
         n * n for n in range(100) if n % 10}
     stats = c.stats()
-    assert stats["counts"] == {"pending": 0, "claimed": 0, "dead": 10, "staged": 0}
+    assert stats["counts"] == {"pending": 0, "claimed": 0, "dead": 10}
     assert stats["completed_total"] == 90
 
 

@@ -44,7 +44,7 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--batch-size", type=int, default=5000, help="rows per staged chunk")
-    p.add_argument("--claim-batch", type=int, default=500, help="jobs per claim in process()")
+    p.add_argument("--claim-batch", type=int, default=2000, help="jobs per claim in process()")
     args = p.parse_args()
 
     from pyspark.sql import functions as F

@@ -35,6 +35,7 @@ from typing import Any
 import orjson
 from pyspark.sql.datasource import (
     DataSource,
+    DataSourceArrowWriter,
     DataSourceReader,
     DataSourceStreamReader,
     DataSourceStreamWriter,
@@ -52,7 +53,7 @@ from osqueue_spark.options import (
     StreamReadOptions,
     StreamWriteOptions,
 )
-from osqueue_spark.rows import row_to_job, ts, ts_text
+from osqueue_spark.rows import arrow_jobs, row_to_job, ts, ts_text
 
 log = logging.getLogger("osqueue.spark")
 
@@ -197,8 +198,9 @@ class StagedMessage(WriterCommitMessage):
     rows: int
 
 
-def _stage_rows(opts: BrokerOptions, prefix: str, rows: Iterator[Any]) -> StagedMessage:
-    """Stage every row under ``prefix``, one write id per chunk of ``batch_size``."""
+def _stage_jobs(opts: BrokerOptions, prefix: str,
+                jobs: Iterator[dict[str, Any]]) -> StagedMessage:
+    """Stage jobs under ``prefix``, one write id per chunk of ``batch_size``."""
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
@@ -213,8 +215,8 @@ def _stage_rows(opts: BrokerOptions, prefix: str, rows: Iterator[Any]) -> Staged
         client.stage(write_id, chunk)
         write_ids.append(write_id)
 
-    for row in rows:
-        chunk.append(row_to_job(row))
+    for job in jobs:
+        chunk.append(job)
         if len(chunk) >= opts.batch_size:
             flush()
             count += len(chunk)
@@ -226,13 +228,19 @@ def _stage_rows(opts: BrokerOptions, prefix: str, rows: Iterator[Any]) -> Staged
     return StagedMessage(write_ids, count)
 
 
-class QueueWriter(DataSourceWriter):
+def _stage_rows(opts: BrokerOptions, prefix: str, rows: Iterator[Any]) -> StagedMessage:
+    return _stage_jobs(opts, prefix, (row_to_job(row) for row in rows))
+
+
+class QueueWriter(DataSourceArrowWriter):
+    """Receives Arrow record batches: payload text goes through without a parse."""
+
     def __init__(self, opts: BrokerOptions, write_uuid: str) -> None:
         self.opts = opts
         self.prefix = f"w-{write_uuid}/"  # one write: every task's chunks live under it
 
     def write(self, iterator: Iterator[Any]) -> StagedMessage:
-        return _stage_rows(self.opts, self.prefix, iterator)
+        return _stage_jobs(self.opts, self.prefix, arrow_jobs(iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         keep = [w for m in messages if isinstance(m, StagedMessage) for w in m.write_ids]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any
 
@@ -35,6 +36,47 @@ def row_to_job(row: Any) -> dict[str, Any]:
     else:
         job["payload"] = data
     return job
+
+
+def arrow_jobs(batches: Iterator[Any]) -> Iterator[dict[str, Any]]:
+    """Job bodies from Arrow record batches (``DataSourceArrowWriter``).
+
+    A string ``payload`` column is checked to be JSON and passed through as
+    text (no decode and re-encode); struct and map payloads, or rows without a
+    payload column, go through :func:`row_to_job`.
+    """
+    import pyarrow as pa
+
+    for batch in batches:
+        names = batch.schema.names
+        if ("payload" in names and pa.types.is_string(batch.schema.field("payload").type)) or (
+                "payload" in names and pa.types.is_large_string(
+                    batch.schema.field("payload").type)):
+            columns = {n: batch.column(n).to_pylist() for n in names
+                       if n == "payload" or n in OPTION_COLUMNS}
+            payloads = columns.pop("payload")
+            options = list(columns.items())
+            for i, text in enumerate(payloads):
+                if text is None:
+                    raise InvalidRequest(f"column 'payload' is null in row {i} of a batch")
+                try:
+                    orjson.loads(text)
+                except orjson.JSONDecodeError as exc:
+                    raise InvalidRequest(
+                        f"column 'payload' must hold JSON text (or be a struct or map); "
+                        f"got {text[:60]!r}: {exc}") from None
+                job: dict[str, Any] = {"payload": orjson.Fragment(text)}
+                for name, values in options:
+                    if values[i] is not None:
+                        job[name] = values[i]
+                yield job
+        else:
+            maps = {n for n in names if pa.types.is_map(batch.schema.field(n).type)}
+            for row in batch.to_pylist():
+                for n in maps:  # Arrow gives maps as lists of (key, value) pairs
+                    if row[n] is not None:
+                        row[n] = dict(row[n])
+                yield row_to_job(row)
 
 
 def ts(ms: int | None) -> datetime | None:

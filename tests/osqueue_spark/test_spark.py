@@ -179,6 +179,24 @@ def test_write_without_payload_column_uses_all_columns(spark: Any, broker: Broke
     assert jobs[0]["key"] == "k1"
 
 
+def test_write_struct_and_map_payloads(spark: Any, broker: BrokerServer) -> None:
+    from pyspark.sql import functions as F
+
+    q = qname()
+    df = spark.range(3).select(F.struct(F.col("id").alias("n"), F.lit("x").alias("s"))
+                               .alias("payload"), F.lit(2).alias("max_attempts"))
+    df.write.format("osqueue").option("broker", broker.url).option("queue", q).mode(
+        "append").save()
+    q2 = qname()
+    maps = spark.range(2).select(F.create_map(F.lit("k"), F.col("id")).alias("payload"))
+    maps.write.format("osqueue").option("broker", broker.url).option("queue", q2).mode(
+        "append").save()
+    jobs = QueueClient(broker.url, q).jobs()
+    assert sorted(j["payload"]["n"] for j in jobs) == [0, 1, 2]
+    assert all(j["payload"]["s"] == "x" and j["max_attempts"] == 2 for j in jobs)
+    assert sorted(j["payload"]["k"] for j in QueueClient(broker.url, q2).jobs()) == [0, 1]
+
+
 def test_write_rejects_overwrite_and_bad_json(spark: Any, broker: BrokerServer) -> None:
     df = spark.createDataFrame([("not json",)], "payload string")
     with pytest.raises(Exception, match="only appends"):

@@ -236,17 +236,18 @@ def _promote_due(state: QueueState, now_ms: int) -> None:
             heapq.heappush(state.ready, (-job.priority, run_at, seq, job_id))
 
 
+def _held_by(state: QueueState, job_id: str, token: str) -> Job | None:
+    """The job if it is claimed under ``token`` (expired or not), else None."""
+    job = state.jobs.get(job_id)
+    if job is None or job.status != CLAIMED or job.lease is None or job.lease.token != token:
+        return None
+    return job
+
+
 def live_job(state: QueueState, token: str, now_ms: int) -> Job | None:
     """The job ``token`` still holds at ``now_ms``, or None if the token is stale."""
-    job_id = token.rpartition(".")[0]
-    job = state.jobs.get(job_id)
-    if (
-        job is None
-        or job.status != CLAIMED
-        or job.lease is None
-        or job.lease.token != token
-        or job.lease.expires_ms <= now_ms
-    ):
+    job = _held_by(state, token.rpartition(".")[0], token)
+    if job is None or job.lease is None or job.lease.expires_ms <= now_ms:
         return None
     return job
 
@@ -491,15 +492,9 @@ def _reclaim(state: QueueState, op: Reclaim, now_ms: int) -> Result:
     leases = state.leases
     while leases and leases[0][0] <= now_ms:
         expires, token, job_id = heapq.heappop(leases)
-        job = state.jobs.get(job_id)
-        if (
-            job is None
-            or job.status != CLAIMED
-            or job.lease is None
-            or job.lease.token != token
-            or job.lease.expires_ms != expires
-        ):
-            continue
+        job = _held_by(state, job_id, token)
+        if job is None or job.lease is None or job.lease.expires_ms != expires:
+            continue  # an old heap entry: the job moved on or its lease was extended
         worker = job.lease.worker
         _settle_failure(state, job, f"lease expired (worker {worker} stopped heartbeating)",
                         0, now_ms)

@@ -5,35 +5,18 @@
 
 # COMMAND ----------
 
-import os
 import tempfile
 
 from osqueue_spark import QueueClient, register, start_broker
+from osqueue_spark.notebook import session, widget
 
-try:
-    dbutils  # type: ignore[name-defined]  # noqa: B018 - defined on Databricks
-    ON_DATABRICKS = True
-except NameError:
-    ON_DATABRICKS = False
-
-
-def widget(name: str, default: str) -> str:
-    if ON_DATABRICKS:
-        dbutils.widgets.text(name, default)  # type: ignore[name-defined]  # noqa: F821
-        return str(dbutils.widgets.get(name))  # type: ignore[name-defined]  # noqa: F821
-    return os.environ.get(f"OSQUEUE_{name.upper()}", default)
-
-
-STORE = widget("store", f"file://{tempfile.mkdtemp(prefix='osq-nb-')}")
-BROKER = widget("broker", "")
-QUEUE = widget("queue", "operations")
+STORE = widget("store", f"file://{tempfile.mkdtemp(prefix='osq-nb-')}", globals())
+BROKER = widget("broker", "", globals())
+QUEUE = widget("queue", "operations", globals())
 
 # COMMAND ----------
 
-if "spark" not in globals():
-    from osqueue_spark.pipelines import local_session
-
-    spark = local_session("osqueue-operations")
+spark = session(globals(), "osqueue-operations")
 register(spark)
 embedded = None
 if not BROKER:  # locally: make a queue with some dead jobs to operate on

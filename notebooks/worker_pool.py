@@ -8,37 +8,20 @@
 
 # COMMAND ----------
 
-import os
 import tempfile
 
 from osqueue_spark import RESULT_SCHEMA, QueueClient, process, register, start_broker
+from osqueue_spark.notebook import session, widget
 
-try:
-    dbutils  # type: ignore[name-defined]  # noqa: B018 - defined on Databricks
-    ON_DATABRICKS = True
-except NameError:
-    ON_DATABRICKS = False
-
-
-def widget(name: str, default: str) -> str:
-    if ON_DATABRICKS:
-        dbutils.widgets.text(name, default)  # type: ignore[name-defined]  # noqa: F821
-        return str(dbutils.widgets.get(name))  # type: ignore[name-defined]  # noqa: F821
-    return os.environ.get(f"OSQUEUE_{name.upper()}", default)
-
-
-STORE = widget("store", f"file://{tempfile.mkdtemp(prefix='osq-nb-')}")
-BROKER = widget("broker", "")
-QUEUE = widget("queue", "worker-pool")
-JOBS = int(widget("jobs", "2000"))
-WORKERS = int(widget("workers", "4"))
+STORE = widget("store", f"file://{tempfile.mkdtemp(prefix='osq-nb-')}", globals())
+BROKER = widget("broker", "", globals())
+QUEUE = widget("queue", "worker-pool", globals())
+JOBS = int(widget("jobs", "2000", globals()))
+WORKERS = int(widget("workers", "4", globals()))
 
 # COMMAND ----------
 
-if "spark" not in globals():
-    from osqueue_spark.pipelines import local_session
-
-    spark = local_session("osqueue-worker-pool")
+spark = session(globals(), "osqueue-worker-pool")
 register(spark)
 embedded = None
 if not BROKER:

@@ -49,12 +49,12 @@ class Heartbeater:
         except OsqueueError as exc:
             log.warning("heartbeat failed (%s); retrying in %.1fs", exc, self.interval_s)
             return
-        gone = [r.token for r in results if not r.ok]
+        with self._lock:  # a token released meanwhile (completed) was not lost
+            gone = [r.token for r in results if not r.ok and r.token in self._tokens]
+            self._tokens.difference_update(gone)
+            self.lost.update(gone)
         if gone:
             log.warning("lost %d lease(s): %s", len(gone), gone[:5])
-            with self._lock:
-                self._tokens.difference_update(gone)
-                self.lost.update(gone)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):

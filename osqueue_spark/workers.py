@@ -113,6 +113,7 @@ def run_worker(fn: Callable[[Any], Any], cfg: ProcessConfig,
                     completes.append((job.token, orjson.loads(encoded)))
                     rows.append((job.id, "completed", job.attempt, encoded, None, worker,
                                  began, _now()))
+            hb.remove(j.token for j in jobs)  # done with them: stop extending
             lost = hb.lost
             ok_tokens = {t for t, _ in completes if t not in lost}
             results: dict[str, ItemResult] = {}
@@ -123,7 +124,6 @@ def run_worker(fn: Callable[[Any], Any], cfg: ProcessConfig,
             if live_fails:
                 for r in client.fail_many(live_fails):
                     results[r.token] = r
-            hb.remove(j.token for j in jobs)
             for job, row in zip(jobs, rows, strict=True):
                 answer = results.get(job.token)
                 if answer is None or not answer.ok:  # the lease was lost: another worker has it

@@ -27,7 +27,7 @@ from urllib.parse import quote
 
 import orjson
 import urllib3
-from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential, wait_random
+from tenacity import retry_if_exception, stop_after_delay
 
 from broker import keys
 from broker.errors import (
@@ -37,6 +37,7 @@ from broker.errors import (
     OsqueueError,
     from_dict,
 )
+from broker.retry import retrying
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,13 +205,8 @@ class QueueClient:
                 self._discover(None)
                 raise
 
-        retrying = Retrying(
-            retry=retry_if_exception(_retryable),
-            stop=stop_after_delay(self.retry_s),
-            wait=wait_exponential(multiplier=0.05, max=2.0) + wait_random(0, 0.05),
-            reraise=True,
-        )
-        return retrying(once)
+        return retrying(retry=retry_if_exception(_retryable),
+                        stop=stop_after_delay(self.retry_s))(once)
 
     def _q(self, action: str = "") -> str:
         return f"/v1/queues/{quote(self.queue)}" + (f"/{action}" if action else "")

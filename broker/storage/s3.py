@@ -21,15 +21,13 @@ from typing import Any, TypeVar
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
-from tenacity import Retrying as _Retrying
 from tenacity import (
     retry_if_exception_type,
     stop_after_attempt,
-    wait_exponential,
-    wait_random,
 )
 
 from broker.errors import Conflict, NotFound, StorageError, StorageUnavailable
+from broker.retry import retrying
 from broker.storage.base import Data, ObjectStore, Versioned, as_bytes
 
 T = TypeVar("T")
@@ -101,13 +99,9 @@ class S3Store(ObjectStore):
             except (ClientError, BotoCoreError) as exc:
                 raise _classify(exc, key) from None
 
-        retrying = _Retrying(
-            retry=retry_if_exception_type(StorageUnavailable),
-            stop=stop_after_attempt(self._retries),
-            wait=wait_exponential(multiplier=0.05, max=2.0) + wait_random(0, 0.05),
-            reraise=True,
-        )
-        return retrying(attempt)
+        policy = retrying(retry=retry_if_exception_type(StorageUnavailable),
+                          stop=stop_after_attempt(self._retries))
+        return policy(attempt)
 
     # -- CAS objects -----------------------------------------------------
     def read(self, key: str) -> Versioned:

@@ -160,10 +160,6 @@ class CommitLoop(Generic[StateT]):
             raise result
         return result
 
-    def kick(self) -> None:
-        """Run a commit cycle now (housekeeping) even with nothing buffered."""
-        self._wake.set()
-
     def reactivate(self) -> None:
         self.active = True
         self.owned = False

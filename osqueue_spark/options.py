@@ -7,7 +7,6 @@ of ``repr``.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -190,7 +189,3 @@ class StreamWriteOptions:
                 "streaming writes need a stable identity across restarts: set "
                 ".option(\"checkpointLocation\", ...) or .option(\"streamId\", \"my-stream\")")
         return cls(target=BrokerOptions.parse(options), stream_id=stream_id)
-
-
-def replace(obj: Any, **changes: Any) -> Any:
-    return dataclasses.replace(obj, **changes)

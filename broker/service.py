@@ -18,7 +18,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,7 +90,6 @@ class Broker:
         self._queues: dict[str, _Queue] = {}
         self._creating: dict[str, asyncio.Lock] = {}
         self._executor = ThreadPoolExecutor(self.config.io_threads, thread_name_prefix="osq-io")
-        self._started = False
         self._stopping = False
         self._sweep_task: asyncio.Task[None] | None = None
         self._watch_task: asyncio.Task[None] | None = None
@@ -123,9 +122,10 @@ class Broker:
         # Take every queue over (write our broker record, re-lease claimed jobs)
         # before saying we are ready; a reclaim op carries the takeover.
         await asyncio.gather(*(q.loop.submit(transitions.Reclaim()) for q in loaded))
-        self._started = True
-        self._sweep_task = asyncio.get_running_loop().create_task(self._sweeper())
-        self._watch_task = asyncio.get_running_loop().create_task(self._takeover_watch())
+        self._sweep_task = loop.create_task(
+            self._every(60.0, self.sweep_staging, "staging sweep"))
+        self._watch_task = loop.create_task(
+            self._every(1.0, self.check_takeover_requests, "takeover check"))
         log.info("broker %s serving %d queue(s) from %s at %s", self.id, len(loaded),
                  self.store.url, self.url or "(in-process)")
 
@@ -203,15 +203,18 @@ class Broker:
             return
         q.last_owner_check = now
         loop = asyncio.get_running_loop()
+        # Read a newcomer's takeover request BEFORE the state: it deletes the request
+        # only after its write landed, so this order never sees "our record, no
+        # request" while a newcomer is taking over.
+        request = await self._fresh_request(q.name)
         try:
             got = await loop.run_in_executor(self._executor, self.store.read,
                                              keys.state_key(q.name))
         except OsqueueError:
             return
         record = S.decode(got.data).broker
-        # we handed the queue over: is the newcomer still on its way?
-        request = (await self._fresh_request(q.name)
-                   if record is not None and record.id == self.id else None)
+        if record is None or record.id != self.id:
+            request = None  # someone else owns it now; follow the record
         if (record is None or record.expires_ms <= self.clock()
                 or (record.id == self.id and request is None)):
             log.info("queue %s: no live broker owns it; taking it back", q.name)
@@ -332,13 +335,15 @@ class Broker:
             log.info("swept %d staging object(s) of vanished writers", removed)
         return removed
 
-    async def _sweeper(self, every_s: float = 60.0) -> None:
+    async def _every(self, every_s: float, work: Callable[[], Awaitable[Any]],
+                     what: str) -> None:
+        """Run ``work`` every ``every_s`` seconds until the broker stops; log its errors."""
         while not self._stopping:
             await asyncio.sleep(every_s)
             try:
-                await self.sweep_staging()
+                await work()
             except OsqueueError as exc:
-                log.warning("staging sweep failed: %s", exc)
+                log.warning("%s failed: %s", what, exc)
 
     async def _fresh_request(self, queue: str) -> dict[str, Any] | None:
         """Another broker's takeover request for ``queue`` from the last 10 seconds."""
@@ -372,14 +377,6 @@ class Broker:
                         name, request.get("id"), url)
             q.loop.yield_to(NotTheBroker(
                 f"this broker handed queue {name!r} over to {url}", url=url, queue=name))
-
-    async def _takeover_watch(self, every_s: float = 1.0) -> None:
-        while not self._stopping:
-            await asyncio.sleep(every_s)
-            try:
-                await self.check_takeover_requests()
-            except OsqueueError as exc:
-                log.warning("takeover check failed: %s", exc)
 
     async def claim(self, queue: str, worker: str, max_jobs: int = 1, lease_s: float = 30.0,
                     wait_s: float = 0.0) -> list[transitions.ClaimedJob]:
@@ -443,8 +440,6 @@ class Broker:
         now = self.clock()
         out = transitions.stats(state, now)
         q = self._queues[queue]
-        for status, n in out["counts"].items():
-            self.metrics.gauge("osqueue_jobs", n, queue=queue, status=status)
         out["queue"] = queue
         out["state_bytes"] = q.loop.stats.state_bytes
         out["commits"] = q.loop.stats.commits

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from broker import timefmt, transitions
-from broker.errors import InvalidRequest, RequestError
+from broker.errors import InvalidRequest, PayloadTooLarge, RequestError
 
 _MISSING = object()
 
@@ -82,6 +82,16 @@ _PLAIN_FIELDS = frozenset({"payload"})
 _SIMPLE_DEFAULTS = {"priority": 0, "delay_s": 0, "max_attempts": None, "key": None}
 
 
+def _options(item: dict[str, Any], where: str) -> tuple[int, int, int | None, str | None]:
+    """A job's options (priority, delay in ms, max_attempts, key), checked."""
+    delay = _num(item, "delay_s", 0.0, hi=10 * 365 * 86400.0, where=where) or 0.0
+    return (_int(item, "priority", 0, lo=-transitions.MAX_PRIORITY,
+                 hi=transitions.MAX_PRIORITY, where=where) or 0,
+            round(delay * 1000),
+            _int(item, "max_attempts", None, lo=1, hi=1000, where=where),
+            _str(item, "key", None, where=where))
+
+
 def parse_new_jobs(body: dict[str, Any]) -> list[transitions.NewJob]:
     jobs = []
     dumps, new_job = orjson.dumps, transitions.NewJob
@@ -98,15 +108,7 @@ def parse_new_jobs(body: dict[str, Any]) -> list[transitions.NewJob]:
         item = _obj(raw, f"jobs[{i}]")
         if "payload" not in item:
             raise InvalidRequest(f"field '{where}payload' is required")
-        delay = _num(item, "delay_s", 0.0, hi=10 * 365 * 86400.0, where=where) or 0.0
-        jobs.append(transitions.NewJob(
-            payload=orjson.dumps(item["payload"]),
-            priority=_int(item, "priority", 0, lo=-transitions.MAX_PRIORITY,
-                          hi=transitions.MAX_PRIORITY, where=where) or 0,
-            delay_ms=round(delay * 1000),
-            max_attempts=_int(item, "max_attempts", None, lo=1, hi=1000, where=where),
-            key=_str(item, "key", None, where=where),
-        ))
+        jobs.append(new_job(dumps(item["payload"]), *_options(item, where)))
     return jobs
 
 
@@ -114,12 +116,78 @@ def parse_push(body: Any) -> list[transitions.NewJob]:
     return parse_new_jobs(_obj(body, "request body"))
 
 
-def parse_stage(body: Any) -> tuple[str, list[transitions.NewJob]]:
-    body = _obj(body, "request body")
-    write_id = _str(body, "write_id", None, max_len=300)
+# -- staged lines ------------------------------------------------------------------
+#
+# What a Spark task stages (POST /stage) and what the staging object holds: one
+# job a line, ``OPTIONS \t PAYLOAD \n``. OPTIONS is empty for default options,
+# else a JSON object with any of priority, delay_s, max_attempts, key; PAYLOAD
+# is the job's JSON with no line break in it. The request body starts with one
+# JSON line ``{"write_id": ...}``. Tasks build these lines straight from Arrow
+# columns, and publish reads them back without decoding a payload.
+
+STAGED_OPTION_FIELDS = frozenset({"priority", "delay_s", "max_attempts", "key"})
+
+
+def staged_line(payload: bytes, options: dict[str, Any] | None = None) -> bytes:
+    """One staged line for a job (``payload``: its JSON bytes; line breaks in it,
+    which JSON allows only between tokens, are removed by re-encoding)."""
+    if b"\n" in payload:
+        payload = orjson.dumps(parse_json(payload))
+    head = orjson.dumps(options) if options else b""
+    return b"%s\t%s\n" % (head, payload)
+
+
+def parse_staged(data: bytes, *, check: bool, max_payload_bytes: int = 0,
+                 where: str = "staged line") -> list[transitions.NewJob]:
+    """Staged lines -> jobs. With ``check`` every payload is parsed as JSON and
+    sized and every option validated (at stage); without, only the options are
+    decoded (at publish, of lines the broker checked when they were staged)."""
+    new_job, loads = transitions.NewJob, orjson.loads
+    lines = data.split(b"\n")
+    if lines[-1]:
+        raise InvalidRequest(f"{where}s must end with a line break")
+    jobs = []
+    for i, line in enumerate(lines[:-1]):
+        head, tab, payload = line.partition(b"\t")
+        if not tab:
+            raise InvalidRequest(f"{where} {i} has no tab between options and payload")
+        if check:
+            if len(payload) > max_payload_bytes:
+                raise PayloadTooLarge(f"{where} {i}: payload is {len(payload)} bytes; "
+                                      f"the limit is {max_payload_bytes}")
+            try:
+                loads(payload)
+            except orjson.JSONDecodeError as exc:
+                raise InvalidRequest(f"{where} {i}: payload is not valid JSON ({exc})") from None
+        if not head:
+            jobs.append(new_job(payload))
+            continue
+        item = _obj(parse_json(head) if check else loads(head), f"{where} {i} options")
+        unknown = set(item) - STAGED_OPTION_FIELDS
+        if unknown:
+            raise InvalidRequest(f"{where} {i} has unknown options {sorted(unknown)}")
+        jobs.append(new_job(payload, *_options(item, f"{where} {i}: ")))
+    return jobs
+
+
+def staged_payloads(data: bytes) -> list[bytes] | None:
+    """The payloads of staged lines that all have default options, else None
+    (then use :func:`parse_staged`). Lines the broker checked when staging."""
+    lines = data.split(b"\n")
+    if lines[-1] or not data.startswith(b"\t") or data.count(b"\n\t") != len(lines) - 2:
+        return None
+    return [line[1:] for line in lines[:-1]]
+
+
+def parse_stage(body: bytes) -> tuple[str, bytes]:
+    """A stage request -> ``(write_id, staged lines)``; the lines are checked by
+    :meth:`broker.service.Broker.stage`."""
+    first, _, lines = body.partition(b"\n")
+    header = _obj(parse_json(first), "the first line of the request body")
+    write_id = _str(header, "write_id", None, max_len=300)
     if write_id is None:
         raise InvalidRequest("field 'write_id' is required")
-    return write_id, parse_new_jobs(body)
+    return write_id, lines
 
 
 def parse_publish(body: Any) -> tuple[str, list[str], str | None]:

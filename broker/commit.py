@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from broker.errors import Conflict, NotFound, OsqueueError, StorageError
+from broker.gcpause import gc_paused
 from broker.storage import Data, ObjectStore, data_len
 
 log = logging.getLogger("osqueue.commit")
@@ -268,17 +269,18 @@ class CommitLoop(Generic[StateT]):
             now = self.clock()
             exists = self.etag is not None
             changed = False
-            for op in self.model.housekeeping(state, now, exists):
-                _, did = self.model.apply(state, op, now)
-                changed = changed or (did and exists)
             results: list[Any] = []
-            for item in batch:
-                try:
-                    result, did = self.model.apply(state, item.op, now)
-                except OsqueueError as exc:
-                    result, did = exc, False
-                results.append(result)
-                changed = changed or did
+            with gc_paused():
+                for op in self.model.housekeeping(state, now, exists):
+                    _, did = self.model.apply(state, op, now)
+                    changed = changed or (did and exists)
+                for item in batch:
+                    try:
+                        result, did = self.model.apply(state, item.op, now)
+                    except OsqueueError as exc:
+                        result, did = exc, False
+                    results.append(result)
+                    changed = changed or did
             if not changed:
                 for item, result in zip(batch, results, strict=True):
                     self._answer(item, result)
@@ -307,7 +309,8 @@ class CommitLoop(Generic[StateT]):
 
     async def _write(self, state: StateT, results: list[Any], now: int) -> None:
         """One CAS attempt. Returns if it landed; raises _Retry or StepDown if not."""
-        data = self.model.encode(state, self.writer, now)
+        with gc_paused():
+            data = self.model.encode(state, self.writer, now)
         attempted = self.model.version(state)
         undo = None
         try:

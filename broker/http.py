@@ -95,9 +95,9 @@ def build_app(broker: Broker, *, token: str | None = None) -> Any:
     async def fail(queue: str, body: Any) -> tuple[int, Any]:
         return batch_answer(await broker.fail(queue, api.parse_fail(body)))
 
-    async def stage(queue: str, body: Any) -> tuple[int, Any]:
-        write_id, jobs = api.parse_stage(body)
-        return 200, {"staged": await broker.stage(queue, write_id, jobs)}
+    async def stage(queue: str, body: bytes) -> tuple[int, Any]:
+        write_id, lines = api.parse_stage(body)
+        return 200, {"staged": await broker.stage(queue, write_id, lines)}
 
     async def publish(queue: str, body: Any) -> tuple[int, Any]:
         prefix, keep, once = api.parse_publish(body)
@@ -130,7 +130,8 @@ def build_app(broker: Broker, *, token: str | None = None) -> Any:
                         scope: Any, receive: Any) -> tuple[int, Any]:
         try:
             check_auth(dict(scope["headers"]).get(b"authorization", b""))
-            return await handler(queue, api.parse_json(await read_body(scope, receive)))
+            body = await read_body(scope, receive)
+            return await handler(queue, body if handler is stage else api.parse_json(body))
         except OsqueueError as exc:
             return exc.status, exc.to_dict()
         except Exception:  # never crash the broker on one request

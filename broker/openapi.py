@@ -74,9 +74,12 @@ OPENAPI: dict[str, Any] = {
                 "retry_in_s": {"type": ["number", "null"]}}, "required": ["token"]}}},
                 ["items"]), _RESULTS),
         "/v1/queues/{queue}/stage": _post(
-            "Stage jobs invisibly under a write id (exactly-once Spark writes)",
-            _body({"write_id": {"type": "string"}, "jobs": {"type": "array", "items": _NEW_JOB}},
-                  ["write_id", "jobs"]), {"ids": {"type": "array"}}),
+            "Stage jobs invisibly under a write id (exactly-once Spark writes). The body "
+            'is a line {"write_id": ...} and then one job a line: options (empty, or a '
+            "JSON object of priority, delay_s, max_attempts, key), a tab, the payload JSON",
+            {"required": True, "content": {"application/vnd.osqueue.staged": {
+                "schema": {"type": "string"}}}},
+            {"staged": {"type": "integer"}}),
         "/v1/queues/{queue}/publish": _post(
             "Publish the staged writes in keep; discard the other writes under prefix",
             _body({"prefix": {"type": "string"}, "keep": {"type": "array"}}, ["prefix"]),

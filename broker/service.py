@@ -18,23 +18,23 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from broker import keys, timefmt, transitions
+from broker import api, keys, timefmt, transitions
 from broker import state as S
 from broker.commit import CommitLoop
 from broker.errors import (
     InvalidRequest,
     NotTheBroker,
     OsqueueError,
-    PayloadTooLarge,
     UnknownQueue,
 )
+from broker.gcpause import gc_paused
 from broker.metrics import Metrics
 from broker.queue_model import QueueModel
 from broker.storage import ObjectStore
@@ -257,20 +257,24 @@ class Broker:
     # staging object of the write is deleted. Objects of a writer that vanished
     # are swept after the queue's staged_ttl_s.
 
-    async def stage(self, queue: str, write_id: str, jobs: list[transitions.NewJob]) -> int:
+    async def stage(self, queue: str, write_id: str, lines: bytes) -> int:
+        """Store staged lines (see :mod:`broker.api`) as one staging object; return
+        how many jobs they hold. Raises ``InvalidRequest`` or ``PayloadTooLarge``
+        (storing nothing) if any line is bad."""
         keys.check_queue_name(queue)
         keys.check_write_id(write_id)
-        limit = self._settings.max_payload_bytes
-        for job in jobs:
-            if len(job.payload) > limit:
-                raise PayloadTooLarge(f"payload is {len(job.payload)} bytes; the limit is {limit}")
-        data = b"".join(
-            orjson.dumps([orjson.Fragment(j.payload), j.priority, j.delay_ms, j.max_attempts,
-                          j.key]) + b"\n" for j in jobs)
         key = keys.staging_key(queue, write_id, self.clock())
-        await asyncio.get_running_loop().run_in_executor(self._executor, self.store.put, key,
-                                                         data)
+        count = await asyncio.get_running_loop().run_in_executor(
+            self._executor, self._check_and_put, key, lines)
         self.metrics.op(queue, "stage", "ok")
+        return count
+
+    def _check_and_put(self, key: str, lines: bytes) -> int:
+        jobs = api.parse_staged(lines, check=True,
+                                max_payload_bytes=self._settings.max_payload_bytes)
+        if not jobs:
+            raise InvalidRequest("nothing to stage: no job lines")
+        self.store.put(key, lines)
         return len(jobs)
 
     def _staged_objects(self, queue: str, prefix: str) -> dict[str, str]:
@@ -282,9 +286,13 @@ class Broker:
                 found.setdefault(parsed[0], key)  # a re-staged chunk has the same content
         return found
 
-    def _read_staged(self, key: str) -> list[transitions.NewJob]:
-        return [transitions.NewJob(orjson.dumps(p), pr, d, m, k)
-                for p, pr, d, m, k in map(orjson.loads, self.store.get(key).splitlines())]
+    def _read_staged(self, key: str) -> list[bytes] | list[transitions.NewJob]:
+        """A staging object's jobs: bare payloads if they all have default options."""
+        with gc_paused():
+            data = self.store.get(key)
+            payloads = api.staged_payloads(data)
+            return payloads if payloads is not None else api.parse_staged(data, check=False,
+                                                                           where=key)
 
     async def publish(self, queue: str, prefix: str, keep: list[str],
                       once: str | None = None) -> dict[str, Any]:
@@ -308,8 +316,7 @@ class Broker:
             if result is None:
                 chunks = await asyncio.gather(*(loop.run_in_executor(
                     self._executor, self._read_staged, staged[w]) for w in keep))
-                jobs = tuple(job for chunk in chunks for job in chunk)
-                result = await self._submit(queue, "publish", transitions.Push(jobs, once))
+                result = await self._submit(queue, "publish", _push_op(chunks, once))
         for key in staged.values():
             await loop.run_in_executor(self._executor, self.store.delete, key)
         published = len(result.ids) if result is not None else 0
@@ -465,3 +472,14 @@ class Broker:
             if q.loop.state is not None:
                 for status, n in q.loop.state.count_by_status().items():
                     self.metrics.gauge("osqueue_jobs", n, queue=name, status=status)
+
+
+def _push_op(chunks: Sequence[list[bytes] | list[transitions.NewJob]],
+             once: str | None) -> transitions.Push | transitions.PushPayloads:
+    """One push of every staged chunk, in order: the bulk form if every job has
+    default options."""
+    if all(not chunk or isinstance(chunk[0], bytes) for chunk in chunks):
+        return transitions.PushPayloads(
+            tuple(p for chunk in chunks for p in chunk if isinstance(p, bytes)), once)
+    return transitions.Push(tuple(transitions.NewJob(j) if isinstance(j, bytes) else j
+                                  for chunk in chunks for j in chunk), once)

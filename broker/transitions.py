@@ -24,8 +24,10 @@ Promises kept here (and checked by the property tests):
 from __future__ import annotations
 
 import heapq
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, NamedTuple
 
 import orjson
@@ -44,6 +46,8 @@ from broker.state import (
     QueueState,
     Settings,
     added,
+    added_many,
+    new_pending_jobs,
     removed,
     touch,
 )
@@ -76,6 +80,15 @@ class Push:
     (Spark publishes staged writes this way)."""
 
     jobs: tuple[NewJob, ...]
+    once: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PushPayloads:
+    """:class:`Push` for jobs with default options, given as their payloads'
+    JSON bytes: the bulk form (a Spark write publishes a million at once)."""
+
+    payloads: tuple[bytes, ...]
     once: str | None = None
 
 
@@ -162,7 +175,7 @@ class ClearBroker:
 
 
 Op = (
-    Push | Claim | Heartbeat | Complete | Fail | Reclaim | Redrive | Purge
+    Push | PushPayloads | Claim | Heartbeat | Complete | Fail | Reclaim | Redrive | Purge
     | SetPaused | Configure | TakeOver | RenewBroker | ClearBroker
 )
 
@@ -303,8 +316,14 @@ def _validate_new(state: QueueState, new: NewJob) -> int:
     return len(new.payload) + JOB_OVERHEAD_BYTES
 
 
+_OPTIONS = operator.itemgetter(1, 2, 3, 4)  # NewJob's fields after the payload
+_DEFAULT_OPTIONS = (0, 0, None, None)
+
+
 def _insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int) -> list[str]:
     """Validate all, then create all (or raise having created nothing)."""
+    if jobs and set(map(_OPTIONS, jobs)) == {_DEFAULT_OPTIONS}:
+        return _insert_payloads(state, [new[0] for new in jobs], now_ms)
     window = state.keys
     oldest_ok = now_ms - round(state.settings.dedup_ttl_s * 1000)
 
@@ -321,11 +340,7 @@ def _insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int) -> list
         if new.key is not None:
             fresh[new.key] = 0
         incoming += size
-    if incoming and state.approx_bytes + incoming > state.settings.max_state_bytes:
-        raise QueueFull(
-            f"queue full: the object would grow past {state.settings.max_state_bytes} bytes; "
-            "nothing from this push was written"
-        )
+    _check_room(state, incoming)
     ids: list[str] = []
     created: dict[str, str] = {}
     counters, all_jobs, settings_max = state.counters, state.jobs, state.settings.max_attempts
@@ -355,6 +370,42 @@ def _insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int) -> list
     return ids
 
 
+def _check_room(state: QueueState, incoming: int) -> None:
+    if incoming and state.approx_bytes + incoming > state.settings.max_state_bytes:
+        raise QueueFull(
+            f"queue full: the object would grow past {state.settings.max_state_bytes} bytes; "
+            "nothing from this push was written"
+        )
+
+
+def _insert_payloads(state: QueueState, payloads: Sequence[bytes], now_ms: int) -> list[str]:
+    """:func:`_insert_jobs` for jobs with default options (the bulk path)."""
+    if not payloads:
+        return []
+    limit = state.settings.max_payload_bytes
+    sizes = list(map(len, payloads))
+    if max(sizes) > limit:
+        raise PayloadTooLarge(f"payload is {max(sizes)} bytes; this queue's limit is {limit} bytes")
+    incoming = sum(sizes) + JOB_OVERHEAD_BYTES * len(payloads)
+    _check_room(state, incoming)
+    counters = state.counters
+    first = counters.enqueued + 1
+    jobs = new_pending_jobs(first, payloads, now_ms, state.settings.max_attempts)
+    counters.enqueued += len(jobs)
+    ids = [job.id for job in jobs]
+    state.jobs.update(zip(ids, jobs, strict=True))
+    added_many(state, jobs)
+    ready = state.ready
+    entries = list(zip(repeat(0), repeat(now_ms), range(first, first + len(jobs)), ids))
+    if ready:
+        for entry in entries:
+            heapq.heappush(ready, entry)
+    else:
+        ready.extend(entries)  # ascending, so already a heap
+    state.approx_bytes += incoming
+    return ids
+
+
 def _trim_window(state: QueueState, now_ms: int) -> None:
     window = state.keys
     oldest_ok = now_ms - round(state.settings.dedup_ttl_s * 1000)
@@ -381,10 +432,13 @@ def _remove(state: QueueState, job: Job) -> None:
 # -- operation handlers -----------------------------------------------------------
 
 
-def _push(state: QueueState, op: Push, now_ms: int) -> Result:
+def _push(state: QueueState, op: Push | PushPayloads, now_ms: int) -> Result:
     if op.once is not None and _live_key(state, op.once, now_ms):
         return Result(duplicate=True)
-    ids = _insert_jobs(state, op.jobs, now_ms)
+    if isinstance(op, PushPayloads):
+        ids = _insert_payloads(state, op.payloads, now_ms)
+    else:
+        ids = _insert_jobs(state, op.jobs, now_ms)
     if op.once is not None:
         state.keys.pop(op.once, None)
         state.keys[op.once] = KeyEntry("(published)", now_ms)
@@ -590,6 +644,7 @@ def _clear_broker(state: QueueState, op: ClearBroker, now_ms: int) -> Result:
 
 _HANDLERS: dict[type, Callable[[QueueState, Any, int], Result]] = {
     Push: _push,
+    PushPayloads: _push,
     Claim: _claim,
     Heartbeat: _heartbeat,
     Complete: _complete,

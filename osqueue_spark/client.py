@@ -29,7 +29,7 @@ import orjson
 import urllib3
 from tenacity import retry_if_exception, stop_after_delay
 
-from broker import keys
+from broker import api, keys
 from broker.errors import (
     BrokerUnavailable,
     InvalidRequest,
@@ -77,6 +77,13 @@ def _job_body(job: Any) -> dict[str, Any]:
             raise InvalidRequest(f"unknown job fields {sorted(unknown)}")
         return job
     return {"payload": job}
+
+
+def staged_line(job: Any) -> bytes:
+    """A job (as for :meth:`QueueClient.push`) as one staged line (see :mod:`broker.api`)."""
+    body = _job_body(job)
+    options = {k: v for k, v in body.items() if k != "payload" and v is not None}
+    return api.staged_line(orjson.dumps(body["payload"], default=_json_default), options)
 
 
 class QueueClient:
@@ -141,9 +148,14 @@ class QueueClient:
     # -- transport -----------------------------------------------------------------
     def _send(self, method: str, path: str, body: Any, timeout_s: float,
               *, ok_statuses: tuple[int, ...] = (200,)) -> Any:
-        data = None if body is None else orjson.dumps(body, default=_json_default)
+        headers = None
+        if isinstance(body, bytes):  # staged lines
+            data: bytes | None = body
+            headers = {**self._http.headers, "content-type": "application/vnd.osqueue.staged"}
+        else:
+            data = None if body is None else orjson.dumps(body, default=_json_default)
         try:
-            resp = self._http.request(method, self.url + path, body=data,
+            resp = self._http.request(method, self.url + path, body=data, headers=headers,
                                       timeout=urllib3.Timeout(connect=5.0, read=timeout_s))
         except (urllib3.exceptions.NewConnectionError,
                 urllib3.exceptions.ConnectTimeoutError) as exc:
@@ -297,8 +309,13 @@ class QueueClient:
         self.request("POST", self._q("resume"), {})
 
     def stage(self, write_id: str, jobs: Sequence[Any]) -> int:
-        """Stage jobs under ``write_id`` without enqueueing them (idempotent per write id)."""
-        body = {"write_id": write_id, "jobs": [_job_body(j) for j in jobs]}
+        """Stage jobs (as for :meth:`push`) under ``write_id`` without enqueueing
+        them; staging a write id again replaces it. Returns how many were staged."""
+        return self.stage_lines(write_id, b"".join(map(staged_line, jobs)))
+
+    def stage_lines(self, write_id: str, lines: bytes) -> int:
+        """Stage jobs already encoded as staged lines (see :mod:`broker.api`)."""
+        body = orjson.dumps({"write_id": write_id}) + b"\n" + lines
         return int(self.request("POST", self._q("stage"), body)["staged"])
 
     def publish(self, prefix: str, keep: Sequence[str], once: str | None = None) -> dict[str, Any]:

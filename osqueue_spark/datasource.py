@@ -47,13 +47,14 @@ from pyspark.sql.datasource import (
 from broker import archive, keys, timefmt
 from broker import state as S
 from broker.storage import store_from_url
+from osqueue_spark.client import staged_line
 from osqueue_spark.options import (
     BrokerOptions,
     ReadOptions,
     StreamReadOptions,
     StreamWriteOptions,
 )
-from osqueue_spark.rows import arrow_jobs, row_to_job, ts, ts_text
+from osqueue_spark.rows import arrow_staged_lines, row_to_job, ts, ts_text
 
 log = logging.getLogger("osqueue.spark")
 
@@ -198,29 +199,33 @@ class StagedMessage(WriterCommitMessage):
     rows: int
 
 
-def _stage_jobs(opts: BrokerOptions, prefix: str,
-                jobs: Iterator[dict[str, Any]]) -> StagedMessage:
-    """Stage jobs under ``prefix``, one write id per chunk of ``batch_size``."""
+_STAGE_CHUNK_BYTES = 8 * 1024 * 1024  # well under the broker's request limit
+
+
+def _stage_lines(opts: BrokerOptions, prefix: str, lines: Iterator[bytes]) -> StagedMessage:
+    """Stage staged lines under ``prefix``, one write id per chunk of ``batch_size``
+    rows (or 8 MB, whichever comes first)."""
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
     task = f"p{ctx.partitionId()}-t{ctx.taskAttemptId()}" if ctx is not None else "driver"
     client = opts.client()
     write_ids: list[str] = []
-    chunk: list[dict[str, Any]] = []
-    count = 0
+    chunk: list[bytes] = []
+    size = count = 0
 
     def flush() -> None:
         write_id = f"{prefix}{task}-c{len(write_ids)}"
-        client.stage(write_id, chunk)
+        client.stage_lines(write_id, b"".join(chunk))
         write_ids.append(write_id)
 
-    for job in jobs:
-        chunk.append(job)
-        if len(chunk) >= opts.batch_size:
+    for line in lines:
+        chunk.append(line)
+        size += len(line)
+        if len(chunk) >= opts.batch_size or size >= _STAGE_CHUNK_BYTES:
             flush()
             count += len(chunk)
-            chunk = []
+            chunk, size = [], 0
     if chunk:
         flush()
         count += len(chunk)
@@ -229,7 +234,7 @@ def _stage_jobs(opts: BrokerOptions, prefix: str,
 
 
 def _stage_rows(opts: BrokerOptions, prefix: str, rows: Iterator[Any]) -> StagedMessage:
-    return _stage_jobs(opts, prefix, (row_to_job(row) for row in rows))
+    return _stage_lines(opts, prefix, (staged_line(row_to_job(row)) for row in rows))
 
 
 class QueueWriter(DataSourceArrowWriter):
@@ -240,7 +245,7 @@ class QueueWriter(DataSourceArrowWriter):
         self.prefix = f"w-{write_uuid}/"  # one write: every task's chunks live under it
 
     def write(self, iterator: Iterator[Any]) -> StagedMessage:
-        return _stage_jobs(self.opts, self.prefix, arrow_jobs(iterator))
+        return _stage_lines(self.opts, self.prefix, arrow_staged_lines(iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         keep = [w for m in messages if isinstance(m, StagedMessage) for w in m.write_ids]

@@ -10,6 +10,7 @@ import orjson
 
 from broker import timefmt
 from broker.errors import InvalidRequest
+from osqueue_spark.client import staged_line
 
 OPTION_COLUMNS = ("priority", "delay_s", "max_attempts", "key")
 
@@ -38,45 +39,46 @@ def row_to_job(row: Any) -> dict[str, Any]:
     return job
 
 
-def arrow_jobs(batches: Iterator[Any]) -> Iterator[dict[str, Any]]:
-    """Job bodies from Arrow record batches (``DataSourceArrowWriter``).
+def arrow_staged_lines(batches: Iterator[Any]) -> Iterator[bytes]:
+    """Staged lines (see :mod:`broker.api`) from Arrow record batches
+    (``DataSourceArrowWriter``), one a row.
 
     A string ``payload`` column is checked to be JSON and passed through as
     text (no decode and re-encode); struct and map payloads, or rows without a
-    payload column, go through :func:`row_to_job`.
+    payload column, go through :func:`row_to_job`. Raises ``InvalidRequest``
+    naming the row for a null or non-JSON payload.
     """
     import pyarrow as pa
 
+    loads, dumps = orjson.loads, orjson.dumps
     for batch in batches:
         names = batch.schema.names
-        if ("payload" in names and pa.types.is_string(batch.schema.field("payload").type)) or (
-                "payload" in names and pa.types.is_large_string(
-                    batch.schema.field("payload").type)):
-            columns = {n: batch.column(n).to_pylist() for n in names
-                       if n == "payload" or n in OPTION_COLUMNS}
-            payloads = columns.pop("payload")
-            options = list(columns.items())
-            for i, text in enumerate(payloads):
+        if "payload" in names and (pa.types.is_string(batch.schema.field("payload").type)
+                                   or pa.types.is_large_string(batch.schema.field("payload").type)):
+            options = [(n, batch.column(n).to_pylist()) for n in names if n in OPTION_COLUMNS]
+            for i, text in enumerate(batch.column("payload").to_pylist()):
                 if text is None:
                     raise InvalidRequest(f"column 'payload' is null in row {i} of a batch")
                 try:
-                    orjson.loads(text)
+                    value = loads(text)
                 except orjson.JSONDecodeError as exc:
                     raise InvalidRequest(
                         f"column 'payload' must hold JSON text (or be a struct or map); "
                         f"got {text[:60]!r}: {exc}") from None
-                job: dict[str, Any] = {"payload": orjson.Fragment(text)}
-                for name, values in options:
-                    if values[i] is not None:
-                        job[name] = values[i]
-                yield job
+                if "\n" in text:  # a staged payload is one line
+                    text = dumps(value).decode()
+                head = ""
+                if options:
+                    set_ = {n: values[i] for n, values in options if values[i] is not None}
+                    head = dumps(set_).decode() if set_ else ""
+                yield f"{head}\t{text}\n".encode()
         else:
             maps = {n for n in names if pa.types.is_map(batch.schema.field(n).type)}
             for row in batch.to_pylist():
                 for n in maps:  # Arrow gives maps as lists of (key, value) pairs
                     if row[n] is not None:
                         row[n] = dict(row[n])
-                yield row_to_job(row)
+                yield staged_line(row_to_job(row))
 
 
 def ts(ms: int | None) -> datetime | None:

@@ -92,8 +92,10 @@ def _options(item: dict[str, Any], where: str) -> tuple[int, int, int | None, st
             _str(item, "key", None, where=where))
 
 
-def parse_new_jobs(body: dict[str, Any]) -> list[transitions.NewJob]:
-    jobs = []
+def parse_new_jobs(body: dict[str, Any]) -> list[transitions.NewJob | bytes]:
+    """The jobs of a push body; a job with default options comes back as its
+    payload's bytes alone (see :func:`broker.transitions.push_of`)."""
+    jobs: list[transitions.NewJob | bytes] = []
     dumps, new_job = orjson.dumps, transitions.NewJob
     for i, raw in enumerate(_list(body, "jobs")):
         # fast path: {"payload": ...} alone, or with every option at its default
@@ -102,7 +104,7 @@ def parse_new_jobs(body: dict[str, Any]) -> list[transitions.NewJob]:
             or all(_SIMPLE_DEFAULTS.get(k, k) == v and type(v) is not bool
                    for k, v in raw.items() if k != "payload")
         ):
-            jobs.append(new_job(dumps(raw["payload"])))
+            jobs.append(dumps(raw["payload"]))
             continue
         where = f"jobs[{i}]."
         item = _obj(raw, f"jobs[{i}]")
@@ -112,7 +114,7 @@ def parse_new_jobs(body: dict[str, Any]) -> list[transitions.NewJob]:
     return jobs
 
 
-def parse_push(body: Any) -> list[transitions.NewJob]:
+def parse_push(body: Any) -> list[transitions.NewJob | bytes]:
     return parse_new_jobs(_obj(body, "request body"))
 
 

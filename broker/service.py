@@ -242,10 +242,12 @@ class Broker:
         return await self.stats(name)
 
     # -- operations -------------------------------------------------------------------
-    async def push(self, queue: str, jobs: list[transitions.NewJob]) -> list[str]:
+    async def push(self, queue: str, jobs: Sequence[transitions.NewJob | bytes]) -> list[str]:
+        """Enqueue ``jobs`` (bare bytes: a payload's JSON with default options) in one
+        commit; return their ids in order."""
         if not jobs:
             raise InvalidRequest("push needs at least one job")
-        result = await self._submit(queue, "push", transitions.Push(tuple(jobs)))
+        result = await self._submit(queue, "push", transitions.push_of(jobs))
         return list(result.ids)
 
     # -- staged writes (Spark's exactly-once enqueue) ---------------------------------
@@ -316,7 +318,8 @@ class Broker:
             if result is None:
                 chunks = await asyncio.gather(*(loop.run_in_executor(
                     self._executor, self._read_staged, staged[w]) for w in keep))
-                result = await self._submit(queue, "publish", _push_op(chunks, once))
+                result = await self._submit(queue, "publish", transitions.push_of(
+                    [job for chunk in chunks for job in chunk], once))
         for key in staged.values():
             await loop.run_in_executor(self._executor, self.store.delete, key)
         published = len(result.ids) if result is not None else 0
@@ -473,13 +476,3 @@ class Broker:
                 for status, n in q.loop.state.count_by_status().items():
                     self.metrics.gauge("osqueue_jobs", n, queue=name, status=status)
 
-
-def _push_op(chunks: Sequence[list[bytes] | list[transitions.NewJob]],
-             once: str | None) -> transitions.Push | transitions.PushPayloads:
-    """One push of every staged chunk, in order: the bulk form if every job has
-    default options."""
-    if all(not chunk or isinstance(chunk[0], bytes) for chunk in chunks):
-        return transitions.PushPayloads(
-            tuple(p for chunk in chunks for p in chunk if isinstance(p, bytes)), once)
-    return transitions.Push(tuple(transitions.NewJob(j) if isinstance(j, bytes) else j
-                                  for chunk in chunks for j in chunk), once)

@@ -66,10 +66,12 @@ class Server:
             self.proc.kill()
 
 
-def loadgen(url: str, mode: str, clients: int, seconds: float, batch: int = 1) -> dict[str, Any]:
+def loadgen(url: str, mode: str, clients: int, seconds: float, batch: int = 1,
+            body: str = "json") -> dict[str, Any]:
     out = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "loadgen.py"), url, "--mode", mode,
-         "--clients", str(clients), "--seconds", str(seconds), "--batch", str(batch)],
+         "--clients", str(clients), "--seconds", str(seconds), "--batch", str(batch),
+         "--body", body],
         capture_output=True, text=True, check=True, timeout=seconds * 10 + 120)
     result: dict[str, Any] = json.loads(out.stdout)
     if result["errors"]:
@@ -78,14 +80,14 @@ def loadgen(url: str, mode: str, clients: int, seconds: float, batch: int = 1) -
 
 
 def broker_run(mode: str, clients: int, seconds: float, batch: int = 1,
-               latency_ms: float = 0.0) -> dict[str, Any]:
+               latency_ms: float = 0.0, body: str = "json") -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="osq-bench-") as tmp:
         args = ["broker", "--store", f"file://{tmp}"]
         if latency_ms:
             args += ["--write-latency-ms", str(latency_ms)]
         server = Server(*args)
         try:
-            return loadgen(server.url, mode, clients, seconds, batch)
+            return loadgen(server.url, mode, clients, seconds, batch, body)
         finally:
             server.stop()
 

@@ -4,7 +4,8 @@ Each client sends a request, waits for the answer, records its latency, and
 sends the next. Modes:
 
 * ``noop``: POST /noop (the bare-Starlette ceiling);
-* ``push``: push ``--batch`` jobs a request;
+* ``push``: push ``--batch`` jobs a request (``--body json``: a JSON body;
+  ``--body lines``: the compact body ``QueueClient`` sends);
 * ``cycle``: push ``--batch`` jobs, claim up to ``--batch``, complete them in one
   request; latencies are kept per operation.
 
@@ -32,9 +33,10 @@ class Conn:
                  host: str) -> None:
         self.reader, self.writer, self.host = reader, writer, host
 
-    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+    async def post(self, path: str, body: bytes,
+                   content_type: str = "application/json") -> tuple[int, bytes]:
         head = (f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\n"
-                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
+                f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n")
         self.writer.write(head.encode() + body)
         status_line = await self.reader.readline()
         length = 0
@@ -57,7 +59,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def run(url: str, mode: str, clients: int, seconds: float, batch: int,
-              queue: str) -> dict[str, object]:
+              queue: str, body: str = "json") -> dict[str, object]:
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     base = f"/v1/queues/{queue}"
@@ -65,16 +67,22 @@ async def run(url: str, mode: str, clients: int, seconds: float, batch: int,
     jobs_done: dict[str, int] = {"push": 0, "claim": 0, "complete": 0, "noop": 0}
     errors: list[str] = []
     counter = itertools.count()
-    push_body = orjson.dumps({"jobs": [{"payload": {"n": i, "doc": f"doc-{i}"}}
-                                       for i in range(batch)]})
+    payloads = [{"n": i, "doc": f"doc-{i}"} for i in range(batch)]
+    if body == "lines":  # the compact body QueueClient sends: options, tab, payload
+        push_body = b"".join(b"\t" + orjson.dumps(p) + b"\n" for p in payloads)
+        push_type = "application/vnd.osqueue.staged"
+    else:
+        push_body = orjson.dumps({"jobs": [{"payload": p} for p in payloads]})
+        push_type = "application/json"
     noop_body = orjson.dumps({"jobs": [{"payload": {"n": 0, "doc": "doc-0"}}]})
     start_gate = asyncio.Event()
     measuring = [False]
     stop_at = [0.0]
 
-    async def timed(conn: Conn, op: str, path: str, body: bytes) -> bytes | None:
+    async def timed(conn: Conn, op: str, path: str, body: bytes,
+                    content_type: str = "application/json") -> bytes | None:
         t0 = time.perf_counter()
-        status, data = await conn.post(path, body)
+        status, data = await conn.post(path, body, content_type)
         t1 = time.perf_counter()
         if status != 200:
             errors.append(f"{op}: {status} {data[:120]!r}")
@@ -93,7 +101,8 @@ async def run(url: str, mode: str, clients: int, seconds: float, batch: int,
                 if await timed(conn, "noop", "/noop", noop_body) is not None and measuring[0]:
                     jobs_done["noop"] += 1
                 continue
-            if await timed(conn, "push", f"{base}/push", push_body) is not None and measuring[0]:
+            if await timed(conn, "push", f"{base}/push", push_body,
+                           push_type) is not None and measuring[0]:
                 jobs_done["push"] += batch
             if mode == "push":
                 continue
@@ -142,6 +151,8 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=3.0)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--queue", default="bench")
+    p.add_argument("--body", choices=["json", "lines"], default="json",
+                   help="push body: JSON, or the compact staged lines QueueClient sends")
     args = p.parse_args()
     try:
         import uvloop
@@ -150,7 +161,7 @@ def main() -> None:
     except ImportError:
         pass
     result = asyncio.run(run(args.url, args.mode, args.clients, args.seconds, args.batch,
-                             args.queue))
+                             args.queue, args.body))
     json.dump(result, sys.stdout)
 
 

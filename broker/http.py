@@ -48,6 +48,7 @@ def build_app(broker: Broker, *, token: str | None = None) -> Any:
     """The ASGI app serving ``broker``. ``token``: require ``Authorization: Bearer``."""
     expected = f"Bearer {token}".encode() if token else None
     limit = broker.config.max_request_bytes
+    staged_type = api.STAGED_CONTENT_TYPE.encode()
 
     def check_auth(header: bytes) -> None:
         if expected is not None and not hmac.compare_digest(header, expected):
@@ -79,7 +80,11 @@ def build_app(broker: Broker, *, token: str | None = None) -> Any:
         return stale.status, {**stale.to_dict(), **body}
 
     async def push(queue: str, body: Any) -> tuple[int, Any]:
-        return 200, {"ids": await broker.push(queue, api.parse_push(body))}
+        if isinstance(body, bytes):  # staged lines
+            jobs = api.parse_staged(body, check=True, max_payload_bytes=limit, where="line")
+        else:
+            jobs = api.parse_push(body)
+        return 200, {"ids": await broker.push(queue, jobs)}
 
     async def claim(queue: str, body: Any) -> tuple[int, Any]:
         jobs = await broker.claim(queue, **api.parse_claim(body))
@@ -108,8 +113,7 @@ def build_app(broker: Broker, *, token: str | None = None) -> Any:
         "fail": fail, "stage": stage, "publish": publish,
     }
 
-    async def read_body(scope: Any, receive: Any) -> bytes:
-        headers = dict(scope["headers"])
+    async def read_body(headers: dict[bytes, bytes], receive: Any) -> bytes:
         length = headers.get(b"content-length", b"")
         if length.isdigit() and int(length) > limit:
             raise PayloadTooLarge(f"request body is {int(length)} bytes; the limit is {limit}")
@@ -129,9 +133,12 @@ def build_app(broker: Broker, *, token: str | None = None) -> Any:
     async def serve_hot(handler: Callable[[str, Any], Awaitable[tuple[int, Any]]], queue: str,
                         scope: Any, receive: Any) -> tuple[int, Any]:
         try:
-            check_auth(dict(scope["headers"]).get(b"authorization", b""))
-            body = await read_body(scope, receive)
-            return await handler(queue, body if handler is stage else api.parse_json(body))
+            headers = dict(scope["headers"])
+            check_auth(headers.get(b"authorization", b""))
+            body = await read_body(headers, receive)
+            raw = handler is stage or (handler is push and headers.get(
+                b"content-type", b"").startswith(staged_type))
+            return await handler(queue, body if raw else api.parse_json(body))
         except OsqueueError as exc:
             return exc.status, exc.to_dict()
         except Exception:  # never crash the broker on one request

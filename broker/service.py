@@ -288,13 +288,9 @@ class Broker:
                 found.setdefault(parsed[0], key)  # a re-staged chunk has the same content
         return found
 
-    def _read_staged(self, key: str) -> list[bytes] | list[transitions.NewJob]:
-        """A staging object's jobs: bare payloads if they all have default options."""
+    def _read_staged(self, key: str) -> list[transitions.NewJob | bytes]:
         with gc_paused():
-            data = self.store.get(key)
-            payloads = api.staged_payloads(data)
-            return payloads if payloads is not None else api.parse_staged(data, check=False,
-                                                                           where=key)
+            return api.parse_staged(self.store.get(key), check=False, where=key)
 
     async def publish(self, queue: str, prefix: str, keep: list[str],
                       once: str | None = None) -> dict[str, Any]:

@@ -151,7 +151,7 @@ class QueueClient:
         headers = None
         if isinstance(body, bytes):  # staged lines
             data: bytes | None = body
-            headers = {**self._http.headers, "content-type": "application/vnd.osqueue.staged"}
+            headers = {**self._http.headers, "content-type": api.STAGED_CONTENT_TYPE}
         else:
             data = None if body is None else orjson.dumps(body, default=_json_default)
         try:
@@ -237,7 +237,8 @@ class QueueClient:
         ids: list[str] = []
         for chunk in _chunks((_job_body(j) for j in jobs), batch_size):
             keyed = all(j.get("key") for j in chunk)
-            out = self.request("POST", self._q("push"), {"jobs": chunk}, safe_to_retry=keyed)
+            body = b"".join(map(staged_line, chunk))  # the compact body: payloads pass through
+            out = self.request("POST", self._q("push"), body, safe_to_retry=keyed)
             ids.extend(out["ids"])
         return ids
 

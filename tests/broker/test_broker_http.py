@@ -221,6 +221,42 @@ def test_bad_push_bodies_change_nothing(client: QueueClient, body: bytes, status
     assert after["total"] == 1 and after["seq"] == before
 
 
+STAGED = {"content-type": "application/vnd.osqueue.staged"}
+
+
+def test_push_of_staged_lines(client: QueueClient) -> None:
+    body = b'\t{"a":1}\n{"priority":9,"key":"k1"}\t[2]\n{"key":"k1"}\t[3]\n'
+    r = raw("POST", f"{client.url}/v1/queues/{client.queue}/push", body, headers=STAGED)
+    assert r.status == 200, r.data
+    ids = r.json()["ids"]
+    assert len(ids) == 3 and ids[1] == ids[2]  # the key deduped the third line
+    got = client.claim("w", max_jobs=5)
+    assert [(j.id, j.payload) for j in got] == [(ids[1], [2]), (ids[0], {"a": 1})]
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        (b"", 422),
+        (b"\t1", 422),
+        (b"1\n", 422),
+        (b"\t{not json\n", 422),
+        (b'\t1\n{"priority":"high"}\t2\n', 422),
+        (b'\t1\n{"colour":1}\t2\n', 422),
+        (b'\t1\n\t"' + b"x" * (300 * 1024) + b'"\n', 413),
+    ],
+)
+def test_bad_staged_push_bodies_change_nothing(client: QueueClient, body: bytes,
+                                               status: int) -> None:
+    client.push("seed")
+    before = client.stats()["seq"]
+    r = raw("POST", f"{client.url}/v1/queues/{client.queue}/push", body, headers=STAGED)
+    assert r.status == status, r.data
+    assert set(r.json()) >= {"error", "code"}
+    after = client.stats()
+    assert after["total"] == 1 and after["seq"] == before
+
+
 @pytest.mark.parametrize(
     ("path", "body"),
     [

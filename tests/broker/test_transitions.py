@@ -103,6 +103,33 @@ def test_bad_push_changes_nothing() -> None:
     assert S.encode(st_) == before and st_.counters.enqueued == 0
 
 
+def test_bulk_push_across_segments_encodes_like_the_general_path() -> None:
+    st_ = T.new_state(0)
+    push(st_, 0, *range(1000))  # the bulk push below starts inside a segment
+    payloads = tuple(orjson.dumps({"i": i}) for i in range(2500))
+    ids = T.apply(st_, T.PushPayloads(payloads), 1_700_000_000_123).ids
+    assert ids == [T.job_id_for(seq) for seq in range(1001, 3501)]
+    assert {seg: len(jobs) for seg, jobs in st_.seg_jobs.items()} == {
+        0: 1023, 1: 1024, 2: 1024, 3: 429}
+    data = S.encode(st_)
+    cached = {job.id: job._enc for job in st_.jobs.values()}
+    for job in st_.jobs.values():
+        job._enc = None  # the template path, from the job's fields
+    assert {job.id: job.encode() for job in st_.jobs.values()} == cached
+    assert orjson.loads(data) == orjson.loads(S.encode_full(st_))
+    assert S.encode(S.decode(data)) == data
+    claimed = T.apply(st_, T.Claim("w", 3), 1_700_000_000_200).jobs
+    assert [j.id for j in claimed] == ["j0000000001", "j0000000002", "j0000000003"]
+
+
+def test_bulk_push_refuses_an_oversize_payload_whole() -> None:
+    st_ = T.new_state(0)
+    st_.settings.max_payload_bytes = 10
+    with pytest.raises(PayloadTooLarge):
+        T.apply(st_, T.PushPayloads((b"1", b'"' + b"x" * 20 + b'"')), 0)
+    assert not st_.jobs and st_.counters.enqueued == 0
+
+
 def test_queue_full_refuses_whole_push() -> None:
     st_ = T.new_state(0)
     st_.settings.max_state_bytes = 3 * S.JOB_OVERHEAD_BYTES
@@ -193,6 +220,13 @@ class QueueMachine(RuleBasedStateMachine):
                     # only allowed once the key aged out of the window
                     assert key not in self.state.keys or self.state.keys[key].job_id == jid
                 self.keys[key] = jid
+        self.pushed.update(ids)
+
+    @rule(items=st.lists(payloads, min_size=1, max_size=6))
+    def push_bulk(self, items: list[object]) -> None:
+        ids = T.apply(self.state, T.PushPayloads(tuple(orjson.dumps(p) for p in items)),
+                      self.now).ids
+        assert len(ids) == len(items) and not self.pushed & set(ids)
         self.pushed.update(ids)
 
     @rule(n=st.integers(1, 4), lease=st.integers(1, 3000))

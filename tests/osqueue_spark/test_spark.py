@@ -197,6 +197,19 @@ def test_write_struct_and_map_payloads(spark: Any, broker: BrokerServer) -> None
     assert sorted(j["payload"]["k"] for j in QueueClient(broker.url, q2).jobs()) == [0, 1]
 
 
+def test_write_json_text_with_option_columns_and_line_breaks(spark: Any,
+                                                             broker: BrokerServer) -> None:
+    q = qname()
+    df = spark.createDataFrame(
+        [('{\n  "n": 1\n}', 7, None), ('{"n": 2}', None, "k"), ('{"n": 3}', None, "k")],
+        "payload string, priority int, key string")
+    df.write.format("osqueue").option("broker", broker.url).option("queue", q).mode(
+        "append").save()
+    jobs = sorted(QueueClient(broker.url, q).jobs(), key=lambda j: j["payload"]["n"])
+    assert [j["payload"]["n"] for j in jobs] in ([1, 2], [1, 3])  # one of the keyed rows
+    assert jobs[0]["priority"] == 7 and jobs[1]["priority"] == 0 and jobs[1]["key"] == "k"
+
+
 def test_write_rejects_overwrite_and_bad_json(spark: Any, broker: BrokerServer) -> None:
     df = spark.createDataFrame([("not json",)], "payload string")
     with pytest.raises(Exception, match="only appends"):

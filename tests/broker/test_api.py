@@ -1,0 +1,60 @@
+"""Staged lines (broker.api): the compact job format of stage, publish and push bodies."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from broker import api, transitions
+from broker.errors import InvalidRequest, PayloadTooLarge
+
+
+def test_lines_round_trip_with_and_without_options() -> None:
+    data = (api.staged_line(b'{"a":1}') + api.staged_line(b"[1,2]", {"priority": 5, "key": "k"})
+            + api.staged_line(b'"x"', {"delay_s": 1.5, "max_attempts": 2}))
+    for check in (True, False):
+        assert api.parse_staged(data, check=check, max_payload_bytes=100) == [
+            b'{"a":1}',
+            transitions.NewJob(b"[1,2]", 5, 0, None, "k"),
+            transitions.NewJob(b'"x"', 0, 1500, 2, None),
+        ]
+
+
+def test_default_options_come_back_as_bare_payloads_on_both_paths() -> None:
+    payloads = [orjson.dumps({"i": i, "tab": "a\tb"}) for i in range(50)]
+    data = b"".join(api.staged_line(p) for p in payloads)
+    assert api.parse_staged(data, check=False) == payloads  # the bulk shortcut
+    assert api.parse_staged(data, check=True, max_payload_bytes=1000) == payloads
+
+
+def test_line_breaks_in_a_payload_are_encoded_away() -> None:
+    pretty = b'{\n  "a": [1,\n 2]\n}'
+    line = api.staged_line(pretty)
+    assert line.count(b"\n") == 1
+    assert api.parse_staged(line, check=True, max_payload_bytes=100) == [b'{"a":[1,2]}']
+
+
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [
+        (b'\t{"a":1}', InvalidRequest),  # no final line break
+        (b'{"a":1}\n', InvalidRequest),  # no tab
+        (b"\t{not json\n", InvalidRequest),
+        (b"\t\n", InvalidRequest),  # empty payload
+        (b'{"colour":1}\t1\n', InvalidRequest),  # unknown option
+        (b'{"priority":"high"}\t1\n', InvalidRequest),
+        (b'{"max_attempts":0}\t1\n', InvalidRequest),
+        (b"[1]\t1\n", InvalidRequest),  # options not an object
+        (b'\t"' + b"x" * 200 + b'"\n', PayloadTooLarge),
+    ],
+)
+def test_bad_lines_are_refused_with_the_line_named(data: bytes, error: type) -> None:
+    with pytest.raises(error, match="staged line"):
+        api.parse_staged(b"\t1\n" + data, check=True, max_payload_bytes=100)
+
+
+def test_push_of_picks_the_bulk_form_only_when_every_job_is_bare() -> None:
+    assert isinstance(transitions.push_of([b"1", b"2"]), transitions.PushPayloads)
+    mixed = transitions.push_of([b"1", transitions.NewJob(b"2", 3)], once="k")
+    assert isinstance(mixed, transitions.Push) and mixed.once == "k"
+    assert mixed.jobs == (transitions.NewJob(b"1"), transitions.NewJob(b"2", 3))

@@ -5,6 +5,7 @@ Milliseconds are exact in both forms, so ``parse(fmt(ms)) == ms`` always.
 
 from __future__ import annotations
 
+import functools
 import time
 from datetime import datetime, timezone
 
@@ -16,23 +17,18 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-_last_second: list[tuple[int, str]] = [(-1, "")]
-_last_ms: list[tuple[int, str]] = [(-1, "")]
+@functools.lru_cache(maxsize=4096)
+def _second_text(secs: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs))
 
 
+# A commit formats the same few instants over and over (the run_at, created_at
+# and lease times of thousands of jobs), so both levels are cached.
+@functools.lru_cache(maxsize=1 << 16)
 def fmt(ms: int) -> str:
     """``1700000000123`` -> ``"2023-11-14T22:13:20.123Z"``."""
-    cached_ms, out = _last_ms[0]
-    if cached_ms == ms:  # a commit stamps many jobs with the same millisecond
-        return out
     secs, rem = divmod(ms, 1000)
-    cached_secs, text = _last_second[0]
-    if cached_secs != secs:
-        text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs))
-        _last_second[0] = (secs, text)
-    out = f"{text}.{rem:03d}Z"
-    _last_ms[0] = (ms, out)
-    return out
+    return f"{_second_text(secs)}.{rem:03d}Z"
 
 
 def parse(text: str) -> int:

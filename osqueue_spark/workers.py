@@ -110,7 +110,7 @@ def run_worker(fn: Callable[[Any], Any], cfg: ProcessConfig,
                     rows.append((job.id, "failed", job.attempt, None, text[:TRACEBACK_CHARS],
                                  worker, began, _now()))
                 else:
-                    completes.append((job.token, orjson.loads(encoded)))
+                    completes.append((job.token, orjson.Fragment(encoded)))
                     rows.append((job.id, "completed", job.attempt, encoded, None, worker,
                                  began, _now()))
             hb.remove(j.token for j in jobs)  # done with them: stop extending

@@ -104,7 +104,7 @@ class BrokerServer:
         app = build_app(self.broker, token=self._token)
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                                 timeout_graceful_shutdown=max(1, round(self._drain_s)), http="auto",
-                                timeout_keep_alive=30)
+                                timeout_keep_alive=30, proxy_headers=False)
         self._server = server = _Server(config)
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):

@@ -18,6 +18,8 @@ import contextlib
 import errno
 import fcntl
 import os
+import queue
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +39,42 @@ def _fsync_dir(path: Path) -> None:
 
 
 _IOV_MAX = 1024
+
+
+class _Reaper:
+    """Deletes superseded version files in a background thread.
+
+    Unlinking a large version file costs about as much as writing it, and a
+    commit's caller need not wait for it. A version file left behind by a
+    crash is harmless: nothing points at it.
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Path] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        os.register_at_fork(after_in_child=self._forget_thread)
+
+    def _forget_thread(self) -> None:
+        self._thread = None  # a forked child has no copy of the thread
+        self._lock = threading.Lock()
+
+    def add(self, path: Path) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="osqueue-reaper",
+                                                daemon=True)
+                self._thread.start()
+        self._queue.put(path)
+
+    def _run(self) -> None:
+        while True:
+            path = self._queue.get()
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+
+_reaper = _Reaper()
 
 
 def _write_file(path: Path, data: Data, fsync: bool) -> None:
@@ -119,8 +157,7 @@ class FileStore(ObjectStore):
         if self._fsync:
             _fsync_dir(path.parent)
         if old_version is not None:
-            with contextlib.suppress(FileNotFoundError):
-                old_version.unlink()
+            _reaper.add(old_version)
         return etag
 
     # -- CAS objects -----------------------------------------------------

@@ -37,6 +37,7 @@ from broker.errors import (
 from broker.gcpause import gc_paused
 from broker.metrics import Metrics
 from broker.queue_model import QueueModel
+from broker.staged_cache import StagedCache
 from broker.storage import ObjectStore
 
 log = logging.getLogger("osqueue.broker")
@@ -57,6 +58,7 @@ class BrokerConfig:
     max_wait_s: float = 60.0
     max_request_bytes: int = 64 * 1024 * 1024
     io_threads: int = 16
+    staged_cache_bytes: int = 256 * 1024 * 1024  # staged chunks kept parsed until publish
     self_test: bool = True
     default_settings: dict[str, Any] = field(default_factory=dict)
 
@@ -94,6 +96,7 @@ class Broker:
         self._sweep_task: asyncio.Task[None] | None = None
         self._watch_task: asyncio.Task[None] | None = None
         self._settings = S.Settings.from_dict(self.config.default_settings)
+        self._staged = StagedCache(self.config.staged_cache_bytes)
 
     @property
     def url(self) -> str:
@@ -277,6 +280,7 @@ class Broker:
         if not jobs:
             raise InvalidRequest("nothing to stage: no job lines")
         self.store.put(key, lines)
+        self._staged.put(key, jobs, len(lines))
         return len(jobs)
 
     def _staged_objects(self, queue: str, prefix: str) -> dict[str, str]:
@@ -289,6 +293,9 @@ class Broker:
         return found
 
     def _read_staged(self, key: str) -> list[transitions.NewJob | bytes]:
+        jobs = self._staged.pop(key)
+        if jobs is not None:
+            return jobs
         with gc_paused():
             return api.parse_staged(self.store.get(key), check=False, where=key)
 
@@ -316,11 +323,15 @@ class Broker:
                     self._executor, self._read_staged, staged[w]) for w in keep))
                 result = await self._submit(queue, "publish", transitions.push_of(
                     [job for chunk in chunks for job in chunk], once))
-        for key in staged.values():
-            await loop.run_in_executor(self._executor, self.store.delete, key)
+        await loop.run_in_executor(self._executor, self._delete_staged, list(staged.values()))
         published = len(result.ids) if result is not None else 0
         return {"published": published, "discarded": len(set(staged) - set(keep)),
                 "duplicate": bool(result and result.duplicate)}
+
+    def _delete_staged(self, keys_: list[str]) -> None:
+        for key in keys_:
+            self._staged.discard(key)
+            self.store.delete(key)
 
     async def sweep_staging(self) -> int:
         """Delete staging objects older than each queue's staged_ttl_s; return how many."""
@@ -335,7 +346,7 @@ class Broker:
             for key in listed:
                 parsed = keys.parse_staging_key(name, key)
                 if parsed is not None and parsed[1] + ttl_ms <= now:
-                    await loop.run_in_executor(self._executor, self.store.delete, key)
+                    await loop.run_in_executor(self._executor, self._delete_staged, [key])
                     removed += 1
         if removed:
             log.info("swept %d staging object(s) of vanished writers", removed)

@@ -1,0 +1,37 @@
+"""StagedCache: bounded by bytes, oldest out first; and a publish without it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from broker.staged_cache import StagedCache
+from broker.transitions import NewJob
+from osqueue_spark import QueueClient, start_broker
+
+
+def test_evicts_oldest_first_and_pops_once() -> None:
+    cache = StagedCache(max_bytes=100)
+    cache.put("a", [b"1"], 40)
+    cache.put("b", [NewJob(b"2", 5)], 40)
+    cache.put("c", [b"3"], 40)  # over the bound: "a" goes
+    cache.put("huge", [b"4"], 101)  # bigger than the whole cache: not kept
+    assert cache.pop("a") is None and cache.pop("huge") is None
+    assert cache.pop("b") == [NewJob(b"2", 5)]
+    assert cache.pop("b") is None
+    cache.discard("c")
+    assert cache.pop("c") is None
+
+
+def test_publish_through_another_broker_reads_the_staging_objects(tmp_path: Path) -> None:
+    """The broker that staged the chunks died; its successor publishes from storage."""
+    store = f"file://{tmp_path}"
+    jobs = [{"payload": {"i": i}} for i in range(5)] + [{"payload": "k", "key": "k1",
+                                                          "priority": 3}]
+    with start_broker(store) as first:
+        assert QueueClient(first.url, "q").stage("w/a", jobs) == 6
+    with start_broker(store) as second:
+        c = QueueClient(second.url, "q")
+        assert c.publish("w/", ["w/a"], once="write:w")["published"] == 6
+        listed = c.jobs()
+        assert [j["payload"] for j in listed] == [{"i": i} for i in range(5)] + ["k"]
+        assert listed[-1]["key"] == "k1" and listed[-1]["priority"] == 3

@@ -157,6 +157,7 @@ class Broker:
                 except (OsqueueError, TimeoutError) as exc:
                     log.warning("could not clear broker record of %s: %s", q.name, exc)
             await q.loop.close()
+        await asyncio.get_running_loop().run_in_executor(self._executor, self.store.settle)
         self._executor.shutdown(wait=False)
         log.info("broker %s stopped", self.id)
 

@@ -91,6 +91,9 @@ class ObjectStore(abc.ABC):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
 
+    def settle(self) -> None:  # noqa: B027 (optional hook, not abstract)
+        """Wait for background clean-up (a no-op unless the store has some)."""
+
     def self_test(self) -> None:
         """Prove the store refuses stale and duplicate conditional writes.
 

@@ -50,7 +50,7 @@ class _Reaper:
     """
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[Path] = queue.SimpleQueue()
+        self._queue: queue.Queue[Path] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         os.register_at_fork(after_in_child=self._forget_thread)
@@ -58,6 +58,7 @@ class _Reaper:
     def _forget_thread(self) -> None:
         self._thread = None  # a forked child has no copy of the thread
         self._lock = threading.Lock()
+        self._queue = queue.Queue()
 
     def add(self, path: Path) -> None:
         with self._lock:
@@ -72,6 +73,12 @@ class _Reaper:
             path = self._queue.get()
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
+            self._queue.task_done()
+
+    def wait(self) -> None:
+        """Return once every file handed over so far is deleted."""
+        if self._thread is not None:
+            self._queue.join()
 
 
 _reaper = _Reaper()
@@ -159,6 +166,10 @@ class FileStore(ObjectStore):
         if old_version is not None:
             _reaper.add(old_version)
         return etag
+
+    def settle(self) -> None:
+        """Wait until superseded version files are deleted."""
+        _reaper.wait()
 
     # -- CAS objects -----------------------------------------------------
     def read(self, key: str) -> Versioned:

@@ -169,6 +169,7 @@ class TestFileStore(StoreContract):
         store.write_if_match("q/queue.json", b'{"x":2}', etag)
         assert (tmp_path / "q" / "queue.json").read_bytes() == b'{"x":2}'
         # old versions are removed, leaving one version file beside the link
+        store.settle()
         versions = [p.name for p in (tmp_path / "q").iterdir() if ".v-" in p.name]
         assert len(versions) == 1
 

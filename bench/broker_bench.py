@@ -238,16 +238,20 @@ def main() -> None:
     print(row("direct CAS clients=64", r) + f"  conflicts={r['conflicts']}", flush=True)
 
     # The ceiling swings a lot between runs on a shared machine, so the headline
-    # ratios interleave ceiling and broker runs and take the median of three.
+    # figures interleave ceiling and broker runs and take the median of three.
     print("== ceiling vs broker at 64 clients, interleaved three times")
     rounds = []
     for _ in range(3):
         ceil_r = noop_run(64, s)["noop"]["req_per_s"]
         push_r = broker_run("push", 64, s, 1)["push"]["req_per_s"]
         cycle_r = ops_per_s(broker_run("cycle", 64, s, 1))
-        rounds.append({"ceiling": ceil_r, "push": push_r, "cycle": cycle_r})
+        json100 = broker_run("push", 64, s, 100)["push"]["jobs_per_s"]
+        lines100 = broker_run("push", 64, s, 100, body="lines")["push"]["jobs_per_s"]
+        rounds.append({"ceiling": ceil_r, "push": push_r, "cycle": cycle_r,
+                       "push100_json": json100, "push100_lines": lines100})
         print(f"ceiling {ceil_r:>8,.0f} req/s   push {push_r:>7,.0f} ({push_r / ceil_r:.3f})   "
-              f"cycle {cycle_r:>7,.0f} ({cycle_r / ceil_r:.3f})", flush=True)
+              f"cycle {cycle_r:>7,.0f} ({cycle_r / ceil_r:.3f})   100-job pushes: JSON body "
+              f"{json100:>7,.0f} jobs/s, compact body {lines100:>7,.0f} jobs/s", flush=True)
     results["interleaved_c64"] = rounds
 
     def median(values: list[float]) -> float:
@@ -257,7 +261,8 @@ def main() -> None:
     ceiling = median([r["ceiling"] for r in rounds])
     push1 = median([r["push"] for r in rounds])
     cycle1 = median([r["cycle"] for r in rounds])
-    push100 = results["file"][f"push-b100-c{c64}"]["push"]["jobs_per_s"]
+    push100 = median([r["push100_json"] for r in rounds])
+    push100_lines = median([r["push100_lines"] for r in rounds])
     inproc = ops_per_s(results["inprocess"][c64])
     direct = ops_per_s(results["ablation"][64])
     summary = {
@@ -266,7 +271,8 @@ def main() -> None:
         "push_single_fraction_of_ceiling": median([r["push"] / r["ceiling"] for r in rounds]),
         "cycle_single_ops_per_s_c64": cycle1,
         "cycle_single_fraction_of_ceiling": median([r["cycle"] / r["ceiling"] for r in rounds]),
-        "push_batch100_jobs_per_s_c64": push100,
+        "push_batch100_json_jobs_per_s_c64": push100,
+        "push_batch100_compact_jobs_per_s_c64": push100_lines,
         "inprocess_cycle_ops_per_s_c64": inproc,
         "http_cost_ratio_c64": inproc / cycle1,
         "direct_cas_ops_per_s_c64": direct,

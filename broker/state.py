@@ -47,6 +47,13 @@ STATUSES = (PENDING, CLAIMED, DEAD)
 _PLAIN_JOB = (b',\n{"id":"%s","seq":%d,"status":"%s","priority":%d,"run_at":"%s",'
               b'"attempts":%d,"max_attempts":%d,"created_at":"%s","payload":%s}')
 
+# A claimed job without key or error: the other common shape. The worker name
+# is the one field that may need escaping, so it goes in already encoded.
+_LEASED_JOB = (b',\n{"id":"%s","seq":%d,"status":"%s","priority":%d,"run_at":"%s",'
+               b'"attempts":%d,"max_attempts":%d,"created_at":"%s","payload":%s,'
+               b'"lease":{"token":"%s","worker":%s,"lease_s":%s,"expires_at":"%s",'
+               b'"heartbeat_at":"%s"}}')
+
 # The same line for a new pending job with default options, split so a bulk push
 # fills in only seq and payload (the rest is one bytes object per push).
 _NEW_JOB_HEAD = b',\n{"id":"j%010d","seq":%d'
@@ -168,17 +175,29 @@ class Job:
     def encode(self) -> bytes:
         """The job's JSON, preceded by the ``,\n`` that separates it from the one before.
 
-        The common shape (no key, error, lease or write id) is filled into a
-        byte template; everything else goes through :meth:`to_dict`. Both give
-        the same JSON (the property tests compare them).
+        The common shapes (pending, or claimed, with no key or error) are
+        filled into byte templates; everything else goes through
+        :meth:`to_dict`. Both give the same bytes (the tests compare them).
         """
         enc = self._enc
         if enc is None:
-            if self.lease is None and self.key is None and self.last_error is None:
+            lease = self.lease
+            if self.key is not None or self.last_error is not None:
+                enc = b",\n" + orjson.dumps(self.to_dict())
+            elif lease is None:
                 enc = _PLAIN_JOB % (
                     self.id.encode(), self.seq, self.status.encode(), self.priority,
                     timefmt.fmt(self.run_at_ms).encode(), self.attempts, self.max_attempts,
                     timefmt.fmt(self.created_ms).encode(), self.payload)
+            elif lease.token.isascii() and lease.token.isprintable() and '"' not in lease.token \
+                    and "\\" not in lease.token:
+                enc = _LEASED_JOB % (
+                    self.id.encode(), self.seq, self.status.encode(), self.priority,
+                    timefmt.fmt(self.run_at_ms).encode(), self.attempts, self.max_attempts,
+                    timefmt.fmt(self.created_ms).encode(), self.payload, lease.token.encode(),
+                    orjson.dumps(lease.worker), orjson.dumps(lease.lease_ms / 1000),
+                    timefmt.fmt(lease.expires_ms).encode(),
+                    timefmt.fmt(lease.heartbeat_ms).encode())
             else:
                 enc = b",\n" + orjson.dumps(self.to_dict())
             self._enc = enc

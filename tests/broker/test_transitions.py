@@ -322,6 +322,12 @@ class QueueMachine(RuleBasedStateMachine):
         assert len(self.pushed) == self.state.counters.enqueued
 
     @invariant()
+    def templates_match_the_generic_encoding(self) -> None:
+        for job in self.state.jobs.values():
+            job._enc = None  # encode from the fields, whichever path that takes
+            assert job.encode() == b",\n" + orjson.dumps(job.to_dict())
+
+    @invariant()
     def attempts_bounded(self) -> None:
         for job in self.state.jobs.values():
             assert 0 <= job.attempts <= job.max_attempts

@@ -113,8 +113,9 @@ class Heartbeat:
     lease_ms: int = 30_000
 
 
-@dataclass(frozen=True, slots=True)
-class CompleteItem:
+# Per-job items are NamedTuples, like NewJob: a claim or complete of thousands
+# of jobs builds thousands of these, and a frozen dataclass costs several times more.
+class CompleteItem(NamedTuple):
     token: str
     result: bytes | None = None  # JSON bytes
 
@@ -124,8 +125,7 @@ class Complete:
     items: tuple[CompleteItem, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class FailItem:
+class FailItem(NamedTuple):
     token: str
     error: str = ""
     retry_in_ms: int | None = None
@@ -190,8 +190,7 @@ Op = (
 # -- results -------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimedJob:
+class ClaimedJob(NamedTuple):
     id: str
     payload: bytes
     token: str
@@ -199,8 +198,7 @@ class ClaimedJob:
     lease_expires_ms: int
 
 
-@dataclass(frozen=True, slots=True)
-class ItemResult:
+class ItemResult(NamedTuple):
     token: str
     ok: bool
     reason: str | None = None

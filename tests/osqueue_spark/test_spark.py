@@ -279,6 +279,23 @@ def test_process_completes_retries_and_dead_letters(spark: Any, broker: BrokerSe
     assert stats["completed_total"] == 90
 
 
+def test_worker_budget_claims_nothing_beyond_it(broker: BrokerServer) -> None:
+    """The next batch is claimed while one is completed; never past max_jobs."""
+    from osqueue_spark.workers import ProcessConfig, run_worker
+
+    q = qname()
+    c = QueueClient(broker.url, q)
+    c.push_many(range(10))
+    cfg = ProcessConfig(broker.url, q, batch_size=2, idle_s=0.2, max_jobs=5)
+    rows = list(run_worker(lambda p: p * 10, cfg))
+    assert [r[1] for r in rows] == ["completed"] * 5
+    assert sorted(json.loads(r[3]) for r in rows) == [0, 10, 20, 30, 40]
+    assert c.stats()["counts"] == {"pending": 5, "claimed": 0, "dead": 0}
+    rest = list(run_worker(lambda p: p, ProcessConfig(broker.url, q, batch_size=4, idle_s=0.2)))
+    assert sorted(json.loads(r[3]) for r in rest) == [5, 6, 7, 8, 9]
+    assert c.stats()["total"] == 0
+
+
 def test_worker_killed_mid_job_loses_nothing(broker: BrokerServer) -> None:
     q = qname()
     c = QueueClient(broker.url, q)

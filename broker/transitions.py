@@ -95,8 +95,9 @@ class PushPayloads:
 def push_of(jobs: Sequence[NewJob | bytes], once: str | None = None) -> Push | PushPayloads:
     """The push of ``jobs`` (bare bytes: a payload with default options): the
     bulk :class:`PushPayloads` when every job is bare."""
-    if all(type(job) is bytes for job in jobs):
-        return PushPayloads(tuple(job for job in jobs if isinstance(job, bytes)), once)
+    payloads = tuple(job for job in jobs if isinstance(job, bytes))
+    if len(payloads) == len(jobs):
+        return PushPayloads(payloads, once)
     return Push(tuple(NewJob(job) if isinstance(job, bytes) else job for job in jobs), once)
 
 

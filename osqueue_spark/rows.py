@@ -71,6 +71,7 @@ def arrow_staged_lines(batches: Iterator[Any]) -> Iterator[bytes]:
                 if options:
                     set_ = {n: values[i] for n, values in options if values[i] is not None}
                     head = dumps(set_).decode() if set_ else ""
+                # api.staged_line's format, inlined: a quarter of its cost, once a row
                 yield f"{head}\t{text}\n".encode()
         else:
             maps = {n for n in names if pa.types.is_map(batch.schema.field(n).type)}

@@ -49,10 +49,8 @@ _PLAIN_JOB = (b',\n{"id":"%s","seq":%d,"status":"%s","priority":%d,"run_at":"%s"
 
 # A claimed job without key or error: the other common shape. The worker name
 # is the one field that may need escaping, so it goes in already encoded.
-_LEASED_JOB = (b',\n{"id":"%s","seq":%d,"status":"%s","priority":%d,"run_at":"%s",'
-               b'"attempts":%d,"max_attempts":%d,"created_at":"%s","payload":%s,'
-               b'"lease":{"token":"%s","worker":%s,"lease_s":%s,"expires_at":"%s",'
-               b'"heartbeat_at":"%s"}}')
+_LEASED_JOB = _PLAIN_JOB.removesuffix(b"}") + (
+    b',"lease":{"token":"%s","worker":%s,"lease_s":%s,"expires_at":"%s","heartbeat_at":"%s"}}')
 
 # The same line for a new pending job with default options, split so a bulk push
 # fills in only seq and payload (the rest is one bytes object per push).
@@ -94,6 +92,11 @@ class Lease:
     lease_ms: int
     expires_ms: int
     heartbeat_ms: int
+
+
+def _plain_token(token: str) -> bool:
+    """True if ``token`` needs no JSON escaping (the broker makes them so)."""
+    return token.isascii() and token.isprintable() and '"' not in token and "\\" not in token
 
 
 class Job:
@@ -182,21 +185,15 @@ class Job:
         enc = self._enc
         if enc is None:
             lease = self.lease
-            if self.key is not None or self.last_error is not None:
-                enc = b",\n" + orjson.dumps(self.to_dict())
-            elif lease is None:
-                enc = _PLAIN_JOB % (
-                    self.id.encode(), self.seq, self.status.encode(), self.priority,
-                    timefmt.fmt(self.run_at_ms).encode(), self.attempts, self.max_attempts,
-                    timefmt.fmt(self.created_ms).encode(), self.payload)
-            elif lease.token.isascii() and lease.token.isprintable() and '"' not in lease.token \
-                    and "\\" not in lease.token:
-                enc = _LEASED_JOB % (
-                    self.id.encode(), self.seq, self.status.encode(), self.priority,
-                    timefmt.fmt(self.run_at_ms).encode(), self.attempts, self.max_attempts,
-                    timefmt.fmt(self.created_ms).encode(), self.payload, lease.token.encode(),
-                    orjson.dumps(lease.worker), orjson.dumps(lease.lease_ms / 1000),
-                    timefmt.fmt(lease.expires_ms).encode(),
+            if self.key is None and self.last_error is None and (
+                    lease is None or _plain_token(lease.token)):
+                fields = (self.id.encode(), self.seq, self.status.encode(), self.priority,
+                          timefmt.fmt(self.run_at_ms).encode(), self.attempts,
+                          self.max_attempts, timefmt.fmt(self.created_ms).encode(),
+                          self.payload)
+                enc = _PLAIN_JOB % fields if lease is None else _LEASED_JOB % (
+                    *fields, lease.token.encode(), orjson.dumps(lease.worker),
+                    orjson.dumps(lease.lease_ms / 1000), timefmt.fmt(lease.expires_ms).encode(),
                     timefmt.fmt(lease.heartbeat_ms).encode())
             else:
                 enc = b",\n" + orjson.dumps(self.to_dict())

@@ -82,7 +82,11 @@ def _job_body(job: Any) -> dict[str, Any]:
 
 def staged_line(job: Any) -> bytes:
     """A job (as for :meth:`QueueClient.push`) as one staged line (see :mod:`broker.api`)."""
-    body = _job_body(job)
+    return _body_line(_job_body(job))
+
+
+def _body_line(body: dict[str, Any]) -> bytes:
+    """:func:`staged_line` of a body :func:`_job_body` already checked."""
     options = {k: v for k, v in body.items() if k != "payload" and v is not None}
     return api.staged_line(orjson.dumps(body["payload"], default=_json_default), options)
 
@@ -238,7 +242,7 @@ class QueueClient:
         ids: list[str] = []
         for chunk in _chunks((_job_body(j) for j in jobs), batch_size):
             keyed = all(j.get("key") for j in chunk)
-            body = b"".join(map(staged_line, chunk))  # the compact body: payloads pass through
+            body = b"".join(map(_body_line, chunk))  # the compact body: payloads pass through
             out = self.request("POST", self._q("push"), body, safe_to_retry=keyed)
             ids.extend(out["ids"])
         return ids

@@ -26,11 +26,12 @@ def decode_records(data: bytes) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in data.splitlines() if line.strip()]
 
 
-def write(store: ObjectStore, queue: str, records: list[dict[str, Any]], now_ms: int,
+def write(store: ObjectStore, queue: str, lines: list[bytes], now_ms: int,
           seq: int, writer: str) -> str:
-    """Write one archive object for a commit; return its key."""
+    """Write one archive object for a commit from its lines (each ending in a
+    newline, see :meth:`broker.state.Job.archive_line`); return its key."""
     key = keys.archive_key(queue, now_ms, seq, writer)
-    store.put(key, encode_records(records))
+    store.put(key, b"".join(lines))
     return key
 
 

@@ -76,10 +76,10 @@ class QueueModel:
     def side_effect(self, state: S.QueueState, results: Sequence[Any],
                     now_ms: int) -> Callable[[], None] | None:
         records = [
-            rec
+            line
             for r in results
             if isinstance(r, transitions.Result)
-            for rec in r.archived
+            for line in r.archived
         ]
         if not records:
             return None

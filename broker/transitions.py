@@ -27,7 +27,6 @@ import heapq
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
 from typing import Any, NamedTuple
 
 import orjson
@@ -38,7 +37,10 @@ from broker.state import (
     CLAIMED,
     DEAD,
     JOB_OVERHEAD_BYTES,
+    MAX_PRIORITY,
     PENDING,
+    SEGMENT_SHIFT,
+    SEQ_MASK,
     BrokerRecord,
     Job,
     KeyEntry,
@@ -47,13 +49,18 @@ from broker.state import (
     Settings,
     added,
     added_many,
+    job_id_for,
+    key_seq,
+    key_time,
     new_pending_jobs,
+    ready_key,
     removed,
+    timed_key,
     touch,
 )
 
 MAX_ERROR_CHARS = 4000
-MAX_PRIORITY = 1_000_000
+MAX_DELAY_MS = 10 * 365 * 86_400_000
 MAX_LEASE_MS = 24 * 3600 * 1000
 
 # -- operations ----------------------------------------------------------------
@@ -206,6 +213,11 @@ class ItemResult(NamedTuple):
     status: str | None = None  # for fail: "pending" (retrying) or "dead"
 
 
+# Builds a NamedTuple from a tuple of all its fields, skipping the generated
+# __new__ (half the cost; these are made once per job in claim and complete).
+_new_tuple = tuple.__new__
+
+
 @dataclass(slots=True)
 class Result:
     """What an operation produced. ``changed`` says whether a write is needed."""
@@ -214,7 +226,7 @@ class Result:
     ids: list[str] = field(default_factory=list)
     jobs: list[ClaimedJob] = field(default_factory=list)
     items: list[ItemResult] = field(default_factory=list)
-    archived: list[dict[str, Any]] = field(default_factory=list)
+    archived: list[bytes] = field(default_factory=list)  # archive lines (broker.archive)
     count: int = 0
     duplicate: bool = False
 
@@ -222,38 +234,22 @@ class Result:
 # -- helpers -------------------------------------------------------------------
 
 
-def job_id_for(seq: int) -> str:
-    """Job ids are the enqueue sequence number, zero-padded so they sort."""
-    return f"j{seq:010d}"
-
-
 def _schedule(state: QueueState, job: Job, now_ms: int) -> None:
     """Index a job that just became pending."""
     if job.run_at_ms <= now_ms:
-        heapq.heappush(state.ready, (-job.priority, job.run_at_ms, job.seq, job.id))
+        heapq.heappush(state.ready, ready_key(job.priority, job.run_at_ms, job.seq))
     else:
-        heapq.heappush(state.delayed, (job.run_at_ms, job.seq, job.id))
-
-
-def _is_ready_entry(state: QueueState, entry: tuple[int, int, int, str]) -> Job | None:
-    job = state.jobs.get(entry[3])
-    if (
-        job is None
-        or job.status != PENDING
-        or job.run_at_ms != entry[1]
-        or job.priority != -entry[0]
-    ):
-        return None
-    return job
+        heapq.heappush(state.delayed, timed_key(job.run_at_ms, job.seq))
 
 
 def _promote_due(state: QueueState, now_ms: int) -> None:
     delayed = state.delayed
-    while delayed and delayed[0][0] <= now_ms:
-        run_at, seq, job_id = heapq.heappop(delayed)
-        job = state.jobs.get(job_id)
+    while delayed and key_time(delayed[0]) <= now_ms:
+        entry = heapq.heappop(delayed)
+        seq, run_at = key_seq(entry), key_time(entry)
+        job = state.jobs.get(job_id_for(seq))
         if job is not None and job.status == PENDING and job.run_at_ms == run_at:
-            heapq.heappush(state.ready, (-job.priority, run_at, seq, job_id))
+            heapq.heappush(state.ready, ready_key(job.priority, run_at, seq))
 
 
 def _held_by(state: QueueState, job_id: str, token: str) -> Job | None:
@@ -314,8 +310,9 @@ def _validate_new(state: QueueState, new: NewJob) -> int:
         )
     if not -MAX_PRIORITY <= new.priority <= MAX_PRIORITY:
         raise InvalidRequest(f"priority must be within +-{MAX_PRIORITY}, got {new.priority}")
-    if new.delay_ms < 0:
-        raise InvalidRequest(f"delay must be >= 0, got {new.delay_ms / 1000} s")
+    if not 0 <= new.delay_ms <= MAX_DELAY_MS:
+        raise InvalidRequest(f"delay must be within [0, {MAX_DELAY_MS // 1000}] s, "
+                             f"got {new.delay_ms / 1000} s")
     if new.max_attempts is not None and not 1 <= new.max_attempts <= 1000:
         raise InvalidRequest(f"max_attempts must be 1..1000, got {new.max_attempts}")
     if new.key is not None and not 0 < len(new.key) <= 512:
@@ -403,7 +400,8 @@ def _insert_payloads(state: QueueState, payloads: Sequence[bytes], now_ms: int) 
     state.jobs.update(zip(ids, jobs, strict=True))
     added_many(state, jobs)
     ready = state.ready
-    entries = list(zip(repeat(0), repeat(now_ms), range(first, first + len(jobs)), ids))
+    base = ready_key(0, now_ms, 0)
+    entries = range(base + first, base + first + len(jobs))
     if ready:
         for entry in entries:
             heapq.heappush(ready, entry)
@@ -463,25 +461,30 @@ def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
     if state.paused:
         return result
     _promote_due(state, now_ms)
-    ready = state.ready
-    while ready and len(result.jobs) < op.max_jobs:
-        entry = heapq.heappop(ready)
-        job = _is_ready_entry(state, entry)
-        if job is None:
-            continue
+    ready, leases, get, out = state.ready, state.leases, state.jobs.get, result.jobs
+    counters, dirty = state.counters, state.dirty
+    expires = now_ms + op.lease_ms
+    heappop, heappush = heapq.heappop, heapq.heappush
+    while ready and len(out) < op.max_jobs:
+        entry = heappop(ready)
+        seq = entry & SEQ_MASK
+        job = get(job_id_for(seq))
+        if job is None or job.status != PENDING or ready_key(
+                job.priority, job.run_at_ms, seq) != entry:
+            continue  # a stale entry: the job moved on
         if job.run_at_ms > now_ms:  # indexed early (clock moved back, or after a load)
-            heapq.heappush(state.delayed, (job.run_at_ms, job.seq, job.id))
+            heappush(state.delayed, timed_key(job.run_at_ms, seq))
             continue
-        state.counters.fence += 1
-        token = f"{job.id}.{state.counters.fence}"
+        counters.fence += 1
+        token = f"{job.id}.{counters.fence}"
         job.status = CLAIMED
         job.attempts += 1
-        expires = now_ms + op.lease_ms
         job.lease = Lease(token, op.worker, op.lease_ms, expires, now_ms)
-        touch(state, job)
-        heapq.heappush(state.leases, (expires, token, job.id))
-        result.jobs.append(ClaimedJob(job.id, job.payload, token, job.attempts, expires))
-    result.changed = bool(result.jobs)
+        job._enc = None  # touch(), inlined: this loop runs once per claimed job
+        dirty.add(seq >> SEGMENT_SHIFT)
+        heappush(leases, timed_key(expires, seq))
+        out.append(_new_tuple(ClaimedJob, (job.id, job.payload, token, job.attempts, expires)))
+    result.changed = bool(out)
     return result
 
 
@@ -499,7 +502,7 @@ def _heartbeat(state: QueueState, op: Heartbeat, now_ms: int) -> Result:
         lease.lease_ms = op.lease_ms
         lease.heartbeat_ms = now_ms
         touch(state, job)
-        heapq.heappush(state.leases, (lease.expires_ms, token, job.id))
+        heapq.heappush(state.leases, timed_key(lease.expires_ms, job.seq))
         result.items.append(ItemResult(token, True))
         result.changed = True
     return result
@@ -511,23 +514,24 @@ def _complete(state: QueueState, op: Complete, now_ms: int) -> Result:
         if item.result is not None and len(item.result) > limit:
             raise PayloadTooLarge(f"result is {len(item.result)} bytes; the limit is {limit}")
     result = Result()
-    for item in op.items:
-        job = live_job(state, item.token, now_ms)
-        if job is None or job.lease is None:
-            result.items.append(ItemResult(item.token, False, _stale_reason(state, item.token)))
+    completed_at = timefmt.fmt(now_ms)
+    worker, worker_json = None, b""
+    items, archived, get = result.items, result.archived, state.jobs.get
+    for token, value in op.items:
+        job = get(token.rpartition(".")[0])  # live_job(), inlined: once per job
+        lease = job.lease if job is not None and job.status == CLAIMED else None
+        if lease is None or lease.token != token or lease.expires_ms <= now_ms:
+            items.append(ItemResult(token, False, _stale_reason(state, token)))
             continue
-        record = job.to_dict()
-        record.pop("lease", None)
-        record.pop("key", None)
-        record["status"] = "completed"
-        record["worker"] = job.lease.worker
-        record["completed_at"] = timefmt.fmt(now_ms)
-        record["result"] = orjson.Fragment(item.result) if item.result is not None else None
+        if lease.worker != worker:  # usually one worker completes the whole batch
+            worker = lease.worker
+            worker_json = orjson.dumps(worker)
+        assert job is not None
+        archived.append(job.archive_line(worker_json, completed_at, value))
         _remove(state, job)
-        state.counters.completed += 1
-        result.archived.append(record)
-        result.items.append(ItemResult(item.token, True, status="completed"))
-        result.changed = True
+        items.append(_new_tuple(ItemResult, (token, True, None, "completed")))
+    state.counters.completed += len(archived)
+    result.changed = bool(archived)
     return result
 
 
@@ -551,10 +555,12 @@ def _reclaim(state: QueueState, op: Reclaim, now_ms: int) -> Result:
     result = Result()
     _promote_due(state, now_ms)  # so the delayed heap's head is always in the future
     leases = state.leases
-    while leases and leases[0][0] <= now_ms:
-        expires, token, job_id = heapq.heappop(leases)
-        job = _held_by(state, job_id, token)
-        if job is None or job.lease is None or job.lease.expires_ms != expires:
+    while leases and key_time(leases[0]) <= now_ms:
+        entry = heapq.heappop(leases)
+        job_id, expires = job_id_for(key_seq(entry)), key_time(entry)
+        job = state.jobs.get(job_id)
+        if job is None or job.status != CLAIMED or job.lease is None or \
+                job.lease.expires_ms != expires:
             continue  # an old heap entry: the job moved on or its lease was extended
         worker = job.lease.worker
         _settle_failure(state, job, f"lease expired (worker {worker} stopped heartbeating)",
@@ -562,16 +568,17 @@ def _reclaim(state: QueueState, op: Reclaim, now_ms: int) -> Result:
         state.counters.reclaimed += 1
         result.ids.append(job_id)
         result.changed = True
-    if len(leases) > 64 and len(leases) > 4 * sum(
-        1 for j in state.jobs.values() if j.status == CLAIMED
-    ):
+    # Stale entries (completed jobs, extended leases) wait for their time to
+    # come; compacting whenever the heap outgrows the whole queue twice over
+    # bounds them without counting claimed jobs on every commit.
+    if len(leases) > 64 + 2 * len(state.jobs):
         _compact_leases(state)
     return result
 
 
 def _compact_leases(state: QueueState) -> None:
     state.leases = [
-        (j.lease.expires_ms, j.lease.token, j.id)
+        timed_key(j.lease.expires_ms, j.seq)
         for j in state.jobs.values()
         if j.status == CLAIMED and j.lease is not None
     ]
@@ -746,9 +753,9 @@ def next_wakeup_ms(state: QueueState) -> int | None:
     """When the earliest lease expires or delayed job becomes due (for idle timers)."""
     times = []
     if state.leases:
-        times.append(state.leases[0][0])
+        times.append(key_time(state.leases[0]))
     if state.delayed:
-        times.append(state.delayed[0][0])
+        times.append(key_time(state.delayed[0]))
     return min(times) if times else None
 
 

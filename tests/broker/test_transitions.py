@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from broker import state as S
+from broker import timefmt
 from broker import transitions as T
 from broker.errors import InvalidRequest, PayloadTooLarge, QueueFull
 
@@ -170,6 +171,19 @@ def test_push_once_happens_at_most_once() -> None:
 def test_corrupt_foreign_and_newer_objects_are_refused() -> None:
     from broker.errors import CorruptState, ForeignState, NewerState
 
+    good = T.new_state(0)
+    T.apply(good, T.Push((T.NewJob(b"1", priority=5),)), 0)
+    S.stamp(good, "w", 0)
+    text = S.encode(good)
+    S.decode(text)
+    for bad in (text.replace(b'"j0000000001"', b'"j0000000002"'),  # id is not its seq's
+                text.replace(b'"j0000000001"', b'"x\\"y"'),
+                text.replace(b'"priority":5', b'"priority":1000001'),
+                text.replace(b'"run_at":"1970', b'"run_at":"1969')):
+        assert bad != text
+        with pytest.raises(CorruptState):
+            S.decode(bad)
+
     with pytest.raises(CorruptState):
         S.decode(b"{not json")
     with pytest.raises(CorruptState):
@@ -229,8 +243,9 @@ class QueueMachine(RuleBasedStateMachine):
         assert len(ids) == len(items) and not self.pushed & set(ids)
         self.pushed.update(ids)
 
-    @rule(n=st.integers(1, 4), lease=st.integers(1, 3000))
-    def claim(self, n: int, lease: int) -> None:
+    @rule(n=st.integers(1, 4), lease=st.integers(1, 3000),
+          worker=st.sampled_from(["w", 'w"2', "w\u00e9\\3"]))
+    def claim(self, n: int, lease: int, worker: str) -> None:
         T._promote_due(self.state, self.now)
         runnable = sorted(
             (j for j in self.state.jobs.values()
@@ -238,7 +253,7 @@ class QueueMachine(RuleBasedStateMachine):
             key=order_key,
         )
         expected = [j.id for j in runnable[:n]] if not self.state.paused else []
-        got = T.apply(self.state, T.Claim("w", n, lease), self.now).jobs
+        got = T.apply(self.state, T.Claim(worker, n, lease), self.now).jobs
         assert [j.id for j in got] == expected
         for j in got:
             self.tokens.append(j.token)
@@ -259,6 +274,7 @@ class QueueMachine(RuleBasedStateMachine):
     def complete(self, data: st.DataObject) -> None:
         tok = data.draw(st.sampled_from(self.tokens))
         job = T.live_job(self.state, tok, self.now)
+        before = job.to_plain() if job is not None and job.lease is not None else None
         snapshot = {k: j.encode() for k, j in self.state.jobs.items()}
         r = T.apply(self.state, T.Complete((T.CompleteItem(tok, b"true"),)), self.now)
         assert r.items[0].ok == (job is not None)
@@ -269,7 +285,12 @@ class QueueMachine(RuleBasedStateMachine):
             assert job.id not in self.state.jobs
             assert job.id not in self.completed
             self.completed.add(job.id)
-            assert [a["id"] for a in r.archived] == [job.id]
+            # the archive line's template says what the generic record says
+            assert before is not None and job.lease is not None
+            expected = {k: v for k, v in before.items() if k not in ("lease", "key")}
+            expected.update(status="completed", worker=job.lease.worker,
+                            completed_at=timefmt.fmt(self.now), result=True)
+            assert r.archived == [orjson.dumps(expected) + b"\n"]
 
     @precondition(lambda self: self.tokens)
     @rule(data=st.data(), retry=st.sampled_from([None, 0, 500]))

@@ -264,7 +264,10 @@ def test_process_completes_retries_and_dead_letters(spark: Any, broker: BrokerSe
     c.create(max_attempts=2, backoff_base_s=0.05)
     c.push_many([{"payload": {"n": n, "poison": n % 10 == 0}} for n in range(100)])
     fn = process(work, broker=broker.url, queue=q, batch_size=8, idle_s=2.0, lease_s=30)
+    began = datetime.now()  # Spark hands timestamps back as naive local times
     out = spark.range(4).repartition(4).mapInPandas(fn, RESULT_SCHEMA).collect()
+    ended = datetime.now()
+    assert all(began <= r["started"] <= r["finished"] <= ended for r in out)
     by_status: dict[str, list[Any]] = {}
     for r in out:
         by_status.setdefault(r["status"], []).append(r)

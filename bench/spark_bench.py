@@ -69,8 +69,10 @@ def process_round(spark: Any, jobs_df: Any, tmp: Path, n: int, jobs: int, worker
     with start_broker(f"file://{tmp / f'pstore{n}'}") as broker:
         client = QueueClient(broker.url, "bench-process")
         client.push_many(({"payload": {"n": i}} for i in range(jobs)), batch_size=5000)
+        # idle_s=0: burst mode, each worker stops at its first empty claim, as the
+        # bare mapInPandas stops at the end of its input
         fn = process(noop, broker=broker.url, queue="bench-process",
-                     batch_size=claim_batch, idle_s=0.5, lease_s=120)
+                     batch_size=claim_batch, idle_s=0.0, lease_s=120)
         pool = spark.range(workers, numPartitions=workers)
         t_proc = timed(lambda: pool.mapInPandas(fn, RESULT_SCHEMA)
                        .write.format("noop").mode("overwrite").save())
@@ -95,6 +97,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the median counts")
     p.add_argument("--batch-size", type=int, default=5000, help="rows per staged chunk")
     p.add_argument("--claim-batch", type=int, default=2000, help="jobs per claim in process()")
+    p.add_argument("--only", choices=["write", "process"], help="run one of the two pairs")
     args = p.parse_args()
 
     from pyspark.sql import functions as F
@@ -114,29 +117,36 @@ def main() -> None:
 
     # Warm-up, not timed: the first Python task of a session starts Spark's
     # Python workers (about 5 s here), which neither side should be charged.
-    write_round(spark, df.limit(1000), tmp, -1, args.batch_size)
+    if args.only != "process":
+        write_round(spark, df.limit(1000), tmp, -1, args.batch_size)
     process_round(spark, jobs_df.limit(1000), tmp, -1, 1000, args.workers, args.claim_batch)
 
     writes, procs = [], []
     for n in range(args.rounds):
-        w = write_round(spark, df, tmp, n, args.batch_size)
-        writes.append(w)
-        print(f"round {n + 1}: write {args.rows:,} rows: df.write.json "
-              f"{w['json_rows_per_s']:>9,.0f} rows/s   osqueue {w['osqueue_rows_per_s']:>9,.0f} "
-              f"rows/s   ratio {w['ratio']:.3f}", flush=True)
+        if args.only != "process":
+            w = write_round(spark, df, tmp, n, args.batch_size)
+            writes.append(w)
+            print(f"round {n + 1}: write {args.rows:,} rows: df.write.json "
+                  f"{w['json_rows_per_s']:>9,.0f} rows/s   osqueue "
+                  f"{w['osqueue_rows_per_s']:>9,.0f} rows/s   ratio {w['ratio']:.3f}", flush=True)
+        if args.only == "write":
+            continue
         r = process_round(spark, jobs_df, tmp, n, args.jobs, args.workers, args.claim_batch)
         procs.append(r)
         print(f"round {n + 1}: process {args.jobs:,} no-op jobs: bare mapInPandas "
               f"{r['bare_rows_per_s']:>9,.0f} rows/s   process() {r['process_jobs_per_s']:>9,.0f} "
               f"jobs/s   ratio {r['ratio']:.3f}", flush=True)
-    results["write"] = median_round(writes)
-    results["process"] = median_round(procs)
-    w, r = results["write"], results["process"]
-    print(f"median write ratio {w['ratio']:.3f} (osqueue {w['osqueue_rows_per_s']:,.0f} rows/s, "
-          f"json {w['json_rows_per_s']:,.0f} rows/s); median process ratio {r['ratio']:.3f} "
-          f"(process() {r['process_jobs_per_s']:,.0f} jobs/s, bare {r['bare_rows_per_s']:,.0f} "
-          "rows/s)")
-    path = write_results("spark_bench", results)
+    if writes:
+        w = results["write"] = median_round(writes)
+        print(f"median write ratio {w['ratio']:.3f} (osqueue {w['osqueue_rows_per_s']:,.0f} "
+              f"rows/s, json {w['json_rows_per_s']:,.0f} rows/s)")
+    if procs:
+        r = results["process"] = median_round(procs)
+        print(f"median process ratio {r['ratio']:.3f} (process() "
+              f"{r['process_jobs_per_s']:,.0f} jobs/s, bare {r['bare_rows_per_s']:,.0f} rows/s, "
+              f"claim batches of {args.claim_batch:,})")
+    results["claim_batch"] = args.claim_batch
+    path = write_results("spark_bench" + (f"_{args.only}" if args.only else ""), results)
     print(f"results written to {path}")
     spark.stop()
 

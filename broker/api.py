@@ -233,12 +233,13 @@ def parse_heartbeat(body: Any) -> tuple[list[str], float]:
 
 def parse_complete(body: Any) -> list[transitions.CompleteItem]:
     items = []
+    new, item_type, dumps = tuple.__new__, transitions.CompleteItem, orjson.dumps
     for i, raw in enumerate(_list(_obj(body, "request body"), "items")):
-        item = _obj(raw, f"items[{i}]")
-        token = _tokens([item.get("token")], f"items[{i}].token")[0]
-        result = item.get("result")
-        items.append(transitions.CompleteItem(token, None if result is None
-                                              else orjson.dumps(result)))
+        token = raw.get("token") if type(raw) is dict else None
+        if type(token) is not str or not 0 < len(token) <= 300:  # say what is wrong
+            _tokens([_obj(raw, f"items[{i}]").get("token")], f"items[{i}].token")
+        result = raw.get("result")
+        items.append(new(item_type, (token, None if result is None else dumps(result))))
     return items
 
 

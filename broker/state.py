@@ -47,10 +47,13 @@ STATUSES = (PENDING, CLAIMED, DEAD)
 _PLAIN_JOB = (b',\n{"id":"%s","seq":%d,"status":"%s","priority":%d,"run_at":"%s",'
               b'"attempts":%d,"max_attempts":%d,"created_at":"%s","payload":%s}')
 
-# A claimed job without key or error: the other common shape. The worker name
-# is the one field that may need escaping, so it goes in already encoded.
-_LEASED_JOB = _PLAIN_JOB.removesuffix(b"}") + (
-    b',"lease":{"token":"%s","worker":%s,"lease_s":%s,"expires_at":"%s","heartbeat_at":"%s"}}')
+# A claimed job without key or error: the other common shape. Everything in the
+# lease after its token is the same for all the jobs of one claim, so that tail
+# is formatted once (see _lease_tail); the worker name, the one field that may
+# need escaping, goes in JSON-encoded.
+_LEASED_HEAD = _PLAIN_JOB.removesuffix(b"}") + b',"lease":{"token":"%s'
+_LEASE_TAIL = b'","worker":%s,"lease_s":%s,"expires_at":"%s","heartbeat_at":"%s"}}'
+_lease_tails: dict[tuple[str, int, int, int], bytes] = {}
 
 # The same line for a new pending job with default options, split so a bulk push
 # fills in only seq and payload (the rest is one bytes object per push).
@@ -135,6 +138,19 @@ class Lease:
     lease_ms: int
     expires_ms: int
     heartbeat_ms: int
+
+
+def _lease_tail(lease: Lease) -> bytes:
+    """The encoded lease after its token, shared by the leases of one claim."""
+    key = (lease.worker, lease.lease_ms, lease.expires_ms, lease.heartbeat_ms)
+    tail = _lease_tails.get(key)
+    if tail is None:
+        if len(_lease_tails) >= 4096:  # a few claims' worth is all that is ever reused
+            _lease_tails.clear()
+        tail = _lease_tails[key] = _LEASE_TAIL % (
+            orjson.dumps(lease.worker), orjson.dumps(lease.lease_ms / 1000),
+            timefmt.fmt_bytes(lease.expires_ms), timefmt.fmt_bytes(lease.heartbeat_ms))
+    return tail
 
 
 def _plain_token(token: str) -> bool:
@@ -228,35 +244,33 @@ class Job:
         enc = self._enc
         if enc is None:
             lease = self.lease
-            if self.key is None and self.last_error is None and (
-                    lease is None or _plain_token(lease.token)):
+            if self.key is None and self.last_error is None:  # ids and tokens are plain
                 fields = (self.id.encode(), self.seq, self.status.encode(), self.priority,
-                          timefmt.fmt(self.run_at_ms).encode(), self.attempts,
-                          self.max_attempts, timefmt.fmt(self.created_ms).encode(),
-                          self.payload)
-                enc = _PLAIN_JOB % fields if lease is None else _LEASED_JOB % (
-                    *fields, lease.token.encode(), orjson.dumps(lease.worker),
-                    orjson.dumps(lease.lease_ms / 1000), timefmt.fmt(lease.expires_ms).encode(),
-                    timefmt.fmt(lease.heartbeat_ms).encode())
+                          timefmt.fmt_bytes(self.run_at_ms), self.attempts,
+                          self.max_attempts, timefmt.fmt_bytes(self.created_ms), self.payload)
+                enc = _PLAIN_JOB % fields if lease is None else (
+                    _LEASED_HEAD % (*fields, lease.token.encode()) + _lease_tail(lease))
             else:
                 enc = b",\n" + orjson.dumps(self.to_dict())
             self._enc = enc
         return enc
 
-    def archive_line(self, worker_json: bytes, completed_at: str, result: bytes | None) -> bytes:
+    def archive_line(self, worker_json: bytes, completed_at: bytes,
+                     result: bytes | None) -> bytes:
         """This job's line in an archive object, completed by a worker at a time.
 
         ``worker_json`` is the worker name already JSON-encoded (callers that
-        complete many jobs of one worker encode it once), ``result`` the
+        complete many jobs of one worker encode it once), ``completed_at`` the
+        time as :func:`broker.timefmt.fmt_bytes` gives it, ``result`` the
         result's JSON bytes or None. Job ids never need escaping (see
         :func:`decode`), so the line is filled into a byte template.
         """
         error = b"" if self.last_error is None else (
             b',"last_error":' + orjson.dumps(self.last_error))
         return _ARCHIVED_JOB % (
-            self.id.encode(), self.seq, self.priority, timefmt.fmt(self.run_at_ms).encode(),
-            self.attempts, self.max_attempts, timefmt.fmt(self.created_ms).encode(),
-            self.payload, error, worker_json, completed_at.encode(),
+            self.id.encode(), self.seq, self.priority, timefmt.fmt_bytes(self.run_at_ms),
+            self.attempts, self.max_attempts, timefmt.fmt_bytes(self.created_ms),
+            self.payload, error, worker_json, completed_at,
             b"null" if result is None else result)
 
     def size_estimate(self) -> int:
@@ -501,6 +515,8 @@ def encode_full(state: QueueState) -> bytes:
 
 
 def _lease_from(raw: dict[str, Any]) -> Lease:
+    if not isinstance(raw["token"], str) or not _plain_token(raw["token"]):
+        raise ValueError(f"lease token {raw['token']!r} is not one this broker makes")
     return Lease(
         token=str(raw["token"]),
         worker=str(raw["worker"]),

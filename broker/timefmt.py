@@ -31,6 +31,12 @@ def fmt(ms: int) -> str:
     return f"{_second_text(secs)}.{rem:03d}Z"
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def fmt_bytes(ms: int) -> bytes:
+    """:func:`fmt` as ASCII bytes, for byte templates."""
+    return fmt(ms).encode()
+
+
 def parse(text: str) -> int:
     """Inverse of :func:`fmt`; accepts any ISO-8601 time with a zone (``Z`` or offset).
 

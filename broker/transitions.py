@@ -514,7 +514,7 @@ def _complete(state: QueueState, op: Complete, now_ms: int) -> Result:
         if item.result is not None and len(item.result) > limit:
             raise PayloadTooLarge(f"result is {len(item.result)} bytes; the limit is {limit}")
     result = Result()
-    completed_at = timefmt.fmt(now_ms)
+    completed_at = timefmt.fmt_bytes(now_ms)
     worker, worker_json = None, b""
     items, archived, get = result.items, result.archived, state.jobs.get
     for token, value in op.items:

@@ -172,12 +172,14 @@ def test_corrupt_foreign_and_newer_objects_are_refused() -> None:
     from broker.errors import CorruptState, ForeignState, NewerState
 
     good = T.new_state(0)
-    T.apply(good, T.Push((T.NewJob(b"1", priority=5),)), 0)
+    T.apply(good, T.Push((T.NewJob(b"1", priority=5), T.NewJob(b"2"))), 0)
+    T.apply(good, T.Claim("w", 1, 1000), 0)
     S.stamp(good, "w", 0)
     text = S.encode(good)
     S.decode(text)
-    for bad in (text.replace(b'"j0000000001"', b'"j0000000002"'),  # id is not its seq's
+    for bad in (text.replace(b'"j0000000001"', b'"j0000000003"'),  # id is not its seq's
                 text.replace(b'"j0000000001"', b'"x\\"y"'),
+                text.replace(b'"token":"j0000000001.1"', b'"token":"t\\"1"'),
                 text.replace(b'"priority":5', b'"priority":1000001'),
                 text.replace(b'"run_at":"1970', b'"run_at":"1969')):
         assert bad != text

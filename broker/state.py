@@ -43,8 +43,9 @@ CLAIMED = "claimed"
 DEAD = "dead"
 STATUSES = (PENDING, CLAIMED, DEAD)
 
-# ids, statuses and timestamps never need JSON escaping, so they can be spliced in.
-_PLAIN_JOB = (b',\n{"id":"%s","seq":%d,"status":"%s","priority":%d,"run_at":"%s",'
+# ids, statuses and timestamps never need JSON escaping, so they can be spliced
+# in. A job's id is its seq, formatted as job_id_for() does (seq goes in twice).
+_PLAIN_JOB = (b',\n{"id":"j%010d","seq":%d,"status":"%s","priority":%d,"run_at":"%s",'
               b'"attempts":%d,"max_attempts":%d,"created_at":"%s","payload":%s}')
 
 # A claimed job without key or error: the other common shape. Everything in the
@@ -63,7 +64,7 @@ _NEW_JOB_TAIL = (b',"status":"pending","priority":0,"run_at":"%s","attempts":0,'
 
 # A completed job's line in an archive object: the job's fields without lease and
 # key, then who completed it, when, and its result (see broker.archive).
-_ARCHIVED_JOB = (b'{"id":"%s","seq":%d,"status":"completed","priority":%d,"run_at":"%s",'
+_ARCHIVED_JOB = (b'{"id":"j%010d","seq":%d,"status":"completed","priority":%d,"run_at":"%s",'
                  b'"attempts":%d,"max_attempts":%d,"created_at":"%s","payload":%s%s,'
                  b'"worker":%s,"completed_at":"%s","result":%s}\n')
 
@@ -102,6 +103,22 @@ def key_time(key: int) -> int:
 def job_id_for(seq: int) -> str:
     """Job ids are the enqueue sequence number, zero-padded so they sort."""
     return "j%010d" % seq  # noqa: UP031 (%-formatting is the quickest here)
+
+
+def seq_of(job_id: str) -> int | None:
+    """The seq of a job id (the inverse of :func:`job_id_for`), or None if
+    ``job_id`` is not one. Cheap: tokens are looked up this way per job."""
+    digits = job_id[1:]
+    if job_id[:1] != "j" or not digits.isascii() or not digits.isdigit():
+        return None
+    if len(digits) != 10 and (len(digits) < 10 or digits[0] == "0"):
+        return None  # not the one spelling job_id_for gives
+    return int(digits)
+
+
+def token_seq(token: str) -> int | None:
+    """The seq of the job a fencing token (``<job id>.<fence>``) names, or None."""
+    return seq_of(token.rpartition(".")[0])
 
 
 #: Rough bytes a job costs in the object besides its payload (for size limits).
@@ -165,7 +182,6 @@ class Job:
         "_enc",
         "attempts",
         "created_ms",
-        "id",
         "key",
         "last_error",
         "lease",
@@ -179,7 +195,6 @@ class Job:
 
     def __init__(
         self,
-        id: str,
         seq: int,
         payload: bytes,
         status: str = PENDING,
@@ -192,7 +207,6 @@ class Job:
         last_error: str | None = None,
         lease: Lease | None = None,
     ) -> None:
-        self.id = id
         self.seq = seq
         self.payload = payload
         self.status = status
@@ -205,6 +219,12 @@ class Job:
         self.last_error = last_error
         self.lease = lease
         self._enc: bytes | None = None
+
+    @property
+    def id(self) -> str:
+        """``j`` and the seq, zero-padded (made when asked: a million pending
+        jobs need no million id strings)."""
+        return "j%010d" % self.seq  # noqa: UP031
 
     def to_dict(self) -> dict[str, Any]:
         """The job as it appears in the object (payload as an orjson fragment)."""
@@ -245,7 +265,7 @@ class Job:
         if enc is None:
             lease = self.lease
             if self.key is None and self.last_error is None:  # ids and tokens are plain
-                fields = (self.id.encode(), self.seq, self.status.encode(), self.priority,
+                fields = (self.seq, self.seq, self.status.encode(), self.priority,
                           timefmt.fmt_bytes(self.run_at_ms), self.attempts,
                           self.max_attempts, timefmt.fmt_bytes(self.created_ms), self.payload)
                 enc = _PLAIN_JOB % fields if lease is None else (
@@ -268,7 +288,7 @@ class Job:
         error = b"" if self.last_error is None else (
             b',"last_error":' + orjson.dumps(self.last_error))
         return _ARCHIVED_JOB % (
-            self.id.encode(), self.seq, self.priority, timefmt.fmt_bytes(self.run_at_ms),
+            self.seq, self.seq, self.priority, timefmt.fmt_bytes(self.run_at_ms),
             self.attempts, self.max_attempts, timefmt.fmt_bytes(self.created_ms),
             self.payload, error, worker_json, completed_at,
             b"null" if result is None else result)
@@ -328,7 +348,7 @@ class QueueState:
     paused: bool = False
     settings: Settings = field(default_factory=Settings)
     counters: Counters = field(default_factory=Counters)
-    jobs: dict[str, Job] = field(default_factory=dict)
+    jobs: dict[int, Job] = field(default_factory=dict)  # by seq (see Job.id)
     keys: dict[str, KeyEntry] = field(default_factory=dict)
     # Derived, never stored, kept by broker.transitions: heaps of ready_key
     # (pending and runnable), timed_key(run_at) (pending, later) and
@@ -346,6 +366,11 @@ class QueueState:
     segments: dict[int, bytes] = field(default_factory=dict)
     dirty: set[int] = field(default_factory=set)
     shrunk: set[int] = field(default_factory=set)  # dirty segments that lost jobs
+
+    def job(self, job_id: str) -> Job | None:
+        """The job with this id, or None."""
+        seq = seq_of(job_id)
+        return None if seq is None else self.jobs.get(seq)
 
     def count_by_status(self) -> dict[str, int]:
         counts = dict.fromkeys(STATUSES, 0)
@@ -397,8 +422,7 @@ def new_pending_jobs(first_seq: int, payloads: Sequence[bytes], now_ms: int,
     append = out.append
     # %-formatting: a third faster than f-strings here, and this runs a million times
     for seq, payload in enumerate(payloads, first_seq):
-        job_id = "j%010d" % seq  # noqa: UP031
-        job = Job(job_id, seq, payload, PENDING, 0, now_ms, 0, max_attempts, now_ms)
+        job = Job(seq, payload, PENDING, 0, now_ms, 0, max_attempts, now_ms)
         job._enc = line % (seq, seq, payload)
         append(job)
     return out
@@ -459,7 +483,7 @@ def _refresh_segments(state: QueueState) -> None:
         if lst is None:
             live = []
         elif seg in shrunk:
-            live = [j for j in lst if get(j.id) is j]
+            live = [j for j in lst if get(j.seq) is j]
         else:
             live = lst
         if not live:
@@ -531,9 +555,13 @@ def _job_from(raw: dict[str, Any]) -> Job:
     if status not in STATUSES:
         raise ValueError(f"job {raw.get('id')!r} has unknown status {status!r}")
     lease = raw.get("lease")
+    seq, job_id = int(raw["seq"]), raw["id"]
+    # The byte templates and the heap keys rely on these; the broker never
+    # writes anything else.
+    if not 0 < seq <= SEQ_MASK or job_id != job_id_for(seq):
+        raise ValueError(f"job {job_id!r} has seq {seq}; its id must be {job_id_for(seq)!r}")
     job = Job(
-        id=str(raw["id"]),
-        seq=int(raw["seq"]),
+        seq=seq,
         payload=orjson.dumps(raw["payload"]),
         status=status,
         priority=int(raw["priority"]),
@@ -545,11 +573,6 @@ def _job_from(raw: dict[str, Any]) -> Job:
         last_error=raw.get("last_error"),
         lease=_lease_from(lease) if lease else None,
     )
-    # The byte templates and the heap keys rely on these; the broker never
-    # writes anything else.
-    if not 0 < job.seq <= SEQ_MASK or job.id != job_id_for(job.seq):
-        raise ValueError(f"job {job.id!r} has seq {job.seq}; its id must be "
-                         f"{job_id_for(job.seq)!r}")
     if not -MAX_PRIORITY <= job.priority <= MAX_PRIORITY:
         raise ValueError(f"job {job.id!r} has priority {job.priority} beyond +-{MAX_PRIORITY}")
     times = [job.run_at_ms] + ([job.lease.expires_ms] if job.lease is not None else [])
@@ -604,9 +627,9 @@ def decode(data: bytes, *, where: str = "queue object") -> QueueState:
         )
         for item in raw["jobs"]:
             job = _job_from(item)
-            if job.id in state.jobs:
+            if job.seq in state.jobs:
                 raise ValueError(f"job id {job.id!r} appears twice")
-            state.jobs[job.id] = job
+            state.jobs[job.seq] = job
         for key, job_id, at in raw.get("keys") or []:
             state.keys[str(key)] = KeyEntry(str(job_id), timefmt.parse(at))
     except (KeyError, TypeError, ValueError) as exc:

@@ -55,7 +55,9 @@ from broker.state import (
     new_pending_jobs,
     ready_key,
     removed,
+    seq_of,
     timed_key,
+    token_seq,
     touch,
 )
 
@@ -247,29 +249,28 @@ def _promote_due(state: QueueState, now_ms: int) -> None:
     while delayed and key_time(delayed[0]) <= now_ms:
         entry = heapq.heappop(delayed)
         seq, run_at = key_seq(entry), key_time(entry)
-        job = state.jobs.get(job_id_for(seq))
+        job = state.jobs.get(seq)
         if job is not None and job.status == PENDING and job.run_at_ms == run_at:
             heapq.heappush(state.ready, ready_key(job.priority, run_at, seq))
 
 
-def _held_by(state: QueueState, job_id: str, token: str) -> Job | None:
-    """The job if it is claimed under ``token`` (expired or not), else None."""
-    job = state.jobs.get(job_id)
-    if job is None or job.status != CLAIMED or job.lease is None or job.lease.token != token:
-        return None
-    return job
+def _token_job(state: QueueState, token: str) -> Job | None:
+    """The job a token names (whether or not the token is still good)."""
+    seq = token_seq(token)
+    return None if seq is None else state.jobs.get(seq)
 
 
 def live_job(state: QueueState, token: str, now_ms: int) -> Job | None:
     """The job ``token`` still holds at ``now_ms``, or None if the token is stale."""
-    job = _held_by(state, token.rpartition(".")[0], token)
-    if job is None or job.lease is None or job.lease.expires_ms <= now_ms:
+    job = _token_job(state, token)
+    lease = job.lease if job is not None and job.status == CLAIMED else None
+    if lease is None or lease.token != token or lease.expires_ms <= now_ms:
         return None
     return job
 
 
 def _stale_reason(state: QueueState, token: str) -> str:
-    job = state.jobs.get(token.rpartition(".")[0])
+    job = _token_job(state, token)
     if job is None:
         return "job is gone (completed, purged or never existed)"
     if job.status == CLAIMED and job.lease is not None and job.lease.token == token:
@@ -359,9 +360,9 @@ def _insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int) -> list
                 continue
         counters.enqueued += 1
         seq = counters.enqueued
-        job = Job(job_id_for(seq), seq, new.payload, PENDING, new.priority,
+        job = Job(seq, new.payload, PENDING, new.priority,
                   now_ms + new.delay_ms, 0, new.max_attempts or settings_max, now_ms, new.key)
-        all_jobs[job.id] = job
+        all_jobs[seq] = job
         added(state, job)
         _schedule(state, job, now_ms)
         if new.key is not None:
@@ -396,8 +397,9 @@ def _insert_payloads(state: QueueState, payloads: Sequence[bytes], now_ms: int) 
     first = counters.enqueued + 1
     jobs = new_pending_jobs(first, payloads, now_ms, state.settings.max_attempts)
     counters.enqueued += len(jobs)
-    ids = [job.id for job in jobs]
-    state.jobs.update(zip(ids, jobs, strict=True))
+    seqs = range(first, first + len(jobs))
+    state.jobs.update(zip(seqs, jobs, strict=True))
+    ids = list(map(job_id_for, seqs))
     added_many(state, jobs)
     ready = state.ready
     base = ready_key(0, now_ms, 0)
@@ -429,7 +431,7 @@ def _live_key(state: QueueState, key: str, now_ms: int) -> bool:
 
 
 def _remove(state: QueueState, job: Job) -> None:
-    del state.jobs[job.id]
+    del state.jobs[job.seq]
     removed(state, job)
     state.approx_bytes -= job.size_estimate()
 
@@ -468,7 +470,7 @@ def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
     while ready and len(out) < op.max_jobs:
         entry = heappop(ready)
         seq = entry & SEQ_MASK
-        job = get(job_id_for(seq))
+        job = get(seq)
         if job is None or job.status != PENDING or ready_key(
                 job.priority, job.run_at_ms, seq) != entry:
             continue  # a stale entry: the job moved on
@@ -476,14 +478,15 @@ def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
             heappush(state.delayed, timed_key(job.run_at_ms, seq))
             continue
         counters.fence += 1
-        token = f"{job.id}.{counters.fence}"
+        job_id = "j%010d" % seq  # noqa: UP031 (job_id_for, inlined)
+        token = f"{job_id}.{counters.fence}"
         job.status = CLAIMED
         job.attempts += 1
         job.lease = Lease(token, op.worker, op.lease_ms, expires, now_ms)
         job._enc = None  # touch(), inlined: this loop runs once per claimed job
         dirty.add(seq >> SEGMENT_SHIFT)
         heappush(leases, timed_key(expires, seq))
-        out.append(_new_tuple(ClaimedJob, (job.id, job.payload, token, job.attempts, expires)))
+        out.append(_new_tuple(ClaimedJob, (job_id, job.payload, token, job.attempts, expires)))
     result.changed = bool(out)
     return result
 
@@ -518,7 +521,8 @@ def _complete(state: QueueState, op: Complete, now_ms: int) -> Result:
     worker, worker_json = None, b""
     items, archived, get = result.items, result.archived, state.jobs.get
     for token, value in op.items:
-        job = get(token.rpartition(".")[0])  # live_job(), inlined: once per job
+        seq = token_seq(token)  # live_job(), inlined: this runs once per job
+        job = None if seq is None else get(seq)
         lease = job.lease if job is not None and job.status == CLAIMED else None
         if lease is None or lease.token != token or lease.expires_ms <= now_ms:
             items.append(ItemResult(token, False, _stale_reason(state, token)))
@@ -557,8 +561,8 @@ def _reclaim(state: QueueState, op: Reclaim, now_ms: int) -> Result:
     leases = state.leases
     while leases and key_time(leases[0]) <= now_ms:
         entry = heapq.heappop(leases)
-        job_id, expires = job_id_for(key_seq(entry)), key_time(entry)
-        job = state.jobs.get(job_id)
+        seq, expires = key_seq(entry), key_time(entry)
+        job = state.jobs.get(seq)
         if job is None or job.status != CLAIMED or job.lease is None or \
                 job.lease.expires_ms != expires:
             continue  # an old heap entry: the job moved on or its lease was extended
@@ -566,7 +570,7 @@ def _reclaim(state: QueueState, op: Reclaim, now_ms: int) -> Result:
         _settle_failure(state, job, f"lease expired (worker {worker} stopped heartbeating)",
                         0, now_ms)
         state.counters.reclaimed += 1
-        result.ids.append(job_id)
+        result.ids.append(job.id)
         result.changed = True
     # Stale entries (completed jobs, extended leases) wait for their time to
     # come; compacting whenever the heap outgrows the whole queue twice over
@@ -589,7 +593,10 @@ def _redrive(state: QueueState, op: Redrive, now_ms: int) -> Result:
     if op.ids is None:
         targets = [j for j in state.jobs.values() if j.status == DEAD]
     else:
-        targets = [j for i in op.ids if (j := state.jobs.get(i)) is not None and j.status == DEAD]
+        seqs = [seq_of(i) for i in op.ids]
+        targets = [j for seq in seqs
+                   if seq is not None and (j := state.jobs.get(seq)) is not None
+                   and j.status == DEAD]
     for job in targets:
         job.status = PENDING
         job.attempts = 0
@@ -732,13 +739,10 @@ def list_jobs(state: QueueState, status: str | None = None, limit: int = 100,
         raise InvalidRequest(f"limit must be 1..10000, got {limit}")
     after_seq = -1
     if after is not None:
-        job = state.jobs.get(after)
-        if job is not None:
-            after_seq = job.seq
-        elif after.startswith("j") and after[1:].isdigit():
-            after_seq = int(after[1:])
-        else:
+        parsed = seq_of(after)
+        if parsed is None:
             raise InvalidRequest(f"after must be a job id, got {after!r}")
+        after_seq = parsed
     page: list[Job] = []
     for job in state.jobs.values():
         if job.seq <= after_seq or (status is not None and job.status != status):

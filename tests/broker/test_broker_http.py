@@ -373,7 +373,7 @@ def test_two_brokers_never_both_acknowledge(tmp_path: Path) -> None:
     try:
         state = S.decode(FileStore(tmp_path).read(keys.state_key("shared")).data)
         assert state.broker is not None and state.broker.url == second.url
-        stored = {jid: orjson.loads(job.payload)["v"] for jid, job in state.jobs.items()}
+        stored = {job.id: orjson.loads(job.payload)["v"] for job in state.jobs.values()}
         assert stored == acked  # every acknowledged push is there, nothing else
         old = QueueClient(first.url, "shared", retry_s=0.5)
         r = raw("POST", f"{first.url}/v1/queues/shared/push",

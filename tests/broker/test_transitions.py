@@ -52,7 +52,8 @@ def test_fail_backs_off_then_dies_then_redrive() -> None:
     assert job2[0].attempt == 2
     r = T.apply(st_, T.Fail((T.FailItem(job2[0].token, "boom again"),)), 1020)
     assert r.items[0].status == "dead"
-    assert st_.jobs[jid].status == "dead" and st_.jobs[jid].last_error == "boom again"
+    job = st_.job(jid)
+    assert job is not None and job.status == "dead" and job.last_error == "boom again"
     assert T.apply(st_, T.Redrive(), 2000).count == 1
     assert claim(st_, 2000)[0].attempt == 1
 
@@ -63,14 +64,15 @@ def test_expired_lease_is_reclaimed_and_old_token_refused() -> None:
     old = claim(st_, 0, lease_ms=1000)[0].token
     assert T.apply(st_, T.Heartbeat((old,), 1000), 500).items[0].ok
     r = T.apply(st_, T.Reclaim(), 1600)
-    assert r.ids == [jid] and st_.jobs[jid].status == "pending"
+    job = st_.job(jid)
+    assert r.ids == [jid] and job is not None and job.status == "pending"
     new = claim(st_, 1600)[0].token
     assert new != old
     assert not T.apply(st_, T.Heartbeat((old,), 1000), 1700).items[0].ok
     done = T.apply(st_, T.Complete((T.CompleteItem(old),)), 1700)
-    assert not done.items[0].ok and jid in st_.jobs
+    assert not done.items[0].ok and st_.job(jid) is not None
     assert T.apply(st_, T.Complete((T.CompleteItem(new, b"1"),)), 1700).items[0].ok
-    assert jid not in st_.jobs
+    assert st_.job(jid) is None
 
 
 def test_token_is_dead_once_lease_passes_even_before_reclaim() -> None:
@@ -166,6 +168,16 @@ def test_push_once_happens_at_most_once() -> None:
     assert again.duplicate and again.ids == [] and len(st_.jobs) == 2
     other = T.apply(st_, T.Push((T.NewJob(b"3"),), once="write:b"), 5)
     assert len(other.ids) == 1 and len(st_.jobs) == 3
+
+
+def test_job_ids_and_seqs_map_one_to_one() -> None:
+    for seq in (1, 5, 9_999_999_999, 10_000_000_000, 123_456_789_012):
+        assert S.seq_of(S.job_id_for(seq)) == seq
+        assert S.token_seq(f"{S.job_id_for(seq)}.17") == seq
+    for bad in ("", "j", "j5", "j00000000005", "j01000000000", "x0000000005", "j000000000\u00b2",
+                "j000000000a", "j-000000005", "0000000005"):
+        assert S.seq_of(bad) is None, bad
+    assert S.token_seq("no-dot") is None
 
 
 def test_corrupt_foreign_and_newer_objects_are_refused() -> None:
@@ -284,7 +296,7 @@ class QueueMachine(RuleBasedStateMachine):
             assert {k: j.encode() for k, j in self.state.jobs.items()} == snapshot
             assert r.archived == []
         else:
-            assert job.id not in self.state.jobs
+            assert job.seq not in self.state.jobs and self.state.job(job.id) is None
             assert job.id not in self.completed
             self.completed.add(job.id)
             # the archive line's template says what the generic record says
@@ -338,7 +350,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     @invariant()
     def nothing_lost_or_duplicated(self) -> None:
-        live = set(self.state.jobs)
+        live = {j.id for j in self.state.jobs.values()}
         assert not live & self.completed and not live & self.purged
         assert not self.completed & self.purged
         assert live | self.completed | self.purged == self.pushed

@@ -43,13 +43,13 @@ from broker.state import (
     SEQ_MASK,
     BrokerRecord,
     Job,
+    JobIds,
     KeyEntry,
     Lease,
     QueueState,
     Settings,
     added,
     added_many,
-    job_id_for,
     key_seq,
     key_time,
     new_pending_jobs,
@@ -225,7 +225,7 @@ class Result:
     """What an operation produced. ``changed`` says whether a write is needed."""
 
     changed: bool = False
-    ids: list[str] = field(default_factory=list)
+    ids: Sequence[str] = field(default_factory=list)
     jobs: list[ClaimedJob] = field(default_factory=list)
     items: list[ItemResult] = field(default_factory=list)
     archived: list[bytes] = field(default_factory=list)  # archive lines (broker.archive)
@@ -325,7 +325,7 @@ _OPTIONS = operator.itemgetter(1, 2, 3, 4)  # NewJob's fields after the payload
 _DEFAULT_OPTIONS = (0, 0, None, None)
 
 
-def _insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int) -> list[str]:
+def _insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int) -> Sequence[str]:
     """Validate all, then create all (or raise having created nothing)."""
     if jobs and set(map(_OPTIONS, jobs)) == {_DEFAULT_OPTIONS}:
         return _insert_payloads(state, [new[0] for new in jobs], now_ms)
@@ -383,10 +383,10 @@ def _check_room(state: QueueState, incoming: int) -> None:
         )
 
 
-def _insert_payloads(state: QueueState, payloads: Sequence[bytes], now_ms: int) -> list[str]:
+def _insert_payloads(state: QueueState, payloads: Sequence[bytes], now_ms: int) -> JobIds:
     """:func:`_insert_jobs` for jobs with default options (the bulk path)."""
     if not payloads:
-        return []
+        return JobIds(0, 0)
     limit = state.settings.max_payload_bytes
     sizes = list(map(len, payloads))
     if max(sizes) > limit:
@@ -399,7 +399,7 @@ def _insert_payloads(state: QueueState, payloads: Sequence[bytes], now_ms: int) 
     counters.enqueued += len(jobs)
     seqs = range(first, first + len(jobs))
     state.jobs.update(zip(seqs, jobs, strict=True))
-    ids = list(map(job_id_for, seqs))
+    ids = JobIds(first, len(jobs))
     added_many(state, jobs)
     ready = state.ready
     base = ready_key(0, now_ms, 0)
@@ -442,6 +442,7 @@ def _remove(state: QueueState, job: Job) -> None:
 def _push(state: QueueState, op: Push | PushPayloads, now_ms: int) -> Result:
     if op.once is not None and _live_key(state, op.once, now_ms):
         return Result(duplicate=True)
+    ids: Sequence[str]
     if isinstance(op, PushPayloads):
         ids = _insert_payloads(state, op.payloads, now_ms)
     else:
@@ -558,6 +559,8 @@ def _fail(state: QueueState, op: Fail, now_ms: int) -> Result:
 def _reclaim(state: QueueState, op: Reclaim, now_ms: int) -> Result:
     result = Result()
     _promote_due(state, now_ms)  # so the delayed heap's head is always in the future
+    reclaimed: list[str] = []
+    result.ids = reclaimed
     leases = state.leases
     while leases and key_time(leases[0]) <= now_ms:
         entry = heapq.heappop(leases)
@@ -570,13 +573,13 @@ def _reclaim(state: QueueState, op: Reclaim, now_ms: int) -> Result:
         _settle_failure(state, job, f"lease expired (worker {worker} stopped heartbeating)",
                         0, now_ms)
         state.counters.reclaimed += 1
-        result.ids.append(job.id)
-        result.changed = True
+        reclaimed.append(job.id)
     # Stale entries (completed jobs, extended leases) wait for their time to
     # come; compacting whenever the heap outgrows the whole queue twice over
     # bounds them without counting claimed jobs on every commit.
     if len(leases) > 64 + 2 * len(state.jobs):
         _compact_leases(state)
+    result.changed = bool(reclaimed)
     return result
 
 

@@ -111,7 +111,7 @@ def test_bulk_push_across_segments_encodes_like_the_general_path() -> None:
     push(st_, 0, *range(1000))  # the bulk push below starts inside a segment
     payloads = tuple(orjson.dumps({"i": i}) for i in range(2500))
     ids = T.apply(st_, T.PushPayloads(payloads), 1_700_000_000_123).ids
-    assert ids == [T.job_id_for(seq) for seq in range(1001, 3501)]
+    assert ids == [S.job_id_for(seq) for seq in range(1001, 3501)]
     assert {seg: len(jobs) for seg, jobs in st_.seg_jobs.items()} == {
         0: 1023, 1: 1024, 2: 1024, 3: 429}
     data = S.encode(st_)
@@ -178,6 +178,15 @@ def test_job_ids_and_seqs_map_one_to_one() -> None:
                 "j000000000a", "j-000000005", "0000000005"):
         assert S.seq_of(bad) is None, bad
     assert S.token_seq("no-dot") is None
+
+
+def test_job_ids_of_a_bulk_push_read_like_a_list() -> None:
+    ids = S.JobIds(9_999_999_998, 3)
+    expected = ["j9999999998", "j9999999999", "j10000000000"]
+    assert len(ids) == 3 and list(ids) == expected and ids == expected and expected == ids
+    assert ids[-1] == expected[-1] and ids[1:] == expected[1:] and ids != expected[:2]
+    with pytest.raises(IndexError):
+        ids[3]
 
 
 def test_corrupt_foreign_and_newer_objects_are_refused() -> None:

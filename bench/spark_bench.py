@@ -6,7 +6,8 @@
    embedded broker on a local-file store) next to ``df.write.json`` of the
    same DataFrame to local disk;
 2. jobs/s of ``process()`` over no-op jobs (claim batches, heartbeats,
-   completes) next to a plain ``mapInPandas`` no-op over the same number of rows.
+   completes; burst-mode workers) next to a plain ``mapInPandas`` no-op over
+   the same number of rows, once for each claim batch size (2,000 and 10,000).
 
 After an untimed warm-up, the pairs run in interleaved rounds (each osqueue
 write on a fresh broker and store); the round with the median ratio is quoted.
@@ -96,9 +97,11 @@ def main() -> None:
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the median counts")
     p.add_argument("--batch-size", type=int, default=5000, help="rows per staged chunk")
-    p.add_argument("--claim-batch", type=int, default=2000, help="jobs per claim in process()")
+    p.add_argument("--claim-batch", default="2000,10000",
+                   help="jobs per claim in process(); several, comma-separated, are run in turn")
     p.add_argument("--only", choices=["write", "process"], help="run one of the two pairs")
     args = p.parse_args()
+    claim_batches = [int(b) for b in str(args.claim_batch).split(",")]
 
     from pyspark.sql import functions as F
 
@@ -119,9 +122,10 @@ def main() -> None:
     # Python workers (about 5 s here), which neither side should be charged.
     if args.only != "process":
         write_round(spark, df.limit(1000), tmp, -1, args.batch_size)
-    process_round(spark, jobs_df.limit(1000), tmp, -1, 1000, args.workers, args.claim_batch)
+    process_round(spark, jobs_df.limit(1000), tmp, -1, 1000, args.workers, claim_batches[0])
 
-    writes, procs = [], []
+    writes: list[dict[str, float]] = []
+    procs: dict[int, list[dict[str, float]]] = {b: [] for b in claim_batches}
     for n in range(args.rounds):
         if args.only != "process":
             w = write_round(spark, df, tmp, n, args.batch_size)
@@ -131,21 +135,25 @@ def main() -> None:
                   f"{w['osqueue_rows_per_s']:>9,.0f} rows/s   ratio {w['ratio']:.3f}", flush=True)
         if args.only == "write":
             continue
-        r = process_round(spark, jobs_df, tmp, n, args.jobs, args.workers, args.claim_batch)
-        procs.append(r)
-        print(f"round {n + 1}: process {args.jobs:,} no-op jobs: bare mapInPandas "
-              f"{r['bare_rows_per_s']:>9,.0f} rows/s   process() {r['process_jobs_per_s']:>9,.0f} "
-              f"jobs/s   ratio {r['ratio']:.3f}", flush=True)
+        for batch in claim_batches:
+            r = process_round(spark, jobs_df, tmp, n * 100 + batch, args.jobs, args.workers,
+                              batch)
+            procs[batch].append(r)
+            print(f"round {n + 1}: process {args.jobs:,} no-op jobs, claim batches of "
+                  f"{batch:,}: bare mapInPandas {r['bare_rows_per_s']:>9,.0f} rows/s   "
+                  f"process() {r['process_jobs_per_s']:>9,.0f} jobs/s   ratio {r['ratio']:.3f}",
+                  flush=True)
     if writes:
         w = results["write"] = median_round(writes)
         print(f"median write ratio {w['ratio']:.3f} (osqueue {w['osqueue_rows_per_s']:,.0f} "
               f"rows/s, json {w['json_rows_per_s']:,.0f} rows/s)")
-    if procs:
-        r = results["process"] = median_round(procs)
-        print(f"median process ratio {r['ratio']:.3f} (process() "
-              f"{r['process_jobs_per_s']:,.0f} jobs/s, bare {r['bare_rows_per_s']:,.0f} rows/s, "
-              f"claim batches of {args.claim_batch:,})")
-    results["claim_batch"] = args.claim_batch
+    if args.only != "write":
+        results["process"] = {}
+        for batch, rounds in procs.items():
+            r = results["process"][str(batch)] = median_round(rounds)
+            print(f"median process ratio {r['ratio']:.3f} with claim batches of {batch:,} "
+                  f"(process() {r['process_jobs_per_s']:,.0f} jobs/s, bare "
+                  f"{r['bare_rows_per_s']:,.0f} rows/s)")
     path = write_results("spark_bench" + (f"_{args.only}" if args.only else ""), results)
     print(f"results written to {path}")
     spark.stop()

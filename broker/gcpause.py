@@ -7,6 +7,11 @@ Pausing it for the burst is safe: reference counting still frees everything
 without cycles, and the collector runs as soon as the last pause ends.
 Pauses nest and may overlap across threads; a collector the process had
 switched off stays off.
+
+A pause that ends with a burst of new objects still alive (a million new jobs)
+moves them straight to the oldest generation: the young collection that would
+otherwise follow scans them all only to promote them (0.6 s for a 1M-job
+publish). They are scanned at the next full collection like any old object.
 """
 
 from __future__ import annotations
@@ -19,6 +24,18 @@ from contextlib import contextmanager
 _lock = threading.Lock()
 _depth = 0
 _restore = False
+
+#: Young objects left at the end of a pause beyond which they skip the young
+#: generations (see the module docstring).
+BURST_OBJECTS = 100_000
+
+
+def _age_burst() -> None:
+    """Move every tracked object to the oldest generation, unscanned, if a burst
+    left many young ones and nobody else uses the permanent generation."""
+    if gc.get_count()[0] > BURST_OBJECTS and gc.get_freeze_count() == 0:
+        gc.freeze()
+        gc.unfreeze()  # puts them back, into the oldest generation
 
 
 @contextmanager
@@ -35,4 +52,5 @@ def gc_paused() -> Iterator[None]:
         with _lock:
             _depth -= 1
             if _depth == 0 and _restore:
+                _age_burst()
                 gc.enable()

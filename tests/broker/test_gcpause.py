@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from broker.gcpause import gc_paused
+from broker.gcpause import BURST_OBJECTS, gc_paused
 
 
 @pytest.fixture()
@@ -45,3 +45,17 @@ def test_a_collector_switched_off_stays_off(restore_gc: None) -> None:
     with gc_paused():
         pass
     assert not gc.isenabled()
+
+
+def test_a_burst_of_new_objects_skips_the_young_generations(restore_gc: None) -> None:
+    gc.enable()
+    gc.collect()
+    with gc_paused():
+        burst = [[i] for i in range(BURST_OBJECTS + 50_000)]  # tracked, alive after
+    young = {id(o) for o in gc.get_objects(generation=0)}
+    assert not any(id(o) in young for o in burst[::1000])
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
+    with gc_paused():
+        few = [[i] for i in range(100)]
+    young = {id(o) for o in gc.get_objects(generation=0)}
+    assert all(id(o) in young for o in few)  # small pauses leave the generations alone

@@ -231,6 +231,10 @@ class FileStore(ObjectStore):
 
     def delete(self, key: str) -> None:
         path = self._path(key)
+        if not path.is_symlink():  # a plain object (put): one unlink, no lock file left over
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            return
         with self._locked(path):
             _, version = self._current(path)
             with contextlib.suppress(FileNotFoundError):

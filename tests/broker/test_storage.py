@@ -173,6 +173,19 @@ class TestFileStore(StoreContract):
         versions = [p.name for p in (tmp_path / "q").iterdir() if ".v-" in p.name]
         assert len(versions) == 1
 
+    def test_deleting_plain_objects_leaves_no_files(self, tmp_path: Path) -> None:
+        store = FileStore(tmp_path)
+        for n in range(3):
+            store.put(f"q/staging/w1/c{n}.jsonl", b"x")
+        for n in range(3):
+            store.delete(f"q/staging/w1/c{n}.jsonl")
+        assert list((tmp_path / "q" / "staging" / "w1").iterdir()) == []
+        etag = store.create_if_absent("q/queue.json", b"1")
+        store.delete("q/queue.json")
+        with pytest.raises(NotFound):
+            store.read("q/queue.json")
+        assert store.create_if_absent("q/queue.json", b"2") != etag
+
     def test_bad_keys_are_refused(self, store: ObjectStore) -> None:
         for key in ("../escape", "/abs", "a//b", "a/.hidden", ""):
             with pytest.raises(InvalidRequest):

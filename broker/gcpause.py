@@ -19,7 +19,7 @@ from __future__ import annotations
 import gc
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 _lock = threading.Lock()
 _depth = 0
@@ -36,6 +36,15 @@ def _age_burst() -> None:
     if gc.get_count()[0] > BURST_OBJECTS and gc.get_freeze_count() == 0:
         gc.freeze()
         gc.unfreeze()  # puts them back, into the oldest generation
+
+
+#: Items in a batch below which pausing costs more than it saves.
+SMALL_BATCH = 256
+
+
+def gc_paused_for(items: int) -> AbstractContextManager[None]:
+    """:func:`gc_paused` around work on a batch of ``items``; nothing for a small one."""
+    return gc_paused() if items > SMALL_BATCH else nullcontext()
 
 
 @contextmanager

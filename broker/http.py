@@ -28,7 +28,7 @@ from broker.errors import (
     StaleToken,
     Unauthorized,
 )
-from broker.gcpause import gc_paused
+from broker.gcpause import gc_paused_for
 from broker.openapi import OPENAPI
 from broker.service import Broker
 
@@ -74,7 +74,7 @@ def build_app(broker: Broker, *, token: str | None = None) -> Any:
     # middleware stack (about a third of a request's cost) -------------------------
 
     def batch_answer(results: list[Any]) -> tuple[int, Any]:
-        with gc_paused():
+        with gc_paused_for(len(results)):
             body = {"results": api.items_to_json(results)}
         if all(r.ok for r in results):
             return 200, body
@@ -90,7 +90,7 @@ def build_app(broker: Broker, *, token: str | None = None) -> Any:
 
     async def claim(queue: str, body: Any) -> tuple[int, Any]:
         jobs = await broker.claim(queue, **api.parse_claim(body))
-        with gc_paused():
+        with gc_paused_for(len(jobs)):
             return 200, {"jobs": api.claimed_to_json(jobs)}
 
     async def heartbeat(queue: str, body: Any) -> tuple[int, Any]:
@@ -98,7 +98,8 @@ def build_app(broker: Broker, *, token: str | None = None) -> Any:
         return batch_answer(await broker.heartbeat(queue, tokens, lease_s))
 
     async def complete(queue: str, body: Any) -> tuple[int, Any]:
-        with gc_paused():
+        listed = body.get("items") if isinstance(body, dict) else None
+        with gc_paused_for(len(listed) if isinstance(listed, list) else 0):
             items = api.parse_complete(body)
         return batch_answer(await broker.complete(queue, items))
 
@@ -143,8 +144,8 @@ def build_app(broker: Broker, *, token: str | None = None) -> Any:
             body = await read_body(headers, receive)
             raw = handler is stage or (handler is push and headers.get(
                 b"content-type", b"").startswith(staged_type))
-            if not raw:
-                with gc_paused():  # thousands of small objects, none in a cycle
+            if not raw:  # a large body is thousands of small objects, none in a cycle
+                with gc_paused_for(len(body) // 64):
                     body = api.parse_json(body)
             return await handler(queue, body)
         except OsqueueError as exc:

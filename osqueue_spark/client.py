@@ -37,7 +37,7 @@ from broker.errors import (
     OsqueueError,
     from_dict,
 )
-from broker.gcpause import gc_paused
+from broker.gcpause import gc_paused_for
 from broker.retry import retrying
 
 
@@ -256,7 +256,7 @@ class QueueClient:
                            {"worker": worker, "max_jobs": max_jobs, "lease_s": lease_s,
                             "wait_s": wait_s}, timeout_s=self.timeout_s + wait_s)
         fields, new = _CLAIMED_FIELDS, tuple.__new__
-        with gc_paused():
+        with gc_paused_for(len(out["jobs"])):
             return [new(ClaimedJob, fields(j)) for j in out["jobs"]]
 
     def heartbeat(self, tokens: Sequence[str], lease_s: float = 30.0) -> list[ItemResult]:
@@ -268,8 +268,9 @@ class QueueClient:
         return self.complete_many([(token, result)])[0]
 
     def complete_many(self, items: Iterable[tuple[str, Any]]) -> list[ItemResult]:
-        with gc_paused():
-            body = {"items": [{"token": t, "result": r} for t, r in items]}
+        pairs = items if isinstance(items, list) else list(items)
+        with gc_paused_for(len(pairs)):
+            body = {"items": [{"token": t, "result": r} for t, r in pairs]}
         return _items(self.request("POST", self._q("complete"), body))
 
     def fail(self, token: str, error: str = "", retry_in_s: float | None = None) -> ItemResult:
@@ -360,7 +361,7 @@ _CLAIMED_FIELDS = operator.itemgetter("id", "payload", "token", "attempt", "leas
 
 def _items(out: dict[str, Any]) -> list[ItemResult]:
     new = tuple.__new__
-    with gc_paused():
+    with gc_paused_for(len(out["results"])):
         return [new(ItemResult, (r["token"], r["ok"], r.get("reason"), r.get("status")))
                 for r in out["results"]]
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from broker.gcpause import BURST_OBJECTS, gc_paused
+from broker.gcpause import BURST_OBJECTS, SMALL_BATCH, gc_paused, gc_paused_for
 
 
 @pytest.fixture()
@@ -59,3 +59,12 @@ def test_a_burst_of_new_objects_skips_the_young_generations(restore_gc: None) ->
         few = [[i] for i in range(100)]
     young = {id(o) for o in gc.get_objects(generation=0)}
     assert all(id(o) in young for o in few)  # small pauses leave the generations alone
+
+
+def test_only_large_batches_pause(restore_gc: None) -> None:
+    gc.enable()
+    with gc_paused_for(SMALL_BATCH):
+        assert gc.isenabled()
+    with gc_paused_for(SMALL_BATCH + 1):
+        assert not gc.isenabled()
+    assert gc.isenabled()

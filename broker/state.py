@@ -262,7 +262,7 @@ class Job:
     def id(self) -> str:
         """``j`` and the seq, zero-padded (made when asked: a million pending
         jobs need no million id strings)."""
-        return "j%010d" % self.seq  # noqa: UP031
+        return job_id_for(self.seq)
 
     def to_dict(self) -> dict[str, Any]:
         """The job as it appears in the object (payload as an orjson fragment)."""
@@ -453,7 +453,7 @@ def new_pending_jobs(first_seq: int, payloads: Sequence[bytes], now_ms: int,
     The bulk-push path: the part of each line that every job of the push
     shares is formatted once, so a job costs its seq and its payload.
     """
-    stamp = timefmt.fmt(now_ms).encode()
+    stamp = timefmt.fmt_bytes(now_ms)
     line = _NEW_JOB_HEAD + (_NEW_JOB_TAIL % (stamp, max_attempts, stamp)).replace(b"%", b"%%") \
         + b"%b}"
     out: list[Job] = []

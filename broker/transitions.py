@@ -742,10 +742,10 @@ def list_jobs(state: QueueState, status: str | None = None, limit: int = 100,
         raise InvalidRequest(f"limit must be 1..10000, got {limit}")
     after_seq = -1
     if after is not None:
-        parsed = seq_of(after)
-        if parsed is None:
+        # any "j" and digits, padded or not: a person may type "j42"
+        if not (after.startswith("j") and after[1:].isdecimal()):
             raise InvalidRequest(f"after must be a job id, got {after!r}")
-        after_seq = parsed
+        after_seq = int(after[1:])
     page: list[Job] = []
     for job in state.jobs.values():
         if job.seq <= after_seq or (status is not None and job.status != status):

@@ -180,6 +180,16 @@ def test_job_ids_and_seqs_map_one_to_one() -> None:
     assert S.token_seq("no-dot") is None
 
 
+def test_list_jobs_pages_after_an_id_padded_or_not() -> None:
+    st_ = T.new_state(0)
+    ids = T.apply(st_, T.PushPayloads(tuple(b"%d" % n for n in range(5))), 0).ids
+    assert [j.id for j in T.list_jobs(st_, after=ids[1])] == list(ids[2:])
+    assert [j.id for j in T.list_jobs(st_, after="j3")] == list(ids[3:])
+    for bad in ("x3", "j", "j-1", "j\u00b2"):
+        with pytest.raises(InvalidRequest):
+            T.list_jobs(st_, after=bad)
+
+
 def test_job_ids_of_a_bulk_push_read_like_a_list() -> None:
     ids = S.JobIds(9_999_999_998, 3)
     expected = ["j9999999998", "j9999999999", "j10000000000"]

@@ -3,21 +3,27 @@
 ``store_from_url`` turns a store URL into a store:
 
 * ``file:///abs/dir`` -> :class:`FileStore`
-* ``s3://bucket/prefix`` -> :class:`S3Store` (``?endpoint=http://host:port``
-  may name an S3-compatible endpoint; otherwise ``AWS_ENDPOINT_URL``)
+* ``s3://bucket/prefix`` -> :class:`S3Store`. Query options:
+  ``endpoint=http://host:port`` (an S3-compatible endpoint; otherwise
+  ``AWS_ENDPOINT_URL``), ``region=`` (otherwise ``AWS_REGION``),
+  ``timeout_s=`` (connect and read timeout in seconds, default 10) and
+  ``retries=`` (attempts per call for transient failures, default 5).
+  Any other option is refused with ``InvalidRequest``.
 * ``memory://name`` -> a process-wide :class:`MemoryStore` of that name
 """
 
 from __future__ import annotations
 
+import math
 import threading
+from typing import TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from broker.errors import InvalidRequest
 from broker.storage.base import Data, ObjectStore, Versioned, as_bytes, data_len
 from broker.storage.files import FileStore
 from broker.storage.memory import MemoryStore
-from broker.storage.s3 import S3Store
+from broker.storage.s3 import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S, S3Store
 
 __all__ = [
     "Data",
@@ -30,6 +36,8 @@ __all__ = [
     "data_len",
     "store_from_url",
 ]
+
+_S3_OPTIONS = ("endpoint", "region", "retries", "timeout_s")
 
 _memory_stores: dict[str, MemoryStore] = {}
 _memory_lock = threading.Lock()
@@ -47,9 +55,12 @@ def store_from_url(url: str, *, endpoint_url: str | None = None) -> ObjectStore:
     if parts.scheme == "s3":
         if not parts.netloc:
             raise InvalidRequest(f"S3 store URLs look like s3://bucket/prefix, got {url!r}")
-        query = parse_qs(parts.query)
-        endpoint = endpoint_url or next(iter(query.get("endpoint", [])), None)
-        return S3Store(parts.netloc, parts.path.strip("/"), endpoint_url=endpoint)
+        opts = _s3_options(parts.query)
+        return S3Store(parts.netloc, parts.path.strip("/"),
+                       endpoint_url=endpoint_url or opts.get("endpoint") or None,
+                       region_name=opts.get("region") or None,
+                       retries=_positive(opts, "retries", int, DEFAULT_RETRIES),
+                       timeout_s=_positive(opts, "timeout_s", float, DEFAULT_TIMEOUT_S))
     if parts.scheme == "memory":
         name = parts.netloc or parts.path or "default"
         with _memory_lock:
@@ -58,3 +69,36 @@ def store_from_url(url: str, *, endpoint_url: str | None = None) -> ObjectStore:
     raise InvalidRequest(
         f"unknown store URL {shown!r}: use file:///abs/dir or s3://bucket/prefix"
     )
+
+
+def _s3_options(query: str) -> dict[str, str]:
+    """The S3 URL's query options; ``InvalidRequest`` names unknown or repeated ones."""
+    parsed = parse_qs(query, keep_blank_values=True)
+    unknown = sorted(set(parsed) - set(_S3_OPTIONS))
+    if unknown:
+        raise InvalidRequest(
+            f"unknown S3 store URL option(s) {', '.join(unknown)}; "
+            f"known options: {', '.join(_S3_OPTIONS)}"
+        )
+    repeated = sorted(name for name, values in parsed.items() if len(values) > 1)
+    if repeated:
+        raise InvalidRequest(f"S3 store URL option(s) given more than once: {', '.join(repeated)}")
+    return {name: values[0] for name, values in parsed.items()}
+
+
+N = TypeVar("N", int, float)
+
+
+def _positive(opts: dict[str, str], name: str, kind: type[N], default: N) -> N:
+    """Option ``name`` parsed as ``kind``, which must be finite and > 0, or ``default``."""
+    raw = opts.get(name)
+    if raw is None:
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        value = kind(0)
+    if not (math.isfinite(value) and value > 0):
+        what = "a whole number" if kind is int else "a number"
+        raise InvalidRequest(f"S3 store URL option {name}={raw!r} must be {what} > 0")
+    return value

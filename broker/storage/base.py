@@ -2,30 +2,44 @@
 
 Two kinds of object live in a store:
 
-* **CAS objects** (the queue state): ``read`` gives ``(bytes, etag)``;
+* **CAS objects** (the queue state): ``read`` gives ``(bytes, etag)`` and
+  ``head`` gives just the etag (no body: cheap enough to poll every second);
   ``write_if_match`` and ``create_if_absent`` are the only ways to change
   them, and each either lands atomically or raises :class:`Conflict`.
 * **Plain objects** (archive files, staging): ``put``/``get``/``list``/``delete``.
 
 Keys are ``/``-separated paths relative to the store's root or prefix.
-Every method is synchronous and thread-safe. Failure modes: ``NotFound`` for
-a missing object, ``Conflict`` for a lost conditional write,
-``StorageUnavailable`` when the outcome is unknown (timeout, 5xx after
-retries): a write that raised it may or may not have landed.
+Every method is synchronous and thread-safe. Failure modes:
+
+* ``NotFound``: the object is missing (``read``, ``head``, ``get``).
+* ``Conflict``: a conditional write lost; nothing was written.
+* ``StorageRefused``: the store refused the request for good (access denied,
+  missing bucket or credentials, bad request); nothing was written and
+  repeating the call will not help.
+* ``StorageUnavailable``: a transient failure (timeout, 5xx after retries,
+  a lock held too long by another process, a local disk error): the outcome
+  is **unknown**; a write that raised it may or may not have landed, so the
+  caller must re-read before deciding what happened.
 """
 
 from __future__ import annotations
 
 import abc
+import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from broker.errors import Conflict, NotFound, UnsafeStore
+from broker.errors import Conflict, NotFound, StorageUnavailable, UnsafeStore
+
+log = logging.getLogger("osqueue.storage")
 
 #: What a write takes: bytes, or chunks of bytes written in order (saves
 #: joining a large object only to write it).
 Data = bytes | Sequence[bytes]
+
+#: How often ``self_test`` repeats a probe step that failed with an unknown outcome.
+_PROBE_ATTEMPTS = 3
 
 
 def as_bytes(data: Data) -> bytes:
@@ -53,6 +67,15 @@ class ObjectStore(abc.ABC):
     @abc.abstractmethod
     def read(self, key: str) -> Versioned:
         """Return the object's bytes and etag; raise ``NotFound`` if absent."""
+
+    def head(self, key: str) -> str:
+        """Return the etag of the object's current version without its bytes.
+
+        The etag is the one ``read`` returns for the same version. Raises
+        ``NotFound`` if absent. This default reads the whole object; stores
+        override it with a cheap metadata lookup.
+        """
+        return self.read(key).etag
 
     @abc.abstractmethod
     def write_if_match(self, key: str, data: Data, etag: str) -> str:
@@ -97,30 +120,92 @@ class ObjectStore(abc.ABC):
     def self_test(self) -> None:
         """Prove the store refuses stale and duplicate conditional writes.
 
-        Writes and removes one probe object under ``_osqueue/selftest/``.
+        Writes and removes one probe object under ``_osqueue/selftest/``; every
+        probe write carries a random nonce, so a write whose response was lost
+        (``StorageUnavailable``, or ``Conflict`` from a client-side retry of a
+        write that had landed) is recognised by reading the object back, and
+        a failed step with an unknown outcome is repeated up to 3 times.
+
         Raises :class:`UnsafeStore` if a conditional write that must fail
-        succeeds: running on such a store would silently lose jobs.
+        succeeds (running on such a store would silently lose jobs), or if one
+        that must succeed is refused. Raises ``StorageUnavailable`` if the
+        store keeps failing, and ``StorageRefused`` if it refuses access.
         """
-        key = f"_osqueue/selftest/{uuid.uuid4().hex}"
+        nonce = uuid.uuid4().hex
+        key = f"_osqueue/selftest/{nonce}"
+        p1, p2, p3, p4 = (f"osqueue self-test probe {n} {nonce}".encode() for n in range(1, 5))
         try:
-            first = self.create_if_absent(key, b"probe-1")
-            self.write_if_match(key, b"probe-2", first)
-            for attempt in (
-                lambda: self.write_if_match(key, b"probe-3", first),
-                lambda: self.create_if_absent(key, b"probe-4"),
-            ):
-                try:
-                    attempt()
-                except Conflict:
-                    continue
-                raise UnsafeStore(
-                    f"store {self.url} accepted a conditional write that must be refused; "
-                    "it does not honour If-Match / If-None-Match, so osqueue will not run on it"
-                )
-            if self.read(key).data != b"probe-2":
+            first = self._probe_must_land(key, p1, lambda: self.create_if_absent(key, p1))
+            self._probe_must_land(key, p2, lambda: self.write_if_match(key, p2, first))
+            self._probe_must_be_refused(key, p3, lambda: self.write_if_match(key, p3, first))
+            self._probe_must_be_refused(key, p4, lambda: self.create_if_absent(key, p4))
+            if self.read(key).data != p2:
                 raise UnsafeStore(f"store {self.url} changed an object on a refused write")
         finally:
+            self._probe_cleanup(key)
+
+    def _landed(self, key: str, data: bytes) -> Versioned | None:
+        """The object if it holds exactly ``data``, else None (absent or other bytes)."""
+        try:
+            current = self.read(key)
+        except NotFound:
+            return None
+        return current if current.data == data else None
+
+    def _probe_must_land(self, key: str, data: bytes, write: Callable[[], str]) -> str:
+        """Run a probe write that must succeed; return the etag of ``data``."""
+        for attempt in range(1, _PROBE_ATTEMPTS + 1):
+            try:
+                return write()
+            except (Conflict, StorageUnavailable) as exc:
+                # The response may have been lost after the write landed.
+                try:
+                    landed = self._landed(key, data)
+                except StorageUnavailable:
+                    if attempt == _PROBE_ATTEMPTS:
+                        raise
+                    continue
+                if landed is not None:
+                    return landed.etag
+                if isinstance(exc, Conflict):
+                    raise UnsafeStore(
+                        f"store {self.url} refused a conditional write that must succeed "
+                        f"({exc.message}); its conditional writes cannot be trusted"
+                    ) from None
+                if attempt == _PROBE_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _probe_must_be_refused(self, key: str, data: bytes, write: Callable[[], str]) -> None:
+        """Run a probe write that must raise ``Conflict``; raise ``UnsafeStore`` if it lands."""
+        for attempt in range(1, _PROBE_ATTEMPTS + 1):
+            try:
+                write()
+            except Conflict:
+                return
+            except StorageUnavailable:
+                try:
+                    landed = self._landed(key, data)
+                except StorageUnavailable:
+                    landed = None
+                if landed is None:
+                    if attempt == _PROBE_ATTEMPTS:
+                        raise
+                    continue
+            raise UnsafeStore(
+                f"store {self.url} accepted a conditional write that must be refused; "
+                "it does not honour If-Match / If-None-Match, so osqueue will not run on it"
+            )
+
+    def _probe_cleanup(self, key: str) -> None:
+        for attempt in range(1, _PROBE_ATTEMPTS + 1):
             try:
                 self.delete(key)
+                return
             except NotFound:
-                pass
+                return
+            except StorageUnavailable as exc:
+                if attempt == _PROBE_ATTEMPTS:
+                    # A leftover probe is harmless; failing start-up for it is not.
+                    log.warning("could not delete self-test probe %s in %s: %s",
+                                key, self.url, exc.message)

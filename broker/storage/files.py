@@ -3,10 +3,24 @@
 A CAS object ``dir/name`` is a symbolic link to an immutable version file
 ``dir/.name.v-<etag>``. Replacing the link (``rename`` of a new link over it)
 is atomic, so a reader always sees one whole version with its own etag, and
-``jq . dir/name`` still works. Writers serialise on an ``flock`` of
-``dir/.name.lock``, held across compare, write, fsync and rename, so the
-compare-and-set is atomic across threads and processes. Each write makes a
-fresh random etag, so the etag changes even when the bytes repeat.
+``jq . dir/name`` still works. Each write makes a fresh random etag, so the
+etag changes even when the bytes repeat.
+
+A write first writes and fsyncs its new version file (a unique hidden name
+nobody references yet, so no lock is needed), then takes an ``flock`` of
+``dir/.name.lock`` only to compare the current link, rename a new link over
+it and fsync the directory: the compare-and-set is atomic across threads and
+processes, and the lock is held for a few system calls. A lock held by another
+process (one paused with SIGSTOP, say) is waited for at most ``lock_timeout_s``
+seconds; then the write raises ``StorageUnavailable`` and nothing was written.
+A version file whose compare failed is removed; superseded versions are
+removed by a background thread.
+
+Every ``OSError`` from the file system (``ENOSPC``, ``EIO``, ``EACCES``...)
+is raised as ``StorageUnavailable`` naming the errno, the action and the key,
+except a missing file where that means "no such object". A write that fails
+before its rename leaves the object unchanged and no file behind; one that
+fails while syncing the directory after its rename may have landed.
 
 Needs a POSIX filesystem with ``flock`` and symbolic links (a local disk, not
 a FUSE mount of object storage: use ``s3://`` there).
@@ -20,6 +34,7 @@ import fcntl
 import os
 import queue
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +44,10 @@ from broker.storage.base import Data, ObjectStore, Versioned
 
 _VERSION_MARK = ".v-"
 
+#: Backoff between attempts to take a lock another process holds (seconds).
+_LOCK_POLL_FIRST_S = 0.001
+_LOCK_POLL_MAX_S = 0.05
+
 
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
@@ -36,6 +55,19 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _disk_error(exc: OSError, action: str, key: str, url: str) -> StorageUnavailable:
+    code = exc.errno or 0
+    name = errno.errorcode.get(code, f"errno {code}") if code else type(exc).__name__
+    reason = exc.strerror or str(exc)
+    return StorageUnavailable(f"local disk error {name} {action} {key!r} in {url}: {reason}")
+
+
+def _missing_dir_is_empty(exc: OSError) -> None:
+    """``os.walk`` error hook: a missing directory has no keys; anything else fails."""
+    if not isinstance(exc, FileNotFoundError | NotADirectoryError):
+        raise exc
 
 
 _IOV_MAX = 1024
@@ -106,14 +138,75 @@ def _write_file(path: Path, data: Data, fsync: bool) -> None:
         os.close(fd)
 
 
-class FileStore(ObjectStore):
-    """CAS objects and plain objects under one local directory."""
+class _ThreadLocks:
+    """One in-process lock per object path.
 
-    def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
+    Threads of this process queue on it (woken on release, no polling), so
+    only one of them at a time polls the ``flock`` that excludes other
+    processes. Entries are dropped when nobody uses them.
+    """
+
+    class _Entry:
+        __slots__ = ("lock", "users")
+
+        def __init__(self) -> None:
+            self.lock = threading.Lock()
+            self.users = 0
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._entries: dict[Path, _ThreadLocks._Entry] = {}
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        # A forked child has none of the parent's threads, so none of their locks.
+        self._guard = threading.Lock()
+        self._entries = {}
+
+    @contextlib.contextmanager
+    def hold(self, path: Path, timeout_s: float) -> Iterator[bool]:
+        """Yield True holding ``path``'s lock, or False after ``timeout_s`` seconds."""
+        with self._guard:
+            entry = self._entries.setdefault(path, _ThreadLocks._Entry())
+            entry.users += 1
+        got = entry.lock.acquire(timeout=max(timeout_s, 0.0))
+        try:
+            yield got
+        finally:
+            if got:
+                entry.lock.release()
+            with self._guard:
+                entry.users -= 1
+                if entry.users == 0 and self._entries.get(path) is entry:
+                    del self._entries[path]
+
+
+_thread_locks = _ThreadLocks()
+
+
+class FileStore(ObjectStore):
+    """CAS objects and plain objects under one local directory.
+
+    ``fsync`` (default True) makes every write durable before it returns.
+    ``lock_timeout_s`` (seconds, default 5.0) bounds the wait for an object's
+    lock held by another process or thread; past it the write or delete
+    raises ``StorageUnavailable`` having changed nothing.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        fsync: bool = True,
+        lock_timeout_s: float = 5.0,
+    ) -> None:
+        if lock_timeout_s < 0:
+            raise ValueError(f"lock_timeout_s must be >= 0 seconds, got {lock_timeout_s}")
         self.root = Path(root).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
         self.url = f"file://{self.root}"
         self._fsync = fsync
+        self.lock_timeout_s = lock_timeout_s
 
     # -- paths -----------------------------------------------------------
     def _path(self, key: str) -> Path:
@@ -129,20 +222,54 @@ class FileStore(ObjectStore):
         return f".{path.name}{_VERSION_MARK}{etag}"
 
     @contextlib.contextmanager
-    def _locked(self, path: Path) -> Iterator[None]:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path.parent / f".{path.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    def _os_errors(self, action: str, key: str) -> Iterator[None]:
+        """Raise any ``OSError`` escaping the block as ``StorageUnavailable``."""
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
             yield
-        finally:
-            os.close(fd)  # closing the descriptor releases the lock
+        except OSError as exc:
+            raise _disk_error(exc, action, key, self.url) from exc
+
+    @contextlib.contextmanager
+    def _locked(self, path: Path, key: str) -> Iterator[None]:
+        """Hold the object's lock, waiting at most ``lock_timeout_s`` seconds.
+
+        Raises ``StorageUnavailable`` if another thread or process keeps it longer.
+        """
+        deadline = time.monotonic() + self.lock_timeout_s
+        lock_path = path.parent / f".{path.name}.lock"
+        with _thread_locks.hold(path, self.lock_timeout_s) as got:
+            if not got:
+                raise self._lock_timeout(key, "another thread of this process", lock_path)
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                # Non-blocking attempts: a blocking flock would wait forever on a
+                # holder that is paused (SIGSTOP) or hung on a dead disk.
+                delay = _LOCK_POLL_FIRST_S
+                while True:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            raise self._lock_timeout(key, "another process", lock_path) from None
+                        time.sleep(min(delay, left))
+                        delay = min(delay * 2, _LOCK_POLL_MAX_S)
+                yield
+            finally:
+                os.close(fd)  # closing the descriptor releases the lock
+
+    def _lock_timeout(self, key: str, holder: str, lock_path: Path) -> StorageUnavailable:
+        return StorageUnavailable(
+            f"object {key!r} in {self.url}: {holder} holds its lock {lock_path.name} "
+            f"for more than {self.lock_timeout_s:g} s (paused or hung?); nothing was written"
+        )
 
     def _current(self, path: Path) -> tuple[str | None, Path | None]:
         """(etag, version file) of the object now, or (None, None) if absent."""
         try:
             target = os.readlink(path)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None, None
         except OSError as exc:
             if exc.errno != errno.EINVAL:
@@ -154,15 +281,49 @@ class FileStore(ObjectStore):
         _, _, etag = target.rpartition(_VERSION_MARK)
         return etag, path.parent / target
 
-    def _swap(self, path: Path, data: Data, old_version: Path | None) -> str:
+    def _exists(self, path: Path) -> bool:
+        try:
+            os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        return True
+
+    def _swap(self, path: Path, key: str, data: Data, expect: str | None) -> str:
+        """Write a new version of the object at ``path`` if it is still ``expect``.
+
+        ``expect`` None means "only if absent". Returns the new etag; raises
+        ``Conflict`` (the version file is then removed) or ``OSError``.
+        """
+        path.parent.mkdir(parents=True, exist_ok=True)
         etag = uuid.uuid4().hex
         version = path.parent / self._version_name(path, etag)
-        _write_file(version, data, self._fsync)
-        tmp_link = path.parent / f".{path.name}.link-{etag}"
-        os.symlink(version.name, tmp_link)
-        os.replace(tmp_link, path)
-        if self._fsync:
-            _fsync_dir(path.parent)
+        linked = False
+        try:
+            _write_file(version, data, self._fsync)
+            with self._locked(path, key):
+                if expect is None:
+                    old_version = None
+                    if self._exists(path):
+                        raise Conflict(f"object {key!r} already exists")
+                else:
+                    current, old_version = self._current(path)
+                    if current is None or current != expect:
+                        raise Conflict(f"object {key!r} changed since it was read")
+                tmp_link = path.parent / f".{path.name}.link-{etag}"
+                os.symlink(version.name, tmp_link)
+                try:
+                    os.replace(tmp_link, path)
+                except BaseException:
+                    with contextlib.suppress(OSError):
+                        tmp_link.unlink()
+                    raise
+                linked = True
+                if self._fsync:
+                    _fsync_dir(path.parent)
+        finally:
+            if not linked:
+                with contextlib.suppress(OSError):
+                    version.unlink()
         if old_version is not None:
             _reaper.add(old_version)
         return etag
@@ -174,41 +335,52 @@ class FileStore(ObjectStore):
     # -- CAS objects -----------------------------------------------------
     def read(self, key: str) -> Versioned:
         path = self._path(key)
-        for _ in range(100):
-            etag, version = self._current(path)
-            if etag is None:
-                raise NotFound(f"no object {key!r} in {self.url}")
-            try:
-                data = (version or path).read_bytes()
-            except FileNotFoundError:
-                continue  # replaced between readlink and open: look again
-            return Versioned(data, etag)
+        with self._os_errors("reading", key):
+            for _ in range(100):
+                etag, version = self._current(path)
+                if etag is None:
+                    raise NotFound(f"no object {key!r} in {self.url}")
+                try:
+                    data = (version or path).read_bytes()
+                except FileNotFoundError:
+                    continue  # replaced between readlink and open: look again
+                return Versioned(data, etag)
         raise StorageUnavailable(f"object {key!r} kept changing while being read")
+
+    def head(self, key: str) -> str:
+        """The etag ``read`` would return, from the link alone (no file is opened)."""
+        path = self._path(key)
+        with self._os_errors("reading", key):
+            etag, _ = self._current(path)
+        if etag is None:
+            raise NotFound(f"no object {key!r} in {self.url}")
+        return etag
 
     def write_if_match(self, key: str, data: Data, etag: str) -> str:
         path = self._path(key)
-        with self._locked(path):
-            current, version = self._current(path)
-            if current is None or current != etag:
-                raise Conflict(f"object {key!r} changed since it was read")
-            return self._swap(path, data, version)
+        with self._os_errors("writing", key):
+            return self._swap(path, key, data, etag)
 
     def create_if_absent(self, key: str, data: Data) -> str:
         path = self._path(key)
-        with self._locked(path):
-            if os.path.lexists(path):
-                raise Conflict(f"object {key!r} already exists")
-            return self._swap(path, data, None)
+        with self._os_errors("writing", key):
+            return self._swap(path, key, data, None)
 
     # -- plain objects ---------------------------------------------------
     def put(self, key: str, data: bytes) -> None:
         path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex}"
-        _write_file(tmp, data, self._fsync)
-        os.replace(tmp, path)
-        if self._fsync:
-            _fsync_dir(path.parent)
+        with self._os_errors("writing", key):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex}"
+            try:
+                _write_file(tmp, data, self._fsync)
+                os.replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+                raise
+            if self._fsync:
+                _fsync_dir(path.parent)
 
     def get(self, key: str) -> bytes:
         return self.read(key).data
@@ -217,28 +389,30 @@ class FileStore(ObjectStore):
         base, _, _ = prefix.rpartition("/")
         start = self.root.joinpath(*base.split("/")) if base else self.root
         keys: list[str] = []
-        for dirpath, dirnames, filenames in os.walk(start):
-            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-            rel = Path(dirpath).relative_to(self.root).as_posix()
-            for name in filenames:
-                if name.startswith("."):
-                    continue
-                key = name if rel == "." else f"{rel}/{name}"
-                if key.startswith(prefix):
-                    keys.append(key)
-            # symlinks to version files are listed by os.walk as files already
+        with self._os_errors("listing", prefix):
+            for dirpath, dirnames, filenames in os.walk(start, onerror=_missing_dir_is_empty):
+                dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+                rel = Path(dirpath).relative_to(self.root).as_posix()
+                for name in filenames:
+                    if name.startswith("."):
+                        continue
+                    key = name if rel == "." else f"{rel}/{name}"
+                    if key.startswith(prefix):
+                        keys.append(key)
+                # symlinks to version files are listed by os.walk as files already
         return sorted(keys)
 
     def delete(self, key: str) -> None:
         path = self._path(key)
-        if not path.is_symlink():  # a plain object (put): one unlink, no lock file left over
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-            return
-        with self._locked(path):
-            _, version = self._current(path)
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-            if version is not None:
+        with self._os_errors("deleting", key):
+            if not path.is_symlink():  # a plain object (put): one unlink, no lock file left
                 with contextlib.suppress(FileNotFoundError):
-                    version.unlink()
+                    path.unlink()
+                return
+            with self._locked(path, key):
+                _, version = self._current(path)
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+                if version is not None:
+                    with contextlib.suppress(FileNotFoundError):
+                        version.unlink()

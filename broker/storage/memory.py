@@ -28,6 +28,9 @@ class MemoryStore(ObjectStore):
             except KeyError:
                 raise NotFound(f"no object {key!r} in {self.url}") from None
 
+    def head(self, key: str) -> str:
+        return self.read(key).etag
+
     def write_if_match(self, key: str, data: Data, etag: str) -> str:
         with self._lock:
             current = self._objects.get(key)

@@ -1,15 +1,25 @@
 """S3 (and S3-compatible) store using conditional writes.
 
 ``write_if_match`` sends ``If-Match: <etag>`` and ``create_if_absent`` sends
-``If-None-Match: *``. 412 (precondition failed) and 409 (a concurrent
-conditional write) both mean "lost the race" and raise :class:`Conflict`;
-404 raises :class:`NotFound`. Throttling, 5xx and connection errors are
-retried with exponential backoff (tenacity); when retries run out the call
-raises :class:`StorageUnavailable` and, for a write, the outcome is unknown.
+``If-None-Match: *``; ``head`` is a ``HEAD`` of the object (no body) and
+returns the ``ETag`` exactly as ``GET`` does. Answers map to errors thus:
+
+* 412 (precondition failed) and 409 (a concurrent conditional write) mean
+  "lost the race": :class:`Conflict`.
+* 404 for a key: :class:`NotFound`; for the bucket (``NoSuchBucket``):
+  :class:`StorageRefused`, since no retry will create it.
+* Other 3xx/4xx (403 access denied, 400 bad request, 301/307 wrong region or
+  endpoint) and missing or partial credentials: :class:`StorageRefused`,
+  raised at once: nothing was written.
+* Throttling, 429, 5xx, connection errors and timeouts are retried with
+  exponential backoff (tenacity); when ``retries`` attempts are used up the
+  call raises :class:`StorageUnavailable` and, for a write, the outcome is
+  unknown.
 
 Credentials come from the usual boto3 chain (environment, profile, instance
 role); the endpoint from ``endpoint_url=`` or ``AWS_ENDPOINT_URL``. The
-store's ``url`` and every message name only bucket, prefix and endpoint host.
+store's ``url`` and every message name only bucket, prefix and endpoint host,
+never a credential.
 """
 
 from __future__ import annotations
@@ -20,17 +30,33 @@ from typing import Any, TypeVar
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    NoCredentialsError,
+    ParamValidationError,
+    PartialCredentialsError,
+)
 from tenacity import (
     retry_if_exception_type,
     stop_after_attempt,
 )
 
-from broker.errors import Conflict, NotFound, StorageError, StorageUnavailable
+from broker.errors import (
+    Conflict,
+    NotFound,
+    StorageError,
+    StorageRefused,
+    StorageUnavailable,
+)
 from broker.retry import retrying
 from broker.storage.base import Data, ObjectStore, Versioned, as_bytes
 
 T = TypeVar("T")
+
+#: Attempts per call for transient failures, and connect/read timeout (seconds).
+DEFAULT_RETRIES = 5
+DEFAULT_TIMEOUT_S = 10.0
 
 _THROTTLE_CODES = frozenset(
     {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "InternalError",
@@ -38,23 +64,58 @@ _THROTTLE_CODES = frozenset(
 )
 
 
-def _classify(exc: Exception, key: str) -> StorageError:
+def _classify(exc: Exception, key: str, bucket: str = "") -> StorageError:
+    """Map a botocore error for ``key`` to the storage error the contract names."""
+    where = f"s3://{bucket}" if bucket else "the bucket"
     if isinstance(exc, ClientError):
         err = exc.response.get("Error", {})
         code = str(err.get("Code", ""))
-        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        meta = exc.response.get("ResponseMetadata", {})
+        status = int(meta.get("HTTPStatusCode", 0) or 0)
+        said = f"{code} (HTTP {status})" if code and status else (code or f"HTTP {status}")
         if status in (409, 412) or code in ("PreconditionFailed", "ConditionalRequestConflict"):
             return Conflict(f"object {key!r} changed since it was read ({code or status})")
+        if code == "NoSuchBucket":
+            return StorageRefused(f"S3 bucket {where} does not exist ({said})")
         if status == 404 or code in ("NoSuchKey", "NotFound", "404"):
             return NotFound(f"no object {key!r}")
         if status >= 500 or status == 429 or code in _THROTTLE_CODES:
-            return StorageUnavailable(f"S3 answered {code or status} for {key!r}")
-        return StorageError(f"S3 refused {key!r}: {code or status}")
+            return StorageUnavailable(f"S3 answered {said} for {key!r}")
+        if status in (301, 307) or code in ("PermanentRedirect", "TemporaryRedirect"):
+            region = meta.get("HTTPHeaders", {}).get("x-amz-bucket-region") or err.get("Region")
+            hint = f" (it is in region {region})" if region else ""
+            return StorageRefused(
+                f"S3 redirected the request for {key!r}: {said}; {where} is not served by this "
+                f"region or endpoint{hint}: set AWS_REGION or ?region= in the store URL"
+            )
+        if status == 403 or code == "AccessDenied":
+            return StorageRefused(
+                f"S3 denied access to {key!r} in {where}: {said}; "
+                "check the credentials' permissions"
+            )
+        if 300 <= status < 500:
+            return StorageRefused(f"S3 refused the request for {key!r}: {said}")
+        return StorageUnavailable(f"S3 answered {said} for {key!r}")
+    if isinstance(exc, NoCredentialsError | PartialCredentialsError):
+        # The botocore message is not shown: only the class, never a key or secret.
+        return StorageRefused(
+            f"S3 credentials are missing or incomplete ({type(exc).__name__}): set "
+            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile or an instance role"
+        )
+    if isinstance(exc, ParamValidationError):
+        return StorageRefused(f"invalid S3 request for {key!r}: {str(exc)[:300]}")
     return StorageUnavailable(f"S3 request for {key!r} failed: {type(exc).__name__}")
 
 
 class S3Store(ObjectStore):
-    """Objects under ``s3://bucket/prefix``."""
+    """Objects under ``s3://bucket/prefix``.
+
+    ``retries`` is the number of attempts per call (at least 1) for transient
+    failures; ``timeout_s`` (seconds) bounds both connecting and each read of
+    the answer. ``client`` replaces the boto3 client (tests). Raises
+    ``StorageRefused`` if the client cannot be set up (partial credentials,
+    a named profile that does not exist).
+    """
 
     def __init__(
         self,
@@ -63,8 +124,8 @@ class S3Store(ObjectStore):
         *,
         endpoint_url: str | None = None,
         region_name: str | None = None,
-        retries: int = 5,
-        timeout_s: float = 10.0,
+        retries: int = DEFAULT_RETRIES,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
         client: Any | None = None,
     ) -> None:
         self.bucket = bucket
@@ -72,21 +133,31 @@ class S3Store(ObjectStore):
         endpoint_url = endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None
         shown = f" at {endpoint_url.split('@')[-1]}" if endpoint_url else ""
         self.url = f"s3://{bucket}/{self.prefix}".rstrip("/") + shown
-        self._retries = max(1, retries)
+        self.retries = max(1, retries)
+        self.timeout_s = timeout_s
         if client is None:
             region = region_name or os.environ.get("AWS_REGION") or os.environ.get(
                 "AWS_DEFAULT_REGION") or "us-east-1"
-            client = boto3.session.Session().client(
-                "s3",
-                endpoint_url=endpoint_url,
-                region_name=region,
-                config=Config(
-                    retries={"max_attempts": 1, "mode": "standard"},  # tenacity retries
-                    connect_timeout=timeout_s,
-                    read_timeout=timeout_s,
-                    max_pool_connections=64,
-                ),
-            )
+            try:
+                client = boto3.session.Session().client(
+                    "s3",
+                    endpoint_url=endpoint_url,
+                    region_name=region,
+                    config=Config(
+                        # One HTTP attempt per call: tenacity does the retrying, and
+                        # botocore's "max_attempts" counts retries, so 1 would mean 2.
+                        retries={"total_max_attempts": 1, "mode": "standard"},
+                        connect_timeout=timeout_s,
+                        read_timeout=timeout_s,
+                        max_pool_connections=64,
+                    ),
+                )
+            except (NoCredentialsError, PartialCredentialsError) as exc:
+                raise _classify(exc, "", bucket) from None
+            except BotoCoreError as exc:  # a named profile that does not exist, say
+                raise StorageRefused(
+                    f"cannot set up the S3 client for s3://{bucket}: {type(exc).__name__}"
+                ) from None
         self._client = client
 
     def _key(self, key: str) -> str:
@@ -97,10 +168,10 @@ class S3Store(ObjectStore):
             try:
                 return fn()
             except (ClientError, BotoCoreError) as exc:
-                raise _classify(exc, key) from None
+                raise _classify(exc, key, self.bucket) from None
 
         policy = retrying(retry=retry_if_exception_type(StorageUnavailable),
-                          stop=stop_after_attempt(self._retries))
+                          stop=stop_after_attempt(self.retries))
         return policy(attempt)
 
     # -- CAS objects -----------------------------------------------------
@@ -110,6 +181,35 @@ class S3Store(ObjectStore):
             return Versioned(resp["Body"].read(), str(resp["ETag"]))
 
         return self._call(key, go)
+
+    def head(self, key: str) -> str:
+        """The object's ETag from a ``HEAD`` request (no body is transferred).
+
+        A missing key raises ``NotFound`` after one more ``HEAD``, of the bucket,
+        to tell it from a missing bucket (``StorageRefused``).
+        """
+
+        def go() -> str:
+            resp = self._client.head_object(Bucket=self.bucket, Key=self._key(key))
+            return str(resp["ETag"])
+
+        try:
+            return self._call(key, go)
+        except NotFound:
+            # A HEAD answer has no body, so a missing bucket looks like a missing key.
+            if self._bucket_missing():
+                raise StorageRefused(f"S3 bucket s3://{self.bucket} does not exist") from None
+            raise
+
+    def _bucket_missing(self) -> bool:
+        """True only if S3 says the bucket does not exist; False on any doubt."""
+        try:
+            self._call("", lambda: self._client.head_bucket(Bucket=self.bucket))
+        except NotFound:
+            return True
+        except StorageError:
+            return False
+        return False
 
     def write_if_match(self, key: str, data: Data, etag: str) -> str:
         body = as_bytes(data)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import pickle
+import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,16 @@ from broker.errors import (
     StorageUnavailable,
     UnsafeStore,
 )
-from broker.storage import FileStore, MemoryStore, ObjectStore, S3Store, Versioned, store_from_url
+from broker.storage import (
+    Data,
+    FileStore,
+    MemoryStore,
+    ObjectStore,
+    S3Store,
+    Versioned,
+    as_bytes,
+    store_from_url,
+)
 
 ROUNDS = 200
 
@@ -91,6 +102,17 @@ class StoreContract:
         with pytest.raises(NotFound):
             store.read("q1/queue.json")
         store.create_if_absent("q1/queue.json", b"again")
+
+    def test_head_gives_the_etag_read_gives(self, store: ObjectStore) -> None:
+        with pytest.raises(NotFound):
+            store.head("q/queue.json")
+        first = store.create_if_absent("q/queue.json", b"one")
+        assert store.head("q/queue.json") == first == store.read("q/queue.json").etag
+        second = store.write_if_match("q/queue.json", b"two", first)
+        assert store.head("q/queue.json") == second == store.read("q/queue.json").etag
+        store.delete("q/queue.json")
+        with pytest.raises(NotFound):
+            store.head("q/queue.json")
 
     def test_self_test_passes(self, store: ObjectStore) -> None:
         store.self_test()
@@ -186,6 +208,18 @@ class TestFileStore(StoreContract):
             store.read("q/queue.json")
         assert store.create_if_absent("q/queue.json", b"2") != etag
 
+    def test_head_reads_only_the_link(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        store = FileStore(tmp_path)
+        etag = store.create_if_absent("q/queue.json", b"{}")
+
+        def no_reading(self: Path) -> bytes:
+            raise AssertionError(f"head opened {self}")
+
+        monkeypatch.setattr(Path, "read_bytes", no_reading)
+        assert store.head("q/queue.json") == etag
+
     def test_bad_keys_are_refused(self, store: ObjectStore) -> None:
         for key in ("../escape", "/abs", "a//b", "a/.hidden", ""):
             with pytest.raises(InvalidRequest):
@@ -218,6 +252,15 @@ class TestS3Store(StoreContract):
         store = store_from_url(s3_url)
         yield store
         store.close()
+
+    def test_head_sends_a_head_request(self, store: ObjectStore) -> None:
+        assert isinstance(store, S3Store)
+        etag = store.create_if_absent("q/queue.json", b"x" * 100_000)
+        methods: list[str] = []
+        store._client.meta.events.register(
+            "before-send.s3", lambda request, **_: methods.append(request.method))
+        assert store.head("q/queue.json") == etag
+        assert methods == ["HEAD"]
 
     def test_url_shows_no_credentials(self, s3_bucket: str) -> None:
         store = S3Store(s3_bucket, "p", endpoint_url="http://user:secret@127.0.0.1:1")
@@ -256,14 +299,123 @@ def test_s3_retries_transient_errors_then_gives_up() -> None:
 class _IgnoresConditions(MemoryStore):
     """An injected fault: a store that silently ignores If-Match."""
 
-    def write_if_match(self, key: str, data: bytes, etag: str) -> str:
-        self.put(key, data)
+    def write_if_match(self, key: str, data: Data, etag: str) -> str:
+        self.put(key, as_bytes(data))
+        return self.read(key).etag
+
+
+class _IgnoresIfNoneMatch(MemoryStore):
+    """An injected fault: a store whose create overwrites an existing object."""
+
+    def create_if_absent(self, key: str, data: Data) -> str:
+        self.put(key, as_bytes(data))
         return self.read(key).etag
 
 
 def test_self_test_refuses_a_store_that_ignores_conditions() -> None:
     with pytest.raises(UnsafeStore, match="does not honour"):
         _IgnoresConditions().self_test()
+    with pytest.raises(UnsafeStore, match="does not honour"):
+        _IgnoresIfNoneMatch().self_test()
+
+
+class _Faulty(ObjectStore):
+    """Wraps a store; chosen calls of ``op`` ("create" or "write") misbehave.
+
+    ``land`` says whether the call reaches the inner store before ``error``
+    is raised: landing and then raising is a write whose response was lost
+    (``StorageUnavailable``) or whose client-side retry found its own write
+    (``Conflict``, what S3 answers the retry with).
+    """
+
+    def __init__(self, inner: ObjectStore, op: str, error: type[Exception], *,
+                 land: bool, times: int = 1) -> None:
+        self.inner, self.op, self.error, self.land = inner, op, error, land
+        self.url = inner.url
+        self.left = times
+        self.fired = 0
+
+    def _maybe_fail(self, op: str, write: Callable[[], str]) -> str:
+        if op != self.op or self.left == 0:
+            return write()
+        self.left -= 1
+        self.fired += 1
+        if self.land:
+            write()
+        raise self.error(f"injected {self.error.__name__} after {op}")
+
+    def create_if_absent(self, key: str, data: Data) -> str:
+        return self._maybe_fail("create", lambda: self.inner.create_if_absent(key, data))
+
+    def write_if_match(self, key: str, data: Data, etag: str) -> str:
+        return self._maybe_fail("write", lambda: self.inner.write_if_match(key, data, etag))
+
+    def read(self, key: str) -> Versioned:
+        return self.inner.read(key)
+
+    def put(self, key: str, data: bytes) -> None:
+        self.inner.put(key, data)
+
+    def get(self, key: str) -> bytes:
+        return self.inner.get(key)
+
+    def list(self, prefix: str) -> list[str]:
+        return self.inner.list(prefix)
+
+    def delete(self, key: str) -> None:
+        self.inner.delete(key)
+
+
+def _inner_store(kind: str, tmp_path: Path) -> ObjectStore:
+    return MemoryStore() if kind == "memory" else FileStore(tmp_path / "store")
+
+
+@pytest.mark.parametrize("kind", ["memory", "file"])
+@pytest.mark.parametrize("op", ["create", "write"])
+@pytest.mark.parametrize("error", [StorageUnavailable, Conflict])
+def test_self_test_survives_a_write_whose_response_was_lost(
+    kind: str, op: str, error: type[Exception], tmp_path: Path
+) -> None:
+    inner = _inner_store(kind, tmp_path)
+    flaky = _Faulty(inner, op, error, land=True)
+    flaky.self_test()
+    assert flaky.fired == 1
+    assert inner.list("_osqueue/") == []
+
+
+@pytest.mark.parametrize("op", ["create", "write"])
+def test_self_test_repeats_a_write_that_failed_before_landing(op: str) -> None:
+    inner = MemoryStore()
+    flaky = _Faulty(inner, op, StorageUnavailable, land=False, times=2)
+    flaky.self_test()
+    assert flaky.fired == 2
+    assert inner.list("_osqueue/") == []
+
+
+def test_self_test_gives_up_on_a_store_that_keeps_failing() -> None:
+    inner = MemoryStore()
+    hopeless = _Faulty(inner, "create", StorageUnavailable, land=False, times=100)
+    with pytest.raises(StorageUnavailable, match="injected"):
+        hopeless.self_test()
+    assert hopeless.fired == 3
+    assert inner.list("_osqueue/") == []
+
+
+def test_self_test_still_refuses_unsafe_stores_that_lose_responses() -> None:
+    lossy_and_unsafe = _Faulty(_IgnoresConditions(), "create", StorageUnavailable, land=True)
+    with pytest.raises(UnsafeStore, match="does not honour"):
+        lossy_and_unsafe.self_test()
+    # A stale write that lands and then reports a lost response is still caught.
+    stale_lands = _Faulty(_IgnoresConditions(), "write", StorageUnavailable, land=True,
+                          times=100)
+    with pytest.raises(UnsafeStore):
+        stale_lands.self_test()
+
+
+def test_self_test_refuses_a_store_that_refuses_a_good_write() -> None:
+    refuses = _Faulty(MemoryStore(), "write", Conflict, land=False)
+    with pytest.raises(UnsafeStore, match="must succeed"):
+        refuses.self_test()
 
 
 def test_store_from_url() -> None:
@@ -274,6 +426,60 @@ def test_store_from_url() -> None:
     for bad in ("gs://x/y", "file://relative/path", "s3:///nobucket", "nonsense"):
         with pytest.raises(InvalidRequest):
             store_from_url(bad)
+
+
+def test_s3_url_options_set_timeout_and_retries() -> None:
+    store = store_from_url("s3://bkt/p?endpoint=http://127.0.0.1:9&timeout_s=2&retries=3")
+    assert isinstance(store, S3Store)
+    assert (store.timeout_s, store.retries) == (2.0, 3)
+    config = store._client.meta.config
+    assert (config.connect_timeout, config.read_timeout) == (2.0, 2.0)
+    assert store._client.meta.endpoint_url == "http://127.0.0.1:9"
+    default = store_from_url("s3://bkt/p")
+    assert isinstance(default, S3Store)
+    assert (default.timeout_s, default.retries) == (10.0, 5)
+
+
+@pytest.mark.parametrize(
+    ("query", "named"),
+    [
+        ("endpoint=http://h:1&timeout=2&colour=red", "colour, timeout"),
+        ("retries=0", "retries='0'"),
+        ("retries=two", "retries='two'"),
+        ("retries=1.5", "retries='1.5'"),
+        ("timeout_s=-1", "timeout_s='-1'"),
+        ("timeout_s=nan", "timeout_s='nan'"),
+        ("retries=1&retries=2", "more than once: retries"),
+    ],
+)
+def test_s3_url_options_are_checked(query: str, named: str) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        store_from_url(f"s3://bkt/p?{query}")
+    assert named in str(info.value)
+
+
+def test_s3_url_timeout_applies_to_requests(unanswering_port: int) -> None:
+    store = store_from_url(
+        f"s3://bkt/p?endpoint=http://127.0.0.1:{unanswering_port}&timeout_s=0.3&retries=2")
+    assert isinstance(store, S3Store)
+    sent: list[str] = []
+    store._client.meta.events.register(
+        "before-send.s3", lambda request, **_: sent.append(request.method))
+    started = time.monotonic()
+    with pytest.raises(StorageUnavailable, match="ReadTimeout"):
+        store.read("q/queue.json")
+    assert time.monotonic() - started < 5  # the default 10 s timeout would take 20 s
+    assert sent == ["GET", "GET"]
+    store.close()
+
+
+@pytest.fixture()
+def unanswering_port() -> Iterator[int]:
+    """A port that accepts connections and never answers."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+        yield int(server.getsockname()[1])
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 .PHONY: demo test lint typecheck unit bench clean java-check
 
 $(STAMP): pyproject.toml
-	@$(PY) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10+ is needed"'
+	@$(PY) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"'
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[spark,dev]'

@@ -10,8 +10,10 @@ Tree::
     ├── StorageError                  storage_error     503
     │   ├── NotFound                  not_found         404
     │   ├── Conflict                  conflict          409
-    │   ├── StorageUnavailable        storage_unavailable 503
+    │   ├── StorageUnavailable        storage_unavailable 503  retryable
+    │   ├── StorageRefused            storage_refused   502
     │   └── UnsafeStore               unsafe_store      500
+    ├── OutcomeUnknown                outcome_unknown   503  retryable
     ├── StateError                    state_error       500
     │   ├── CorruptState              corrupt_state     500
     │   ├── ForeignState              foreign_state     500
@@ -23,8 +25,12 @@ Tree::
     ├── UnknownQueue                  unknown_queue     404
     ├── StaleToken                    stale_token       409
     ├── QueueFull                     queue_full        503
-    ├── NotTheBroker                  not_the_broker    503
-    └── BrokerUnavailable             broker_unavailable 503
+    ├── NotTheBroker                  not_the_broker    503  retryable
+    └── BrokerUnavailable             broker_unavailable 503  retryable
+
+``retryable`` (a class attribute) says whether repeating the same call may
+succeed: the client retries exactly those errors, and only for operations
+that are idempotent (every operation is, see :mod:`osqueue_spark.client`).
 
 Messages never contain credentials: store URLs are shown without any
 user-info part and tokens are never echoed.
@@ -48,6 +54,8 @@ class OsqueueError(Exception):
 
     code: ClassVar[str] = "osqueue_error"
     status: ClassVar[int] = 500
+    #: True if repeating the call may succeed (a transient condition).
+    retryable: ClassVar[bool] = False
 
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)
@@ -87,6 +95,15 @@ class StorageUnavailable(StorageError):
 
     code = "storage_unavailable"
     status = 503
+    retryable = True
+
+
+class StorageRefused(StorageError):
+    """The store refused the request for good (403 access denied, 400 bad request):
+    retrying will not help; nothing was written."""
+
+    code = "storage_refused"
+    status = 502
 
 
 class UnsafeStore(StorageError):
@@ -94,6 +111,17 @@ class UnsafeStore(StorageError):
 
     code = "unsafe_store"
     status = 500
+
+
+class OutcomeUnknown(OsqueueError):
+    """A write that carried this call may or may not have landed, and the broker
+    could not find out (storage kept failing, or another broker wrote on top of
+    it). Nothing was undone: repeat the call, which is idempotent, to learn the
+    answer."""
+
+    code = "outcome_unknown"
+    status = 503
+    retryable = True
 
 
 class StateError(OsqueueError):
@@ -153,11 +181,13 @@ class NotTheBroker(OsqueueError):
 
     code = "not_the_broker"
     status = 503
+    retryable = True
 
 
 class BrokerUnavailable(OsqueueError):
     code = "broker_unavailable"
     status = 503
+    retryable = True
 
 
 ERRORS_BY_CODE: dict[str, type[OsqueueError]] = {}

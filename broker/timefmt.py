@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import functools
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def now_ms() -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -83,7 +83,7 @@ def arrow_staged_lines(batches: Iterator[Any]) -> Iterator[bytes]:
 
 
 def ts(ms: int | None) -> datetime | None:
-    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
 def ts_text(text: str | None) -> datetime | None:

@@ -23,7 +23,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -42,7 +42,7 @@ TRACEBACK_CHARS = 2000
 
 
 def _as_time(epoch_s: float) -> datetime:
-    return datetime.fromtimestamp(epoch_s, timezone.utc)
+    return datetime.fromtimestamp(epoch_s, UTC)
 
 
 def _worker_name(prefix: str) -> str:

@@ -85,7 +85,7 @@ _SIMPLE_DEFAULTS = {"priority": 0, "delay_s": 0, "max_attempts": None, "key": No
 
 def _options(item: dict[str, Any], where: str) -> tuple[int, int, int | None, str | None]:
     """A job's options (priority, delay in ms, max_attempts, key), checked."""
-    delay = _num(item, "delay_s", 0.0, hi=10 * 365 * 86400.0, where=where) or 0.0
+    delay = _num(item, "delay_s", 0.0, hi=transitions.MAX_DELAY_MS / 1000, where=where) or 0.0
     return (_int(item, "priority", 0, lo=-transitions.MAX_PRIORITY,
                  hi=transitions.MAX_PRIORITY, where=where) or 0,
             round(delay * 1000),
@@ -113,6 +113,15 @@ def parse_new_jobs(body: dict[str, Any]) -> list[transitions.NewJob | bytes]:
             raise InvalidRequest(f"field '{where}payload' is required")
         jobs.append(new_job(dumps(item["payload"]), *_options(item, where)))
     return jobs
+
+
+def parse_request_key(raw: bytes | None) -> str | None:
+    """An ``Idempotency-Key`` header's value, checked (1-200 printable ASCII)."""
+    if raw is None:
+        return None
+    if not 0 < len(raw) <= 200 or not raw.isascii() or not all(33 <= c < 127 for c in raw):
+        raise InvalidRequest("header Idempotency-Key must be 1..200 printable ASCII characters")
+    return raw.decode()
 
 
 def parse_push(body: Any) -> list[transitions.NewJob | bytes]:
@@ -262,7 +271,7 @@ def parse_fail(body: Any) -> list[transitions.FailItem]:
         error = item.get("error", "")
         if not isinstance(error, str):
             raise InvalidRequest(f"field '{where}error' must be a string")
-        retry = _num(item, "retry_in_s", None, hi=10 * 365 * 86400.0, where=where)
+        retry = _num(item, "retry_in_s", None, hi=transitions.MAX_DELAY_MS / 1000, where=where)
         items.append(transitions.FailItem(token, error,
                                           None if retry is None else round(retry * 1000)))
     return items

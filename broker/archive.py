@@ -1,20 +1,50 @@
 """Archive objects: completed jobs as JSON lines, readable with ``jq`` or ``json``.
 
-Each line is one completed job (the fields of the queue object's job plus
-``status: "completed"``, ``worker``, ``completed_at`` and ``result``).
-Archive objects are written once and never modified. A broker that crashes
-between writing an archive object and committing the state may archive a job
-twice; readers that need exactly one row per job keep the last by ``id``.
+Each line is one completed job: the fields of the queue object's job plus
+``status: "completed"``, ``worker`` and ``token`` (who completed it),
+``commit_seq`` and ``commit`` (the queue object version that recorded the
+completion), ``completed_at`` and ``result``.
+
+**Written after the commit.** A commit that completes jobs keeps them in the
+queue object, status ``completed``, with their result; the caller is answered
+as soon as that one write lands. Then the broker writes one archive object
+for that commit, named by it::
+
+    {queue}/archive/{YYYY-MM-DDTHH}/{commit_seq:012d}-{commit}.jsonl
+
+and a later commit drops those jobs from the queue object. The object's name
+and bytes are a function of the committed jobs alone, so a broker that takes
+over after a crash (before the archive object, or before the drop) writes
+the very same object again. Hence:
+
+* an archive object only ever holds completions that were committed; nothing
+  is written before a commit and nothing is ever undone;
+* every completed job is in the queue object, or in the archive, or both for
+  a moment, never in neither;
+* each job appears in exactly one archive object, on exactly one line.
+
+**Objects of earlier versions.** osqueue 0.1 named archive objects
+``{seq:012d}-{writer}.jsonl`` (the writer is a broker id ``b-...``, never a
+commit id ``c-...``) and wrote them *before* the commit, undoing them when the
+commit failed; an undo that failed left an orphan whose jobs were completed
+again later. :func:`is_legacy` tells them apart; :func:`read_all` and the
+Spark reader keep, for each job id, only the latest completion among legacy
+lines (the orphan's is always the earlier one). With ``jq``::
+
+    cat */archive/*/*.jsonl | jq -s 'group_by(.id) | map(max_by(.completed_at))[]'
+
+which is a no-op on archives written by this version.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import orjson
 
 from broker import keys
+from broker.state import Job
 from broker.storage import ObjectStore
 
 
@@ -26,12 +56,30 @@ def decode_records(data: bytes) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in data.splitlines() if line.strip()]
 
 
-def write(store: ObjectStore, queue: str, lines: list[bytes], now_ms: int,
-          seq: int, writer: str) -> str:
-    """Write one archive object for a commit from its lines (each ending in a
-    newline, see :meth:`broker.state.Job.archive_line`); return its key."""
-    key = keys.archive_key(queue, now_ms, seq, writer)
-    store.put(key, b"".join(lines))
+def commit_object(queue: str, jobs: Sequence[Job]) -> tuple[str, bytes]:
+    """The archive object (key, bytes) of the completed ``jobs`` of one commit.
+
+    ``jobs`` must all carry the same commit (``done_seq``, ``done_commit``);
+    lines are in job order, so every broker makes the same bytes. Raises
+    ``ValueError`` for an empty list or jobs of different commits.
+    """
+    if not jobs:
+        raise ValueError("an archive object needs at least one job")
+    first = jobs[0]
+    if first.done_ms is None or first.done_seq is None or first.done_commit is None:
+        raise ValueError(f"job {first.id} is not a committed completion")
+    if any(j.done_seq != first.done_seq or j.done_commit != first.done_commit for j in jobs):
+        raise ValueError("the jobs of one archive object must come from one commit")
+    ordered = sorted(jobs, key=lambda j: j.seq)
+    key = keys.archive_key(queue, first.done_ms, first.done_seq, first.done_commit)
+    return key, b"".join(j.archive_line() for j in ordered)
+
+
+def write_commit(store: ObjectStore, queue: str, jobs: Sequence[Job]) -> str:
+    """Write (or rewrite, identically) the archive object of one commit's
+    completions; return its key. Raises the store's errors."""
+    key, data = commit_object(queue, jobs)
+    store.put(key, data)
     return key
 
 
@@ -50,6 +98,33 @@ def list_objects(store: ObjectStore, queue: str, start_hour: str | None = None,
     return out
 
 
+def is_legacy(key: str) -> bool:
+    """True for an archive object written before its commit (osqueue 0.1)."""
+    name = key.rsplit("/", 1)[-1]
+    _, dash, tail = name.partition("-")
+    return not (dash and tail.startswith("c-"))
+
+
+def latest_per_job(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per job id: the latest completion (see the module docstring)."""
+    best: dict[Any, dict[str, Any]] = {}
+    for rec in records:
+        seen = best.get(rec.get("id"))
+        if seen is None or str(rec.get("completed_at")) >= str(seen.get("completed_at")):
+            best[rec.get("id")] = rec
+    return list(best.values())
+
+
 def read_all(store: ObjectStore, queue: str) -> Iterator[dict[str, Any]]:
+    """Every completed job of the archive, each once (legacy orphans removed)."""
+    legacy: list[dict[str, Any]] = []
+    current_ids: set[Any] = set()
     for key in list_objects(store, queue):
-        yield from decode_records(store.get(key))
+        records = decode_records(store.get(key))
+        if is_legacy(key):
+            legacy += records
+            continue
+        for rec in records:
+            current_ids.add(rec.get("id"))
+            yield rec
+    yield from (rec for rec in latest_per_job(legacy) if rec.get("id") not in current_ids)

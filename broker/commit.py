@@ -6,29 +6,62 @@ out as the next single CAS write; only then are those callers answered
 ("pessimistic ack": acknowledged means durable).
 
 The loop knows nothing about queues. A :class:`Model` tells it how to decode,
-apply, encode, which writer owns the object and what side effect (the
-archive) must land before a write. On a lost race it re-reads: if the object
-is its own attempted write (same ``seq`` and writer) it landed; if the owner
-is still this writer (or this writer has not landed a write yet, so it is
-taking the object over) it re-applies the batch to the fresh state; otherwise
-it steps down and answers every caller with the model's "not the owner" error.
-An unknown outcome (timeout, 5xx) is resolved the same way by re-reading,
-with backoff; transient errors never make it step down. An idle loop parks
-until an operation arrives or the model's next timer is due.
+apply and encode, what to run on every commit, whether it may write over a
+version someone else wrote, and what to do once a version is known to be
+committed.
+
+**Outcomes.** Every write attempt carries its own identity (a fresh random
+id the model stamps into the object, which also keeps the ids of the last
+few versions: its lineage). When a write fails in a way that leaves its
+outcome open (a timeout, a 5xx, a dropped reply, or a 409/412 that may be the
+store's own retry of a write that landed) the loop re-reads the object and
+decides, for each attempt of the batch:
+
+* its id is in the lineage: it landed (perhaps under a newer version): the
+  callers get that attempt's results;
+* the object is still the version it was written over: not landed yet (it
+  may still land): write again, as a new attempt;
+* the version it was written over is in the lineage, followed by another:
+  it can never land: re-apply the batch to the fresh state (if the model
+  still lets this writer write) and write again;
+* otherwise (too many versions since, or an object without lineage) nobody
+  can tell: the callers get :class:`OutcomeUnknown`, and nothing that may
+  have landed is undone.
+
+Transient storage errors are retried with backoff up to ``commit_timeout_s``
+per batch; past it the callers get ``OutcomeUnknown`` (if an attempt may have
+landed) or ``StorageUnavailable`` (if none did), and the loop goes on. A
+permanent storage error (``StorageRefused``) is answered at once. Any other
+exception (a corrupt object appearing, a bug) is answered to the batch, the
+state is re-read before the next batch and the condition is kept in
+:attr:`CommitLoop.fault` for health checks: no exception wedges the loop.
+An idle loop parks until an operation arrives or the model's next timer is
+due.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import random
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from broker.errors import Conflict, NotFound, OsqueueError, StorageError
+from broker.errors import (
+    BrokerUnavailable,
+    Conflict,
+    NotFound,
+    OsqueueError,
+    OutcomeUnknown,
+    StorageError,
+    StorageRefused,
+    StorageUnavailable,
+)
 from broker.gcpause import gc_paused
 from broker.storage import Data, ObjectStore, data_len
 
@@ -40,49 +73,56 @@ StateT = TypeVar("StateT")
 class Model(Protocol[StateT]):
     """What the loop needs to know about the object it commits."""
 
-    def decode(self, data: bytes) -> StateT: ...
+    def decode(self, data: bytes) -> StateT:
+        """Parse a committed version; raise ``StateError`` if it is not one."""
+        ...
+
     def empty(self, now_ms: int) -> StateT: ...
+
     def apply(self, state: StateT, op: Any, now_ms: int) -> tuple[Any, bool]:
         """Apply one op: (result, changed). Raise OsqueueError to refuse it unchanged."""
         ...
+
     def housekeeping(self, state: StateT, now_ms: int, exists: bool) -> list[Any]:
-        """Ops the owner runs on every commit (reclaim, lease renewal, takeover)."""
+        """Ops the owner runs on every commit (lease renewal, takeover, reclaim)."""
         ...
-    def encode(self, state: StateT, writer: str, now_ms: int) -> Data:
-        """Stamp the state as the next commit by ``writer`` and return its bytes."""
+
+    def encode(self, state: StateT, writer: str, now_ms: int, commit: str) -> Data:
+        """Stamp the state as the next version, made by write attempt ``commit``."""
         ...
-    def version(self, state: StateT) -> tuple[int, str | None]:
-        """(seq, writer) identifying a commit."""
+
+    def identity(self, state: StateT) -> tuple[str | None, Sequence[str]]:
+        """(commit id of this version, the lineage: recent commit ids, newest last)."""
         ...
-    def owner(self, state: StateT) -> str | None: ...
-    def not_owner(self, state: StateT) -> OsqueueError: ...
-    def side_effect(self, state: StateT, results: Sequence[Any],
-                    now_ms: int) -> Callable[[], None] | None:
-        """Write what must land before the commit; return an undo for a lost write."""
+
+    def seq(self, state: StateT) -> int:
+        """The version number (grows by one a write)."""
         ...
+
+    def may_write(self, state: StateT, owned: bool) -> OsqueueError | None:
+        """None if this writer may write over committed ``state``, else the error
+        to answer. ``owned``: a write of this writer landed since it (re)started."""
+        ...
+
+    def committed(self, state: StateT) -> None:
+        """``state`` is a committed version (written by us or re-read): start
+        whatever must follow a commit (archive objects)."""
+        ...
+
     def next_timer_ms(self, state: StateT, now_ms: int) -> int | None: ...
-    def contended(self, state: StateT, lost: int) -> None:
-        """Called (in an I/O thread) after ``lost`` lost races while taking over."""
-        ...
-    def owned(self) -> None:
-        """Called (in an I/O thread) when the first write after (re)activation lands."""
-        ...
 
 
 @dataclass(slots=True)
 class CommitStats:
     commits: int = 0
     conflicts: int = 0
-    unknown_outcomes: int = 0
+    unknown_outcomes: int = 0  # writes whose outcome had to be resolved by a re-read
+    answered_unknown: int = 0  # batches answered OutcomeUnknown
     step_downs: int = 0
+    faults: int = 0
     last_commit_s: float = 0.0
     last_batch: int = 0
     state_bytes: int = 0
-
-
-class StepDown(Exception):
-    def __init__(self, error: OsqueueError) -> None:
-        self.error = error
 
 
 @dataclass(slots=True)
@@ -91,8 +131,44 @@ class _Pending:
     future: asyncio.Future[Any]
 
 
+@dataclass(slots=True)
+class _Attempt:
+    """One write attempt of a batch, and what it would answer if it landed."""
+
+    commit: str
+    base_commit: str | None  # the version it was written over (None: unknown or absent)
+    base_etag: str | None  # None: it tried to create the object
+    results: list[Any]
+
+
+class _Expired(Exception):
+    """The batch's time ran out while storage kept failing."""
+
+    def __init__(self, last: BaseException | None) -> None:
+        self.last = last
+
+
+_LANDED, _PENDING, _DEAD, _UNKNOWN = "landed", "pending", "dead", "unknown"
+
+
+def new_commit_id() -> str:
+    """A fresh identity for one write attempt (96 random bits)."""
+    return "c-" + uuid.uuid4().hex[:24]
+
+
+def _storage_error(exc: OSError) -> StorageUnavailable:
+    name = errno.errorcode.get(exc.errno or 0, "") if exc.errno else ""
+    return StorageUnavailable(
+        f"storage I/O error {name or type(exc).__name__}: {exc.strerror or exc}")
+
+
 class CommitLoop(Generic[StateT]):
-    """Group commit for one object. Create inside a running event loop."""
+    """Group commit for one object. Create inside a running event loop.
+
+    ``commit_timeout_s`` bounds how long one batch waits on failing storage
+    before its callers are answered; ``fault_retry_s`` how soon a loop whose
+    last batch failed re-reads the object on its own.
+    """
 
     def __init__(
         self,
@@ -109,6 +185,8 @@ class CommitLoop(Generic[StateT]):
         max_batch: int = 10_000,
         linger_fraction: float = 0.25,
         max_linger_s: float = 0.05,
+        commit_timeout_s: float = 30.0,
+        fault_retry_s: float = 2.0,
     ) -> None:
         self.store = store
         self.key = key
@@ -118,12 +196,13 @@ class CommitLoop(Generic[StateT]):
         self.stats = CommitStats()
         self.state: StateT | None = None
         self.etag: str | None = None
-        self.active = True
+        self.active = False  # writing: set by reactivate(), cleared by step_down()
         # False until a write of ours lands after (re)activation: until then a
         # foreign owner is the one we are taking over from, not our successor.
         self.owned = False
-        self._lost_races = 0
         self.step_down_error: OsqueueError | None = None
+        #: Why the last batch failed (None once a commit or re-read succeeds).
+        self.fault: str | None = None
         self._executor = executor
         self._on_commit = on_commit
         self._on_timer = on_timer
@@ -131,15 +210,23 @@ class CommitLoop(Generic[StateT]):
         self._max_batch = max_batch
         self._linger_fraction = linger_fraction
         self._max_linger_s = max_linger_s
+        self._commit_timeout_s = commit_timeout_s
+        self._fault_retry_s = fault_retry_s
         self._buffer: list[_Pending] = []
+        self._batch: list[_Pending] = []
         self._wake = asyncio.Event()
         self._closing = False
         self._task: asyncio.Task[None] | None = None
 
     # -- public ---------------------------------------------------------------
     async def load(self) -> StateT:
-        """Read the object (or start empty). Raises StateError on a bad object."""
-        await self._reload()
+        """Read the object (or start empty). Raises ``StateError`` on a bad object,
+        ``StorageRefused`` on a refusal, ``StorageUnavailable`` if storage keeps
+        failing for ``commit_timeout_s``."""
+        try:
+            await self._reload(time.monotonic() + self._commit_timeout_s)
+        except _Expired as exp:
+            raise StorageUnavailable(f"could not read {self.key}: {exp.last}") from None
         assert self.state is not None
         return self.state
 
@@ -150,7 +237,7 @@ class CommitLoop(Generic[StateT]):
     async def submit(self, op: Any) -> Any:
         """Queue ``op`` for the next commit; return its result once durable."""
         if self._closing:
-            raise self.step_down_error or OsqueueError("broker is shutting down")
+            raise self.step_down_error or BrokerUnavailable("broker is shutting down")
         if not self.active and self.step_down_error is not None:
             raise self.step_down_error
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -161,42 +248,98 @@ class CommitLoop(Generic[StateT]):
             raise result
         return result
 
+    def poke(self) -> None:
+        """Look at the model's timers again (it has new housekeeping to write,
+        e.g. archived jobs to drop)."""
+        self._wake.set()
+
     def reactivate(self) -> None:
+        """Start (again) writing: the object is re-read, then taken over."""
         self.active = True
         self.owned = False
         self.step_down_error = None
-        self.state = None  # re-read before the takeover
+        self.state = None
         self._wake.set()
 
-    async def close(self) -> None:
-        """Flush what is buffered, then stop."""
+    async def close(self, timeout_s: float | None = None) -> None:
+        """Flush what is buffered, then stop; after ``timeout_s`` stop anyway,
+        answering whoever still waits with ``BrokerUnavailable``."""
         self._closing = True
         self._wake.set()
-        if self._task is not None:
-            await self._task
+        task = self._task
+        if task is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(task), timeout_s)
+        except TimeoutError:
+            log.warning("%s: not flushed within %.1fs (storage down?); stopping anyway",
+                        self.key, timeout_s or 0)
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+        self._fail_all(BrokerUnavailable("broker is shutting down"))
+
+    def step_down(self, error: OsqueueError) -> None:
+        """Stop writing (another writer owns the object); answer ``error`` from now on."""
+        log.warning("%s: another broker owns the object now; stepping down (%s)",
+                    self.key, error)
+        self.stats.step_downs += 1
+        self.active = False
+        self.step_down_error = error
+        self._fail_all(error)
 
     # -- the loop ---------------------------------------------------------------
     async def _run(self) -> None:
         while True:
-            timeout = self._timer_timeout()
             if not self._buffer and not self._closing:
-                try:
-                    await asyncio.wait_for(self._wake.wait(), timeout)
-                except TimeoutError:
-                    pass
+                timeout = self._timer_timeout()
+                if timeout is None or timeout > 0:
+                    self._wake.clear()  # nothing buffered: the timers were just looked at
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), timeout)
+                    except TimeoutError:
+                        pass  # a timer is due: commit the housekeeping
+                    else:
+                        if not self._buffer and not self._closing:
+                            continue  # poked: look at the timers again
             self._wake.clear()
             if self._closing and not self._buffer:
                 return
             await self._linger()
-            batch = self._buffer[: self._max_batch]
+            batch = self._batch = self._buffer[: self._max_batch]
             del self._buffer[: len(batch)]
-            if self.active:
-                await self._commit(batch)
-            else:
+            if not self.active:
                 for item in batch:
-                    self._answer(item, self.step_down_error or OsqueueError("not active"))
+                    self._answer(item, self.step_down_error or BrokerUnavailable("not active"))
+                continue
+            try:
+                await self._commit(batch)
+            except asyncio.CancelledError:
+                self._fail_all(BrokerUnavailable("broker is shutting down"))
+                raise
+            except Exception as exc:  # never let one batch end the loop
+                self._faulted(exc, batch)
+            finally:
+                self._batch = []
             if self.state is not None and self._on_timer is not None:
                 self._on_timer(self.state)
+
+    def _faulted(self, exc: Exception, batch: list[_Pending]) -> None:
+        if isinstance(exc, OsqueueError):
+            error = exc
+            log.warning("%s: batch failed: %s", self.key, exc)
+        else:
+            log.exception("%s: unexpected error in the commit loop", self.key)
+            error = OsqueueError(f"internal error committing to {self.key}: "
+                                 f"{type(exc).__name__}: {exc}")
+        self.stats.faults += 1
+        self.fault = f"{error.code}: {error.message}"
+        self.state = None  # the in-memory state may be half-applied: re-read it
+        self.etag = None
+        for item in batch:
+            self._answer(item, error)
 
     async def _linger(self) -> None:
         """Let the callers the last commit just answered join this one.
@@ -228,8 +371,10 @@ class CommitLoop(Generic[StateT]):
                 return
 
     def _timer_timeout(self) -> float | None:
-        if self.state is None or not self.active:
+        if not self.active:
             return None
+        if self.state is None:
+            return self._fault_retry_s if self.fault is not None else None
         now = self.clock()
         due = self.model.next_timer_ms(self.state, now)
         if due is None:
@@ -241,33 +386,53 @@ class CommitLoop(Generic[StateT]):
         if not item.future.done():
             item.future.set_result(result)
 
-    async def _io(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+    def _fail_all(self, error: OsqueueError) -> None:
+        for item in self._batch + self._buffer:
+            self._answer(item, error)
+        self._buffer.clear()
 
-    async def _reload(self) -> None:
+    async def _io(self, fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        except OSError as exc:  # a store that let one through: it is a storage fault
+            raise _storage_error(exc) from exc
+
+    async def _reload(self, deadline: float) -> None:
+        """Read the committed object into ``state``; raise ``_Expired`` past
+        ``deadline``, a ``StateError`` or ``StorageRefused`` at once."""
         delay = 0.05
         while True:
             try:
                 got = await self._io(self.store.read, self.key)
             except NotFound:
                 self.state, self.etag = self.model.empty(self.clock()), None
+                self.fault = None
                 return
+            except StorageRefused:
+                raise
             except StorageError as exc:
-                if isinstance(exc, OsqueueError) and exc.status < 500:
-                    raise
+                if time.monotonic() + delay > deadline:
+                    raise _Expired(exc) from None
                 log.warning("re-read of %s failed (%s); retrying in %.2fs", self.key, exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                await asyncio.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 2.0)
                 continue
             self.state, self.etag = self.model.decode(got.data), got.etag
             self.stats.state_bytes = len(got.data)
+            self.fault = None
             return
 
     async def _commit(self, batch: list[_Pending]) -> None:
+        deadline = time.monotonic() + self._commit_timeout_s
+        attempts: list[_Attempt] = []
         backoff = 0.02
         while True:
             if self.state is None:
-                await self._reload()
+                try:
+                    await self._reload(deadline)
+                except _Expired as exp:
+                    self._give_up(batch, attempts, exp.last)
+                    return
             state = self.state
             assert state is not None
             now = self.clock()
@@ -289,99 +454,135 @@ class CommitLoop(Generic[StateT]):
                 for item, result in zip(batch, results, strict=True):
                     self._answer(item, result)
                 return
+            commit = new_commit_id()
+            base_commit, _ = self.model.identity(state)
+            attempt = _Attempt(commit, base_commit, self.etag, results)
+            attempts.append(attempt)
             started = time.perf_counter()
+            with gc_paused():
+                data = self.model.encode(state, self.writer, now, commit)
             try:
-                await self._write(state, results, now)
-            except StepDown as down:
-                self._step_down(down.error, batch)
+                if attempt.base_etag is None:
+                    etag = await self._io(self.store.create_if_absent, self.key, data)
+                else:
+                    etag = await self._io(self.store.write_if_match, self.key, data,
+                                          attempt.base_etag)
+            except StorageRefused as exc:
+                # Refused for good: this attempt did not land; an earlier one may have.
+                self.state = None
+                if len(attempts) > 1:
+                    self._give_up(batch, attempts[:-1], exc)
+                else:
+                    self._answer_all(batch, exc)
                 return
-            except _Retry as again:
-                await asyncio.sleep(backoff * (0.5 + random.random()) if again.sleep else 0)
-                backoff = min(backoff * 2, 2.0)
+            except StorageError as exc:
+                # Conflict included: after a lost reply the store's own retry sees 412.
+                if isinstance(exc, Conflict):
+                    self.stats.conflicts += 1
+                else:
+                    self.stats.unknown_outcomes += 1
+                    log.warning("write of %s had an unknown outcome (%s); re-reading",
+                                self.key, exc)
+                self.state = None
+                try:
+                    await self._reload(deadline)
+                except _Expired as exp:
+                    self._give_up(batch, attempts, exp.last)
+                    return
+                fresh = self.state
+                assert fresh is not None
+                verdicts = [self._verdict(a, fresh) for a in attempts]
+                landed = [a for a, v in zip(attempts, verdicts, strict=True) if v == _LANDED]
+                if landed:
+                    self._landed(batch, landed[0], fresh, started)
+                    return
+                self.model.committed(fresh)
+                if _UNKNOWN in verdicts:
+                    self._answer_unknown(batch, exc)
+                    self._check_owner(fresh, pending=False)
+                    return
+                if not self._check_owner(fresh, pending=_PENDING in verdicts, batch=batch):
+                    return
+                if time.monotonic() >= deadline:
+                    self._give_up(batch, attempts, exc)
+                    return
+                if not isinstance(exc, Conflict):
+                    await asyncio.sleep(backoff * (0.5 + random.random()))
+                    backoff = min(backoff * 2, 2.0)
                 continue
-            elapsed = time.perf_counter() - started
-            self.stats.commits += 1
-            self.stats.last_commit_s = elapsed
-            self.stats.last_batch = len(batch)
-            if self._observe is not None:
-                self._observe(elapsed, len(batch), self.stats.state_bytes)
-            if self._on_commit is not None:
-                self._on_commit(state, results)
-            for item, result in zip(batch, results, strict=True):
-                self._answer(item, result)
+            self.etag = etag
+            self.stats.state_bytes = data_len(data)
+            self._landed(batch, attempt, state, started)
             return
 
-    async def _write(self, state: StateT, results: list[Any], now: int) -> None:
-        """One CAS attempt. Returns if it landed; raises _Retry or StepDown if not."""
-        with gc_paused():
-            data = self.model.encode(state, self.writer, now)
-        attempted = self.model.version(state)
-        undo = None
-        try:
-            undo = await self._io(self.model.side_effect, state, results, now)
-            if self.etag is None:
-                etag = await self._io(self.store.create_if_absent, self.key, data)
+    def _verdict(self, attempt: _Attempt, fresh: StateT) -> str:
+        _, lineage = self.model.identity(fresh)
+        if attempt.commit in lineage:
+            return _LANDED
+        if self.etag == attempt.base_etag:
+            return _PENDING  # still the version it was written over: it may yet land
+        if attempt.base_etag is not None and self.etag is None:
+            return _DEAD  # the object was deleted: a conditional write on it cannot land
+        if attempt.base_commit is not None and attempt.base_commit in lineage:
+            return _DEAD  # the version after its base is someone else's
+        if attempt.base_etag is None and len(lineage) >= self.model.seq(fresh):
+            return _DEAD  # the lineage reaches the object's first version
+        return _UNKNOWN
+
+    def _landed(self, batch: list[_Pending], attempt: _Attempt, state: StateT,
+                started: float) -> None:
+        elapsed = time.perf_counter() - started
+        self.state = state
+        self.owned = True
+        self.fault = None
+        self.stats.commits += 1
+        self.stats.last_commit_s = elapsed
+        self.stats.last_batch = len(batch)
+        if self._observe is not None:
+            self._observe(elapsed, len(batch), self.stats.state_bytes)
+        if self._on_commit is not None:
+            self._on_commit(state, attempt.results)
+        for item, result in zip(batch, attempt.results, strict=True):
+            self._answer(item, result)
+        self.model.committed(state)
+        self._check_owner(state, pending=False)
+
+    def _check_owner(self, fresh: StateT, *, pending: bool,
+                     batch: list[_Pending] | None = None) -> bool:
+        """True if this writer may go on writing over ``fresh``; else step down
+        (answering ``batch`` too: with OutcomeUnknown where an attempt may
+        still land, else with the model's error)."""
+        error = self.model.may_write(fresh, self.owned)
+        if error is None:
+            return True
+        if batch is not None:
+            if pending:
+                self._answer_unknown(batch, error)
             else:
-                etag = await self._io(self.store.write_if_match, self.key, data, self.etag)
-        except Conflict:
-            self.stats.conflicts += 1
-            await self._resolve(attempted, undo, unknown=False)
-            return
-        except StorageError as exc:
-            if exc.status < 500 and not isinstance(exc, NotFound):
-                raise
-            self.stats.unknown_outcomes += 1
-            log.warning("write of %s had an unknown outcome (%s); re-reading", self.key, exc)
-            await self._resolve(attempted, undo, unknown=True)
-            return
-        self.etag = etag
-        self.stats.state_bytes = data_len(data)
-        await self._now_owned()
+                self._answer_all(batch, error)
+        self.step_down(error)
+        return False
 
-    async def _now_owned(self) -> None:
-        if not self.owned:
-            self.owned = True
-            self._lost_races = 0
-            await self._io(self.model.owned)
-
-    async def _resolve(self, attempted: tuple[int, str | None],
-                       undo: Callable[[], None] | None, *, unknown: bool) -> None:
-        """After a failed or unknown write: did it land, re-apply, or step down?"""
-        await self._reload()
-        fresh = self.state
-        assert fresh is not None
-        if self.etag is not None and self.model.version(fresh) == attempted:
-            await self._now_owned()
-            return  # our write landed after all
-        if undo is not None:
-            try:
-                await self._io(undo)
-            except OsqueueError as exc:  # an orphan archive object is harmless
-                log.warning("could not remove side effect of a lost write: %s", exc)
-        owner = self.model.owner(fresh)
-        if owner != self.writer and self.etag is not None and self.owned:
-            raise StepDown(self.model.not_owner(fresh))
-        if not self.owned and owner not in (None, self.writer):
-            self._lost_races += 1
-            if self._lost_races % 3 == 0:  # a busy owner: ask it to hand over
-                await self._io(self.model.contended, fresh, self._lost_races)
-        raise _Retry(sleep=unknown)
-
-    def yield_to(self, error: OsqueueError) -> None:
-        """Stop writing because another writer asked to take over; answer ``error``."""
-        self._step_down(error, [])
-
-    def _step_down(self, error: OsqueueError, batch: list[_Pending]) -> None:
-        log.warning("%s: another broker owns the object now; stepping down (%s)",
-                    self.key, error)
-        self.stats.step_downs += 1
-        self.active = False
-        self.step_down_error = error
-        for item in batch + self._buffer:
+    def _answer_all(self, batch: list[_Pending], error: OsqueueError) -> None:
+        for item in batch:
             self._answer(item, error)
-        self._buffer.clear()
 
+    def _answer_unknown(self, batch: list[_Pending], cause: BaseException | None) -> None:
+        self.stats.answered_unknown += 1
+        error = OutcomeUnknown(
+            f"the write carrying this call to {self.key} may or may not have landed "
+            f"({cause}); nothing was undone: repeat the call to learn its outcome")
+        self._answer_all(batch, error)
 
-class _Retry(Exception):
-    def __init__(self, sleep: bool) -> None:
-        self.sleep = sleep
+    def _give_up(self, batch: list[_Pending], attempts: list[_Attempt],
+                 last: BaseException | None) -> None:
+        """Storage failed for the whole batch timeout: answer and move on."""
+        self.state = None
+        self.fault = f"storage unavailable: {last}"
+        self.stats.faults += 1
+        if attempts:
+            self._answer_unknown(batch, last)
+        else:
+            self._answer_all(batch, StorageUnavailable(
+                f"storage did not answer for {self._commit_timeout_s:.0f}s ({last}); "
+                "nothing was written"))

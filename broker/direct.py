@@ -14,6 +14,7 @@ from typing import Any
 
 from broker import archive, keys, timefmt, transitions
 from broker import state as S
+from broker.commit import new_commit_id
 from broker.errors import Conflict, NotFound
 from broker.storage import ObjectStore
 
@@ -38,32 +39,42 @@ class DirectQueue:
         return S.decode(got.data, where=f"{self.store.url}/{keys.state_key(self.queue)}"), got.etag
 
     def apply(self, op: transitions.Op, now_ms: int | None = None) -> transitions.Result:
-        """Apply ``op`` and write it; on a lost race, re-read and try again."""
+        """Apply ``op`` and write it; on a lost race, re-read and try again.
+
+        Completed jobs are archived after the write that completed them (see
+        :mod:`broker.archive`), and the write after that drops them. Expired
+        leases are never reclaimed here: leases are judged on a broker's
+        clock only.
+        """
         key = keys.state_key(self.queue)
         for _ in range(self.max_retries):
             state, etag = self.load()
             now = timefmt.now_ms() if now_ms is None else now_ms
-            transitions.apply(state, transitions.Reclaim(), now)
+            archived = self._archive(state)  # committed completions: safe to archive
+            if archived:
+                transitions.apply(state, transitions.DropArchived(archived), now)
             result = transitions.apply(state, op, now)
-            if not result.changed and etag is not None:
+            if not result.changed and not archived and etag is not None:
                 return result
-            S.stamp(state, self.writer, now)
-            archived_key = None
-            if result.archived:
-                archived_key = archive.write(self.store, self.queue, result.archived, now,
-                                             state.seq, self.writer)
+            S.stamp(state, self.writer, now, new_commit_id())
             data = S.encode(state)
             try:
                 if etag is None:
                     self.store.create_if_absent(key, data)
                 else:
                     self.store.write_if_match(key, data, etag)
-                return result
             except Conflict:
                 self.conflicts += 1
-                if archived_key is not None:
-                    self.store.delete(archived_key)
+                continue
+            self._archive(state)
+            return result
         raise Conflict(f"gave up after {self.max_retries} lost races on {key}")
+
+    def _archive(self, state: S.QueueState) -> tuple[int, ...]:
+        """Write the archive objects of a committed state's completions; their commits."""
+        for job_seqs in state.completed.values():
+            archive.write_commit(self.store, self.queue, [state.jobs[s] for s in job_seqs])
+        return tuple(state.completed)
 
     def stats(self) -> dict[str, Any]:
         state, _ = self.load()

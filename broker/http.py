@@ -4,6 +4,11 @@ Errors are ``{"error": message, "code": stable_code}`` with the status of the
 error class (see :mod:`broker.errors`). Batch calls (heartbeat, complete,
 fail) answer 200 when every token was accepted and 409 ``stale_token`` when
 any was refused; both carry the per-token ``results``.
+
+Push and claim take an ``Idempotency-Key`` header (1-200 printable ASCII
+characters): a repeat of the call with the same key, while the queue keeps
+its receipt (the ``retry_ttl_s`` setting), answers what the first call
+answered (the same ids; the same jobs) and changes nothing.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from broker.service import Broker
 log = logging.getLogger("osqueue.http")
 
 Handler = Callable[[Request], Awaitable[Response]]
+HotHandler = Callable[[str, Any, "str | None"], Awaitable[tuple[int, Any]]]
 
 
 def _json(body: Any, status: int = 200) -> Response:
@@ -81,40 +87,40 @@ def build_app(broker: Broker, *, token: str | None = None) -> Any:
         stale = StaleToken("one or more tokens are stale (see results)")
         return stale.status, {**stale.to_dict(), **body}
 
-    async def push(queue: str, body: Any) -> tuple[int, Any]:
+    async def push(queue: str, body: Any, request: str | None) -> tuple[int, Any]:
         if isinstance(body, bytes):  # staged lines
             jobs = api.parse_staged(body, check=True, max_payload_bytes=limit, where="line")
         else:
             jobs = api.parse_push(body)
-        return 200, {"ids": await broker.push(queue, jobs)}
+        return 200, {"ids": await broker.push(queue, jobs, request)}
 
-    async def claim(queue: str, body: Any) -> tuple[int, Any]:
-        jobs = await broker.claim(queue, **api.parse_claim(body))
+    async def claim(queue: str, body: Any, request: str | None) -> tuple[int, Any]:
+        jobs = await broker.claim(queue, **api.parse_claim(body), request=request)
         with gc_paused_for(len(jobs)):
             return 200, {"jobs": api.claimed_to_json(jobs)}
 
-    async def heartbeat(queue: str, body: Any) -> tuple[int, Any]:
+    async def heartbeat(queue: str, body: Any, request: str | None) -> tuple[int, Any]:
         tokens, lease_s = api.parse_heartbeat(body)
         return batch_answer(await broker.heartbeat(queue, tokens, lease_s))
 
-    async def complete(queue: str, body: Any) -> tuple[int, Any]:
+    async def complete(queue: str, body: Any, request: str | None) -> tuple[int, Any]:
         listed = body.get("items") if isinstance(body, dict) else None
         with gc_paused_for(len(listed) if isinstance(listed, list) else 0):
             items = api.parse_complete(body)
         return batch_answer(await broker.complete(queue, items))
 
-    async def fail(queue: str, body: Any) -> tuple[int, Any]:
+    async def fail(queue: str, body: Any, request: str | None) -> tuple[int, Any]:
         return batch_answer(await broker.fail(queue, api.parse_fail(body)))
 
-    async def stage(queue: str, body: bytes) -> tuple[int, Any]:
+    async def stage(queue: str, body: bytes, request: str | None) -> tuple[int, Any]:
         write_id, lines = api.parse_stage(body)
         return 200, {"staged": await broker.stage(queue, write_id, lines)}
 
-    async def publish(queue: str, body: Any) -> tuple[int, Any]:
+    async def publish(queue: str, body: Any, request: str | None) -> tuple[int, Any]:
         prefix, keep, once = api.parse_publish(body)
         return 200, await broker.publish(queue, prefix, keep, once)
 
-    hot: dict[str, Callable[[str, Any], Awaitable[tuple[int, Any]]]] = {
+    hot: dict[str, HotHandler] = {
         "push": push, "claim": claim, "heartbeat": heartbeat, "complete": complete,
         "fail": fail, "stage": stage, "publish": publish,
     }
@@ -136,18 +142,19 @@ def build_app(broker: Broker, *, token: str | None = None) -> Any:
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
-    async def serve_hot(handler: Callable[[str, Any], Awaitable[tuple[int, Any]]], queue: str,
+    async def serve_hot(handler: HotHandler, queue: str,
                         scope: Any, receive: Any) -> tuple[int, Any]:
         try:
             headers = dict(scope["headers"])
             check_auth(headers.get(b"authorization", b""))
+            request = api.parse_request_key(headers.get(b"idempotency-key"))
             body = await read_body(headers, receive)
             raw = handler is stage or (handler is push and headers.get(
                 b"content-type", b"").startswith(staged_type))
             if not raw:  # a large body is thousands of small objects, none in a cycle
                 with gc_paused_for(len(body) // 64):
                     body = api.parse_json(body)
-            return await handler(queue, body)
+            return await handler(queue, body, request)
         except OsqueueError as exc:
             return exc.status, exc.to_dict()
         except Exception:  # never crash the broker on one request
@@ -205,7 +212,7 @@ def build_app(broker: Broker, *, token: str | None = None) -> Any:
         return {"queues": broker.queue_names()}
 
     async def healthz(request: Request) -> Any:
-        return {"ok": True, "broker": broker.id, "url": broker.url}
+        return broker.health()
 
     async def metrics(request: Request) -> Any:
         broker.refresh_gauges()

@@ -1,8 +1,8 @@
 """Where a queue's objects live in a store, and what a valid queue name is.
 
 * ``{queue}/queue.json``: the state (a CAS object);
-* ``{queue}/archive/{YYYY-MM-DDTHH}/{seq:012d}-{writer}.jsonl``: completed
-  jobs, one new immutable object per commit that completed any.
+* ``{queue}/archive/{YYYY-MM-DDTHH}/{seq:012d}-{commit}.jsonl``: completed
+  jobs, one object per commit that completed any (see :mod:`broker.archive`).
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ def archive_hour(now_ms: int) -> str:
     return time.strftime("%Y-%m-%dT%H", time.gmtime(now_ms // 1000))
 
 
-def archive_key(queue: str, now_ms: int, seq: int, writer: str) -> str:
-    return f"{archive_prefix(queue)}{archive_hour(now_ms)}/{seq:012d}-{writer}.jsonl"
+def archive_key(queue: str, done_ms: int, commit_seq: int, commit: str) -> str:
+    """The archive object of the completions of commit ``commit_seq`` (id ``commit``)."""
+    return f"{archive_prefix(queue)}{archive_hour(done_ms)}/{commit_seq:012d}-{commit}.jsonl"
 
 
 def queue_from_state_key(key: str) -> str | None:
@@ -47,24 +48,29 @@ def queue_from_state_key(key: str) -> str | None:
 
 
 def staging_prefix(queue: str) -> str:
-    """Where Spark tasks stage jobs: ``{queue}/staging/{write_id}~{ms}.jsonl``."""
+    """Where Spark tasks stage jobs: ``{queue}/staging/{write_id}~{ms}{n}.jsonl``."""
     return f"{queue}/staging/"
 
 
-def staging_key(queue: str, write_id: str, now_ms: int) -> str:
-    return f"{staging_prefix(queue)}{write_id}~{now_ms}.jsonl"
+def staging_key(queue: str, write_id: str, now_ms: int, n: int = 0) -> str:
+    """A staging object of ``write_id`` staged at ``now_ms`` (``n``: a counter that
+    orders stagings of one broker within a millisecond)."""
+    return f"{staging_prefix(queue)}{write_id}~{now_ms:013d}{n % 1_000_000:06d}.jsonl"
 
 
-def parse_staging_key(queue: str, key: str) -> tuple[str, int] | None:
-    """(write id, staged at ms) of a staging object key, or None if it is not one."""
+def parse_staging_key(queue: str, key: str) -> tuple[str, int, int] | None:
+    """(write id, staged at ms, order: later stagings sort higher) of a staging
+    object key, or None if it is not one."""
+    if not key.startswith(staging_prefix(queue)):
+        return None
     rest = key[len(staging_prefix(queue)):]
     write_id, sep, tail = rest.rpartition("~")
-    if not key.startswith(staging_prefix(queue)) or not sep or not tail.endswith(".jsonl"):
+    digits = tail[: -len(".jsonl")]
+    if not sep or not tail.endswith(".jsonl") or not digits.isdigit() or not digits.isascii():
         return None
-    try:
-        return write_id, int(tail[: -len(".jsonl")])
-    except ValueError:
-        return None
+    if len(digits) > 13:  # this version: ms and a counter
+        return write_id, int(digits[:-6]), int(digits)
+    return write_id, int(digits), int(digits) * 1_000_000
 
 
 _WRITE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,299}$")
@@ -76,8 +82,3 @@ def check_write_id(write_id: str) -> str:
         raise InvalidRequest(
             f"invalid write id {write_id!r}: use letters, digits, '.', '_', '-', '/'")
     return write_id
-
-
-def takeover_key(queue: str) -> str:
-    """A broker that keeps losing the race to take a queue over asks for it here."""
-    return f"{queue}/takeover.json"

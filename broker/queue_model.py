@@ -1,98 +1,95 @@
 """How a queue object plugs into the generic commit loop (:mod:`broker.commit`).
 
-Business rules that run on every commit live here, not in the loop: reclaim
-expired leases, take the queue over on first touch (which re-leases every
-claimed job on this broker's clock), renew the broker lease once a third of
-it has passed, and write completed jobs to the archive before the commit
-that removes them.
+Business rules that run on every commit live here, not in the loop: take the
+queue over when this broker may (which grants every claimed job a fresh
+lease on this broker's clock, before anything is reclaimed), renew the
+broker record once a third of its lease has passed, reclaim expired leases,
+drop completed jobs whose archive object is written; and after each
+committed version, start writing the archive objects it calls for.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-import orjson
-
-from broker import archive, keys, timefmt, transitions
 from broker import state as S
+from broker import transitions
+from broker.archiver import Archiver
 from broker.errors import NotTheBroker, OsqueueError
-from broker.storage import Data, ObjectStore
+from broker.ownership import RENEW_AFTER, Ownership
+from broker.storage import Data
 
 
 class QueueModel:
-    def __init__(self, store: ObjectStore, queue: str, broker_id: str, url: str,
-                 lease_ms: int, settings: S.Settings | None = None) -> None:
-        self.store = store
+    def __init__(self, queue: str, broker_id: str, url: str, lease_ms: int,
+                 settings: S.Settings, ownership: Ownership, archiver: Archiver,
+                 where: str) -> None:
         self.queue = queue
         self.broker_id = broker_id
         self.url = url
         self.lease_ms = lease_ms
         self.settings = settings
-        self.where = f"{store.url}/{queue}/queue.json"
+        self.ownership = ownership
+        self.archiver = archiver
+        self.where = where
         self.retiring = False  # set while shutting down: never take the queue (back) over
 
     def decode(self, data: bytes) -> S.QueueState:
         return S.decode(data, where=self.where)
 
     def empty(self, now_ms: int) -> S.QueueState:
-        settings = S.Settings.from_dict({}) if self.settings is None else self.settings
-        return transitions.new_state(now_ms, settings)
+        return transitions.new_state(now_ms, self.settings)
 
     def apply(self, state: S.QueueState, op: Any, now_ms: int) -> tuple[Any, bool]:
         result = transitions.apply(state, op, now_ms)
         return result, result.changed
 
     def housekeeping(self, state: S.QueueState, now_ms: int, exists: bool) -> list[Any]:
-        ops: list[Any] = [transitions.Reclaim()]
-        if self.retiring:
-            return ops
+        ops: list[Any] = []
         record = state.broker
-        if record is None or record.id != self.broker_id or record.url != self.url:
-            ops.append(transitions.TakeOver(self.broker_id, self.url, self.lease_ms))
-        elif record.expires_ms - now_ms <= self.lease_ms * 2 // 3:
-            ops.append(transitions.RenewBroker(self.broker_id, self.url, self.lease_ms))
+        if not self.retiring:
+            if record is None or record.id != self.broker_id or record.url != self.url:
+                # first: fresh leases on our clock, so the reclaim below reclaims nothing early
+                ops.append(transitions.TakeOver(self.broker_id, self.url, self.lease_ms))
+            elif record.expires_ms - now_ms <= self.lease_ms * (1 - RENEW_AFTER):
+                ops.append(transitions.RenewBroker(self.broker_id, self.url, self.lease_ms))
+        ops.append(transitions.Reclaim())
+        archived = self.archiver.to_drop()
+        if archived:
+            ops.append(transitions.DropArchived(archived))
         return ops
 
-    def encode(self, state: S.QueueState, writer: str, now_ms: int) -> Data:
-        S.stamp(state, writer, now_ms)
+    def encode(self, state: S.QueueState, writer: str, now_ms: int, commit: str) -> Data:
+        S.stamp(state, writer, now_ms, commit)
         return S.encode_parts(state)
 
-    def version(self, state: S.QueueState) -> tuple[int, str | None]:
-        return state.seq, state.writer
+    def identity(self, state: S.QueueState) -> tuple[str | None, Sequence[str]]:
+        return state.commit, state.lineage
 
-    def owner(self, state: S.QueueState) -> str | None:
-        return state.broker.id if state.broker is not None else None
+    def seq(self, state: S.QueueState) -> int:
+        return state.seq
+
+    def may_write(self, state: S.QueueState, owned: bool) -> OsqueueError | None:
+        record = state.broker
+        if record is None or record.id == self.broker_id:
+            return None
+        if owned or self.retiring or not self.ownership.may_take(self.queue, record):
+            return self.not_owner(state)
+        return None
 
     def not_owner(self, state: S.QueueState) -> OsqueueError:
         url = state.broker.url if state.broker is not None else None
         return NotTheBroker(
-            f"this broker no longer serves queue {self.queue!r}"
+            f"this broker does not serve queue {self.queue!r}"
             + (f"; it is served by {url}" if url else ""),
             url=url,
             queue=self.queue,
         )
 
-    def side_effect(self, state: S.QueueState, results: Sequence[Any],
-                    now_ms: int) -> Callable[[], None] | None:
-        records = [
-            line
-            for r in results
-            if isinstance(r, transitions.Result)
-            for line in r.archived
-        ]
-        if not records:
-            return None
-        key = archive.write(self.store, self.queue, records, now_ms, state.seq, self.broker_id)
-        return lambda: self.store.delete(key)
-
-    def contended(self, state: S.QueueState, lost: int) -> None:
-        request = {"id": self.broker_id, "url": self.url, "at_ms": timefmt.now_ms(),
-                   "lost_races": lost}
-        self.store.put(keys.takeover_key(self.queue), orjson.dumps(request))
-
-    def owned(self) -> None:
-        self.store.delete(keys.takeover_key(self.queue))
+    def committed(self, state: S.QueueState) -> None:
+        if self.ownership.is_self(state.broker) or state.broker is None:
+            self.archiver.committed(state)
 
     def next_timer_ms(self, state: S.QueueState, now_ms: int) -> int | None:
         times = []
@@ -100,6 +97,9 @@ class QueueModel:
         if wake is not None:
             times.append(wake)
         record = state.broker
-        if record is not None and record.id == self.broker_id:
-            times.append(record.expires_ms - self.lease_ms * 2 // 3)
+        if record is not None and record.id == self.broker_id and not self.retiring:
+            times.append(record.expires_ms - round(self.lease_ms * (1 - RENEW_AFTER)))
+        drop_in = self.archiver.drop_in_s()
+        if drop_in is not None:
+            times.append(now_ms + round(drop_in * 1000))
         return min(times) if times else None

@@ -5,47 +5,54 @@ All methods are coroutines to be awaited on the broker's event loop. The HTTP
 server (:mod:`broker.http`) is a thin adapter over this class; so is
 ``osqueue_spark.start_broker``.
 
-Queues come into being with their first push (or an explicit
-:meth:`Broker.create_queue` with settings). A claim on a queue that does not
-exist returns no jobs and creates nothing.
+**Several brokers, one store.** Each queue has one owner (the broker its
+object names, see :mod:`broker.ownership`). A broker serves the queues it
+owns, creates a queue with its first push, and watches the others: when an
+owner stops cleanly, dies, or stops writing for a whole lease, a watching
+broker takes the queue over by itself. A write sent to a broker that does
+not own the queue is answered ``NotTheBroker`` with the owner's URL. A read
+(stats, jobs) never moves a queue: a broker that does not own it answers
+from the stored object, and a queue that does not exist is answered 404
+with nothing created. A claim on a queue that does not exist returns no jobs
+(after waiting up to ``wait_s`` for it to appear) and creates nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
-import os
-import socket
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from broker import api, keys, timefmt, transitions
 from broker import state as S
-from broker.commit import CommitLoop
+from broker.archiver import Archiver
+from broker.commit import CommitLoop, CommitStats
 from broker.errors import (
+    BrokerUnavailable,
     InvalidRequest,
+    NotFound,
     NotTheBroker,
     OsqueueError,
     UnknownQueue,
 )
 from broker.gcpause import gc_paused
 from broker.metrics import Metrics
+from broker.ownership import WATCH_INTERVAL_S, Ownership, new_broker_id
 from broker.queue_model import QueueModel
 from broker.staged_cache import StagedCache
 from broker.storage import ObjectStore
 
 log = logging.getLogger("osqueue.broker")
 
-
-def new_broker_id() -> str:
-    host = socket.gethostname().split(".")[0][:24] or "host"
-    return f"b-{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+#: How often a broker lists the store for queues it does not know yet (s).
+RELIST_S = 30.0
+#: How often staging objects of vanished Spark writers are swept (s).
+SWEEP_S = 60.0
 
 
 @dataclass
@@ -60,18 +67,20 @@ class BrokerConfig:
     io_threads: int = 16
     staged_cache_bytes: int = 256 * 1024 * 1024  # staged chunks kept parsed until publish
     self_test: bool = True
+    commit_timeout_s: float = 30.0  # a batch waits this long on failing storage at most
     default_settings: dict[str, Any] = field(default_factory=dict)
 
 
 class _Queue:
-    """One queue's loop plus the event that wakes long-polling claims."""
+    """One served queue: its loop, its archiver, and the event that wakes long polls."""
 
-    def __init__(self, name: str, loop: CommitLoop[S.QueueState], model: QueueModel) -> None:
+    def __init__(self, name: str, loop: CommitLoop[S.QueueState], model: QueueModel,
+                 archiver: Archiver) -> None:
         self.name = name
         self.loop = loop
         self.model = model
+        self.archiver = archiver
         self.jobs_ready = asyncio.Event()
-        self.last_owner_check = 0.0
 
     def notify(self, state: S.QueueState) -> None:
         if state.ready and not state.paused:
@@ -83,53 +92,75 @@ class Broker:
     """Owns the queues of one store. Create it, ``await start()``, then call ops."""
 
     def __init__(self, store: ObjectStore, config: BrokerConfig | None = None, *,
-                 clock: Callable[[], int] = timefmt.now_ms) -> None:
+                 clock: Callable[[], int] = timefmt.now_ms,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.store = store
         self.config = config or BrokerConfig()
         self.id = self.config.broker_id
         self.clock = clock
+        self.monotonic = monotonic
         self.metrics = Metrics()
+        self.ownership = Ownership(self.id, self.config.url, monotonic=monotonic)
         self._queues: dict[str, _Queue] = {}
-        self._creating: dict[str, asyncio.Lock] = {}
+        self._known: set[str] = set()  # queues in the store, served or watched
+        self._lease_s: dict[str, float] = {}  # watched queue -> its owner's lease (s)
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._created = asyncio.Event()  # pulsed when this broker creates a queue
         self._executor = ThreadPoolExecutor(self.config.io_threads, thread_name_prefix="osq-io")
         self._stopping = False
-        self._sweep_task: asyncio.Task[None] | None = None
-        self._watch_task: asyncio.Task[None] | None = None
-        self._settings = S.Settings.from_dict(self.config.default_settings)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._listed_at = 0.0
+        self._stage_counter = itertools.count()
+        try:
+            self._settings = S.Settings.from_dict(self.config.default_settings)
+        except ValueError as exc:
+            raise InvalidRequest(f"bad default queue setting: {exc}") from None
+        unknown = set(self.config.default_settings) - set(S.SETTING_LIMITS)
+        if unknown:
+            raise InvalidRequest(f"unknown queue settings {sorted(unknown)}; "
+                                 f"known: {sorted(S.SETTING_LIMITS)}")
         self._staged = StagedCache(self.config.staged_cache_bytes)
 
     @property
     def url(self) -> str:
         return self.config.url
 
+    async def _io(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
     # -- lifecycle ----------------------------------------------------------------
     async def start(self) -> None:
-        """Check the store, load every existing queue and take them over.
+        """Check the store, load every existing queue, take over those no live
+        broker owns and watch the rest.
 
         Raises ``UnsafeStore`` if the store ignores conditional writes and a
         ``StateError`` (naming the object) if any queue object is corrupt,
         foreign or newer; nothing is written in either case.
         """
-        loop = asyncio.get_running_loop()
         if self.config.self_test:
-            await loop.run_in_executor(self._executor, self.store.self_test)
-        names = await loop.run_in_executor(self._executor, self._existing_queue_names)
-        loaded = []
+            await self._io(self.store.self_test)
+        names = await self._io(self._existing_queue_names)
+        self._listed_at = self.monotonic()
+        mine = []
         for name in names:
             q = self._make_queue(name)
-            await q.loop.load()  # raises StateError before anything is written
-            loaded.append(q)
-        for q in loaded:
-            self._queues[q.name] = q
-            q.loop.start()
-        # Take every queue over (write our broker record, re-lease claimed jobs)
-        # before saying we are ready; a reclaim op carries the takeover.
-        await asyncio.gather(*(q.loop.submit(transitions.Reclaim()) for q in loaded))
-        self._sweep_task = loop.create_task(
-            self._every(60.0, self.sweep_staging, "staging sweep"))
-        self._watch_task = loop.create_task(
-            self._every(1.0, self.check_takeover_requests, "takeover check"))
-        log.info("broker %s serving %d queue(s) from %s at %s", self.id, len(loaded),
+            state = await q.loop.load()  # raises StateError before anything is written
+            self._known.add(name)
+            self._note_record(name, q.loop.etag, state.broker)
+            if self.ownership.may_take(name, state.broker):
+                mine.append(q)
+            else:
+                del self._queues[name]  # watched, not served: no loop
+        # Take them over (write our record, re-lease claimed jobs) before saying
+        # we are ready; a queue another broker wins meanwhile is watched instead.
+        await asyncio.gather(*(self._take_over(q) for q in mine))
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._every(SWEEP_S, self.sweep_staging, "staging sweep")),
+            loop.create_task(self._every(WATCH_INTERVAL_S, self.watch, "watch")),
+        ]
+        log.info("broker %s serving %d of %d queue(s) from %s at %s", self.id,
+                 sum(q.loop.active for q in self._queues.values()), len(names),
                  self.store.url, self.url or "(in-process)")
 
     def _existing_queue_names(self) -> list[str]:
@@ -141,31 +172,48 @@ class Broker:
         return names
 
     async def stop(self, drain_s: float = 30.0) -> None:
-        """Flush buffered operations, clear our broker record, stop every loop."""
+        """Flush buffered operations, write pending archive objects, clear our
+        broker record, stop every loop; all within ``drain_s`` (storage down or
+        not: callers still waiting then get ``BrokerUnavailable``)."""
         if self._stopping:
             return
         self._stopping = True
-        for task in (self._sweep_task, self._watch_task):
-            if task is not None:
-                task.cancel()
-        for q in list(self._queues.values()):
+        deadline = self.monotonic() + drain_s
+
+        def left() -> float:
+            return max(0.05, deadline - self.monotonic())
+
+        for task in self._tasks:
+            task.cancel()
+
+        async def retire(q: _Queue) -> None:
             q.model.retiring = True
             if q.loop.active and q.loop.etag is not None:
+                await q.archiver.wait(left() / 2)
                 try:
-                    await asyncio.wait_for(
-                        q.loop.submit(transitions.ClearBroker(self.id)), drain_s)
+                    await asyncio.wait_for(q.loop.submit(transitions.ClearBroker(self.id)),
+                                           left())
                 except (OsqueueError, TimeoutError) as exc:
                     log.warning("could not clear broker record of %s: %s", q.name, exc)
-            await q.loop.close()
-        await asyncio.get_running_loop().run_in_executor(self._executor, self.store.settle)
+            q.archiver.cancel()
+            await q.loop.close(left())
+
+        await asyncio.gather(*(retire(q) for q in list(self._queues.values())))
+        try:
+            await asyncio.wait_for(self._io(self.store.settle), left())
+        except TimeoutError:
+            log.warning("store clean-up did not finish within the drain time")
         self._executor.shutdown(wait=False)
         log.info("broker %s stopped", self.id)
 
-    # -- queues ---------------------------------------------------------------------
-    def _make_queue(self, name: str, settings: S.Settings | None = None) -> _Queue:
-        model = QueueModel(self.store, name, self.id, self.url,
-                           round(self.config.lease_s * 1000), settings or self._settings)
+    # -- queues: who serves what ----------------------------------------------------
+    def _make_queue(self, name: str) -> _Queue:
         holder: list[_Queue] = []
+        archiver = Archiver(self.store, name, self._executor,
+                            lambda: holder[0].loop.poke(), monotonic=self.monotonic)
+        model = QueueModel(name, self.id, self.url, round(self.config.lease_s * 1000),
+                           self._settings, self.ownership, archiver,
+                           where=f"{self.store.url}/{keys.state_key(name)}")
 
         def observe(seconds: float, batch: int, state_bytes: int) -> None:
             self.metrics.commit(seconds, batch)
@@ -177,60 +225,128 @@ class Broker:
             on_commit=lambda st, _results: holder[0].notify(st),
             on_timer=lambda st: holder[0].notify(st),
             observe=observe,
+            commit_timeout_s=self.config.commit_timeout_s,
         )
-        q = _Queue(name, loop, model)
+        q = _Queue(name, loop, model, archiver)
         holder.append(q)
+        self._queues[name] = q
         return q
 
-    async def _queue(self, name: str) -> _Queue:
-        q = self._queues.get(name)
-        if q is None:
-            keys.check_queue_name(name)
-            if self._stopping:
-                raise OsqueueError("broker is shutting down")
-            lock = self._creating.setdefault(name, asyncio.Lock())
-            async with lock:
-                q = self._queues.get(name)
-                if q is None:
-                    q = self._make_queue(name)
-                    await q.loop.load()
-                    self._queues[name] = q
-                    q.loop.start()
-        if not q.loop.active:
-            await self._maybe_retake(q)
-        return q
+    def _note_record(self, name: str, etag: str | None, record: S.BrokerRecord | None) -> None:
+        self.ownership.observe(name, etag=etag, record=record)
+        if record is not None:
+            self._lease_s[name] = record.lease_ms / 1000
 
-    async def _maybe_retake(self, q: _Queue) -> None:
-        """A stepped-down queue is taken back only once the other broker's lease ran out."""
-        now = time.monotonic()
-        if now - q.last_owner_check < 1.0:
-            return
-        q.last_owner_check = now
-        loop = asyncio.get_running_loop()
-        # Read a newcomer's takeover request BEFORE the state: it deletes the request
-        # only after its write landed, so this order never sees "our record, no
-        # request" while a newcomer is taking over.
-        request = await self._fresh_request(q.name)
+    async def _take_over(self, q: _Queue) -> bool:
+        """Make ``q`` ours (a commit that writes our record); False if another
+        broker turned out to own it."""
+        q.loop.reactivate()
+        q.loop.start()
+        self._known.add(q.name)
         try:
-            got = await loop.run_in_executor(self._executor, self.store.read,
-                                             keys.state_key(q.name))
-        except OsqueueError:
-            return
-        record = S.decode(got.data).broker
-        if record is None or record.id != self.id:
-            request = None  # someone else owns it now; follow the record
-        if (record is None or record.expires_ms <= self.clock()
-                or (record.id == self.id and request is None)):
-            log.info("queue %s: no live broker owns it; taking it back", q.name)
-            q.loop.reactivate()
-        else:
-            url = request["url"] if request is not None else record.url
-            q.loop.step_down_error = NotTheBroker(
-                f"this broker no longer serves queue {q.name!r}; it is served by {url}",
-                url=url, queue=q.name)
+            await q.loop.submit(transitions.Reclaim())  # housekeeping carries the takeover
+        except NotTheBroker as exc:
+            log.info("queue %s: %s; watching it", q.name, exc)
+            return False
+        except OsqueueError as exc:
+            log.warning("queue %s: taking it over failed for now (%s)", q.name, exc)
+            return False
+        self.ownership.forget(q.name)
+        log.info("queue %s: this broker serves it now", q.name)
+        return True
 
-    async def _submit(self, queue: str, opname: str, op: Any) -> Any:
-        q = await self._queue(queue)
+    async def _read_object(self, name: str) -> tuple[S.QueueState, str] | None:
+        """The stored state of ``name`` and its etag, or None if it does not exist."""
+        try:
+            got = await self._io(self.store.read, keys.state_key(name))
+        except NotFound:
+            return None
+        with gc_paused():
+            state = S.decode(got.data, where=f"{self.store.url}/{keys.state_key(name)}")
+        return state, got.etag
+
+    async def _serving(self, name: str, *, create: bool) -> _Queue:
+        """The queue's loop if this broker serves it, taking it over if no live
+        broker owns it, or creating it if ``create`` and it does not exist.
+
+        Raises ``NotTheBroker`` (with the owner's URL) if a live broker owns
+        it, ``UnknownQueue`` if it does not exist and ``create`` is false.
+        """
+        q = self._queues.get(name)
+        if q is not None and q.loop.active:
+            return q
+        keys.check_queue_name(name)
+        if self._stopping:
+            raise BrokerUnavailable("broker is shutting down")
+        async with self._locks.setdefault(name, asyncio.Lock()):
+            q = self._queues.get(name)
+            if q is not None and q.loop.active:
+                return q
+            got = await self._read_object(name)
+            if got is None:
+                if not create:
+                    raise UnknownQueue(f"queue {name!r} does not exist "
+                                       "(it is created by its first push)")
+            else:
+                state, etag = got
+                self._note_record(name, etag, state.broker)
+                if not self.ownership.may_take(name, state.broker):
+                    self._known.add(name)
+                    assert state.broker is not None
+                    raise NotTheBroker(f"this broker does not serve queue {name!r}; "
+                                       f"it is served by {state.broker.url}",
+                                       url=state.broker.url, queue=name)
+            q = q or self._make_queue(name)
+            q.loop.reactivate()
+            q.loop.start()
+            self._known.add(name)
+            if got is None:
+                self._created.set()
+                self._created = asyncio.Event()
+            return q
+
+    async def watch(self) -> None:
+        """One round of watching the queues this broker does not serve: a cheap
+        ``head`` each; take over those whose owner is gone (see
+        :mod:`broker.ownership`)."""
+        if self._stopping:
+            return
+        if self.monotonic() - self._listed_at >= RELIST_S:
+            self._known.update(await self._io(self._existing_queue_names))
+            self._listed_at = self.monotonic()
+        for name in sorted(self._known):
+            q = self._queues.get(name)
+            if self._stopping or (q is not None and q.loop.active):
+                continue
+            try:
+                etag = await self._io(self.store.head, keys.state_key(name))
+            except NotFound:
+                self._known.discard(name)
+                self.ownership.forget(name)
+                continue
+            except OsqueueError as exc:
+                log.debug("watch of %s failed: %s", name, exc)
+                continue
+            self.ownership.observe(name, etag=etag)
+            lease_s = self._lease_s.get(name)
+            if lease_s is not None and self.ownership.quiet_for(name) < lease_s:
+                continue  # the owner wrote within its lease: alive
+            try:
+                got = await self._read_object(name)
+            except OsqueueError as exc:
+                log.warning("watch of %s: cannot read it (%s)", name, exc)
+                continue
+            if got is None:
+                continue
+            state, etag = got
+            self._note_record(name, etag, state.broker)
+            if self.ownership.may_take(name, state.broker):
+                log.warning("queue %s: its broker %s is gone; taking it over", name,
+                            state.broker.id if state.broker else "(none)")
+                await self._take_over(q or self._make_queue(name))
+
+    async def _submit(self, queue: str, opname: str, op: Any, *, create: bool = False) -> Any:
+        q = await self._serving(queue, create=create)
         try:
             result = await q.loop.submit(op)
         except OsqueueError as exc:
@@ -242,16 +358,20 @@ class Broker:
     async def create_queue(self, name: str,
                            settings: dict[str, Any] | None = None) -> dict[str, Any]:
         """Create a queue (or change its settings) and write it now."""
-        await self._submit(name, "configure", transitions.Configure(dict(settings or {})))
+        await self._submit(name, "configure", transitions.Configure(dict(settings or {})),
+                           create=True)
         return await self.stats(name)
 
     # -- operations -------------------------------------------------------------------
-    async def push(self, queue: str, jobs: Sequence[transitions.NewJob | bytes]) -> list[str]:
+    async def push(self, queue: str, jobs: Sequence[transitions.NewJob | bytes],
+                   request: str | None = None) -> list[str]:
         """Enqueue ``jobs`` (bare bytes: a payload's JSON with default options) in one
-        commit; return their ids in order."""
+        commit; return their ids in order. ``request``: the caller's key for this
+        call, making a repeat of it answer the same ids and create nothing."""
         if not jobs:
             raise InvalidRequest("push needs at least one job")
-        result = await self._submit(queue, "push", transitions.push_of(jobs))
+        op = transitions.push_of(jobs, request=request)
+        result = await self._submit(queue, "push", op, create=True)
         return list(result.ids)
 
     # -- staged writes (Spark's exactly-once enqueue) ---------------------------------
@@ -265,15 +385,15 @@ class Broker:
 
     async def stage(self, queue: str, write_id: str, lines: bytes) -> int:
         """Store staged lines (see :mod:`broker.api`) as one staging object; return
-        how many jobs they hold. Raises ``InvalidRequest`` or ``PayloadTooLarge``
-        (storing nothing) if any line is bad."""
+        how many jobs they hold. Staging a write id again replaces what it held
+        (the newest staging of a write id is the one published). Raises
+        ``InvalidRequest`` or ``PayloadTooLarge`` (storing nothing) if any line
+        is bad."""
         keys.check_queue_name(queue)
         keys.check_write_id(write_id)
-        key = keys.staging_key(queue, write_id, self.clock())
-        count = await asyncio.get_running_loop().run_in_executor(
-            self._executor, self._check_and_put, key, lines)
-        self.metrics.op(queue, "stage", "ok")
-        return count
+        key = keys.staging_key(queue, write_id, self.clock(), next(self._stage_counter))
+        count = await self._io(self._check_and_put, key, lines)
+        return int(count)
 
     def _check_and_put(self, key: str, lines: bytes) -> int:
         jobs = api.parse_staged(lines, check=True,
@@ -284,49 +404,67 @@ class Broker:
         self._staged.put(key, jobs, len(lines))
         return len(jobs)
 
-    def _staged_objects(self, queue: str, prefix: str) -> dict[str, str]:
-        """write id -> one staging object key, for the write ids under ``prefix``."""
-        found: dict[str, str] = {}
+    def _staged_objects(self, queue: str, prefix: str) -> tuple[dict[str, str], list[str]]:
+        """(write id -> its newest staging object, every staging object) under ``prefix``."""
+        newest: dict[str, tuple[int, str]] = {}
+        every = []
         for key in self.store.list(keys.staging_prefix(queue) + prefix):
             parsed = keys.parse_staging_key(queue, key)
-            if parsed is not None:
-                found.setdefault(parsed[0], key)  # a re-staged chunk has the same content
-        return found
+            if parsed is None:
+                continue
+            every.append(key)
+            write_id, _, order = parsed
+            if write_id not in newest or newest[write_id][0] < order:
+                newest[write_id] = (order, key)
+        return {w: key for w, (_, key) in newest.items()}, every
 
-    def _read_staged(self, key: str) -> list[transitions.NewJob | bytes]:
+    def _read_staged(self, key: str) -> list[transitions.NewJob | bytes] | None:
+        """The jobs of a staging object, or None if it is gone (published meanwhile)."""
         jobs = self._staged.pop(key)
         if jobs is not None:
             return jobs
+        try:
+            data = self.store.get(key)
+        except NotFound:
+            return None
         with gc_paused():
-            return api.parse_staged(self.store.get(key), check=False, where=key)
+            return api.parse_staged(data, check=False, where=key)
 
     async def publish(self, queue: str, prefix: str, keep: list[str],
                       once: str | None = None) -> dict[str, Any]:
         """Push the staged chunks ``keep`` in one commit; drop every staging object
-        under ``prefix``. Raises ``InvalidRequest`` (and publishes nothing) if a
-        chunk to keep is missing."""
+        under ``prefix``.
+
+        With ``once``, the publish happens at most once: a repeat (a retry after
+        a timeout, a replayed Spark commit) answers ``duplicate: true`` even if
+        the first one already removed the staging objects. Raises
+        ``InvalidRequest`` (publishing and removing nothing) if a chunk to keep
+        is missing and the publish did not happen before.
+        """
         keys.check_queue_name(queue)
-        loop = asyncio.get_running_loop()
-        staged = await loop.run_in_executor(self._executor, self._staged_objects, queue, prefix)
+        if keep:
+            await self._serving(queue, create=True)  # the owner publishes; others redirect
+        newest, every = await self._io(self._staged_objects, queue, prefix)
         result = None
         if keep:
-            missing = [w for w in keep if w not in staged]
-            if missing:
-                q = self._queues.get(queue)
-                state = q.loop.state if q is not None else None
-                if once is not None and state is not None and once in state.keys:
-                    result = transitions.Result(duplicate=True)  # published before
-                else:
-                    raise InvalidRequest(f"{len(missing)} staged chunk(s) are missing, e.g. "
-                                         f"{missing[0]!r}; nothing was published")
-            if result is None:
-                chunks = await asyncio.gather(*(loop.run_in_executor(
-                    self._executor, self._read_staged, staged[w]) for w in keep))
-                result = await self._submit(queue, "publish", transitions.push_of(
-                    [job for chunk in chunks for job in chunk], once))
-        await loop.run_in_executor(self._executor, self._delete_staged, list(staged.values()))
+            missing = [w for w in keep if w not in newest]
+            if missing and once is None:
+                raise InvalidRequest(f"{len(missing)} staged chunk(s) are missing, e.g. "
+                                     f"{missing[0]!r}; nothing was published")
+            chunks = await asyncio.gather(*(self._io(self._read_staged, newest[w])
+                                            for w in keep if w in newest))
+            gone = len(missing) + sum(c is None for c in chunks)
+            jobs = [job for chunk in chunks if chunk is not None for job in chunk]
+            result = await self._submit(queue, "publish",
+                                        transitions.push_of(jobs, once, missing=gone),
+                                        create=True)
+        try:
+            await self._io(self._delete_staged, every)
+        except OsqueueError as exc:  # published all the same; the sweep removes them later
+            log.warning("publish of %s%s: staging objects not removed yet (%s)",
+                        queue, prefix, exc)
         published = len(result.ids) if result is not None else 0
-        return {"published": published, "discarded": len(set(staged) - set(keep)),
+        return {"published": published, "discarded": len(set(newest) - set(keep)),
                 "duplicate": bool(result and result.duplicate)}
 
     def _delete_staged(self, keys_: list[str]) -> None:
@@ -336,18 +474,18 @@ class Broker:
 
     async def sweep_staging(self) -> int:
         """Delete staging objects older than each queue's staged_ttl_s; return how many."""
-        loop = asyncio.get_running_loop()
         now = self.clock()
         removed = 0
         for name, q in list(self._queues.items()):
+            if not q.loop.active:
+                continue
             ttl_ms = round((q.loop.state.settings if q.loop.state else self._settings)
                            .staged_ttl_s * 1000)
-            listed = await loop.run_in_executor(self._executor, self.store.list,
-                                                keys.staging_prefix(name))
+            listed = await self._io(self.store.list, keys.staging_prefix(name))
             for key in listed:
                 parsed = keys.parse_staging_key(name, key)
                 if parsed is not None and parsed[1] + ttl_ms <= now:
-                    await loop.run_in_executor(self._executor, self._delete_staged, [key])
+                    await self._io(self._delete_staged, [key])
                     removed += 1
         if removed:
             log.info("swept %d staging object(s) of vanished writers", removed)
@@ -362,55 +500,38 @@ class Broker:
                 await work()
             except OsqueueError as exc:
                 log.warning("%s failed: %s", what, exc)
-
-    async def _fresh_request(self, queue: str) -> dict[str, Any] | None:
-        """Another broker's takeover request for ``queue`` from the last 10 seconds."""
-        loop = asyncio.get_running_loop()
-        try:
-            raw = await loop.run_in_executor(self._executor, self.store.get,
-                                             keys.takeover_key(queue))
-            request = orjson.loads(raw)
-        except (OsqueueError, orjson.JSONDecodeError):
-            return None
-        if not isinstance(request, dict) or request.get("id") == self.id:
-            return None
-        if request.get("at_ms", 0) < self.clock() - 10_000:
-            return None
-        return request
-
-    async def check_takeover_requests(self) -> None:
-        """Hand a queue over to a broker that asked for it in the last 10 seconds.
-
-        A newcomer that keeps losing the CAS race to a busy broker leaves a
-        request object; CAS alone would let it starve.
-        """
-        for name, q in list(self._queues.items()):
-            if not q.loop.active or not q.loop.owned:
-                continue
-            request = await self._fresh_request(name)
-            if request is None:
-                continue
-            url = request.get("url")
-            log.warning("queue %s: broker %s at %s asked to take over; handing it over",
-                        name, request.get("id"), url)
-            q.loop.yield_to(NotTheBroker(
-                f"this broker handed queue {name!r} over to {url}", url=url, queue=name))
+            except Exception:  # a periodic task must outlive any one failure
+                log.exception("%s failed", what)
 
     async def claim(self, queue: str, worker: str, max_jobs: int = 1, lease_s: float = 30.0,
-                    wait_s: float = 0.0) -> list[transitions.ClaimedJob]:
+                    wait_s: float = 0.0, request: str | None = None
+                    ) -> list[transitions.ClaimedJob]:
+        """Claim up to ``max_jobs``, waiting up to ``wait_s`` for one. ``request``:
+        the caller's key for this call; a repeat hands back the same jobs."""
         if wait_s < 0 or wait_s > self.config.max_wait_s:
             raise InvalidRequest(f"wait_s must be within [0, {self.config.max_wait_s}]")
-        op = transitions.Claim(worker, max_jobs, round(lease_s * 1000))
-        if queue not in self._queues:
-            keys.check_queue_name(queue)
-        deadline = time.monotonic() + wait_s
+        op = transitions.Claim(worker, max_jobs, round(lease_s * 1000), request)
+        keys.check_queue_name(queue)
+        deadline = self.monotonic() + wait_s
         while True:
-            q = await self._queue(queue)
-            ready = q.jobs_ready  # taken before the claim, so no wake-up is missed
-            result = await self._submit(queue, "claim", op)
-            remaining = deadline - time.monotonic()
-            if result.jobs or remaining <= 0 or self._stopping:
-                return list(result.jobs)
+            q = self._queues.get(queue)
+            # taken before the claim, so no wake-up is missed
+            ready = q.jobs_ready if q is not None and q.loop.active else None
+            created = self._created
+            try:
+                result = await self._submit(queue, "claim", op)
+            except UnknownQueue:
+                jobs: list[transitions.ClaimedJob] = []
+            else:
+                jobs = result.jobs
+            remaining = deadline - self.monotonic()
+            if jobs or remaining <= 0 or self._stopping:
+                return list(jobs)
+            if ready is None:
+                q = self._queues.get(queue)
+                if q is not None and q.loop.active:
+                    continue  # served here since: claim again with its event
+                ready = created
             try:
                 await asyncio.wait_for(ready.wait(), remaining)
             except TimeoutError:
@@ -444,34 +565,62 @@ class Broker:
         await self._submit(queue, "pause" if paused else "resume", transitions.SetPaused(paused))
 
     # -- reads ----------------------------------------------------------------------------
-    async def _existing(self, queue: str) -> S.QueueState:
-        q = await self._queue(queue)
-        if not q.loop.active and q.loop.step_down_error is not None:
-            raise q.loop.step_down_error
-        state = q.loop.state
-        if state is None or (q.loop.etag is None and not state.jobs):
+    async def _view(self, queue: str) -> tuple[S.QueueState, CommitStats | None, str]:
+        """(state, commit stats, role) for a read: this broker's state if it serves
+        the queue, else the stored object (nothing is taken over or created)."""
+        q = self._queues.get(queue)
+        if q is not None and q.loop.active and q.loop.state is not None:
+            state = q.loop.state
+            if q.loop.etag is None and not state.jobs:
+                raise UnknownQueue(f"queue {queue!r} does not exist "
+                                   "(it is created by its first push)")
+            return state, q.loop.stats, "owner"
+        keys.check_queue_name(queue)
+        got = await self._read_object(queue)
+        if got is None:
             raise UnknownQueue(f"queue {queue!r} does not exist (it is created by its first push)")
-        return state
+        return got[0], None, "standby"
 
     async def stats(self, queue: str) -> dict[str, Any]:
-        state = await self._existing(queue)
-        now = self.clock()
-        out = transitions.stats(state, now)
-        q = self._queues[queue]
+        state, loop_stats, role = await self._view(queue)
+        out = transitions.stats(state, self.clock())
         out["queue"] = queue
-        out["state_bytes"] = q.loop.stats.state_bytes
-        out["commits"] = q.loop.stats.commits
-        out["conflicts"] = q.loop.stats.conflicts
-        out["last_commit_ms"] = round(q.loop.stats.last_commit_s * 1000, 3)
+        out["served_by_this_broker"] = role == "owner"
+        if loop_stats is not None:
+            q = self._queues[queue]
+            out["state_bytes"] = loop_stats.state_bytes
+            out["commits"] = loop_stats.commits
+            out["conflicts"] = loop_stats.conflicts
+            out["unknown_outcomes"] = loop_stats.unknown_outcomes
+            out["last_commit_ms"] = round(loop_stats.last_commit_s * 1000, 3)
+            out["fault"] = q.loop.fault
+            out["archive_writes_pending"] = q.archiver.pending()
+            out["archive_error"] = q.archiver.last_error
         return out
 
     async def jobs(self, queue: str, status: str | None = None, limit: int = 100,
                    after: str | None = None) -> list[dict[str, Any]]:
-        state = await self._existing(queue)
+        state, _, _ = await self._view(queue)
         return [job.to_plain() for job in transitions.list_jobs(state, status, limit, after)]
 
     def queue_names(self) -> list[str]:
-        return sorted(self._queues)
+        return sorted(self._known | set(self._queues))
+
+    def health(self) -> dict[str, Any]:
+        """The broker's condition and each queue's: served here (and whether its
+        last batch failed, and why) or watched."""
+        queues: dict[str, Any] = {}
+        for name in sorted(self._known | set(self._queues)):
+            q = self._queues.get(name)
+            if q is None or not q.loop.active:
+                queues[name] = {"role": "standby"}
+                continue
+            queues[name] = {"role": "owner", "fault": q.loop.fault,
+                            "archive_writes_pending": q.archiver.pending(),
+                            "archive_error": q.archiver.last_error}
+        faulted = [n for n, info in queues.items() if info.get("fault")]
+        return {"ok": not faulted and not self._stopping, "broker": self.id, "url": self.url,
+                "stopping": self._stopping, "faulted_queues": faulted, "queues": queues}
 
     def refresh_gauges(self) -> None:
         for name, q in self._queues.items():
@@ -479,8 +628,11 @@ class Broker:
             self.metrics.gauge("osqueue_commits_total", st.commits, queue=name)
             self.metrics.gauge("osqueue_conflicts_total", st.conflicts, queue=name)
             self.metrics.gauge("osqueue_unknown_outcomes_total", st.unknown_outcomes, queue=name)
+            self.metrics.gauge("osqueue_answered_unknown_total", st.answered_unknown,
+                               queue=name)
             self.metrics.gauge("osqueue_step_downs_total", st.step_downs, queue=name)
-            if q.loop.state is not None:
+            self.metrics.gauge("osqueue_faults_total", st.faults, queue=name)
+            self.metrics.gauge("osqueue_serving", int(q.loop.active), queue=name)
+            if q.loop.state is not None and q.loop.active:
                 for status, n in q.loop.state.count_by_status().items():
                     self.metrics.gauge("osqueue_jobs", n, queue=name, status=status)
-

@@ -2,18 +2,36 @@
 
 On storage the state is one JSON object (``jq``-readable, one job a line)::
 
-    {"format": "osqueue", "version": 1, "seq": 42, "writer": "b-1a2b",
+    {"format": "osqueue", "version": 2, "seq": 42, "writer": "b-1a2b",
+     "commit": "c-5d0e...", "lineage": ["c-91aa...", ..., "c-5d0e..."],
      "updated_at": "2026-11-22T03:43:47.123Z",
-     "broker": {"id": "b-1a2b", "url": "http://10.0.0.4:8765",
+     "broker": {"id": "b-1a2b", "url": "http://10.0.0.4:8765", "lease_s": 30.0,
                 "lease_expires_at": "..."} | null,
      "paused": false, "settings": {...}, "counters": {...},
      "jobs": [
        {"id": "j0000000001", "seq": 1, "status": "pending", "priority": 0, ...},
        ...],
-     "keys": [["idempotency-key", "j0000000001", "2026-11-22T03:43:47.123Z"], ...]}
+     "keys": [["idempotency-key", "j0000000001", "2026-11-22T03:43:47.123Z"], ...],
+     "receipts": [{"seq": 42, "at": "...", "push": [...], "completed": [...]}, ...]}
 
 ``seq`` grows by one on every write, so no two writes carry the same bytes
-(S3 etags are content hashes; an A-B-A write must not pass a CAS).
+(S3 etags are content hashes; an A-B-A write must not pass a CAS). ``commit``
+is the identity of the write attempt that made this version, and
+``lineage`` the identities of the last :data:`LINEAGE` versions, newest last:
+a broker that does not know whether its write landed re-reads the object and
+finds its attempt there, or under a later write, or learns for sure that it
+did not land (see :mod:`broker.commit`).
+
+A job's status is pending, claimed, dead or completed. A completed job stays
+in the object, with its result, until its archive object is written (after
+the commit that completed it) and a later commit drops it (see
+:mod:`broker.archive`). ``receipts`` are what recent commits answered, for
+retried calls (see :mod:`broker.receipts`).
+
+Payloads and results are kept as the bytes they arrived as: a job's line is
+re-read verbatim (big integers, number spellings and escapes survive a
+restart); only an object edited by hand into another layout falls back to
+re-encoding the parsed values.
 
 Encoding is incremental: each job keeps its encoded bytes until it changes,
 so a commit after changing 1k of 100k jobs re-encodes only those 1k plus a
@@ -26,6 +44,8 @@ load and kept by :mod:`broker.transitions`; they are never stored.
 from __future__ import annotations
 
 import heapq
+import json
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, overload
@@ -34,14 +54,19 @@ import orjson
 
 from broker import timefmt
 from broker.errors import CorruptState, ForeignState, NewerState
+from broker.receipts import Receipts, fence_of
 
 FORMAT = "osqueue"
-VERSION = 1
+VERSION = 2  # 2: completed jobs, commit identities, receipts, broker lease_s
 
 PENDING = "pending"
 CLAIMED = "claimed"
 DEAD = "dead"
-STATUSES = (PENDING, CLAIMED, DEAD)
+COMPLETED = "completed"  # awaiting its archive object, then dropped
+STATUSES = (PENDING, CLAIMED, DEAD, COMPLETED)
+
+#: Commit identities kept in the object (``lineage``), newest last.
+LINEAGE = 32
 
 # ids, statuses and timestamps never need JSON escaping, so they can be spliced
 # in. A job's id is its seq, formatted as job_id_for() does (seq goes in twice).
@@ -63,10 +88,12 @@ _NEW_JOB_TAIL = (b',"status":"pending","priority":0,"run_at":"%s","attempts":0,'
                  b'"max_attempts":%d,"created_at":"%s","payload":')
 
 # A completed job's line in an archive object: the job's fields without lease and
-# key, then who completed it, when, and its result (see broker.archive).
+# key, then who completed it (worker and token), in which commit, when, and its
+# result (see broker.archive).
 _ARCHIVED_JOB = (b'{"id":"j%010d","seq":%d,"status":"completed","priority":%d,"run_at":"%s",'
                  b'"attempts":%d,"max_attempts":%d,"created_at":"%s","payload":%s%s,'
-                 b'"worker":%s,"completed_at":"%s","result":%s}\n')
+                 b'"worker":%s,"token":"%s","commit_seq":%d,"commit":"%s","completed_at":"%s",'
+                 b'"result":%s}\n')
 
 MAX_PRIORITY = 1_000_000
 
@@ -129,6 +156,11 @@ class JobIds(Sequence[str]):
     def __len__(self) -> int:
         return len(self._seqs)
 
+    @property
+    def first(self) -> int:
+        """The seq of the first id."""
+        return self._seqs.start
+
     @overload
     def __getitem__(self, index: int) -> str: ...
 
@@ -163,12 +195,51 @@ def token_seq(token: str) -> int | None:
 JOB_OVERHEAD_BYTES = 220
 
 
+#: Longest delay, retry delay or backoff (ms): ten years keeps every time a
+#: job can get far inside the heap keys' 48 bits and the year 9999.
+MAX_DELAY_MS = 10 * 365 * 86_400_000
+
+#: Each setting's type and allowed range (inclusive); see :class:`Settings`.
+SETTING_LIMITS: dict[str, tuple[type, float, float]] = {
+    "max_attempts": (int, 1, 1000),
+    "backoff_base_s": (float, 0.001, MAX_DELAY_MS / 1000),
+    "backoff_max_s": (float, 0.001, MAX_DELAY_MS / 1000),
+    "dedup_keys": (int, 0, 10_000_000),
+    "dedup_ttl_s": (float, 1.0, 365 * 86_400.0),
+    "max_payload_bytes": (int, 16, 64 * 1024 * 1024),
+    "max_state_bytes": (int, 64 * 1024, 1 << 40),
+    "staged_ttl_s": (float, 1.0, 30 * 86_400.0),
+    "retry_ttl_s": (float, 1.0, 7 * 86_400.0),
+    "retry_keys": (int, 1_000, 10_000_000),
+}
+
+
+def check_setting(name: str, value: Any) -> int | float:
+    """``value`` as setting ``name`` takes it; raises ``ValueError`` saying what
+    is allowed (an unknown name, a wrong type, a value out of range)."""
+    limits = SETTING_LIMITS.get(name)
+    if limits is None:
+        raise ValueError(f"unknown setting {name!r}; known: {sorted(SETTING_LIMITS)}")
+    kind, lo, hi = limits
+    if isinstance(value, bool) or not isinstance(value, int | float) or (
+            isinstance(value, float) and not math.isfinite(value)):
+        raise ValueError(f"setting {name} must be a number, got {value!r}")
+    if kind is int and not (isinstance(value, int) or value.is_integer()):
+        raise ValueError(f"setting {name} must be a whole number, got {value!r}")
+    if not lo <= value <= hi:
+        raise ValueError(f"setting {name} must be within [{lo:g}, {hi:g}], got {value!r}")
+    return int(value) if kind is int else float(value)
+
+
 @dataclass(slots=True)
 class Settings:
     """Per-queue settings, stored in the queue object.
 
-    Units are in the names. ``max_state_bytes`` bounds the whole object:
-    pushes beyond it are refused with ``queue_full``.
+    Units are in the names; :data:`SETTING_LIMITS` gives each one's range.
+    ``max_state_bytes`` bounds the whole object: pushes beyond it are
+    refused with ``queue_full``. ``dedup_*`` bound the window of idempotency
+    keys (and of Spark's publish keys); ``retry_*`` bound the receipts that
+    make retried calls safe (see :mod:`broker.receipts`).
     """
 
     max_attempts: int = 3
@@ -179,11 +250,16 @@ class Settings:
     max_payload_bytes: int = 256 * 1024
     max_state_bytes: int = 512 * 1024 * 1024
     staged_ttl_s: float = 3_600.0  # staging objects of a vanished Spark writer expire
+    retry_ttl_s: float = 600.0
+    retry_keys: int = 100_000
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Settings:
+        """Settings from a dict; unknown names are ignored (an older broker's
+        object), bad values raise ``ValueError``."""
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        checked: dict[str, Any] = {k: check_setting(k, v) for k, v in data.items() if k in known}
+        return cls(**checked)
 
 
 @dataclass(slots=True)
@@ -193,6 +269,11 @@ class Lease:
     lease_ms: int
     expires_ms: int
     heartbeat_ms: int
+
+    @property
+    def fence(self) -> int:
+        """The lease's number (the part of the token after the last dot)."""
+        return int(self.token.rpartition(".")[2])
 
 
 def _lease_tail(lease: Lease) -> bytes:
@@ -220,12 +301,16 @@ class Job:
         "_enc",
         "attempts",
         "created_ms",
+        "done_commit",
+        "done_ms",
+        "done_seq",
         "key",
         "last_error",
         "lease",
         "max_attempts",
         "payload",
         "priority",
+        "result",
         "run_at_ms",
         "seq",
         "status",
@@ -256,6 +341,11 @@ class Job:
         self.key = key
         self.last_error = last_error
         self.lease = lease
+        # completed jobs only: when, in which commit (its seq and id), the result's JSON
+        self.done_ms: int | None = None
+        self.done_seq: int | None = None
+        self.done_commit: str | None = None
+        self.result: bytes | None = None
         self._enc: bytes | None = None
 
     @property
@@ -290,6 +380,11 @@ class Job:
                 "expires_at": timefmt.fmt(lease.expires_ms),
                 "heartbeat_at": timefmt.fmt(lease.heartbeat_ms),
             }
+        if self.done_ms is not None:
+            out["completed_at"] = timefmt.fmt(self.done_ms)
+            out["commit_seq"] = self.done_seq
+            out["commit"] = self.done_commit
+            out["result"] = orjson.Fragment(b"null" if self.result is None else self.result)
         return out
 
     def encode(self) -> bytes:
@@ -302,7 +397,7 @@ class Job:
         enc = self._enc
         if enc is None:
             lease = self.lease
-            if self.key is None and self.last_error is None:  # ids and tokens are plain
+            if self.key is None and self.last_error is None and self.done_ms is None:
                 fields = (self.seq, self.seq, self.status.encode(), self.priority,
                           timefmt.fmt_bytes(self.run_at_ms), self.attempts,
                           self.max_attempts, timefmt.fmt_bytes(self.created_ms), self.payload)
@@ -313,26 +408,29 @@ class Job:
             self._enc = enc
         return enc
 
-    def archive_line(self, worker_json: bytes, completed_at: bytes,
-                     result: bytes | None) -> bytes:
-        """This job's line in an archive object, completed by a worker at a time.
+    def archive_line(self) -> bytes:
+        """This completed job's line in its archive object (see :mod:`broker.archive`).
 
-        ``worker_json`` is the worker name already JSON-encoded (callers that
-        complete many jobs of one worker encode it once), ``completed_at`` the
-        time as :func:`broker.timefmt.fmt_bytes` gives it, ``result`` the
-        result's JSON bytes or None. Job ids never need escaping (see
-        :func:`decode`), so the line is filled into a byte template.
+        Made from the job's stored fields alone, so every broker that writes
+        the archive object of a commit writes the same bytes. Ids and tokens
+        never need escaping (see :func:`decode`), so the line is filled into a
+        byte template. Raises ``ValueError`` for a job that is not completed.
         """
+        lease = self.lease
+        if self.status != COMPLETED or lease is None or self.done_ms is None \
+                or self.done_commit is None:
+            raise ValueError(f"job {self.id} is not a committed completion")
         error = b"" if self.last_error is None else (
             b',"last_error":' + orjson.dumps(self.last_error))
         return _ARCHIVED_JOB % (
             self.seq, self.seq, self.priority, timefmt.fmt_bytes(self.run_at_ms),
             self.attempts, self.max_attempts, timefmt.fmt_bytes(self.created_ms),
-            self.payload, error, worker_json, completed_at,
-            b"null" if result is None else result)
+            self.payload, error, orjson.dumps(lease.worker), lease.token.encode(),
+            self.done_seq, self.done_commit.encode(), timefmt.fmt_bytes(self.done_ms),
+            b"null" if self.result is None else self.result)
 
     def size_estimate(self) -> int:
-        return len(self.payload) + JOB_OVERHEAD_BYTES
+        return len(self.payload) + JOB_OVERHEAD_BYTES + len(self.result or b"")
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Job):
@@ -345,6 +443,8 @@ class Job:
         """Like :meth:`to_dict` with the payload decoded (for comparisons and APIs)."""
         out = self.to_dict()
         out["payload"] = orjson.loads(self.payload)
+        if "result" in out:
+            out["result"] = orjson.loads(self.result or b"null")
         return out
 
     def __repr__(self) -> str:
@@ -360,9 +460,15 @@ class KeyEntry:
 
 @dataclass(slots=True)
 class BrokerRecord:
+    """The queue's broker: who, where, and its lease. ``lease_ms`` is how long
+    the broker may go without writing before others may take the queue over
+    (judged on their own clocks, see :mod:`broker.ownership`); ``expires_ms``
+    is that deadline on the owner's clock, for people reading the object."""
+
     id: str
     url: str
     expires_ms: int
+    lease_ms: int = 30_000
 
 
 @dataclass(slots=True)
@@ -381,6 +487,8 @@ class QueueState:
 
     seq: int = 0
     writer: str | None = None
+    commit: str | None = None  # identity of the write attempt that made this version
+    lineage: list[str] = field(default_factory=list)  # the last LINEAGE commits, newest last
     updated_ms: int = 0
     broker: BrokerRecord | None = None
     paused: bool = False
@@ -388,6 +496,7 @@ class QueueState:
     counters: Counters = field(default_factory=Counters)
     jobs: dict[int, Job] = field(default_factory=dict)  # by seq (see Job.id)
     keys: dict[str, KeyEntry] = field(default_factory=dict)
+    receipts: Receipts = field(default_factory=Receipts)
     # Derived, never stored, kept by broker.transitions: heaps of ready_key
     # (pending and runnable), timed_key(run_at) (pending, later) and
     # timed_key(lease expiry) (claimed). Entries go stale instead of being
@@ -395,7 +504,10 @@ class QueueState:
     ready: list[int] = field(default_factory=list)
     delayed: list[int] = field(default_factory=list)
     leases: list[int] = field(default_factory=list)
-    approx_bytes: int = 0
+    approx_bytes: int = 0  # jobs only; see size_estimate()
+    key_bytes: int = 0  # the idempotency-key window
+    # Completed jobs awaiting their archive object: commit seq -> job seqs.
+    completed: dict[int, list[int]] = field(default_factory=dict)
     # Encoding cache by segment (jobs whose seq >> SEGMENT_SHIFT is equal):
     # each segment's jobs in seq order (removed ones are filtered out lazily),
     # the joined bytes of each clean segment, and the segments to rebuild.
@@ -415,6 +527,10 @@ class QueueState:
         for job in self.jobs.values():
             counts[job.status] += 1
         return counts
+
+    def size_estimate(self) -> int:
+        """Rough bytes of the object: jobs, key window and receipts."""
+        return self.approx_bytes + self.key_bytes + self.receipts.size_estimate()
 
 
 # -- change tracking (called by broker.transitions on every job change) ---------
@@ -491,10 +607,12 @@ def _header(state: QueueState) -> dict[str, Any]:
         "version": VERSION,
         "seq": state.seq,
         "writer": state.writer,
+        "commit": state.commit,
+        "lineage": state.lineage,
         "updated_at": timefmt.fmt(state.updated_ms),
         "broker": None
         if broker is None
-        else {"id": broker.id, "url": broker.url,
+        else {"id": broker.id, "url": broker.url, "lease_s": broker.lease_ms / 1000,
               "lease_expires_at": timefmt.fmt(broker.expires_ms)},
         "paused": state.paused,
         "settings": asdict(state.settings),
@@ -561,6 +679,11 @@ def encode_parts(state: QueueState) -> list[bytes]:
     if keys:
         keys[0] = keys[0][2:]
     parts += keys
+    parts.append(b'\n],\n"receipts":[\n')
+    receipts = state.receipts.encode()
+    if receipts:
+        receipts[0] = receipts[0][2:]
+    parts += receipts
     parts.append(b"\n]}\n")
     return parts
 
@@ -570,62 +693,224 @@ def encode_full(state: QueueState) -> bytes:
     out = dict(_header(state))
     out["jobs"] = [job.to_dict() for job in state.jobs.values()]
     out["keys"] = [[k, e.job_id, timefmt.fmt(e.at_ms)] for k, e in state.keys.items()]
+    out["receipts"] = state.receipts.to_list()
     return orjson.dumps(out)
 
 
 # -- decoding ----------------------------------------------------------------
 
 
-def _lease_from(raw: dict[str, Any]) -> Lease:
-    if not isinstance(raw["token"], str) or not _plain_token(raw["token"]):
-        raise ValueError(f"lease token {raw['token']!r} is not one this broker makes")
+def _time(raw: Any, what: str) -> int:
+    if not isinstance(raw, str):
+        raise ValueError(f"{what} must be a time string, got {raw!r}")
+    ms = timefmt.parse(raw)
+    if not 0 <= ms <= _TIME_MASK:
+        raise ValueError(f"{what} {raw!r} is before 1970 or after 9999")
+    return ms
+
+
+def _count(raw: Any, what: str, hi: int = SEQ_MASK) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw <= hi:
+        raise ValueError(f"{what} must be an integer within [0, {hi}], got {raw!r}")
+    return raw
+
+
+def _text(raw: Any, what: str, *, optional: bool = False) -> str | None:
+    if raw is None and optional:
+        return None
+    if not isinstance(raw, str):
+        raise ValueError(f"{what} must be a string, got {raw!r}")
+    return raw
+
+
+def _lease_from(raw: Any, job_id: str) -> Lease:
+    if not isinstance(raw, dict):
+        raise ValueError(f"job {job_id!r} has a lease that is not an object")
+    token = raw.get("token")
+    if not isinstance(token, str) or not _plain_token(token) or \
+            token.rpartition(".")[0] != job_id or fence_of(token) is None:
+        raise ValueError(f"lease token {token!r} is not one this broker makes for {job_id!r}")
+    lease_s = raw.get("lease_s")
+    if isinstance(lease_s, bool) or not isinstance(lease_s, int | float) or \
+            not 0 < lease_s <= 86_400:
+        raise ValueError(f"job {job_id!r} has lease_s {lease_s!r}; it must be in (0, 86400]")
     return Lease(
-        token=str(raw["token"]),
-        worker=str(raw["worker"]),
-        lease_ms=round(float(raw["lease_s"]) * 1000),
-        expires_ms=timefmt.parse(raw["expires_at"]),
-        heartbeat_ms=timefmt.parse(raw["heartbeat_at"]),
+        token=token,
+        worker=str(_text(raw.get("worker"), f"job {job_id!r} lease worker")),
+        lease_ms=round(float(lease_s) * 1000),
+        expires_ms=_time(raw.get("expires_at"), f"job {job_id!r} lease expiry"),
+        heartbeat_ms=_time(raw.get("heartbeat_at"), f"job {job_id!r} heartbeat time"),
     )
 
 
-def _job_from(raw: dict[str, Any]) -> Job:
-    status = raw["status"]
-    if status not in STATUSES:
-        raise ValueError(f"job {raw.get('id')!r} has unknown status {status!r}")
-    lease = raw.get("lease")
-    seq, job_id = int(raw["seq"]), raw["id"]
+def _job_from(raw: Any, spans: _Spans | None) -> Job:
+    if not isinstance(raw, dict):
+        raise ValueError("each job must be an object")
+    status, job_id = raw.get("status"), raw.get("id")
+    seq = _count(raw.get("seq"), f"job {job_id!r} seq")
     # The byte templates and the heap keys rely on these; the broker never
     # writes anything else.
-    if not 0 < seq <= SEQ_MASK or job_id != job_id_for(seq):
+    if seq < 1 or job_id != job_id_for(seq):
         raise ValueError(f"job {job_id!r} has seq {seq}; its id must be {job_id_for(seq)!r}")
+    if status not in STATUSES:
+        raise ValueError(f"job {job_id!r} has unknown status {status!r}")
+    if "payload" not in raw:
+        raise ValueError(f"job {job_id!r} has no payload")
+    priority = raw.get("priority")
+    if isinstance(priority, bool) or not isinstance(priority, int) or \
+            not -MAX_PRIORITY <= priority <= MAX_PRIORITY:
+        raise ValueError(f"job {job_id!r} has priority {priority!r}; "
+                         f"it must be an integer within +-{MAX_PRIORITY}")
+    max_attempts = _count(raw.get("max_attempts"), f"job {job_id!r} max_attempts", 1000)
+    if max_attempts < 1:
+        raise ValueError(f"job {job_id!r} has max_attempts {max_attempts}; it must be 1..1000")
+    attempts = _count(raw.get("attempts"), f"job {job_id!r} attempts", max_attempts)
+    lease = raw.get("lease")
     job = Job(
         seq=seq,
-        payload=orjson.dumps(raw["payload"]),
+        payload=spans.payload(raw["payload"]) if spans else orjson.dumps(raw["payload"]),
         status=status,
-        priority=int(raw["priority"]),
-        run_at_ms=timefmt.parse(raw["run_at"]),
-        attempts=int(raw["attempts"]),
-        max_attempts=int(raw["max_attempts"]),
-        created_ms=timefmt.parse(raw["created_at"]),
-        key=raw.get("key"),
-        last_error=raw.get("last_error"),
-        lease=_lease_from(lease) if lease else None,
+        priority=priority,
+        run_at_ms=_time(raw.get("run_at"), f"job {job_id!r} run_at"),
+        attempts=attempts,
+        max_attempts=max_attempts,
+        created_ms=_time(raw.get("created_at"), f"job {job_id!r} created_at"),
+        key=_text(raw.get("key"), f"job {job_id!r} key", optional=True),
+        last_error=_text(raw.get("last_error"), f"job {job_id!r} last_error", optional=True),
+        lease=_lease_from(lease, job_id) if lease is not None else None,
     )
-    if not -MAX_PRIORITY <= job.priority <= MAX_PRIORITY:
-        raise ValueError(f"job {job.id!r} has priority {job.priority} beyond +-{MAX_PRIORITY}")
-    times = [job.run_at_ms] + ([job.lease.expires_ms] if job.lease is not None else [])
-    if not all(0 <= t <= _TIME_MASK for t in times):
-        raise ValueError(f"job {job.id!r} has a time before 1970 or after 9999")
+    if (status in (CLAIMED, COMPLETED)) != (job.lease is not None):
+        raise ValueError(f"job {job_id!r} is {status} but "
+                         + ("has no lease" if job.lease is None else "has a lease"))
+    if status == PENDING and attempts >= job.max_attempts:
+        raise ValueError(f"job {job_id!r} is pending with no attempts left")
+    if status == COMPLETED:
+        job.done_ms = _time(raw.get("completed_at"), f"job {job_id!r} completed_at")
+        job.done_seq = _count(raw.get("commit_seq"), f"job {job_id!r} commit_seq")
+        job.done_commit = _text(raw.get("commit"), f"job {job_id!r} commit")
+        if not _plain_token(job.done_commit or ""):
+            raise ValueError(f"job {job_id!r} has commit {job.done_commit!r}")
+        if "result" not in raw:
+            raise ValueError(f"completed job {job_id!r} has no result")
+        result = spans.result(raw["result"]) if spans else orjson.dumps(raw["result"])
+        job.result = None if result == b"null" else result
     return job
+
+
+class _Spans:
+    """The verbatim bytes of one job line's payload and result.
+
+    The broker writes each job on a line of its own with ``"payload":`` as the
+    first field whose value can be a structure, and ``"result":`` as the first
+    key after the payload that can be one, so their spans are found without a
+    second full parse: where the bytes equal what orjson would write (nearly
+    always) a comparison confirms it; otherwise (big integers, other number
+    spellings, escapes) the standard library's scanner finds the exact span.
+    """
+
+    __slots__ = ("_end", "_line")
+
+    _scan = json.JSONDecoder().raw_decode
+
+    def __init__(self, line: bytes) -> None:
+        self._line = line
+        self._end = 0
+
+    def _span(self, marker: bytes, value: Any) -> bytes:
+        line = self._line
+        at = line.find(marker, self._end)
+        if at < 0:
+            raise _NotOurLayout
+        start = at + len(marker)
+        enc = orjson.dumps(value)
+        end = start + len(enc)
+        if line.startswith(enc, start) and line[end:end + 1] in (b",", b"}"):
+            self._end = end
+            return enc
+        text = line.decode()
+        cut = len(line[:start].decode())
+        try:
+            _, stop = self._scan(text, cut)
+        except ValueError:
+            raise _NotOurLayout from None
+        raw = text[cut:stop].encode()
+        self._end = start + len(raw)
+        return raw
+
+    def payload(self, value: Any) -> bytes:
+        return self._span(b'"payload":', value)
+
+    def result(self, value: Any) -> bytes:
+        return self._span(b'"result":', value)
+
+
+class _NotOurLayout(Exception):
+    """The object's lines are not laid out as the broker writes them."""
+
+
+def _job_lines(data: bytes, count: int) -> list[bytes] | None:
+    """The lines holding the jobs, one each, if the object has the broker's layout."""
+    head = data.find(b'\n"jobs":[\n')
+    if head < 0 or not count:
+        return None
+    lines = data[head + 10:].split(b"\n", count)
+    if len(lines) <= count:
+        return None
+    jobs = [line[:-1] if line.endswith(b",") else line for line in lines[:count]]
+    if not all(line.startswith(b'{"id":"j') and line.endswith(b"}") for line in jobs):
+        return None
+    return jobs
+
+
+def _settings_from(raw: Any) -> Settings:
+    if raw is None:
+        return Settings()
+    if not isinstance(raw, dict):
+        raise ValueError("settings must be an object")
+    return Settings.from_dict(raw)
+
+
+def _counters_from(raw: Any) -> Counters:
+    if raw is None:
+        return Counters()
+    if not isinstance(raw, dict):
+        raise ValueError("counters must be an object")
+    known = {f.name for f in fields(Counters)}
+    unknown = set(raw) - known
+    if unknown:
+        raise ValueError(f"unknown counters {sorted(unknown)}")
+    return Counters(**{k: _count(v, f"counter {k}", 1 << 62) for k, v in raw.items()})
+
+
+def _broker_from(raw: Any) -> BrokerRecord | None:
+    if not raw:
+        return None
+    if not isinstance(raw, dict):
+        raise ValueError("broker must be an object or null")
+    lease_s = raw.get("lease_s", 30.0)
+    if isinstance(lease_s, bool) or not isinstance(lease_s, int | float) or \
+            not 0 < lease_s <= 86_400:
+        raise ValueError(f"broker lease_s must be in (0, 86400], got {lease_s!r}")
+    return BrokerRecord(
+        id=str(_text(raw.get("id"), "broker id")),
+        url=str(_text(raw.get("url"), "broker url")),
+        expires_ms=_time(raw.get("lease_expires_at"), "broker lease expiry"),
+        lease_ms=round(float(lease_s) * 1000),
+    )
 
 
 def decode(data: bytes, *, where: str = "queue object") -> QueueState:
     """Parse an object's bytes into a state with its indexes rebuilt.
 
-    Raises ``CorruptState`` if it is not a well-formed queue object,
-    ``ForeignState`` if it carries another format tag and ``NewerState`` if
-    its version is newer than this code understands. Never returns a partial
-    state.
+    Checks every invariant the broker relies on (ids unique and matching their
+    seqs, counters at least the largest seq and fence in use, settings,
+    counters and times typed and in range, leases where the status needs
+    one) and keeps payloads and results as their exact bytes.
+
+    Raises ``CorruptState`` (saying what is wrong) if it is not a well-formed
+    queue object, ``ForeignState`` if it carries another format tag and
+    ``NewerState`` if its version is newer than this code understands. Never
+    returns a partial state.
     """
     try:
         raw = orjson.loads(data)
@@ -639,7 +924,7 @@ def decode(data: bytes, *, where: str = "queue object") -> QueueState:
             "something else, so it will not be overwritten"
         )
     version = raw.get("version")
-    if not isinstance(version, int):
+    if isinstance(version, bool) or not isinstance(version, int):
         raise CorruptState(f"{where} has no integer version; refusing to touch it")
     if version > VERSION:
         raise NewerState(
@@ -647,34 +932,84 @@ def decode(data: bytes, *, where: str = "queue object") -> QueueState:
             "Upgrade osqueue before running it on this queue"
         )
     try:
-        broker = raw.get("broker")
-        state = QueueState(
-            seq=int(raw["seq"]),
-            writer=raw.get("writer"),
-            updated_ms=timefmt.parse(raw["updated_at"]),
-            broker=None
-            if not broker
-            else BrokerRecord(
-                id=str(broker["id"]),
-                url=str(broker["url"]),
-                expires_ms=timefmt.parse(broker["lease_expires_at"]),
-            ),
-            paused=bool(raw.get("paused", False)),
-            settings=Settings.from_dict(raw.get("settings") or {}),
-            counters=Counters(**(raw.get("counters") or {})),
-        )
-        for item in raw["jobs"]:
-            job = _job_from(item)
-            if job.seq in state.jobs:
-                raise ValueError(f"job id {job.id!r} appears twice")
-            state.jobs[job.seq] = job
-        for key, job_id, at in raw.get("keys") or []:
-            state.keys[str(key)] = KeyEntry(str(job_id), timefmt.parse(at))
+        state = _decode_fields(raw, data)
     except (KeyError, TypeError, ValueError) as exc:
         raise CorruptState(f"{where} is malformed ({type(exc).__name__}: {exc}); "
                            "refusing to touch it") from None
     rebuild_indexes(state)
     return state
+
+
+def _decode_fields(raw: dict[str, Any], data: bytes) -> QueueState:
+    lineage = raw.get("lineage") or []
+    if not isinstance(lineage, list) or not all(isinstance(c, str) for c in lineage):
+        raise ValueError("lineage must be a list of commit ids")
+    state = QueueState(
+        seq=_count(raw.get("seq"), "seq", 1 << 62),
+        writer=_text(raw.get("writer"), "writer", optional=True),
+        commit=_text(raw.get("commit"), "commit", optional=True),
+        lineage=list(lineage[-LINEAGE:]),
+        updated_ms=_time(raw.get("updated_at"), "updated_at"),
+        broker=_broker_from(raw.get("broker")),
+        paused=bool(raw.get("paused", False)),
+        settings=_settings_from(raw.get("settings")),
+        counters=_counters_from(raw.get("counters")),
+    )
+    jobs = raw.get("jobs")
+    if not isinstance(jobs, list):
+        raise ValueError("jobs must be a list")
+    lines = _job_lines(data, len(jobs))
+    try:
+        _add_jobs(state, jobs, lines)
+    except _NotOurLayout:  # edited by hand: re-encode what was parsed
+        state.jobs.clear()
+        _add_jobs(state, jobs, None)
+    top_fence = 0
+    for job in state.jobs.values():
+        if job.lease is not None:
+            top_fence = max(top_fence, job.lease.fence)
+    keys = raw.get("keys") or []
+    if not isinstance(keys, list):
+        raise ValueError("keys must be a list")
+    for entry in keys:
+        if not isinstance(entry, list) or len(entry) != 3 or not all(
+                isinstance(v, str) for v in entry):
+            raise ValueError(f"key entry {entry!r} is not [key, job id, time]")
+        key, job_id, at = entry
+        state.keys[key] = KeyEntry(job_id, _time(at, f"key {key!r} time"))
+    state.receipts = Receipts.decode(raw.get("receipts"))
+    top_seq = max(state.jobs, default=0)
+    top_seq = max(top_seq, state.receipts.max_seq())
+    top_fence = max(top_fence, state.receipts.max_fence())
+    counters = state.counters
+    if counters.enqueued < top_seq:
+        raise ValueError(f"counters.enqueued is {counters.enqueued} but job seq {top_seq} "
+                         "exists: new jobs would reuse ids")
+    if counters.fence < top_fence:
+        raise ValueError(f"counters.fence is {counters.fence} but lease number {top_fence} "
+                         "exists: new leases would reuse tokens")
+    unknown = set(raw) - _TOP_FIELDS
+    if unknown:
+        raise ValueError(f"unknown fields {sorted(unknown)}")
+    return state
+
+
+_TOP_FIELDS = frozenset({"format", "version", "seq", "writer", "commit", "lineage", "updated_at",
+                         "broker", "paused", "settings", "counters", "jobs", "keys",
+                         "receipts"})
+
+
+def _add_jobs(state: QueueState, jobs: list[Any], lines: list[bytes] | None) -> None:
+    for i, item in enumerate(jobs):
+        job = _job_from(item, _Spans(lines[i]) if lines is not None else None)
+        if job.seq in state.jobs:
+            raise ValueError(f"job id {job.id!r} appears twice")
+        state.jobs[job.seq] = job
+
+
+def key_entry_bytes(key: str) -> int:
+    """Rough bytes one idempotency-key entry costs in the object."""
+    return len(key) + 48
 
 
 def rebuild_indexes(state: QueueState) -> None:
@@ -683,6 +1018,7 @@ def rebuild_indexes(state: QueueState) -> None:
     delayed: list[int] = []
     leases: list[int] = []
     seg_jobs: dict[int, list[Job]] = {}
+    completed: dict[int, list[int]] = {}
     approx = 0
     for job in state.jobs.values():
         approx += job.size_estimate()
@@ -691,18 +1027,31 @@ def rebuild_indexes(state: QueueState) -> None:
             ready.append(ready_key(job.priority, job.run_at_ms, job.seq))
         elif job.status == CLAIMED and job.lease is not None:
             leases.append(timed_key(job.lease.expires_ms, job.seq))
+        elif job.status == COMPLETED and job.done_seq is not None:
+            completed.setdefault(job.done_seq, []).append(job.seq)
     heapq.heapify(ready)
     heapq.heapify(leases)
     state.ready, state.delayed, state.leases = ready, delayed, leases
+    state.completed = completed
     state.approx_bytes = approx
+    state.key_bytes = sum(map(key_entry_bytes, state.keys))
     state.seg_jobs = seg_jobs
     state.segments = {}
     state.dirty = set(seg_jobs)
     state.shrunk = set()
 
 
-def stamp(state: QueueState, writer: str, now_ms: int) -> None:
-    """Mark the state as the next commit by ``writer`` (``seq`` + 1)."""
+def stamp(state: QueueState, writer: str, now_ms: int, commit: str | None = None) -> None:
+    """Mark the state as the next commit (``seq`` + 1) by ``writer``, made by the
+    write attempt ``commit`` (a fresh unique id per attempt; see :mod:`broker.commit`)."""
     state.seq += 1
     state.writer = writer
     state.updated_ms = now_ms
+    state.commit = commit
+    if commit is not None:
+        state.lineage = [*state.lineage[-(LINEAGE - 1):], commit]
+    for seq in state.completed.get(state.seq, ()):  # completed by this very commit
+        job = state.jobs[seq]
+        job.done_commit = commit
+        touch(state, job)
+    state.receipts.close()

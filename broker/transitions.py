@@ -18,7 +18,13 @@ Promises kept here (and checked by the property tests):
   lease has not expired at ``now_ms``; a stale token never completes,
   fails or extends a job;
 * a push whose idempotency key is in the window returns the original id and
-  creates nothing.
+  creates nothing;
+* a repeated call answers as the first did while its receipt is kept (see
+  :mod:`broker.receipts`): a push with the same request key gets the same ids,
+  a claim with the same request key the same jobs (those still held), a
+  complete or fail of a token it already settled the same answer;
+* a completed job stays, status ``completed`` with its result, until
+  :class:`DropArchived` removes it once its archive object is written.
 """
 
 from __future__ import annotations
@@ -29,14 +35,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-import orjson
-
+from broker import receipts as R
 from broker import timefmt
 from broker.errors import InvalidRequest, PayloadTooLarge, QueueFull
 from broker.state import (
     CLAIMED,
+    COMPLETED,
     DEAD,
     JOB_OVERHEAD_BYTES,
+    MAX_DELAY_MS,
     MAX_PRIORITY,
     PENDING,
     SEGMENT_SHIFT,
@@ -50,6 +57,9 @@ from broker.state import (
     Settings,
     added,
     added_many,
+    check_setting,
+    job_id_for,
+    key_entry_bytes,
     key_seq,
     key_time,
     new_pending_jobs,
@@ -62,7 +72,6 @@ from broker.state import (
 )
 
 MAX_ERROR_CHARS = 4000
-MAX_DELAY_MS = 10 * 365 * 86_400_000
 MAX_LEASE_MS = 24 * 3600 * 1000
 
 # -- operations ----------------------------------------------------------------
@@ -84,12 +93,20 @@ class NewJob(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Push:
-    """Enqueue jobs. With ``once`` (a key in the idempotency window), the push
-    happens at most once: a repeat creates nothing and sets ``Result.duplicate``
-    (Spark publishes staged writes this way)."""
+    """Enqueue jobs.
+
+    ``request``: the caller's key for this call; a repeat while its receipt
+    is kept answers the same ids and creates nothing. ``once``: a key in the
+    idempotency window making the push happen at most once: a repeat creates
+    nothing and sets ``Result.duplicate`` (Spark publishes staged writes this
+    way). ``missing``: staged chunks of a publish that could not be found;
+    unless ``once`` shows the publish happened already, the push is refused.
+    """
 
     jobs: tuple[NewJob, ...]
     once: str | None = None
+    request: str | None = None
+    missing: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,22 +116,31 @@ class PushPayloads:
 
     payloads: tuple[bytes, ...]
     once: str | None = None
+    request: str | None = None
+    missing: int = 0
 
 
-def push_of(jobs: Sequence[NewJob | bytes], once: str | None = None) -> Push | PushPayloads:
+def push_of(jobs: Sequence[NewJob | bytes], once: str | None = None,
+            request: str | None = None, missing: int = 0) -> Push | PushPayloads:
     """The push of ``jobs`` (bare bytes: a payload with default options): the
     bulk :class:`PushPayloads` when every job is bare."""
     payloads = tuple(job for job in jobs if isinstance(job, bytes))
     if len(payloads) == len(jobs):
-        return PushPayloads(payloads, once)
-    return Push(tuple(NewJob(job) if isinstance(job, bytes) else job for job in jobs), once)
+        return PushPayloads(payloads, once, request, missing)
+    return Push(tuple(NewJob(job) if isinstance(job, bytes) else job for job in jobs), once,
+                request, missing)
 
 
 @dataclass(frozen=True, slots=True)
 class Claim:
+    """Claim up to ``max_jobs``. ``request``: the caller's key for this call; a
+    repeat while its receipt is kept hands back the jobs the first call
+    claimed that are still held under its leases, and claims nothing new."""
+
     worker: str
     max_jobs: int = 1
     lease_ms: int = 30_000
+    request: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +174,15 @@ class Fail:
 
 @dataclass(frozen=True, slots=True)
 class Reclaim:
-    """Return expired leases to pending (or dead)."""
+    """Return expired leases to pending (or dead); trim the key and receipt windows."""
+
+
+@dataclass(frozen=True, slots=True)
+class DropArchived:
+    """Remove the completed jobs of the commits ``seqs``: their archive objects
+    are written."""
+
+    seqs: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,8 +227,8 @@ class ClearBroker:
 
 
 Op = (
-    Push | PushPayloads | Claim | Heartbeat | Complete | Fail | Reclaim | Redrive | Purge
-    | SetPaused | Configure | TakeOver | RenewBroker | ClearBroker
+    Push | PushPayloads | Claim | Heartbeat | Complete | Fail | Reclaim | DropArchived | Redrive
+    | Purge | SetPaused | Configure | TakeOver | RenewBroker | ClearBroker
 )
 
 # -- results -------------------------------------------------------------------
@@ -228,9 +262,9 @@ class Result:
     ids: Sequence[str] = field(default_factory=list)
     jobs: list[ClaimedJob] = field(default_factory=list)
     items: list[ItemResult] = field(default_factory=list)
-    archived: list[bytes] = field(default_factory=list)  # archive lines (broker.archive)
     count: int = 0
     duplicate: bool = False
+    replayed: bool = False  # the answer of an earlier call with the same request key
 
 
 # -- helpers -------------------------------------------------------------------
@@ -271,11 +305,38 @@ def live_job(state: QueueState, token: str, now_ms: int) -> Job | None:
 
 def _stale_reason(state: QueueState, token: str) -> str:
     job = _token_job(state, token)
+    if job is not None and job.lease is not None and job.lease.token == token:
+        if job.status == COMPLETED:
+            return "this token already completed the job"
+        return "lease expired; the job will be reclaimed"
+    fence = R.fence_of(token)
+    outcome = state.receipts.outcome(fence) if fence is not None else None
+    if outcome is not None:
+        return f"this token already settled the job ({outcome})"
     if job is None:
         return "job is gone (completed, purged or never existed)"
-    if job.status == CLAIMED and job.lease is not None and job.lease.token == token:
-        return "lease expired; the job will be reclaimed"
     return "token is stale; the job was reclaimed or claimed again"
+
+
+_FAIL_STATUS = {R.FAILED: PENDING, R.DEAD: DEAD}
+
+
+def _repeat_answer(state: QueueState, token: str, want: str) -> ItemResult:
+    """The answer to a complete (``want`` completed) or fail (``want`` failed) of a
+    token that holds no live lease: what the first call answered if this token
+    settled the job the same way, else stale."""
+    job = _token_job(state, token)
+    if job is not None and job.status == COMPLETED and job.lease is not None \
+            and job.lease.token == token:
+        outcome: str | None = R.COMPLETED
+    else:
+        fence = R.fence_of(token)
+        outcome = state.receipts.outcome(fence) if fence is not None else None
+    if want == R.COMPLETED and outcome == R.COMPLETED:
+        return ItemResult(token, True, None, COMPLETED)
+    if want == R.FAILED and outcome in _FAIL_STATUS:
+        return ItemResult(token, True, None, _FAIL_STATUS[outcome])
+    return ItemResult(token, False, _stale_reason(state, token))
 
 
 def backoff_ms(settings: Settings, attempts: int) -> int:
@@ -367,16 +428,22 @@ def _insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int) -> Sequ
         _schedule(state, job, now_ms)
         if new.key is not None:
             created[new.key] = job.id
-            window.pop(new.key, None)  # re-insert at the end: the window stays in time order
-            window[new.key] = KeyEntry(job.id, now_ms)
+            _remember_key(state, new.key, KeyEntry(job.id, now_ms))
         ids.append(job.id)
     state.approx_bytes += incoming
-    _trim_window(state, now_ms)
     return ids
 
 
+def _remember_key(state: QueueState, key: str, entry: KeyEntry) -> None:
+    """Put ``key`` at the young end of the window (which stays in time order)."""
+    window = state.keys
+    if window.pop(key, None) is None:
+        state.key_bytes += key_entry_bytes(key)
+    window[key] = entry
+
+
 def _check_room(state: QueueState, incoming: int) -> None:
-    if incoming and state.approx_bytes + incoming > state.settings.max_state_bytes:
+    if incoming and state.size_estimate() + incoming > state.settings.max_state_bytes:
         raise QueueFull(
             f"queue full: the object would grow past {state.settings.max_state_bytes} bytes; "
             "nothing from this push was written"
@@ -413,16 +480,19 @@ def _insert_payloads(state: QueueState, payloads: Sequence[bytes], now_ms: int) 
     return ids
 
 
-def _trim_window(state: QueueState, now_ms: int) -> None:
-    window = state.keys
-    oldest_ok = now_ms - round(state.settings.dedup_ttl_s * 1000)
-    cap = state.settings.dedup_keys
+def _trim_windows(state: QueueState, now_ms: int) -> None:
+    """Drop idempotency keys and receipts past their age or count limits."""
+    window, settings = state.keys, state.settings
+    oldest_ok = now_ms - round(settings.dedup_ttl_s * 1000)
+    cap = settings.dedup_keys
     while window:
         first = next(iter(window))
         if len(window) > cap or window[first].at_ms < oldest_ok:
             del window[first]
+            state.key_bytes -= key_entry_bytes(first)
         else:
             break
+    state.receipts.trim(now_ms, round(settings.retry_ttl_s * 1000), settings.retry_keys)
 
 
 def _live_key(state: QueueState, key: str, now_ms: int) -> bool:
@@ -439,17 +509,35 @@ def _remove(state: QueueState, job: Job) -> None:
 # -- operation handlers -----------------------------------------------------------
 
 
+def _ids_of(seqs: list[int]) -> Sequence[str]:
+    if seqs and seqs[-1] - seqs[0] == len(seqs) - 1 and seqs == list(
+            range(seqs[0], seqs[-1] + 1)):
+        return JobIds(seqs[0], len(seqs))
+    return [job_id_for(seq) for seq in seqs]
+
+
 def _push(state: QueueState, op: Push | PushPayloads, now_ms: int) -> Result:
+    if op.request is not None:
+        earlier = state.receipts.push_ids(op.request)
+        if earlier is not None:
+            return Result(ids=_ids_of(earlier), replayed=True)
     if op.once is not None and _live_key(state, op.once, now_ms):
         return Result(duplicate=True)
+    if op.missing:
+        raise InvalidRequest(f"{op.missing} staged chunk(s) of this write are missing; "
+                             "nothing was published")
     ids: Sequence[str]
     if isinstance(op, PushPayloads):
         ids = _insert_payloads(state, op.payloads, now_ms)
     else:
         ids = _insert_jobs(state, op.jobs, now_ms)
     if op.once is not None:
-        state.keys.pop(op.once, None)
-        state.keys[op.once] = KeyEntry("(published)", now_ms)
+        _remember_key(state, op.once, KeyEntry("(published)", now_ms))
+    if op.request is not None:
+        runs = ([ids.first, len(ids)] if isinstance(ids, JobIds)
+                else R.runs_of(seq_of(i) or 0 for i in ids))
+        state.receipts.record_push(op.request, runs, state.seq + 1, now_ms)
+    _trim_windows(state, now_ms)
     return Result(changed=True, ids=ids)
 
 
@@ -460,10 +548,15 @@ def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
         raise InvalidRequest(f"lease must be within (0, 86400] s, got {op.lease_ms / 1000}")
     if not op.worker or len(op.worker) > 200:
         raise InvalidRequest("worker must be a name of 1..200 characters")
+    if op.request is not None:
+        earlier = state.receipts.claim_fences(op.request)
+        if earlier is not None:
+            return Result(jobs=_still_held(state, *earlier, now_ms), replayed=True)
     result = Result()
     if state.paused:
         return result
     _promote_due(state, now_ms)
+    first_fence = state.counters.fence + 1
     ready, leases, get, out = state.ready, state.leases, state.jobs.get, result.jobs
     counters, dirty = state.counters, state.dirty
     expires = now_ms + op.lease_ms
@@ -489,7 +582,24 @@ def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
         heappush(leases, timed_key(expires, seq))
         out.append(_new_tuple(ClaimedJob, (job_id, job.payload, token, job.attempts, expires)))
     result.changed = bool(out)
+    if out and op.request is not None:
+        state.receipts.record_claim(op.request, first_fence, len(out), state.seq + 1, now_ms)
     return result
+
+
+def _still_held(state: QueueState, first_fence: int, count: int,
+                now_ms: int) -> list[ClaimedJob]:
+    """The jobs still held under the leases numbered ``first_fence`` onwards
+    (``count`` of them), in the order they were claimed. Scans the jobs: only
+    a repeated claim comes here."""
+    held = []
+    for job in state.jobs.values():
+        lease = job.lease
+        if job.status == CLAIMED and lease is not None and lease.expires_ms > now_ms and \
+                first_fence <= lease.fence < first_fence + count:
+            held.append((lease.fence, ClaimedJob(job.id, job.payload, lease.token,
+                                                 job.attempts, lease.expires_ms)))
+    return [claimed for _, claimed in sorted(held)]
 
 
 def _heartbeat(state: QueueState, op: Heartbeat, now_ms: int) -> Result:
@@ -518,41 +628,58 @@ def _complete(state: QueueState, op: Complete, now_ms: int) -> Result:
         if item.result is not None and len(item.result) > limit:
             raise PayloadTooLarge(f"result is {len(item.result)} bytes; the limit is {limit}")
     result = Result()
-    completed_at = timefmt.fmt_bytes(now_ms)
-    worker, worker_json = None, b""
-    items, archived, get = result.items, result.archived, state.jobs.get
+    commit_seq = state.seq + 1
+    items, get, dirty = result.items, state.jobs.get, state.dirty
+    done: list[int] = []  # job seqs
+    fences: list[int] = []
+    added_bytes = 0
     for token, value in op.items:
         seq = token_seq(token)  # live_job(), inlined: this runs once per job
         job = None if seq is None else get(seq)
         lease = job.lease if job is not None and job.status == CLAIMED else None
         if lease is None or lease.token != token or lease.expires_ms <= now_ms:
-            items.append(ItemResult(token, False, _stale_reason(state, token)))
+            items.append(_repeat_answer(state, token, R.COMPLETED))
             continue
-        if lease.worker != worker:  # usually one worker completes the whole batch
-            worker = lease.worker
-            worker_json = orjson.dumps(worker)
-        assert job is not None
-        archived.append(job.archive_line(worker_json, completed_at, value))
-        _remove(state, job)
-        items.append(_new_tuple(ItemResult, (token, True, None, "completed")))
-    state.counters.completed += len(archived)
-    result.changed = bool(archived)
+        assert job is not None and seq is not None
+        job.status = COMPLETED
+        job.done_ms = now_ms
+        job.done_seq = commit_seq
+        job.result = value
+        job._enc = None  # touch(), inlined
+        dirty.add(seq >> SEGMENT_SHIFT)
+        done.append(seq)
+        fences.append(int(token[token.rindex(".") + 1:]))
+        if value is not None:
+            added_bytes += len(value)
+        items.append(_new_tuple(ItemResult, (token, True, None, COMPLETED)))
+    if done:
+        state.completed.setdefault(commit_seq, []).extend(done)
+        state.receipts.record_settled(R.COMPLETED, fences, commit_seq, now_ms)
+        state.counters.completed += len(done)
+        state.approx_bytes += added_bytes
+        result.changed = True
     return result
 
 
 def _fail(state: QueueState, op: Fail, now_ms: int) -> Result:
     for item in op.items:
-        if item.retry_in_ms is not None and item.retry_in_ms < 0:
-            raise InvalidRequest("retry_in_s must be >= 0")
+        if item.retry_in_ms is not None and not 0 <= item.retry_in_ms <= MAX_DELAY_MS:
+            raise InvalidRequest(f"retry_in_s must be within [0, {MAX_DELAY_MS // 1000}], "
+                                 f"got {item.retry_in_ms / 1000}")
     result = Result()
+    settled: dict[str, list[int]] = {R.FAILED: [], R.DEAD: []}
     for item in op.items:
         job = live_job(state, item.token, now_ms)
-        if job is None:
-            result.items.append(ItemResult(item.token, False, _stale_reason(state, item.token)))
+        if job is None or job.lease is None:
+            result.items.append(_repeat_answer(state, item.token, R.FAILED))
             continue
+        fence = job.lease.fence
         status = _settle_failure(state, job, item.error, item.retry_in_ms, now_ms)
+        settled[R.DEAD if status == DEAD else R.FAILED].append(fence)
         result.items.append(ItemResult(item.token, True, status=status))
         result.changed = True
+    for outcome, fences in settled.items():
+        state.receipts.record_settled(outcome, fences, state.seq + 1, now_ms)
     return result
 
 
@@ -579,8 +706,20 @@ def _reclaim(state: QueueState, op: Reclaim, now_ms: int) -> Result:
     # bounds them without counting claimed jobs on every commit.
     if len(leases) > 64 + 2 * len(state.jobs):
         _compact_leases(state)
+    _trim_windows(state, now_ms)
     result.changed = bool(reclaimed)
     return result
+
+
+def _drop_archived(state: QueueState, op: DropArchived, now_ms: int) -> Result:
+    dropped = 0
+    for commit_seq in op.seqs:
+        for seq in state.completed.pop(commit_seq, ()):
+            job = state.jobs.get(seq)
+            if job is not None and job.status == COMPLETED and job.done_seq == commit_seq:
+                _remove(state, job)
+                dropped += 1
+    return Result(changed=bool(dropped), count=dropped)
 
 
 def _compact_leases(state: QueueState) -> None:
@@ -612,7 +751,8 @@ def _redrive(state: QueueState, op: Redrive, now_ms: int) -> Result:
 def _purge(state: QueueState, op: Purge, now_ms: int) -> Result:
     bad = set(op.statuses) - {PENDING, CLAIMED, DEAD}
     if bad:
-        raise InvalidRequest(f"unknown status {sorted(bad)}; use pending, claimed or dead")
+        raise InvalidRequest(f"cannot purge status {sorted(bad)}; use pending, claimed or dead "
+                             "(completed jobs leave by themselves once archived)")
     statuses = set(op.statuses)
     doomed = [j for j in state.jobs.values() if j.status in statuses]
     for job in doomed:
@@ -627,35 +767,39 @@ def _set_paused(state: QueueState, op: SetPaused, now_ms: int) -> Result:
 
 
 def _configure(state: QueueState, op: Configure, now_ms: int) -> Result:
-    current = Settings.from_dict({})
-    allowed = set(current.__slots__)
-    unknown = set(op.settings) - allowed
-    if unknown:
-        raise InvalidRequest(f"unknown settings {sorted(unknown)}; known: {sorted(allowed)}")
-    merged = {name: getattr(state.settings, name) for name in allowed}
+    merged: dict[str, Any] = {name: getattr(state.settings, name)
+                              for name in state.settings.__slots__}
     for name, value in op.settings.items():
-        default = getattr(current, name)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise InvalidRequest(f"setting {name} must be a positive number, got {value!r}")
-        merged[name] = type(default)(value)
+        try:
+            merged[name] = check_setting(name, value)
+        except ValueError as exc:
+            raise InvalidRequest(str(exc)) from None
+    if merged["backoff_base_s"] > merged["backoff_max_s"]:
+        raise InvalidRequest(f"backoff_base_s ({merged['backoff_base_s']}) must not exceed "
+                             f"backoff_max_s ({merged['backoff_max_s']})")
     state.settings = Settings(**merged)
+    _trim_windows(state, now_ms)
     return Result(changed=True)
 
 
 def _take_over(state: QueueState, op: TakeOver, now_ms: int) -> Result:
+    """Become the broker. Every claimed job gets a fresh lease on this broker's
+    clock (its own length from now), whatever the expiry written on the
+    previous broker's clock said: a lease that ran out while no broker
+    served is renewed, not reclaimed, and clock skew never reclaims early."""
     previous = state.broker.id if state.broker else None
-    state.broker = BrokerRecord(op.broker_id, op.url, now_ms + op.lease_ms)
+    state.broker = BrokerRecord(op.broker_id, op.url, now_ms + op.lease_ms, op.lease_ms)
     if previous != op.broker_id:
         for job in state.jobs.values():
             if job.status == CLAIMED and job.lease is not None:
-                job.lease.expires_ms = max(job.lease.expires_ms, now_ms + job.lease.lease_ms)
+                job.lease.expires_ms = now_ms + job.lease.lease_ms
                 touch(state, job)
         _compact_leases(state)
     return Result(changed=True)
 
 
 def _renew_broker(state: QueueState, op: RenewBroker, now_ms: int) -> Result:
-    state.broker = BrokerRecord(op.broker_id, op.url, now_ms + op.lease_ms)
+    state.broker = BrokerRecord(op.broker_id, op.url, now_ms + op.lease_ms, op.lease_ms)
     return Result(changed=True)
 
 
@@ -674,6 +818,7 @@ _HANDLERS: dict[type, Callable[[QueueState, Any, int], Result]] = {
     Complete: _complete,
     Fail: _fail,
     Reclaim: _reclaim,
+    DropArchived: _drop_archived,
     Redrive: _redrive,
     Purge: _purge,
     SetPaused: _set_paused,
@@ -698,7 +843,7 @@ def apply(state: QueueState, op: Op, now_ms: int) -> Result:
 
 def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
     """Counts by status and figures a person watching the queue wants."""
-    counts = state.count_by_status()
+    counts = state.count_by_status()  # "completed": done, awaiting the archive
     oldest: int | None = None
     next_run: int | None = None
     for job in state.jobs.values():
@@ -709,7 +854,7 @@ def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
                 next_run = job.run_at_ms if next_run is None else min(next_run, job.run_at_ms)
     return {
         "counts": counts,
-        "total": len(state.jobs),
+        "total": len(state.jobs) - counts[COMPLETED],  # completed ones only await the archive
         "paused": state.paused,
         "oldest_pending_age_s": None if oldest is None else (now_ms - oldest) / 1000,
         "next_delayed_run_at": None if next_run is None else timefmt.fmt(next_run),
@@ -719,13 +864,16 @@ def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
         "dead_total": state.counters.dead,
         "reclaimed_total": state.counters.reclaimed,
         "seq": state.seq,
-        "approx_state_bytes": state.approx_bytes,
+        "approx_state_bytes": state.size_estimate(),
         "dedup_keys": len(state.keys),
+        "receipts": len(state.receipts.entries),
+        "receipt_items": state.receipts.items,
         "broker": None
         if state.broker is None
         else {
             "id": state.broker.id,
             "url": state.broker.url,
+            "lease_s": state.broker.lease_ms / 1000,
             "lease_expires_at": timefmt.fmt(state.broker.expires_ms),
         },
         "settings": {name: getattr(state.settings, name)
@@ -736,8 +884,9 @@ def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
 def list_jobs(state: QueueState, status: str | None = None, limit: int = 100,
               after: str | None = None) -> list[Job]:
     """A page of jobs in enqueue order, after job id ``after``, optionally by status."""
-    if status is not None and status not in (PENDING, CLAIMED, DEAD):
-        raise InvalidRequest(f"unknown status {status!r}; use pending, claimed or dead")
+    if status is not None and status not in (PENDING, CLAIMED, DEAD, COMPLETED):
+        raise InvalidRequest(f"unknown status {status!r}; use pending, claimed, dead or "
+                             "completed")
     if not 1 <= limit <= 10_000:
         raise InvalidRequest(f"limit must be 1..10000, got {limit}")
     after_seq = -1

@@ -8,7 +8,11 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 READY = re.compile(r"ready on (http://\S+)")
 
@@ -72,3 +76,22 @@ class BrokerProcess:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def eventually(check: Callable[[], T], timeout_s: float = 30.0, what: str = "condition") -> T:
+    """Poll ``check()`` until it returns something truthy; return it.
+
+    For conditions another process brings about with no event to wait on
+    (an archive object written after its commit, a takeover); fails with
+    ``what`` after ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    delay = 0.01
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.25)

@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from broker import state as S
-from broker import timefmt
 from broker import transitions as T
 from broker.errors import InvalidRequest, PayloadTooLarge, QueueFull
 
@@ -72,6 +71,9 @@ def test_expired_lease_is_reclaimed_and_old_token_refused() -> None:
     done = T.apply(st_, T.Complete((T.CompleteItem(old),)), 1700)
     assert not done.items[0].ok and st_.job(jid) is not None
     assert T.apply(st_, T.Complete((T.CompleteItem(new, b"1"),)), 1700).items[0].ok
+    job = st_.job(jid)
+    assert job is not None and job.status == "completed"  # until its archive object is written
+    assert T.apply(st_, T.DropArchived((st_.seq + 1,)), 1800).count == 1
     assert st_.job(jid) is None
 
 
@@ -245,9 +247,12 @@ class QueueMachine(RuleBasedStateMachine):
         self.now = 0
         self.pushed: set[str] = set()
         self.completed: set[str] = set()
+        self.archived: set[str] = set()
         self.purged: set[str] = set()
         self.tokens: list[str] = []
         self.keys: dict[str, str] = {}
+        self.answers: dict[tuple[str, str], T.ItemResult] = {}  # (op, token) -> first ok answer
+        self.requests: dict[str, list[str]] = {}  # push request key -> ids answered
 
     @rule(dt=st.integers(0, 3000))
     def tick(self, dt: int) -> None:
@@ -269,12 +274,20 @@ class QueueMachine(RuleBasedStateMachine):
                 self.keys[key] = jid
         self.pushed.update(ids)
 
-    @rule(items=st.lists(payloads, min_size=1, max_size=6))
-    def push_bulk(self, items: list[object]) -> None:
-        ids = T.apply(self.state, T.PushPayloads(tuple(orjson.dumps(p) for p in items)),
-                      self.now).ids
+    @rule(items=st.lists(payloads, min_size=1, max_size=6),
+          request=st.sampled_from([None, "r1", "r2", "r3"]))
+    def push_bulk(self, items: list[object], request: str | None) -> None:
+        before = len(self.state.jobs)
+        ids = list(T.apply(self.state, T.PushPayloads(tuple(orjson.dumps(p) for p in items),
+                                                      request=request), self.now).ids)
+        if request is not None and request in self.state.receipts.pushes \
+                and request in self.requests and len(self.state.jobs) == before:
+            assert ids == self.requests[request]  # a repeat: the first answer, nothing new
+            return
         assert len(ids) == len(items) and not self.pushed & set(ids)
         self.pushed.update(ids)
+        if request is not None:
+            self.requests[request] = ids
 
     @rule(n=st.integers(1, 4), lease=st.integers(1, 3000),
           worker=st.sampled_from(["w", 'w"2', "w\u00e9\\3"]))
@@ -286,10 +299,16 @@ class QueueMachine(RuleBasedStateMachine):
             key=order_key,
         )
         expected = [j.id for j in runnable[:n]] if not self.state.paused else []
-        got = T.apply(self.state, T.Claim(worker, n, lease), self.now).jobs
+        got = T.apply(self.state, T.Claim(worker, n, lease, request=f"c{len(self.tokens)}"),
+                      self.now).jobs
         assert [j.id for j in got] == expected
         for j in got:
             self.tokens.append(j.token)
+        if got:  # a repeat of the same claim hands back the same jobs, claiming nothing new
+            again = T.apply(self.state, T.Claim(worker, n, lease,
+                                                request=f"c{len(self.tokens) - len(got)}"),
+                            self.now)
+            assert again.replayed and [j.token for j in again.jobs] == [j.token for j in got]
 
     @precondition(lambda self: self.tokens)
     @rule(data=st.data(), lease=st.integers(1, 3000))
@@ -307,23 +326,52 @@ class QueueMachine(RuleBasedStateMachine):
     def complete(self, data: st.DataObject) -> None:
         tok = data.draw(st.sampled_from(self.tokens))
         job = T.live_job(self.state, tok, self.now)
-        before = job.to_plain() if job is not None and job.lease is not None else None
         snapshot = {k: j.encode() for k, j in self.state.jobs.items()}
         r = T.apply(self.state, T.Complete((T.CompleteItem(tok, b"true"),)), self.now)
-        assert r.items[0].ok == (job is not None)
+        first = self.answers.get(("complete", tok))
         if job is None:
             assert {k: j.encode() for k, j in self.state.jobs.items()} == snapshot
-            assert r.archived == []
+            if first is not None and tok in self._remembered():
+                assert r.items[0] == first  # a repeat answers as the first call did
+            elif first is None:
+                assert not r.items[0].ok
         else:
-            assert job.seq not in self.state.jobs and self.state.job(job.id) is None
+            assert r.items[0].ok and r.items[0].status == "completed"
+            assert job.status == "completed" and job.result == b"true"
             assert job.id not in self.completed
             self.completed.add(job.id)
-            # the archive line's template says what the generic record says
-            assert before is not None and job.lease is not None
-            expected = {k: v for k, v in before.items() if k not in ("lease", "key")}
-            expected.update(status="completed", worker=job.lease.worker,
-                            completed_at=timefmt.fmt(self.now), result=True)
-            assert r.archived == [orjson.dumps(expected) + b"\n"]
+            self.answers[("complete", tok)] = r.items[0]
+
+    def _remembered(self) -> set[str]:
+        """Tokens whose settlement the state still remembers (receipts, or the job)."""
+        out = set()
+        for tok in self.tokens:
+            fence = int(tok.rpartition(".")[2])
+            job = self.state.job(tok.rpartition(".")[0])
+            if fence in self.state.receipts.fences or (
+                    job is not None and job.lease is not None and job.lease.token == tok):
+                out.add(tok)
+        return out
+
+    @rule()
+    def archive_and_drop(self) -> None:
+        """What the broker does after a commit: archive its completions, then drop them."""
+        S.stamp(self.state, "test", self.now, f"c-{self.now}")
+        for job_seqs in list(self.state.completed.values()):
+            for js in job_seqs:
+                job = self.state.jobs[js]
+                assert job.lease is not None
+                # the archive line's template says what the generic record says
+                expected = {k: v for k, v in job.to_plain().items()
+                            if k not in ("lease", "key")}
+                expected.update(worker=job.lease.worker, token=job.lease.token)
+                assert orjson.loads(job.archive_line()) == expected
+                assert job.archive_line() == orjson.dumps(
+                    {k: expected[k] for k in orjson.loads(job.archive_line())}) + b"\n"
+                self.archived.add(job.id)
+        seqs = tuple(self.state.completed)
+        T.apply(self.state, T.DropArchived(seqs), self.now)
+        assert not self.state.completed
 
     @precondition(lambda self: self.tokens)
     @rule(data=st.data(), retry=st.sampled_from([None, 0, 500]))
@@ -331,9 +379,16 @@ class QueueMachine(RuleBasedStateMachine):
         tok = data.draw(st.sampled_from(self.tokens))
         job = T.live_job(self.state, tok, self.now)
         r = T.apply(self.state, T.Fail((T.FailItem(tok, "err", retry),)), self.now)
-        assert r.items[0].ok == (job is not None)
+        first = self.answers.get(("fail", tok))
         if job is not None:
+            assert r.items[0].ok
             assert job.status == ("dead" if job.attempts >= job.max_attempts else "pending")
+            assert r.items[0].status == job.status
+            self.answers[("fail", tok)] = r.items[0]
+        elif first is not None and tok in self._remembered():
+            assert r.items[0] == first
+        elif first is None:
+            assert not r.items[0].ok
 
     @rule()
     def reclaim(self) -> None:
@@ -358,7 +413,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule()
     def roundtrip(self) -> None:
-        S.stamp(self.state, "test", self.now)
+        S.stamp(self.state, "test", self.now, f"c-{self.now}")
         data = S.encode(self.state)
         back = S.decode(data)
         assert S.encode(back) == data
@@ -369,7 +424,9 @@ class QueueMachine(RuleBasedStateMachine):
 
     @invariant()
     def nothing_lost_or_duplicated(self) -> None:
-        live = {j.id for j in self.state.jobs.values()}
+        live = {j.id for j in self.state.jobs.values() if j.status != "completed"}
+        done = {j.id for j in self.state.jobs.values() if j.status == "completed"}
+        assert done | self.archived == self.completed and not done & self.archived
         assert not live & self.completed and not live & self.purged
         assert not self.completed & self.purged
         assert live | self.completed | self.purged == self.pushed
@@ -387,7 +444,7 @@ class QueueMachine(RuleBasedStateMachine):
             assert 0 <= job.attempts <= job.max_attempts
             if job.status == "pending":
                 assert job.attempts < job.max_attempts
-            assert (job.status == "claimed") == (job.lease is not None)
+            assert (job.status in ("claimed", "completed")) == (job.lease is not None)
 
 
 QueueMachine.TestCase.settings = settings(

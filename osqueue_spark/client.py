@@ -3,23 +3,27 @@
 Synchronous on purpose: Spark executors are threads and processes, not event
 loops. Connections are kept alive in a pool shared by the client's threads.
 
-Retries (tenacity, exponential backoff): transient failures (connection
-errors, 503 storage/broker unavailable) are retried. A request whose outcome
-is unknown (sent, then the connection broke) is retried too, except a push of
-jobs without idempotency keys, which could be enqueued twice: that raises
-``BrokerUnavailable`` so the caller decides. Give jobs a ``key`` to make push
-retries safe.
+Retries (tenacity, exponential backoff, for up to ``retry_s``): errors whose
+class is ``retryable`` (connection errors, "outcome unknown", storage or
+broker unavailable, "not the broker") are retried; others are raised at
+once. Every operation is safe to repeat: each push and each claim carries a
+fresh request key (the ``Idempotency-Key`` header), so a repeat after a lost
+answer gets the first answer (the same ids, the same claimed jobs) instead of
+enqueueing twice or stranding jobs; complete, fail and heartbeat are
+idempotent per token; publish is once-keyed.
 
-Broker discovery: when the broker answers "not the broker" it names the new
-one and the client follows. When the broker cannot be reached and the client
-was given ``store=``, it reads the broker record from the queue object and
-follows that.
+Broker discovery: ``url`` may name several brokers (a list, or a
+comma-separated string). When a broker answers "not the broker" it names the
+owner and the client follows; when a broker cannot be reached the client
+reads the owner from the queue object (given ``store=``) or tries the next
+URL.
 """
 
 from __future__ import annotations
 
 import operator
 import threading
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from decimal import Decimal
 from typing import Any, NamedTuple
@@ -39,6 +43,9 @@ from broker.errors import (
 )
 from broker.gcpause import gc_paused_for
 from broker.retry import retrying
+
+#: The header that carries a call's request key (see the module docstring).
+REQUEST_KEY_HEADER = "idempotency-key"
 
 
 # NamedTuples, not frozen dataclasses: a worker builds tens of thousands a
@@ -67,10 +74,23 @@ class _NotSent(BrokerUnavailable):
 
 
 def _retryable(exc: BaseException) -> bool:
-    if isinstance(exc, NotTheBroker):
-        return True
-    return isinstance(exc, OsqueueError) and exc.code in (
-        "broker_unavailable", "storage_unavailable", "storage_error")
+    return isinstance(exc, OsqueueError) and exc.retryable
+
+
+def new_request_key() -> str:
+    """A fresh key for one call (and its retries): 80 random bits."""
+    return "r-" + uuid.uuid4().hex[:20]
+
+
+def _broker_urls(url: str | Sequence[str]) -> list[str]:
+    items = url.split(",") if isinstance(url, str) else list(url)
+    urls = [u.strip().rstrip("/") for u in items if u and u.strip()]
+    if not urls:
+        raise InvalidRequest("QueueClient needs at least one broker URL")
+    bad = [u for u in urls if not u.startswith(("http://", "https://"))]
+    if bad:
+        raise InvalidRequest(f"broker URLs must be http(s) URLs, got {bad[0]!r}")
+    return urls
 
 
 def _job_body(job: Any) -> dict[str, Any]:
@@ -94,26 +114,28 @@ def _body_line(body: dict[str, Any]) -> bytes:
 
 
 class QueueClient:
-    """Client of one queue on a broker.
+    """Client of one queue.
 
-    ``url``: the broker (``http://host:port``); ``queue``: the queue name;
-    ``token``: bearer token, if the broker wants one; ``store``: the store URL,
-    for finding the broker when it moved; ``timeout_s``: per request (a
-    long-poll claim adds its ``wait_s``); ``retry_s``: how long to keep
-    retrying transient failures before raising.
+    ``url``: the broker (``http://host:port``), or several (a list or a
+    comma-separated string): the client finds the one that owns the queue;
+    ``queue``: the queue name; ``token``: bearer token, if the brokers want
+    one; ``store``: the store URL, for finding the owner when a broker cannot
+    be reached; ``timeout_s``: per request (a long-poll claim adds its
+    ``wait_s``); ``retry_s``: how long to keep retrying retryable failures
+    before raising the last one.
     """
 
-    def __init__(self, url: str, queue: str = "default", *, token: str | None = None,
-                 store: str | None = None, timeout_s: float = 30.0, retry_s: float = 60.0,
-                 pool_size: int = 32) -> None:
-        self.url = url.rstrip("/")
+    def __init__(self, url: str | Sequence[str], queue: str = "default", *,
+                 token: str | None = None, store: str | None = None, timeout_s: float = 30.0,
+                 retry_s: float = 60.0, pool_size: int = 32) -> None:
+        self.urls = _broker_urls(url)
+        self.url = self.urls[0]
         self.queue = keys.check_queue_name(queue)
         self.store_url = store
         self.timeout_s = timeout_s
         self.retry_s = retry_s
         self._token = token
         self._pool_size = pool_size
-        self._local = threading.local()
         self._lock = threading.Lock()
         self._http = self._new_pool()
 
@@ -125,13 +147,12 @@ class QueueClient:
 
     # pickling: Spark ships clients to executors; pools and locks are rebuilt there
     def __getstate__(self) -> dict[str, Any]:
-        return {"url": self.url, "queue": self.queue, "store_url": self.store_url,
-                "timeout_s": self.timeout_s, "retry_s": self.retry_s, "_token": self._token,
-                "_pool_size": self._pool_size}
+        return {"urls": self.urls, "url": self.url, "queue": self.queue,
+                "store_url": self.store_url, "timeout_s": self.timeout_s,
+                "retry_s": self.retry_s, "_token": self._token, "_pool_size": self._pool_size}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._local = threading.local()
         self._lock = threading.Lock()
         self._http = self._new_pool()
 
@@ -149,28 +170,33 @@ class QueueClient:
 
     def with_queue(self, queue: str) -> QueueClient:
         """A client of another queue on the same broker."""
-        return QueueClient(self.url, queue, token=self._token, store=self.store_url,
-                           timeout_s=self.timeout_s, retry_s=self.retry_s)
+        client = QueueClient(self.urls, queue, token=self._token, store=self.store_url,
+                             timeout_s=self.timeout_s, retry_s=self.retry_s)
+        client.url = self.url
+        return client
 
     # -- transport -----------------------------------------------------------------
     def _send(self, method: str, path: str, body: Any, timeout_s: float,
-              *, ok_statuses: tuple[int, ...] = (200,)) -> Any:
+              request_key: str | None = None) -> Any:
         headers = None
         if isinstance(body, bytes):  # staged lines
             data: bytes | None = body
             headers = {**self._http.headers, "content-type": api.STAGED_CONTENT_TYPE}
         else:
             data = None if body is None else orjson.dumps(body, default=_json_default)
+        if request_key is not None:
+            headers = {**(headers or self._http.headers), REQUEST_KEY_HEADER: request_key}
+        url = self.url
         try:
-            resp = self._http.request(method, self.url + path, body=data, headers=headers,
+            resp = self._http.request(method, url + path, body=data, headers=headers,
                                       timeout=urllib3.Timeout(connect=5.0, read=timeout_s))
         except (urllib3.exceptions.NewConnectionError,
                 urllib3.exceptions.ConnectTimeoutError) as exc:
-            raise _NotSent(f"cannot reach broker at {self.url}: {type(exc).__name__}") from None
+            raise _NotSent(f"cannot reach broker at {url}: {type(exc).__name__}") from None
         except urllib3.exceptions.HTTPError as exc:
             raise BrokerUnavailable(
-                f"request to {self.url} failed after sending: {type(exc).__name__}") from None
-        if resp.status in ok_statuses:
+                f"request to {url} failed after sending: {type(exc).__name__}") from None
+        if resp.status == 200:
             return orjson.loads(resp.data) if resp.data else None
         try:
             parsed = orjson.loads(resp.data)
@@ -182,46 +208,54 @@ class QueueClient:
             return parsed  # per-token answers, some stale
         raise from_dict(parsed, resp.status)
 
-    def _discover(self, hint: str | None) -> bool:
-        """Point the client at the current broker; True if the URL changed."""
-        url = hint
-        if url is None and self.store_url is not None:
-            from broker.storage import store_from_url
+    def _store_owner(self) -> str | None:
+        """The owner's URL as the queue object names it (needs ``store``)."""
+        if self.store_url is None:
+            return None
+        from broker.storage import store_from_url
 
+        try:
+            store = store_from_url(self.store_url)
             try:
-                raw = orjson.loads(store_from_url(self.store_url).read(
-                    keys.state_key(self.queue)).data)
-                url = (raw.get("broker") or {}).get("url")
-            except (OsqueueError, orjson.JSONDecodeError):
-                return False
-        if url and url.rstrip("/") != self.url:
-            with self._lock:
-                self.url = url.rstrip("/")
-            return True
-        return False
+                raw = orjson.loads(store.read(keys.state_key(self.queue)).data)
+            finally:
+                store.close()
+        except (OsqueueError, orjson.JSONDecodeError):
+            return None
+        broker = raw.get("broker") if isinstance(raw, dict) else None
+        url = broker.get("url") if isinstance(broker, dict) else None
+        return url if isinstance(url, str) and url.startswith(("http://", "https://")) else None
 
-    def request(self, method: str, path: str, body: Any = None, *, timeout_s: float | None = None,
-                safe_to_retry: bool = True) -> Any:
-        """Send one API call with retries and broker discovery; return the parsed body."""
+    def _discover(self, failed: str, hint: str | None) -> None:
+        """Point the client at the broker to try next, after ``failed`` did not
+        serve: the owner named by ``hint`` or the queue object, else the next
+        of the given URLs."""
+        url = hint or self._store_owner()
+        if not url or url.rstrip("/") == failed:
+            later = self.urls[(self.urls.index(failed) + 1) % len(self.urls)] \
+                if failed in self.urls else self.urls[0]
+            url = later
+        with self._lock:
+            if self.url == failed:
+                self.url = url.rstrip("/")
+
+    def request(self, method: str, path: str, body: Any = None, *,
+                timeout_s: float | None = None, request_key: str | None = None) -> Any:
+        """Send one API call with retries and broker discovery; return the parsed body.
+
+        ``request_key`` (for push and claim) goes with every retry of the call.
+        """
         timeout = self.timeout_s if timeout_s is None else timeout_s
 
         def once() -> Any:
+            url = self.url
             try:
-                return self._send(method, path, body, timeout, ok_statuses=(200,))
+                return self._send(method, path, body, timeout, request_key)
             except NotTheBroker as exc:
-                if not self._discover(exc.details.get("url")):
-                    raise
-                raise
-            except _NotSent:
-                self._discover(None)
+                self._discover(url, exc.details.get("url"))
                 raise
             except BrokerUnavailable:
-                if not safe_to_retry:
-                    raise OsqueueError(
-                        "the broker may or may not have applied this push (connection lost "
-                        "after sending); give jobs idempotency keys to make retries safe"
-                    ) from None
-                self._discover(None)
+                self._discover(url, None)
                 raise
 
         return retrying(retry=retry_if_exception(_retryable),
@@ -243,9 +277,8 @@ class QueueClient:
         optional ``priority``, ``delay_s``, ``max_attempts``, ``key``."""
         ids: list[str] = []
         for chunk in _chunks((_job_body(j) for j in jobs), batch_size):
-            keyed = all(j.get("key") for j in chunk)
             body = b"".join(map(_body_line, chunk))  # the compact body: payloads pass through
-            out = self.request("POST", self._q("push"), body, safe_to_retry=keyed)
+            out = self.request("POST", self._q("push"), body, request_key=new_request_key())
             ids.extend(out["ids"])
         return ids
 
@@ -254,7 +287,8 @@ class QueueClient:
         """Claim up to ``max_jobs``; with ``wait_s`` > 0, wait that long for one to appear."""
         out = self.request("POST", self._q("claim"),
                            {"worker": worker, "max_jobs": max_jobs, "lease_s": lease_s,
-                            "wait_s": wait_s}, timeout_s=self.timeout_s + wait_s)
+                            "wait_s": wait_s}, timeout_s=self.timeout_s + wait_s,
+                           request_key=new_request_key())
         fields, new = _CLAIMED_FIELDS, tuple.__new__
         with gc_paused_for(len(out["jobs"])):
             return [new(ClaimedJob, fields(j)) for j in out["jobs"]]

@@ -12,10 +12,12 @@
   under its own write id; the driver's ``commit`` publishes the staged jobs
   of the successful attempts in one broker operation and drops the rest;
   ``abort`` drops everything; staged jobs of a writer that vanished expire.
-* ``writeStream``: the same, published at most once per (stream, batch id).
+* ``writeStream``: the same, each micro-batch published at most once per run
+  of the query (see :class:`QueueStreamWriter` for how a run is recognised).
 * ``readStream``: each micro-batch claims up to ``maxJobsPerTrigger`` jobs,
-  heartbeats them until Spark commits the batch, then completes them. Jobs of
-  a query that died come back when their leases expire.
+  a driver-side thread heartbeats them until Spark commits the batch, then
+  they are completed. Jobs of a query that died come back when their leases
+  expire.
 
 Everything here pickles: options are parsed once into frozen dataclasses and
 connections are opened in ``read``/``write``/``commit``, never in ``__init__``.
@@ -23,14 +25,17 @@ connections are opened in ``read``/``write``/``commit``, never in ``__init__``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
+import os
 import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import orjson
 from pyspark.sql.datasource import (
@@ -48,6 +53,7 @@ from broker import archive, keys, timefmt
 from broker import state as S
 from broker.storage import store_from_url
 from osqueue_spark.client import staged_line
+from osqueue_spark.heartbeat import Heartbeater
 from osqueue_spark.options import (
     BrokerOptions,
     ReadOptions,
@@ -195,16 +201,26 @@ class ArchivePushdownReader(ArchiveReader):
 
 @dataclass
 class StagedMessage(WriterCommitMessage):
+    """What a write task staged. ``query_id``: the streaming query's id when the
+    task knew it; ``fingerprint``: with ``fingerprint=True`` staging, the sum
+    (mod 2**128) of the 128-bit BLAKE2b digests of the staged lines, a digest of
+    the task's jobs that ignores their order and adds up across tasks."""
+
     write_ids: list[str]
     rows: int
+    query_id: str | None = None
+    fingerprint: int = 0
 
 
 _STAGE_CHUNK_BYTES = 8 * 1024 * 1024  # well under the broker's request limit
+_FINGERPRINT_MASK = (1 << 128) - 1
 
 
-def _stage_lines(opts: BrokerOptions, prefix: str, lines: Iterator[bytes]) -> StagedMessage:
+def _stage_lines(opts: BrokerOptions, prefix: str, lines: Iterator[bytes], *,
+                 fingerprint: bool = False) -> StagedMessage:
     """Stage staged lines under ``prefix``, one write id per chunk of ``batch_size``
-    rows (or 8 MB, whichever comes first)."""
+    rows (or 8 MB, whichever comes first). With ``fingerprint``, also digest the
+    lines (see :class:`StagedMessage`)."""
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
@@ -212,7 +228,8 @@ def _stage_lines(opts: BrokerOptions, prefix: str, lines: Iterator[bytes]) -> St
     client = opts.client()
     write_ids: list[str] = []
     chunk: list[bytes] = []
-    size = count = 0
+    size = count = total = 0
+    blake2b, from_bytes = hashlib.blake2b, int.from_bytes
 
     def flush() -> None:
         write_id = f"{prefix}{task}-c{len(write_ids)}"
@@ -222,6 +239,8 @@ def _stage_lines(opts: BrokerOptions, prefix: str, lines: Iterator[bytes]) -> St
     for line in lines:
         chunk.append(line)
         size += len(line)
+        if fingerprint:
+            total += from_bytes(blake2b(line, digest_size=16).digest(), "big")
         if len(chunk) >= opts.batch_size or size >= _STAGE_CHUNK_BYTES:
             flush()
             count += len(chunk)
@@ -230,11 +249,13 @@ def _stage_lines(opts: BrokerOptions, prefix: str, lines: Iterator[bytes]) -> St
         flush()
         count += len(chunk)
     client.close()
-    return StagedMessage(write_ids, count)
+    return StagedMessage(write_ids, count, fingerprint=total & _FINGERPRINT_MASK)
 
 
-def _stage_rows(opts: BrokerOptions, prefix: str, rows: Iterator[Any]) -> StagedMessage:
-    return _stage_lines(opts, prefix, (staged_line(row_to_job(row)) for row in rows))
+def _stage_rows(opts: BrokerOptions, prefix: str, rows: Iterator[Any], *,
+                fingerprint: bool = False) -> StagedMessage:
+    return _stage_lines(opts, prefix, (staged_line(row_to_job(row)) for row in rows),
+                        fingerprint=fingerprint)
 
 
 class QueueWriter(DataSourceArrowWriter):
@@ -259,7 +280,102 @@ class QueueWriter(DataSourceArrowWriter):
                     out["discarded"])
 
 
+#: The task-local property in which Spark's stream execution names the running
+#: query (``StreamExecution.QUERY_ID_KEY``): the query id, the same across restarts
+#: from one checkpoint and new when the checkpoint is deleted.
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+
+
+def _uuid_text(value: Any) -> str | None:
+    """``value`` as a canonical UUID string, or None if it is not one."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return str(uuid.UUID(value.strip()))
+    except ValueError:
+        return None
+
+
+def _task_query_id() -> str | None:
+    """The streaming query id Spark hands to this task, or None (not in a task,
+    not a streaming query, or a Spark that does not set it)."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        return None
+    try:
+        return _uuid_text(ctx.getLocalProperty(QUERY_ID_PROPERTY))
+    except Exception:  # an unusual TaskContext: fall back as if Spark said nothing
+        return None
+
+
+def checkpoint_query_id(location: str | None) -> str | None:
+    """The query id Spark keeps in ``{location}/metadata`` (a JSON line
+    ``{"id": "<uuid>"}``, written when the query first starts), for a checkpoint
+    on this machine's file system: an absolute path or a ``file:`` URL.
+
+    Returns None for other locations (``s3://``, ``dbfs:``, ``abfss://``, a
+    relative path) and when the file is missing or unreadable; never raises.
+    A plain path is taken as local even where Spark's default file system is
+    another (HDFS, DBFS): there the file is normally absent, and None results.
+    """
+    if not location:
+        return None
+    parsed = urlparse(location)
+    if parsed.scheme == "file":
+        if parsed.netloc not in ("", "localhost"):
+            return None
+        path = unquote(parsed.path)
+    elif parsed.scheme == "":
+        path = location
+    else:
+        return None
+    if not os.path.isabs(path):
+        return None
+    try:
+        with open(os.path.join(path, "metadata"), "rb") as f:
+            first = f.readline(64 * 1024)
+        data = orjson.loads(first)
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    return _uuid_text(data.get("id")) if isinstance(data, dict) else None
+
+
 class QueueStreamWriter(DataSourceStreamWriter):
+    """``writeStream.format("osqueue")``: each micro-batch is published at most once.
+
+    Tasks stage their rows under the stream's prefix (``streamId``, else
+    ``checkpointLocation``); ``commit`` publishes the staged chunks of the
+    batch in one broker operation with a once-key that names the batch of
+    one run of the query, so a batch Spark replays after a restart is
+    recognised and dropped, while a new run of the query (its checkpoint was
+    deleted, batch ids start again at 0) publishes. The once-key is, by the
+    first source that answers:
+
+    1. ``stream:{stream}:q-{query id}:{batch id}``, the query id from the
+       task-local property ``sql.streaming.queryId`` that Spark's stream
+       execution sets for every task of a batch (PySpark 4.0 to 4.3 pass no
+       query id to ``commit`` itself: it gets only the messages and the batch
+       id), carried to the driver in the commit messages;
+    2. the same key with the query id from ``{checkpointLocation}/metadata``
+       when the checkpoint is on the driver's local file system (see
+       :func:`checkpoint_query_id`);
+    3. ``stream:{stream}:{batch id}:c-{rows}-{fingerprint}``: the batch id and
+       an order-independent digest of the batch's staged jobs. A replay is
+       recognised when it stages exactly the same jobs (in any order or split
+       across tasks); a new run's batch with other data publishes.
+
+    Limits: replays are recognised only within the queue's idempotency window
+    (``dedup_ttl_s``, default 24 h, and the last ``dedup_keys`` keys). Under
+    (3), a replay whose rows differ (a non-deterministic query:
+    ``current_timestamp()``, ``uuid()``, a source that re-reads differently)
+    publishes again, and a new run whose batch has the same id and exactly the
+    same jobs as a batch published inside the window is taken for a replay
+    and dropped. Batches published by a version that keyed by (stream, batch
+    id) alone are not recognised after an upgrade.
+    """
+
     def __init__(self, opts: StreamWriteOptions) -> None:
         self.opts = opts
         self.key = hashlib.sha1(opts.stream_id.encode()).hexdigest()[:16]
@@ -268,15 +384,30 @@ class QueueStreamWriter(DataSourceStreamWriter):
     def write(self, iterator: Iterator[Any]) -> StagedMessage:
         # batches run one after another, so a fresh id per task is enough here;
         # commit() names the batch
-        return _stage_rows(self.opts.target, f"{self.prefix}{uuid.uuid4().hex[:8]}-", iterator)
+        message = _stage_rows(self.opts.target, f"{self.prefix}{uuid.uuid4().hex[:8]}-",
+                              iterator, fingerprint=True)
+        message.query_id = _task_query_id()
+        return message
+
+    def once_key(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> str:
+        """The key that makes publishing batch ``batch_id`` happen once (see the class)."""
+        staged = [m for m in messages if isinstance(m, StagedMessage)]
+        query_id = next((m.query_id for m in staged if m.query_id), None)
+        if query_id is None:
+            query_id = checkpoint_query_id(self.opts.checkpoint)
+        if query_id is not None:
+            return f"stream:{self.key}:q-{query_id}:{batch_id}"
+        rows = sum(m.rows for m in staged)
+        digest = sum(m.fingerprint for m in staged) & _FINGERPRINT_MASK
+        return f"stream:{self.key}:{batch_id}:c-{rows}-{digest:032x}"
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         keep = [w for m in messages if isinstance(m, StagedMessage) for w in m.write_ids]
-        out = self.opts.target.client().publish(self.prefix, keep,
-                                                once=f"stream:{self.key}:{batchId}")
+        once = self.once_key(messages, batchId)
+        out = self.opts.target.client().publish(self.prefix, keep, once=once)
         if out.get("duplicate"):
-            log.info("osqueue stream %s batch %d was published before; dropped the replay",
-                     self.key, batchId)
+            log.info("osqueue stream %s batch %d was published before (%s); dropped the replay",
+                     self.key, batchId, once)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         self.opts.target.client().publish(self.prefix, [])
@@ -288,9 +419,20 @@ class QueueStreamWriter(DataSourceStreamWriter):
 class QueueStreamReader(DataSourceStreamReader):
     """A consumer: offsets are claim numbers; jobs are completed when Spark commits.
 
-    Leases of claimed, uncommitted jobs are extended on every trigger (each
-    ``latestOffset`` call), not by a thread: when the query dies the
-    extensions stop, the leases run out and the jobs return to the queue.
+    The planning copy of the reader lives on the driver (in the Python process
+    Spark keeps for the stream) for the life of the query. Every job it
+    claims is kept leased by a background :class:`~osqueue_spark.heartbeat.Heartbeater`
+    (a beat every ``leaseS / 3`` seconds, each extending the lease to
+    ``leaseS`` seconds) from the claim in ``latestOffset`` until the batch is
+    completed, however long the batch runs. ``stop()`` (Spark calls it when
+    the query stops or fails) ends the heartbeats; so does the end of the
+    driver's process. Claimed jobs not yet completed then come back to the
+    queue when their leases run out (after at most ``leaseS`` seconds) and are
+    delivered again, to this query after a restart or to any other consumer.
+    A job whose lease was lost anyway (the broker unreachable for longer than
+    ``leaseS``) is logged and dropped from its batch; the broker redelivers
+    it. The copy pickled for executors carries only the options: no client,
+    no thread, no claimed jobs.
 
     Spark calls ``commit(end)`` for a batch only when it plans the next one,
     so an idle stream would hold its last batch forever. ``latestOffset`` is
@@ -304,6 +446,7 @@ class QueueStreamReader(DataSourceStreamReader):
         self._last = 0
         self._planned = 0
         self._client: Any = None
+        self._hb: Heartbeater | None = None
         self._lock = threading.Lock()
 
     # The planning copy on the driver holds the connection, heartbeat thread and
@@ -319,20 +462,27 @@ class QueueStreamReader(DataSourceStreamReader):
             self._client = self.opts.target.client()
         return self._client
 
-    def _extend_leases(self) -> None:
-        with self._lock:
-            held = {j.token: o for o, jobs in self._batches.items() for j in jobs}
-        if not held:
+    def _heartbeater(self) -> Heartbeater:
+        """The driver's heartbeat thread, started with the first claim."""
+        if self._hb is None:
+            self._hb = Heartbeater(self._connect(), self.opts.lease_s)
+        return self._hb
+
+    def _drop_lost(self) -> None:
+        """Forget jobs whose lease the heartbeat found lost: the broker has taken
+        them back, and completing them would only be refused."""
+        lost = self._hb.take_lost() if self._hb is not None else set()
+        if not lost:
             return
-        lost = {r.token for r in self._connect().heartbeat(list(held), self.opts.lease_s)
-                if not r.ok}
-        if lost:
+        with self._lock:
+            dropped = 0
+            for offset, jobs in self._batches.items():
+                kept = [j for j in jobs if j.token not in lost]
+                dropped += len(jobs) - len(kept)
+                self._batches[offset] = kept
+        if dropped:
             log.warning("%d claimed job(s) lost their lease before Spark committed them; "
-                        "they will be delivered again", len(lost))
-            with self._lock:
-                for offset in {held[t] for t in lost}:
-                    self._batches[offset] = [j for j in self._batches[offset]
-                                             if j.token not in lost]
+                        "they will be delivered again", dropped)
 
     def initialOffset(self) -> dict[str, int]:
         return {"claim": 0}
@@ -341,7 +491,7 @@ class QueueStreamReader(DataSourceStreamReader):
                      limit: Any = None) -> dict[str, int]:
         client = self._connect()
         self._complete_through(self._planned)
-        self._extend_leases()
+        self._drop_lost()
         if start is not None:
             self._last = max(self._last, int(start.get("claim", 0)))
         want = self.opts.max_jobs_per_trigger
@@ -351,6 +501,7 @@ class QueueStreamReader(DataSourceStreamReader):
         jobs = client.claim(self.opts.worker, want, self.opts.lease_s)
         if not jobs:
             return {"claim": self._last}
+        self._heartbeater().add(j.token for j in jobs)  # held from now until completed
         offset = max(self._last + 1, time.time_ns() // 1000)  # grows across restarts too
         with self._lock:
             self._batches[offset] = jobs
@@ -379,21 +530,41 @@ class QueueStreamReader(DataSourceStreamReader):
         self._complete_through(int(end.get("claim", 0)))
 
     def _complete_through(self, hi: int) -> None:
+        """Complete the jobs of every batch up to offset ``hi``; their heartbeats stop
+        once the broker has answered. Raises ``OsqueueError`` if the broker stays
+        unreachable (the jobs stay held and heartbeated; a later call retries)."""
         with self._lock:
-            done = [o for o in self._batches if o <= hi]
-            jobs = [j for o in done for j in self._batches.pop(o)]
+            done = sorted(o for o in self._batches if o <= hi)
+            jobs = [j for o in done for j in self._batches[o]]
         if not jobs:
+            with self._lock:
+                for o in done:
+                    self._batches.pop(o, None)
             return
         client = self._connect()
-        results = client.complete_many([(j.token, None) for j in jobs])
+        tokens = [j.token for j in jobs]
+        hb = self._hb
+        with hb.paused() if hb is not None else contextlib.nullcontext():
+            results = client.complete_many([(t, None) for t in tokens])
+            if hb is not None:
+                hb.remove(tokens)
+        with self._lock:
+            for o in done:
+                self._batches.pop(o, None)
         stale = [r.token for r in results if not r.ok]
         if stale:
             log.warning("%d job(s) of a committed batch had lost their lease and will be "
                         "delivered again", len(stale))
 
     def stop(self) -> None:
+        """End the heartbeats and close the connection. Jobs still held (claimed,
+        not committed) return to the queue when their leases run out."""
+        if self._hb is not None:
+            self._hb.stop()
+            self._hb = None
         if self._client is not None:
             self._client.close()
+            self._client = None
 
 
 # -- the data source ------------------------------------------------------------------

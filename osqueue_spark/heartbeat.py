@@ -1,16 +1,21 @@
 """A background thread that keeps the leases of held jobs alive.
 
 It heartbeats every ``lease_s / 3`` seconds for all tokens it holds, in one
-request. A token the broker reports lost (the job was reclaimed) is dropped
-and recorded in ``lost``: the holder must not complete it. Transient broker
+request that extends each lease to ``lease_s`` seconds from the broker's now.
+A token the broker reports lost (the job was reclaimed) is dropped and
+recorded in ``lost``: the holder must not complete it. Transient broker
 errors are logged and retried at the next beat; they never stop the thread.
+A holder that settles tokens (complete, fail) while the thread runs does so
+inside :meth:`Heartbeater.paused` and removes them there, so no beat in
+flight reports a just-completed job as lost.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from broker.errors import OsqueueError
@@ -26,6 +31,7 @@ class Heartbeater:
         self.lost: set[str] = set()
         self._tokens: set[str] = set()
         self._lock = threading.Lock()
+        self._beating = threading.Lock()  # held while a heartbeat request is in flight
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="osqueue-heartbeat", daemon=True)
         self._thread.start()
@@ -38,21 +44,36 @@ class Heartbeater:
         with self._lock:
             self._tokens.difference_update(tokens)
 
+    def take_lost(self) -> set[str]:
+        """The tokens found lost since the last call (and clear them from ``lost``)."""
+        with self._lock:
+            lost = set(self.lost)
+            self.lost.clear()
+        return lost
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """No heartbeat request is in flight while the block runs (it waits for
+        one that is). Settle tokens and :meth:`remove` them inside it."""
+        with self._beating:
+            yield
+
     def beat(self) -> None:
         """Send one heartbeat for every held token now."""
-        with self._lock:
-            tokens = sorted(self._tokens)
-        if not tokens:
-            return
-        try:
-            results = self.client.heartbeat(tokens, self.lease_s)
-        except OsqueueError as exc:
-            log.warning("heartbeat failed (%s); retrying in %.1fs", exc, self.interval_s)
-            return
-        with self._lock:  # a token released meanwhile (completed) was not lost
-            gone = [r.token for r in results if not r.ok and r.token in self._tokens]
-            self._tokens.difference_update(gone)
-            self.lost.update(gone)
+        with self._beating:
+            with self._lock:
+                tokens = sorted(self._tokens)
+            if not tokens:
+                return
+            try:
+                results = self.client.heartbeat(tokens, self.lease_s)
+            except OsqueueError as exc:
+                log.warning("heartbeat failed (%s); retrying in %.1fs", exc, self.interval_s)
+                return
+            with self._lock:  # a token released meanwhile (completed) was not lost
+                gone = [r.token for r in results if not r.ok and r.token in self._tokens]
+                self._tokens.difference_update(gone)
+                self.lost.update(gone)
         if gone:
             log.warning("lost %d lease(s): %s", len(gone), gone[:5])
 

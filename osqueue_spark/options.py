@@ -176,16 +176,25 @@ class StreamReadOptions:
 
 @dataclass(frozen=True)
 class StreamWriteOptions:
-    """``writeStream.format("osqueue")``: exactly once per (stream id, batch id)."""
+    """``writeStream.format("osqueue")``: exactly once per (run of the query, batch id).
+
+    ``stream_id`` (option ``streamId``, else ``checkpointLocation``) names the
+    stream's staging area; ``checkpoint`` (option ``checkpointLocation``) is
+    where the query id may be read from when Spark does not hand it to tasks
+    (see :class:`osqueue_spark.datasource.QueueStreamWriter`).
+    """
 
     target: BrokerOptions
     stream_id: str
+    checkpoint: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> StreamWriteOptions:
-        stream_id = _get(options, "streamId") or _get(options, "checkpointLocation")
+        checkpoint = _get(options, "checkpointLocation")
+        stream_id = _get(options, "streamId") or checkpoint
         if not stream_id:
             raise OptionError(
                 "streaming writes need a stable identity across restarts: set "
                 ".option(\"checkpointLocation\", ...) or .option(\"streamId\", \"my-stream\")")
-        return cls(target=BrokerOptions.parse(options), stream_id=stream_id)
+        return cls(target=BrokerOptions.parse(options), stream_id=stream_id,
+                   checkpoint=checkpoint or None)

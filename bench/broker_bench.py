@@ -11,7 +11,13 @@ Side by side in one run, on the file store (a fresh directory per scenario):
 4. the broker's in-process API with the same closed-loop clients (no HTTP);
 5. the ablation: each client doing its own CAS per operation (no broker).
 
-Prints tables and writes bench/results/broker_bench.json.
+With ``--baseline DIR`` (another checkout, e.g. ``git worktree add /tmp/before
+<commit>``) it instead runs the happy-path scenarios against that tree's broker
+and this one, interleaved round by round, and prints this tree's figures as a
+fraction of the baseline's (``--only ab``). Injected latency applies to every
+store write here (archive objects included).
+
+Prints tables and writes bench/results/broker_bench.json (or broker_ab.json).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import signal
 import subprocess
@@ -45,9 +52,13 @@ READY = re.compile(r"ready on (http://\S+)")
 
 
 class Server:
-    def __init__(self, *args: str) -> None:
+    """``bench/servers.py`` in a child process; ``root``: the checkout whose broker
+    package it serves (the servers and load generator are always this tree's)."""
+
+    def __init__(self, *args: str, root: Path = ROOT) -> None:
+        env = {**os.environ, "OSQ_BENCH_ROOT": str(root)}
         self.proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "servers.py"), *args],
-                                     stderr=subprocess.PIPE, text=True)
+                                     stderr=subprocess.PIPE, text=True, cwd=root, env=env)
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             m = READY.search(line)
@@ -80,12 +91,13 @@ def loadgen(url: str, mode: str, clients: int, seconds: float, batch: int = 1,
 
 
 def broker_run(mode: str, clients: int, seconds: float, batch: int = 1,
-               latency_ms: float = 0.0, body: str = "json") -> dict[str, Any]:
+               latency_ms: float = 0.0, body: str = "json",
+               root: Path = ROOT) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="osq-bench-") as tmp:
         args = ["broker", "--store", f"file://{tmp}"]
         if latency_ms:
             args += ["--write-latency-ms", str(latency_ms)]
-        server = Server(*args)
+        server = Server(*args, root=root)
         try:
             return loadgen(server.url, mode, clients, seconds, batch, body)
         finally:
@@ -193,12 +205,77 @@ def row(label: str, r: dict[str, Any]) -> str:
     return "  ".join(cells)
 
 
+#: The happy-path scenarios of the A/B comparison: (mode, batch, clients, body).
+AB_SCENARIOS = [("push", 1, 64, "json"), ("cycle", 1, 64, "json"), ("cycle", 1, 1, "json"),
+                ("push", 100, 64, "lines"), ("cycle", 100, 16, "json")]
+
+
+def ab_compare(baseline: Path, seconds: float, rounds: int) -> None:
+    """This tree's broker against ``baseline``'s, interleaved, medians of ``rounds``."""
+    print(f"== A/B: this tree ({ROOT}) against {baseline}, {rounds} interleaved rounds")
+    table: dict[str, dict[str, list[float]]] = {}
+    for n in range(rounds):
+        for mode, batch, clients, body in AB_SCENARIOS:
+            name = f"{mode}-b{batch}-c{clients}-{body}"
+            cell = table.setdefault(name, {"before": [], "after": []})
+            order = [("before", baseline), ("after", ROOT)]
+            for label, root in (order if n % 2 == 0 else order[::-1]):
+                r = broker_run(mode, clients, seconds, batch, body=body, root=root)
+                cell[label].append(sum(r[op]["jobs_per_s"] for op in ("push", "claim",
+                                                                       "complete") if op in r))
+            print(f"round {n + 1} {name:<26} before {cell['before'][-1]:>9,.0f} jobs/s   "
+                  f"after {cell['after'][-1]:>9,.0f} jobs/s   "
+                  f"ratio {cell['after'][-1] / cell['before'][-1]:.3f}", flush=True)
+
+    def median(values: list[float]) -> float:
+        return sorted(values)[len(values) // 2]
+
+    summary = {}
+    print("== A/B summary (medians; ratio = after / before)")
+    for name, cell in table.items():
+        before, after = median(cell["before"]), median(cell["after"])
+        ratios = [a / b for a, b in zip(cell["after"], cell["before"], strict=True)]
+        summary[name] = {"before_jobs_per_s": before, "after_jobs_per_s": after,
+                         "ratio_of_medians": after / before, "median_ratio": median(ratios),
+                         "rounds_before": cell["before"], "rounds_after": cell["after"]}
+        print(f"{name:<26} before {before:>9,.0f}  after {after:>9,.0f}  "
+              f"ratio {after / before:.3f} (median of round ratios {median(ratios):.3f})")
+    path = write_results("broker_ab", {"seconds": seconds, "baseline": str(baseline),
+                                       "results": summary})
+    print(f"results written to {path}")
+
+
+def latency_run(latency_ms: float, clients: int, seconds: float) -> dict[str, Any]:
+    """The closed-loop cycle with ``latency_ms`` added to every store write."""
+    r = broker_run("cycle", clients, seconds, 1, latency_ms=latency_ms)
+    for op in ("push", "claim", "complete"):
+        r[op]["p50_x"] = r[op]["p50_ms"] / latency_ms
+        r[op]["p99_x"] = r[op]["p99_ms"] / latency_ms
+    return r
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=3.0)
     p.add_argument("--latency-seconds", type=float, default=8.0)
     p.add_argument("--quick", action="store_true", help="fewer client counts")
+    p.add_argument("--baseline", type=Path, help="another checkout to compare with (A/B)")
+    p.add_argument("--rounds", type=int, default=3, help="A/B rounds")
+    p.add_argument("--only", choices=["ab", "latency"],
+                   help="ab: only the A/B comparison; latency: only 200 ms at 256 clients")
     args = p.parse_args()
+    if args.baseline is not None:
+        ab_compare(args.baseline.resolve(), args.seconds, args.rounds)
+        if args.only == "ab":
+            return
+    if args.only == "latency":
+        r = latency_run(200, 256, args.latency_seconds)
+        summary = {f"lat200_c256_{op}_{k}": r[op][k] for op in ("push", "claim", "complete")
+                   for k in ("p50_ms", "p99_ms", "p50_x", "p99_x")}
+        for k, v in summary.items():
+            print(f"{k:<34} {v:,.3f}")
+        write_results("broker_latency", {"seconds": args.latency_seconds, "results": summary})
+        return
     counts = [1, 64] if args.quick else [1, 16, 64, 256]
     s = args.seconds
     results: dict[str, Any] = {"ceiling": {}, "file": {}, "latency": {}, "inprocess": {},
@@ -216,13 +293,11 @@ def main() -> None:
             results["file"][f"{mode}-b{batch}-c{c}"] = r
             print(row(f"{mode:<5} batch={batch:<3} clients={c}", r), flush=True)
 
-    print("== broker with injected CAS write latency (closed-loop cycle, 1 job a request)")
+    print("== broker with latency injected into every store write (closed-loop cycle, "
+          "1 job a request)")
     for latency in (50, 200):
         for c in ([64, 256] if args.quick else [16, 64, 256]):
-            r = broker_run("cycle", c, args.latency_seconds, 1, latency_ms=latency)
-            for op in ("push", "claim", "complete"):
-                r[op]["p50_x"] = r[op]["p50_ms"] / latency
-                r[op]["p99_x"] = r[op]["p99_ms"] / latency
+            r = latency_run(latency, c, args.latency_seconds)
             results["latency"][f"{latency}ms-c{c}"] = r
             mult = "  ".join(f"{op} p50 {r[op]['p50_x']:.2f}x p99 {r[op]['p99_x']:.2f}x"
                              for op in ("push", "claim", "complete"))

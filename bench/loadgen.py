@@ -33,9 +33,10 @@ class Conn:
                  host: str) -> None:
         self.reader, self.writer, self.host = reader, writer, host
 
-    async def post(self, path: str, body: bytes,
-                   content_type: str = "application/json") -> tuple[int, bytes]:
-        head = (f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\n"
+    async def post(self, path: str, body: bytes, content_type: str = "application/json",
+                   key: str | None = None) -> tuple[int, bytes]:
+        extra = f"Idempotency-Key: {key}\r\n" if key else ""
+        head = (f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\n{extra}"
                 f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n")
         self.writer.write(head.encode() + body)
         status_line = await self.reader.readline()
@@ -59,7 +60,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def run(url: str, mode: str, clients: int, seconds: float, batch: int,
-              queue: str, body: str = "json") -> dict[str, object]:
+              queue: str, body: str = "json", keys: bool = True) -> dict[str, object]:
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     base = f"/v1/queues/{queue}"
@@ -79,10 +80,14 @@ async def run(url: str, mode: str, clients: int, seconds: float, batch: int,
     measuring = [False]
     stop_at = [0.0]
 
+    key_prefix = f"lg-{id(counter):x}-"
+
     async def timed(conn: Conn, op: str, path: str, body: bytes,
                     content_type: str = "application/json") -> bytes | None:
+        # a request key on push and claim, as QueueClient sends (receipts are on the happy path)
+        key = f"{key_prefix}{next(counter)}" if keys and op in ("push", "claim") else None
         t0 = time.perf_counter()
-        status, data = await conn.post(path, body, content_type)
+        status, data = await conn.post(path, body, content_type, key)
         t1 = time.perf_counter()
         if status != 200:
             errors.append(f"{op}: {status} {data[:120]!r}")
@@ -151,6 +156,8 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=3.0)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--queue", default="bench")
+    p.add_argument("--no-keys", action="store_true",
+                   help="send no Idempotency-Key with pushes and claims")
     p.add_argument("--body", choices=["json", "lines"], default="json",
                    help="push body: JSON, or the compact staged lines QueueClient sends")
     args = p.parse_args()
@@ -161,7 +168,7 @@ def main() -> None:
     except ImportError:
         pass
     result = asyncio.run(run(args.url, args.mode, args.clients, args.seconds, args.batch,
-                             args.queue, args.body))
+                             args.queue, args.body, not args.no_keys))
     json.dump(result, sys.stdout)
 
 

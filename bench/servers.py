@@ -3,38 +3,51 @@
     python bench/servers.py broker --store file:///tmp/x [--write-latency-ms 200]
     python bench/servers.py noop
 
-``--write-latency-ms`` wraps the store so every conditional write sleeps
-first (an injected object-storage latency); nothing else changes.
+``--write-latency-ms`` wraps the store so every write (conditional writes,
+archive and staging objects, deletes) sleeps first: an injected
+object-storage latency; nothing else changes.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# OSQ_BENCH_ROOT: serve another checkout's broker package with these same servers
+# (broker_bench.py --baseline), so only the broker differs between the two.
+sys.path.insert(0, os.environ.get("OSQ_BENCH_ROOT") or str(Path(__file__).resolve().parent.parent))
 
 from broker.server import BrokerServer
 from broker.service import BrokerConfig
-from broker.storage import FileStore, ObjectStore, store_from_url
+from broker.storage import Data, FileStore, ObjectStore, store_from_url
 
 
 class SlowWrites(FileStore):
-    """A file store whose CAS writes take at least ``latency_s`` (like S3 PUTs)."""
+    """A file store whose every write (CAS writes, archive and staging puts,
+    deletes) takes at least ``latency_s``, like an S3 PUT."""
 
     def __init__(self, root: str, latency_s: float) -> None:
         super().__init__(root)
         self.latency_s = latency_s
 
-    def write_if_match(self, key: str, data: bytes, etag: str) -> str:
+    def write_if_match(self, key: str, data: Data, etag: str) -> str:
         time.sleep(self.latency_s)
         return super().write_if_match(key, data, etag)
 
-    def create_if_absent(self, key: str, data: bytes) -> str:
+    def create_if_absent(self, key: str, data: Data) -> str:
         time.sleep(self.latency_s)
         return super().create_if_absent(key, data)
+
+    def put(self, key: str, data: bytes) -> None:
+        time.sleep(self.latency_s)
+        super().put(key, data)
+
+    def delete(self, key: str) -> None:
+        time.sleep(self.latency_s)
+        super().delete(key)
 
 
 def noop_server() -> None:

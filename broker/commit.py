@@ -307,7 +307,10 @@ class CommitLoop(Generic[StateT]):
             self._wake.clear()
             if self._closing and not self._buffer:
                 return
-            await self._linger()
+            # A timer (lease renewal, say) falling due just as a batch was answered
+            # waits for that batch's callers too: a commit of housekeeping alone
+            # would make them all wait for two writes.
+            await self._linger(timer=not self._buffer)
             batch = self._batch = self._buffer[: self._max_batch]
             del self._buffer[: len(batch)]
             if not self.active:
@@ -341,7 +344,7 @@ class CommitLoop(Generic[StateT]):
         for item in batch:
             self._answer(item, error)
 
-    async def _linger(self) -> None:
+    async def _linger(self, timer: bool = False) -> None:
         """Let the callers the last commit just answered join this one.
 
         They come back within a few milliseconds; starting the write with only
@@ -351,10 +354,11 @@ class CommitLoop(Generic[StateT]):
         quarter: on a busy machine answering and re-reading 256 callers takes
         longer than a tenth of a 200 ms write, and the stragglers then paid a
         whole extra write (p99 2.1x the write latency with 0.1, 1.4-1.5x with
-        0.25, 1.6-1.8x with 0.4, measured back to back).
+        0.25, 1.6-1.8x with 0.4, measured back to back). ``timer``: the
+        commit is for a due timer with nothing buffered yet.
         """
         want = self.stats.last_batch
-        if not self._buffer or len(self._buffer) >= want or self._closing:
+        if (not self._buffer and not timer) or len(self._buffer) >= want or self._closing:
             return
         budget = min(self._max_linger_s, self.stats.last_commit_s * self._linger_fraction)
         if budget <= 0.0005:
@@ -532,6 +536,8 @@ class CommitLoop(Generic[StateT]):
     def _landed(self, batch: list[_Pending], attempt: _Attempt, state: StateT,
                 started: float) -> None:
         elapsed = time.perf_counter() - started
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s: committed %d op(s) in %.1f ms", self.key, len(batch), elapsed * 1000)
         self.state = state
         self.owned = True
         self.fault = None

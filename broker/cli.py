@@ -40,7 +40,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--advertise-url", help="URL clients should use (default from --listen)")
     p.add_argument("--token-env", help="name of an environment variable holding the bearer token")
     p.add_argument("--endpoint-url", help="S3-compatible endpoint (else AWS_ENDPOINT_URL)")
-    p.add_argument("--lease-s", type=float, default=30.0, help="broker lease in seconds")
+    p.add_argument("--lease-s", type=float, default=30.0,
+                   help="broker lease in seconds: other brokers on the store take a queue over "
+                        "when its owner wrote nothing for this long")
+    p.add_argument("--commit-timeout-s", type=float, default=30.0,
+                   help="how long one batch waits on failing storage before its callers are "
+                        "answered (outcome_unknown or storage_unavailable)")
     p.add_argument("--max-request-mb", type=float, default=64.0, help="request body limit, MiB")
     p.add_argument("--no-self-test", action="store_true",
                    help="skip the conditional-write self-test at start-up")
@@ -61,7 +66,12 @@ def main(argv: list[str] | None = None) -> int:
     host, port = args.listen
     try:
         store = store_from_url(args.store, endpoint_url=args.endpoint_url)
+        if not 0.5 <= args.lease_s <= 3600 or not 0.1 <= args.commit_timeout_s <= 3600:
+            print("osqueue-broker: --lease-s must be within [0.5, 3600] and "
+                  "--commit-timeout-s within [0.1, 3600]", file=sys.stderr)
+            return 2
         config = BrokerConfig(lease_s=args.lease_s, self_test=not args.no_self_test,
+                              commit_timeout_s=args.commit_timeout_s,
                               max_request_bytes=int(args.max_request_mb * 1024 * 1024))
         server = BrokerServer(
             store, host, port, token=token, config=config, advertise_url=args.advertise_url,

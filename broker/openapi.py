@@ -25,10 +25,17 @@ _NEW_JOB = {"type": "object", "required": ["payload"], "properties": {
     "max_attempts": {"type": ["integer", "null"]}, "key": {"type": ["string", "null"]}}}
 _QUEUE = {"name": "queue", "in": "path", "required": True, "schema": {
     "type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"}}
+_REQUEST_KEY = {"name": "Idempotency-Key", "in": "header", "required": False,
+                "description": "The caller's key for this call: a repeat with the same key "
+                               "(while the queue keeps its receipt, retry_ttl_s) answers what "
+                               "the first call answered and changes nothing",
+                "schema": {"type": "string", "minLength": 1, "maxLength": 200}}
 
 
-def _post(summary: str, body: dict[str, Any] | None, ok: dict[str, Any]) -> dict[str, Any]:
-    op: dict[str, Any] = {"summary": summary, "parameters": [_QUEUE], "responses": _ok(ok)}
+def _post(summary: str, body: dict[str, Any] | None, ok: dict[str, Any],
+          keyed: bool = False) -> dict[str, Any]:
+    params = [_QUEUE, _REQUEST_KEY] if keyed else [_QUEUE]
+    op: dict[str, Any] = {"summary": summary, "parameters": params, "responses": _ok(ok)}
     if body is not None:
         op["requestBody"] = body
     return {"post": op}
@@ -41,14 +48,18 @@ OPENAPI: dict[str, Any] = {
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         "responses": {"Error": {"description": "error", "content": {"application/json": {
             "schema": {"type": "object", "required": ["error", "code"], "properties": {
-                "error": {"type": "string"}, "code": {"type": "string"},
+                "error": {"type": "string"},
+                "code": {"type": "string", "description": (
+                    "stable code; retry these (503): outcome_unknown (the write may or may "
+                    "not have landed: repeat the call, it is idempotent), storage_unavailable, "
+                    "not_the_broker (url names the owner), broker_unavailable")},
                 "url": {"type": ["string", "null"]}}}}}}},
     },
     "security": [{"bearer": []}],
     "paths": {
         "/v1/queues/{queue}/push": _post(
             "Push jobs", _body({"jobs": {"type": "array", "items": _NEW_JOB}}, ["jobs"]),
-            {"ids": {"type": "array", "items": {"type": "string"}}}),
+            {"ids": {"type": "array", "items": {"type": "string"}}}, keyed=True),
         "/v1/queues/{queue}/claim": _post(
             "Claim jobs (long-poll with wait_s)",
             _body({"worker": {"type": "string"}, "max_jobs": {"type": "integer", "default": 1},
@@ -57,7 +68,8 @@ OPENAPI: dict[str, Any] = {
             {"jobs": {"type": "array", "items": {"type": "object", "properties": {
                 "id": {"type": "string"}, "payload": {}, "token": {"type": "string"},
                 "attempt": {"type": "integer"},
-                "lease_expires_at": {"type": "string", "format": "date-time"}}}}}),
+                "lease_expires_at": {"type": "string", "format": "date-time"}}}}},
+            keyed=True),
         "/v1/queues/{queue}/heartbeat": _post(
             "Extend leases (409 if any token is stale)",
             _body({"tokens": {"type": "array", "items": {"type": "string"}},
@@ -82,8 +94,10 @@ OPENAPI: dict[str, Any] = {
             {"staged": {"type": "integer"}}),
         "/v1/queues/{queue}/publish": _post(
             "Publish the staged writes in keep; discard the other writes under prefix",
-            _body({"prefix": {"type": "string"}, "keep": {"type": "array"}}, ["prefix"]),
-            {"ids": {"type": "array"}, "discarded": {"type": "integer"}}),
+            _body({"prefix": {"type": "string"}, "keep": {"type": "array"},
+                   "once": {"type": ["string", "null"]}}, ["prefix"]),
+            {"published": {"type": "integer"}, "discarded": {"type": "integer"},
+             "duplicate": {"type": "boolean"}}),
         "/v1/queues/{queue}/redrive": _post("Return dead jobs to pending", None,
                                             {"redriven": {"type": "integer"}}),
         "/v1/queues/{queue}/purge": _post("Delete jobs by status", None,
@@ -99,7 +113,12 @@ OPENAPI: dict[str, Any] = {
             {"name": "limit", "in": "query", "schema": {"type": "integer"}},
             {"name": "after", "in": "query", "schema": {"type": "string"}}],
             "responses": _ok({"jobs": {"type": "array"}})}},
-        "/healthz": {"get": {"summary": "Liveness", "security": [], "responses": _ok({})}},
+        "/healthz": {"get": {"summary": "Liveness, and each queue's role (owner or standby) "
+                                        "and fault, if its last batch failed",
+                             "security": [], "responses": _ok({
+                                 "ok": {"type": "boolean"}, "broker": {"type": "string"},
+                                 "faulted_queues": {"type": "array"},
+                                 "queues": {"type": "object"}})}},
         "/metrics": {"get": {"summary": "Prometheus metrics",
                              "responses": {"200": {"description": "text"}}}},
     },

@@ -32,7 +32,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -72,7 +72,7 @@ QUEUE_SCHEMA = (
 ARCHIVE_SCHEMA = (
     "id string, seq long, status string, priority int, payload string, attempts int, "
     "max_attempts int, created_at timestamp, run_at timestamp, completed_at timestamp, "
-    "worker string, result string, last_error string"
+    "worker string, result string, last_error string, token string, commit_seq long"
 )
 STREAM_SCHEMA = "id string, payload string, attempt int, lease_expires_at timestamp"
 
@@ -122,10 +122,17 @@ class QueueReader(DataSourceReader):
 @dataclass(frozen=True)
 class ArchivePart:
     keys: tuple[str, ...]
+    legacy: bool = False  # objects of osqueue 0.1: keep the latest completion per job
 
 
 class ArchiveReader(DataSourceReader):
-    """Completed jobs from the archive objects, pruned by hour before reading."""
+    """Completed jobs from the archive objects, pruned by hour before reading.
+
+    Each completed job is one row (see :mod:`broker.archive`): objects written
+    by this version hold each job once; objects of osqueue 0.1 (which may hold
+    orphans) are read together in one partition that keeps the latest
+    completion of each job.
+    """
 
     def __init__(self, opts: ReadOptions, schema: Any) -> None:
         self.opts = opts
@@ -142,29 +149,38 @@ class ArchiveReader(DataSourceReader):
         if self.status is not None and self.status != "completed":
             objects = []
         n = self.opts.objects_per_partition
-        return [InputPartition(ArchivePart(tuple(objects[i:i + n])))
-                for i in range(0, len(objects), n)]
+        legacy = [k for k in objects if archive.is_legacy(k)]
+        current = [k for k in objects if not archive.is_legacy(k)]
+        parts = [InputPartition(ArchivePart(tuple(current[i:i + n])))
+                 for i in range(0, len(current), n)]
+        if legacy:
+            parts.append(InputPartition(ArchivePart(tuple(legacy), legacy=True)))
+        return parts
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         store = store_from_url(self.opts.store)
         part: ArchivePart | None = partition.value
         if part is None:  # Spark reads one empty partition when none were planned
             return
-        for key in part.keys:
-            for rec in archive.decode_records(store.get(key)):
-                done = timefmt.parse(rec["completed_at"])
-                if self.since_ms is not None and done < self.since_ms:
-                    continue
-                if self.until_ms is not None and done > self.until_ms:
-                    continue
-                result = rec.get("result")
-                yield (
-                    rec["id"], rec["seq"], rec["status"], rec["priority"],
-                    orjson.dumps(rec["payload"]).decode(), rec["attempts"], rec["max_attempts"],
-                    ts_text(rec["created_at"]), ts_text(rec["run_at"]), ts(done),
-                    rec.get("worker"), None if result is None else orjson.dumps(result).decode(),
-                    rec.get("last_error"), *_extract(rec["payload"], self.extra),
-                )
+        records: Iterable[dict[str, Any]] = (
+            rec for key in part.keys for rec in archive.decode_records(store.get(key)))
+        if part.legacy:
+            records = archive.latest_per_job(records)
+        for rec in records:
+            done = timefmt.parse(rec["completed_at"])
+            if self.since_ms is not None and done < self.since_ms:
+                continue
+            if self.until_ms is not None and done > self.until_ms:
+                continue
+            result = rec.get("result")
+            yield (
+                rec["id"], rec["seq"], rec["status"], rec["priority"],
+                orjson.dumps(rec["payload"]).decode(), rec["attempts"], rec["max_attempts"],
+                ts_text(rec["created_at"]), ts_text(rec["run_at"]), ts(done),
+                rec.get("worker"), None if result is None else orjson.dumps(result).decode(),
+                rec.get("last_error"), rec.get("token"), rec.get("commit_seq"),
+                *_extract(rec["payload"], self.extra),
+            )
 
 
 class ArchivePushdownReader(ArchiveReader):

@@ -82,7 +82,7 @@ def test_archive_read_with_pruning(spark: Any, tmp_path: Path) -> None:
                              "priority": 0, "payload": {"h": h_i}, "attempts": 1,
                              "max_attempts": 3, "created_at": done, "run_at": done,
                              "completed_at": done, "worker": "w", "result": {"ok": n}})
-            store.put(f"arch/archive/{hour}/{obj:012d}-b.jsonl",
+            store.put(f"arch/archive/{hour}/{obj:012d}-c-{h_i}{obj}.jsonl",
                       archive.encode_records(recs))
     def base() -> Any:  # a fresh reader each time: readers keep their options
         return (spark.read.format("osqueue").option("store", f"file://{tmp_path}")
@@ -105,6 +105,35 @@ def test_archive_read_with_pruning(spark: Any, tmp_path: Path) -> None:
     none = base().option("filterPushdown", "true").load().where("status = 'dead'")
     assert none.count() == 0
     assert json.loads(pushed.first()["result"])["ok"] in range(5)
+
+
+def test_archive_read_shows_each_job_once_with_legacy_orphans(spark: Any,
+                                                             tmp_path: Path) -> None:
+    """Objects of osqueue 0.1 (named by broker id) may hold an orphan: a job the
+    broker archived before a commit that failed, completed again later. The
+    reader keeps each job's latest completion; current objects hold each job once."""
+    from broker import archive
+
+    store = FileStore(tmp_path)
+
+    def rec(job: str, worker: str, at: str) -> dict[str, Any]:
+        return {"id": job, "seq": int(job[1:]), "status": "completed", "priority": 0,
+                "payload": {"job": job}, "attempts": 1, "max_attempts": 3, "created_at": at,
+                "run_at": at, "completed_at": at, "worker": worker, "result": worker}
+
+    hour = "2026-01-01T10"
+    store.put(f"old/archive/{hour}/000000000007-b-host-1-aaaaaa.jsonl", archive.encode_records(
+        [rec("j0000000001", "told-stale", f"{hour}:00:01.000Z")]))  # the orphan
+    store.put(f"old/archive/{hour}/000000000009-b-host-1-aaaaaa.jsonl", archive.encode_records(
+        [rec("j0000000001", "real", f"{hour}:00:05.000Z"),
+         rec("j0000000002", "real", f"{hour}:00:05.000Z")]))
+    store.put(f"old/archive/{hour}/000000000012-c-5d0e.jsonl", archive.encode_records(
+        [rec("j0000000003", "real", f"{hour}:00:09.000Z")]))
+    df = (spark.read.format("osqueue").option("store", f"file://{tmp_path}")
+          .option("queue", "old").option("table", "archive").load())
+    rows = sorted((r["id"], r["worker"]) for r in df.collect())
+    assert rows == [("j0000000001", "real"), ("j0000000002", "real"), ("j0000000003", "real")]
+    assert sorted((r["id"], r["worker"]) for r in archive.read_all(store, "old")) == rows
 
 
 def test_write_is_exactly_once_under_task_retry(spark: Any, broker: BrokerServer,

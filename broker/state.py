@@ -79,6 +79,8 @@ _PLAIN_JOB = (b',\n{"id":"j%010d","seq":%d,"status":"%s","priority":%d,"run_at":
 # need escaping, goes in JSON-encoded.
 _LEASED_HEAD = _PLAIN_JOB.removesuffix(b"}") + b',"lease":{"token":"%s'
 _LEASE_TAIL = b'","worker":%s,"lease_s":%s,"expires_at":"%s","heartbeat_at":"%s"}}'
+# A completed job awaiting its archive object: the leased line, then the completion.
+_COMPLETION = b',"completed_at":"%s","commit_seq":%d,"commit":"%s","result":%s}'
 _lease_tails: dict[tuple[str, int, int, int], bytes] = {}
 
 # The same line for a new pending job with default options, split so a bulk push
@@ -397,12 +399,20 @@ class Job:
         enc = self._enc
         if enc is None:
             lease = self.lease
-            if self.key is None and self.last_error is None and self.done_ms is None:
+            if self.key is None and self.last_error is None and (
+                    self.done_ms is None or self.done_commit is not None):
                 fields = (self.seq, self.seq, self.status.encode(), self.priority,
                           timefmt.fmt_bytes(self.run_at_ms), self.attempts,
                           self.max_attempts, timefmt.fmt_bytes(self.created_ms), self.payload)
-                enc = _PLAIN_JOB % fields if lease is None else (
-                    _LEASED_HEAD % (*fields, lease.token.encode()) + _lease_tail(lease))
+                if lease is None:
+                    enc = _PLAIN_JOB % fields
+                else:
+                    enc = _LEASED_HEAD % (*fields, lease.token.encode()) + _lease_tail(lease)
+                    if self.done_ms is not None:  # completed: the commit's id is plain
+                        enc = enc[:-1] + _COMPLETION % (
+                            timefmt.fmt_bytes(self.done_ms), self.done_seq,
+                            (self.done_commit or "").encode(),
+                            b"null" if self.result is None else self.result)
             else:
                 enc = b",\n" + orjson.dumps(self.to_dict())
             self._enc = enc

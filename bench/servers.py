@@ -41,9 +41,9 @@ class SlowWrites(FileStore):
         time.sleep(self.latency_s)
         return super().create_if_absent(key, data)
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes) -> str:
         time.sleep(self.latency_s)
-        super().put(key, data)
+        return super().put(key, data)
 
     def delete(self, key: str) -> None:
         time.sleep(self.latency_s)

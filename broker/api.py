@@ -18,6 +18,50 @@ from broker.errors import InvalidRequest, PayloadTooLarge, RequestError
 
 _MISSING = object()
 
+#: Deepest nesting a payload or result may have: what orjson writes (and what the
+#: broker must be able to write back when it re-reads its own object).
+MAX_DEPTH = 255
+
+
+def check_depth(payload: bytes, where: str) -> None:
+    """Refuse a JSON text nested deeper than :data:`MAX_DEPTH` (``InvalidRequest``).
+
+    Cheap for the usual payload: nesting needs two bytes a level.
+    """
+    if len(payload) <= 2 * MAX_DEPTH:
+        return
+    opens = payload.count(b"[") + payload.count(b"{")
+    if opens <= MAX_DEPTH:
+        return
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in payload:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    if deepest > MAX_DEPTH:
+        raise InvalidRequest(f"{where} is nested {deepest} levels deep; "
+                             f"at most {MAX_DEPTH} are allowed")
+
+
+def _dumps_value(value: Any, where: str) -> bytes:
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError as exc:
+        raise InvalidRequest(f"{where} cannot be stored: {exc} (at most {MAX_DEPTH} levels "
+                             "of nesting)") from None
+
 
 def parse_json(body: bytes) -> Any:
     try:
@@ -100,18 +144,22 @@ def parse_new_jobs(body: dict[str, Any]) -> list[transitions.NewJob | bytes]:
     dumps, new_job = orjson.dumps, transitions.NewJob
     for i, raw in enumerate(_list(body, "jobs")):
         # fast path: {"payload": ...} alone, or with every option at its default
-        if type(raw) is dict and "payload" in raw and (
-            raw.keys() == _PLAIN_FIELDS
-            or all(_SIMPLE_DEFAULTS.get(k, k) == v and type(v) is not bool
-                   for k, v in raw.items() if k != "payload")
-        ):
-            jobs.append(dumps(raw["payload"]))
-            continue
+        try:
+            if type(raw) is dict and "payload" in raw and (
+                raw.keys() == _PLAIN_FIELDS
+                or all(_SIMPLE_DEFAULTS.get(k, k) == v and type(v) is not bool
+                       for k, v in raw.items() if k != "payload")
+            ):
+                jobs.append(dumps(raw["payload"]))
+                continue
+        except orjson.JSONEncodeError:
+            _dumps_value(raw["payload"], f"jobs[{i}].payload")  # raises, naming the job
         where = f"jobs[{i}]."
         item = _obj(raw, f"jobs[{i}]")
         if "payload" not in item:
             raise InvalidRequest(f"field '{where}payload' is required")
-        jobs.append(new_job(dumps(item["payload"]), *_options(item, where)))
+        jobs.append(new_job(_dumps_value(item["payload"], f"jobs[{i}].payload"),
+                            *_options(item, where)))
     return jobs
 
 
@@ -173,7 +221,8 @@ def parse_staged(data: bytes, *, check: bool, max_payload_bytes: int = 0,
         if not check:  # every line has default options
             return jobs_
         try:  # check them all without a Python loop; the loop below names a bad line
-            if not payloads or max(map(len, payloads)) <= max_payload_bytes:
+            if not payloads or max(map(len, payloads)) <= min(max_payload_bytes,
+                                                             2 * MAX_DEPTH):
                 deque(map(loads, payloads), maxlen=0)
                 return jobs_
         except orjson.JSONDecodeError:
@@ -191,6 +240,7 @@ def parse_staged(data: bytes, *, check: bool, max_payload_bytes: int = 0,
                 loads(payload)
             except orjson.JSONDecodeError as exc:
                 raise InvalidRequest(f"{where} {i}: payload is not valid JSON ({exc})") from None
+            check_depth(payload, f"{where} {i}: payload")
         if not head:
             jobs.append(payload)
             continue
@@ -258,7 +308,11 @@ def parse_complete(body: Any) -> list[transitions.CompleteItem]:
         if type(token) is not str or not 0 < len(token) <= 300:  # say what is wrong
             _tokens([_obj(raw, f"items[{i}]").get("token")], f"items[{i}].token")
         result = raw.get("result")
-        items.append(new(item_type, (token, None if result is None else dumps(result))))
+        try:
+            encoded = None if result is None else dumps(result)
+        except orjson.JSONEncodeError:
+            encoded = _dumps_value(result, f"items[{i}].result")
+        items.append(new(item_type, (token, encoded)))
     return items
 
 

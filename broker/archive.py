@@ -53,7 +53,9 @@ def encode_records(records: Iterable[dict[str, Any]]) -> bytes:
 
 
 def decode_records(data: bytes) -> list[dict[str, Any]]:
-    return [orjson.loads(line) for line in data.splitlines() if line.strip()]
+    """The records of an archive object: one JSON object a line. Lines end at
+    ``\n`` only (a payload may hold a ``\r``, which JSON allows as space)."""
+    return [orjson.loads(line) for line in data.split(b"\n") if line.strip()]
 
 
 def commit_object(queue: str, jobs: Sequence[Job]) -> tuple[str, bytes]:

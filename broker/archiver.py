@@ -45,10 +45,8 @@ class Archiver:
     def committed(self, state: QueueState) -> None:
         """``state`` is committed: archive each of its commits with completions
         that is not archived or being archived yet."""
-        done = state.completed
-        for seq in [s for s in self._written if s not in done]:
-            del self._written[seq]  # dropped by a commit
-        for seq, job_seqs in done.items():
+        self._forget_dropped(state)
+        for seq, job_seqs in state.completed.items():
             if seq in self._writing or seq in self._written:
                 continue
             jobs = [state.jobs[s] for s in job_seqs]
@@ -77,12 +75,19 @@ class Archiver:
         finally:
             self._writing.pop(seq, None)
 
-    def to_drop(self) -> tuple[int, ...]:
-        """Commit seqs whose archive objects landed: their jobs may leave the state."""
+    def _forget_dropped(self, state: QueueState) -> None:
+        for seq in [s for s in self._written if s not in state.completed]:
+            del self._written[seq]
+
+    def to_drop(self, state: QueueState) -> tuple[int, ...]:
+        """Commit seqs of ``state`` whose archive objects landed: their jobs may leave."""
+        self._forget_dropped(state)
         return tuple(self._written)
 
-    def drop_in_s(self) -> float | None:
-        """Seconds until an idle queue should drop archived jobs (None: nothing to drop)."""
+    def drop_in_s(self, state: QueueState) -> float | None:
+        """Seconds until an idle queue should drop archived jobs of ``state``
+        (None: nothing to drop)."""
+        self._forget_dropped(state)
         if not self._written:
             return None
         return max(0.0, min(self._written.values()) + DROP_DELAY_S - self._monotonic())

@@ -217,6 +217,8 @@ class CommitLoop(Generic[StateT]):
         self._wake = asyncio.Event()
         self._closing = False
         self._task: asyncio.Task[None] | None = None
+        self._idle_commits = 0  # timer-driven commits in a row (reset by a write)
+        self._attempted = False  # the current batch has had a write attempt
 
     # -- public ---------------------------------------------------------------
     async def load(self) -> StateT:
@@ -317,9 +319,14 @@ class CommitLoop(Generic[StateT]):
                 for item in batch:
                     self._answer(item, self.step_down_error or BrokerUnavailable("not active"))
                 continue
+            if not batch:
+                self._idle_commits += 1
+            self._attempted = False
             try:
                 await self._commit(batch)
             except asyncio.CancelledError:
+                if self._attempted:  # a write of this batch may still land
+                    self._answer_unknown(batch, BrokerUnavailable("broker is shutting down"))
                 self._fail_all(BrokerUnavailable("broker is shutting down"))
                 raise
             except Exception as exc:  # never let one batch end the loop
@@ -383,7 +390,10 @@ class CommitLoop(Generic[StateT]):
         due = self.model.next_timer_ms(self.state, now)
         if due is None:
             return None
-        return max(0.0, (due - now) / 1000)
+        # A timer still due after a commit for it wrote nothing must not spin the
+        # event loop: back off (10 ms doubling to 1 s) until a write resets it.
+        floor = 0.0 if self._idle_commits == 0 else min(1.0, 0.01 * 2 ** self._idle_commits)
+        return max(floor, (due - now) / 1000)
 
     @staticmethod
     def _answer(item: _Pending, result: Any) -> None:
@@ -424,6 +434,7 @@ class CommitLoop(Generic[StateT]):
             self.state, self.etag = self.model.decode(got.data), got.etag
             self.stats.state_bytes = len(got.data)
             self.fault = None
+            self.model.committed(self.state)
             return
 
     async def _commit(self, batch: list[_Pending]) -> None:
@@ -454,14 +465,18 @@ class CommitLoop(Generic[StateT]):
                         result, did = exc, False
                     results.append(result)
                     changed = changed or did
-            if not changed:
+            if not changed and not attempts:
                 for item, result in zip(batch, results, strict=True):
                     self._answer(item, result)
                 return
+            # With an earlier attempt that may still land, even an unchanged state is
+            # written: the write fences that attempt out (both are conditional on
+            # the same version), so the answer given is the one that landed.
             commit = new_commit_id()
             base_commit, _ = self.model.identity(state)
             attempt = _Attempt(commit, base_commit, self.etag, results)
             attempts.append(attempt)
+            self._attempted = True
             started = time.perf_counter()
             with gc_paused():
                 data = self.model.encode(state, self.writer, now, commit)
@@ -498,9 +513,8 @@ class CommitLoop(Generic[StateT]):
                 verdicts = [self._verdict(a, fresh) for a in attempts]
                 landed = [a for a, v in zip(attempts, verdicts, strict=True) if v == _LANDED]
                 if landed:
-                    self._landed(batch, landed[0], fresh, started)
+                    self._landed(batch, landed[0], fresh, started, reread=True)
                     return
-                self.model.committed(fresh)
                 if _UNKNOWN in verdicts:
                     self._answer_unknown(batch, exc)
                     self._check_owner(fresh, pending=False)
@@ -534,8 +548,9 @@ class CommitLoop(Generic[StateT]):
         return _UNKNOWN
 
     def _landed(self, batch: list[_Pending], attempt: _Attempt, state: StateT,
-                started: float) -> None:
+                started: float, *, reread: bool = False) -> None:
         elapsed = time.perf_counter() - started
+        self._idle_commits = 0
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s: committed %d op(s) in %.1f ms", self.key, len(batch), elapsed * 1000)
         self.state = state
@@ -550,7 +565,8 @@ class CommitLoop(Generic[StateT]):
             self._on_commit(state, attempt.results)
         for item, result in zip(batch, attempt.results, strict=True):
             self._answer(item, result)
-        self.model.committed(state)
+        if not reread:  # a re-read state was reported by _reload already
+            self.model.committed(state)
         self._check_owner(state, pending=False)
 
     def _check_owner(self, fresh: StateT, *, pending: bool,

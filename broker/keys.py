@@ -48,29 +48,26 @@ def queue_from_state_key(key: str) -> str | None:
 
 
 def staging_prefix(queue: str) -> str:
-    """Where Spark tasks stage jobs: ``{queue}/staging/{write_id}~{ms}{n}.jsonl``."""
+    """Where Spark tasks stage jobs: ``{queue}/staging/{write_id}.jsonl``."""
     return f"{queue}/staging/"
 
 
-def staging_key(queue: str, write_id: str, now_ms: int, n: int = 0) -> str:
-    """A staging object of ``write_id`` staged at ``now_ms`` (``n``: a counter that
-    orders stagings of one broker within a millisecond)."""
-    return f"{staging_prefix(queue)}{write_id}~{now_ms:013d}{n % 1_000_000:06d}.jsonl"
+def staging_key(queue: str, write_id: str) -> str:
+    """The staging object of ``write_id``: staging it again replaces it (one put)."""
+    return f"{staging_prefix(queue)}{write_id}.jsonl"
 
 
-def parse_staging_key(queue: str, key: str) -> tuple[str, int, int] | None:
-    """(write id, staged at ms, order: later stagings sort higher) of a staging
-    object key, or None if it is not one."""
-    if not key.startswith(staging_prefix(queue)):
+def parse_staging_key(queue: str, key: str) -> str | None:
+    """The write id of a staging object key, or None if it is not one. (Keys of
+    osqueue 0.1, ``{write_id}~{ms}.jsonl``, name their write id too.)"""
+    prefix = staging_prefix(queue)
+    if not key.startswith(prefix) or not key.endswith(".jsonl"):
         return None
-    rest = key[len(staging_prefix(queue)):]
-    write_id, sep, tail = rest.rpartition("~")
-    digits = tail[: -len(".jsonl")]
-    if not sep or not tail.endswith(".jsonl") or not digits.isdigit() or not digits.isascii():
-        return None
-    if len(digits) > 13:  # this version: ms and a counter
-        return write_id, int(digits[:-6]), int(digits)
-    return write_id, int(digits), int(digits) * 1_000_000
+    write_id = key[len(prefix):-len(".jsonl")]
+    head, sep, tail = write_id.rpartition("~")
+    if sep and tail.isdigit():
+        write_id = head
+    return write_id or None
 
 
 _WRITE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,299}$")

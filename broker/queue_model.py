@@ -55,7 +55,7 @@ class QueueModel:
             elif record.expires_ms - now_ms <= self.lease_ms * (1 - RENEW_AFTER):
                 ops.append(transitions.RenewBroker(self.broker_id, self.url, self.lease_ms))
         ops.append(transitions.Reclaim())
-        archived = self.archiver.to_drop()
+        archived = self.archiver.to_drop(state)
         if archived:
             ops.append(transitions.DropArchived(archived))
         return ops
@@ -99,7 +99,7 @@ class QueueModel:
         record = state.broker
         if record is not None and record.id == self.broker_id and not self.retiring:
             times.append(record.expires_ms - round(self.lease_ms * (1 - RENEW_AFTER)))
-        drop_in = self.archiver.drop_in_s()
+        drop_in = self.archiver.drop_in_s(state)
         if drop_in is not None:
             times.append(now_ms + round(drop_in * 1000))
         return min(times) if times else None

@@ -25,15 +25,18 @@ many; ``completed``, ``failed`` and ``dead`` are runs of fences. A fence
 number names one lease (the broker numbers every lease it grants), so it
 stands for the token ``<job id>.<fence>``.
 
-Receipts older than the queue's ``retry_ttl_s``, or beyond ``retry_keys``
-remembered items (keys plus fences), are dropped oldest first; a retry that
-comes later than that is answered as if it were new (a push creates its jobs
-again, a complete says "stale"). Both bounds keep the object small: every
-commit writes the window whole.
+Receipts older than the queue's ``retry_ttl_s`` are dropped; so are the
+oldest request receipts beyond ``retry_keys`` keys, and the oldest settled
+tokens beyond ``retry_keys`` runs (the two are bounded apart, so a stream of
+completions never evicts a push's receipt). A retry that comes later than
+that is answered as if it were new (a push creates its jobs again, a
+complete says "stale"). The bounds keep the object small: every commit
+writes the window whole.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -90,9 +93,8 @@ class Receipt:
     settled: dict[str, list[int]] = field(default_factory=dict)  # outcome -> runs
     enc: bytes | None = None
 
-    def items(self) -> int:
-        return (len(self.push) + len(self.claim)
-                + sum(sum(runs[1::2]) for runs in self.settled.values()))
+    def empty(self) -> bool:
+        return not self.push and not self.claim and not self.settled
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"seq": self.seq, "at": timefmt.fmt(self.at_ms)}
@@ -127,17 +129,32 @@ def _runs(value: Any, what: str) -> list[int]:
 
 
 class Receipts:
-    """The window of receipts with lookup indexes, oldest first."""
+    """The window of receipts with lookup indexes, oldest first.
 
-    __slots__ = ("_open", "claims", "entries", "fences", "items", "pushes")
+    Request receipts (push and claim keys) and settled tokens are bounded
+    separately, each by ``max_items``: a queue completing thousands of jobs a
+    second must not push a retried push's receipt out within seconds. Settled
+    tokens count by runs (what they cost in the object), not one by one.
+    """
+
+    __slots__ = ("_fence_index", "_open", "_with_requests", "_with_settled", "claims",
+                 "entries", "pushes", "request_items", "settled_runs")
 
     def __init__(self) -> None:
         self.entries: deque[Receipt] = deque()
         self.pushes: dict[str, list[int]] = {}  # request key -> runs of seqs
         self.claims: dict[str, tuple[int, int]] = {}  # request key -> (first fence, count)
-        self.fences: dict[int, str] = {}  # fence -> outcome
-        self.items = 0
+        self.request_items = 0
+        self.settled_runs = 0
+        self._with_requests: deque[Receipt] = deque()  # receipts holding push/claim entries
+        self._with_settled: deque[Receipt] = deque()  # receipts holding settled runs
+        self._fence_index: list[tuple[int, int, str]] | None = None  # (first, end, outcome)
         self._open: Receipt | None = None
+
+    @property
+    def items(self) -> int:
+        """Remembered items: request keys plus runs of settled tokens."""
+        return self.request_items + self.settled_runs
 
     # -- recording (by transitions, during a commit being built) -----------------
     def _receipt(self, seq: int, now_ms: int) -> Receipt:
@@ -148,29 +165,38 @@ class Receipts:
             self.entries.append(r)
         return r
 
+    def _requests_of(self, r: Receipt) -> None:
+        if not r.push and not r.claim:
+            self._with_requests.append(r)
+
     def record_push(self, key: str, runs: list[int], seq: int, now_ms: int) -> None:
         """Remember that the push ``key`` (commit ``seq``) answered the job seqs
         ``runs`` (see :func:`runs_of`)."""
-        self._receipt(seq, now_ms).push.append((key, runs))
+        r = self._receipt(seq, now_ms)
+        self._requests_of(r)
+        r.push.append((key, runs))
         self.pushes[key] = runs
-        self.items += 1
+        self.request_items += 1
 
     def record_claim(self, key: str, first_fence: int, count: int, seq: int,
                      now_ms: int) -> None:
-        self._receipt(seq, now_ms).claim.append((key, first_fence, count))
+        r = self._receipt(seq, now_ms)
+        self._requests_of(r)
+        r.claim.append((key, first_fence, count))
         self.claims[key] = (first_fence, count)
-        self.items += 1
+        self.request_items += 1
 
     def record_settled(self, outcome: str, fences: Sequence[int], seq: int,
                        now_ms: int) -> None:
         if not fences:
             return
         r = self._receipt(seq, now_ms)
-        done = r.settled.setdefault(outcome, [])
-        done += runs_of(fences)
-        for f in fences:
-            self.fences[f] = outcome
-        self.items += len(fences)
+        if not r.settled:
+            self._with_settled.append(r)
+        runs = runs_of(fences)
+        r.settled.setdefault(outcome, []).extend(runs)
+        self.settled_runs += len(runs) // 2
+        self._fence_index = None
 
     def close(self) -> None:
         """The commit being built is written: later records start a new receipt."""
@@ -185,27 +211,70 @@ class Receipts:
         return self.claims.get(key)
 
     def outcome(self, fence: int) -> str | None:
-        return self.fences.get(fence)
+        """How the token numbered ``fence`` was settled, if it is remembered."""
+        index = self._fence_index
+        if index is None:
+            index = self._fence_index = sorted(
+                (runs[i], runs[i] + runs[i + 1], outcome)
+                for r in self.entries for outcome, runs in r.settled.items()
+                for i in range(0, len(runs), 2))
+        at = bisect.bisect_right(index, (fence, 1 << 62, "")) - 1
+        if at >= 0 and index[at][0] <= fence < index[at][1]:
+            return index[at][2]
+        return None
 
     # -- bounds ---------------------------------------------------------------------
     def trim(self, now_ms: int, ttl_ms: int, max_items: int) -> None:
-        """Drop receipts older than ``ttl_ms``, then the oldest until at most
-        ``max_items`` items remain (the open receipt is never dropped)."""
-        entries = self.entries
+        """Drop what is older than ``ttl_ms``; then the oldest request receipts
+        beyond ``max_items`` and the oldest settled runs beyond ``max_items``
+        (the open receipt is never trimmed)."""
         oldest_ok = now_ms - ttl_ms
-        while entries and entries[0] is not self._open and (
-                entries[0].at_ms < oldest_ok or self.items > max_items):
-            self._forget(entries.popleft())
+        entries = self.entries
+        while entries and entries[0] is not self._open and entries[0].at_ms < oldest_ok:
+            r = entries.popleft()
+            self._drop_requests(r)
+            self._drop_settled(r)
+        with_requests = self._with_requests
+        while self.request_items > max_items and with_requests \
+                and with_requests[0] is not self._open:
+            self._drop_requests(with_requests[0])
+        with_settled = self._with_settled
+        while self.settled_runs > max_items and with_settled \
+                and with_settled[0] is not self._open:
+            self._drop_settled(with_settled[0])
+        while entries and entries[0] is not self._open and entries[0].empty():
+            entries.popleft()
 
-    def _forget(self, r: Receipt) -> None:
+    def _drop_requests(self, r: Receipt) -> None:
+        if not r.push and not r.claim:
+            return
         for key, _ in r.push:
             self.pushes.pop(key, None)
         for key, _, _ in r.claim:
             self.claims.pop(key, None)
-        for runs in r.settled.values():
-            for f in expand(runs):
-                self.fences.pop(f, None)
-        self.items -= r.items()
+        self.request_items -= len(r.push) + len(r.claim)
+        r.push, r.claim, r.enc = [], [], None
+        if self._with_requests and self._with_requests[0] is r:
+            self._with_requests.popleft()
+        else:
+            self._with_requests.remove(r)
+
+    def _drop_settled(self, r: Receipt) -> None:
+        if not r.settled:
+            return
+        self.settled_runs -= sum(len(runs) // 2 for runs in r.settled.values())
+        r.settled, r.enc = {}, None
+        self._fence_index = None
+        if self._with_settled and self._with_settled[0] is r:
+            self._with_settled.popleft()
+        else:
+            self._with_settled.remove(r)
+
+    def rebase(self, now_ms: int) -> None:
+        """Re-time every receipt to ``now_ms`` (after a takeover: their times were
+        written on another broker's clock)."""
+        for r in self.entries:
+            r.at_ms, r.enc = now_ms, None
 
     def size_estimate(self) -> int:
         return self.items * ITEM_BYTES + len(self.entries) * RECEIPT_BYTES
@@ -227,10 +296,10 @@ class Receipts:
     # -- the object ---------------------------------------------------------------
     def encode(self) -> list[bytes]:
         """The receipts' lines, each with its leading separator (cut the first's)."""
-        return [r.encode() for r in self.entries]
+        return [r.encode() for r in self.entries if not r.empty()]
 
     def to_list(self) -> list[dict[str, Any]]:
-        return [r.to_dict() for r in self.entries]
+        return [r.to_dict() for r in self.entries if not r.empty()]
 
     @classmethod
     def decode(cls, raw: Any) -> Receipts:
@@ -269,12 +338,14 @@ class Receipts:
             if unknown:
                 raise ValueError(f"receipt {seq} has unknown fields {sorted(unknown)}")
             out.entries.append(r)
+            if r.push or r.claim:
+                out._with_requests.append(r)
+            if r.settled:
+                out._with_settled.append(r)
             for key, runs in r.push:
                 out.pushes[key] = runs
             for key, first, count in r.claim:
                 out.claims[key] = (first, count)
-            for outcome, runs in r.settled.items():
-                for f in expand(runs):
-                    out.fences[f] = outcome
-            out.items += r.items()
+            out.request_items += len(r.push) + len(r.claim)
+            out.settled_runs += sum(len(runs) // 2 for runs in r.settled.values())
         return out

@@ -20,7 +20,6 @@ with nothing created. A claim on a queue that does not exist returns no jobs
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -110,7 +109,7 @@ class Broker:
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
         self._listed_at = 0.0
-        self._stage_counter = itertools.count()
+        self._staging_seen: dict[str, float] = {}  # staging key -> first listed (monotonic)
         try:
             self._settings = S.Settings.from_dict(self.config.default_settings)
         except ValueError as exc:
@@ -208,6 +207,10 @@ class Broker:
 
     # -- queues: who serves what ----------------------------------------------------
     def _make_queue(self, name: str) -> _Queue:
+        """The queue's loop and archiver: the one there is, or a new one (one a queue)."""
+        existing = self._queues.get(name)
+        if existing is not None:
+            return existing
         holder: list[_Queue] = []
         archiver = Archiver(self.store, name, self._executor,
                             lambda: holder[0].loop.poke(), monotonic=self.monotonic)
@@ -240,7 +243,8 @@ class Broker:
     async def _take_over(self, q: _Queue) -> bool:
         """Make ``q`` ours (a commit that writes our record); False if another
         broker turned out to own it."""
-        q.loop.reactivate()
+        if not q.loop.active:
+            q.loop.reactivate()
         q.loop.start()
         self._known.add(q.name)
         try:
@@ -283,6 +287,7 @@ class Broker:
             if q is not None and q.loop.active:
                 return q
             got = await self._read_object(name)
+            q = self._queues.get(name)  # (the watch never makes one outside this lock)
             if got is None:
                 if not create:
                     raise UnknownQueue(f"queue {name!r} does not exist "
@@ -331,19 +336,27 @@ class Broker:
             lease_s = self._lease_s.get(name)
             if lease_s is not None and self.ownership.quiet_for(name) < lease_s:
                 continue  # the owner wrote within its lease: alive
-            try:
-                got = await self._read_object(name)
-            except OsqueueError as exc:
-                log.warning("watch of %s: cannot read it (%s)", name, exc)
-                continue
-            if got is None:
-                continue
-            state, etag = got
-            self._note_record(name, etag, state.broker)
-            if self.ownership.may_take(name, state.broker):
+            async with self._locks.setdefault(name, asyncio.Lock()):
+                q = self._queues.get(name)
+                if self._stopping or (q is not None and q.loop.active):
+                    continue  # a request made it ours meanwhile
+                try:
+                    got = await self._read_object(name)
+                except OsqueueError as exc:
+                    log.warning("watch of %s: cannot read it (%s)", name, exc)
+                    continue
+                if got is None:
+                    continue
+                state, etag = got
+                self._note_record(name, etag, state.broker)
+                if not self.ownership.may_take(name, state.broker):
+                    continue
                 log.warning("queue %s: its broker %s is gone; taking it over", name,
                             state.broker.id if state.broker else "(none)")
-                await self._take_over(q or self._make_queue(name))
+                q = self._make_queue(name)
+                q.loop.reactivate()
+                q.loop.start()
+            await self._take_over(q)
 
     async def _submit(self, queue: str, opname: str, op: Any, *, create: bool = False) -> Any:
         q = await self._serving(queue, create=create)
@@ -381,17 +394,16 @@ class Broker:
     # reads the chunks of the successful attempts and pushes them in ONE commit,
     # marked with a "once" key so a repeated publish adds nothing; then every
     # staging object of the write is deleted. Objects of a writer that vanished
-    # are swept after the queue's staged_ttl_s.
+    # are swept once this broker has seen them for the queue's staged_ttl_s.
 
     async def stage(self, queue: str, write_id: str, lines: bytes) -> int:
         """Store staged lines (see :mod:`broker.api`) as one staging object; return
         how many jobs they hold. Staging a write id again replaces what it held
-        (the newest staging of a write id is the one published). Raises
-        ``InvalidRequest`` or ``PayloadTooLarge`` (storing nothing) if any line
-        is bad."""
+        (one object a write id: the last put wins). Raises ``InvalidRequest`` or
+        ``PayloadTooLarge`` (storing nothing) if any line is bad."""
         keys.check_queue_name(queue)
         keys.check_write_id(write_id)
-        key = keys.staging_key(queue, write_id, self.clock(), next(self._stage_counter))
+        key = keys.staging_key(queue, write_id)
         count = await self._io(self._check_and_put, key, lines)
         return int(count)
 
@@ -400,30 +412,29 @@ class Broker:
                                 max_payload_bytes=self._settings.max_payload_bytes)
         if not jobs:
             raise InvalidRequest("nothing to stage: no job lines")
-        self.store.put(key, lines)
-        self._staged.put(key, jobs, len(lines))
+        etag = self.store.put(key, lines)
+        self._staged.put(key, jobs, len(lines), etag)
         return len(jobs)
 
     def _staged_objects(self, queue: str, prefix: str) -> tuple[dict[str, str], list[str]]:
-        """(write id -> its newest staging object, every staging object) under ``prefix``."""
-        newest: dict[str, tuple[int, str]] = {}
+        """(write id -> its staging object, every staging object) under ``prefix``."""
+        found: dict[str, str] = {}
         every = []
         for key in self.store.list(keys.staging_prefix(queue) + prefix):
-            parsed = keys.parse_staging_key(queue, key)
-            if parsed is None:
+            write_id = keys.parse_staging_key(queue, key)
+            if write_id is None:
                 continue
             every.append(key)
-            write_id, _, order = parsed
-            if write_id not in newest or newest[write_id][0] < order:
-                newest[write_id] = (order, key)
-        return {w: key for w, (_, key) in newest.items()}, every
+            if write_id not in found or key == keys.staging_key(queue, write_id):
+                found[write_id] = key  # (this version's key over an 0.1 one)
+        return found, every
 
     def _read_staged(self, key: str) -> list[transitions.NewJob | bytes] | None:
         """The jobs of a staging object, or None if it is gone (published meanwhile)."""
-        jobs = self._staged.pop(key)
-        if jobs is not None:
-            return jobs
+        cached = self._staged.pop(key)
         try:
+            if cached is not None and self.store.head(key) == cached[1]:
+                return cached[0]  # still the version this broker staged
             data = self.store.get(key)
         except NotFound:
             return None
@@ -473,20 +484,27 @@ class Broker:
             self.store.delete(key)
 
     async def sweep_staging(self) -> int:
-        """Delete staging objects older than each queue's staged_ttl_s; return how many."""
-        now = self.clock()
+        """Delete the staging objects of the queues this broker serves that it has
+        seen for longer than the queue's staged_ttl_s (timed on its own monotonic
+        clock from the first sweep that listed them); return how many."""
+        now = self.monotonic()
         removed = 0
+        listed_now: set[str] = set()
         for name, q in list(self._queues.items()):
             if not q.loop.active:
                 continue
-            ttl_ms = round((q.loop.state.settings if q.loop.state else self._settings)
-                           .staged_ttl_s * 1000)
+            ttl_s = (q.loop.state.settings if q.loop.state else self._settings).staged_ttl_s
             listed = await self._io(self.store.list, keys.staging_prefix(name))
             for key in listed:
-                parsed = keys.parse_staging_key(name, key)
-                if parsed is not None and parsed[1] + ttl_ms <= now:
+                if keys.parse_staging_key(name, key) is None:
+                    continue
+                listed_now.add(key)
+                first_seen = self._staging_seen.setdefault(key, now)
+                if now - first_seen >= ttl_s:
                     await self._io(self._delete_staged, [key])
+                    listed_now.discard(key)
                     removed += 1
+        self._staging_seen = {k: t for k, t in self._staging_seen.items() if k in listed_now}
         if removed:
             log.info("swept %d staging object(s) of vanished writers", removed)
         return removed

@@ -832,17 +832,27 @@ class _Spans:
         if at < 0:
             raise _NotOurLayout
         start = at + len(marker)
-        enc = orjson.dumps(value)
+        try:
+            enc = orjson.dumps(value)
+        except orjson.JSONEncodeError:  # deeper than orjson writes: scan for it
+            enc = b""
         end = start + len(enc)
-        if line.startswith(enc, start) and line[end:end + 1] in (b",", b"}"):
+        if enc and line.startswith(enc, start) and line[end:end + 1] in (b",", b"}"):
             self._end = end
             return enc
+        # The value as it was sent, with any white space around it (staged
+        # payloads pass through verbatim).
         text = line.decode()
         cut = len(line[:start].decode())
+        begin = cut
+        while begin < len(text) and text[begin] in _JSON_SPACE:
+            begin += 1
         try:
-            _, stop = self._scan(text, cut)
-        except ValueError:
+            _, stop = self._scan(text, begin)
+        except (ValueError, RecursionError):
             raise _NotOurLayout from None
+        while stop < len(text) and text[stop] in _JSON_SPACE:
+            stop += 1
         raw = text[cut:stop].encode()
         self._end = start + len(raw)
         return raw
@@ -852,6 +862,9 @@ class _Spans:
 
     def result(self, value: Any) -> bytes:
         return self._span(b'"result":', value)
+
+
+_JSON_SPACE = " \t\r\n"
 
 
 class _NotOurLayout(Exception):
@@ -968,12 +981,7 @@ def _decode_fields(raw: dict[str, Any], data: bytes) -> QueueState:
     jobs = raw.get("jobs")
     if not isinstance(jobs, list):
         raise ValueError("jobs must be a list")
-    lines = _job_lines(data, len(jobs))
-    try:
-        _add_jobs(state, jobs, lines)
-    except _NotOurLayout:  # edited by hand: re-encode what was parsed
-        state.jobs.clear()
-        _add_jobs(state, jobs, None)
+    _add_jobs(state, jobs, _job_lines(data, len(jobs)))
     top_fence = 0
     for job in state.jobs.values():
         if job.lease is not None:
@@ -1011,7 +1019,10 @@ _TOP_FIELDS = frozenset({"format", "version", "seq", "writer", "commit", "lineag
 
 def _add_jobs(state: QueueState, jobs: list[Any], lines: list[bytes] | None) -> None:
     for i, item in enumerate(jobs):
-        job = _job_from(item, _Spans(lines[i]) if lines is not None else None)
+        try:
+            job = _job_from(item, _Spans(lines[i]) if lines is not None else None)
+        except _NotOurLayout:  # this line was edited by hand: re-encode what was parsed
+            job = _job_from(item, None)
         if job.seq in state.jobs:
             raise ValueError(f"job id {job.id!r} appears twice")
         state.jobs[job.seq] = job

@@ -786,7 +786,8 @@ def _take_over(state: QueueState, op: TakeOver, now_ms: int) -> Result:
     """Become the broker. Every claimed job gets a fresh lease on this broker's
     clock (its own length from now), whatever the expiry written on the
     previous broker's clock said: a lease that ran out while no broker
-    served is renewed, not reclaimed, and clock skew never reclaims early."""
+    served is renewed, not reclaimed, and clock skew never reclaims early.
+    Idempotency keys and receipts are re-timed to now for the same reason."""
     previous = state.broker.id if state.broker else None
     state.broker = BrokerRecord(op.broker_id, op.url, now_ms + op.lease_ms, op.lease_ms)
     if previous != op.broker_id:
@@ -795,6 +796,11 @@ def _take_over(state: QueueState, op: TakeOver, now_ms: int) -> Result:
                 job.lease.expires_ms = now_ms + job.lease.lease_ms
                 touch(state, job)
         _compact_leases(state)
+        # The windows' times were written on the previous broker's clock too: they
+        # start again from now on ours (they may live up to a window longer).
+        for entry in state.keys.values():
+            entry.at_ms, entry.enc = now_ms, None
+        state.receipts.rebase(now_ms)
     return Result(changed=True)
 
 

@@ -93,8 +93,9 @@ class ObjectStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    def put(self, key: str, data: bytes) -> None:
-        """Write a plain object unconditionally (archive files)."""
+    def put(self, key: str, data: bytes) -> str:
+        """Write a plain object unconditionally (archive files, staging); return
+        its etag, as :meth:`head` gives it for this version."""
 
     @abc.abstractmethod
     def get(self, key: str) -> bytes:

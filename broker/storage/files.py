@@ -73,6 +73,11 @@ def _missing_dir_is_empty(exc: OSError) -> None:
 _IOV_MAX = 1024
 
 
+def _plain_etag(st: os.stat_result) -> str:
+    """The etag of a plain file: its identity (a replaced file is a new inode)."""
+    return f"f-{st.st_ino}-{st.st_mtime_ns}-{st.st_size}"
+
+
 class _Reaper:
     """Deletes superseded version files in a background thread.
 
@@ -276,8 +281,7 @@ class FileStore(ObjectStore):
                 raise
             # A plain file put there by hand (a restored backup, say): give it an
             # etag from its identity; the next write turns it into a link.
-            st = path.stat()
-            return f"f-{st.st_ino}-{st.st_mtime_ns}-{st.st_size}", None
+            return _plain_etag(path.stat()), None
         _, _, etag = target.rpartition(_VERSION_MARK)
         return etag, path.parent / target
 
@@ -367,13 +371,14 @@ class FileStore(ObjectStore):
             return self._swap(path, key, data, None)
 
     # -- plain objects ---------------------------------------------------
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes) -> str:
         path = self._path(key)
         with self._os_errors("writing", key):
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex}"
             try:
                 _write_file(tmp, data, self._fsync)
+                st = tmp.stat()  # a rename keeps inode and times: head() gives this etag
                 os.replace(tmp, path)
             except BaseException:
                 with contextlib.suppress(OSError):
@@ -381,6 +386,7 @@ class FileStore(ObjectStore):
                 raise
             if self._fsync:
                 _fsync_dir(path.parent)
+            return _plain_etag(st)
 
     def get(self, key: str) -> bytes:
         return self.read(key).data

@@ -48,9 +48,11 @@ class MemoryStore(ObjectStore):
             self._objects[key] = Versioned(as_bytes(data), new)
             return new
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes) -> str:
         with self._lock:
-            self._objects[key] = Versioned(bytes(data), self._new_etag())
+            etag = self._new_etag()
+            self._objects[key] = Versioned(bytes(data), etag)
+            return etag
 
     def get(self, key: str) -> bytes:
         return self.read(key).data

@@ -239,9 +239,10 @@ class S3Store(ObjectStore):
         return self._call(key, go)
 
     # -- plain objects ---------------------------------------------------
-    def put(self, key: str, data: bytes) -> None:
-        self._call(key, lambda: self._client.put_object(
+    def put(self, key: str, data: bytes) -> str:
+        resp = self._call(key, lambda: self._client.put_object(
             Bucket=self.bucket, Key=self._key(key), Body=data))
+        return str(resp["ETag"])
 
     def get(self, key: str) -> bytes:
         return self.read(key).data

@@ -149,8 +149,8 @@ class FaultyStore(ObjectStore):
         return self._call(  # type: ignore[no-any-return]
             "create_if_absent", key, lambda: self.inner.create_if_absent(key, body))
 
-    def put(self, key: str, data: bytes) -> None:
-        self._call("put", key, lambda: self.inner.put(key, data))
+    def put(self, key: str, data: bytes) -> str:
+        return self._call("put", key, lambda: self.inner.put(key, data))  # type: ignore[no-any-return]
 
     def get(self, key: str) -> bytes:
         return self._call("get", key, lambda: self.inner.get(key))  # type: ignore[no-any-return]

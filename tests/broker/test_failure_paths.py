@@ -338,6 +338,44 @@ def test_restaging_a_write_id_replaces_what_it_held(tmp_path: Path) -> None:
     assert store.list("q/staging/") == []
 
 
+def test_restaging_on_another_broker_replaces_whatever_the_clocks(tmp_path: Path) -> None:
+    """Review R10: "the newest staging wins" was judged by the staging brokers'
+    clocks. A staging object is now named by its write id alone."""
+    store = FileStore(tmp_path)
+
+    async def main() -> None:
+        a = await started(store, "http://a", Clock())
+        b = await started(store, "http://b", Clock(S.timefmt.now_ms() - 3600_000))
+        await a.stage("q", "w-3/p0-c0", b'\t"first"\n')
+        await b.stage("q", "w-3/p0-c0", b'\t"second"\n')  # a retry, on a slower clock
+        await a.publish("q", "w-3/", ["w-3/p0-c0"], once="write:w-3")
+        await b.stop(drain_s=5)
+        await a.stop(drain_s=5)
+
+    run(main())
+    assert [j.payload for j in stored(store).jobs.values()] == [b'"second"']
+
+
+def test_staging_of_a_vanished_writer_is_swept_after_the_ttl_on_our_clock(
+        tmp_path: Path) -> None:
+    clock = Clock()
+    store = FileStore(tmp_path)
+
+    async def main() -> None:
+        a = await started(store, clock=clock)
+        await a.create_queue("q", {"staged_ttl_s": 60})
+        await a.stage("q", "w-4/c0", b"\t1\n")
+        assert await a.sweep_staging() == 0  # first seen now
+        clock.advance(59)
+        assert await a.sweep_staging() == 0
+        clock.advance(2)
+        assert await a.sweep_staging() == 1
+        await a.stop(drain_s=5)
+
+    run(main())
+    assert store.list("q/staging/") == []
+
+
 # -- 9, 11 and 19. nothing wedges a queue ------------------------------------------------
 
 

@@ -11,15 +11,23 @@ from osqueue_spark import QueueClient, start_broker
 
 def test_evicts_oldest_first_and_pops_once() -> None:
     cache = StagedCache(max_bytes=100)
-    cache.put("a", [b"1"], 40)
-    cache.put("b", [NewJob(b"2", 5)], 40)
-    cache.put("c", [b"3"], 40)  # over the bound: "a" goes
-    cache.put("huge", [b"4"], 101)  # bigger than the whole cache: not kept
+    cache.put("a", [b"1"], 40, "e1")
+    cache.put("b", [NewJob(b"2", 5)], 40, "e2")
+    cache.put("c", [b"3"], 40, "e3")  # over the bound: "a" goes
+    cache.put("huge", [b"4"], 101, "e4")  # bigger than the whole cache: not kept
     assert cache.pop("a") is None and cache.pop("huge") is None
-    assert cache.pop("b") == [NewJob(b"2", 5)]
+    assert cache.pop("b") == ([NewJob(b"2", 5)], "e2")
     assert cache.pop("b") is None
     cache.discard("c")
     assert cache.pop("c") is None
+
+
+def test_staging_a_key_again_replaces_its_entry_and_its_bytes() -> None:
+    cache = StagedCache(max_bytes=100)
+    cache.put("a", [b"1"], 60, "e1")
+    cache.put("a", [b"2"], 60, "e2")  # replaces: 60 bytes held, not 120
+    cache.put("b", [b"3"], 40, "e3")
+    assert cache.pop("a") == ([b"2"], "e2") and cache.pop("b") == ([b"3"], "e3")
 
 
 def test_publish_through_another_broker_reads_the_staging_objects(tmp_path: Path) -> None:

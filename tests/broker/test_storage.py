@@ -114,6 +114,14 @@ class StoreContract:
         with pytest.raises(NotFound):
             store.head("q/queue.json")
 
+    def test_put_returns_the_etag_head_gives_and_a_replacement_changes_it(
+            self, store: ObjectStore) -> None:
+        first = store.put("q/staging/w/a.jsonl", b"one")
+        assert store.head("q/staging/w/a.jsonl") == first
+        second = store.put("q/staging/w/a.jsonl", b"two")
+        assert store.head("q/staging/w/a.jsonl") == second != first
+        assert store.get("q/staging/w/a.jsonl") == b"two"
+
     def test_self_test_passes(self, store: ObjectStore) -> None:
         store.self_test()
         assert not [k for k in store.list("_osqueue/") if "selftest" in k]

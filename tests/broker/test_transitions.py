@@ -348,7 +348,7 @@ class QueueMachine(RuleBasedStateMachine):
         for tok in self.tokens:
             fence = int(tok.rpartition(".")[2])
             job = self.state.job(tok.rpartition(".")[0])
-            if fence in self.state.receipts.fences or (
+            if self.state.receipts.outcome(fence) is not None or (
                     job is not None and job.lease is not None and job.lease.token == tok):
                 out.add(tok)
         return out

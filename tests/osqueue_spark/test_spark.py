@@ -188,7 +188,7 @@ def test_stage_publish_sweep_through_the_broker(broker: BrokerServer, store_dir:
         inner = broker.broker
         for q_ in inner._queues.values():
             if q_.loop.state is not None:
-                q_.loop.state.settings.staged_ttl_s = 0.001
+                q_.loop.state.settings.staged_ttl_s = 0.0
         return await inner.sweep_staging()
 
     fut = asyncio.run_coroutine_threadsafe(sweep(), broker._loop)  # type: ignore[arg-type]

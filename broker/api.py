@@ -18,9 +18,10 @@ from broker.errors import InvalidRequest, PayloadTooLarge, RequestError
 
 _MISSING = object()
 
-#: Deepest nesting a payload or result may have: what orjson writes (and what the
-#: broker must be able to write back when it re-reads its own object).
-MAX_DEPTH = 255
+#: Deepest nesting a payload or result may have: well inside what orjson writes
+#: (254 levels), with room for the documents that carry a payload (a queue
+#: object, an answer, a Spark row) and for the broker to write back what it reads.
+MAX_DEPTH = 200
 
 
 def check_depth(payload: bytes, where: str) -> None:
@@ -57,10 +58,12 @@ def check_depth(payload: bytes, where: str) -> None:
 
 def _dumps_value(value: Any, where: str) -> bytes:
     try:
-        return orjson.dumps(value)
+        out = orjson.dumps(value)
     except orjson.JSONEncodeError as exc:
         raise InvalidRequest(f"{where} cannot be stored: {exc} (at most {MAX_DEPTH} levels "
                              "of nesting)") from None
+    check_depth(out, where)
+    return out
 
 
 def parse_json(body: bytes) -> Any:
@@ -150,7 +153,9 @@ def parse_new_jobs(body: dict[str, Any]) -> list[transitions.NewJob | bytes]:
                 or all(_SIMPLE_DEFAULTS.get(k, k) == v and type(v) is not bool
                        for k, v in raw.items() if k != "payload")
             ):
-                jobs.append(dumps(raw["payload"]))
+                payload = dumps(raw["payload"])
+                check_depth(payload, f"jobs[{i}].payload")
+                jobs.append(payload)
                 continue
         except orjson.JSONEncodeError:
             _dumps_value(raw["payload"], f"jobs[{i}].payload")  # raises, naming the job
@@ -312,6 +317,8 @@ def parse_complete(body: Any) -> list[transitions.CompleteItem]:
             encoded = None if result is None else dumps(result)
         except orjson.JSONEncodeError:
             encoded = _dumps_value(result, f"items[{i}].result")
+        if encoded is not None:
+            check_depth(encoded, f"items[{i}].result")
         items.append(new(item_type, (token, encoded)))
     return items
 

@@ -38,13 +38,13 @@ which is a no-op on archives written by this version.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import orjson
 
 from broker import keys
-from broker.state import Job
+from broker.state import Job, LineSpans, NotOurLayout
 from broker.storage import ObjectStore
 
 
@@ -56,6 +56,23 @@ def decode_records(data: bytes) -> list[dict[str, Any]]:
     """The records of an archive object: one JSON object a line. Lines end at
     ``\n`` only (a payload may hold a ``\r``, which JSON allows as space)."""
     return [orjson.loads(line) for line in data.split(b"\n") if line.strip()]
+
+
+def records_verbatim(data: bytes) -> Iterator[tuple[dict[str, Any], bytes, bytes]]:
+    """(record, payload bytes, result bytes) for each line of an archive object,
+    payload and result exactly as written (big integers, number spellings and
+    escapes kept); a line laid out by hand falls back to re-encoding them."""
+    for line in data.split(b"\n"):
+        if not line.strip():
+            continue
+        rec = orjson.loads(line)
+        try:
+            spans = LineSpans(line)
+            payload, result = spans.payload(rec["payload"]), spans.result(rec.get("result"))
+        except NotOurLayout:
+            payload = orjson.dumps(rec["payload"])
+            result = orjson.dumps(rec.get("result"))
+        yield rec, payload, result
 
 
 def commit_object(queue: str, jobs: Sequence[Job]) -> tuple[str, bytes]:
@@ -107,14 +124,22 @@ def is_legacy(key: str) -> bool:
     return not (dash and tail.startswith("c-"))
 
 
-def latest_per_job(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One record per job id: the latest completion (see the module docstring)."""
-    best: dict[Any, dict[str, Any]] = {}
-    for rec in records:
+R = TypeVar("R")
+
+
+def latest_per_job(records: Iterable[R],
+                   record: Callable[[R], dict[str, Any]] = lambda r: r  # type: ignore[assignment,return-value]
+                   ) -> list[R]:
+    """One item per job id: the latest completion (see the module docstring).
+    ``record`` gives an item's record (the item itself by default)."""
+    best: dict[Any, tuple[str, R]] = {}
+    for item in records:
+        rec = record(item)
+        at = str(rec.get("completed_at"))
         seen = best.get(rec.get("id"))
-        if seen is None or str(rec.get("completed_at")) >= str(seen.get("completed_at")):
-            best[rec.get("id")] = rec
-    return list(best.values())
+        if seen is None or at >= seen[0]:
+            best[rec.get("id")] = (at, item)
+    return [item for _, item in best.values()]
 
 
 def read_all(store: ObjectStore, queue: str) -> Iterator[dict[str, Any]]:

@@ -295,46 +295,61 @@ class CommitLoop(Generic[StateT]):
     # -- the loop ---------------------------------------------------------------
     async def _run(self) -> None:
         while True:
-            if not self._buffer and not self._closing:
-                timeout = self._timer_timeout()
-                if timeout is None or timeout > 0:
-                    self._wake.clear()  # nothing buffered: the timers were just looked at
-                    try:
-                        await asyncio.wait_for(self._wake.wait(), timeout)
-                    except TimeoutError:
-                        pass  # a timer is due: commit the housekeeping
-                    else:
-                        if not self._buffer and not self._closing:
-                            continue  # poked: look at the timers again
-            self._wake.clear()
-            if self._closing and not self._buffer:
-                return
-            # A timer (lease renewal, say) falling due just as a batch was answered
-            # waits for that batch's callers too: a commit of housekeeping alone
-            # would make them all wait for two writes.
-            await self._linger(timer=not self._buffer)
-            batch = self._batch = self._buffer[: self._max_batch]
-            del self._buffer[: len(batch)]
-            if not self.active:
-                for item in batch:
-                    self._answer(item, self.step_down_error or BrokerUnavailable("not active"))
-                continue
-            if not batch:
-                self._idle_commits += 1
-            self._attempted = False
             try:
-                await self._commit(batch)
+                if await self._round():
+                    return
             except asyncio.CancelledError:
-                if self._attempted:  # a write of this batch may still land
-                    self._answer_unknown(batch, BrokerUnavailable("broker is shutting down"))
-                self._fail_all(BrokerUnavailable("broker is shutting down"))
                 raise
-            except Exception as exc:  # never let one batch end the loop
-                self._faulted(exc, batch)
-            finally:
-                self._batch = []
-            if self.state is not None and self._on_timer is not None:
-                self._on_timer(self.state)
+            except Exception:  # never let the loop end: answer, back off, go on
+                log.exception("%s: unexpected error in the commit loop", self.key)
+                self.stats.faults += 1
+                self._fail_all(OsqueueError(f"internal error in the commit loop of {self.key}"))
+                self.state = None
+                await asyncio.sleep(self._fault_retry_s)
+
+    async def _round(self) -> bool:
+        """Wait for work, then commit one batch; True once closed and drained."""
+        if not self._buffer and not self._closing:
+            timeout = self._timer_timeout()
+            if timeout is None or timeout > 0:
+                self._wake.clear()  # nothing buffered: the timers were just looked at
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+                except TimeoutError:
+                    pass  # a timer is due: commit the housekeeping
+                else:
+                    if not self._buffer and not self._closing:
+                        return False  # poked: look at the timers again
+        self._wake.clear()
+        if self._closing and not self._buffer:
+            return True
+        # A timer (lease renewal, say) falling due just as a batch was answered
+        # waits for that batch's callers too: a commit of housekeeping alone
+        # would make them all wait for two writes.
+        await self._linger(timer=not self._buffer)
+        batch = self._batch = self._buffer[: self._max_batch]
+        del self._buffer[: len(batch)]
+        if not self.active:
+            for item in batch:
+                self._answer(item, self.step_down_error or BrokerUnavailable("not active"))
+            return False
+        if not batch:
+            self._idle_commits += 1
+        self._attempted = False
+        try:
+            await self._commit(batch)
+        except asyncio.CancelledError:
+            if self._attempted:  # a write of this batch may still land
+                self._answer_unknown(batch, BrokerUnavailable("broker is shutting down"))
+            self._fail_all(BrokerUnavailable("broker is shutting down"))
+            raise
+        except Exception as exc:  # never let one batch end the loop
+            self._faulted(exc, batch)
+        finally:
+            self._batch = []
+        if self.state is not None and self._on_timer is not None:
+            self._on_timer(self.state)
+        return False
 
     def _faulted(self, exc: Exception, batch: list[_Pending]) -> None:
         if isinstance(exc, OsqueueError):
@@ -392,7 +407,7 @@ class CommitLoop(Generic[StateT]):
             return None
         # A timer still due after a commit for it wrote nothing must not spin the
         # event loop: back off (10 ms doubling to 1 s) until a write resets it.
-        floor = 0.0 if self._idle_commits == 0 else min(1.0, 0.01 * 2 ** self._idle_commits)
+        floor = 0.0 if self._idle_commits == 0 else 0.01 * 2 ** min(self._idle_commits, 7)
         return max(floor, (due - now) / 1000)
 
     @staticmethod

@@ -171,7 +171,7 @@ def build_app(broker: Broker, *, token: str | None = None) -> Any:
         except ValueError:
             raise InvalidRequest("limit must be an integer") from None
         page = await broker.jobs(request.path_params["queue"], q.get("status") or None,
-                                 limit, q.get("after") or None)
+                                 limit, q.get("after") or None, raw=True)
         return {"jobs": page, "next_after": page[-1]["id"] if len(page) == limit else None}
 
     async def create(request: Request) -> Any:

@@ -617,9 +617,12 @@ class Broker:
         return out
 
     async def jobs(self, queue: str, status: str | None = None, limit: int = 100,
-                   after: str | None = None) -> list[dict[str, Any]]:
+                   after: str | None = None, *, raw: bool = False) -> list[dict[str, Any]]:
+        """A page of jobs as plain dicts. ``raw``: payloads and results stay their
+        stored JSON bytes (``orjson.Fragment``), passed through verbatim."""
         state, _, _ = await self._view(queue)
-        return [job.to_plain() for job in transitions.list_jobs(state, status, limit, after)]
+        page = transitions.list_jobs(state, status, limit, after)
+        return [job.to_dict() if raw else job.to_plain() for job in page]
 
     def queue_names(self) -> list[str]:
         return sorted(self._known | set(self._queues))

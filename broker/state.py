@@ -753,7 +753,7 @@ def _lease_from(raw: Any, job_id: str) -> Lease:
     )
 
 
-def _job_from(raw: Any, spans: _Spans | None) -> Job:
+def _job_from(raw: Any, spans: LineSpans | None) -> Job:
     if not isinstance(raw, dict):
         raise ValueError("each job must be an object")
     status, job_id = raw.get("status"), raw.get("id")
@@ -807,15 +807,18 @@ def _job_from(raw: Any, spans: _Spans | None) -> Job:
     return job
 
 
-class _Spans:
-    """The verbatim bytes of one job line's payload and result.
+class LineSpans:
+    """The verbatim bytes of one line's payload and result (a job line of the
+    queue object, or a line of an archive object).
 
     The broker writes each job on a line of its own with ``"payload":`` as the
     first field whose value can be a structure, and ``"result":`` as the first
     key after the payload that can be one, so their spans are found without a
-    second full parse: where the bytes equal what orjson would write (nearly
-    always) a comparison confirms it; otherwise (big integers, other number
-    spellings, escapes) the standard library's scanner finds the exact span.
+    second full parse (:meth:`payload` first, then :meth:`result`; either
+    raises :class:`NotOurLayout` for a line of another layout). Where the
+    bytes equal what orjson would write (nearly always) a comparison confirms
+    it; otherwise (big integers, other number spellings, escapes) the
+    standard library's scanner finds the exact span.
     """
 
     __slots__ = ("_end", "_line")
@@ -830,7 +833,7 @@ class _Spans:
         line = self._line
         at = line.find(marker, self._end)
         if at < 0:
-            raise _NotOurLayout
+            raise NotOurLayout
         start = at + len(marker)
         try:
             enc = orjson.dumps(value)
@@ -850,7 +853,7 @@ class _Spans:
         try:
             _, stop = self._scan(text, begin)
         except (ValueError, RecursionError):
-            raise _NotOurLayout from None
+            raise NotOurLayout from None
         while stop < len(text) and text[stop] in _JSON_SPACE:
             stop += 1
         raw = text[cut:stop].encode()
@@ -867,7 +870,7 @@ class _Spans:
 _JSON_SPACE = " \t\r\n"
 
 
-class _NotOurLayout(Exception):
+class NotOurLayout(Exception):
     """The object's lines are not laid out as the broker writes them."""
 
 
@@ -1020,8 +1023,8 @@ _TOP_FIELDS = frozenset({"format", "version", "seq", "writer", "commit", "lineag
 def _add_jobs(state: QueueState, jobs: list[Any], lines: list[bytes] | None) -> None:
     for i, item in enumerate(jobs):
         try:
-            job = _job_from(item, _Spans(lines[i]) if lines is not None else None)
-        except _NotOurLayout:  # this line was edited by hand: re-encode what was parsed
+            job = _job_from(item, LineSpans(lines[i]) if lines is not None else None)
+        except NotOurLayout:  # this line was edited by hand: re-encode what was parsed
             job = _job_from(item, None)
         if job.seq in state.jobs:
             raise ValueError(f"job id {job.id!r} appears twice")

@@ -162,22 +162,21 @@ class ArchiveReader(DataSourceReader):
         part: ArchivePart | None = partition.value
         if part is None:  # Spark reads one empty partition when none were planned
             return
-        records: Iterable[dict[str, Any]] = (
-            rec for key in part.keys for rec in archive.decode_records(store.get(key)))
+        lines: Iterable[tuple[dict[str, Any], bytes, bytes]] = (
+            line for key in part.keys for line in archive.records_verbatim(store.get(key)))
         if part.legacy:
-            records = archive.latest_per_job(records)
-        for rec in records:
+            lines = archive.latest_per_job(lines, lambda line: line[0])
+        for rec, payload, result in lines:  # payload and result as written
             done = timefmt.parse(rec["completed_at"])
             if self.since_ms is not None and done < self.since_ms:
                 continue
             if self.until_ms is not None and done > self.until_ms:
                 continue
-            result = rec.get("result")
             yield (
-                rec["id"], rec["seq"], rec["status"], rec["priority"],
-                orjson.dumps(rec["payload"]).decode(), rec["attempts"], rec["max_attempts"],
+                rec["id"], rec["seq"], rec["status"], rec["priority"], payload.decode(),
+                rec["attempts"], rec["max_attempts"],
                 ts_text(rec["created_at"]), ts_text(rec["run_at"]), ts(done),
-                rec.get("worker"), None if result is None else orjson.dumps(result).decode(),
+                rec.get("worker"), None if rec.get("result") is None else result.decode(),
                 rec.get("last_error"), rec.get("token"), rec.get("commit_seq"),
                 *_extract(rec["payload"], self.extra),
             )

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 import pytest
@@ -29,8 +28,7 @@ from broker.errors import (
     StorageUnavailable,
     UnknownQueue,
 )
-from broker.service import Broker, BrokerConfig
-from broker.storage import FileStore, ObjectStore
+from broker.storage import FileStore
 from broker.transitions import CompleteItem, FailItem, NewJob
 from tests.broker.faults import (
     EIO,
@@ -43,67 +41,14 @@ from tests.broker.faults import (
     Clock,
     FaultyStore,
 )
-
-T = TypeVar("T")
-
-
-def run(coro: Coroutine[Any, Any, T], timeout_s: float = 60.0) -> T:
-    """Run a test coroutine; a hang fails the test instead of wedging the suite."""
-    return asyncio.run(asyncio.wait_for(coro, timeout_s))
-
-
-async def started(store: ObjectStore, url: str = "http://a", clock: Clock | None = None,
-                  **config: Any) -> Broker:
-    config.setdefault("self_test", False)
-    broker = Broker(store, BrokerConfig(url=url, **config),
-                    clock=clock.now_ms if clock else S.timefmt.now_ms,
-                    monotonic=clock.monotonic if clock else time.monotonic)
-    await broker.start()
-    return broker
-
-
-async def crash(broker: Broker) -> None:
-    """End a broker as a killed process would: no flush, no cleared record."""
-    broker._stopping = True
-    for task in broker._tasks:
-        task.cancel()
-    for q in broker._queues.values():
-        q.archiver.cancel()
-        if q.loop._task is not None:
-            q.loop._task.cancel()
-    await asyncio.sleep(0)
-
-
-async def successor(store: ObjectStore, clock: Clock, url: str = "http://b",
-                    lease_s: float = 30.0) -> Broker:
-    """A broker that takes the queues of a crashed one over, once it has watched
-    them for a broker lease (on its own, injected, monotonic clock)."""
-    b = await started(store, url, clock)
-    clock.advance(lease_s + 1)
-    await b.watch()
-    return b
-
-
-def stored(store: ObjectStore, queue: str = "q") -> S.QueueState:
-    return S.decode(store.read(keys.state_key(queue)).data)
-
-
-def archive_lines(store: ObjectStore, queue: str = "q") -> list[dict[str, Any]]:
-    """Every line of every archive object, as stored (no de-duplication)."""
-    return [rec for key in archive.list_objects(store, queue)
-            for rec in archive.decode_records(store.get(key))]
-
-
-def payloads(store: ObjectStore, queue: str = "q") -> list[Any]:
-    """Payloads of every job the store holds: in the queue object and archived."""
-    state = stored(store, queue)
-    in_queue = [orjson.loads(j.payload) for j in state.jobs.values() if j.status != "completed"]
-    return sorted(in_queue + [rec["payload"] for rec in archive.read_all(store, queue)]
-                  + [orjson.loads(j.payload) for j in state.jobs.values()
-                     if j.status == "completed"
-                     and j.id not in {r["id"] for r in archive_lines(store, queue)}],
-                  key=str)
-
+from tests.broker.inprocess import (
+    archive_lines,
+    crash,
+    run,
+    started,
+    stored,
+    successor,
+)
 
 # -- 1. an unknown outcome under a takeover ------------------------------------------
 

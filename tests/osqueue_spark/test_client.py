@@ -103,3 +103,23 @@ def test_client_urls_are_checked() -> None:
         QueueClient("ftp://x", "q")
     client = QueueClient(["http://a:1/", " http://b:2"], "q")
     assert client.urls == ["http://a:1", "http://b:2"] and "token" not in repr(client)
+
+
+def test_a_payload_nested_too_deep_is_refused_and_changes_nothing(broker: BrokerServer) -> None:
+    """Review R12: such a payload was stored, and then broke GET /jobs (500)."""
+    value: object = 1
+    for _ in range(252):
+        value = [value]
+    client = QueueClient(broker.url, "q", retry_s=2)
+    client.push({"n": 1})
+    with pytest.raises(InvalidRequest, match="nested"):
+        client.push(value)
+    assert [j["payload"] for j in client.jobs()] == [{"n": 1}]
+
+
+def test_job_listing_passes_payloads_through_verbatim(broker: BrokerServer) -> None:
+    client = QueueClient(broker.url, "q", retry_s=2)
+    client.stage_lines("w/c0", b'\t{"account":123456789012345678901234567890}\n')
+    client.publish("w/", ["w/c0"], once="write:w")
+    raw = urllib3.request("GET", f"{broker.url}/v1/queues/q/jobs").data
+    assert b'"payload":{"account":123456789012345678901234567890}' in raw

@@ -136,6 +136,21 @@ def test_archive_read_shows_each_job_once_with_legacy_orphans(spark: Any,
     assert sorted((r["id"], r["worker"]) for r in archive.read_all(store, "old")) == rows
 
 
+def test_archive_read_keeps_payloads_and_results_verbatim(spark: Any, tmp_path: Path) -> None:
+    """Review R11: the archive table re-encoded payloads (big integers became floats)."""
+    big = '{"account":123456789012345678901234567890}'
+    with start_broker(f"file://{tmp_path}") as b:
+        client = QueueClient(b.url, "big")
+        client.stage_lines("w/c0", f"\t{big}\n".encode())
+        client.publish("w/", ["w/c0"], once="write:w")
+        [job] = client.claim("w")
+        client.complete(job.token, {"total": 12345678901234567890})  # within 64 bits
+    row = (spark.read.format("osqueue").option("store", f"file://{tmp_path}")
+           .option("queue", "big").option("table", "archive").load().first())
+    assert row["payload"] == big and row["result"] == '{"total":12345678901234567890}'
+    assert row["token"] == job.token and row["commit_seq"] > 0
+
+
 def test_write_is_exactly_once_under_task_retry(spark: Any, broker: BrokerServer,
                                                store_dir: Path) -> None:
     from pyspark.sql import functions as F

@@ -32,10 +32,14 @@ class Conn:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                  host: str) -> None:
         self.reader, self.writer, self.host = reader, writer, host
+        self.client = f"{id(self):012x}"[-12:]
+        self.n = 0
 
     async def post(self, path: str, body: bytes, content_type: str = "application/json",
-                   key: str | None = None) -> tuple[int, bytes]:
-        extra = f"Idempotency-Key: {key}\r\n" if key else ""
+                   key: tuple[str, int] | None = None) -> tuple[int, bytes]:
+        # a request key and the client's floor, as QueueClient sends them
+        extra = (f"Idempotency-Key: {key[0]}\r\nIdempotency-Floor: {key[1]}\r\n"
+                 if key else "")
         head = (f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\n{extra}"
                 f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n")
         self.writer.write(head.encode() + body)
@@ -80,12 +84,14 @@ async def run(url: str, mode: str, clients: int, seconds: float, batch: int,
     measuring = [False]
     stop_at = [0.0]
 
-    key_prefix = f"lg-{id(counter):x}-"
-
     async def timed(conn: Conn, op: str, path: str, body: bytes,
                     content_type: str = "application/json") -> bytes | None:
-        # a request key on push and claim, as QueueClient sends (receipts are on the happy path)
-        key = f"{key_prefix}{next(counter)}" if keys and op in ("push", "claim") else None
+        # a request key on push and claim, as QueueClient sends (receipts are on the happy
+        # path); each connection is one client whose earlier calls all have their answers
+        key = None
+        if keys and op in ("push", "claim"):
+            conn.n += 1
+            key = (f"r-{conn.client}-{conn.n}", conn.n)
         t0 = time.perf_counter()
         status, data = await conn.post(path, body, content_type, key)
         t1 = time.perf_counter()

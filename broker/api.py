@@ -177,6 +177,16 @@ def parse_request_key(raw: bytes | None) -> str | None:
     return raw.decode()
 
 
+def parse_request_floor(raw: bytes | None) -> int | None:
+    """An ``Idempotency-Floor`` header's value: the caller's lowest request number
+    still awaiting its answer (see :mod:`broker.receipts`)."""
+    if raw is None:
+        return None
+    if not raw.isdigit() or len(raw) > 18:
+        raise InvalidRequest("header Idempotency-Floor must be a whole number")
+    return int(raw)
+
+
 def parse_push(body: Any) -> list[transitions.NewJob | bytes]:
     return parse_new_jobs(_obj(body, "request body"))
 

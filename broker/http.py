@@ -8,7 +8,9 @@ any was refused; both carry the per-token ``results``.
 Push and claim take an ``Idempotency-Key`` header (1-200 printable ASCII
 characters): a repeat of the call with the same key, while the queue keeps
 its receipt (the ``retry_ttl_s`` setting), answers what the first call
-answered (the same ids; the same jobs) and changes nothing.
+answered (the same ids; the same jobs) and changes nothing. A key of the form
+``r-{client}-{n}`` may come with ``Idempotency-Floor: m``: that client's calls
+numbered below ``m`` have their answers, so their receipts are dropped.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ from broker.service import Broker
 log = logging.getLogger("osqueue.http")
 
 Handler = Callable[[Request], Awaitable[Response]]
-HotHandler = Callable[[str, Any, "str | None"], Awaitable[tuple[int, Any]]]
+RequestKey = tuple["str | None", "int | None"]  # (Idempotency-Key, Idempotency-Floor)
+HotHandler = Callable[[str, Any, RequestKey], Awaitable[tuple[int, Any]]]
 
 
 def _json(body: Any, status: int = 200) -> Response:
@@ -87,36 +90,37 @@ def build_app(broker: Broker, *, token: str | None = None) -> Any:
         stale = StaleToken("one or more tokens are stale (see results)")
         return stale.status, {**stale.to_dict(), **body}
 
-    async def push(queue: str, body: Any, request: str | None) -> tuple[int, Any]:
+    async def push(queue: str, body: Any, request: RequestKey) -> tuple[int, Any]:
         if isinstance(body, bytes):  # staged lines
             jobs = api.parse_staged(body, check=True, max_payload_bytes=limit, where="line")
         else:
             jobs = api.parse_push(body)
-        return 200, {"ids": await broker.push(queue, jobs, request)}
+        return 200, {"ids": await broker.push(queue, jobs, *request)}
 
-    async def claim(queue: str, body: Any, request: str | None) -> tuple[int, Any]:
-        jobs = await broker.claim(queue, **api.parse_claim(body), request=request)
+    async def claim(queue: str, body: Any, request: RequestKey) -> tuple[int, Any]:
+        key, floor = request
+        jobs = await broker.claim(queue, **api.parse_claim(body), request=key, floor=floor)
         with gc_paused_for(len(jobs)):
             return 200, {"jobs": api.claimed_to_json(jobs)}
 
-    async def heartbeat(queue: str, body: Any, request: str | None) -> tuple[int, Any]:
+    async def heartbeat(queue: str, body: Any, request: RequestKey) -> tuple[int, Any]:
         tokens, lease_s = api.parse_heartbeat(body)
         return batch_answer(await broker.heartbeat(queue, tokens, lease_s))
 
-    async def complete(queue: str, body: Any, request: str | None) -> tuple[int, Any]:
+    async def complete(queue: str, body: Any, request: RequestKey) -> tuple[int, Any]:
         listed = body.get("items") if isinstance(body, dict) else None
         with gc_paused_for(len(listed) if isinstance(listed, list) else 0):
             items = api.parse_complete(body)
         return batch_answer(await broker.complete(queue, items))
 
-    async def fail(queue: str, body: Any, request: str | None) -> tuple[int, Any]:
+    async def fail(queue: str, body: Any, request: RequestKey) -> tuple[int, Any]:
         return batch_answer(await broker.fail(queue, api.parse_fail(body)))
 
-    async def stage(queue: str, body: bytes, request: str | None) -> tuple[int, Any]:
+    async def stage(queue: str, body: bytes, request: RequestKey) -> tuple[int, Any]:
         write_id, lines = api.parse_stage(body)
         return 200, {"staged": await broker.stage(queue, write_id, lines)}
 
-    async def publish(queue: str, body: Any, request: str | None) -> tuple[int, Any]:
+    async def publish(queue: str, body: Any, request: RequestKey) -> tuple[int, Any]:
         prefix, keep, once = api.parse_publish(body)
         return 200, await broker.publish(queue, prefix, keep, once)
 
@@ -147,7 +151,8 @@ def build_app(broker: Broker, *, token: str | None = None) -> Any:
         try:
             headers = dict(scope["headers"])
             check_auth(headers.get(b"authorization", b""))
-            request = api.parse_request_key(headers.get(b"idempotency-key"))
+            request = (api.parse_request_key(headers.get(b"idempotency-key")),
+                       api.parse_request_floor(headers.get(b"idempotency-floor")))
             body = await read_body(headers, receive)
             raw = handler is stage or (handler is push and headers.get(
                 b"content-type", b"").startswith(staged_type))

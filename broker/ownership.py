@@ -124,16 +124,21 @@ class Ownership:
 
     def observe(self, queue: str, *, etag: str | None = None,
                 record: BrokerRecord | None = None) -> bool:
-        """Note what the object looks like now; True if it changed since last seen."""
+        """Note what the object looks like now; True if it changed since last seen.
+
+        A record read with the etag of the version already watched is that
+        version's record: learning it is no change.
+        """
         w = self._watch(queue)
         changed = False
+        same_version = etag is not None and etag == w.etag
         if etag is not None and etag != w.etag:
             changed = w.etag is not None
             w.etag = etag
         if record is not None:
             seen = (record.id, record.expires_ms)
             if seen != w.record:
-                changed = changed or w.record is not None
+                changed = changed or (w.record is not None and not same_version)
                 w.record = seen
         if changed:
             w.changed_at = self._monotonic()

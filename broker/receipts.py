@@ -1,44 +1,45 @@
-"""Receipts: what recent commits answered, kept in the queue object so that a
+"""Receipts: what recent calls were answered, kept in the queue object so that a
 retried call gets the answer its first attempt got, on this broker or another.
 
 A call whose answer was lost (a dropped connection, a timeout, an "outcome
 unknown" error) is repeated by the client. For the repeat to be harmless the
-queue object remembers, for a while, what each commit did for calls that are
-not idempotent by themselves:
+queue object remembers, for a while:
 
-* a push sent with a request key (``QueueClient`` gives every push one): the
-  ids it answered, so the repeat answers the same ids and creates nothing;
-* a claim sent with a request key: the fences of the leases it granted, so
-  the repeat hands back the same jobs instead of stranding them;
+* for a push sent with a request key (``QueueClient`` gives every push one),
+  the ids it answered, so the repeat answers the same ids and creates nothing;
+* for a claim sent with a request key, the fences of the leases it granted,
+  so the repeat hands back the same jobs instead of stranding them;
 * every settled token (completed, failed and retrying, failed and dead), so a
   repeated complete or fail answers as the first one did, never "stale".
 
-Each commit that did any of these adds one receipt, one line of the object::
+In the object (``receipts``)::
 
-    {"seq": 42, "at": "2026-11-22T03:43:47.123Z",
-     "push": [["k-3f9a", 1001, 100]], "claim": [["k-77c1", 5120, 16]],
-     "completed": [5001, 3, 5100, 1], "failed": [4990, 1], "dead": []}
+    {"requests": [["r-3f9a0c2b1d4e-17", "2026-11-22T03:43:47.123Z", "push", 1001, 100],
+                  ["r-3f9a0c2b1d4e-18", "2026-11-22T03:43:47.140Z", "claim", 5120, 16]],
+     "settled": [["2026-11-22T03:43:40.000Z", {"completed": [5001, 120], "failed": [4990, 1]}]]}
 
-``push`` entries are the request key followed by runs of job seqs (first,
-count, first, count, ...), ``claim`` entries the key, the first fence and how
-many; ``completed``, ``failed`` and ``dead`` are runs of fences. A fence
-number names one lease (the broker numbers every lease it grants), so it
-stands for the token ``<job id>.<fence>``.
+A push entry is its key, time, then runs of job seqs (first, count, ...); a
+claim entry its key, time, first fence and count. Settled tokens are runs of
+fences (a fence numbers one lease, so it stands for the token
+``<job id>.<fence>``), merged within buckets of time: tokens settled in the
+order they were claimed collapse into a few runs.
 
-Receipts older than the queue's ``retry_ttl_s`` are dropped; so are the
-oldest request receipts beyond ``retry_keys`` keys, and the oldest settled
-tokens beyond ``retry_keys`` runs (the two are bounded apart, so a stream of
-completions never evicts a push's receipt). A retry that comes later than
-that is answered as if it were new (a push creates its jobs again, a
-complete says "stale"). The bounds keep the object small: every commit
-writes the window whole.
+**Keeping it small.** Every commit writes the object whole, so the window must
+not grow with the traffic. A client's request keys are ``r-{client}-{n}``
+with ``n`` counting up, and each keyed call may carry the client's *floor*:
+every call of that client numbered below it has been answered. The receipts
+of those calls are dropped at once, so a live client costs only the calls it
+has in flight. Receipts older than ``retry_ttl_s`` are dropped (those of a
+client that went away), and at most ``retry_keys`` request receipts and
+``retry_keys`` settled runs are kept, oldest dropped first. A retry that
+comes later than that is answered as if it were new (a push creates its jobs
+again, a complete says "stale").
 """
 
 from __future__ import annotations
 
 import bisect
-from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,12 +53,17 @@ FAILED = "failed"  # failed, will be retried (the job is pending again)
 DEAD = "dead"
 OUTCOMES = (COMPLETED, FAILED, DEAD)
 
+PUSH = "push"
+CLAIM = "claim"
+
 #: Rough bytes one remembered item costs in the object (for the size limit).
-ITEM_BYTES = 24
-RECEIPT_BYTES = 60
+ITEM_BYTES = 48
+RUN_BYTES = 16
+#: Settled tokens are merged into buckets of this share of ``retry_ttl_s``.
+BUCKETS_PER_TTL = 20
 
 
-def runs_of(values: Iterable[int]) -> list[int]:
+def runs_of(values: Iterator[int] | Sequence[int]) -> list[int]:
     """``[5, 6, 7, 9]`` -> ``[5, 3, 9, 1]``: runs of consecutive ints, in order."""
     out: list[int] = []
     for v in values:
@@ -82,37 +88,79 @@ def fence_of(token: str) -> int | None:
     return int(tail)
 
 
-@dataclass(slots=True)
-class Receipt:
-    """What one commit (``seq``, at ``at_ms``) answered; see the module docstring."""
+def _bucket_span(ttl_ms: int) -> int:
+    return max(1_000, ttl_ms // BUCKETS_PER_TTL)
 
-    seq: int
+
+def client_of(key: str) -> tuple[str, int] | None:
+    """(client, number) of a request key ``r-{client}-{n}``, or None for a key of
+    another form (such keys are kept until their age or count runs out)."""
+    client, dash, n = key.rpartition("-")
+    if not dash or not client.startswith("r-") or not n.isascii() or not n.isdigit() \
+            or len(n) > 18:
+        return None
+    return client, int(n)
+
+
+@dataclass(slots=True)
+class Request:
+    """The receipt of one keyed push or claim."""
+
+    key: str
     at_ms: int
-    push: list[tuple[str, list[int]]] = field(default_factory=list)
-    claim: list[tuple[str, int, int]] = field(default_factory=list)
-    settled: dict[str, list[int]] = field(default_factory=dict)  # outcome -> runs
+    kind: str  # PUSH or CLAIM
+    data: list[int]  # push: runs of job seqs; claim: [first fence, count]
     enc: bytes | None = None
 
-    def empty(self) -> bool:
-        return not self.push and not self.claim and not self.settled
+    def encode(self) -> bytes:
+        if self.enc is None:
+            self.enc = b",\n" + orjson.dumps([self.key, timefmt.fmt(self.at_ms), self.kind,
+                                             *self.data])
+        return self.enc
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"seq": self.seq, "at": timefmt.fmt(self.at_ms)}
-        if self.push:
-            out["push"] = [[key, *runs] for key, runs in self.push]
-        if self.claim:
-            out["claim"] = [list(entry) for entry in self.claim]
-        for outcome in OUTCOMES:
-            runs = self.settled.get(outcome)
-            if runs:
-                out[outcome] = runs
-        return out
+
+@dataclass(slots=True)
+class Bucket:
+    """Tokens settled from ``at_ms`` on (for a while), as merged runs of fences."""
+
+    at_ms: int
+    runs: dict[str, list[int]] = field(default_factory=dict)  # outcome -> sorted runs
+    enc: bytes | None = None
+
+    def count(self) -> int:
+        return sum(len(r) // 2 for r in self.runs.values())
+
+    def add(self, outcome: str, fence: int) -> int:
+        """Add one fence; return how the number of runs changed (-1, 0 or 1)."""
+        self.enc = None
+        runs = self.runs.setdefault(outcome, [])
+        if runs and runs[-2] + runs[-1] == fence:  # the usual case: the next one
+            runs[-1] += 1
+            return 0
+        firsts = runs[0::2]
+        at = bisect.bisect_right(firsts, fence) - 1  # the run starting at or before it
+        if at >= 0 and runs[2 * at] + runs[2 * at + 1] > fence:
+            return 0  # already there
+        joins_left = at >= 0 and runs[2 * at] + runs[2 * at + 1] == fence
+        joins_right = at + 1 < len(firsts) and firsts[at + 1] == fence + 1
+        if joins_left and joins_right:
+            runs[2 * at + 1] += 1 + runs[2 * at + 3]
+            del runs[2 * at + 2:2 * at + 4]
+            return -1
+        if joins_left:
+            runs[2 * at + 1] += 1
+            return 0
+        if joins_right:
+            runs[2 * at + 2] = fence
+            runs[2 * at + 3] += 1
+            return 0
+        runs[2 * at + 2:2 * at + 2] = [fence, 1]
+        return 1
 
     def encode(self) -> bytes:
-        """The receipt's line, preceded by the ``,\\n`` separator (cached: a
-        receipt never changes once its commit is written)."""
         if self.enc is None:
-            self.enc = b",\n" + orjson.dumps(self.to_dict())
+            self.enc = b",\n" + orjson.dumps(
+                [timefmt.fmt(self.at_ms), {o: r for o, r in self.runs.items() if r}])
         return self.enc
 
 
@@ -129,86 +177,71 @@ def _runs(value: Any, what: str) -> list[int]:
 
 
 class Receipts:
-    """The window of receipts with lookup indexes, oldest first.
+    """Request receipts (oldest first) and settled-token buckets, with lookups."""
 
-    Request receipts (push and claim keys) and settled tokens are bounded
-    separately, each by ``max_items``: a queue completing thousands of jobs a
-    second must not push a retried push's receipt out within seconds. Settled
-    tokens count by runs (what they cost in the object), not one by one.
-    """
-
-    __slots__ = ("_fence_index", "_open", "_with_requests", "_with_settled", "claims",
-                 "entries", "pushes", "request_items", "settled_runs")
+    __slots__ = ("_by_client", "_fence_index", "buckets", "requests", "settled_runs")
 
     def __init__(self) -> None:
-        self.entries: deque[Receipt] = deque()
-        self.pushes: dict[str, list[int]] = {}  # request key -> runs of seqs
-        self.claims: dict[str, tuple[int, int]] = {}  # request key -> (first fence, count)
-        self.request_items = 0
+        self.requests: dict[str, Request] = {}  # in time order
+        self.buckets: list[Bucket] = []  # oldest first
         self.settled_runs = 0
-        self._with_requests: deque[Receipt] = deque()  # receipts holding push/claim entries
-        self._with_settled: deque[Receipt] = deque()  # receipts holding settled runs
+        self._by_client: dict[str, dict[int, str]] = {}  # client -> n -> key
         self._fence_index: list[tuple[int, int, str]] | None = None  # (first, end, outcome)
-        self._open: Receipt | None = None
 
     @property
     def items(self) -> int:
-        """Remembered items: request keys plus runs of settled tokens."""
-        return self.request_items + self.settled_runs
+        """Remembered items: request receipts plus runs of settled tokens."""
+        return len(self.requests) + self.settled_runs
 
-    # -- recording (by transitions, during a commit being built) -----------------
-    def _receipt(self, seq: int, now_ms: int) -> Receipt:
-        """The receipt of the commit being built (``seq``), created on first use."""
-        r = self._open
-        if r is None or r.seq != seq:
-            r = self._open = Receipt(seq, now_ms)
-            self.entries.append(r)
-        return r
+    # -- recording (by transitions) ------------------------------------------------
+    def _remember(self, r: Request) -> None:
+        self.requests.pop(r.key, None)
+        self.requests[r.key] = r
+        who = client_of(r.key)
+        if who is not None:
+            self._by_client.setdefault(who[0], {})[who[1]] = r.key
 
-    def _requests_of(self, r: Receipt) -> None:
-        if not r.push and not r.claim:
-            self._with_requests.append(r)
+    def record_push(self, key: str, runs: list[int], now_ms: int) -> None:
+        """Remember that the push ``key`` answered the job seqs ``runs`` (see :func:`runs_of`)."""
+        self._remember(Request(key, now_ms, PUSH, runs))
 
-    def record_push(self, key: str, runs: list[int], seq: int, now_ms: int) -> None:
-        """Remember that the push ``key`` (commit ``seq``) answered the job seqs
-        ``runs`` (see :func:`runs_of`)."""
-        r = self._receipt(seq, now_ms)
-        self._requests_of(r)
-        r.push.append((key, runs))
-        self.pushes[key] = runs
-        self.request_items += 1
+    def record_claim(self, key: str, first_fence: int, count: int, now_ms: int) -> None:
+        self._remember(Request(key, now_ms, CLAIM, [first_fence, count]))
 
-    def record_claim(self, key: str, first_fence: int, count: int, seq: int,
-                     now_ms: int) -> None:
-        r = self._receipt(seq, now_ms)
-        self._requests_of(r)
-        r.claim.append((key, first_fence, count))
-        self.claims[key] = (first_fence, count)
-        self.request_items += 1
+    def answered_below(self, key: str, floor: int) -> bool:
+        """Forget the receipts of ``key``'s client numbered below ``floor`` (the
+        client has their answers); True if any was forgotten."""
+        who = client_of(key)
+        mine = self._by_client.get(who[0]) if who is not None else None
+        if not mine:
+            return False
+        done = [n for n in mine if n < floor]
+        for n in done:
+            self.requests.pop(mine.pop(n), None)
+        if not mine and who is not None:
+            del self._by_client[who[0]]
+        return bool(done)
 
-    def record_settled(self, outcome: str, fences: Sequence[int], seq: int,
-                       now_ms: int) -> None:
+    def record_settled(self, outcome: str, fences: Sequence[int], now_ms: int,
+                       ttl_ms: int) -> None:
         if not fences:
             return
-        r = self._receipt(seq, now_ms)
-        if not r.settled:
-            self._with_settled.append(r)
-        runs = runs_of(fences)
-        r.settled.setdefault(outcome, []).extend(runs)
-        self.settled_runs += len(runs) // 2
+        span = _bucket_span(ttl_ms)
+        if not self.buckets or self.buckets[-1].at_ms + span <= now_ms:
+            self.buckets.append(Bucket(now_ms))
+        bucket = self.buckets[-1]
+        for fence in sorted(fences):
+            self.settled_runs += bucket.add(outcome, fence)
         self._fence_index = None
-
-    def close(self) -> None:
-        """The commit being built is written: later records start a new receipt."""
-        self._open = None
 
     # -- lookups ------------------------------------------------------------------
     def push_ids(self, key: str) -> list[int] | None:
-        runs = self.pushes.get(key)
-        return None if runs is None else list(expand(runs))
+        r = self.requests.get(key)
+        return None if r is None or r.kind != PUSH else list(expand(r.data))
 
     def claim_fences(self, key: str) -> tuple[int, int] | None:
-        return self.claims.get(key)
+        r = self.requests.get(key)
+        return None if r is None or r.kind != CLAIM else (r.data[0], r.data[1])
 
     def outcome(self, fence: int) -> str | None:
         """How the token numbered ``fence`` was settled, if it is remembered."""
@@ -216,7 +249,7 @@ class Receipts:
         if index is None:
             index = self._fence_index = sorted(
                 (runs[i], runs[i] + runs[i + 1], outcome)
-                for r in self.entries for outcome, runs in r.settled.items()
+                for b in self.buckets for outcome, runs in b.runs.items()
                 for i in range(0, len(runs), 2))
         at = bisect.bisect_right(index, (fence, 1 << 62, "")) - 1
         if at >= 0 and index[at][0] <= fence < index[at][1]:
@@ -225,127 +258,105 @@ class Receipts:
 
     # -- bounds ---------------------------------------------------------------------
     def trim(self, now_ms: int, ttl_ms: int, max_items: int) -> None:
-        """Drop what is older than ``ttl_ms``; then the oldest request receipts
-        beyond ``max_items`` and the oldest settled runs beyond ``max_items``
-        (the open receipt is never trimmed)."""
+        """Drop receipts and buckets older than ``ttl_ms``, then the oldest beyond
+        ``max_items`` request receipts and ``max_items`` settled runs."""
         oldest_ok = now_ms - ttl_ms
-        entries = self.entries
-        while entries and entries[0] is not self._open and entries[0].at_ms < oldest_ok:
-            r = entries.popleft()
-            self._drop_requests(r)
-            self._drop_settled(r)
-        with_requests = self._with_requests
-        while self.request_items > max_items and with_requests \
-                and with_requests[0] is not self._open:
-            self._drop_requests(with_requests[0])
-        with_settled = self._with_settled
-        while self.settled_runs > max_items and with_settled \
-                and with_settled[0] is not self._open:
-            self._drop_settled(with_settled[0])
-        while entries and entries[0] is not self._open and entries[0].empty():
-            entries.popleft()
+        requests = self.requests
+        while requests:
+            first = next(iter(requests.values()))
+            if first.at_ms >= oldest_ok and len(requests) <= max_items:
+                break
+            self._forget(first.key)
+        buckets = self.buckets
+        while buckets and (buckets[0].at_ms + _bucket_span(ttl_ms) <= oldest_ok
+                           or self.settled_runs > max_items):
+            self.settled_runs -= buckets.pop(0).count()
+            self._fence_index = None
 
-    def _drop_requests(self, r: Receipt) -> None:
-        if not r.push and not r.claim:
-            return
-        for key, _ in r.push:
-            self.pushes.pop(key, None)
-        for key, _, _ in r.claim:
-            self.claims.pop(key, None)
-        self.request_items -= len(r.push) + len(r.claim)
-        r.push, r.claim, r.enc = [], [], None
-        if self._with_requests and self._with_requests[0] is r:
-            self._with_requests.popleft()
-        else:
-            self._with_requests.remove(r)
-
-    def _drop_settled(self, r: Receipt) -> None:
-        if not r.settled:
-            return
-        self.settled_runs -= sum(len(runs) // 2 for runs in r.settled.values())
-        r.settled, r.enc = {}, None
-        self._fence_index = None
-        if self._with_settled and self._with_settled[0] is r:
-            self._with_settled.popleft()
-        else:
-            self._with_settled.remove(r)
+    def _forget(self, key: str) -> None:
+        del self.requests[key]
+        who = client_of(key)
+        if who is not None:
+            mine = self._by_client.get(who[0])
+            if mine is not None:
+                mine.pop(who[1], None)
+                if not mine:
+                    del self._by_client[who[0]]
 
     def rebase(self, now_ms: int) -> None:
         """Re-time every receipt to ``now_ms`` (after a takeover: their times were
         written on another broker's clock)."""
-        for r in self.entries:
+        for r in self.requests.values():
             r.at_ms, r.enc = now_ms, None
+        for b in self.buckets:
+            b.at_ms, b.enc = now_ms, None
 
     def size_estimate(self) -> int:
-        return self.items * ITEM_BYTES + len(self.entries) * RECEIPT_BYTES
+        return len(self.requests) * ITEM_BYTES + self.settled_runs * RUN_BYTES
 
     def max_fence(self) -> int:
         top = 0
-        for r in self.entries:
-            for _, first, count in r.claim:
-                top = max(top, first + count - 1)
-            for runs in r.settled.values():
-                for i in range(0, len(runs), 2):
-                    top = max(top, runs[i] + runs[i + 1] - 1)
+        for r in self.requests.values():
+            if r.kind == CLAIM:
+                top = max(top, r.data[0] + r.data[1] - 1)
+        for b in self.buckets:
+            for runs in b.runs.values():
+                if runs:
+                    top = max(top, runs[-2] + runs[-1] - 1)
         return top
 
     def max_seq(self) -> int:
-        return max((max(expand(runs), default=0) for r in self.entries for _, runs in r.push),
-                   default=0)
+        return max((max(expand(r.data), default=0) for r in self.requests.values()
+                    if r.kind == PUSH), default=0)
 
     # -- the object ---------------------------------------------------------------
     def encode(self) -> list[bytes]:
-        """The receipts' lines, each with its leading separator (cut the first's)."""
-        return [r.encode() for r in self.entries if not r.empty()]
+        """The ``receipts`` value as chunks to write in order."""
+        parts = [b'{"requests":[\n']
+        lines = [r.enc or r.encode() for r in self.requests.values()]
+        if lines:
+            lines[0] = lines[0][2:]
+        parts += lines
+        parts.append(b'\n],\n"settled":[\n')
+        lines = [b.enc or b.encode() for b in self.buckets]
+        if lines:
+            lines[0] = lines[0][2:]
+        parts += lines
+        parts.append(b"\n]}")
+        return parts
 
-    def to_list(self) -> list[dict[str, Any]]:
-        return [r.to_dict() for r in self.entries if not r.empty()]
+    def to_plain(self) -> dict[str, Any]:
+        return {"requests": [[r.key, timefmt.fmt(r.at_ms), r.kind, *r.data]
+                             for r in self.requests.values()],
+                "settled": [[timefmt.fmt(b.at_ms), {o: r for o, r in b.runs.items() if r}]
+                            for b in self.buckets]}
 
     @classmethod
     def decode(cls, raw: Any) -> Receipts:
-        """Receipts from the object's ``receipts`` list; raises ``ValueError``
+        """Receipts from the object's ``receipts`` value; raises ``ValueError``
         naming what is malformed."""
         out = cls()
         if raw is None:
             return out
-        if not isinstance(raw, list):
-            raise ValueError("receipts must be a list")
-        last_seq = -1
-        for item in raw:
-            if not isinstance(item, dict):
-                raise ValueError("each receipt must be an object")
-            seq = _int(item.get("seq"), "receipt seq")
-            if seq <= last_seq:
-                raise ValueError("receipts must be in commit order")
-            last_seq = seq
-            at = item.get("at")
-            if not isinstance(at, str):
-                raise ValueError(f"receipt {seq} has no time")
-            r = Receipt(seq, timefmt.parse(at))
-            for entry in item.get("push") or []:
-                if not isinstance(entry, list) or not entry or not isinstance(entry[0], str):
-                    raise ValueError(f"receipt {seq} has a malformed push entry")
-                r.push.append((entry[0], _runs(entry[1:], f"receipt {seq} push ids")))
-            for entry in item.get("claim") or []:
-                if not isinstance(entry, list) or len(entry) != 3 or not isinstance(
-                        entry[0], str):
-                    raise ValueError(f"receipt {seq} has a malformed claim entry")
-                r.claim.append((entry[0], _int(entry[1], "fence"), _int(entry[2], "count")))
-            for outcome in OUTCOMES:
-                if item.get(outcome):
-                    r.settled[outcome] = _runs(item[outcome], f"receipt {seq} {outcome}")
-            unknown = set(item) - {"seq", "at", "push", "claim", *OUTCOMES}
+        if not isinstance(raw, dict) or set(raw) - {"requests", "settled"}:
+            raise ValueError("receipts must be an object of requests and settled")
+        for entry in raw.get("requests") or []:
+            if not isinstance(entry, list) or len(entry) < 3 or not isinstance(entry[0], str) \
+                    or not isinstance(entry[1], str) or entry[2] not in (PUSH, CLAIM):
+                raise ValueError(f"receipt {entry!r} is not [key, time, push|claim, ...]")
+            data = _runs(entry[3:], f"receipt {entry[0]!r}")
+            if entry[2] == CLAIM and len(data) != 2:
+                raise ValueError(f"claim receipt {entry[0]!r} must hold a fence and a count")
+            out._remember(Request(entry[0], timefmt.parse(entry[1]), entry[2], data))
+        for entry in raw.get("settled") or []:
+            if not isinstance(entry, list) or len(entry) != 2 or not isinstance(entry[0], str) \
+                    or not isinstance(entry[1], dict):
+                raise ValueError(f"settled bucket {entry!r} is not [time, {{outcome: runs}}]")
+            unknown = set(entry[1]) - set(OUTCOMES)
             if unknown:
-                raise ValueError(f"receipt {seq} has unknown fields {sorted(unknown)}")
-            out.entries.append(r)
-            if r.push or r.claim:
-                out._with_requests.append(r)
-            if r.settled:
-                out._with_settled.append(r)
-            for key, runs in r.push:
-                out.pushes[key] = runs
-            for key, first, count in r.claim:
-                out.claims[key] = (first, count)
-            out.request_items += len(r.push) + len(r.claim)
-            out.settled_runs += sum(len(runs) // 2 for runs in r.settled.values())
+                raise ValueError(f"settled bucket has unknown outcomes {sorted(unknown)}")
+            bucket = Bucket(timefmt.parse(entry[0]),
+                            {o: _runs(r, f"settled {o}") for o, r in entry[1].items()})
+            out.buckets.append(bucket)
+            out.settled_runs += bucket.count()
         return out

@@ -49,7 +49,7 @@ from broker.storage import ObjectStore
 log = logging.getLogger("osqueue.broker")
 
 #: How often a broker lists the store for queues it does not know yet (s).
-RELIST_S = 30.0
+RELIST_S = 10.0
 #: How often staging objects of vanished Spark writers are swept (s).
 SWEEP_S = 60.0
 
@@ -334,6 +334,8 @@ class Broker:
                 continue
             self.ownership.observe(name, etag=etag)
             lease_s = self._lease_s.get(name)
+            log.debug("watch %s: etag %s, quiet for %.1fs (lease %s)", name, etag[-8:],
+                      self.ownership.quiet_for(name), lease_s)
             if lease_s is not None and self.ownership.quiet_for(name) < lease_s:
                 continue  # the owner wrote within its lease: alive
             async with self._locks.setdefault(name, asyncio.Lock()):
@@ -377,13 +379,14 @@ class Broker:
 
     # -- operations -------------------------------------------------------------------
     async def push(self, queue: str, jobs: Sequence[transitions.NewJob | bytes],
-                   request: str | None = None) -> list[str]:
+                   request: str | None = None, floor: int | None = None) -> list[str]:
         """Enqueue ``jobs`` (bare bytes: a payload's JSON with default options) in one
         commit; return their ids in order. ``request``: the caller's key for this
-        call, making a repeat of it answer the same ids and create nothing."""
+        call, making a repeat of it answer the same ids and create nothing;
+        ``floor``: see :mod:`broker.receipts`."""
         if not jobs:
             raise InvalidRequest("push needs at least one job")
-        op = transitions.push_of(jobs, request=request)
+        op = transitions.push_of(jobs, request=request, floor=floor)
         result = await self._submit(queue, "push", op, create=True)
         return list(result.ids)
 
@@ -522,13 +525,13 @@ class Broker:
                 log.exception("%s failed", what)
 
     async def claim(self, queue: str, worker: str, max_jobs: int = 1, lease_s: float = 30.0,
-                    wait_s: float = 0.0, request: str | None = None
-                    ) -> list[transitions.ClaimedJob]:
+                    wait_s: float = 0.0, request: str | None = None,
+                    floor: int | None = None) -> list[transitions.ClaimedJob]:
         """Claim up to ``max_jobs``, waiting up to ``wait_s`` for one. ``request``:
         the caller's key for this call; a repeat hands back the same jobs."""
         if wait_s < 0 or wait_s > self.config.max_wait_s:
             raise InvalidRequest(f"wait_s must be within [0, {self.config.max_wait_s}]")
-        op = transitions.Claim(worker, max_jobs, round(lease_s * 1000), request)
+        op = transitions.Claim(worker, max_jobs, round(lease_s * 1000), request, floor)
         keys.check_queue_name(queue)
         deadline = self.monotonic() + wait_s
         while True:

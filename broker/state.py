@@ -12,7 +12,8 @@ On storage the state is one JSON object (``jq``-readable, one job a line)::
        {"id": "j0000000001", "seq": 1, "status": "pending", "priority": 0, ...},
        ...],
      "keys": [["idempotency-key", "j0000000001", "2026-11-22T03:43:47.123Z"], ...],
-     "receipts": [{"seq": 42, "at": "...", "push": [...], "completed": [...]}, ...]}
+     "receipts": {"requests": [["r-3f9a0c2b1d4e-17", "...", "push", 1001, 100], ...],
+                  "settled": [["...", {"completed": [5001, 120]}], ...]}}
 
 ``seq`` grows by one on every write, so no two writes carry the same bytes
 (S3 etags are content hashes; an A-B-A write must not pass a CAS). ``commit``
@@ -689,12 +690,9 @@ def encode_parts(state: QueueState) -> list[bytes]:
     if keys:
         keys[0] = keys[0][2:]
     parts += keys
-    parts.append(b'\n],\n"receipts":[\n')
-    receipts = state.receipts.encode()
-    if receipts:
-        receipts[0] = receipts[0][2:]
-    parts += receipts
-    parts.append(b"\n]}\n")
+    parts.append(b'\n],\n"receipts":')
+    parts += state.receipts.encode()
+    parts.append(b"}\n")
     return parts
 
 
@@ -703,7 +701,7 @@ def encode_full(state: QueueState) -> bytes:
     out = dict(_header(state))
     out["jobs"] = [job.to_dict() for job in state.jobs.values()]
     out["keys"] = [[k, e.job_id, timefmt.fmt(e.at_ms)] for k, e in state.keys.items()]
-    out["receipts"] = state.receipts.to_list()
+    out["receipts"] = state.receipts.to_plain()
     return orjson.dumps(out)
 
 
@@ -1078,4 +1076,3 @@ def stamp(state: QueueState, writer: str, now_ms: int, commit: str | None = None
         job = state.jobs[seq]
         job.done_commit = commit
         touch(state, job)
-    state.receipts.close()

@@ -107,6 +107,7 @@ class Push:
     once: str | None = None
     request: str | None = None
     missing: int = 0
+    floor: int | None = None  # the caller's calls below this number were answered
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,29 +119,34 @@ class PushPayloads:
     once: str | None = None
     request: str | None = None
     missing: int = 0
+    floor: int | None = None
 
 
 def push_of(jobs: Sequence[NewJob | bytes], once: str | None = None,
-            request: str | None = None, missing: int = 0) -> Push | PushPayloads:
+            request: str | None = None, missing: int = 0,
+            floor: int | None = None) -> Push | PushPayloads:
     """The push of ``jobs`` (bare bytes: a payload with default options): the
     bulk :class:`PushPayloads` when every job is bare."""
     payloads = tuple(job for job in jobs if isinstance(job, bytes))
     if len(payloads) == len(jobs):
-        return PushPayloads(payloads, once, request, missing)
+        return PushPayloads(payloads, once, request, missing, floor)
     return Push(tuple(NewJob(job) if isinstance(job, bytes) else job for job in jobs), once,
-                request, missing)
+                request, missing, floor)
 
 
 @dataclass(frozen=True, slots=True)
 class Claim:
     """Claim up to ``max_jobs``. ``request``: the caller's key for this call; a
     repeat while its receipt is kept hands back the jobs the first call
-    claimed that are still held under its leases, and claims nothing new."""
+    claimed that are still held under its leases, and claims nothing new.
+    ``floor``: the caller's calls numbered below it were answered (their
+    receipts can go, see :mod:`broker.receipts`)."""
 
     worker: str
     max_jobs: int = 1
     lease_ms: int = 30_000
     request: str | None = None
+    floor: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -480,6 +486,10 @@ def _insert_payloads(state: QueueState, payloads: Sequence[bytes], now_ms: int) 
     return ids
 
 
+def _retry_ttl_ms(state: QueueState) -> int:
+    return round(state.settings.retry_ttl_s * 1000)
+
+
 def _trim_windows(state: QueueState, now_ms: int) -> None:
     """Drop idempotency keys and receipts past their age or count limits."""
     window, settings = state.keys, state.settings
@@ -518,6 +528,8 @@ def _ids_of(seqs: list[int]) -> Sequence[str]:
 
 def _push(state: QueueState, op: Push | PushPayloads, now_ms: int) -> Result:
     if op.request is not None:
+        if op.floor is not None:
+            state.receipts.answered_below(op.request, op.floor)
         earlier = state.receipts.push_ids(op.request)
         if earlier is not None:
             return Result(ids=_ids_of(earlier), replayed=True)
@@ -536,7 +548,7 @@ def _push(state: QueueState, op: Push | PushPayloads, now_ms: int) -> Result:
     if op.request is not None:
         runs = ([ids.first, len(ids)] if isinstance(ids, JobIds)
                 else R.runs_of(seq_of(i) or 0 for i in ids))
-        state.receipts.record_push(op.request, runs, state.seq + 1, now_ms)
+        state.receipts.record_push(op.request, runs, now_ms)
     _trim_windows(state, now_ms)
     return Result(changed=True, ids=ids)
 
@@ -549,6 +561,8 @@ def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
     if not op.worker or len(op.worker) > 200:
         raise InvalidRequest("worker must be a name of 1..200 characters")
     if op.request is not None:
+        if op.floor is not None:
+            state.receipts.answered_below(op.request, op.floor)
         earlier = state.receipts.claim_fences(op.request)
         if earlier is not None:
             return Result(jobs=_still_held(state, *earlier, now_ms), replayed=True)
@@ -583,7 +597,7 @@ def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
         out.append(_new_tuple(ClaimedJob, (job_id, job.payload, token, job.attempts, expires)))
     result.changed = bool(out)
     if out and op.request is not None:
-        state.receipts.record_claim(op.request, first_fence, len(out), state.seq + 1, now_ms)
+        state.receipts.record_claim(op.request, first_fence, len(out), now_ms)
     return result
 
 
@@ -654,7 +668,7 @@ def _complete(state: QueueState, op: Complete, now_ms: int) -> Result:
         items.append(_new_tuple(ItemResult, (token, True, None, COMPLETED)))
     if done:
         state.completed.setdefault(commit_seq, []).extend(done)
-        state.receipts.record_settled(R.COMPLETED, fences, commit_seq, now_ms)
+        state.receipts.record_settled(R.COMPLETED, fences, now_ms, _retry_ttl_ms(state))
         state.counters.completed += len(done)
         state.approx_bytes += added_bytes
         result.changed = True
@@ -679,7 +693,7 @@ def _fail(state: QueueState, op: Fail, now_ms: int) -> Result:
         result.items.append(ItemResult(item.token, True, status=status))
         result.changed = True
     for outcome, fences in settled.items():
-        state.receipts.record_settled(outcome, fences, state.seq + 1, now_ms)
+        state.receipts.record_settled(outcome, fences, now_ms, _retry_ttl_ms(state))
     return result
 
 
@@ -872,8 +886,8 @@ def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
         "seq": state.seq,
         "approx_state_bytes": state.size_estimate(),
         "dedup_keys": len(state.keys),
-        "receipts": len(state.receipts.entries),
-        "receipt_items": state.receipts.items,
+        "receipts": len(state.receipts.requests),
+        "settled_runs": state.receipts.settled_runs,
         "broker": None
         if state.broker is None
         else {

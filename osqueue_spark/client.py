@@ -44,8 +44,10 @@ from broker.errors import (
 from broker.gcpause import gc_paused_for
 from broker.retry import retrying
 
-#: The header that carries a call's request key (see the module docstring).
+#: The headers that carry a call's request key and the client's floor (see
+#: :mod:`broker.receipts`).
 REQUEST_KEY_HEADER = "idempotency-key"
+REQUEST_FLOOR_HEADER = "idempotency-floor"
 
 
 # NamedTuples, not frozen dataclasses: a worker builds tens of thousands a
@@ -77,9 +79,33 @@ def _retryable(exc: BaseException) -> bool:
     return isinstance(exc, OsqueueError) and exc.retryable
 
 
-def new_request_key() -> str:
-    """A fresh key for one call (and its retries): 80 random bits."""
-    return "r-" + uuid.uuid4().hex[:20]
+class _Requests:
+    """Numbers this client's keyed calls: ``r-{client}-{n}``, and the floor below
+    which every call has its answer (so the broker can drop their receipts)."""
+
+    def __init__(self) -> None:
+        self.client = uuid.uuid4().hex[:12]
+        self._next = 0
+        self._open: set[int] = set()
+        self._lock = threading.Lock()
+
+    def begin(self) -> int:
+        with self._lock:
+            n = self._next
+            self._next += 1
+            self._open.add(n)
+            return n
+
+    def key(self, n: int) -> str:
+        return f"r-{self.client}-{n}"
+
+    def floor(self) -> int:
+        with self._lock:
+            return min(self._open, default=self._next)
+
+    def end(self, n: int) -> None:
+        with self._lock:
+            self._open.discard(n)
 
 
 def _broker_urls(url: str | Sequence[str]) -> list[str]:
@@ -137,6 +163,7 @@ class QueueClient:
         self._token = token
         self._pool_size = pool_size
         self._lock = threading.Lock()
+        self._requests = _Requests()
         self._http = self._new_pool()
 
     def _new_pool(self) -> urllib3.PoolManager:
@@ -154,6 +181,7 @@ class QueueClient:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._requests = _Requests()  # a copy is another client: its own keys
         self._http = self._new_pool()
 
     def __repr__(self) -> str:
@@ -177,7 +205,7 @@ class QueueClient:
 
     # -- transport -----------------------------------------------------------------
     def _send(self, method: str, path: str, body: Any, timeout_s: float,
-              request_key: str | None = None) -> Any:
+              request_key: int | None = None) -> Any:
         headers = None
         if isinstance(body, bytes):  # staged lines
             data: bytes | None = body
@@ -185,7 +213,9 @@ class QueueClient:
         else:
             data = None if body is None else orjson.dumps(body, default=_json_default)
         if request_key is not None:
-            headers = {**(headers or self._http.headers), REQUEST_KEY_HEADER: request_key}
+            headers = {**(headers or self._http.headers),
+                       REQUEST_KEY_HEADER: self._requests.key(request_key),
+                       REQUEST_FLOOR_HEADER: str(self._requests.floor())}
         url = self.url
         try:
             resp = self._http.request(method, url + path, body=data, headers=headers,
@@ -240,17 +270,19 @@ class QueueClient:
                 self.url = url.rstrip("/")
 
     def request(self, method: str, path: str, body: Any = None, *,
-                timeout_s: float | None = None, request_key: str | None = None) -> Any:
+                timeout_s: float | None = None, keyed: bool = False) -> Any:
         """Send one API call with retries and broker discovery; return the parsed body.
 
-        ``request_key`` (for push and claim) goes with every retry of the call.
+        ``keyed`` (push and claim): the call gets a request key, sent with every
+        retry of it, so a repeat gets the first answer.
         """
         timeout = self.timeout_s if timeout_s is None else timeout_s
+        n = self._requests.begin() if keyed else None
 
         def once() -> Any:
             url = self.url
             try:
-                return self._send(method, path, body, timeout, request_key)
+                return self._send(method, path, body, timeout, n)
             except NotTheBroker as exc:
                 self._discover(url, exc.details.get("url"))
                 raise
@@ -258,8 +290,12 @@ class QueueClient:
                 self._discover(url, None)
                 raise
 
-        return retrying(retry=retry_if_exception(_retryable),
-                        stop=stop_after_delay(self.retry_s))(once)
+        try:
+            return retrying(retry=retry_if_exception(_retryable),
+                            stop=stop_after_delay(self.retry_s))(once)
+        finally:
+            if n is not None:
+                self._requests.end(n)
 
     def _q(self, action: str = "") -> str:
         return f"/v1/queues/{quote(self.queue)}" + (f"/{action}" if action else "")
@@ -278,7 +314,7 @@ class QueueClient:
         ids: list[str] = []
         for chunk in _chunks((_job_body(j) for j in jobs), batch_size):
             body = b"".join(map(_body_line, chunk))  # the compact body: payloads pass through
-            out = self.request("POST", self._q("push"), body, request_key=new_request_key())
+            out = self.request("POST", self._q("push"), body, keyed=True)
             ids.extend(out["ids"])
         return ids
 
@@ -288,7 +324,7 @@ class QueueClient:
         out = self.request("POST", self._q("claim"),
                            {"worker": worker, "max_jobs": max_jobs, "lease_s": lease_s,
                             "wait_s": wait_s}, timeout_s=self.timeout_s + wait_s,
-                           request_key=new_request_key())
+                           keyed=True)
         fields, new = _CLAIMED_FIELDS, tuple.__new__
         with gc_paused_for(len(out["jobs"])):
             return [new(ClaimedJob, fields(j)) for j in out["jobs"]]

@@ -322,8 +322,11 @@ class FileStore(ObjectStore):
                         tmp_link.unlink()
                     raise
                 linked = True
-                if self._fsync:
-                    _fsync_dir(path.parent)
+            # Outside the lock, so that the lock is held for microseconds and a
+            # holder paused (SIGSTOP) inside it is unlikely: the rename is visible
+            # already, and a later writer's own directory sync covers it as well.
+            if self._fsync:
+                _fsync_dir(path.parent)
         finally:
             if not linked:
                 with contextlib.suppress(OSError):

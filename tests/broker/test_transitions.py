@@ -280,7 +280,7 @@ class QueueMachine(RuleBasedStateMachine):
         before = len(self.state.jobs)
         ids = list(T.apply(self.state, T.PushPayloads(tuple(orjson.dumps(p) for p in items),
                                                       request=request), self.now).ids)
-        if request is not None and request in self.state.receipts.pushes \
+        if request is not None and request in self.state.receipts.requests \
                 and request in self.requests and len(self.state.jobs) == before:
             assert ids == self.requests[request]  # a repeat: the first answer, nothing new
             return

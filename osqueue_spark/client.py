@@ -108,11 +108,12 @@ class _Requests:
             self._open.discard(n)
 
 
-def _broker_urls(url: str | Sequence[str]) -> list[str]:
-    items = url.split(",") if isinstance(url, str) else list(url)
+def _broker_urls(url: str | Sequence[str] | None, store: str | None) -> list[str]:
+    items = [] if url is None else url.split(",") if isinstance(url, str) else list(url)
     urls = [u.strip().rstrip("/") for u in items if u and u.strip()]
-    if not urls:
-        raise InvalidRequest("QueueClient needs at least one broker URL")
+    if not urls and store is None:
+        raise InvalidRequest("QueueClient needs a broker URL, several, or store= (to find "
+                             "the queue's broker from its object)")
     bad = [u for u in urls if not u.startswith(("http://", "https://"))]
     if bad:
         raise InvalidRequest(f"broker URLs must be http(s) URLs, got {bad[0]!r}")
@@ -151,11 +152,11 @@ class QueueClient:
     before raising the last one.
     """
 
-    def __init__(self, url: str | Sequence[str], queue: str = "default", *,
+    def __init__(self, url: str | Sequence[str] | None, queue: str = "default", *,
                  token: str | None = None, store: str | None = None, timeout_s: float = 30.0,
                  retry_s: float = 60.0, pool_size: int = 32) -> None:
-        self.urls = _broker_urls(url)
-        self.url = self.urls[0]
+        self.urls = _broker_urls(url, store)
+        self.url = self.urls[0] if self.urls else ""  # "" with store only: found on first use
         self.queue = keys.check_queue_name(queue)
         self.store_url = store
         self.timeout_s = timeout_s
@@ -217,6 +218,13 @@ class QueueClient:
                        REQUEST_KEY_HEADER: self._requests.key(request_key),
                        REQUEST_FLOOR_HEADER: str(self._requests.floor())}
         url = self.url
+        if not url:  # given only the store: ask the queue object who serves it
+            url = self._store_owner() or ""
+            if not url:
+                raise _NotSent(f"no broker serves queue {self.queue!r} according to "
+                               f"{self.store_url}; pass broker URLs to create it")
+            with self._lock:
+                self.url = url = url.rstrip("/")
         try:
             resp = self._http.request(method, url + path, body=data, headers=headers,
                                       timeout=urllib3.Timeout(connect=5.0, read=timeout_s))
@@ -261,10 +269,11 @@ class QueueClient:
         serve: the owner named by ``hint`` or the queue object, else the next
         of the given URLs."""
         url = hint or self._store_owner()
-        if not url or url.rstrip("/") == failed:
-            later = self.urls[(self.urls.index(failed) + 1) % len(self.urls)] \
+        if (not url or url.rstrip("/") == failed) and self.urls:
+            url = self.urls[(self.urls.index(failed) + 1) % len(self.urls)] \
                 if failed in self.urls else self.urls[0]
-            url = later
+        if not url:
+            return
         with self._lock:
             if self.url == failed:
                 self.url = url.rstrip("/")

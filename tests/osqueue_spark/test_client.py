@@ -17,7 +17,7 @@ import urllib3
 
 from broker import keys
 from broker import state as S
-from broker.errors import InvalidRequest
+from broker.errors import InvalidRequest, OsqueueError
 from broker.server import BrokerServer
 from broker.storage import FileStore
 from osqueue_spark import QueueClient, start_broker
@@ -123,3 +123,17 @@ def test_job_listing_passes_payloads_through_verbatim(broker: BrokerServer) -> N
     client.publish("w/", ["w/c0"], once="write:w")
     raw = urllib3.request("GET", f"{broker.url}/v1/queues/q/jobs").data
     assert b'"payload":{"account":123456789012345678901234567890}' in raw
+
+
+def test_a_client_given_only_the_store_finds_the_owner(tmp_path: Path) -> None:
+    store_url = f"file://{tmp_path}"
+    with pytest.raises(InvalidRequest):
+        QueueClient(None, "q")  # neither brokers nor a store
+    with start_broker(store_url) as b:
+        nobody = QueueClient(None, "q", store=store_url, retry_s=0.5)
+        with pytest.raises(OsqueueError, match="no broker serves"):
+            nobody.push("x")  # no queue object yet: nothing names a broker
+        QueueClient(b.url, "q").push("made by its broker")
+        client = QueueClient(None, "q", store=store_url, retry_s=5)
+        assert client.push("found") and client.url == b.url
+        assert client.stats()["total"] == 2

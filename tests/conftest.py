@@ -3,50 +3,14 @@
 from __future__ import annotations
 
 import os
-import socket
-import threading
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
+from bench.motoserver import MotoServer, free_port
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class MotoServer:
-    """moto's S3 app served by a NON-threaded werkzeug server.
-
-    moto checks If-Match without holding a lock, so a threaded server lets two
-    conditional writers both win; serving one request at a time makes its
-    compare-and-set honest, which race tests need.
-    """
-
-    def __init__(self) -> None:
-        from moto.moto_server.werkzeug_app import (
-            DomainDispatcherApplication,
-            MotoRequestHandler,
-            create_backend_app,
-        )
-        from werkzeug.serving import make_server
-
-        self.port = free_port()
-        app = DomainDispatcherApplication(create_backend_app)
-        self._server = make_server(
-            "127.0.0.1", self.port, app, threaded=False, request_handler=MotoRequestHandler
-        )
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._thread.join(timeout=10)
+__all__ = ["MotoServer", "free_port"]
 
 
 @pytest.fixture(scope="session")

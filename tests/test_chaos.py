@@ -1,0 +1,221 @@
+"""The chaos tooling: the S3 fault proxy does what it says, and short seeded chaos
+runs (bench/chaos.py over real broker processes) find the store intact.
+
+The two runs assert the queue's invariants (nothing acknowledged lost, duplicated
+or unexpected, no completion on a superseded token, no job archived twice). They
+are timing-dependent by nature: a failure is a finding about the broker, not noise;
+the assertion message carries the runner's summary and samples, and the run
+directory (logs, client records, S3 request log) stays under pytest's tmp_path.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.faultproxy import FaultConfig, FaultProxy, RemoteControl
+from bench.motoserver import MotoServer
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def s3_client(endpoint: str, read_timeout_s: float = 5.0) -> Any:
+    """A boto3 S3 client that tries each request once (faults reach the test)."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                        config=Config(retries={"total_max_attempts": 1},
+                                      connect_timeout=5, read_timeout=read_timeout_s))
+
+
+@pytest.fixture()
+def proxy(moto_server: MotoServer) -> Iterator[FaultProxy]:
+    with FaultProxy(moto_server.endpoint, seed=5, config=FaultConfig(rate=0.0)) as p:
+        yield p
+
+
+def only(kind: str) -> dict[str, float]:
+    return {k: (1.0 if k == kind else 0.0) for k in ("error500", "error503", "drop", "delay")}
+
+
+def exists(client: Any, bucket: str, key: str) -> bool:
+    try:
+        client.head_object(Bucket=bucket, Key=key)
+    except client.exceptions.ClientError as exc:
+        if exc.response["ResponseMetadata"]["HTTPStatusCode"] == 404:
+            return False
+        raise
+    return True
+
+
+def test_dropped_put_landed_and_503_did_not(proxy: FaultProxy, moto_server: MotoServer,
+                                            s3_bucket: str) -> None:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    via, direct = s3_client(proxy.url), s3_client(moto_server.endpoint)
+    proxy.configure(rate=1.0, weights=only("drop"))
+    # a create-if-absent whose answer is dropped: the client sees a connection error...
+    with pytest.raises(BotoCoreError):
+        via.put_object(Bucket=s3_bucket, Key="q/state", Body=b"v1", IfNoneMatch="*")
+    # ... but the write landed
+    got = direct.get_object(Bucket=s3_bucket, Key="q/state")
+    assert got["Body"].read() == b"v1"
+    # the same for a write-if-match
+    with pytest.raises(BotoCoreError):
+        via.put_object(Bucket=s3_bucket, Key="q/state", Body=b"v2", IfMatch=got["ETag"])
+    assert direct.get_object(Bucket=s3_bucket, Key="q/state")["Body"].read() == b"v2"
+    # a refused conditional write whose answer is dropped is counted apart
+    with pytest.raises(BotoCoreError):
+        via.put_object(Bucket=s3_bucket, Key="q/state", Body=b"v3", IfMatch=got["ETag"])
+    assert direct.get_object(Bucket=s3_bucket, Key="q/state")["Body"].read() == b"v2"
+    # GETs are never dropped (only PUTs are)
+    assert via.get_object(Bucket=s3_bucket, Key="q/state")["Body"].read() == b"v2"
+
+    for kind, status, code in (("error503", 503, "SlowDown"), ("error500", 500, "InternalError")):
+        proxy.configure(weights=only(kind))
+        with pytest.raises(ClientError) as info:
+            via.put_object(Bucket=s3_bucket, Key=f"q/{kind}", Body=b"x")
+        assert info.value.response["Error"]["Code"] == code
+        assert info.value.response["ResponseMetadata"]["HTTPStatusCode"] == status
+        assert not exists(direct, s3_bucket, f"q/{kind}")  # never forwarded
+
+    proxy.heal()
+    via.put_object(Bucket=s3_bucket, Key="q/healed", Body=b"ok")
+    assert direct.get_object(Bucket=s3_bucket, Key="q/healed")["Body"].read() == b"ok"
+    stats = proxy.stats()
+    assert stats["faults"]["drop_landed"] == 2
+    assert stats["faults"]["drop_refused"] == 1
+    assert stats["faults"]["error503"] == 1 and stats["faults"]["error500"] == 1
+    assert stats["faulted"] == 5
+    assert stats["requests"] == 7
+
+
+def test_delayed_request_lands_after_the_client_gave_up(proxy: FaultProxy,
+                                                        moto_server: MotoServer,
+                                                        s3_bucket: str) -> None:
+    from botocore.exceptions import ReadTimeoutError
+
+    via, direct = s3_client(proxy.url, read_timeout_s=0.5), s3_client(moto_server.endpoint)
+    proxy.configure(rate=1.0, weights=only("delay"), delay_s=1.5, delay_then="forward")
+    with pytest.raises(ReadTimeoutError):
+        via.put_object(Bucket=s3_bucket, Key="late", Body=b"late")
+    assert not exists(direct, s3_bucket, "late")
+    deadline = time.monotonic() + 10
+    while not exists(direct, s3_bucket, "late"):
+        assert time.monotonic() < deadline, "the delayed PUT never landed"
+        time.sleep(0.1)
+    proxy.configure(delay_then="drop", delay_s=0.8)
+    with pytest.raises(ReadTimeoutError):
+        via.put_object(Bucket=s3_bucket, Key="never", Body=b"x")
+    time.sleep(1.0)
+    assert not exists(direct, s3_bucket, "never")
+    faults = proxy.stats()["faults"]
+    assert faults["delay_forward"] == 1 and faults["delay_drop"] == 1
+
+
+def test_proxy_forwards_bodies_headers_and_methods(proxy: FaultProxy, moto_server: MotoServer,
+                                                   s3_bucket: str) -> None:
+    via, direct = s3_client(proxy.url), s3_client(moto_server.endpoint)
+    big = os.urandom(5 * 1024 * 1024 + 17)
+    md5 = base64.b64encode(hashlib.md5(big).digest()).decode()
+    etag = via.put_object(Bucket=s3_bucket, Key="d/big", Body=big, ContentMD5=md5,
+                          Metadata={"who": "chaos"})["ETag"]
+    assert direct.get_object(Bucket=s3_bucket, Key="d/big")["Body"].read() == big
+    got = via.get_object(Bucket=s3_bucket, Key="d/big")
+    assert got["Body"].read() == big and got["ETag"] == etag
+    head = via.head_object(Bucket=s3_bucket, Key="d/big")
+    assert head["ContentLength"] == len(big) and head["Metadata"] == {"who": "chaos"}
+    # conditional writes keep their meaning through the proxy
+    from botocore.exceptions import ClientError
+
+    with pytest.raises(ClientError) as info:
+        via.put_object(Bucket=s3_bucket, Key="d/big", Body=b"x", IfNoneMatch="*")
+    assert info.value.response["ResponseMetadata"]["HTTPStatusCode"] in (409, 412)
+    new = via.put_object(Bucket=s3_bucket, Key="d/big", Body=b"y", IfMatch=etag)["ETag"]
+    with pytest.raises(ClientError):
+        via.put_object(Bucket=s3_bucket, Key="d/big", Body=b"z", IfMatch=etag)
+    assert via.get_object(Bucket=s3_bucket, Key="d/big")["ETag"] == new
+    listed = via.list_objects_v2(Bucket=s3_bucket, Prefix="d/")
+    assert [o["Key"] for o in listed["Contents"]] == ["d/big"]
+    via.delete_object(Bucket=s3_bucket, Key="d/big")
+    assert not exists(direct, s3_bucket, "d/big")
+    # the control endpoint, as another process would use it
+    control = RemoteControl(proxy.url)
+    assert control.set_enabled(True)["config"]["enabled"] is True
+    assert control.configure(rate=0.5, weights={"delay": 0})["config"]["rate"] == 0.5
+    assert control.heal()["config"]["enabled"] is False
+    assert control.stats()["faulted"] == 0
+
+
+def test_schedule_is_a_function_of_the_seed() -> None:
+    from bench import chaos
+
+    def schedule(seed: int) -> list[Any]:
+        args = chaos.build_parser().parse_args(["--seed", str(seed), "--seconds", "100",
+                                                "--kills", "5", "--pauses", "2"])
+        return [vars(e) for e in chaos.make_schedule(args)]
+
+    assert schedule(7) == schedule(7)
+    assert schedule(7) != schedule(8)
+    kinds = [e["kind"] for e in schedule(7)]
+    assert sorted(kinds) == ["compete"] + ["kill"] * 5 + ["pause"] * 2
+    times = [e["at_s"] for e in schedule(7)]
+    assert times == sorted(times) and times[0] > 0 and times[-1] < 100
+
+
+def run_chaos(tmp_path: Path, store: str, *extra: str) -> tuple[int, dict[str, Any], str]:
+    out = tmp_path / "results.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "chaos.py"), "--store", store, "--seed", "11",
+         "--seconds", "20", "--kills", "2", "--pauses", "1", "--competitors", "1",
+         "--lease-s", "3", "--push-rate", "80", "--drain-timeout-s", "90",
+         # the client's own request keys, no per-job keys: retried pushes must not
+         # duplicate by the receipts alone
+         "--no-push-keys", "--client-mode", "native",
+         "--max-runtime-s", "240", "--run-dir", str(tmp_path / "run"), "--out", str(out),
+         *extra],
+        capture_output=True, text=True, timeout=280, env=env, cwd=str(ROOT))
+    results = json.loads(out.read_text()) if out.exists() else {}
+    return proc.returncode, results, proc.stdout[-6000:] + proc.stderr[-3000:]
+
+
+def assert_sound_run(code: int, results: dict[str, Any], output: str) -> None:
+    assert results, f"no results written:\n{output}"
+    figures, check = results["figures"], results["check"]
+    assert figures["acked_jobs"] > 200, output
+    assert figures["kills_total"] == 2, output
+    assert figures["pauses_total"] == 1, output
+    assert figures["competing_brokers"] == 1, output
+    assert not any(results["runner_problems"].values()), output
+    assert results["drain"]["finished"], output
+    for name in ("lost", "duplicated", "unexpected", "superseded", "double"):
+        assert check[name] == 0, f"{name}: {check['samples']}\n{output}"
+    assert code == 0, output
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_chaos_run_on_file_store(tmp_path: Path) -> None:
+    assert_sound_run(*run_chaos(tmp_path, "file"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_chaos_run_on_s3_with_faults(tmp_path: Path) -> None:
+    code, results, output = run_chaos(tmp_path, "s3", "--fault-rate", "0.03")
+    assert_sound_run(code, results, output)
+    faults = results["faults"]
+    assert faults["requests"] > 100 and faults["faulted"] > 0, output

@@ -174,6 +174,20 @@ def test_schedule_is_a_function_of_the_seed() -> None:
     assert times == sorted(times) and times[0] > 0 and times[-1] < 100
 
 
+def test_push_keys_are_opt_in_and_the_client_mode_is_gone() -> None:
+    from bench import chaos
+
+    def push_keys(*argv: str) -> bool:
+        return bool(chaos.parse_args(list(argv)).push_keys)
+
+    assert push_keys() is False
+    assert push_keys("--push-keys") is True
+    assert push_keys("--no-push-keys") is False
+    assert push_keys("--preset", "long") is False
+    with pytest.raises(SystemExit):
+        chaos.build_parser().parse_args(["--client-mode", "native"])
+
+
 def run_chaos(tmp_path: Path, store: str, *extra: str) -> tuple[int, dict[str, Any], str]:
     out = tmp_path / "results.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
@@ -182,9 +196,8 @@ def run_chaos(tmp_path: Path, store: str, *extra: str) -> tuple[int, dict[str, A
         [sys.executable, str(ROOT / "bench" / "chaos.py"), "--store", store, "--seed", "11",
          "--seconds", "20", "--kills", "2", "--pauses", "1", "--competitors", "1",
          "--lease-s", "3", "--push-rate", "80", "--drain-timeout-s", "90",
-         # the client's own request keys, no per-job keys: retried pushes must not
-         # duplicate by the receipts alone
-         "--no-push-keys", "--client-mode", "native",
+         # no --push-keys: by the client's own request keys alone, retried pushes must
+         # not duplicate
          "--max-runtime-s", "240", "--run-dir", str(tmp_path / "run"), "--out", str(out),
          *extra],
         capture_output=True, text=True, timeout=280, env=env, cwd=str(ROOT))

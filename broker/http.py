@@ -5,7 +5,7 @@ error class (see :mod:`broker.errors`). Batch calls (heartbeat, complete,
 fail) answer 200 when every token was accepted and 409 ``stale_token`` when
 any was refused; both carry the per-token ``results``.
 
-Push and claim take an ``Idempotency-Key`` header (1-200 printable ASCII
+Push, claim, purge and redrive take an ``Idempotency-Key`` header (1-200 printable ASCII
 characters): a repeat of the call with the same key, while the queue keeps
 its receipt (the ``retry_ttl_s`` setting), answers what the first call
 answered (the same ids; the same jobs) and changes nothing. A key of the form
@@ -187,6 +187,12 @@ def build_app(broker: Broker, *, token: str | None = None) -> Any:
             raise InvalidRequest("field 'settings' must be an object")
         return await broker.create_queue(request.path_params["queue"], settings)
 
+    def request_key(request: Request) -> RequestKey:
+        headers = request.headers
+        key, floor = headers.get("idempotency-key"), headers.get("idempotency-floor")
+        return (api.parse_request_key(None if key is None else key.encode()),
+                api.parse_request_floor(None if floor is None else floor.encode()))
+
     async def redrive(request: Request) -> Any:
         raw = await request.body()
         body = api.parse_json(raw) if raw.strip() else {}
@@ -194,7 +200,8 @@ def build_app(broker: Broker, *, token: str | None = None) -> Any:
         if ids is not None and (not isinstance(ids, list) or
                                 not all(isinstance(i, str) for i in ids)):
             raise InvalidRequest("field 'ids' must be a list of job ids or null")
-        return {"redriven": await broker.redrive(request.path_params["queue"], ids)}
+        return {"redriven": await broker.redrive(request.path_params["queue"], ids,
+                                                 *request_key(request))}
 
     async def purge(request: Request) -> Any:
         raw = await request.body()
@@ -203,7 +210,8 @@ def build_app(broker: Broker, *, token: str | None = None) -> Any:
         if statuses is not None and (not isinstance(statuses, list) or
                                      not all(isinstance(s, str) for s in statuses)):
             raise InvalidRequest("field 'statuses' must be a list of statuses")
-        return {"purged": await broker.purge(request.path_params["queue"], statuses)}
+        return {"purged": await broker.purge(request.path_params["queue"], statuses,
+                                             *request_key(request))}
 
     async def pause(request: Request) -> Any:
         await broker.set_paused(request.path_params["queue"], True)

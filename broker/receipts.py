@@ -9,6 +9,8 @@ queue object remembers, for a while:
   the ids it answered, so the repeat answers the same ids and creates nothing;
 * for a claim sent with a request key, the fences of the leases it granted,
   so the repeat hands back the same jobs instead of stranding them;
+* for a purge or redrive sent with a request key, how many jobs it removed or
+  returned, so the repeat changes nothing more;
 * every settled token (completed, failed and retrying, failed and dead), so a
   repeated complete or fail answers as the first one did, never "stale".
 
@@ -16,7 +18,8 @@ In the object (``receipts``)::
 
     {"requests": [["r-3f9a0c2b1d4e-17", "2026-11-22T03:43:47.123Z", "push", 1001, 100],
                   ["r-3f9a0c2b1d4e-18", "2026-11-22T03:43:47.140Z", "claim", 5120, 16]],
-     "settled": [["2026-11-22T03:43:40.000Z", {"completed": [5001, 120], "failed": [4990, 1]}]]}
+     "settled": [["2026-11-22T03:43:40.000Z", {"completed": [5001, 120], "failed": [4990, 1]}]],
+     "floors": [["r-3f9a0c2b1d4e", 17, "2026-11-22T03:43:47.123Z"]]}
 
 A push entry is its key, time, then runs of job seqs (first, count, ...); a
 claim entry its key, time, first fence and count. Settled tokens are runs of
@@ -29,11 +32,16 @@ not grow with the traffic. A client's request keys are ``r-{client}-{n}``
 with ``n`` counting up, and each keyed call may carry the client's *floor*:
 every call of that client numbered below it has been answered. The receipts
 of those calls are dropped at once, so a live client costs only the calls it
-has in flight. Receipts older than ``retry_ttl_s`` are dropped (those of a
-client that went away), and at most ``retry_keys`` request receipts and
-``retry_keys`` settled runs are kept, oldest dropped first. A retry that
-comes later than that is answered as if it were new (a push creates its jobs
-again, a complete says "stale").
+has in flight. The floor itself is kept (one small entry a client, for
+``retry_ttl_s``): a late attempt of a call below it (one the client gave up
+on, delivered after its answer was had) is refused, never applied as new.
+Receipts older than ``retry_ttl_s`` are dropped (those of a client that went
+away), and at most ``retry_keys`` request receipts, ``retry_keys`` settled runs
+and ``retry_keys`` floors are kept, oldest dropped first (settled tokens roll
+into a new bucket every ``retry_keys / 20`` runs, so the bucket receiving
+settlements is never the one dropped). A retry that comes later than that is
+answered as if it were new (a push creates its jobs again, a complete says
+"stale").
 """
 
 from __future__ import annotations
@@ -55,6 +63,9 @@ OUTCOMES = (COMPLETED, FAILED, DEAD)
 
 PUSH = "push"
 CLAIM = "claim"
+PURGE = "purge"
+REDRIVE = "redrive"
+KINDS = (PUSH, CLAIM, PURGE, REDRIVE)
 
 #: Rough bytes one remembered item costs in the object (for the size limit).
 ITEM_BYTES = 48
@@ -108,8 +119,8 @@ class Request:
 
     key: str
     at_ms: int
-    kind: str  # PUSH or CLAIM
-    data: list[int]  # push: runs of job seqs; claim: [first fence, count]
+    kind: str  # one of KINDS
+    data: list[int]  # push: runs of job seqs; claim: [first fence, count]; else: [count]
     enc: bytes | None = None
 
     def encode(self) -> bytes:
@@ -179,19 +190,20 @@ def _runs(value: Any, what: str) -> list[int]:
 class Receipts:
     """Request receipts (oldest first) and settled-token buckets, with lookups."""
 
-    __slots__ = ("_by_client", "_fence_index", "buckets", "requests", "settled_runs")
+    __slots__ = ("_by_client", "_fence_index", "buckets", "floors", "requests", "settled_runs")
 
     def __init__(self) -> None:
         self.requests: dict[str, Request] = {}  # in time order
         self.buckets: list[Bucket] = []  # oldest first
         self.settled_runs = 0
+        self.floors: dict[str, tuple[int, int]] = {}  # client -> (floor, at ms), in time order
         self._by_client: dict[str, dict[int, str]] = {}  # client -> n -> key
         self._fence_index: list[tuple[int, int, str]] | None = None  # (first, end, outcome)
 
     @property
     def items(self) -> int:
-        """Remembered items: request receipts plus runs of settled tokens."""
-        return len(self.requests) + self.settled_runs
+        """Remembered items: request receipts, runs of settled tokens, floors."""
+        return len(self.requests) + self.settled_runs + len(self.floors)
 
     # -- recording (by transitions) ------------------------------------------------
     def _remember(self, r: Request) -> None:
@@ -201,33 +213,53 @@ class Receipts:
         if who is not None:
             self._by_client.setdefault(who[0], {})[who[1]] = r.key
 
-    def record_push(self, key: str, runs: list[int], now_ms: int) -> None:
-        """Remember that the push ``key`` answered the job seqs ``runs`` (see :func:`runs_of`)."""
-        self._remember(Request(key, now_ms, PUSH, runs))
+    def record(self, key: str, kind: str, data: list[int], now_ms: int) -> None:
+        """Remember what the call ``key`` of ``kind`` answered: for a push the job
+        seqs as runs (see :func:`runs_of`), for a claim [first fence, count],
+        for a purge or redrive [count]."""
+        self._remember(Request(key, now_ms, kind, data))
 
-    def record_claim(self, key: str, first_fence: int, count: int, now_ms: int) -> None:
-        self._remember(Request(key, now_ms, CLAIM, [first_fence, count]))
+    def answered(self, key: str, kind: str) -> list[int] | None:
+        """What the call ``key`` of ``kind`` answered, if remembered."""
+        r = self.requests.get(key)
+        return None if r is None or r.kind != kind else r.data
 
-    def answered_below(self, key: str, floor: int) -> bool:
-        """Forget the receipts of ``key``'s client numbered below ``floor`` (the
-        client has their answers); True if any was forgotten."""
+    def answered_below(self, key: str, floor: int, now_ms: int) -> bool:
+        """``key``'s client has the answers of its calls numbered below ``floor``:
+        forget their receipts and remember the floor; True if anything changed."""
         who = client_of(key)
-        mine = self._by_client.get(who[0]) if who is not None else None
-        if not mine:
+        if who is None:
             return False
-        done = [n for n in mine if n < floor]
-        for n in done:
-            self.requests.pop(mine.pop(n), None)
-        if not mine and who is not None:
-            del self._by_client[who[0]]
-        return bool(done)
+        client = who[0]
+        seen = self.floors.get(client)
+        changed = seen is None or seen[0] < floor
+        if changed:
+            self.floors.pop(client, None)  # re-insert at the young end
+            self.floors[client] = (max(floor, seen[0] if seen else 0), now_ms)
+        mine = self._by_client.get(client)
+        if mine:
+            done = [n for n in mine if n < floor]
+            for n in done:
+                self.requests.pop(mine.pop(n), None)
+            if not mine:
+                del self._by_client[client]
+            changed = changed or bool(done)
+        return changed
+
+    def below_floor(self, key: str) -> bool:
+        """True if ``key`` is a call its client already had the answer of (numbered
+        below the client's floor): a late attempt that must not be applied."""
+        who = client_of(key)
+        seen = self.floors.get(who[0]) if who is not None else None
+        return seen is not None and who is not None and who[1] < seen[0]
 
     def record_settled(self, outcome: str, fences: Sequence[int], now_ms: int,
-                       ttl_ms: int) -> None:
+                       ttl_ms: int, max_items: int) -> None:
         if not fences:
             return
         span = _bucket_span(ttl_ms)
-        if not self.buckets or self.buckets[-1].at_ms + span <= now_ms:
+        if not self.buckets or self.buckets[-1].at_ms + span <= now_ms \
+                or self.buckets[-1].count() >= max(1, max_items // BUCKETS_PER_TTL):
             self.buckets.append(Bucket(now_ms))
         bucket = self.buckets[-1]
         for fence in sorted(fences):
@@ -236,12 +268,12 @@ class Receipts:
 
     # -- lookups ------------------------------------------------------------------
     def push_ids(self, key: str) -> list[int] | None:
-        r = self.requests.get(key)
-        return None if r is None or r.kind != PUSH else list(expand(r.data))
+        runs = self.answered(key, PUSH)
+        return None if runs is None else list(expand(runs))
 
     def claim_fences(self, key: str) -> tuple[int, int] | None:
-        r = self.requests.get(key)
-        return None if r is None or r.kind != CLAIM else (r.data[0], r.data[1])
+        data = self.answered(key, CLAIM)
+        return None if data is None else (data[0], data[1])
 
     def outcome(self, fence: int) -> str | None:
         """How the token numbered ``fence`` was settled, if it is remembered."""
@@ -269,9 +301,15 @@ class Receipts:
             self._forget(first.key)
         buckets = self.buckets
         while buckets and (buckets[0].at_ms + _bucket_span(ttl_ms) <= oldest_ok
-                           or self.settled_runs > max_items):
-            self.settled_runs -= buckets.pop(0).count()
+                           or (self.settled_runs > max_items and len(buckets) > 1)):
+            self.settled_runs -= buckets.pop(0).count()  # (never the bucket receiving now)
             self._fence_index = None
+        floors = self.floors
+        while floors:
+            client, (_, at) = next(iter(floors.items()))
+            if at >= oldest_ok and len(floors) <= max_items:
+                break
+            del floors[client]
 
     def _forget(self, key: str) -> None:
         del self.requests[key]
@@ -290,9 +328,11 @@ class Receipts:
             r.at_ms, r.enc = now_ms, None
         for b in self.buckets:
             b.at_ms, b.enc = now_ms, None
+        self.floors = {c: (f, now_ms) for c, (f, _) in self.floors.items()}
 
     def size_estimate(self) -> int:
-        return len(self.requests) * ITEM_BYTES + self.settled_runs * RUN_BYTES
+        return (len(self.requests) + len(self.floors)) * ITEM_BYTES \
+            + self.settled_runs * RUN_BYTES
 
     def max_fence(self) -> int:
         top = 0
@@ -322,14 +362,17 @@ class Receipts:
         if lines:
             lines[0] = lines[0][2:]
         parts += lines
-        parts.append(b"\n]}")
+        parts.append(b'\n],\n"floors":')
+        parts.append(orjson.dumps([[c, f, timefmt.fmt(at)] for c, (f, at) in self.floors.items()]))
+        parts.append(b"}")
         return parts
 
     def to_plain(self) -> dict[str, Any]:
         return {"requests": [[r.key, timefmt.fmt(r.at_ms), r.kind, *r.data]
                              for r in self.requests.values()],
                 "settled": [[timefmt.fmt(b.at_ms), {o: r for o, r in b.runs.items() if r}]
-                            for b in self.buckets]}
+                            for b in self.buckets],
+                "floors": [[c, f, timefmt.fmt(at)] for c, (f, at) in self.floors.items()]}
 
     @classmethod
     def decode(cls, raw: Any) -> Receipts:
@@ -338,16 +381,25 @@ class Receipts:
         out = cls()
         if raw is None:
             return out
-        if not isinstance(raw, dict) or set(raw) - {"requests", "settled"}:
-            raise ValueError("receipts must be an object of requests and settled")
+        if isinstance(raw, list):  # the per-commit layout of an earlier development version
+            return cls._from_commit_list(raw)
+        if not isinstance(raw, dict) or set(raw) - {"requests", "settled", "floors"}:
+            raise ValueError("receipts must be an object of requests, settled and floors")
         for entry in raw.get("requests") or []:
             if not isinstance(entry, list) or len(entry) < 3 or not isinstance(entry[0], str) \
-                    or not isinstance(entry[1], str) or entry[2] not in (PUSH, CLAIM):
-                raise ValueError(f"receipt {entry!r} is not [key, time, push|claim, ...]")
-            data = _runs(entry[3:], f"receipt {entry[0]!r}")
-            if entry[2] == CLAIM and len(data) != 2:
-                raise ValueError(f"claim receipt {entry[0]!r} must hold a fence and a count")
-            out._remember(Request(entry[0], timefmt.parse(entry[1]), entry[2], data))
+                    or not isinstance(entry[1], str) or entry[2] not in KINDS:
+                raise ValueError(f"receipt {entry!r} is not [key, time, kind, ...]")
+            kind = entry[2]
+            data = [_int(v, f"receipt {entry[0]!r}") for v in entry[3:]]
+            if (kind == PUSH and len(data) % 2) or (kind == CLAIM and len(data) != 2) \
+                    or (kind in (PURGE, REDRIVE) and len(data) != 1):
+                raise ValueError(f"{kind} receipt {entry[0]!r} holds {data!r}")
+            out._remember(Request(entry[0], timefmt.parse(entry[1]), kind, data))
+        for entry in raw.get("floors") or []:
+            if not isinstance(entry, list) or len(entry) != 3 or not isinstance(entry[0], str) \
+                    or not isinstance(entry[2], str):
+                raise ValueError(f"floor {entry!r} is not [client, floor, time]")
+            out.floors[entry[0]] = (_int(entry[1], "floor"), timefmt.parse(entry[2]))
         for entry in raw.get("settled") or []:
             if not isinstance(entry, list) or len(entry) != 2 or not isinstance(entry[0], str) \
                     or not isinstance(entry[1], dict):
@@ -359,4 +411,30 @@ class Receipts:
                             {o: _runs(r, f"settled {o}") for o, r in entry[1].items()})
             out.buckets.append(bucket)
             out.settled_runs += bucket.count()
+        return out
+
+    @classmethod
+    def _from_commit_list(cls, raw: list[Any]) -> Receipts:
+        """Receipts kept one entry a commit (``[{"seq", "at", "push", "claim",
+        "completed", "failed", "dead"}]``), as a development version wrote them."""
+        out = cls()
+        for item in raw:
+            if not isinstance(item, dict) or not isinstance(item.get("at"), str):
+                raise ValueError(f"receipt {item!r} is not an object with a time")
+            at = timefmt.parse(item["at"])
+            for entry in item.get("push") or []:
+                if not isinstance(entry, list) or not entry or not isinstance(entry[0], str):
+                    raise ValueError(f"push receipt {entry!r} is malformed")
+                out._remember(Request(entry[0], at, PUSH, _runs(entry[1:], "push ids")))
+            for entry in item.get("claim") or []:
+                if not isinstance(entry, list) or len(entry) != 3 or not isinstance(
+                        entry[0], str):
+                    raise ValueError(f"claim receipt {entry!r} is malformed")
+                out._remember(Request(entry[0], at, CLAIM, [_int(entry[1], "fence"),
+                                                            _int(entry[2], "count")]))
+            runs = {o: _runs(item[o], f"settled {o}") for o in OUTCOMES if item.get(o)}
+            if runs:
+                bucket = Bucket(at, runs)
+                out.buckets.append(bucket)
+                out.settled_runs += bucket.count()
         return out

@@ -30,7 +30,7 @@ from typing import Any
 from broker import api, keys, timefmt, transitions
 from broker import state as S
 from broker.archiver import Archiver
-from broker.commit import CommitLoop, CommitStats
+from broker.commit import CommitLoop
 from broker.errors import (
     BrokerUnavailable,
     InvalidRequest,
@@ -574,41 +574,49 @@ class Broker:
         result = await self._submit(queue, "fail", transitions.Fail(tuple(items)))
         return list(result.items)
 
-    async def redrive(self, queue: str, ids: list[str] | None = None) -> int:
-        op = transitions.Redrive(tuple(ids) if ids is not None else None)
+    async def redrive(self, queue: str, ids: list[str] | None = None,
+                      request: str | None = None, floor: int | None = None) -> int:
+        """Return dead jobs (``ids``, or all) to pending; how many. ``request``: a
+        repeat answers the first count and returns nothing more."""
+        op = transitions.Redrive(tuple(ids) if ids is not None else None, request, floor)
         return int((await self._submit(queue, "redrive", op)).count)
 
-    async def purge(self, queue: str, statuses: list[str] | None = None) -> int:
-        op = transitions.Purge(tuple(statuses)) if statuses else transitions.Purge()
+    async def purge(self, queue: str, statuses: list[str] | None = None,
+                    request: str | None = None, floor: int | None = None) -> int:
+        """Delete jobs by status; how many. ``request``: a repeat answers the first
+        count and deletes nothing more (not the jobs pushed since)."""
+        op = transitions.Purge(tuple(statuses) if statuses else (S.PENDING, S.DEAD), request,
+                               floor)
         return int((await self._submit(queue, "purge", op)).count)
 
     async def set_paused(self, queue: str, paused: bool) -> None:
         await self._submit(queue, "pause" if paused else "resume", transitions.SetPaused(paused))
 
     # -- reads ----------------------------------------------------------------------------
-    async def _view(self, queue: str) -> tuple[S.QueueState, CommitStats | None, str]:
-        """(state, commit stats, role) for a read: this broker's state if it serves
-        the queue, else the stored object (nothing is taken over or created)."""
+    async def _read(self, queue: str, op: transitions.ReadStats | transitions.ReadJobs) -> Any:
+        """A read: through the queue's loop if this broker serves it (so it sees
+        committed state only, never a batch whose write is in flight), else from
+        the stored object (nothing is taken over or created)."""
         q = self._queues.get(queue)
-        if q is not None and q.loop.active and q.loop.state is not None:
+        if q is not None and q.loop.active:
             state = q.loop.state
-            if q.loop.etag is None and not state.jobs:
+            if state is not None and q.loop.etag is None and not state.jobs:
                 raise UnknownQueue(f"queue {queue!r} does not exist "
                                    "(it is created by its first push)")
-            return state, q.loop.stats, "owner"
+            return (await q.loop.submit(op)).view
         keys.check_queue_name(queue)
         got = await self._read_object(queue)
         if got is None:
             raise UnknownQueue(f"queue {queue!r} does not exist (it is created by its first push)")
-        return got[0], None, "standby"
+        return transitions.apply(got[0], op, self.clock()).view
 
     async def stats(self, queue: str) -> dict[str, Any]:
-        state, loop_stats, role = await self._view(queue)
-        out = transitions.stats(state, self.clock())
+        out: dict[str, Any] = await self._read(queue, transitions.ReadStats())
+        q = self._queues.get(queue)
+        loop_stats = q.loop.stats if q is not None and q.loop.active else None
         out["queue"] = queue
-        out["served_by_this_broker"] = role == "owner"
-        if loop_stats is not None:
-            q = self._queues[queue]
+        out["served_by_this_broker"] = loop_stats is not None
+        if q is not None and loop_stats is not None:
             out["state_bytes"] = loop_stats.state_bytes
             out["commits"] = loop_stats.commits
             out["conflicts"] = loop_stats.conflicts
@@ -623,9 +631,9 @@ class Broker:
                    after: str | None = None, *, raw: bool = False) -> list[dict[str, Any]]:
         """A page of jobs as plain dicts. ``raw``: payloads and results stay their
         stored JSON bytes (``orjson.Fragment``), passed through verbatim."""
-        state, _, _ = await self._view(queue)
-        page = transitions.list_jobs(state, status, limit, after)
-        return [job.to_dict() if raw else job.to_plain() for job in page]
+        page: list[dict[str, Any]] = await self._read(
+            queue, transitions.ReadJobs(status, limit, after, raw))
+        return page
 
     def queue_names(self) -> list[str]:
         return sorted(self._known | set(self._queues))

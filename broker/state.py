@@ -2,7 +2,7 @@
 
 On storage the state is one JSON object (``jq``-readable, one job a line)::
 
-    {"format": "osqueue", "version": 2, "seq": 42, "writer": "b-1a2b",
+    {"format": "osqueue", "version": 3, "seq": 42, "writer": "b-1a2b",
      "commit": "c-5d0e...", "lineage": ["c-91aa...", ..., "c-5d0e..."],
      "updated_at": "2026-11-22T03:43:47.123Z",
      "broker": {"id": "b-1a2b", "url": "http://10.0.0.4:8765", "lease_s": 30.0,
@@ -12,6 +12,7 @@ On storage the state is one JSON object (``jq``-readable, one job a line)::
        {"id": "j0000000001", "seq": 1, "status": "pending", "priority": 0, ...},
        ...],
      "keys": [["idempotency-key", "j0000000001", "2026-11-22T03:43:47.123Z"], ...],
+     "once": [["write:w-5d0e...", "2026-11-22T03:43:47.123Z"], ...],
      "receipts": {"requests": [["r-3f9a0c2b1d4e-17", "...", "push", 1001, 100], ...],
                   "settled": [["...", {"completed": [5001, 120]}], ...]}}
 
@@ -58,7 +59,7 @@ from broker.errors import CorruptState, ForeignState, NewerState
 from broker.receipts import Receipts, fence_of
 
 FORMAT = "osqueue"
-VERSION = 2  # 2: completed jobs, commit identities, receipts, broker lease_s
+VERSION = 3  # 3: completed jobs, commit identities, receipts, publish keys apart, lease_s
 
 PENDING = "pending"
 CLAIMED = "claimed"
@@ -507,6 +508,7 @@ class QueueState:
     counters: Counters = field(default_factory=Counters)
     jobs: dict[int, Job] = field(default_factory=dict)  # by seq (see Job.id)
     keys: dict[str, KeyEntry] = field(default_factory=dict)
+    once: dict[str, KeyEntry] = field(default_factory=dict)  # publish keys (Spark writes)
     receipts: Receipts = field(default_factory=Receipts)
     # Derived, never stored, kept by broker.transitions: heaps of ready_key
     # (pending and runnable), timed_key(run_at) (pending, later) and
@@ -540,8 +542,9 @@ class QueueState:
         return counts
 
     def size_estimate(self) -> int:
-        """Rough bytes of the object: jobs, key window and receipts."""
-        return self.approx_bytes + self.key_bytes + self.receipts.size_estimate()
+        """Rough bytes of the object: jobs, key windows and receipts."""
+        return self.approx_bytes + self.key_bytes + self.receipts.size_estimate() \
+            + sum(map(key_entry_bytes, self.once))
 
 
 # -- change tracking (called by broker.transitions on every job change) ---------
@@ -690,7 +693,9 @@ def encode_parts(state: QueueState) -> list[bytes]:
     if keys:
         keys[0] = keys[0][2:]
     parts += keys
-    parts.append(b'\n],\n"receipts":')
+    parts.append(b'\n],\n"once":')
+    parts.append(orjson.dumps([[k, timefmt.fmt(e.at_ms)] for k, e in state.once.items()]))
+    parts.append(b',\n"receipts":')
     parts += state.receipts.encode()
     parts.append(b"}\n")
     return parts
@@ -701,6 +706,7 @@ def encode_full(state: QueueState) -> bytes:
     out = dict(_header(state))
     out["jobs"] = [job.to_dict() for job in state.jobs.values()]
     out["keys"] = [[k, e.job_id, timefmt.fmt(e.at_ms)] for k, e in state.keys.items()]
+    out["once"] = [[k, timefmt.fmt(e.at_ms)] for k, e in state.once.items()]
     out["receipts"] = state.receipts.to_plain()
     return orjson.dumps(out)
 
@@ -995,7 +1001,19 @@ def _decode_fields(raw: dict[str, Any], data: bytes) -> QueueState:
                 isinstance(v, str) for v in entry):
             raise ValueError(f"key entry {entry!r} is not [key, job id, time]")
         key, job_id, at = entry
-        state.keys[key] = KeyEntry(job_id, _time(at, f"key {key!r} time"))
+        entry_ = KeyEntry(job_id, _time(at, f"key {key!r} time"))
+        if job_id == "(published)":  # a publish key, kept with the keys before version 3
+            state.once[key] = entry_
+        else:
+            state.keys[key] = entry_
+    once = raw.get("once") or []
+    if not isinstance(once, list):
+        raise ValueError("once must be a list")
+    for entry in once:
+        if not isinstance(entry, list) or len(entry) != 2 or not all(
+                isinstance(v, str) for v in entry):
+            raise ValueError(f"once entry {entry!r} is not [key, time]")
+        state.once[entry[0]] = KeyEntry("(published)", _time(entry[1], f"key {entry[0]!r}"))
     state.receipts = Receipts.decode(raw.get("receipts"))
     top_seq = max(state.jobs, default=0)
     top_seq = max(top_seq, state.receipts.max_seq())
@@ -1014,7 +1032,7 @@ def _decode_fields(raw: dict[str, Any], data: bytes) -> QueueState:
 
 
 _TOP_FIELDS = frozenset({"format", "version", "seq", "writer", "commit", "lineage", "updated_at",
-                         "broker", "paused", "settings", "counters", "jobs", "keys",
+                         "broker", "paused", "settings", "counters", "jobs", "keys", "once",
                          "receipts"})
 
 

@@ -73,6 +73,10 @@ from broker.state import (
 
 MAX_ERROR_CHARS = 4000
 MAX_LEASE_MS = 24 * 3600 * 1000
+#: Publish keys (Spark writes and stream batches, once each) kept at most, for
+#: dedup_ttl_s; a window of their own, so a stream of idempotency keys never
+#: evicts the key that makes a retried Spark commit a no-op.
+ONCE_KEYS = 20_000
 
 # -- operations ----------------------------------------------------------------
 
@@ -193,12 +197,39 @@ class DropArchived:
 
 @dataclass(frozen=True, slots=True)
 class Redrive:
-    ids: tuple[str, ...] | None = None  # None: every dead job
+    """Return dead jobs to pending (``ids`` None: every dead job). ``request`` and
+    ``floor`` as for :class:`Claim`: a repeat answers the first count."""
+
+    ids: tuple[str, ...] | None = None
+    request: str | None = None
+    floor: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Purge:
+    """Delete jobs by status. ``request`` and ``floor`` as for :class:`Claim`: a
+    repeat answers the first count and deletes nothing more."""
+
     statuses: tuple[str, ...] = (PENDING, DEAD)
+    request: str | None = None
+    floor: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadStats:
+    """Stats of the committed queue, read in the commit loop's order (a read
+    never sees a batch whose write has not landed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadJobs:
+    """A page of jobs (see :func:`list_jobs`), read in the commit loop's order;
+    ``raw``: payloads as their stored bytes."""
+
+    status: str | None = None
+    limit: int = 100
+    after: str | None = None
+    raw: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +265,7 @@ class ClearBroker:
 
 Op = (
     Push | PushPayloads | Claim | Heartbeat | Complete | Fail | Reclaim | DropArchived | Redrive
-    | Purge | SetPaused | Configure | TakeOver | RenewBroker | ClearBroker
+    | Purge | SetPaused | Configure | TakeOver | RenewBroker | ClearBroker | ReadStats | ReadJobs
 )
 
 # -- results -------------------------------------------------------------------
@@ -271,6 +302,7 @@ class Result:
     count: int = 0
     duplicate: bool = False
     replayed: bool = False  # the answer of an earlier call with the same request key
+    view: Any = None  # what a read op read
 
 
 # -- helpers -------------------------------------------------------------------
@@ -502,12 +534,35 @@ def _trim_windows(state: QueueState, now_ms: int) -> None:
             state.key_bytes -= key_entry_bytes(first)
         else:
             break
+    once = state.once
+    while once:
+        first = next(iter(once))
+        if len(once) > ONCE_KEYS or once[first].at_ms < oldest_ok:
+            del once[first]
+        else:
+            break
     state.receipts.trim(now_ms, round(settings.retry_ttl_s * 1000), settings.retry_keys)
 
 
 def _live_key(state: QueueState, key: str, now_ms: int) -> bool:
-    entry = state.keys.get(key)
+    entry = state.once.get(key)
     return entry is not None and entry.at_ms >= now_ms - round(state.settings.dedup_ttl_s * 1000)
+
+
+def _earlier(state: QueueState, request: str | None, floor: int | None,
+             kind: str, now_ms: int) -> list[int] | None:
+    """What an earlier call with this request key answered (None: none did).
+    Applies the caller's floor first; refuses a late attempt of a call whose
+    answer its client already had (below its floor)."""
+    if request is None:
+        return None
+    receipts = state.receipts
+    if receipts.below_floor(request):
+        raise InvalidRequest(f"request {request} was answered before (its client has moved "
+                             "past it); a late copy of it is not applied")
+    if floor is not None:
+        receipts.answered_below(request, floor, now_ms)
+    return receipts.answered(request, kind)
 
 
 def _remove(state: QueueState, job: Job) -> None:
@@ -527,12 +582,9 @@ def _ids_of(seqs: list[int]) -> Sequence[str]:
 
 
 def _push(state: QueueState, op: Push | PushPayloads, now_ms: int) -> Result:
-    if op.request is not None:
-        if op.floor is not None:
-            state.receipts.answered_below(op.request, op.floor)
-        earlier = state.receipts.push_ids(op.request)
-        if earlier is not None:
-            return Result(ids=_ids_of(earlier), replayed=True)
+    earlier = _earlier(state, op.request, op.floor, R.PUSH, now_ms)
+    if earlier is not None:
+        return Result(ids=_ids_of(list(R.expand(earlier))), replayed=True)
     if op.once is not None and _live_key(state, op.once, now_ms):
         return Result(duplicate=True)
     if op.missing:
@@ -544,11 +596,12 @@ def _push(state: QueueState, op: Push | PushPayloads, now_ms: int) -> Result:
     else:
         ids = _insert_jobs(state, op.jobs, now_ms)
     if op.once is not None:
-        _remember_key(state, op.once, KeyEntry("(published)", now_ms))
+        state.once.pop(op.once, None)  # (re-inserted at the young end)
+        state.once[op.once] = KeyEntry("(published)", now_ms)
     if op.request is not None:
         runs = ([ids.first, len(ids)] if isinstance(ids, JobIds)
                 else R.runs_of(seq_of(i) or 0 for i in ids))
-        state.receipts.record_push(op.request, runs, now_ms)
+        state.receipts.record(op.request, R.PUSH, runs, now_ms)
     _trim_windows(state, now_ms)
     return Result(changed=True, ids=ids)
 
@@ -560,12 +613,9 @@ def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
         raise InvalidRequest(f"lease must be within (0, 86400] s, got {op.lease_ms / 1000}")
     if not op.worker or len(op.worker) > 200:
         raise InvalidRequest("worker must be a name of 1..200 characters")
-    if op.request is not None:
-        if op.floor is not None:
-            state.receipts.answered_below(op.request, op.floor)
-        earlier = state.receipts.claim_fences(op.request)
-        if earlier is not None:
-            return Result(jobs=_still_held(state, *earlier, now_ms), replayed=True)
+    earlier = _earlier(state, op.request, op.floor, R.CLAIM, now_ms)
+    if earlier is not None:
+        return Result(jobs=_still_held(state, earlier[0], earlier[1], now_ms), replayed=True)
     result = Result()
     if state.paused:
         return result
@@ -597,7 +647,7 @@ def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
         out.append(_new_tuple(ClaimedJob, (job_id, job.payload, token, job.attempts, expires)))
     result.changed = bool(out)
     if out and op.request is not None:
-        state.receipts.record_claim(op.request, first_fence, len(out), now_ms)
+        state.receipts.record(op.request, R.CLAIM, [first_fence, len(out)], now_ms)
     return result
 
 
@@ -668,7 +718,8 @@ def _complete(state: QueueState, op: Complete, now_ms: int) -> Result:
         items.append(_new_tuple(ItemResult, (token, True, None, COMPLETED)))
     if done:
         state.completed.setdefault(commit_seq, []).extend(done)
-        state.receipts.record_settled(R.COMPLETED, fences, now_ms, _retry_ttl_ms(state))
+        state.receipts.record_settled(R.COMPLETED, fences, now_ms, _retry_ttl_ms(state),
+                                      state.settings.retry_keys)
         state.counters.completed += len(done)
         state.approx_bytes += added_bytes
         result.changed = True
@@ -681,7 +732,6 @@ def _fail(state: QueueState, op: Fail, now_ms: int) -> Result:
             raise InvalidRequest(f"retry_in_s must be within [0, {MAX_DELAY_MS // 1000}], "
                                  f"got {item.retry_in_ms / 1000}")
     result = Result()
-    settled: dict[str, list[int]] = {R.FAILED: [], R.DEAD: []}
     for item in op.items:
         job = live_job(state, item.token, now_ms)
         if job is None or job.lease is None:
@@ -689,11 +739,11 @@ def _fail(state: QueueState, op: Fail, now_ms: int) -> Result:
             continue
         fence = job.lease.fence
         status = _settle_failure(state, job, item.error, item.retry_in_ms, now_ms)
-        settled[R.DEAD if status == DEAD else R.FAILED].append(fence)
+        # one by one, so a token listed twice in one call gets the same answer twice
+        state.receipts.record_settled(R.DEAD if status == DEAD else R.FAILED, [fence], now_ms,
+                                      _retry_ttl_ms(state), state.settings.retry_keys)
         result.items.append(ItemResult(item.token, True, status=status))
         result.changed = True
-    for outcome, fences in settled.items():
-        state.receipts.record_settled(outcome, fences, now_ms, _retry_ttl_ms(state))
     return result
 
 
@@ -746,6 +796,9 @@ def _compact_leases(state: QueueState) -> None:
 
 
 def _redrive(state: QueueState, op: Redrive, now_ms: int) -> Result:
+    earlier = _earlier(state, op.request, op.floor, R.REDRIVE, now_ms)
+    if earlier is not None:
+        return Result(count=earlier[0], replayed=True)
     if op.ids is None:
         targets = [j for j in state.jobs.values() if j.status == DEAD]
     else:
@@ -759,7 +812,10 @@ def _redrive(state: QueueState, op: Redrive, now_ms: int) -> Result:
         job.run_at_ms = now_ms
         touch(state, job)
         _schedule(state, job, now_ms)
-    return Result(changed=bool(targets), ids=[j.id for j in targets], count=len(targets))
+    if op.request is not None:
+        state.receipts.record(op.request, R.REDRIVE, [len(targets)], now_ms)
+    return Result(changed=bool(targets) or op.request is not None,
+                  ids=[j.id for j in targets], count=len(targets))
 
 
 def _purge(state: QueueState, op: Purge, now_ms: int) -> Result:
@@ -767,11 +823,25 @@ def _purge(state: QueueState, op: Purge, now_ms: int) -> Result:
     if bad:
         raise InvalidRequest(f"cannot purge status {sorted(bad)}; use pending, claimed or dead "
                              "(completed jobs leave by themselves once archived)")
+    earlier = _earlier(state, op.request, op.floor, R.PURGE, now_ms)
+    if earlier is not None:
+        return Result(count=earlier[0], replayed=True)
     statuses = set(op.statuses)
     doomed = [j for j in state.jobs.values() if j.status in statuses]
     for job in doomed:
         _remove(state, job)
-    return Result(changed=bool(doomed), count=len(doomed))
+    if op.request is not None:
+        state.receipts.record(op.request, R.PURGE, [len(doomed)], now_ms)
+    return Result(changed=bool(doomed) or op.request is not None, count=len(doomed))
+
+
+def _read_stats(state: QueueState, op: ReadStats, now_ms: int) -> Result:
+    return Result(view=stats(state, now_ms))
+
+
+def _read_jobs(state: QueueState, op: ReadJobs, now_ms: int) -> Result:
+    page = list_jobs(state, op.status, op.limit, op.after)
+    return Result(view=[job.to_dict() if op.raw else job.to_plain() for job in page])
 
 
 def _set_paused(state: QueueState, op: SetPaused, now_ms: int) -> Result:
@@ -812,7 +882,7 @@ def _take_over(state: QueueState, op: TakeOver, now_ms: int) -> Result:
         _compact_leases(state)
         # The windows' times were written on the previous broker's clock too: they
         # start again from now on ours (they may live up to a window longer).
-        for entry in state.keys.values():
+        for entry in (*state.keys.values(), *state.once.values()):
             entry.at_ms, entry.enc = now_ms, None
         state.receipts.rebase(now_ms)
     return Result(changed=True)
@@ -846,6 +916,8 @@ _HANDLERS: dict[type, Callable[[QueueState, Any, int], Result]] = {
     TakeOver: _take_over,
     RenewBroker: _renew_broker,
     ClearBroker: _clear_broker,
+    ReadStats: _read_stats,
+    ReadJobs: _read_jobs,
 }
 
 

@@ -22,6 +22,7 @@ URL.
 from __future__ import annotations
 
 import operator
+import os
 import threading
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
@@ -81,16 +82,21 @@ def _retryable(exc: BaseException) -> bool:
 
 class _Requests:
     """Numbers this client's keyed calls: ``r-{client}-{n}``, and the floor below
-    which every call has its answer (so the broker can drop their receipts)."""
+    which every call has its answer (so the broker can drop their receipts).
+    A process forked from this one is another client: it draws a new id."""
 
     def __init__(self) -> None:
         self.client = uuid.uuid4().hex[:12]
+        self._pid = os.getpid()
         self._next = 0
         self._open: set[int] = set()
         self._lock = threading.Lock()
 
     def begin(self) -> int:
         with self._lock:
+            if os.getpid() != self._pid:  # forked: the parent goes on with its own numbers
+                self.client, self._pid = uuid.uuid4().hex[:12], os.getpid()
+                self._next, self._open = 0, set()
             n = self._next
             self._next += 1
             self._open.add(n)
@@ -386,11 +392,11 @@ class QueueClient:
 
     def redrive(self, ids: Sequence[str] | None = None) -> int:
         body = {"ids": list(ids) if ids is not None else None}
-        return int(self.request("POST", self._q("redrive"), body)["redriven"])
+        return int(self.request("POST", self._q("redrive"), body, keyed=True)["redriven"])
 
     def purge(self, statuses: Sequence[str] | None = None) -> int:
         body = {"statuses": list(statuses) if statuses else None}
-        return int(self.request("POST", self._q("purge"), body)["purged"])
+        return int(self.request("POST", self._q("purge"), body, keyed=True)["purged"])
 
     def pause(self) -> None:
         self.request("POST", self._q("pause"), {})

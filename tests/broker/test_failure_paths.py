@@ -438,24 +438,31 @@ def test_a_dead_requesters_takeover_request_does_not_make_the_owner_yield(
 # -- 14 and 15. windows are bounded, payloads kept verbatim ------------------------------
 
 
-def test_publish_keys_are_trimmed_and_counted(tmp_path: Path) -> None:
-    """Defect 14: publish and stream once-keys were never trimmed nor counted."""
+def test_publish_keys_are_trimmed_and_counted(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Defect 14: publish and stream once-keys were never trimmed nor counted.
+    They have a window of their own (so per-job keys never evict them), trimmed
+    by count and by dedup_ttl_s, and counted in the state size."""
+    monkeypatch.setattr(transitions, "ONCE_KEYS", 3)
     store = FileStore(tmp_path)
+    clock = Clock()
 
     async def main() -> None:
-        a = await started(store)
-        await a.create_queue("q", {"dedup_keys": 3})
+        a = await started(store, clock=clock)
+        await a.create_queue("q", {"dedup_ttl_s": 60})
         sizes = []
-        for i in range(8):
+        for i in range(5):
             await a.stage("q", f"w-{i}/c0", b"\t1\n")
             await a.publish("q", f"w-{i}/", [f"w-{i}/c0"], once=f"write:w-{i}:" + "x" * 200)
             sizes.append((await a.stats("q"))["approx_state_bytes"])
-        await a.stop(drain_s=5)
         assert sizes[1] - sizes[0] > 200  # a key's bytes count
+        assert list(stored(store).once) == [f"write:w-{i}:" + "x" * 200 for i in (2, 3, 4)]
+        clock.advance(61)  # past dedup_ttl_s: all of them go at the next commit
+        await a.push("q", [NewJob(b"1")])
+        assert stored(store).once == {}
+        await a.stop(drain_s=5)
 
     run(main())
-    state = stored(store)
-    assert len(state.keys) == 3 and "write:w-7:" + "x" * 200 in state.keys
 
 
 def test_payload_bytes_survive_a_restart_verbatim(tmp_path: Path) -> None:

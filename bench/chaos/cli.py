@@ -243,8 +243,9 @@ def check_args(args: argparse.Namespace) -> None:
     if args.restart_min_s > args.restart_max_s or \
             args.pause_extra_min_s > args.pause_extra_max_s:
         problems.append("min delays must not exceed max delays")
-    if problems:
-        raise SystemExit("chaos: " + "; ".join(problems))
+    if problems:  # exit status 2, as argparse gives (1 is "the check failed")
+        print("chaos: " + "; ".join(problems), file=sys.stderr)
+        raise SystemExit(2)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -469,17 +469,35 @@ class CommitLoop(Generic[StateT]):
             exists = self.etag is not None
             changed = False
             results: list[Any] = []
+            bad: tuple[int, Exception] | None = None
             with gc_paused():
                 for op in self.model.housekeeping(state, now, exists):
                     _, did = self.model.apply(state, op, now)
                     changed = changed or (did and exists)
-                for item in batch:
+                for index, item in enumerate(batch):
                     try:
                         result, did = self.model.apply(state, item.op, now)
                     except OsqueueError as exc:
                         result, did = exc, False
+                    except Exception as exc:  # a bug, or input no check foresaw
+                        bad = (index, exc)
+                        break
                     results.append(result)
                     changed = changed or did
+            if bad is not None:
+                # Answer that call alone; it may have half-applied the state, so
+                # re-read it and apply the others again (unless an earlier attempt of
+                # theirs may still land: then nobody can tell them apart any more).
+                index, failure = bad
+                log.error("%s: applying one call failed", self.key, exc_info=failure)
+                self._answer(batch[index], OsqueueError(
+                    f"internal error applying this call: {type(failure).__name__}: {failure}"))
+                self.state = None
+                if attempts:
+                    self._answer_unknown(batch, failure)
+                    return
+                batch = self._batch = batch[:index] + batch[index + 1:]
+                continue
             if not changed and not attempts:
                 for item, result in zip(batch, results, strict=True):
                     self._answer(item, result)

@@ -388,6 +388,8 @@ class Broker:
             raise InvalidRequest("push needs at least one job")
         op = transitions.push_of(jobs, request=request, floor=floor)
         result = await self._submit(queue, "push", op, create=True)
+        if result.error is not None:
+            raise result.error
         return list(result.ids)
 
     # -- staged writes (Spark's exactly-once enqueue) ---------------------------------
@@ -472,6 +474,8 @@ class Broker:
             result = await self._submit(queue, "publish",
                                         transitions.push_of(jobs, once, missing=gone),
                                         create=True)
+            if result.error is not None:
+                raise result.error
         try:
             await self._io(self._delete_staged, every)
         except OsqueueError as exc:  # published all the same; the sweep removes them later
@@ -579,6 +583,7 @@ class Broker:
         """Return dead jobs (``ids``, or all) to pending; how many. ``request``: a
         repeat answers the first count and returns nothing more."""
         op = transitions.Redrive(tuple(ids) if ids is not None else None, request, floor)
+        await self._existing(queue)
         return int((await self._submit(queue, "redrive", op)).count)
 
     async def purge(self, queue: str, statuses: list[str] | None = None,
@@ -587,7 +592,15 @@ class Broker:
         count and deletes nothing more (not the jobs pushed since)."""
         op = transitions.Purge(tuple(statuses) if statuses else (S.PENDING, S.DEAD), request,
                                floor)
+        await self._existing(queue)
         return int((await self._submit(queue, "purge", op)).count)
+
+    async def _existing(self, queue: str) -> None:
+        """Raise ``UnknownQueue`` if the queue has no object (a keyed admin call must
+        not create one just to hold its receipt)."""
+        q = await self._serving(queue, create=False)
+        if q.loop.etag is None and await self._read_object(queue) is None:
+            raise UnknownQueue(f"queue {queue!r} does not exist (it is created by its first push)")
 
     async def set_paused(self, queue: str, paused: bool) -> None:
         await self._submit(queue, "pause" if paused else "resume", transitions.SetPaused(paused))

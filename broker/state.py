@@ -140,8 +140,8 @@ def seq_of(job_id: str) -> int | None:
     """The seq of a job id (the inverse of :func:`job_id_for`), or None if
     ``job_id`` is not one. Cheap: tokens are looked up this way per job."""
     digits = job_id[1:]
-    if job_id[:1] != "j" or not digits.isascii() or not digits.isdigit():
-        return None
+    if job_id[:1] != "j" or not digits.isascii() or not digits.isdigit() or len(digits) > 15:
+        return None  # (seqs fit 48 bits: 15 digits)
     if len(digits) != 10 and (len(digits) < 10 or digits[0] == "0"):
         return None  # not the one spelling job_id_for gives
     return int(digits)
@@ -518,7 +518,7 @@ class QueueState:
     delayed: list[int] = field(default_factory=list)
     leases: list[int] = field(default_factory=list)
     approx_bytes: int = 0  # jobs only; see size_estimate()
-    key_bytes: int = 0  # the idempotency-key window
+    key_bytes: int = 0  # the idempotency-key and publish-key windows
     # Completed jobs awaiting their archive object: commit seq -> job seqs.
     completed: dict[int, list[int]] = field(default_factory=dict)
     # Encoding cache by segment (jobs whose seq >> SEGMENT_SHIFT is equal):
@@ -543,8 +543,7 @@ class QueueState:
 
     def size_estimate(self) -> int:
         """Rough bytes of the object: jobs, key windows and receipts."""
-        return self.approx_bytes + self.key_bytes + self.receipts.size_estimate() \
-            + sum(map(key_entry_bytes, self.once))
+        return self.approx_bytes + self.key_bytes + self.receipts.size_estimate()
 
 
 # -- change tracking (called by broker.transitions on every job change) ---------
@@ -1074,7 +1073,8 @@ def rebuild_indexes(state: QueueState) -> None:
     state.ready, state.delayed, state.leases = ready, delayed, leases
     state.completed = completed
     state.approx_bytes = approx
-    state.key_bytes = sum(map(key_entry_bytes, state.keys))
+    state.key_bytes = sum(map(key_entry_bytes, state.keys)) + sum(
+        map(key_entry_bytes, state.once))
     state.seg_jobs = seg_jobs
     state.segments = {}
     state.dirty = set(seg_jobs)

@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 
 from broker import receipts as R
 from broker import timefmt
-from broker.errors import InvalidRequest, PayloadTooLarge, QueueFull
+from broker.errors import InvalidRequest, OsqueueError, PayloadTooLarge, QueueFull
 from broker.state import (
     CLAIMED,
     COMPLETED,
@@ -73,10 +73,11 @@ from broker.state import (
 
 MAX_ERROR_CHARS = 4000
 MAX_LEASE_MS = 24 * 3600 * 1000
-#: Publish keys (Spark writes and stream batches, once each) kept at most, for
-#: dedup_ttl_s; a window of their own, so a stream of idempotency keys never
-#: evicts the key that makes a retried Spark commit a no-op.
-ONCE_KEYS = 20_000
+#: Publish keys (Spark writes and stream batches, once each) are kept in a window
+#: of their own, so a stream of idempotency keys never evicts the key that makes a
+#: retried Spark commit a no-op: for dedup_ttl_s, at most dedup_keys of them but
+#: never fewer than this.
+ONCE_KEYS_MIN = 1_000
 
 # -- operations ----------------------------------------------------------------
 
@@ -303,6 +304,7 @@ class Result:
     duplicate: bool = False
     replayed: bool = False  # the answer of an earlier call with the same request key
     view: Any = None  # what a read op read
+    error: OsqueueError | None = None  # refused, with the refusal remembered (raise it)
 
 
 # -- helpers -------------------------------------------------------------------
@@ -534,11 +536,12 @@ def _trim_windows(state: QueueState, now_ms: int) -> None:
             state.key_bytes -= key_entry_bytes(first)
         else:
             break
-    once = state.once
+    once, once_cap = state.once, max(cap, ONCE_KEYS_MIN)
     while once:
         first = next(iter(once))
-        if len(once) > ONCE_KEYS or once[first].at_ms < oldest_ok:
+        if len(once) > once_cap or once[first].at_ms < oldest_ok:
             del once[first]
+            state.key_bytes -= key_entry_bytes(first)
         else:
             break
     state.receipts.trim(now_ms, round(settings.retry_ttl_s * 1000), settings.retry_keys)
@@ -550,19 +553,19 @@ def _live_key(state: QueueState, key: str, now_ms: int) -> bool:
 
 
 def _earlier(state: QueueState, request: str | None, floor: int | None,
-             kind: str, now_ms: int) -> list[int] | None:
-    """What an earlier call with this request key answered (None: none did).
-    Applies the caller's floor first; refuses a late attempt of a call whose
-    answer its client already had (below its floor)."""
+             kind: str, now_ms: int) -> tuple[list[int] | None, bool]:
+    """(what an earlier call with this request key answered, None if none did;
+    whether the caller's floor moved). Applies the caller's floor first (a moved
+    floor must be written, or a late copy could outlive it); refuses a late
+    attempt of a call whose answer its client already had (below its floor)."""
     if request is None:
-        return None
+        return None, False
     receipts = state.receipts
     if receipts.below_floor(request):
         raise InvalidRequest(f"request {request} was answered before (its client has moved "
                              "past it); a late copy of it is not applied")
-    if floor is not None:
-        receipts.answered_below(request, floor, now_ms)
-    return receipts.answered(request, kind)
+    moved = floor is not None and receipts.answered_below(request, floor, now_ms)
+    return receipts.answered(request, kind), moved
 
 
 def _remove(state: QueueState, job: Job) -> None:
@@ -582,21 +585,35 @@ def _ids_of(seqs: list[int]) -> Sequence[str]:
 
 
 def _push(state: QueueState, op: Push | PushPayloads, now_ms: int) -> Result:
-    earlier = _earlier(state, op.request, op.floor, R.PUSH, now_ms)
+    earlier, moved = _earlier(state, op.request, op.floor, R.PUSH, now_ms)
     if earlier is not None:
-        return Result(ids=_ids_of(list(R.expand(earlier))), replayed=True)
+        if not earlier:  # the first attempt was refused: so is its repeat
+            return Result(changed=moved, replayed=True, error=QueueFull(
+                "queue full: this push was refused before (a repeat of it); "
+                "nothing from it was written"))
+        return Result(ids=_ids_of(list(R.expand(earlier))), replayed=True, changed=moved)
     if op.once is not None and _live_key(state, op.once, now_ms):
-        return Result(duplicate=True)
+        return Result(duplicate=True, changed=moved)
     if op.missing:
         raise InvalidRequest(f"{op.missing} staged chunk(s) of this write are missing; "
                              "nothing was published")
     ids: Sequence[str]
-    if isinstance(op, PushPayloads):
-        ids = _insert_payloads(state, op.payloads, now_ms)
-    else:
-        ids = _insert_jobs(state, op.jobs, now_ms)
+    try:
+        if isinstance(op, PushPayloads):
+            ids = _insert_payloads(state, op.payloads, now_ms)
+        else:
+            ids = _insert_jobs(state, op.jobs, now_ms)
+    except QueueFull as exc:
+        if op.request is None:
+            raise
+        # Refused for the state the queue is in, which changes: remember it, so a
+        # late copy of this call is refused too, not applied once there is room.
+        state.receipts.record(op.request, R.PUSH, [], now_ms)
+        _trim_windows(state, now_ms)
+        return Result(changed=True, error=exc)
     if op.once is not None:
-        state.once.pop(op.once, None)  # (re-inserted at the young end)
+        if state.once.pop(op.once, None) is None:  # (re-inserted at the young end)
+            state.key_bytes += key_entry_bytes(op.once)
         state.once[op.once] = KeyEntry("(published)", now_ms)
     if op.request is not None:
         runs = ([ids.first, len(ids)] if isinstance(ids, JobIds)
@@ -613,10 +630,11 @@ def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
         raise InvalidRequest(f"lease must be within (0, 86400] s, got {op.lease_ms / 1000}")
     if not op.worker or len(op.worker) > 200:
         raise InvalidRequest("worker must be a name of 1..200 characters")
-    earlier = _earlier(state, op.request, op.floor, R.CLAIM, now_ms)
+    earlier, moved = _earlier(state, op.request, op.floor, R.CLAIM, now_ms)
     if earlier is not None:
-        return Result(jobs=_still_held(state, earlier[0], earlier[1], now_ms), replayed=True)
-    result = Result()
+        return Result(jobs=_still_held(state, earlier[0], earlier[1], now_ms), replayed=True,
+                      changed=moved)
+    result = Result(changed=moved)
     if state.paused:
         return result
     _promote_due(state, now_ms)
@@ -645,7 +663,7 @@ def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
         dirty.add(seq >> SEGMENT_SHIFT)
         heappush(leases, timed_key(expires, seq))
         out.append(_new_tuple(ClaimedJob, (job_id, job.payload, token, job.attempts, expires)))
-    result.changed = bool(out)
+    result.changed = bool(out) or moved
     if out and op.request is not None:
         state.receipts.record(op.request, R.CLAIM, [first_fence, len(out)], now_ms)
     return result
@@ -796,9 +814,9 @@ def _compact_leases(state: QueueState) -> None:
 
 
 def _redrive(state: QueueState, op: Redrive, now_ms: int) -> Result:
-    earlier = _earlier(state, op.request, op.floor, R.REDRIVE, now_ms)
+    earlier, moved = _earlier(state, op.request, op.floor, R.REDRIVE, now_ms)
     if earlier is not None:
-        return Result(count=earlier[0], replayed=True)
+        return Result(count=earlier[0], replayed=True, changed=moved)
     if op.ids is None:
         targets = [j for j in state.jobs.values() if j.status == DEAD]
     else:
@@ -823,9 +841,9 @@ def _purge(state: QueueState, op: Purge, now_ms: int) -> Result:
     if bad:
         raise InvalidRequest(f"cannot purge status {sorted(bad)}; use pending, claimed or dead "
                              "(completed jobs leave by themselves once archived)")
-    earlier = _earlier(state, op.request, op.floor, R.PURGE, now_ms)
+    earlier, moved = _earlier(state, op.request, op.floor, R.PURGE, now_ms)
     if earlier is not None:
-        return Result(count=earlier[0], replayed=True)
+        return Result(count=earlier[0], replayed=True, changed=moved)
     statuses = set(op.statuses)
     doomed = [j for j in state.jobs.values() if j.status in statuses]
     for job in doomed:
@@ -984,8 +1002,8 @@ def list_jobs(state: QueueState, status: str | None = None, limit: int = 100,
     after_seq = -1
     if after is not None:
         # any "j" and digits, padded or not: a person may type "j42"
-        if not (after.startswith("j") and after[1:].isdecimal()):
-            raise InvalidRequest(f"after must be a job id, got {after!r}")
+        if not (after.startswith("j") and after[1:].isdecimal() and len(after) <= 16):
+            raise InvalidRequest(f"after must be a job id, got {after[:40]!r}")
         after_seq = int(after[1:])
     page: list[Job] = []
     for job in state.jobs.values():

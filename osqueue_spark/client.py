@@ -83,20 +83,16 @@ def _retryable(exc: BaseException) -> bool:
 class _Requests:
     """Numbers this client's keyed calls: ``r-{client}-{n}``, and the floor below
     which every call has its answer (so the broker can drop their receipts).
-    A process forked from this one is another client: it draws a new id."""
+    A forked copy of a client is another client (see ``QueueClient._own``)."""
 
     def __init__(self) -> None:
         self.client = uuid.uuid4().hex[:12]
-        self._pid = os.getpid()
         self._next = 0
         self._open: set[int] = set()
         self._lock = threading.Lock()
 
     def begin(self) -> int:
         with self._lock:
-            if os.getpid() != self._pid:  # forked: the parent goes on with its own numbers
-                self.client, self._pid = uuid.uuid4().hex[:12], os.getpid()
-                self._next, self._open = 0, set()
             n = self._next
             self._next += 1
             self._open.add(n)
@@ -169,6 +165,13 @@ class QueueClient:
         self.retry_s = retry_s
         self._token = token
         self._pool_size = pool_size
+        self._own()
+
+    def _own(self) -> None:
+        """This process's connections, locks and request numbers: made at start,
+        after unpickling, and again in a process forked from this one (which must
+        share neither the parent's kept-alive connections nor its request keys)."""
+        self._pid = os.getpid()
         self._lock = threading.Lock()
         self._requests = _Requests()
         self._http = self._new_pool()
@@ -187,9 +190,7 @@ class QueueClient:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._lock = threading.Lock()
-        self._requests = _Requests()  # a copy is another client: its own keys
-        self._http = self._new_pool()
+        self._own()  # a copy is another client: its own connections and keys
 
     def __repr__(self) -> str:
         return f"QueueClient({self.url!r}, queue={self.queue!r})"  # never the token
@@ -291,6 +292,8 @@ class QueueClient:
         ``keyed`` (push and claim): the call gets a request key, sent with every
         retry of it, so a repeat gets the first answer.
         """
+        if self._pid != os.getpid():  # forked from the process that made this client
+            self._own()
         timeout = self.timeout_s if timeout_s is None else timeout_s
         n = self._requests.begin() if keyed else None
 

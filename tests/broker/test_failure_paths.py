@@ -443,13 +443,13 @@ def test_publish_keys_are_trimmed_and_counted(tmp_path: Path,
     """Defect 14: publish and stream once-keys were never trimmed nor counted.
     They have a window of their own (so per-job keys never evict them), trimmed
     by count and by dedup_ttl_s, and counted in the state size."""
-    monkeypatch.setattr(transitions, "ONCE_KEYS", 3)
+    monkeypatch.setattr(transitions, "ONCE_KEYS_MIN", 3)
     store = FileStore(tmp_path)
     clock = Clock()
 
     async def main() -> None:
         a = await started(store, clock=clock)
-        await a.create_queue("q", {"dedup_ttl_s": 60})
+        await a.create_queue("q", {"dedup_ttl_s": 60, "dedup_keys": 1})
         sizes = []
         for i in range(5):
             await a.stage("q", f"w-{i}/c0", b"\t1\n")

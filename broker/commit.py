@@ -463,6 +463,10 @@ class CommitLoop(Generic[StateT]):
                 except _Expired as exp:
                     self._give_up(batch, attempts, exp.last)
                     return
+                assert self.state is not None
+                # (another broker may have taken the object over while we could not look)
+                if not self._check_owner(self.state, pending=bool(attempts), batch=batch):
+                    return
             state = self.state
             assert state is not None
             now = self.clock()
@@ -490,12 +494,12 @@ class CommitLoop(Generic[StateT]):
                 # theirs may still land: then nobody can tell them apart any more).
                 index, failure = bad
                 log.error("%s: applying one call failed", self.key, exc_info=failure)
-                self._answer(batch[index], OsqueueError(
-                    f"internal error applying this call: {type(failure).__name__}: {failure}"))
                 self.state = None
-                if attempts:
+                if attempts:  # an earlier attempt, this call in it, may still land
                     self._answer_unknown(batch, failure)
                     return
+                self._answer(batch[index], OsqueueError(
+                    f"internal error applying this call: {type(failure).__name__}: {failure}"))
                 batch = self._batch = batch[:index] + batch[index + 1:]
                 continue
             if not changed and not attempts:

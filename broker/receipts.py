@@ -72,6 +72,10 @@ ITEM_BYTES = 48
 RUN_BYTES = 16
 #: Settled tokens are merged into buckets of this share of ``retry_ttl_s``.
 BUCKETS_PER_TTL = 20
+#: How long a floor moved by an empty poll (or a remembered refusal) may stay
+#: unwritten on an idle queue (ms): at most one write a second for them, however
+#: often workers poll. Until written it holds in the owner's memory only.
+LAZY_WRITE_MS = 1_000
 
 
 def runs_of(values: Iterator[int] | Sequence[int]) -> list[int]:
@@ -190,7 +194,8 @@ def _runs(value: Any, what: str) -> list[int]:
 class Receipts:
     """Request receipts (oldest first) and settled-token buckets, with lookups."""
 
-    __slots__ = ("_by_client", "_fence_index", "buckets", "floors", "requests", "settled_runs")
+    __slots__ = ("_by_client", "_fence_index", "buckets", "floors", "requests", "settled_runs",
+                 "unwritten_since")
 
     def __init__(self) -> None:
         self.requests: dict[str, Request] = {}  # in time order
@@ -199,6 +204,15 @@ class Receipts:
         self.floors: dict[str, tuple[int, int]] = {}  # client -> (floor, at ms), in time order
         self._by_client: dict[str, dict[int, str]] = {}  # client -> n -> key
         self._fence_index: list[tuple[int, int, str]] | None = None  # (first, end, outcome)
+        #: When a change that needs no write of its own (a floor moved by an empty
+        #: claim, a refusal remembered) was first left unwritten; None: none is.
+        self.unwritten_since: int | None = None
+
+    def later(self, now_ms: int) -> None:
+        """Mark a change to be written with the next write, or soon (see
+        :data:`LAZY_WRITE_MS`), instead of a write of its own."""
+        if self.unwritten_since is None:
+            self.unwritten_since = now_ms
 
     @property
     def items(self) -> int:

@@ -1094,3 +1094,4 @@ def stamp(state: QueueState, writer: str, now_ms: int, commit: str | None = None
         job = state.jobs[seq]
         job.done_commit = commit
         touch(state, job)
+    state.receipts.unwritten_since = None  # this write carries them

@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 
 from broker import receipts as R
 from broker import timefmt
-from broker.errors import InvalidRequest, OsqueueError, PayloadTooLarge, QueueFull
+from broker.errors import InvalidRequest, PayloadTooLarge, QueueFull
 from broker.state import (
     CLAIMED,
     COMPLETED,
@@ -304,7 +304,6 @@ class Result:
     duplicate: bool = False
     replayed: bool = False  # the answer of an earlier call with the same request key
     view: Any = None  # what a read op read
-    error: OsqueueError | None = None  # refused, with the refusal remembered (raise it)
 
 
 # -- helpers -------------------------------------------------------------------
@@ -553,19 +552,22 @@ def _live_key(state: QueueState, key: str, now_ms: int) -> bool:
 
 
 def _earlier(state: QueueState, request: str | None, floor: int | None,
-             kind: str, now_ms: int) -> tuple[list[int] | None, bool]:
-    """(what an earlier call with this request key answered, None if none did;
-    whether the caller's floor moved). Applies the caller's floor first (a moved
-    floor must be written, or a late copy could outlive it); refuses a late
-    attempt of a call whose answer its client already had (below its floor)."""
+             kind: str, now_ms: int) -> list[int] | None:
+    """What an earlier call with this request key answered (None: none did).
+
+    Applies the caller's floor first: it takes effect at once and is written
+    with the next write or within :data:`broker.receipts.LAZY_WRITE_MS` (a poll
+    that claims nothing costs no write of its own). Refuses a late attempt of a
+    call whose answer its client already had (below its floor)."""
     if request is None:
-        return None, False
+        return None
     receipts = state.receipts
     if receipts.below_floor(request):
         raise InvalidRequest(f"request {request} was answered before (its client has moved "
                              "past it); a late copy of it is not applied")
-    moved = floor is not None and receipts.answered_below(request, floor, now_ms)
-    return receipts.answered(request, kind), moved
+    if floor is not None and receipts.answered_below(request, floor, now_ms):
+        receipts.later(now_ms)
+    return receipts.answered(request, kind)
 
 
 def _remove(state: QueueState, job: Job) -> None:
@@ -585,15 +587,14 @@ def _ids_of(seqs: list[int]) -> Sequence[str]:
 
 
 def _push(state: QueueState, op: Push | PushPayloads, now_ms: int) -> Result:
-    earlier, moved = _earlier(state, op.request, op.floor, R.PUSH, now_ms)
+    earlier = _earlier(state, op.request, op.floor, R.PUSH, now_ms)
     if earlier is not None:
         if not earlier:  # the first attempt was refused: so is its repeat
-            return Result(changed=moved, replayed=True, error=QueueFull(
-                "queue full: this push was refused before (a repeat of it); "
-                "nothing from it was written"))
-        return Result(ids=_ids_of(list(R.expand(earlier))), replayed=True, changed=moved)
+            raise QueueFull("queue full: this push was refused before (a repeat of it); "
+                            "nothing from it was written")
+        return Result(ids=_ids_of(list(R.expand(earlier))), replayed=True)
     if op.once is not None and _live_key(state, op.once, now_ms):
-        return Result(duplicate=True, changed=moved)
+        return Result(duplicate=True)
     if op.missing:
         raise InvalidRequest(f"{op.missing} staged chunk(s) of this write are missing; "
                              "nothing was published")
@@ -603,14 +604,14 @@ def _push(state: QueueState, op: Push | PushPayloads, now_ms: int) -> Result:
             ids = _insert_payloads(state, op.payloads, now_ms)
         else:
             ids = _insert_jobs(state, op.jobs, now_ms)
-    except QueueFull as exc:
-        if op.request is None:
-            raise
-        # Refused for the state the queue is in, which changes: remember it, so a
-        # late copy of this call is refused too, not applied once there is room.
-        state.receipts.record(op.request, R.PUSH, [], now_ms)
-        _trim_windows(state, now_ms)
-        return Result(changed=True, error=exc)
+    except QueueFull:
+        if op.request is not None:
+            # Refused for the state the queue is in, which changes: remember it (in
+            # memory now, written soon), so a late copy of this call is refused too,
+            # not applied once there is room.
+            state.receipts.record(op.request, R.PUSH, [], now_ms)
+            state.receipts.later(now_ms)
+        raise
     if op.once is not None:
         if state.once.pop(op.once, None) is None:  # (re-inserted at the young end)
             state.key_bytes += key_entry_bytes(op.once)
@@ -630,11 +631,10 @@ def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
         raise InvalidRequest(f"lease must be within (0, 86400] s, got {op.lease_ms / 1000}")
     if not op.worker or len(op.worker) > 200:
         raise InvalidRequest("worker must be a name of 1..200 characters")
-    earlier, moved = _earlier(state, op.request, op.floor, R.CLAIM, now_ms)
+    earlier = _earlier(state, op.request, op.floor, R.CLAIM, now_ms)
     if earlier is not None:
-        return Result(jobs=_still_held(state, earlier[0], earlier[1], now_ms), replayed=True,
-                      changed=moved)
-    result = Result(changed=moved)
+        return Result(jobs=_still_held(state, earlier[0], earlier[1], now_ms), replayed=True)
+    result = Result()
     if state.paused:
         return result
     _promote_due(state, now_ms)
@@ -663,7 +663,7 @@ def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
         dirty.add(seq >> SEGMENT_SHIFT)
         heappush(leases, timed_key(expires, seq))
         out.append(_new_tuple(ClaimedJob, (job_id, job.payload, token, job.attempts, expires)))
-    result.changed = bool(out) or moved
+    result.changed = bool(out)
     if out and op.request is not None:
         state.receipts.record(op.request, R.CLAIM, [first_fence, len(out)], now_ms)
     return result
@@ -789,7 +789,9 @@ def _reclaim(state: QueueState, op: Reclaim, now_ms: int) -> Result:
     if len(leases) > 64 + 2 * len(state.jobs):
         _compact_leases(state)
     _trim_windows(state, now_ms)
-    result.changed = bool(reclaimed)
+    since = state.receipts.unwritten_since
+    result.changed = bool(reclaimed) or (since is not None and
+                                         now_ms - since >= R.LAZY_WRITE_MS)
     return result
 
 
@@ -814,9 +816,9 @@ def _compact_leases(state: QueueState) -> None:
 
 
 def _redrive(state: QueueState, op: Redrive, now_ms: int) -> Result:
-    earlier, moved = _earlier(state, op.request, op.floor, R.REDRIVE, now_ms)
+    earlier = _earlier(state, op.request, op.floor, R.REDRIVE, now_ms)
     if earlier is not None:
-        return Result(count=earlier[0], replayed=True, changed=moved)
+        return Result(count=earlier[0], replayed=True)
     if op.ids is None:
         targets = [j for j in state.jobs.values() if j.status == DEAD]
     else:
@@ -841,9 +843,9 @@ def _purge(state: QueueState, op: Purge, now_ms: int) -> Result:
     if bad:
         raise InvalidRequest(f"cannot purge status {sorted(bad)}; use pending, claimed or dead "
                              "(completed jobs leave by themselves once archived)")
-    earlier, moved = _earlier(state, op.request, op.floor, R.PURGE, now_ms)
+    earlier = _earlier(state, op.request, op.floor, R.PURGE, now_ms)
     if earlier is not None:
-        return Result(count=earlier[0], replayed=True, changed=moved)
+        return Result(count=earlier[0], replayed=True)
     statuses = set(op.statuses)
     doomed = [j for j in state.jobs.values() if j.status in statuses]
     for job in doomed:
@@ -943,7 +945,9 @@ def apply(state: QueueState, op: Op, now_ms: int) -> Result:
     """Apply one operation at time ``now_ms``.
 
     Raises an ``OsqueueError`` (``InvalidRequest``, ``PayloadTooLarge``,
-    ``QueueFull``) without changing ``state`` when the operation is refused.
+    ``QueueFull``) without changing the jobs when the operation is refused;
+    a keyed call's floor, and a keyed push's refusal as queue full, are still
+    remembered in the receipts (written later, see :mod:`broker.receipts`).
     """
     return _HANDLERS[type(op)](state, op, now_ms)
 
@@ -1016,8 +1020,11 @@ def list_jobs(state: QueueState, status: str | None = None, limit: int = 100,
 
 
 def next_wakeup_ms(state: QueueState) -> int | None:
-    """When the earliest lease expires or delayed job becomes due (for idle timers)."""
+    """When the earliest lease expires or delayed job becomes due, or lazily kept
+    receipts are to be written (for idle timers)."""
     times = []
+    if state.receipts.unwritten_since is not None:
+        times.append(state.receipts.unwritten_since + R.LAZY_WRITE_MS)
     if state.leases:
         times.append(key_time(state.leases[0]))
     if state.delayed:

@@ -25,6 +25,7 @@ import operator
 import os
 import threading
 import uuid
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from decimal import Decimal
 from typing import Any, NamedTuple
@@ -170,11 +171,13 @@ class QueueClient:
     def _own(self) -> None:
         """This process's connections, locks and request numbers: made at start,
         after unpickling, and again in a process forked from this one (which must
-        share neither the parent's kept-alive connections nor its request keys)."""
-        self._pid = os.getpid()
+        share neither the parent's kept-alive connections nor its request keys;
+        :func:`_renew_after_fork` calls this in the child before any of its
+        threads can run)."""
         self._lock = threading.Lock()
         self._requests = _Requests()
         self._http = self._new_pool()
+        _LIVE.add(self)
 
     def _new_pool(self) -> urllib3.PoolManager:
         headers = {"content-type": "application/json"}
@@ -292,8 +295,6 @@ class QueueClient:
         ``keyed`` (push and claim): the call gets a request key, sent with every
         retry of it, so a repeat gets the first answer.
         """
-        if self._pid != os.getpid():  # forked from the process that made this client
-            self._own()
         timeout = self.timeout_s if timeout_s is None else timeout_s
         n = self._requests.begin() if keyed else None
 
@@ -429,6 +430,18 @@ class QueueClient:
 
     def health(self) -> dict[str, Any]:
         return dict(self.request("GET", "/healthz"))
+
+
+_LIVE: weakref.WeakSet[QueueClient] = weakref.WeakSet()
+
+
+def _renew_after_fork() -> None:
+    """In a forked child: every client gets its own connections, locks and keys."""
+    for client in list(_LIVE):
+        client._own()
+
+
+os.register_at_fork(after_in_child=_renew_after_fork)
 
 
 def _json_default(value: Any) -> Any:

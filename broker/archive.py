@@ -44,7 +44,8 @@ from typing import Any, TypeVar
 import orjson
 
 from broker import keys
-from broker.state import Job, LineSpans, NotOurLayout
+from broker.decode import LineSpans, NotOurLayout
+from broker.state import Job
 from broker.storage import ObjectStore
 
 

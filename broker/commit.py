@@ -109,6 +109,12 @@ class Model(Protocol[StateT]):
         whatever must follow a commit (archive objects)."""
         ...
 
+    def carry(self, dropped: StateT, fresh: StateT, now_ms: int) -> None:
+        """The loop dropped ``dropped`` for the re-read ``fresh``: move into
+        ``fresh`` what only the dropped state held and must not be lost (changes
+        kept in memory to be written later)."""
+        ...
+
     def next_timer_ms(self, state: StateT, now_ms: int) -> int | None: ...
 
 
@@ -218,6 +224,9 @@ class CommitLoop(Generic[StateT]):
         self._closing = False
         self._task: asyncio.Task[None] | None = None
         self._idle_commits = 0  # timer-driven commits in a row (reset by a write)
+        # The state dropped for a re-read: what only it holds (see Model.carry)
+        # goes into the state read next.
+        self._dropped: StateT | None = None
         self._attempted = False  # the current batch has had a write attempt
 
     # -- public ---------------------------------------------------------------
@@ -260,7 +269,7 @@ class CommitLoop(Generic[StateT]):
         self.active = True
         self.owned = False
         self.step_down_error = None
-        self.state = None
+        self.state = self._dropped = None
         self._wake.set()
 
     async def close(self, timeout_s: float | None = None) -> None:
@@ -304,7 +313,7 @@ class CommitLoop(Generic[StateT]):
                 log.exception("%s: unexpected error in the commit loop", self.key)
                 self.stats.faults += 1
                 self._fail_all(OsqueueError(f"internal error in the commit loop of {self.key}"))
-                self.state = None
+                self._drop_state()
                 await asyncio.sleep(self._fault_retry_s)
 
     async def _round(self) -> bool:
@@ -361,7 +370,7 @@ class CommitLoop(Generic[StateT]):
                                  f"{type(exc).__name__}: {exc}")
         self.stats.faults += 1
         self.fault = f"{error.code}: {error.message}"
-        self.state = None  # the in-memory state may be half-applied: re-read it
+        self._drop_state()  # the in-memory state may be half-applied: re-read it
         self.etag = None
         for item in batch:
             self._answer(item, error)
@@ -415,6 +424,13 @@ class CommitLoop(Generic[StateT]):
         if not item.future.done():
             item.future.set_result(result)
 
+    def _drop_state(self) -> None:
+        """Forget the in-memory state (re-read it next), keeping it for
+        :meth:`Model.carry` until the next read."""
+        if self.state is not None:
+            self._dropped = self.state
+        self.state = None
+
     def _fail_all(self, error: OsqueueError) -> None:
         for item in self._batch + self._buffer:
             self._answer(item, error)
@@ -426,6 +442,11 @@ class CommitLoop(Generic[StateT]):
         except OSError as exc:  # a store that let one through: it is a storage fault
             raise _storage_error(exc) from exc
 
+    def _carry(self) -> None:
+        if self._dropped is not None and self.state is not None:
+            self.model.carry(self._dropped, self.state, self.clock())
+        self._dropped = None
+
     async def _reload(self, deadline: float) -> None:
         """Read the committed object into ``state``; raise ``_Expired`` past
         ``deadline``, a ``StateError`` or ``StorageRefused`` at once."""
@@ -436,6 +457,7 @@ class CommitLoop(Generic[StateT]):
             except NotFound:
                 self.state, self.etag = self.model.empty(self.clock()), None
                 self.fault = None
+                self._carry()
                 return
             except StorageRefused:
                 raise
@@ -449,6 +471,7 @@ class CommitLoop(Generic[StateT]):
             self.state, self.etag = self.model.decode(got.data), got.etag
             self.stats.state_bytes = len(got.data)
             self.fault = None
+            self._carry()
             self.model.committed(self.state)
             return
 
@@ -494,7 +517,7 @@ class CommitLoop(Generic[StateT]):
                 # theirs may still land: then nobody can tell them apart any more).
                 index, failure = bad
                 log.error("%s: applying one call failed", self.key, exc_info=failure)
-                self.state = None
+                self._drop_state()
                 if attempts:  # an earlier attempt, this call in it, may still land
                     self._answer_unknown(batch, failure)
                     return
@@ -525,7 +548,7 @@ class CommitLoop(Generic[StateT]):
                                           attempt.base_etag)
             except StorageRefused as exc:
                 # Refused for good: this attempt did not land; an earlier one may have.
-                self.state = None
+                self._drop_state()
                 if len(attempts) > 1:
                     self._give_up(batch, attempts[:-1], exc)
                 else:
@@ -539,7 +562,7 @@ class CommitLoop(Generic[StateT]):
                     self.stats.unknown_outcomes += 1
                     log.warning("write of %s had an unknown outcome (%s); re-reading",
                                 self.key, exc)
-                self.state = None
+                self._drop_state()
                 try:
                     await self._reload(deadline)
                 except _Expired as exp:
@@ -636,7 +659,7 @@ class CommitLoop(Generic[StateT]):
     def _give_up(self, batch: list[_Pending], attempts: list[_Attempt],
                  last: BaseException | None) -> None:
         """Storage failed for the whole batch timeout: answer and move on."""
-        self.state = None
+        self._drop_state()
         self.fault = f"storage unavailable: {last}"
         self.stats.faults += 1
         if attempts:

@@ -87,6 +87,9 @@ class QueueModel:
             queue=self.queue,
         )
 
+    def carry(self, dropped: S.QueueState, fresh: S.QueueState, now_ms: int) -> None:
+        fresh.receipts.carry_unwritten(dropped.receipts, now_ms)
+
     def committed(self, state: S.QueueState) -> None:
         if self.ownership.is_self(state.broker) or state.broker is None:
             self.archiver.committed(state)

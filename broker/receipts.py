@@ -214,6 +214,31 @@ class Receipts:
         if self.unwritten_since is None:
             self.unwritten_since = now_ms
 
+    def carry_unwritten(self, dropped: Receipts, now_ms: int) -> None:
+        """Take from ``dropped`` (the receipts of a state the broker dropped to
+        re-read the object) what may never have been written: client floors
+        higher than these, and remembered refusals these lack. They are marked
+        to be written (see :meth:`later`)."""
+        carried = False
+        for client, (floor, at) in dropped.floors.items():
+            mine = self.floors.get(client)
+            if mine is None or mine[0] < floor:
+                self.floors.pop(client, None)
+                self.floors[client] = (floor, at)
+                calls = self._by_client.get(client, {})
+                for n in [n for n in calls if n < floor]:
+                    self.requests.pop(calls.pop(n), None)
+                if not calls:
+                    self._by_client.pop(client, None)
+                carried = True
+        for key, r in dropped.requests.items():
+            if r.kind == PUSH and not r.data and key not in self.requests \
+                    and not self.below_floor(key):
+                self._remember(Request(key, r.at_ms, PUSH, []))
+                carried = True
+        if carried:
+            self.later(now_ms)
+
     @property
     def items(self) -> int:
         """Remembered items: request receipts, runs of settled tokens, floors."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import orjson
@@ -74,3 +74,11 @@ def payloads(store: ObjectStore, queue: str = "q") -> list[Any]:
                      if j.status == "completed"
                      and j.id not in {r["id"] for r in archive_lines(store, queue)}],
                   key=str)
+
+async def until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Wait (on the event loop) until ``check()`` holds: the broker writes in the
+    background; fails after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)

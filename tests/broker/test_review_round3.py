@@ -1,0 +1,396 @@
+"""Regressions found by adversarial review round 3 of the failure-path work (F1-F6).
+
+Each test reproduces one way the reviewer found to lose, duplicate or strand a
+job, give a wrong answer, or wedge a queue; it failed on the code it was found in.
+The reviewer's notes head each test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import urllib3
+
+from broker import keys, receipts
+from broker import state as S
+from broker import transitions as T
+from broker.errors import (
+    InvalidRequest,
+    NotFound,
+    OsqueueError,
+    PayloadTooLarge,
+    QueueFull,
+    StorageRefused,
+    UnknownQueue,
+)
+from broker.storage import FileStore
+from broker.transitions import NewJob
+from osqueue_spark import QueueClient, start_broker
+from tests.broker.faults import REFUSED, Clock, FaultyStore
+from tests.broker.inprocess import crash, run, started, stored, successor, until
+
+# -- F1 ----------------------------------------------------------------------
+# F1: one bad GET /jobs makes every other caller's op in the same group commit fail.
+#
+# Since da952a3 the owner answers reads *in the commit loop* (``Broker._read`` ->
+# ``CommitLoop.submit(ReadJobs(...))``). ``transitions._read_jobs`` ->
+# ``list_jobs`` parses ``after`` with ``int(after[1:])`` after checking only
+# ``after[1:].isdecimal()``. A job id of more than 4300 digits makes ``int()``
+# raise ``ValueError`` (CPython's int-string conversion limit), which is not an
+# ``OsqueueError``: ``CommitLoop._commit`` catches only ``OsqueueError`` per op, so
+# the ValueError escapes the batch, ``_faulted`` answers EVERY op of the batch with
+# a non-retryable 500 "internal error" (pushes, claims, completes of other clients)
+# and marks the queue faulted. The push below is from an unrelated producer; it is
+# refused although nothing is wrong with it (QueueClient does not retry a 500, so
+# the producer is told its push failed). A reader polling that URL keeps every
+# write of the queue failing. Before the change the read ran outside the loop and
+# only the reader got the 500.
+#
+# Same root cause, older path (variant ``redrive_ids``): ``POST /redrive`` accepts
+# any string ids; ``_redrive`` -> ``state.seq_of`` does ``int(digits)`` on an id of
+# 5001 digits. (Tokens are capped at 300 characters by ``api._tokens``; ids and
+# ``after`` are not capped.)
+
+BAD_AFTER = "j" + "1" * 5000  # isdecimal() is True; int() refuses > 4300 digits
+
+
+@pytest.mark.parametrize("bad", ["jobs_read", "redrive_ids"])
+def test_a_bad_call_does_not_fail_other_callers_ops(tmp_path: Path, bad: str) -> None:
+    inner = FileStore(tmp_path)
+    store = FaultyStore(inner)
+    gate, entered = threading.Event(), threading.Event()
+
+    def slow(_key: str) -> None:
+        entered.set()
+        gate.wait(10)
+
+    async def main() -> tuple[object, object]:
+        a = await started(store)
+        await a.push("q", [NewJob(b'"first"')])
+        # one write in flight, so the next two calls buffer into one batch
+        store.inject("write_if_match", None, key_contains="q/queue.json", before=slow)
+        busy = asyncio.create_task(a.push("q", [NewJob(b'"busy"')]))
+        while not entered.is_set():
+            await asyncio.sleep(0.01)
+        producer = asyncio.create_task(a.push("q", [NewJob(b'"order-42"')], request="r-p-0",
+                                              floor=0))
+        if bad == "jobs_read":  # GET /v1/queues/q/jobs?after=j111...1
+            reader = asyncio.create_task(a.jobs("q", after=BAD_AFTER))
+        else:  # POST /v1/queues/q/redrive {"ids": ["j1000...0"]} (same int() limit, in seq_of)
+            reader = asyncio.create_task(a.redrive("q", ids=["j1" + "0" * 5000]))
+        await asyncio.sleep(0.05)
+        gate.set()
+        await busy
+        got = await asyncio.gather(producer, reader, return_exceptions=True)
+        health = a.health()
+        await a.stop(drain_s=5)
+        return got[0], (got[1], health["faulted_queues"])
+
+    pushed, (read, faulted) = run(main())
+    payloads = [j.payload for j in stored(inner).jobs.values()]
+    assert not isinstance(pushed, OsqueueError), (
+        f"an unrelated producer's push was answered {pushed!r} because a reader in the same "
+        f"batch asked for jobs after a 5001-char id (reader got {type(read).__name__}: "
+        f"{read}); queue faulted: {faulted}; stored payloads {payloads}")
+
+
+# -- F2 ----------------------------------------------------------------------
+# F2: a client's floor raised by a claim that found nothing is never written, so
+# after a crash or a re-read the late copy of an answered call is applied as new.
+#
+# The second review's N2 fix promises: "each client's floor is kept and a late copy
+# of a call below it is refused, not applied". ``transitions._earlier`` raises the
+# floor in the in-memory receipts (``Receipts.answered_below``) but ``_claim``
+# reports ``changed=False`` when it claims nothing, so the commit loop writes
+# nothing (``CommitLoop._commit``: ``if not changed and not attempts: answer;
+# return``). The floor lives only in the owner's memory until some other write
+# happens to carry it. A claim answered ``[]`` also leaves no receipt; so for a
+# worker polling a queue whose next job is delayed (a retry backoff, a delayed
+# push) the floor is the only thing that refuses a late copy of its earlier
+# claim, and it is lost by:
+#
+# * a crash of the owner (kill -9) and a takeover by another broker, or
+# * any failed batch on the owner itself (``_faulted``/``_give_up``/StorageRefused
+#   set ``state=None``; the re-read object has no floor).
+#
+# Then the late copy of the client's claim 0 (answered ``[]`` to the client long
+# ago) claims the job once it is due: the job is leased to a token nobody holds,
+# so it does not run until the lease expires, its attempt is used up, and with
+# max_attempts=1 it goes dead without ever having run.
+#
+# Responsible: broker/transitions.py ``_earlier`` (floor applied in memory) and
+# ``_claim`` (``result.changed = bool(out)``; no receipt for an empty answer);
+# broker/commit.py ``_commit`` (an unchanged batch is not written).
+
+CLIENT_F2 = "r-0123456789ab"
+
+
+
+
+@pytest.mark.parametrize("persisted", [True, False])  # False: written by the idle timer
+@pytest.mark.parametrize("how", ["crash", "refused_write"])
+def test_late_copy_of_an_empty_claim_is_refused(tmp_path: Path, how: str,
+                                                persisted: bool) -> None:
+    clock = Clock()
+    inner = FileStore(tmp_path)
+    store = FaultyStore(inner)
+
+    async def main() -> object:
+        a = await started(store, "http://a", clock)
+        # a job that becomes due in 5 s (a delayed push, or a failed job's backoff)
+        await a.push("q", [NewJob(b'"x"', delay_ms=5_000, max_attempts=1)])
+        # the worker's claim 0: attempt 1 is held somewhere (a proxy, a standby);
+        # attempt 2 reaches the owner and is answered: nothing to do yet
+        assert await a.claim("q", "w1", 1, 30.0, request=f"{CLIENT_F2}-0", floor=0) == []
+        # the worker's next poll: claim 1, floor 1 (claim 0 has its answer)
+        assert await a.claim("q", "w1", 1, 30.0, request=f"{CLIENT_F2}-1", floor=1) == []
+        if persisted:  # any other write carries the floor along ...
+            await a.push("q", [NewJob(b'"y"', delay_ms=60_000)])
+        else:  # ... and on an idle queue a timer writes it within LAZY_WRITE_MS
+            clock.advance(receipts.LAZY_WRITE_MS / 1000)
+            a._queues["q"].loop.poke()
+            await until(lambda: stored(inner).receipts.floors.get(CLIENT_F2, (0, 0))[0] >= 1)
+        floors = stored(inner).receipts.floors
+        if how == "crash":
+            await crash(a)
+            owner = await successor(inner, clock)  # 31 s later: x is due
+        else:
+            store.inject("write_if_match", REFUSED, key_contains="q/queue.json")
+            with pytest.raises(StorageRefused):  # e.g. a transient 403 on one PUT
+                await a.push("q", [NewJob(b'"z"')])
+            clock.advance(6)  # x is due
+            owner = a
+        # now the held attempt 1 of claim 0 arrives
+        try:
+            late = await owner.claim("q", "w1", 1, 30.0, request=f"{CLIENT_F2}-0", floor=0)
+        except InvalidRequest:
+            late = "refused"
+        await owner.stop(drain_s=5)
+        return late, floors
+
+    late, floors = run(main())
+    x = stored(inner).job("j0000000001")
+    assert x is not None
+    assert late == "refused" and x.status == "pending", (
+        f"the late copy of claim 0 (answered [] to the worker) was answered {late!r}; job x "
+        f"is now {x.status} under {x.lease.token if x.lease else None}, a lease nobody holds "
+        f"(attempts {x.attempts}/{x.max_attempts}); floors in the stored object before: "
+        f"{floors}")
+
+
+# -- F3 ----------------------------------------------------------------------
+# F3: a QueueClient inherited across fork() still shares its kept-alive HTTP
+# connections with the parent, so parent and child read each other's answers.
+#
+# da952a3 made a forked client draw a new client id (``_Requests.begin`` checks
+# ``os.getpid()``), but the urllib3 ``PoolManager`` (``QueueClient._http``) is not
+# renewed: the child inherits the parent's idle keep-alive socket, and both pool
+# copies hand the *same* TCP connection out. When the parent's call is still
+# being served on it and the child sends its own call on it, the broker answers
+# them in order on that one connection: the child reads the parent's answer and
+# the parent reads the child's. Here both push: each is told the id of the
+# other's job (a producer that records the id, e.g. to track or cancel the job,
+# records the wrong one; with a claim on one side and a push on the other, the
+# pusher gets a claim answer and the claimer a push answer).
+#
+# The only scheduling imposed: the parent reads its answer after the child has
+# read one (a process switch at that point; nothing is faked in the broker, whose
+# store is merely slow to write the parent's push, as a loaded S3 is).
+#
+# Responsible: osqueue_spark/client.py ``_Requests.begin`` renews the id on fork
+# but ``QueueClient`` keeps ``self._http`` (and ``self._lock``) from before it.
+
+def test_forked_client_reads_its_own_answers(tmp_path: Path) -> None:
+    inner = FileStore(tmp_path)
+    store = FaultyStore(inner)
+    server = start_broker(store)
+    try:
+        client = QueueClient(server.url, "q", timeout_s=20)
+        client.push("before-fork")  # leaves one kept-alive connection in the pool
+        go_r, go_w = os.pipe()
+        done_r, done_w = os.pipe()
+        out_r, out_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: push once the parent's push is on the wire
+            try:
+                os.read(go_r, 1)
+                job_id = client.push("child")
+                os.write(out_w, job_id.encode())
+            finally:
+                os.write(done_w, b"x")
+                os._exit(0)
+        # the parent: its push's write is slow on the store (1 s)
+        store.inject("write_if_match", None, key_contains="q/queue.json",
+                     before=lambda _k: time.sleep(1.0))
+        original = urllib3.connection.HTTPConnection.getresponse
+        once = threading.Event()
+
+        def getresponse(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            if not once.is_set():
+                once.set()
+                os.write(go_w, b"x")  # request sent; the child pushes now
+                os.read(done_r, 1)    # and reads an answer before we do
+            return original(self, *args, **kwargs)
+
+        urllib3.connection.HTTPConnection.getresponse = getresponse
+        try:
+            parent_id = client.push("parent")
+        finally:
+            urllib3.connection.HTTPConnection.getresponse = original
+        child_id = os.read(out_r, 100).decode()
+        os.waitpid(pid, 0)
+    finally:
+        server.stop()
+    payloads = {j.id: j.payload for j in stored(inner).jobs.values()}
+    assert payloads.get(parent_id) == b'"parent"' and payloads.get(child_id) == b'"child"', (
+        f"parent was told its job is {parent_id} ({payloads.get(parent_id)!r}), the child "
+        f"{child_id} ({payloads.get(child_id)!r}); the queue holds {payloads}")
+
+
+# -- F4 ----------------------------------------------------------------------
+# F4 (minor): a keyed purge (what QueueClient.purge sends since da952a3) of a queue
+# that does not exist creates its object.
+#
+# ``transitions._purge`` (and ``_redrive``) now answer ``changed=True`` whenever the
+# call carries a request key, even when nothing was purged: the receipt must be
+# written. ``Broker.purge`` goes through ``_submit(create=False)``, which refuses an
+# unknown queue only when this broker has no active loop for it. A first push that
+# was refused (here: a payload over the queue's max_payload_bytes, which only the
+# transition checks) leaves the loop active over an object that does not exist
+# (``Broker._read`` still answers 404 for it). The keyed purge then writes the
+# object with ``create_if_absent``: the queue now exists (stats 200, listed, owned
+# by this broker) although nothing was ever pushed to it. An unkeyed purge (the
+# control) answers 0 and creates nothing, as the service docstring promises for
+# operations on a queue that does not exist.
+
+@pytest.mark.parametrize("request_key", [None, "r-0123456789ab-0"])  # None: the control
+def test_purge_of_a_queue_that_does_not_exist_creates_nothing(tmp_path: Path,
+                                                              request_key: str | None) -> None:
+    store = FileStore(tmp_path)
+
+    async def main() -> None:
+        a = await started(store, default_settings={"max_payload_bytes": 1024})
+        with pytest.raises(PayloadTooLarge):  # the first push of q2 is refused
+            await a.push("q2", [b'"' + b"x" * 2000 + b'"'])
+        with pytest.raises(UnknownQueue):  # q2 does not exist
+            await a.stats("q2")
+        with pytest.raises(UnknownQueue):  # and purging it does not make it exist
+            await a.purge("q2", None, request=request_key, floor=0)
+        await a.stop(drain_s=5)
+
+    run(main())
+    with pytest.raises(NotFound):
+        store.read(keys.state_key("q2"))  # a purge never brings a queue into being
+
+
+# -- F5 ----------------------------------------------------------------------
+# F5: the publish-key window is a hard-coded 20,000 keys, whatever ``dedup_keys``
+# says; a Spark batch replayed after 20,000 other publishes is published twice.
+#
+# da952a3 moved publish keys (``df.write`` commits ``write:{prefix}`` and stream
+# batches ``stream:{stream}:q-{query}:{batch}``) out of the idempotency-key window
+# into ``state.once``, trimmed in ``transitions._trim_windows`` by
+# ``len(once) > ONCE_KEYS`` (``ONCE_KEYS = 20_000``, a module constant, not a
+# setting). Before, they shared the ``dedup_keys`` window (default 200,000,
+# settable to 10,000,000), and the documentation still promises that bound:
+# ``Settings`` ("``dedup_*`` bound the window of idempotency keys (and of Spark's
+# publish keys)"), ``QueueStreamWriter`` ("replays are recognised only within the
+# queue's idempotency window (``dedup_ttl_s``, default 24 h, and the last
+# ``dedup_keys`` keys)").
+#
+# A queue fed by several streaming queries (say 20 queries, one micro-batch a
+# second each) goes through 20,000 publish keys in 17 minutes; a query whose driver
+# restarts after that (a cluster restart, a rescheduled job) replays its last
+# batch, whose key has already been evicted: its jobs are enqueued a second time,
+# although the operator set ``dedup_keys`` to 1,000,000 and the batch is well
+# inside ``dedup_ttl_s``. (The other streams' publishes carry no jobs here only to
+# keep the test fast; the window logic does not look at the jobs.)
+
+def test_a_replayed_stream_batch_inside_the_documented_window_adds_nothing() -> None:
+    now = 1_800_000_000_000
+    st = T.new_state(now, S.Settings(dedup_keys=1_000_000))  # 24 h TTL, 1M keys
+    mine = "stream:0123456789abcdef:q-3f1c:41"
+    first = T.apply(st, T.push_of([b'{"order": 1}', b'{"order": 2}'], once=mine), now)
+    assert len(first.ids) == 2
+    for i in range(20_000):  # other queries' batches over the next ~17 minutes
+        T.apply(st, T.push_of([], once=f"stream:other{i % 20:02d}:q-x:{i}"), now + 50 * i)
+    # the query restarts and Spark replays batch 41 (same key, same jobs), 17 min later
+    again = T.apply(st, T.push_of([b'{"order": 1}', b'{"order": 2}'], once=mine),
+                    now + 50 * 20_000)
+    orders = [j.payload for j in st.jobs.values()]
+    assert again.duplicate and len(orders) == 2, (
+        f"replay of {mine!r} inside dedup_ttl_s and far inside dedup_keys=1,000,000 was "
+        f"published again (duplicate={again.duplicate}): the queue holds {orders}")
+
+
+# -- F6 ----------------------------------------------------------------------
+# F6: a keyed push answered with a final refusal (QueueFull: "nothing from this
+# push was written") leaves no receipt, so a late copy of that same call is applied
+# afterwards: the producer was told "not written", the job is enqueued, and the
+# producer's own re-push after the refusal makes it two.
+#
+# QueueClient ends a call at its first final answer; its floor moves past it only
+# with the client's *next* keyed call. The floor (da952a3) refuses late copies of
+# answered calls only once it has reached the broker; a receipt (which would make
+# a late copy replay the first answer) is recorded only for a push that was
+# applied (``transitions._push``: QueueFull raises from ``_check_room`` before
+# ``receipts.record``). Here attempt 1 of the push is held by a standby (slow read
+# of the object in ``Broker._serving``, as in N2); attempt 2 reaches the owner while
+# the queue is full and is refused; the queue drains; the owner restarts (rolling
+# restart: clean stop), the standby takes the queue over and applies attempt 1.
+# The producer, having been told QueueFull, pushes again (a new call) once there is
+# room: two copies of one order. (The same holds for any refusal that depends on
+# the state; a claim answered ``[]`` is F2's shape.)
+#
+# Responsible: broker/transitions.py ``_push`` (no receipt for a refused keyed call);
+# osqueue_spark/client.py ``QueueClient.request`` (a final answer ends the call while
+# another attempt of it may still be in flight).
+
+CLIENT_F6 = "r-0123456789ab"
+ORDER_F6 = b'"order-42"'
+
+
+def test_late_copy_of_a_push_refused_as_queue_full_is_not_applied(tmp_path: Path) -> None:
+    inner = FileStore(tmp_path)
+    store_a = FaultyStore(inner)
+
+    async def main() -> None:
+        b = await started(inner, "http://b")  # the owner
+        await b.create_queue("q", {"max_state_bytes": 65_536})
+        await b.push("q", [NewJob(b'"' + b"f" * 60_000 + b'"')])  # the queue is full
+        a = await started(store_a, "http://a")  # a standby on the same store
+        gate, entered = threading.Event(), threading.Event()
+
+        def hold(_key: str) -> None:
+            entered.set()
+            gate.wait(20)
+
+        store_a.inject("read", None, key_contains="q/queue.json", before=hold)
+        big = NewJob(b'"' + b"o" * 10_000 + b'"')  # an order with a 10 KB payload
+        order = NewJob(ORDER_F6)
+        # attempt 1 of the producer's call 0 reaches standby a, slow to read the object
+        late = asyncio.create_task(a.push("q", [order, big], request=f"{CLIENT_F6}-0", floor=0))
+        while not entered.is_set():
+            await asyncio.sleep(0.01)
+        # the client times out, is redirected to b: attempt 2 is refused, queue full
+        with pytest.raises(QueueFull):
+            await b.push("q", [order, big], request=f"{CLIENT_F6}-0", floor=0)
+        await b.purge("q")  # the queue drains (an admin purge of the filler here)
+        await b.stop(drain_s=5)  # rolling restart of the owner
+        gate.set()
+        with pytest.raises(QueueFull, match="refused before"):
+            await late  # attempt 1 replays the refusal: it is not applied
+        # the producer, told "queue full, nothing written", pushes the order again
+        await a.push("q", [order, big], request=f"{CLIENT_F6}-1", floor=1)
+        await a.stop(drain_s=5)
+
+    run(main())
+    copies = [j.id for j in stored(inner).jobs.values() if j.payload == ORDER_F6]
+    assert len(copies) == 1, (
+        f"the producer was told QueueFull ('nothing from this push was written') for call 0 "
+        f"and pushed once more; the queue holds the order {len(copies)} times: {copies}")

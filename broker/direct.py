@@ -67,6 +67,8 @@ class DirectQueue:
                 self.conflicts += 1
                 continue
             self._archive(state)
+            if result.error is not None:
+                raise result.error
             return result
         raise Conflict(f"gave up after {self.max_retries} lost races on {key}")
 

@@ -217,8 +217,10 @@ class Receipts:
     def carry_unwritten(self, dropped: Receipts, now_ms: int) -> None:
         """Take from ``dropped`` (the receipts of a state the broker dropped to
         re-read the object) what may never have been written: client floors
-        higher than these, and remembered refusals these lack. They are marked
-        to be written (see :meth:`later`)."""
+        higher than these (a floor is the client's own word that it has every
+        answer below it, whatever became of the batch that brought it). They
+        are marked to be written (see :meth:`later`). Receipts are not carried:
+        one in a dropped state belongs to a batch that may never have landed."""
         carried = False
         for client, (floor, at) in dropped.floors.items():
             mine = self.floors.get(client)
@@ -230,11 +232,6 @@ class Receipts:
                     self.requests.pop(calls.pop(n), None)
                 if not calls:
                     self._by_client.pop(client, None)
-                carried = True
-        for key, r in dropped.requests.items():
-            if r.kind == PUSH and not r.data and key not in self.requests \
-                    and not self.below_floor(key):
-                self._remember(Request(key, r.at_ms, PUSH, []))
                 carried = True
         if carried:
             self.later(now_ms)

@@ -388,6 +388,8 @@ class Broker:
             raise InvalidRequest("push needs at least one job")
         op = transitions.push_of(jobs, request=request, floor=floor)
         result = await self._submit(queue, "push", op, create=True)
+        if result.error is not None:  # a refusal, remembered and written
+            raise result.error
         return list(result.ids)
 
     # -- staged writes (Spark's exactly-once enqueue) ---------------------------------
@@ -472,6 +474,8 @@ class Broker:
             result = await self._submit(queue, "publish",
                                         transitions.push_of(jobs, once, missing=gone),
                                         create=True)
+            if result.error is not None:
+                raise result.error
         try:
             await self._io(self._delete_staged, every)
         except OsqueueError as exc:  # published all the same; the sweep removes them later

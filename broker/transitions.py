@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from broker import receipts as R
-from broker.errors import InvalidRequest, PayloadTooLarge, QueueFull
+from broker.errors import InvalidRequest, OsqueueError, PayloadTooLarge, QueueFull
 from broker.state import (
     CLAIMED,
     COMPLETED,
@@ -303,6 +303,7 @@ class Result:
     duplicate: bool = False
     replayed: bool = False  # the answer of an earlier call with the same request key
     view: Any = None  # what a read op read
+    error: OsqueueError | None = None  # a refusal that is written (a receipt): raise it
 
 
 # -- helpers -------------------------------------------------------------------
@@ -588,9 +589,10 @@ def _ids_of(seqs: list[int]) -> Sequence[str]:
 def _push(state: QueueState, op: Push | PushPayloads, now_ms: int) -> Result:
     earlier = _earlier(state, op.request, op.floor, R.PUSH, now_ms)
     if earlier is not None:
-        if not earlier:  # the first attempt was refused: so is its repeat
-            raise QueueFull("queue full: this push was refused before (a repeat of it); "
-                            "nothing from it was written")
+        if not earlier:  # the first attempt was refused (and that is written): so is this
+            return Result(replayed=True, error=QueueFull(
+                "queue full: this push was refused before (a repeat of it); "
+                "nothing from it was written"))
         return Result(ids=_ids_of(list(R.expand(earlier))), replayed=True)
     if op.once is not None and _live_key(state, op.once, now_ms):
         return Result(duplicate=True)
@@ -603,14 +605,15 @@ def _push(state: QueueState, op: Push | PushPayloads, now_ms: int) -> Result:
             ids = _insert_payloads(state, op.payloads, now_ms)
         else:
             ids = _insert_jobs(state, op.jobs, now_ms)
-    except QueueFull:
-        if op.request is not None:
-            # Refused for the state the queue is in, which changes: remember it (in
-            # memory now, written soon), so a late copy of this call is refused too,
-            # not applied once there is room.
-            state.receipts.record(op.request, R.PUSH, [], now_ms)
-            state.receipts.later(now_ms)
-        raise
+    except QueueFull as exc:
+        if op.request is None:
+            raise
+        # Refused for the state the queue is in, which changes: remember it, written
+        # before the caller hears of it (the write also fences out any earlier attempt
+        # of this call), so a late copy is refused too, not applied once there is room.
+        state.receipts.record(op.request, R.PUSH, [], now_ms)
+        _trim_windows(state, now_ms)
+        return Result(changed=True, error=exc)
     if op.once is not None:
         if state.once.pop(op.once, None) is None:  # (re-inserted at the young end)
             state.key_bytes += key_entry_bytes(op.once)
@@ -944,9 +947,11 @@ def apply(state: QueueState, op: Op, now_ms: int) -> Result:
     """Apply one operation at time ``now_ms``.
 
     Raises an ``OsqueueError`` (``InvalidRequest``, ``PayloadTooLarge``,
-    ``QueueFull``) without changing the jobs when the operation is refused;
-    a keyed call's floor, and a keyed push's refusal as queue full, are still
-    remembered in the receipts (written later, see :mod:`broker.receipts`).
+    ``QueueFull``) without changing the jobs when the operation is refused; a
+    keyed call's floor still moves (written later, see :mod:`broker.receipts`).
+    A keyed push refused as queue full is the exception: its refusal is
+    remembered and written, and comes back as ``Result.error`` for the caller
+    to raise once that write landed.
     """
     return _HANDLERS[type(op)](state, op, now_ms)
 

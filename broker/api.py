@@ -15,14 +15,28 @@ import orjson
 
 from broker import timefmt, transitions
 from broker.errors import InvalidRequest, PayloadTooLarge, RequestError
+from broker.limits import (
+    DEFAULT_LEASE_S,
+    MAX_ATTEMPTS,
+    MAX_CLAIM_JOBS,
+    MAX_DELAY_S,
+    MAX_DEPTH,
+    MAX_FLOOR_DIGITS,
+    MAX_ITEMS,
+    MAX_KEY_CHARS,
+    MAX_LEASE_S,
+    MAX_ONCE_CHARS,
+    MAX_PREFIX_CHARS,
+    MAX_PRIORITY,
+    MAX_REQUEST_KEY_CHARS,
+    MAX_TOKEN_CHARS,
+    MAX_WAIT_S,
+    MAX_WORKER_CHARS,
+    MAX_WRITE_ID_CHARS,
+    MIN_LEASE_S,
+)
 
 _MISSING = object()
-
-#: Deepest nesting a payload or result may have: well inside what orjson writes
-#: (254 levels), with room for the documents that carry a payload (a queue
-#: object, an answer, a Spark row) and for the broker to write back what it reads.
-MAX_DEPTH = 200
-
 
 def check_depth(payload: bytes, where: str) -> None:
     """Refuse a JSON text nested deeper than :data:`MAX_DEPTH` (``InvalidRequest``).
@@ -79,7 +93,7 @@ def _obj(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
-def _list(body: dict[str, Any], name: str, max_items: int = 100_000) -> list[Any]:
+def _list(body: dict[str, Any], name: str, max_items: int = MAX_ITEMS) -> list[Any]:
     value = body.get(name, _MISSING)
     if value is _MISSING:
         raise InvalidRequest(f"field '{name}' is required")
@@ -116,7 +130,7 @@ def _int(body: dict[str, Any], name: str, default: int | None, *, lo: int, hi: i
     return value
 
 
-def _str(body: dict[str, Any], name: str, default: str | None, *, max_len: int = 512,
+def _str(body: dict[str, Any], name: str, default: str | None, *, max_len: int = MAX_KEY_CHARS,
          where: str = "") -> str | None:
     value = body.get(name, default)
     if value is None:
@@ -132,11 +146,11 @@ _SIMPLE_DEFAULTS = {"priority": 0, "delay_s": 0, "max_attempts": None, "key": No
 
 def _options(item: dict[str, Any], where: str) -> tuple[int, int, int | None, str | None]:
     """A job's options (priority, delay in ms, max_attempts, key), checked."""
-    delay = _num(item, "delay_s", 0.0, hi=transitions.MAX_DELAY_MS / 1000, where=where) or 0.0
-    return (_int(item, "priority", 0, lo=-transitions.MAX_PRIORITY,
-                 hi=transitions.MAX_PRIORITY, where=where) or 0,
+    delay = _num(item, "delay_s", 0.0, hi=MAX_DELAY_S, where=where) or 0.0
+    return (_int(item, "priority", 0, lo=-MAX_PRIORITY,
+                 hi=MAX_PRIORITY, where=where) or 0,
             round(delay * 1000),
-            _int(item, "max_attempts", None, lo=1, hi=1000, where=where),
+            _int(item, "max_attempts", None, lo=1, hi=MAX_ATTEMPTS, where=where),
             _str(item, "key", None, where=where))
 
 
@@ -169,11 +183,13 @@ def parse_new_jobs(body: dict[str, Any]) -> list[transitions.NewJob | bytes]:
 
 
 def parse_request_key(raw: bytes | None) -> str | None:
-    """An ``Idempotency-Key`` header's value, checked (1-200 printable ASCII)."""
+    """An ``Idempotency-Key`` header's value, checked (1..MAX_REQUEST_KEY_CHARS printable ASCII)."""
     if raw is None:
         return None
-    if not 0 < len(raw) <= 200 or not raw.isascii() or not all(33 <= c < 127 for c in raw):
-        raise InvalidRequest("header Idempotency-Key must be 1..200 printable ASCII characters")
+    if (not 0 < len(raw) <= MAX_REQUEST_KEY_CHARS or not raw.isascii()
+            or not all(33 <= c < 127 for c in raw)):
+        raise InvalidRequest(f"header Idempotency-Key must be 1..{MAX_REQUEST_KEY_CHARS} "
+                             "printable ASCII characters")
     return raw.decode()
 
 
@@ -182,7 +198,7 @@ def parse_request_floor(raw: bytes | None) -> int | None:
     still awaiting its answer (see :mod:`broker.receipts`)."""
     if raw is None:
         return None
-    if not raw.isdigit() or len(raw) > 18:
+    if not raw.isdigit() or len(raw) > MAX_FLOOR_DIGITS:
         raise InvalidRequest("header Idempotency-Floor must be a whole number")
     return int(raw)
 
@@ -272,7 +288,7 @@ def parse_stage(body: bytes) -> tuple[str, bytes]:
     :meth:`broker.service.Broker.stage`."""
     first, _, lines = body.partition(b"\n")
     header = _obj(parse_json(first), "the first line of the request body")
-    write_id = _str(header, "write_id", None, max_len=300)
+    write_id = _str(header, "write_id", None, max_len=MAX_WRITE_ID_CHARS)
     if write_id is None:
         raise InvalidRequest("field 'write_id' is required")
     return write_id, lines
@@ -280,31 +296,31 @@ def parse_stage(body: bytes) -> tuple[str, bytes]:
 
 def parse_publish(body: Any) -> tuple[str, list[str], str | None]:
     body = _obj(body, "request body")
-    prefix = _str(body, "prefix", None, max_len=300)
+    prefix = _str(body, "prefix", None, max_len=MAX_PREFIX_CHARS)
     if prefix is None:
         raise InvalidRequest("field 'prefix' is required")
     keep = body.get("keep", [])
     if not isinstance(keep, list) or not all(isinstance(k, str) for k in keep):
         raise InvalidRequest("field 'keep' must be a list of write ids")
-    return prefix, keep, _str(body, "once", None, max_len=512)
+    return prefix, keep, _str(body, "once", None, max_len=MAX_ONCE_CHARS)
 
 
 def parse_claim(body: Any) -> dict[str, Any]:
     body = _obj(body, "request body")
-    worker = _str(body, "worker", None, max_len=200)
+    worker = _str(body, "worker", None, max_len=MAX_WORKER_CHARS)
     if worker is None:
         raise InvalidRequest("field 'worker' is required")
     return {
         "worker": worker,
-        "max_jobs": _int(body, "max_jobs", 1, lo=1, hi=10_000),
-        "lease_s": _num(body, "lease_s", 30.0, lo=0.001, hi=86_400.0),
-        "wait_s": _num(body, "wait_s", 0.0, hi=3_600.0),
+        "max_jobs": _int(body, "max_jobs", 1, lo=1, hi=MAX_CLAIM_JOBS),
+        "lease_s": _num(body, "lease_s", DEFAULT_LEASE_S, lo=MIN_LEASE_S, hi=MAX_LEASE_S),
+        "wait_s": _num(body, "wait_s", 0.0, hi=MAX_WAIT_S),
     }
 
 
 def _tokens(values: list[Any], where: str) -> list[str]:
     for i, tok in enumerate(values):
-        if not isinstance(tok, str) or not 0 < len(tok) <= 300:
+        if not isinstance(tok, str) or not 0 < len(tok) <= MAX_TOKEN_CHARS:
             raise InvalidRequest(f"{where}[{i}] must be a token string")
     return values
 
@@ -312,7 +328,8 @@ def _tokens(values: list[Any], where: str) -> list[str]:
 def parse_heartbeat(body: Any) -> tuple[list[str], float]:
     body = _obj(body, "request body")
     tokens = _tokens(_list(body, "tokens"), "tokens")
-    return tokens, _num(body, "lease_s", 30.0, lo=0.001, hi=86_400.0) or 30.0
+    lease = _num(body, "lease_s", DEFAULT_LEASE_S, lo=MIN_LEASE_S, hi=MAX_LEASE_S)
+    return tokens, lease or DEFAULT_LEASE_S
 
 
 def parse_complete(body: Any) -> list[transitions.CompleteItem]:
@@ -320,7 +337,7 @@ def parse_complete(body: Any) -> list[transitions.CompleteItem]:
     new, item_type, dumps = tuple.__new__, transitions.CompleteItem, orjson.dumps
     for i, raw in enumerate(_list(_obj(body, "request body"), "items")):
         token = raw.get("token") if type(raw) is dict else None
-        if type(token) is not str or not 0 < len(token) <= 300:  # say what is wrong
+        if type(token) is not str or not 0 < len(token) <= MAX_TOKEN_CHARS:  # say what is wrong
             _tokens([_obj(raw, f"items[{i}]").get("token")], f"items[{i}].token")
         result = raw.get("result")
         try:
@@ -342,7 +359,7 @@ def parse_fail(body: Any) -> list[transitions.FailItem]:
         error = item.get("error", "")
         if not isinstance(error, str):
             raise InvalidRequest(f"field '{where}error' must be a string")
-        retry = _num(item, "retry_in_s", None, hi=transitions.MAX_DELAY_MS / 1000, where=where)
+        retry = _num(item, "retry_in_s", None, hi=MAX_DELAY_S, where=where)
         items.append(transitions.FailItem(token, error,
                                           None if retry is None else round(retry * 1000)))
     return items

@@ -11,15 +11,17 @@ import re
 import time
 
 from broker.errors import InvalidRequest
+from broker.limits import MAX_QUEUE_NAME_CHARS, QUEUE_NAME_PATTERN
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_NAME = re.compile(QUEUE_NAME_PATTERN)
 
 
 def check_queue_name(name: str) -> str:
     """Return ``name`` if it is a valid queue name, else raise ``InvalidRequest``."""
     if not isinstance(name, str) or not _NAME.match(name) or ".." in name:
         raise InvalidRequest(
-            f"invalid queue name {name!r}: use 1-128 letters, digits, '.', '_' or '-', "
+            f"invalid queue name {name!r}: use 1-{MAX_QUEUE_NAME_CHARS} letters, digits, "
+            "'.', '_' or '-', "
             "starting with a letter or digit"
         )
     return name

@@ -46,7 +46,6 @@ load and kept by :mod:`broker.transitions`; they are never stored.
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, overload
@@ -54,6 +53,12 @@ from typing import Any, overload
 import orjson
 
 from broker import timefmt
+from broker.limits import (  # noqa: F401 (re-exported for older imports)
+    MAX_DELAY_MS,
+    MAX_PRIORITY,
+    SETTING_LIMITS,
+    check_setting,
+)
 from broker.receipts import Receipts
 
 FORMAT = "osqueue"
@@ -96,8 +101,6 @@ _ARCHIVED_JOB = (b'{"id":"j%010d","seq":%d,"status":"completed","priority":%d,"r
                  b'"attempts":%d,"max_attempts":%d,"created_at":"%s","payload":%s%s,'
                  b'"worker":%s,"token":"%s","commit_seq":%d,"commit":"%s","completed_at":"%s",'
                  b'"result":%s}\n')
-
-MAX_PRIORITY = 1_000_000
 
 # The derived heaps hold one int per entry, not a tuple: a heap of ints pops
 # about three times faster. Low bits: the job's seq; above them a time in ms;
@@ -195,42 +198,6 @@ def token_seq(token: str) -> int | None:
 
 #: Rough bytes a job costs in the object besides its payload (for size limits).
 JOB_OVERHEAD_BYTES = 220
-
-
-#: Longest delay, retry delay or backoff (ms): ten years keeps every time a
-#: job can get far inside the heap keys' 48 bits and the year 9999.
-MAX_DELAY_MS = 10 * 365 * 86_400_000
-
-#: Each setting's type and allowed range (inclusive); see :class:`Settings`.
-SETTING_LIMITS: dict[str, tuple[type, float, float]] = {
-    "max_attempts": (int, 1, 1000),
-    "backoff_base_s": (float, 0.001, MAX_DELAY_MS / 1000),
-    "backoff_max_s": (float, 0.001, MAX_DELAY_MS / 1000),
-    "dedup_keys": (int, 0, 10_000_000),
-    "dedup_ttl_s": (float, 1.0, 365 * 86_400.0),
-    "max_payload_bytes": (int, 16, 64 * 1024 * 1024),
-    "max_state_bytes": (int, 64 * 1024, 1 << 40),
-    "staged_ttl_s": (float, 1.0, 30 * 86_400.0),
-    "retry_ttl_s": (float, 1.0, 7 * 86_400.0),
-    "retry_keys": (int, 1_000, 10_000_000),
-}
-
-
-def check_setting(name: str, value: Any) -> int | float:
-    """``value`` as setting ``name`` takes it; raises ``ValueError`` saying what
-    is allowed (an unknown name, a wrong type, a value out of range)."""
-    limits = SETTING_LIMITS.get(name)
-    if limits is None:
-        raise ValueError(f"unknown setting {name!r}; known: {sorted(SETTING_LIMITS)}")
-    kind, lo, hi = limits
-    if isinstance(value, bool) or not isinstance(value, int | float) or (
-            isinstance(value, float) and not math.isfinite(value)):
-        raise ValueError(f"setting {name} must be a number, got {value!r}")
-    if kind is int and not (isinstance(value, int) or value.is_integer()):
-        raise ValueError(f"setting {name} must be a whole number, got {value!r}")
-    if not lo <= value <= hi:
-        raise ValueError(f"setting {name} must be within [{lo:g}, {hi:g}], got {value!r}")
-    return int(value) if kind is int else float(value)
 
 
 @dataclass(slots=True)

@@ -35,15 +35,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from broker import limits
 from broker import receipts as R
 from broker.errors import InvalidRequest, OsqueueError, PayloadTooLarge, QueueFull
+from broker.limits import (
+    MAX_DELAY_MS,
+    MAX_ERROR_CHARS,
+    MAX_LEASE_MS,
+    MAX_PRIORITY,
+    check_setting,
+    dedup_cutoff_ms,
+)
 from broker.state import (
     CLAIMED,
     COMPLETED,
     DEAD,
     JOB_OVERHEAD_BYTES,
-    MAX_DELAY_MS,
-    MAX_PRIORITY,
     PENDING,
     SEGMENT_SHIFT,
     SEQ_MASK,
@@ -56,7 +63,6 @@ from broker.state import (
     Settings,
     added,
     added_many,
-    check_setting,
     job_id_for,
     key_entry_bytes,
     key_seq,
@@ -69,14 +75,6 @@ from broker.state import (
     token_seq,
     touch,
 )
-
-MAX_ERROR_CHARS = 4000
-MAX_LEASE_MS = 24 * 3600 * 1000
-#: Publish keys (Spark writes and stream batches, once each) are kept in a window
-#: of their own, so a stream of idempotency keys never evicts the key that makes a
-#: retried Spark commit a no-op: for dedup_ttl_s, at most dedup_keys of them but
-#: never fewer than this.
-ONCE_KEYS_MIN = 1_000
 
 # -- operations ----------------------------------------------------------------
 
@@ -430,7 +428,7 @@ def _insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int) -> Sequ
     if jobs and set(map(_OPTIONS, jobs)) == {_DEFAULT_OPTIONS}:
         return _insert_payloads(state, [new[0] for new in jobs], now_ms)
     window = state.keys
-    oldest_ok = now_ms - round(state.settings.dedup_ttl_s * 1000)
+    oldest_ok = dedup_cutoff_ms(state.settings.dedup_ttl_s, now_ms)
 
     def seen(key: str) -> KeyEntry | None:
         entry = window.get(key)
@@ -526,7 +524,7 @@ def _retry_ttl_ms(state: QueueState) -> int:
 def _trim_windows(state: QueueState, now_ms: int) -> None:
     """Drop idempotency keys and receipts past their age or count limits."""
     window, settings = state.keys, state.settings
-    oldest_ok = now_ms - round(settings.dedup_ttl_s * 1000)
+    oldest_ok = dedup_cutoff_ms(settings.dedup_ttl_s, now_ms)
     cap = settings.dedup_keys
     while window:
         first = next(iter(window))
@@ -535,7 +533,7 @@ def _trim_windows(state: QueueState, now_ms: int) -> None:
             state.key_bytes -= key_entry_bytes(first)
         else:
             break
-    once, once_cap = state.once, max(cap, ONCE_KEYS_MIN)
+    once, once_cap = state.once, max(cap, limits.ONCE_KEYS_MIN)
     while once:
         first = next(iter(once))
         if len(once) > once_cap or once[first].at_ms < oldest_ok:
@@ -548,7 +546,7 @@ def _trim_windows(state: QueueState, now_ms: int) -> None:
 
 def _live_key(state: QueueState, key: str, now_ms: int) -> bool:
     entry = state.once.get(key)
-    return entry is not None and entry.at_ms >= now_ms - round(state.settings.dedup_ttl_s * 1000)
+    return entry is not None and entry.at_ms >= dedup_cutoff_ms(state.settings.dedup_ttl_s, now_ms)
 
 
 def _earlier(state: QueueState, request: str | None, floor: int | None,

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
-from broker import archive, keys, transitions
+from broker import archive, keys, limits, transitions
 from broker import state as S
 from broker.direct import DirectQueue
 from broker.errors import (
@@ -443,7 +443,7 @@ def test_publish_keys_are_trimmed_and_counted(tmp_path: Path,
     """Defect 14: publish and stream once-keys were never trimmed nor counted.
     They have a window of their own (so per-job keys never evict them), trimmed
     by count and by dedup_ttl_s, and counted in the state size."""
-    monkeypatch.setattr(transitions, "ONCE_KEYS_MIN", 3)
+    monkeypatch.setattr(limits, "ONCE_KEYS_MIN", 3)
     store = FileStore(tmp_path)
     clock = Clock()
 

@@ -1,0 +1,111 @@
+"""Every limit the queue enforces, each under one name.
+
+The rules (:mod:`broker.transitions`), the queue object's checks
+(:mod:`broker.decode`), the HTTP layer (:mod:`broker.api`) and the OpenAPI
+document all read these names; none restates a number. Units are in the
+names (``_MS`` milliseconds, ``_S`` seconds, ``_CHARS`` characters).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+# -- jobs ------------------------------------------------------------------------
+
+#: Priorities lie within +-MAX_PRIORITY (higher is claimed first).
+MAX_PRIORITY = 1_000_000
+
+#: Longest delay, retry delay or backoff (ms): ten years keeps every time a
+#: job can get far inside the heap keys' 48 bits and the year 9999.
+MAX_DELAY_MS = 10 * 365 * 86_400_000
+MAX_DELAY_S = MAX_DELAY_MS / 1000
+
+#: Longest lease a claim or heartbeat may ask for (ms).
+MAX_LEASE_MS = 24 * 3600 * 1000
+MAX_LEASE_S = MAX_LEASE_MS / 1000
+#: Shortest lease (s) the HTTP API accepts, and the default.
+MIN_LEASE_S = 0.001
+DEFAULT_LEASE_S = 30.0
+
+#: A job may be tried at most this many times (per job and per queue setting).
+MAX_ATTEMPTS = 1000
+
+#: A failure's error text is cut to its last MAX_ERROR_CHARS characters.
+MAX_ERROR_CHARS = 4000
+
+#: Deepest nesting a payload or result may have: well inside what orjson writes
+#: (254 levels), with room for the documents that carry a payload (a queue
+#: object, an answer, a Spark row) and for the broker to write back what it reads.
+MAX_DEPTH = 200
+
+# -- requests --------------------------------------------------------------------
+
+#: Most items (jobs, tokens, outcomes) in one request.
+MAX_ITEMS = 100_000
+#: Most jobs one claim may take, and the longest a claim may wait (s).
+MAX_CLAIM_JOBS = 10_000
+MAX_WAIT_S = 3_600.0
+#: Longest idempotency key of a job, and longest once-key of a publish.
+MAX_KEY_CHARS = 512
+MAX_ONCE_CHARS = 512
+#: Longest worker name, fencing token, write id and staging prefix.
+MAX_WORKER_CHARS = 200
+MAX_TOKEN_CHARS = 300
+MAX_WRITE_ID_CHARS = 300
+MAX_PREFIX_CHARS = 300
+#: ``Idempotency-Key`` header: 1..MAX_REQUEST_KEY_CHARS printable ASCII;
+#: ``Idempotency-Floor``: a decimal of at most MAX_FLOOR_DIGITS digits.
+MAX_REQUEST_KEY_CHARS = 200
+MAX_FLOOR_DIGITS = 18
+#: Queue names: a letter or digit, then up to 127 of letters, digits, ``._-``
+#: (and never ``..``).
+MAX_QUEUE_NAME_CHARS = 128
+QUEUE_NAME_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_QUEUE_NAME_CHARS - 1}}}$"
+
+# -- windows ---------------------------------------------------------------------
+
+#: Publish keys (Spark writes and stream batches, once each) are kept in a window
+#: of their own, so a stream of idempotency keys never evicts the key that makes a
+#: retried Spark commit a no-op: for dedup_ttl_s, at most dedup_keys of them but
+#: never fewer than this.
+ONCE_KEYS_MIN = 1_000
+
+
+def dedup_cutoff_ms(dedup_ttl_s: float, now_ms: int) -> int:
+    """The oldest time (ms) an idempotency or once-key entry may carry and still count."""
+    return now_ms - round(dedup_ttl_s * 1000)
+
+
+# -- per-queue settings ----------------------------------------------------------
+
+#: Each setting's type and allowed range (inclusive); see :class:`broker.state.Settings`.
+SETTING_LIMITS: dict[str, tuple[type, float, float]] = {
+    "max_attempts": (int, 1, MAX_ATTEMPTS),
+    "backoff_base_s": (float, 0.001, MAX_DELAY_S),
+    "backoff_max_s": (float, 0.001, MAX_DELAY_S),
+    "dedup_keys": (int, 0, 10_000_000),
+    "dedup_ttl_s": (float, 1.0, 365 * 86_400.0),
+    "max_payload_bytes": (int, 16, 64 * 1024 * 1024),
+    "max_state_bytes": (int, 64 * 1024, 1 << 40),
+    "staged_ttl_s": (float, 1.0, 30 * 86_400.0),
+    "retry_ttl_s": (float, 1.0, 7 * 86_400.0),
+    "retry_keys": (int, 1_000, 10_000_000),
+}
+
+
+def check_setting(name: str, value: Any) -> int | float:
+    """``value`` as setting ``name`` takes it; raises ``ValueError`` saying what
+    is allowed (an unknown name, a wrong type, a value out of range)."""
+    limits = SETTING_LIMITS.get(name)
+    if limits is None:
+        raise ValueError(f"unknown setting {name!r}; known: {sorted(SETTING_LIMITS)}")
+    kind, lo, hi = limits
+    if isinstance(value, bool) or not isinstance(value, int | float) or (
+            isinstance(value, float) and not math.isfinite(value)):
+        raise ValueError(f"setting {name} must be a number, got {value!r}")
+    if kind is int and not (isinstance(value, int) or value.is_integer()):
+        raise ValueError(f"setting {name} must be a whole number, got {value!r}")
+    if not lo <= value <= hi:
+        raise ValueError(f"setting {name} must be within [{lo:g}, {hi:g}], got {value!r}")
+    return int(value) if kind is int else float(value)

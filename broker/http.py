@@ -146,6 +146,8 @@ class App:
 
     def _endpoint(self, routes: list[Route]) -> Callable[[Request], Awaitable[Response]]:
         handlers = {r.method: (r.handler, r.auth) for r in routes}
+        if "GET" in handlers:  # the router answers HEAD with the GET route
+            handlers.setdefault("HEAD", handlers["GET"])
 
         async def endpoint(request: Request) -> Response:  # a function: Starlette's router
             return await self._serve_rest(handlers, request)  # calls it with the request

@@ -82,6 +82,7 @@ def test_every_route_the_app_serves_is_documented(tmp_path: Path) -> None:
             assert served == {(p, m) for p, ops in doc["paths"].items() for m in ops}
             status, _ = await call(app, "GET", "/v1/undocumented")
             assert status == 404
+            assert (await call(app, "HEAD", "/healthz"))[0] == 200
         finally:
             await broker.stop(5)
 

@@ -165,6 +165,7 @@ def parse_new_jobs(body: dict[str, Any]) -> list[transitions.NewJob | bytes]:
             if type(raw) is dict and "payload" in raw and (
                 raw.keys() == _PLAIN_FIELDS
                 or all(_SIMPLE_DEFAULTS.get(k, k) == v and type(v) is not bool
+                       and (type(v) is not float or k == "delay_s")  # priority 0.0 is no int
                        for k, v in raw.items() if k != "payload")
             ):
                 payload = dumps(raw["payload"])

@@ -1,100 +1,132 @@
-"""Prometheus text-format metrics, kept in plain dicts (no client library needed).
+"""The broker's Prometheus metrics, exposed at ``GET /metrics`` by prometheus-client.
 
-Exposed at ``GET /metrics``:
+Each :class:`Metrics` has a registry of its own (two brokers in one process,
+as the tests run them, never share a series), with the standard process,
+platform and garbage-collector collectors on it (``process_*``,
+``python_info``, ``python_gc_*``) and these:
 
-* ``osqueue_ops_total{queue,op,outcome}``: operations answered, by kind and outcome;
+* ``osqueue_ops_total{queue,op,outcome}``: operations answered, by kind and
+  outcome (``ok`` or the error's stable code);
 * ``osqueue_commit_seconds``: histogram of CAS commit latency (seconds);
 * ``osqueue_commit_batch_ops``: histogram of operations per commit;
 * ``osqueue_state_bytes{queue}``: size of the last written object (bytes);
 * ``osqueue_jobs{queue,status}``: depth by status;
-* ``osqueue_conflicts_total{queue}``, ``osqueue_unknown_outcomes_total{queue}``,
-  ``osqueue_step_downs_total{queue}``, ``osqueue_commits_total{queue}``.
+* ``osqueue_serving{queue}``: 1 while this broker owns the queue;
+* ``osqueue_commits_total``, ``osqueue_conflicts_total``,
+  ``osqueue_unknown_outcomes_total``, ``osqueue_answered_unknown_total``,
+  ``osqueue_step_downs_total``, ``osqueue_faults_total`` (each ``{queue}``).
+
+A series exists only for a queue this broker has served: reading a queue
+that does not exist creates none.
 """
 
 from __future__ import annotations
 
-import bisect
 import threading
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterator
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000)
 
+#: The HELP text of each figure the broker sets (see :meth:`Metrics.gauge`).
+HELP = {
+    "osqueue_state_bytes": "Size of the queue object last written, in bytes.",
+    "osqueue_jobs": "Jobs in the queue, by status.",
+    "osqueue_serving": "1 while this broker owns the queue, else 0.",
+    "osqueue_commits_total": "Batches written to the queue object.",
+    "osqueue_conflicts_total": "Conditional writes that lost to another writer.",
+    "osqueue_unknown_outcomes_total": "Writes whose outcome storage did not report.",
+    "osqueue_answered_unknown_total": "Calls answered outcome_unknown.",
+    "osqueue_step_downs_total": "Times this broker stopped owning the queue.",
+    "osqueue_faults_total": "Batches that failed on storage.",
+}
 
-class Histogram:
-    def __init__(self, buckets: Iterable[float]) -> None:
-        self.buckets = tuple(buckets)
-        self.counts = [0] * (len(self.buckets) + 1)
-        self.sum = 0.0
-        self.count = 0
+CONTENT_TYPE = CONTENT_TYPE_LATEST
 
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.buckets, value)] += 1
-        self.sum += value
-        self.count += 1
-
-    def render(self, name: str, labels: str = "") -> list[str]:
-        sep = "," if labels else ""
-        out, running = [], 0
-        for bound, count in zip(self.buckets, self.counts, strict=False):
-            running += count
-            out.append(f'{name}_bucket{{{labels}{sep}le="{bound}"}} {running}')
-        out.append(f'{name}_bucket{{{labels}{sep}le="+Inf"}} {self.count}')
-        out.append(f"{name}_sum{{{labels}}} {self.sum}")
-        out.append(f"{name}_count{{{labels}}} {self.count}")
-        return out
-
-
-def _esc(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+Labels = tuple[tuple[str, str], ...]
 
 
 class Metrics:
-    """Thread-safe counters, gauges and histograms for one broker."""
+    """Counters, gauges and histograms of one broker; safe from any thread."""
 
     def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
         self._lock = threading.Lock()
-        self.ops: dict[tuple[str, str, str], int] = defaultdict(int)
-        self.commit_seconds = Histogram(LATENCY_BUCKETS)
-        self.batch_ops = Histogram(BATCH_BUCKETS)
-        self.gauges: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        # Counted in a plain dict and turned into samples only when scraped: op()
+        # runs on every call the broker answers (bench/broker_bench.py).
+        self._ops: dict[tuple[str, str, str], int] = defaultdict(int)
+        self._gauges: dict[str, dict[Labels, float]] = {}
+        self.commit_seconds = Histogram(
+            "osqueue_commit_seconds", "CAS commit latency in seconds.",
+            buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.batch_ops = Histogram(
+            "osqueue_commit_batch_ops", "Operations per commit.",
+            buckets=BATCH_BUCKETS, registry=self.registry)
+        self.registry.register(_Figures(self))
 
     def op(self, queue: str, op: str, outcome: str) -> None:
+        """Count one answered operation (``outcome``: ``ok`` or an error code)."""
         with self._lock:
-            self.ops[(queue, op, outcome)] += 1
+            self._ops[(queue, op, outcome)] += 1
 
     def commit(self, seconds: float, batch: int) -> None:
-        with self._lock:
-            self.commit_seconds.observe(seconds)
-            self.batch_ops.observe(batch)
+        """Record one commit: its latency (seconds) and its operations."""
+        self.commit_seconds.observe(seconds)
+        self.batch_ops.observe(batch)
 
     def gauge(self, name: str, value: float, **labels: str) -> None:
+        """Set figure ``name`` (a counter if it ends in ``_total``) for ``labels``."""
         with self._lock:
-            self.gauges[(name, tuple(sorted(labels.items())))] = value
+            self._gauges.setdefault(name, {})[tuple(sorted(labels.items()))] = value
+
+    def exposition(self) -> bytes:
+        """Every metric in the Prometheus text format (:data:`CONTENT_TYPE`)."""
+        return generate_latest(self.registry)
 
     def render(self) -> str:
+        return self.exposition().decode()
+
+    def families(self) -> Iterator[Metric]:
+        """The broker's own figures as metric families (read by the registry)."""
         with self._lock:
-            lines = [
-                "# HELP osqueue_ops_total Operations answered, by queue, kind and outcome.",
-                "# TYPE osqueue_ops_total counter",
-            ]
-            for (queue, op, outcome), n in sorted(self.ops.items()):
-                lines.append(
-                    f'osqueue_ops_total{{queue="{_esc(queue)}",op="{op}",outcome="{outcome}"}} {n}'
-                )
-            lines += ["# HELP osqueue_commit_seconds CAS commit latency in seconds.",
-                      "# TYPE osqueue_commit_seconds histogram"]
-            lines += self.commit_seconds.render("osqueue_commit_seconds")
-            lines += ["# HELP osqueue_commit_batch_ops Operations per commit.",
-                      "# TYPE osqueue_commit_batch_ops histogram"]
-            lines += self.batch_ops.render("osqueue_commit_batch_ops")
-            seen: set[str] = set()
-            for (name, labels), value in sorted(self.gauges.items()):
-                if name not in seen:
-                    kind = "counter" if name.endswith("_total") else "gauge"
-                    lines.append(f"# TYPE {name} {kind}")
-                    seen.add(name)
-                text = ",".join(f'{k}="{_esc(v)}"' for k, v in labels)
-                lines.append(f"{name}{{{text}}} {value}")
-        return "\n".join(lines) + "\n"
+            ops = sorted(self._ops.items())
+            gauges = {name: sorted(series.items()) for name, series in self._gauges.items()}
+        family = CounterMetricFamily("osqueue_ops", "Operations answered, by queue, kind "
+                                     "and outcome.", labels=["queue", "op", "outcome"])
+        for (queue, op, outcome), n in ops:
+            family.add_metric([queue, op, outcome], n)
+        yield family
+        for name, series in sorted(gauges.items()):
+            names = [k for k, _ in series[0][0]] if series else []
+            kind = CounterMetricFamily if name.endswith("_total") else GaugeMetricFamily
+            out = kind(name, HELP.get(name, name), labels=names)
+            for labels, value in series:
+                out.add_metric([v for _, v in labels], value)
+            yield out
+
+
+class _Figures(Collector):
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        return self._metrics.families()
+
+    def describe(self) -> list[Metric]:
+        return []  # names vary with the figures set; nothing to check up front

@@ -13,6 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 import urllib3
+from prometheus_client.parser import text_string_to_metric_families
 
 from broker import archive, keys
 from broker import state as S
@@ -283,15 +284,28 @@ def test_bad_queue_name_is_422(broker_proc: BrokerProcess) -> None:
     assert r.status == 422
 
 
-def test_metrics_and_openapi(client: QueueClient) -> None:
+def test_metrics_parse_and_hold_queue_and_process_figures(client: QueueClient) -> None:
     client.push(1)
     m = raw("GET", f"{client.url}/metrics")
-    text = m.data.decode()
-    assert m.status == 200
-    assert f'osqueue_ops_total{{queue="{client.queue}",op="push",outcome="ok"}} 1' in text
-    assert "osqueue_commit_seconds_bucket" in text and "osqueue_state_bytes" in text
+    assert m.status == 200 and m.headers["content-type"].startswith("text/plain")
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(m.data.decode())
+               for s in family.samples}
+    q = client.queue
+    assert samples[("osqueue_ops_total",
+                    (("op", "push"), ("outcome", "ok"), ("queue", q)))] == 1
+    assert samples[("osqueue_jobs", (("queue", q), ("status", "pending")))] == 1
+    assert samples[("osqueue_state_bytes", (("queue", q),))] > 0
+    assert samples[("osqueue_commit_seconds_count", ())] >= 1
+    assert samples[("process_resident_memory_bytes", ())] > 0
+    assert ("python_gc_collections_total", (("generation", "0"),)) in samples
+    assert raw("GET", f"{client.url}/metrics", token=None).status == 401
+
+
+def test_openapi_is_served_without_a_token(client: QueueClient) -> None:
     spec = raw("GET", f"{client.url}/openapi.json", token=None).json()
     assert "/v1/queues/{queue}/claim" in spec["paths"]
+    assert spec["paths"]["/healthz"]["get"]["security"] == []
 
 
 def test_pause_resume_purge(client: QueueClient) -> None:

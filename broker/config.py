@@ -1,0 +1,134 @@
+"""The standalone broker's settings: command-line flags over ``OSQUEUE_*`` variables.
+
+Every flag of ``osqueue-broker`` (:mod:`broker.cli`) can also come from the
+environment: ``--lease-s`` from ``OSQUEUE_LEASE_S``, ``--store`` from
+``OSQUEUE_STORE`` and so on (``--no-self-test`` is ``OSQUEUE_SELF_TEST=false``).
+A flag wins over its variable. The bearer token comes from ``OSQUEUE_TOKEN``,
+or from the variable ``--token-env`` names; it is a ``SecretStr``, so no repr,
+log line or error message shows it.
+
+:meth:`BrokerSettings.load` raises ``pydantic.ValidationError`` for bad values;
+:func:`problems` words each as one line naming the flag and its variable.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from broker.service import BrokerConfig
+
+ENV_PREFIX = "OSQUEUE_"
+
+#: The broker lease (s) one may set: other brokers take a queue over when its
+#: owner wrote nothing for this long.
+MIN_BROKER_LEASE_S, MAX_BROKER_LEASE_S = 0.5, 3600.0
+#: How long (s) a batch may wait on failing storage before its callers are answered.
+MIN_COMMIT_TIMEOUT_S, MAX_COMMIT_TIMEOUT_S = 0.1, 3600.0
+MIB = 1024 * 1024
+
+
+class BrokerSettings(BaseSettings):
+    """What ``osqueue-broker`` runs with. Times in seconds; request size in MiB."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid",
+                                      hide_input_in_errors=True)
+
+    store: str = Field(description="file:///abs/dir or s3://bucket/prefix")
+    listen: str = Field("127.0.0.1:8765",
+                        description="HOST:PORT to listen on (port 0 picks a free one)")
+    advertise_url: str | None = Field(
+        None, description="URL clients should use (default from --listen)")
+    token_env: str | None = Field(
+        None, description="name of an environment variable holding the bearer token")
+    token: SecretStr | None = Field(None, description="the bearer token clients must send")
+    endpoint_url: str | None = Field(
+        None, description="S3-compatible endpoint (else AWS_ENDPOINT_URL)")
+    lease_s: float = Field(
+        30.0, ge=MIN_BROKER_LEASE_S, le=MAX_BROKER_LEASE_S,
+        description="broker lease in seconds: other brokers on the store take a queue over "
+                    "when its owner wrote nothing for this long")
+    commit_timeout_s: float = Field(
+        30.0, ge=MIN_COMMIT_TIMEOUT_S, le=MAX_COMMIT_TIMEOUT_S,
+        description="how long one batch waits on failing storage before its callers are "
+                    "answered (outcome_unknown or storage_unavailable)")
+    max_request_mb: float = Field(64.0, gt=0, description="request body limit, MiB")
+    self_test: bool = Field(True, description="run the conditional-write self-test "
+                                              "at start-up")
+    log_level: Literal["debug", "info", "warning", "error", "critical"] = Field(
+        "info", description="least severe log level written (debug .. critical)")
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        host, sep, port = value.rpartition(":")
+        if not sep or not port.isdigit() or int(port) > 65535:
+            raise ValueError("wants HOST:PORT")
+        return f"{host or '0.0.0.0'}:{int(port)}"
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _token_from_named_variable(self) -> BrokerSettings:
+        if self.token_env:
+            value = os.environ.get(self.token_env)
+            if not value:
+                raise ValueError(f"environment variable {self.token_env} is empty or unset")
+            self.token = SecretStr(value)
+        return self
+
+    @classmethod
+    def load(cls, flags: Mapping[str, Any] | None = None) -> BrokerSettings:
+        """The settings from ``flags`` (field name -> value; only the flags given),
+        then ``OSQUEUE_*`` variables, then defaults."""
+        return cls(**dict(flags or {}))
+
+    @property
+    def host(self) -> str:
+        return self.listen.rpartition(":")[0].strip("[]")
+
+    @property
+    def port(self) -> int:
+        return int(self.listen.rpartition(":")[2])
+
+    def broker_config(self) -> BrokerConfig:
+        """The :class:`BrokerConfig` these settings describe."""
+        return BrokerConfig(lease_s=self.lease_s, self_test=self.self_test,
+                            commit_timeout_s=self.commit_timeout_s,
+                            max_request_bytes=int(self.max_request_mb * MIB))
+
+    def bearer(self) -> str | None:
+        """The token, revealed (for the server only; never log it)."""
+        return None if self.token is None else self.token.get_secret_value()
+
+
+def flag_of(field: str) -> str:
+    return "--no-self-test" if field == "self_test" else "--" + field.replace("_", "-")
+
+
+def env_of(field: str) -> str:
+    return ENV_PREFIX + field.upper()
+
+
+def problems(exc: ValidationError) -> list[str]:
+    """One line per bad value: the flag, its variable and what is wrong (never the value
+    of the token)."""
+    out = []
+    for err in exc.errors(include_input=False, include_url=False):
+        loc = [str(part) for part in err["loc"]]
+        msg = err["msg"].removeprefix("Value error, ")
+        if not loc:
+            out.append(msg)
+            continue
+        field = loc[0]
+        where = (f"{flag_of(field)} (or {env_of(field)})" if field != "token"
+                 else env_of(field))
+        out.append(f"{where}: {msg.lower() if msg == 'Field required' else msg}")
+    return out

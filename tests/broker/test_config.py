@@ -1,0 +1,84 @@
+"""Broker settings: flags over OSQUEUE_* variables over defaults; bad values; the token."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from broker import cli
+from broker.config import BrokerSettings
+
+TOKEN = "very-s3cret-token-value"
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("OSQUEUE_"):
+            monkeypatch.delenv(name)
+
+
+def settings(*argv: str) -> BrokerSettings:
+    return BrokerSettings.load(vars(cli.build_parser().parse_args(list(argv))))
+
+
+def test_a_variable_sets_a_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OSQUEUE_STORE", "file:///tmp/q")
+    monkeypatch.setenv("OSQUEUE_LEASE_S", "12.5")
+    monkeypatch.setenv("OSQUEUE_SELF_TEST", "false")
+    monkeypatch.setenv("OSQUEUE_LISTEN", ":9000")
+    s = settings()
+    assert (s.store, s.lease_s, s.self_test, s.host, s.port) == (
+        "file:///tmp/q", 12.5, False, "0.0.0.0", 9000)
+    config = s.broker_config()
+    assert (config.lease_s, config.self_test, config.max_request_bytes) == (
+        12.5, False, 64 * 1024 * 1024)
+
+
+def test_a_flag_beats_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OSQUEUE_STORE", "file:///tmp/env")
+    monkeypatch.setenv("OSQUEUE_LEASE_S", "12.5")
+    monkeypatch.setenv("OSQUEUE_SELF_TEST", "true")
+    s = settings("--store", "file:///tmp/flag", "--lease-s", "3", "--no-self-test",
+                 "--max-request-mb", "2")
+    assert (s.store, s.lease_s, s.self_test) == ("file:///tmp/flag", 3.0, False)
+    assert s.broker_config().max_request_bytes == 2 * 1024 * 1024
+
+
+def test_defaults_without_flags_or_variables() -> None:
+    s = settings("--store", "file:///tmp/q")
+    assert (s.host, s.port, s.lease_s, s.commit_timeout_s, s.self_test, s.token) == (
+        "127.0.0.1", 8765, 30.0, 30.0, True, None)
+
+
+@pytest.mark.parametrize(("argv", "env", "named"), [
+    (["--store", "file:///tmp/q", "--lease-s", "5000"], {}, "--lease-s (or OSQUEUE_LEASE_S)"),
+    (["--store", "file:///tmp/q"], {"OSQUEUE_COMMIT_TIMEOUT_S": "soon"},
+     "--commit-timeout-s (or OSQUEUE_COMMIT_TIMEOUT_S)"),
+    (["--store", "file:///tmp/q", "--listen", "nowhere"], {}, "--listen (or OSQUEUE_LISTEN)"),
+    (["--store", "file:///tmp/q", "--log-level", "loud"], {}, "--log-level"),
+    ([], {}, "--store (or OSQUEUE_STORE)"),
+    (["--store", "file:///tmp/q", "--token-env", "OSQ_UNSET_FOR_TEST"], {}, "OSQ_UNSET_FOR_TEST"),
+])
+def test_a_bad_value_is_one_line_and_exit_2(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        argv: list[str], env: dict[str, str], named: str) -> None:
+    monkeypatch.delenv("OSQ_UNSET_FOR_TEST", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and named in err and "Traceback" not in err
+
+
+def test_the_token_never_shows(monkeypatch: pytest.MonkeyPatch,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("OSQ_TOKEN_FOR_TEST", TOKEN)
+    s = settings("--store", "file:///tmp/q", "--token-env", "OSQ_TOKEN_FOR_TEST")
+    assert s.bearer() == TOKEN
+    assert TOKEN not in repr(s) and TOKEN not in str(s) and TOKEN not in str(s.model_dump())
+    monkeypatch.setenv("OSQUEUE_TOKEN", TOKEN)
+    assert settings("--store", "file:///tmp/q").bearer() == TOKEN
+    assert cli.main(["--store", "file:///tmp/q", "--lease-s", "-1"]) == 2
+    assert TOKEN not in capsys.readouterr().err

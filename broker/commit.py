@@ -10,23 +10,18 @@ apply and encode, what to run on every commit, whether it may write over a
 version someone else wrote, and what to do once a version is known to be
 committed.
 
-**Outcomes.** Every write attempt carries its own identity (a fresh random
-id the model stamps into the object, which also keeps the ids of the last
-few versions: its lineage). When a write fails in a way that leaves its
-outcome open (a timeout, a 5xx, a dropped reply, or a 409/412 that may be the
-store's own retry of a write that landed) the loop re-reads the object and
-decides, for each attempt of the batch:
+**Answers.** A caller awaiting ``submit(op)`` gets the op's result, or the
+exception raised: one the model raised to refuse the op, one it returned as
+the op's outcome (a refusal that is written, answered once the write
+landed), or the loop's own (storage, step-down, shutdown, ``OutcomeUnknown``).
 
-* its id is in the lineage: it landed (perhaps under a newer version): the
-  callers get that attempt's results;
-* the object is still the version it was written over: not landed yet (it
-  may still land): write again, as a new attempt;
-* the version it was written over is in the lineage, followed by another:
-  it can never land: re-apply the batch to the fresh state (if the model
-  still lets this writer write) and write again;
-* otherwise (too many versions since, or an object without lineage) nobody
-  can tell: the callers get :class:`OutcomeUnknown`, and nothing that may
-  have landed is undone.
+**Outcomes.** Every write attempt carries its own identity (a commit id and
+a lineage of recent ones, stamped by the model). When a write fails in a way
+that leaves its outcome open the loop re-reads the object and judges each
+attempt of the batch landed, pending, dead or unknown (:mod:`broker.verdict`):
+it answers a landed attempt's results, writes again over a pending or dead
+one (if the model still lets this writer write), and answers
+:class:`OutcomeUnknown` when nobody can tell, undoing nothing.
 
 Transient storage errors are retried with backoff up to ``commit_timeout_s``
 per batch; past it the callers get ``OutcomeUnknown`` (if an attempt may have
@@ -46,7 +41,6 @@ import errno
 import logging
 import random
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -57,21 +51,25 @@ from broker.errors import (
     Conflict,
     NotFound,
     OsqueueError,
-    OutcomeUnknown,
     StorageError,
     StorageRefused,
     StorageUnavailable,
 )
 from broker.gcpause import gc_paused
 from broker.storage import Data, ObjectStore, data_len
+from broker.verdict import Attempt, Outcome, Verdict, new_commit_id, outcome_unknown, verdict
 
 log = logging.getLogger("osqueue.commit")
 
 StateT = TypeVar("StateT")
+OpT = TypeVar("OpT")
+ResultT = TypeVar("ResultT")
+ResultT_co = TypeVar("ResultT_co", covariant=True)
 
 
-class Model(Protocol[StateT]):
-    """What the loop needs to know about the object it commits."""
+class Model(Protocol[StateT, OpT, ResultT_co]):
+    """What the loop needs to know about the object it commits: a state of type
+    ``StateT`` changed by operations ``OpT`` that answer ``ResultT``."""
 
     def decode(self, data: bytes) -> StateT:
         """Parse a committed version; raise ``StateError`` if it is not one."""
@@ -79,11 +77,14 @@ class Model(Protocol[StateT]):
 
     def empty(self, now_ms: int) -> StateT: ...
 
-    def apply(self, state: StateT, op: Any, now_ms: int) -> tuple[Any, bool]:
-        """Apply one op: (result, changed). Raise OsqueueError to refuse it unchanged."""
+    def apply(self, state: StateT, op: OpT,
+              now_ms: int) -> tuple[ResultT_co | OsqueueError, bool]:
+        """Apply one op: (outcome, changed). Raise ``OsqueueError`` to refuse it
+        unchanged; return one as the outcome to refuse it once the change (a
+        receipt of the refusal, say) is written."""
         ...
 
-    def housekeeping(self, state: StateT, now_ms: int, exists: bool) -> list[Any]:
+    def housekeeping(self, state: StateT, now_ms: int, exists: bool) -> list[OpT]:
         """Ops the owner runs on every commit (lease renewal, takeover, reclaim)."""
         ...
 
@@ -132,19 +133,9 @@ class CommitStats:
 
 
 @dataclass(slots=True)
-class _Pending:
-    op: Any
-    future: asyncio.Future[Any]
-
-
-@dataclass(slots=True)
-class _Attempt:
-    """One write attempt of a batch, and what it would answer if it landed."""
-
-    commit: str
-    base_commit: str | None  # the version it was written over (None: unknown or absent)
-    base_etag: str | None  # None: it tried to create the object
-    results: list[Any]
+class _Pending(Generic[OpT, ResultT]):
+    op: OpT
+    future: asyncio.Future[ResultT]
 
 
 class _Expired(Exception):
@@ -154,21 +145,13 @@ class _Expired(Exception):
         self.last = last
 
 
-_LANDED, _PENDING, _DEAD, _UNKNOWN = "landed", "pending", "dead", "unknown"
-
-
-def new_commit_id() -> str:
-    """A fresh identity for one write attempt (96 random bits)."""
-    return "c-" + uuid.uuid4().hex[:24]
-
-
 def _storage_error(exc: OSError) -> StorageUnavailable:
     name = errno.errorcode.get(exc.errno or 0, "") if exc.errno else ""
     return StorageUnavailable(
         f"storage I/O error {name or type(exc).__name__}: {exc.strerror or exc}")
 
 
-class CommitLoop(Generic[StateT]):
+class CommitLoop(Generic[StateT, OpT, ResultT]):
     """Group commit for one object. Create inside a running event loop.
 
     ``commit_timeout_s`` bounds how long one batch waits on failing storage
@@ -180,12 +163,12 @@ class CommitLoop(Generic[StateT]):
         self,
         store: ObjectStore,
         key: str,
-        model: Model[StateT],
+        model: Model[StateT, OpT, ResultT],
         writer: str,
         executor: Executor,
         *,
         clock: Callable[[], int],
-        on_commit: Callable[[StateT, list[Any]], None] | None = None,
+        on_commit: Callable[[StateT, list[Outcome[ResultT]]], None] | None = None,
         on_timer: Callable[[StateT], None] | None = None,
         observe: Callable[[float, int, int], None] | None = None,
         max_batch: int = 10_000,
@@ -218,8 +201,8 @@ class CommitLoop(Generic[StateT]):
         self._max_linger_s = max_linger_s
         self._commit_timeout_s = commit_timeout_s
         self._fault_retry_s = fault_retry_s
-        self._buffer: list[_Pending] = []
-        self._batch: list[_Pending] = []
+        self._buffer: list[_Pending[OpT, ResultT]] = []
+        self._batch: list[_Pending[OpT, ResultT]] = []
         self._wake = asyncio.Event()
         self._closing = False
         self._task: asyncio.Task[None] | None = None
@@ -245,19 +228,17 @@ class CommitLoop(Generic[StateT]):
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(), name=self.key)
 
-    async def submit(self, op: Any) -> Any:
-        """Queue ``op`` for the next commit; return its result once durable."""
+    async def submit(self, op: OpT) -> ResultT:
+        """Queue ``op`` for the next commit; return its result once durable, or
+        raise what refused it (see the module docstring)."""
         if self._closing:
             raise self.step_down_error or BrokerUnavailable("broker is shutting down")
         if not self.active and self.step_down_error is not None:
             raise self.step_down_error
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[ResultT] = asyncio.get_running_loop().create_future()
         self._buffer.append(_Pending(op, fut))
         self._wake.set()
-        result = await fut
-        if isinstance(result, BaseException):
-            raise result
-        return result
+        return await fut
 
     def poke(self) -> None:
         """Look at the model's timers again (it has new housekeeping to write,
@@ -360,7 +341,7 @@ class CommitLoop(Generic[StateT]):
             self._on_timer(self.state)
         return False
 
-    def _faulted(self, exc: Exception, batch: list[_Pending]) -> None:
+    def _faulted(self, exc: Exception, batch: list[_Pending[OpT, ResultT]]) -> None:
         if isinstance(exc, OsqueueError):
             error = exc
             log.warning("%s: batch failed: %s", self.key, exc)
@@ -420,9 +401,14 @@ class CommitLoop(Generic[StateT]):
         return max(floor, (due - now) / 1000)
 
     @staticmethod
-    def _answer(item: _Pending, result: Any) -> None:
-        if not item.future.done():
-            item.future.set_result(result)
+    def _answer(item: _Pending[OpT, ResultT], outcome: Outcome[ResultT]) -> None:
+        """Answer one caller (unless it stopped waiting): its result, or raise."""
+        if item.future.done():
+            return
+        if isinstance(outcome, OsqueueError):
+            item.future.set_exception(outcome)
+        else:
+            item.future.set_result(outcome)
 
     def _drop_state(self) -> None:
         """Forget the in-memory state (re-read it next), keeping it for
@@ -475,9 +461,9 @@ class CommitLoop(Generic[StateT]):
             self.model.committed(self.state)
             return
 
-    async def _commit(self, batch: list[_Pending]) -> None:
+    async def _commit(self, batch: list[_Pending[OpT, ResultT]]) -> None:
         deadline = time.monotonic() + self._commit_timeout_s
-        attempts: list[_Attempt] = []
+        attempts: list[Attempt[ResultT]] = []
         backoff = 0.02
         while True:
             if self.state is None:
@@ -495,7 +481,7 @@ class CommitLoop(Generic[StateT]):
             now = self.clock()
             exists = self.etag is not None
             changed = False
-            results: list[Any] = []
+            results: list[Outcome[ResultT]] = []
             bad: tuple[int, Exception] | None = None
             with gc_paused():
                 for op in self.model.housekeeping(state, now, exists):
@@ -534,7 +520,7 @@ class CommitLoop(Generic[StateT]):
             # the same version), so the answer given is the one that landed.
             commit = new_commit_id()
             base_commit, _ = self.model.identity(state)
-            attempt = _Attempt(commit, base_commit, self.etag, results)
+            attempt = Attempt(commit, base_commit, self.etag, results)
             attempts.append(attempt)
             self._attempted = True
             started = time.perf_counter()
@@ -570,16 +556,21 @@ class CommitLoop(Generic[StateT]):
                     return
                 fresh = self.state
                 assert fresh is not None
-                verdicts = [self._verdict(a, fresh) for a in attempts]
-                landed = [a for a, v in zip(attempts, verdicts, strict=True) if v == _LANDED]
+                _, lineage = self.model.identity(fresh)
+                seq = self.model.seq(fresh)
+                verdicts = [verdict(a, lineage=lineage, seq=seq, etag=self.etag)
+                            for a in attempts]
+                landed = [a for a, v in zip(attempts, verdicts, strict=True)
+                          if v is Verdict.LANDED]
                 if landed:
                     self._landed(batch, landed[0], fresh, started, reread=True)
                     return
-                if _UNKNOWN in verdicts:
+                if Verdict.UNKNOWN in verdicts:
                     self._answer_unknown(batch, exc)
                     self._check_owner(fresh, pending=False)
                     return
-                if not self._check_owner(fresh, pending=_PENDING in verdicts, batch=batch):
+                if not self._check_owner(fresh, pending=Verdict.PENDING in verdicts,
+                                         batch=batch):
                     return
                 if time.monotonic() >= deadline:
                     self._give_up(batch, attempts, exc)
@@ -593,21 +584,8 @@ class CommitLoop(Generic[StateT]):
             self._landed(batch, attempt, state, started)
             return
 
-    def _verdict(self, attempt: _Attempt, fresh: StateT) -> str:
-        _, lineage = self.model.identity(fresh)
-        if attempt.commit in lineage:
-            return _LANDED
-        if self.etag == attempt.base_etag:
-            return _PENDING  # still the version it was written over: it may yet land
-        if attempt.base_etag is not None and self.etag is None:
-            return _DEAD  # the object was deleted: a conditional write on it cannot land
-        if attempt.base_commit is not None and attempt.base_commit in lineage:
-            return _DEAD  # the version after its base is someone else's
-        if attempt.base_etag is None and len(lineage) >= self.model.seq(fresh):
-            return _DEAD  # the lineage reaches the object's first version
-        return _UNKNOWN
-
-    def _landed(self, batch: list[_Pending], attempt: _Attempt, state: StateT,
+    def _landed(self, batch: list[_Pending[OpT, ResultT]], attempt: Attempt[ResultT],
+                state: StateT,
                 started: float, *, reread: bool = False) -> None:
         elapsed = time.perf_counter() - started
         self._idle_commits = 0
@@ -622,15 +600,15 @@ class CommitLoop(Generic[StateT]):
         if self._observe is not None:
             self._observe(elapsed, len(batch), self.stats.state_bytes)
         if self._on_commit is not None:
-            self._on_commit(state, attempt.results)
-        for item, result in zip(batch, attempt.results, strict=True):
+            self._on_commit(state, attempt.outcomes)
+        for item, result in zip(batch, attempt.outcomes, strict=True):
             self._answer(item, result)
         if not reread:  # a re-read state was reported by _reload already
             self.model.committed(state)
         self._check_owner(state, pending=False)
 
     def _check_owner(self, fresh: StateT, *, pending: bool,
-                     batch: list[_Pending] | None = None) -> bool:
+                     batch: list[_Pending[OpT, ResultT]] | None = None) -> bool:
         """True if this writer may go on writing over ``fresh``; else step down
         (answering ``batch`` too: with OutcomeUnknown where an attempt may
         still land, else with the model's error)."""
@@ -645,18 +623,16 @@ class CommitLoop(Generic[StateT]):
         self.step_down(error)
         return False
 
-    def _answer_all(self, batch: list[_Pending], error: OsqueueError) -> None:
+    def _answer_all(self, batch: list[_Pending[OpT, ResultT]], error: OsqueueError) -> None:
         for item in batch:
             self._answer(item, error)
 
-    def _answer_unknown(self, batch: list[_Pending], cause: BaseException | None) -> None:
+    def _answer_unknown(self, batch: list[_Pending[OpT, ResultT]],
+                        cause: BaseException | None) -> None:
         self.stats.answered_unknown += 1
-        error = OutcomeUnknown(
-            f"the write carrying this call to {self.key} may or may not have landed "
-            f"({cause}); nothing was undone: repeat the call to learn its outcome")
-        self._answer_all(batch, error)
+        self._answer_all(batch, outcome_unknown(self.key, cause))
 
-    def _give_up(self, batch: list[_Pending], attempts: list[_Attempt],
+    def _give_up(self, batch: list[_Pending[OpT, ResultT]], attempts: list[Attempt[ResultT]],
                  last: BaseException | None) -> None:
         """Storage failed for the whole batch timeout: answer and move on."""
         self._drop_state()

@@ -11,7 +11,6 @@ committed version, start writing the archive objects it calls for.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from broker import state as S
 from broker import transitions
@@ -22,6 +21,9 @@ from broker.storage import Data
 
 
 class QueueModel:
+    """The :class:`broker.commit.Model` of one queue: ``QueueState`` changed by
+    ``transitions.Op`` answering ``transitions.Result``."""
+
     def __init__(self, queue: str, broker_id: str, url: str, lease_ms: int,
                  settings: S.Settings, ownership: Ownership, archiver: Archiver,
                  where: str) -> None:
@@ -41,12 +43,16 @@ class QueueModel:
     def empty(self, now_ms: int) -> S.QueueState:
         return transitions.new_state(now_ms, self.settings)
 
-    def apply(self, state: S.QueueState, op: Any, now_ms: int) -> tuple[Any, bool]:
+    def apply(self, state: S.QueueState, op: transitions.Op,
+              now_ms: int) -> tuple[transitions.Result | OsqueueError, bool]:
         result = transitions.apply(state, op, now_ms)
+        if result.error is not None:  # a refusal that is written: raised once it landed
+            return result.error, result.changed
         return result, result.changed
 
-    def housekeeping(self, state: S.QueueState, now_ms: int, exists: bool) -> list[Any]:
-        ops: list[Any] = []
+    def housekeeping(self, state: S.QueueState, now_ms: int,
+                     exists: bool) -> list[transitions.Op]:
+        ops: list[transitions.Op] = []
         record = state.broker
         if not self.retiring:
             if record is None or record.id != self.broker_id or record.url != self.url:

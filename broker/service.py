@@ -54,6 +54,9 @@ from broker.takeover import Takeover
 
 log = logging.getLogger("osqueue.broker")
 
+#: The commit loop of one queue.
+QueueLoop = CommitLoop[S.QueueState, transitions.Op, transitions.Result]
+
 
 @dataclass
 class BrokerConfig:
@@ -74,7 +77,7 @@ class BrokerConfig:
 class ServedQueue:
     """One served queue: its loop, its archiver, and the event that wakes long polls."""
 
-    def __init__(self, name: str, loop: CommitLoop[S.QueueState], model: QueueModel,
+    def __init__(self, name: str, loop: QueueLoop, model: QueueModel,
                  archiver: Archiver) -> None:
         self.name = name
         self.loop = loop
@@ -215,7 +218,7 @@ class Broker:
             self.metrics.commit(seconds, batch)
             self.metrics.gauge("osqueue_state_bytes", state_bytes, queue=name)
 
-        loop: CommitLoop[S.QueueState] = CommitLoop(
+        loop: QueueLoop = CommitLoop(
             self.store, keys.state_key(name), model, self.id, self._executor,
             clock=self.clock,
             on_commit=lambda st, _results: holder[0].notify(st),
@@ -302,8 +305,6 @@ class Broker:
             raise InvalidRequest("push needs at least one job")
         op = transitions.push_of(jobs, request=request, floor=floor)
         result = await self._submit(queue, "push", op, create=True)
-        if result.error is not None:  # a refusal, remembered and written
-            raise result.error
         return list(result.ids)
 
     # -- staged writes (Spark's exactly-once enqueue: see broker.staging) ----------
@@ -331,8 +332,6 @@ class Broker:
                          gone: int) -> transitions.Result:
             result: transitions.Result = await self._submit(
                 queue, "publish", transitions.push_of(jobs, once, missing=gone), create=True)
-            if result.error is not None:
-                raise result.error
             return result
 
         return await self.staging.publish(queue, prefix, keep, once, commit)

@@ -5,23 +5,18 @@ buffer; when it lands, everything buffered is applied to the state and goes
 out as the next single CAS write; only then are those callers answered
 ("pessimistic ack": acknowledged means durable).
 
-The loop knows nothing about queues. A :class:`Model` tells it how to decode,
-apply and encode, what to run on every commit, whether it may write over a
-version someone else wrote, and what to do once a version is known to be
-committed.
+The loop knows nothing about queues: its :class:`~broker.commit_model.Model`
+holds the rules (decode, apply, encode, housekeeping, who may write).
 
 **Answers.** A caller awaiting ``submit(op)`` gets the op's result, or the
 exception raised: one the model raised to refuse the op, one it returned as
 the op's outcome (a refusal that is written, answered once the write
 landed), or the loop's own (storage, step-down, shutdown, ``OutcomeUnknown``).
 
-**Outcomes.** Every write attempt carries its own identity (a commit id and
-a lineage of recent ones, stamped by the model). When a write fails in a way
-that leaves its outcome open the loop re-reads the object and judges each
-attempt of the batch landed, pending, dead or unknown (:mod:`broker.verdict`):
-it answers a landed attempt's results, writes again over a pending or dead
-one (if the model still lets this writer write), and answers
-:class:`OutcomeUnknown` when nobody can tell, undoing nothing.
+**Outcomes.** A write whose outcome is open (a timeout, a 5xx, a 409/412)
+is resolved by a re-read that judges each attempt of the batch landed,
+pending, dead or unknown (:mod:`broker.verdict`); nothing that may have
+landed is undone.
 
 Transient storage errors are retried with backoff up to ``commit_timeout_s``
 per batch; past it the callers get ``OutcomeUnknown`` (if an attempt may have
@@ -37,118 +32,41 @@ due.
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
+from broker.commit_io import Expired, read_retrying, run_io
+from broker.commit_model import CommitStats, Model, StateT, apply_batch
 from broker.errors import (
     BrokerUnavailable,
     Conflict,
-    NotFound,
     OsqueueError,
     StorageError,
     StorageRefused,
     StorageUnavailable,
 )
 from broker.gcpause import gc_paused
-from broker.storage import Data, ObjectStore, data_len
-from broker.verdict import Attempt, Outcome, Verdict, new_commit_id, outcome_unknown, verdict
+from broker.storage import ObjectStore, data_len
+from broker.verdict import (
+    Attempt,
+    Outcome,
+    Verdict,
+    Waiter,
+    answer,
+    answer_all,
+    new_commit_id,
+    outcome_unknown,
+    verdict,
+)
 
 log = logging.getLogger("osqueue.commit")
 
-StateT = TypeVar("StateT")
 OpT = TypeVar("OpT")
 ResultT = TypeVar("ResultT")
-ResultT_co = TypeVar("ResultT_co", covariant=True)
-
-
-class Model(Protocol[StateT, OpT, ResultT_co]):
-    """What the loop needs to know about the object it commits: a state of type
-    ``StateT`` changed by operations ``OpT`` that answer ``ResultT``."""
-
-    def decode(self, data: bytes) -> StateT:
-        """Parse a committed version; raise ``StateError`` if it is not one."""
-        ...
-
-    def empty(self, now_ms: int) -> StateT: ...
-
-    def apply(self, state: StateT, op: OpT,
-              now_ms: int) -> tuple[ResultT_co | OsqueueError, bool]:
-        """Apply one op: (outcome, changed). Raise ``OsqueueError`` to refuse it
-        unchanged; return one as the outcome to refuse it once the change (a
-        receipt of the refusal, say) is written."""
-        ...
-
-    def housekeeping(self, state: StateT, now_ms: int, exists: bool) -> list[OpT]:
-        """Ops the owner runs on every commit (lease renewal, takeover, reclaim)."""
-        ...
-
-    def encode(self, state: StateT, writer: str, now_ms: int, commit: str) -> Data:
-        """Stamp the state as the next version, made by write attempt ``commit``."""
-        ...
-
-    def identity(self, state: StateT) -> tuple[str | None, Sequence[str]]:
-        """(commit id of this version, the lineage: recent commit ids, newest last)."""
-        ...
-
-    def seq(self, state: StateT) -> int:
-        """The version number (grows by one a write)."""
-        ...
-
-    def may_write(self, state: StateT, owned: bool) -> OsqueueError | None:
-        """None if this writer may write over committed ``state``, else the error
-        to answer. ``owned``: a write of this writer landed since it (re)started."""
-        ...
-
-    def committed(self, state: StateT) -> None:
-        """``state`` is a committed version (written by us or re-read): start
-        whatever must follow a commit (archive objects)."""
-        ...
-
-    def carry(self, dropped: StateT, fresh: StateT, now_ms: int) -> None:
-        """The loop dropped ``dropped`` for the re-read ``fresh``: move into
-        ``fresh`` what only the dropped state held and must not be lost (changes
-        kept in memory to be written later)."""
-        ...
-
-    def next_timer_ms(self, state: StateT, now_ms: int) -> int | None: ...
-
-
-@dataclass(slots=True)
-class CommitStats:
-    commits: int = 0
-    conflicts: int = 0
-    unknown_outcomes: int = 0  # writes whose outcome had to be resolved by a re-read
-    answered_unknown: int = 0  # batches answered OutcomeUnknown
-    step_downs: int = 0
-    faults: int = 0
-    last_commit_s: float = 0.0
-    last_batch: int = 0
-    state_bytes: int = 0
-
-
-@dataclass(slots=True)
-class _Pending(Generic[OpT, ResultT]):
-    op: OpT
-    future: asyncio.Future[ResultT]
-
-
-class _Expired(Exception):
-    """The batch's time ran out while storage kept failing."""
-
-    def __init__(self, last: BaseException | None) -> None:
-        self.last = last
-
-
-def _storage_error(exc: OSError) -> StorageUnavailable:
-    name = errno.errorcode.get(exc.errno or 0, "") if exc.errno else ""
-    return StorageUnavailable(
-        f"storage I/O error {name or type(exc).__name__}: {exc.strerror or exc}")
 
 
 class CommitLoop(Generic[StateT, OpT, ResultT]):
@@ -201,8 +119,8 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
         self._max_linger_s = max_linger_s
         self._commit_timeout_s = commit_timeout_s
         self._fault_retry_s = fault_retry_s
-        self._buffer: list[_Pending[OpT, ResultT]] = []
-        self._batch: list[_Pending[OpT, ResultT]] = []
+        self._buffer: list[Waiter[OpT, ResultT]] = []
+        self._batch: list[Waiter[OpT, ResultT]] = []
         self._wake = asyncio.Event()
         self._closing = False
         self._task: asyncio.Task[None] | None = None
@@ -219,7 +137,7 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
         failing for ``commit_timeout_s``."""
         try:
             await self._reload(time.monotonic() + self._commit_timeout_s)
-        except _Expired as exp:
+        except Expired as exp:
             raise StorageUnavailable(f"could not read {self.key}: {exp.last}") from None
         assert self.state is not None
         return self.state
@@ -236,7 +154,7 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
         if not self.active and self.step_down_error is not None:
             raise self.step_down_error
         fut: asyncio.Future[ResultT] = asyncio.get_running_loop().create_future()
-        self._buffer.append(_Pending(op, fut))
+        self._buffer.append(Waiter(op, fut))
         self._wake.set()
         return await fut
 
@@ -320,8 +238,7 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
         batch = self._batch = self._buffer[: self._max_batch]
         del self._buffer[: len(batch)]
         if not self.active:
-            for item in batch:
-                self._answer(item, self.step_down_error or BrokerUnavailable("not active"))
+            answer_all(batch, self.step_down_error or BrokerUnavailable("not active"))
             return False
         if not batch:
             self._idle_commits += 1
@@ -341,7 +258,7 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
             self._on_timer(self.state)
         return False
 
-    def _faulted(self, exc: Exception, batch: list[_Pending[OpT, ResultT]]) -> None:
+    def _faulted(self, exc: Exception, batch: list[Waiter[OpT, ResultT]]) -> None:
         if isinstance(exc, OsqueueError):
             error = exc
             log.warning("%s: batch failed: %s", self.key, exc)
@@ -353,8 +270,7 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
         self.fault = f"{error.code}: {error.message}"
         self._drop_state()  # the in-memory state may be half-applied: re-read it
         self.etag = None
-        for item in batch:
-            self._answer(item, error)
+        answer_all(batch, error)
 
     async def _linger(self, timer: bool = False) -> None:
         """Let the callers the last commit just answered join this one.
@@ -400,16 +316,6 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
         floor = 0.0 if self._idle_commits == 0 else 0.01 * 2 ** min(self._idle_commits, 7)
         return max(floor, (due - now) / 1000)
 
-    @staticmethod
-    def _answer(item: _Pending[OpT, ResultT], outcome: Outcome[ResultT]) -> None:
-        """Answer one caller (unless it stopped waiting): its result, or raise."""
-        if item.future.done():
-            return
-        if isinstance(outcome, OsqueueError):
-            item.future.set_exception(outcome)
-        else:
-            item.future.set_result(outcome)
-
     def _drop_state(self) -> None:
         """Forget the in-memory state (re-read it next), keeping it for
         :meth:`Model.carry` until the next read."""
@@ -418,15 +324,11 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
         self.state = None
 
     def _fail_all(self, error: OsqueueError) -> None:
-        for item in self._batch + self._buffer:
-            self._answer(item, error)
+        answer_all(self._batch + self._buffer, error)
         self._buffer.clear()
 
     async def _io(self, fn: Callable[..., Any], *args: Any) -> Any:
-        try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
-        except OSError as exc:  # a store that let one through: it is a storage fault
-            raise _storage_error(exc) from exc
+        return await run_io(self._executor, fn, *args)
 
     def _carry(self) -> None:
         if self._dropped is not None and self.state is not None:
@@ -434,34 +336,20 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
         self._dropped = None
 
     async def _reload(self, deadline: float) -> None:
-        """Read the committed object into ``state``; raise ``_Expired`` past
+        """Read the committed object into ``state``; raise ``Expired`` past
         ``deadline``, a ``StateError`` or ``StorageRefused`` at once."""
-        delay = 0.05
-        while True:
-            try:
-                got = await self._io(self.store.read, self.key)
-            except NotFound:
-                self.state, self.etag = self.model.empty(self.clock()), None
-                self.fault = None
-                self._carry()
-                return
-            except StorageRefused:
-                raise
-            except StorageError as exc:
-                if time.monotonic() + delay > deadline:
-                    raise _Expired(exc) from None
-                log.warning("re-read of %s failed (%s); retrying in %.2fs", self.key, exc, delay)
-                await asyncio.sleep(delay * (0.5 + random.random()))
-                delay = min(delay * 2, 2.0)
-                continue
+        got = await read_retrying(self._executor, self.store, self.key, deadline)
+        if got is None:
+            self.state, self.etag = self.model.empty(self.clock()), None
+        else:
             self.state, self.etag = self.model.decode(got.data), got.etag
             self.stats.state_bytes = len(got.data)
-            self.fault = None
-            self._carry()
+        self.fault = None
+        self._carry()
+        if got is not None:
             self.model.committed(self.state)
-            return
 
-    async def _commit(self, batch: list[_Pending[OpT, ResultT]]) -> None:
+    async def _commit(self, batch: list[Waiter[OpT, ResultT]]) -> None:
         deadline = time.monotonic() + self._commit_timeout_s
         attempts: list[Attempt[ResultT]] = []
         backoff = 0.02
@@ -469,7 +357,7 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
             if self.state is None:
                 try:
                     await self._reload(deadline)
-                except _Expired as exp:
+                except Expired as exp:
                     self._give_up(batch, attempts, exp.last)
                     return
                 assert self.state is not None
@@ -480,23 +368,9 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
             assert state is not None
             now = self.clock()
             exists = self.etag is not None
-            changed = False
-            results: list[Outcome[ResultT]] = []
-            bad: tuple[int, Exception] | None = None
             with gc_paused():
-                for op in self.model.housekeeping(state, now, exists):
-                    _, did = self.model.apply(state, op, now)
-                    changed = changed or (did and exists)
-                for index, item in enumerate(batch):
-                    try:
-                        result, did = self.model.apply(state, item.op, now)
-                    except OsqueueError as exc:
-                        result, did = exc, False
-                    except Exception as exc:  # a bug, or input no check foresaw
-                        bad = (index, exc)
-                        break
-                    results.append(result)
-                    changed = changed or did
+                results, changed, bad = apply_batch(self.model, state,
+                                                    [i.op for i in batch], now, exists)
             if bad is not None:
                 # Answer that call alone; it may have half-applied the state, so
                 # re-read it and apply the others again (unless an earlier attempt of
@@ -507,13 +381,13 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
                 if attempts:  # an earlier attempt, this call in it, may still land
                     self._answer_unknown(batch, failure)
                     return
-                self._answer(batch[index], OsqueueError(
+                answer(batch[index], OsqueueError(
                     f"internal error applying this call: {type(failure).__name__}: {failure}"))
                 batch = self._batch = batch[:index] + batch[index + 1:]
                 continue
             if not changed and not attempts:
                 for item, result in zip(batch, results, strict=True):
-                    self._answer(item, result)
+                    answer(item, result)
                 return
             # With an earlier attempt that may still land, even an unchanged state is
             # written: the write fences that attempt out (both are conditional on
@@ -538,7 +412,7 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
                 if len(attempts) > 1:
                     self._give_up(batch, attempts[:-1], exc)
                 else:
-                    self._answer_all(batch, exc)
+                    answer_all(batch, exc)
                 return
             except StorageError as exc:
                 # Conflict included: after a lost reply the store's own retry sees 412.
@@ -551,7 +425,7 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
                 self._drop_state()
                 try:
                     await self._reload(deadline)
-                except _Expired as exp:
+                except Expired as exp:
                     self._give_up(batch, attempts, exp.last)
                     return
                 fresh = self.state
@@ -584,7 +458,7 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
             self._landed(batch, attempt, state, started)
             return
 
-    def _landed(self, batch: list[_Pending[OpT, ResultT]], attempt: Attempt[ResultT],
+    def _landed(self, batch: list[Waiter[OpT, ResultT]], attempt: Attempt[ResultT],
                 state: StateT,
                 started: float, *, reread: bool = False) -> None:
         elapsed = time.perf_counter() - started
@@ -602,13 +476,13 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
         if self._on_commit is not None:
             self._on_commit(state, attempt.outcomes)
         for item, result in zip(batch, attempt.outcomes, strict=True):
-            self._answer(item, result)
+            answer(item, result)
         if not reread:  # a re-read state was reported by _reload already
             self.model.committed(state)
         self._check_owner(state, pending=False)
 
     def _check_owner(self, fresh: StateT, *, pending: bool,
-                     batch: list[_Pending[OpT, ResultT]] | None = None) -> bool:
+                     batch: list[Waiter[OpT, ResultT]] | None = None) -> bool:
         """True if this writer may go on writing over ``fresh``; else step down
         (answering ``batch`` too: with OutcomeUnknown where an attempt may
         still land, else with the model's error)."""
@@ -619,20 +493,16 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
             if pending:
                 self._answer_unknown(batch, error)
             else:
-                self._answer_all(batch, error)
+                answer_all(batch, error)
         self.step_down(error)
         return False
 
-    def _answer_all(self, batch: list[_Pending[OpT, ResultT]], error: OsqueueError) -> None:
-        for item in batch:
-            self._answer(item, error)
-
-    def _answer_unknown(self, batch: list[_Pending[OpT, ResultT]],
+    def _answer_unknown(self, batch: list[Waiter[OpT, ResultT]],
                         cause: BaseException | None) -> None:
         self.stats.answered_unknown += 1
-        self._answer_all(batch, outcome_unknown(self.key, cause))
+        answer_all(batch, outcome_unknown(self.key, cause))
 
-    def _give_up(self, batch: list[_Pending[OpT, ResultT]], attempts: list[Attempt[ResultT]],
+    def _give_up(self, batch: list[Waiter[OpT, ResultT]], attempts: list[Attempt[ResultT]],
                  last: BaseException | None) -> None:
         """Storage failed for the whole batch timeout: answer and move on."""
         self._drop_state()
@@ -641,6 +511,6 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
         if attempts:
             self._answer_unknown(batch, last)
         else:
-            self._answer_all(batch, StorageUnavailable(
+            answer_all(batch, StorageUnavailable(
                 f"storage did not answer for {self._commit_timeout_s:.0f}s ({last}); "
                 "nothing was written"))

@@ -1,4 +1,5 @@
-"""Commit identity: what became of a write attempt whose outcome was open.
+"""Outcomes of the commit loop: what became of a write attempt whose outcome
+was open, and how the callers waiting on a batch are answered.
 
 Every write attempt carries its own identity (:func:`new_commit_id`, a fresh
 random id the model stamps into the object, which also keeps the ids of the
@@ -19,6 +20,9 @@ and asks :func:`verdict`, for each attempt of the batch:
   lineage: nobody can tell; the callers get ``OutcomeUnknown``, and nothing
   that may have landed is undone.
 
+A caller waits on a :class:`Waiter`; :func:`answer` gives it its result or
+raises its error in it (``future.set_exception``).
+
 The verdict compares etags only for "still the same version": it relies on
 every version's bytes being new (the queue object's ``seq`` grows on every
 write), so a store whose etags are content hashes never shows an A-B-A.
@@ -26,14 +30,16 @@ write), so a store whose etags are content hashes never shows an A-B-A.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeAlias, TypeVar
 
 from broker.errors import OsqueueError, OutcomeUnknown
 
+OpT = TypeVar("OpT")
 ResultT = TypeVar("ResultT")
 
 #: What one operation of a batch answers: its result, or the error to raise.
@@ -86,3 +92,27 @@ def outcome_unknown(key: str, cause: BaseException | None) -> OutcomeUnknown:
     return OutcomeUnknown(
         f"the write carrying this call to {key} may or may not have landed "
         f"({cause}); nothing was undone: repeat the call to learn its outcome")
+
+
+@dataclass(slots=True)
+class Waiter(Generic[OpT, ResultT]):
+    """One caller's operation, and the future it awaits."""
+
+    op: OpT
+    future: asyncio.Future[ResultT]
+
+
+def answer(item: Waiter[OpT, ResultT], outcome: Outcome[ResultT]) -> None:
+    """Answer one caller (unless it stopped waiting): its result, or raise its error."""
+    if item.future.done():
+        return
+    if isinstance(outcome, OsqueueError):
+        item.future.set_exception(outcome)
+    else:
+        item.future.set_result(outcome)
+
+
+def answer_all(items: Iterable[Waiter[OpT, ResultT]], error: OsqueueError) -> None:
+    """Raise ``error`` in every caller of ``items`` still waiting."""
+    for item in items:
+        answer(item, error)

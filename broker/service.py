@@ -9,17 +9,18 @@ server (:mod:`broker.http`) is a thin adapter over this class; so is
 object names, see :mod:`broker.ownership`). A broker serves the queues it
 owns, creates a queue with its first push, and watches the others: when an
 owner stops cleanly, dies, or stops writing for a whole lease, a watching
-broker takes the queue over by itself (:mod:`broker.takeover`). A write sent to a broker that does
+broker takes the queue over by itself. A write sent to a broker that does
 not own the queue is answered ``NotTheBroker`` with the owner's URL. A read
 (stats, jobs) never moves a queue: a broker that does not own it answers
 from the stored object, and a queue that does not exist is answered 404
 with nothing created. A claim on a queue that does not exist returns no jobs
 (after waiting up to ``wait_s`` for it to appear) and creates nothing.
 
-:class:`Broker` coordinates: each queue's commit loop (:mod:`broker.commit`
-over :mod:`broker.queue_model`) does the writing, :class:`broker.takeover.
-Takeover` the watching and taking over, :class:`broker.staging.Staging` the
-staged writes of Spark.
+:class:`Broker` is a thin coordinator: each served queue
+(:mod:`broker.served`: a commit loop over :mod:`broker.queue_model`) does the
+writing, :mod:`broker.takeover` the watching and taking over (under the
+policy of :mod:`broker.ownership`), :mod:`broker.staging` Spark's staged
+writes.
 """
 
 from __future__ import annotations
@@ -34,8 +35,6 @@ from typing import Any
 
 from broker import keys, timefmt, transitions
 from broker import state as S
-from broker.archiver import Archiver
-from broker.commit import CommitLoop
 from broker.errors import (
     BrokerUnavailable,
     InvalidRequest,
@@ -47,16 +46,12 @@ from broker.gcpause import gc_paused
 from broker.limits import DEFAULT_LEASE_S
 from broker.metrics import Metrics
 from broker.ownership import BROKER_LEASE_S, WATCH_INTERVAL_S, Ownership, new_broker_id
-from broker.queue_model import QueueModel
+from broker.served import ServedQueue
 from broker.staging import SWEEP_S, Staging
 from broker.storage import ObjectStore
 from broker.takeover import Takeover
 
 log = logging.getLogger("osqueue.broker")
-
-#: The commit loop of one queue.
-QueueLoop = CommitLoop[S.QueueState, transitions.Op, transitions.Result]
-
 
 @dataclass
 class BrokerConfig:
@@ -72,23 +67,6 @@ class BrokerConfig:
     self_test: bool = True
     commit_timeout_s: float = 30.0  # a batch waits this long on failing storage at most
     default_settings: dict[str, Any] = field(default_factory=dict)
-
-
-class ServedQueue:
-    """One served queue: its loop, its archiver, and the event that wakes long polls."""
-
-    def __init__(self, name: str, loop: QueueLoop, model: QueueModel,
-                 archiver: Archiver) -> None:
-        self.name = name
-        self.loop = loop
-        self.model = model
-        self.archiver = archiver
-        self.jobs_ready = asyncio.Event()
-
-    def notify(self, state: S.QueueState) -> None:
-        if state.ready and not state.paused:
-            self.jobs_ready.set()
-            self.jobs_ready = asyncio.Event()
 
 
 class Broker:
@@ -207,27 +185,15 @@ class Broker:
         existing = self._queues.get(name)
         if existing is not None:
             return existing
-        holder: list[ServedQueue] = []
-        archiver = Archiver(self.store, name, self._executor,
-                            lambda: holder[0].loop.poke(), monotonic=self.monotonic)
-        model = QueueModel(name, self.id, self.url, round(self.config.lease_s * 1000),
-                           self._settings, self.ownership, archiver,
-                           where=f"{self.store.url}/{keys.state_key(name)}")
 
         def observe(seconds: float, batch: int, state_bytes: int) -> None:
             self.metrics.commit(seconds, batch)
             self.metrics.gauge("osqueue_state_bytes", state_bytes, queue=name)
 
-        loop: QueueLoop = CommitLoop(
-            self.store, keys.state_key(name), model, self.id, self._executor,
-            clock=self.clock,
-            on_commit=lambda st, _results: holder[0].notify(st),
-            on_timer=lambda st: holder[0].notify(st),
-            observe=observe,
-            commit_timeout_s=self.config.commit_timeout_s,
-        )
-        q = ServedQueue(name, loop, model, archiver)
-        holder.append(q)
+        q = ServedQueue(name, self.store, self._executor, broker_id=self.id, url=self.url,
+                        lease_ms=round(self.config.lease_s * 1000), settings=self._settings,
+                        ownership=self.ownership, clock=self.clock, monotonic=self.monotonic,
+                        commit_timeout_s=self.config.commit_timeout_s, observe=observe)
         self._queues[name] = q
         return q
 

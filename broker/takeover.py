@@ -19,16 +19,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from broker import keys, transitions
 from broker import state as S
 from broker.errors import NotFound, NotTheBroker, OsqueueError
 from broker.ownership import RELIST_S, Ownership
+from broker.served import ServedQueue
 from broker.storage import ObjectStore
-
-if TYPE_CHECKING:
-    from broker.service import ServedQueue
 
 log = logging.getLogger("osqueue.broker")
 

@@ -5,28 +5,18 @@ buffer; when it lands, everything buffered is applied to the state and goes
 out as the next single CAS write; only then are those callers answered
 ("pessimistic ack": acknowledged means durable).
 
-The loop knows nothing about queues. A :class:`Model` tells it how to decode,
-apply and encode, what to run on every commit, whether it may write over a
-version someone else wrote, and what to do once a version is known to be
-committed.
+The loop knows nothing about queues: its :class:`~broker.commit_model.Model`
+holds the rules (decode, apply, encode, housekeeping, who may write).
 
-**Outcomes.** Every write attempt carries its own identity (a fresh random
-id the model stamps into the object, which also keeps the ids of the last
-few versions: its lineage). When a write fails in a way that leaves its
-outcome open (a timeout, a 5xx, a dropped reply, or a 409/412 that may be the
-store's own retry of a write that landed) the loop re-reads the object and
-decides, for each attempt of the batch:
+**Answers.** A caller awaiting ``submit(op)`` gets the op's result, or the
+exception raised: one the model raised to refuse the op, one it returned as
+the op's outcome (a refusal that is written, answered once the write
+landed), or the loop's own (storage, step-down, shutdown, ``OutcomeUnknown``).
 
-* its id is in the lineage: it landed (perhaps under a newer version): the
-  callers get that attempt's results;
-* the object is still the version it was written over: not landed yet (it
-  may still land): write again, as a new attempt;
-* the version it was written over is in the lineage, followed by another:
-  it can never land: re-apply the batch to the fresh state (if the model
-  still lets this writer write) and write again;
-* otherwise (too many versions since, or an object without lineage) nobody
-  can tell: the callers get :class:`OutcomeUnknown`, and nothing that may
-  have landed is undone.
+**Outcomes.** A write whose outcome is open (a timeout, a 5xx, a 409/412)
+is resolved by a re-read that judges each attempt of the batch landed,
+pending, dead or unknown (:mod:`broker.verdict`); nothing that may have
+landed is undone.
 
 Transient storage errors are retried with backoff up to ``commit_timeout_s``
 per batch; past it the callers get ``OutcomeUnknown`` (if an attempt may have
@@ -42,133 +32,44 @@ due.
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import random
 import time
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
+from broker.commit_io import Expired, read_retrying, run_io
+from broker.commit_model import CommitStats, Model, StateT, apply_batch
 from broker.errors import (
     BrokerUnavailable,
     Conflict,
-    NotFound,
     OsqueueError,
-    OutcomeUnknown,
     StorageError,
     StorageRefused,
     StorageUnavailable,
 )
 from broker.gcpause import gc_paused
-from broker.storage import Data, ObjectStore, data_len
+from broker.storage import ObjectStore, data_len
+from broker.verdict import (
+    Attempt,
+    Outcome,
+    Verdict,
+    Waiter,
+    answer,
+    answer_all,
+    new_commit_id,
+    outcome_unknown,
+    verdict,
+)
 
 log = logging.getLogger("osqueue.commit")
 
-StateT = TypeVar("StateT")
+OpT = TypeVar("OpT")
+ResultT = TypeVar("ResultT")
 
 
-class Model(Protocol[StateT]):
-    """What the loop needs to know about the object it commits."""
-
-    def decode(self, data: bytes) -> StateT:
-        """Parse a committed version; raise ``StateError`` if it is not one."""
-        ...
-
-    def empty(self, now_ms: int) -> StateT: ...
-
-    def apply(self, state: StateT, op: Any, now_ms: int) -> tuple[Any, bool]:
-        """Apply one op: (result, changed). Raise OsqueueError to refuse it unchanged."""
-        ...
-
-    def housekeeping(self, state: StateT, now_ms: int, exists: bool) -> list[Any]:
-        """Ops the owner runs on every commit (lease renewal, takeover, reclaim)."""
-        ...
-
-    def encode(self, state: StateT, writer: str, now_ms: int, commit: str) -> Data:
-        """Stamp the state as the next version, made by write attempt ``commit``."""
-        ...
-
-    def identity(self, state: StateT) -> tuple[str | None, Sequence[str]]:
-        """(commit id of this version, the lineage: recent commit ids, newest last)."""
-        ...
-
-    def seq(self, state: StateT) -> int:
-        """The version number (grows by one a write)."""
-        ...
-
-    def may_write(self, state: StateT, owned: bool) -> OsqueueError | None:
-        """None if this writer may write over committed ``state``, else the error
-        to answer. ``owned``: a write of this writer landed since it (re)started."""
-        ...
-
-    def committed(self, state: StateT) -> None:
-        """``state`` is a committed version (written by us or re-read): start
-        whatever must follow a commit (archive objects)."""
-        ...
-
-    def carry(self, dropped: StateT, fresh: StateT, now_ms: int) -> None:
-        """The loop dropped ``dropped`` for the re-read ``fresh``: move into
-        ``fresh`` what only the dropped state held and must not be lost (changes
-        kept in memory to be written later)."""
-        ...
-
-    def next_timer_ms(self, state: StateT, now_ms: int) -> int | None: ...
-
-
-@dataclass(slots=True)
-class CommitStats:
-    commits: int = 0
-    conflicts: int = 0
-    unknown_outcomes: int = 0  # writes whose outcome had to be resolved by a re-read
-    answered_unknown: int = 0  # batches answered OutcomeUnknown
-    step_downs: int = 0
-    faults: int = 0
-    last_commit_s: float = 0.0
-    last_batch: int = 0
-    state_bytes: int = 0
-
-
-@dataclass(slots=True)
-class _Pending:
-    op: Any
-    future: asyncio.Future[Any]
-
-
-@dataclass(slots=True)
-class _Attempt:
-    """One write attempt of a batch, and what it would answer if it landed."""
-
-    commit: str
-    base_commit: str | None  # the version it was written over (None: unknown or absent)
-    base_etag: str | None  # None: it tried to create the object
-    results: list[Any]
-
-
-class _Expired(Exception):
-    """The batch's time ran out while storage kept failing."""
-
-    def __init__(self, last: BaseException | None) -> None:
-        self.last = last
-
-
-_LANDED, _PENDING, _DEAD, _UNKNOWN = "landed", "pending", "dead", "unknown"
-
-
-def new_commit_id() -> str:
-    """A fresh identity for one write attempt (96 random bits)."""
-    return "c-" + uuid.uuid4().hex[:24]
-
-
-def _storage_error(exc: OSError) -> StorageUnavailable:
-    name = errno.errorcode.get(exc.errno or 0, "") if exc.errno else ""
-    return StorageUnavailable(
-        f"storage I/O error {name or type(exc).__name__}: {exc.strerror or exc}")
-
-
-class CommitLoop(Generic[StateT]):
+class CommitLoop(Generic[StateT, OpT, ResultT]):
     """Group commit for one object. Create inside a running event loop.
 
     ``commit_timeout_s`` bounds how long one batch waits on failing storage
@@ -180,12 +81,12 @@ class CommitLoop(Generic[StateT]):
         self,
         store: ObjectStore,
         key: str,
-        model: Model[StateT],
+        model: Model[StateT, OpT, ResultT],
         writer: str,
         executor: Executor,
         *,
         clock: Callable[[], int],
-        on_commit: Callable[[StateT, list[Any]], None] | None = None,
+        on_commit: Callable[[StateT, list[Outcome[ResultT]]], None] | None = None,
         on_timer: Callable[[StateT], None] | None = None,
         observe: Callable[[float, int, int], None] | None = None,
         max_batch: int = 10_000,
@@ -218,8 +119,8 @@ class CommitLoop(Generic[StateT]):
         self._max_linger_s = max_linger_s
         self._commit_timeout_s = commit_timeout_s
         self._fault_retry_s = fault_retry_s
-        self._buffer: list[_Pending] = []
-        self._batch: list[_Pending] = []
+        self._buffer: list[Waiter[OpT, ResultT]] = []
+        self._batch: list[Waiter[OpT, ResultT]] = []
         self._wake = asyncio.Event()
         self._closing = False
         self._task: asyncio.Task[None] | None = None
@@ -236,7 +137,7 @@ class CommitLoop(Generic[StateT]):
         failing for ``commit_timeout_s``."""
         try:
             await self._reload(time.monotonic() + self._commit_timeout_s)
-        except _Expired as exp:
+        except Expired as exp:
             raise StorageUnavailable(f"could not read {self.key}: {exp.last}") from None
         assert self.state is not None
         return self.state
@@ -245,19 +146,17 @@ class CommitLoop(Generic[StateT]):
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(), name=self.key)
 
-    async def submit(self, op: Any) -> Any:
-        """Queue ``op`` for the next commit; return its result once durable."""
+    async def submit(self, op: OpT) -> ResultT:
+        """Queue ``op`` for the next commit; return its result once durable, or
+        raise what refused it (see the module docstring)."""
         if self._closing:
             raise self.step_down_error or BrokerUnavailable("broker is shutting down")
         if not self.active and self.step_down_error is not None:
             raise self.step_down_error
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._buffer.append(_Pending(op, fut))
+        fut: asyncio.Future[ResultT] = asyncio.get_running_loop().create_future()
+        self._buffer.append(Waiter(op, fut))
         self._wake.set()
-        result = await fut
-        if isinstance(result, BaseException):
-            raise result
-        return result
+        return await fut
 
     def poke(self) -> None:
         """Look at the model's timers again (it has new housekeeping to write,
@@ -339,8 +238,7 @@ class CommitLoop(Generic[StateT]):
         batch = self._batch = self._buffer[: self._max_batch]
         del self._buffer[: len(batch)]
         if not self.active:
-            for item in batch:
-                self._answer(item, self.step_down_error or BrokerUnavailable("not active"))
+            answer_all(batch, self.step_down_error or BrokerUnavailable("not active"))
             return False
         if not batch:
             self._idle_commits += 1
@@ -360,7 +258,7 @@ class CommitLoop(Generic[StateT]):
             self._on_timer(self.state)
         return False
 
-    def _faulted(self, exc: Exception, batch: list[_Pending]) -> None:
+    def _faulted(self, exc: Exception, batch: list[Waiter[OpT, ResultT]]) -> None:
         if isinstance(exc, OsqueueError):
             error = exc
             log.warning("%s: batch failed: %s", self.key, exc)
@@ -372,8 +270,7 @@ class CommitLoop(Generic[StateT]):
         self.fault = f"{error.code}: {error.message}"
         self._drop_state()  # the in-memory state may be half-applied: re-read it
         self.etag = None
-        for item in batch:
-            self._answer(item, error)
+        answer_all(batch, error)
 
     async def _linger(self, timer: bool = False) -> None:
         """Let the callers the last commit just answered join this one.
@@ -419,11 +316,6 @@ class CommitLoop(Generic[StateT]):
         floor = 0.0 if self._idle_commits == 0 else 0.01 * 2 ** min(self._idle_commits, 7)
         return max(floor, (due - now) / 1000)
 
-    @staticmethod
-    def _answer(item: _Pending, result: Any) -> None:
-        if not item.future.done():
-            item.future.set_result(result)
-
     def _drop_state(self) -> None:
         """Forget the in-memory state (re-read it next), keeping it for
         :meth:`Model.carry` until the next read."""
@@ -432,15 +324,11 @@ class CommitLoop(Generic[StateT]):
         self.state = None
 
     def _fail_all(self, error: OsqueueError) -> None:
-        for item in self._batch + self._buffer:
-            self._answer(item, error)
+        answer_all(self._batch + self._buffer, error)
         self._buffer.clear()
 
     async def _io(self, fn: Callable[..., Any], *args: Any) -> Any:
-        try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
-        except OSError as exc:  # a store that let one through: it is a storage fault
-            raise _storage_error(exc) from exc
+        return await run_io(self._executor, fn, *args)
 
     def _carry(self) -> None:
         if self._dropped is not None and self.state is not None:
@@ -448,42 +336,28 @@ class CommitLoop(Generic[StateT]):
         self._dropped = None
 
     async def _reload(self, deadline: float) -> None:
-        """Read the committed object into ``state``; raise ``_Expired`` past
+        """Read the committed object into ``state``; raise ``Expired`` past
         ``deadline``, a ``StateError`` or ``StorageRefused`` at once."""
-        delay = 0.05
-        while True:
-            try:
-                got = await self._io(self.store.read, self.key)
-            except NotFound:
-                self.state, self.etag = self.model.empty(self.clock()), None
-                self.fault = None
-                self._carry()
-                return
-            except StorageRefused:
-                raise
-            except StorageError as exc:
-                if time.monotonic() + delay > deadline:
-                    raise _Expired(exc) from None
-                log.warning("re-read of %s failed (%s); retrying in %.2fs", self.key, exc, delay)
-                await asyncio.sleep(delay * (0.5 + random.random()))
-                delay = min(delay * 2, 2.0)
-                continue
+        got = await read_retrying(self._executor, self.store, self.key, deadline)
+        if got is None:
+            self.state, self.etag = self.model.empty(self.clock()), None
+        else:
             self.state, self.etag = self.model.decode(got.data), got.etag
             self.stats.state_bytes = len(got.data)
-            self.fault = None
-            self._carry()
+        self.fault = None
+        self._carry()
+        if got is not None:
             self.model.committed(self.state)
-            return
 
-    async def _commit(self, batch: list[_Pending]) -> None:
+    async def _commit(self, batch: list[Waiter[OpT, ResultT]]) -> None:
         deadline = time.monotonic() + self._commit_timeout_s
-        attempts: list[_Attempt] = []
+        attempts: list[Attempt[ResultT]] = []
         backoff = 0.02
         while True:
             if self.state is None:
                 try:
                     await self._reload(deadline)
-                except _Expired as exp:
+                except Expired as exp:
                     self._give_up(batch, attempts, exp.last)
                     return
                 assert self.state is not None
@@ -494,23 +368,9 @@ class CommitLoop(Generic[StateT]):
             assert state is not None
             now = self.clock()
             exists = self.etag is not None
-            changed = False
-            results: list[Any] = []
-            bad: tuple[int, Exception] | None = None
             with gc_paused():
-                for op in self.model.housekeeping(state, now, exists):
-                    _, did = self.model.apply(state, op, now)
-                    changed = changed or (did and exists)
-                for index, item in enumerate(batch):
-                    try:
-                        result, did = self.model.apply(state, item.op, now)
-                    except OsqueueError as exc:
-                        result, did = exc, False
-                    except Exception as exc:  # a bug, or input no check foresaw
-                        bad = (index, exc)
-                        break
-                    results.append(result)
-                    changed = changed or did
+                results, changed, bad = apply_batch(self.model, state,
+                                                    [i.op for i in batch], now, exists)
             if bad is not None:
                 # Answer that call alone; it may have half-applied the state, so
                 # re-read it and apply the others again (unless an earlier attempt of
@@ -521,20 +381,20 @@ class CommitLoop(Generic[StateT]):
                 if attempts:  # an earlier attempt, this call in it, may still land
                     self._answer_unknown(batch, failure)
                     return
-                self._answer(batch[index], OsqueueError(
+                answer(batch[index], OsqueueError(
                     f"internal error applying this call: {type(failure).__name__}: {failure}"))
                 batch = self._batch = batch[:index] + batch[index + 1:]
                 continue
             if not changed and not attempts:
                 for item, result in zip(batch, results, strict=True):
-                    self._answer(item, result)
+                    answer(item, result)
                 return
             # With an earlier attempt that may still land, even an unchanged state is
             # written: the write fences that attempt out (both are conditional on
             # the same version), so the answer given is the one that landed.
             commit = new_commit_id()
             base_commit, _ = self.model.identity(state)
-            attempt = _Attempt(commit, base_commit, self.etag, results)
+            attempt = Attempt(commit, base_commit, self.etag, results)
             attempts.append(attempt)
             self._attempted = True
             started = time.perf_counter()
@@ -552,7 +412,7 @@ class CommitLoop(Generic[StateT]):
                 if len(attempts) > 1:
                     self._give_up(batch, attempts[:-1], exc)
                 else:
-                    self._answer_all(batch, exc)
+                    answer_all(batch, exc)
                 return
             except StorageError as exc:
                 # Conflict included: after a lost reply the store's own retry sees 412.
@@ -565,21 +425,26 @@ class CommitLoop(Generic[StateT]):
                 self._drop_state()
                 try:
                     await self._reload(deadline)
-                except _Expired as exp:
+                except Expired as exp:
                     self._give_up(batch, attempts, exp.last)
                     return
                 fresh = self.state
                 assert fresh is not None
-                verdicts = [self._verdict(a, fresh) for a in attempts]
-                landed = [a for a, v in zip(attempts, verdicts, strict=True) if v == _LANDED]
+                _, lineage = self.model.identity(fresh)
+                seq = self.model.seq(fresh)
+                verdicts = [verdict(a, lineage=lineage, seq=seq, etag=self.etag)
+                            for a in attempts]
+                landed = [a for a, v in zip(attempts, verdicts, strict=True)
+                          if v is Verdict.LANDED]
                 if landed:
                     self._landed(batch, landed[0], fresh, started, reread=True)
                     return
-                if _UNKNOWN in verdicts:
+                if Verdict.UNKNOWN in verdicts:
                     self._answer_unknown(batch, exc)
                     self._check_owner(fresh, pending=False)
                     return
-                if not self._check_owner(fresh, pending=_PENDING in verdicts, batch=batch):
+                if not self._check_owner(fresh, pending=Verdict.PENDING in verdicts,
+                                         batch=batch):
                     return
                 if time.monotonic() >= deadline:
                     self._give_up(batch, attempts, exc)
@@ -593,21 +458,8 @@ class CommitLoop(Generic[StateT]):
             self._landed(batch, attempt, state, started)
             return
 
-    def _verdict(self, attempt: _Attempt, fresh: StateT) -> str:
-        _, lineage = self.model.identity(fresh)
-        if attempt.commit in lineage:
-            return _LANDED
-        if self.etag == attempt.base_etag:
-            return _PENDING  # still the version it was written over: it may yet land
-        if attempt.base_etag is not None and self.etag is None:
-            return _DEAD  # the object was deleted: a conditional write on it cannot land
-        if attempt.base_commit is not None and attempt.base_commit in lineage:
-            return _DEAD  # the version after its base is someone else's
-        if attempt.base_etag is None and len(lineage) >= self.model.seq(fresh):
-            return _DEAD  # the lineage reaches the object's first version
-        return _UNKNOWN
-
-    def _landed(self, batch: list[_Pending], attempt: _Attempt, state: StateT,
+    def _landed(self, batch: list[Waiter[OpT, ResultT]], attempt: Attempt[ResultT],
+                state: StateT,
                 started: float, *, reread: bool = False) -> None:
         elapsed = time.perf_counter() - started
         self._idle_commits = 0
@@ -622,15 +474,15 @@ class CommitLoop(Generic[StateT]):
         if self._observe is not None:
             self._observe(elapsed, len(batch), self.stats.state_bytes)
         if self._on_commit is not None:
-            self._on_commit(state, attempt.results)
-        for item, result in zip(batch, attempt.results, strict=True):
-            self._answer(item, result)
+            self._on_commit(state, attempt.outcomes)
+        for item, result in zip(batch, attempt.outcomes, strict=True):
+            answer(item, result)
         if not reread:  # a re-read state was reported by _reload already
             self.model.committed(state)
         self._check_owner(state, pending=False)
 
     def _check_owner(self, fresh: StateT, *, pending: bool,
-                     batch: list[_Pending] | None = None) -> bool:
+                     batch: list[Waiter[OpT, ResultT]] | None = None) -> bool:
         """True if this writer may go on writing over ``fresh``; else step down
         (answering ``batch`` too: with OutcomeUnknown where an attempt may
         still land, else with the model's error)."""
@@ -641,22 +493,16 @@ class CommitLoop(Generic[StateT]):
             if pending:
                 self._answer_unknown(batch, error)
             else:
-                self._answer_all(batch, error)
+                answer_all(batch, error)
         self.step_down(error)
         return False
 
-    def _answer_all(self, batch: list[_Pending], error: OsqueueError) -> None:
-        for item in batch:
-            self._answer(item, error)
-
-    def _answer_unknown(self, batch: list[_Pending], cause: BaseException | None) -> None:
+    def _answer_unknown(self, batch: list[Waiter[OpT, ResultT]],
+                        cause: BaseException | None) -> None:
         self.stats.answered_unknown += 1
-        error = OutcomeUnknown(
-            f"the write carrying this call to {self.key} may or may not have landed "
-            f"({cause}); nothing was undone: repeat the call to learn its outcome")
-        self._answer_all(batch, error)
+        answer_all(batch, outcome_unknown(self.key, cause))
 
-    def _give_up(self, batch: list[_Pending], attempts: list[_Attempt],
+    def _give_up(self, batch: list[Waiter[OpT, ResultT]], attempts: list[Attempt[ResultT]],
                  last: BaseException | None) -> None:
         """Storage failed for the whole batch timeout: answer and move on."""
         self._drop_state()
@@ -665,6 +511,6 @@ class CommitLoop(Generic[StateT]):
         if attempts:
             self._answer_unknown(batch, last)
         else:
-            self._answer_all(batch, StorageUnavailable(
+            answer_all(batch, StorageUnavailable(
                 f"storage did not answer for {self._commit_timeout_s:.0f}s ({last}); "
                 "nothing was written"))

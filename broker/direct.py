@@ -14,9 +14,9 @@ from typing import Any
 
 from broker import archive, keys, timefmt, transitions
 from broker import state as S
-from broker.commit import new_commit_id
 from broker.errors import Conflict, NotFound
 from broker.storage import ObjectStore
+from broker.verdict import new_commit_id
 
 
 class DirectQueue:

@@ -1,10 +1,25 @@
 """Who may write a queue object: the takeover policy, in one place.
 
-A broker owns a queue while the object's ``broker`` record names it. The
-owner renews its record once :data:`RENEW_AFTER` of its lease has passed on
-its own clock, so a live owner changes the object at least that often, even
-when idle. Another broker may take the queue over (and so may the owner's
-own next incarnation) when any of these holds:
+Every number of the policy is a named constant here, and every decision is a
+function or method here; the broker (:mod:`broker.takeover`, which does the
+watching, and :mod:`broker.queue_model`, which writes the records) asks and
+never restates them.
+
+A broker owns a queue while the object's ``broker`` record names it. Its
+record carries a lease length (:data:`BROKER_LEASE_S` unless configured).
+
+**Renewing.** The owner renews its record once :data:`RENEW_AFTER` of its
+lease has passed on its own clock (:func:`renew_due`, :func:`renew_at_ms`),
+so a live owner changes the object at least that often, even when idle.
+
+**Watching.** A standby broker watches every queue it does not own with one
+cheap ``head`` (the etag, no body) per queue every :data:`WATCH_INTERVAL_S`,
+and lists the store for queues it does not know yet every :data:`RELIST_S`.
+It reads an object whole only once it has been quiet for a whole lease of its
+owner (:meth:`Ownership.worth_reading`).
+
+**Retaking.** A broker may take a queue over (and so may the owner's own next
+incarnation) when any of these holds (:meth:`Ownership.may_take`):
 
 * the record is empty (the owner stopped cleanly and cleared it);
 * it names this broker;
@@ -15,14 +30,16 @@ own next incarnation) when any of these holds:
   own monotonic clock, and neither the object (its etag) nor its broker
   record changed.
 
+There are no takeover requests: no broker asks another to hand a queue over,
+and an owner never gives one up while it lives, except by stopping (which
+clears its record). A broker that is sent a write for a queue it does not own
+answers ``NotTheBroker`` with the owner's URL and leaves the queue alone.
+
 No decision compares a time another machine wrote with this machine's clock:
 the record's expiry is for people reading the object; only its lease
 *length* is used. A paused owner that wakes up after being replaced finds
 out at its next write (the CAS fails, the record names someone else) and
 steps down.
-
-Standby brokers watch every queue they do not own with one cheap ``head``
-(the etag, no body) per queue every :data:`WATCH_INTERVAL_S`.
 """
 
 from __future__ import annotations
@@ -37,12 +54,27 @@ from dataclasses import dataclass
 
 from broker.state import BrokerRecord
 
+#: The lease a broker writes into its record unless configured otherwise (s):
+#: how long it may go without writing before a standby may take its queues.
+BROKER_LEASE_S = 30.0
 #: The owner renews its record once this fraction of its lease has passed.
 RENEW_AFTER = 1 / 3
 #: How often standby brokers look at the objects of queues they do not own (s).
 WATCH_INTERVAL_S = 1.0
-#: How often a standby re-reads a watched object whole to learn its owner (s).
-RECORD_REFRESH_S = 15.0
+#: How often a broker lists the store for queues it does not know yet (s).
+RELIST_S = 10.0
+
+
+def renew_due(record: BrokerRecord, lease_ms: int, now_ms: int) -> bool:
+    """True if the owner should renew ``record`` (its own) at ``now_ms``: once
+    :data:`RENEW_AFTER` of its lease of ``lease_ms`` has passed."""
+    return record.expires_ms - now_ms <= lease_ms * (1 - RENEW_AFTER)
+
+
+def renew_at_ms(record: BrokerRecord, lease_ms: int) -> int:
+    """When (ms, the owner's clock) the owner should renew ``record``: the
+    timer that keeps an idle owner writing (see :func:`renew_due`)."""
+    return record.expires_ms - round(lease_ms * (1 - RENEW_AFTER))
 
 
 def host_name() -> str:
@@ -115,6 +147,8 @@ class Ownership:
         self.url = url
         self._monotonic = monotonic
         self._watches: dict[str, _Watch] = {}
+        # queue -> the lease (s) its owner's record last gave; kept across forget()
+        self._lease_s: dict[str, float] = {}
 
     def _watch(self, queue: str) -> _Watch:
         w = self._watches.get(queue)
@@ -130,6 +164,8 @@ class Ownership:
         version's record: learning it is no change.
         """
         w = self._watch(queue)
+        if record is not None:
+            self._lease_s[queue] = record.lease_ms / 1000
         changed = False
         same_version = etag is not None and etag == w.etag
         if etag is not None and etag != w.etag:
@@ -164,6 +200,18 @@ class Ownership:
         self.observe(queue, record=record)
         w = self._watch(queue)
         return self._monotonic() - w.changed_at >= record.lease_ms / 1000
+
+    def worth_reading(self, queue: str) -> bool:
+        """True if a standby should read the watched object whole (to learn its
+        record and decide with :meth:`may_take`): its owner's lease is not known
+        yet, or the object has been quiet for a whole such lease. An object that
+        changed within its owner's lease has a live owner: a ``head`` suffices."""
+        lease_s = self._lease_s.get(queue)
+        return lease_s is None or self.quiet_for(queue) >= lease_s
+
+    def lease_s(self, queue: str) -> float | None:
+        """The lease (s) the owner's record last gave, if one was seen."""
+        return self._lease_s.get(queue)
 
     def quiet_for(self, queue: str) -> float:
         """Seconds since the object was last seen to change (0 if never watched)."""

@@ -3,7 +3,7 @@
 Business rules that run on every commit live here, not in the loop: take the
 queue over when this broker may (which grants every claimed job a fresh
 lease on this broker's clock, before anything is reclaimed), renew the
-broker record once a third of its lease has passed, reclaim expired leases,
+broker record when :func:`broker.ownership.renew_due` says so, reclaim expired leases,
 drop completed jobs whose archive object is written; and after each
 committed version, start writing the archive objects it calls for.
 """
@@ -11,17 +11,19 @@ committed version, start writing the archive objects it calls for.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from broker import state as S
 from broker import transitions
 from broker.archiver import Archiver
 from broker.errors import NotTheBroker, OsqueueError
-from broker.ownership import RENEW_AFTER, Ownership
+from broker.ownership import Ownership, renew_at_ms, renew_due
 from broker.storage import Data
 
 
 class QueueModel:
+    """The :class:`broker.commit.Model` of one queue: ``QueueState`` changed by
+    ``transitions.Op`` answering ``transitions.Result``."""
+
     def __init__(self, queue: str, broker_id: str, url: str, lease_ms: int,
                  settings: S.Settings, ownership: Ownership, archiver: Archiver,
                  where: str) -> None:
@@ -41,18 +43,22 @@ class QueueModel:
     def empty(self, now_ms: int) -> S.QueueState:
         return transitions.new_state(now_ms, self.settings)
 
-    def apply(self, state: S.QueueState, op: Any, now_ms: int) -> tuple[Any, bool]:
+    def apply(self, state: S.QueueState, op: transitions.Op,
+              now_ms: int) -> tuple[transitions.Result | OsqueueError, bool]:
         result = transitions.apply(state, op, now_ms)
+        if result.error is not None:  # a refusal that is written: raised once it landed
+            return result.error, result.changed
         return result, result.changed
 
-    def housekeeping(self, state: S.QueueState, now_ms: int, exists: bool) -> list[Any]:
-        ops: list[Any] = []
+    def housekeeping(self, state: S.QueueState, now_ms: int,
+                     exists: bool) -> list[transitions.Op]:
+        ops: list[transitions.Op] = []
         record = state.broker
         if not self.retiring:
             if record is None or record.id != self.broker_id or record.url != self.url:
                 # first: fresh leases on our clock, so the reclaim below reclaims nothing early
                 ops.append(transitions.TakeOver(self.broker_id, self.url, self.lease_ms))
-            elif record.expires_ms - now_ms <= self.lease_ms * (1 - RENEW_AFTER):
+            elif renew_due(record, self.lease_ms, now_ms):
                 ops.append(transitions.RenewBroker(self.broker_id, self.url, self.lease_ms))
         ops.append(transitions.Reclaim())
         archived = self.archiver.to_drop(state)
@@ -101,7 +107,7 @@ class QueueModel:
             times.append(wake)
         record = state.broker
         if record is not None and record.id == self.broker_id and not self.retiring:
-            times.append(record.expires_ms - round(self.lease_ms * (1 - RENEW_AFTER)))
+            times.append(renew_at_ms(record, self.lease_ms))
         drop_in = self.archiver.drop_in_s(state)
         if drop_in is not None:
             times.append(now_ms + round(drop_in * 1000))

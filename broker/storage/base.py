@@ -1,5 +1,40 @@
 """The one small storage interface every backend implements.
 
+**Promises every store keeps** (tested for each by ``StoreContract`` in
+``tests/broker/test_storage.py``):
+
+* a conditional write (``write_if_match``, ``create_if_absent``) either lands
+  whole or is refused with ``Conflict`` and changes nothing; of writers racing
+  on one version, exactly one wins (across threads);
+* ``read`` returns one whole version with the etag naming it; ``head`` returns
+  the same etag without the bytes; a write that changes the bytes changes the
+  etag; ``put`` returns the etag ``head`` then gives;
+* a stale etag, a missing object (``write_if_match``) and an existing one
+  (``create_if_absent``) are refused; ``list`` is sorted and sees every
+  object written before it (CAS and plain alike); ``delete`` of a missing
+  object is no error;
+* ``self_test`` passes and leaves nothing behind.
+
+**Capabilities** (class flags, as huey's storage classes declare theirs):
+promises only some stores keep. The contract test asserts each promise where
+the flag claims it and asserts the flag is truthful where it does not; code
+that needs one reads the flag or does not rely on it.
+
+* :attr:`ObjectStore.etags_differ_on_same_bytes`: a CAS write's etag differs
+  from every earlier etag of the object even when the bytes repeat (memory:
+  a counter; files: a random version name). S3 does not keep it: its etag is
+  the MD5 of the bytes, so writing A, B, A again gives the first etag back and
+  a writer holding that etag would pass the CAS (A-B-A). Nothing relies on
+  it: every version of a queue object carries a new ``seq`` (and commit id),
+  so no two versions have the same bytes (see :mod:`broker.state`), which is
+  also what lets the commit loop's verdict read "same etag" as "same version"
+  (:mod:`broker.verdict`) and a standby read "same etag" as "the owner did not
+  write" (:mod:`broker.ownership`); a staged chunk whose etag still matches
+  is the same bytes on any store (:mod:`broker.staging`).
+* :attr:`ObjectStore.shared_across_processes`: every process that opens the
+  store's URL sees the same objects (files, S3). A ``memory://`` store lives
+  in one process: several brokers share it only as threads of that process.
+
 Two kinds of object live in a store:
 
 * **CAS objects** (the queue state): ``read`` gives ``(bytes, etag)`` and
@@ -29,6 +64,7 @@ import logging
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from broker.errors import Conflict, NotFound, StorageUnavailable, UnsafeStore
 
@@ -64,6 +100,14 @@ class ObjectStore(abc.ABC):
     #: A URL naming the store, safe to log (never holds credentials).
     url: str
 
+    # Capabilities (see the module docstring). A backend that does not set one
+    # makes no such promise.
+    #: A CAS write's etag differs from every earlier etag of the object, even
+    #: when the bytes repeat (False for content-hash etags: S3).
+    etags_differ_on_same_bytes: ClassVar[bool] = False
+    #: Every process that opens the same URL sees the same objects.
+    shared_across_processes: ClassVar[bool] = False
+
     @abc.abstractmethod
     def read(self, key: str) -> Versioned:
         """Return the object's bytes and etag; raise ``NotFound`` if absent."""
@@ -82,7 +126,9 @@ class ObjectStore(abc.ABC):
         """Replace the object only if its etag is still ``etag``; return the new etag.
 
         Raises ``Conflict`` if the object changed or vanished since it was read.
-        The new etag differs from every earlier one, even if ``data`` repeats.
+        The new etag differs from ``etag`` if ``data`` differs from the bytes it
+        replaces; if they are the same, only a store with
+        :attr:`etags_differ_on_same_bytes` promises a new etag.
         """
 
     @abc.abstractmethod

@@ -198,6 +198,9 @@ class FileStore(ObjectStore):
     raises ``StorageUnavailable`` having changed nothing.
     """
 
+    etags_differ_on_same_bytes = True
+    shared_across_processes = True
+
     def __init__(
         self,
         root: str | os.PathLike[str],

@@ -12,6 +12,9 @@ from broker.storage.base import Data, ObjectStore, Versioned, as_bytes
 class MemoryStore(ObjectStore):
     """Thread-safe dict of key -> (bytes, etag); etags come from a counter."""
 
+    etags_differ_on_same_bytes = True
+    shared_across_processes = False  # one process's dict
+
     def __init__(self, name: str = "default") -> None:
         self.url = f"memory://{name}"
         self._lock = threading.Lock()

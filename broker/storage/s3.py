@@ -2,7 +2,10 @@
 
 ``write_if_match`` sends ``If-Match: <etag>`` and ``create_if_absent`` sends
 ``If-None-Match: *``; ``head`` is a ``HEAD`` of the object (no body) and
-returns the ``ETag`` exactly as ``GET`` does. Answers map to errors thus:
+returns the ``ETag`` exactly as ``GET`` does. An ETag is the MD5 of the
+bytes, so writing the same bytes again gives the same ETag back
+(``etags_differ_on_same_bytes`` is False; see :mod:`broker.storage.base`).
+Answers map to errors thus:
 
 * 412 (precondition failed) and 409 (a concurrent conditional write) mean
   "lost the race": :class:`Conflict`.
@@ -116,6 +119,9 @@ class S3Store(ObjectStore):
     ``StorageRefused`` if the client cannot be set up (partial credentials,
     a named profile that does not exist).
     """
+
+    etags_differ_on_same_bytes = False  # the MD5 of the bytes
+    shared_across_processes = True
 
     def __init__(
         self,

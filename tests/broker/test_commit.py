@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +13,11 @@ import pytest
 
 from broker import keys, transitions
 from broker import state as S
+from broker.commit import CommitLoop
 from broker.direct import DirectQueue
-from broker.errors import StorageUnavailable
+from broker.errors import InvalidRequest, OsqueueError, StorageUnavailable
 from broker.service import Broker, BrokerConfig
-from broker.storage import FileStore
+from broker.storage import FileStore, MemoryStore
 
 
 class FaultyStore(FileStore):
@@ -160,3 +162,92 @@ def test_direct_queue_archives_and_survives_races(tmp_path: Path) -> None:
     for t in threads:
         t.join()
     assert q.stats()["total"] == 30
+
+
+class _Tally:
+    """A toy :class:`broker.commit_model.Model`: an int tally in a JSON object.
+
+    Ops: ``int`` adds it (result: the new total); ``"refuse"`` raises (nothing
+    is written); ``"refuse-written"`` writes a note and answers an error once
+    the write landed; ``"bug"`` raises a non-osqueue exception.
+    """
+
+    def decode(self, data: bytes) -> dict[str, Any]:
+        state: dict[str, Any] = orjson.loads(data)
+        return state
+
+    def empty(self, now_ms: int) -> dict[str, Any]:
+        return {"total": 0, "notes": 0, "seq": 0, "commit": None, "lineage": []}
+
+    def apply(self, state: dict[str, Any], op: int | str,
+              now_ms: int) -> tuple[int | OsqueueError, bool]:
+        if op == "refuse":
+            raise InvalidRequest("refused, nothing written")
+        if op == "refuse-written":
+            state["notes"] += 1
+            return InvalidRequest("refused, and the refusal written"), True
+        if op == "bug":
+            raise ZeroDivisionError("a bug")
+        assert isinstance(op, int)
+        state["total"] += op
+        return state["total"], True
+
+    def housekeeping(self, state: dict[str, Any], now_ms: int, exists: bool) -> list[int | str]:
+        return []
+
+    def encode(self, state: dict[str, Any], writer: str, now_ms: int, commit: str) -> bytes:
+        state["seq"] += 1
+        state["commit"] = commit
+        state["lineage"] = (state["lineage"] + [commit])[-8:]
+        return orjson.dumps(state)
+
+    def identity(self, state: dict[str, Any]) -> tuple[str | None, list[str]]:
+        return state["commit"], state["lineage"]
+
+    def seq(self, state: dict[str, Any]) -> int:
+        return int(state["seq"])
+
+    def may_write(self, state: dict[str, Any], owned: bool) -> OsqueueError | None:
+        return None
+
+    def committed(self, state: dict[str, Any]) -> None:
+        pass
+
+    def carry(self, dropped: dict[str, Any], fresh: dict[str, Any], now_ms: int) -> None:
+        pass
+
+    def next_timer_ms(self, state: dict[str, Any], now_ms: int) -> int | None:
+        return None
+
+
+def test_a_caller_gets_its_result_or_the_error_raised() -> None:
+    """The loop is generic over state, ops and results, and answers failures as
+    exceptions: raised by the model (nothing written), returned by it as an
+    op's outcome (raised once the write carrying it landed), or a bug (that
+    call alone fails; the others of its batch are applied)."""
+    store = MemoryStore()
+
+    async def main() -> None:
+        executor = ThreadPoolExecutor(2)
+        loop: CommitLoop[dict[str, Any], int | str, int] = CommitLoop(
+            store, "t/tally.json", _Tally(), "w", executor, clock=lambda: 0)
+        await loop.load()
+        loop.reactivate()
+        loop.start()
+        assert await loop.submit(2) == 2
+        seq = orjson.loads(store.get("t/tally.json"))["seq"]
+        with pytest.raises(InvalidRequest, match="nothing written"):
+            await loop.submit("refuse")
+        assert orjson.loads(store.get("t/tally.json"))["seq"] == seq
+        with pytest.raises(InvalidRequest, match="refusal written"):
+            await loop.submit("refuse-written")
+        assert orjson.loads(store.get("t/tally.json"))["notes"] == 1
+        got = await asyncio.gather(loop.submit(1), loop.submit("bug"), loop.submit(3),
+                                   return_exceptions=True)
+        assert got[0] == 3 and got[2] == 6
+        assert isinstance(got[1], OsqueueError) and "ZeroDivisionError" in got[1].message
+        assert orjson.loads(store.get("t/tally.json"))["total"] == 6
+        await loop.close(5)
+        executor.shutdown()
+
+    run(main())

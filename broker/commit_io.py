@@ -1,0 +1,69 @@
+"""The commit loop's storage calls: off the event loop, with one error vocabulary.
+
+A store's methods block, so the loop runs them in its executor
+(:func:`run_io`); an ``OSError`` a store let through is a storage fault and
+becomes ``StorageUnavailable``. A re-read of the committed object
+(:func:`read_retrying`) retries transient failures with backoff (50 ms
+doubling to 2 s, jittered) until the batch's deadline, then raises
+:class:`Expired`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import random
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import Any
+
+from broker.errors import NotFound, StorageError, StorageRefused, StorageUnavailable
+from broker.storage import ObjectStore, Versioned
+
+log = logging.getLogger("osqueue.commit")
+
+
+class Expired(Exception):
+    """The batch's time ran out while storage kept failing (``last``: its last error)."""
+
+    def __init__(self, last: BaseException | None) -> None:
+        self.last = last
+
+
+def storage_error(exc: OSError) -> StorageUnavailable:
+    """``exc`` as the storage fault it is, naming its errno."""
+    name = errno.errorcode.get(exc.errno or 0, "") if exc.errno else ""
+    return StorageUnavailable(
+        f"storage I/O error {name or type(exc).__name__}: {exc.strerror or exc}")
+
+
+async def run_io(executor: Executor, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in ``executor``; an ``OSError`` is raised as ``StorageUnavailable``."""
+    try:
+        return await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
+    except OSError as exc:  # a store that let one through: it is a storage fault
+        raise storage_error(exc) from exc
+
+
+async def read_retrying(executor: Executor, store: ObjectStore, key: str,
+                        deadline: float) -> Versioned | None:
+    """The object ``key`` (None if it does not exist), retrying transient
+    failures until ``deadline`` (``time.monotonic()`` seconds). Raises
+    :class:`Expired` past the deadline and ``StorageRefused`` at once."""
+    delay = 0.05
+    while True:
+        try:
+            got: Versioned = await run_io(executor, store.read, key)
+            return got
+        except NotFound:
+            return None
+        except StorageRefused:
+            raise
+        except StorageError as exc:
+            if time.monotonic() + delay > deadline:
+                raise Expired(exc) from None
+            log.warning("re-read of %s failed (%s); retrying in %.2fs", key, exc, delay)
+            await asyncio.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 2.0)

@@ -10,7 +10,8 @@ from typing import Any
 from broker import receipts as R
 from broker import timefmt
 from broker.errors import InvalidRequest
-from broker.state import CLAIMED, COMPLETED, DEAD, PENDING, Job, QueueState, key_time
+from broker.indexes import key_time
+from broker.state import CLAIMED, COMPLETED, DEAD, PENDING, Job, QueueState
 
 
 def stats(state: QueueState, now_ms: int) -> dict[str, Any]:

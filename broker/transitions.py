@@ -39,7 +39,7 @@ import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from broker import limits
+from broker import admin, windows
 from broker import receipts as R
 from broker.errors import InvalidRequest, PayloadTooLarge, QueueFull
 from broker.indexes import bound_stale_leases, expired_leases, promote_due
@@ -51,8 +51,6 @@ from broker.lifecycle import (
     extend_lease,
     live_job,
     move,
-    restart_leases,
-    token_job,
 )
 from broker.limits import (
     MAX_ATTEMPTS,
@@ -63,8 +61,6 @@ from broker.limits import (
     MAX_LEASE_MS,
     MAX_PRIORITY,
     MAX_WORKER_CHARS,
-    check_setting,
-    dedup_cutoff_ms,
 )
 from broker.ops import (
     Claim,
@@ -99,14 +95,11 @@ from broker.state import (
     DEAD,
     JOB_OVERHEAD_BYTES,
     PENDING,
-    BrokerRecord,
     Job,
     JobIds,
-    KeyEntry,
     QueueState,
     Settings,
     job_id_for,
-    key_entry_bytes,
     seq_of,
 )
 from broker.views import list_jobs, next_wakeup_ms, stats
@@ -122,42 +115,6 @@ __all__ = [
 ]
 
 # -- helpers -------------------------------------------------------------------
-
-
-def _stale_reason(state: QueueState, token: str) -> str:
-    job = token_job(state, token)
-    if job is not None and job.lease is not None and job.lease.token == token:
-        if job.status == COMPLETED:
-            return "this token already completed the job"
-        return "lease expired; the job will be reclaimed"
-    fence = R.fence_of(token)
-    outcome = state.receipts.outcome(fence) if fence is not None else None
-    if outcome is not None:
-        return f"this token already settled the job ({outcome})"
-    if job is None:
-        return "job is gone (completed, purged or never existed)"
-    return "token is stale; the job was reclaimed or claimed again"
-
-
-_FAIL_STATUS = {R.FAILED: PENDING, R.DEAD: DEAD}
-
-
-def _repeat_answer(state: QueueState, token: str, want: str) -> ItemResult:
-    """The answer to a complete (``want`` completed) or fail (``want`` failed) of a
-    token that holds no live lease: what the first call answered if this token
-    settled the job the same way, else stale."""
-    job = token_job(state, token)
-    if job is not None and job.status == COMPLETED and job.lease is not None \
-            and job.lease.token == token:
-        outcome: str | None = R.COMPLETED
-    else:
-        fence = R.fence_of(token)
-        outcome = state.receipts.outcome(fence) if fence is not None else None
-    if want == R.COMPLETED and outcome == R.COMPLETED:
-        return ItemResult(token, True, None, COMPLETED)
-    if want == R.FAILED and outcome in _FAIL_STATUS:
-        return ItemResult(token, True, None, _FAIL_STATUS[outcome])
-    return ItemResult(token, False, _stale_reason(state, token))
 
 
 def backoff_ms(settings: Settings, attempts: int) -> int:
@@ -209,20 +166,13 @@ def _insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int) -> Sequ
     """Validate all, then create all (or raise having created nothing)."""
     if jobs and set(map(_OPTIONS, jobs)) == {_DEFAULT_OPTIONS}:
         return _insert_payloads(state, [new[0] for new in jobs], now_ms)
-    window = state.keys
-    oldest_ok = dedup_cutoff_ms(state.settings.dedup_ttl_s, now_ms)
-
-    def seen(key: str) -> KeyEntry | None:
-        entry = window.get(key)
-        return entry if entry is not None and entry.at_ms >= oldest_ok else None
-
     fresh: dict[str, int] = {}
     incoming = 0
     for new in jobs:
         size = _validate_new(state, new)
-        if new.key is not None and (seen(new.key) is not None or new.key in fresh):
-            continue
         if new.key is not None:
+            if new.key in fresh or windows.seen_key(state, new.key, now_ms) is not None:
+                continue
             fresh[new.key] = 0
         incoming += size
     _check_room(state, incoming)
@@ -231,7 +181,7 @@ def _insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int) -> Sequ
     counters, settings_max = state.counters, state.settings.max_attempts
     for new in jobs:
         if new.key is not None:
-            entry = seen(new.key)
+            entry = windows.seen_key(state, new.key, now_ms)
             if entry is not None:
                 ids.append(entry.job_id)
                 continue
@@ -245,17 +195,9 @@ def _insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int) -> Sequ
         move(state, job, PENDING, now_ms)
         if new.key is not None:
             created[new.key] = job.id
-            _remember_key(state, new.key, KeyEntry(job.id, now_ms))
+            windows.remember_key(state, new.key, job.id, now_ms)
         ids.append(job.id)
     return ids
-
-
-def _remember_key(state: QueueState, key: str, entry: KeyEntry) -> None:
-    """Put ``key`` at the young end of the window (which stays in time order)."""
-    window = state.keys
-    if window.pop(key, None) is None:
-        state.key_bytes += key_entry_bytes(key)
-    window[key] = entry
 
 
 def _check_room(state: QueueState, incoming: int) -> None:
@@ -278,57 +220,6 @@ def _insert_payloads(state: QueueState, payloads: Sequence[bytes], now_ms: int) 
     return add_pending_bulk(state, payloads, now_ms)
 
 
-def _retry_ttl_ms(state: QueueState) -> int:
-    return round(state.settings.retry_ttl_s * 1000)
-
-
-def _trim_windows(state: QueueState, now_ms: int) -> None:
-    """Drop idempotency keys and receipts past their age or count limits."""
-    window, settings = state.keys, state.settings
-    oldest_ok = dedup_cutoff_ms(settings.dedup_ttl_s, now_ms)
-    cap = settings.dedup_keys
-    while window:
-        first = next(iter(window))
-        if len(window) > cap or window[first].at_ms < oldest_ok:
-            del window[first]
-            state.key_bytes -= key_entry_bytes(first)
-        else:
-            break
-    once, once_cap = state.once, max(cap, limits.ONCE_KEYS_MIN)
-    while once:
-        first = next(iter(once))
-        if len(once) > once_cap or once[first].at_ms < oldest_ok:
-            del once[first]
-            state.key_bytes -= key_entry_bytes(first)
-        else:
-            break
-    state.receipts.trim(now_ms, round(settings.retry_ttl_s * 1000), settings.retry_keys)
-
-
-def _live_key(state: QueueState, key: str, now_ms: int) -> bool:
-    entry = state.once.get(key)
-    return entry is not None and entry.at_ms >= dedup_cutoff_ms(state.settings.dedup_ttl_s, now_ms)
-
-
-def _earlier(state: QueueState, request: str | None, floor: int | None,
-             kind: str, now_ms: int) -> list[int] | None:
-    """What an earlier call with this request key answered (None: none did).
-
-    Applies the caller's floor first: it takes effect at once and is written
-    with the next write or within :data:`broker.receipts.LAZY_WRITE_MS` (a poll
-    that claims nothing costs no write of its own). Refuses a late attempt of a
-    call whose answer its client already had (below its floor)."""
-    if request is None:
-        return None
-    receipts = state.receipts
-    if receipts.below_floor(request):
-        raise InvalidRequest(f"request {request} was answered before (its client has moved "
-                             "past it); a late copy of it is not applied")
-    if floor is not None and receipts.answered_below(request, floor, now_ms):
-        receipts.later(now_ms)
-    return receipts.answered(request, kind)
-
-
 # -- operation handlers -----------------------------------------------------------
 
 
@@ -340,14 +231,14 @@ def _ids_of(seqs: list[int]) -> Sequence[str]:
 
 
 def _push(state: QueueState, op: Push | PushPayloads, now_ms: int) -> Result:
-    earlier = _earlier(state, op.request, op.floor, R.PUSH, now_ms)
+    earlier = windows.earlier(state, op.request, op.floor, R.PUSH, now_ms)
     if earlier is not None:
         if not earlier:  # the first attempt was refused (and that is written): so is this
             return Result(replayed=True, error=QueueFull(
                 "queue full: this push was refused before (a repeat of it); "
                 "nothing from it was written"))
         return Result(ids=_ids_of(list(R.expand(earlier))), replayed=True)
-    if op.once is not None and _live_key(state, op.once, now_ms):
+    if op.once is not None and windows.published(state, op.once, now_ms):
         return Result(duplicate=True)
     if op.missing:
         raise InvalidRequest(f"{op.missing} staged chunk(s) of this write are missing; "
@@ -365,17 +256,15 @@ def _push(state: QueueState, op: Push | PushPayloads, now_ms: int) -> Result:
         # before the caller hears of it (the write also fences out any earlier attempt
         # of this call), so a late copy is refused too, not applied once there is room.
         state.receipts.record(op.request, R.PUSH, [], now_ms)
-        _trim_windows(state, now_ms)
+        windows.trim(state, now_ms)
         return Result(changed=True, error=exc)
     if op.once is not None:
-        if state.once.pop(op.once, None) is None:  # (re-inserted at the young end)
-            state.key_bytes += key_entry_bytes(op.once)
-        state.once[op.once] = KeyEntry("(published)", now_ms)
+        windows.remember_published(state, op.once, now_ms)
     if op.request is not None:
         runs = ([ids.first, len(ids)] if isinstance(ids, JobIds)
                 else R.runs_of(seq_of(i) or 0 for i in ids))
         state.receipts.record(op.request, R.PUSH, runs, now_ms)
-    _trim_windows(state, now_ms)
+    windows.trim(state, now_ms)
     return Result(changed=True, ids=ids)
 
 
@@ -391,7 +280,7 @@ def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
     _check_lease(op.lease_ms)
     if not op.worker or len(op.worker) > MAX_WORKER_CHARS:
         raise InvalidRequest(f"worker must be a name of 1..{MAX_WORKER_CHARS} characters")
-    earlier = _earlier(state, op.request, op.floor, R.CLAIM, now_ms)
+    earlier = windows.earlier(state, op.request, op.floor, R.CLAIM, now_ms)
     if earlier is not None:
         return Result(jobs=_still_held(state, earlier[0], earlier[1], now_ms), replayed=True)
     result = Result()
@@ -426,7 +315,7 @@ def _heartbeat(state: QueueState, op: Heartbeat, now_ms: int) -> Result:
     for token in op.tokens:
         job = live_job(state, token, now_ms)
         if job is None or job.lease is None:
-            result.items.append(ItemResult(token, False, _stale_reason(state, token)))
+            result.items.append(ItemResult(token, False, windows.stale_reason(state, token)))
             continue
         extend_lease(state, job, op.lease_ms, now_ms)
         result.items.append(ItemResult(token, True))
@@ -441,9 +330,9 @@ def _complete(state: QueueState, op: Complete, now_ms: int) -> Result:
             raise PayloadTooLarge(f"result is {len(item.result)} bytes; the limit is {limit}")
     result = Result()
     result.items, fences = complete_held(
-        state, op.items, now_ms, lambda token: _repeat_answer(state, token, R.COMPLETED))
+        state, op.items, now_ms, lambda token: windows.repeat_answer(state, token, R.COMPLETED))
     if fences:
-        state.receipts.record_settled(R.COMPLETED, fences, now_ms, _retry_ttl_ms(state),
+        state.receipts.record_settled(R.COMPLETED, fences, now_ms, windows.retry_ttl_ms(state),
                                       state.settings.retry_keys)
         state.counters.completed += len(fences)
         result.changed = True
@@ -459,13 +348,13 @@ def _fail(state: QueueState, op: Fail, now_ms: int) -> Result:
     for item in op.items:
         job = live_job(state, item.token, now_ms)
         if job is None or job.lease is None:
-            result.items.append(_repeat_answer(state, item.token, R.FAILED))
+            result.items.append(windows.repeat_answer(state, item.token, R.FAILED))
             continue
         fence = job.lease.fence
         status = _settle_failure(state, job, item.error, item.retry_in_ms, now_ms)
         # one by one, so a token listed twice in one call gets the same answer twice
         state.receipts.record_settled(R.DEAD if status == DEAD else R.FAILED, [fence], now_ms,
-                                      _retry_ttl_ms(state), state.settings.retry_keys)
+                                      windows.retry_ttl_ms(state), state.settings.retry_keys)
         result.items.append(ItemResult(item.token, True, status=status))
         result.changed = True
     return result
@@ -484,7 +373,7 @@ def _reclaim(state: QueueState, op: Reclaim, now_ms: int) -> Result:
         state.counters.reclaimed += 1
         reclaimed.append(job.id)
     bound_stale_leases(state)
-    _trim_windows(state, now_ms)
+    windows.trim(state, now_ms)
     since = state.receipts.unwritten_since
     result.changed = bool(reclaimed) or (since is not None and
                                          now_ms - since >= R.LAZY_WRITE_MS)
@@ -503,7 +392,7 @@ def _drop_archived(state: QueueState, op: DropArchived, now_ms: int) -> Result:
 
 
 def _redrive(state: QueueState, op: Redrive, now_ms: int) -> Result:
-    earlier = _earlier(state, op.request, op.floor, R.REDRIVE, now_ms)
+    earlier = windows.earlier(state, op.request, op.floor, R.REDRIVE, now_ms)
     if earlier is not None:
         return Result(count=earlier[0], replayed=True)
     if op.ids is None:
@@ -528,7 +417,7 @@ def _purge(state: QueueState, op: Purge, now_ms: int) -> Result:
     if bad:
         raise InvalidRequest(f"cannot purge status {sorted(bad)}; use pending, claimed or dead "
                              "(completed jobs leave by themselves once archived)")
-    earlier = _earlier(state, op.request, op.floor, R.PURGE, now_ms)
+    earlier = windows.earlier(state, op.request, op.floor, R.PURGE, now_ms)
     if earlier is not None:
         return Result(count=earlier[0], replayed=True)
     statuses = set(op.statuses)
@@ -538,68 +427,6 @@ def _purge(state: QueueState, op: Purge, now_ms: int) -> Result:
     if op.request is not None:
         state.receipts.record(op.request, R.PURGE, [len(doomed)], now_ms)
     return Result(changed=bool(doomed) or op.request is not None, count=len(doomed))
-
-
-def _read_stats(state: QueueState, op: ReadStats, now_ms: int) -> Result:
-    return Result(view=stats(state, now_ms))
-
-
-def _read_jobs(state: QueueState, op: ReadJobs, now_ms: int) -> Result:
-    page = list_jobs(state, op.status, op.limit, op.after)
-    return Result(view=[job.to_dict() if op.raw else job.to_plain() for job in page])
-
-
-def _set_paused(state: QueueState, op: SetPaused, now_ms: int) -> Result:
-    changed = state.paused != op.paused
-    state.paused = op.paused
-    return Result(changed=changed)
-
-
-def _configure(state: QueueState, op: Configure, now_ms: int) -> Result:
-    merged: dict[str, Any] = {name: getattr(state.settings, name)
-                              for name in state.settings.__slots__}
-    for name, value in op.settings.items():
-        try:
-            merged[name] = check_setting(name, value)
-        except ValueError as exc:
-            raise InvalidRequest(str(exc)) from None
-    if merged["backoff_base_s"] > merged["backoff_max_s"]:
-        raise InvalidRequest(f"backoff_base_s ({merged['backoff_base_s']}) must not exceed "
-                             f"backoff_max_s ({merged['backoff_max_s']})")
-    state.settings = Settings(**merged)
-    _trim_windows(state, now_ms)
-    return Result(changed=True)
-
-
-def _take_over(state: QueueState, op: TakeOver, now_ms: int) -> Result:
-    """Become the broker. Every claimed job gets a fresh lease on this broker's
-    clock (its own length from now), whatever the expiry written on the
-    previous broker's clock said: a lease that ran out while no broker
-    served is renewed, not reclaimed, and clock skew never reclaims early.
-    Idempotency keys and receipts are re-timed to now for the same reason."""
-    previous = state.broker.id if state.broker else None
-    state.broker = BrokerRecord(op.broker_id, op.url, now_ms + op.lease_ms, op.lease_ms)
-    if previous != op.broker_id:
-        restart_leases(state, now_ms)
-        # The windows' times were written on the previous broker's clock too: they
-        # start again from now on ours (they may live up to a window longer).
-        for window in (state.keys, state.once):
-            for key, entry in window.items():
-                window[key] = KeyEntry(entry.job_id, now_ms)
-        state.receipts.rebase(now_ms)
-    return Result(changed=True)
-
-
-def _renew_broker(state: QueueState, op: RenewBroker, now_ms: int) -> Result:
-    state.broker = BrokerRecord(op.broker_id, op.url, now_ms + op.lease_ms, op.lease_ms)
-    return Result(changed=True)
-
-
-def _clear_broker(state: QueueState, op: ClearBroker, now_ms: int) -> Result:
-    if state.broker is None or state.broker.id != op.broker_id:
-        return Result()
-    state.broker = None
-    return Result(changed=True)
 
 
 _HANDLERS: dict[type, Callable[[QueueState, Any, int], Result]] = {
@@ -613,13 +440,13 @@ _HANDLERS: dict[type, Callable[[QueueState, Any, int], Result]] = {
     DropArchived: _drop_archived,
     Redrive: _redrive,
     Purge: _purge,
-    SetPaused: _set_paused,
-    Configure: _configure,
-    TakeOver: _take_over,
-    RenewBroker: _renew_broker,
-    ClearBroker: _clear_broker,
-    ReadStats: _read_stats,
-    ReadJobs: _read_jobs,
+    SetPaused: admin.set_paused,
+    Configure: admin.configure,
+    TakeOver: admin.take_over,
+    RenewBroker: admin.renew_broker,
+    ClearBroker: admin.clear_broker,
+    ReadStats: admin.read_stats,
+    ReadJobs: admin.read_jobs,
 }
 
 

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from broker import codec, indexes
+from broker import codec, indexes, lifecycle
 from broker import state as S
 from broker import transitions as T
 from broker.errors import InvalidRequest, PayloadTooLarge, QueueFull
@@ -255,6 +255,17 @@ class QueueMachine(RuleBasedStateMachine):
         self.answers: dict[tuple[str, str], T.ItemResult] = {}  # (op, token) -> first ok answer
         self.requests: dict[str, list[str]] = {}  # push request key -> ids answered
 
+    def apply(self, op: T.Op, now: int) -> T.Result:
+        """T.apply, checking that every job's status change is one the table allows."""
+        before = {seq: job.status for seq, job in self.state.jobs.items()}
+        try:
+            return T.apply(self.state, op, now)
+        finally:
+            after = {seq: job.status for seq, job in self.state.jobs.items()}
+            for seq in before.keys() | after.keys():
+                frm, to = before.get(seq, lifecycle.NEW), after.get(seq, lifecycle.GONE)
+                assert frm == to or to in lifecycle.MOVES[frm], (type(op).__name__, frm, to)
+
     @rule(dt=st.integers(0, 3000))
     def tick(self, dt: int) -> None:
         self.now += dt
@@ -265,7 +276,7 @@ class QueueMachine(RuleBasedStateMachine):
                          min_size=1, max_size=4))
     def push(self, items: list[tuple[object, int, int, int | None, str | None]]) -> None:
         jobs = tuple(T.NewJob(orjson.dumps(p), pr, d, m, k) for p, pr, d, m, k in items)
-        ids = T.apply(self.state, T.Push(jobs), self.now).ids
+        ids = self.apply(T.Push(jobs), self.now).ids
         assert len(ids) == len(jobs)
         for (_, _, _, _, key), jid in zip(items, ids, strict=True):
             if key is not None:
@@ -279,7 +290,7 @@ class QueueMachine(RuleBasedStateMachine):
           request=st.sampled_from([None, "r1", "r2", "r3"]))
     def push_bulk(self, items: list[object], request: str | None) -> None:
         before = len(self.state.jobs)
-        ids = list(T.apply(self.state, T.PushPayloads(tuple(orjson.dumps(p) for p in items),
+        ids = list(self.apply(T.PushPayloads(tuple(orjson.dumps(p) for p in items),
                                                       request=request), self.now).ids)
         if request is not None and request in self.state.receipts.requests \
                 and request in self.requests and len(self.state.jobs) == before:
@@ -300,13 +311,13 @@ class QueueMachine(RuleBasedStateMachine):
             key=order_key,
         )
         expected = [j.id for j in runnable[:n]] if not self.state.paused else []
-        got = T.apply(self.state, T.Claim(worker, n, lease, request=f"c{len(self.tokens)}"),
+        got = self.apply(T.Claim(worker, n, lease, request=f"c{len(self.tokens)}"),
                       self.now).jobs
         assert [j.id for j in got] == expected
         for j in got:
             self.tokens.append(j.token)
         if got:  # a repeat of the same claim hands back the same jobs, claiming nothing new
-            again = T.apply(self.state, T.Claim(worker, n, lease,
+            again = self.apply(T.Claim(worker, n, lease,
                                                 request=f"c{len(self.tokens) - len(got)}"),
                             self.now)
             assert again.replayed and [j.token for j in again.jobs] == [j.token for j in got]
@@ -317,7 +328,7 @@ class QueueMachine(RuleBasedStateMachine):
         tok = data.draw(st.sampled_from(self.tokens))
         valid = T.live_job(self.state, tok, self.now) is not None
         snapshot = {k: codec.job_line(j) for k, j in self.state.jobs.items()}
-        r = T.apply(self.state, T.Heartbeat((tok,), lease), self.now)
+        r = self.apply(T.Heartbeat((tok,), lease), self.now)
         assert r.items[0].ok == valid
         if not valid:
             assert {k: codec.job_line(j) for k, j in self.state.jobs.items()} == snapshot
@@ -328,7 +339,7 @@ class QueueMachine(RuleBasedStateMachine):
         tok = data.draw(st.sampled_from(self.tokens))
         job = T.live_job(self.state, tok, self.now)
         snapshot = {k: codec.job_line(j) for k, j in self.state.jobs.items()}
-        r = T.apply(self.state, T.Complete((T.CompleteItem(tok, b"true"),)), self.now)
+        r = self.apply(T.Complete((T.CompleteItem(tok, b"true"),)), self.now)
         first = self.answers.get(("complete", tok))
         if job is None:
             assert {k: codec.job_line(j) for k, j in self.state.jobs.items()} == snapshot
@@ -371,7 +382,7 @@ class QueueMachine(RuleBasedStateMachine):
                     {k: expected[k] for k in orjson.loads(codec.archive_line(job))}) + b"\n"
                 self.archived.add(job.id)
         seqs = tuple(self.state.completed)
-        T.apply(self.state, T.DropArchived(seqs), self.now)
+        self.apply(T.DropArchived(seqs), self.now)
         assert not self.state.completed
 
     @precondition(lambda self: self.tokens)
@@ -379,7 +390,7 @@ class QueueMachine(RuleBasedStateMachine):
     def fail(self, data: st.DataObject, retry: int | None) -> None:
         tok = data.draw(st.sampled_from(self.tokens))
         job = T.live_job(self.state, tok, self.now)
-        r = T.apply(self.state, T.Fail((T.FailItem(tok, "err", retry),)), self.now)
+        r = self.apply(T.Fail((T.FailItem(tok, "err", retry),)), self.now)
         first = self.answers.get(("fail", tok))
         if job is not None:
             assert r.items[0].ok
@@ -393,23 +404,23 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule()
     def reclaim(self) -> None:
-        T.apply(self.state, T.Reclaim(), self.now)
+        self.apply(T.Reclaim(), self.now)
         for job in self.state.jobs.values():
             if job.status == "claimed":
                 assert job.lease is not None and job.lease.expires_ms > self.now
 
     @rule()
     def redrive(self) -> None:
-        T.apply(self.state, T.Redrive(), self.now)
+        self.apply(T.Redrive(), self.now)
 
     @rule(paused=st.booleans())
     def pause(self, paused: bool) -> None:
-        T.apply(self.state, T.SetPaused(paused), self.now)
+        self.apply(T.SetPaused(paused), self.now)
 
     @rule(statuses=st.sampled_from([("dead",), ("pending", "dead")]))
     def purge(self, statuses: tuple[str, ...]) -> None:
         doomed = {j.id for j in self.state.jobs.values() if j.status in statuses}
-        assert T.apply(self.state, T.Purge(statuses), self.now).count == len(doomed)
+        assert self.apply(T.Purge(statuses), self.now).count == len(doomed)
         self.purged |= doomed
 
     @rule()

@@ -21,7 +21,7 @@ from broker import timefmt
 from broker.codec import plain_token, reset_segments
 from broker.errors import CorruptState, ForeignState, NewerState
 from broker.indexes import SEQ_MASK, TIME_MASK, rebuild_indexes
-from broker.limits import MAX_PRIORITY
+from broker.limits import MAX_ATTEMPTS, MAX_LEASE_S, MAX_PRIORITY
 from broker.receipts import Receipts, fence_of
 from broker.state import (
     CLAIMED,
@@ -74,8 +74,9 @@ def _lease_from(raw: Any, job_id: str) -> Lease:
         raise ValueError(f"lease token {token!r} is not one this broker makes for {job_id!r}")
     lease_s = raw.get("lease_s")
     if isinstance(lease_s, bool) or not isinstance(lease_s, int | float) or \
-            not 0 < lease_s <= 86_400:
-        raise ValueError(f"job {job_id!r} has lease_s {lease_s!r}; it must be in (0, 86400]")
+            not 0 < lease_s <= MAX_LEASE_S:
+        raise ValueError(f"job {job_id!r} has lease_s {lease_s!r}; "
+                         f"it must be in (0, {MAX_LEASE_S:g}]")
     return Lease(
         token=token,
         worker=str(_text(raw.get("worker"), f"job {job_id!r} lease worker")),
@@ -103,9 +104,10 @@ def _job_from(raw: Any, spans: LineSpans | None) -> Job:
             not -MAX_PRIORITY <= priority <= MAX_PRIORITY:
         raise ValueError(f"job {job_id!r} has priority {priority!r}; "
                          f"it must be an integer within +-{MAX_PRIORITY}")
-    max_attempts = _count(raw.get("max_attempts"), f"job {job_id!r} max_attempts", 1000)
+    max_attempts = _count(raw.get("max_attempts"), f"job {job_id!r} max_attempts", MAX_ATTEMPTS)
     if max_attempts < 1:
-        raise ValueError(f"job {job_id!r} has max_attempts {max_attempts}; it must be 1..1000")
+        raise ValueError(f"job {job_id!r} has max_attempts {max_attempts}; "
+                         f"it must be 1..{MAX_ATTEMPTS}")
     attempts = _count(raw.get("attempts"), f"job {job_id!r} attempts", max_attempts)
     lease = raw.get("lease")
     job = Job(

@@ -1,11 +1,12 @@
 """The queue's in-memory model: jobs, leases, settings, counters, job ids.
 
-Three modules share the queue object; this one holds its data and nothing
-else. :mod:`broker.codec` turns a state into the object's bytes and back
-(byte templates, the per-job cached encoding, segments), :mod:`broker.indexes`
-keeps the derived heaps, and :mod:`broker.lifecycle` is the one place where a
-job changes status, keeping all three in step. :mod:`broker.transitions` holds
-the rules and reaches the jobs only through :mod:`broker.lifecycle`.
+This module holds the queue's data and nothing else. :mod:`broker.codec`
+turns a state into the object's bytes and back (byte templates, the per-job
+cached encoding, segments), :mod:`broker.indexes` keeps the derived heaps, and
+:mod:`broker.lifecycle` is the one place where a job changes status, keeping
+the model, the heaps and the encoding in step. :mod:`broker.transitions` holds
+the rules; it moves jobs only through :mod:`broker.lifecycle` and knows
+nothing of the bytes or the heaps' layout.
 
 On storage the state is one JSON object (``jq``-readable, one job a line)::
 

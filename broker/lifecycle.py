@@ -192,6 +192,26 @@ def add_pending_bulk(state: QueueState, payloads: Sequence[bytes], now_ms: int) 
     return JobIds(first, len(jobs))
 
 
+def add_pending(state: QueueState, jobs: list[Job], now_ms: int) -> None:
+    """Add new jobs (seqs consecutive, above any so far) as pending at ``now_ms``.
+
+    What :func:`move` from :data:`NEW` to pending does, per job, written out
+    for a push of many jobs with options (``bench/broker_bench.py``, push rows).
+    """
+    if not jobs:
+        return
+    check_move(NEW, PENDING)
+    all_jobs = state.jobs
+    approx = 0
+    for job in jobs:
+        job.status = PENDING
+        all_jobs[job.seq] = job
+        schedule(state, job, now_ms)
+        approx += job.size_estimate()
+    codec.added_many(state, jobs)
+    state.approx_bytes += approx
+
+
 # Builds a NamedTuple from a tuple of all its fields, skipping the generated
 # __new__ (half the cost; these are made once per job in claim and complete).
 _new_tuple = tuple.__new__

@@ -45,6 +45,7 @@ from broker.errors import InvalidRequest, PayloadTooLarge, QueueFull
 from broker.indexes import bound_stale_leases, expired_leases, promote_due
 from broker.lifecycle import (
     GONE,
+    add_pending,
     add_pending_bulk,
     claim_ready,
     complete_held,
@@ -166,22 +167,24 @@ def _insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int) -> Sequ
     """Validate all, then create all (or raise having created nothing)."""
     if jobs and set(map(_OPTIONS, jobs)) == {_DEFAULT_OPTIONS}:
         return _insert_payloads(state, [new[0] for new in jobs], now_ms)
+    seen = windows.seen_keys(state, now_ms)
     fresh: dict[str, int] = {}
     incoming = 0
     for new in jobs:
         size = _validate_new(state, new)
         if new.key is not None:
-            if new.key in fresh or windows.seen_key(state, new.key, now_ms) is not None:
+            if new.key in fresh or seen(new.key) is not None:
                 continue
             fresh[new.key] = 0
         incoming += size
     _check_room(state, incoming)
     ids: list[str] = []
     created: dict[str, str] = {}
+    added: list[Job] = []
     counters, settings_max = state.counters, state.settings.max_attempts
     for new in jobs:
         if new.key is not None:
-            entry = windows.seen_key(state, new.key, now_ms)
+            entry = seen(new.key)
             if entry is not None:
                 ids.append(entry.job_id)
                 continue
@@ -192,11 +195,12 @@ def _insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int) -> Sequ
         seq = counters.enqueued
         job = Job(seq, new.payload, PENDING, new.priority,
                   now_ms + new.delay_ms, 0, new.max_attempts or settings_max, now_ms, new.key)
-        move(state, job, PENDING, now_ms)
+        added.append(job)
         if new.key is not None:
             created[new.key] = job.id
             windows.remember_key(state, new.key, job.id, now_ms)
         ids.append(job.id)
+    add_pending(state, added, now_ms)
     return ids
 
 

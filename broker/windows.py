@@ -16,6 +16,8 @@ No I/O and no clock: time comes in as ``now_ms``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from broker import limits
 from broker import receipts as R
 from broker.errors import InvalidRequest
@@ -25,11 +27,17 @@ from broker.ops import ItemResult
 from broker.state import COMPLETED, DEAD, PENDING, KeyEntry, QueueState, key_entry_bytes
 
 
-def seen_key(state: QueueState, key: str, now_ms: int) -> KeyEntry | None:
-    """The window's entry for idempotency key ``key`` if it still counts at ``now_ms``."""
-    entry = state.keys.get(key)
+def seen_keys(state: QueueState, now_ms: int) -> Callable[[str], KeyEntry | None]:
+    """A lookup of the idempotency-key window as it counts at ``now_ms``: the
+    entry of a key, or None if the key is not in the window or too old."""
+    window = state.keys
     oldest_ok = dedup_cutoff_ms(state.settings.dedup_ttl_s, now_ms)
-    return entry if entry is not None and entry.at_ms >= oldest_ok else None
+
+    def seen(key: str) -> KeyEntry | None:
+        entry = window.get(key)
+        return entry if entry is not None and entry.at_ms >= oldest_ok else None
+
+    return seen
 
 
 def remember_key(state: QueueState, key: str, job_id: str, now_ms: int) -> None:

@@ -5,11 +5,12 @@ in step.
 h11 checks every event against a table of the states a connection may move
 between; this does the same for a job::
 
-    (new) -> pending -> claimed -> completed -> (gone)
-                 ^   \\      |  \\
-                 |    \\     v   \\-> dead -> pending (redrive)
-                 |     \\  pending (retry, reclaim)
-                 '------- (gone: purge, from pending, claimed or dead)
+    (new) -push-> pending -claim-> claimed -complete-> completed -archived-> (gone)
+                   ^   ^             |   |
+                   |   '-retry, ----'   '-last attempt failed-> dead
+                   |     reclaim                                 |
+                   '------------------redrive--------------------'
+    purge: pending, claimed or dead -> (gone)
 
 :data:`MOVES` is that table, and :func:`move` the entry point every rule in
 :mod:`broker.transitions` goes through. A move the table does not allow is a
@@ -18,7 +19,7 @@ deliberately not an :class:`~broker.errors.OsqueueError`, so the commit loop
 treats it as a fault (it re-reads the committed object, see
 :mod:`broker.commit`) rather than as a refusal that changed nothing.
 
-The three loops that run once per job of a large call (a bulk push, a claim,
+The loops that run once per job of a large call (a push, a bulk push, a claim,
 a complete) are written out here rather than calling :func:`move` per job:
 each checks its one move against the table once per call, then does per job
 exactly what :func:`move` would. ``bench/broker_bench.py`` (push, claim and

@@ -291,7 +291,7 @@ class QueueMachine(RuleBasedStateMachine):
     def push_bulk(self, items: list[object], request: str | None) -> None:
         before = len(self.state.jobs)
         ids = list(self.apply(T.PushPayloads(tuple(orjson.dumps(p) for p in items),
-                                                      request=request), self.now).ids)
+                                             request=request), self.now).ids)
         if request is not None and request in self.state.receipts.requests \
                 and request in self.requests and len(self.state.jobs) == before:
             assert ids == self.requests[request]  # a repeat: the first answer, nothing new
@@ -312,14 +312,14 @@ class QueueMachine(RuleBasedStateMachine):
         )
         expected = [j.id for j in runnable[:n]] if not self.state.paused else []
         got = self.apply(T.Claim(worker, n, lease, request=f"c{len(self.tokens)}"),
-                      self.now).jobs
+                         self.now).jobs
         assert [j.id for j in got] == expected
         for j in got:
             self.tokens.append(j.token)
         if got:  # a repeat of the same claim hands back the same jobs, claiming nothing new
             again = self.apply(T.Claim(worker, n, lease,
-                                                request=f"c{len(self.tokens) - len(got)}"),
-                            self.now)
+                                       request=f"c{len(self.tokens) - len(got)}"),
+                               self.now)
             assert again.replayed and [j.token for j in again.jobs] == [j.token for j in got]
 
     @precondition(lambda self: self.tokens)

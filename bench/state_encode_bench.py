@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import orjson
 
 from bench._common import best_of, write_results
+from broker import codec
 from broker import state as S
 from broker import transitions as T
 
@@ -39,21 +40,21 @@ def build(n: int) -> S.QueueState:
 
 def measure(n: int) -> dict[str, float]:
     st = build(n)
-    S.stamp(st, "bench", 1_000)
-    S.encode(st)  # the commit that wrote these jobs cached their bytes
+    codec.stamp(st, "bench", 1_000)
+    codec.encode(st)  # the commit that wrote these jobs cached their bytes
     now = 2_000
 
     def change_and_encode() -> None:
         nonlocal now
         now += 1
         T.apply(st, T.Claim("bench", CHANGED, 60_000), now)
-        S.stamp(st, "bench", now)
-        S.encode(st)
+        codec.stamp(st, "bench", now)
+        codec.encode(st)
 
     incremental = best_of(change_and_encode, repeat=5)
-    full = best_of(lambda: S.encode_full(st), repeat=3)
-    size = len(S.encode(st))
-    assert orjson.loads(S.encode(st)) == orjson.loads(S.encode_full(st))
+    full = best_of(lambda: codec.encode_full(st), repeat=3)
+    size = len(codec.encode(st))
+    assert orjson.loads(codec.encode(st)) == orjson.loads(codec.encode_full(st))
     return {"jobs": n, "incremental_s": incremental, "full_s": full,
             "speedup": full / incremental, "object_bytes": size}
 

@@ -366,7 +366,7 @@ def parse_fail(body: Any) -> list[transitions.FailItem]:
     return items
 
 
-def claimed_to_json(jobs: list[transitions.ClaimedJob]) -> list[dict[str, Any]]:
+def claimed_to_json(jobs: list[transitions.LeasedJob]) -> list[dict[str, Any]]:
     return [
         {
             "id": j.id,

@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from broker import keys
+from broker import codec, keys
 from broker.decode import LineSpans, NotOurLayout
 from broker.state import Job
 from broker.storage import ObjectStore
@@ -92,7 +92,7 @@ def commit_object(queue: str, jobs: Sequence[Job]) -> tuple[str, bytes]:
         raise ValueError("the jobs of one archive object must come from one commit")
     ordered = sorted(jobs, key=lambda j: j.seq)
     key = keys.archive_key(queue, first.done_ms, first.done_seq, first.done_commit)
-    return key, b"".join(j.archive_line() for j in ordered)
+    return key, b"".join(codec.archive_line(j) for j in ordered)
 
 
 def write_commit(store: ObjectStore, queue: str, jobs: Sequence[Job]) -> str:

@@ -1,4 +1,5 @@
-"""Reading a queue object: its bytes in, a checked :class:`~broker.state.QueueState` out.
+"""Reading a queue object: its bytes in, a checked :class:`~broker.state.QueueState` out
+(the checking half of :mod:`broker.codec`, whose :func:`~broker.codec.decode` is the entry).
 
 Every invariant the broker relies on is checked here (ids unique and equal to
 their seqs, counters at least the largest seq and lease number in use,
@@ -17,17 +18,17 @@ from typing import Any
 import orjson
 
 from broker import timefmt
+from broker.codec import plain_token, reset_segments
 from broker.errors import CorruptState, ForeignState, NewerState
+from broker.indexes import SEQ_MASK, TIME_MASK, rebuild_indexes
+from broker.limits import MAX_ATTEMPTS, MAX_LEASE_S, MAX_PRIORITY
 from broker.receipts import Receipts, fence_of
 from broker.state import (
-    _TIME_MASK,
     CLAIMED,
     COMPLETED,
     FORMAT,
     LINEAGE,
-    MAX_PRIORITY,
     PENDING,
-    SEQ_MASK,
     STATUSES,
     VERSION,
     BrokerRecord,
@@ -37,9 +38,7 @@ from broker.state import (
     Lease,
     QueueState,
     Settings,
-    _plain_token,
     job_id_for,
-    rebuild_indexes,
 )
 
 
@@ -47,7 +46,7 @@ def _time(raw: Any, what: str) -> int:
     if not isinstance(raw, str):
         raise ValueError(f"{what} must be a time string, got {raw!r}")
     ms = timefmt.parse(raw)
-    if not 0 <= ms <= _TIME_MASK:
+    if not 0 <= ms <= TIME_MASK:
         raise ValueError(f"{what} {raw!r} is before 1970 or after 9999")
     return ms
 
@@ -70,13 +69,14 @@ def _lease_from(raw: Any, job_id: str) -> Lease:
     if not isinstance(raw, dict):
         raise ValueError(f"job {job_id!r} has a lease that is not an object")
     token = raw.get("token")
-    if not isinstance(token, str) or not _plain_token(token) or \
+    if not isinstance(token, str) or not plain_token(token) or \
             token.rpartition(".")[0] != job_id or fence_of(token) is None:
         raise ValueError(f"lease token {token!r} is not one this broker makes for {job_id!r}")
     lease_s = raw.get("lease_s")
     if isinstance(lease_s, bool) or not isinstance(lease_s, int | float) or \
-            not 0 < lease_s <= 86_400:
-        raise ValueError(f"job {job_id!r} has lease_s {lease_s!r}; it must be in (0, 86400]")
+            not 0 < lease_s <= MAX_LEASE_S:
+        raise ValueError(f"job {job_id!r} has lease_s {lease_s!r}; "
+                         f"it must be in (0, {MAX_LEASE_S:g}]")
     return Lease(
         token=token,
         worker=str(_text(raw.get("worker"), f"job {job_id!r} lease worker")),
@@ -104,9 +104,10 @@ def _job_from(raw: Any, spans: LineSpans | None) -> Job:
             not -MAX_PRIORITY <= priority <= MAX_PRIORITY:
         raise ValueError(f"job {job_id!r} has priority {priority!r}; "
                          f"it must be an integer within +-{MAX_PRIORITY}")
-    max_attempts = _count(raw.get("max_attempts"), f"job {job_id!r} max_attempts", 1000)
+    max_attempts = _count(raw.get("max_attempts"), f"job {job_id!r} max_attempts", MAX_ATTEMPTS)
     if max_attempts < 1:
-        raise ValueError(f"job {job_id!r} has max_attempts {max_attempts}; it must be 1..1000")
+        raise ValueError(f"job {job_id!r} has max_attempts {max_attempts}; "
+                         f"it must be 1..{MAX_ATTEMPTS}")
     attempts = _count(raw.get("attempts"), f"job {job_id!r} attempts", max_attempts)
     lease = raw.get("lease")
     job = Job(
@@ -131,7 +132,7 @@ def _job_from(raw: Any, spans: LineSpans | None) -> Job:
         job.done_ms = _time(raw.get("completed_at"), f"job {job_id!r} completed_at")
         job.done_seq = _count(raw.get("commit_seq"), f"job {job_id!r} commit_seq")
         job.done_commit = _text(raw.get("commit"), f"job {job_id!r} commit")
-        if not _plain_token(job.done_commit or ""):
+        if not plain_token(job.done_commit or ""):
             raise ValueError(f"job {job_id!r} has commit {job.done_commit!r}")
         if "result" not in raw:
             raise ValueError(f"completed job {job_id!r} has no result")
@@ -296,6 +297,7 @@ def decode_state(data: bytes, *, where: str = "queue object") -> QueueState:
         raise CorruptState(f"{where} is malformed ({type(exc).__name__}: {exc}); "
                            "refusing to touch it") from None
     rebuild_indexes(state)
+    reset_segments(state)
     return state
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from broker import archive, keys, timefmt, transitions
+from broker import archive, codec, keys, timefmt, transitions
 from broker import state as S
 from broker.errors import Conflict, NotFound
 from broker.storage import ObjectStore
@@ -36,7 +36,8 @@ class DirectQueue:
             got = self.store.read(keys.state_key(self.queue))
         except NotFound:
             return transitions.new_state(timefmt.now_ms()), None
-        return S.decode(got.data, where=f"{self.store.url}/{keys.state_key(self.queue)}"), got.etag
+        where = f"{self.store.url}/{keys.state_key(self.queue)}"
+        return codec.decode(got.data, where=where), got.etag
 
     def apply(self, op: transitions.Op, now_ms: int | None = None) -> transitions.Result:
         """Apply ``op`` and write it; on a lost race, re-read and try again.
@@ -56,8 +57,8 @@ class DirectQueue:
             result = transitions.apply(state, op, now)
             if not result.changed and not archived and etag is not None:
                 return result
-            S.stamp(state, self.writer, now, new_commit_id())
-            data = S.encode(state)
+            codec.stamp(state, self.writer, now, new_commit_id())
+            data = codec.encode(state)
             try:
                 if etag is None:
                     self.store.create_if_absent(key, data)

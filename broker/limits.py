@@ -43,6 +43,8 @@ MAX_DEPTH = 200
 
 #: Most items (jobs, tokens, outcomes) in one request.
 MAX_ITEMS = 100_000
+#: Most jobs one page of a job listing may hold.
+MAX_PAGE_JOBS = 10_000
 #: Most jobs one claim may take, and the longest a claim may wait (s).
 MAX_CLAIM_JOBS = 10_000
 MAX_WAIT_S = 3_600.0

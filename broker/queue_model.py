@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from broker import codec, transitions
 from broker import state as S
-from broker import transitions
 from broker.archiver import Archiver
 from broker.errors import NotTheBroker, OsqueueError
 from broker.ownership import Ownership, renew_at_ms, renew_due
@@ -38,7 +38,7 @@ class QueueModel:
         self.retiring = False  # set while shutting down: never take the queue (back) over
 
     def decode(self, data: bytes) -> S.QueueState:
-        return S.decode(data, where=self.where)
+        return codec.decode(data, where=self.where)
 
     def empty(self, now_ms: int) -> S.QueueState:
         return transitions.new_state(now_ms, self.settings)
@@ -67,8 +67,8 @@ class QueueModel:
         return ops
 
     def encode(self, state: S.QueueState, writer: str, now_ms: int, commit: str) -> Data:
-        S.stamp(state, writer, now_ms, commit)
-        return S.encode_parts(state)
+        codec.stamp(state, writer, now_ms, commit)
+        return codec.encode_parts(state)
 
     def identity(self, state: S.QueueState) -> tuple[str | None, Sequence[str]]:
         return state.commit, state.lineage

@@ -182,7 +182,7 @@ class Ids(Response):
     ids: list[str]
 
 
-class ClaimedJob(Response):
+class ClaimedJobBody(Response):
     id: str
     payload: Any
     token: str
@@ -191,7 +191,7 @@ class ClaimedJob(Response):
 
 
 class Claimed(Response):
-    jobs: list[ClaimedJob]
+    jobs: list[ClaimedJobBody]
 
 
 class Results(Response):

@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker import keys, timefmt, transitions
+from broker import codec, keys, limits, timefmt, transitions
 from broker import state as S
 from broker.errors import (
     BrokerUnavailable,
@@ -92,10 +92,10 @@ class Broker:
             self._settings = S.Settings.from_dict(self.config.default_settings)
         except ValueError as exc:
             raise InvalidRequest(f"bad default queue setting: {exc}") from None
-        unknown = set(self.config.default_settings) - set(S.SETTING_LIMITS)
+        unknown = set(self.config.default_settings) - set(limits.SETTING_LIMITS)
         if unknown:
             raise InvalidRequest(f"unknown queue settings {sorted(unknown)}; "
-                                 f"known: {sorted(S.SETTING_LIMITS)}")
+                                 f"known: {sorted(limits.SETTING_LIMITS)}")
         self.takeover = Takeover(self, store, self.ownership, io=self._io, monotonic=monotonic)
         self.staging = Staging(store, self._io, cache_bytes=self.config.staged_cache_bytes,
                                max_payload_bytes=self._settings.max_payload_bytes,
@@ -204,7 +204,7 @@ class Broker:
         except NotFound:
             return None
         with gc_paused():
-            state = S.decode(got.data, where=f"{self.store.url}/{keys.state_key(name)}")
+            state = codec.decode(got.data, where=f"{self.store.url}/{keys.state_key(name)}")
         return state, got.etag
 
     async def _serving(self, name: str, *, create: bool) -> ServedQueue:
@@ -326,7 +326,7 @@ class Broker:
     async def claim(self, queue: str, worker: str, max_jobs: int = 1,
                     lease_s: float = DEFAULT_LEASE_S, wait_s: float = 0.0,
                     request: str | None = None,
-                    floor: int | None = None) -> list[transitions.ClaimedJob]:
+                    floor: int | None = None) -> list[transitions.LeasedJob]:
         """Claim up to ``max_jobs``, waiting up to ``wait_s`` for one. ``request``:
         the caller's key for this call; a repeat hands back the same jobs."""
         if wait_s < 0 or wait_s > self.config.max_wait_s:
@@ -342,7 +342,7 @@ class Broker:
             try:
                 result = await self._submit(queue, "claim", op)
             except UnknownQueue:
-                jobs: list[transitions.ClaimedJob] = []
+                jobs: list[transitions.LeasedJob] = []
             else:
                 jobs = result.jobs
             remaining = deadline - self.monotonic()

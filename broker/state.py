@@ -1,4 +1,12 @@
-"""The queue object: its in-memory model and its bytes on storage.
+"""The queue's in-memory model: jobs, leases, settings, counters, job ids.
+
+This module holds the queue's data and nothing else. :mod:`broker.codec`
+turns a state into the object's bytes and back (byte templates, the per-job
+cached encoding, segments), :mod:`broker.indexes` keeps the derived heaps, and
+:mod:`broker.lifecycle` is the one place where a job changes status, keeping
+the model, the heaps and the encoding in step. :mod:`broker.transitions` holds
+the rules; it moves jobs only through :mod:`broker.lifecycle` and knows
+nothing of the bytes or the heaps' layout.
 
 On storage the state is one JSON object (``jq``-readable, one job a line)::
 
@@ -37,28 +45,23 @@ re-encoding the parsed values.
 
 Encoding is incremental: each job keeps its encoded bytes until it changes,
 so a commit after changing 1k of 100k jobs re-encodes only those 1k plus a
-join (see ``bench/state_encode_bench.py``).
+join (see :mod:`broker.codec` and ``bench/state_encode_bench.py``).
 
 The derived indexes (ready heap, delayed heap, lease heap) are rebuilt on
-load and kept by :mod:`broker.transitions`; they are never stored.
+load (:mod:`broker.indexes`) and kept by :mod:`broker.lifecycle`; they are
+never stored.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, overload
 
 import orjson
 
 from broker import timefmt
-from broker.limits import (  # noqa: F401 (re-exported for older imports)
-    MAX_DELAY_MS,
-    MAX_PRIORITY,
-    SETTING_LIMITS,
-    check_setting,
-)
+from broker.limits import check_setting
 from broker.receipts import Receipts
 
 FORMAT = "osqueue"
@@ -73,64 +76,8 @@ STATUSES = (PENDING, CLAIMED, DEAD, COMPLETED)
 #: Commit identities kept in the object (``lineage``), newest last.
 LINEAGE = 32
 
-# ids, statuses and timestamps never need JSON escaping, so they can be spliced
-# in. A job's id is its seq, formatted as job_id_for() does (seq goes in twice).
-_PLAIN_JOB = (b',\n{"id":"j%010d","seq":%d,"status":"%s","priority":%d,"run_at":"%s",'
-              b'"attempts":%d,"max_attempts":%d,"created_at":"%s","payload":%s}')
-
-# A claimed job without key or error: the other common shape. Everything in the
-# lease after its token is the same for all the jobs of one claim, so that tail
-# is formatted once (see _lease_tail); the worker name, the one field that may
-# need escaping, goes in JSON-encoded.
-_LEASED_HEAD = _PLAIN_JOB.removesuffix(b"}") + b',"lease":{"token":"%s'
-_LEASE_TAIL = b'","worker":%s,"lease_s":%s,"expires_at":"%s","heartbeat_at":"%s"}}'
-# A completed job awaiting its archive object: the leased line, then the completion.
-_COMPLETION = b',"completed_at":"%s","commit_seq":%d,"commit":"%s","result":%s}'
-_lease_tails: dict[tuple[str, int, int, int], bytes] = {}
-
-# The same line for a new pending job with default options, split so a bulk push
-# fills in only seq and payload (the rest is one bytes object per push).
-_NEW_JOB_HEAD = b',\n{"id":"j%010d","seq":%d'
-_NEW_JOB_TAIL = (b',"status":"pending","priority":0,"run_at":"%s","attempts":0,'
-                 b'"max_attempts":%d,"created_at":"%s","payload":')
-
-# A completed job's line in an archive object: the job's fields without lease and
-# key, then who completed it (worker and token), in which commit, when, and its
-# result (see broker.archive).
-_ARCHIVED_JOB = (b'{"id":"j%010d","seq":%d,"status":"completed","priority":%d,"run_at":"%s",'
-                 b'"attempts":%d,"max_attempts":%d,"created_at":"%s","payload":%s%s,'
-                 b'"worker":%s,"token":"%s","commit_seq":%d,"commit":"%s","completed_at":"%s",'
-                 b'"result":%s}\n')
-
-# The derived heaps hold one int per entry, not a tuple: a heap of ints pops
-# about three times faster. Low bits: the job's seq; above them a time in ms;
-# above that (ready heap only) the priority, turned so that higher pops first.
-SEQ_BITS = 48  # 2.8e14 jobs
-TIME_BITS = 48  # ms since the epoch: beyond the year 9999
-SEQ_MASK = (1 << SEQ_BITS) - 1
-_TIME_MASK = (1 << TIME_BITS) - 1
-_PRIORITY_SHIFT = SEQ_BITS + TIME_BITS
-
-
-def ready_key(priority: int, run_at_ms: int, seq: int) -> int:
-    """Ready-heap entry: smaller means claimed first (priority desc, run-at, seq)."""
-    return ((MAX_PRIORITY - priority) << _PRIORITY_SHIFT) | (run_at_ms << SEQ_BITS) | seq
-
-
-def timed_key(at_ms: int, seq: int) -> int:
-    """Delayed- or lease-heap entry: (time, seq) in one int."""
-    return (at_ms << SEQ_BITS) | seq
-
-
-def key_seq(key: int) -> int:
-    """The job seq of a heap entry."""
-    return key & SEQ_MASK
-
-
-def key_time(key: int) -> int:
-    """The time (ms) of a heap entry."""
-    return (key >> SEQ_BITS) & _TIME_MASK
-
+#: Rough bytes a job costs in the object besides its payload (for size limits).
+JOB_OVERHEAD_BYTES = 220
 
 def job_id_for(seq: int) -> str:
     """Job ids are the enqueue sequence number, zero-padded so they sort."""
@@ -196,10 +143,6 @@ def token_seq(token: str) -> int | None:
     return seq_of(token.rpartition(".")[0])
 
 
-#: Rough bytes a job costs in the object besides its payload (for size limits).
-JOB_OVERHEAD_BYTES = 220
-
-
 @dataclass(slots=True)
 class Settings:
     """Per-queue settings, stored in the queue object.
@@ -243,24 +186,6 @@ class Lease:
     def fence(self) -> int:
         """The lease's number (the part of the token after the last dot)."""
         return int(self.token.rpartition(".")[2])
-
-
-def _lease_tail(lease: Lease) -> bytes:
-    """The encoded lease after its token, shared by the leases of one claim."""
-    key = (lease.worker, lease.lease_ms, lease.expires_ms, lease.heartbeat_ms)
-    tail = _lease_tails.get(key)
-    if tail is None:
-        if len(_lease_tails) >= 4096:  # a few claims' worth is all that is ever reused
-            _lease_tails.clear()
-        tail = _lease_tails[key] = _LEASE_TAIL % (
-            orjson.dumps(lease.worker), orjson.dumps(lease.lease_ms / 1000),
-            timefmt.fmt_bytes(lease.expires_ms), timefmt.fmt_bytes(lease.heartbeat_ms))
-    return tail
-
-
-def _plain_token(token: str) -> bool:
-    """True if ``token`` needs no JSON escaping (the broker makes them so)."""
-    return token.isascii() and token.isprintable() and '"' not in token and "\\" not in token
 
 
 class Job:
@@ -315,7 +240,7 @@ class Job:
         self.done_seq: int | None = None
         self.done_commit: str | None = None
         self.result: bytes | None = None
-        self._enc: bytes | None = None
+        self._enc: bytes | None = None  # the line's bytes, cached (kept by broker.codec)
 
     @property
     def id(self) -> str:
@@ -356,57 +281,8 @@ class Job:
             out["result"] = orjson.Fragment(b"null" if self.result is None else self.result)
         return out
 
-    def encode(self) -> bytes:
-        """The job's JSON, preceded by the ``,\n`` that separates it from the one before.
-
-        The common shapes (pending, or claimed, with no key or error) are
-        filled into byte templates; everything else goes through
-        :meth:`to_dict`. Both give the same bytes (the tests compare them).
-        """
-        enc = self._enc
-        if enc is None:
-            lease = self.lease
-            if self.key is None and self.last_error is None and (
-                    self.done_ms is None or self.done_commit is not None):
-                fields = (self.seq, self.seq, self.status.encode(), self.priority,
-                          timefmt.fmt_bytes(self.run_at_ms), self.attempts,
-                          self.max_attempts, timefmt.fmt_bytes(self.created_ms), self.payload)
-                if lease is None:
-                    enc = _PLAIN_JOB % fields
-                else:
-                    enc = _LEASED_HEAD % (*fields, lease.token.encode()) + _lease_tail(lease)
-                    if self.done_ms is not None:  # completed: the commit's id is plain
-                        enc = enc[:-1] + _COMPLETION % (
-                            timefmt.fmt_bytes(self.done_ms), self.done_seq,
-                            (self.done_commit or "").encode(),
-                            b"null" if self.result is None else self.result)
-            else:
-                enc = b",\n" + orjson.dumps(self.to_dict())
-            self._enc = enc
-        return enc
-
-    def archive_line(self) -> bytes:
-        """This completed job's line in its archive object (see :mod:`broker.archive`).
-
-        Made from the job's stored fields alone, so every broker that writes
-        the archive object of a commit writes the same bytes. Ids and tokens
-        never need escaping (see :func:`decode`), so the line is filled into a
-        byte template. Raises ``ValueError`` for a job that is not completed.
-        """
-        lease = self.lease
-        if self.status != COMPLETED or lease is None or self.done_ms is None \
-                or self.done_commit is None:
-            raise ValueError(f"job {self.id} is not a committed completion")
-        error = b"" if self.last_error is None else (
-            b',"last_error":' + orjson.dumps(self.last_error))
-        return _ARCHIVED_JOB % (
-            self.seq, self.seq, self.priority, timefmt.fmt_bytes(self.run_at_ms),
-            self.attempts, self.max_attempts, timefmt.fmt_bytes(self.created_ms),
-            self.payload, error, orjson.dumps(lease.worker), lease.token.encode(),
-            self.done_seq, self.done_commit.encode(), timefmt.fmt_bytes(self.done_ms),
-            b"null" if self.result is None else self.result)
-
     def size_estimate(self) -> int:
+        """Rough bytes of the job's line (payload, result and :data:`JOB_OVERHEAD_BYTES`)."""
         return len(self.payload) + JOB_OVERHEAD_BYTES + len(self.result or b"")
 
     def __eq__(self, other: object) -> bool:
@@ -460,7 +336,8 @@ class Counters:
 
 @dataclass(slots=True)
 class QueueState:
-    """The whole queue. Mutated only by :func:`broker.transitions.apply`."""
+    """The whole queue. Mutated only by :func:`broker.transitions.apply` (through
+    :mod:`broker.lifecycle`) and :func:`broker.codec.stamp`."""
 
     seq: int = 0
     writer: str | None = None
@@ -475,7 +352,7 @@ class QueueState:
     keys: dict[str, KeyEntry] = field(default_factory=dict)
     once: dict[str, KeyEntry] = field(default_factory=dict)  # publish keys (Spark writes)
     receipts: Receipts = field(default_factory=Receipts)
-    # Derived, never stored, kept by broker.transitions: heaps of ready_key
+    # Derived, never stored, kept by broker.lifecycle: heaps of ready_key
     # (pending and runnable), timed_key(run_at) (pending, later) and
     # timed_key(lease expiry) (claimed). Entries go stale instead of being
     # removed; readers check them against the job.
@@ -489,7 +366,7 @@ class QueueState:
     # Encoding cache by segment (jobs whose seq >> SEGMENT_SHIFT is equal):
     # each segment's jobs in seq order (removed ones are filtered out lazily),
     # the joined bytes of each clean segment, and the segments to rebuild.
-    # Kept by touch/added/removed.
+    # Kept by broker.codec (touch/added/removed), never read elsewhere.
     seg_jobs: dict[int, list[Job]] = field(default_factory=dict)
     segments: dict[int, bytes] = field(default_factory=dict)
     dirty: set[int] = field(default_factory=set)
@@ -511,224 +388,6 @@ class QueueState:
         return self.approx_bytes + self.key_bytes + self.receipts.size_estimate()
 
 
-# -- change tracking (called by broker.transitions on every job change) ---------
-
-SEGMENT_SHIFT = 10  # 1,024 sequence numbers a segment
-
-
-def touch(state: QueueState, job: Job) -> None:
-    """Record that ``job`` changed: its bytes and its segment's bytes are stale."""
-    job._enc = None
-    state.dirty.add(job.seq >> SEGMENT_SHIFT)
-
-
-def added(state: QueueState, job: Job) -> None:
-    """Record a new job (always the highest seq so far, so appending keeps order)."""
-    seg = job.seq >> SEGMENT_SHIFT
-    state.dirty.add(seg)
-    lst = state.seg_jobs.get(seg)
-    if lst is None:
-        state.seg_jobs[seg] = [job]
-    else:
-        lst.append(job)
-
-
-def removed(state: QueueState, job: Job) -> None:
-    """Record a removed job; its segment drops it at the next encode."""
-    seg = job.seq >> SEGMENT_SHIFT
-    state.dirty.add(seg)
-    state.shrunk.add(seg)
-
-
-def new_pending_jobs(first_seq: int, payloads: Sequence[bytes], now_ms: int,
-                     max_attempts: int) -> list[Job]:
-    """Pending jobs with default options, seq ``first_seq`` onwards, bytes encoded now.
-
-    The bulk-push path: the part of each line that every job of the push
-    shares is formatted once, so a job costs its seq and its payload.
-    """
-    stamp = timefmt.fmt_bytes(now_ms)
-    line = _NEW_JOB_HEAD + (_NEW_JOB_TAIL % (stamp, max_attempts, stamp)).replace(b"%", b"%%") \
-        + b"%b}"
-    out: list[Job] = []
-    append = out.append
-    # %-formatting: a third faster than f-strings here, and this runs a million times
-    for seq, payload in enumerate(payloads, first_seq):
-        job = Job(seq, payload, PENDING, 0, now_ms, 0, max_attempts, now_ms)
-        job._enc = line % (seq, seq, payload)
-        append(job)
-    return out
-
-
-def added_many(state: QueueState, jobs: list[Job]) -> None:
-    """:func:`added` for jobs with consecutive seqs above any seq so far."""
-    if not jobs:
-        return
-    seg_jobs, dirty = state.seg_jobs, state.dirty
-    first = jobs[0].seq
-    start = 0
-    while start < len(jobs):
-        seg = (first + start) >> SEGMENT_SHIFT
-        end = ((seg + 1) << SEGMENT_SHIFT) - first  # the next segment's first index
-        seg_jobs.setdefault(seg, []).extend(jobs[start:end])
-        dirty.add(seg)
-        start = end
-
-
-# -- encoding ----------------------------------------------------------------
-
-
-def _header(state: QueueState) -> dict[str, Any]:
-    broker = state.broker
-    return {
-        "format": FORMAT,
-        "version": VERSION,
-        "seq": state.seq,
-        "writer": state.writer,
-        "commit": state.commit,
-        "lineage": state.lineage,
-        "updated_at": timefmt.fmt(state.updated_ms),
-        "broker": None
-        if broker is None
-        else {"id": broker.id, "url": broker.url, "lease_s": broker.lease_ms / 1000,
-              "lease_expires_at": timefmt.fmt(broker.expires_ms)},
-        "paused": state.paused,
-        "settings": asdict(state.settings),
-        "counters": asdict(state.counters),
-    }
-
-
-def _key_bytes(key: str, entry: KeyEntry) -> bytes:
-    enc = entry.enc
-    if enc is None:
-        enc = entry.enc = b",\n" + orjson.dumps([key, entry.job_id, timefmt.fmt(entry.at_ms)])
-    return enc
-
-
-def _refresh_segments(state: QueueState) -> None:
-    """Rebuild the bytes of every dirty segment, dropping jobs no longer in the state."""
-    dirty = state.dirty
-    if not dirty:
-        return
-    jobs, segments, lists, shrunk = state.jobs, state.segments, state.seg_jobs, state.shrunk
-    get = jobs.get
-    for seg in dirty:
-        lst = lists.get(seg)
-        if lst is None:
-            live = []
-        elif seg in shrunk:
-            live = [j for j in lst if get(j.seq) is j]
-        else:
-            live = lst
-        if not live:
-            lists.pop(seg, None)
-            segments.pop(seg, None)
-            continue
-        if len(live) != len(lst or ()):
-            lists[seg] = live
-        segments[seg] = b"".join([j._enc or j.encode() for j in live])
-    dirty.clear()
-    shrunk.clear()
-
-
-def encode(state: QueueState) -> bytes:
-    """The object's bytes (see :func:`encode_parts`)."""
-    return b"".join(encode_parts(state))
-
-
-def encode_parts(state: QueueState) -> list[bytes]:
-    """The object's bytes as chunks to write in order, re-encoding only what changed.
-
-    Jobs keep their own bytes and segments of 1,024 jobs keep their joined
-    bytes, so a commit costs the changed jobs, the changed segments and one
-    list of the segments (no copy of the whole object). Each job's bytes start with their ``,\n``
-    separator; the first one is cut off.
-    """
-    _refresh_segments(state)
-    head = orjson.dumps(_header(state))
-    parts: list[bytes] = [head[:-1], b',\n"jobs":[\n']
-    segments = state.segments
-    jobs = [segments[seg] for seg in sorted(state.seg_jobs)]
-    if jobs:
-        jobs[0] = jobs[0][2:]
-    parts += jobs
-    parts.append(b'\n],\n"keys":[\n')
-    keys = [e.enc or _key_bytes(k, e) for k, e in state.keys.items()]
-    if keys:
-        keys[0] = keys[0][2:]
-    parts += keys
-    parts.append(b'\n],\n"once":')
-    parts.append(orjson.dumps([[k, timefmt.fmt(e.at_ms)] for k, e in state.once.items()]))
-    parts.append(b',\n"receipts":')
-    parts += state.receipts.encode()
-    parts.append(b"}\n")
-    return parts
-
-
-def encode_full(state: QueueState) -> bytes:
-    """Encode without any cached bytes (the baseline the benchmark compares with)."""
-    out = dict(_header(state))
-    out["jobs"] = [job.to_dict() for job in state.jobs.values()]
-    out["keys"] = [[k, e.job_id, timefmt.fmt(e.at_ms)] for k, e in state.keys.items()]
-    out["once"] = [[k, timefmt.fmt(e.at_ms)] for k, e in state.once.items()]
-    out["receipts"] = state.receipts.to_plain()
-    return orjson.dumps(out)
-
-
-def decode(data: bytes, *, where: str = "queue object") -> QueueState:
-    """Parse an object's bytes into a state, checking every invariant (see
-    :func:`broker.decode.decode_state`, which says what it raises)."""
-    from broker.decode import decode_state  # (decode builds on this module)
-
-    return decode_state(data, where=where)
-
-
 def key_entry_bytes(key: str) -> int:
     """Rough bytes one idempotency-key entry costs in the object."""
     return len(key) + 48
-
-
-def rebuild_indexes(state: QueueState) -> None:
-    """Recompute every derived index from the jobs."""
-    ready: list[int] = []
-    delayed: list[int] = []
-    leases: list[int] = []
-    seg_jobs: dict[int, list[Job]] = {}
-    completed: dict[int, list[int]] = {}
-    approx = 0
-    for job in state.jobs.values():
-        approx += job.size_estimate()
-        seg_jobs.setdefault(job.seq >> SEGMENT_SHIFT, []).append(job)
-        if job.status == PENDING:
-            ready.append(ready_key(job.priority, job.run_at_ms, job.seq))
-        elif job.status == CLAIMED and job.lease is not None:
-            leases.append(timed_key(job.lease.expires_ms, job.seq))
-        elif job.status == COMPLETED and job.done_seq is not None:
-            completed.setdefault(job.done_seq, []).append(job.seq)
-    heapq.heapify(ready)
-    heapq.heapify(leases)
-    state.ready, state.delayed, state.leases = ready, delayed, leases
-    state.completed = completed
-    state.approx_bytes = approx
-    state.key_bytes = sum(map(key_entry_bytes, state.keys)) + sum(
-        map(key_entry_bytes, state.once))
-    state.seg_jobs = seg_jobs
-    state.segments = {}
-    state.dirty = set(seg_jobs)
-    state.shrunk = set()
-
-
-def stamp(state: QueueState, writer: str, now_ms: int, commit: str | None = None) -> None:
-    """Mark the state as the next commit (``seq`` + 1) by ``writer``, made by the
-    write attempt ``commit`` (a fresh unique id per attempt; see :mod:`broker.commit`)."""
-    state.seq += 1
-    state.writer = writer
-    state.updated_ms = now_ms
-    state.commit = commit
-    if commit is not None:
-        state.lineage = [*state.lineage[-(LINEAGE - 1):], commit]
-    for seq in state.completed.get(state.seq, ()):  # completed by this very commit
-        job = state.jobs[seq]
-        job.done_commit = commit
-        touch(state, job)
-    state.receipts.unwritten_since = None  # this write carries them

@@ -25,26 +25,70 @@ Promises kept here (and checked by the property tests):
   complete or fail of a token it already settled the same answer;
 * a completed job stays, status ``completed`` with its result, until
   :class:`DropArchived` removes it once its archive object is written.
+
+The rules live here; the operations and results are plain values in
+:mod:`broker.ops`. Every change of a job's status goes through
+:mod:`broker.lifecycle`, which checks it against the table of allowed moves and
+keeps the heaps (:mod:`broker.indexes`) and the encoding (:mod:`broker.codec`)
+in step; nothing here knows how either is laid out.
 """
 
 from __future__ import annotations
 
-import heapq
 import operator
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
-from broker import limits
+from broker import admin, windows
 from broker import receipts as R
-from broker.errors import InvalidRequest, OsqueueError, PayloadTooLarge, QueueFull
+from broker.errors import InvalidRequest, PayloadTooLarge, QueueFull
+from broker.indexes import bound_stale_leases, expired_leases, promote_due
+from broker.lifecycle import (
+    GONE,
+    add_pending,
+    add_pending_bulk,
+    claim_ready,
+    complete_held,
+    extend_lease,
+    live_job,
+    move,
+)
 from broker.limits import (
+    MAX_ATTEMPTS,
+    MAX_CLAIM_JOBS,
     MAX_DELAY_MS,
     MAX_ERROR_CHARS,
+    MAX_KEY_CHARS,
     MAX_LEASE_MS,
     MAX_PRIORITY,
-    check_setting,
-    dedup_cutoff_ms,
+    MAX_WORKER_CHARS,
+)
+from broker.ops import (
+    Claim,
+    ClearBroker,
+    Complete,
+    CompleteItem,
+    Configure,
+    DropArchived,
+    Fail,
+    FailItem,
+    Heartbeat,
+    ItemResult,
+    LeasedJob,
+    NewJob,
+    Op,
+    Purge,
+    Push,
+    PushPayloads,
+    ReadJobs,
+    ReadStats,
+    Reclaim,
+    Redrive,
+    RenewBroker,
+    Result,
+    SetPaused,
+    TakeOver,
+    push_of,
 )
 from broker.state import (
     CLAIMED,
@@ -52,328 +96,26 @@ from broker.state import (
     DEAD,
     JOB_OVERHEAD_BYTES,
     PENDING,
-    SEGMENT_SHIFT,
-    SEQ_MASK,
-    BrokerRecord,
     Job,
     JobIds,
-    KeyEntry,
-    Lease,
     QueueState,
     Settings,
-    added,
-    added_many,
     job_id_for,
-    key_entry_bytes,
-    key_seq,
-    key_time,
-    new_pending_jobs,
-    ready_key,
-    removed,
     seq_of,
-    timed_key,
-    token_seq,
-    touch,
 )
-
-# -- operations ----------------------------------------------------------------
-
-
-class NewJob(NamedTuple):
-    """A job to push. ``payload`` is its JSON encoding (bytes).
-
-    A NamedTuple, not a dataclass: pushes make millions of these, and a tuple
-    is several times cheaper to build.
-    """
-
-    payload: bytes
-    priority: int = 0
-    delay_ms: int = 0
-    max_attempts: int | None = None
-    key: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Push:
-    """Enqueue jobs.
-
-    ``request``: the caller's key for this call; a repeat while its receipt
-    is kept answers the same ids and creates nothing. ``once``: a key in the
-    idempotency window making the push happen at most once: a repeat creates
-    nothing and sets ``Result.duplicate`` (Spark publishes staged writes this
-    way). ``missing``: staged chunks of a publish that could not be found;
-    unless ``once`` shows the publish happened already, the push is refused.
-    """
-
-    jobs: tuple[NewJob, ...]
-    once: str | None = None
-    request: str | None = None
-    missing: int = 0
-    floor: int | None = None  # the caller's calls below this number were answered
-
-
-@dataclass(frozen=True, slots=True)
-class PushPayloads:
-    """:class:`Push` for jobs with default options, given as their payloads'
-    JSON bytes: the bulk form (a Spark write publishes a million at once)."""
-
-    payloads: tuple[bytes, ...]
-    once: str | None = None
-    request: str | None = None
-    missing: int = 0
-    floor: int | None = None
-
-
-def push_of(jobs: Sequence[NewJob | bytes], once: str | None = None,
-            request: str | None = None, missing: int = 0,
-            floor: int | None = None) -> Push | PushPayloads:
-    """The push of ``jobs`` (bare bytes: a payload with default options): the
-    bulk :class:`PushPayloads` when every job is bare."""
-    payloads = tuple(job for job in jobs if isinstance(job, bytes))
-    if len(payloads) == len(jobs):
-        return PushPayloads(payloads, once, request, missing, floor)
-    return Push(tuple(NewJob(job) if isinstance(job, bytes) else job for job in jobs), once,
-                request, missing, floor)
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """Claim up to ``max_jobs``. ``request``: the caller's key for this call; a
-    repeat while its receipt is kept hands back the jobs the first call
-    claimed that are still held under its leases, and claims nothing new.
-    ``floor``: the caller's calls numbered below it were answered (their
-    receipts can go, see :mod:`broker.receipts`)."""
-
-    worker: str
-    max_jobs: int = 1
-    lease_ms: int = 30_000
-    request: str | None = None
-    floor: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Heartbeat:
-    tokens: tuple[str, ...]
-    lease_ms: int = 30_000
-
-
-# Per-job items are NamedTuples, like NewJob: a claim or complete of thousands
-# of jobs builds thousands of these, and a frozen dataclass costs several times more.
-class CompleteItem(NamedTuple):
-    token: str
-    result: bytes | None = None  # JSON bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Complete:
-    items: tuple[CompleteItem, ...]
-
-
-class FailItem(NamedTuple):
-    token: str
-    error: str = ""
-    retry_in_ms: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Fail:
-    items: tuple[FailItem, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Reclaim:
-    """Return expired leases to pending (or dead); trim the key and receipt windows."""
-
-
-@dataclass(frozen=True, slots=True)
-class DropArchived:
-    """Remove the completed jobs of the commits ``seqs``: their archive objects
-    are written."""
-
-    seqs: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Redrive:
-    """Return dead jobs to pending (``ids`` None: every dead job). ``request`` and
-    ``floor`` as for :class:`Claim`: a repeat answers the first count."""
-
-    ids: tuple[str, ...] | None = None
-    request: str | None = None
-    floor: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Purge:
-    """Delete jobs by status. ``request`` and ``floor`` as for :class:`Claim`: a
-    repeat answers the first count and deletes nothing more."""
-
-    statuses: tuple[str, ...] = (PENDING, DEAD)
-    request: str | None = None
-    floor: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ReadStats:
-    """Stats of the committed queue, read in the commit loop's order (a read
-    never sees a batch whose write has not landed)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ReadJobs:
-    """A page of jobs (see :func:`list_jobs`), read in the commit loop's order;
-    ``raw``: payloads as their stored bytes."""
-
-    status: str | None = None
-    limit: int = 100
-    after: str | None = None
-    raw: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class SetPaused:
-    paused: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Configure:
-    settings: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class TakeOver:
-    """Become the queue's broker; every claimed job gets a fresh lease on our clock."""
-
-    broker_id: str
-    url: str
-    lease_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class RenewBroker:
-    broker_id: str
-    url: str
-    lease_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class ClearBroker:
-    broker_id: str
-
-
-Op = (
-    Push | PushPayloads | Claim | Heartbeat | Complete | Fail | Reclaim | DropArchived | Redrive
-    | Purge | SetPaused | Configure | TakeOver | RenewBroker | ClearBroker | ReadStats | ReadJobs
-)
-
-# -- results -------------------------------------------------------------------
-
-
-class ClaimedJob(NamedTuple):
-    id: str
-    payload: bytes
-    token: str
-    attempt: int
-    lease_expires_ms: int
-
-
-class ItemResult(NamedTuple):
-    token: str
-    ok: bool
-    reason: str | None = None
-    status: str | None = None  # for fail: "pending" (retrying) or "dead"
-
-
-# Builds a NamedTuple from a tuple of all its fields, skipping the generated
-# __new__ (half the cost; these are made once per job in claim and complete).
-_new_tuple = tuple.__new__
-
-
-@dataclass(slots=True)
-class Result:
-    """What an operation produced. ``changed`` says whether a write is needed."""
-
-    changed: bool = False
-    ids: Sequence[str] = field(default_factory=list)
-    jobs: list[ClaimedJob] = field(default_factory=list)
-    items: list[ItemResult] = field(default_factory=list)
-    count: int = 0
-    duplicate: bool = False
-    replayed: bool = False  # the answer of an earlier call with the same request key
-    view: Any = None  # what a read op read
-    error: OsqueueError | None = None  # a refusal that is written (a receipt): raise it
-
+from broker.views import list_jobs, next_wakeup_ms, stats
+
+#: What :func:`apply` takes and answers, and the read-only views, under the
+#: names the broker and its tests reach them by (``transitions.Push``, ...).
+__all__ = [
+    "Claim", "ClearBroker", "Complete", "CompleteItem", "Configure", "DropArchived", "Fail",
+    "FailItem", "Heartbeat", "ItemResult", "LeasedJob", "NewJob", "Op", "Purge", "Push",
+    "PushPayloads", "ReadJobs", "ReadStats", "Reclaim", "Redrive", "RenewBroker", "Result",
+    "SetPaused", "TakeOver", "apply", "backoff_ms", "list_jobs", "live_job", "new_state",
+    "next_wakeup_ms", "push_of", "stats",
+]
 
 # -- helpers -------------------------------------------------------------------
-
-
-def _schedule(state: QueueState, job: Job, now_ms: int) -> None:
-    """Index a job that just became pending."""
-    if job.run_at_ms <= now_ms:
-        heapq.heappush(state.ready, ready_key(job.priority, job.run_at_ms, job.seq))
-    else:
-        heapq.heappush(state.delayed, timed_key(job.run_at_ms, job.seq))
-
-
-def _promote_due(state: QueueState, now_ms: int) -> None:
-    delayed = state.delayed
-    while delayed and key_time(delayed[0]) <= now_ms:
-        entry = heapq.heappop(delayed)
-        seq, run_at = key_seq(entry), key_time(entry)
-        job = state.jobs.get(seq)
-        if job is not None and job.status == PENDING and job.run_at_ms == run_at:
-            heapq.heappush(state.ready, ready_key(job.priority, run_at, seq))
-
-
-def _token_job(state: QueueState, token: str) -> Job | None:
-    """The job a token names (whether or not the token is still good)."""
-    seq = token_seq(token)
-    return None if seq is None else state.jobs.get(seq)
-
-
-def live_job(state: QueueState, token: str, now_ms: int) -> Job | None:
-    """The job ``token`` still holds at ``now_ms``, or None if the token is stale."""
-    job = _token_job(state, token)
-    lease = job.lease if job is not None and job.status == CLAIMED else None
-    if lease is None or lease.token != token or lease.expires_ms <= now_ms:
-        return None
-    return job
-
-
-def _stale_reason(state: QueueState, token: str) -> str:
-    job = _token_job(state, token)
-    if job is not None and job.lease is not None and job.lease.token == token:
-        if job.status == COMPLETED:
-            return "this token already completed the job"
-        return "lease expired; the job will be reclaimed"
-    fence = R.fence_of(token)
-    outcome = state.receipts.outcome(fence) if fence is not None else None
-    if outcome is not None:
-        return f"this token already settled the job ({outcome})"
-    if job is None:
-        return "job is gone (completed, purged or never existed)"
-    return "token is stale; the job was reclaimed or claimed again"
-
-
-_FAIL_STATUS = {R.FAILED: PENDING, R.DEAD: DEAD}
-
-
-def _repeat_answer(state: QueueState, token: str, want: str) -> ItemResult:
-    """The answer to a complete (``want`` completed) or fail (``want`` failed) of a
-    token that holds no live lease: what the first call answered if this token
-    settled the job the same way, else stale."""
-    job = _token_job(state, token)
-    if job is not None and job.status == COMPLETED and job.lease is not None \
-            and job.lease.token == token:
-        outcome: str | None = R.COMPLETED
-    else:
-        fence = R.fence_of(token)
-        outcome = state.receipts.outcome(fence) if fence is not None else None
-    if want == R.COMPLETED and outcome == R.COMPLETED:
-        return ItemResult(token, True, None, COMPLETED)
-    if want == R.FAILED and outcome in _FAIL_STATUS:
-        return ItemResult(token, True, None, _FAIL_STATUS[outcome])
-    return ItemResult(token, False, _stale_reason(state, token))
 
 
 def backoff_ms(settings: Settings, attempts: int) -> int:
@@ -389,14 +131,12 @@ def _settle_failure(state: QueueState, job: Job, error: str, retry_in_ms: int | 
     job.last_error = error[-MAX_ERROR_CHARS:] if error else None
     state.counters.failed += 1
     if job.attempts >= job.max_attempts:
-        job.status = DEAD
         state.counters.dead += 1
+        move(state, job, DEAD, now_ms)
     else:
-        job.status = PENDING
         delay = retry_in_ms if retry_in_ms is not None else backoff_ms(state.settings, job.attempts)
         job.run_at_ms = now_ms + max(0, delay)
-        _schedule(state, job, now_ms)
-    touch(state, job)
+        move(state, job, PENDING, now_ms)
     return job.status
 
 
@@ -412,10 +152,10 @@ def _validate_new(state: QueueState, new: NewJob) -> int:
     if not 0 <= new.delay_ms <= MAX_DELAY_MS:
         raise InvalidRequest(f"delay must be within [0, {MAX_DELAY_MS // 1000}] s, "
                              f"got {new.delay_ms / 1000} s")
-    if new.max_attempts is not None and not 1 <= new.max_attempts <= 1000:
-        raise InvalidRequest(f"max_attempts must be 1..1000, got {new.max_attempts}")
-    if new.key is not None and not 0 < len(new.key) <= 512:
-        raise InvalidRequest("idempotency keys must be 1..512 characters")
+    if new.max_attempts is not None and not 1 <= new.max_attempts <= MAX_ATTEMPTS:
+        raise InvalidRequest(f"max_attempts must be 1..{MAX_ATTEMPTS}, got {new.max_attempts}")
+    if new.key is not None and not 0 < len(new.key) <= MAX_KEY_CHARS:
+        raise InvalidRequest(f"idempotency keys must be 1..{MAX_KEY_CHARS} characters")
     return len(new.payload) + JOB_OVERHEAD_BYTES
 
 
@@ -427,26 +167,21 @@ def _insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int) -> Sequ
     """Validate all, then create all (or raise having created nothing)."""
     if jobs and set(map(_OPTIONS, jobs)) == {_DEFAULT_OPTIONS}:
         return _insert_payloads(state, [new[0] for new in jobs], now_ms)
-    window = state.keys
-    oldest_ok = dedup_cutoff_ms(state.settings.dedup_ttl_s, now_ms)
-
-    def seen(key: str) -> KeyEntry | None:
-        entry = window.get(key)
-        return entry if entry is not None and entry.at_ms >= oldest_ok else None
-
+    seen = windows.seen_keys(state, now_ms)
     fresh: dict[str, int] = {}
     incoming = 0
     for new in jobs:
         size = _validate_new(state, new)
-        if new.key is not None and (seen(new.key) is not None or new.key in fresh):
-            continue
         if new.key is not None:
+            if new.key in fresh or seen(new.key) is not None:
+                continue
             fresh[new.key] = 0
         incoming += size
     _check_room(state, incoming)
     ids: list[str] = []
     created: dict[str, str] = {}
-    counters, all_jobs, settings_max = state.counters, state.jobs, state.settings.max_attempts
+    added: list[Job] = []
+    counters, settings_max = state.counters, state.settings.max_attempts
     for new in jobs:
         if new.key is not None:
             entry = seen(new.key)
@@ -460,23 +195,13 @@ def _insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int) -> Sequ
         seq = counters.enqueued
         job = Job(seq, new.payload, PENDING, new.priority,
                   now_ms + new.delay_ms, 0, new.max_attempts or settings_max, now_ms, new.key)
-        all_jobs[seq] = job
-        added(state, job)
-        _schedule(state, job, now_ms)
+        added.append(job)
         if new.key is not None:
             created[new.key] = job.id
-            _remember_key(state, new.key, KeyEntry(job.id, now_ms))
+            windows.remember_key(state, new.key, job.id, now_ms)
         ids.append(job.id)
-    state.approx_bytes += incoming
+    add_pending(state, added, now_ms)
     return ids
-
-
-def _remember_key(state: QueueState, key: str, entry: KeyEntry) -> None:
-    """Put ``key`` at the young end of the window (which stays in time order)."""
-    window = state.keys
-    if window.pop(key, None) is None:
-        state.key_bytes += key_entry_bytes(key)
-    window[key] = entry
 
 
 def _check_room(state: QueueState, incoming: int) -> None:
@@ -495,83 +220,8 @@ def _insert_payloads(state: QueueState, payloads: Sequence[bytes], now_ms: int) 
     sizes = list(map(len, payloads))
     if max(sizes) > limit:
         raise PayloadTooLarge(f"payload is {max(sizes)} bytes; this queue's limit is {limit} bytes")
-    incoming = sum(sizes) + JOB_OVERHEAD_BYTES * len(payloads)
-    _check_room(state, incoming)
-    counters = state.counters
-    first = counters.enqueued + 1
-    jobs = new_pending_jobs(first, payloads, now_ms, state.settings.max_attempts)
-    counters.enqueued += len(jobs)
-    seqs = range(first, first + len(jobs))
-    state.jobs.update(zip(seqs, jobs, strict=True))
-    ids = JobIds(first, len(jobs))
-    added_many(state, jobs)
-    ready = state.ready
-    base = ready_key(0, now_ms, 0)
-    entries = range(base + first, base + first + len(jobs))
-    if ready:
-        for entry in entries:
-            heapq.heappush(ready, entry)
-    else:
-        ready.extend(entries)  # ascending, so already a heap
-    state.approx_bytes += incoming
-    return ids
-
-
-def _retry_ttl_ms(state: QueueState) -> int:
-    return round(state.settings.retry_ttl_s * 1000)
-
-
-def _trim_windows(state: QueueState, now_ms: int) -> None:
-    """Drop idempotency keys and receipts past their age or count limits."""
-    window, settings = state.keys, state.settings
-    oldest_ok = dedup_cutoff_ms(settings.dedup_ttl_s, now_ms)
-    cap = settings.dedup_keys
-    while window:
-        first = next(iter(window))
-        if len(window) > cap or window[first].at_ms < oldest_ok:
-            del window[first]
-            state.key_bytes -= key_entry_bytes(first)
-        else:
-            break
-    once, once_cap = state.once, max(cap, limits.ONCE_KEYS_MIN)
-    while once:
-        first = next(iter(once))
-        if len(once) > once_cap or once[first].at_ms < oldest_ok:
-            del once[first]
-            state.key_bytes -= key_entry_bytes(first)
-        else:
-            break
-    state.receipts.trim(now_ms, round(settings.retry_ttl_s * 1000), settings.retry_keys)
-
-
-def _live_key(state: QueueState, key: str, now_ms: int) -> bool:
-    entry = state.once.get(key)
-    return entry is not None and entry.at_ms >= dedup_cutoff_ms(state.settings.dedup_ttl_s, now_ms)
-
-
-def _earlier(state: QueueState, request: str | None, floor: int | None,
-             kind: str, now_ms: int) -> list[int] | None:
-    """What an earlier call with this request key answered (None: none did).
-
-    Applies the caller's floor first: it takes effect at once and is written
-    with the next write or within :data:`broker.receipts.LAZY_WRITE_MS` (a poll
-    that claims nothing costs no write of its own). Refuses a late attempt of a
-    call whose answer its client already had (below its floor)."""
-    if request is None:
-        return None
-    receipts = state.receipts
-    if receipts.below_floor(request):
-        raise InvalidRequest(f"request {request} was answered before (its client has moved "
-                             "past it); a late copy of it is not applied")
-    if floor is not None and receipts.answered_below(request, floor, now_ms):
-        receipts.later(now_ms)
-    return receipts.answered(request, kind)
-
-
-def _remove(state: QueueState, job: Job) -> None:
-    del state.jobs[job.seq]
-    removed(state, job)
-    state.approx_bytes -= job.size_estimate()
+    _check_room(state, sum(sizes) + JOB_OVERHEAD_BYTES * len(payloads))
+    return add_pending_bulk(state, payloads, now_ms)
 
 
 # -- operation handlers -----------------------------------------------------------
@@ -585,14 +235,14 @@ def _ids_of(seqs: list[int]) -> Sequence[str]:
 
 
 def _push(state: QueueState, op: Push | PushPayloads, now_ms: int) -> Result:
-    earlier = _earlier(state, op.request, op.floor, R.PUSH, now_ms)
+    earlier = windows.earlier(state, op.request, op.floor, R.PUSH, now_ms)
     if earlier is not None:
         if not earlier:  # the first attempt was refused (and that is written): so is this
             return Result(replayed=True, error=QueueFull(
                 "queue full: this push was refused before (a repeat of it); "
                 "nothing from it was written"))
         return Result(ids=_ids_of(list(R.expand(earlier))), replayed=True)
-    if op.once is not None and _live_key(state, op.once, now_ms):
+    if op.once is not None and windows.published(state, op.once, now_ms):
         return Result(duplicate=True)
     if op.missing:
         raise InvalidRequest(f"{op.missing} staged chunk(s) of this write are missing; "
@@ -610,59 +260,38 @@ def _push(state: QueueState, op: Push | PushPayloads, now_ms: int) -> Result:
         # before the caller hears of it (the write also fences out any earlier attempt
         # of this call), so a late copy is refused too, not applied once there is room.
         state.receipts.record(op.request, R.PUSH, [], now_ms)
-        _trim_windows(state, now_ms)
+        windows.trim(state, now_ms)
         return Result(changed=True, error=exc)
     if op.once is not None:
-        if state.once.pop(op.once, None) is None:  # (re-inserted at the young end)
-            state.key_bytes += key_entry_bytes(op.once)
-        state.once[op.once] = KeyEntry("(published)", now_ms)
+        windows.remember_published(state, op.once, now_ms)
     if op.request is not None:
         runs = ([ids.first, len(ids)] if isinstance(ids, JobIds)
                 else R.runs_of(seq_of(i) or 0 for i in ids))
         state.receipts.record(op.request, R.PUSH, runs, now_ms)
-    _trim_windows(state, now_ms)
+    windows.trim(state, now_ms)
     return Result(changed=True, ids=ids)
 
 
+def _check_lease(lease_ms: int) -> None:
+    if not 0 < lease_ms <= MAX_LEASE_MS:
+        raise InvalidRequest(f"lease must be within (0, {MAX_LEASE_MS // 1000}] s, "
+                             f"got {lease_ms / 1000}")
+
+
 def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
-    if op.max_jobs < 1 or op.max_jobs > 10_000:
-        raise InvalidRequest(f"max_jobs must be 1..10000, got {op.max_jobs}")
-    if not 0 < op.lease_ms <= MAX_LEASE_MS:
-        raise InvalidRequest(f"lease must be within (0, 86400] s, got {op.lease_ms / 1000}")
-    if not op.worker or len(op.worker) > 200:
-        raise InvalidRequest("worker must be a name of 1..200 characters")
-    earlier = _earlier(state, op.request, op.floor, R.CLAIM, now_ms)
+    if not 1 <= op.max_jobs <= MAX_CLAIM_JOBS:
+        raise InvalidRequest(f"max_jobs must be 1..{MAX_CLAIM_JOBS}, got {op.max_jobs}")
+    _check_lease(op.lease_ms)
+    if not op.worker or len(op.worker) > MAX_WORKER_CHARS:
+        raise InvalidRequest(f"worker must be a name of 1..{MAX_WORKER_CHARS} characters")
+    earlier = windows.earlier(state, op.request, op.floor, R.CLAIM, now_ms)
     if earlier is not None:
         return Result(jobs=_still_held(state, earlier[0], earlier[1], now_ms), replayed=True)
     result = Result()
     if state.paused:
         return result
-    _promote_due(state, now_ms)
     first_fence = state.counters.fence + 1
-    ready, leases, get, out = state.ready, state.leases, state.jobs.get, result.jobs
-    counters, dirty = state.counters, state.dirty
-    expires = now_ms + op.lease_ms
-    heappop, heappush = heapq.heappop, heapq.heappush
-    while ready and len(out) < op.max_jobs:
-        entry = heappop(ready)
-        seq = entry & SEQ_MASK
-        job = get(seq)
-        if job is None or job.status != PENDING or ready_key(
-                job.priority, job.run_at_ms, seq) != entry:
-            continue  # a stale entry: the job moved on
-        if job.run_at_ms > now_ms:  # indexed early (clock moved back, or after a load)
-            heappush(state.delayed, timed_key(job.run_at_ms, seq))
-            continue
-        counters.fence += 1
-        job_id = "j%010d" % seq  # noqa: UP031 (job_id_for, inlined)
-        token = f"{job_id}.{counters.fence}"
-        job.status = CLAIMED
-        job.attempts += 1
-        job.lease = Lease(token, op.worker, op.lease_ms, expires, now_ms)
-        job._enc = None  # touch(), inlined: this loop runs once per claimed job
-        dirty.add(seq >> SEGMENT_SHIFT)
-        heappush(leases, timed_key(expires, seq))
-        out.append(_new_tuple(ClaimedJob, (job_id, job.payload, token, job.attempts, expires)))
+    out = result.jobs = claim_ready(state, op.worker, op.max_jobs, op.lease_ms, now_ms)
     result.changed = bool(out)
     if out and op.request is not None:
         state.receipts.record(op.request, R.CLAIM, [first_fence, len(out)], now_ms)
@@ -670,7 +299,7 @@ def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
 
 
 def _still_held(state: QueueState, first_fence: int, count: int,
-                now_ms: int) -> list[ClaimedJob]:
+                now_ms: int) -> list[LeasedJob]:
     """The jobs still held under the leases numbered ``first_fence`` onwards
     (``count`` of them), in the order they were claimed. Scans the jobs: only
     a repeated claim comes here."""
@@ -679,26 +308,20 @@ def _still_held(state: QueueState, first_fence: int, count: int,
         lease = job.lease
         if job.status == CLAIMED and lease is not None and lease.expires_ms > now_ms and \
                 first_fence <= lease.fence < first_fence + count:
-            held.append((lease.fence, ClaimedJob(job.id, job.payload, lease.token,
+            held.append((lease.fence, LeasedJob(job.id, job.payload, lease.token,
                                                  job.attempts, lease.expires_ms)))
     return [claimed for _, claimed in sorted(held)]
 
 
 def _heartbeat(state: QueueState, op: Heartbeat, now_ms: int) -> Result:
-    if not 0 < op.lease_ms <= MAX_LEASE_MS:
-        raise InvalidRequest(f"lease must be within (0, 86400] s, got {op.lease_ms / 1000}")
+    _check_lease(op.lease_ms)
     result = Result()
     for token in op.tokens:
         job = live_job(state, token, now_ms)
         if job is None or job.lease is None:
-            result.items.append(ItemResult(token, False, _stale_reason(state, token)))
+            result.items.append(ItemResult(token, False, windows.stale_reason(state, token)))
             continue
-        lease = job.lease
-        lease.expires_ms = now_ms + op.lease_ms
-        lease.lease_ms = op.lease_ms
-        lease.heartbeat_ms = now_ms
-        touch(state, job)
-        heapq.heappush(state.leases, timed_key(lease.expires_ms, job.seq))
+        extend_lease(state, job, op.lease_ms, now_ms)
         result.items.append(ItemResult(token, True))
         result.changed = True
     return result
@@ -710,36 +333,12 @@ def _complete(state: QueueState, op: Complete, now_ms: int) -> Result:
         if item.result is not None and len(item.result) > limit:
             raise PayloadTooLarge(f"result is {len(item.result)} bytes; the limit is {limit}")
     result = Result()
-    commit_seq = state.seq + 1
-    items, get, dirty = result.items, state.jobs.get, state.dirty
-    done: list[int] = []  # job seqs
-    fences: list[int] = []
-    added_bytes = 0
-    for token, value in op.items:
-        seq = token_seq(token)  # live_job(), inlined: this runs once per job
-        job = None if seq is None else get(seq)
-        lease = job.lease if job is not None and job.status == CLAIMED else None
-        if lease is None or lease.token != token or lease.expires_ms <= now_ms:
-            items.append(_repeat_answer(state, token, R.COMPLETED))
-            continue
-        assert job is not None and seq is not None
-        job.status = COMPLETED
-        job.done_ms = now_ms
-        job.done_seq = commit_seq
-        job.result = value
-        job._enc = None  # touch(), inlined
-        dirty.add(seq >> SEGMENT_SHIFT)
-        done.append(seq)
-        fences.append(int(token[token.rindex(".") + 1:]))
-        if value is not None:
-            added_bytes += len(value)
-        items.append(_new_tuple(ItemResult, (token, True, None, COMPLETED)))
-    if done:
-        state.completed.setdefault(commit_seq, []).extend(done)
-        state.receipts.record_settled(R.COMPLETED, fences, now_ms, _retry_ttl_ms(state),
+    result.items, fences = complete_held(
+        state, op.items, now_ms, lambda token: windows.repeat_answer(state, token, R.COMPLETED))
+    if fences:
+        state.receipts.record_settled(R.COMPLETED, fences, now_ms, windows.retry_ttl_ms(state),
                                       state.settings.retry_keys)
-        state.counters.completed += len(done)
-        state.approx_bytes += added_bytes
+        state.counters.completed += len(fences)
         result.changed = True
     return result
 
@@ -753,13 +352,13 @@ def _fail(state: QueueState, op: Fail, now_ms: int) -> Result:
     for item in op.items:
         job = live_job(state, item.token, now_ms)
         if job is None or job.lease is None:
-            result.items.append(_repeat_answer(state, item.token, R.FAILED))
+            result.items.append(windows.repeat_answer(state, item.token, R.FAILED))
             continue
         fence = job.lease.fence
         status = _settle_failure(state, job, item.error, item.retry_in_ms, now_ms)
         # one by one, so a token listed twice in one call gets the same answer twice
         state.receipts.record_settled(R.DEAD if status == DEAD else R.FAILED, [fence], now_ms,
-                                      _retry_ttl_ms(state), state.settings.retry_keys)
+                                      windows.retry_ttl_ms(state), state.settings.retry_keys)
         result.items.append(ItemResult(item.token, True, status=status))
         result.changed = True
     return result
@@ -767,28 +366,18 @@ def _fail(state: QueueState, op: Fail, now_ms: int) -> Result:
 
 def _reclaim(state: QueueState, op: Reclaim, now_ms: int) -> Result:
     result = Result()
-    _promote_due(state, now_ms)  # so the delayed heap's head is always in the future
+    promote_due(state, now_ms)  # so the delayed heap's head is always in the future
     reclaimed: list[str] = []
     result.ids = reclaimed
-    leases = state.leases
-    while leases and key_time(leases[0]) <= now_ms:
-        entry = heapq.heappop(leases)
-        seq, expires = key_seq(entry), key_time(entry)
-        job = state.jobs.get(seq)
-        if job is None or job.status != CLAIMED or job.lease is None or \
-                job.lease.expires_ms != expires:
-            continue  # an old heap entry: the job moved on or its lease was extended
+    for job in expired_leases(state, now_ms):
+        assert job.lease is not None
         worker = job.lease.worker
         _settle_failure(state, job, f"lease expired (worker {worker} stopped heartbeating)",
                         0, now_ms)
         state.counters.reclaimed += 1
         reclaimed.append(job.id)
-    # Stale entries (completed jobs, extended leases) wait for their time to
-    # come; compacting whenever the heap outgrows the whole queue twice over
-    # bounds them without counting claimed jobs on every commit.
-    if len(leases) > 64 + 2 * len(state.jobs):
-        _compact_leases(state)
-    _trim_windows(state, now_ms)
+    bound_stale_leases(state)
+    windows.trim(state, now_ms)
     since = state.receipts.unwritten_since
     result.changed = bool(reclaimed) or (since is not None and
                                          now_ms - since >= R.LAZY_WRITE_MS)
@@ -801,22 +390,13 @@ def _drop_archived(state: QueueState, op: DropArchived, now_ms: int) -> Result:
         for seq in state.completed.pop(commit_seq, ()):
             job = state.jobs.get(seq)
             if job is not None and job.status == COMPLETED and job.done_seq == commit_seq:
-                _remove(state, job)
+                move(state, job, GONE, now_ms)
                 dropped += 1
     return Result(changed=bool(dropped), count=dropped)
 
 
-def _compact_leases(state: QueueState) -> None:
-    state.leases = [
-        timed_key(j.lease.expires_ms, j.seq)
-        for j in state.jobs.values()
-        if j.status == CLAIMED and j.lease is not None
-    ]
-    heapq.heapify(state.leases)
-
-
 def _redrive(state: QueueState, op: Redrive, now_ms: int) -> Result:
-    earlier = _earlier(state, op.request, op.floor, R.REDRIVE, now_ms)
+    earlier = windows.earlier(state, op.request, op.floor, R.REDRIVE, now_ms)
     if earlier is not None:
         return Result(count=earlier[0], replayed=True)
     if op.ids is None:
@@ -827,11 +407,9 @@ def _redrive(state: QueueState, op: Redrive, now_ms: int) -> Result:
                    if seq is not None and (j := state.jobs.get(seq)) is not None
                    and j.status == DEAD]
     for job in targets:
-        job.status = PENDING
         job.attempts = 0
         job.run_at_ms = now_ms
-        touch(state, job)
-        _schedule(state, job, now_ms)
+        move(state, job, PENDING, now_ms)
     if op.request is not None:
         state.receipts.record(op.request, R.REDRIVE, [len(targets)], now_ms)
     return Result(changed=bool(targets) or op.request is not None,
@@ -843,81 +421,16 @@ def _purge(state: QueueState, op: Purge, now_ms: int) -> Result:
     if bad:
         raise InvalidRequest(f"cannot purge status {sorted(bad)}; use pending, claimed or dead "
                              "(completed jobs leave by themselves once archived)")
-    earlier = _earlier(state, op.request, op.floor, R.PURGE, now_ms)
+    earlier = windows.earlier(state, op.request, op.floor, R.PURGE, now_ms)
     if earlier is not None:
         return Result(count=earlier[0], replayed=True)
     statuses = set(op.statuses)
     doomed = [j for j in state.jobs.values() if j.status in statuses]
     for job in doomed:
-        _remove(state, job)
+        move(state, job, GONE, now_ms)
     if op.request is not None:
         state.receipts.record(op.request, R.PURGE, [len(doomed)], now_ms)
     return Result(changed=bool(doomed) or op.request is not None, count=len(doomed))
-
-
-def _read_stats(state: QueueState, op: ReadStats, now_ms: int) -> Result:
-    return Result(view=stats(state, now_ms))
-
-
-def _read_jobs(state: QueueState, op: ReadJobs, now_ms: int) -> Result:
-    page = list_jobs(state, op.status, op.limit, op.after)
-    return Result(view=[job.to_dict() if op.raw else job.to_plain() for job in page])
-
-
-def _set_paused(state: QueueState, op: SetPaused, now_ms: int) -> Result:
-    changed = state.paused != op.paused
-    state.paused = op.paused
-    return Result(changed=changed)
-
-
-def _configure(state: QueueState, op: Configure, now_ms: int) -> Result:
-    merged: dict[str, Any] = {name: getattr(state.settings, name)
-                              for name in state.settings.__slots__}
-    for name, value in op.settings.items():
-        try:
-            merged[name] = check_setting(name, value)
-        except ValueError as exc:
-            raise InvalidRequest(str(exc)) from None
-    if merged["backoff_base_s"] > merged["backoff_max_s"]:
-        raise InvalidRequest(f"backoff_base_s ({merged['backoff_base_s']}) must not exceed "
-                             f"backoff_max_s ({merged['backoff_max_s']})")
-    state.settings = Settings(**merged)
-    _trim_windows(state, now_ms)
-    return Result(changed=True)
-
-
-def _take_over(state: QueueState, op: TakeOver, now_ms: int) -> Result:
-    """Become the broker. Every claimed job gets a fresh lease on this broker's
-    clock (its own length from now), whatever the expiry written on the
-    previous broker's clock said: a lease that ran out while no broker
-    served is renewed, not reclaimed, and clock skew never reclaims early.
-    Idempotency keys and receipts are re-timed to now for the same reason."""
-    previous = state.broker.id if state.broker else None
-    state.broker = BrokerRecord(op.broker_id, op.url, now_ms + op.lease_ms, op.lease_ms)
-    if previous != op.broker_id:
-        for job in state.jobs.values():
-            if job.status == CLAIMED and job.lease is not None:
-                job.lease.expires_ms = now_ms + job.lease.lease_ms
-                touch(state, job)
-        _compact_leases(state)
-        # The windows' times were written on the previous broker's clock too: they
-        # start again from now on ours (they may live up to a window longer).
-        for entry in (*state.keys.values(), *state.once.values()):
-            entry.at_ms, entry.enc = now_ms, None
-        state.receipts.rebase(now_ms)
-    return Result(changed=True)
-
-
-def _renew_broker(state: QueueState, op: RenewBroker, now_ms: int) -> Result:
-    state.broker = BrokerRecord(op.broker_id, op.url, now_ms + op.lease_ms, op.lease_ms)
-    return Result(changed=True)
-
-
-def _clear_broker(state: QueueState, op: ClearBroker, now_ms: int) -> Result:
-    if state.broker is None or state.broker.id != op.broker_id:
-        return Result()
-    state.broker = None
-    return Result(changed=True)
 
 
 _HANDLERS: dict[type, Callable[[QueueState, Any, int], Result]] = {
@@ -931,13 +444,13 @@ _HANDLERS: dict[type, Callable[[QueueState, Any, int], Result]] = {
     DropArchived: _drop_archived,
     Redrive: _redrive,
     Purge: _purge,
-    SetPaused: _set_paused,
-    Configure: _configure,
-    TakeOver: _take_over,
-    RenewBroker: _renew_broker,
-    ClearBroker: _clear_broker,
-    ReadStats: _read_stats,
-    ReadJobs: _read_jobs,
+    SetPaused: admin.set_paused,
+    Configure: admin.configure,
+    TakeOver: admin.take_over,
+    RenewBroker: admin.renew_broker,
+    ClearBroker: admin.clear_broker,
+    ReadStats: admin.read_stats,
+    ReadJobs: admin.read_jobs,
 }
 
 
@@ -957,10 +470,3 @@ def apply(state: QueueState, op: Op, now_ms: int) -> Result:
 def new_state(now_ms: int, settings: Settings | None = None) -> QueueState:
     """An empty queue."""
     return QueueState(updated_ms=now_ms, settings=settings or Settings())
-
-
-# The read-only views live in broker.views; re-exported for the callers that read
-# them with the transitions (and used by the read ops above).
-from broker.views import list_jobs as list_jobs  # noqa: E402
-from broker.views import next_wakeup_ms as next_wakeup_ms  # noqa: E402
-from broker.views import stats as stats  # noqa: E402

@@ -10,7 +10,9 @@ from typing import Any
 from broker import receipts as R
 from broker import timefmt
 from broker.errors import InvalidRequest
-from broker.state import CLAIMED, COMPLETED, DEAD, PENDING, Job, QueueState, key_time
+from broker.indexes import key_time
+from broker.limits import MAX_PAGE_JOBS
+from broker.state import CLAIMED, COMPLETED, DEAD, PENDING, Job, QueueState
 
 
 def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
@@ -59,8 +61,8 @@ def list_jobs(state: QueueState, status: str | None = None, limit: int = 100,
     if status is not None and status not in (PENDING, CLAIMED, DEAD, COMPLETED):
         raise InvalidRequest(f"unknown status {status!r}; use pending, claimed, dead or "
                              "completed")
-    if not 1 <= limit <= 10_000:
-        raise InvalidRequest(f"limit must be 1..10000, got {limit}")
+    if not 1 <= limit <= MAX_PAGE_JOBS:
+        raise InvalidRequest(f"limit must be 1..{MAX_PAGE_JOBS}, got {limit}")
     after_seq = -1
     if after is not None:
         # any "j" and digits, padded or not: a person may type "j42"

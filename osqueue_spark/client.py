@@ -44,6 +44,7 @@ from broker.errors import (
     from_dict,
 )
 from broker.gcpause import gc_paused_for
+from broker.ops import ItemResult
 from broker.retry import retrying
 
 #: The headers that carry a call's request key and the client's floor (see
@@ -62,15 +63,6 @@ class ClaimedJob(NamedTuple):
     token: str
     attempt: int
     lease_expires_at: str
-
-
-class ItemResult(NamedTuple):
-    """The broker's answer about one token: ``ok``, or why not (``reason``)."""
-
-    token: str
-    ok: bool
-    reason: str | None = None
-    status: str | None = None
 
 
 class _NotSent(BrokerUnavailable):

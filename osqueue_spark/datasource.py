@@ -49,8 +49,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from broker import archive, keys, timefmt
-from broker import state as S
+from broker import archive, codec, keys, timefmt
 from broker.storage import store_from_url
 from osqueue_spark.client import staged_line
 from osqueue_spark.heartbeat import Heartbeater
@@ -107,7 +106,7 @@ class QueueReader(DataSourceReader):
             if isinstance(exc, NotFound):
                 return
             raise
-        state = S.decode(data, where=f"{store.url}/{keys.state_key(self.opts.queue)}")
+        state = codec.decode(data, where=f"{store.url}/{keys.state_key(self.opts.queue)}")
         for job in state.jobs.values():
             lease = job.lease
             payload = orjson.loads(job.payload) if self.extra else None

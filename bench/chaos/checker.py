@@ -10,8 +10,7 @@ from typing import Any, cast
 
 from bench.chaos.clients import Completion, Recorder, payload_key
 from bench.chaos.store import QUEUE
-from broker import archive, keys
-from broker import state as S
+from broker import archive, codec, keys
 from broker.errors import NotFound, OsqueueError
 from broker.storage import ObjectStore
 
@@ -63,7 +62,7 @@ def check_store(store: ObjectStore, rec: Recorder, samples: int = 20) -> dict[st
     queue_jobs: dict[str, dict[str, Any]] = {}  # id -> the job, plain
     if got is not None:
         try:
-            state = S.decode(got.data)
+            state = codec.decode(got.data)
         except OsqueueError as exc:
             out["state_error"] = str(exc)
             state = None

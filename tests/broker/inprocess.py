@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from broker import archive, keys
+from broker import archive, codec, keys
 from broker import state as S
 from broker.service import Broker, BrokerConfig
 from broker.storage import ObjectStore
@@ -56,7 +56,7 @@ async def successor(store: ObjectStore, clock: Clock, url: str = "http://b",
 
 
 def stored(store: ObjectStore, queue: str = "q") -> S.QueueState:
-    return S.decode(store.read(keys.state_key(queue)).data)
+    return codec.decode(store.read(keys.state_key(queue)).data)
 
 
 def archive_lines(store: ObjectStore, queue: str = "q") -> list[dict[str, Any]]:

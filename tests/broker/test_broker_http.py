@@ -15,8 +15,7 @@ import pytest
 import urllib3
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker import archive, keys
-from broker import state as S
+from broker import archive, codec, keys
 from broker.storage import FileStore, store_from_url
 from osqueue_spark import QueueClient, start_broker
 from tests.broker.helpers import BrokerProcess, eventually
@@ -347,7 +346,7 @@ def test_sigterm_drains_and_clears_broker_record(tmp_path: Path) -> None:
     record = orjson.loads(store.read(keys.state_key("drain")).data)["broker"]
     assert record is not None and record["url"] == proc.url
     assert proc.stop(signal.SIGTERM) == 0
-    final = S.decode(store.read(keys.state_key("drain")).data)
+    final = codec.decode(store.read(keys.state_key("drain")).data)
     assert final.broker is None and len(final.jobs) == 10
 
 
@@ -356,6 +355,6 @@ def test_embedded_broker_on_s3(s3_url: str) -> None:
         client = QueueClient(broker.url, "s3q")
         run_workload(client, producers=4, consumers=4, per_producer=100)
     store = store_from_url(s3_url)
-    state = S.decode(store.read(keys.state_key("s3q")).data)
+    state = codec.decode(store.read(keys.state_key("s3q")).data)
     assert state.broker is None and state.counters.completed == 400
     assert sum(1 for _ in archive.read_all(store, "s3q")) == 400

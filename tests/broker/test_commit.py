@@ -11,8 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from broker import keys, transitions
-from broker import state as S
+from broker import codec, keys, transitions
 from broker.commit import CommitLoop
 from broker.direct import DirectQueue
 from broker.errors import InvalidRequest, OsqueueError, StorageUnavailable
@@ -70,7 +69,7 @@ def test_batches_concurrent_ops_into_few_writes(tmp_path: Path) -> None:
     ids, writes = run(main())
     assert len({i[0] for i in ids}) == 200
     assert writes < 20  # 200 callers, a handful of group commits
-    assert len(S.decode(store.read(keys.state_key("q")).data).jobs) == 201
+    assert len(codec.decode(store.read(keys.state_key("q")).data).jobs) == 201
 
 
 @pytest.mark.parametrize("where", ["after", "before"])
@@ -89,7 +88,7 @@ def test_unknown_outcome_is_resolved_without_duplicates(tmp_path: Path, where: s
 
     ids = run(main())
     assert store.injected == 3
-    state = S.decode(store.read(keys.state_key("q")).data)
+    state = codec.decode(store.read(keys.state_key("q")).data)
     assert sorted(ids) == sorted(j.id for j in state.jobs.values()) and len(ids) == 10
     jobs = [state.job(i) for i in ids]
     assert [orjson.loads(j.payload) if j else None for j in jobs] == list(range(10))
@@ -112,7 +111,7 @@ def test_foreign_write_with_our_record_is_reapplied(tmp_path: Path) -> None:
         await broker.stop()
 
     run(main())
-    state = S.decode(store.read(keys.state_key("q")).data)
+    state = codec.decode(store.read(keys.state_key("q")).data)
     assert sorted(orjson.loads(j.payload) for j in state.jobs.values()) == [1, 2, 3]
 
 

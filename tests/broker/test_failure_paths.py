@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
-from broker import archive, keys, limits, transitions
+from broker import archive, codec, keys, limits, transitions
 from broker import state as S
 from broker.direct import DirectQueue
 from broker.errors import (
@@ -201,12 +201,12 @@ def test_decode_refuses_counters_below_what_the_object_holds(tmp_path: Path) -> 
         assert f'"{field_}":{value}'.encode() in data
         edited = data.replace(f'"{field_}":{value}'.encode(), f'"{field_}":0'.encode())
         with pytest.raises(CorruptState, match=f"counters.{field_}"):
-            S.decode(edited)
+            codec.decode(edited)
         store.write_if_match(keys.state_key("q"), edited, store.read(keys.state_key("q")).etag)
         with pytest.raises(CorruptState):
             run(started(store, url="http://b"))
         store.write_if_match(keys.state_key("q"), data, store.read(keys.state_key("q")).etag)
-    assert S.decode(store.read(keys.state_key("q")).data).counters.enqueued == 2
+    assert codec.decode(store.read(keys.state_key("q")).data).counters.enqueued == 2
 
 
 @pytest.mark.parametrize(("settings", "message"), [

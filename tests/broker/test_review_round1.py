@@ -15,7 +15,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from broker import api, archive, keys, transitions
+from broker import api, archive, codec, keys, transitions
 from broker import state as S
 from broker.errors import (
     InvalidRequest,
@@ -67,9 +67,9 @@ def test_an_object_holding_a_deep_payload_decodes_and_serves(tmp_path: Path) -> 
     state = transitions.new_state(S.timefmt.now_ms())
     transitions.apply(state, transitions.Push((NewJob(PAYLOAD), NewJob(b" [1, 2] "))),
                       state.updated_ms)
-    S.stamp(state, "old", state.updated_ms, "c-old")
-    store.create_if_absent(keys.state_key("q"), S.encode(state))
-    assert [j.payload for j in S.decode(store.read(keys.state_key("q")).data).jobs.values()] \
+    codec.stamp(state, "old", state.updated_ms, "c-old")
+    store.create_if_absent(keys.state_key("q"), codec.encode(state))
+    assert [j.payload for j in codec.decode(store.read(keys.state_key("q")).data).jobs.values()] \
         == [PAYLOAD, b" [1, 2] "]
 
     async def main() -> list[bytes]:

@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from broker import codec, indexes, lifecycle
 from broker import state as S
 from broker import transitions as T
 from broker.errors import InvalidRequest, PayloadTooLarge, QueueFull
@@ -18,7 +19,7 @@ def push(state: S.QueueState, now: int, *payloads: object, **kw: object) -> list
     return T.apply(state, T.Push(jobs), now).ids
 
 
-def claim(state: S.QueueState, now: int, n: int = 1, lease_ms: int = 10_000) -> list[T.ClaimedJob]:
+def claim(state: S.QueueState, now: int, n: int = 1, lease_ms: int = 10_000) -> list[T.LeasedJob]:
     return T.apply(state, T.Claim("w", n, lease_ms), now).jobs
 
 
@@ -100,12 +101,12 @@ def test_idempotency_key_dedupes_within_window() -> None:
 def test_bad_push_changes_nothing() -> None:
     st_ = T.new_state(0)
     st_.settings.max_payload_bytes = 10
-    before = S.encode(st_)
+    before = codec.encode(st_)
     with pytest.raises(PayloadTooLarge):
         T.apply(st_, T.Push((T.NewJob(b"1"), T.NewJob(b'"' + b"x" * 20 + b'"'))), 0)
     with pytest.raises(InvalidRequest):
         T.apply(st_, T.Push((T.NewJob(b"1"), T.NewJob(b"2", delay_ms=-1))), 0)
-    assert S.encode(st_) == before and st_.counters.enqueued == 0
+    assert codec.encode(st_) == before and st_.counters.enqueued == 0
 
 
 def test_bulk_push_across_segments_encodes_like_the_general_path() -> None:
@@ -116,13 +117,13 @@ def test_bulk_push_across_segments_encodes_like_the_general_path() -> None:
     assert ids == [S.job_id_for(seq) for seq in range(1001, 3501)]
     assert {seg: len(jobs) for seg, jobs in st_.seg_jobs.items()} == {
         0: 1023, 1: 1024, 2: 1024, 3: 429}
-    data = S.encode(st_)
+    data = codec.encode(st_)
     cached = {job.id: job._enc for job in st_.jobs.values()}
     for job in st_.jobs.values():
         job._enc = None  # the template path, from the job's fields
-    assert {job.id: job.encode() for job in st_.jobs.values()} == cached
-    assert orjson.loads(data) == orjson.loads(S.encode_full(st_))
-    assert S.encode(S.decode(data)) == data
+    assert {job.id: codec.job_line(job) for job in st_.jobs.values()} == cached
+    assert orjson.loads(data) == orjson.loads(codec.encode_full(st_))
+    assert codec.encode(codec.decode(data)) == data
     claimed = T.apply(st_, T.Claim("w", 3), 1_700_000_000_200).jobs
     assert [j.id for j in claimed] == ["j0000000001", "j0000000002", "j0000000003"]
 
@@ -207,9 +208,9 @@ def test_corrupt_foreign_and_newer_objects_are_refused() -> None:
     good = T.new_state(0)
     T.apply(good, T.Push((T.NewJob(b"1", priority=5), T.NewJob(b"2"))), 0)
     T.apply(good, T.Claim("w", 1, 1000), 0)
-    S.stamp(good, "w", 0)
-    text = S.encode(good)
-    S.decode(text)
+    codec.stamp(good, "w", 0)
+    text = codec.encode(good)
+    codec.decode(text)
     for bad in (text.replace(b'"j0000000001"', b'"j0000000003"'),  # id is not its seq's
                 text.replace(b'"j0000000001"', b'"x\\"y"'),
                 text.replace(b'"token":"j0000000001.1"', b'"token":"t\\"1"'),
@@ -217,16 +218,16 @@ def test_corrupt_foreign_and_newer_objects_are_refused() -> None:
                 text.replace(b'"run_at":"1970', b'"run_at":"1969')):
         assert bad != text
         with pytest.raises(CorruptState):
-            S.decode(bad)
+            codec.decode(bad)
 
     with pytest.raises(CorruptState):
-        S.decode(b"{not json")
+        codec.decode(b"{not json")
     with pytest.raises(CorruptState):
-        S.decode(b'{"format":"osqueue","version":1,"seq":1}')
+        codec.decode(b'{"format":"osqueue","version":1,"seq":1}')
     with pytest.raises(ForeignState):
-        S.decode(b'{"format":"other","version":1}')
+        codec.decode(b'{"format":"other","version":1}')
     with pytest.raises(NewerState):
-        S.decode(b'{"format":"osqueue","version":99}')
+        codec.decode(b'{"format":"osqueue","version":99}')
 
 
 # -- invariants over random operation sequences ---------------------------------------
@@ -254,6 +255,17 @@ class QueueMachine(RuleBasedStateMachine):
         self.answers: dict[tuple[str, str], T.ItemResult] = {}  # (op, token) -> first ok answer
         self.requests: dict[str, list[str]] = {}  # push request key -> ids answered
 
+    def apply(self, op: T.Op, now: int) -> T.Result:
+        """T.apply, checking that every job's status change is one the table allows."""
+        before = {seq: job.status for seq, job in self.state.jobs.items()}
+        try:
+            return T.apply(self.state, op, now)
+        finally:
+            after = {seq: job.status for seq, job in self.state.jobs.items()}
+            for seq in before.keys() | after.keys():
+                frm, to = before.get(seq, lifecycle.NEW), after.get(seq, lifecycle.GONE)
+                assert frm == to or to in lifecycle.MOVES[frm], (type(op).__name__, frm, to)
+
     @rule(dt=st.integers(0, 3000))
     def tick(self, dt: int) -> None:
         self.now += dt
@@ -264,7 +276,7 @@ class QueueMachine(RuleBasedStateMachine):
                          min_size=1, max_size=4))
     def push(self, items: list[tuple[object, int, int, int | None, str | None]]) -> None:
         jobs = tuple(T.NewJob(orjson.dumps(p), pr, d, m, k) for p, pr, d, m, k in items)
-        ids = T.apply(self.state, T.Push(jobs), self.now).ids
+        ids = self.apply(T.Push(jobs), self.now).ids
         assert len(ids) == len(jobs)
         for (_, _, _, _, key), jid in zip(items, ids, strict=True):
             if key is not None:
@@ -278,8 +290,8 @@ class QueueMachine(RuleBasedStateMachine):
           request=st.sampled_from([None, "r1", "r2", "r3"]))
     def push_bulk(self, items: list[object], request: str | None) -> None:
         before = len(self.state.jobs)
-        ids = list(T.apply(self.state, T.PushPayloads(tuple(orjson.dumps(p) for p in items),
-                                                      request=request), self.now).ids)
+        ids = list(self.apply(T.PushPayloads(tuple(orjson.dumps(p) for p in items),
+                                             request=request), self.now).ids)
         if request is not None and request in self.state.receipts.requests \
                 and request in self.requests and len(self.state.jobs) == before:
             assert ids == self.requests[request]  # a repeat: the first answer, nothing new
@@ -292,22 +304,22 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(n=st.integers(1, 4), lease=st.integers(1, 3000),
           worker=st.sampled_from(["w", 'w"2', "w\u00e9\\3"]))
     def claim(self, n: int, lease: int, worker: str) -> None:
-        T._promote_due(self.state, self.now)
+        indexes.promote_due(self.state, self.now)
         runnable = sorted(
             (j for j in self.state.jobs.values()
              if j.status == "pending" and j.run_at_ms <= self.now),
             key=order_key,
         )
         expected = [j.id for j in runnable[:n]] if not self.state.paused else []
-        got = T.apply(self.state, T.Claim(worker, n, lease, request=f"c{len(self.tokens)}"),
-                      self.now).jobs
+        got = self.apply(T.Claim(worker, n, lease, request=f"c{len(self.tokens)}"),
+                         self.now).jobs
         assert [j.id for j in got] == expected
         for j in got:
             self.tokens.append(j.token)
         if got:  # a repeat of the same claim hands back the same jobs, claiming nothing new
-            again = T.apply(self.state, T.Claim(worker, n, lease,
-                                                request=f"c{len(self.tokens) - len(got)}"),
-                            self.now)
+            again = self.apply(T.Claim(worker, n, lease,
+                                       request=f"c{len(self.tokens) - len(got)}"),
+                               self.now)
             assert again.replayed and [j.token for j in again.jobs] == [j.token for j in got]
 
     @precondition(lambda self: self.tokens)
@@ -315,22 +327,22 @@ class QueueMachine(RuleBasedStateMachine):
     def heartbeat(self, data: st.DataObject, lease: int) -> None:
         tok = data.draw(st.sampled_from(self.tokens))
         valid = T.live_job(self.state, tok, self.now) is not None
-        snapshot = {k: j.encode() for k, j in self.state.jobs.items()}
-        r = T.apply(self.state, T.Heartbeat((tok,), lease), self.now)
+        snapshot = {k: codec.job_line(j) for k, j in self.state.jobs.items()}
+        r = self.apply(T.Heartbeat((tok,), lease), self.now)
         assert r.items[0].ok == valid
         if not valid:
-            assert {k: j.encode() for k, j in self.state.jobs.items()} == snapshot
+            assert {k: codec.job_line(j) for k, j in self.state.jobs.items()} == snapshot
 
     @precondition(lambda self: self.tokens)
     @rule(data=st.data())
     def complete(self, data: st.DataObject) -> None:
         tok = data.draw(st.sampled_from(self.tokens))
         job = T.live_job(self.state, tok, self.now)
-        snapshot = {k: j.encode() for k, j in self.state.jobs.items()}
-        r = T.apply(self.state, T.Complete((T.CompleteItem(tok, b"true"),)), self.now)
+        snapshot = {k: codec.job_line(j) for k, j in self.state.jobs.items()}
+        r = self.apply(T.Complete((T.CompleteItem(tok, b"true"),)), self.now)
         first = self.answers.get(("complete", tok))
         if job is None:
-            assert {k: j.encode() for k, j in self.state.jobs.items()} == snapshot
+            assert {k: codec.job_line(j) for k, j in self.state.jobs.items()} == snapshot
             if first is not None and tok in self._remembered():
                 assert r.items[0] == first  # a repeat answers as the first call did
             elif first is None:
@@ -356,7 +368,7 @@ class QueueMachine(RuleBasedStateMachine):
     @rule()
     def archive_and_drop(self) -> None:
         """What the broker does after a commit: archive its completions, then drop them."""
-        S.stamp(self.state, "test", self.now, f"c-{self.now}")
+        codec.stamp(self.state, "test", self.now, f"c-{self.now}")
         for job_seqs in list(self.state.completed.values()):
             for js in job_seqs:
                 job = self.state.jobs[js]
@@ -365,12 +377,12 @@ class QueueMachine(RuleBasedStateMachine):
                 expected = {k: v for k, v in job.to_plain().items()
                             if k not in ("lease", "key")}
                 expected.update(worker=job.lease.worker, token=job.lease.token)
-                assert orjson.loads(job.archive_line()) == expected
-                assert job.archive_line() == orjson.dumps(
-                    {k: expected[k] for k in orjson.loads(job.archive_line())}) + b"\n"
+                assert orjson.loads(codec.archive_line(job)) == expected
+                assert codec.archive_line(job) == orjson.dumps(
+                    {k: expected[k] for k in orjson.loads(codec.archive_line(job))}) + b"\n"
                 self.archived.add(job.id)
         seqs = tuple(self.state.completed)
-        T.apply(self.state, T.DropArchived(seqs), self.now)
+        self.apply(T.DropArchived(seqs), self.now)
         assert not self.state.completed
 
     @precondition(lambda self: self.tokens)
@@ -378,7 +390,7 @@ class QueueMachine(RuleBasedStateMachine):
     def fail(self, data: st.DataObject, retry: int | None) -> None:
         tok = data.draw(st.sampled_from(self.tokens))
         job = T.live_job(self.state, tok, self.now)
-        r = T.apply(self.state, T.Fail((T.FailItem(tok, "err", retry),)), self.now)
+        r = self.apply(T.Fail((T.FailItem(tok, "err", retry),)), self.now)
         first = self.answers.get(("fail", tok))
         if job is not None:
             assert r.items[0].ok
@@ -392,33 +404,33 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule()
     def reclaim(self) -> None:
-        T.apply(self.state, T.Reclaim(), self.now)
+        self.apply(T.Reclaim(), self.now)
         for job in self.state.jobs.values():
             if job.status == "claimed":
                 assert job.lease is not None and job.lease.expires_ms > self.now
 
     @rule()
     def redrive(self) -> None:
-        T.apply(self.state, T.Redrive(), self.now)
+        self.apply(T.Redrive(), self.now)
 
     @rule(paused=st.booleans())
     def pause(self, paused: bool) -> None:
-        T.apply(self.state, T.SetPaused(paused), self.now)
+        self.apply(T.SetPaused(paused), self.now)
 
     @rule(statuses=st.sampled_from([("dead",), ("pending", "dead")]))
     def purge(self, statuses: tuple[str, ...]) -> None:
         doomed = {j.id for j in self.state.jobs.values() if j.status in statuses}
-        assert T.apply(self.state, T.Purge(statuses), self.now).count == len(doomed)
+        assert self.apply(T.Purge(statuses), self.now).count == len(doomed)
         self.purged |= doomed
 
     @rule()
     def roundtrip(self) -> None:
-        S.stamp(self.state, "test", self.now, f"c-{self.now}")
-        data = S.encode(self.state)
-        back = S.decode(data)
-        assert S.encode(back) == data
-        assert S.encode_full(back) == S.encode_full(self.state)
-        assert orjson.loads(data) == orjson.loads(S.encode_full(self.state))
+        codec.stamp(self.state, "test", self.now, f"c-{self.now}")
+        data = codec.encode(self.state)
+        back = codec.decode(data)
+        assert codec.encode(back) == data
+        assert codec.encode_full(back) == codec.encode_full(self.state)
+        assert orjson.loads(data) == orjson.loads(codec.encode_full(self.state))
         # the parsed state behaves the same from here on
         self.state = back
 
@@ -436,7 +448,7 @@ class QueueMachine(RuleBasedStateMachine):
     def templates_match_the_generic_encoding(self) -> None:
         for job in self.state.jobs.values():
             job._enc = None  # encode from the fields, whichever path that takes
-            assert job.encode() == b",\n" + orjson.dumps(job.to_dict())
+            assert codec.job_line(job) == b",\n" + orjson.dumps(job.to_dict())
 
     @invariant()
     def attempts_bounded(self) -> None:

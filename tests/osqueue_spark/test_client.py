@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 import urllib3
 
-from broker import keys
-from broker import state as S
+from broker import codec, keys
 from broker.errors import InvalidRequest, OsqueueError
 from broker.server import BrokerServer
 from broker.storage import FileStore
@@ -91,7 +90,7 @@ def test_the_client_finds_the_owner_among_several_urls(tmp_path: Path) -> None:
         client = QueueClient([dead, standby.url, owner.url], "q", retry_s=20)
         assert client.push("second")  # dead -> standby ("not the broker") -> owner
         assert client.url == owner.url
-        state = S.decode(FileStore(tmp_path).read(keys.state_key("q")).data)
+        state = codec.decode(FileStore(tmp_path).read(keys.state_key("q")).data)
         assert state.broker is not None and state.broker.url == owner.url
         assert QueueClient(f"{dead},{owner.url}", "q", retry_s=20).stats()["total"] == 2
 

@@ -16,8 +16,7 @@ from typing import Any
 import pytest
 from chispa import assert_df_equality
 
-from broker import keys
-from broker import state as S
+from broker import codec, keys
 from broker.server import BrokerServer
 from broker.storage import FileStore
 from osqueue_spark import RESULT_SCHEMA, QueueClient, process, push_partition, start_broker
@@ -174,7 +173,7 @@ def test_write_is_exactly_once_under_task_retry(spark: Any, broker: BrokerServer
           .select(F.to_json(F.struct("n")).alias("payload"), (F.col("n") % 3).alias("priority")))
     (df.write.format("osqueue").option("broker", broker.url).option("queue", q)
      .option("batchSize", "500").mode("append").save())
-    state = S.decode(FileStore(store_dir).read(keys.state_key(q)).data)
+    state = codec.decode(FileStore(store_dir).read(keys.state_key(q)).data)
     payloads = sorted(json.loads(j.payload)["n"] for j in state.jobs.values())
     assert payloads == list(range(10_000))
     assert all(j.status == "pending" for j in state.jobs.values())

@@ -20,15 +20,18 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from broker.limits import (
+    DEFAULT_COMMIT_TIMEOUT_S,
+    MAX_BROKER_LEASE_S,
+    MAX_COMMIT_TIMEOUT_S,
+    MIN_BROKER_LEASE_S,
+    MIN_COMMIT_TIMEOUT_S,
+)
+from broker.ownership import BROKER_LEASE_S
 from broker.service import BrokerConfig
 
 ENV_PREFIX = "OSQUEUE_"
 
-#: The broker lease (s) one may set: other brokers take a queue over when its
-#: owner wrote nothing for this long.
-MIN_BROKER_LEASE_S, MAX_BROKER_LEASE_S = 0.5, 3600.0
-#: How long (s) a batch may wait on failing storage before its callers are answered.
-MIN_COMMIT_TIMEOUT_S, MAX_COMMIT_TIMEOUT_S = 0.1, 3600.0
 MIB = 1024 * 1024
 
 
@@ -49,11 +52,11 @@ class BrokerSettings(BaseSettings):
     endpoint_url: str | None = Field(
         None, description="S3-compatible endpoint (else AWS_ENDPOINT_URL)")
     lease_s: float = Field(
-        30.0, ge=MIN_BROKER_LEASE_S, le=MAX_BROKER_LEASE_S,
+        BROKER_LEASE_S, ge=MIN_BROKER_LEASE_S, le=MAX_BROKER_LEASE_S,
         description="broker lease in seconds: other brokers on the store take a queue over "
                     "when its owner wrote nothing for this long")
     commit_timeout_s: float = Field(
-        30.0, ge=MIN_COMMIT_TIMEOUT_S, le=MAX_COMMIT_TIMEOUT_S,
+        DEFAULT_COMMIT_TIMEOUT_S, ge=MIN_COMMIT_TIMEOUT_S, le=MAX_COMMIT_TIMEOUT_S,
         description="how long one batch waits on failing storage before its callers are "
                     "answered (outcome_unknown or storage_unavailable)")
     max_request_mb: float = Field(64.0, gt=0, description="request body limit, MiB")

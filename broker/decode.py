@@ -21,7 +21,8 @@ from broker import timefmt
 from broker.codec import plain_token, reset_segments
 from broker.errors import CorruptState, ForeignState, NewerState
 from broker.indexes import SEQ_MASK, TIME_MASK, rebuild_indexes
-from broker.limits import MAX_ATTEMPTS, MAX_LEASE_S, MAX_PRIORITY
+from broker.limits import MAX_ATTEMPTS, MAX_LEASE_S, MAX_PRIORITY, MAX_RECORDED_BROKER_LEASE_S
+from broker.ownership import BROKER_LEASE_S
 from broker.receipts import Receipts, fence_of
 from broker.state import (
     CLAIMED,
@@ -247,10 +248,11 @@ def _broker_from(raw: Any) -> BrokerRecord | None:
         return None
     if not isinstance(raw, dict):
         raise ValueError("broker must be an object or null")
-    lease_s = raw.get("lease_s", 30.0)
+    lease_s = raw.get("lease_s", BROKER_LEASE_S)  # objects before version 3 had none
     if isinstance(lease_s, bool) or not isinstance(lease_s, int | float) or \
-            not 0 < lease_s <= 86_400:
-        raise ValueError(f"broker lease_s must be in (0, 86400], got {lease_s!r}")
+            not 0 < lease_s <= MAX_RECORDED_BROKER_LEASE_S:
+        raise ValueError(f"broker lease_s must be in (0, {MAX_RECORDED_BROKER_LEASE_S:g}], "
+                         f"got {lease_s!r}")
     return BrokerRecord(
         id=str(_text(raw.get("id"), "broker id")),
         url=str(_text(raw.get("url"), "broker url")),

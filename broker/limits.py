@@ -65,6 +65,22 @@ MAX_FLOOR_DIGITS = 18
 MAX_QUEUE_NAME_CHARS = 128
 QUEUE_NAME_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_QUEUE_NAME_CHARS - 1}}}$"
 
+# -- brokers -------------------------------------------------------------------
+
+#: The broker lease (s) one may configure: other brokers take a queue over when
+#: its owner wrote nothing for this long (see :mod:`broker.ownership`).
+MIN_BROKER_LEASE_S = 0.5
+MAX_BROKER_LEASE_S = 3600.0
+#: The longest broker lease a queue object's record may carry when read (s):
+#: wider than what may be set, so an object stays loadable whatever wrote it.
+MAX_RECORDED_BROKER_LEASE_S = 86_400.0
+#: How long (s) a batch may wait on failing storage before its callers are answered.
+MIN_COMMIT_TIMEOUT_S = 0.1
+MAX_COMMIT_TIMEOUT_S = 3600.0
+DEFAULT_COMMIT_TIMEOUT_S = 30.0
+#: Longest job id (``j`` and up to 15 digits: seqs fit 48 bits).
+MAX_JOB_ID_CHARS = 16
+
 # -- windows ---------------------------------------------------------------------
 
 #: Publish keys (Spark writes and stream batches, once each) are kept in a window

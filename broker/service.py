@@ -65,7 +65,8 @@ class BrokerConfig:
     io_threads: int = 16
     staged_cache_bytes: int = 256 * 1024 * 1024  # staged chunks kept parsed until publish
     self_test: bool = True
-    commit_timeout_s: float = 30.0  # a batch waits this long on failing storage at most
+    #: a batch waits this long on failing storage at most
+    commit_timeout_s: float = limits.DEFAULT_COMMIT_TIMEOUT_S
     default_settings: dict[str, Any] = field(default_factory=dict)
 
 

@@ -321,7 +321,7 @@ class BrokerRecord:
     id: str
     url: str
     expires_ms: int
-    lease_ms: int = 30_000
+    lease_ms: int
 
 
 @dataclass(slots=True)

@@ -11,7 +11,7 @@ from broker import receipts as R
 from broker import timefmt
 from broker.errors import InvalidRequest
 from broker.indexes import key_time
-from broker.limits import MAX_PAGE_JOBS
+from broker.limits import MAX_JOB_ID_CHARS, MAX_PAGE_JOBS
 from broker.state import CLAIMED, COMPLETED, DEAD, PENDING, Job, QueueState
 
 
@@ -66,7 +66,7 @@ def list_jobs(state: QueueState, status: str | None = None, limit: int = 100,
     after_seq = -1
     if after is not None:
         # any "j" and digits, padded or not: a person may type "j42"
-        if not (after.startswith("j") and after[1:].isdecimal() and len(after) <= 16):
+        if not (after.startswith("j") and after[1:].isdecimal() and len(after) <= MAX_JOB_ID_CHARS):
             raise InvalidRequest(f"after must be a job id, got {after[:40]!r}")
         after_seq = int(after[1:])
     page: list[Job] = []

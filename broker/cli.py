@@ -18,6 +18,7 @@ import sys
 
 from broker import logs
 from broker.errors import OsqueueError
+from broker.gcpause import tune_for_broker_process
 from broker.server import BrokerServer
 from broker.service import BrokerConfig
 from broker.storage import store_from_url
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logs.setup(args.log_level)
+    tune_for_broker_process()  # this process exists to run a broker: GC tuned for it
     token = None
     if args.token_env:
         token = os.environ.get(args.token_env)

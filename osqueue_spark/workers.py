@@ -29,7 +29,6 @@ from typing import Any
 import orjson
 
 from broker.errors import InvalidRequest
-from broker.gcpause import gc_paused
 from osqueue_spark.client import ClaimedJob, ItemResult, QueueClient
 from osqueue_spark.heartbeat import Heartbeater
 
@@ -219,11 +218,10 @@ def process(fn: Callable[[Any], Any], *, broker: str, queue: str, token: str | N
             pass
         yielded = False
         for rows in _settled_batches(fn, cfg):  # one frame per claimed batch (<= 10,000)
-            with gc_paused():
-                frame = pd.DataFrame(rows, columns=RESULT_COLUMNS)
-                for column in ("started", "finished"):  # whole microseconds, as Spark has them
-                    micros = (frame[column].to_numpy(dtype="float64") * 1e6).round()
-                    frame[column] = pd.to_datetime(micros.astype("int64"), unit="us", utc=True)
+            frame = pd.DataFrame(rows, columns=RESULT_COLUMNS)
+            for column in ("started", "finished"):  # whole microseconds, as Spark has them
+                micros = (frame[column].to_numpy(dtype="float64") * 1e6).round()
+                frame[column] = pd.to_datetime(micros.astype("int64"), unit="us", utc=True)
             yielded = True
             yield frame
         if not yielded:

@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 
 from broker.errors import InvalidRequest
+from broker.limits import MAX_CLAIM_JOBS, MAX_LEASE_S
 from osqueue_spark.client import ClaimedJob, ItemResult, QueueClient
 from osqueue_spark.heartbeat import Heartbeater
 
@@ -206,8 +207,9 @@ def process(fn: Callable[[Any], Any], *, broker: str, queue: str, token: str | N
     """
     if not callable(fn):
         raise InvalidRequest("process() needs a callable fn(payload)")
-    if batch_size < 1 or lease_s <= 0 or idle_s < 0:
-        raise InvalidRequest("batch_size must be >= 1, lease_s > 0 and idle_s >= 0")
+    if not 1 <= batch_size <= MAX_CLAIM_JOBS or not 0 < lease_s <= MAX_LEASE_S or idle_s < 0:
+        raise InvalidRequest(f"batch_size must be within [1, {MAX_CLAIM_JOBS}], lease_s within "
+                             f"(0, {MAX_LEASE_S:g}] and idle_s >= 0")
     cfg = ProcessConfig(broker, queue, token, batch_size, lease_s, idle_s, max_jobs,
                         max_seconds, retry_in_s, worker_prefix)
 

@@ -197,7 +197,7 @@ class StreamWriteOptions:
     ``stream_id`` (option ``streamId``, else ``checkpointLocation``) names the
     stream's staging area; ``checkpoint`` (option ``checkpointLocation``) is
     where the query id may be read from when Spark does not hand it to tasks
-    (see :class:`osqueue_spark.datasource.QueueStreamWriter`).
+    (see :class:`osqueue_spark.stream_writer.QueueStreamWriter`).
     """
 
     target: BrokerOptions

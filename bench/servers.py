@@ -11,6 +11,7 @@ object-storage latency; nothing else changes.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import time
@@ -86,6 +87,11 @@ def main() -> None:
         store = SlowWrites(args.store.removeprefix("file://"), args.write_latency_ms / 1000)
     else:
         store = store_from_url(args.store)
+    # a broker's own process, as `python -m broker` is; a --baseline checkout
+    # without tune_for_broker_process tuned GC inside BrokerServer.serve
+    tune = getattr(importlib.import_module("broker.gcpause"), "tune_for_broker_process", None)
+    if tune is not None:
+        tune()
     server = BrokerServer(store, "127.0.0.1", 0, config=BrokerConfig(self_test=False),
                           on_ready=lambda s: print(f"ready on {s.url}", file=sys.stderr,
                                                    flush=True))

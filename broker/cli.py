@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from broker import logs
 from broker.config import BrokerSettings, env_of, problems
 from broker.errors import OsqueueError
+from broker.gcpause import tune_for_broker_process
 from broker.server import BrokerServer
 from broker.storage import store_from_url
 
@@ -57,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"osqueue-broker: {line}", file=sys.stderr)
         return 2
     logs.setup(settings.log_level)
+    tune_for_broker_process()  # this process exists to run a broker: GC tuned for it
     host, port = settings.host, settings.port
     try:
         store = store_from_url(settings.store, endpoint_url=settings.endpoint_url)

@@ -27,6 +27,7 @@ Tree::
     ├── QueueFull                     queue_full        503
     ├── NotTheBroker                  not_the_broker    503  retryable
     └── BrokerUnavailable             broker_unavailable 503  retryable
+        └── BrokerUnreachable         broker_unreachable 503  retryable
 
 ``retryable`` (a class attribute) says whether repeating the same call may
 succeed: the client retries exactly those errors, and only for operations
@@ -185,9 +186,19 @@ class NotTheBroker(OsqueueError):
 
 
 class BrokerUnavailable(OsqueueError):
+    """Try again: the broker is shutting down or no longer active, or (raised by
+    the client) a call failed in transit and may or may not have been applied."""
+
     code = "broker_unavailable"
     status = 503
     retryable = True
+
+
+class BrokerUnreachable(BrokerUnavailable):
+    """A call never reached a broker (no connection could be made): nothing was
+    applied."""
+
+    code = "broker_unreachable"
 
 
 ERRORS_BY_CODE: dict[str, type[OsqueueError]] = {}

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import signal
 import socket
@@ -92,10 +91,6 @@ class BrokerServer:
 
     async def serve(self) -> None:
         self._loop = asyncio.get_running_loop()
-        # A broker holds a large, slowly growing heap of jobs with no reference
-        # cycles; collecting the young generation less often saves full scans.
-        gen0, gen1, gen2 = gc.get_threshold()
-        gc.set_threshold(max(gen0, 50_000), max(gen1, 20), max(gen2, 1_000))
         try:
             await self.broker.start()
         except BaseException:

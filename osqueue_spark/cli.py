@@ -11,7 +11,9 @@
 
 The broker URL comes from ``--broker`` or ``OSQUEUE_BROKER``; a bearer token
 from the variable named by ``--token-env`` (default ``OSQUEUE_TOKEN``).
-Exit status: 0 on success, 1 when the broker refused, 2 for bad arguments.
+Exit status: 0 on success, 1 when the broker refused, 2 for bad arguments
+(a payload that is not JSON, a file that cannot be read), each said in one line.
+Tables and progress bars are drawn by rich; ``--json`` prints plain JSON for scripts.
 """
 
 from __future__ import annotations
@@ -21,44 +23,73 @@ import json
 import os
 import sys
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import IO, Any
+
+from rich import box
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+from rich.table import Table
+from rich.text import Text
 
 from broker.errors import OsqueueError
 from osqueue_spark.client import QueueClient
 
 
-def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
-    """Rows as an aligned text table."""
-    text = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in text) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in text]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+class UsageError(Exception):
+    """A bad argument: said in one line, exit status 2."""
+
+
+def console(file: IO[str] | None = None) -> Console:
+    """A rich console on ``file`` (stdout): plain text, no markup read from data,
+    and lines never wrapped when the output is not a terminal (a pipe, a file)."""
+    out = file or sys.stdout
+    return Console(file=out, highlight=False, width=None if out.isatty() else 100_000)
+
+
+def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> Table:
+    """Rows under a header line, columns aligned; cells shown as plain text."""
+    grid = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for header in headers:
+        grid.add_column(header, no_wrap=True)
+    for row in rows:
+        grid.add_row(*(Text("" if c is None else str(c)) for c in row))
+    return grid
+
+
+def _json_arg(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        raise UsageError(f"osqueue push: {what} is not JSON ({exc.msg}): {shown!r}") from None
 
 
 def _payloads(args: argparse.Namespace) -> tuple[Iterator[Any], int | None]:
     if args.file is None:
         if not args.payloads:
-            raise SystemExit("osqueue push: give payloads as arguments or --file FILE "
+            raise UsageError("osqueue push: give payloads as arguments or --file FILE "
                              "(- for stdin)")
-        return (json.loads(p) for p in args.payloads), len(args.payloads)
+        values = [_json_arg(p, f"payload {n}") for n, p in enumerate(args.payloads, 1)]
+        return iter(values), len(values)
     stream: IO[str]
     total: int | None = None
     if args.file == "-":
         stream = sys.stdin
     else:
-        with open(args.file, encoding="utf-8") as fh:
-            total = sum(1 for line in fh if line.strip())
-        stream = open(args.file, encoding="utf-8")  # noqa: SIM115 - closed by the generator
+        try:
+            with open(args.file, encoding="utf-8") as fh:
+                total = sum(1 for line in fh if line.strip())
+            stream = open(args.file, encoding="utf-8")  # noqa: SIM115 - closed by the generator
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"osqueue push: cannot read {args.file}: "
+                             f"{getattr(exc, 'strerror', None) or exc}") from None
 
     def lines() -> Iterator[Any]:
         try:
             for n, line in enumerate(stream, 1):
                 if line.strip():
-                    try:
-                        yield json.loads(line)
-                    except json.JSONDecodeError as exc:
-                        raise SystemExit(f"osqueue push: line {n} is not JSON: {exc}") from None
+                    yield _json_arg(line.strip(), f"line {n}")
         finally:
             if stream is not sys.stdin:
                 stream.close()
@@ -66,15 +97,14 @@ def _payloads(args: argparse.Namespace) -> tuple[Iterator[Any], int | None]:
     return lines(), total
 
 
-def _progress(done: int, total: int | None, out: IO[str]) -> None:
+def _progress(total: int | None) -> Progress:
+    """A progress bar on stderr: done/total and a bar, or a count with no total."""
     if total:
-        width = 30
-        filled = width * done // total
-        out.write(f"\rpushed {done:,}/{total:,} [{'#' * filled}{'.' * (width - filled)}] "
-                  f"{100 * done // total}%")
+        columns: tuple[Any, ...] = (TextColumn("pushed {task.completed:,}/{task.total:,}"),
+                                    BarColumn(), TaskProgressColumn())
     else:
-        out.write(f"\rpushed {done:,}")
-    out.flush()
+        columns = (TextColumn("pushed {task.completed:,}"),)
+    return Progress(*columns, console=console(sys.stderr), transient=False)
 
 
 def cmd_push(client: QueueClient, args: argparse.Namespace) -> int:
@@ -82,26 +112,31 @@ def cmd_push(client: QueueClient, args: argparse.Namespace) -> int:
     batch: list[dict[str, Any]] = []
     done = 0
     show = total is None or total >= args.batch_size
-    for n, payload in enumerate(payloads):
-        job: dict[str, Any] = {"payload": payload, "priority": args.priority,
-                               "delay_s": args.delay_s}
-        if args.key_prefix:
-            job["key"] = f"{args.key_prefix}{n}"
-        batch.append(job)
-        if len(batch) >= args.batch_size:
-            done += len(client.push_many(batch, batch_size=args.batch_size))
-            batch = []
-            if show:
-                _progress(done, total, sys.stderr)
-    if batch:
-        ids = client.push_many(batch, batch_size=args.batch_size)
-        done += len(ids)
-        if total is not None and total <= 20:
-            for i in ids:
-                print(i)
-    if show:
-        _progress(done, total, sys.stderr)
-        sys.stderr.write("\n")
+    bar: Progress | None = _progress(total) if show else None
+    shown: AbstractContextManager[Any] = bar if bar is not None else nullcontext()
+    ids: list[str] = []
+    with shown:
+        task = bar.add_task("push", total=total) if bar is not None else None
+        for n, payload in enumerate(payloads):
+            job: dict[str, Any] = {"payload": payload, "priority": args.priority,
+                                   "delay_s": args.delay_s}
+            if args.key_prefix:
+                job["key"] = f"{args.key_prefix}{n}"
+            batch.append(job)
+            if len(batch) >= args.batch_size or (total is not None and n + 1 == total):
+                ids = client.push_many(batch, batch_size=args.batch_size)
+                done += len(ids)
+                batch = []
+                if bar is not None and task is not None:
+                    bar.update(task, completed=done)
+        if batch:
+            ids = client.push_many(batch, batch_size=args.batch_size)
+            done += len(ids)
+            if bar is not None and task is not None:
+                bar.update(task, completed=done)
+    if total is not None and total <= 20:
+        for i in ids:
+            print(i)
     print(f"pushed {done} job(s) to {client.queue}")
     return 0
 
@@ -118,7 +153,7 @@ def cmd_stats(client: QueueClient, args: argparse.Namespace) -> int:
              ("failed total", s["failed_total"]), ("dead total", s["dead_total"]),
              ("state bytes", s["state_bytes"]), ("commit seq", s["seq"]),
              ("broker", (s.get("broker") or {}).get("url"))]
-    print(table(rows, ["queue " + client.queue, "value"]))
+    console().print(table(rows, ["queue " + client.queue, "value"]))
     return 0
 
 
@@ -134,8 +169,8 @@ def cmd_jobs(client: QueueClient, args: argparse.Namespace) -> int:
                      j["run_at"], (j.get("lease") or {}).get("worker"),
                      payload if len(payload) <= 50 else payload[:47] + "...",
                      (j.get("last_error") or "")[:40]))
-    print(table(rows, ["id", "status", "prio", "attempts", "run_at", "worker", "payload",
-                       "last_error"]))
+    console().print(table(rows, ["id", "status", "prio", "attempts", "run_at", "worker",
+                                 "payload", "last_error"]))
     return 0
 
 
@@ -224,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
         client = QueueClient(args.broker, args.queue, token=os.environ.get(args.token_env),
                              store=args.store, retry_s=10)
         return int(args.fn(client, args))
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     except OsqueueError as exc:
         print(f"osqueue: {exc.message} [{exc.code}]", file=sys.stderr)
         return 1

@@ -12,6 +12,9 @@ answer gets the first answer (the same ids, the same claimed jobs) instead of
 enqueueing twice or stranding jobs; complete, fail and heartbeat are
 idempotent per token; publish is once-keyed.
 
+Transport: how bytes move is :mod:`osqueue_spark.transport`'s (urllib3 by
+default; ``transport=MockTransport(handler)`` in tests).
+
 Broker discovery: ``url`` may name several brokers (a list, or a
 comma-separated string). When a broker answers "not the broker" it names the
 owner and the client follows; when a broker cannot be reached the client
@@ -32,20 +35,20 @@ from typing import Any, NamedTuple
 from urllib.parse import quote
 
 import orjson
-import urllib3
 from tenacity import retry_if_exception, stop_after_delay
 
 from broker import api, keys
 from broker.errors import (
     BrokerUnavailable,
+    BrokerUnreachable,
     InvalidRequest,
     NotTheBroker,
     OsqueueError,
     from_dict,
 )
-from broker.gcpause import gc_paused_for
 from broker.ops import ItemResult
 from broker.retry import retrying
+from osqueue_spark.transport import Transport, Urllib3Transport
 
 #: The headers that carry a call's request key and the client's floor (see
 #: :mod:`broker.receipts`).
@@ -65,8 +68,6 @@ class ClaimedJob(NamedTuple):
     lease_expires_at: str
 
 
-class _NotSent(BrokerUnavailable):
-    """The request never reached the broker (safe to retry anything)."""
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -144,12 +145,16 @@ class QueueClient:
     one; ``store``: the store URL, for finding the owner when a broker cannot
     be reached; ``timeout_s``: per request (a long-poll claim adds its
     ``wait_s``); ``retry_s``: how long to keep retrying retryable failures
-    before raising the last one.
+    before raising the last one; ``pool_size``: kept-alive connections per
+    broker; ``transport``: another way to send requests (see
+    :mod:`osqueue_spark.transport`), kept as given across forks and pickled
+    with the client (the default one is rebuilt instead).
     """
 
     def __init__(self, url: str | Sequence[str] | None, queue: str = "default", *,
                  token: str | None = None, store: str | None = None, timeout_s: float = 30.0,
-                 retry_s: float = 60.0, pool_size: int = 32) -> None:
+                 retry_s: float = 60.0, pool_size: int = 32,
+                 transport: Transport | None = None) -> None:
         self.urls = _broker_urls(url, store)
         self.url = self.urls[0] if self.urls else ""  # "" with store only: found on first use
         self.queue = keys.check_queue_name(queue)
@@ -158,6 +163,7 @@ class QueueClient:
         self.retry_s = retry_s
         self._token = token
         self._pool_size = pool_size
+        self._custom_transport = transport
         self._own()
 
     def _own(self) -> None:
@@ -168,20 +174,19 @@ class QueueClient:
         threads can run)."""
         self._lock = threading.Lock()
         self._requests = _Requests()
-        self._http = self._new_pool()
-        _LIVE.add(self)
-
-    def _new_pool(self) -> urllib3.PoolManager:
-        headers = {"content-type": "application/json"}
+        self._headers = {"content-type": "application/json"}
         if self._token:
-            headers["authorization"] = f"Bearer {self._token}"
-        return urllib3.PoolManager(maxsize=self._pool_size, headers=headers, retries=False)
+            self._headers["authorization"] = f"Bearer {self._token}"
+        self._staged_headers = {**self._headers, "content-type": api.STAGED_CONTENT_TYPE}
+        self._transport: Transport = self._custom_transport or Urllib3Transport(self._pool_size)
+        _LIVE.add(self)
 
     # pickling: Spark ships clients to executors; pools and locks are rebuilt there
     def __getstate__(self) -> dict[str, Any]:
         return {"urls": self.urls, "url": self.url, "queue": self.queue,
                 "store_url": self.store_url, "timeout_s": self.timeout_s,
-                "retry_s": self.retry_s, "_token": self._token, "_pool_size": self._pool_size}
+                "retry_s": self.retry_s, "_token": self._token, "_pool_size": self._pool_size,
+                "_custom_transport": self._custom_transport}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -191,7 +196,7 @@ class QueueClient:
         return f"QueueClient({self.url!r}, queue={self.queue!r})"  # never the token
 
     def close(self) -> None:
-        self._http.clear()
+        self._transport.close()
 
     def __enter__(self) -> QueueClient:
         return self
@@ -202,51 +207,45 @@ class QueueClient:
     def with_queue(self, queue: str) -> QueueClient:
         """A client of another queue on the same broker."""
         client = QueueClient(self.urls, queue, token=self._token, store=self.store_url,
-                             timeout_s=self.timeout_s, retry_s=self.retry_s)
+                             timeout_s=self.timeout_s, retry_s=self.retry_s,
+                             pool_size=self._pool_size, transport=self._custom_transport)
         client.url = self.url
         return client
 
     # -- transport -----------------------------------------------------------------
     def _send(self, method: str, path: str, body: Any, timeout_s: float,
               request_key: int | None = None) -> Any:
-        headers = None
+        """One request to the current broker; its parsed answer, or the error it
+        names (the transport's ``BrokerUnreachable``/``BrokerUnavailable`` pass)."""
         if isinstance(body, bytes):  # staged lines
             data: bytes | None = body
-            headers = {**self._http.headers, "content-type": api.STAGED_CONTENT_TYPE}
+            headers = self._staged_headers
         else:
             data = None if body is None else orjson.dumps(body, default=_json_default)
+            headers = self._headers
         if request_key is not None:
-            headers = {**(headers or self._http.headers),
-                       REQUEST_KEY_HEADER: self._requests.key(request_key),
+            headers = {**headers, REQUEST_KEY_HEADER: self._requests.key(request_key),
                        REQUEST_FLOOR_HEADER: str(self._requests.floor())}
         url = self.url
         if not url:  # given only the store: ask the queue object who serves it
             url = self._store_owner() or ""
             if not url:
-                raise _NotSent(f"no broker serves queue {self.queue!r} according to "
-                               f"{self.store_url}; pass broker URLs to create it")
+                raise BrokerUnreachable(f"no broker serves queue {self.queue!r} according to "
+                                        f"{self.store_url}; pass broker URLs to create it")
             with self._lock:
                 self.url = url = url.rstrip("/")
+        status, _, answer = self._transport.send(method, url + path, headers, data, timeout_s)
+        if status == 200:
+            return orjson.loads(answer) if answer else None
         try:
-            resp = self._http.request(method, url + path, body=data, headers=headers,
-                                      timeout=urllib3.Timeout(connect=5.0, read=timeout_s))
-        except (urllib3.exceptions.NewConnectionError,
-                urllib3.exceptions.ConnectTimeoutError) as exc:
-            raise _NotSent(f"cannot reach broker at {url}: {type(exc).__name__}") from None
-        except urllib3.exceptions.HTTPError as exc:
-            raise BrokerUnavailable(
-                f"request to {url} failed after sending: {type(exc).__name__}") from None
-        if resp.status == 200:
-            return orjson.loads(resp.data) if resp.data else None
-        try:
-            parsed = orjson.loads(resp.data)
+            parsed = orjson.loads(answer)
         except orjson.JSONDecodeError:
-            parsed = {"error": f"HTTP {resp.status}: {resp.data[:200]!r}", "code": ""}
+            parsed = {"error": f"HTTP {status}: {answer[:200]!r}", "code": ""}
         if not isinstance(parsed, dict):
-            parsed = {"error": f"HTTP {resp.status}", "code": ""}
-        if resp.status == 409 and "results" in parsed:
+            parsed = {"error": f"HTTP {status}", "code": ""}
+        if status == 409 and "results" in parsed:
             return parsed  # per-token answers, some stale
-        raise from_dict(parsed, resp.status)
+        raise from_dict(parsed, status)
 
     def _store_owner(self) -> str | None:
         """The owner's URL as the queue object names it (needs ``store``)."""
@@ -337,8 +336,7 @@ class QueueClient:
                             "wait_s": wait_s}, timeout_s=self.timeout_s + wait_s,
                            keyed=True)
         fields, new = _CLAIMED_FIELDS, tuple.__new__
-        with gc_paused_for(len(out["jobs"])):
-            return [new(ClaimedJob, fields(j)) for j in out["jobs"]]
+        return [new(ClaimedJob, fields(j)) for j in out["jobs"]]
 
     def heartbeat(self, tokens: Sequence[str], lease_s: float = 30.0) -> list[ItemResult]:
         out = self.request("POST", self._q("heartbeat"),
@@ -349,9 +347,7 @@ class QueueClient:
         return self.complete_many([(token, result)])[0]
 
     def complete_many(self, items: Iterable[tuple[str, Any]]) -> list[ItemResult]:
-        pairs = items if isinstance(items, list) else list(items)
-        with gc_paused_for(len(pairs)):
-            body = {"items": [{"token": t, "result": r} for t, r in pairs]}
+        body = {"items": [{"token": t, "result": r} for t, r in items]}
         return _items(self.request("POST", self._q("complete"), body))
 
     def fail(self, token: str, error: str = "", retry_in_s: float | None = None) -> ItemResult:
@@ -454,9 +450,8 @@ _CLAIMED_FIELDS = operator.itemgetter("id", "payload", "token", "attempt", "leas
 
 def _items(out: dict[str, Any]) -> list[ItemResult]:
     new = tuple.__new__
-    with gc_paused_for(len(out["results"])):
-        return [new(ItemResult, (r["token"], r["ok"], r.get("reason"), r.get("status")))
-                for r in out["results"]]
+    return [new(ItemResult, (r["token"], r["ok"], r.get("reason"), r.get("status")))
+            for r in out["results"]]
 
 
 def _chunks(items: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:

@@ -1,12 +1,19 @@
-"""``start_broker``: the embedded default, a broker inside this process."""
+"""``start_broker``: the embedded default, a broker inside this process.
+
+The broker's modules are imported on the first call, not with
+:mod:`osqueue_spark`: a process that only pushes and claims (a Spark executor,
+a script) loads neither the server nor anything tuned for a broker's own
+process. An embedded broker leaves the process's garbage collector as it
+found it (see :mod:`broker.gcpause`).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from broker.server import BrokerServer
-from broker.service import BrokerConfig
-from broker.storage import ObjectStore, store_from_url
+if TYPE_CHECKING:
+    from broker.server import BrokerServer
+    from broker.storage import ObjectStore
 
 
 def start_broker(store: str | ObjectStore, host: str = "127.0.0.1", port: int = 0, *,
@@ -20,6 +27,10 @@ def start_broker(store: str | ObjectStore, host: str = "127.0.0.1", port: int = 
     ``.url`` and ``.stop()``, usable as a context manager. Raises if the store
     or an existing queue object is unusable (nothing is written then).
     """
+    from broker.server import BrokerServer
+    from broker.service import BrokerConfig
+    from broker.storage import store_from_url
+
     obj = store_from_url(store) if isinstance(store, str) else store
     config = BrokerConfig(lease_s=lease_s, default_settings=settings)
     return BrokerServer(obj, host, port, token=token, config=config).start_in_thread()

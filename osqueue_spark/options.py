@@ -2,7 +2,9 @@
 
 Options are parsed once (on the driver, in the data source's constructor) and
 the dataclass travels to executors by pickle. Secrets (``token``) are kept out
-of ``repr``.
+of ``repr``. A bound the broker also enforces is its name in
+:mod:`broker.limits`, so an option the broker would refuse is refused here,
+on the driver, before any task runs.
 """
 
 from __future__ import annotations
@@ -13,6 +15,15 @@ from typing import Any
 
 from broker import keys, timefmt
 from broker.errors import InvalidRequest
+from broker.limits import MAX_CLAIM_JOBS, MAX_LEASE_S, MAX_WORKER_CHARS
+
+#: Most rows staged in one request of a write (``batchSize``); a chunk also ends
+#: at 8 MB (see :mod:`osqueue_spark.writer`).
+MAX_WRITE_BATCH_ROWS = 10_000
+#: Longest per-request timeout (s) a client may be given (``timeoutS``).
+MAX_TIMEOUT_S = 3600.0
+#: Most archive objects one read partition may take (``objectsPerPartition``).
+MAX_OBJECTS_PER_PARTITION = 100_000
 
 
 class OptionError(InvalidRequest):
@@ -114,7 +125,8 @@ class ReadOptions:
             table=table,
             since_ms=_time(options, "since"),
             until_ms=_time(options, "until"),
-            objects_per_partition=_int(options, "objectsPerPartition", 8, 1, 100_000),
+            objects_per_partition=_int(options, "objectsPerPartition", 8, 1,
+                                       MAX_OBJECTS_PER_PARTITION),
             payload_schema=_get(options, "payloadSchema"),
             filter_pushdown=_bool(options, "filterPushdown", False),
         )
@@ -144,8 +156,8 @@ class BrokerOptions:
             queue=keys.check_queue_name(_req(options, "queue", "jobs")),
             token=_get(options, "token"),
             store=_get(options, "store"),
-            batch_size=_int(options, "batchSize", 1000, 1, 10_000),
-            timeout_s=_float(options, "timeoutS", 60.0, 1.0, 3600.0),
+            batch_size=_int(options, "batchSize", 1000, 1, MAX_WRITE_BATCH_ROWS),
+            timeout_s=_float(options, "timeoutS", 60.0, 1.0, MAX_TIMEOUT_S),
         )
 
     def client(self) -> Any:
@@ -166,11 +178,15 @@ class StreamReadOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> StreamReadOptions:
+        worker = _get(options, "worker") or "spark-stream"
+        if len(worker) > MAX_WORKER_CHARS:
+            raise OptionError(f"option 'worker' must be at most {MAX_WORKER_CHARS} characters, "
+                              f"got {len(worker)}")
         return cls(
             target=BrokerOptions.parse(options),
-            max_jobs_per_trigger=_int(options, "maxJobsPerTrigger", 1000, 1, 10_000),
-            lease_s=_float(options, "leaseS", 120.0, 1.0, 86_400.0),
-            worker=_get(options, "worker") or "spark-stream",
+            max_jobs_per_trigger=_int(options, "maxJobsPerTrigger", 1000, 1, MAX_CLAIM_JOBS),
+            lease_s=_float(options, "leaseS", 120.0, 1.0, MAX_LEASE_S),
+            worker=worker,
         )
 
 
@@ -181,7 +197,7 @@ class StreamWriteOptions:
     ``stream_id`` (option ``streamId``, else ``checkpointLocation``) names the
     stream's staging area; ``checkpoint`` (option ``checkpointLocation``) is
     where the query id may be read from when Spark does not hand it to tasks
-    (see :class:`osqueue_spark.datasource.QueueStreamWriter`).
+    (see :class:`osqueue_spark.stream_writer.QueueStreamWriter`).
     """
 
     target: BrokerOptions

@@ -107,7 +107,7 @@ def broker_for(args: Any) -> Any:
     return embedded()
 
 
-def job_args(description: str, *, store_required: bool = False) -> Any:
+def job_args(description: str) -> Any:
     """The command-line options every example job takes."""
     import argparse
 

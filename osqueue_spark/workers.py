@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from broker.errors import InvalidRequest
-from broker.gcpause import gc_paused
+from broker.limits import MAX_CLAIM_JOBS, MAX_LEASE_S
 from osqueue_spark.client import ClaimedJob, ItemResult, QueueClient
 from osqueue_spark.heartbeat import Heartbeater
 
@@ -207,8 +207,9 @@ def process(fn: Callable[[Any], Any], *, broker: str, queue: str, token: str | N
     """
     if not callable(fn):
         raise InvalidRequest("process() needs a callable fn(payload)")
-    if batch_size < 1 or lease_s <= 0 or idle_s < 0:
-        raise InvalidRequest("batch_size must be >= 1, lease_s > 0 and idle_s >= 0")
+    if not 1 <= batch_size <= MAX_CLAIM_JOBS or not 0 < lease_s <= MAX_LEASE_S or idle_s < 0:
+        raise InvalidRequest(f"batch_size must be within [1, {MAX_CLAIM_JOBS}], lease_s within "
+                             f"(0, {MAX_LEASE_S:g}] and idle_s >= 0")
     cfg = ProcessConfig(broker, queue, token, batch_size, lease_s, idle_s, max_jobs,
                         max_seconds, retry_in_s, worker_prefix)
 
@@ -219,11 +220,10 @@ def process(fn: Callable[[Any], Any], *, broker: str, queue: str, token: str | N
             pass
         yielded = False
         for rows in _settled_batches(fn, cfg):  # one frame per claimed batch (<= 10,000)
-            with gc_paused():
-                frame = pd.DataFrame(rows, columns=RESULT_COLUMNS)
-                for column in ("started", "finished"):  # whole microseconds, as Spark has them
-                    micros = (frame[column].to_numpy(dtype="float64") * 1e6).round()
-                    frame[column] = pd.to_datetime(micros.astype("int64"), unit="us", utc=True)
+            frame = pd.DataFrame(rows, columns=RESULT_COLUMNS)
+            for column in ("started", "finished"):  # whole microseconds, as Spark has them
+                micros = (frame[column].to_numpy(dtype="float64") * 1e6).round()
+                frame[column] = pd.to_datetime(micros.astype("int64"), unit="us", utc=True)
             yielded = True
             yield frame
         if not yielded:

@@ -1,14 +1,22 @@
-"""gc_paused: pauses nest and overlap across threads; the collector ends as it began."""
+"""GC tuning: only in a process tuned as a broker's; there pauses nest and overlap
+across threads, and the collector ends as it began."""
 
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
+import textwrap
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from broker import gcpause
 from broker.gcpause import BURST_OBJECTS, SMALL_BATCH, gc_paused, gc_paused_for
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture()
@@ -18,7 +26,23 @@ def restore_gc() -> Iterator[None]:
     (gc.enable if was else gc.disable)()
 
 
-def test_nested_and_overlapping_pauses_end_enabled(restore_gc: None) -> None:
+@pytest.fixture()
+def broker_process(restore_gc: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pauses on, as after tune_for_broker_process (whose thresholds are tested in a
+    subprocess: they would outlive this test)."""
+    monkeypatch.setattr(gcpause, "_tuned", True)
+
+
+def run_python(code: str) -> str:
+    """``code`` in a fresh interpreter with this checkout first on the path; its stdout."""
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_nested_and_overlapping_pauses_end_enabled(broker_process: None) -> None:
     gc.enable()
     inside, release = threading.Event(), threading.Event()
 
@@ -40,14 +64,14 @@ def test_nested_and_overlapping_pauses_end_enabled(restore_gc: None) -> None:
     assert gc.isenabled()
 
 
-def test_a_collector_switched_off_stays_off(restore_gc: None) -> None:
+def test_a_collector_switched_off_stays_off(broker_process: None) -> None:
     gc.disable()
     with gc_paused():
         pass
     assert not gc.isenabled()
 
 
-def test_a_burst_of_new_objects_skips_the_young_generations(restore_gc: None) -> None:
+def test_a_burst_of_new_objects_skips_the_young_generations(broker_process: None) -> None:
     gc.enable()
     gc.collect()
     with gc_paused():
@@ -61,10 +85,49 @@ def test_a_burst_of_new_objects_skips_the_young_generations(restore_gc: None) ->
     assert all(id(o) in young for o in few)  # small pauses leave the generations alone
 
 
-def test_only_large_batches_pause(restore_gc: None) -> None:
+def test_only_large_batches_pause(broker_process: None) -> None:
     gc.enable()
     with gc_paused_for(SMALL_BATCH):
         assert gc.isenabled()
     with gc_paused_for(SMALL_BATCH + 1):
         assert not gc.isenabled()
     assert gc.isenabled()
+
+
+def test_an_untuned_process_is_never_paused(restore_gc: None) -> None:
+    """A library (an embedded broker, a client) leaves the collector alone."""
+    assert not gcpause.tuned()  # nothing in the test process tunes it
+    gc.enable()
+    before = gc.get_threshold()
+    with gc_paused(), gc_paused_for(SMALL_BATCH * 100):
+        assert gc.isenabled()
+    assert gc.isenabled() and gc.get_threshold() == before
+
+
+def test_tuning_raises_thresholds_and_turns_pauses_on() -> None:
+    out = run_python("""
+        import gc
+        from broker import gcpause
+        gc.set_threshold(700, 10, 5_000)  # a higher one is kept
+        with gcpause.gc_paused():
+            untuned = gc.isenabled()
+        gcpause.tune_for_broker_process()
+        with gcpause.gc_paused():
+            tuned = gc.isenabled()
+        print(untuned, tuned, gc.isenabled(), gc.get_threshold(), gcpause.tuned())
+    """)
+    assert out.split(" ", 3)[:3] == ["True", "False", "True"]
+    assert out.split(" ", 3)[3].strip() == "(50000, 20, 5000) True"
+
+
+def test_the_brokers_entry_point_tunes_its_process() -> None:
+    """``python -m broker`` / ``osqueue-broker`` tune GC before anything else runs
+    (here it stops at once: the token variable named is unset)."""
+    out = run_python("""
+        import gc
+        from broker.cli import main
+        before = gc.get_threshold()
+        code = main(["--store", "file:///nonexistent", "--token-env", "OSQ_TEST_UNSET_TOKEN"])
+        print(code, before[0], gc.get_threshold()[0])
+    """)
+    assert out.split() == ["2", "700", "50000"]

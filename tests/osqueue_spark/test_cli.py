@@ -55,5 +55,37 @@ def test_errors_are_clear(broker: BrokerServer, tmp_path: Path, monkeypatch: pyt
     assert "does not exist" in capsys.readouterr().err
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"ok": 1}\nnot json\n')
-    with pytest.raises(SystemExit, match="line 2 is not JSON"):
-        main(["--broker", broker.url, "--queue", "cli2", "push", "--file", str(bad)])
+    assert main(["--broker", broker.url, "--queue", "cli2", "push", "--file", str(bad)]) == 2
+    assert "osqueue push: line 2 is not JSON" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [
+    ["push", '{"a": 1}', "{oops"],
+    ["push", "--file", "/nonexistent/jobs.jsonl"],
+    ["push"],
+])
+def test_bad_arguments_are_one_line_and_exit_2(argv: list[str],
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """No broker is needed to refuse them, and nothing is pushed (the URL is unreachable)."""
+    assert main(["--broker", "http://127.0.0.1:9", "--queue", "x", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("osqueue push: ")
+    assert "Traceback" not in err
+
+
+def test_tables_show_data_as_text_and_json_stays_plain(broker: BrokerServer,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["--broker", broker.url, "--queue", "cli3"]
+    assert main([*base, "push", '"[bold]not markup[/bold]"', '{"x": "' + "y" * 200 + '"}']) == 0
+    capsys.readouterr()
+    assert main([*base, "jobs"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["id", "status", "prio", "attempts", "run_at", "worker", "payload",
+                              "last_error"]
+    assert len(out) == 4 and '"[bold]not markup[/bold]"' in out[2]  # never wrapped or styled
+    assert '{"x": "' + "y" * 40 + "..." in out[3]  # long payloads cut to 50 characters
+    assert main([*base, "jobs", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed[0]["payload"] == "[bold]not markup[/bold]"
+    assert main([*base, "stats", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["total"] == 2

@@ -1,25 +1,26 @@
 """QueueClient against real brokers over HTTP: retries that are safe, and owner discovery.
 
-A lost response is injected in the client's transport: the request reaches
-the broker and is applied, then the client sees the connection break (what a
-timeout or a dropped reply looks like from the client's side).
+A lost response is injected in the client's transport (the transport seam,
+:mod:`osqueue_spark.transport`): the request reaches the broker and is
+applied, then the client sees the connection break (what a timeout or a
+dropped reply looks like from the client's side).
 """
 
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
 import pytest
 import urllib3
 
 from broker import codec, keys
-from broker.errors import InvalidRequest, OsqueueError
+from broker.errors import BrokerUnavailable, InvalidRequest, OsqueueError
 from broker.server import BrokerServer
 from broker.storage import FileStore
 from osqueue_spark import QueueClient, start_broker
+from osqueue_spark.transport import Response, Urllib3Transport
 
 
 @pytest.fixture()
@@ -28,21 +29,30 @@ def broker(tmp_path: Path) -> Iterator[BrokerServer]:
         yield b
 
 
-def lose_replies(client: QueueClient, path_end: str, times: int = 1) -> list[int]:
-    """Make the next ``times`` requests whose path ends with ``path_end`` reach the
-    broker but lose their reply; return a list that counts them."""
-    real: Callable[..., Any] = client._http.request
-    lost: list[int] = []
+class LosingReplies(Urllib3Transport):
+    """The real transport, but the next ``times`` requests whose path ends with
+    ``path_end`` reach the broker and lose their reply (``lost`` counts them)."""
 
-    def request(method: str, url: str, **kw: Any) -> Any:
-        resp = real(method, url, **kw)
-        if url.endswith(path_end) and len(lost) < times:
-            lost.append(resp.status)
-            raise urllib3.exceptions.ProtocolError("injected: connection reset after sending")
+    def __init__(self, path_end: str, times: int = 1) -> None:
+        super().__init__()
+        self.path_end, self.times = path_end, times
+        self.lost: list[int] = []
+
+    def send(self, method: str, url: str, headers: Mapping[str, str], body: bytes | None,
+             timeout_s: float) -> Response:
+        resp = super().send(method, url, headers, body, timeout_s)
+        if url.endswith(self.path_end) and len(self.lost) < self.times:
+            self.lost.append(resp.status)
+            raise BrokerUnavailable("injected: connection reset after sending")
         return resp
 
-    client._http.request = request  # type: ignore[method-assign]
-    return lost
+
+def lose_replies(client: QueueClient, path_end: str, times: int = 1) -> list[int]:
+    """Make the next ``times`` requests of ``client`` whose path ends with
+    ``path_end`` reach the broker but lose their reply; return a list that counts them."""
+    transport = LosingReplies(path_end, times)
+    client._transport = transport
+    return transport.lost
 
 
 def test_a_claim_whose_reply_was_lost_strands_nothing(broker: BrokerServer) -> None:

@@ -18,8 +18,9 @@ from pyspark.sql import Row
 
 from broker.server import BrokerServer
 from osqueue_spark import QueueClient, start_broker
-from osqueue_spark.datasource import QueueStreamReader, QueueStreamWriter
 from osqueue_spark.options import StreamReadOptions, StreamWriteOptions
+from osqueue_spark.stream_reader import QueueStreamReader
+from osqueue_spark.stream_writer import QueueStreamWriter
 
 
 @pytest.fixture(scope="module")

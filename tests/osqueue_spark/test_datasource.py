@@ -1,0 +1,103 @@
+"""``format("osqueue")`` without a SparkSession: which reader or writer the options
+choose, the schemas, and that every part Spark ships to executors pickles."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql.types import StringType, StructField, StructType
+
+from broker.errors import InvalidRequest
+from osqueue_spark import datasource
+from osqueue_spark.datasource import (
+    ARCHIVE_SCHEMA,
+    QUEUE_SCHEMA,
+    STREAM_SCHEMA,
+    ArchivePushdownReader,
+    ArchiveReader,
+    OsqueueDataSource,
+    QueueReader,
+    QueueStreamReader,
+    QueueStreamWriter,
+    QueueWriter,
+)
+from osqueue_spark.options import OptionError
+
+BROKER = {"broker": "http://127.0.0.1:1", "queue": "jobs", "token": "s3cret"}
+
+
+def source(**options: str) -> OsqueueDataSource:
+    return OsqueueDataSource(options)
+
+
+def schema(ddl: str) -> StructType:
+    """The schema's column names (readers count and name columns; types do not matter
+    here, and parsing DDL would need a SparkSession)."""
+    return StructType([StructField(col.split()[0], StringType()) for col in ddl.split(",")])
+
+
+def roundtrip(value: Any) -> Any:
+    return pickle.loads(pickle.dumps(value))
+
+
+def test_the_source_is_named_osqueue_and_registers_itself() -> None:
+    registered: list[type] = []
+
+    class Session:
+        class dataSource:  # as SparkSession names it
+            register = staticmethod(registered.append)
+
+    datasource.register(Session())
+    assert registered == [OsqueueDataSource] and OsqueueDataSource.name() == "osqueue"
+
+
+def test_schemas_follow_the_options() -> None:
+    assert source(store="file:///s", queue="q").schema() == QUEUE_SCHEMA
+    assert source(store="file:///s", queue="q", table="ARCHIVE").schema() == ARCHIVE_SCHEMA
+    assert source(store="file:///s", queue="q", payloadSchema="doc long").schema() == (
+        QUEUE_SCHEMA + ", doc long")
+    assert source(**BROKER).schema() == STREAM_SCHEMA
+
+
+def test_readers_are_chosen_by_table_and_pushdown(tmp_path: Path) -> None:
+    store = f"file://{tmp_path}"
+    queue = source(store=store, queue="q").reader(schema(QUEUE_SCHEMA + ", doc long"))
+    assert type(queue) is QueueReader and queue.extra == ["doc"]
+    plain = source(store=store, queue="q", table="archive").reader(schema(ARCHIVE_SCHEMA))
+    assert type(plain) is ArchiveReader and plain.extra == []
+    pushed = source(store=store, queue="q", table="archive",
+                    filterPushdown="true").reader(schema(ARCHIVE_SCHEMA))
+    assert type(pushed) is ArchivePushdownReader
+    for reader in (queue, plain, pushed):
+        assert type(roundtrip(reader)) is type(reader)
+    assert list(queue.read(None)) == []  # no queue object yet: no rows
+
+
+def test_writers_pickle_without_their_connections() -> None:
+    writer = source(**BROKER).writer(schema("payload string"), overwrite=False)
+    assert type(writer) is QueueWriter and writer.prefix.startswith("w-")
+    assert roundtrip(writer).prefix == writer.prefix
+    with pytest.raises(InvalidRequest, match="only appends"):
+        source(**BROKER).writer(schema("payload string"), overwrite=True)
+    stream = source(**BROKER, streamId="s1").streamWriter(schema("payload string"), False)
+    assert type(stream) is QueueStreamWriter and roundtrip(stream).prefix == stream.prefix
+    with pytest.raises(OptionError, match="checkpointLocation"):
+        source(**BROKER).streamWriter(schema("payload string"), False)
+
+
+def test_the_stream_reader_ships_only_its_options() -> None:
+    reader = source(**BROKER, maxJobsPerTrigger="5").streamReader(schema(STREAM_SCHEMA))
+    assert type(reader) is QueueStreamReader and reader.opts.max_jobs_per_trigger == 5
+    copy = roundtrip(reader)
+    assert copy.opts == reader.opts and copy._client is None and copy._batches == {}
+    assert b"s3cret" not in repr(reader.opts).encode()
+
+
+def test_bad_options_are_refused_when_the_source_is_asked() -> None:
+    with pytest.raises(OptionError, match="option 'queue' is required"):
+        source(store="file:///s").reader(schema(QUEUE_SCHEMA))
+    with pytest.raises(OptionError, match="option 'broker' is required"):
+        source(queue="q").writer(schema("payload string"), overwrite=False)

@@ -1,0 +1,95 @@
+"""Rows to jobs and staged lines, and times back to rows (pyarrow, no Spark)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pytest
+
+from broker import api
+from broker.errors import InvalidRequest
+from osqueue_spark.client import staged_line
+from osqueue_spark.rows import arrow_staged_lines, row_to_job, ts, ts_text
+
+
+class Row(dict[str, Any]):
+    """What a pyspark Row offers here: ``asDict``."""
+
+    def asDict(self, recursive: bool = False) -> dict[str, Any]:
+        return dict(self)
+
+
+def parsed(lines: list[bytes]) -> list[tuple[dict[str, Any], Any]]:
+    """Staged lines as (options, payload), the way the broker reads them."""
+    out = []
+    for line in lines:
+        head, _, payload = line.rstrip(b"\n").partition(b"\t")
+        out.append((orjson.loads(head) if head else {}, orjson.loads(payload)))
+    return out
+
+
+def test_a_payload_column_holds_json_text_a_struct_or_a_map() -> None:
+    assert row_to_job(Row(payload='{"a": [1, 2]}')) == {"payload": {"a": [1, 2]}}
+    assert row_to_job(Row(payload={"a": 1}, priority=3)) == {"payload": {"a": 1}, "priority": 3}
+    assert row_to_job({"payload": "7", "key": "k1", "delay_s": None}) == {
+        "payload": 7, "key": "k1"}
+
+
+def test_without_a_payload_column_the_other_columns_are_the_payload() -> None:
+    job = row_to_job(Row(doc=1, path="s3://b/1.json", priority=2, max_attempts=5))
+    assert job == {"payload": {"doc": 1, "path": "s3://b/1.json"}, "priority": 2,
+                   "max_attempts": 5}
+
+
+def test_payload_text_that_is_not_json_is_refused_clearly() -> None:
+    with pytest.raises(InvalidRequest, match="column 'payload' must hold JSON text"):
+        row_to_job(Row(payload="{not json"))
+
+
+def test_arrow_string_payloads_pass_through_with_their_options() -> None:
+    batch = pa.RecordBatch.from_pydict({
+        "payload": ['{"n":1}', '{"n":\n 2}', "[1,2]"],
+        "priority": [None, 5, None],
+        "key": ["k0", None, None],
+    })
+    lines = list(arrow_staged_lines(iter([batch])))
+    assert all(line.endswith(b"\n") and line.count(b"\n") == 1 for line in lines)
+    assert parsed(lines) == [({"key": "k0"}, {"n": 1}), ({"priority": 5}, {"n": 2}),
+                             ({}, [1, 2])]
+    assert lines[0] == b'{"key":"k0"}\t{"n":1}\n'  # the text as given, not re-encoded
+    # the same lines the client's own encoder makes for the same jobs
+    assert lines[2] == staged_line([1, 2])
+    assert len(api.parse_staged(b"".join(lines), check=True, max_payload_bytes=1 << 20)) == 3
+
+
+@pytest.mark.parametrize(("payloads", "message"), [
+    (['{"n":1}', None], "column 'payload' is null in row 1"),
+    (["nope"], "column 'payload' must hold JSON text"),
+])
+def test_bad_arrow_payloads_name_the_row(payloads: list[str | None], message: str) -> None:
+    batch = pa.RecordBatch.from_pydict({"payload": pa.array(payloads, pa.string())})
+    with pytest.raises(InvalidRequest, match=message):
+        list(arrow_staged_lines(iter([batch])))
+
+
+def test_arrow_rows_without_a_string_payload_become_json_objects() -> None:
+    batch = pa.RecordBatch.from_pydict({
+        "doc": [1, 2],
+        "tags": pa.array([[("a", 1)], None], pa.map_(pa.string(), pa.int64())),
+        "price": pa.array([Decimal("1.50"), None], pa.decimal128(5, 2)),
+        "delay_s": [None, 1.5],
+    })
+    lines = list(arrow_staged_lines(iter([batch])))
+    assert parsed(lines) == [({}, {"doc": 1, "tags": {"a": 1}, "price": "1.50"}),
+                             ({"delay_s": 1.5}, {"doc": 2, "tags": None, "price": None})]
+
+
+def test_times_come_back_as_utc_datetimes() -> None:
+    assert ts(None) is None and ts_text(None) is None and ts_text("") is None
+    when = datetime(2026, 11, 22, 3, 4, 5, 678_000, tzinfo=UTC)
+    assert ts(round(when.timestamp() * 1000)) == when
+    assert ts_text("2026-11-22T03:04:05.678Z") == when

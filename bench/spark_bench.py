@@ -35,16 +35,23 @@ def noop(payload: Any) -> None:
     return None
 
 
+def _broker_kwargs(tune_gc: bool) -> dict[str, Any]:
+    """``tune_gc`` only when asked: checkouts from before it existed tuned the
+    driver's GC whenever a broker was embedded."""
+    return {"tune_gc": True} if tune_gc else {}
+
+
 def timed(fn: Any) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
 
 
-def write_round(spark: Any, df: Any, tmp: Path, n: int, batch_size: int) -> dict[str, float]:
+def write_round(spark: Any, df: Any, tmp: Path, n: int, batch_size: int,
+                tune_gc: bool = False) -> dict[str, float]:
     """One ``df.write.json`` and one ``df.write.format("osqueue")`` (fresh broker and store)."""
     t_json = timed(lambda: df.write.mode("overwrite").json(str(tmp / f"json{n}")))
-    with start_broker(f"file://{tmp / f'store{n}'}") as broker:
+    with start_broker(f"file://{tmp / f'store{n}'}", **_broker_kwargs(tune_gc)) as broker:
         t_osq = timed(lambda: df.write.format("osqueue").option("broker", broker.url)
                       .option("queue", "bench-write")
                       .option("batchSize", str(batch_size)).mode("append").save())
@@ -56,7 +63,7 @@ def write_round(spark: Any, df: Any, tmp: Path, n: int, batch_size: int) -> dict
 
 
 def process_round(spark: Any, jobs_df: Any, tmp: Path, n: int, jobs: int, workers: int,
-                  claim_batch: int) -> dict[str, float]:
+                  claim_batch: int, tune_gc: bool = False) -> dict[str, float]:
     """One bare ``mapInPandas`` no-op and one ``process()`` over as many no-op jobs."""
 
     def bare(batches: Any) -> Any:
@@ -67,7 +74,7 @@ def process_round(spark: Any, jobs_df: Any, tmp: Path, n: int, jobs: int, worker
 
     t_bare = timed(lambda: jobs_df.mapInPandas(bare, "id string, status string")
                    .write.format("noop").mode("overwrite").save())
-    with start_broker(f"file://{tmp / f'pstore{n}'}") as broker:
+    with start_broker(f"file://{tmp / f'pstore{n}'}", **_broker_kwargs(tune_gc)) as broker:
         client = QueueClient(broker.url, "bench-process")
         client.push_many(({"payload": {"n": i}} for i in range(jobs)), batch_size=5000)
         # idle_s=0: burst mode, each worker stops at its first empty claim, as the
@@ -100,6 +107,9 @@ def main() -> None:
     p.add_argument("--claim-batch", default="2000,10000",
                    help="jobs per claim in process(); several, comma-separated, are run in turn")
     p.add_argument("--only", choices=["write", "process"], help="run one of the two pairs")
+    p.add_argument("--tune-gc", action="store_true",
+                   help="start_broker(tune_gc=True): the driver's GC tuned as a broker "
+                        "process's (an embedded broker leaves it alone by default)")
     args = p.parse_args()
     claim_batches = [int(b) for b in str(args.claim_batch).split(",")]
 
@@ -116,19 +126,20 @@ def main() -> None:
     jobs_df = spark.range(args.jobs, numPartitions=args.workers).cache()
     jobs_df.count()
     results: dict[str, Any] = {"rows": args.rows, "jobs": args.jobs, "workers": args.workers,
-                               "rounds": args.rounds}
+                               "rounds": args.rounds, "tune_gc": args.tune_gc}
 
     # Warm-up, not timed: the first Python task of a session starts Spark's
     # Python workers (about 5 s here), which neither side should be charged.
     if args.only != "process":
-        write_round(spark, df.limit(1000), tmp, -1, args.batch_size)
-    process_round(spark, jobs_df.limit(1000), tmp, -1, 1000, args.workers, claim_batches[0])
+        write_round(spark, df.limit(1000), tmp, -1, args.batch_size, args.tune_gc)
+    process_round(spark, jobs_df.limit(1000), tmp, -1, 1000, args.workers, claim_batches[0],
+                  args.tune_gc)
 
     writes: list[dict[str, float]] = []
     procs: dict[int, list[dict[str, float]]] = {b: [] for b in claim_batches}
     for n in range(args.rounds):
         if args.only != "process":
-            w = write_round(spark, df, tmp, n, args.batch_size)
+            w = write_round(spark, df, tmp, n, args.batch_size, args.tune_gc)
             writes.append(w)
             print(f"round {n + 1}: write {args.rows:,} rows: df.write.json "
                   f"{w['json_rows_per_s']:>9,.0f} rows/s   osqueue "
@@ -137,7 +148,7 @@ def main() -> None:
             continue
         for batch in claim_batches:
             r = process_round(spark, jobs_df, tmp, n * 100 + batch, args.jobs, args.workers,
-                              batch)
+                              batch, args.tune_gc)
             procs[batch].append(r)
             print(f"round {n + 1}: process {args.jobs:,} no-op jobs, claim batches of "
                   f"{batch:,}: bare mapInPandas {r['bare_rows_per_s']:>9,.0f} rows/s   "
@@ -154,7 +165,8 @@ def main() -> None:
             print(f"median process ratio {r['ratio']:.3f} with claim batches of {batch:,} "
                   f"(process() {r['process_jobs_per_s']:,.0f} jobs/s, bare "
                   f"{r['bare_rows_per_s']:,.0f} rows/s)")
-    path = write_results("spark_bench" + (f"_{args.only}" if args.only else ""), results)
+    name = "spark_bench" + (f"_{args.only}" if args.only else "") + ("_tuned_gc" if args.tune_gc else "")
+    path = write_results(name, results)
     print(f"results written to {path}")
     spark.stop()
 

@@ -51,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    tune_for_broker_process()  # this process exists to run a broker: GC tuned for it
     try:
         settings = BrokerSettings.load(vars(args))
     except ValidationError as exc:
@@ -58,7 +59,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"osqueue-broker: {line}", file=sys.stderr)
         return 2
     logs.setup(settings.log_level)
-    tune_for_broker_process()  # this process exists to run a broker: GC tuned for it
     host, port = settings.host, settings.port
     try:
         store = store_from_url(settings.store, endpoint_url=settings.endpoint_url)

@@ -21,6 +21,7 @@ from typing import Any
 
 import uvicorn
 
+from broker.gcpause import tune_for_broker_process
 from broker.http import build_app
 from broker.service import Broker, BrokerConfig
 from broker.storage import ObjectStore
@@ -64,7 +65,13 @@ class BrokerServer:
     def __init__(self, store: ObjectStore, host: str = "127.0.0.1", port: int = 0, *,
                  token: str | None = None, config: BrokerConfig | None = None,
                  advertise_url: str | None = None, drain_s: float = 30.0,
-                 on_ready: Callable[[BrokerServer], None] | None = None) -> None:
+                 on_ready: Callable[[BrokerServer], None] | None = None,
+                 tune_gc: bool = False) -> None:
+        """``tune_gc``: make the whole process a broker's for the garbage collector
+        (:func:`broker.gcpause.tune_for_broker_process`); off for a broker embedded
+        in somebody else's process unless its owner asks."""
+        if tune_gc:
+            tune_for_broker_process()
         self.store = store
         self.host = host
         self.config = config or BrokerConfig()

@@ -106,3 +106,24 @@ def test_importing_the_package_loads_no_gc_tuning() -> None:
                          re.MULTILINE)
     assert not [p.name for p in (ROOT / "osqueue_spark").glob("*.py")
                 if imports.search(p.read_text())]
+
+
+def test_an_embedded_broker_tunes_gc_only_when_asked() -> None:
+    """``start_broker(tune_gc=True)``: the owner of a driver that exists to feed the
+    queue opts in to the broker's own GC tuning (for its whole process)."""
+    code = textwrap.dedent("""
+        import gc, sys, tempfile
+        from osqueue_spark import start_broker
+        before = gc.get_threshold()[0]
+        with tempfile.TemporaryDirectory() as d:
+            with start_broker("file://" + d) as broker:
+                plain = gc.get_threshold()[0]
+            with start_broker("file://" + d, tune_gc=True) as broker:
+                tuned = gc.get_threshold()[0]
+        print(before, plain, tuned)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120, env={"PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    before, plain, tuned = map(int, out.stdout.split())
+    assert plain == before and tuned >= max(before, 50_000)

@@ -165,7 +165,8 @@ def main() -> None:
             print(f"median process ratio {r['ratio']:.3f} with claim batches of {batch:,} "
                   f"(process() {r['process_jobs_per_s']:,.0f} jobs/s, bare "
                   f"{r['bare_rows_per_s']:,.0f} rows/s)")
-    name = "spark_bench" + (f"_{args.only}" if args.only else "") + ("_tuned_gc" if args.tune_gc else "")
+    name = "spark_bench" + (f"_{args.only}" if args.only else "")
+    name += "_tuned_gc" if args.tune_gc else ""
     path = write_results(name, results)
     print(f"results written to {path}")
     spark.stop()

@@ -85,6 +85,11 @@ class BrokerSettings(BaseSettings):
             if not value:
                 raise ValueError(f"environment variable {self.token_env} is empty or unset")
             self.token = SecretStr(value)
+        elif self.token is not None and not self.token.get_secret_value():
+            # An empty token means "no auth" to the server: refuse it (as an empty
+            # --token-env variable is) rather than serve every route unauthenticated.
+            raise ValueError(f"{ENV_PREFIX}TOKEN is set but empty: give the token, or "
+                             "unset it to run without auth")
         return self
 
     @classmethod

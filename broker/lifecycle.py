@@ -270,6 +270,7 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
     commit_seq = state.seq + 1
     answers: list[ItemResult] = []
     get, dirty, shift = state.jobs.get, state.dirty, codec.SEGMENT_SHIFT
+    claimed_lines = state.claimed_lines
     done: list[int] = []  # job seqs
     fences: list[int] = []
     added_bytes = 0
@@ -285,6 +286,8 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
         job.done_ms = now_ms
         job.done_seq = commit_seq
         job.result = value
+        if job._enc is not None and job.key is None and job.last_error is None:
+            claimed_lines[seq] = job._enc  # see codec.stamp
         job._enc = None  # codec.touch(), inlined
         dirty.add(seq >> shift)
         done.append(seq)
@@ -296,3 +299,20 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
         state.completed.setdefault(commit_seq, []).extend(done)
         state.approx_bytes += added_bytes
     return answers, fences
+
+
+def drop_completed(state: QueueState, commit_seq: int) -> int:
+    """Move every job the commit ``commit_seq`` completed to :data:`GONE` (their
+    archive object is written); returns how many. What :func:`move` does per
+    job, written out: this runs once per completed job
+    (``bench/broker_bench.py``, cycle rows)."""
+    check_move(COMPLETED, GONE)
+    jobs, dropped = state.jobs, 0
+    for seq in state.completed.pop(commit_seq, ()):
+        job = jobs.get(seq)
+        if job is not None and job.status == COMPLETED and job.done_seq == commit_seq:
+            del jobs[seq]
+            codec.removed(state, job)
+            state.approx_bytes -= job.size_estimate()
+            dropped += 1
+    return dropped

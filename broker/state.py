@@ -371,6 +371,10 @@ class QueueState:
     segments: dict[int, bytes] = field(default_factory=dict)
     dirty: set[int] = field(default_factory=set)
     shrunk: set[int] = field(default_factory=set)  # dirty segments that lost jobs
+    # The lines of jobs completed since the last stamp, as they were while
+    # claimed: the completed line is that line with its status and the
+    # completion spliced in (broker.codec.stamp), not a fresh encode.
+    claimed_lines: dict[int, bytes] = field(default_factory=dict, compare=False, repr=False)
 
     def job(self, job_id: str) -> Job | None:
         """The job with this id, or None."""

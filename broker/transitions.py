@@ -39,7 +39,7 @@ import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from broker import admin, windows
+from broker import admin, lifecycle, windows
 from broker import receipts as R
 from broker.errors import InvalidRequest, PayloadTooLarge, QueueFull
 from broker.indexes import bound_stale_leases, expired_leases, promote_due
@@ -92,7 +92,6 @@ from broker.ops import (
 )
 from broker.state import (
     CLAIMED,
-    COMPLETED,
     DEAD,
     JOB_OVERHEAD_BYTES,
     PENDING,
@@ -385,13 +384,7 @@ def _reclaim(state: QueueState, op: Reclaim, now_ms: int) -> Result:
 
 
 def _drop_archived(state: QueueState, op: DropArchived, now_ms: int) -> Result:
-    dropped = 0
-    for commit_seq in op.seqs:
-        for seq in state.completed.pop(commit_seq, ()):
-            job = state.jobs.get(seq)
-            if job is not None and job.status == COMPLETED and job.done_seq == commit_seq:
-                move(state, job, GONE, now_ms)
-                dropped += 1
+    dropped = sum(lifecycle.drop_completed(state, commit_seq) for commit_seq in op.seqs)
     return Result(changed=bool(dropped), count=dropped)
 
 

@@ -66,3 +66,19 @@ def spark() -> Iterator[object]:
     osqueue_spark.register(session)
     yield session
     session.stop()
+
+
+@pytest.fixture(autouse=True)
+def _gc_as_found() -> Iterator[None]:
+    """A test that runs the broker's entry point in-process (``broker.cli.main``)
+    tunes this process's GC as a broker's; put it back, so the tests that check a
+    user's process keeps its GC settings see an untuned process."""
+    import gc
+
+    from broker import gcpause
+
+    threshold, enabled, tuned = gc.get_threshold(), gc.isenabled(), gcpause._tuned
+    yield
+    gc.set_threshold(*threshold)
+    (gc.enable if enabled else gc.disable)()
+    gcpause._tuned = tuned

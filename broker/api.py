@@ -38,12 +38,16 @@ from broker.limits import (
 
 _MISSING = object()
 
+#: A JSON text this short cannot nest deeper than MAX_DEPTH (two bytes a level).
+_SHALLOW_BYTES = 2 * MAX_DEPTH
+
+
 def check_depth(payload: bytes, where: str) -> None:
     """Refuse a JSON text nested deeper than :data:`MAX_DEPTH` (``InvalidRequest``).
 
     Cheap for the usual payload: nesting needs two bytes a level.
     """
-    if len(payload) <= 2 * MAX_DEPTH:
+    if len(payload) <= _SHALLOW_BYTES:
         return
     opens = payload.count(b"[") + payload.count(b"{")
     if opens <= MAX_DEPTH:
@@ -169,7 +173,8 @@ def parse_new_jobs(body: dict[str, Any]) -> list[transitions.NewJob | bytes]:
                        for k, v in raw.items() if k != "payload")
             ):
                 payload = dumps(raw["payload"])
-                check_depth(payload, f"jobs[{i}].payload")
+                if len(payload) > _SHALLOW_BYTES:  # (no name built per job: a hot loop)
+                    check_depth(payload, f"jobs[{i}].payload")
                 jobs.append(payload)
                 continue
         except orjson.JSONEncodeError:
@@ -345,7 +350,7 @@ def parse_complete(body: Any) -> list[transitions.CompleteItem]:
             encoded = None if result is None else dumps(result)
         except orjson.JSONEncodeError:
             encoded = _dumps_value(result, f"items[{i}].result")
-        if encoded is not None:
+        if encoded is not None and len(encoded) > _SHALLOW_BYTES:
             check_depth(encoded, f"items[{i}].result")
         items.append(new(item_type, (token, encoded)))
     return items

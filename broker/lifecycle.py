@@ -307,12 +307,16 @@ def drop_completed(state: QueueState, commit_seq: int) -> int:
     job, written out: this runs once per completed job
     (``bench/broker_bench.py``, cycle rows)."""
     check_move(COMPLETED, GONE)
-    jobs, dropped = state.jobs, 0
+    jobs, shift = state.jobs, codec.SEGMENT_SHIFT
+    segments: set[int] = set()
+    freed = dropped = 0
     for seq in state.completed.pop(commit_seq, ()):
         job = jobs.get(seq)
         if job is not None and job.status == COMPLETED and job.done_seq == commit_seq:
             del jobs[seq]
-            codec.removed(state, job)
-            state.approx_bytes -= job.size_estimate()
+            segments.add(seq >> shift)  # codec.removed(), for the lot below
+            freed += job.size_estimate()
             dropped += 1
+    codec.removed_from(state, segments)
+    state.approx_bytes -= freed
     return dropped

@@ -145,6 +145,21 @@ class Bucket:
     def count(self) -> int:
         return sum(len(r) // 2 for r in self.runs.values())
 
+    def add_run(self, outcome: str, first: int, count: int) -> int:
+        """Add fences ``first`` .. ``first + count - 1``, as :meth:`add` of each
+        would; return how the number of runs changed. One step for a run past
+        every run held (the usual case), else fence by fence."""
+        runs = self.runs.get(outcome)
+        if not runs or runs[-2] + runs[-1] < first:
+            self.enc = None
+            self.runs.setdefault(outcome, []).extend((first, count))
+            return 1
+        if runs[-2] + runs[-1] == first:
+            self.enc = None
+            runs[-1] += count
+            return 0
+        return sum(self.add(outcome, fence) for fence in range(first, first + count))
+
     def add(self, outcome: str, fence: int) -> int:
         """Add one fence; return how the number of runs changed (-1, 0 or 1)."""
         self.enc = None
@@ -298,8 +313,14 @@ class Receipts:
                 or self.buckets[-1].count() >= max(1, max_items // BUCKETS_PER_TTL):
             self.buckets.append(Bucket(now_ms))
         bucket = self.buckets[-1]
-        for fence in sorted(fences):
-            self.settled_runs += bucket.add(outcome, fence)
+        ordered = sorted(fences)
+        start, end = 0, len(ordered)
+        while start < end:  # runs of consecutive fences (a claim's are), added whole
+            stop = start + 1
+            while stop < end and ordered[stop] == ordered[stop - 1] + 1:
+                stop += 1
+            self.settled_runs += bucket.add_run(outcome, ordered[start], stop - start)
+            start = stop
         self._fence_index = None
 
     # -- lookups ------------------------------------------------------------------

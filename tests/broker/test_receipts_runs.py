@@ -1,4 +1,4 @@
-"""Batch paths give what the one-at-a-time paths they stand in for give."""
+"""Settled fences recorded as runs give what adding them one by one gives."""
 
 from __future__ import annotations
 
@@ -7,22 +7,20 @@ from hypothesis import strategies as st
 
 from broker import receipts
 
+TTL_MS = 600_000
+MANY = 10_000_000  # items a bucket may hold: every batch lands in the one bucket
+
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.lists(st.integers(0, 60), max_size=30), max_size=6))
-def test_settled_fences_added_as_runs_match_adding_each(batches: list[list[int]]) -> None:
-    one_by_one, by_runs = receipts.Bucket(0), receipts.Bucket(0)
-    changes_one = changes_runs = 0
+def test_settled_fences_recorded_as_runs_match_adding_each(batches: list[list[int]]) -> None:
+    one_by_one = receipts.Bucket(0)
+    changes = 0
+    recorded = receipts.Receipts()
     for fences in batches:
         for fence in sorted(fences):
-            changes_one += one_by_one.add("completed", fence)
-        ordered = sorted(fences)
-        start = 0
-        while start < len(ordered):
-            stop = start + 1
-            while stop < len(ordered) and ordered[stop] == ordered[stop - 1] + 1:
-                stop += 1
-            changes_runs += by_runs.add_run("completed", ordered[start], stop - start)
-            start = stop
-    assert by_runs.runs == one_by_one.runs
-    assert changes_runs == changes_one
+            changes += one_by_one.add("completed", fence)
+        recorded.record_settled("completed", fences, 0, TTL_MS, MANY)
+    runs = recorded.buckets[0].runs if recorded.buckets else {}
+    assert runs == one_by_one.runs
+    assert recorded.settled_runs == changes

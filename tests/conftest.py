@@ -68,6 +68,29 @@ def spark() -> Iterator[object]:
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def spark_connect(spark: object) -> Iterator[object]:
+    """One Spark Connect session for the whole test session: a client of a
+    local Connect server run as a child process (see ``bench.connectserver``),
+    beside the classic ``spark`` session, which it starts first."""
+    import osqueue_spark
+    from bench.connectserver import ConnectServer
+
+    server = ConnectServer().start()
+    session = server.session()
+    osqueue_spark.register(session)
+    yield session
+    session.stop()
+    server.stop()
+
+
+@pytest.fixture(params=["classic", "connect"])
+def any_spark(request: pytest.FixtureRequest) -> object:
+    """The classic session, then the Connect session: a test that takes this runs
+    under both kinds."""
+    return request.getfixturevalue("spark" if request.param == "classic" else "spark_connect")
+
+
 @pytest.fixture(autouse=True)
 def _gc_as_found() -> Iterator[None]:
     """A test that runs the broker's entry point in-process (``broker.cli.main``)

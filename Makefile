@@ -3,6 +3,9 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Azurite (the Azure Storage emulator the Azure store's tests run against), from npm.
+AZURITE_VERSION := 3.37.0
+AZURITE_STAMP := .tools/.azurite-$(AZURITE_VERSION)
 
 .PHONY: demo test lint typecheck unit bench clean java-check
 
@@ -10,7 +13,7 @@ $(STAMP): pyproject.toml
 	@$(PY) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"'
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[spark,dev]'
+	$(BIN)/pip install --quiet -e '.[spark,dev,azure]'
 	@touch $(STAMP)
 
 java-check:
@@ -18,6 +21,14 @@ java-check:
 	  echo "Java 17+ is needed for PySpark and was not found on PATH."; \
 	  echo "Install it with: sudo apt-get install -y openjdk-17-jre-headless"; \
 	  exit 1; }
+
+$(AZURITE_STAMP):
+	@command -v npm >/dev/null 2>&1 || { \
+	  echo "npm (Node.js 18+) is needed to install Azurite for the Azure store's tests."; \
+	  echo "Install it with: sudo apt-get install -y nodejs npm"; \
+	  exit 1; }
+	npm install --prefix .tools --no-audit --no-fund --loglevel=error azurite@$(AZURITE_VERSION)
+	@touch $@
 
 demo: $(STAMP) java-check
 	$(BIN)/python -m osqueue_spark.demo
@@ -28,7 +39,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP) java-check
+unit: $(STAMP) java-check $(AZURITE_STAMP)
 	$(BIN)/python -m pytest -q
 
 test: lint typecheck unit

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from bench.motoserver import MotoServer, free_port
+from tests.azurite import azure_container, azure_url, azurite_server  # noqa: F401
 
 __all__ = ["MotoServer", "free_port"]
 

@@ -10,6 +10,12 @@
   ``retries=`` (attempts per call for transient failures, default 5).
   Any other option is refused with ``InvalidRequest``.
 * ``memory://name`` -> a process-wide :class:`MemoryStore` of that name
+* ``abfss://container@account.dfs.core.windows.net/prefix`` or
+  ``az://container/prefix`` (the account from ``AZURE_STORAGE_CONNECTION_STRING``
+  or ``AZURE_STORAGE_ACCOUNT``) -> :class:`~broker.storage.azure.AzureStore`
+  (the ``azure`` extra). Query options ``endpoint=`` (the Blob endpoint, e.g.
+  Azurite's), ``timeout_s=`` and ``retries=`` as for S3; credentials only from
+  the environment (see :mod:`broker.storage.azure`).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import threading
 from typing import TypeVar
 from urllib.parse import parse_qs, urlsplit
 
-from broker.errors import InvalidRequest
+from broker.errors import InvalidRequest, StorageRefused
 from broker.storage.base import Data, ObjectStore, Versioned, as_bytes, data_len
 from broker.storage.files import FileStore
 from broker.storage.memory import MemoryStore
@@ -61,6 +67,8 @@ def store_from_url(url: str, *, endpoint_url: str | None = None) -> ObjectStore:
                        region_name=opts.get("region") or None,
                        retries=_positive(opts, "retries", int, DEFAULT_RETRIES),
                        timeout_s=_positive(opts, "timeout_s", float, DEFAULT_TIMEOUT_S))
+    if parts.scheme in ("az", "abfss"):
+        return _azure_store(url)
     if parts.scheme == "memory":
         name = parts.netloc or parts.path or "default"
         with _memory_lock:
@@ -69,6 +77,18 @@ def store_from_url(url: str, *, endpoint_url: str | None = None) -> ObjectStore:
     raise InvalidRequest(
         f"unknown store URL {shown!r}: use file:///abs/dir or s3://bucket/prefix"
     )
+
+
+def _azure_store(url: str) -> ObjectStore:
+    """The Azure store a URL names; the SDK is imported only now (the ``azure`` extra)."""
+    try:
+        from broker.storage.azure import azure_store_from_url
+    except ImportError as exc:
+        raise StorageRefused(
+            f"Azure store URLs need the Azure SDK ({exc.name} is missing): "
+            "pip install 'osqueue-spark[azure]'"
+        ) from None
+    return azure_store_from_url(url)
 
 
 def _s3_options(query: str) -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""One contract, run against every store: memory, local files, S3 (moto over HTTP)."""
+"""One contract, run against every store: memory, local files, S3 (moto over HTTP),
+Azure (Azurite over HTTP)."""
 
 from __future__ import annotations
 
@@ -327,6 +328,22 @@ class TestS3Store(StoreContract):
     def test_url_shows_no_credentials(self, s3_bucket: str) -> None:
         store = S3Store(s3_bucket, "p", endpoint_url="http://user:secret@127.0.0.1:1")
         assert "secret" not in store.url and "secret" not in repr(store)
+
+
+class TestAzureStore(StoreContract):
+    """Azurite, started once per session by the ``azurite_server`` fixture."""
+
+    process_race_rounds = 100  # each round is 8 HTTP requests to Azurite
+
+    @pytest.fixture()
+    def store(self, azure_url: str) -> Iterator[ObjectStore]:
+        store = store_from_url(azure_url)
+        yield store
+        store.close()
+
+    @pytest.fixture()
+    def reopen(self, azure_url: str) -> Callable[[], ObjectStore]:
+        return lambda: store_from_url(azure_url)
 
 
 class _FlakyClient:

@@ -13,7 +13,8 @@ contract test checks the claim). Answers map to errors thus:
 * 404 for a blob: :class:`NotFound`; for the container
   (``ContainerNotFound``): :class:`StorageRefused`, since no retry creates it.
 * 401/403 (bad key or SAS, missing role), credentials that cannot be had,
-  a 409 about a lease, and other 3xx/4xx: :class:`StorageRefused`, raised at
+  a lease on the blob (412 ``LeaseIdMissing``: osqueue never takes leases,
+  so it stays until someone breaks it), and other 3xx/4xx: :class:`StorageRefused`, raised at
   once: nothing was written.
 * 408, 429, 5xx, connection errors and timeouts are retried with exponential
   backoff (tenacity, like :class:`~broker.storage.s3.S3Store`; the SDK's own
@@ -42,7 +43,8 @@ its ``AccountName`` is the URL's account, or the URL names none); else
 ``DefaultAzureCredential`` from ``azure-identity`` (environment service
 principal, workload or managed identity, Azure CLI login). Error messages
 show only status codes, error codes and exception class names, never the
-SDK's message text (it can quote request headers and URLs).
+SDK's message text (it can quote request headers and URLs); urllib3's debug
+log, which quotes request lines, gets a filter that blanks SAS signatures.
 
 Install with ``pip install 'osqueue-spark[azure]'``; the core does not import
 this module until a store URL names Azure.
@@ -50,7 +52,9 @@ this module until a store URL names Azure.
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
@@ -87,6 +91,29 @@ _LEASE_CODES = frozenset({"LeaseIdMissing", "LeaseIdMismatchWithBlobOperation",
                           "LeaseIdMismatchWithLeaseOperation", "LeaseAlreadyPresent"})
 
 
+class _RedactSas(logging.Filter):
+    """Blanks SAS signatures in urllib3's debug log, which quotes every request line
+    (query string included); azure-core's own request log redacts them already."""
+
+    _SIG = re.compile(r"(?i)\b(sig=)[^&\s\"']+")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "sig=" in message.lower():
+            record.msg, record.args = self._SIG.sub(r"\1REDACTED", message), ()
+        return True
+
+
+def _redact_sas_in_urllib3_log() -> None:
+    """Install :class:`_RedactSas` on urllib3's connection-pool logger, once."""
+    target = logging.getLogger("urllib3.connectionpool")
+    if not any(isinstance(f, _RedactSas) for f in target.filters):
+        target.addFilter(_RedactSas())
+
+
+_redact_sas_in_urllib3_log()
+
+
 def _classify(exc: Exception, key: str, where: str) -> StorageError:
     """Map an azure-core error for ``key`` in container ``where`` to the contract's error."""
     if isinstance(exc, ClientAuthenticationError) and exc.status_code is None:
@@ -102,6 +129,11 @@ def _classify(exc: Exception, key: str, where: str) -> StorageError:
         raw = getattr(exc, "error_code", None)
         code = str(getattr(raw, "value", raw) or "")
         said = f"{code} (HTTP {status})" if code else f"HTTP {status}"
+        if code in _LEASE_CODES:  # 412 or 409, but not a lost race: it stays until broken
+            return StorageRefused(
+                f"Azure refused {key!r}: {said}; the blob has a lease, which osqueue never "
+                "takes: break it"
+            )
         if status == 412 or (status == 409 and code == "BlobAlreadyExists"):
             return Conflict(f"object {key!r} changed since it was read ({code or status})")
         if code == "ContainerNotFound":
@@ -110,11 +142,6 @@ def _classify(exc: Exception, key: str, where: str) -> StorageError:
             return NotFound(f"no object {key!r}")
         if status >= 500 or status in (408, 429):
             return StorageUnavailable(f"Azure answered {said} for {key!r}")
-        if status == 409 and code in _LEASE_CODES:
-            return StorageRefused(
-                f"Azure refused {key!r}: {said}; the blob has a lease, which osqueue never "
-                "takes: break it"
-            )
         if status == 409:
             return Conflict(f"object {key!r} changed since it was read ({said})")
         if status in (401, 403):
@@ -315,7 +342,8 @@ def azure_store_from_url(url: str) -> AzureStore:
     opts = _options(parts.query)
     prefix = parts.path.strip("/")
     account: str | None = None
-    account_url = opts.get("endpoint") or None
+    endpoint = opts.get("endpoint") or None
+    account_url: str | None = None  # from an abfss:// host
     if parts.scheme == "abfss" or parts.scheme == "abfs":
         container, at, host = parts.netloc.partition("@")
         labels = host.split(".")
@@ -325,7 +353,7 @@ def azure_store_from_url(url: str) -> AzureStore:
                 "Azure store URLs look like abfss://container@account.dfs.core.windows.net/"
                 f"prefix, got {shown!r}")
         account = labels[0]
-        account_url = account_url or f"https://{account}.blob.{'.'.join(labels[2:])}"
+        account_url = f"https://{account}.blob.{'.'.join(labels[2:])}"
     elif parts.scheme == "az":
         container = parts.netloc
         if not container or "@" in container or ":" in container:
@@ -339,11 +367,12 @@ def azure_store_from_url(url: str) -> AzureStore:
     conn = os.environ.get(_CONN_ENV, "").strip()
     settings = _parse_connection_string(conn) if conn else {}
     if settings and account in (None, settings.get("accountname")):
-        if account_url is None:
+        if endpoint is None:
             return AzureStore(container, prefix, connection_string=conn, **kwargs)
-        return AzureStore(container, prefix, account_url=account_url,
+        return AzureStore(container, prefix, account_url=endpoint,
                           credential=_connection_credential(settings), **kwargs)
     account = account or os.environ.get("AZURE_STORAGE_ACCOUNT") or None
+    account_url = endpoint or account_url
     if account_url is None:
         if account is None:
             raise InvalidRequest(

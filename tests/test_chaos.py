@@ -232,3 +232,9 @@ def test_chaos_run_on_s3_with_faults(tmp_path: Path) -> None:
     assert_sound_run(code, results, output)
     faults = results["faults"]
     assert faults["requests"] > 100 and faults["faulted"] > 0, output
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_chaos_run_on_azurite(tmp_path: Path) -> None:
+    assert_sound_run(*run_chaos(tmp_path, "azure"))

@@ -2,6 +2,7 @@
 
     python bench/chaos.py --store file --seed 1 --seconds 60
     python bench/chaos.py --store s3 --seed 1 --preset short
+    python bench/chaos.py --store azure --seed 1 --preset short
     python bench/chaos.py --store s3 --seed 1 --preset long --out chaos-s3.json
 
 (with this checkout on PYTHONPATH or not: the runner puts it first on the path
@@ -15,8 +16,10 @@ What one run does (all times are wall-clock seconds):
    ``--store s3``: a moto S3 server process and a fault proxy process
    (bench/faultproxy.py) in front of it; brokers talk to S3 through the
    proxy, the runner's own reads (owner look-ups, the drain, the checker)
-   and the clients' store look-ups go to moto directly. The queue is created
-   with ``--max-attempts`` and short retry backoffs.
+   and the clients' store look-ups go to moto directly. ``--store azure``: an
+   Azurite process (``make test`` installs it) that every process reaches
+   directly, its connection string in ``AZURE_STORAGE_CONNECTION_STRING``.
+   The queue is created with ``--max-attempts`` and short retry backoffs.
 2. Chaos phase (``--seconds``). Producer threads push jobs with unique
    payloads ``{"p": producer, "n": counter}`` through ``QueueClient.push_many``
    (batches of 1-50; the client's own request keys make its retries safe;
@@ -115,9 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="short: 30 s, 2 kills, 1 pause, 1 competitor. long (the acceptance "
                         "run, about 12-15 minutes): 660 s, 16 kills, 6 pauses, 4 competitors, "
                         "50 jobs/s, 2%% faults on S3, --require-bar. Explicit options win")
-    g.add_argument("--store", choices=["file", "s3"], default="file",
+    g.add_argument("--store", choices=["file", "s3", "azure"], default="file",
                    help="file: a directory in the run directory; s3: moto behind the fault "
-                        "proxy (default file)")
+                        "proxy; azure: Azurite (no fault proxy) (default file)")
     g.add_argument("--seed", type=int, default=1,
                    help="seeds the nemesis schedule, the clients' choices and the fault proxy")
     g.add_argument("--seconds", type=float, default=60.0,

@@ -1,5 +1,5 @@
-"""The store of a run: a directory, or a moto S3 server behind the fault proxy (with its
-remote control), and the runner's own direct reads of it: the queue object, its job
+"""The store of a run: a directory, a moto S3 server behind the fault proxy (with its
+remote control), or Azurite, and the runner's own direct reads of it: the queue object, its job
 counts by status and, for post-mortems, a copy of every object."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import os
 import re
 import subprocess
 import sys
@@ -47,6 +48,9 @@ class StoreSetup:
             path.mkdir(parents=True, exist_ok=True)
             self.broker_url = self.direct_url = f"file://{path}"
             return
+        if self.kind == "azure":
+            self._start_azurite()
+            return
         from bench.faultproxy import RemoteControl
 
         bucket = f"osq-chaos-{self.args.seed % 100000}-{uuid.uuid4().hex[:8]}"
@@ -77,6 +81,30 @@ class StoreSetup:
         self.broker_url = f"s3://{bucket}/chaos?endpoint={self.proxy_url}"
         self.direct_url = f"s3://{bucket}/chaos?endpoint={moto_url}"
 
+    def _start_azurite(self) -> None:
+        """Azurite (node, spawned directly so that kill_all reaches it) with its
+        workspace in the run directory, given 60 s to answer; brokers, clients and the
+        runner get its connection string through AZURE_STORAGE_CONNECTION_STRING (the
+        key is random per run and never on a command line). No fault proxy: the
+        faults are the nemesis's kills, pauses and competitors."""
+        from bench.azuriteserver import AzuriteServer, wait_until_serving
+
+        server = AzuriteServer()
+        workspace = self.run_dir / "azurite"
+        workspace.mkdir(parents=True, exist_ok=True)
+        log = self.run_dir / "azurite.log"
+        proc = CHILDREN.spawn(server.argv(str(workspace)), log,
+                              {**child_env(), **server.env()})
+        self.procs.append(proc)
+        try:
+            wait_until_serving(server.host, server.port, 60, proc)
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}: {log_tail(log)}") from None
+        os.environ["AZURE_STORAGE_CONNECTION_STRING"] = server.connection_string
+        container = f"osq-chaos-{self.args.seed % 100000}-{uuid.uuid4().hex[:8]}"
+        server.create_container(container)
+        self.broker_url = self.direct_url = f"az://{container}/chaos"
+
     def faults(self, on: bool) -> None:
         """Turn the proxy's faults on or off (nothing for a file store)."""
         if self._control is not None:
@@ -93,7 +121,7 @@ class StoreSetup:
             return {"error": f"{type(exc).__name__}: {exc}"}
 
     def stop(self) -> None:
-        """Stop moto and the proxy: SIGTERM, kill -9 after 10 s."""
+        """Stop moto and the proxy, or Azurite: SIGTERM, kill -9 after 10 s."""
         for proc in self.procs:
             if proc.poll() is None:
                 proc.terminate()

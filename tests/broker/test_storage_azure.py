@@ -182,6 +182,14 @@ def test_no_key_or_sas_in_reprs_errors_or_logs(
     with pytest.raises(StorageRefused) as info:
         sas_store.read("k")
     errors.append(info.value)
+    # a SAS inside the connection string: the SDK puts it in every request URL
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING",
+                       f"BlobEndpoint={azurite_server.endpoint};"
+                       f"SharedAccessSignature=sv=2024-11-04&sp=rw&sig={sas_sig}")
+    sas_conn = store_from_url(azure_url)
+    with pytest.raises(StorageRefused) as info:
+        sas_conn.read("k")
+    errors.append(info.value)
     # a timeout, with the key from the connection string
     monkeypatch.delenv("AZURE_STORAGE_SAS_TOKEN")
     monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite_server.connection_string)
@@ -195,7 +203,7 @@ def test_no_key_or_sas_in_reprs_errors_or_logs(
     with pytest.raises(StorageRefused, match="cannot set up") as info:
         store_from_url(azure_url)
     errors.append(info.value)
-    shown = [repr(s) + s.url for s in (store, denied, sas_store, slow)]
+    shown = [repr(s) + s.url for s in (store, denied, sas_store, sas_conn, slow)]
     shown += [f"{e!r} {e} {e.to_dict()}" for e in errors]
     shown += [record.getMessage() for record in caplog.records]
     assert caplog.records, "the SDK's request log is on: it must be checked too"
@@ -216,6 +224,27 @@ def test_a_lease_is_refused_not_a_conflict(azure_url: str, azure_container: str)
     finally:
         lease.break_lease()
     assert store.read("q/queue.json").data == b"1"
+
+
+class _NoToken:
+    """An injected fault: a token credential that has no token to give (what
+    DefaultAzureCredential raises with no identity around)."""
+
+    def get_token(self, *scopes: str, **kwargs: Any) -> Any:
+        from azure.identity import CredentialUnavailableError
+
+        raise CredentialUnavailableError("no identity here")
+
+    def get_token_info(self, *scopes: str, **kwargs: Any) -> Any:
+        return self.get_token(*scopes)
+
+
+def test_missing_credentials_are_refused_naming_the_fix(unanswering_port: int) -> None:
+    store = AzureStore("c0n", account_url=f"https://127.0.0.1:{unanswering_port}",
+                       credential=_NoToken(), retries=3)
+    with pytest.raises(StorageRefused, match="AZURE_STORAGE_CONNECTION_STRING") as info:
+        store.read("k")
+    assert "no identity here" not in str(info.value)
 
 
 def test_the_timeout_option_bounds_each_request(unanswering_port: int,
@@ -269,3 +298,12 @@ def test_the_makefile_installs_the_azurite_the_tests_expect() -> None:
     makefile = (ROOT / "Makefile").read_text()
     assert f"AZURITE_VERSION := {AZURITE_VERSION}\n" in makefile
     assert "unit: $(STAMP) java-check $(AZURITE_STAMP)" in makefile
+
+
+def test_a_missing_azurite_names_make_test(monkeypatch: pytest.MonkeyPatch,
+                                           tmp_path: Path) -> None:
+    from bench.azuriteserver import AzuriteMissing, azurite_command
+
+    monkeypatch.setenv("AZURITE_BLOB", str(tmp_path / "no-azurite-blob"))
+    with pytest.raises(AzuriteMissing, match="`make test` installs it"):
+        azurite_command()

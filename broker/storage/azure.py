@@ -344,7 +344,7 @@ def azure_store_from_url(url: str) -> AzureStore:
     account: str | None = None
     endpoint = opts.get("endpoint") or None
     account_url: str | None = None  # from an abfss:// host
-    if parts.scheme == "abfss" or parts.scheme == "abfs":
+    if parts.scheme == "abfss":
         container, at, host = parts.netloc.partition("@")
         labels = host.split(".")
         if not at or not container or ":" in container or len(labels) < 4 \

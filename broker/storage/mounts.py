@@ -2,8 +2,8 @@
 
 The file store's compare-and-set rests on two things a local disk gives: an
 atomic ``rename`` over an existing name, and ``flock`` locks that exclude
-every other holder. FUSE mounts of object storage (Databricks ``/Volumes``
-and ``/dbfs``, s3fs, gcsfuse, blobfuse, mountpoint-s3) and network
+every other holder. FUSE mounts of object storage (Databricks ``/Volumes``,
+``/dbfs`` and ``/Workspace``, s3fs, gcsfuse, blobfuse, mountpoint-s3) and network
 filesystems (NFS, SMB/CIFS, 9p, ...) give neither reliably: a rename may be a
 copy and a delete, and a lock may hold only on one machine or not at all.
 Running the queue there loses or duplicates jobs, so :func:`check_store_dir`
@@ -130,9 +130,11 @@ def unsafe_kind(fstype: str) -> str | None:
 def _databricks(path: PurePosixPath) -> str | None:
     parts = path.parts
     if len(parts) > 1 and parts[1] == "Volumes":
-        return "a Databricks Unity Catalog volume (FUSE)"
+        return "a Databricks Unity Catalog volume"
     if len(parts) > 1 and parts[1] == "dbfs":
-        return "the Databricks DBFS FUSE mount"
+        return "the Databricks DBFS mount"
+    if len(parts) > 1 and parts[1] == "Workspace":
+        return "the Databricks workspace files"
     return None
 
 
@@ -164,15 +166,16 @@ def check_store_dir(path: str | os.PathLike[str], *, mounts: Sequence[Mount] | N
             resolved, kind, mount.fstype, mount.point, trust_mount)
         return
     where = _databricks(resolved) or _databricks(PurePosixPath(os.path.abspath(path)))
+    label = kind if where is None else f"{where}, {kind}"
     if where is not None:
-        instead = (f"use the volume's cloud storage directly instead: {_CLOUD_URLS} "
-                   "(the bucket or container behind the volume's external location)")
+        instead = (f"use the cloud storage directly instead: {_CLOUD_URLS} (for a volume, "
+                   "the bucket or container of its external location)")
     else:
         instead = (f"use the object store directly instead ({_CLOUD_URLS}), or a directory "
                    "on a local disk; if this mount is a local disk behind FUSE, "
                    f"file://{resolved}?trust_mount={mount.fstype} accepts it (loudly)")
     raise UnsafeStore(
         # The mount's source is left out: some (davfs URLs) carry credentials.
-        f"file store {resolved} is on {where or kind} ({mount.fstype} mounted at "
+        f"file store {resolved} is on {label} ({mount.fstype} mounted at "
         f"{mount.point}), without atomic rename or working locks: the "
         f"queue would lose or duplicate jobs there; {instead}")

@@ -113,13 +113,13 @@ def test_a_symlink_into_a_fuse_mount_is_refused(tmp_path: Path) -> None:
 
 
 def test_databricks_volumes_and_dbfs_name_the_cloud_url() -> None:
-    text = table(("/Volumes", "fuse"), ("/dbfs", "fuse"))
-    for path in ("/Volumes/main/default/vol/queues", "/dbfs/tmp/queues"):
+    text = table(("/Volumes", "fuse"), ("/dbfs", "fuse"), ("/Workspace", "fuse"))
+    for path in ("/Volumes/main/default/vol/queues", "/dbfs/tmp/queues", "/Workspace/Users/q"):
         with pytest.raises(UnsafeStore) as err:
             check_store_dir(path, mounts=parse_mountinfo(text))
         msg = err.value.message
         assert "Databricks" in msg
-        assert "use the volume's cloud storage directly instead: s3://bucket/prefix, " \
+        assert "use the cloud storage directly instead: s3://bucket/prefix, " \
                "abfss://container@account.dfs.core.windows.net/prefix or gs://bucket/prefix" in msg
 
 

@@ -41,7 +41,8 @@ def _classic_driver_conf() -> dict[str, str] | None:
     """``spark.master`` and ``spark.driver.host`` of this process's classic SparkContext.
 
     None without one (no pyspark imported, no context, or a Spark Connect
-    client, which has no SparkContext). Never imports pyspark itself.
+    client, which has no SparkContext), or when the JVM refuses to tell.
+    Never imports pyspark itself.
     """
     if "pyspark" not in sys.modules:
         return None
@@ -50,9 +51,12 @@ def _classic_driver_conf() -> dict[str, str] | None:
     sc = SparkContext._active_spark_context
     if sc is None:
         return None
-    conf = sc.getConf()
-    return {key: value for key in ("spark.master", "spark.driver.host")
-            if (value := conf.get(key)) is not None}
+    try:
+        conf = sc.getConf()
+        return {key: value for key in ("spark.master", "spark.driver.host")
+                if (value := conf.get(key)) is not None}
+    except Exception:  # a JVM that refuses the call (a locked-down shared cluster)
+        return None
 
 
 def cluster_driver_host(spark_conf: Mapping[str, str] | None = None) -> str | None:

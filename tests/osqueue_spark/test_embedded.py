@@ -145,3 +145,18 @@ def test_a_local_session_is_not_a_cluster_and_spark_redacts_the_token(
               .option("store", f"file://{tmp_path}").option("queue", "q").load())
         plan = df._jdf.queryExecution().toString()
         assert "osqueue" in plan and secret not in plan
+
+
+def test_the_jobs_embedded_broker_shares_its_token_with_the_job(tmp_path: Path) -> None:
+    """``jobs/*`` read ``args.token`` inside ``broker_for``: it is the broker's own."""
+    import argparse
+
+    from osqueue_spark.pipelines import broker_for
+
+    args = argparse.Namespace(broker=None, store=f"file://{tmp_path}", token="job-token")
+    with broker_for(args) as url:
+        assert args.token == "job-token"
+        assert _get(url)[0] == 401 and _get(url, args.token)[0] == 200
+    args = argparse.Namespace(broker=None, store=f"file://{tmp_path}", token=None)
+    with broker_for(args) as url:
+        assert args.token is None and _get(url)[0] == 200  # loopback: no token, as before

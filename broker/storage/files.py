@@ -217,8 +217,13 @@ class FileStore(ObjectStore):
 
     # The system calls the compare-and-set rests on; a test replaces them on a
     # subclass to show that the self-test refuses a store where they fail.
-    _flock = staticmethod(fcntl.flock)
-    _replace = staticmethod(os.replace)
+    @staticmethod
+    def _flock(fd: int, operation: int) -> None:
+        fcntl.flock(fd, operation)
+
+    @staticmethod
+    def _replace(src: Path, dst: Path) -> None:
+        os.replace(src, dst)
 
     def __init__(
         self,

@@ -2,9 +2,16 @@
 
 Example::
 
-    osqueue-broker --store file:///var/lib/osqueue --listen 0.0.0.0:8765
-    OSQ_TOKEN=... osqueue-broker --store s3://bucket/queues --listen :8765 --token-env OSQ_TOKEN
-    OSQUEUE_STORE=s3://bucket/queues OSQUEUE_TOKEN=... osqueue-broker
+    osqueue-broker --store file:///var/lib/osqueue
+    OSQ_TOKEN=... osqueue-broker --store s3://bucket/queues --listen :8765 --token-env OSQ_TOKEN \
+        --advertise-url http://broker.internal:8765
+    OSQUEUE_STORE=s3://bucket/queues OSQUEUE_TOKEN=... osqueue-broker --listen 0.0.0.0:8765
+
+Listening beyond loopback needs a bearer token (``--insecure-no-token`` to go
+without, on a trusted network only). ``--advertise-url`` is the URL clients
+and other brokers reach this one at; it is written into the queue objects it
+owns (default: from ``--listen``, a wildcard address giving this host's name's
+address).
 
 Every flag may come from an ``OSQUEUE_*`` variable instead (see :mod:`broker.config`);
 a flag wins over its variable.
@@ -43,6 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
             f"; default {field.default}"
         p.add_argument("--" + name.replace("_", "-"), dest=name, metavar=name.upper(),
                        help=f"{field.description or name} (env {env_of(name)}{default})")
+    p.add_argument("--insecure-no-token", dest="insecure_no_token", action="store_const",
+                   const=True, help=f"listen beyond loopback without a bearer token, on a "
+                                    f"trusted network only (env {env_of('insecure_no_token')}"
+                                    f"=true)")
     p.add_argument("--no-self-test", dest="self_test", action="store_const", const=False,
                    help=f"skip the conditional-write self-test at start-up "
                         f"(env {env_of('self_test')}=false)")

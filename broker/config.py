@@ -7,6 +7,15 @@ A flag wins over its variable. The bearer token comes from ``OSQUEUE_TOKEN``,
 or from the variable ``--token-env`` names; it is a ``SecretStr``, so no repr,
 log line or error message shows it.
 
+A broker that listens beyond loopback (``--listen 0.0.0.0:8765``, or any
+address that is not ``127.x`` / ``::1`` / ``localhost``) needs a token: it
+refuses to start without one unless ``--insecure-no-token``
+(``OSQUEUE_INSECURE_NO_TOKEN=true``) says that the network itself is trusted.
+``--advertise-url`` is the URL the broker writes into every queue object it
+owns, from which clients (``store=`` option) and other brokers find the owner:
+give it when the listening address is not what other machines reach (a
+wildcard address, a container, a proxy).
+
 :meth:`BrokerSettings.load` raises ``pydantic.ValidationError`` for bad values;
 :func:`problems` words each as one line naming the flag and its variable.
 """
@@ -28,6 +37,7 @@ from broker.limits import (
     MIN_COMMIT_TIMEOUT_S,
 )
 from broker.ownership import BROKER_LEASE_S
+from broker.server import is_loopback
 from broker.service import BrokerConfig
 
 ENV_PREFIX = "OSQUEUE_"
@@ -45,10 +55,13 @@ class BrokerSettings(BaseSettings):
     listen: str = Field("127.0.0.1:8765",
                         description="HOST:PORT to listen on (port 0 picks a free one)")
     advertise_url: str | None = Field(
-        None, description="URL clients should use (default from --listen)")
+        None, description="URL clients and other brokers should use, written into the "
+                          "queue objects this broker owns (default from --listen)")
     token_env: str | None = Field(
         None, description="name of an environment variable holding the bearer token")
     token: SecretStr | None = Field(None, description="the bearer token clients must send")
+    insecure_no_token: bool = Field(
+        False, description="listen beyond loopback without a token (a trusted network only)")
     endpoint_url: str | None = Field(
         None, description="S3-compatible endpoint (else AWS_ENDPOINT_URL)")
     lease_s: float = Field(
@@ -73,6 +86,13 @@ class BrokerSettings(BaseSettings):
             raise ValueError("wants HOST:PORT")
         return f"{host or '0.0.0.0'}:{int(port)}"
 
+    @field_validator("advertise_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("wants an http:// or https:// URL")
+        return value
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _lower(cls, value: Any) -> Any:
@@ -90,6 +110,11 @@ class BrokerSettings(BaseSettings):
             # --token-env variable is) rather than serve every route unauthenticated.
             raise ValueError(f"{ENV_PREFIX}TOKEN is set but empty: give the token, or "
                              "unset it to run without auth")
+        if self.token is None and not self.insecure_no_token and not is_loopback(self.host):
+            raise ValueError(
+                f"listening on {self.listen} (beyond loopback) needs a bearer token: set "
+                f"{ENV_PREFIX}TOKEN or --token-env VAR, or pass --insecure-no-token "
+                "on a trusted network")
         return self
 
     @classmethod

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import signal
 import socket
@@ -50,26 +51,74 @@ def run_loop(main: Coroutine[Any, Any, None]) -> None:
         uvloop.run(main)
 
 
+def primary_address() -> str:
+    """This machine's address as other machines see it, as best as can be told.
+
+    The host name's address, unless that is loopback (``/etc/hosts`` often maps
+    the name to 127.0.1.1); then the source address of the default route (a
+    UDP ``connect`` sends nothing); ``127.0.0.1`` if neither is known.
+    """
+    try:
+        addr = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        addr = "127.0.0.1"
+    if not is_loopback(addr):
+        return addr
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # TEST-NET-1: a route lookup, no packet
+            routed: str = probe.getsockname()[0]
+        except OSError:
+            return addr
+    return routed if routed != "0.0.0.0" else addr
+
+
 def _advertised(host: str, port: int) -> str:
     if host in ("0.0.0.0", "::", ""):
-        try:
-            host = socket.gethostbyname(socket.gethostname())
-        except OSError:
-            host = "127.0.0.1"
-    return f"http://{host}:{port}"
+        host = primary_address()
+        if is_loopback(host):
+            log.warning("listening on every interface but advertising %s: other machines "
+                        "cannot use that; give an advertise URL", host)
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether listening on ``host`` keeps the broker to this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 class BrokerServer:
-    """A broker and its HTTP server. Use :meth:`run` (blocking) or :meth:`start_in_thread`."""
+    """A broker and its HTTP server. Use :meth:`run` (blocking) or :meth:`start_in_thread`.
+
+    ``url`` is the advertised URL: what clients and executors should use, and
+    what the broker writes into every queue object it owns (other brokers and
+    clients discover the owner from it). ``token`` is the bearer token every
+    request must carry (None: no auth); no repr or log line shows it.
+    """
 
     def __init__(self, store: ObjectStore, host: str = "127.0.0.1", port: int = 0, *,
                  token: str | None = None, config: BrokerConfig | None = None,
-                 advertise_url: str | None = None, drain_s: float = 30.0,
+                 advertise_url: str | None = None, advertise_host: str | None = None,
+                 drain_s: float = 30.0,
                  on_ready: Callable[[BrokerServer], None] | None = None,
                  tune_gc: bool = False) -> None:
-        """``tune_gc``: make the whole process a broker's for the garbage collector
+        """``advertise_url``: the URL to advertise, as given; else
+        ``http://<advertise_host>:<bound port>``; else one made from ``host``
+        (a wildcard host advertises this machine's name's address).
+        ``tune_gc``: make the whole process a broker's for the garbage collector
         (:func:`broker.gcpause.tune_for_broker_process`); off for a broker embedded
-        in somebody else's process unless its owner asks."""
+        in somebody else's process unless its owner asks.
+
+        Raises ``ValueError`` for an ``advertise_url`` that is not http(s), and
+        ``OSError`` if ``host:port`` cannot be bound.
+        """
+        if advertise_url is not None and not advertise_url.startswith(("http://", "https://")):
+            raise ValueError(f"advertise_url must be an http(s) URL, got {advertise_url!r}")
         if tune_gc:
             tune_for_broker_process()
         self.store = store
@@ -84,7 +133,7 @@ class BrokerServer:
         self._sock.bind((host, port))
         self._sock.listen(2048)  # connections wait in the backlog until uvicorn serves
         self.port: int = self._sock.getsockname()[1]
-        self.url = advertise_url or _advertised(host, self.port)
+        self.url = advertise_url or _advertised(advertise_host or host, self.port)
         self.config.url = self.url
         self.broker = Broker(store, self.config)
         self._server: _Server | None = None
@@ -94,7 +143,13 @@ class BrokerServer:
         self._error: BaseException | None = None
 
     def __repr__(self) -> str:
-        return f"BrokerServer({self.url!r}, store={self.store.url!r})"
+        return f"BrokerServer({self.url!r}, store={self.store.url!r}, " \
+               f"auth={self._token is not None})"
+
+    @property
+    def token(self) -> str | None:
+        """The bearer token clients must send (None: no auth). Never log it."""
+        return self._token
 
     async def serve(self) -> None:
         self._loop = asyncio.get_running_loop()

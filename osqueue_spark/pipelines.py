@@ -90,7 +90,11 @@ def process_queue(spark: Any, broker: str, queue: str, workers: int, fn: Any = a
 
 
 def broker_for(args: Any) -> Any:
-    """The broker URL from ``--broker``, or an embedded broker on ``--store`` (a context)."""
+    """The broker URL from ``--broker``, or an embedded broker on ``--store`` (a context).
+
+    The embedded broker takes ``args.token`` and sets it to the token it wants
+    (one it generated when it listens beyond loopback on a cluster's driver).
+    """
     from contextlib import nullcontext
 
     from osqueue_spark.embedded import start_broker
@@ -100,7 +104,10 @@ def broker_for(args: Any) -> Any:
 
     @contextmanager
     def embedded() -> Iterator[str]:
-        with start_broker(args.store) as broker:
+        with start_broker(args.store, token=args.token) as broker:
+            # On a cluster's driver the broker wants a token (generated if none was
+            # given): the job's Spark options and clients take it from args.token.
+            args.token = broker.token
             print(f"(embedded broker at {broker.url} on {args.store})", file=sys.stderr)
             yield broker.url
 

@@ -2,7 +2,9 @@
 
 ``store_from_url`` turns a store URL into a store:
 
-* ``file:///abs/dir`` -> :class:`FileStore`
+* ``file:///abs/dir`` -> :class:`FileStore`; refused on FUSE and network
+  mounts (:mod:`broker.storage.mounts`). Query option ``trust_mount=<fstype>``
+  accepts one such filesystem type anyway, with a warning.
 * ``s3://bucket/prefix`` -> :class:`S3Store`. Query options:
   ``endpoint=http://host:port`` (an S3-compatible endpoint; otherwise
   ``AWS_ENDPOINT_URL``), ``region=`` (otherwise ``AWS_REGION``),
@@ -57,7 +59,7 @@ def store_from_url(url: str, *, endpoint_url: str | None = None) -> ObjectStore:
             raise InvalidRequest(f"file store URLs need an absolute path: file:///dir, got {url!r}")
         if not parts.path.startswith("/"):
             raise InvalidRequest(f"file store URLs need an absolute path: file:///dir, got {url!r}")
-        return FileStore(parts.path)
+        return FileStore(parts.path, trust_mount=_file_options(parts.query).get("trust_mount"))
     if parts.scheme == "s3":
         if not parts.netloc:
             raise InvalidRequest(f"S3 store URLs look like s3://bucket/prefix, got {url!r}")
@@ -103,6 +105,17 @@ def _s3_options(query: str) -> dict[str, str]:
     repeated = sorted(name for name, values in parsed.items() if len(values) > 1)
     if repeated:
         raise InvalidRequest(f"S3 store URL option(s) given more than once: {', '.join(repeated)}")
+    return {name: values[0] for name, values in parsed.items()}
+
+
+def _file_options(query: str) -> dict[str, str]:
+    """The file URL's query options: only ``trust_mount``."""
+    parsed = parse_qs(query, keep_blank_values=True)
+    unknown = sorted(set(parsed) - {"trust_mount"})
+    if unknown or any(len(v) > 1 or not v[0] for v in parsed.values()):
+        raise InvalidRequest(
+            f"bad file store URL option(s) {', '.join(unknown or parsed)}; the one option "
+            "is trust_mount=<filesystem type>, given once")
     return {name: values[0] for name, values in parsed.items()}
 
 

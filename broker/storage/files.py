@@ -22,8 +22,14 @@ except a missing file where that means "no such object". A write that fails
 before its rename leaves the object unchanged and no file behind; one that
 fails while syncing the directory after its rename may have landed.
 
-Needs a POSIX filesystem with ``flock`` and symbolic links (a local disk, not
-a FUSE mount of object storage: use ``s3://`` there).
+Needs a POSIX filesystem with ``flock`` and symbolic links: a local disk.
+Opening a store on a FUSE mount (Databricks ``/Volumes`` and ``/dbfs``,
+s3fs, gcsfuse, blobfuse) or a network filesystem (NFS, SMB, 9p, ...) raises
+``UnsafeStore`` naming the cloud URL to use instead; the mount is judged by
+its type in the mount table (:mod:`broker.storage.mounts`), not by its path.
+The start-up :meth:`FileStore.self_test` also proves that a second lock is
+refused while one is held and that a rename replaces its target whole, and
+raises ``UnsafeStore`` if not.
 """
 
 from __future__ import annotations
@@ -39,8 +45,9 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from broker.errors import Conflict, InvalidRequest, NotFound, StorageUnavailable
+from broker.errors import Conflict, InvalidRequest, NotFound, StorageUnavailable, UnsafeStore
 from broker.storage.base import Data, ObjectStore, Versioned
+from broker.storage.mounts import Mount, check_store_dir, parse_mountinfo
 
 _VERSION_MARK = ".v-"
 
@@ -196,10 +203,27 @@ class FileStore(ObjectStore):
     ``lock_timeout_s`` (seconds, default 5.0) bounds the wait for an object's
     lock held by another process or thread; past it the write or delete
     raises ``StorageUnavailable`` having changed nothing.
+
+    Raises ``UnsafeStore`` (creating nothing) if ``root`` resolves onto a FUSE
+    or network mount (see :mod:`broker.storage.mounts`). ``trust_mount``:
+    one filesystem type to accept anyway, with a warning at every opening
+    (``"fuse.fuse-overlayfs"`` for a rootless container's local disk, say).
+    ``mount_table``: the text of a ``/proc/self/mountinfo`` to judge by
+    instead of this process's own (for tests).
     """
 
     etags_differ_on_same_bytes = True
     shared_across_processes = True
+
+    # The system calls the compare-and-set rests on; a test replaces them on a
+    # subclass to show that the self-test refuses a store where they fail.
+    @staticmethod
+    def _flock(fd: int, operation: int) -> None:
+        fcntl.flock(fd, operation)
+
+    @staticmethod
+    def _replace(src: Path, dst: Path) -> None:
+        os.replace(src, dst)
 
     def __init__(
         self,
@@ -207,9 +231,14 @@ class FileStore(ObjectStore):
         *,
         fsync: bool = True,
         lock_timeout_s: float = 5.0,
+        trust_mount: str | None = None,
+        mount_table: str | None = None,
     ) -> None:
         if lock_timeout_s < 0:
             raise ValueError(f"lock_timeout_s must be >= 0 seconds, got {lock_timeout_s}")
+        mounts: list[Mount] | None = None if mount_table is None else \
+            parse_mountinfo(mount_table)
+        check_store_dir(root, mounts=mounts, trust_mount=trust_mount)
         self.root = Path(root).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
         self.url = f"file://{self.root}"
@@ -255,7 +284,7 @@ class FileStore(ObjectStore):
                 delay = _LOCK_POLL_FIRST_S
                 while True:
                     try:
-                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        self._flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                         break
                     except BlockingIOError:
                         left = deadline - time.monotonic()
@@ -319,7 +348,7 @@ class FileStore(ObjectStore):
                 tmp_link = path.parent / f".{path.name}.link-{etag}"
                 os.symlink(version.name, tmp_link)
                 try:
-                    os.replace(tmp_link, path)
+                    self._replace(tmp_link, path)
                 except BaseException:
                     with contextlib.suppress(OSError):
                         tmp_link.unlink()
@@ -341,6 +370,78 @@ class FileStore(ObjectStore):
     def settle(self) -> None:
         """Wait until superseded version files are deleted."""
         _reaper.wait()
+
+    # -- start-up self-test ------------------------------------------------
+    def self_test(self) -> None:
+        """The generic conditional-write probes, after proving locks and rename.
+
+        Raises ``UnsafeStore`` if a second ``flock`` of a file is granted while
+        the first is held, if ``flock`` fails, or if a rename over an existing
+        name (of a file, and of a symbolic link) does not replace it whole and
+        remove the source; the probe files (hidden names in the root) are
+        removed in any case.
+        """
+        with self._os_errors("self-testing", "(probe)"):
+            self._probe_locks()
+            self._probe_rename()
+        super().self_test()
+
+    def _unsafe(self, what: str) -> UnsafeStore:
+        return UnsafeStore(
+            f"file store {self.url} failed its start-up self-test: {what}. The directory is "
+            "not on a local disk with working locks and atomic rename; use s3://bucket/prefix, "
+            "abfss://container@account.dfs.core.windows.net/prefix or gs://bucket/prefix, "
+            "or a local directory instead")
+
+    def _probe_locks(self) -> None:
+        lock = self.root / f".osqueue-selftest-{uuid.uuid4().hex}.lock"
+        first = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        second = -1
+        try:
+            second = os.open(lock, os.O_RDWR)
+            try:
+                self._flock(first, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                raise self._unsafe(f"flock failed ({errno.errorcode.get(exc.errno or 0, exc)})") \
+                    from None
+            try:
+                self._flock(second, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                pass  # refused while held: locks exclude
+            else:
+                raise self._unsafe("a second flock of a file was granted while the first "
+                                   "was held (locks do not exclude)")
+        finally:
+            os.close(first)
+            if second >= 0:
+                os.close(second)
+            with contextlib.suppress(OSError):
+                lock.unlink()
+
+    def _probe_rename(self) -> None:
+        base = self.root / f".osqueue-selftest-{uuid.uuid4().hex}"
+        names = [base.with_name(base.name + suffix) for suffix in (".a", ".b", ".l", ".m")]
+        plain, new, link, new_link = names
+        try:
+            plain.write_bytes(b"old")
+            new.write_bytes(b"new")
+            try:
+                self._replace(new, plain)
+                os.symlink("version-1", link)
+                os.symlink("version-2", new_link)
+                self._replace(new_link, link)
+            except OSError as exc:
+                code = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+                raise self._unsafe(f"rename over an existing name failed ({code})") from None
+            if plain.read_bytes() != b"new" or os.path.lexists(new):
+                raise self._unsafe("a rename over an existing file did not replace it whole")
+            if os.readlink(link) != "version-2" or os.path.lexists(new_link):
+                raise self._unsafe("a rename over an existing symbolic link did not "
+                                   "replace it whole")
+        finally:
+            for name in names:
+                with contextlib.suppress(OSError):
+                    name.unlink()
 
     # -- CAS objects -----------------------------------------------------
     def read(self, key: str) -> Versioned:
@@ -385,7 +486,7 @@ class FileStore(ObjectStore):
             try:
                 _write_file(tmp, data, self._fsync)
                 st = tmp.stat()  # a rename keeps inode and times: head() gives this etag
-                os.replace(tmp, path)
+                self._replace(tmp, path)
             except BaseException:
                 with contextlib.suppress(OSError):
                     tmp.unlink()

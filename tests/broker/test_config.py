@@ -28,9 +28,10 @@ def test_a_variable_sets_a_value(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OSQUEUE_LEASE_S", "12.5")
     monkeypatch.setenv("OSQUEUE_SELF_TEST", "false")
     monkeypatch.setenv("OSQUEUE_LISTEN", ":9000")
+    monkeypatch.setenv("OSQUEUE_INSECURE_NO_TOKEN", "true")
     s = settings()
-    assert (s.store, s.lease_s, s.self_test, s.host, s.port) == (
-        "file:///tmp/q", 12.5, False, "0.0.0.0", 9000)
+    assert (s.store, s.lease_s, s.self_test, s.host, s.port, s.insecure_no_token) == (
+        "file:///tmp/q", 12.5, False, "0.0.0.0", 9000, True)
     config = s.broker_config()
     assert (config.lease_s, config.self_test, config.max_request_bytes) == (
         12.5, False, 64 * 1024 * 1024)
@@ -60,6 +61,10 @@ def test_defaults_without_flags_or_variables() -> None:
     (["--store", "file:///tmp/q", "--log-level", "loud"], {}, "--log-level"),
     ([], {}, "--store (or OSQUEUE_STORE)"),
     (["--store", "file:///tmp/q", "--token-env", "OSQ_UNSET_FOR_TEST"], {}, "OSQ_UNSET_FOR_TEST"),
+    (["--store", "file:///tmp/q", "--listen", "0.0.0.0:0"], {}, "--insecure-no-token"),
+    (["--store", "file:///tmp/q", "--listen", "192.0.2.2:8765"], {}, "needs a bearer token"),
+    (["--store", "file:///tmp/q", "--advertise-url", "broker:8765"], {},
+     "--advertise-url (or OSQUEUE_ADVERTISE_URL): wants an http:// or https:// URL"),
 ])
 def test_a_bad_value_is_one_line_and_exit_2(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
@@ -82,3 +87,15 @@ def test_the_token_never_shows(monkeypatch: pytest.MonkeyPatch,
     assert settings("--store", "file:///tmp/q").bearer() == TOKEN
     assert cli.main(["--store", "file:///tmp/q", "--lease-s", "-1"]) == 2
     assert TOKEN not in capsys.readouterr().err
+
+
+def test_beyond_loopback_takes_a_token_or_the_insecure_flag(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for listen in ("127.0.0.1:0", "localhost:0", "[::1]:0", "127.3.4.5:0"):
+        assert settings("--store", "file:///tmp/q", "--listen", listen).token is None
+    s = settings("--store", "file:///tmp/q", "--listen", "0.0.0.0:0", "--insecure-no-token")
+    assert (s.host, s.token, s.insecure_no_token) == ("0.0.0.0", None, True)
+    monkeypatch.setenv("OSQUEUE_TOKEN", TOKEN)
+    s = settings("--store", "file:///tmp/q", "--listen", "0.0.0.0:0",
+                 "--advertise-url", "http://broker.internal:8765")
+    assert (s.bearer(), s.advertise_url) == (TOKEN, "http://broker.internal:8765")

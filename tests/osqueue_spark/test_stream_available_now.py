@@ -274,23 +274,26 @@ def test_available_now_over_10000_jobs_completes_each_once(any_spark: Any, broke
 @pytest.mark.spark
 def test_available_now_queue_to_queue_with_batches_longer_than_the_lease(
         any_spark: Any, broker: BrokerServer, tmp_path: Path) -> None:
-    """readStream -> a slow UDF -> writeStream, both osqueue, availableNow: every batch
+    """readStream -> a slow step -> writeStream, both osqueue, availableNow: every batch
     outlives its jobs' lease (heartbeats hold them), every row is published once."""
-    from pyspark.sql import functions as F
+    import pyarrow as pa
 
     src, dst = qname(), qname()
     client = QueueClient(broker.url, src)
     client.push_many([{"payload": {"n": i}} for i in range(20)])
 
-    @F.udf("string")
-    def slow(payload: str) -> str:
-        time.sleep(0.7)  # 10 rows a batch in one task: 7 s, over three 2 s leases
-        return payload
+    def slow(batches: Iterator[Any]) -> Iterator[Any]:
+        """Runs in an executor's Python worker (mapInArrow: the same under Connect)."""
+        for i, batch in enumerate(batches):
+            if i == 0:
+                time.sleep(7.0)  # the task outlives three 2 s leases
+            payload = batch.column(batch.schema.get_field_index("payload"))
+            yield pa.RecordBatch.from_arrays([payload], names=["payload"])
 
     df = (any_spark.readStream.format("osqueue").option("broker", broker.url)
           .option("queue", src).option("maxJobsPerTrigger", "10").option("leaseS", "2")
           .option("rowsPerPartition", "10").load())
-    query = (df.select(slow("payload").alias("payload")).writeStream.format("osqueue")
+    query = (df.mapInArrow(slow, "payload string").writeStream.format("osqueue")
              .option("broker", broker.url).option("queue", dst)
              .option("checkpointLocation", str(tmp_path / "ckpt"))
              .trigger(availableNow=True).start())

@@ -17,7 +17,9 @@
 * ``readStream``: each micro-batch claims up to ``maxJobsPerTrigger`` jobs,
   a driver-side thread heartbeats them until Spark commits the batch, then
   they are completed. Jobs of a query that died come back when their leases
-  expire.
+  expire. ``trigger(availableNow=True)`` drains what the queue holds at the
+  start in bounded batches and stops (PySpark 4.2+; what 4.0 and 4.1 do is
+  in :mod:`osqueue_spark.stream_reader`).
 
 Everything here pickles: options are parsed once into frozen dataclasses and
 connections are opened in ``read``/``write``/``commit``, never in ``__init__``.

@@ -1,7 +1,8 @@
 """A background thread that keeps the leases of held jobs alive.
 
 It heartbeats every ``lease_s / 3`` seconds for all tokens it holds, in one
-request that extends each lease to ``lease_s`` seconds from the broker's now.
+request per ``MAX_ITEMS`` tokens, each extending the lease to ``lease_s``
+seconds from the broker's now.
 A token the broker reports lost (the job was reclaimed) is dropped and
 recorded in ``lost``: the holder must not complete it. Transient broker
 errors are logged and retried at the next beat; they never stop the thread.
@@ -19,6 +20,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from broker.errors import OsqueueError
+from broker.limits import MAX_ITEMS
 
 log = logging.getLogger("osqueue.heartbeat")
 
@@ -65,11 +67,13 @@ class Heartbeater:
                 tokens = sorted(self._tokens)
             if not tokens:
                 return
-            try:
-                results = self.client.heartbeat(tokens, self.lease_s)
-            except OsqueueError as exc:
-                log.warning("heartbeat failed (%s); retrying in %.1fs", exc, self.interval_s)
-                return
+            results: list[Any] = []
+            for i in range(0, len(tokens), MAX_ITEMS):  # the broker's bound per request
+                try:
+                    results.extend(self.client.heartbeat(tokens[i:i + MAX_ITEMS], self.lease_s))
+                except OsqueueError as exc:
+                    log.warning("heartbeat failed (%s); retrying in %.1fs", exc,
+                                self.interval_s)
             with self._lock:  # a token released meanwhile (completed) was not lost
                 gone = [r.token for r in results if not r.ok and r.token in self._tokens]
                 self._tokens.difference_update(gone)

@@ -169,12 +169,19 @@ class BrokerOptions:
 
 @dataclass(frozen=True)
 class StreamReadOptions:
-    """``spark.readStream.format("osqueue")``: a consumer."""
+    """``spark.readStream.format("osqueue")``: a consumer.
+
+    ``maxJobsPerTrigger`` bounds a micro-batch (PySpark 4.2+ also gets it as the
+    source's default ``ReadMaxRows``); ``leaseS`` (seconds) is the lease each
+    claim takes and each heartbeat renews; ``rowsPerPartition`` splits a batch
+    into Spark partitions (tasks) of at most that many jobs.
+    """
 
     target: BrokerOptions
     max_jobs_per_trigger: int = 1000
     lease_s: float = 120.0
     worker: str = "spark-stream"
+    rows_per_partition: int = 500
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> StreamReadOptions:
@@ -187,6 +194,7 @@ class StreamReadOptions:
             max_jobs_per_trigger=_int(options, "maxJobsPerTrigger", 1000, 1, MAX_CLAIM_JOBS),
             lease_s=_float(options, "leaseS", 120.0, 1.0, MAX_LEASE_S),
             worker=worker,
+            rows_per_partition=_int(options, "rowsPerPartition", 500, 1, MAX_CLAIM_JOBS),
         )
 
 

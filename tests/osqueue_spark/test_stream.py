@@ -42,16 +42,14 @@ def payload_ns(broker: BrokerServer, q: str) -> list[int]:
 
 
 @pytest.mark.spark
-def test_streaming_write_publishes_after_checkpoint_reset(spark: Any, broker: BrokerServer,
+def test_streaming_write_publishes_after_checkpoint_reset(any_spark: Any, broker: BrokerServer,
                                                           tmp_path: Path) -> None:
-    from pyspark.sql import functions as F
-
     q = qname()
     ckpt = tmp_path / "ckpt"
 
     def run(src: Path) -> None:
-        stream = (spark.readStream.schema("n long").json(str(src))
-                  .select(F.to_json(F.struct("n")).alias("payload")))
+        stream = (any_spark.readStream.schema("n long").json(str(src))
+                  .selectExpr("to_json(struct(n)) AS payload"))  # SQL: the same under Connect
         query = (stream.writeStream.format("osqueue").option("broker", broker.url)
                  .option("queue", q).option("checkpointLocation", str(ckpt))
                  .trigger(availableNow=True).start())
@@ -77,13 +75,12 @@ def test_streaming_write_publishes_after_checkpoint_reset(spark: Any, broker: Br
 
 
 @pytest.mark.spark
-def test_streaming_write_takes_the_query_id_from_spark(spark: Any, broker: BrokerServer,
+def test_streaming_write_takes_the_query_id_from_spark(any_spark: Any, broker: BrokerServer,
                                                        tmp_path: Path) -> None:
     """No checkpointLocation option (the checkpoint comes from the session conf), so
     the sink cannot read the checkpoint's metadata: the query id reaches it from
-    Spark's tasks. A new run with the SAME data at batch 0 is still a new run."""
-    from pyspark.sql import functions as F
-
+    Spark's tasks. A new run with the SAME data at batch 0 is still a new run.
+    Under Connect the query runs in the server, whose tasks carry the id alike."""
     q = qname()
     root = tmp_path / "checkpoints"
     src = tmp_path / "in"
@@ -93,8 +90,8 @@ def test_streaming_write_takes_the_query_id_from_spark(spark: Any, broker: Broke
     ids = []
 
     def run() -> None:
-        stream = (spark.readStream.schema("n long").json(str(src))
-                  .select(F.to_json(F.struct("n")).alias("payload")))
+        stream = (any_spark.readStream.schema("n long").json(str(src))
+                  .selectExpr("to_json(struct(n)) AS payload"))  # SQL: the same under Connect
         query = (stream.writeStream.format("osqueue").queryName(name)
                  .option("broker", broker.url).option("queue", q).option("streamId", name)
                  .trigger(availableNow=True).start())
@@ -102,7 +99,7 @@ def test_streaming_write_takes_the_query_id_from_spark(spark: Any, broker: Broke
         assert query.exception() is None
         ids.append(query.id)
 
-    spark.conf.set("spark.sql.streaming.checkpointLocation", str(root))
+    any_spark.conf.set("spark.sql.streaming.checkpointLocation", str(root))
     try:
         run()
         run()  # a restart from the checkpoint: nothing twice
@@ -110,7 +107,7 @@ def test_streaming_write_takes_the_query_id_from_spark(spark: Any, broker: Broke
         shutil.rmtree(root / name)  # a new run, from batch 0, over the same files
         run()
     finally:
-        spark.conf.unset("spark.sql.streaming.checkpointLocation")
+        any_spark.conf.unset("spark.sql.streaming.checkpointLocation")
     assert ids[0] == ids[1] != ids[2]
     assert payload_ns(broker, q) == sorted([*range(20), *range(20)])
 

@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=30.0, help="run this long (0: forever)")
     p.add_argument("--max-jobs-per-trigger", type=int, default=1000)
     args = p.parse_args(argv)
-    spark = local_session("osqueue-stream")
+    spark = local_session("osqueue-stream", remote=args.remote)
     with broker_for(args) as url:
         reader = (spark.readStream.format("osqueue").option("broker", url)
                   .option("queue", args.queue)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import runpy
 from pathlib import Path
 from typing import Any
@@ -98,3 +99,40 @@ def test_jobs_producer_worker_pool_and_report(any_spark: Any, jobs_broker: Broke
     # poison documents and transient failures may still be waiting out their backoff
     assert stats["completed_total"] + stats["total"] == 2000
     assert stats["completed_total"] >= 1970
+
+
+#: What a Spark Connect session does not have: RDDs, the SparkContext and what
+#: hangs off it (broadcast variables, accumulators, setLogLevel), the JVM handles.
+CLASSIC_ONLY_ATTRS = {"rdd", "sparkContext", "_jvm", "_jsc", "_jdf", "_jsparkSession"}
+#: Where one is used anyway, behind an ``if not is_connect(spark)`` check.
+GUARDED = {("osqueue_spark/pipelines.py", 'spark.sparkContext.setLogLevel("ERROR")')}
+
+
+def is_classic_only(node: ast.AST) -> bool:
+    """Uses a classic-only API: one of those attributes, the SparkContext class
+    (imported or named), an ``isinstance`` check against ``SparkSession`` (a
+    Connect session is not an instance of the classic class)."""
+    return ((isinstance(node, ast.Attribute) and node.attr in CLASSIC_ONLY_ATTRS)
+            or (isinstance(node, ast.Name) and node.id == "SparkContext")
+            or (isinstance(node, ast.ImportFrom)
+                and any(a.name == "SparkContext" for a in node.names))
+            or (isinstance(node, ast.Call) and ast.unparse(node.func) == "isinstance"
+                and "SparkSession" in ast.unparse(node)))
+
+
+def test_the_package_jobs_and_notebooks_use_no_classic_only_api() -> None:
+    found = set()
+    for folder in ("osqueue_spark", "jobs", "notebooks"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            text = path.read_text()
+            lines = text.splitlines()
+            for node in filter(is_classic_only, ast.walk(ast.parse(text))):
+                line = lines[node.lineno - 1].strip()  # type: ignore[attr-defined]
+                found.add((str(path.relative_to(ROOT)), line))
+                if (str(path.relative_to(ROOT)), line) in GUARDED:
+                    assert lines[node.lineno - 2].strip() == (  # type: ignore[attr-defined]
+                        "if not is_connect(spark):  # SPARK_API_MODE=connect makes the builder "
+                        "give a Connect one")
+    assert found == GUARDED
+    probe = "df.rdd.count()\nisinstance(s, SparkSession)\nfrom pyspark import SparkContext\n"
+    assert sum(map(is_classic_only, ast.walk(ast.parse(probe)))) == 3

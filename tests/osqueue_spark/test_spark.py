@@ -510,3 +510,16 @@ def test_streaming_read_completes_on_commit_and_survives_restart(
     assert stats["completed_total"] == 30 and stats["total"] == 0
     seen = {json.loads(r["payload"])["n"] for r in spark.read.parquet(out).collect()}
     assert seen == set(range(30))
+
+
+def test_session_helpers_tell_the_kinds_apart(spark: Any, spark_connect: Any) -> None:
+    """Outside ``any_spark`` this process is not in Connect mode, so plain
+    ``pyspark.sql.functions`` build classic columns, which a Connect DataFrame
+    refuses; the pipelines ask the session which functions to use."""
+    from osqueue_spark.pipelines import documents, is_connect, sql_functions
+
+    assert not is_connect(spark) and is_connect(spark_connect)
+    assert sql_functions(spark).__name__ == "pyspark.sql.functions"
+    docs = documents(spark_connect, 5, partitions=2).where("doc = 3").collect()
+    assert [(r["doc"], r["text"].split()[:2], r["poison"]) for r in docs] == [
+        (3, ["document", "3"], False)]

@@ -118,5 +118,7 @@ class OsqueueDataSource(DataSource):
 
 
 def register(spark: Any) -> None:
-    """Register the ``osqueue`` data source with a SparkSession."""
+    """Register the ``osqueue`` data source with a SparkSession: a classic one or a
+    Spark Connect client (``pyspark.sql.connect.session.SparkSession``), whose
+    server then runs the source in its Python workers."""
     spark.dataSource.register(OsqueueDataSource)

@@ -12,7 +12,7 @@ from osqueue_spark.pipelines import archive_report, job_args, local_session
 
 def main(argv: list[str] | None = None) -> int:
     args = job_args(__doc__.splitlines()[0]).parse_args(argv)
-    spark = local_session("osqueue-archive-report")
+    spark = local_session("osqueue-archive-report", remote=args.remote)
     report = archive_report(spark, args.store, args.queue)
     report.show(50, truncate=False)
     total = sum(r["completed"] for r in report.collect())

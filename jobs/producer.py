@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", type=int, default=100_000)
     p.add_argument("--partitions", type=int, default=8)
     args = p.parse_args(argv)
-    spark = local_session("osqueue-producer")
+    spark = local_session("osqueue-producer", remote=args.remote)
     with broker_for(args) as url:
         started = time.perf_counter()
         enqueue(documents(spark, args.rows, args.partitions), url, args.queue, args.token)

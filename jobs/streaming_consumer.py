@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--available-now", action="store_true",
                    help="drain what the queue holds now, then stop (ignores --seconds)")
     args = p.parse_args(argv)
-    spark = local_session("osqueue-stream")
+    spark = local_session("osqueue-stream", remote=args.remote)
     with broker_for(args) as url:
         reader = (spark.readStream.format("osqueue").option("broker", url)
                   .option("queue", args.queue)

@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="/tmp/osqueue-results")
     p.add_argument("--idle-s", type=float, default=5.0, help="stop after this long idle")
     args = p.parse_args(argv)
-    spark = local_session("osqueue-workers")
+    spark = local_session("osqueue-workers", remote=args.remote)
     with broker_for(args) as url:
         started = time.perf_counter()
         results = process_queue(spark, url, args.queue, args.workers, token=args.token,

@@ -58,6 +58,7 @@ from osqueue_spark.reader import (
     ArchiveReader,
     QueueReader,
 )
+from osqueue_spark.spark_errors import with_code
 from osqueue_spark.stream_reader import STREAM_SCHEMA, QueueStreamReader
 from osqueue_spark.stream_writer import QueueStreamWriter, checkpoint_query_id
 from osqueue_spark.writer import QueueWriter, StagedMessage
@@ -86,6 +87,7 @@ class OsqueueDataSource(DataSource):
     def name(cls) -> str:
         return "osqueue"
 
+    @with_code
     def schema(self) -> str:
         table = (self.options.get("table") or "queue").lower()
         base = ARCHIVE_SCHEMA if table == "archive" else QUEUE_SCHEMA
@@ -94,6 +96,7 @@ class OsqueueDataSource(DataSource):
             return STREAM_SCHEMA
         return f"{base}, {extra}" if extra else base
 
+    @with_code
     def reader(self, schema: Any) -> DataSourceReader:
         opts = ReadOptions.parse(self.options)
         if opts.table == "archive":
@@ -101,18 +104,23 @@ class OsqueueDataSource(DataSource):
             return cls(opts, schema)
         return QueueReader(opts, schema)
 
+    @with_code
     def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
         if overwrite:
             raise InvalidRequest("osqueue only appends: use .mode(\"append\")")
         return QueueWriter(BrokerOptions.parse(self.options), uuid.uuid4().hex)
 
+    @with_code
     def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
         return QueueStreamWriter(StreamWriteOptions.parse(self.options))
 
+    @with_code
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return QueueStreamReader(StreamReadOptions.parse(self.options))
 
 
 def register(spark: Any) -> None:
-    """Register the ``osqueue`` data source with a SparkSession."""
+    """Register the ``osqueue`` data source with a SparkSession: a classic one or a
+    Spark Connect client (``pyspark.sql.connect.session.SparkSession``), whose
+    server then runs the source in its Python workers."""
     spark.dataSource.register(OsqueueDataSource)

@@ -22,13 +22,57 @@ from osqueue_spark.client import QueueClient
 log = logging.getLogger("osqueue.pipelines")
 
 
-def local_session(app: str = "osqueue", cores: int | None = None) -> Any:
-    """A local SparkSession with osqueue registered (Python workers use this interpreter)."""
+def is_connect(spark: Any) -> bool:
+    """True for a Spark Connect client session (``pyspark.sql.connect.session.SparkSession``).
+
+    Such a session has no ``sparkContext`` (nor RDDs, broadcasts, accumulators)
+    and is not an instance of the classic ``pyspark.sql.SparkSession`` class:
+    ask this instead of ``isinstance``. Looks at the class's module only, so it
+    imports nothing (Connect's gRPC client is an optional extra).
+    """
+    return type(spark).__module__.startswith("pyspark.sql.connect.")
+
+
+def sql_functions(spark: Any) -> Any:
+    """The ``pyspark.sql.functions`` module that builds columns for ``spark``.
+
+    ``pyspark.sql.functions`` picks Connect or classic columns by the process
+    (``SPARK_CONNECT_MODE_ENABLED``), not by the session: a process that holds a
+    Connect session built with the Connect builder (as :func:`local_session`
+    builds one) beside a classic one gets classic columns, which a Connect
+    DataFrame refuses. Asking the session avoids that.
+    """
+    if is_connect(spark):
+        from pyspark.sql.connect import functions as connect_functions
+
+        return connect_functions
+    from pyspark.sql import functions
+
+    return functions
+
+
+def local_session(app: str = "osqueue", cores: int | None = None,
+                  remote: str | None = None) -> Any:
+    """A SparkSession with osqueue registered: a Spark Connect client of ``remote``
+    (or of ``$SPARK_REMOTE``), e.g. ``sc://host:15002``, else a local classic
+    session whose Python workers use this interpreter (``cores``: local threads,
+    default all)."""
+    from osqueue_spark.datasource import register
+
+    remote = remote or os.environ.get("SPARK_REMOTE")
+    if remote:
+        # The Connect builder itself: the generic one refuses a remote session
+        # while this process also runs a classic one. Options are SQL confs the
+        # client may set (the server owns the rest, its log level included).
+        from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+        client = (ConnectSession.builder.remote(remote)
+                  .config("spark.sql.python.filterPushdown.enabled", "true").getOrCreate())
+        register(client)
+        return client
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
-
-    from osqueue_spark.datasource import register
 
     master = f"local[{cores or '*'},4]"
     spark = (SparkSession.builder.master(master).appName(app)
@@ -38,14 +82,15 @@ def local_session(app: str = "osqueue", cores: int | None = None) -> Any:
              .config("spark.sql.execution.arrow.pyspark.enabled", "true")
              .config("spark.sql.python.filterPushdown.enabled", "true")
              .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    if not is_connect(spark):  # SPARK_API_MODE=connect makes the builder give a Connect one
+        spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
 
 
 def documents(spark: Any, n: int, partitions: int = 8) -> Any:
     """A DataFrame of ``n`` synthetic documents to process (id, text, poison flag)."""
-    from pyspark.sql import functions as F
+    F = sql_functions(spark)
 
     return (spark.range(n, numPartitions=partitions)
             .select(F.col("id").alias("doc"),
@@ -125,6 +170,9 @@ def job_args(description: str) -> Any:
                    help="store URL (file:///abs/dir or s3://bucket/prefix)")
     p.add_argument("--queue", default="docs")
     p.add_argument("--token", default=os.environ.get("OSQUEUE_TOKEN"))
+    p.add_argument("--remote", default=os.environ.get("SPARK_REMOTE"),
+                   help="run under Spark Connect: the server's URL, e.g. sc://host:15002 "
+                        "(default: $SPARK_REMOTE, else a local classic session)")
     return p
 
 
@@ -163,7 +211,7 @@ def progress(client: QueueClient, every_s: float = 2.0, total: int | None = None
 
 def archive_report(spark: Any, store: str, queue: str) -> Any:
     """A summary DataFrame of completed jobs by hour: count, attempts, mean words."""
-    from pyspark.sql import functions as F
+    F = sql_functions(spark)
 
     df = (spark.read.format("osqueue").option("store", store).option("queue", queue)
           .option("table", "archive").load())

@@ -23,6 +23,7 @@ from broker import archive, codec, keys, timefmt
 from broker.storage import store_from_url
 from osqueue_spark.options import ReadOptions
 from osqueue_spark.rows import ts, ts_text
+from osqueue_spark.spark_errors import with_code
 
 QUEUE_SCHEMA = (
     "id string, seq long, status string, priority int, payload string, attempts int, "
@@ -53,6 +54,7 @@ class QueueReader(DataSourceReader):
         self.opts = opts
         self.extra = _payload_fields(schema, len(QUEUE_SCHEMA.split(",")))
 
+    @with_code
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         store = store_from_url(self.opts.store)
         try:
@@ -97,6 +99,7 @@ class ArchiveReader(DataSourceReader):
         self.until_ms = opts.until_ms
         self.status: str | None = None
 
+    @with_code
     def partitions(self) -> Sequence[InputPartition]:
         store = store_from_url(self.opts.store)
         start = keys.archive_hour(self.since_ms) if self.since_ms is not None else None
@@ -113,6 +116,7 @@ class ArchiveReader(DataSourceReader):
             parts.append(InputPartition(ArchivePart(tuple(legacy), legacy=True)))
         return parts
 
+    @with_code
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         store = store_from_url(self.opts.store)
         part: ArchivePart | None = partition.value

@@ -20,6 +20,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from osqueue_spark.client import staged_line
 from osqueue_spark.options import BrokerOptions
 from osqueue_spark.rows import arrow_staged_lines, row_to_job
+from osqueue_spark.spark_errors import with_code
 
 log = logging.getLogger("osqueue.spark")
 
@@ -90,15 +91,18 @@ class QueueWriter(DataSourceArrowWriter):
         self.opts = opts
         self.prefix = f"w-{write_uuid}/"  # one write: every task's chunks live under it
 
+    @with_code
     def write(self, iterator: Iterator[Any]) -> StagedMessage:
         return stage_lines(self.opts, self.prefix, arrow_staged_lines(iterator))
 
+    @with_code
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         keep = [w for m in messages if isinstance(m, StagedMessage) for w in m.write_ids]
         out = self.opts.client().publish(self.prefix, keep, once=f"write:{self.prefix}")
         log.info("osqueue write %s: published %d jobs, discarded %d chunk(s) of failed attempts",
                  self.prefix, out["published"], out["discarded"])
 
+    @with_code
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         out = self.opts.client().publish(self.prefix, [])
         log.warning("osqueue write %s aborted: discarded %d staged jobs", self.prefix,

@@ -77,8 +77,9 @@ def spark_connect(spark: object) -> Iterator[object]:
     import osqueue_spark
     from bench.connectserver import ConnectServer
 
-    server = ConnectServer().start()
+    server = ConnectServer(master="local[2,4]").start()  # 4 attempts: tests retry tasks
     session = server.session()
+    session.conf.set("spark.sql.python.filterPushdown.enabled", "true")  # as `spark` has it
     osqueue_spark.register(session)
     yield session
     session.stop()
@@ -86,10 +87,16 @@ def spark_connect(spark: object) -> Iterator[object]:
 
 
 @pytest.fixture(params=["classic", "connect"])
-def any_spark(request: pytest.FixtureRequest) -> object:
+def any_spark(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> object:
     """The classic session, then the Connect session: a test that takes this runs
     under both kinds."""
-    return request.getfixturevalue("spark" if request.param == "classic" else "spark_connect")
+    if request.param == "classic":
+        return request.getfixturevalue("spark")
+    session = request.getfixturevalue("spark_connect")  # before the variable: see below
+    # As in a process that only talks Connect (the generic builder sets it):
+    # pyspark.sql.functions then builds Connect columns, not classic ones.
+    monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")
+    return session
 
 
 @pytest.fixture(autouse=True)

@@ -101,3 +101,48 @@ def test_bad_options_are_refused_when_the_source_is_asked() -> None:
         source(store="file:///s").reader(schema(QUEUE_SCHEMA))
     with pytest.raises(OptionError, match="option 'broker' is required"):
         source(queue="q").writer(schema("payload string"), overwrite=False)
+
+
+def test_errors_leave_the_source_with_their_code_as_a_note() -> None:
+    """Spark's Python worker formats a data source's exception into text (see
+    ``osqueue_spark.spark_errors``): the code must be in that text, once, and the
+    message, type and pickling unchanged."""
+    import traceback
+
+    from broker.errors import StorageUnavailable
+    from osqueue_spark.spark_errors import with_code
+
+    with pytest.raises(OptionError) as caught:
+        source(store="file:///s").reader(schema(QUEUE_SCHEMA))
+    err = caught.value
+    assert err.__notes__ == ["osqueue error code: bad_option"]
+    text = "".join(traceback.TracebackException.from_exception(err, compact=True).format())
+    assert text.rstrip().endswith("OptionError: option 'queue' is required, e.g. "
+                                  ".option(\"queue\", \"jobs\")\nosqueue error code: bad_option")
+    assert str(roundtrip(err)) == str(err) and type(roundtrip(err)) is OptionError
+
+    class Reader:
+        @with_code
+        def rows(self, fail_after: int) -> Any:  # as read(): a generator Spark iterates
+            yield from range(fail_after)
+            raise StorageUnavailable("store down")
+
+        @with_code
+        def other(self) -> None:
+            raise ValueError("not ours")
+
+    rows = Reader().rows(2)
+    assert [next(rows), next(rows)] == [0, 1]
+    with pytest.raises(StorageUnavailable) as down:
+        next(rows)
+    assert down.value.__notes__ == ["osqueue error code: storage_unavailable"]
+    with pytest.raises(ValueError) as other:
+        Reader().other()
+    assert not hasattr(other.value, "__notes__")
+
+    def fails() -> None:
+        raise OptionError("x")
+
+    with pytest.raises(OptionError) as twice:  # a note once, however many layers it crosses
+        with_code(with_code(fails))()
+    assert twice.value.__notes__ == ["osqueue error code: bad_option"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import runpy
 from pathlib import Path
 from typing import Any
@@ -28,14 +29,16 @@ def run_notebook(name: str, spark: Any, monkeypatch: pytest.MonkeyPatch, tmp_pat
                           run_name="__main__")
 
 
-def test_quickstart_notebook(spark: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    out = run_notebook("quickstart.py", spark, monkeypatch, tmp_path, rows="300")
+def test_quickstart_notebook(any_spark: Any, monkeypatch: pytest.MonkeyPatch,
+                             tmp_path: Path) -> None:
+    out = run_notebook("quickstart.py", any_spark, monkeypatch, tmp_path, rows="300")
     assert out["QUICKSTART_RESULT"] == {"rows": 300, "completed": 5, "total": 295}
 
 
-def test_worker_pool_notebook(spark: Any, monkeypatch: pytest.MonkeyPatch,
+def test_worker_pool_notebook(any_spark: Any, monkeypatch: pytest.MonkeyPatch,
                               tmp_path: Path) -> None:
-    out = run_notebook("worker_pool.py", spark, monkeypatch, tmp_path, jobs="600", workers="2")
+    out = run_notebook("worker_pool.py", any_spark, monkeypatch, tmp_path, jobs="600",
+                       workers="2")
     res = out["WORKER_POOL_RESULT"]
     assert res["stats"]["completed_total"] == 598  # n % 500 == 7: two bad payloads
     assert res["stats"]["counts"]["dead"] == 2 and res["summary"]["dead"] == 2
@@ -55,10 +58,15 @@ def jobs_broker(tmp_path: Path) -> Any:
         yield b
 
 
-def test_jobs_producer_worker_pool_and_report(spark: Any, jobs_broker: BrokerServer,
-                                              tmp_path: Path,
+def test_jobs_producer_worker_pool_and_report(any_spark: Any, jobs_broker: BrokerServer,
+                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """The jobs end to end, under each kind of session. Under Connect they build
+    their own session from ``--remote`` (the Connect builder hands back the
+    test's client session, which is the one they then use)."""
     import importlib.util
+
+    import osqueue_spark.pipelines as pipelines
 
     def load(name: str) -> Any:
         spec = importlib.util.spec_from_file_location(name, ROOT / "jobs" / f"{name}.py")
@@ -67,26 +75,23 @@ def test_jobs_producer_worker_pool_and_report(spark: Any, jobs_broker: BrokerSer
         spec.loader.exec_module(mod)
         return mod
 
-    import osqueue_spark.pipelines as pipelines
-
+    spark = any_spark
     store = f"file://{tmp_path}"
     base = ["--broker", jobs_broker.url, "--store", store, "--queue", "jobsq"]
-    stop = spark.stop
-    try:
-        spark.stop = lambda: None  # the jobs stop their session; keep the test session alive
-        pipelines_local = pipelines.local_session
-        pipelines.local_session = lambda *a, **k: spark  # type: ignore[assignment]
-        producer, workers, report = load("producer"), load("worker_pool"), load("archive_report")
-        producer.local_session = workers.local_session = report.local_session = (
-            lambda *a, **k: spark)
-        assert producer.main([*base, "--rows", "2000", "--partitions", "4"]) == 0
-        assert QueueClient(jobs_broker.url, "jobsq").stats()["counts"]["pending"] == 2000
-        assert workers.main([*base, "--workers", "2", "--out", str(tmp_path / "res"),
-                             "--idle-s", "1"]) == 0
-        assert report.main(["--store", store, "--queue", "jobsq"]) == 0
-    finally:
-        spark.stop = stop
-        pipelines.local_session = pipelines_local  # type: ignore[assignment]
+    remote: list[str] = []
+    monkeypatch.setattr(spark, "stop", lambda: None)  # the jobs stop their session: keep ours
+    producer, workers, report = load("producer"), load("worker_pool"), load("archive_report")
+    if pipelines.is_connect(spark):
+        remote = ["--remote", f"sc://{spark.client._builder.endpoint}"]
+        assert pipelines.local_session("t", remote=remote[1]) is spark
+    else:
+        for mod in (producer, workers, report):
+            monkeypatch.setattr(mod, "local_session", lambda *a, **k: spark)
+    assert producer.main([*base, *remote, "--rows", "2000", "--partitions", "4"]) == 0
+    assert QueueClient(jobs_broker.url, "jobsq").stats()["counts"]["pending"] == 2000
+    assert workers.main([*base, *remote, "--workers", "2", "--out", str(tmp_path / "res"),
+                         "--idle-s", "1"]) == 0
+    assert report.main(["--store", store, "--queue", "jobsq", *remote]) == 0
     out = capsys.readouterr().out
     assert "enqueued 2,000 rows" in out
     assert "completed jobs archived in queue jobsq" in out
@@ -94,3 +99,40 @@ def test_jobs_producer_worker_pool_and_report(spark: Any, jobs_broker: BrokerSer
     # poison documents and transient failures may still be waiting out their backoff
     assert stats["completed_total"] + stats["total"] == 2000
     assert stats["completed_total"] >= 1970
+
+
+#: What a Spark Connect session does not have: RDDs, the SparkContext and what
+#: hangs off it (broadcast variables, accumulators, setLogLevel), the JVM handles.
+CLASSIC_ONLY_ATTRS = {"rdd", "sparkContext", "_jvm", "_jsc", "_jdf", "_jsparkSession"}
+#: Where one is used anyway, behind an ``if not is_connect(spark)`` check.
+GUARDED = {("osqueue_spark/pipelines.py", 'spark.sparkContext.setLogLevel("ERROR")')}
+
+
+def is_classic_only(node: ast.AST) -> bool:
+    """Uses a classic-only API: one of those attributes, the SparkContext class
+    (imported or named), an ``isinstance`` check against ``SparkSession`` (a
+    Connect session is not an instance of the classic class)."""
+    return ((isinstance(node, ast.Attribute) and node.attr in CLASSIC_ONLY_ATTRS)
+            or (isinstance(node, ast.Name) and node.id == "SparkContext")
+            or (isinstance(node, ast.ImportFrom)
+                and any(a.name == "SparkContext" for a in node.names))
+            or (isinstance(node, ast.Call) and ast.unparse(node.func) == "isinstance"
+                and "SparkSession" in ast.unparse(node)))
+
+
+def test_the_package_jobs_and_notebooks_use_no_classic_only_api() -> None:
+    found = set()
+    for folder in ("osqueue_spark", "jobs", "notebooks"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            text = path.read_text()
+            lines = text.splitlines()
+            for node in filter(is_classic_only, ast.walk(ast.parse(text))):
+                line = lines[node.lineno - 1].strip()  # type: ignore[attr-defined]
+                found.add((str(path.relative_to(ROOT)), line))
+                if (str(path.relative_to(ROOT)), line) in GUARDED:
+                    assert lines[node.lineno - 2].strip() == (  # type: ignore[attr-defined]
+                        "if not is_connect(spark):  # SPARK_API_MODE=connect makes the builder "
+                        "give a Connect one")
+    assert found == GUARDED
+    probe = "df.rdd.count()\nisinstance(s, SparkSession)\nfrom pyspark import SparkContext\n"
+    assert sum(map(is_classic_only, ast.walk(ast.parse(probe)))) == 3

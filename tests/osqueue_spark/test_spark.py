@@ -39,8 +39,9 @@ def qname() -> str:
     return f"sq-{uuid.uuid4().hex[:8]}"
 
 
-def test_read_known_queue_object(spark: Any, broker: BrokerServer, store_dir: Path) -> None:
-    q = qname()
+def test_read_known_queue_object(any_spark: Any, broker: BrokerServer,
+                                 store_dir: Path) -> None:
+    spark, q = any_spark, qname()
     c = QueueClient(broker.url, q)
     ids = c.push_many([{"payload": {"n": i, "name": f"x{i}"}, "priority": i} for i in range(3)])
     held = c.claim("reader-test", 1)[0]  # the priority-2 job
@@ -59,16 +60,50 @@ def test_read_known_queue_object(spark: Any, broker: BrokerServer, store_dir: Pa
     assert_df_equality(typed, expected, ignore_nullable=True)
 
 
-def test_read_bad_options_are_clear(spark: Any) -> None:
-    with pytest.raises(Exception, match="option 'store' is required"):
+def test_read_bad_options_are_clear(any_spark: Any) -> None:
+    """The message names the option and the fix, and the error's code is readable,
+    whichever kind of session carried it back."""
+    spark = any_spark
+    with pytest.raises(Exception, match=r"(?s)option 'store' is required.*"
+                                        r"osqueue error code: bad_option"):
         spark.read.format("osqueue").option("queue", "q").load().collect()
-    with pytest.raises(Exception, match="option 'table' must be"):
+    with pytest.raises(Exception, match=r"(?s)option 'table' must be.*"
+                                        r"osqueue error code: bad_option"):
         (spark.read.format("osqueue").option("store", "file:///tmp").option("queue", "q")
          .option("table", "nope").load().collect())
 
 
-def test_archive_read_with_pruning(spark: Any, tmp_path: Path) -> None:
-    store = FileStore(tmp_path)
+def test_a_connect_client_gets_the_data_source_error_itself(spark_connect: Any) -> None:
+    """Under Spark Connect the error crosses gRPC: the client gets Spark's data
+    source error whose own message is the osqueue error (type, text, code), and
+    the server's JVM stack only after it, as a section the user's
+    ``spark.sql.connect.serverStacktrace.enabled`` can turn off."""
+    from pyspark.errors import AnalysisException
+
+    with pytest.raises(AnalysisException) as caught:
+        (spark_connect.read.format("osqueue").option("queue", "q")
+         .option("token", "s3cret-token").load().collect())
+    err = caught.value
+    assert err.getCondition() == "PYTHON_DATA_SOURCE_ERROR"
+    msg = err.getMessageParameters()["msg"]
+    assert "osqueue_spark.options.OptionError: option 'store' is required" in msg
+    assert msg.rstrip().endswith("osqueue error code: bad_option")
+    assert "org.apache.spark" not in msg and "s3cret-token" not in str(err)
+    text = str(err)
+    head = text.split("JVM stacktrace:")[0]
+    assert text.splitlines()[0].startswith("[PYTHON_DATA_SOURCE_ERROR] Failed to initialize")
+    assert "option 'store' is required" in head and "osqueue error code: bad_option" in head
+
+
+def rows_per_partition(df: Any) -> dict[int, int]:
+    """How many of ``df``'s rows each scan partition gave (``df.rdd`` is not there
+    under Connect); a partition that gave no row is absent."""
+    return {r[0]: r[1] for r in df.selectExpr("spark_partition_id() AS p").groupBy("p")
+            .count().collect()}
+
+
+def test_archive_read_with_pruning(any_spark: Any, tmp_path: Path) -> None:
+    spark, store = any_spark, FileStore(tmp_path)
     from broker import archive
 
     hours = ["2026-01-01T10", "2026-01-01T11", "2026-01-02T09"]
@@ -88,19 +123,18 @@ def test_archive_read_with_pruning(spark: Any, tmp_path: Path) -> None:
                 .option("queue", "arch").option("table", "archive")
                 .option("objectsPerPartition", "1"))
 
-    everything = base().load()
-    assert everything.count() == 30
-    assert everything.rdd.getNumPartitions() == 6  # one partition per archive object
+    everything = base().load()  # one partition per archive object
+    assert rows_per_partition(everything) == dict.fromkeys(range(6), 5)
     df = base().option("since", "2026-01-01T11:00:00Z").option(
         "until", "2026-01-01T23:59:59Z").load()
-    assert df.count() == 10 and df.rdd.getNumPartitions() == 2  # one hour's two objects
+    assert rows_per_partition(df) == {0: 5, 1: 5}  # one hour's two objects
     assert {r["id"][1] for r in df.collect()} == {"1"}
     grouped = base().option("objectsPerPartition", "4").load()
-    assert grouped.count() == 30 and grouped.rdd.getNumPartitions() == 2
+    assert rows_per_partition(grouped) == {0: 20, 1: 10}
     pushed = (base().option("filterPushdown", "true").load()
               .where("completed_at >= timestamp'2026-01-02 00:00:00+00:00'"))
-    assert pushed.count() == 10
-    assert pushed.rdd.getNumPartitions() == 2  # only the 2026-01-02 hour was listed
+    # only the 2026-01-02 hour was listed: its objects are partitions 0 and 1, not 4 and 5
+    assert rows_per_partition(pushed) == {0: 5, 1: 5}
     none = base().option("filterPushdown", "true").load().where("status = 'dead'")
     assert none.count() == 0
     assert json.loads(pushed.first()["result"])["ok"] in range(5)
@@ -150,11 +184,11 @@ def test_archive_read_keeps_payloads_and_results_verbatim(spark: Any, tmp_path: 
     assert row["token"] == job.token and row["commit_seq"] > 0
 
 
-def test_write_is_exactly_once_under_task_retry(spark: Any, broker: BrokerServer,
+def test_write_is_exactly_once_under_task_retry(any_spark: Any, broker: BrokerServer,
                                                store_dir: Path) -> None:
     from pyspark.sql import functions as F
 
-    q = qname()
+    spark, q = any_spark, qname()
     marker = f"/tmp/osq-write-failed-{q}"
 
     def fail_first_attempt(value: int) -> int:
@@ -222,10 +256,10 @@ def test_write_without_payload_column_uses_all_columns(spark: Any, broker: Broke
     assert jobs[0]["key"] == "k1"
 
 
-def test_write_struct_and_map_payloads(spark: Any, broker: BrokerServer) -> None:
+def test_write_struct_and_map_payloads(any_spark: Any, broker: BrokerServer) -> None:
     from pyspark.sql import functions as F
 
-    q = qname()
+    spark, q = any_spark, qname()
     df = spark.range(3).select(F.struct(F.col("id").alias("n"), F.lit("x").alias("s"))
                                .alias("payload"), F.lit(2).alias("max_attempts"))
     df.write.format("osqueue").option("broker", broker.url).option("queue", q).mode(
@@ -253,13 +287,14 @@ def test_write_json_text_with_option_columns_and_line_breaks(spark: Any,
     assert jobs[0]["priority"] == 7 and jobs[1]["priority"] == 0 and jobs[1]["key"] == "k"
 
 
-def test_write_rejects_overwrite_and_bad_json(spark: Any, broker: BrokerServer) -> None:
-    df = spark.createDataFrame([("not json",)], "payload string")
-    with pytest.raises(Exception, match="only appends"):
+def test_write_rejects_overwrite_and_bad_json(any_spark: Any, broker: BrokerServer) -> None:
+    df = any_spark.createDataFrame([("not json",)], "payload string")
+    with pytest.raises(Exception, match=r"(?s)only appends.*osqueue error code: invalid_request"):
         df.write.format("osqueue").option("broker", broker.url).option("queue", "x").mode(
             "overwrite").save()
     q = qname()
-    with pytest.raises(Exception, match="must hold JSON text"):
+    with pytest.raises(Exception, match=r"(?s)must hold JSON text.*"
+                                        r"osqueue error code: invalid_request"):
         df.write.format("osqueue").option("broker", broker.url).option("queue", q).mode(
             "append").save()
     from broker.errors import UnknownQueue
@@ -271,7 +306,8 @@ def test_write_rejects_overwrite_and_bad_json(spark: Any, broker: BrokerServer) 
 _SEEN = "/tmp/osq-fp-seen"
 
 
-def test_foreach_partition_retry_has_no_duplicates(spark: Any, broker: BrokerServer) -> None:
+def test_foreach_partition_retry_has_no_duplicates(any_spark: Any,
+                                                   broker: BrokerServer) -> None:
     """Partition 0's first attempt pushes half its rows and dies; the retry sees the
     rows in another order (as after a shuffle). Every row is pushed once, and rows
     with identical content stay separate jobs."""
@@ -296,7 +332,7 @@ def test_foreach_partition_retry_has_no_duplicates(spark: Any, broker: BrokerSer
             rows.reverse()  # the retry gets its rows in another order
         push(iter(rows))
 
-    df = spark.range(1000, numPartitions=3).select(
+    df = any_spark.range(1000, numPartitions=3).select(
         F.to_json(F.struct((F.col("id") % 500).alias("n"))).alias("payload"))
     df.foreachPartition(flaky_push)
     assert os.path.exists(marker)
@@ -308,25 +344,35 @@ def test_foreach_partition_retry_has_no_duplicates(spark: Any, broker: BrokerSer
 
 
 def work(payload: dict[str, Any]) -> dict[str, Any]:
+    if payload.get("slow_s"):  # outlasts its lease: only the worker's heartbeats keep it
+        import time
+
+        time.sleep(payload["slow_s"])
     if payload.get("poison"):
         raise ValueError(f"cannot handle {payload['n']}")
     return {"square": payload["n"] ** 2}
 
 
-def test_process_completes_retries_and_dead_letters(spark: Any, broker: BrokerServer) -> None:
+def test_process_completes_retries_and_dead_letters(any_spark: Any,
+                                                    broker: BrokerServer) -> None:
+    """Completes, retries and dead-letters; job 1 runs 2.5 leases long and is still
+    completed on its first attempt, because the task's heartbeats hold its lease."""
     q = qname()
     c = QueueClient(broker.url, q)
     c.create(max_attempts=2, backoff_base_s=0.05)
-    c.push_many([{"payload": {"n": n, "poison": n % 10 == 0}} for n in range(100)])
-    fn = process(work, broker=broker.url, queue=q, batch_size=8, idle_s=2.0, lease_s=30)
+    c.push_many([{"payload": {"n": n, "poison": n % 10 == 0, "slow_s": 2.5 * (n == 1)}}
+                 for n in range(100)])
+    fn = process(work, broker=broker.url, queue=q, batch_size=8, idle_s=2.0, lease_s=1.0)
     began = datetime.now()  # Spark hands timestamps back as naive local times
-    out = spark.range(4).repartition(4).mapInPandas(fn, RESULT_SCHEMA).collect()
+    out = any_spark.range(4).repartition(4).mapInPandas(fn, RESULT_SCHEMA).collect()
     ended = datetime.now()
     assert all(began <= r["started"] <= r["finished"] <= ended for r in out)
     by_status: dict[str, list[Any]] = {}
     for r in out:
         by_status.setdefault(r["status"], []).append(r)
-    assert len(by_status["completed"]) == 90
+    assert len(by_status["completed"]) == 90 and "lost" not in by_status
+    slow = next(r for r in by_status["completed"] if json.loads(r["result"])["square"] == 1)
+    assert slow["attempts"] == 1 and (slow["finished"] - slow["started"]).total_seconds() >= 2.5
     assert len(by_status["failed"]) == 10 and len(by_status["dead"]) == 10
     assert all("ValueError: cannot handle" in r["error"] for r in by_status["dead"])
     assert all("Traceback" in r["error"] for r in by_status["dead"])
@@ -464,3 +510,16 @@ def test_streaming_read_completes_on_commit_and_survives_restart(
     assert stats["completed_total"] == 30 and stats["total"] == 0
     seen = {json.loads(r["payload"])["n"] for r in spark.read.parquet(out).collect()}
     assert seen == set(range(30))
+
+
+def test_session_helpers_tell_the_kinds_apart(spark: Any, spark_connect: Any) -> None:
+    """Outside ``any_spark`` this process is not in Connect mode, so plain
+    ``pyspark.sql.functions`` build classic columns, which a Connect DataFrame
+    refuses; the pipelines ask the session which functions to use."""
+    from osqueue_spark.pipelines import documents, is_connect, sql_functions
+
+    assert not is_connect(spark) and is_connect(spark_connect)
+    assert sql_functions(spark).__name__ == "pyspark.sql.functions"
+    docs = documents(spark_connect, 5, partitions=2).where("doc = 3").collect()
+    assert [(r["doc"], r["text"].split()[:2], r["poison"]) for r in docs] == [
+        (3, ["document", "3"], False)]

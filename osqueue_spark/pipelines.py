@@ -6,6 +6,7 @@ the notebooks and the demo share one implementation.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import logging
 import os
@@ -23,7 +24,12 @@ log = logging.getLogger("osqueue.pipelines")
 
 
 def local_session(app: str = "osqueue", cores: int | None = None) -> Any:
-    """A local SparkSession with osqueue registered (Python workers use this interpreter)."""
+    """A local SparkSession with osqueue registered (Python workers use this interpreter);
+    on Databricks, the session Databricks gives the job."""
+    if os.environ.get("DATABRICKS_RUNTIME_VERSION"):
+        from osqueue_spark.notebook import databricks_session
+
+        return databricks_session()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -100,7 +106,9 @@ def broker_for(args: Any) -> Any:
 
     @contextmanager
     def embedded() -> Iterator[str]:
-        with start_broker(args.store) as broker:
+        with start_broker(args.store, token=args.token) as broker:
+            # the token the broker enforces (its own, when it made one): the job's clients use it
+            args.token = getattr(broker, "token", None) or args.token
             print(f"(embedded broker at {broker.url} on {args.store})", file=sys.stderr)
             yield broker.url
 
@@ -109,16 +117,37 @@ def broker_for(args: Any) -> Any:
 
 def job_args(description: str) -> Any:
     """The command-line options every example job takes."""
-    import argparse
-
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--broker", default=os.environ.get("OSQUEUE_BROKER"),
                    help="broker URL (default: an embedded broker on --store)")
     p.add_argument("--store", default=os.environ.get("OSQUEUE_STORE", "file:///tmp/osqueue-jobs"),
                    help="store URL (file:///abs/dir or s3://bucket/prefix)")
     p.add_argument("--queue", default="docs")
-    p.add_argument("--token", default=os.environ.get("OSQUEUE_TOKEN"))
+    p.add_argument("--token", default=os.environ.get("OSQUEUE_TOKEN"),
+                   help="broker bearer token (prefer --token-secret or OSQUEUE_TOKEN: "
+                        "a command line is visible to other users)")
+    p.add_argument("--token-secret", metavar="SCOPE/KEY", dest="token", action=_TokenSecret,
+                   help="read the token from a Databricks secret (dbutils.secrets.get)")
     return p
+
+
+class _TokenSecret(argparse.Action):
+    """``--token-secret scope/key``: store ``dbutils.secrets.get(scope, key)`` as the token."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        from osqueue_spark.notebook import on_databricks, secret
+
+        scope, _, key = str(values).partition("/")
+        if not scope or not key:
+            parser.error(f"--token-secret wants SCOPE/KEY, got {values!r}")
+        if not on_databricks():
+            parser.error("--token-secret reads a Databricks secret and this is not Databricks "
+                         "(no DATABRICKS_RUNTIME_VERSION); pass --token or set OSQUEUE_TOKEN")
+        try:
+            setattr(namespace, self.dest, secret(scope, key))
+        except ValueError as exc:
+            parser.error(str(exc))
 
 
 @contextmanager

@@ -49,3 +49,9 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# The Spark tests under PySpark 4.0-4.3, a venv each under .compat/ (heavy; not part of `make test`).
+# make compat VERSIONS=4.0,4.3 runs a subset; FRESH=1 rebuilds the venvs.
+.PHONY: compat
+compat: $(STAMP) java-check
+	$(BIN)/python bench/compat.py $(if $(VERSIONS),--versions $(VERSIONS)) $(if $(FRESH),--fresh)

@@ -8,11 +8,13 @@
 import tempfile
 
 from osqueue_spark import QueueClient, register, start_broker
-from osqueue_spark.notebook import session, widget
+from osqueue_spark.notebook import secret, session, widget
 
 STORE = widget("store", f"file://{tempfile.mkdtemp(prefix='osq-nb-')}", globals())
 BROKER = widget("broker", "", globals())
 QUEUE = widget("queue", "operations", globals())
+TOKEN = secret(widget("secret_scope", "osqueue", globals()),
+               widget("token_key", "broker-token", globals()), globals(), required=bool(BROKER))
 
 # COMMAND ----------
 
@@ -20,14 +22,15 @@ spark = session(globals(), "osqueue-operations")
 register(spark)
 embedded = None
 if not BROKER:  # locally: make a queue with some dead jobs to operate on
-    embedded = start_broker(STORE)
+    embedded = start_broker(STORE, token=TOKEN)
     BROKER = embedded.url
-    demo = QueueClient(BROKER, QUEUE)
+    TOKEN = getattr(embedded, "token", None) or TOKEN  # the token it enforces
+    demo = QueueClient(BROKER, QUEUE, token=TOKEN)
     demo.create(max_attempts=1)
     demo.push_many([{"n": n} for n in range(20)])
     for job in demo.claim("demo", max_jobs=5):
         demo.fail(job.token, f"demo failure on {job.payload['n']}")
-client = QueueClient(BROKER, QUEUE)
+client = QueueClient(BROKER, QUEUE, token=TOKEN)
 
 # COMMAND ----------
 

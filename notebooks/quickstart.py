@@ -5,18 +5,34 @@
 # MAGIC enqueues rows from a DataFrame, looks at the queue with `spark.read`, and
 # MAGIC processes a few jobs by hand. On Databricks set the widgets; locally it uses an
 # MAGIC embedded broker on a local directory.
+# MAGIC
+# MAGIC **Two ways to run on Databricks**
+# MAGIC - *Embedded broker, classic cluster*: leave `broker` empty. `start_broker` runs the
+# MAGIC   broker in this driver, listening beyond loopback and advertising `spark.driver.host`
+# MAGIC   to the executors, with a bearer token (the secret below if the scope holds it, else
+# MAGIC   one it makes).
+# MAGIC - *Standalone broker, required on serverless*: serverless compute's
+# MAGIC   executors cannot reach the notebook's process. Run `osqueue-broker` where the cluster
+# MAGIC   can reach it, set `broker` to its URL and keep its token in the secret scope
+# MAGIC   (widgets `secret_scope` and `token_key`).
+# MAGIC
+# MAGIC `store` must be a cloud URL (`s3://`, `abfss://`, `gs://`), never a `/Volumes/...` or
+# MAGIC `/dbfs/...` path: those FUSE mounts lack the locks and atomic rename the file store needs.
 
 # COMMAND ----------
 
 import tempfile
 
 from osqueue_spark import QueueClient, register, start_broker
-from osqueue_spark.notebook import session, widget
+from osqueue_spark.notebook import secret, session, widget
 
 STORE = widget("store", f"file://{tempfile.mkdtemp(prefix='osq-nb-')}", globals())
 BROKER = widget("broker", "", globals())
 QUEUE = widget("queue", "quickstart", globals())
 ROWS = int(widget("rows", "1000", globals()))
+# dbutils.secrets.get on Databricks, OSQUEUE_TOKEN locally; never typed into the notebook
+TOKEN = secret(widget("secret_scope", "osqueue", globals()),
+               widget("token_key", "broker-token", globals()), globals(), required=bool(BROKER))
 
 # COMMAND ----------
 
@@ -24,9 +40,11 @@ spark = session(globals(), "osqueue-quickstart")
 register(spark)
 embedded = None
 if not BROKER:
-    embedded = start_broker(STORE)
+    embedded = start_broker(STORE, token=TOKEN)
     BROKER = embedded.url
-client = QueueClient(BROKER, QUEUE)
+    TOKEN = getattr(embedded, "token", None) or TOKEN  # the token it enforces
+client = QueueClient(BROKER, QUEUE, token=TOKEN)
+AUTH = {"token": TOKEN} if TOKEN else {}
 print(f"broker {BROKER}, store {STORE}, queue {QUEUE}")
 
 # COMMAND ----------
@@ -39,7 +57,8 @@ from pyspark.sql import functions as F  # noqa: E402
 
 df = spark.range(ROWS).select(F.to_json(F.struct(F.col("id").alias("n"))).alias("payload"),
                               (F.col("id") % 3).cast("int").alias("priority"))
-df.write.format("osqueue").option("broker", BROKER).option("queue", QUEUE).mode("append").save()
+(df.write.format("osqueue").option("broker", BROKER).option("queue", QUEUE).options(**AUTH)
+ .mode("append").save())
 print(client.stats()["counts"])
 
 # COMMAND ----------

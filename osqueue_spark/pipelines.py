@@ -6,6 +6,7 @@ the notebooks and the demo share one implementation.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import logging
 import os
@@ -70,6 +71,10 @@ def local_session(app: str = "osqueue", cores: int | None = None,
                   .config("spark.sql.python.filterPushdown.enabled", "true").getOrCreate())
         register(client)
         return client
+    if os.environ.get("DATABRICKS_RUNTIME_VERSION"):
+        from osqueue_spark.notebook import databricks_session
+
+        return databricks_session()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -161,19 +166,40 @@ def broker_for(args: Any) -> Any:
 
 def job_args(description: str) -> Any:
     """The command-line options every example job takes."""
-    import argparse
-
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--broker", default=os.environ.get("OSQUEUE_BROKER"),
                    help="broker URL (default: an embedded broker on --store)")
     p.add_argument("--store", default=os.environ.get("OSQUEUE_STORE", "file:///tmp/osqueue-jobs"),
                    help="store URL (file:///abs/dir or s3://bucket/prefix)")
     p.add_argument("--queue", default="docs")
-    p.add_argument("--token", default=os.environ.get("OSQUEUE_TOKEN"))
+    p.add_argument("--token", default=os.environ.get("OSQUEUE_TOKEN"),
+                   help="broker bearer token (prefer --token-secret or OSQUEUE_TOKEN: "
+                        "a command line is visible to other users)")
+    p.add_argument("--token-secret", metavar="SCOPE/KEY", dest="token", action=_TokenSecret,
+                   help="read the token from a Databricks secret (dbutils.secrets.get)")
     p.add_argument("--remote", default=os.environ.get("SPARK_REMOTE"),
                    help="run under Spark Connect: the server's URL, e.g. sc://host:15002 "
                         "(default: $SPARK_REMOTE, else a local classic session)")
     return p
+
+
+class _TokenSecret(argparse.Action):
+    """``--token-secret scope/key``: store ``dbutils.secrets.get(scope, key)`` as the token."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        from osqueue_spark.notebook import on_databricks, secret
+
+        scope, _, key = str(values).partition("/")
+        if not scope or not key:
+            parser.error(f"--token-secret wants SCOPE/KEY, got {values!r}")
+        if not on_databricks():
+            parser.error("--token-secret reads a Databricks secret and this is not Databricks "
+                         "(no DATABRICKS_RUNTIME_VERSION); pass --token or set OSQUEUE_TOKEN")
+        try:
+            setattr(namespace, self.dest, secret(scope, key))
+        except ValueError as exc:
+            parser.error(str(exc))
 
 
 @contextmanager

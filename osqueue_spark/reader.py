@@ -119,8 +119,10 @@ class ArchiveReader(DataSourceReader):
     @with_code
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         store = store_from_url(self.opts.store)
-        part: ArchivePart | None = partition.value
-        if part is None:  # Spark reads one empty partition when none were planned
+        # Spark reads one empty partition when none were planned: PySpark 4.2+ passes
+        # it as InputPartition(None), 4.0 and 4.1 as a bare None.
+        part: ArchivePart | None = None if partition is None else partition.value
+        if part is None:
             return
         lines: Iterable[tuple[dict[str, Any], bytes, bytes]] = (
             line for key in part.keys for line in archive.records_verbatim(store.get(key)))

@@ -244,7 +244,8 @@ class QueueStreamReader(DataSourceStreamReader, _AvailableNowHook):
             InputPartition([])]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        for job_id, payload, attempt, expires in partition.value or ():
+        rows = None if partition is None else partition.value  # None: PySpark 4.0/4.1's empty plan
+        for job_id, payload, attempt, expires in rows or ():
             yield job_id, payload, attempt, ts_text(expires)
 
     def commit(self, end: dict[str, int]) -> None:

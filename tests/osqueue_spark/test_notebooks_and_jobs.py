@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from broker.errors import Unauthorized
 from broker.server import BrokerServer
 from osqueue_spark import QueueClient, start_broker
 
@@ -50,6 +51,35 @@ def test_operations_notebook(spark: Any, monkeypatch: pytest.MonkeyPatch,
     res = out["OPERATIONS_RESULT"]
     assert res["dead_before"] == 5 and res["redriven"] == 5
     assert res["counts"]["dead"] == 0 and res["counts"]["pending"] == 20
+
+
+def test_quickstart_on_databricks_with_a_standalone_broker(
+        spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """As on serverless: widgets and the token come from ``dbutils`` (a fake: Databricks
+    cannot be had), the broker is a separate one that enforces the token."""
+    import types
+
+    token = "nb-secret-5e4d3c2b1a"
+    with start_broker(f"file://{tmp_path}", token=token) as broker:
+        values = {"store": f"file://{tmp_path}", "broker": broker.url, "queue": "dbx",
+                  "rows": "40", "secret_scope": "osqueue", "token_key": "broker-token"}
+        asked: list[tuple[str, str]] = []
+
+        def get_secret(scope: str, key: str) -> str:
+            asked.append((scope, key))
+            return token
+
+        dbutils = types.SimpleNamespace(
+            widgets=types.SimpleNamespace(text=lambda name, default: None, get=values.__getitem__),
+            secrets=types.SimpleNamespace(get=get_secret))
+        out = runpy.run_path(str(ROOT / "notebooks" / "quickstart.py"),
+                             init_globals={"spark": spark, "dbutils": dbutils},
+                             run_name="__main__")
+        assert out["QUICKSTART_RESULT"] == {"rows": 40, "completed": 5, "total": 35}
+        assert asked == [("osqueue", "broker-token")] and out["embedded"] is None
+        with pytest.raises(Unauthorized):
+            QueueClient(broker.url, "dbx").stats()  # the notebook could only have used the token
+    assert token not in capsys.readouterr().out
 
 
 @pytest.fixture()

@@ -15,11 +15,15 @@ from typing import Any
 
 import pytest
 from chispa import assert_df_equality
+from pyspark.sql.datasource import DataSourceReader
 
 from broker import codec, keys
 from broker.server import BrokerServer
 from broker.storage import FileStore
 from osqueue_spark import RESULT_SCHEMA, QueueClient, process, push_partition, start_broker
+
+#: Filter pushdown into Python data sources (``pushFilters``) came with PySpark 4.1.
+PUSHDOWN = hasattr(DataSourceReader, "pushFilters")
 
 pytestmark = pytest.mark.spark
 
@@ -133,8 +137,10 @@ def test_archive_read_with_pruning(any_spark: Any, tmp_path: Path) -> None:
     assert rows_per_partition(grouped) == {0: 20, 1: 10}
     pushed = (base().option("filterPushdown", "true").load()
               .where("completed_at >= timestamp'2026-01-02 00:00:00+00:00'"))
-    # only the 2026-01-02 hour was listed: its objects are partitions 0 and 1, not 4 and 5
-    assert rows_per_partition(pushed) == {0: 5, 1: 5}
+    if PUSHDOWN:  # only the 2026-01-02 hour was listed: partitions 0 and 1, not 4 and 5
+        assert rows_per_partition(pushed) == {0: 5, 1: 5}
+    else:  # PySpark 4.0 has no pushFilters: every object is read, the filter keeps 10 rows
+        assert pushed.count() == 10
     none = base().option("filterPushdown", "true").load().where("status = 'dead'")
     assert none.count() == 0
     assert json.loads(pushed.first()["result"])["ok"] in range(5)

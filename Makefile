@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	@$(PY) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"'
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[spark,dev]'
+	$(BIN)/pip install --quiet -e '.[spark,dev,gcp]'
 	@touch $(STAMP)
 
 java-check:

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import collections
 import datetime
 import hashlib
 import json
@@ -111,11 +112,14 @@ class GCSState:
         self.buckets: dict[str, dict[str, _Object]] = {}
         self.uploads: dict[str, _Upload] = {}
         self.faults: list[int] = []
+        #: "METHOD /path" of the latest requests (faulted ones too), oldest first.
+        self.seen: collections.deque[str] = collections.deque(maxlen=1000)
         self._last_generation = 0
 
-    def take_fault(self) -> int | None:
-        """The status an injected fault answers the next request with, if any."""
+    def take_fault(self, request: str) -> int | None:
+        """Note ``request``; the status an injected fault answers it with, if any."""
         with self.lock:
+            self.seen.append(request)
             return self.faults.pop(0) if self.faults else None
 
     def _next_generation(self) -> int:
@@ -292,7 +296,7 @@ class _Handler(BaseHTTPRequestHandler):
         segments = [unquote(s) for s in parts.path.split("/")]
         body = self._body()
         try:
-            fault = self.server.state.take_fault()
+            fault = self.server.state.take_fault(f"{self.command} {parts.path}")
             if fault is not None:
                 raise _Refusal(fault, "injected", f"injected fault: HTTP {fault}")
             self._route(self.command, segments, query, body)
@@ -405,6 +409,11 @@ class _Server(ThreadingHTTPServer):
         super().__init__(addr, _Handler)
         self.state = state
         self.access_log = access_log
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that drops its connection (a timeout, a closed pool) is no error here.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class GCSServer:

@@ -58,7 +58,12 @@ import google.auth
 import requests
 from google.api_core.exceptions import GoogleAPICallError
 from google.auth.credentials import AnonymousCredentials, Credentials
-from google.auth.exceptions import DefaultCredentialsError, GoogleAuthError, RefreshError
+from google.auth.exceptions import (
+    DefaultCredentialsError,
+    GoogleAuthError,
+    InvalidOperation,
+    RefreshError,
+)
 from google.auth.transport.requests import AuthorizedSession
 from google.cloud import storage
 from google.cloud.storage.exceptions import DataCorruption, InvalidResponse
@@ -117,6 +122,11 @@ def _classify(exc: Exception, key: str, bucket: str) -> StorageError:
     """Map an SDK, transport or auth error for ``key`` to the storage error the contract
     names. Only the status, the server's reason and message, and class names are shown."""
     where = f"gs://{bucket}"
+    if isinstance(exc, InvalidOperation):  # anonymous credentials asked to refresh on a 401
+        return StorageRefused(
+            f"GCS at the store's endpoint asked for credentials for {key!r} (HTTP 401), and "
+            "the store sends none to an emulator (STORAGE_EMULATOR_HOST) or an http:// "
+            "endpoint: use an https:// endpoint or Google's")
     if isinstance(exc, DefaultCredentialsError):
         return StorageRefused(
             "no Google credentials found (DefaultCredentialsError): set "
@@ -198,9 +208,12 @@ class GCSStore(ObjectStore):
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         endpoint, anonymous = _endpoint(endpoint_url)
-        shown = f" at {urlsplit(endpoint).hostname}:{urlsplit(endpoint).port}" if endpoint else ""
+        where = urlsplit(endpoint or "")
+        #: The endpoint the client talks to (None: Google's), without any user info.
+        self.endpoint = (f"{where.scheme}://{where.netloc.rpartition('@')[2]}"
+                         if endpoint else None)
+        shown = f" at {where.netloc.rpartition('@')[2]}" if endpoint else ""
         self.url = f"gs://{bucket}/{self.prefix}".rstrip("/") + shown
-        self.endpoint = endpoint
         self.retries = max(1, retries)
         self.timeout_s = timeout_s
         project: str | None = None
@@ -220,6 +233,9 @@ class GCSStore(ObjectStore):
         self._client = storage.Client(
             project=project, credentials=credentials, _http=session,
             client_options={"api_endpoint": endpoint} if endpoint else None)
+        # The SDK fetches each bucket's metadata on a thread of its own, for tracing
+        # attributes, outside the timeouts and retries here: no requests but ours.
+        self._client._bucket_metadata_cache = None
         self._bucket = self._client.bucket(bucket)
         self._closed = threading.Event()
 

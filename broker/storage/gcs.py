@@ -16,20 +16,22 @@ bytes it carries; ``head`` is a metadata ``GET`` (no body). Answers map to error
   tells a missing object from a missing bucket).
 * 401, 403 and other 3xx/4xx, and credentials that cannot be found or refreshed:
   :class:`StorageRefused`, raised at once: nothing was written.
-* 408, 429 (GCS allows about one write per second to one object name, and
-  throttles past that), 5xx, connection errors, timeouts and a checksum mismatch
-  are retried with exponential backoff (tenacity; the SDK's own retries are off);
-  when ``retries`` attempts are used up the call raises :class:`StorageUnavailable`
-  and, for a write, the outcome is unknown. A conditional write whose answer was
-  lost and that is then retried gets 412 if the first attempt had landed: callers
-  re-read, as with S3 (see :mod:`broker.verdict`).
+* 408, 429 (GCS documents an update limit of about once per second on each
+  object, and throttles writes past it), 5xx, connection errors, timeouts and a
+  checksum mismatch are retried with exponential backoff (tenacity; the SDK's own
+  retries are off); when ``retries`` attempts are used up the call raises
+  :class:`StorageUnavailable` and, for a write, the outcome is unknown. A
+  conditional write whose answer was lost and that is then retried gets 412 if
+  the first attempt had landed: callers re-read, as with S3 (see
+  :mod:`broker.verdict`).
 
 Credentials come from Google's Application Default Credentials chain
 (``GOOGLE_APPLICATION_CREDENTIALS``, ``gcloud auth application-default login``,
-the metadata server of GCE, GKE, Cloud Run or a Databricks-on-GCP cluster's
-service account). As the SDK does, ``STORAGE_EMULATOR_HOST`` points the client at
-an emulator with anonymous credentials; so does an explicit ``http://`` endpoint,
-since a token must never travel unencrypted. The store's ``url`` and every
+or the service account of the machine through the metadata server: GCE, GKE,
+Cloud Run, a Databricks on Google Cloud cluster given one). As the SDK does,
+``STORAGE_EMULATOR_HOST`` points the client at an emulator with anonymous
+credentials; so does an explicit ``http://`` endpoint, since a token must never
+travel unencrypted. The store's ``url`` and every
 message name only bucket, prefix, endpoint host and the server's error reason,
 never a credential or a request URL (a resumable upload's URL is itself a
 capability).

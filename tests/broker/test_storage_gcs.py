@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -115,6 +117,10 @@ def test_stale_generation_is_refused_and_changes_nothing(store: GCSStore) -> Non
         store.create_if_absent("q/queue.json", b"four")
     assert store.read("q/queue.json").data == b"two"
     assert store.head("q/queue.json") == second
+    with pytest.raises(Conflict):  # a real generation, of an object that is gone
+        store.write_if_match("q/missing.json", b"x", second)
+    with pytest.raises(NotFound):
+        store.read("q/missing.json")
 
 
 @pytest.mark.parametrize("etag", ["0", "-1", "abc", "007", ""])
@@ -272,6 +278,20 @@ def test_bad_gs_urls_are_refused(url: str, named: str) -> None:
     with pytest.raises(InvalidRequest) as info:
         store_from_url(url)
     assert named in str(info.value)
+
+
+def test_the_core_does_not_import_the_gcs_client() -> None:
+    code = ("import sys, broker.storage, broker.service; "
+            "print(sorted(m for m in sys.modules if m.startswith('google.cloud')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.strip() == "[]"
+
+
+def test_gs_urls_without_the_gcp_extra_name_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "broker.storage.gcs", None)  # as if not installed
+    with pytest.raises(InvalidRequest, match=r"pip install 'osqueue-spark\[gcp\]'"):
+        store_from_url("gs://b/p")
 
 
 def test_storage_emulator_host_works_as_for_the_sdk(

@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	@$(PY) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"'
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[spark,dev,azure]'
+	$(BIN)/pip install --quiet -e '.[spark,dev,azure,gcp]'
 	@touch $(STAMP)
 
 java-check:

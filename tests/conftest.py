@@ -113,3 +113,22 @@ def _gc_as_found() -> Iterator[None]:
     gc.set_threshold(*threshold)
     (gc.enable if enabled else gc.disable)()
     gcpause._tuned = tuned
+
+
+@pytest.fixture(scope="session")
+def gcs_server() -> Iterator[object]:
+    """Our GCS JSON-API test server (``bench.gcsserver``: enforces generation
+    preconditions), on a thread, for the whole test session."""
+    from bench.gcsserver import GCSServer
+
+    server = GCSServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture()
+def gcs_url(gcs_server: object) -> str:
+    """A fresh bucket on the session's GCS test server, as a store URL."""
+    name = f"osq-{uuid.uuid4().hex[:12]}"
+    gcs_server.create_bucket(name)  # type: ignore[attr-defined]
+    return f"gs://{name}/queues?endpoint={gcs_server.endpoint}"  # type: ignore[attr-defined]

@@ -16,7 +16,9 @@ What one run does (all times are wall-clock seconds):
    ``--store s3``: a moto S3 server process and a fault proxy process
    (bench/faultproxy.py) in front of it; brokers talk to S3 through the
    proxy, the runner's own reads (owner look-ups, the drain, the checker)
-   and the clients' store look-ups go to moto directly. ``--store azure``: an
+   and the clients' store look-ups go to moto directly. ``--store gcs``: the
+   same with our GCS JSON-API test server (bench/gcsserver.py, which enforces
+   generation preconditions) in place of moto. ``--store azure``: an
    Azurite process (``make test`` installs it) that every process reaches
    directly, its connection string in ``AZURE_STORAGE_CONNECTION_STRING``.
    The queue is created with ``--max-attempts`` and short retry backoffs.
@@ -118,9 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="short: 30 s, 2 kills, 1 pause, 1 competitor. long (the acceptance "
                         "run, about 12-15 minutes): 660 s, 16 kills, 6 pauses, 4 competitors, "
                         "50 jobs/s, 2%% faults on S3, --require-bar. Explicit options win")
-    g.add_argument("--store", choices=["file", "s3", "azure"], default="file",
+    g.add_argument("--store", choices=["file", "s3", "gcs", "azure"], default="file",
                    help="file: a directory in the run directory; s3: moto behind the fault "
-                        "proxy; azure: Azurite (no fault proxy) (default file)")
+                        "proxy; gcs: our GCS test server (bench/gcsserver.py) behind the "
+                        "fault proxy; azure: Azurite (no fault proxy) (default file)")
     g.add_argument("--seed", type=int, default=1,
                    help="seeds the nemesis schedule, the clients' choices and the fault proxy")
     g.add_argument("--seconds", type=float, default=60.0,
@@ -193,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--pause-extra-min-s", type=float, default=1.0,
                    help="a pause lasts lease + U(min, max) s (default 1)")
     g.add_argument("--pause-extra-max-s", type=float, default=3.0, help="(default 3)")
-    g = p.add_argument_group("S3 faults (--store s3)")
+    g = p.add_argument_group("storage faults (--store s3 or gcs)")
     g.add_argument("--fault-rate", type=float, default=0.02,
                    help="fraction of storage requests faulted during the chaos phase "
                         "(default 0.02)")

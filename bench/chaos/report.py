@@ -37,7 +37,7 @@ def acceptance_bar(args: argparse.Namespace, store_kind: str, check: dict[str, A
                                     max_kill is not None and
                                     max_kill <= args.lease_s + args.bar_outage_extra_s],
     }
-    if store_kind == "s3":
+    if store_kind != "file":
         bar["fault_pct"] = [round(fault_pct, 3), args.bar_fault_pct,
                             fault_pct >= args.bar_fault_pct]
         bar["dropped_landed_puts"] = [drop_landed, 1, drop_landed >= 1]

@@ -128,7 +128,7 @@ class Run:
         # -- chaos ---------------------------------------------------------------------------
         chaos_start = self.clock()
         workers.start()
-        if self.store.kind == "s3":
+        if self.store.kind != "file":
             self.store.faults(True)
             nemesis.note("faults_on", rate=args.fault_rate)
         nemesis.start(schedule, chaos_start)
@@ -144,7 +144,7 @@ class Run:
         # -- heal ----------------------------------------------------------------------------
         workers.stop_producing.set()
         nemesis.stop()
-        if self.store.kind == "s3":
+        if self.store.kind != "file":
             self.store.faults(False)
             nemesis.note("faults_off")
         for s in self.slots:
@@ -198,10 +198,11 @@ class Run:
             client_crashes=workers.crashes, run_dir=self.run_dir)
         ok = bool(self.result["ok"])
         write_records(self.run_dir, rec)
-        if self.store.kind == "s3" and (args.dump_store == "always"
+        if self.store.kind != "file" and (args.dump_store == "always"
                                         or (args.dump_store == "fail" and not ok)):
             n = dump_store(direct, self.run_dir / "store-dump")
-            self.say(f"copied {n} objects of the S3 store to {self.run_dir / 'store-dump'}")
+            self.say(f"copied {n} objects of the {self.store.kind} store to "
+                     f"{self.run_dir / 'store-dump'}")
         print_summary(self.result)
         if not ok:
             return 1

@@ -1,6 +1,7 @@
-"""The store of a run: a directory, a moto S3 server behind the fault proxy (with its
-remote control), or Azurite, and the runner's own direct reads of it: the queue object, its job
-counts by status and, for post-mortems, a copy of every object."""
+"""The store of a run: a directory, a moto S3 server or our GCS test server
+(bench/gcsserver.py) behind the fault proxy (with its remote control), or Azurite, and the
+runner's own direct reads of it: the queue object, its job counts by status and, for
+post-mortems, a copy of every object."""
 
 from __future__ import annotations
 
@@ -41,8 +42,9 @@ class StoreSetup:
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def start(self) -> None:
-        """Make the store: a directory, or moto and the fault proxy (each given 60 s
-        to print 'ready'; faults off until :meth:`faults`)."""
+        """Make the store: a directory, or moto (s3) or the GCS test server (gcs) and
+        the fault proxy (each given 60 s to print 'ready'; faults off until
+        :meth:`faults`)."""
         if self.kind == "file":
             path = self.run_dir / "store"
             path.mkdir(parents=True, exist_ok=True)
@@ -55,22 +57,26 @@ class StoreSetup:
 
         bucket = f"osq-chaos-{self.args.seed % 100000}-{uuid.uuid4().hex[:8]}"
         env = child_env()
-        moto_log = self.run_dir / "moto.log"
-        moto = CHILDREN.spawn([sys.executable, "-m", "bench.motoserver", "--bucket", bucket],
+        # gcs: uploads are POSTs (a resumable upload ends with a PUT), and may be dropped
+        server, scheme, drop = (("gcsserver", "gs", "POST,PUT") if self.kind == "gcs"
+                                else ("motoserver", "s3", "PUT"))
+        moto_log = self.run_dir / ("gcsserver.log" if self.kind == "gcs" else "moto.log")
+        moto = CHILDREN.spawn([sys.executable, "-m", f"bench.{server}", "--bucket", bucket],
                               moto_log, env)
         self.procs.append(moto)
-        m = wait_for_line(moto, moto_log, 0, re.compile(r"motoserver ready on (http://\S+)"),
+        m = wait_for_line(moto, moto_log, 0, re.compile(server + r" ready on (http://\S+)"),
                           60)
         if m is None:
-            raise RuntimeError(f"moto did not start: {log_tail(moto_log)}")
+            raise RuntimeError(f"{server} did not start: {log_tail(moto_log)}")
         moto_url = m.group(1)
         proxy_log = self.run_dir / "faultproxy.log"
         proxy = CHILDREN.spawn(
             [sys.executable, "-m", "bench.faultproxy", "--upstream", moto_url,
              "--seed", str(self.args.seed), "--rate", str(self.args.fault_rate),
              "--weights", self.args.fault_weights, "--delay-s", str(self.args.fault_delay_s),
-             "--delay-then", self.args.fault_delay_then, "--disabled",
-             "--log-requests", str(self.run_dir / "s3-requests.jsonl")], proxy_log, env)
+             "--delay-then", self.args.fault_delay_then, "--disabled", "--drop-methods", drop,
+             "--log-requests", str(self.run_dir / f"{self.kind}-requests.jsonl")],
+            proxy_log, env)
         self.procs.append(proxy)
         m = wait_for_line(proxy, proxy_log, 0, re.compile(r"faultproxy ready on (http://\S+)"),
                           60)
@@ -78,8 +84,8 @@ class StoreSetup:
             raise RuntimeError(f"fault proxy did not start: {log_tail(proxy_log)}")
         self.proxy_url = m.group(1)
         self._control = RemoteControl(self.proxy_url)
-        self.broker_url = f"s3://{bucket}/chaos?endpoint={self.proxy_url}"
-        self.direct_url = f"s3://{bucket}/chaos?endpoint={moto_url}"
+        self.broker_url = f"{scheme}://{bucket}/chaos?endpoint={self.proxy_url}"
+        self.direct_url = f"{scheme}://{bucket}/chaos?endpoint={moto_url}"
 
     def _start_azurite(self) -> None:
         """Azurite (node, spawned directly so that kill_all reaches it) with its

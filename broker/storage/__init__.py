@@ -1,4 +1,4 @@
-"""Object stores with compare-and-set: memory, local files and S3.
+"""Object stores with compare-and-set: memory, local files, S3 and Google Cloud Storage.
 
 ``store_from_url`` turns a store URL into a store:
 
@@ -11,6 +11,10 @@
   ``timeout_s=`` (connect and read timeout in seconds, default 10) and
   ``retries=`` (attempts per call for transient failures, default 5).
   Any other option is refused with ``InvalidRequest``.
+* ``gs://bucket/prefix`` -> :class:`broker.storage.gcs.GCSStore` (the ``gcp`` extra:
+  ``pip install 'osqueue-spark[gcp]'``). Query options: ``endpoint=`` (a GCS JSON-API
+  endpoint; otherwise ``STORAGE_EMULATOR_HOST``), ``timeout_s=`` and ``retries=`` as
+  for S3. Any other option is refused with ``InvalidRequest``.
 * ``memory://name`` -> a process-wide :class:`MemoryStore` of that name
 * ``abfss://container@account.dfs.core.windows.net/prefix`` or
   ``az://container/prefix`` (the account from ``AZURE_STORAGE_CONNECTION_STRING``
@@ -46,6 +50,7 @@ __all__ = [
 ]
 
 _S3_OPTIONS = ("endpoint", "region", "retries", "timeout_s")
+_GCS_OPTIONS = ("endpoint", "retries", "timeout_s")
 
 _memory_stores: dict[str, MemoryStore] = {}
 _memory_lock = threading.Lock()
@@ -71,13 +76,16 @@ def store_from_url(url: str, *, endpoint_url: str | None = None) -> ObjectStore:
                        timeout_s=_positive(opts, "timeout_s", float, DEFAULT_TIMEOUT_S))
     if parts.scheme in ("az", "abfss"):
         return _azure_store(url)
+    if parts.scheme == "gs":
+        return _gcs_store(url, parts.netloc, parts.path, parts.query, endpoint_url)
     if parts.scheme == "memory":
         name = parts.netloc or parts.path or "default"
         with _memory_lock:
             return _memory_stores.setdefault(name, MemoryStore(name))
     shown = f"{parts.scheme}://" if parts.scheme else url[:40]
     raise InvalidRequest(
-        f"unknown store URL {shown!r}: use file:///abs/dir or s3://bucket/prefix"
+        f"unknown store URL {shown!r}: use file:///abs/dir, s3://bucket/prefix, "
+        "gs://bucket/prefix or abfss://container@account.dfs.core.windows.net/prefix"
     )
 
 
@@ -93,18 +101,38 @@ def _azure_store(url: str) -> ObjectStore:
     return azure_store_from_url(url)
 
 
-def _s3_options(query: str) -> dict[str, str]:
-    """The S3 URL's query options; ``InvalidRequest`` names unknown or repeated ones."""
+def _gcs_store(url: str, bucket: str, path: str, query: str,
+               endpoint_url: str | None) -> ObjectStore:
+    """A GCSStore for a ``gs://`` URL; ``StorageRefused`` if the gcp extra is missing."""
+    if not bucket:
+        raise InvalidRequest(f"GCS store URLs look like gs://bucket/prefix, got {url!r}")
+    opts = _s3_options(query, _GCS_OPTIONS, "GCS")
+    try:
+        from broker.storage.gcs import GCSStore
+    except ImportError as exc:
+        raise StorageRefused(
+            f"gs:// store URLs need the Google Cloud Storage client ({exc.name} is missing): "
+            "pip install 'osqueue-spark[gcp]'") from None
+    return GCSStore(bucket, path.strip("/"),
+                    endpoint_url=endpoint_url or opts.get("endpoint") or None,
+                    retries=_positive(opts, "retries", int, DEFAULT_RETRIES),
+                    timeout_s=_positive(opts, "timeout_s", float, DEFAULT_TIMEOUT_S))
+
+
+def _s3_options(query: str, known: tuple[str, ...] = _S3_OPTIONS,
+                kind: str = "S3") -> dict[str, str]:
+    """The URL's query options; ``InvalidRequest`` names unknown or repeated ones."""
     parsed = parse_qs(query, keep_blank_values=True)
-    unknown = sorted(set(parsed) - set(_S3_OPTIONS))
+    unknown = sorted(set(parsed) - set(known))
     if unknown:
         raise InvalidRequest(
-            f"unknown S3 store URL option(s) {', '.join(unknown)}; "
-            f"known options: {', '.join(_S3_OPTIONS)}"
+            f"unknown {kind} store URL option(s) {', '.join(unknown)}; "
+            f"known options: {', '.join(known)}"
         )
     repeated = sorted(name for name, values in parsed.items() if len(values) > 1)
     if repeated:
-        raise InvalidRequest(f"S3 store URL option(s) given more than once: {', '.join(repeated)}")
+        raise InvalidRequest(
+            f"{kind} store URL option(s) given more than once: {', '.join(repeated)}")
     return {name: values[0] for name, values in parsed.items()}
 
 
@@ -133,5 +161,5 @@ def _positive(opts: dict[str, str], name: str, kind: type[N], default: N) -> N:
         value = kind(0)
     if not (math.isfinite(value) and value > 0):
         what = "a whole number" if kind is int else "a number"
-        raise InvalidRequest(f"S3 store URL option {name}={raw!r} must be {what} > 0")
+        raise InvalidRequest(f"store URL option {name}={raw!r} must be {what} > 0")
     return value

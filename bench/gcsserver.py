@@ -111,16 +111,23 @@ class GCSState:
         self.lock = threading.Lock()
         self.buckets: dict[str, dict[str, _Object]] = {}
         self.uploads: dict[str, _Upload] = {}
-        self.faults: list[int] = []
+        #: (status, method or None: any) of the injected faults still to answer, in order.
+        self.faults: list[tuple[int, str | None]] = []
         #: "METHOD /path" of the latest requests (faulted ones too), oldest first.
         self.seen: collections.deque[str] = collections.deque(maxlen=1000)
         self._last_generation = 0
 
     def take_fault(self, request: str) -> int | None:
-        """Note ``request``; the status an injected fault answers it with, if any."""
+        """Note ``request`` (``"METHOD /path"``); the status an injected fault answers it
+        with, if any: the first one still to answer that applies to its method."""
+        method = request.partition(" ")[0]
         with self.lock:
             self.seen.append(request)
-            return self.faults.pop(0) if self.faults else None
+            for i, (status, only) in enumerate(self.faults):
+                if only is None or only == method:
+                    del self.faults[i]
+                    return status
+            return None
 
     def _next_generation(self) -> int:
         self._last_generation = max(self._last_generation + 1, time.time_ns() // 1000)
@@ -441,10 +448,11 @@ class GCSServer:
     def create_bucket(self, name: str) -> None:
         self.state.create_bucket(name)
 
-    def inject(self, *statuses: int) -> None:
-        """Answer the next requests with these statuses, changing nothing (tests)."""
+    def inject(self, *statuses: int, method: str | None = None) -> None:
+        """Answer the next requests (only those of ``method``, if given: e.g. ``"PUT"``,
+        the last step of a resumable upload) with these statuses, changing nothing (tests)."""
         with self.state.lock:
-            self.state.faults.extend(statuses)
+            self.state.faults.extend((status, method) for status in statuses)
 
     def __enter__(self) -> GCSServer:
         return self.start()

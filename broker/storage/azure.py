@@ -9,7 +9,13 @@ ETag, even of the same bytes (``etags_differ_on_same_bytes`` is True; the
 contract test checks the claim). Answers map to errors thus:
 
 * 412 (``ConditionNotMet``) and 409 ``BlobAlreadyExists`` mean "lost the
-  race": :class:`Conflict`.
+  race": :class:`Conflict`. Any other 409 (``SnapshotsPresent``,
+  ``BlobImmutableDueToPolicy``, ``ContainerBeingDeleted``, ...) is a state of
+  the blob or container that no re-read and retry changes:
+  :class:`StorageRefused` (as a Conflict the commit loop would re-read and
+  write again, without backoff, until its batch timed out).
+* An etag that cannot name one version (empty, ``*``, which matches *any*
+  blob, or a list) is refused with :class:`Conflict` before any request.
 * 404 for a blob: :class:`NotFound`; for the container
   (``ContainerNotFound``): :class:`StorageRefused`, since no retry creates it.
 * 401/403 (bad key or SAS, missing role), credentials that cannot be had,
@@ -74,7 +80,7 @@ from broker.errors import (
     StorageUnavailable,
 )
 from broker.retry import retrying
-from broker.storage.base import Data, ObjectStore, Versioned, as_bytes
+from broker.storage.base import Data, ObjectStore, Versioned, as_bytes, check_object_path
 
 T = TypeVar("T")
 
@@ -134,7 +140,7 @@ def _classify(exc: Exception, key: str, where: str) -> StorageError:
                 f"Azure refused {key!r}: {said}; the blob has a lease, which osqueue never "
                 "takes: break it"
             )
-        if status == 412 or (status == 409 and code == "BlobAlreadyExists"):
+        if status == 412 or (status == 409 and code in ("BlobAlreadyExists", "")):
             return Conflict(f"object {key!r} changed since it was read ({code or status})")
         if code == "ContainerNotFound":
             return StorageRefused(f"Azure container {where} does not exist ({said})")
@@ -143,7 +149,10 @@ def _classify(exc: Exception, key: str, where: str) -> StorageError:
         if status >= 500 or status in (408, 429):
             return StorageUnavailable(f"Azure answered {said} for {key!r}")
         if status == 409:
-            return Conflict(f"object {key!r} changed since it was read ({said})")
+            return StorageRefused(
+                f"Azure refused {key!r} in {where}: {said}; the blob or container is in a "
+                "state that forbids this (snapshots, an immutability policy or legal hold, "
+                "a container being deleted): clear it")
         if status in (401, 403):
             return StorageRefused(
                 f"Azure denied access to {key!r} in {where}: {said}; check the key, SAS "
@@ -211,7 +220,7 @@ class AzureStore(ObjectStore):
         client: Any | None = None,
     ) -> None:
         self.container = container
-        self.prefix = prefix.strip("/")
+        self.prefix = check_object_path(prefix.strip("/"))
         self.retries = max(1, retries)
         self.timeout_s = timeout_s
         options: dict[str, Any] = {
@@ -245,6 +254,7 @@ class AzureStore(ObjectStore):
             f" at {endpoint}" if endpoint else "")
 
     def _key(self, key: str) -> str:
+        check_object_path(key, "object key")
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def _call(self, key: str, fn: Callable[[], T]) -> T:
@@ -252,7 +262,10 @@ class AzureStore(ObjectStore):
             try:
                 return fn()
             except AzureError as exc:
-                raise _classify(exc, key, self._where) from None
+                error = _classify(exc, key, self._where)
+            # Raised outside the handler: no __context__ keeps the SDK's error (its
+            # message, request and response: URLs with a SAS) alive.
+            raise error
 
         policy = retrying(retry=retry_if_exception_type(StorageUnavailable),
                           stop=stop_after_attempt(self.retries))
@@ -274,6 +287,11 @@ class AzureStore(ObjectStore):
         return self._call(key, lambda: str(self._blob(key).get_blob_properties().etag))
 
     def write_if_match(self, key: str, data: Data, etag: str) -> str:
+        if not etag or etag.strip() == "*" or "," in etag:
+            # "*" matches any blob (an unconditional overwrite), a list matches any of
+            # its members, and the SDK refuses an empty one with a ValueError.
+            raise Conflict(f"object {key!r}: {etag!r} names no single version, so it "
+                           "cannot match")
         body = as_bytes(data)
 
         def go() -> str:

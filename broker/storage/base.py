@@ -66,7 +66,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from broker.errors import Conflict, NotFound, StorageUnavailable, UnsafeStore
+from broker.errors import Conflict, InvalidRequest, NotFound, StorageUnavailable, UnsafeStore
 
 log = logging.getLogger("osqueue.storage")
 
@@ -76,6 +76,22 @@ Data = bytes | Sequence[bytes]
 
 #: How often ``self_test`` repeats a probe step that failed with an unknown outcome.
 _PROBE_ATTEMPTS = 3
+
+
+def check_object_path(path: str, what: str = "store prefix") -> str:
+    """Return ``path`` (a prefix or key of a cloud store) if no ``/``-separated segment
+    of it is ``.`` or ``..``; else raise ``InvalidRequest``.
+
+    Why: the Azure SDK sends blob names as URL paths and the HTTP stack removes dot
+    segments, so ``az://c/..`` would read and write the blobs of *another* container
+    (with a SAS or token credential) while ``list`` still looks in ``c`` and finds
+    none of them (archive objects written, never listed).
+    """
+    if any(segment in (".", "..") for segment in path.split("/")):
+        raise InvalidRequest(
+            f"{what} {path!r} has a '.' or '..' segment; name the container or bucket "
+            "and prefix directly (cloud object names are not file paths)")
+    return path
 
 
 def as_bytes(data: Data) -> bytes:

@@ -80,7 +80,7 @@ from broker.errors import (
     UnsafeStore,
 )
 from broker.retry import retrying
-from broker.storage.base import Data, ObjectStore, Versioned, as_bytes
+from broker.storage.base import Data, ObjectStore, Versioned, as_bytes, check_object_path
 
 T = TypeVar("T")
 
@@ -208,7 +208,7 @@ class GCSStore(ObjectStore):
         credentials: Credentials | None = None,
     ) -> None:
         self.bucket = bucket
-        self.prefix = prefix.strip("/")
+        self.prefix = check_object_path(prefix.strip("/"))
         endpoint, anonymous = _endpoint(endpoint_url)
         where = urlsplit(endpoint or "")
         #: The endpoint the client talks to (None: Google's), without any user info.
@@ -263,7 +263,10 @@ class GCSStore(ObjectStore):
             try:
                 return fn()
             except _FAILURES as exc:
-                raise _classify(exc, key, self.bucket) from None
+                error = _classify(exc, key, self.bucket)
+            # Raised outside the handler: no __context__ keeps the SDK's error alive, whose
+            # message quotes the request URL (a resumable upload's URL is a capability).
+            raise error
 
         policy = retrying(retry=retry_if_exception_type(StorageUnavailable),
                           stop=stop_after_attempt(self.retries))

@@ -451,10 +451,11 @@ def test_claim_one_context_manager(broker: BrokerServer) -> None:
         assert nothing is None
 
 
-def test_streaming_write_exactly_once_across_restart(spark: Any, broker: BrokerServer,
+def test_streaming_write_exactly_once_across_restart(any_spark: Any, broker: BrokerServer,
                                                     tmp_path: Path) -> None:
     from pyspark.sql import functions as F
 
+    spark = any_spark
     q = qname()
     src = tmp_path / "in"
     src.mkdir()
@@ -486,8 +487,8 @@ def test_streaming_write_needs_an_identity(spark: Any, broker: BrokerServer) -> 
 
 
 def test_streaming_read_completes_on_commit_and_survives_restart(
-        spark: Any, broker: BrokerServer, tmp_path: Path) -> None:
-    q = qname()
+        any_spark: Any, broker: BrokerServer, tmp_path: Path) -> None:
+    spark, q = any_spark, qname()
     c = QueueClient(broker.url, q)
     c.push_many([{"payload": {"n": i}} for i in range(30)])
     ckpt = str(tmp_path / "ckpt")

@@ -37,7 +37,7 @@ from broker.limits import (
     MIN_COMMIT_TIMEOUT_S,
 )
 from broker.ownership import BROKER_LEASE_S
-from broker.server import is_loopback
+from broker.server import advertise_url_problem, is_loopback
 from broker.service import BrokerConfig
 
 ENV_PREFIX = "OSQUEUE_"
@@ -91,6 +91,9 @@ class BrokerSettings(BaseSettings):
     def _http_url(cls, value: str | None) -> str | None:
         if value is not None and not value.startswith(("http://", "https://")):
             raise ValueError("wants an http:// or https:// URL")
+        if value is not None and advertise_url_problem(value):
+            raise ValueError("must not carry a user or password: give http(s)://host:port "
+                             "and a bearer token")
         return value
 
     @field_validator("log_level", mode="before")

@@ -19,6 +19,7 @@ import socket
 import threading
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import uvicorn
 
@@ -82,6 +83,23 @@ def _advertised(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+def advertise_url_problem(url: str) -> str | None:
+    """What is wrong with ``url`` as an advertised broker URL, or None.
+
+    It must be http(s) and carry no user or password: it is written into every
+    queue object the broker owns, answered by ``/healthz`` and logged. The
+    answer never quotes a URL that has an ``@`` (it may hold a secret).
+    """
+    if not url.startswith(("http://", "https://")):
+        shown = "(not shown: it has an '@')" if "@" in url else repr(url)
+        return f"must be an http(s) URL, got {shown}"
+    parts = urlsplit(url)
+    if "@" in parts.netloc:
+        return ("must not carry a user or password (it is written into the queue objects "
+                "and shown to every client): give http(s)://host:port, and a bearer token")
+    return None
+
+
 def is_loopback(host: str) -> bool:
     """Whether listening on ``host`` keeps the broker to this machine."""
     if host == "localhost":
@@ -117,8 +135,9 @@ class BrokerServer:
         Raises ``ValueError`` for an ``advertise_url`` that is not http(s), and
         ``OSError`` if ``host:port`` cannot be bound.
         """
-        if advertise_url is not None and not advertise_url.startswith(("http://", "https://")):
-            raise ValueError(f"advertise_url must be an http(s) URL, got {advertise_url!r}")
+        problem = None if advertise_url is None else advertise_url_problem(advertise_url)
+        if problem:
+            raise ValueError(f"advertise_url {problem}")
         if tune_gc:
             tune_for_broker_process()
         self.store = store

@@ -5,7 +5,9 @@ request per ``MAX_ITEMS`` tokens, each extending the lease to ``lease_s``
 seconds from the broker's now.
 A token the broker reports lost (the job was reclaimed) is dropped and
 recorded in ``lost``: the holder must not complete it. Transient broker
-errors are logged and retried at the next beat; they never stop the thread.
+errors are logged and retried at the next beat; they never stop the thread,
+and neither does any other exception of a beat (an answer that does not
+parse, a bug): a dead thread would let every held lease lapse mid-batch.
 A holder that settles tokens (complete, fail) while the thread runs does so
 inside :meth:`Heartbeater.paused` and removes them there, so no beat in
 flight reports a just-completed job as lost.
@@ -74,6 +76,9 @@ class Heartbeater:
                 except OsqueueError as exc:
                     log.warning("heartbeat failed (%s); retrying in %.1fs", exc,
                                 self.interval_s)
+                except Exception:  # not the broker's answer: still beat again
+                    log.exception("heartbeat failed unexpectedly; retrying in %.1fs",
+                                  self.interval_s)
             with self._lock:  # a token released meanwhile (completed) was not lost
                 gone = [r.token for r in results if not r.ok and r.token in self._tokens]
                 self._tokens.difference_update(gone)
@@ -83,7 +88,11 @@ class Heartbeater:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
-            self.beat()
+            try:
+                self.beat()
+            except Exception:  # the thread must outlive any one beat
+                log.exception("heartbeat failed unexpectedly; retrying in %.1fs",
+                              self.interval_s)
 
     def stop(self) -> None:
         self._stop.set()

@@ -9,8 +9,12 @@ of a query that died come back when their leases expire.
 * 4.2 and later (the ``latestOffset(start, limit)`` / ``getDefaultReadLimit`` /
   ``SupportsTriggerAvailableNow`` API): the default read limit is
   ``ReadMaxRows(maxJobsPerTrigger)``, and ``latestOffset`` claims at most the
-  limit's ``max_rows`` (``ReadAllAvailable``, which Spark passes for
-  ``Trigger.Once``, claims every ready job, 10,000 per request).
+  limit's ``max_rows``. ``trigger(once=True)`` is refused: Spark passes
+  ``ReadAllAvailable`` for it and runs one batch that it never confirms to
+  the source, so its jobs could never be completed (each run would deliver
+  them again, until ``maxAttempts`` kills them); the query fails at its first
+  ``latestOffset``, having claimed nothing, with a message naming
+  ``trigger(availableNow=True)``.
   ``trigger(availableNow=True)`` calls :meth:`QueueStreamReader.prepareForTriggerAvailableNow`
   at the start of the query, which takes the number of jobs the queue holds
   (pending or claimed) as the run's budget: micro-batches of at most
@@ -41,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from broker.errors import UnknownQueue
+from broker.errors import InvalidRequest, UnknownQueue
 from broker.limits import MAX_CLAIM_JOBS, MAX_ITEMS
 from osqueue_spark.heartbeat import Heartbeater
 from osqueue_spark.options import StreamReadOptions
@@ -72,6 +76,21 @@ def default_read_limit(max_rows: int) -> Any:
     return ReadMaxRows(max_rows)
 
 
+#: Why ``trigger(once=True)`` is refused (see the module docstring).
+ONCE_REFUSED = (
+    "readStream.format(\"osqueue\") does not support trigger(once=True): Spark runs its "
+    "single batch without ever confirming it to the source, so the batch's jobs would "
+    "never be completed (each run would deliver them again). Use "
+    "trigger(availableNow=True), which drains the queue in bounded batches and stops")
+
+
+def is_read_all_available(limit: Any) -> bool:
+    """Whether ``limit`` is ``ReadAllAvailable``: what Spark 4.2+ passes under
+    ``trigger(once=True)`` (availableNow and the other triggers get
+    :meth:`QueueStreamReader.getDefaultReadLimit`)."""
+    return type(limit).__name__ == "ReadAllAvailable"
+
+
 def rows_allowed(limit: Any, default: int) -> int | None:
     """The most jobs one batch may claim under Spark's ``limit``: None for
     ``ReadAllAvailable``; ``max_rows`` of ``ReadMaxRows``; ``default``
@@ -81,7 +100,7 @@ def rows_allowed(limit: Any, default: int) -> int | None:
     it claims)."""
     if limit is None:
         return default
-    if type(limit).__name__ == "ReadAllAvailable":
+    if is_read_all_available(limit):
         return None
     max_rows = getattr(limit, "max_rows", None)  # ReadMaxRows; not ``maxRows``
     if isinstance(max_rows, int) and max_rows > 0:
@@ -193,8 +212,11 @@ class QueueStreamReader(DataSourceStreamReader, _AvailableNowHook):
         ``limit`` is Spark's ``ReadLimit`` (4.2+; see :func:`rows_allowed`);
         PySpark 4.0 and 4.1 call this without arguments. Returns the offset
         Spark passed in (no new batch) when nothing was claimed, which ends an
-        availableNow run.
+        availableNow run. Raises ``InvalidRequest`` (claiming nothing) for
+        ``ReadAllAvailable``, i.e. ``trigger(once=True)``: see :data:`ONCE_REFUSED`.
         """
+        if is_read_all_available(limit):
+            raise InvalidRequest(ONCE_REFUSED)
         self._complete_through(self._planned)
         self._drop_lost()
         if start is not None:

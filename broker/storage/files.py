@@ -205,7 +205,9 @@ class FileStore(ObjectStore):
     raises ``StorageUnavailable`` having changed nothing.
 
     Raises ``UnsafeStore`` (creating nothing) if ``root`` resolves onto a FUSE
-    or network mount (see :mod:`broker.storage.mounts`). ``trust_mount``:
+    or network mount (see :mod:`broker.storage.mounts`); so does any operation
+    on a key whose first directory (a queue's) does, being a mount point or a
+    symbolic link below the root (checked once per directory, when first used). ``trust_mount``:
     one filesystem type to accept anyway, with a warning at every opening
     (``"fuse.fuse-overlayfs"`` for a rootless container's local disk, say).
     ``mount_table``: the text of a ``/proc/self/mountinfo`` to judge by
@@ -244,6 +246,10 @@ class FileStore(ObjectStore):
         self.url = f"file://{self.root}"
         self._fsync = fsync
         self.lock_timeout_s = lock_timeout_s
+        # Each queue's directory (a key's first part) is checked too, once, when first
+        # used: a mount point or a symbolic link there would escape the root's check.
+        self._mounts, self._trust_mount = mounts, trust_mount
+        self._checked_dirs: set[str] = set()
 
     # -- paths -----------------------------------------------------------
     def _path(self, key: str) -> Path:
@@ -252,6 +258,10 @@ class FileStore(ObjectStore):
             raise InvalidRequest(f"invalid object key {key!r}")
         if any(p.startswith(".") for p in parts):
             raise InvalidRequest(f"object key parts may not start with '.': {key!r}")
+        if len(parts) > 1 and parts[0] not in self._checked_dirs:
+            check_store_dir(self.root / parts[0], mounts=self._mounts,
+                            trust_mount=self._trust_mount)
+            self._checked_dirs.add(parts[0])
         return self.root.joinpath(*parts)
 
     @staticmethod

@@ -65,6 +65,8 @@ def test_defaults_without_flags_or_variables() -> None:
     (["--store", "file:///tmp/q", "--listen", "192.0.2.2:8765"], {}, "needs a bearer token"),
     (["--store", "file:///tmp/q", "--advertise-url", "broker:8765"], {},
      "--advertise-url (or OSQUEUE_ADVERTISE_URL): wants an http:// or https:// URL"),
+    (["--store", "file:///tmp/q", "--advertise-url", "http://ops:s3cr3t@broker:8765"], {},
+     "--advertise-url (or OSQUEUE_ADVERTISE_URL): must not carry a user or password"),
 ])
 def test_a_bad_value_is_one_line_and_exit_2(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
@@ -75,6 +77,7 @@ def test_a_bad_value_is_one_line_and_exit_2(
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and named in err and "Traceback" not in err
+    assert "s3cr3t" not in err
 
 
 def test_the_token_never_shows(monkeypatch: pytest.MonkeyPatch,

@@ -154,3 +154,28 @@ def test_store_urls_take_trust_mount_and_refuse_other_options(tmp_path: Path) ->
     for bad in ("?color=red", "?trust_mount=", "?trust_mount=a&trust_mount=b"):
         with pytest.raises(InvalidRequest, match="trust_mount=<filesystem type>"):
             store_from_url(f"file://{tmp_path}{bad}")
+
+
+@pytest.mark.parametrize("how", ["mounted below the root", "linked from below the root"])
+def test_a_queue_directory_on_a_fuse_mount_below_a_safe_root_is_refused(
+        tmp_path: Path, how: str) -> None:
+    """The root is on a local disk, but one queue's directory (the key's first
+    part) is a FUSE mount point below it, or a symbolic link into one: writes
+    there would lose the lock-and-rename guarantees the root was checked for."""
+    root, fuse = tmp_path / "root", tmp_path / "volume"
+    root.mkdir()
+    fuse.mkdir()
+    if how == "mounted below the root":
+        (root / "q").mkdir()
+        mounts = table((root / "q", "fuse"))
+    else:
+        (root / "q").symlink_to(fuse)
+        mounts = table((fuse, "fuse.gcsfuse"))
+    store = FileStore(root, fsync=False, mount_table=mounts)  # the root itself is fine
+    with pytest.raises(UnsafeStore, match="FUSE mount"):
+        store.create_if_absent("q/queue.json", b"{}")
+    with pytest.raises(UnsafeStore, match="FUSE mount"):
+        store.read("q/queue.json")
+    assert list(fuse.iterdir()) == [] and list((root / "q").iterdir()) == []  # nothing written
+    store.create_if_absent("other/queue.json", b"{}")  # a queue on the root's own disk still works
+    assert store.read("other/queue.json").data == b"{}"

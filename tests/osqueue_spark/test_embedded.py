@@ -123,6 +123,18 @@ def test_a_bad_advertise_url_is_refused(tmp_path: Path) -> None:
         start_broker(f"file://{tmp_path}", advertise_url="broker:8765")
 
 
+@pytest.mark.parametrize("url", ["http://ops:s3cr3t@broker.internal:8765",
+                                 "https://s3cr3t@broker.internal", "ops:s3cr3t@broker:8765"])
+def test_an_advertise_url_with_credentials_is_refused_without_showing_them(
+        tmp_path: Path, url: str) -> None:
+    """The advertised URL is written into every queue object the broker owns,
+    answered by /healthz and logged: a user or password in it would leak."""
+    with pytest.raises(ValueError, match="advertise_url must") as info:
+        start_broker(f"file://{tmp_path / 'store'}", advertise_url=url)
+    assert "s3cr3t" not in str(info.value)
+    assert not (tmp_path / "store").exists() or list((tmp_path / "store").iterdir()) == []
+
+
 def test_a_local_session_is_not_a_cluster_and_spark_redacts_the_token(
         spark: Any, tmp_path: Path) -> None:
     """The real classic session of the tests runs ``local[...]``: loopback. Its

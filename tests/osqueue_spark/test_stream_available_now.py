@@ -20,7 +20,7 @@ import pytest
 
 from bench.motoserver import free_port
 from broker import archive
-from broker.errors import OsqueueError
+from broker.errors import InvalidRequest, OsqueueError
 from broker.server import BrokerServer
 from broker.storage import ObjectStore, store_from_url
 from osqueue_spark import QueueClient, start_broker
@@ -166,6 +166,48 @@ def test_without_the_hook_a_batch_is_still_bounded(broker: BrokerServer) -> None
     reader.commit(end)
     reader.stop()
     assert client.stats()["completed_total"] == 6
+
+
+@needs_hook
+def test_trigger_once_is_refused_before_anything_is_claimed(broker: BrokerServer) -> None:
+    """Spark 4.2+ passes ``ReadAllAvailable`` only under ``trigger(once=True)``, whose
+    single batch it never confirms to the source: its jobs would come back after
+    every run and never be completed. The reader refuses it and claims nothing."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    q = qname()
+    client = QueueClient(broker.url, q)
+    client.push_many([{"payload": {"n": i}} for i in range(3)])
+    reader = reader_for(broker.url, q)
+    with pytest.raises(InvalidRequest, match=r"availableNow=True"):
+        reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+    reader.stop()
+    stats = client.stats()
+    assert stats["counts"]["pending"] == 3 and stats["counts"]["claimed"] == 0
+
+
+@needs_hook
+@pytest.mark.spark
+def test_a_trigger_once_query_fails_and_leaves_the_queue_as_it_was(
+        any_spark: Any, broker: BrokerServer, tmp_path: Path) -> None:
+    """A real ``trigger(once=True)`` query: before the fix its one batch took every
+    job and stopped without completing any (they came back after ``leaseS``, and
+    would after every run). Now it fails naming availableNow, nothing claimed."""
+    q = qname()
+    client = QueueClient(broker.url, q)
+    client.push_many([{"payload": {"n": i}} for i in range(5)])
+    df = (any_spark.readStream.format("osqueue").option("broker", broker.url)
+          .option("queue", q).load())
+    query = (df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ckpt"))
+             .trigger(once=True).start())
+    try:
+        with pytest.raises(Exception, match=r"availableNow=True"):
+            query.awaitTermination(120)
+    finally:
+        query.stop()
+    stats = client.stats()
+    assert stats["counts"]["pending"] == 5 and stats["counts"]["claimed"] == 0
+    assert stats["completed_total"] == 0
 
 
 # -- a failed commit: nothing lost, nothing completed twice --------------------------------

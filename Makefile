@@ -48,7 +48,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/state_encode_bench.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .tools .pytest_cache .mypy_cache .ruff_cache
 
 # The Spark tests under PySpark 4.0-4.3, a venv each under .compat/ (heavy; not part of `make test`).
 # make compat VERSIONS=4.0,4.3 runs a subset; FRESH=1 rebuilds the venvs.

@@ -20,9 +20,11 @@ until its standard input closes::
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -48,6 +50,9 @@ class ConnectServer:
         self._start_timeout_s = start_timeout_s
         self._stop_timeout_s = stop_timeout_s
         self._proc: subprocess.Popen[str] | None = None
+        #: The server's last output lines (for diagnostics): read all along, since a
+        #: full pipe would block the server's JVM on its next log or progress line.
+        self.tail: collections.deque[str] = collections.deque(maxlen=200)
 
     def start(self) -> ConnectServer:
         env = dict(os.environ, PYSPARK_PYTHON=sys.executable,
@@ -63,12 +68,18 @@ class ConnectServer:
         tail: list[str] = []
         for line in self._proc.stdout:
             if line.startswith(READY):
+                threading.Thread(target=self._drain, args=(self._proc.stdout,),
+                                 name="connectserver-output", daemon=True).start()
                 return self
             tail = [*tail, line.rstrip()][-20:]
             if time.monotonic() > deadline:
                 break
         self.stop()
         raise RuntimeError("the Spark Connect server did not start:\n" + "\n".join(tail))
+
+    def _drain(self, stream: Any) -> None:
+        for line in stream:
+            self.tail.append(line.rstrip())
 
     def session(self) -> Any:
         """A Connect client session (``pyspark.sql.connect.session.SparkSession``).
@@ -100,6 +111,7 @@ def _serve(port: int, master: str) -> None:
         SparkSession.builder.master(master)
         .appName("osqueue-connect-server")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.driver.memory", "2g")
         .config("spark.plugins", "org.apache.spark.sql.connect.SparkConnectPlugin")

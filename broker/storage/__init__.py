@@ -26,16 +26,15 @@
 
 from __future__ import annotations
 
-import math
 import threading
-from typing import TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from broker.errors import InvalidRequest, StorageRefused
 from broker.storage.base import Data, ObjectStore, Versioned, as_bytes, data_len
 from broker.storage.files import FileStore
 from broker.storage.memory import MemoryStore
-from broker.storage.s3 import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S, S3Store
+from broker.storage.s3 import S3Store
+from broker.storage.urlopts import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S, positive, query_options
 
 __all__ = [
     "Data",
@@ -68,12 +67,12 @@ def store_from_url(url: str, *, endpoint_url: str | None = None) -> ObjectStore:
     if parts.scheme == "s3":
         if not parts.netloc:
             raise InvalidRequest(f"S3 store URLs look like s3://bucket/prefix, got {url!r}")
-        opts = _s3_options(parts.query)
+        opts = query_options(parts.query, _S3_OPTIONS, "S3")
         return S3Store(parts.netloc, parts.path.strip("/"),
                        endpoint_url=endpoint_url or opts.get("endpoint") or None,
                        region_name=opts.get("region") or None,
-                       retries=_positive(opts, "retries", int, DEFAULT_RETRIES),
-                       timeout_s=_positive(opts, "timeout_s", float, DEFAULT_TIMEOUT_S))
+                       retries=positive(opts, "retries", int, DEFAULT_RETRIES),
+                       timeout_s=positive(opts, "timeout_s", float, DEFAULT_TIMEOUT_S))
     if parts.scheme in ("az", "abfss"):
         return _azure_store(url)
     if parts.scheme == "gs":
@@ -106,7 +105,7 @@ def _gcs_store(url: str, bucket: str, path: str, query: str,
     """A GCSStore for a ``gs://`` URL; ``StorageRefused`` if the gcp extra is missing."""
     if not bucket:
         raise InvalidRequest(f"GCS store URLs look like gs://bucket/prefix, got {url!r}")
-    opts = _s3_options(query, _GCS_OPTIONS, "GCS")
+    opts = query_options(query, _GCS_OPTIONS, "GCS")
     try:
         from broker.storage.gcs import GCSStore
     except ImportError as exc:
@@ -115,25 +114,8 @@ def _gcs_store(url: str, bucket: str, path: str, query: str,
             "pip install 'osqueue-spark[gcp]'") from None
     return GCSStore(bucket, path.strip("/"),
                     endpoint_url=endpoint_url or opts.get("endpoint") or None,
-                    retries=_positive(opts, "retries", int, DEFAULT_RETRIES),
-                    timeout_s=_positive(opts, "timeout_s", float, DEFAULT_TIMEOUT_S))
-
-
-def _s3_options(query: str, known: tuple[str, ...] = _S3_OPTIONS,
-                kind: str = "S3") -> dict[str, str]:
-    """The URL's query options; ``InvalidRequest`` names unknown or repeated ones."""
-    parsed = parse_qs(query, keep_blank_values=True)
-    unknown = sorted(set(parsed) - set(known))
-    if unknown:
-        raise InvalidRequest(
-            f"unknown {kind} store URL option(s) {', '.join(unknown)}; "
-            f"known options: {', '.join(known)}"
-        )
-    repeated = sorted(name for name, values in parsed.items() if len(values) > 1)
-    if repeated:
-        raise InvalidRequest(
-            f"{kind} store URL option(s) given more than once: {', '.join(repeated)}")
-    return {name: values[0] for name, values in parsed.items()}
+                    retries=positive(opts, "retries", int, DEFAULT_RETRIES),
+                    timeout_s=positive(opts, "timeout_s", float, DEFAULT_TIMEOUT_S))
 
 
 def _file_options(query: str) -> dict[str, str]:
@@ -145,21 +127,3 @@ def _file_options(query: str) -> dict[str, str]:
             f"bad file store URL option(s) {', '.join(unknown or parsed)}; the one option "
             "is trust_mount=<filesystem type>, given once")
     return {name: values[0] for name, values in parsed.items()}
-
-
-N = TypeVar("N", int, float)
-
-
-def _positive(opts: dict[str, str], name: str, kind: type[N], default: N) -> N:
-    """Option ``name`` parsed as ``kind``, which must be finite and > 0, or ``default``."""
-    raw = opts.get(name)
-    if raw is None:
-        return default
-    try:
-        value = kind(raw)
-    except ValueError:
-        value = kind(0)
-    if not (math.isfinite(value) and value > 0):
-        what = "a whole number" if kind is int else "a number"
-        raise InvalidRequest(f"store URL option {name}={raw!r} must be {what} > 0")
-    return value

@@ -63,7 +63,7 @@ import os
 import re
 from collections.abc import Callable
 from typing import Any, TypeVar
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 from azure.core import MatchConditions
 from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
@@ -81,12 +81,10 @@ from broker.errors import (
 )
 from broker.retry import retrying
 from broker.storage.base import Data, ObjectStore, Versioned, as_bytes, check_object_path
+from broker.storage.urlopts import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S, positive, query_options
 
 T = TypeVar("T")
 
-#: Attempts per call for transient failures, and connect/read timeout (seconds).
-DEFAULT_RETRIES = 5
-DEFAULT_TIMEOUT_S = 10.0
 #: Largest object written (and read) in one request (bytes): 256 MiB.
 MAX_SINGLE_PUT = 256 * 1024 * 1024
 
@@ -379,8 +377,8 @@ def azure_store_from_url(url: str) -> AzureStore:
     else:
         raise InvalidRequest(f"not an Azure store URL: {parts.scheme}://")
     kwargs: dict[str, Any] = {
-        "retries": _positive(opts, "retries", int, DEFAULT_RETRIES),
-        "timeout_s": _positive(opts, "timeout_s", float, DEFAULT_TIMEOUT_S),
+        "retries": positive(opts, "retries", int, DEFAULT_RETRIES, "Azure store URL"),
+        "timeout_s": positive(opts, "timeout_s", float, DEFAULT_TIMEOUT_S, "Azure store URL"),
     }
     conn = os.environ.get(_CONN_ENV, "").strip()
     settings = _parse_connection_string(conn) if conn else {}
@@ -432,18 +430,9 @@ def _env_credential(account: str | None) -> Any:
 
 def _options(query: str) -> dict[str, str]:
     """The URL's query options; ``InvalidRequest`` names (never the values of) unknown
-    or repeated ones."""
-    parsed = parse_qs(query, keep_blank_values=True)
-    unknown = sorted(set(parsed) - set(URL_OPTIONS))
-    if unknown:
-        raise InvalidRequest(
-            f"unknown Azure store URL option(s) {', '.join(unknown)}; known options: "
-            f"{', '.join(URL_OPTIONS)} (credentials go in the environment, never the URL)")
-    repeated = sorted(name for name, values in parsed.items() if len(values) > 1)
-    if repeated:
-        raise InvalidRequest(
-            f"Azure store URL option(s) given more than once: {', '.join(repeated)}")
-    out = {name: values[0] for name, values in parsed.items()}
+    or repeated ones, and refuses an ``endpoint=`` that is not a plain http(s) URL."""
+    out = query_options(query, URL_OPTIONS, "Azure",
+                        " (credentials go in the environment, never the URL)")
     endpoint = out.get("endpoint")
     if endpoint is not None:
         ep = urlsplit(endpoint)
@@ -455,23 +444,3 @@ def _options(query: str) -> dict[str, str]:
                 "Azure store URL option endpoint= must not carry credentials (a SAS or "
                 "user-info): put them in the environment")
     return out
-
-
-N = TypeVar("N", int, float)
-
-
-def _positive(opts: dict[str, str], name: str, kind: type[N], default: N) -> N:
-    """Option ``name`` parsed as ``kind``, which must be finite and > 0, or ``default``."""
-    import math
-
-    raw = opts.get(name)
-    if raw is None:
-        return default
-    try:
-        value = kind(raw)
-    except ValueError:
-        value = kind(0)
-    if not (math.isfinite(value) and value > 0):
-        what = "a whole number" if kind is int else "a number"
-        raise InvalidRequest(f"Azure store URL option {name}={raw!r} must be {what} > 0")
-    return value

@@ -81,12 +81,10 @@ from broker.errors import (
 )
 from broker.retry import retrying
 from broker.storage.base import Data, ObjectStore, Versioned, as_bytes, check_object_path
+from broker.storage.urlopts import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
 
 T = TypeVar("T")
 
-#: Attempts per call for transient failures, and connect/read timeout (seconds).
-DEFAULT_RETRIES = 5
-DEFAULT_TIMEOUT_S = 10.0
 
 #: The emulator variable the Google SDKs read (a URL, ``http://host:port``).
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"

@@ -54,12 +54,10 @@ from broker.errors import (
 )
 from broker.retry import retrying
 from broker.storage.base import Data, ObjectStore, Versioned, as_bytes
+from broker.storage.urlopts import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
 
 T = TypeVar("T")
 
-#: Attempts per call for transient failures, and connect/read timeout (seconds).
-DEFAULT_RETRIES = 5
-DEFAULT_TIMEOUT_S = 10.0
 
 _THROTTLE_CODES = frozenset(
     {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "InternalError",

@@ -32,18 +32,15 @@ import argparse
 import base64
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import FrameType
 
-from bench.motoserver import free_port
+from bench.motoserver import StopSignals, free_port
 
 #: The Azurite release the Makefile installs (npm, pinned).
 AZURITE_VERSION = "3.37.0"
@@ -214,13 +211,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="write the connection string (it holds the key) here, mode 0600")
     args = p.parse_args(argv)
     server = AzuriteServer(args.host, args.port)
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = StopSignals()
     server.start()
     try:
         for name in args.container:
@@ -231,8 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             with os.fdopen(fd, "w") as f:
                 f.write(server.connection_string)
         print(f"azuriteserver ready on {server.endpoint}", file=sys.stderr, flush=True)
-        while not stop.wait(1.0):
-            pass
+        stop.wait()
     finally:
         server.stop()
     return 0

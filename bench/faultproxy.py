@@ -60,7 +60,6 @@ import argparse
 import http.client
 import json
 import random
-import signal
 import socket
 import sys
 import threading
@@ -68,9 +67,10 @@ import time
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import FrameType
 from typing import Any
 from urllib.parse import urlsplit
+
+from bench.motoserver import StopSignals
 
 CONTROL_PREFIX = "/__faultproxy__/"
 
@@ -541,16 +541,9 @@ def main(argv: list[str] | None = None) -> int:
         upstream = moto.endpoint
     proxy = FaultProxy(upstream, seed=args.seed, config=config, host=args.host,
                        port=args.port, request_log=args.log_requests).start()
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = StopSignals()
     print(f"faultproxy ready on {proxy.url} (upstream {upstream})", file=sys.stderr, flush=True)
-    while not stop.wait(1.0):
-        pass
+    stop.wait()
     proxy.stop()
     if moto is not None:
         moto.stop()

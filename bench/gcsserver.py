@@ -52,16 +52,16 @@ import collections
 import datetime
 import hashlib
 import json
-import signal
 import sys
 import threading
 import time
 import uuid
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import FrameType
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
+
+from bench.motoserver import StopSignals
 
 #: Largest page a list request gets (GCS: 1000).
 MAX_PAGE = 1000
@@ -474,19 +474,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     server = GCSServer(args.host, args.port, ignore_preconditions=args.ignore_preconditions,
                        access_log=args.access_log)
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = StopSignals()
     server.start()
     for bucket in args.bucket:
         server.create_bucket(bucket)
     print(f"gcsserver ready on {server.endpoint}", file=sys.stderr, flush=True)
-    while not stop.wait(1.0):
-        pass
+    stop.wait()
     server.stop()
     return 0
 

@@ -45,6 +45,24 @@ def set_default_credentials() -> None:
         os.environ.setdefault(name, value)
 
 
+class StopSignals:
+    """SIGTERM and SIGINT handlers, installed when made (in the main thread, before
+    the server starts, so that no early signal is missed); :meth:`wait` blocks until
+    one of them arrives. The serve-until-signalled loop of the servers' scripts."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._stop.set()
+
+    def wait(self) -> None:
+        while not self._stop.wait(1.0):  # a timeout keeps the main thread taking signals
+            pass
+
+
 class MotoServer:
     """moto's S3 app served by a NON-threaded werkzeug server.
 
@@ -116,19 +134,12 @@ def main(argv: list[str] | None = None) -> int:
 
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
     server = MotoServer(args.host, args.port)
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = StopSignals()
     server.start()
     for bucket in args.bucket:
         server.create_bucket(bucket)
     print(f"motoserver ready on {server.endpoint}", file=sys.stderr, flush=True)
-    while not stop.wait(1.0):
-        pass
+    stop.wait()
     server.stop()
     return 0
 

@@ -65,17 +65,17 @@ class ConnectServer:
         )
         assert self._proc.stdout is not None
         deadline = time.monotonic() + self._start_timeout_s
-        tail: list[str] = []
         for line in self._proc.stdout:
             if line.startswith(READY):
                 threading.Thread(target=self._drain, args=(self._proc.stdout,),
                                  name="connectserver-output", daemon=True).start()
                 return self
-            tail = [*tail, line.rstrip()][-20:]
+            self.tail.append(line.rstrip())
             if time.monotonic() > deadline:
                 break
         self.stop()
-        raise RuntimeError("the Spark Connect server did not start:\n" + "\n".join(tail))
+        raise RuntimeError("the Spark Connect server did not start:\n"
+                           + "\n".join(list(self.tail)[-20:]))
 
     def _drain(self, stream: Any) -> None:
         for line in stream:

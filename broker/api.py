@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 from typing import Any, cast
 
 import orjson
 
 from broker import timefmt, transitions
+from broker.columns import plain_rows
 from broker.errors import InvalidRequest, PayloadTooLarge, RequestError
 from broker.limits import (
     DEFAULT_LEASE_S,
@@ -339,9 +341,11 @@ def parse_heartbeat(body: Any) -> tuple[list[str], float]:
     return tokens, lease or DEFAULT_LEASE_S
 
 
-def parse_complete(body: Any) -> list[transitions.CompleteItem]:
-    items = []
-    new, item_type, dumps = tuple.__new__, transitions.CompleteItem, orjson.dumps
+def parse_complete(body: Any) -> transitions.CompleteItems:
+    """The items of a complete's body, column-wise (see :mod:`broker.columns`)."""
+    items = transitions.CompleteItems()
+    tokens, results = items.columns
+    dumps = orjson.dumps
     for i, raw in enumerate(_list(_obj(body, "request body"), "items")):
         token = raw.get("token") if type(raw) is dict else None
         if type(token) is not str or not 0 < len(token) <= MAX_TOKEN_CHARS:  # say what is wrong
@@ -353,7 +357,8 @@ def parse_complete(body: Any) -> list[transitions.CompleteItem]:
             encoded = _dumps_value(result, f"items[{i}].result")
         if encoded is not None:
             check_depth(encoded, "items[%d].result", i)
-        items.append(new(item_type, (token, encoded)))
+        tokens.append(token)
+        results.append(encoded)
     return items
 
 
@@ -372,24 +377,24 @@ def parse_fail(body: Any) -> list[transitions.FailItem]:
     return items
 
 
-def claimed_to_json(jobs: list[transitions.LeasedJob]) -> list[dict[str, Any]]:
-    return [
-        {
-            "id": j.id,
-            "payload": orjson.Fragment(j.payload),
-            "token": j.token,
-            "attempt": j.attempt,
-            "lease_expires_at": timefmt.fmt(j.lease_expires_ms),
-        }
-        for j in jobs
-    ]
-
-
-def items_to_json(items: list[transitions.ItemResult]) -> list[dict[str, Any]]:
+def claimed_to_json(jobs: Sequence[transitions.LeasedJob]) -> list[dict[str, Any]]:
+    fragment = orjson.Fragment
+    times: dict[int, str] = {}  # the jobs of one claim share their expiry
     out = []
-    for r in items:
-        row: dict[str, Any] = {"token": r.token, "ok": r.ok, "reason": r.reason}
-        if r.status is not None:
-            row["status"] = r.status
+    for job_id, payload, token, attempt, expires_ms in plain_rows(jobs):
+        expires = times.get(expires_ms)
+        if expires is None:
+            expires = times[expires_ms] = timefmt.fmt(expires_ms)
+        out.append({"id": job_id, "payload": fragment(payload), "token": token,
+                    "attempt": attempt, "lease_expires_at": expires})
+    return out
+
+
+def items_to_json(items: Sequence[transitions.ItemResult]) -> list[dict[str, Any]]:
+    out = []
+    for token, ok, reason, status in plain_rows(items):
+        row: dict[str, Any] = {"token": token, "ok": ok, "reason": reason}
+        if status is not None:
+            row["status"] = status
         out.append(row)
     return out

@@ -35,7 +35,6 @@ from broker.state import (
     VERSION,
     Job,
     KeyEntry,
-    Lease,
     QueueState,
 )
 
@@ -69,16 +68,16 @@ _ARCHIVED_JOB = (b'{"id":"j%010d","seq":%d,"status":"completed","priority":%d,"r
                  b'"result":%s}\n')
 
 
-def _lease_tail(lease: Lease) -> bytes:
+def _lease_tail(job: Job) -> bytes:
     """The encoded lease after its token, shared by the leases of one claim."""
-    key = (lease.worker, lease.lease_ms, lease.expires_ms, lease.heartbeat_ms)
+    key = (job.lease_worker, job.lease_ms, job.lease_expires_ms, job.lease_heartbeat_ms)
     tail = _lease_tails.get(key)
     if tail is None:
         if len(_lease_tails) >= 4096:  # a few claims' worth is all that is ever reused
             _lease_tails.clear()
         tail = _lease_tails[key] = _LEASE_TAIL % (
-            orjson.dumps(lease.worker), orjson.dumps(lease.lease_ms / 1000),
-            timefmt.fmt_bytes(lease.expires_ms), timefmt.fmt_bytes(lease.heartbeat_ms))
+            orjson.dumps(job.lease_worker), orjson.dumps(job.lease_ms / 1000),
+            timefmt.fmt_bytes(job.lease_expires_ms), timefmt.fmt_bytes(job.lease_heartbeat_ms))
     return tail
 
 
@@ -99,16 +98,16 @@ def job_line(job: Job) -> bytes:
     """
     enc = job._enc
     if enc is None:
-        lease = job.lease
+        token = job.lease_token
         if job.key is None and job.last_error is None and (
                 job.done_ms is None or job.done_commit is not None):
             fields = (job.seq, job.seq, job.status.encode(), job.priority,
                       timefmt.fmt_bytes(job.run_at_ms), job.attempts,
                       job.max_attempts, timefmt.fmt_bytes(job.created_ms), job.payload)
-            if lease is None:
+            if token is None:
                 enc = _PLAIN_JOB % fields
             else:
-                enc = _LEASED_HEAD % (*fields, lease.token.encode()) + _lease_tail(lease)
+                enc = _LEASED_HEAD % (*fields, token.encode()) + _lease_tail(job)
                 if job.done_ms is not None:  # completed: the commit's id is plain
                     enc = enc[:-1] + _COMPLETION % (
                         timefmt.fmt_bytes(job.done_ms), job.done_seq,
@@ -128,8 +127,8 @@ def archive_line(job: Job) -> bytes:
     never need escaping (see :mod:`broker.decode`), so the line is filled into a
     byte template. Raises ``ValueError`` for a job that is not completed.
     """
-    lease = job.lease
-    if job.status != COMPLETED or lease is None or job.done_ms is None \
+    token = job.lease_token
+    if job.status != COMPLETED or token is None or job.done_ms is None \
             or job.done_commit is None:
         raise ValueError(f"job {job.id} is not a committed completion")
     error = b"" if job.last_error is None else (
@@ -137,7 +136,7 @@ def archive_line(job: Job) -> bytes:
     return _ARCHIVED_JOB % (
         job.seq, job.seq, job.priority, timefmt.fmt_bytes(job.run_at_ms),
         job.attempts, job.max_attempts, timefmt.fmt_bytes(job.created_ms),
-        job.payload, error, orjson.dumps(lease.worker), lease.token.encode(),
+        job.payload, error, orjson.dumps(job.lease_worker), token.encode(),
         job.done_seq, job.done_commit.encode(), timefmt.fmt_bytes(job.done_ms),
         b"null" if job.result is None else job.result)
 

@@ -73,9 +73,9 @@ def promote_due(state: QueueState, now_ms: int) -> None:
 def compact_leases(state: QueueState) -> None:
     """Rebuild the lease heap from the claimed jobs, dropping stale entries."""
     state.leases = [
-        timed_key(j.lease.expires_ms, j.seq)
+        timed_key(j.lease_expires_ms, j.seq)
         for j in state.jobs.values()
-        if j.status == CLAIMED and j.lease is not None
+        if j.status == CLAIMED and j.lease_token is not None
     ]
     heapq.heapify(state.leases)
 
@@ -93,8 +93,8 @@ def rebuild_indexes(state: QueueState) -> None:
         approx += job.size_estimate()
         if job.status == PENDING:
             ready.append(ready_key(job.priority, job.run_at_ms, job.seq))
-        elif job.status == CLAIMED and job.lease is not None:
-            leases.append(timed_key(job.lease.expires_ms, job.seq))
+        elif job.status == CLAIMED and job.lease_token is not None:
+            leases.append(timed_key(job.lease_expires_ms, job.seq))
         elif job.status == COMPLETED and job.done_seq is not None:
             completed.setdefault(job.done_seq, []).append(job.seq)
     heapq.heapify(ready)
@@ -117,8 +117,8 @@ def expired_leases(state: QueueState, now_ms: int) -> Iterator[Job]:
         entry = heapq.heappop(leases)
         seq, expires = key_seq(entry), key_time(entry)
         job = jobs.get(seq)
-        if job is None or job.status != CLAIMED or job.lease is None or \
-                job.lease.expires_ms != expires:
+        if job is None or job.status != CLAIMED or job.lease_token is None or \
+                job.lease_expires_ms != expires:
             continue  # an old entry: the job moved on or its lease was extended
         yield job
 

@@ -40,7 +40,7 @@ from broker.indexes import (
     schedule,
     timed_key,
 )
-from broker.ops import ItemResult, LeasedJob
+from broker.ops import ItemResult, ItemResults, LeasedJobs
 from broker.state import (
     CLAIMED,
     COMPLETED,
@@ -49,7 +49,6 @@ from broker.state import (
     PENDING,
     Job,
     JobIds,
-    Lease,
     QueueState,
     token_seq,
 )
@@ -99,7 +98,7 @@ def move(state: QueueState, job: Job, to: str, now_ms: int) -> None:
         codec.removed(state, job)
         state.approx_bytes -= job.size_estimate()
         return
-    if (to in (CLAIMED, COMPLETED)) != (job.lease is not None) or \
+    if (to in (CLAIMED, COMPLETED)) != (job.lease_token is not None) or \
             (to == COMPLETED) != (job.done_seq is not None):
         raise IllegalMove(f"job {job.id} moving to {to} has the fields of another status")
     job.status = to
@@ -112,8 +111,7 @@ def move(state: QueueState, job: Job, to: str, now_ms: int) -> None:
     if to == PENDING:
         schedule(state, job, now_ms)
     elif to == CLAIMED:
-        assert job.lease is not None
-        heapq.heappush(state.leases, timed_key(job.lease.expires_ms, seq))
+        heapq.heappush(state.leases, timed_key(job.lease_expires_ms, seq))
     elif to == COMPLETED:
         assert job.done_seq is not None
         state.completed.setdefault(job.done_seq, []).append(seq)
@@ -125,22 +123,21 @@ def move(state: QueueState, job: Job, to: str, now_ms: int) -> None:
 
 def extend_lease(state: QueueState, job: Job, lease_ms: int, now_ms: int) -> None:
     """Renew a claimed job's lease: ``lease_ms`` from ``now_ms`` (a heartbeat)."""
-    lease = job.lease
-    if job.status != CLAIMED or lease is None:
+    if job.status != CLAIMED or job.lease_token is None:
         raise IllegalMove(f"job {job.id} is {job.status}; only a claimed job's lease is renewed")
-    lease.expires_ms = now_ms + lease_ms
-    lease.lease_ms = lease_ms
-    lease.heartbeat_ms = now_ms
+    job.lease_expires_ms = now_ms + lease_ms
+    job.lease_ms = lease_ms
+    job.lease_heartbeat_ms = now_ms
     codec.touch(state, job)
-    heapq.heappush(state.leases, timed_key(lease.expires_ms, job.seq))
+    heapq.heappush(state.leases, timed_key(job.lease_expires_ms, job.seq))
 
 
 def restart_leases(state: QueueState, now_ms: int) -> None:
     """Give every claimed job a fresh lease of its own length from ``now_ms`` (a
     new broker's clock: what the old one wrote no longer counts)."""
     for job in state.jobs.values():
-        if job.status == CLAIMED and job.lease is not None:
-            job.lease.expires_ms = now_ms + job.lease.lease_ms
+        if job.status == CLAIMED and job.lease_token is not None:
+            job.lease_expires_ms = now_ms + job.lease_ms
             codec.touch(state, job)
     compact_leases(state)
 
@@ -155,8 +152,8 @@ def live_job(state: QueueState, token: str, now_ms: int) -> Job | None:
     """The job ``token`` still holds at ``now_ms``, or None if the token is stale:
     the job is claimed under this very token and its lease has not expired."""
     job = token_job(state, token)
-    lease = job.lease if job is not None and job.status == CLAIMED else None
-    if lease is None or lease.token != token or lease.expires_ms <= now_ms:
+    if job is None or job.status != CLAIMED or job.lease_token != token or \
+            job.lease_expires_ms <= now_ms:
         return None
     return job
 
@@ -213,27 +210,24 @@ def add_pending(state: QueueState, jobs: list[Job], now_ms: int) -> None:
     state.approx_bytes += approx
 
 
-# Builds a NamedTuple from a tuple of all its fields, skipping the generated
-# __new__ (half the cost; these are made once per job in claim and complete).
-_new_tuple = tuple.__new__
-
-
 def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
-                now_ms: int) -> list[LeasedJob]:
+                now_ms: int) -> LeasedJobs:
     """Claim up to ``max_jobs`` runnable pending jobs in claim order (priority
     desc, run-at, seq) under fresh leases of ``lease_ms`` for ``worker``.
 
     Per job, what :func:`move` to claimed does, written out: this loop runs
-    once per claimed job (``bench/broker_bench.py``, claim rows).
+    once per claimed job (``bench/broker_bench.py``, claim rows). The jobs
+    are answered column-wise, no object per job (see :mod:`broker.columns`).
     """
     check_move(PENDING, CLAIMED)
     promote_due(state, now_ms)
-    out: list[LeasedJob] = []
+    out = LeasedJobs()
+    ids, payloads, tokens, attempts, expiries = out.columns
     ready, leases, get = state.ready, state.leases, state.jobs.get
     counters, dirty, shift = state.counters, state.dirty, codec.SEGMENT_SHIFT
     expires = now_ms + lease_ms
     heappop, heappush = heapq.heappop, heapq.heappush
-    while ready and len(out) < max_jobs:
+    while ready and len(ids) < max_jobs:
         entry = heappop(ready)
         seq = entry & SEQ_MASK
         job = get(seq)
@@ -248,19 +242,25 @@ def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
         token = f"{job_id}.{counters.fence}"
         job.status = CLAIMED
         job.attempts += 1
-        job.lease = Lease(token, worker, lease_ms, expires, now_ms)
+        job.lease_token, job.lease_worker, job.lease_ms = token, worker, lease_ms
+        job.lease_expires_ms, job.lease_heartbeat_ms = expires, now_ms
         job._enc = None  # codec.touch(), inlined
         dirty.add(seq >> shift)
         heappush(leases, timed_key(expires, seq))
-        out.append(_new_tuple(LeasedJob, (job_id, job.payload, token, job.attempts, expires)))
+        ids.append(job_id)
+        payloads.append(job.payload)
+        tokens.append(token)
+        attempts.append(job.attempts)
+        expiries.append(expires)
     return out
 
 
 def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], now_ms: int,
-                  stale: Callable[[str], ItemResult]) -> tuple[list[ItemResult], list[int]]:
+                  stale: Callable[[str], ItemResult]) -> tuple[ItemResults, list[int]]:
     """Complete the job each live token holds, with its result (JSON bytes or
     None), in the commit after ``state.seq``; answer ``stale(token)`` for the
-    others. Returns the answers in order and the lease numbers completed.
+    others. Returns the answers in order (column-wise, see
+    :mod:`broker.columns`) and the lease numbers completed.
 
     Per job, what :func:`live_job` and :func:`move` to completed do, written
     out: this loop runs once per completed job (``bench/broker_bench.py``,
@@ -268,7 +268,8 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
     """
     check_move(CLAIMED, COMPLETED)
     commit_seq = state.seq + 1
-    answers: list[ItemResult] = []
+    answers = ItemResults()
+    answered, oks, reasons, statuses = answers.columns
     get, dirty, shift = state.jobs.get, state.dirty, codec.SEGMENT_SHIFT
     claimed_lines = state.claimed_lines
     done: list[int] = []  # job seqs
@@ -277,11 +278,11 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
     for token, value in items:
         seq = token_seq(token)
         job = None if seq is None else get(seq)
-        lease = job.lease if job is not None and job.status == CLAIMED else None
-        if lease is None or lease.token != token or lease.expires_ms <= now_ms:
+        if job is None or job.status != CLAIMED or job.lease_token != token or \
+                job.lease_expires_ms <= now_ms:
             answers.append(stale(token))
             continue
-        assert job is not None and seq is not None
+        assert seq is not None
         job.status = COMPLETED
         job.done_ms = now_ms
         job.done_seq = commit_seq
@@ -294,7 +295,10 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
         fences.append(int(token[token.rindex(".") + 1:]))  # Lease.fence, inlined
         if value is not None:
             added_bytes += len(value)
-        answers.append(_new_tuple(ItemResult, (token, True, None, COMPLETED)))
+        answered.append(token)
+        oks.append(True)
+        reasons.append(None)
+        statuses.append(COMPLETED)
     if done:
         state.completed.setdefault(commit_seq, []).extend(done)
         state.approx_bytes += added_bytes

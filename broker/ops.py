@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from broker.columns import Columns
 from broker.errors import OsqueueError
 from broker.state import DEAD, PENDING
 
@@ -96,16 +97,32 @@ class Heartbeat:
     lease_ms: int = 30_000
 
 
-# Per-job items are NamedTuples, like NewJob: a claim or complete of thousands
-# of jobs builds thousands of these, and a frozen dataclass costs several times more.
+# Per-job items are NamedTuples, like NewJob: a frozen dataclass costs several times
+# more to build. The hot calls keep thousands of them column-wise (broker.columns).
 class CompleteItem(NamedTuple):
     token: str
     result: bytes | None = None  # JSON bytes
 
 
+class CompleteItems(Columns[CompleteItem]):
+    """The items of one complete, column-wise (see :mod:`broker.columns`): what
+    the HTTP layer parses a complete's body into."""
+
+    __slots__ = ()
+    row_type = CompleteItem
+
+    @property
+    def tokens(self) -> list[str]:
+        return self.columns[0]
+
+    @property
+    def results(self) -> list[bytes | None]:
+        return self.columns[1]
+
+
 @dataclass(frozen=True, slots=True)
 class Complete:
-    items: tuple[CompleteItem, ...]
+    items: Sequence[CompleteItem]  # a tuple, or CompleteItems
 
 
 class FailItem(NamedTuple):
@@ -231,14 +248,65 @@ class ItemResult(NamedTuple):
     status: str | None = None  # for fail: "pending" (retrying) or "dead"
 
 
+class LeasedJobs(Columns[LeasedJob]):
+    """The jobs of one claim, column-wise (see :mod:`broker.columns`)."""
+
+    __slots__ = ()
+    row_type = LeasedJob
+
+    @property
+    def ids(self) -> list[str]:
+        return self.columns[0]
+
+    @property
+    def payloads(self) -> list[bytes]:
+        return self.columns[1]
+
+    @property
+    def tokens(self) -> list[str]:
+        return self.columns[2]
+
+    @property
+    def attempts(self) -> list[int]:
+        return self.columns[3]
+
+    @property
+    def lease_expires_ms(self) -> list[int]:
+        return self.columns[4]
+
+
+class ItemResults(Columns[ItemResult]):
+    """The answers of a heartbeat, complete or fail, one per token in order,
+    column-wise (see :mod:`broker.columns`)."""
+
+    __slots__ = ()
+    row_type = ItemResult
+
+    @property
+    def tokens(self) -> list[str]:
+        return self.columns[0]
+
+    @property
+    def oks(self) -> list[bool]:
+        return self.columns[1]
+
+    @property
+    def reasons(self) -> list[str | None]:
+        return self.columns[2]
+
+    @property
+    def statuses(self) -> list[str | None]:
+        return self.columns[3]
+
+
 @dataclass(slots=True)
 class Result:
     """What an operation produced. ``changed`` says whether a write is needed."""
 
     changed: bool = False
     ids: Sequence[str] = field(default_factory=list)
-    jobs: list[LeasedJob] = field(default_factory=list)
-    items: list[ItemResult] = field(default_factory=list)
+    jobs: Sequence[LeasedJob] = field(default_factory=LeasedJobs)
+    items: ItemResults = field(default_factory=ItemResults)
     count: int = 0
     duplicate: bool = False
     replayed: bool = False  # the answer of an earlier call with the same request key

@@ -21,7 +21,7 @@ server turns it into ``{"error", "code"}`` with the error's status.
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,8 +31,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from broker import api, metrics, openapi, schemas
+from broker.columns import plain_rows
 from broker.errors import InvalidRequest, StaleToken
 from broker.gcpause import gc_paused_for
+from broker.ops import ItemResult
 from broker.service import Broker
 
 RequestKey = tuple["str | None", "int | None"]  # (Idempotency-Key, Idempotency-Floor)
@@ -64,10 +66,10 @@ class Route:
 
 # -- hot handlers ------------------------------------------------------------------
 
-def _batch_answer(results: list[Any]) -> tuple[int, Any]:
+def _batch_answer(results: Sequence[ItemResult]) -> tuple[int, Any]:
     with gc_paused_for(len(results)):
         body = {"results": api.items_to_json(results)}
-    if all(r.ok for r in results):
+    if all(ok for _, ok, _, _ in plain_rows(results)):
         return 200, body
     stale = StaleToken("one or more tokens are stale (see results)")
     return stale.status, {**stale.to_dict(), **body}

@@ -327,7 +327,7 @@ class Broker:
     async def claim(self, queue: str, worker: str, max_jobs: int = 1,
                     lease_s: float = DEFAULT_LEASE_S, wait_s: float = 0.0,
                     request: str | None = None,
-                    floor: int | None = None) -> list[transitions.LeasedJob]:
+                    floor: int | None = None) -> Sequence[transitions.LeasedJob]:
         """Claim up to ``max_jobs``, waiting up to ``wait_s`` for one. ``request``:
         the caller's key for this call; a repeat hands back the same jobs."""
         if wait_s < 0 or wait_s > self.config.max_wait_s:
@@ -343,12 +343,12 @@ class Broker:
             try:
                 result = await self._submit(queue, "claim", op)
             except UnknownQueue:
-                jobs: list[transitions.LeasedJob] = []
+                jobs: Sequence[transitions.LeasedJob] = transitions.LeasedJobs()
             else:
                 jobs = result.jobs
             remaining = deadline - self.monotonic()
             if jobs or remaining <= 0 or self._stopping:
-                return list(jobs)
+                return jobs  # (column-wise from a claim: see broker.columns)
             if ready is None:
                 q = self._queues.get(queue)
                 if q is not None and q.loop.active:
@@ -360,20 +360,25 @@ class Broker:
                 pass
 
     async def heartbeat(self, queue: str, tokens: list[str],
-                        lease_s: float = DEFAULT_LEASE_S) -> list[transitions.ItemResult]:
+                        lease_s: float = DEFAULT_LEASE_S) -> Sequence[transitions.ItemResult]:
         result = await self._submit(
             queue, "heartbeat", transitions.Heartbeat(tuple(tokens), round(lease_s * 1000)))
-        return list(result.items)
+        return result.items
 
-    async def complete(self, queue: str,
-                       items: list[transitions.CompleteItem]) -> list[transitions.ItemResult]:
-        result = await self._submit(queue, "complete", transitions.Complete(tuple(items)))
-        return list(result.items)
+    async def complete(self, queue: str, items: Sequence[transitions.CompleteItem]
+                       ) -> Sequence[transitions.ItemResult]:
+        """Complete each item's job with its result; one answer per item, in order.
+        ``items``: CompleteItems (column-wise, as the HTTP layer parses them) or
+        any sequence of CompleteItem."""
+        if not isinstance(items, transitions.CompleteItems):
+            items = tuple(items)
+        result = await self._submit(queue, "complete", transitions.Complete(items))
+        return result.items
 
-    async def fail(self, queue: str,
-                   items: list[transitions.FailItem]) -> list[transitions.ItemResult]:
+    async def fail(self, queue: str, items: Sequence[transitions.FailItem]
+                   ) -> Sequence[transitions.ItemResult]:
         result = await self._submit(queue, "fail", transitions.Fail(tuple(items)))
-        return list(result.items)
+        return result.items
 
     async def redrive(self, queue: str, ids: list[str] | None = None,
                       request: str | None = None, floor: int | None = None) -> int:

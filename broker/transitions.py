@@ -41,6 +41,7 @@ from typing import Any
 
 from broker import admin, lifecycle, windows
 from broker import receipts as R
+from broker.columns import plain_rows
 from broker.errors import InvalidRequest, PayloadTooLarge, QueueFull
 from broker.indexes import bound_stale_leases, expired_leases, promote_due
 from broker.lifecycle import (
@@ -68,13 +69,16 @@ from broker.ops import (
     ClearBroker,
     Complete,
     CompleteItem,
+    CompleteItems,
     Configure,
     DropArchived,
     Fail,
     FailItem,
     Heartbeat,
     ItemResult,
+    ItemResults,
     LeasedJob,
+    LeasedJobs,
     NewJob,
     Op,
     Purge,
@@ -107,8 +111,9 @@ from broker.views import list_jobs, next_wakeup_ms, stats
 #: What :func:`apply` takes and answers, and the read-only views, under the
 #: names the broker and its tests reach them by (``transitions.Push``, ...).
 __all__ = [
-    "Claim", "ClearBroker", "Complete", "CompleteItem", "Configure", "DropArchived", "Fail",
-    "FailItem", "Heartbeat", "ItemResult", "LeasedJob", "NewJob", "Op", "Purge", "Push",
+    "Claim", "ClearBroker", "Complete", "CompleteItem", "CompleteItems", "Configure",
+    "DropArchived", "Fail", "FailItem", "Heartbeat", "ItemResult", "ItemResults", "LeasedJob",
+    "LeasedJobs", "NewJob", "Op", "Purge", "Push",
     "PushPayloads", "ReadJobs", "ReadStats", "Reclaim", "Redrive", "RenewBroker", "Result",
     "SetPaused", "TakeOver", "apply", "backoff_ms", "list_jobs", "live_job", "new_state",
     "next_wakeup_ms", "push_of", "stats",
@@ -328,12 +333,13 @@ def _heartbeat(state: QueueState, op: Heartbeat, now_ms: int) -> Result:
 
 def _complete(state: QueueState, op: Complete, now_ms: int) -> Result:
     limit = state.settings.max_payload_bytes
-    for item in op.items:
-        if item.result is not None and len(item.result) > limit:
-            raise PayloadTooLarge(f"result is {len(item.result)} bytes; the limit is {limit}")
+    for _, value in plain_rows(op.items):
+        if value is not None and len(value) > limit:
+            raise PayloadTooLarge(f"result is {len(value)} bytes; the limit is {limit}")
     result = Result()
     result.items, fences = complete_held(
-        state, op.items, now_ms, lambda token: windows.repeat_answer(state, token, R.COMPLETED))
+        state, plain_rows(op.items), now_ms,
+        lambda token: windows.repeat_answer(state, token, R.COMPLETED))
     if fences:
         state.receipts.record_settled(R.COMPLETED, fences, now_ms, windows.retry_ttl_ms(state),
                                       state.settings.retry_keys)

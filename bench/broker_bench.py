@@ -69,6 +69,15 @@ class Server:
             raise RuntimeError(f"server {args} did not start")
         threading.Thread(target=self.proc.stderr.read, daemon=True).start()
 
+    def cpu_s(self) -> float | None:
+        """CPU seconds (user + system) the server process has used so far, or
+        None where ``/proc`` cannot tell."""
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
         try:
@@ -99,9 +108,19 @@ def broker_run(mode: str, clients: int, seconds: float, batch: int = 1,
             args += ["--write-latency-ms", str(latency_ms)]
         server = Server(*args, root=root)
         try:
-            return loadgen(server.url, mode, clients, seconds, batch, body)
+            cpu0, wall0 = server.cpu_s(), time.perf_counter()
+            result = loadgen(server.url, mode, clients, seconds, batch, body)
+            cpu1, wall = server.cpu_s(), time.perf_counter() - wall0
         finally:
             server.stop()
+        if cpu0 is not None and cpu1 is not None:
+            # the broker's own cost: CPU per job over the whole load run (its
+            # warm-up included, at the measured rate), steadier than jobs/s on a
+            # shared machine where the load generator competes for the cores
+            jobs = sum(result[op]["jobs_per_s"] for op in ("push", "claim", "complete")
+                       if op in result) * wall
+            result["broker_cpu_us_per_job"] = (cpu1 - cpu0) / jobs * 1e6 if jobs else None
+        return result
 
 
 def noop_run(clients: int, seconds: float) -> dict[str, Any]:
@@ -217,29 +236,45 @@ def ab_compare(baseline: Path, seconds: float, rounds: int) -> None:
     for n in range(rounds):
         for mode, batch, clients, body in AB_SCENARIOS:
             name = f"{mode}-b{batch}-c{clients}-{body}"
-            cell = table.setdefault(name, {"before": [], "after": []})
+            cell = table.setdefault(name, {"before": [], "after": [], "cpu_before": [],
+                                           "cpu_after": []})
             order = [("before", baseline), ("after", ROOT)]
             for label, root in (order if n % 2 == 0 else order[::-1]):
                 r = broker_run(mode, clients, seconds, batch, body=body, root=root)
                 cell[label].append(sum(r[op]["jobs_per_s"] for op in ("push", "claim",
                                                                        "complete") if op in r))
+                if r.get("broker_cpu_us_per_job") is not None:
+                    cell[f"cpu_{label}"].append(r["broker_cpu_us_per_job"])
+            cpu = ""
+            if cell["cpu_before"] and cell["cpu_after"]:
+                cpu = (f"   broker CPU/job {cell['cpu_before'][-1]:6.1f} -> "
+                       f"{cell['cpu_after'][-1]:6.1f} us")
             print(f"round {n + 1} {name:<26} before {cell['before'][-1]:>9,.0f} jobs/s   "
                   f"after {cell['after'][-1]:>9,.0f} jobs/s   "
-                  f"ratio {cell['after'][-1] / cell['before'][-1]:.3f}", flush=True)
+                  f"ratio {cell['after'][-1] / cell['before'][-1]:.3f}{cpu}", flush=True)
 
     def median(values: list[float]) -> float:
         return sorted(values)[len(values) // 2]
 
     summary = {}
-    print("== A/B summary (medians; ratio = after / before)")
+    print("== A/B summary (medians; ratio = after / before; the broker's CPU per job is "
+          "its own cost, less moved by a busy machine than jobs/s: cpu ratio = before / after, "
+          "so above 1 is better, like the jobs/s ratio)")
     for name, cell in table.items():
         before, after = median(cell["before"]), median(cell["after"])
         ratios = [a / b for a, b in zip(cell["after"], cell["before"], strict=True)]
         summary[name] = {"before_jobs_per_s": before, "after_jobs_per_s": after,
                          "ratio_of_medians": after / before, "median_ratio": median(ratios),
                          "rounds_before": cell["before"], "rounds_after": cell["after"]}
+        cpu = ""
+        if len(cell["cpu_before"]) == len(cell["cpu_after"]) == rounds:
+            cb, ca = median(cell["cpu_before"]), median(cell["cpu_after"])
+            summary[name] |= {"before_cpu_us_per_job": cb, "after_cpu_us_per_job": ca,
+                              "cpu_ratio": cb / ca, "cpu_rounds_before": cell["cpu_before"],
+                              "cpu_rounds_after": cell["cpu_after"]}
+            cpu = f"   broker CPU/job {cb:.1f} -> {ca:.1f} us (cpu ratio {cb / ca:.3f})"
         print(f"{name:<26} before {before:>9,.0f}  after {after:>9,.0f}  "
-              f"ratio {after / before:.3f} (median of round ratios {median(ratios):.3f})")
+              f"ratio {after / before:.3f} (median of round ratios {median(ratios):.3f}){cpu}")
     path = write_results("broker_ab", {"seconds": seconds, "baseline": str(baseline),
                                        "results": summary})
     print(f"results written to {path}")

@@ -250,6 +250,9 @@ class FileStore(ObjectStore):
         # used: a mount point or a symbolic link there would escape the root's check.
         self._mounts, self._trust_mount = mounts, trust_mount
         self._checked_dirs: set[str] = set()
+        # Directories this store made or found: a write into one skips the mkdir
+        # (a failed mkdir and a stat per write); one removed since is made again.
+        self._made_dirs: set[Path] = set()
 
     # -- paths -----------------------------------------------------------
     def _path(self, key: str) -> Path:
@@ -263,6 +266,21 @@ class FileStore(ObjectStore):
                             trust_mount=self._trust_mount)
             self._checked_dirs.add(parts[0])
         return self.root.joinpath(*parts)
+
+    def _write_new(self, path: Path, data: Data) -> None:
+        """Write a file no one refers to yet, making its directory first if need be."""
+        directory = path.parent
+        if directory not in self._made_dirs:
+            directory.mkdir(parents=True, exist_ok=True)
+            if len(self._made_dirs) >= 10_000:  # (archive hours of many queues)
+                self._made_dirs.clear()
+            self._made_dirs.add(directory)
+        try:
+            _write_file(path, data, self._fsync)
+        except FileNotFoundError:  # its directory was removed since we made it
+            self._made_dirs.discard(directory)
+            directory.mkdir(parents=True, exist_ok=True)
+            _write_file(path, data, self._fsync)
 
     @staticmethod
     def _version_name(path: Path, etag: str) -> str:
@@ -340,12 +358,11 @@ class FileStore(ObjectStore):
         ``expect`` None means "only if absent". Returns the new etag; raises
         ``Conflict`` (the version file is then removed) or ``OSError``.
         """
-        path.parent.mkdir(parents=True, exist_ok=True)
         etag = uuid.uuid4().hex
         version = path.parent / self._version_name(path, etag)
         linked = False
         try:
-            _write_file(version, data, self._fsync)
+            self._write_new(version, data)
             with self._locked(path, key):
                 if expect is None:
                     old_version = None
@@ -491,10 +508,9 @@ class FileStore(ObjectStore):
     def put(self, key: str, data: bytes) -> str:
         path = self._path(key)
         with self._os_errors("writing", key):
-            path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex}"
             try:
-                _write_file(tmp, data, self._fsync)
+                self._write_new(tmp, data)
                 st = tmp.stat()  # a rename keeps inode and times: head() gives this etag
                 self._replace(tmp, path)
             except BaseException:

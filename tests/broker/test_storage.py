@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import pickle
+import shutil
 import socket
 import threading
 import time
@@ -285,6 +286,22 @@ class TestFileStore(StoreContract):
         with pytest.raises(NotFound):
             store.read("q/queue.json")
         assert store.create_if_absent("q/queue.json", b"2") != etag
+
+    def test_writes_land_after_their_directory_is_removed(self, tmp_path: Path) -> None:
+        # The store remembers the directories it made (no mkdir per write); one
+        # removed behind its back (a cleanup of archive hours, say) is made again.
+        store = FileStore(tmp_path)
+        store.put("q/archive/h1/a.jsonl", b"a")
+        store.create_if_absent("q2/queue.json", b"1")
+        shutil.rmtree(tmp_path / "q")
+        shutil.rmtree(tmp_path / "q2")
+        store.put("q/archive/h1/b.jsonl", b"b")
+        etag = store.create_if_absent("q2/queue.json", b"2")
+        assert store.get("q/archive/h1/b.jsonl") == b"b"
+        assert store.read("q2/queue.json").data == b"2"
+        store.write_if_match("q2/queue.json", b"3", etag)
+        assert (tmp_path / "q2" / "queue.json").read_bytes() == b"3"
+        assert store.list("q/") == ["q/archive/h1/b.jsonl"]
 
     def test_head_reads_only_the_link(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -51,6 +51,11 @@ class Columns(Sequence[Row], Generic[Row]):
         return out
 
     def append(self, row: Row) -> None:
+        """Add one row (all its fields, in order); raises ``ValueError``, adding
+        nothing, for a row of another width."""
+        if len(row) != len(self.columns):
+            raise ValueError(f"a {type(self).__name__} row has {len(self.columns)} fields, "
+                             f"not {len(row)}")
         for column, value in zip(self.columns, row, strict=True):
             column.append(value)
 

@@ -370,8 +370,10 @@ class Broker:
         """Complete each item's job with its result; one answer per item, in order.
         ``items``: CompleteItems (column-wise, as the HTTP layer parses them) or
         any sequence of CompleteItem."""
-        if not isinstance(items, transitions.CompleteItems):
-            items = tuple(items)
+        # a copy, as of now: the op waits for the group commit, and the caller's
+        # object may change meanwhile (two list copies, not an object per item)
+        items = transitions.CompleteItems(*map(list, items.columns)) \
+            if isinstance(items, transitions.CompleteItems) else tuple(items)
         result = await self._submit(queue, "complete", transitions.Complete(items))
         return result.items
 

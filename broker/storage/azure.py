@@ -69,7 +69,6 @@ from azure.core import MatchConditions
 from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
 from azure.core.exceptions import AzureError, ClientAuthenticationError, HttpResponseError
 from azure.storage.blob import ContainerClient
-from tenacity import retry_if_exception_type, stop_after_attempt
 
 from broker.errors import (
     Conflict,
@@ -79,8 +78,15 @@ from broker.errors import (
     StorageRefused,
     StorageUnavailable,
 )
-from broker.retry import retrying
-from broker.storage.base import Data, ObjectStore, Versioned, as_bytes, check_object_path
+from broker.storage.base import (
+    Data,
+    ObjectStore,
+    Versioned,
+    as_bytes,
+    check_object_path,
+    prefixed,
+    sdk_call,
+)
 from broker.storage.urlopts import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S, positive, query_options
 
 T = TypeVar("T")
@@ -253,21 +259,11 @@ class AzureStore(ObjectStore):
 
     def _key(self, key: str) -> str:
         check_object_path(key, "object key")
-        return f"{self.prefix}/{key}" if self.prefix else key
+        return prefixed(self.prefix, key)
 
     def _call(self, key: str, fn: Callable[[], T]) -> T:
-        def attempt() -> T:
-            try:
-                return fn()
-            except AzureError as exc:
-                error = _classify(exc, key, self._where)
-            # Raised outside the handler: no __context__ keeps the SDK's error (its
-            # message, request and response: URLs with a SAS) alive.
-            raise error
-
-        policy = retrying(retry=retry_if_exception_type(StorageUnavailable),
-                          stop=stop_after_attempt(self.retries))
-        return policy(attempt)
+        return sdk_call(fn, (AzureError,), lambda exc: _classify(exc, key, self._where),
+                        self.retries)
 
     def _blob(self, key: str) -> Any:
         return self._client.get_blob_client(self._key(key))

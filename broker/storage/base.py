@@ -64,9 +64,21 @@ import logging
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
-from broker.errors import Conflict, InvalidRequest, NotFound, StorageUnavailable, UnsafeStore
+from tenacity import retry_if_exception_type, stop_after_attempt
+
+from broker.errors import (
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    StorageError,
+    StorageUnavailable,
+    UnsafeStore,
+)
+from broker.retry import retrying
+
+T = TypeVar("T")
 
 log = logging.getLogger("osqueue.storage")
 
@@ -272,3 +284,30 @@ class ObjectStore(abc.ABC):
                     # A leftover probe is harmless; failing start-up for it is not.
                     log.warning("could not delete self-test probe %s in %s: %s",
                                 key, self.url, exc.message)
+
+
+def sdk_call(fn: Callable[[], T], failures: tuple[type[Exception], ...],
+             classify: Callable[[Exception], StorageError], attempts: int) -> T:
+    """Run one cloud SDK call: its ``failures`` become our errors by ``classify``,
+    and ``StorageUnavailable`` is tried again, up to ``attempts`` tries in all
+    (:func:`broker.retry.retrying`'s backoff). The S3, Azure and GCS stores' calls.
+
+    Our error is raised outside the SDK error's handler, so no ``__context__``
+    keeps the SDK's error alive: its message and request may quote a URL with a
+    SAS token or a resumable upload's capability URL."""
+
+    def attempt() -> T:
+        try:
+            return fn()
+        except failures as exc:
+            error = classify(exc)
+        raise error
+
+    policy = retrying(retry=retry_if_exception_type(StorageUnavailable),
+                      stop=stop_after_attempt(attempts))
+    return policy(attempt)
+
+
+def prefixed(prefix: str, key: str) -> str:
+    """``key`` under ``prefix`` (a cloud store's objects live below its prefix)."""
+    return f"{prefix}/{key}" if prefix else key

@@ -69,7 +69,6 @@ from google.auth.exceptions import (
 from google.auth.transport.requests import AuthorizedSession
 from google.cloud import storage
 from google.cloud.storage.exceptions import DataCorruption, InvalidResponse
-from tenacity import retry_if_exception_type, stop_after_attempt
 
 from broker.errors import (
     Conflict,
@@ -79,8 +78,15 @@ from broker.errors import (
     StorageUnavailable,
     UnsafeStore,
 )
-from broker.retry import retrying
-from broker.storage.base import Data, ObjectStore, Versioned, as_bytes, check_object_path
+from broker.storage.base import (
+    Data,
+    ObjectStore,
+    Versioned,
+    as_bytes,
+    check_object_path,
+    prefixed,
+    sdk_call,
+)
 from broker.storage.urlopts import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
 
 T = TypeVar("T")
@@ -254,21 +260,11 @@ class GCSStore(ObjectStore):
                 "generation preconditions") from None
 
     def _key(self, key: str) -> str:
-        return f"{self.prefix}/{key}" if self.prefix else key
+        return prefixed(self.prefix, key)
 
     def _call(self, key: str, fn: Callable[[], T]) -> T:
-        def attempt() -> T:
-            try:
-                return fn()
-            except _FAILURES as exc:
-                error = _classify(exc, key, self.bucket)
-            # Raised outside the handler: no __context__ keeps the SDK's error alive, whose
-            # message quotes the request URL (a resumable upload's URL is a capability).
-            raise error
-
-        policy = retrying(retry=retry_if_exception_type(StorageUnavailable),
-                          stop=stop_after_attempt(self.retries))
-        return policy(attempt)
+        return sdk_call(fn, _FAILURES, lambda exc: _classify(exc, key, self.bucket),
+                        self.retries)
 
     def _not_found(self, key: str) -> NotFound | StorageRefused:
         """``NotFound`` for ``key``, or ``StorageRefused`` if the bucket is what is missing."""

@@ -40,10 +40,6 @@ from botocore.exceptions import (
     ParamValidationError,
     PartialCredentialsError,
 )
-from tenacity import (
-    retry_if_exception_type,
-    stop_after_attempt,
-)
 
 from broker.errors import (
     Conflict,
@@ -52,8 +48,7 @@ from broker.errors import (
     StorageRefused,
     StorageUnavailable,
 )
-from broker.retry import retrying
-from broker.storage.base import Data, ObjectStore, Versioned, as_bytes
+from broker.storage.base import Data, ObjectStore, Versioned, as_bytes, prefixed, sdk_call
 from broker.storage.urlopts import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
 
 T = TypeVar("T")
@@ -165,18 +160,11 @@ class S3Store(ObjectStore):
         self._client = client
 
     def _key(self, key: str) -> str:
-        return f"{self.prefix}/{key}" if self.prefix else key
+        return prefixed(self.prefix, key)
 
     def _call(self, key: str, fn: Callable[[], T]) -> T:
-        def attempt() -> T:
-            try:
-                return fn()
-            except (ClientError, BotoCoreError) as exc:
-                raise _classify(exc, key, self.bucket) from None
-
-        policy = retrying(retry=retry_if_exception_type(StorageUnavailable),
-                          stop=stop_after_attempt(self.retries))
-        return policy(attempt)
+        return sdk_call(fn, (ClientError, BotoCoreError),
+                        lambda exc: _classify(exc, key, self.bucket), self.retries)
 
     # -- CAS objects -----------------------------------------------------
     def read(self, key: str) -> Versioned:

@@ -23,9 +23,24 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, ClassVar, Generic, TypeVar, overload
 
 Row = TypeVar("Row", bound=tuple[Any, ...])
+Item = TypeVar("Item")
 
 
-class Columns(Sequence[Row], Generic[Row]):
+class LazySequence(Sequence[Item]):
+    """A sequence whose items are made when read: equal to any sequence of equal
+    items, as the list it stands for would be (and, like a list, unhashable)."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class Columns(LazySequence[Row], Generic[Row]):
     """Rows of :attr:`row_type` (a NamedTuple class), one list per field, in
     field order (:attr:`columns`). Subclasses set :attr:`row_type` and name
     the lists; ``append`` takes a row, the lists may be appended to directly
@@ -80,13 +95,6 @@ class Columns(Sequence[Row], Generic[Row]):
 
     def __iter__(self) -> Iterator[Row]:
         return map(self.row_type._make, zip(*self.columns, strict=True))
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Sequence):
-            return NotImplemented
-        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-
-    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({list(self)!r})"

@@ -54,13 +54,14 @@ never stored.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple, overload
 
 import orjson
 
 from broker import timefmt
+from broker.columns import LazySequence
 from broker.limits import check_setting
 from broker.receipts import Receipts
 
@@ -95,7 +96,7 @@ def seq_of(job_id: str) -> int | None:
     return int(digits)
 
 
-class JobIds(Sequence[str]):
+class JobIds(LazySequence[str]):
     """The ids of jobs with consecutive seqs, spelled out only when read: a
     bulk push of a million jobs is answered by its count more often than by
     its ids."""
@@ -126,13 +127,6 @@ class JobIds(Sequence[str]):
 
     def __iter__(self) -> Iterator[str]:
         return map(job_id_for, self._seqs)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Sequence):
-            return NotImplemented
-        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-
-    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return f"JobIds({self._seqs.start}, {len(self._seqs)})"

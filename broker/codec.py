@@ -9,7 +9,10 @@ module sees plain operations: :func:`encode_parts` for a commit,
 :mod:`broker.lifecycle` does on every job change.
 
 Encoding is incremental (``bench/state_encode_bench.py`` measures it): each
-job keeps its line's bytes (``Job._enc``) until it changes, and jobs are
+job keeps its line's bytes (``Job._enc``) until it changes, a bulk-pushed job
+is kept as nothing but its line until first touched
+(:func:`new_pending_lines`, :func:`pending_from_line`, :mod:`broker.jobtable`),
+and jobs are
 grouped in segments of ``1 << SEGMENT_SHIFT`` seqs whose joined bytes are kept
 too, so a commit after changing 1k of 100k jobs re-encodes those 1k, their
 segments and a join. The common job shapes are filled into byte templates;
@@ -20,6 +23,7 @@ the same bytes (the tests compare them). The bytes are the product contract:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
@@ -70,15 +74,34 @@ _ARCHIVED_JOB = (b'{"id":"j%010d","seq":%d,"status":"completed","priority":%d,"r
 
 def _lease_tail(job: Job) -> bytes:
     """The encoded lease after its token, shared by the leases of one claim."""
-    key = (job.lease_worker, job.lease_ms, job.lease_expires_ms, job.lease_heartbeat_ms)
+    return lease_tail(job.lease_worker, job.lease_ms, job.lease_expires_ms,
+                      job.lease_heartbeat_ms)
+
+
+def lease_tail(worker: str, lease_ms: int, expires_ms: int, heartbeat_ms: int) -> bytes:
+    """The encoded lease after its token (worker, length, expiry and heartbeat):
+    the same for every job of one claim."""
+    key = (worker, lease_ms, expires_ms, heartbeat_ms)
     tail = _lease_tails.get(key)
     if tail is None:
         if len(_lease_tails) >= 4096:  # a few claims' worth is all that is ever reused
             _lease_tails.clear()
         tail = _lease_tails[key] = _LEASE_TAIL % (
-            orjson.dumps(job.lease_worker), orjson.dumps(job.lease_ms / 1000),
-            timefmt.fmt_bytes(job.lease_expires_ms), timefmt.fmt_bytes(job.lease_heartbeat_ms))
+            orjson.dumps(worker), orjson.dumps(lease_ms / 1000),
+            timefmt.fmt_bytes(expires_ms), timefmt.fmt_bytes(heartbeat_ms))
     return tail
+
+
+def first_claim_line(pending: bytes, token: str, tail: bytes) -> bytes:
+    """:func:`job_line` of the job a line of :func:`new_pending_lines` describes,
+    once claimed for the first time under ``token`` (``tail`` from
+    :func:`lease_tail`): that line with its status and attempts spliced and the
+    lease appended, a third of the cost of a fresh encode (``bench/broker_bench.py``,
+    cycle rows). The first ``"status"`` and ``"attempts"`` of such a line are its
+    own (nothing before them is a payload); both new values have the old ones' width.
+    """
+    return pending[:-1].replace(b'"status":"pending"', b'"status":"claimed"', 1).replace(
+        b'"attempts":0,', b'"attempts":1,', 1) + b',"lease":{"token":"' + token.encode() + tail
 
 
 def plain_token(token: str) -> bool:
@@ -158,9 +181,9 @@ def added(state: QueueState, job: Job) -> None:
     state.dirty.add(seg)
     lst = state.seg_jobs.get(seg)
     if lst is None:
-        state.seg_jobs[seg] = [job]
+        state.seg_jobs[seg] = [job.seq]
     else:
-        lst.append(job)
+        lst.append(job.seq)
 
 
 def removed(state: QueueState, job: Job) -> None:
@@ -176,47 +199,90 @@ def removed_from(state: QueueState, segments: set[int]) -> None:
     state.shrunk |= segments
 
 
-def new_pending_jobs(first_seq: int, payloads: Sequence[bytes], now_ms: int,
-                     max_attempts: int) -> list[Job]:
-    """Pending jobs with default options, seq ``first_seq`` onwards, bytes encoded now.
+def new_pending_lines(first_seq: int, payloads: Sequence[bytes], now_ms: int,
+                      max_attempts: int) -> list[bytes]:
+    """The lines of pending jobs with default options, seq ``first_seq`` onwards,
+    due and created at ``now_ms``: what a bulk push adds to the state's
+    :class:`~broker.jobtable.JobTable` (:func:`pending_from_line` makes the
+    ``Job`` of one when it is first touched).
 
-    The bulk-push path: the part of each line that every job of the push
-    shares is formatted once, so a job costs its seq and its payload.
+    The part of each line that every job of the push shares is formatted
+    once, so a job costs its seq and its payload.
     """
     stamp = timefmt.fmt_bytes(now_ms)
     line = _NEW_JOB_HEAD + (_NEW_JOB_TAIL % (stamp, max_attempts, stamp)).replace(b"%", b"%%") \
         + b"%b}"
-    out: list[Job] = []
-    append = out.append
     # %-formatting: a third faster than f-strings here, and this runs a million times
     # per bulk push (bench/broker_bench.py, push rows)
-    for seq, payload in enumerate(payloads, first_seq):
-        job = Job(seq, payload, PENDING, 0, now_ms, 0, max_attempts, now_ms)
-        job._enc = line % (seq, seq, payload)
-        append(job)
-    return out
+    return [line % (seq, seq, payload) for seq, payload in enumerate(payloads, first_seq)]
 
 
-def added_many(state: QueueState, jobs: list[Job]) -> None:
-    """:func:`added` for jobs with consecutive seqs above any seq so far."""
-    if not jobs:
-        return
+# How pending_from_line reads a line of _NEW_JOB_HEAD + _NEW_JOB_TAIL: from the
+# "run_at" marker on, every field has a fixed width but max_attempts' digits.
+# No field before it holds text that could look like the marker (ids, numbers).
+_RUN_AT = b'"run_at":"'
+_STAMP_CHARS = len(timefmt.fmt(0))
+_TO_MAX_ATTEMPTS = _STAMP_CHARS + len(b'","attempts":0,"max_attempts":')
+_TO_PAYLOAD = len(b',"created_at":"') + _STAMP_CHARS + len(b'","payload":')
+
+
+@functools.lru_cache(maxsize=4096)
+def stamp_ms(stamp: bytes) -> int:
+    """A time as the object spells it (``b"2026-11-22T03:43:47.123Z"``), in ms."""
+    return timefmt.parse(stamp.decode())
+
+
+def line_due_stamp(line: bytes) -> bytes:
+    """The ``run_at`` time of a line from :func:`new_pending_lines`, as spelled."""
+    at = line.index(_RUN_AT, 30) + len(_RUN_AT)
+    return line[at:at + _STAMP_CHARS]
+
+
+def pending_from_line(seq: int, line: bytes) -> Job:
+    """The job of seq ``seq`` that a line of :func:`new_pending_lines` describes,
+    with the line as its cached encoding (it is the job's line as it stands).
+
+    This runs once per job claimed from a bulk push: two searches, fixed
+    offsets and a cache of the fields a push's jobs share, not a JSON parse
+    (``bench/broker_bench.py``, cycle rows).
+    """
+    at = line.index(_RUN_AT, 30) + len(_RUN_AT)  # (30: past the shortest id and seq)
+    end = line.index(b",", at + _TO_MAX_ATTEMPTS)
+    shared = line[at:end]  # run_at (= created_at) to max_attempts
+    fields = _shared_fields.get(shared)
+    if fields is None:
+        if len(_shared_fields) >= 4096:  # a few pushes' worth is all that is reused
+            _shared_fields.clear()
+        fields = _shared_fields[shared] = (stamp_ms(shared[:_STAMP_CHARS]),
+                                           int(shared[_TO_MAX_ATTEMPTS:]))
+    due_ms, max_attempts = fields
+    job = Job(seq, line[end + _TO_PAYLOAD:-1], PENDING, 0, due_ms, 0, max_attempts, due_ms)
+    job._enc = line
+    return job
+
+
+_shared_fields: dict[bytes, tuple[int, int]] = {}
+
+
+def added_many(state: QueueState, first: int, count: int) -> None:
+    """:func:`added` for ``count`` jobs with consecutive seqs from ``first``, above
+    any seq so far."""
     seg_jobs, dirty = state.seg_jobs, state.dirty
-    first = jobs[0].seq
-    start = 0
-    while start < len(jobs):
-        seg = (first + start) >> SEGMENT_SHIFT
-        end = ((seg + 1) << SEGMENT_SHIFT) - first  # the next segment's first index
-        seg_jobs.setdefault(seg, []).extend(jobs[start:end])
+    seq, stop = first, first + count
+    while seq < stop:
+        seg = seq >> SEGMENT_SHIFT
+        end = min(stop, (seg + 1) << SEGMENT_SHIFT)  # the next segment's first seq
+        seg_jobs.setdefault(seg, []).extend(range(seq, end))
         dirty.add(seg)
-        start = end
+        seq = end
+
 
 def reset_segments(state: QueueState) -> None:
     """Forget every cached segment: the next encode joins every job's line again
     (after a load, when no segment bytes exist yet)."""
-    seg_jobs: dict[int, list[Job]] = {}
-    for job in state.jobs.values():
-        seg_jobs.setdefault(job.seq >> SEGMENT_SHIFT, []).append(job)
+    seg_jobs: dict[int, list[int]] = {}
+    for seq in state.jobs:
+        seg_jobs.setdefault(seq >> SEGMENT_SHIFT, []).append(seq)
     state.seg_jobs = seg_jobs
     state.segments = {}
     state.dirty = set(seg_jobs)
@@ -258,14 +324,14 @@ def _refresh_segments(state: QueueState) -> None:
     dirty = state.dirty
     if not dirty:
         return
-    jobs, segments, lists, shrunk = state.jobs, state.segments, state.seg_jobs, state.shrunk
-    get = jobs.get
+    entries, segments, lists, shrunk = state.jobs.entries, state.segments, state.seg_jobs, \
+        state.shrunk
     for seg in dirty:
         lst = lists.get(seg)
         if lst is None:
             live = []
         elif seg in shrunk:
-            live = [j for j in lst if get(j.seq) is j]
+            live = [seq for seq in lst if seq in entries]
         else:
             live = lst
         if not live:
@@ -274,7 +340,9 @@ def _refresh_segments(state: QueueState) -> None:
             continue
         if len(live) != len(lst or ()):
             lists[seg] = live
-        segments[seg] = b"".join([j._enc or job_line(j) for j in live])
+        # each entry is a job, or its line while untouched (see broker.jobtable)
+        segments[seg] = b"".join([e if isinstance(e, bytes) else (e._enc or job_line(e))
+                                  for e in map(entries.__getitem__, live)])
     dirty.clear()
     shrunk.clear()
 
@@ -316,7 +384,7 @@ def encode_parts(state: QueueState) -> list[bytes]:
 def encode_full(state: QueueState) -> bytes:
     """Encode without any cached bytes (the baseline the benchmark compares with)."""
     out = dict(_header(state))
-    out["jobs"] = [job.to_dict() for job in state.jobs.values()]
+    out["jobs"] = [job.to_dict() for job in state.jobs.peek()]
     out["keys"] = [[k, e.job_id, timefmt.fmt(e.at_ms)] for k, e in state.keys.items()]
     out["once"] = [[k, timefmt.fmt(e.at_ms)] for k, e in state.once.items()]
     out["receipts"] = state.receipts.to_plain()

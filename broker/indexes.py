@@ -74,7 +74,7 @@ def compact_leases(state: QueueState) -> None:
     """Rebuild the lease heap from the claimed jobs, dropping stale entries."""
     state.leases = [
         timed_key(j.lease_expires_ms, j.seq)
-        for j in state.jobs.values()
+        for j in state.jobs.touched()  # (the others are pending)
         if j.status == CLAIMED and j.lease_token is not None
     ]
     heapq.heapify(state.leases)

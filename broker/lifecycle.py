@@ -135,7 +135,7 @@ def extend_lease(state: QueueState, job: Job, lease_ms: int, now_ms: int) -> Non
 def restart_leases(state: QueueState, now_ms: int) -> None:
     """Give every claimed job a fresh lease of its own length from ``now_ms`` (a
     new broker's clock: what the old one wrote no longer counts)."""
-    for job in state.jobs.values():
+    for job in state.jobs.touched():  # (the others are pending)
         if job.status == CLAIMED and job.lease_token is not None:
             job.lease_expires_ms = now_ms + job.lease_ms
             codec.touch(state, job)
@@ -166,28 +166,31 @@ def add_pending_bulk(state: QueueState, payloads: Sequence[bytes], now_ms: int) 
     at ``now_ms``; return their ids. The caller has checked sizes and room.
 
     A bulk push of a million jobs comes here: each job's line is filled in
-    from one template per push (:func:`broker.codec.new_pending_jobs`) and
-    the ready heap grows by a run of ascending keys.
+    from one template per push (:func:`broker.codec.new_pending_lines`), the
+    jobs are kept as those lines until first touched (see
+    :mod:`broker.jobtable`), and the ready heap grows by a run of ascending
+    keys.
     """
     if not payloads:
         return JobIds(0, 0)
     check_move(NEW, PENDING)
     counters = state.counters
     first = counters.enqueued + 1
-    jobs = codec.new_pending_jobs(first, payloads, now_ms, state.settings.max_attempts)
-    counters.enqueued += len(jobs)
-    state.jobs.update(zip(range(first, first + len(jobs)), jobs, strict=True))
-    codec.added_many(state, jobs)
+    lines = codec.new_pending_lines(first, payloads, now_ms, state.settings.max_attempts)
+    count = len(lines)
+    counters.enqueued += count
+    state.jobs.add_lines(first, lines)
+    codec.added_many(state, first, count)
     ready = state.ready
     base = ready_key(0, now_ms, 0)
-    entries = range(base + first, base + first + len(jobs))
+    entries = range(base + first, base + first + count)
     if ready:
         for entry in entries:
             heapq.heappush(ready, entry)
     else:
         ready.extend(entries)  # ascending, so already a heap
-    state.approx_bytes += sum(map(len, payloads)) + JOB_OVERHEAD_BYTES * len(jobs)
-    return JobIds(first, len(jobs))
+    state.approx_bytes += sum(map(len, payloads)) + JOB_OVERHEAD_BYTES * count
+    return JobIds(first, count)
 
 
 def add_pending(state: QueueState, jobs: list[Job], now_ms: int) -> None:
@@ -206,7 +209,7 @@ def add_pending(state: QueueState, jobs: list[Job], now_ms: int) -> None:
         all_jobs[job.seq] = job
         schedule(state, job, now_ms)
         approx += job.size_estimate()
-    codec.added_many(state, jobs)
+    codec.added_many(state, jobs[0].seq, len(jobs))
     state.approx_bytes += approx
 
 
@@ -223,14 +226,21 @@ def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
     promote_due(state, now_ms)
     out = LeasedJobs()
     ids, payloads, tokens, attempts, expiries = out.columns
-    ready, leases, get = state.ready, state.leases, state.jobs.get
+    ready, leases, entries = state.ready, state.leases, state.jobs.entries
+    get, from_line, first_claim_line = entries.get, codec.pending_from_line, \
+        codec.first_claim_line
     counters, dirty, shift = state.counters, state.dirty, codec.SEGMENT_SHIFT
     expires = now_ms + lease_ms
+    tail = codec.lease_tail(worker, lease_ms, expires, now_ms)
     heappop, heappush = heapq.heappop, heapq.heappush
     while ready and len(ids) < max_jobs:
         entry = heappop(ready)
         seq = entry & SEQ_MASK
         job = get(seq)
+        line = None
+        if isinstance(job, bytes):  # untouched since its bulk push (JobTable.get, inlined)
+            line = job
+            job = entries[seq] = from_line(seq, line)
         if job is None or job.status != PENDING or ready_key(
                 job.priority, job.run_at_ms, seq) != entry:
             continue  # a stale entry: the job moved on
@@ -244,7 +254,8 @@ def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
         job.attempts += 1
         job.lease_token, job.lease_worker, job.lease_ms = token, worker, lease_ms
         job.lease_expires_ms, job.lease_heartbeat_ms = expires, now_ms
-        job._enc = None  # codec.touch(), inlined
+        # codec.touch(), inlined; a job fresh from its line gets its new line now
+        job._enc = None if line is None else first_claim_line(line, token, tail)
         dirty.add(seq >> shift)
         heappush(leases, timed_key(expires, seq))
         ids.append(job_id)
@@ -270,7 +281,7 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
     commit_seq = state.seq + 1
     answers = ItemResults()
     answered, oks, reasons, statuses = answers.columns
-    get, dirty, shift = state.jobs.get, state.dirty, codec.SEGMENT_SHIFT
+    get, dirty, shift = state.jobs.entries.get, state.dirty, codec.SEGMENT_SHIFT
     claimed_lines = state.claimed_lines
     done: list[int] = []  # job seqs
     fences: list[int] = []
@@ -278,9 +289,9 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
     for token, value in items:
         seq = token_seq(token)
         job = None if seq is None else get(seq)
-        if job is None or job.status != CLAIMED or job.lease_token != token or \
-                job.lease_expires_ms <= now_ms:
-            answers.append(stale(token))
+        if job is None or isinstance(job, bytes) or job.status != CLAIMED or \
+                job.lease_token != token or job.lease_expires_ms <= now_ms:
+            answers.append(stale(token))  # (a job kept as its line is pending)
             continue
         assert seq is not None
         job.status = COMPLETED
@@ -311,12 +322,12 @@ def drop_completed(state: QueueState, commit_seq: int) -> int:
     job, written out: this runs once per completed job
     (``bench/broker_bench.py``, cycle rows)."""
     check_move(COMPLETED, GONE)
-    jobs, shift = state.jobs, codec.SEGMENT_SHIFT
+    jobs, shift = state.jobs.entries, codec.SEGMENT_SHIFT
     segments: set[int] = set()
     freed = dropped = 0
     for seq in state.completed.pop(commit_seq, ()):
         job = jobs.get(seq)
-        if job is not None and job.status == COMPLETED and job.done_seq == commit_seq:
+        if isinstance(job, Job) and job.status == COMPLETED and job.done_seq == commit_seq:
             del jobs[seq]
             segments.add(seq >> shift)  # codec.removed(), for the lot below
             freed += job.size_estimate()

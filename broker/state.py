@@ -43,6 +43,10 @@ re-read verbatim (big integers, number spellings and escapes survive a
 restart); only an object edited by hand into another layout falls back to
 re-encoding the parsed values.
 
+A bulk push's jobs (default options, the Spark write's) are kept as their
+encoded line until something first touches them (see :mod:`broker.jobtable`):
+``QueueState.jobs`` reads as seq -> :class:`Job` all the same.
+
 Encoding is incremental: each job keeps its encoded bytes until it changes,
 so a commit after changing 1k of 100k jobs re-encodes only those 1k plus a
 join (see :mod:`broker.codec` and ``bench/state_encode_bench.py``).
@@ -56,7 +60,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
-from typing import Any, NamedTuple, overload
+from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 import orjson
 
@@ -64,6 +68,9 @@ from broker import timefmt
 from broker.columns import LazySequence
 from broker.limits import check_setting
 from broker.receipts import Receipts
+
+if TYPE_CHECKING:
+    from broker.jobtable import JobTable
 
 FORMAT = "osqueue"
 VERSION = 3  # 3: completed jobs, commit identities, receipts, publish keys apart, lease_s
@@ -383,7 +390,7 @@ class QueueState:
     paused: bool = False
     settings: Settings = field(default_factory=Settings)
     counters: Counters = field(default_factory=Counters)
-    jobs: dict[int, Job] = field(default_factory=dict)  # by seq (see Job.id)
+    jobs: JobTable = field(default_factory=lambda: _job_table())  # by seq, see broker.jobtable
     keys: dict[str, KeyEntry] = field(default_factory=dict)
     once: dict[str, KeyEntry] = field(default_factory=dict)  # publish keys (Spark writes)
     receipts: Receipts = field(default_factory=Receipts)
@@ -399,10 +406,10 @@ class QueueState:
     # Completed jobs awaiting their archive object: commit seq -> job seqs.
     completed: dict[int, list[int]] = field(default_factory=dict)
     # Encoding cache by segment (jobs whose seq >> SEGMENT_SHIFT is equal):
-    # each segment's jobs in seq order (removed ones are filtered out lazily),
+    # each segment's job seqs in order (removed ones are filtered out lazily),
     # the joined bytes of each clean segment, and the segments to rebuild.
     # Kept by broker.codec (touch/added/removed), never read elsewhere.
-    seg_jobs: dict[int, list[Job]] = field(default_factory=dict)
+    seg_jobs: dict[int, list[int]] = field(default_factory=dict)
     segments: dict[int, bytes] = field(default_factory=dict)
     dirty: set[int] = field(default_factory=set)
     shrunk: set[int] = field(default_factory=set)  # dirty segments that lost jobs
@@ -417,14 +424,17 @@ class QueueState:
         return None if seq is None else self.jobs.get(seq)
 
     def count_by_status(self) -> dict[str, int]:
-        counts = dict.fromkeys(STATUSES, 0)
-        for job in self.jobs.values():
-            counts[job.status] += 1
-        return counts
+        return self.jobs.count_by_status()
 
     def size_estimate(self) -> int:
         """Rough bytes of the object: jobs, key windows and receipts."""
         return self.approx_bytes + self.key_bytes + self.receipts.size_estimate()
+
+
+def _job_table() -> JobTable:
+    from broker.jobtable import JobTable  # (the table builds on this module)
+
+    return JobTable()
 
 
 def key_entry_bytes(key: str) -> int:

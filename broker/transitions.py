@@ -308,7 +308,7 @@ def _still_held(state: QueueState, first_fence: int, count: int,
     (``count`` of them), in the order they were claimed. Scans the jobs: only
     a repeated claim comes here."""
     held = []
-    for job in state.jobs.values():
+    for job in state.jobs.touched():  # (the others are pending)
         lease = job.lease
         if job.status == CLAIMED and lease is not None and lease.expires_ms > now_ms and \
                 first_fence <= lease.fence < first_fence + count:
@@ -399,7 +399,7 @@ def _redrive(state: QueueState, op: Redrive, now_ms: int) -> Result:
     if earlier is not None:
         return Result(count=earlier[0], replayed=True)
     if op.ids is None:
-        targets = [j for j in state.jobs.values() if j.status == DEAD]
+        targets = [j for j in state.jobs.touched() if j.status == DEAD]
     else:
         seqs = [seq_of(i) for i in op.ids]
         targets = [j for seq in seqs

@@ -20,12 +20,15 @@ def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
     counts = state.count_by_status()  # "completed": done, awaiting the archive
     oldest: int | None = None
     next_run: int | None = None
-    for job in state.jobs.values():
-        if job.status == PENDING:
-            if job.run_at_ms <= now_ms:
-                oldest = job.created_ms if oldest is None else min(oldest, job.created_ms)
-            else:
-                next_run = job.run_at_ms if next_run is None else min(next_run, job.run_at_ms)
+    pending = [(job.run_at_ms, job.created_ms) for job in state.jobs.touched()
+               if job.status == PENDING]
+    # untouched bulk-pushed jobs (see broker.jobtable) were created when due
+    pending += [(at, at) for at in state.jobs.untouched_due_times()]
+    for run_at, created in pending:
+        if run_at <= now_ms:
+            oldest = created if oldest is None else min(oldest, created)
+        else:
+            next_run = run_at if next_run is None else min(next_run, run_at)
     return {
         "counts": counts,
         "total": len(state.jobs) - counts[COMPLETED],  # completed ones only await the archive
@@ -57,7 +60,9 @@ def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
 
 def list_jobs(state: QueueState, status: str | None = None, limit: int = 100,
               after: str | None = None) -> list[Job]:
-    """A page of jobs in enqueue order, after job id ``after``, optionally by status."""
+    """A page of jobs in enqueue order, after job id ``after``, optionally by status:
+    to read, not to change (jobs kept as lines are read into throwaway ``Job``
+    objects, see :mod:`broker.jobtable`)."""
     if status is not None and status not in (PENDING, CLAIMED, DEAD, COMPLETED):
         raise InvalidRequest(f"unknown status {status!r}; use pending, claimed, dead or "
                              "completed")
@@ -70,9 +75,7 @@ def list_jobs(state: QueueState, status: str | None = None, limit: int = 100,
             raise InvalidRequest(f"after must be a job id, got {after[:40]!r}")
         after_seq = int(after[1:])
     page: list[Job] = []
-    for job in state.jobs.values():
-        if job.seq <= after_seq or (status is not None and job.status != status):
-            continue
+    for job in state.jobs.peek(after_seq, status):
         page.append(job)
         if len(page) >= limit:
             break

@@ -241,6 +241,11 @@ def order_key(job: S.Job) -> tuple[int, int, int]:
     return (-job.priority, job.run_at_ms, job.seq)
 
 
+def _lines(state: S.QueueState) -> dict[int, bytes]:
+    """Every job's line by seq, read without making Jobs of the lines."""
+    return {job.seq: codec.job_line(job) for job in state.jobs.peek()}
+
+
 class QueueMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
@@ -257,11 +262,12 @@ class QueueMachine(RuleBasedStateMachine):
 
     def apply(self, op: T.Op, now: int) -> T.Result:
         """T.apply, checking that every job's status change is one the table allows."""
-        before = {seq: job.status for seq, job in self.state.jobs.items()}
+        # (peek: reading must not turn the jobs a bulk push keeps as lines into Jobs)
+        before = {job.seq: job.status for job in self.state.jobs.peek()}
         try:
             return T.apply(self.state, op, now)
         finally:
-            after = {seq: job.status for seq, job in self.state.jobs.items()}
+            after = {job.seq: job.status for job in self.state.jobs.peek()}
             for seq in before.keys() | after.keys():
                 frm, to = before.get(seq, lifecycle.NEW), after.get(seq, lifecycle.GONE)
                 assert frm == to or to in lifecycle.MOVES[frm], (type(op).__name__, frm, to)
@@ -306,7 +312,7 @@ class QueueMachine(RuleBasedStateMachine):
     def claim(self, n: int, lease: int, worker: str) -> None:
         indexes.promote_due(self.state, self.now)
         runnable = sorted(
-            (j for j in self.state.jobs.values()
+            (j for j in self.state.jobs.peek()
              if j.status == "pending" and j.run_at_ms <= self.now),
             key=order_key,
         )
@@ -327,22 +333,22 @@ class QueueMachine(RuleBasedStateMachine):
     def heartbeat(self, data: st.DataObject, lease: int) -> None:
         tok = data.draw(st.sampled_from(self.tokens))
         valid = T.live_job(self.state, tok, self.now) is not None
-        snapshot = {k: codec.job_line(j) for k, j in self.state.jobs.items()}
+        snapshot = _lines(self.state)
         r = self.apply(T.Heartbeat((tok,), lease), self.now)
         assert r.items[0].ok == valid
         if not valid:
-            assert {k: codec.job_line(j) for k, j in self.state.jobs.items()} == snapshot
+            assert _lines(self.state) == snapshot
 
     @precondition(lambda self: self.tokens)
     @rule(data=st.data())
     def complete(self, data: st.DataObject) -> None:
         tok = data.draw(st.sampled_from(self.tokens))
         job = T.live_job(self.state, tok, self.now)
-        snapshot = {k: codec.job_line(j) for k, j in self.state.jobs.items()}
+        snapshot = _lines(self.state)
         r = self.apply(T.Complete((T.CompleteItem(tok, b"true"),)), self.now)
         first = self.answers.get(("complete", tok))
         if job is None:
-            assert {k: codec.job_line(j) for k, j in self.state.jobs.items()} == snapshot
+            assert _lines(self.state) == snapshot
             if first is not None and tok in self._remembered():
                 assert r.items[0] == first  # a repeat answers as the first call did
             elif first is None:
@@ -405,9 +411,16 @@ class QueueMachine(RuleBasedStateMachine):
     @rule()
     def reclaim(self) -> None:
         self.apply(T.Reclaim(), self.now)
-        for job in self.state.jobs.values():
+        for job in self.state.jobs.peek():
             if job.status == "claimed":
                 assert job.lease is not None and job.lease.expires_ms > self.now
+
+    @rule()
+    def read_every_job(self) -> None:
+        """Make every job a Job (what a full scan does); nothing changes but the form."""
+        before = codec.encode(self.state)
+        assert all(isinstance(job, S.Job) for job in self.state.jobs.values())
+        assert codec.encode(self.state) == before
 
     @rule()
     def redrive(self) -> None:
@@ -419,7 +432,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule(statuses=st.sampled_from([("dead",), ("pending", "dead")]))
     def purge(self, statuses: tuple[str, ...]) -> None:
-        doomed = {j.id for j in self.state.jobs.values() if j.status in statuses}
+        doomed = {j.id for j in self.state.jobs.peek() if j.status in statuses}
         assert self.apply(T.Purge(statuses), self.now).count == len(doomed)
         self.purged |= doomed
 
@@ -436,8 +449,8 @@ class QueueMachine(RuleBasedStateMachine):
 
     @invariant()
     def nothing_lost_or_duplicated(self) -> None:
-        live = {j.id for j in self.state.jobs.values() if j.status != "completed"}
-        done = {j.id for j in self.state.jobs.values() if j.status == "completed"}
+        live = {j.id for j in self.state.jobs.peek() if j.status != "completed"}
+        done = {j.id for j in self.state.jobs.peek() if j.status == "completed"}
         assert done | self.archived == self.completed and not done & self.archived
         assert not live & self.completed and not live & self.purged
         assert not self.completed & self.purged
@@ -446,13 +459,26 @@ class QueueMachine(RuleBasedStateMachine):
 
     @invariant()
     def templates_match_the_generic_encoding(self) -> None:
-        for job in self.state.jobs.values():
+        for job in self.state.jobs.peek():
+            cached = job._enc  # (a line spliced from another, or the job's own line)
             job._enc = None  # encode from the fields, whichever path that takes
-            assert codec.job_line(job) == b",\n" + orjson.dumps(job.to_dict())
+            fresh = codec.job_line(job)
+            job._enc = cached
+            assert fresh == b",\n" + orjson.dumps(job.to_dict())
+            assert cached is None or cached == fresh
+
+    @invariant()
+    def views_read_without_changing(self) -> None:
+        table = self.state.jobs
+        lines = {seq for seq, e in table.entries.items() if isinstance(e, bytes)}
+        counts = self.state.count_by_status()
+        assert counts == {s: sum(j.status == s for j in table.peek()) for s in counts}
+        T.stats(self.state, self.now)
+        assert {seq for seq, e in table.entries.items() if isinstance(e, bytes)} == lines
 
     @invariant()
     def attempts_bounded(self) -> None:
-        for job in self.state.jobs.values():
+        for job in self.state.jobs.peek():
             assert 0 <= job.attempts <= job.max_attempts
             if job.status == "pending":
                 assert job.attempts < job.max_attempts

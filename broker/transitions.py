@@ -401,7 +401,7 @@ def _redrive(state: QueueState, op: Redrive, now_ms: int) -> Result:
     if op.ids is None:
         targets = [j for j in state.jobs.touched() if j.status == DEAD]
     else:
-        seqs = [seq_of(i) for i in op.ids]
+        seqs = list(dict.fromkeys(map(seq_of, op.ids)))  # an id given twice is redriven once
         targets = [j for seq in seqs
                    if seq is not None and (j := state.jobs.get(seq)) is not None
                    and j.status == DEAD]
@@ -424,7 +424,9 @@ def _purge(state: QueueState, op: Purge, now_ms: int) -> Result:
     if earlier is not None:
         return Result(count=earlier[0], replayed=True)
     statuses = set(op.statuses)
-    doomed = [j for j in state.jobs.values() if j.status in statuses]
+    # (jobs kept as lines are all pending: a purge of other statuses leaves them be)
+    jobs = state.jobs.values() if PENDING in statuses else state.jobs.touched()
+    doomed = [j for j in jobs if j.status in statuses]
     for job in doomed:
         move(state, job, GONE, now_ms)
     if op.request is not None:

@@ -219,3 +219,27 @@ def test_bulk_pushed_jobs_survive_lost_writes_a_crash_and_a_takeover(
         j.to_plain() for j in state.jobs.values() if j.status == S.COMPLETED]
     assert sorted(rec["id"] for rec in completed) == sorted(held)  # each once
     assert sorted(queued + [rec["payload"]["n"] for rec in completed]) == list(range(-1, 3000))
+
+
+def test_a_purge_of_dead_jobs_leaves_lines_as_lines() -> None:
+    state = S.QueueState()
+    state.settings.max_attempts = 1  # one failure makes a job dead
+    transitions.apply(state, PushPayloads(tuple(b"%d" % i for i in range(100))), NOW)
+    [held] = transitions.apply(state, Claim("w", 1, 30_000), NOW).jobs
+    transitions.apply(state, Fail((FailItem(held.token, "boom", None),)), NOW)
+    assert state.jobs[1].status == S.DEAD
+    assert transitions.apply(state, transitions.Purge((S.DEAD,)), NOW).count == 1
+    assert sum(isinstance(e, bytes) for e in state.jobs.entries.values()) == 99
+    assert transitions.apply(state, transitions.Purge((S.PENDING,)), NOW).count == 99
+    assert len(state.jobs) == 0
+
+
+def test_a_redrive_naming_a_job_twice_redrives_it_once() -> None:
+    state = S.QueueState()
+    state.settings.max_attempts = 1
+    transitions.apply(state, PushPayloads((b"1", b"2")), NOW)
+    [held] = transitions.apply(state, Claim("w", 1, 30_000), NOW).jobs
+    transitions.apply(state, Fail((FailItem(held.token, "boom", None),)), NOW)
+    result = transitions.apply(state, transitions.Redrive(ids=(held.id, held.id, "j2")), NOW)
+    assert result.count == 1 and list(result.ids) == [held.id]
+    assert state.jobs[1].status == S.PENDING and state.count_by_status()[S.PENDING] == 2

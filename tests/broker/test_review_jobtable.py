@@ -1,0 +1,359 @@
+"""Adversarial review of 227371e (bulk-pushed jobs kept as their encoded line in
+a JobTable until first touched): ways to lose, duplicate or strand a job,
+corrupt the object or answer a call wrongly through the lines.
+
+Every scenario here held (they are regression tests): a state whose jobs are
+kept as lines behaves, answers and encodes exactly as the same state with every
+job a Job, and under lost, late and 412-answered writes, a crash and a takeover
+every bulk-pushed job is in the store exactly once.
+"""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import random
+from pathlib import Path
+
+import orjson
+import pytest
+
+from broker import codec, keys, lifecycle
+from broker import state as S
+from broker import transitions as T
+from broker.direct import DirectQueue
+from broker.errors import OsqueueError
+from broker.storage import FileStore
+from tests.broker.faults import LATE, LOST_REPLY, LOST_REPLY_412, NOT_LANDED, Clock, FaultyStore
+from tests.broker.inprocess import archive_lines, crash, run, started, stored, successor
+
+NOW = 1_700_000_000_123
+
+# payloads that hold the markers the table searches lines for, a %, spaces
+TRICKY = [
+    b'{"run_at":"2020-01-01T00:00:00.000Z","status":"pending","attempts":0,"payload":1}',
+    b'"\\"attempts\\":0,\\"status\\":\\"pending\\""',
+    b'{"a":"%d %s %%"}',
+    b" 2 ",
+    b'[",", "}", "\\u00e9"]',
+    b"null",
+]
+
+
+def _pushed(payloads: list[bytes], now: int = NOW, first_seq: int = 1,
+            max_attempts: int = 3) -> S.QueueState:
+    state = T.new_state(now, S.Settings(max_attempts=max_attempts))
+    state.counters.enqueued = first_seq - 1
+    T.apply(state, T.PushPayloads(tuple(payloads)), now)
+    return state
+
+
+def _lines(state: S.QueueState) -> int:
+    return sum(isinstance(e, bytes) for e in state.jobs.entries.values())
+
+
+def _written(state: S.QueueState, now: int, commit: str) -> bytes:
+    codec.stamp(state, "w", now, commit)
+    data = codec.encode(state)
+    back = codec.decode(data)
+    assert codec.encode(back) == data  # a re-read writes the same bytes
+    assert orjson.loads(data) == orjson.loads(codec.encode_full(state))
+    assert state.jobs == back.jobs and back.jobs == state.jobs
+    return data
+
+
+def _answer(r: T.Result | OsqueueError) -> object:
+    if isinstance(r, OsqueueError):
+        return ("refused", type(r).__name__, str(r))
+    view = orjson.dumps(r.view, default=str) if r.view is not None else None
+    return (r.changed, list(r.ids), [tuple(j) for j in r.jobs], [tuple(i) for i in r.items],
+            r.count, r.duplicate, r.replayed, view, None if r.error is None else str(r.error))
+
+
+# -- 1. a state with lines against the same state with every job a Job --------------
+
+
+def _random_op(rnd: random.Random, tokens: list[str], base: int) -> T.Op:
+    k = rnd.random()
+    if k < 0.16:
+        n = rnd.choice([rnd.randint(1, 30), rnd.randint(900, 1300)])
+        return T.PushPayloads(tuple(rnd.choice(TRICKY) for _ in range(n)),
+                              request=rnd.choice([None, f"p{rnd.randint(0, 3)}"]))
+    if k < 0.21:
+        return T.Push(tuple(T.NewJob(rnd.choice(TRICKY), rnd.choice([0, 0, 2]),
+                                     rnd.choice([0, 0, 3_000]), rnd.choice([None, 1]),
+                                     rnd.choice([None, f"k{rnd.randint(0, 5)}"]))
+                            for _ in range(rnd.randint(1, 4))))
+    if k < 0.36:
+        return T.Claim(rnd.choice(["w", 'w"\u00e9\\']), rnd.choice([rnd.randint(1, 15), 600]),
+                       rnd.choice([1_000, 30_000]),
+                       request=rnd.choice([None, None, f"c{rnd.randint(0, 3)}"]))
+    if k < 0.46 and tokens:
+        return T.Complete(tuple(T.CompleteItem(rnd.choice(tokens), rnd.choice([None, b"[1]"]))
+                                for _ in range(rnd.randint(1, 6))))
+    if k < 0.53 and tokens:
+        return T.Fail(tuple(T.FailItem(rnd.choice(tokens), rnd.choice(["", "boom"]),
+                                       rnd.choice([None, 0, 700]))
+                            for _ in range(rnd.randint(1, 3))))
+    if k < 0.58 and tokens:
+        return T.Heartbeat(tuple(rnd.choice(tokens) for _ in range(2)), 20_000)
+    if k < 0.61:
+        # made-up tokens, most naming jobs still kept as lines
+        made_up = [f"j{base + rnd.randint(1, 2000):010d}.{rnd.randint(1, 500)}"
+                   for _ in range(3)]
+        return rnd.choice([T.Complete(tuple(T.CompleteItem(t) for t in made_up)),
+                           T.Fail(tuple(T.FailItem(t) for t in made_up)),
+                           T.Heartbeat(tuple(made_up))])
+    if k < 0.64:
+        return T.Reclaim()
+    if k < 0.66:
+        ids = None if rnd.random() < 0.5 else tuple(sorted(
+            {f"j{base + rnd.randint(1, 2000):010d}" for _ in range(3)}))
+        return T.Redrive(ids)
+    if k < 0.68:
+        return T.Purge(rnd.choice([(S.DEAD,), (S.PENDING, S.DEAD), (S.CLAIMED,)]))
+    if k < 0.70:
+        return T.TakeOver(rnd.choice(["b1", "b2"]), "http://x", 30_000)
+    if k < 0.74:
+        return T.ReadJobs(rnd.choice([None, S.PENDING, S.CLAIMED, S.COMPLETED]),
+                          rnd.randint(1, 40),
+                          rnd.choice([None, f"j{base + rnd.randint(1, 1500):010d}"]),
+                          rnd.random() < 0.5)
+    if k < 0.77:
+        return T.ReadStats()
+    if k < 0.79:
+        return T.Configure({"max_attempts": rnd.choice([1, 2, 3, 1000])})
+    return T.Reclaim()
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("base", [0, 9_999_999_000])
+def test_review_lines_answer_and_encode_as_jobs_would(seed: int, base: int) -> None:
+    """Every op answered alike and every commit's bytes equal, whether the jobs
+    are kept as lines (A) or every one is made a Job after each op (B); each
+    commit re-reads as the same bytes; now and then both are reloaded."""
+    rnd = random.Random(seed)
+    now = NOW
+    a, b = T.new_state(now), T.new_state(now)
+    a.counters.enqueued = b.counters.enqueued = base
+    tokens: list[str] = []
+    for step in range(90):
+        op = _random_op(rnd, tokens, base)
+        answers = []
+        for st in (a, b):
+            try:
+                r: T.Result | OsqueueError = T.apply(st, op, now)
+            except OsqueueError as exc:
+                r = exc
+            answers.append(_answer(r))
+        list(b.jobs.values())
+        assert answers[0] == answers[1], (seed, step, op)
+        tokens += [j.lease_token for j in b.jobs.touched()
+                   if j.lease_token and j.lease_token not in tokens]
+        if rnd.random() < 0.25:
+            data = _written(a, now, f"c{step}")
+            assert data == _written(b, now, f"c{step}")
+            done = tuple(s for s in a.completed if s <= a.seq)
+            if done:
+                for st in (a, b):
+                    T.apply(st, T.DropArchived(done), now)
+            if rnd.random() < 0.1:
+                a, b = codec.decode(data), codec.decode(data)
+        now += rnd.choice([0, 1, 10, 600, 5_000, 40_000])
+
+
+# -- 2. the line readers --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("first_seq", [1, 1023, 9_999_999_995, 99_999_999_999_998])
+@pytest.mark.parametrize("max_attempts", [1, 1000])
+def test_review_claimed_lines_across_digit_and_segment_boundaries(
+        first_seq: int, max_attempts: int) -> None:
+    state = _pushed(TRICKY * 2, first_seq=first_seq, max_attempts=max_attempts)
+    out = T.apply(state, T.Claim('w"\n', 7, 30_000), NOW).jobs
+    assert [j.payload for j in out] == (TRICKY * 2)[:7]
+    assert [j.id for j in out] == [S.job_id_for(s) for s in range(first_seq, first_seq + 7)]
+    for job in state.jobs.touched():
+        cached, job._enc = job._enc, None
+        assert cached == codec.job_line(job)
+        assert job.max_attempts == max_attempts
+    data = _written(state, NOW, "c1")
+    done = T.apply(state, T.Complete(tuple(T.CompleteItem(j.token, b"1") for j in out)),
+                   NOW + 1)
+    assert all(i.ok for i in done.items)
+    _written(state, NOW + 1, "c2")
+    assert orjson.loads(data)["counters"]["enqueued"] == first_seq + len(TRICKY) * 2 - 1
+
+
+def test_review_made_up_tokens_for_line_seqs_change_nothing() -> None:
+    state = _pushed([b"%d" % i for i in range(20)])
+    T.apply(state, T.Claim("w", 1, 30_000), NOW)  # fence 1 belongs to j1
+    before = _written(state, NOW, "c1")
+    for fence in (1, 2, 99):
+        tok = f"j0000000005.{fence}"
+        assert not T.apply(state, T.Complete((T.CompleteItem(tok, b"1"),)), NOW).items[0].ok
+        assert not T.apply(state, T.Fail((T.FailItem(tok, "x"),)), NOW).items[0].ok
+        assert not T.apply(state, T.Heartbeat((tok,)), NOW).items[0].ok
+    assert state.count_by_status() == {S.PENDING: 19, S.CLAIMED: 1, S.DEAD: 0, S.COMPLETED: 0}
+    after = _written(state, NOW, "c1")  # the same commit again: same bytes but the seq
+    assert orjson.loads(after)["jobs"] == orjson.loads(before)["jobs"]
+
+
+def test_review_a_repeated_claim_hands_back_the_jobs_it_took_from_lines() -> None:
+    state = _pushed([b"%d" % i for i in range(30)])
+    first = T.apply(state, T.Claim("w", 10, 30_000, request="r1"), NOW).jobs
+    again = T.apply(state, T.Claim("w", 10, 30_000, request="r1"), NOW + 5)
+    assert again.replayed and [tuple(j) for j in again.jobs] == [tuple(j) for j in first]
+    back = codec.decode(_written(state, NOW, "c1"))
+    again = T.apply(back, T.Claim("w", 10, 30_000, request="r1"), NOW + 5)
+    assert [tuple(j) for j in again.jobs] == [tuple(j) for j in first]
+    assert _lines(state) == 20
+
+
+def test_review_takeover_and_reclaim_reach_jobs_claimed_from_lines() -> None:
+    state = _pushed([b"%d" % i for i in range(50)])
+    held = T.apply(state, T.Claim("w", 5, 1_000), NOW).jobs
+    T.apply(state, T.TakeOver("b2", "http://b2", 30_000), NOW + 10_000)
+    for job in state.jobs.touched():  # a fresh lease on the new broker's clock
+        assert job.lease_expires_ms == NOW + 10_000 + 1_000
+    assert T.apply(state, T.Reclaim(), NOW + 10_500).ids == []
+    assert len(T.apply(state, T.Reclaim(), NOW + 11_001).ids) == 5
+    assert state.count_by_status()[S.PENDING] == 50 and _lines(state) == 45
+    # the retried ones come back after their backoff, the lines first
+    got = T.apply(state, T.Claim("w", 100, 30_000), NOW + 20_000).jobs
+    assert sorted(j.id for j in got) == [S.job_id_for(s) for s in range(1, 51)]
+    assert not {j.token for j in got} & {j.token for j in held}
+    _written(state, NOW + 20_000, "c1")
+
+
+def test_review_purge_of_dead_jobs_keeps_every_pending_line() -> None:
+    state = _pushed([b"%d" % i for i in range(40)], max_attempts=1)
+    held = T.apply(state, T.Claim("w", 3, 30_000), NOW).jobs
+    T.apply(state, T.Fail(tuple(T.FailItem(j.token, "x") for j in held)), NOW)
+    assert T.apply(state, T.Purge((S.DEAD,)), NOW).count == 3
+    assert state.count_by_status() == {S.PENDING: 37, S.CLAIMED: 0, S.DEAD: 0, S.COMPLETED: 0}
+    back = codec.decode(_written(state, NOW, "c1"))
+    assert sorted(j.seq for j in back.jobs.values()) == list(range(4, 41))
+    assert T.apply(state, T.Redrive((held[0].id, "j0000000009")), NOW).count == 0
+    assert len(T.apply(state, T.Claim("w", 100, 30_000), NOW).jobs) == 37
+
+
+def test_review_a_clock_moved_back_neither_strands_nor_doubles_a_line() -> None:
+    state = _pushed([b"%d" % i for i in range(10)])
+    assert not T.apply(state, T.Claim("w", 10, 30_000), NOW - 5_000).jobs  # not due yet
+    assert T.stats(state, NOW - 5_000)["next_delayed_run_at"] == S.timefmt.fmt(NOW)
+    _written(state, NOW - 5_000, "c1")
+    got = T.apply(state, T.Claim("w", 100, 30_000), NOW).jobs
+    assert [j.id for j in got] == [S.job_id_for(s) for s in range(1, 11)]
+    assert not T.apply(state, T.Claim("w", 100, 30_000), NOW + 1).jobs
+    _written(state, NOW, "c2")
+
+
+def test_review_views_of_several_pushes_equal_an_all_job_copy() -> None:
+    state = _pushed([b"1", b"2"], now=NOW)
+    T.apply(state, T.PushPayloads((b"3",)), NOW - 60_000)  # clock went back
+    T.apply(state, T.PushPayloads((b"4", b"5")), NOW + 60_000)
+    T.apply(state, T.Claim("w", 1, 30_000), NOW + 61_000)
+    back = codec.decode(_written(state, NOW, "c1"))
+    for now in (NOW - 120_000, NOW, NOW + 30_000, NOW + 120_000):
+        assert T.stats(state, now) == T.stats(back, now)
+        for status in (None, S.PENDING, S.CLAIMED):
+            for after in (None, "j0000000001", "j0000000004"):
+                assert ([j.to_plain() for j in T.list_jobs(state, status, 2, after)]
+                        == [j.to_plain() for j in T.list_jobs(back, status, 2, after)])
+    assert _lines(state) == 4
+
+
+def test_review_copies_and_pickles_of_a_state_with_lines_encode_alike() -> None:
+    state = _pushed(TRICKY)
+    T.apply(state, T.Claim("w", 2, 30_000), NOW)
+    data = _written(copy.deepcopy(state), NOW, "c1")
+    assert _written(pickle.loads(pickle.dumps(state)), NOW, "c1") == data
+    assert _written(state, NOW, "c1") == data
+
+
+def test_review_a_throwaway_job_from_peek_cannot_be_moved_in() -> None:
+    """A Job from peek() is not the table's: move() takes it for a new job, and
+    the only move from NEW (to pending) of an existing seq must not add a
+    second line for it."""
+    state = _pushed([b"1", b"2"])
+    view = next(state.jobs.peek())
+    with pytest.raises(lifecycle.IllegalMove):
+        lifecycle.move(state, view, S.CLAIMED, NOW)
+    assert len(orjson.loads(_written(state, NOW, "c1"))["jobs"]) == 2
+
+
+def test_review_direct_queue_bulk_push_claim_complete(tmp_path: Path) -> None:
+    q = DirectQueue(FileStore(tmp_path), "q")
+    q.apply(T.PushPayloads(tuple(TRICKY)), NOW)
+    held = q.apply(T.Claim("w", 3, 30_000), NOW).jobs
+    q.apply(T.Complete(tuple(T.CompleteItem(j.token, b"2") for j in held)), NOW)
+    q.apply(T.Reclaim(), NOW)  # archives and drops the completed ones
+    state, _ = q.load()
+    assert sorted(j.payload for j in state.jobs.values()) == sorted(TRICKY[3:])
+
+
+# -- 3. through a broker, under faults -------------------------------------------------
+
+
+@pytest.mark.parametrize("fault", [LOST_REPLY_412, LATE, NOT_LANDED, LOST_REPLY])
+def test_review_lines_survive_every_write_fault_a_crash_and_a_takeover(
+        tmp_path: Path, fault: str) -> None:
+    """A bulk push, a claim from its lines, a heartbeat, a fail (retry) and a
+    complete each hit a faulted write; a keyed claim is repeated; the broker
+    dies and another takes over. Every job is in the store once."""
+    clock = Clock(NOW)
+    inner = FileStore(tmp_path)
+    store = FaultyStore(inner)
+
+    def hit() -> None:
+        store.inject("write_if_match", fault, key_contains="queue.json")
+
+    async def main() -> tuple[list[str], list[str]]:
+        a = await started(store, clock=clock)
+        await a.push("q", [b'{"n":-1}'])  # the queue exists
+        hit()
+        ids = await a.push("q", [b'{"n":%d}' % i for i in range(2500)], request="push-1")
+        assert len(ids) == 2500
+        store.land_late()
+        again = await a.push("q", [b'{"n":%d}' % i for i in range(2500)], request="push-1")
+        assert again == ids
+        hit()
+        held = await a.claim("q", "w1", 1200, 60.0, request="claim-1")
+        store.land_late()
+        repeat = await a.claim("q", "w1", 1200, 60.0, request="claim-1")
+        assert [j.token for j in repeat] == [j.token for j in held]
+        hit()
+        assert all(r.ok for r in await a.heartbeat("q", [j.token for j in held[:100]], 90.0))
+        store.land_late()
+        hit()
+        failed = await a.fail("q", [T.FailItem(j.token, "x", 0) for j in held[100:200]])
+        assert all(r.ok for r in failed)
+        store.land_late()
+        hit()
+        done = await a.complete("q", [T.CompleteItem(j.token, b"1") for j in held[200:700]])
+        assert all(r.ok for r in done)
+        store.land_late()
+        await crash(a)
+        b = await successor(inner, clock)
+        done = await b.complete("q", [T.CompleteItem(j.token, b"1")
+                                      for j in [*held[:100], *held[700:]]])
+        assert all(r.ok for r in done)
+        rest = await b.claim("q", "w2", 5000, 60.0)
+        await b.stop(drain_s=5)
+        return ([j.id for j in [*held[:100], *held[200:]]], [j.id for j in rest])
+
+    completed_ids, rest = run(main())
+    assert len(completed_ids) + len(rest) == 2501 and not set(completed_ids) & set(rest)
+    state = stored(inner)
+    assert state.counters.enqueued == 2501
+    live = [j for j in state.jobs.values() if j.status != S.COMPLETED]
+    assert sorted(j.id for j in live) == sorted(rest)
+    completed = archive_lines(inner) + [j.to_plain() for j in state.jobs.values()
+                                        if j.status == S.COMPLETED]
+    assert sorted(rec["id"] for rec in completed) == sorted(completed_ids)  # each once
+    got = sorted([orjson.loads(j.payload)["n"] for j in live]
+                 + [rec["payload"]["n"] for rec in completed])
+    assert got == list(range(-1, 2500))
+    data = inner.read(keys.state_key("q")).data
+    assert codec.encode(codec.decode(data)) == data

@@ -240,8 +240,10 @@ def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
         line = None
         if isinstance(job, bytes):  # untouched since its bulk push (JobTable.get, inlined)
             line = job
+            # A line's one ready entry is its push's (nothing else indexes a line), so
+            # the stale-entry test below is not needed for it.
             job = entries[seq] = from_line(seq, line)
-        if job is None or job.status != PENDING or ready_key(
+        elif job is None or job.status != PENDING or ready_key(
                 job.priority, job.run_at_ms, seq) != entry:
             continue  # a stale entry: the job moved on
         if job.run_at_ms > now_ms:  # indexed early (clock moved back, or after a load)

@@ -26,8 +26,7 @@ the codec and the per-job loops of :mod:`broker.lifecycle` only.
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from broker import codec
@@ -85,9 +84,6 @@ class JobTable:
     def __iter__(self) -> Iterator[int]:
         return iter(self.entries)
 
-    def keys(self) -> Iterable[int]:
-        return self.entries.keys()
-
     def touched(self) -> Iterator[Job]:
         """The jobs that are ``Job`` objects, in seq order: every job that is not an
         untouched pending one (so every claimed, dead and completed job)."""
@@ -120,15 +116,11 @@ class JobTable:
         counts[PENDING] += lines
         return counts
 
-    def untouched_due_times(self) -> Counter[int]:
-        """How many untouched pending jobs are due at each time (ms); such a job was
+    def untouched_due_times(self) -> set[int]:
+        """The times (ms) at which untouched pending jobs are due; such a job was
         created when it became due."""
-        stamps = Counter(codec.line_due_stamp(e) for e in self.entries.values()
-                         if isinstance(e, bytes))
-        out: Counter[int] = Counter()
-        for stamp, n in stamps.items():
-            out[codec.stamp_ms(stamp)] += n
-        return out
+        stamps = {codec.line_due_stamp(e) for e in self.entries.values() if isinstance(e, bytes)}
+        return set(map(codec.stamp_ms, stamps))
 
     # -- changes -------------------------------------------------------------------------
 
@@ -142,9 +134,6 @@ class JobTable:
         """Add untouched pending jobs ``first_seq`` onwards, one line each (lines
         from :func:`broker.codec.new_pending_lines`)."""
         self.entries.update(zip(range(first_seq, first_seq + len(lines)), lines, strict=True))
-
-    def clear(self) -> None:
-        self.entries.clear()
 
     # -- comparison ----------------------------------------------------------------------
 

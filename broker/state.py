@@ -376,6 +376,12 @@ class Counters:
     reclaimed: int = 0
 
 
+def _job_table() -> JobTable:
+    from broker.jobtable import JobTable  # (the table builds on this module)
+
+    return JobTable()
+
+
 @dataclass(slots=True)
 class QueueState:
     """The whole queue. Mutated only by :func:`broker.transitions.apply` (through
@@ -390,7 +396,7 @@ class QueueState:
     paused: bool = False
     settings: Settings = field(default_factory=Settings)
     counters: Counters = field(default_factory=Counters)
-    jobs: JobTable = field(default_factory=lambda: _job_table())  # by seq, see broker.jobtable
+    jobs: JobTable = field(default_factory=_job_table)  # by seq, see broker.jobtable
     keys: dict[str, KeyEntry] = field(default_factory=dict)
     once: dict[str, KeyEntry] = field(default_factory=dict)  # publish keys (Spark writes)
     receipts: Receipts = field(default_factory=Receipts)
@@ -429,12 +435,6 @@ class QueueState:
     def size_estimate(self) -> int:
         """Rough bytes of the object: jobs, key windows and receipts."""
         return self.approx_bytes + self.key_bytes + self.receipts.size_estimate()
-
-
-def _job_table() -> JobTable:
-    from broker.jobtable import JobTable  # (the table builds on this module)
-
-    return JobTable()
 
 
 def key_entry_bytes(key: str) -> int:

@@ -31,10 +31,11 @@ $(AZURITE_STAMP):
 	@touch $@
 
 demo: $(STAMP) java-check
-	$(BIN)/python -m osqueue_spark.demo
+	$(BIN)/python -m osqueue_spark.pipelines.demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check broker osqueue_spark tests bench jobs notebooks
+	$(BIN)/lint-imports --no-cache
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

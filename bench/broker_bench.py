@@ -43,9 +43,9 @@ import orjson  # noqa: E402
 
 from bench._common import write_results  # noqa: E402
 from bench.loadgen import pct  # noqa: E402
-from broker import transitions  # noqa: E402
 from broker.direct import DirectQueue  # noqa: E402
-from broker.service import Broker, BrokerConfig  # noqa: E402
+from broker.model.ops import Claim, Complete, CompleteItem, NewJob, Push  # noqa: E402
+from broker.service.coordinator import Broker, BrokerConfig  # noqa: E402
 from broker.storage import FileStore  # noqa: E402
 
 READY = re.compile(r"ready on (http://\S+)")
@@ -143,14 +143,14 @@ async def _inprocess(store_dir: str, clients: int, seconds: float) -> dict[str, 
     async def client(n: int) -> None:
         while time.perf_counter() < stop_at:
             t0 = time.perf_counter()
-            await broker.push("bench", [transitions.NewJob(payload)])
+            await broker.push("bench", [NewJob(payload)])
             t1 = time.perf_counter()
             jobs = await broker.claim("bench", f"w{n}", 1, 60.0)
             t2 = time.perf_counter()
             lat["push"].append(t1 - t0)
             lat["claim"].append(t2 - t1)
             if jobs:
-                await broker.complete("bench", [transitions.CompleteItem(jobs[0].token, b"1")])
+                await broker.complete("bench", [CompleteItem(jobs[0].token, b"1")])
                 lat["complete"].append(time.perf_counter() - t2)
 
     start = time.perf_counter()
@@ -182,15 +182,15 @@ def direct_run(clients: int, seconds: float) -> dict[str, Any]:
             q = DirectQueue(store, "bench", writer=f"d{n}")
             while time.perf_counter() < stop_at:
                 t0 = time.perf_counter()
-                q.apply(transitions.Push((transitions.NewJob(payload),)))
+                q.apply(Push((NewJob(payload),)))
                 t1 = time.perf_counter()
-                got = q.apply(transitions.Claim(f"w{n}", 1, 60_000)).jobs
+                got = q.apply(Claim(f"w{n}", 1, 60_000)).jobs
                 t2 = time.perf_counter()
                 with lock:
                     lat["push"].append(t1 - t0)
                     lat["claim"].append(t2 - t1)
                 if got:
-                    q.apply(transitions.Complete((transitions.CompleteItem(got[0].token),)))
+                    q.apply(Complete((CompleteItem(got[0].token),)))
                     with lock:
                         lat["complete"].append(time.perf_counter() - t2)
             with lock:

@@ -1,9 +1,10 @@
-"""What the hand parsers (broker.api) save over validating with the models (broker.schemas).
+"""What the hand parsers (broker.http.parsers) save over validating with the models
+(broker.http.schemas).
 
 For each body it times, per request, three ways to turn the bytes into what
 the broker applies:
 
-* ``hand``: ``orjson.loads`` and the ``api.parse_*`` the server uses;
+* ``hand``: ``orjson.loads`` and the ``parsers.parse_*`` the server uses;
 * ``model``: ``orjson.loads`` and ``Model.model_validate``, then the same
   conversion to operations (payloads re-encoded to bytes);
 * ``model_json``: ``Model.model_validate_json`` on the bytes, then the conversion.
@@ -26,17 +27,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import orjson
 
 from bench._common import best_of, write_results
-from broker import api, schemas, transitions
+from broker.http import parsers, schemas
+from broker.model.ops import CompleteItem, NewJob
 
 
-def push_ops(m: Any) -> list[transitions.NewJob | bytes]:
+def push_ops(m: Any) -> list[NewJob | bytes]:
     dumps = orjson.dumps
-    return [transitions.NewJob(dumps(j.payload), j.priority, round(j.delay_s * 1000),
+    return [NewJob(dumps(j.payload), j.priority, round(j.delay_s * 1000),
                                j.max_attempts, j.key) for j in m.jobs]
 
 
-def complete_ops(m: Any) -> list[transitions.CompleteItem]:
-    return [transitions.CompleteItem(i.token, None if i.result is None
+def complete_ops(m: Any) -> list[CompleteItem]:
+    return [CompleteItem(i.token, None if i.result is None
                                      else orjson.dumps(i.result)) for i in m.items]
 
 
@@ -49,18 +51,18 @@ def cases(n: int) -> list[tuple[str, bytes, Callable[[Any], Any], type, Callable
     complete = orjson.dumps({"items": [{"token": t, "result": {"ok": True}} for t in tokens]})
     claim = orjson.dumps({"worker": "w-1", "max_jobs": 100, "lease_s": 60, "wait_s": 1})
     return [
-        (f"push {n} jobs", push, api.parse_push, schemas.PushRequest, push_ops),
-        (f"push {n} jobs, options", push_opts, api.parse_push, schemas.PushRequest, push_ops),
-        (f"complete {n} items", complete, api.parse_complete, schemas.CompleteRequest,
+        (f"push {n} jobs", push, parsers.parse_push, schemas.PushRequest, push_ops),
+        (f"push {n} jobs, options", push_opts, parsers.parse_push, schemas.PushRequest, push_ops),
+        (f"complete {n} items", complete, parsers.parse_complete, schemas.CompleteRequest,
          complete_ops),
-        ("claim", claim, api.parse_claim, schemas.ClaimRequest, lambda m: m.model_dump()),
+        ("claim", claim, parsers.parse_claim, schemas.ClaimRequest, lambda m: m.model_dump()),
     ]
 
 
 def same(a: Any, b: Any) -> bool:
     """Equal results; a bare payload is the same job as a NewJob with default options."""
     def norm(x: Any) -> Any:
-        return [transitions.NewJob(j) if isinstance(j, bytes) else j for j in x] \
+        return [NewJob(j) if isinstance(j, bytes) else j for j in x] \
             if isinstance(x, list) else x
     return bool(norm(a) == norm(b))
 

@@ -21,8 +21,8 @@ from pathlib import Path
 # (broker_bench.py --baseline), so only the broker differs between the two.
 sys.path.insert(0, os.environ.get("OSQ_BENCH_ROOT") or str(Path(__file__).resolve().parent.parent))
 
-from broker.server import BrokerServer
-from broker.service import BrokerConfig
+from broker.http.server import BrokerServer
+from broker.service.coordinator import BrokerConfig
 from broker.storage import Data, FileStore, ObjectStore, store_from_url
 
 

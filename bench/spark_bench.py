@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import write_results
 from osqueue_spark import RESULT_SCHEMA, QueueClient, process, start_broker
-from osqueue_spark.pipelines import local_session
+from osqueue_spark.session import local_session
 
 
 def noop(payload: Any) -> None:

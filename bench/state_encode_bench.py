@@ -19,9 +19,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import orjson
 
 from bench._common import best_of, write_results
-from broker import codec
-from broker import state as S
-from broker import transitions as T
+from broker.model import codec
+from broker.model import state as S
+from broker.model import transitions as T
+from broker.model.ops import Claim, NewJob, Push
 
 CHANGED = 1_000
 
@@ -31,10 +32,10 @@ def build(n: int) -> S.QueueState:
     batch = 10_000
     for start in range(0, n, batch):
         jobs = tuple(
-            T.NewJob(orjson.dumps({"doc": i, "path": f"s3://bucket/docs/{i}.json"}))
+            NewJob(orjson.dumps({"doc": i, "path": f"s3://bucket/docs/{i}.json"}))
             for i in range(start, min(n, start + batch))
         )
-        T.apply(st, T.Push(jobs), 1_000)
+        T.apply(st, Push(jobs), 1_000)
     return st
 
 
@@ -47,7 +48,7 @@ def measure(n: int) -> dict[str, float]:
     def change_and_encode() -> None:
         nonlocal now
         now += 1
-        T.apply(st, T.Claim("bench", CHANGED, 60_000), now)
+        T.apply(st, Claim("bench", CHANGED, 60_000), now)
         codec.stamp(st, "bench", now)
         codec.encode(st)
 

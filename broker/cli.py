@@ -32,7 +32,7 @@ from broker import logs
 from broker.config import BrokerSettings, env_of, problems
 from broker.errors import OsqueueError
 from broker.gcpause import tune_for_broker_process
-from broker.server import BrokerServer
+from broker.http.server import BrokerServer
 from broker.storage import store_from_url
 
 log = logging.getLogger("osqueue.cli")

@@ -29,16 +29,16 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from broker.http.server import advertise_url_problem, is_loopback
 from broker.limits import (
+    BROKER_LEASE_S,
     DEFAULT_COMMIT_TIMEOUT_S,
     MAX_BROKER_LEASE_S,
     MAX_COMMIT_TIMEOUT_S,
     MIN_BROKER_LEASE_S,
     MIN_COMMIT_TIMEOUT_S,
 )
-from broker.ownership import BROKER_LEASE_S
-from broker.server import advertise_url_problem, is_loopback
-from broker.service import BrokerConfig
+from broker.service.coordinator import BrokerConfig
 
 ENV_PREFIX = "OSQUEUE_"
 

@@ -12,11 +12,16 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from broker import archive, codec, keys, timefmt, transitions
-from broker import state as S
+from broker import paths, timefmt
+from broker.commit.verdict import new_commit_id
 from broker.errors import Conflict, NotFound
+from broker.model import codec, transitions
+from broker.model import state as S
+from broker.model.decode import decode_state
+from broker.model.ops import DropArchived, Op, Result
+from broker.model.views import stats
+from broker.service.archiver import write_commit
 from broker.storage import ObjectStore
-from broker.verdict import new_commit_id
 
 
 class DirectQueue:
@@ -25,7 +30,7 @@ class DirectQueue:
     def __init__(self, store: ObjectStore, queue: str, writer: str | None = None,
                  max_retries: int = 10_000) -> None:
         self.store = store
-        self.queue = keys.check_queue_name(queue)
+        self.queue = paths.check_queue_name(queue)
         self.writer = writer or f"direct-{uuid.uuid4().hex[:8]}"
         self.max_retries = max_retries
         self.conflicts = 0
@@ -33,27 +38,27 @@ class DirectQueue:
     def load(self) -> tuple[S.QueueState, str | None]:
         """The current state and its etag (None, with an empty state, if absent)."""
         try:
-            got = self.store.read(keys.state_key(self.queue))
+            got = self.store.read(paths.state_key(self.queue))
         except NotFound:
             return transitions.new_state(timefmt.now_ms()), None
-        where = f"{self.store.url}/{keys.state_key(self.queue)}"
-        return codec.decode(got.data, where=where), got.etag
+        where = f"{self.store.url}/{paths.state_key(self.queue)}"
+        return decode_state(got.data, where=where), got.etag
 
-    def apply(self, op: transitions.Op, now_ms: int | None = None) -> transitions.Result:
+    def apply(self, op: Op, now_ms: int | None = None) -> Result:
         """Apply ``op`` and write it; on a lost race, re-read and try again.
 
         Completed jobs are archived after the write that completed them (see
-        :mod:`broker.archive`), and the write after that drops them. Expired
+        :mod:`broker.model.archive`), and the write after that drops them. Expired
         leases are never reclaimed here: leases are judged on a broker's
         clock only.
         """
-        key = keys.state_key(self.queue)
+        key = paths.state_key(self.queue)
         for _ in range(self.max_retries):
             state, etag = self.load()
             now = timefmt.now_ms() if now_ms is None else now_ms
             archived = self._archive(state)  # committed completions: safe to archive
             if archived:
-                transitions.apply(state, transitions.DropArchived(archived), now)
+                transitions.apply(state, DropArchived(archived), now)
             result = transitions.apply(state, op, now)
             if not result.changed and not archived and etag is not None:
                 return result
@@ -76,9 +81,9 @@ class DirectQueue:
     def _archive(self, state: S.QueueState) -> tuple[int, ...]:
         """Write the archive objects of a committed state's completions; their commits."""
         for job_seqs in state.completed.values():
-            archive.write_commit(self.store, self.queue, [state.jobs[s] for s in job_seqs])
+            write_commit(self.store, self.queue, [state.jobs[s] for s in job_seqs])
         return tuple(state.completed)
 
     def stats(self) -> dict[str, Any]:
         state, _ = self.load()
-        return transitions.stats(state, timefmt.now_ms())
+        return stats(state, timefmt.now_ms())

@@ -1,7 +1,7 @@
 """Every limit the queue enforces, each under one name.
 
-The rules (:mod:`broker.transitions`), the queue object's checks
-(:mod:`broker.decode`), the HTTP layer (:mod:`broker.api`) and the OpenAPI
+The rules (:mod:`broker.model.transitions`), the queue object's checks
+(:mod:`broker.model.decode`), the HTTP layer (:mod:`broker.http.parsers`) and the OpenAPI
 document all read these names; none restates a number. Units are in the
 names (``_MS`` milliseconds, ``_S`` seconds, ``_CHARS`` characters).
 """
@@ -68,7 +68,10 @@ QUEUE_NAME_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_QUEUE_NAME_CHARS - 1}
 # -- brokers -------------------------------------------------------------------
 
 #: The broker lease (s) one may configure: other brokers take a queue over when
-#: its owner wrote nothing for this long (see :mod:`broker.ownership`).
+#: its owner wrote nothing for this long (see :mod:`broker.service.ownership`).
+#: The lease a broker writes into its record unless configured otherwise (s):
+#: how long it may go without writing before a standby may take its queues.
+BROKER_LEASE_S = 30.0
 MIN_BROKER_LEASE_S = 0.5
 MAX_BROKER_LEASE_S = 3600.0
 #: The longest broker lease a queue object's record may carry when read (s):
@@ -97,7 +100,7 @@ def dedup_cutoff_ms(dedup_ttl_s: float, now_ms: int) -> int:
 
 # -- per-queue settings ----------------------------------------------------------
 
-#: Each setting's type and allowed range (inclusive); see :class:`broker.state.Settings`.
+#: Each setting's type and allowed range (inclusive); see :class:`broker.model.state.Settings`.
 SETTING_LIMITS: dict[str, tuple[type, float, float]] = {
     "max_attempts": (int, 1, MAX_ATTEMPTS),
     "backoff_base_s": (float, 0.001, MAX_DELAY_S),

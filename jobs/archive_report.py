@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import sys
 
-from osqueue_spark.pipelines import archive_report, job_args, local_session
+from osqueue_spark.pipelines.common import archive_report, job_args
+from osqueue_spark.session import local_session
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,8 @@ import sys
 import time
 
 from osqueue_spark import QueueClient
-from osqueue_spark.pipelines import broker_for, documents, enqueue, job_args, local_session
+from osqueue_spark.pipelines.common import broker_for, documents, enqueue, job_args
+from osqueue_spark.session import local_session
 
 
 def main(argv: list[str] | None = None) -> int:

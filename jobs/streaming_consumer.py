@@ -6,14 +6,15 @@
 ``--available-now`` drains the jobs the queue holds at the start in batches of
 ``--max-jobs-per-trigger`` and stops by itself (the trigger serverless compute
 allows; PySpark 4.2+: on 4.0 and 4.1 it runs one batch, see
-:mod:`osqueue_spark.stream_reader`).
+:mod:`osqueue_spark.datasource.stream_reader`).
 """
 
 from __future__ import annotations
 
 import sys
 
-from osqueue_spark.pipelines import broker_for, job_args, local_session
+from osqueue_spark.pipelines.common import broker_for, job_args
+from osqueue_spark.session import local_session
 
 
 def main(argv: list[str] | None = None) -> int:

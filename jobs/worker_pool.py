@@ -8,7 +8,8 @@ from __future__ import annotations
 import sys
 import time
 
-from osqueue_spark.pipelines import broker_for, job_args, local_session, process_queue
+from osqueue_spark.pipelines.common import broker_for, job_args, process_queue
+from osqueue_spark.session import local_session
 
 
 def main(argv: list[str] | None = None) -> int:

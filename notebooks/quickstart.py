@@ -24,7 +24,7 @@
 import tempfile
 
 from osqueue_spark import QueueClient, register, start_broker
-from osqueue_spark.notebook import secret, session, widget
+from osqueue_spark.pipelines.notebook import secret, session, widget
 
 STORE = widget("store", f"file://{tempfile.mkdtemp(prefix='osq-nb-')}", globals())
 BROKER = widget("broker", "", globals())

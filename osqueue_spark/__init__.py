@@ -33,7 +33,7 @@ __version__ = "0.1.0"
 def __getattr__(name: str) -> Any:
     # Spark-side helpers import pyspark lazily, so the client works without it.
     if name in ("register",):
-        from osqueue_spark.datasource import register
+        from osqueue_spark.datasource.source import register
 
         return register
     if name in ("process", "RESULT_SCHEMA"):

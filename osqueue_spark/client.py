@@ -37,7 +37,7 @@ from urllib.parse import quote
 import orjson
 from tenacity import retry_if_exception, stop_after_delay
 
-from broker import api, keys
+from broker import paths
 from broker.errors import (
     BrokerUnavailable,
     BrokerUnreachable,
@@ -46,12 +46,12 @@ from broker.errors import (
     OsqueueError,
     from_dict,
 )
-from broker.ops import ItemResult
 from broker.retry import retrying
+from broker.wire import STAGED_CONTENT_TYPE, ItemResult, encode_staged_line
 from osqueue_spark.transport import Transport, Urllib3Transport
 
 #: The headers that carry a call's request key and the client's floor (see
-#: :mod:`broker.receipts`).
+#: :mod:`broker.model.receipts`).
 REQUEST_KEY_HEADER = "idempotency-key"
 REQUEST_FLOOR_HEADER = "idempotency-floor"
 
@@ -125,15 +125,15 @@ def _job_body(job: Any) -> dict[str, Any]:
     return {"payload": job}
 
 
-def staged_line(job: Any) -> bytes:
-    """A job (as for :meth:`QueueClient.push`) as one staged line (see :mod:`broker.api`)."""
+def job_staged_line(job: Any) -> bytes:
+    """A job (as for :meth:`QueueClient.push`) as one staged line (see :mod:`broker.wire`)."""
     return _body_line(_job_body(job))
 
 
 def _body_line(body: dict[str, Any]) -> bytes:
-    """:func:`staged_line` of a body :func:`_job_body` already checked."""
+    """:func:`job_staged_line` of a body :func:`_job_body` already checked."""
     options = {k: v for k, v in body.items() if k != "payload" and v is not None}
-    return api.staged_line(orjson.dumps(body["payload"], default=_json_default), options)
+    return encode_staged_line(orjson.dumps(body["payload"], default=_json_default), options)
 
 
 class QueueClient:
@@ -157,7 +157,7 @@ class QueueClient:
                  transport: Transport | None = None) -> None:
         self.urls = _broker_urls(url, store)
         self.url = self.urls[0] if self.urls else ""  # "" with store only: found on first use
-        self.queue = keys.check_queue_name(queue)
+        self.queue = paths.check_queue_name(queue)
         self.store_url = store
         self.timeout_s = timeout_s
         self.retry_s = retry_s
@@ -177,7 +177,7 @@ class QueueClient:
         self._headers = {"content-type": "application/json"}
         if self._token:
             self._headers["authorization"] = f"Bearer {self._token}"
-        self._staged_headers = {**self._headers, "content-type": api.STAGED_CONTENT_TYPE}
+        self._staged_headers = {**self._headers, "content-type": STAGED_CONTENT_TYPE}
         self._transport: Transport = self._custom_transport or Urllib3Transport(self._pool_size)
         _LIVE.add(self)
 
@@ -256,7 +256,7 @@ class QueueClient:
         try:
             store = store_from_url(self.store_url)
             try:
-                raw = orjson.loads(store.read(keys.state_key(self.queue)).data)
+                raw = orjson.loads(store.read(paths.state_key(self.queue)).data)
             finally:
                 store.close()
         except (OsqueueError, orjson.JSONDecodeError):
@@ -399,10 +399,10 @@ class QueueClient:
     def stage(self, write_id: str, jobs: Sequence[Any]) -> int:
         """Stage jobs (as for :meth:`push`) under ``write_id`` without enqueueing
         them; staging a write id again replaces it. Returns how many were staged."""
-        return self.stage_lines(write_id, b"".join(map(staged_line, jobs)))
+        return self.stage_lines(write_id, b"".join(map(job_staged_line, jobs)))
 
     def stage_lines(self, write_id: str, lines: bytes) -> int:
-        """Stage jobs already encoded as staged lines (see :mod:`broker.api`)."""
+        """Stage jobs already encoded as staged lines (see :mod:`broker.http.parsers`)."""
         body = orjson.dumps({"write_id": write_id}) + b"\n" + lines
         return int(self.request("POST", self._q("stage"), body)["staged"])
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
-    from broker.server import BrokerServer
+    from broker.http.server import BrokerServer
     from broker.storage import ObjectStore
 
 #: Listening on every interface, for a broker the executors must reach.
@@ -106,7 +106,7 @@ def start_broker(store: str | ObjectStore, host: str | None = None, port: int = 
     ``spark_conf``: the Spark conf to read ``spark.master`` and
     ``spark.driver.host`` from instead of this process's SparkContext's.
 
-    ``lease_s``: the broker lease (default :data:`broker.ownership.BROKER_LEASE_S`).
+    ``lease_s``: the broker lease (default :data:`broker.limits.BROKER_LEASE_S`).
     ``tune_gc``: make this process a broker's for the garbage collector, as
     ``osqueue-broker`` does for its own: higher collection thresholds, and the
     collector paused around bulk work. A bulk publish of a million jobs then
@@ -115,8 +115,8 @@ def start_broker(store: str | ObjectStore, host: str | None = None, port: int = 
     only in a driver that exists to feed or drain the queue. Off by default:
     an embedded broker leaves the collector as it found it.
     """
-    from broker.server import BrokerServer, is_loopback
-    from broker.service import BrokerConfig
+    from broker.http.server import BrokerServer, is_loopback
+    from broker.service.coordinator import BrokerConfig
     from broker.storage import store_from_url
 
     driver_host = cluster_driver_host(spark_conf)

@@ -3,7 +3,7 @@
 A row's key is ``{key_prefix}:{partition}:{digest}:{k}`` (or the row's own
 ``key`` column): ``digest`` is a 64-bit BLAKE2b digest of the job's
 canonical content (its staged line: payload JSON and options, see
-:func:`osqueue_spark.client.staged_line`) and ``k`` counts the earlier rows of
+:func:`osqueue_spark.client.job_staged_line`) and ``k`` counts the earlier rows of
 the partition with the same content. The key does not depend on where a row
 sits in the partition, so a retried task that sees its rows in another order
 (as after a shuffle) pushes the same keys, and the broker's dedup window turns
@@ -22,8 +22,8 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from osqueue_spark.client import QueueClient, staged_line
-from osqueue_spark.rows import row_to_job
+from osqueue_spark.client import QueueClient, job_staged_line
+from osqueue_spark.datasource.rows import row_to_job
 
 
 def content_keys(rows: Iterable[Any], prefix: str) -> Iterator[dict[str, Any]]:
@@ -43,7 +43,7 @@ def content_keys(rows: Iterable[Any], prefix: str) -> Iterator[dict[str, Any]]:
     for row in rows:
         job = row_to_job(row)
         if job.get("key") is None:
-            digest = blake2b(staged_line(job), digest_size=8).digest()
+            digest = blake2b(job_staged_line(job), digest_size=8).digest()
             k = seen.get(digest, 0)
             seen[digest] = k + 1
             job["key"] = f"{prefix}:{digest.hex()}:{k}"

@@ -10,14 +10,16 @@ from typing import Any, cast
 
 from bench.chaos.clients import Completion, Recorder, payload_key
 from bench.chaos.store import QUEUE
-from broker import archive, codec, keys
+from broker import paths
 from broker.errors import NotFound, OsqueueError
+from broker.model import archive
+from broker.model.decode import decode_state
 from broker.storage import ObjectStore
 
 
 class _Snapshot:
     """The archive objects of a store, fetched once (in parallel) and served from
-    memory to ``broker.archive``'s readers (they need only ``list`` and ``get``)."""
+    memory to ``broker.model.archive``'s readers (they need only ``list`` and ``get``)."""
 
     def __init__(self, store: ObjectStore) -> None:
         self.url = store.url
@@ -48,7 +50,7 @@ def check_store(store: ObjectStore, rec: Recorder, samples: int = 20) -> dict[st
     """The total-queue check: what the store holds against what clients were told.
 
     The archive is read twice over the same bytes: line by line across every object
-    ("raw"), and as ``broker.archive.read_all`` shows it (the reader's view, which
+    ("raw"), and as ``broker.model.archive.read_all`` shows it (the reader's view, which
     may leave out lines it knows to be orphans). Presence, doubles and tokens are
     judged on the reader's view; the raw figures are reported beside them. A job in
     the queue object with status ``completed`` (a layout that archives after the
@@ -56,13 +58,13 @@ def check_store(store: ObjectStore, rec: Recorder, samples: int = 20) -> dict[st
     """
     out: dict[str, Any] = {}
     try:
-        got = store.read(keys.state_key(QUEUE))
+        got = store.read(paths.state_key(QUEUE))
     except NotFound:
         got = None
     queue_jobs: dict[str, dict[str, Any]] = {}  # id -> the job, plain
     if got is not None:
         try:
-            state = codec.decode(got.data)
+            state = decode_state(got.data)
         except OsqueueError as exc:
             out["state_error"] = str(exc)
             state = None

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from bench.chaos.children import CHILDREN, child_env, log_tail, wait_for_line
-from broker import keys
+from broker import paths
 from broker.errors import NotFound
 from broker.storage import ObjectStore, store_from_url
 
@@ -148,7 +148,7 @@ def open_store(url: str) -> ObjectStore:
 def read_state_raw(store: ObjectStore) -> dict[str, Any] | None:
     """The queue object as plain JSON, or None if it does not exist yet."""
     try:
-        raw: dict[str, Any] = orjson.loads(store.read(keys.state_key(QUEUE)).data)
+        raw: dict[str, Any] = orjson.loads(store.read(paths.state_key(QUEUE)).data)
         return raw
     except NotFound:
         return None

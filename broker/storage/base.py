@@ -26,11 +26,11 @@ that needs one reads the flag or does not rely on it.
   the MD5 of the bytes, so writing A, B, A again gives the first etag back and
   a writer holding that etag would pass the CAS (A-B-A). Nothing relies on
   it: every version of a queue object carries a new ``seq`` (and commit id),
-  so no two versions have the same bytes (see :mod:`broker.state`), which is
+  so no two versions have the same bytes (see :mod:`broker.model.state`), which is
   also what lets the commit loop's verdict read "same etag" as "same version"
-  (:mod:`broker.verdict`) and a standby read "same etag" as "the owner did not
-  write" (:mod:`broker.ownership`); a staged chunk whose etag still matches
-  is the same bytes on any store (:mod:`broker.staging`).
+  (:mod:`broker.commit.verdict`) and a standby read "same etag" as "the owner did not
+  write" (:mod:`broker.service.ownership`); a staged chunk whose etag still matches
+  is the same bytes on any store (:mod:`broker.service.staging`).
 * :attr:`ObjectStore.shared_across_processes`: every process that opens the
   store's URL sees the same objects (files, S3). A ``memory://`` store lives
   in one process: several brokers share it only as threads of that process.

@@ -23,7 +23,7 @@ bytes it carries; ``head`` is a metadata ``GET`` (no body). Answers map to error
   :class:`StorageUnavailable` and, for a write, the outcome is unknown. A
   conditional write whose answer was lost and that is then retried gets 412 if
   the first attempt had landed: callers re-read, as with S3 (see
-  :mod:`broker.verdict`).
+  :mod:`broker.commit.verdict`).
 
 Credentials come from Google's Application Default Credentials chain
 (``GOOGLE_APPLICATION_CREDENTIALS``, ``gcloud auth application-default login``,

@@ -9,9 +9,11 @@ from typing import Any, TypeVar
 
 import orjson
 
-from broker import archive, codec, keys
-from broker import state as S
-from broker.service import Broker, BrokerConfig
+from broker import paths, timefmt
+from broker.model import archive
+from broker.model import state as S
+from broker.model.decode import decode_state
+from broker.service.coordinator import Broker, BrokerConfig
 from broker.storage import ObjectStore
 from tests.broker.faults import Clock
 
@@ -27,7 +29,7 @@ async def started(store: ObjectStore, url: str = "http://a", clock: Clock | None
                   **config: Any) -> Broker:
     config.setdefault("self_test", False)
     broker = Broker(store, BrokerConfig(url=url, **config),
-                    clock=clock.now_ms if clock else S.timefmt.now_ms,
+                    clock=clock.now_ms if clock else timefmt.now_ms,
                     monotonic=clock.monotonic if clock else time.monotonic)
     await broker.start()
     return broker
@@ -56,7 +58,7 @@ async def successor(store: ObjectStore, clock: Clock, url: str = "http://b",
 
 
 def stored(store: ObjectStore, queue: str = "q") -> S.QueueState:
-    return codec.decode(store.read(keys.state_key(queue)).data)
+    return decode_state(store.read(paths.state_key(queue)).data)
 
 
 def archive_lines(store: ObjectStore, queue: str = "q") -> list[dict[str, Any]]:

@@ -1,37 +1,40 @@
-"""Staged lines (broker.api): the compact job format of stage, publish and push bodies."""
+"""Staged lines (broker.http.parsers): the compact job format of stage, publish and push bodies."""
 
 from __future__ import annotations
 
 import orjson
 import pytest
 
-from broker import api, transitions
 from broker.errors import InvalidRequest, PayloadTooLarge
+from broker.model.checks import parse_staged
+from broker.model.ops import NewJob, Push, PushPayloads, push_of
+from broker.wire import encode_staged_line
 
 
 def test_lines_round_trip_with_and_without_options() -> None:
-    data = (api.staged_line(b'{"a":1}') + api.staged_line(b"[1,2]", {"priority": 5, "key": "k"})
-            + api.staged_line(b'"x"', {"delay_s": 1.5, "max_attempts": 2}))
+    data = (encode_staged_line(b'{"a":1}')
+            + encode_staged_line(b"[1,2]", {"priority": 5, "key": "k"})
+            + encode_staged_line(b'"x"', {"delay_s": 1.5, "max_attempts": 2}))
     for check in (True, False):
-        assert api.parse_staged(data, check=check, max_payload_bytes=100) == [
+        assert parse_staged(data, check=check, max_payload_bytes=100) == [
             b'{"a":1}',
-            transitions.NewJob(b"[1,2]", 5, 0, None, "k"),
-            transitions.NewJob(b'"x"', 0, 1500, 2, None),
+            NewJob(b"[1,2]", 5, 0, None, "k"),
+            NewJob(b'"x"', 0, 1500, 2, None),
         ]
 
 
 def test_default_options_come_back_as_bare_payloads_on_both_paths() -> None:
     payloads = [orjson.dumps({"i": i, "tab": "a\tb"}) for i in range(50)]
-    data = b"".join(api.staged_line(p) for p in payloads)
-    assert api.parse_staged(data, check=False) == payloads  # the bulk shortcut
-    assert api.parse_staged(data, check=True, max_payload_bytes=1000) == payloads
+    data = b"".join(encode_staged_line(p) for p in payloads)
+    assert parse_staged(data, check=False) == payloads  # the bulk shortcut
+    assert parse_staged(data, check=True, max_payload_bytes=1000) == payloads
 
 
 def test_line_breaks_in_a_payload_are_encoded_away() -> None:
     pretty = b'{\n  "a": [1,\n 2]\n}'
-    line = api.staged_line(pretty)
+    line = encode_staged_line(pretty)
     assert line.count(b"\n") == 1
-    assert api.parse_staged(line, check=True, max_payload_bytes=100) == [b'{"a":[1,2]}']
+    assert parse_staged(line, check=True, max_payload_bytes=100) == [b'{"a":[1,2]}']
 
 
 @pytest.mark.parametrize(
@@ -50,11 +53,11 @@ def test_line_breaks_in_a_payload_are_encoded_away() -> None:
 )
 def test_bad_lines_are_refused_with_the_line_named(data: bytes, error: type) -> None:
     with pytest.raises(error, match="staged line"):
-        api.parse_staged(b"\t1\n" + data, check=True, max_payload_bytes=100)
+        parse_staged(b"\t1\n" + data, check=True, max_payload_bytes=100)
 
 
 def test_push_of_picks_the_bulk_form_only_when_every_job_is_bare() -> None:
-    assert isinstance(transitions.push_of([b"1", b"2"]), transitions.PushPayloads)
-    mixed = transitions.push_of([b"1", transitions.NewJob(b"2", 3)], once="k")
-    assert isinstance(mixed, transitions.Push) and mixed.once == "k"
-    assert mixed.jobs == (transitions.NewJob(b"1"), transitions.NewJob(b"2", 3))
+    assert isinstance(push_of([b"1", b"2"]), PushPayloads)
+    mixed = push_of([b"1", NewJob(b"2", 3)], once="k")
+    assert isinstance(mixed, Push) and mixed.once == "k"
+    assert mixed.jobs == (NewJob(b"1"), NewJob(b"2", 3))

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from broker import codec, keys
-from broker.server import is_loopback, primary_address
+from broker import paths
+from broker.http.server import is_loopback, primary_address
+from broker.model.decode import decode_state
 from broker.storage import FileStore
 from osqueue_spark.client import QueueClient
 from tests.broker.helpers import BrokerProcess
@@ -57,6 +58,6 @@ def test_it_advertises_the_given_url_and_wants_the_token(tmp_path: Path) -> None
         assert proc.url == url
         assert _status(url) == 401 and _status(url, token) == 200
         assert QueueClient(url, "q", token=token).push("hello")
-        state = codec.decode(FileStore(tmp_path).read(keys.state_key("q")).data)
+        state = decode_state(FileStore(tmp_path).read(paths.state_key("q")).data)
         assert state.broker is not None and state.broker.url == url
     assert token not in proc.output

@@ -15,7 +15,9 @@ import pytest
 import urllib3
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker import archive, codec, keys
+from broker import paths
+from broker.model import archive
+from broker.model.decode import decode_state
 from broker.storage import FileStore, store_from_url
 from osqueue_spark import QueueClient, start_broker
 from tests.broker.helpers import BrokerProcess, eventually
@@ -343,10 +345,10 @@ def test_sigterm_drains_and_clears_broker_record(tmp_path: Path) -> None:
     client = QueueClient(proc.url, "drain")
     client.push_many(range(10))
     store = FileStore(tmp_path)
-    record = orjson.loads(store.read(keys.state_key("drain")).data)["broker"]
+    record = orjson.loads(store.read(paths.state_key("drain")).data)["broker"]
     assert record is not None and record["url"] == proc.url
     assert proc.stop(signal.SIGTERM) == 0
-    final = codec.decode(store.read(keys.state_key("drain")).data)
+    final = decode_state(store.read(paths.state_key("drain")).data)
     assert final.broker is None and len(final.jobs) == 10
 
 
@@ -355,6 +357,6 @@ def test_embedded_broker_on_s3(s3_url: str) -> None:
         client = QueueClient(broker.url, "s3q")
         run_workload(client, producers=4, consumers=4, per_producer=100)
     store = store_from_url(s3_url)
-    state = codec.decode(store.read(keys.state_key("s3q")).data)
+    state = decode_state(store.read(paths.state_key("s3q")).data)
     assert state.broker is None and state.counters.completed == 400
     assert sum(1 for _ in archive.read_all(store, "s3q")) == 400

@@ -11,11 +11,13 @@ from typing import Any
 import orjson
 import pytest
 
-from broker import codec, keys, transitions
-from broker.commit import CommitLoop
+from broker import paths
+from broker.commit.loop import CommitLoop
 from broker.direct import DirectQueue
 from broker.errors import InvalidRequest, OsqueueError, StorageUnavailable
-from broker.service import Broker, BrokerConfig
+from broker.model.decode import decode_state
+from broker.model.ops import NewJob, Push
+from broker.service.coordinator import Broker, BrokerConfig
 from broker.storage import FileStore, MemoryStore
 
 
@@ -58,9 +60,9 @@ def test_batches_concurrent_ops_into_few_writes(tmp_path: Path) -> None:
     async def main() -> tuple[list[list[str]], int]:
         broker = new_broker(store)
         await broker.start()
-        await broker.push("q", [transitions.NewJob(b"0")])
+        await broker.push("q", [NewJob(b"0")])
         before = store.writes
-        ids = await asyncio.gather(*(broker.push("q", [transitions.NewJob(str(i).encode())])
+        ids = await asyncio.gather(*(broker.push("q", [NewJob(str(i).encode())])
                                      for i in range(200)))
         writes = store.writes - before
         await broker.stop()
@@ -69,7 +71,7 @@ def test_batches_concurrent_ops_into_few_writes(tmp_path: Path) -> None:
     ids, writes = run(main())
     assert len({i[0] for i in ids}) == 200
     assert writes < 20  # 200 callers, a handful of group commits
-    assert len(codec.decode(store.read(keys.state_key("q")).data).jobs) == 201
+    assert len(decode_state(store.read(paths.state_key("q")).data).jobs) == 201
 
 
 @pytest.mark.parametrize("where", ["after", "before"])
@@ -82,13 +84,13 @@ def test_unknown_outcome_is_resolved_without_duplicates(tmp_path: Path, where: s
         await broker.start()
         out = []
         for i in range(10):
-            out += await broker.push("q", [transitions.NewJob(orjson.dumps(i))])
+            out += await broker.push("q", [NewJob(orjson.dumps(i))])
         await broker.stop()
         return out
 
     ids = run(main())
     assert store.injected == 3
-    state = codec.decode(store.read(keys.state_key("q")).data)
+    state = decode_state(store.read(paths.state_key("q")).data)
     assert sorted(ids) == sorted(j.id for j in state.jobs.values()) and len(ids) == 10
     jobs = [state.job(i) for i in ids]
     assert [orjson.loads(j.payload) if j else None for j in jobs] == list(range(10))
@@ -101,17 +103,17 @@ def test_foreign_write_with_our_record_is_reapplied(tmp_path: Path) -> None:
     async def main() -> None:
         broker = new_broker(store)
         await broker.start()
-        await broker.push("q", [transitions.NewJob(b"1")])
+        await broker.push("q", [NewJob(b"1")])
         await asyncio.get_running_loop().run_in_executor(
             None, lambda: DirectQueue(store, "q").apply(
-                transitions.Push((transitions.NewJob(b"2"),))))
-        await broker.push("q", [transitions.NewJob(b"3")])
+                Push((NewJob(b"2"),))))
+        await broker.push("q", [NewJob(b"3")])
         stats = await broker.stats("q")
         assert stats["total"] == 3 and stats["conflicts"] == 1
         await broker.stop()
 
     run(main())
-    state = codec.decode(store.read(keys.state_key("q")).data)
+    state = decode_state(store.read(paths.state_key("q")).data)
     assert sorted(orjson.loads(j.payload) for j in state.jobs.values()) == [1, 2, 3]
 
 
@@ -127,18 +129,18 @@ def test_step_down_answers_not_the_broker(tmp_path: Path) -> None:
     async def main() -> None:
         a = Broker(store, BrokerConfig(url="http://a", self_test=False))
         await a.start()
-        await a.push("q", [transitions.NewJob(b"1")])
+        await a.push("q", [NewJob(b"1")])
         b = Broker(store, BrokerConfig(url="http://b", self_test=False),
                    clock=clock.now_ms, monotonic=clock.monotonic)
         await b.start()
         with pytest.raises(NotTheBroker) as info:  # a is alive: b does not steal the queue
-            await b.push("q", [transitions.NewJob(b"2")])
+            await b.push("q", [NewJob(b"2")])
         assert info.value.details["url"] == "http://a"
         clock.advance(31)  # b saw no change for a whole lease (a was paused, say)
         await b.watch()
-        await b.push("q", [transitions.NewJob(b"2")])
+        await b.push("q", [NewJob(b"2")])
         with pytest.raises(NotTheBroker) as info:
-            await a.push("q", [transitions.NewJob(b"3")])
+            await a.push("q", [NewJob(b"3")])
         assert info.value.details["url"] == "http://b"
         assert (await b.stats("q"))["total"] == 2
         await a.stop()
@@ -152,8 +154,8 @@ def test_direct_queue_archives_and_survives_races(tmp_path: Path) -> None:
     q = DirectQueue(store, "d")
 
     def work(n: int) -> None:
-        DirectQueue(store, "d").apply(transitions.Push(
-            tuple(transitions.NewJob(orjson.dumps([n, i])) for i in range(5))))
+        DirectQueue(store, "d").apply(Push(
+            tuple(NewJob(orjson.dumps([n, i])) for i in range(5))))
 
     threads = [threading.Thread(target=work, args=(n,)) for n in range(6)]
     for t in threads:
@@ -164,7 +166,7 @@ def test_direct_queue_archives_and_survives_races(tmp_path: Path) -> None:
 
 
 class _Tally:
-    """A toy :class:`broker.commit_model.Model`: an int tally in a JSON object.
+    """A toy :class:`broker.commit.model.Model`: an int tally in a JSON object.
 
     Ops: ``int`` adds it (result: the new total); ``"refuse"`` raises (nothing
     is written); ``"refuse-written"`` writes a note and answers an error once

@@ -17,8 +17,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from broker import archive, codec, keys
+from broker import paths
 from broker.errors import NotTheBroker
+from broker.model import archive
+from broker.model.decode import decode_state
 from broker.storage import FileStore
 from osqueue_spark import QueueClient
 from tests.broker.helpers import BrokerProcess, eventually
@@ -96,14 +98,14 @@ def brokers(tmp_path: Path) -> Iterator[tuple[str, list[BrokerProcess]]]:
 
 
 def owner_url(tmp_path: Path) -> str | None:
-    state = codec.decode(FileStore(tmp_path).read(keys.state_key("shared")).data)
+    state = decode_state(FileStore(tmp_path).read(paths.state_key("shared")).data)
     return state.broker.url if state.broker is not None else None
 
 
 def check_store(tmp_path: Path, acked: dict[str, int]) -> None:
     """Every acknowledged push is in the store exactly once; nothing else is."""
     store = FileStore(tmp_path)
-    state = codec.decode(store.read(keys.state_key("shared")).data)
+    state = decode_state(store.read(paths.state_key("shared")).data)
     stored = {job.id: orjson.loads(job.payload)["v"] for job in state.jobs.values()}
     assert len(archive.list_objects(store, "shared")) == 0
     assert stored == acked

@@ -15,8 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
-from broker import archive, codec, keys, limits, transitions
-from broker import state as S
+from broker import limits, paths, timefmt
 from broker.direct import DirectQueue
 from broker.errors import (
     CorruptState,
@@ -28,8 +27,11 @@ from broker.errors import (
     StorageUnavailable,
     UnknownQueue,
 )
+from broker.model import archive
+from broker.model import state as S
+from broker.model.decode import decode_state
+from broker.model.ops import ClearBroker, CompleteItem, FailItem, NewJob, Push, TakeOver
 from broker.storage import FileStore
-from broker.transitions import CompleteItem, FailItem, NewJob
 from tests.broker.faults import (
     EIO,
     ENOSPC,
@@ -61,7 +63,7 @@ def test_completion_that_landed_under_a_takeover_is_answered_and_kept(tmp_path: 
 
     def other_broker_takes_over(_key: str) -> None:
         DirectQueue(inner, "q", writer="b-other").apply(
-            transitions.TakeOver("b-other", "http://b", 30_000))
+            TakeOver("b-other", "http://b", 30_000))
 
     async def main() -> tuple[str, str]:
         a = await started(store)
@@ -94,10 +96,10 @@ def test_push_with_an_unknowable_outcome_is_not_denied_and_its_retry_adds_nothin
 
     def other_broker_writes_a_lot(_key: str) -> None:
         other = DirectQueue(inner, "q", writer="b-other")
-        other.apply(transitions.TakeOver("b-other", "http://b", 30_000))
+        other.apply(TakeOver("b-other", "http://b", 30_000))
         for i in range(S.LINEAGE + 2):  # more versions than the lineage remembers
-            other.apply(transitions.Push((NewJob(orjson.dumps(f"other-{i}")),)))
-        other.apply(transitions.ClearBroker("b-other"))  # then it stops cleanly
+            other.apply(Push((NewJob(orjson.dumps(f"other-{i}")),)))
+        other.apply(ClearBroker("b-other"))  # then it stops cleanly
 
     async def main() -> list[str]:
         a = await started(store)
@@ -196,17 +198,17 @@ def test_decode_refuses_counters_below_what_the_object_holds(tmp_path: Path) -> 
         await a.stop(drain_s=5)
 
     run(fill())
-    data = store.read(keys.state_key("q")).data
+    data = store.read(paths.state_key("q")).data
     for field_, value in (("enqueued", 2), ("fence", 1)):
         assert f'"{field_}":{value}'.encode() in data
         edited = data.replace(f'"{field_}":{value}'.encode(), f'"{field_}":0'.encode())
         with pytest.raises(CorruptState, match=f"counters.{field_}"):
-            codec.decode(edited)
-        store.write_if_match(keys.state_key("q"), edited, store.read(keys.state_key("q")).etag)
+            decode_state(edited)
+        store.write_if_match(paths.state_key("q"), edited, store.read(paths.state_key("q")).etag)
         with pytest.raises(CorruptState):
             run(started(store, url="http://b"))
-        store.write_if_match(keys.state_key("q"), data, store.read(keys.state_key("q")).etag)
-    assert codec.decode(store.read(keys.state_key("q")).data).counters.enqueued == 2
+        store.write_if_match(paths.state_key("q"), data, store.read(paths.state_key("q")).etag)
+    assert decode_state(store.read(paths.state_key("q")).data).counters.enqueued == 2
 
 
 @pytest.mark.parametrize(("settings", "message"), [
@@ -226,10 +228,10 @@ def test_out_of_range_settings_are_refused_and_change_nothing(
     async def main() -> None:
         a = await started(store)
         await a.push("q", [NewJob(b"1")])
-        before = store.read(keys.state_key("q")).data
+        before = store.read(paths.state_key("q")).data
         with pytest.raises(InvalidRequest, match=message):
             await a.create_queue("q", settings)
-        assert store.read(keys.state_key("q")).data == before
+        assert store.read(paths.state_key("q")).data == before
         await a.stop(drain_s=5)
 
     run(main())
@@ -290,7 +292,7 @@ def test_restaging_on_another_broker_replaces_whatever_the_clocks(tmp_path: Path
 
     async def main() -> None:
         a = await started(store, "http://a", Clock())
-        b = await started(store, "http://b", Clock(S.timefmt.now_ms() - 3600_000))
+        b = await started(store, "http://b", Clock(timefmt.now_ms() - 3600_000))
         await a.stage("q", "w-3/p0-c0", b'\t"first"\n')
         await b.stage("q", "w-3/p0-c0", b'\t"second"\n')  # a retry, on a slower clock
         await a.publish("q", "w-3/", ["w-3/p0-c0"], once="write:w-3")
@@ -358,15 +360,15 @@ def test_a_corrupt_object_appearing_at_run_time_is_answered_not_overwritten(
     async def main() -> None:
         a = await started(inner)
         await a.push("q", [NewJob(b"1")])
-        good = inner.read(keys.state_key("q"))
-        inner.write_if_match(keys.state_key("q"), b'{"format":"other"}', good.etag)
+        good = inner.read(paths.state_key("q"))
+        inner.write_if_match(paths.state_key("q"), b'{"format":"other"}', good.etag)
         with pytest.raises(OsqueueError) as info:  # the CAS fails, the re-read refuses
             await a.push("q", [NewJob(b"2")])
         assert info.value.code == "foreign_state"
-        assert inner.read(keys.state_key("q")).data == b'{"format":"other"}'  # untouched
+        assert inner.read(paths.state_key("q")).data == b'{"format":"other"}'  # untouched
         assert a.health()["faulted_queues"] == ["q"]
-        bad = inner.read(keys.state_key("q"))
-        inner.write_if_match(keys.state_key("q"), good.data, bad.etag)  # an operator fixes it
+        bad = inner.read(paths.state_key("q"))
+        inner.write_if_match(paths.state_key("q"), good.data, bad.etag)  # an operator fixes it
         assert await a.push("q", [NewJob(b"3")])
         await a.stop(drain_s=5)
 
@@ -424,7 +426,7 @@ def test_a_dead_requesters_takeover_request_does_not_make_the_owner_yield(
     async def main() -> None:
         a = await started(store)
         await a.push("q", [NewJob(b"1")])
-        request = {"id": "b-gone", "url": "http://gone", "at_ms": S.timefmt.now_ms() + 3600_000}
+        request = {"id": "b-gone", "url": "http://gone", "at_ms": timefmt.now_ms() + 3600_000}
         store.put("q/takeover.json", orjson.dumps(request))
         for _ in range(3):  # a few rounds of the broker's periodic checks
             await a.watch()
@@ -550,7 +552,7 @@ def test_a_failed_completing_write_leaves_no_orphan_archive_line(tmp_path: Path)
     store = FaultyStore(inner)
 
     def foreign_push(_key: str) -> None:  # so the retry lands as another version
-        DirectQueue(inner, "q", writer="tool").apply(transitions.Push((NewJob(b'"t"'),)))
+        DirectQueue(inner, "q", writer="tool").apply(Push((NewJob(b'"t"'),)))
 
     async def main() -> tuple[str, str]:
         a = await started(store)

@@ -16,11 +16,27 @@ from pathlib import Path
 import orjson
 import pytest
 
-from broker import codec, lifecycle, transitions
-from broker import state as S
-from broker.jobtable import JobTable
+from broker import timefmt
+from broker.model import codec, lifecycle, transitions
+from broker.model import state as S
+from broker.model.decode import decode_state
+from broker.model.job import CLAIMED, COMPLETED, DEAD, PENDING, Job, seq_of
+from broker.model.jobtable import JobTable
+from broker.model.lines import job_line, line_due_stamp, new_pending_lines, pending_from_line
+from broker.model.ops import (
+    Claim,
+    Complete,
+    CompleteItem,
+    Fail,
+    FailItem,
+    NewJob,
+    Purge,
+    Push,
+    PushPayloads,
+    Redrive,
+)
+from broker.model.views import list_jobs, stats
 from broker.storage import FileStore
-from broker.transitions import Claim, Complete, CompleteItem, Fail, FailItem, PushPayloads
 from tests.broker.faults import LOST_REPLY, NOT_LANDED, Clock, FaultyStore
 from tests.broker.inprocess import archive_lines, crash, run, started, stored, successor
 
@@ -42,11 +58,11 @@ def _pushed(payloads: list[bytes], now_ms: int = NOW) -> S.QueueState:
     return state
 
 
-def _fresh_line(job: S.Job) -> bytes:
+def _fresh_line(job: Job) -> bytes:
     """The job's line from its fields, leaving its cached line as it was."""
     cached, job._enc = job._enc, None
     try:
-        return codec.job_line(job)
+        return job_line(job)
     finally:
         job._enc = cached
 
@@ -54,14 +70,14 @@ def _fresh_line(job: S.Job) -> bytes:
 @pytest.mark.parametrize("first_seq", [1, 1023, 9_999_999_998, 123_456_789_012_345])
 @pytest.mark.parametrize("max_attempts", [1, 7, 100])
 def test_a_line_reads_as_the_job_it_encodes(first_seq: int, max_attempts: int) -> None:
-    lines = codec.new_pending_lines(first_seq, TRICKY, NOW, max_attempts)
+    lines = new_pending_lines(first_seq, TRICKY, NOW, max_attempts)
     for seq, (payload, line) in enumerate(zip(TRICKY, lines, strict=True), first_seq):
-        job = codec.pending_from_line(seq, line)
-        expected = S.Job(seq, payload, S.PENDING, 0, NOW, 0, max_attempts, NOW)
+        job = pending_from_line(seq, line)
+        expected = Job(seq, payload, PENDING, 0, NOW, 0, max_attempts, NOW)
         assert job.to_plain() == expected.to_plain()
         assert job.payload == payload  # the bytes as pushed, not re-encoded
         assert job._enc == line == _fresh_line(expected)
-        assert codec.line_due_stamp(line) == S.timefmt.fmt_bytes(NOW)
+        assert line_due_stamp(line) == timefmt.fmt_bytes(NOW)
 
 
 def test_the_first_claim_splices_the_claimed_jobs_line() -> None:
@@ -69,7 +85,7 @@ def test_the_first_claim_splices_the_claimed_jobs_line() -> None:
     out = transitions.apply(state, Claim('w"\u00e9', 100, 30_000), NOW + 5).jobs
     assert [j.payload for j in out] == TRICKY
     for job in state.jobs.values():
-        assert job.status == S.CLAIMED and job.attempts == 1
+        assert job.status == CLAIMED and job.attempts == 1
         assert job._enc is not None  # spliced at the claim, not left to the encode
         assert job._enc == _fresh_line(job) == b",\n" + orjson.dumps(job.to_dict())
 
@@ -80,9 +96,9 @@ def test_reads_that_must_not_make_jobs_leave_lines_as_lines() -> None:
     assert all(isinstance(e, bytes) for e in table.entries.values())
     peeked = list(table.peek())
     assert [j.seq for j in peeked] == list(range(1, 11))
-    assert state.count_by_status()[S.PENDING] == 10 and len(table) == 10 and 5 in table
-    transitions.stats(state, NOW)
-    transitions.list_jobs(state, None, 5, "j3")
+    assert state.count_by_status()[PENDING] == 10 and len(table) == 10 and 5 in table
+    stats(state, NOW)
+    list_jobs(state, None, 5, "j3")
     assert all(isinstance(e, bytes) for e in table.entries.values())
     job = table.get(4)
     assert job is table[4] is table.get(4)  # made once and kept, so it can be changed
@@ -106,7 +122,7 @@ def test_every_job_reads_in_seq_order_whichever_were_touched() -> None:
 def _all_jobs(state: S.QueueState) -> S.QueueState:
     """The same queue read back from its bytes: every job a Job."""
     codec.stamp(state, "test", NOW, "c-test")
-    back = codec.decode(codec.encode(state))
+    back = decode_state(codec.encode(state))
     assert not any(isinstance(e, bytes) for e in back.jobs.entries.values())
     return back
 
@@ -115,7 +131,7 @@ def test_views_answer_as_if_every_job_were_a_job() -> None:
     state = S.QueueState()
     transitions.apply(state, PushPayloads((b"1", b"2", b"3")), NOW)
     transitions.apply(state, PushPayloads((b"4", b"5")), NOW + 60_000)  # due later
-    transitions.apply(state, transitions.Push((transitions.NewJob(b"6", delay_ms=5_000),)),
+    transitions.apply(state, Push((NewJob(b"6", delay_ms=5_000),)),
                       NOW)
     [held] = transitions.apply(state, Claim("w", 1, 30_000), NOW + 10).jobs
     transitions.apply(state, Fail((FailItem(held.token, "boom", None),)), NOW + 20)
@@ -124,13 +140,13 @@ def test_views_answer_as_if_every_job_were_a_job() -> None:
         NOW + 40)
     for now in (NOW + 1_000, NOW + 120_000):
         back = _all_jobs(state)
-        assert transitions.stats(state, now) == transitions.stats(back, now)
+        assert stats(state, now) == stats(back, now)
         assert state.count_by_status() == back.count_by_status()
-        for status in (None, S.PENDING, S.CLAIMED, S.DEAD, S.COMPLETED):
+        for status in (None, PENDING, CLAIMED, DEAD, COMPLETED):
             for after in (None, "j1", "j3"):
-                page = [j.to_plain() for j in transitions.list_jobs(state, status, 2, after)]
+                page = [j.to_plain() for j in list_jobs(state, status, 2, after)]
                 assert page == [j.to_plain() for j in
-                                transitions.list_jobs(back, status, 2, after)]
+                                list_jobs(back, status, 2, after)]
         assert state.jobs == back.jobs and back.jobs == state.jobs
     assert state.jobs != _pushed([b"1"]).jobs
 
@@ -149,15 +165,15 @@ def test_a_bulk_push_leaves_nothing_for_the_garbage_collector() -> None:
 def test_a_purge_and_a_redrive_reach_jobs_kept_as_lines() -> None:
     state = _pushed([b"%d" % i for i in range(50)])
     transitions.apply(state, Claim("w", 10, 30_000), NOW)
-    result = transitions.apply(state, transitions.Purge((S.PENDING,)), NOW)
+    result = transitions.apply(state, Purge((PENDING,)), NOW)
     assert result.count == 40 and len(state.jobs) == 10
-    assert codec.decode(codec.encode(state)).count_by_status()[S.CLAIMED] == 10
+    assert decode_state(codec.encode(state)).count_by_status()[CLAIMED] == 10
 
 
 def test_a_table_compares_with_tables_and_dicts_only() -> None:
     table = JobTable()
     assert table == {} and table == JobTable()
-    assert table != {1: S.Job(1, b"1")} and table != [] and table != 3
+    assert table != {1: Job(1, b"1")} and table != [] and table != 3
     with pytest.raises(TypeError):
         hash(table)
 
@@ -166,7 +182,7 @@ def test_an_illegal_move_of_a_line_made_job_is_refused() -> None:
     state = _pushed([b"1"])
     job = state.jobs[1]
     with pytest.raises(lifecycle.IllegalMove):
-        lifecycle.move(state, job, S.COMPLETED, NOW)
+        lifecycle.move(state, job, COMPLETED, NOW)
 
 
 # -- under faults: the store is checked afterwards ------------------------------------
@@ -187,7 +203,7 @@ def test_bulk_pushed_jobs_survive_lost_writes_a_crash_and_a_takeover(
 
     async def main() -> tuple[list[str], list[str]]:
         a = await started(store, clock=clock)
-        await a.push("q", [transitions.NewJob(b'{"n":-1}')])  # the queue exists
+        await a.push("q", [NewJob(b'{"n":-1}')])  # the queue exists
         for c, chunk in enumerate(chunks):
             await a.stage("q", f"w-1/p{c}-c0", chunk)
         store.inject("write_if_match", fault, key_contains="queue.json")
@@ -210,13 +226,13 @@ def test_bulk_pushed_jobs_survive_lost_writes_a_crash_and_a_takeover(
     assert len(held) + len(rest) == 3001 and not set(held) & set(rest)
     state = stored(inner)
     assert state.counters.enqueued == 3001
-    pending_or_claimed = {j.id for j in state.jobs.values() if j.status != S.COMPLETED}
+    pending_or_claimed = {j.id for j in state.jobs.values() if j.status != COMPLETED}
     assert pending_or_claimed == set(rest)
-    assert all(state.jobs[S.seq_of(i) or 0].status == S.CLAIMED for i in rest)
+    assert all(state.jobs[seq_of(i) or 0].status == CLAIMED for i in rest)
     queued = sorted(orjson.loads(j.payload)["n"] for j in state.jobs.values()
-                    if j.status != S.COMPLETED)
+                    if j.status != COMPLETED)
     completed = [rec for rec in archive_lines(inner)] + [
-        j.to_plain() for j in state.jobs.values() if j.status == S.COMPLETED]
+        j.to_plain() for j in state.jobs.values() if j.status == COMPLETED]
     assert sorted(rec["id"] for rec in completed) == sorted(held)  # each once
     assert sorted(queued + [rec["payload"]["n"] for rec in completed]) == list(range(-1, 3000))
 
@@ -227,10 +243,10 @@ def test_a_purge_of_dead_jobs_leaves_lines_as_lines() -> None:
     transitions.apply(state, PushPayloads(tuple(b"%d" % i for i in range(100))), NOW)
     [held] = transitions.apply(state, Claim("w", 1, 30_000), NOW).jobs
     transitions.apply(state, Fail((FailItem(held.token, "boom", None),)), NOW)
-    assert state.jobs[1].status == S.DEAD
-    assert transitions.apply(state, transitions.Purge((S.DEAD,)), NOW).count == 1
+    assert state.jobs[1].status == DEAD
+    assert transitions.apply(state, Purge((DEAD,)), NOW).count == 1
     assert sum(isinstance(e, bytes) for e in state.jobs.entries.values()) == 99
-    assert transitions.apply(state, transitions.Purge((S.PENDING,)), NOW).count == 99
+    assert transitions.apply(state, Purge((PENDING,)), NOW).count == 99
     assert len(state.jobs) == 0
 
 
@@ -240,6 +256,6 @@ def test_a_redrive_naming_a_job_twice_redrives_it_once() -> None:
     transitions.apply(state, PushPayloads((b"1", b"2")), NOW)
     [held] = transitions.apply(state, Claim("w", 1, 30_000), NOW).jobs
     transitions.apply(state, Fail((FailItem(held.token, "boom", None),)), NOW)
-    result = transitions.apply(state, transitions.Redrive(ids=(held.id, held.id, "j2")), NOW)
+    result = transitions.apply(state, Redrive(ids=(held.id, held.id, "j2")), NOW)
     assert result.count == 1 and list(result.ids) == [held.id]
-    assert state.jobs[1].status == S.PENDING and state.count_by_status()[S.PENDING] == 2
+    assert state.jobs[1].status == PENDING and state.count_by_status()[PENDING] == 2

@@ -1,4 +1,4 @@
-"""The table of allowed status moves (broker.lifecycle): every allowed move
+"""The table of allowed status moves (broker.model.lifecycle): every allowed move
 works and keeps the heaps and the encoding in step; every other pair is
 refused, changing nothing; and the per-job loops of large calls check it too.
 (That random operation sequences only ever make allowed moves is checked by
@@ -11,10 +11,13 @@ import itertools
 import orjson
 import pytest
 
-from broker import codec, indexes, lifecycle
-from broker import transitions as T
-from broker.lifecycle import GONE, MOVES, NEW, IllegalMove
-from broker.state import CLAIMED, COMPLETED, DEAD, PENDING, STATUSES, Job, Lease, QueueState
+from broker.model import codec, indexes, lifecycle
+from broker.model import transitions as T
+from broker.model.decode import decode_state
+from broker.model.job import CLAIMED, COMPLETED, DEAD, PENDING, STATUSES, Job, Lease
+from broker.model.lifecycle import GONE, MOVES, NEW, IllegalMove
+from broker.model.ops import Claim, Complete, CompleteItem, Fail, FailItem, NewJob, Push
+from broker.model.state import QueueState
 
 NOW = 1_767_225_600_000
 ALLOWED = {(NEW, PENDING), (PENDING, CLAIMED), (PENDING, GONE), (CLAIMED, PENDING),
@@ -30,17 +33,17 @@ def _job_in(frm: str) -> tuple[QueueState, Job]:
     """A queue of two jobs (so segments and heaps hold more than the one under
     test), the second in status ``frm`` (or made but not added, for NEW)."""
     state = T.new_state(NOW)
-    T.apply(state, T.Push((T.NewJob(b'{"other":1}'),)), NOW)
+    T.apply(state, Push((NewJob(b'{"other":1}'),)), NOW)
     if frm == NEW:
         state.counters.enqueued += 1
         return state, Job(state.counters.enqueued, b'"new"', PENDING, 0, NOW, 0, 3, NOW)
-    [jid] = T.apply(state, T.Push((T.NewJob(b'"x"', priority=5, max_attempts=1),)), NOW).ids
+    [jid] = T.apply(state, Push((NewJob(b'"x"', priority=5, max_attempts=1),)), NOW).ids
     if frm != PENDING:
-        [held] = T.apply(state, T.Claim("w", 1, 60_000), NOW).jobs
+        [held] = T.apply(state, Claim("w", 1, 60_000), NOW).jobs
         if frm == DEAD:
-            T.apply(state, T.Fail((T.FailItem(held.token, "boom"),)), NOW)
+            T.apply(state, Fail((FailItem(held.token, "boom"),)), NOW)
         elif frm == COMPLETED:
-            T.apply(state, T.Complete((T.CompleteItem(held.token, b"[1]"),)), NOW)
+            T.apply(state, Complete((CompleteItem(held.token, b"[1]"),)), NOW)
     codec.stamp(state, "w", NOW, "c-1")
     codec.encode(state)  # every line cached, as after a commit
     job = state.job(jid)
@@ -87,7 +90,7 @@ def test_every_allowed_move_updates_status_heaps_and_encoding(frm: str, to: str)
     codec.stamp(state, "w", NOW, "c-2")
     data = codec.encode(state)  # ...and the object says what the jobs say
     assert orjson.loads(data) == orjson.loads(codec.encode_full(state))
-    back = codec.decode(data)
+    back = decode_state(data)
     assert codec.encode(back) == data
     assert back.approx_bytes == state.approx_bytes
     # (the rules drop a commit's completions from the index before removing them)

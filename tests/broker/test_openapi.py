@@ -14,10 +14,11 @@ import pytest
 from pydantic import BaseModel
 from starlette.routing import Route as StarletteRoute
 
-from broker import api, schemas
-from broker.http import App
-from broker.routes import ROUTES, openapi_document
+from broker.http import schemas
+from broker.http.app import App
+from broker.http.routes import ROUTES, openapi_document
 from broker.storage import FileStore
+from broker.wire import STAGED_CONTENT_TYPE, encode_staged_line
 from tests.broker.inprocess import run, started
 
 TOKEN = "t0ken-for-openapi-tests"
@@ -90,7 +91,7 @@ def test_every_route_the_app_serves_is_documented(tmp_path: Path) -> None:
 
 
 def _lines(*payloads: bytes) -> bytes:
-    return b"".join(api.staged_line(p) for p in payloads)
+    return b"".join(encode_staged_line(p) for p in payloads)
 
 
 def test_every_route_answers_what_its_response_model_says(tmp_path: Path) -> None:
@@ -102,7 +103,7 @@ def test_every_route_answers_what_its_response_model_says(tmp_path: Path) -> Non
         ("POST", "/v1/queues/{queue}/push"): (b'{"jobs": [{"payload": 1}, {"payload": 2, '
                                               b'"priority": 3}, {"payload": 3}]}', "", ""),
         ("POST", "/v1/queues/{queue}/stage"): (b'{"write_id": "w/1"}\n' + _lines(b"4"),
-                                               api.STAGED_CONTENT_TYPE, ""),
+                                               STAGED_CONTENT_TYPE, ""),
         ("POST", "/v1/queues/{queue}/publish"): (b'{"prefix": "w/", "keep": ["w/1"]}', "", ""),
         ("POST", "/v1/queues/{queue}/claim"): (b'{"worker": "w", "max_jobs": 3}', "", ""),
         ("GET", "/v1/queues/{queue}/jobs"): (b"", "", "limit=2"),

@@ -1,4 +1,4 @@
-"""The takeover policy (broker/ownership.py) alone: no store, no event loop."""
+"""The takeover policy (broker/service/ownership.py) alone: no store, no event loop."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ import sys
 
 import pytest
 
-from broker.ownership import (
-    BROKER_LEASE_S,
+from broker.limits import BROKER_LEASE_S
+from broker.model.state import BrokerRecord
+from broker.service.ownership import (
     RENEW_AFTER,
     Ownership,
     new_broker_id,
     renew_at_ms,
     renew_due,
 )
-from broker.state import BrokerRecord
 from tests.broker.faults import Clock
 
 LEASE_MS = round(BROKER_LEASE_S * 1000)
@@ -83,8 +83,8 @@ def test_a_standby_reads_the_object_only_once_it_was_quiet_for_its_owners_lease(
 
 
 def test_a_local_broker_process_that_is_gone_may_be_taken_over_at_once() -> None:
-    child = subprocess.run([sys.executable, "-c",
-                            "from broker.ownership import new_broker_id; print(new_broker_id())"],
+    code = "from broker.service.ownership import new_broker_id; print(new_broker_id())"
+    child = subprocess.run([sys.executable, "-c", code],
                            capture_output=True, text=True, check=True,
                            env={**os.environ, "PYTHONPATH": os.getcwd()})
     gone_id = child.stdout.strip()

@@ -1,11 +1,11 @@
-"""Receipts (broker.receipts): merged runs of settled tokens, client floors, bounds."""
+"""Receipts (broker.model.receipts): merged runs of settled tokens, client floors, bounds."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker import receipts as R
+from broker.model import receipts as R
 
 
 @given(st.dictionaries(st.integers(1, 60), st.sampled_from(R.OUTCOMES), max_size=60),

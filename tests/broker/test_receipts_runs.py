@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker import receipts
+from broker.model import receipts
 
 TTL_MS = 600_000
 MANY = 10_000_000  # items a bucket may hold: every batch lands in the one bucket

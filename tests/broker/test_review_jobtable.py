@@ -18,11 +18,37 @@ from pathlib import Path
 import orjson
 import pytest
 
-from broker import codec, keys, lifecycle
-from broker import state as S
-from broker import transitions as T
+from broker import paths, timefmt
 from broker.direct import DirectQueue
 from broker.errors import OsqueueError
+from broker.model import codec, lifecycle
+from broker.model import state as S
+from broker.model import transitions as T
+from broker.model.decode import decode_state
+from broker.model.job import CLAIMED, COMPLETED, DEAD, PENDING, job_id_for
+from broker.model.lines import job_line
+from broker.model.ops import (
+    Claim,
+    Complete,
+    CompleteItem,
+    Configure,
+    DropArchived,
+    Fail,
+    FailItem,
+    Heartbeat,
+    NewJob,
+    Op,
+    Purge,
+    Push,
+    PushPayloads,
+    ReadJobs,
+    ReadStats,
+    Reclaim,
+    Redrive,
+    Result,
+    TakeOver,
+)
+from broker.model.views import list_jobs, stats
 from broker.storage import FileStore
 from tests.broker.faults import LATE, LOST_REPLY, LOST_REPLY_412, NOT_LANDED, Clock, FaultyStore
 from tests.broker.inprocess import archive_lines, crash, run, started, stored, successor
@@ -44,7 +70,7 @@ def _pushed(payloads: list[bytes], now: int = NOW, first_seq: int = 1,
             max_attempts: int = 3) -> S.QueueState:
     state = T.new_state(now, S.Settings(max_attempts=max_attempts))
     state.counters.enqueued = first_seq - 1
-    T.apply(state, T.PushPayloads(tuple(payloads)), now)
+    T.apply(state, PushPayloads(tuple(payloads)), now)
     return state
 
 
@@ -55,14 +81,14 @@ def _lines(state: S.QueueState) -> int:
 def _written(state: S.QueueState, now: int, commit: str) -> bytes:
     codec.stamp(state, "w", now, commit)
     data = codec.encode(state)
-    back = codec.decode(data)
+    back = decode_state(data)
     assert codec.encode(back) == data  # a re-read writes the same bytes
     assert orjson.loads(data) == orjson.loads(codec.encode_full(state))
     assert state.jobs == back.jobs and back.jobs == state.jobs
     return data
 
 
-def _answer(r: T.Result | OsqueueError) -> object:
+def _answer(r: Result | OsqueueError) -> object:
     if isinstance(r, OsqueueError):
         return ("refused", type(r).__name__, str(r))
     view = orjson.dumps(r.view, default=str) if r.view is not None else None
@@ -73,57 +99,57 @@ def _answer(r: T.Result | OsqueueError) -> object:
 # -- 1. a state with lines against the same state with every job a Job --------------
 
 
-def _random_op(rnd: random.Random, tokens: list[str], base: int) -> T.Op:
+def _random_op(rnd: random.Random, tokens: list[str], base: int) -> Op:
     k = rnd.random()
     if k < 0.16:
         n = rnd.choice([rnd.randint(1, 30), rnd.randint(900, 1300)])
-        return T.PushPayloads(tuple(rnd.choice(TRICKY) for _ in range(n)),
+        return PushPayloads(tuple(rnd.choice(TRICKY) for _ in range(n)),
                               request=rnd.choice([None, f"p{rnd.randint(0, 3)}"]))
     if k < 0.21:
-        return T.Push(tuple(T.NewJob(rnd.choice(TRICKY), rnd.choice([0, 0, 2]),
+        return Push(tuple(NewJob(rnd.choice(TRICKY), rnd.choice([0, 0, 2]),
                                      rnd.choice([0, 0, 3_000]), rnd.choice([None, 1]),
                                      rnd.choice([None, f"k{rnd.randint(0, 5)}"]))
                             for _ in range(rnd.randint(1, 4))))
     if k < 0.36:
-        return T.Claim(rnd.choice(["w", 'w"\u00e9\\']), rnd.choice([rnd.randint(1, 15), 600]),
+        return Claim(rnd.choice(["w", 'w"\u00e9\\']), rnd.choice([rnd.randint(1, 15), 600]),
                        rnd.choice([1_000, 30_000]),
                        request=rnd.choice([None, None, f"c{rnd.randint(0, 3)}"]))
     if k < 0.46 and tokens:
-        return T.Complete(tuple(T.CompleteItem(rnd.choice(tokens), rnd.choice([None, b"[1]"]))
+        return Complete(tuple(CompleteItem(rnd.choice(tokens), rnd.choice([None, b"[1]"]))
                                 for _ in range(rnd.randint(1, 6))))
     if k < 0.53 and tokens:
-        return T.Fail(tuple(T.FailItem(rnd.choice(tokens), rnd.choice(["", "boom"]),
+        return Fail(tuple(FailItem(rnd.choice(tokens), rnd.choice(["", "boom"]),
                                        rnd.choice([None, 0, 700]))
                             for _ in range(rnd.randint(1, 3))))
     if k < 0.58 and tokens:
-        return T.Heartbeat(tuple(rnd.choice(tokens) for _ in range(2)), 20_000)
+        return Heartbeat(tuple(rnd.choice(tokens) for _ in range(2)), 20_000)
     if k < 0.61:
         # made-up tokens, most naming jobs still kept as lines
         made_up = [f"j{base + rnd.randint(1, 2000):010d}.{rnd.randint(1, 500)}"
                    for _ in range(3)]
-        return rnd.choice([T.Complete(tuple(T.CompleteItem(t) for t in made_up)),
-                           T.Fail(tuple(T.FailItem(t) for t in made_up)),
-                           T.Heartbeat(tuple(made_up))])
+        return rnd.choice([Complete(tuple(CompleteItem(t) for t in made_up)),
+                           Fail(tuple(FailItem(t) for t in made_up)),
+                           Heartbeat(tuple(made_up))])
     if k < 0.64:
-        return T.Reclaim()
+        return Reclaim()
     if k < 0.66:
         ids = None if rnd.random() < 0.5 else tuple(sorted(
             {f"j{base + rnd.randint(1, 2000):010d}" for _ in range(3)}))
-        return T.Redrive(ids)
+        return Redrive(ids)
     if k < 0.68:
-        return T.Purge(rnd.choice([(S.DEAD,), (S.PENDING, S.DEAD), (S.CLAIMED,)]))
+        return Purge(rnd.choice([(DEAD,), (PENDING, DEAD), (CLAIMED,)]))
     if k < 0.70:
-        return T.TakeOver(rnd.choice(["b1", "b2"]), "http://x", 30_000)
+        return TakeOver(rnd.choice(["b1", "b2"]), "http://x", 30_000)
     if k < 0.74:
-        return T.ReadJobs(rnd.choice([None, S.PENDING, S.CLAIMED, S.COMPLETED]),
+        return ReadJobs(rnd.choice([None, PENDING, CLAIMED, COMPLETED]),
                           rnd.randint(1, 40),
                           rnd.choice([None, f"j{base + rnd.randint(1, 1500):010d}"]),
                           rnd.random() < 0.5)
     if k < 0.77:
-        return T.ReadStats()
+        return ReadStats()
     if k < 0.79:
-        return T.Configure({"max_attempts": rnd.choice([1, 2, 3, 1000])})
-    return T.Reclaim()
+        return Configure({"max_attempts": rnd.choice([1, 2, 3, 1000])})
+    return Reclaim()
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -142,7 +168,7 @@ def test_review_lines_answer_and_encode_as_jobs_would(seed: int, base: int) -> N
         answers = []
         for st in (a, b):
             try:
-                r: T.Result | OsqueueError = T.apply(st, op, now)
+                r: Result | OsqueueError = T.apply(st, op, now)
             except OsqueueError as exc:
                 r = exc
             answers.append(_answer(r))
@@ -156,9 +182,9 @@ def test_review_lines_answer_and_encode_as_jobs_would(seed: int, base: int) -> N
             done = tuple(s for s in a.completed if s <= a.seq)
             if done:
                 for st in (a, b):
-                    T.apply(st, T.DropArchived(done), now)
+                    T.apply(st, DropArchived(done), now)
             if rnd.random() < 0.1:
-                a, b = codec.decode(data), codec.decode(data)
+                a, b = decode_state(data), decode_state(data)
         now += rnd.choice([0, 1, 10, 600, 5_000, 40_000])
 
 
@@ -170,15 +196,15 @@ def test_review_lines_answer_and_encode_as_jobs_would(seed: int, base: int) -> N
 def test_review_claimed_lines_across_digit_and_segment_boundaries(
         first_seq: int, max_attempts: int) -> None:
     state = _pushed(TRICKY * 2, first_seq=first_seq, max_attempts=max_attempts)
-    out = T.apply(state, T.Claim('w"\n', 7, 30_000), NOW).jobs
+    out = T.apply(state, Claim('w"\n', 7, 30_000), NOW).jobs
     assert [j.payload for j in out] == (TRICKY * 2)[:7]
-    assert [j.id for j in out] == [S.job_id_for(s) for s in range(first_seq, first_seq + 7)]
+    assert [j.id for j in out] == [job_id_for(s) for s in range(first_seq, first_seq + 7)]
     for job in state.jobs.touched():
         cached, job._enc = job._enc, None
-        assert cached == codec.job_line(job)
+        assert cached == job_line(job)
         assert job.max_attempts == max_attempts
     data = _written(state, NOW, "c1")
-    done = T.apply(state, T.Complete(tuple(T.CompleteItem(j.token, b"1") for j in out)),
+    done = T.apply(state, Complete(tuple(CompleteItem(j.token, b"1") for j in out)),
                    NOW + 1)
     assert all(i.ok for i in done.items)
     _written(state, NOW + 1, "c2")
@@ -187,86 +213,86 @@ def test_review_claimed_lines_across_digit_and_segment_boundaries(
 
 def test_review_made_up_tokens_for_line_seqs_change_nothing() -> None:
     state = _pushed([b"%d" % i for i in range(20)])
-    T.apply(state, T.Claim("w", 1, 30_000), NOW)  # fence 1 belongs to j1
+    T.apply(state, Claim("w", 1, 30_000), NOW)  # fence 1 belongs to j1
     before = _written(state, NOW, "c1")
     for fence in (1, 2, 99):
         tok = f"j0000000005.{fence}"
-        assert not T.apply(state, T.Complete((T.CompleteItem(tok, b"1"),)), NOW).items[0].ok
-        assert not T.apply(state, T.Fail((T.FailItem(tok, "x"),)), NOW).items[0].ok
-        assert not T.apply(state, T.Heartbeat((tok,)), NOW).items[0].ok
-    assert state.count_by_status() == {S.PENDING: 19, S.CLAIMED: 1, S.DEAD: 0, S.COMPLETED: 0}
+        assert not T.apply(state, Complete((CompleteItem(tok, b"1"),)), NOW).items[0].ok
+        assert not T.apply(state, Fail((FailItem(tok, "x"),)), NOW).items[0].ok
+        assert not T.apply(state, Heartbeat((tok,)), NOW).items[0].ok
+    assert state.count_by_status() == {PENDING: 19, CLAIMED: 1, DEAD: 0, COMPLETED: 0}
     after = _written(state, NOW, "c1")  # the same commit again: same bytes but the seq
     assert orjson.loads(after)["jobs"] == orjson.loads(before)["jobs"]
 
 
 def test_review_a_repeated_claim_hands_back_the_jobs_it_took_from_lines() -> None:
     state = _pushed([b"%d" % i for i in range(30)])
-    first = T.apply(state, T.Claim("w", 10, 30_000, request="r1"), NOW).jobs
-    again = T.apply(state, T.Claim("w", 10, 30_000, request="r1"), NOW + 5)
+    first = T.apply(state, Claim("w", 10, 30_000, request="r1"), NOW).jobs
+    again = T.apply(state, Claim("w", 10, 30_000, request="r1"), NOW + 5)
     assert again.replayed and [tuple(j) for j in again.jobs] == [tuple(j) for j in first]
-    back = codec.decode(_written(state, NOW, "c1"))
-    again = T.apply(back, T.Claim("w", 10, 30_000, request="r1"), NOW + 5)
+    back = decode_state(_written(state, NOW, "c1"))
+    again = T.apply(back, Claim("w", 10, 30_000, request="r1"), NOW + 5)
     assert [tuple(j) for j in again.jobs] == [tuple(j) for j in first]
     assert _lines(state) == 20
 
 
 def test_review_takeover_and_reclaim_reach_jobs_claimed_from_lines() -> None:
     state = _pushed([b"%d" % i for i in range(50)])
-    held = T.apply(state, T.Claim("w", 5, 1_000), NOW).jobs
-    T.apply(state, T.TakeOver("b2", "http://b2", 30_000), NOW + 10_000)
+    held = T.apply(state, Claim("w", 5, 1_000), NOW).jobs
+    T.apply(state, TakeOver("b2", "http://b2", 30_000), NOW + 10_000)
     for job in state.jobs.touched():  # a fresh lease on the new broker's clock
         assert job.lease_expires_ms == NOW + 10_000 + 1_000
-    assert T.apply(state, T.Reclaim(), NOW + 10_500).ids == []
-    assert len(T.apply(state, T.Reclaim(), NOW + 11_001).ids) == 5
-    assert state.count_by_status()[S.PENDING] == 50 and _lines(state) == 45
+    assert T.apply(state, Reclaim(), NOW + 10_500).ids == []
+    assert len(T.apply(state, Reclaim(), NOW + 11_001).ids) == 5
+    assert state.count_by_status()[PENDING] == 50 and _lines(state) == 45
     # the retried ones come back after their backoff, the lines first
-    got = T.apply(state, T.Claim("w", 100, 30_000), NOW + 20_000).jobs
-    assert sorted(j.id for j in got) == [S.job_id_for(s) for s in range(1, 51)]
+    got = T.apply(state, Claim("w", 100, 30_000), NOW + 20_000).jobs
+    assert sorted(j.id for j in got) == [job_id_for(s) for s in range(1, 51)]
     assert not {j.token for j in got} & {j.token for j in held}
     _written(state, NOW + 20_000, "c1")
 
 
 def test_review_purge_of_dead_jobs_keeps_every_pending_line() -> None:
     state = _pushed([b"%d" % i for i in range(40)], max_attempts=1)
-    held = T.apply(state, T.Claim("w", 3, 30_000), NOW).jobs
-    T.apply(state, T.Fail(tuple(T.FailItem(j.token, "x") for j in held)), NOW)
-    assert T.apply(state, T.Purge((S.DEAD,)), NOW).count == 3
-    assert state.count_by_status() == {S.PENDING: 37, S.CLAIMED: 0, S.DEAD: 0, S.COMPLETED: 0}
-    back = codec.decode(_written(state, NOW, "c1"))
+    held = T.apply(state, Claim("w", 3, 30_000), NOW).jobs
+    T.apply(state, Fail(tuple(FailItem(j.token, "x") for j in held)), NOW)
+    assert T.apply(state, Purge((DEAD,)), NOW).count == 3
+    assert state.count_by_status() == {PENDING: 37, CLAIMED: 0, DEAD: 0, COMPLETED: 0}
+    back = decode_state(_written(state, NOW, "c1"))
     assert sorted(j.seq for j in back.jobs.values()) == list(range(4, 41))
-    assert T.apply(state, T.Redrive((held[0].id, "j0000000009")), NOW).count == 0
-    assert len(T.apply(state, T.Claim("w", 100, 30_000), NOW).jobs) == 37
+    assert T.apply(state, Redrive((held[0].id, "j0000000009")), NOW).count == 0
+    assert len(T.apply(state, Claim("w", 100, 30_000), NOW).jobs) == 37
 
 
 def test_review_a_clock_moved_back_neither_strands_nor_doubles_a_line() -> None:
     state = _pushed([b"%d" % i for i in range(10)])
-    assert not T.apply(state, T.Claim("w", 10, 30_000), NOW - 5_000).jobs  # not due yet
-    assert T.stats(state, NOW - 5_000)["next_delayed_run_at"] == S.timefmt.fmt(NOW)
+    assert not T.apply(state, Claim("w", 10, 30_000), NOW - 5_000).jobs  # not due yet
+    assert stats(state, NOW - 5_000)["next_delayed_run_at"] == timefmt.fmt(NOW)
     _written(state, NOW - 5_000, "c1")
-    got = T.apply(state, T.Claim("w", 100, 30_000), NOW).jobs
-    assert [j.id for j in got] == [S.job_id_for(s) for s in range(1, 11)]
-    assert not T.apply(state, T.Claim("w", 100, 30_000), NOW + 1).jobs
+    got = T.apply(state, Claim("w", 100, 30_000), NOW).jobs
+    assert [j.id for j in got] == [job_id_for(s) for s in range(1, 11)]
+    assert not T.apply(state, Claim("w", 100, 30_000), NOW + 1).jobs
     _written(state, NOW, "c2")
 
 
 def test_review_views_of_several_pushes_equal_an_all_job_copy() -> None:
     state = _pushed([b"1", b"2"], now=NOW)
-    T.apply(state, T.PushPayloads((b"3",)), NOW - 60_000)  # clock went back
-    T.apply(state, T.PushPayloads((b"4", b"5")), NOW + 60_000)
-    T.apply(state, T.Claim("w", 1, 30_000), NOW + 61_000)
-    back = codec.decode(_written(state, NOW, "c1"))
+    T.apply(state, PushPayloads((b"3",)), NOW - 60_000)  # clock went back
+    T.apply(state, PushPayloads((b"4", b"5")), NOW + 60_000)
+    T.apply(state, Claim("w", 1, 30_000), NOW + 61_000)
+    back = decode_state(_written(state, NOW, "c1"))
     for now in (NOW - 120_000, NOW, NOW + 30_000, NOW + 120_000):
-        assert T.stats(state, now) == T.stats(back, now)
-        for status in (None, S.PENDING, S.CLAIMED):
+        assert stats(state, now) == stats(back, now)
+        for status in (None, PENDING, CLAIMED):
             for after in (None, "j0000000001", "j0000000004"):
-                assert ([j.to_plain() for j in T.list_jobs(state, status, 2, after)]
-                        == [j.to_plain() for j in T.list_jobs(back, status, 2, after)])
+                assert ([j.to_plain() for j in list_jobs(state, status, 2, after)]
+                        == [j.to_plain() for j in list_jobs(back, status, 2, after)])
     assert _lines(state) == 4
 
 
 def test_review_copies_and_pickles_of_a_state_with_lines_encode_alike() -> None:
     state = _pushed(TRICKY)
-    T.apply(state, T.Claim("w", 2, 30_000), NOW)
+    T.apply(state, Claim("w", 2, 30_000), NOW)
     data = _written(copy.deepcopy(state), NOW, "c1")
     assert _written(pickle.loads(pickle.dumps(state)), NOW, "c1") == data
     assert _written(state, NOW, "c1") == data
@@ -279,16 +305,16 @@ def test_review_a_throwaway_job_from_peek_cannot_be_moved_in() -> None:
     state = _pushed([b"1", b"2"])
     view = next(state.jobs.peek())
     with pytest.raises(lifecycle.IllegalMove):
-        lifecycle.move(state, view, S.CLAIMED, NOW)
+        lifecycle.move(state, view, CLAIMED, NOW)
     assert len(orjson.loads(_written(state, NOW, "c1"))["jobs"]) == 2
 
 
 def test_review_direct_queue_bulk_push_claim_complete(tmp_path: Path) -> None:
     q = DirectQueue(FileStore(tmp_path), "q")
-    q.apply(T.PushPayloads(tuple(TRICKY)), NOW)
-    held = q.apply(T.Claim("w", 3, 30_000), NOW).jobs
-    q.apply(T.Complete(tuple(T.CompleteItem(j.token, b"2") for j in held)), NOW)
-    q.apply(T.Reclaim(), NOW)  # archives and drops the completed ones
+    q.apply(PushPayloads(tuple(TRICKY)), NOW)
+    held = q.apply(Claim("w", 3, 30_000), NOW).jobs
+    q.apply(Complete(tuple(CompleteItem(j.token, b"2") for j in held)), NOW)
+    q.apply(Reclaim(), NOW)  # archives and drops the completed ones
     state, _ = q.load()
     assert sorted(j.payload for j in state.jobs.values()) == sorted(TRICKY[3:])
 
@@ -327,16 +353,16 @@ def test_review_lines_survive_every_write_fault_a_crash_and_a_takeover(
         assert all(r.ok for r in await a.heartbeat("q", [j.token for j in held[:100]], 90.0))
         store.land_late()
         hit()
-        failed = await a.fail("q", [T.FailItem(j.token, "x", 0) for j in held[100:200]])
+        failed = await a.fail("q", [FailItem(j.token, "x", 0) for j in held[100:200]])
         assert all(r.ok for r in failed)
         store.land_late()
         hit()
-        done = await a.complete("q", [T.CompleteItem(j.token, b"1") for j in held[200:700]])
+        done = await a.complete("q", [CompleteItem(j.token, b"1") for j in held[200:700]])
         assert all(r.ok for r in done)
         store.land_late()
         await crash(a)
         b = await successor(inner, clock)
-        done = await b.complete("q", [T.CompleteItem(j.token, b"1")
+        done = await b.complete("q", [CompleteItem(j.token, b"1")
                                       for j in [*held[:100], *held[700:]]])
         assert all(r.ok for r in done)
         rest = await b.claim("q", "w2", 5000, 60.0)
@@ -347,13 +373,13 @@ def test_review_lines_survive_every_write_fault_a_crash_and_a_takeover(
     assert len(completed_ids) + len(rest) == 2501 and not set(completed_ids) & set(rest)
     state = stored(inner)
     assert state.counters.enqueued == 2501
-    live = [j for j in state.jobs.values() if j.status != S.COMPLETED]
+    live = [j for j in state.jobs.values() if j.status != COMPLETED]
     assert sorted(j.id for j in live) == sorted(rest)
     completed = archive_lines(inner) + [j.to_plain() for j in state.jobs.values()
-                                        if j.status == S.COMPLETED]
+                                        if j.status == COMPLETED]
     assert sorted(rec["id"] for rec in completed) == sorted(completed_ids)  # each once
     got = sorted([orjson.loads(j.payload)["n"] for j in live]
                  + [rec["payload"]["n"] for rec in completed])
     assert got == list(range(-1, 2500))
-    data = inner.read(keys.state_key("q")).data
-    assert codec.encode(codec.decode(data)) == data
+    data = inner.read(paths.state_key("q")).data
+    assert codec.encode(decode_state(data)) == data

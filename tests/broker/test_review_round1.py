@@ -15,15 +15,19 @@ from pathlib import Path
 import orjson
 import pytest
 
-from broker import api, archive, codec, keys, transitions
-from broker import state as S
+from broker import paths, timefmt
 from broker.errors import (
     InvalidRequest,
     OsqueueError,
     OutcomeUnknown,
 )
+from broker.http import parsers
+from broker.limits import MAX_DEPTH
+from broker.model import archive, codec, transitions
+from broker.model.checks import check_depth, parse_staged
+from broker.model.decode import decode_state
+from broker.model.ops import CompleteItem, NewJob, Push
 from broker.storage import FileStore
-from broker.transitions import CompleteItem, NewJob
 from tests.broker.faults import LATE, LOST_REPLY, NOT_LANDED, Clock, FaultyStore
 from tests.broker.inprocess import archive_lines, crash, run, started, stored
 
@@ -46,30 +50,30 @@ PAYLOAD = b"[" * DEPTH + b"1" + b"]" * DEPTH  # canonical, valid JSON, 601 bytes
 
 
 def test_payloads_deeper_than_the_limit_are_refused_on_every_push_path() -> None:
-    limit = api.MAX_DEPTH
+    limit = MAX_DEPTH
     ok = b"[" * limit + b"1" + b"]" * limit
-    assert api.parse_staged(b"\t" + ok + b"\n", check=True, max_payload_bytes=1 << 20) == [ok]
+    assert parse_staged(b"\t" + ok + b"\n", check=True, max_payload_bytes=1 << 20) == [ok]
     for body in (b"\t" + PAYLOAD + b"\n", b'{"priority":1}\t' + PAYLOAD + b"\n"):
         with pytest.raises(InvalidRequest, match="nested 300 levels"):
-            api.parse_staged(body, check=True, max_payload_bytes=1 << 20)
+            parse_staged(body, check=True, max_payload_bytes=1 << 20)
     with pytest.raises(InvalidRequest, match=r"jobs\[0\]\.payload"):
-        api.parse_push(orjson.loads(b'{"jobs":[{"payload":' + PAYLOAD + b"}]}"))
+        parsers.parse_push(orjson.loads(b'{"jobs":[{"payload":' + PAYLOAD + b"}]}"))
     with pytest.raises(InvalidRequest, match="result"):
-        api.parse_complete(orjson.loads(b'{"items":[{"token":"j1.1","result":' + PAYLOAD
+        parsers.parse_complete(orjson.loads(b'{"items":[{"token":"j1.1","result":' + PAYLOAD
                                         + b"}]}"))
     text = b'["[[[[", ' * 1 + b'"a\\"[[["]'  # brackets inside strings do not count
-    api.check_depth(text * 300, "payload")
+    check_depth(text * 300, "payload")
 
 
 def test_an_object_holding_a_deep_payload_decodes_and_serves(tmp_path: Path) -> None:
     """Written by an older version, or by hand: it must still decode, verbatim."""
     store = FileStore(tmp_path)
-    state = transitions.new_state(S.timefmt.now_ms())
-    transitions.apply(state, transitions.Push((NewJob(PAYLOAD), NewJob(b" [1, 2] "))),
+    state = transitions.new_state(timefmt.now_ms())
+    transitions.apply(state, Push((NewJob(PAYLOAD), NewJob(b" [1, 2] "))),
                       state.updated_ms)
     codec.stamp(state, "old", state.updated_ms, "c-old")
-    store.create_if_absent(keys.state_key("q"), codec.encode(state))
-    assert [j.payload for j in codec.decode(store.read(keys.state_key("q")).data).jobs.values()] \
+    store.create_if_absent(paths.state_key("q"), codec.encode(state))
+    assert [j.payload for j in decode_state(store.read(paths.state_key("q")).data).jobs.values()] \
         == [PAYLOAD, b" [1, 2] "]
 
     async def main() -> list[bytes]:
@@ -165,7 +169,7 @@ def test_complete_retried_after_failover_is_not_called_stale(tmp_path: Path, ske
 # payloads change on the next restart / takeover / conflict re-read, and the
 # successor rewrites an existing archive object (same key) with different bytes.
 #
-# Path: the staged push path keeps payload bytes verbatim (``api.parse_staged``
+# Path: the staged push path keeps payload bytes verbatim (``parse_staged``
 # only checks ``orjson.loads``, which accepts leading whitespace; so does
 # ``rows.arrow_staged_lines`` for a Spark string payload column). On decode,
 # ``state._Spans._span`` cannot find a value at ``"payload":`` + whitespace
@@ -179,7 +183,7 @@ ODD = b' {"n":2}'  # valid JSON with a leading space
 
 def staged(*payloads: bytes) -> list:
     body = b"".join(b"\t" + p + b"\n" for p in payloads)
-    return api.parse_staged(body, check=True, max_payload_bytes=1 << 20)
+    return parse_staged(body, check=True, max_payload_bytes=1 << 20)
 
 
 def test_big_integer_payload_survives_a_takeover_when_another_job_is_odd(tmp_path: Path) -> None:
@@ -511,7 +515,7 @@ def test_archive_of_a_payload_with_a_carriage_return_reads_back(tmp_path: Path) 
 
     async def main() -> None:
         a = await started(store)
-        jobs = api.parse_staged(b"\t" + payload + b"\n\t\"other\"\n", check=True,
+        jobs = parse_staged(b"\t" + payload + b"\n\t\"other\"\n", check=True,
                                 max_payload_bytes=1 << 20)
         await a.push("q", jobs)
         claimed = await a.claim("q", "w", 2, 30.0)
@@ -531,7 +535,7 @@ def test_archive_of_a_payload_with_a_carriage_return_reads_back(tmp_path: Path) 
 # step): the older staging wins and its jobs are published.
 #
 # ``Broker.stage`` names a staging object ``{write_id}~{clock_ms}{counter}``
-# (``keys.staging_key``) and ``_staged_objects`` keeps, per write id, the object
+# (``paths.staging_key``) and ``_staged_objects`` keeps, per write id, the object
 # with the highest (ms, counter). Any broker accepts a stage (no ownership
 # needed), and QueueClient moves to another broker after a timeout. If the
 # broker that takes the second staging has a clock behind the first one's, the

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from broker import keys
+from broker import paths
 from broker.errors import (
     InvalidRequest,
     StorageRefused,
 )
+from broker.model.ops import CompleteItem, FailItem, NewJob
 from broker.storage import FileStore
-from broker.transitions import CompleteItem, FailItem, NewJob
 from osqueue_spark import QueueClient, start_broker
 from tests.broker.faults import REFUSED, FaultyStore
 from tests.broker.inprocess import run, started, stored
@@ -36,7 +36,7 @@ from tests.broker.inprocess import run, started, stored
 # commit 5932e4f itself (``make_old_object.py``, run with that tree on PYTHONPATH):
 # two jobs pushed with request key r-0123456789ab-0, one claimed and completed.
 # Its ``receipts`` is a list of per-commit receipt objects, the layout that
-# release wrote; ``broker.receipts.Receipts.decode`` now requires a dict
+# release wrote; ``broker.model.receipts.Receipts.decode`` now requires a dict
 # ``{"requests": ..., "settled": ...}`` and raises ValueError -> CorruptState.
 # VERSION was not bumped, so the object is not even reported as "older/newer",
 # and the failure-model rule "a corrupt object is never overwritten" makes it
@@ -49,7 +49,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "old_5932e4f_queue.json"
 
 def test_current_broker_serves_a_queue_written_by_the_previous_release(tmp_path: Path) -> None:
     store = FileStore(tmp_path)
-    store.create_if_absent(keys.state_key("q"), FIXTURE.read_bytes())
+    store.create_if_absent(paths.state_key("q"), FIXTURE.read_bytes())
 
     async def main() -> list[str]:
         b = await started(store, "http://new")  # raises CorruptState today

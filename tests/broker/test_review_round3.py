@@ -16,9 +16,7 @@ from pathlib import Path
 import pytest
 import urllib3
 
-from broker import keys, receipts
-from broker import state as S
-from broker import transitions as T
+from broker import paths
 from broker.errors import (
     InvalidRequest,
     NotFound,
@@ -28,8 +26,11 @@ from broker.errors import (
     StorageRefused,
     UnknownQueue,
 )
+from broker.model import receipts
+from broker.model import state as S
+from broker.model import transitions as T
+from broker.model.ops import NewJob, push_of
 from broker.storage import FileStore
-from broker.transitions import NewJob
 from osqueue_spark import QueueClient, start_broker
 from tests.broker.faults import REFUSED, Clock, FaultyStore
 from tests.broker.inprocess import crash, run, started, stored, successor, until
@@ -285,7 +286,7 @@ def test_purge_of_a_queue_that_does_not_exist_creates_nothing(tmp_path: Path,
 
     run(main())
     with pytest.raises(NotFound):
-        store.read(keys.state_key("q2"))  # a purge never brings a queue into being
+        store.read(paths.state_key("q2"))  # a purge never brings a queue into being
 
 
 # -- F5 ----------------------------------------------------------------------
@@ -315,12 +316,12 @@ def test_a_replayed_stream_batch_inside_the_documented_window_adds_nothing() -> 
     now = 1_800_000_000_000
     st = T.new_state(now, S.Settings(dedup_keys=1_000_000))  # 24 h TTL, 1M keys
     mine = "stream:0123456789abcdef:q-3f1c:41"
-    first = T.apply(st, T.push_of([b'{"order": 1}', b'{"order": 2}'], once=mine), now)
+    first = T.apply(st, push_of([b'{"order": 1}', b'{"order": 2}'], once=mine), now)
     assert len(first.ids) == 2
     for i in range(20_000):  # other queries' batches over the next ~17 minutes
-        T.apply(st, T.push_of([], once=f"stream:other{i % 20:02d}:q-x:{i}"), now + 50 * i)
+        T.apply(st, push_of([], once=f"stream:other{i % 20:02d}:q-x:{i}"), now + 50 * i)
     # the query restarts and Spark replays batch 41 (same key, same jobs), 17 min later
-    again = T.apply(st, T.push_of([b'{"order": 1}', b'{"order": 2}'], once=mine),
+    again = T.apply(st, push_of([b'{"order": 1}', b'{"order": 2}'], once=mine),
                     now + 50 * 20_000)
     orders = [j.payload for j in st.jobs.values()]
     assert again.duplicate and len(orders) == 2, (

@@ -13,16 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from broker import receipts
-from broker import transitions as T
 from broker.errors import (
     InvalidRequest,
     OsqueueError,
     OutcomeUnknown,
     PayloadTooLarge,
 )
+from broker.model import receipts
+from broker.model import transitions as T
+from broker.model.ops import NewJob, PushPayloads
 from broker.storage import FileStore
-from broker.transitions import NewJob
 from osqueue_spark import QueueClient, start_broker
 from osqueue_spark import client as client_mod
 from tests.broker.faults import LATE, Clock, FaultyStore
@@ -188,7 +188,7 @@ def test_bad_call_whose_earlier_attempt_may_land_is_not_told_it_failed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     inner = FileStore(tmp_path)
     store = FaultyStore(inner)
-    real = T._HANDLERS[T.PushPayloads]
+    real = T._HANDLERS[PushPayloads]
     seen = {"n": 0}
 
     def flaky(state, op, now_ms):  # type: ignore[no-untyped-def]
@@ -198,7 +198,7 @@ def test_bad_call_whose_earlier_attempt_may_land_is_not_told_it_failed(
                 raise RuntimeError("simulated bug")
         return real(state, op, now_ms)
 
-    monkeypatch.setitem(T._HANDLERS, T.PushPayloads, flaky)
+    monkeypatch.setitem(T._HANDLERS, PushPayloads, flaky)
 
     async def main() -> object:
         a = await started(store)

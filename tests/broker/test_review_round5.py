@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from broker import receipts
 from broker.errors import (
     InvalidRequest,
     PayloadTooLarge,
     QueueFull,
 )
+from broker.model import receipts
+from broker.model.ops import NewJob
 from broker.storage import FileStore
-from broker.transitions import NewJob
 from tests.broker.faults import LATE, NOT_LANDED, REFUSED, Clock, FaultyStore
 from tests.broker.inprocess import run, started, stored, until
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from broker.model.ops import NewJob
 from broker.storage import FileStore
-from broker.transitions import NewJob
 from tests.broker.faults import LATE, NOT_LANDED, Clock, FaultyStore
 from tests.broker.inprocess import run, started, stored
 

@@ -1,4 +1,4 @@
-"""The hand parsers (broker.api) and the pydantic models (broker.schemas) agree.
+"""The hand parsers (broker.http.parsers) and the pydantic models (broker.http.schemas) agree.
 
 The models document the API and the parsers serve it; on generated bodies
 (valid, at and past every bound, of the wrong type, missing, with unknown
@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
-from broker import api, schemas, transitions
 from broker.errors import InvalidRequest
+from broker.http import parsers, schemas
 from broker.limits import (
     MAX_ATTEMPTS,
     MAX_CLAIM_JOBS,
@@ -34,6 +34,7 @@ from broker.limits import (
     MAX_WRITE_ID_CHARS,
     MIN_LEASE_S,
 )
+from broker.model.ops import CompleteItem, FailItem, NewJob
 
 RUNS = settings(max_examples=150, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -106,15 +107,15 @@ NEW_JOB = obj({"payload": PAYLOADS}, {
     "max_attempts": ints(1, MAX_ATTEMPTS), "key": strs(MAX_KEY_CHARS)})
 
 
-def _push(body: Any) -> list[transitions.NewJob]:
-    return [transitions.NewJob(j) if isinstance(j, bytes) else j for j in api.parse_push(body)]
+def _push(body: Any) -> list[NewJob]:
+    return [NewJob(j) if isinstance(j, bytes) else j for j in parsers.parse_push(body)]
 
 
 @RUNS
 @given(obj({"jobs": lists(NEW_JOB)}, {}))
 def test_push(body: Any) -> None:
-    def read(m: Any) -> list[transitions.NewJob]:
-        return [transitions.NewJob(orjson.dumps(j.payload), j.priority, round(j.delay_s * 1000),
+    def read(m: Any) -> list[NewJob]:
+        return [NewJob(orjson.dumps(j.payload), j.priority, round(j.delay_s * 1000),
                                    j.max_attempts, j.key) for j in m.jobs]
 
     check(body, _push, schemas.PushRequest, read)
@@ -127,21 +128,21 @@ LEASE = nums(MIN_LEASE_S, MAX_LEASE_S)
 @given(obj({"worker": strs(MAX_WORKER_CHARS)}, {
     "max_jobs": ints(1, MAX_CLAIM_JOBS), "lease_s": LEASE, "wait_s": nums(0, MAX_WAIT_S)}))
 def test_claim(body: Any) -> None:
-    check(body, api.parse_claim, schemas.ClaimRequest, lambda m: m.model_dump())
+    check(body, parsers.parse_claim, schemas.ClaimRequest, lambda m: m.model_dump())
 
 
 @RUNS
 @given(obj({"tokens": lists(strs(MAX_TOKEN_CHARS))}, {"lease_s": LEASE}))
 def test_heartbeat(body: Any) -> None:
-    check(body, api.parse_heartbeat, schemas.HeartbeatRequest,
+    check(body, parsers.parse_heartbeat, schemas.HeartbeatRequest,
           lambda m: (m.tokens, m.lease_s))
 
 
 @RUNS
 @given(obj({"items": lists(obj({"token": strs(MAX_TOKEN_CHARS)}, {"result": PAYLOADS}))}, {}))
 def test_complete(body: Any) -> None:
-    check(body, api.parse_complete, schemas.CompleteRequest, lambda m: [
-        transitions.CompleteItem(i.token, None if i.result is None else orjson.dumps(i.result))
+    check(body, parsers.parse_complete, schemas.CompleteRequest, lambda m: [
+        CompleteItem(i.token, None if i.result is None else orjson.dumps(i.result))
         for i in m.items])
 
 
@@ -149,8 +150,8 @@ def test_complete(body: Any) -> None:
 @given(obj({"items": lists(obj({"token": strs(MAX_TOKEN_CHARS)}, {
     "error": strs(10), "retry_in_s": nums(0, MAX_DELAY_S)}))}, {}))
 def test_fail(body: Any) -> None:
-    check(body, api.parse_fail, schemas.FailRequest, lambda m: [
-        transitions.FailItem(i.token, i.error,
+    check(body, parsers.parse_fail, schemas.FailRequest, lambda m: [
+        FailItem(i.token, i.error,
                              None if i.retry_in_s is None else round(i.retry_in_s * 1000))
         for i in m.items])
 
@@ -159,14 +160,14 @@ def test_fail(body: Any) -> None:
 @given(obj({"prefix": strs(MAX_PREFIX_CHARS)}, {
     "keep": lists(strs(5)), "once": strs(MAX_ONCE_CHARS)}))
 def test_publish(body: Any) -> None:
-    check(body, api.parse_publish, schemas.PublishRequest,
+    check(body, parsers.parse_publish, schemas.PublishRequest,
           lambda m: (m.prefix, m.keep, m.once))
 
 
 @RUNS
 @given(obj({"write_id": strs(MAX_WRITE_ID_CHARS)}, {}))
 def test_stage_header(body: Any) -> None:
-    check(body, lambda b: api.parse_stage(orjson.dumps(b) + b"\n\t1\n"),
+    check(body, lambda b: parsers.parse_stage(orjson.dumps(b) + b"\n\t1\n"),
           schemas.StageHeader, lambda m: (m.write_id, b"\t1\n"))
 
 
@@ -178,4 +179,4 @@ def test_fast_path_refuses_what_the_model_refuses(job: dict[str, Any]) -> None:
     with pytest.raises(ValidationError):
         schemas.PushRequest.model_validate({"jobs": [job]})
     with pytest.raises(InvalidRequest):
-        api.parse_push({"jobs": [job]})
+        parsers.parse_push({"jobs": [job]})

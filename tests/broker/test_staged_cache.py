@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from broker.staged_cache import StagedCache
-from broker.transitions import NewJob
+from broker.model.ops import NewJob
+from broker.service.staged_cache import StagedCache
 from osqueue_spark import QueueClient, start_broker
 
 

@@ -8,19 +8,44 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from broker import codec, indexes, lifecycle
-from broker import state as S
-from broker import transitions as T
 from broker.errors import InvalidRequest, PayloadTooLarge, QueueFull
+from broker.model import codec, indexes, lifecycle
+from broker.model import state as S
+from broker.model import transitions as T
+from broker.model.decode import decode_state
+from broker.model.job import JOB_OVERHEAD_BYTES, Job, JobIds, job_id_for, seq_of, token_seq
+from broker.model.lines import archive_line, job_line
+from broker.model.ops import (
+    Claim,
+    Complete,
+    CompleteItem,
+    DropArchived,
+    Fail,
+    FailItem,
+    Heartbeat,
+    LeasedJob,
+    NewJob,
+    Op,
+    Purge,
+    Push,
+    PushPayloads,
+    Reclaim,
+    Redrive,
+    Result,
+    SetPaused,
+    TakeOver,
+)
+from broker.model.views import list_jobs, stats
+from broker.wire import ItemResult
 
 
 def push(state: S.QueueState, now: int, *payloads: object, **kw: object) -> list[str]:
-    jobs = tuple(T.NewJob(orjson.dumps(p), **kw) for p in payloads)  # type: ignore[arg-type]
-    return T.apply(state, T.Push(jobs), now).ids
+    jobs = tuple(NewJob(orjson.dumps(p), **kw) for p in payloads)  # type: ignore[arg-type]
+    return T.apply(state, Push(jobs), now).ids
 
 
-def claim(state: S.QueueState, now: int, n: int = 1, lease_ms: int = 10_000) -> list[T.LeasedJob]:
-    return T.apply(state, T.Claim("w", n, lease_ms), now).jobs
+def claim(state: S.QueueState, now: int, n: int = 1, lease_ms: int = 10_000) -> list[LeasedJob]:
+    return T.apply(state, Claim("w", n, lease_ms), now).jobs
 
 
 def test_claim_order_priority_then_run_at_then_seq() -> None:
@@ -45,16 +70,16 @@ def test_fail_backs_off_then_dies_then_redrive() -> None:
     st_.settings.backoff_base_s = 1.0
     jid, = push(st_, 0, "x", max_attempts=2)
     tok = claim(st_, 0)[0].token
-    r = T.apply(st_, T.Fail((T.FailItem(tok, "boom"),)), 10)
+    r = T.apply(st_, Fail((FailItem(tok, "boom"),)), 10)
     assert r.items[0].status == "pending"
     assert claim(st_, 500) == []  # backing off for 1 s
     job2 = claim(st_, 1010)
     assert job2[0].attempt == 2
-    r = T.apply(st_, T.Fail((T.FailItem(job2[0].token, "boom again"),)), 1020)
+    r = T.apply(st_, Fail((FailItem(job2[0].token, "boom again"),)), 1020)
     assert r.items[0].status == "dead"
     job = st_.job(jid)
     assert job is not None and job.status == "dead" and job.last_error == "boom again"
-    assert T.apply(st_, T.Redrive(), 2000).count == 1
+    assert T.apply(st_, Redrive(), 2000).count == 1
     assert claim(st_, 2000)[0].attempt == 1
 
 
@@ -62,19 +87,19 @@ def test_expired_lease_is_reclaimed_and_old_token_refused() -> None:
     st_ = T.new_state(0)
     jid, = push(st_, 0, "x")
     old = claim(st_, 0, lease_ms=1000)[0].token
-    assert T.apply(st_, T.Heartbeat((old,), 1000), 500).items[0].ok
-    r = T.apply(st_, T.Reclaim(), 1600)
+    assert T.apply(st_, Heartbeat((old,), 1000), 500).items[0].ok
+    r = T.apply(st_, Reclaim(), 1600)
     job = st_.job(jid)
     assert r.ids == [jid] and job is not None and job.status == "pending"
     new = claim(st_, 1600)[0].token
     assert new != old
-    assert not T.apply(st_, T.Heartbeat((old,), 1000), 1700).items[0].ok
-    done = T.apply(st_, T.Complete((T.CompleteItem(old),)), 1700)
+    assert not T.apply(st_, Heartbeat((old,), 1000), 1700).items[0].ok
+    done = T.apply(st_, Complete((CompleteItem(old),)), 1700)
     assert not done.items[0].ok and st_.job(jid) is not None
-    assert T.apply(st_, T.Complete((T.CompleteItem(new, b"1"),)), 1700).items[0].ok
+    assert T.apply(st_, Complete((CompleteItem(new, b"1"),)), 1700).items[0].ok
     job = st_.job(jid)
     assert job is not None and job.status == "completed"  # until its archive object is written
-    assert T.apply(st_, T.DropArchived((st_.seq + 1,)), 1800).count == 1
+    assert T.apply(st_, DropArchived((st_.seq + 1,)), 1800).count == 1
     assert st_.job(jid) is None
 
 
@@ -82,7 +107,7 @@ def test_token_is_dead_once_lease_passes_even_before_reclaim() -> None:
     st_ = T.new_state(0)
     push(st_, 0, "x")
     tok = claim(st_, 0, lease_ms=1000)[0].token
-    r = T.apply(st_, T.Complete((T.CompleteItem(tok),)), 1000)
+    r = T.apply(st_, Complete((CompleteItem(tok),)), 1000)
     assert not r.items[0].ok and "expired" in (r.items[0].reason or "")
 
 
@@ -92,7 +117,7 @@ def test_idempotency_key_dedupes_within_window() -> None:
     first = push(st_, 0, "a", key="k1")
     again = push(st_, 5, "b", key="k1")
     assert again == first and len(st_.jobs) == 1
-    both = T.apply(st_, T.Push((T.NewJob(b"1", key="k2"), T.NewJob(b"2", key="k2"))), 6).ids
+    both = T.apply(st_, Push((NewJob(b"1", key="k2"), NewJob(b"2", key="k2"))), 6).ids
     assert both[0] == both[1] and len(st_.jobs) == 2
     later = push(st_, 20_000, "c", key="k1")  # window passed
     assert later != first
@@ -103,9 +128,9 @@ def test_bad_push_changes_nothing() -> None:
     st_.settings.max_payload_bytes = 10
     before = codec.encode(st_)
     with pytest.raises(PayloadTooLarge):
-        T.apply(st_, T.Push((T.NewJob(b"1"), T.NewJob(b'"' + b"x" * 20 + b'"'))), 0)
+        T.apply(st_, Push((NewJob(b"1"), NewJob(b'"' + b"x" * 20 + b'"'))), 0)
     with pytest.raises(InvalidRequest):
-        T.apply(st_, T.Push((T.NewJob(b"1"), T.NewJob(b"2", delay_ms=-1))), 0)
+        T.apply(st_, Push((NewJob(b"1"), NewJob(b"2", delay_ms=-1))), 0)
     assert codec.encode(st_) == before and st_.counters.enqueued == 0
 
 
@@ -113,18 +138,18 @@ def test_bulk_push_across_segments_encodes_like_the_general_path() -> None:
     st_ = T.new_state(0)
     push(st_, 0, *range(1000))  # the bulk push below starts inside a segment
     payloads = tuple(orjson.dumps({"i": i}) for i in range(2500))
-    ids = T.apply(st_, T.PushPayloads(payloads), 1_700_000_000_123).ids
-    assert ids == [S.job_id_for(seq) for seq in range(1001, 3501)]
+    ids = T.apply(st_, PushPayloads(payloads), 1_700_000_000_123).ids
+    assert ids == [job_id_for(seq) for seq in range(1001, 3501)]
     assert {seg: len(jobs) for seg, jobs in st_.seg_jobs.items()} == {
         0: 1023, 1: 1024, 2: 1024, 3: 429}
     data = codec.encode(st_)
     cached = {job.id: job._enc for job in st_.jobs.values()}
     for job in st_.jobs.values():
         job._enc = None  # the template path, from the job's fields
-    assert {job.id: codec.job_line(job) for job in st_.jobs.values()} == cached
+    assert {job.id: job_line(job) for job in st_.jobs.values()} == cached
     assert orjson.loads(data) == orjson.loads(codec.encode_full(st_))
-    assert codec.encode(codec.decode(data)) == data
-    claimed = T.apply(st_, T.Claim("w", 3), 1_700_000_000_200).jobs
+    assert codec.encode(decode_state(data)) == data
+    claimed = T.apply(st_, Claim("w", 3), 1_700_000_000_200).jobs
     assert [j.id for j in claimed] == ["j0000000001", "j0000000002", "j0000000003"]
 
 
@@ -132,25 +157,25 @@ def test_bulk_push_refuses_an_oversize_payload_whole() -> None:
     st_ = T.new_state(0)
     st_.settings.max_payload_bytes = 10
     with pytest.raises(PayloadTooLarge):
-        T.apply(st_, T.PushPayloads((b"1", b'"' + b"x" * 20 + b'"')), 0)
+        T.apply(st_, PushPayloads((b"1", b'"' + b"x" * 20 + b'"')), 0)
     assert not st_.jobs and st_.counters.enqueued == 0
 
 
 def test_queue_full_refuses_whole_push() -> None:
     st_ = T.new_state(0)
-    st_.settings.max_state_bytes = 3 * S.JOB_OVERHEAD_BYTES
+    st_.settings.max_state_bytes = 3 * JOB_OVERHEAD_BYTES
     push(st_, 0, 1, 2)
     with pytest.raises(QueueFull):
-        T.apply(st_, T.Push((T.NewJob(b"3"), T.NewJob(b"4"))), 0)
+        T.apply(st_, Push((NewJob(b"3"), NewJob(b"4"))), 0)
     assert len(st_.jobs) == 2
 
 
 def test_paused_queue_hands_out_nothing() -> None:
     st_ = T.new_state(0)
     push(st_, 0, "x")
-    T.apply(st_, T.SetPaused(True), 0)
+    T.apply(st_, SetPaused(True), 0)
     assert claim(st_, 0) == []
-    T.apply(st_, T.SetPaused(False), 0)
+    T.apply(st_, SetPaused(False), 0)
     assert len(claim(st_, 0)) == 1
 
 
@@ -158,43 +183,43 @@ def test_takeover_grants_fresh_leases() -> None:
     st_ = T.new_state(0)
     push(st_, 0, "x")
     tok = claim(st_, 0, lease_ms=1000)[0].token
-    T.apply(st_, T.TakeOver("b2", "http://b2", 30_000), 900)
-    assert T.apply(st_, T.Reclaim(), 1500).ids == []  # old expiry 1000 no longer counts
-    assert T.apply(st_, T.Heartbeat((tok,), 1000), 1500).items[0].ok
+    T.apply(st_, TakeOver("b2", "http://b2", 30_000), 900)
+    assert T.apply(st_, Reclaim(), 1500).ids == []  # old expiry 1000 no longer counts
+    assert T.apply(st_, Heartbeat((tok,), 1000), 1500).items[0].ok
 
 
 def test_push_once_happens_at_most_once() -> None:
     st_ = T.new_state(0)
-    first = T.apply(st_, T.Push((T.NewJob(b"1"), T.NewJob(b"2")), once="write:a"), 0)
+    first = T.apply(st_, Push((NewJob(b"1"), NewJob(b"2")), once="write:a"), 0)
     assert len(first.ids) == 2 and not first.duplicate
-    again = T.apply(st_, T.Push((T.NewJob(b"1"), T.NewJob(b"2")), once="write:a"), 5)
+    again = T.apply(st_, Push((NewJob(b"1"), NewJob(b"2")), once="write:a"), 5)
     assert again.duplicate and again.ids == [] and len(st_.jobs) == 2
-    other = T.apply(st_, T.Push((T.NewJob(b"3"),), once="write:b"), 5)
+    other = T.apply(st_, Push((NewJob(b"3"),), once="write:b"), 5)
     assert len(other.ids) == 1 and len(st_.jobs) == 3
 
 
 def test_job_ids_and_seqs_map_one_to_one() -> None:
     for seq in (1, 5, 9_999_999_999, 10_000_000_000, 123_456_789_012):
-        assert S.seq_of(S.job_id_for(seq)) == seq
-        assert S.token_seq(f"{S.job_id_for(seq)}.17") == seq
+        assert seq_of(job_id_for(seq)) == seq
+        assert token_seq(f"{job_id_for(seq)}.17") == seq
     for bad in ("", "j", "j5", "j00000000005", "j01000000000", "x0000000005", "j000000000\u00b2",
                 "j000000000a", "j-000000005", "0000000005"):
-        assert S.seq_of(bad) is None, bad
-    assert S.token_seq("no-dot") is None
+        assert seq_of(bad) is None, bad
+    assert token_seq("no-dot") is None
 
 
 def test_list_jobs_pages_after_an_id_padded_or_not() -> None:
     st_ = T.new_state(0)
-    ids = T.apply(st_, T.PushPayloads(tuple(b"%d" % n for n in range(5))), 0).ids
-    assert [j.id for j in T.list_jobs(st_, after=ids[1])] == list(ids[2:])
-    assert [j.id for j in T.list_jobs(st_, after="j3")] == list(ids[3:])
+    ids = T.apply(st_, PushPayloads(tuple(b"%d" % n for n in range(5))), 0).ids
+    assert [j.id for j in list_jobs(st_, after=ids[1])] == list(ids[2:])
+    assert [j.id for j in list_jobs(st_, after="j3")] == list(ids[3:])
     for bad in ("x3", "j", "j-1", "j\u00b2"):
         with pytest.raises(InvalidRequest):
-            T.list_jobs(st_, after=bad)
+            list_jobs(st_, after=bad)
 
 
 def test_job_ids_of_a_bulk_push_read_like_a_list() -> None:
-    ids = S.JobIds(9_999_999_998, 3)
+    ids = JobIds(9_999_999_998, 3)
     expected = ["j9999999998", "j9999999999", "j10000000000"]
     assert len(ids) == 3 and list(ids) == expected and ids == expected and expected == ids
     assert ids[-1] == expected[-1] and ids[1:] == expected[1:] and ids != expected[:2]
@@ -206,11 +231,11 @@ def test_corrupt_foreign_and_newer_objects_are_refused() -> None:
     from broker.errors import CorruptState, ForeignState, NewerState
 
     good = T.new_state(0)
-    T.apply(good, T.Push((T.NewJob(b"1", priority=5), T.NewJob(b"2"))), 0)
-    T.apply(good, T.Claim("w", 1, 1000), 0)
+    T.apply(good, Push((NewJob(b"1", priority=5), NewJob(b"2"))), 0)
+    T.apply(good, Claim("w", 1, 1000), 0)
     codec.stamp(good, "w", 0)
     text = codec.encode(good)
-    codec.decode(text)
+    decode_state(text)
     for bad in (text.replace(b'"j0000000001"', b'"j0000000003"'),  # id is not its seq's
                 text.replace(b'"j0000000001"', b'"x\\"y"'),
                 text.replace(b'"token":"j0000000001.1"', b'"token":"t\\"1"'),
@@ -218,16 +243,16 @@ def test_corrupt_foreign_and_newer_objects_are_refused() -> None:
                 text.replace(b'"run_at":"1970', b'"run_at":"1969')):
         assert bad != text
         with pytest.raises(CorruptState):
-            codec.decode(bad)
+            decode_state(bad)
 
     with pytest.raises(CorruptState):
-        codec.decode(b"{not json")
+        decode_state(b"{not json")
     with pytest.raises(CorruptState):
-        codec.decode(b'{"format":"osqueue","version":1,"seq":1}')
+        decode_state(b'{"format":"osqueue","version":1,"seq":1}')
     with pytest.raises(ForeignState):
-        codec.decode(b'{"format":"other","version":1}')
+        decode_state(b'{"format":"other","version":1}')
     with pytest.raises(NewerState):
-        codec.decode(b'{"format":"osqueue","version":99}')
+        decode_state(b'{"format":"osqueue","version":99}')
 
 
 # -- invariants over random operation sequences ---------------------------------------
@@ -237,13 +262,13 @@ payloads = st.one_of(st.integers(-(2**53), 2**53), st.text(max_size=8),
                      st.dictionaries(st.text(max_size=3), st.booleans(), max_size=2))
 
 
-def order_key(job: S.Job) -> tuple[int, int, int]:
+def order_key(job: Job) -> tuple[int, int, int]:
     return (-job.priority, job.run_at_ms, job.seq)
 
 
 def _lines(state: S.QueueState) -> dict[int, bytes]:
     """Every job's line by seq, read without making Jobs of the lines."""
-    return {job.seq: codec.job_line(job) for job in state.jobs.peek()}
+    return {job.seq: job_line(job) for job in state.jobs.peek()}
 
 
 class QueueMachine(RuleBasedStateMachine):
@@ -257,10 +282,10 @@ class QueueMachine(RuleBasedStateMachine):
         self.purged: set[str] = set()
         self.tokens: list[str] = []
         self.keys: dict[str, str] = {}
-        self.answers: dict[tuple[str, str], T.ItemResult] = {}  # (op, token) -> first ok answer
+        self.answers: dict[tuple[str, str], ItemResult] = {}  # (op, token) -> first ok answer
         self.requests: dict[str, list[str]] = {}  # push request key -> ids answered
 
-    def apply(self, op: T.Op, now: int) -> T.Result:
+    def apply(self, op: Op, now: int) -> Result:
         """T.apply, checking that every job's status change is one the table allows."""
         # (peek: reading must not turn the jobs a bulk push keeps as lines into Jobs)
         before = {job.seq: job.status for job in self.state.jobs.peek()}
@@ -281,8 +306,8 @@ class QueueMachine(RuleBasedStateMachine):
                                    st.sampled_from([None, "a", "b", "c"])),
                          min_size=1, max_size=4))
     def push(self, items: list[tuple[object, int, int, int | None, str | None]]) -> None:
-        jobs = tuple(T.NewJob(orjson.dumps(p), pr, d, m, k) for p, pr, d, m, k in items)
-        ids = self.apply(T.Push(jobs), self.now).ids
+        jobs = tuple(NewJob(orjson.dumps(p), pr, d, m, k) for p, pr, d, m, k in items)
+        ids = self.apply(Push(jobs), self.now).ids
         assert len(ids) == len(jobs)
         for (_, _, _, _, key), jid in zip(items, ids, strict=True):
             if key is not None:
@@ -296,7 +321,7 @@ class QueueMachine(RuleBasedStateMachine):
           request=st.sampled_from([None, "r1", "r2", "r3"]))
     def push_bulk(self, items: list[object], request: str | None) -> None:
         before = len(self.state.jobs)
-        ids = list(self.apply(T.PushPayloads(tuple(orjson.dumps(p) for p in items),
+        ids = list(self.apply(PushPayloads(tuple(orjson.dumps(p) for p in items),
                                              request=request), self.now).ids)
         if request is not None and request in self.state.receipts.requests \
                 and request in self.requests and len(self.state.jobs) == before:
@@ -317,13 +342,13 @@ class QueueMachine(RuleBasedStateMachine):
             key=order_key,
         )
         expected = [j.id for j in runnable[:n]] if not self.state.paused else []
-        got = self.apply(T.Claim(worker, n, lease, request=f"c{len(self.tokens)}"),
+        got = self.apply(Claim(worker, n, lease, request=f"c{len(self.tokens)}"),
                          self.now).jobs
         assert [j.id for j in got] == expected
         for j in got:
             self.tokens.append(j.token)
         if got:  # a repeat of the same claim hands back the same jobs, claiming nothing new
-            again = self.apply(T.Claim(worker, n, lease,
+            again = self.apply(Claim(worker, n, lease,
                                        request=f"c{len(self.tokens) - len(got)}"),
                                self.now)
             assert again.replayed and [j.token for j in again.jobs] == [j.token for j in got]
@@ -334,7 +359,7 @@ class QueueMachine(RuleBasedStateMachine):
         tok = data.draw(st.sampled_from(self.tokens))
         valid = T.live_job(self.state, tok, self.now) is not None
         snapshot = _lines(self.state)
-        r = self.apply(T.Heartbeat((tok,), lease), self.now)
+        r = self.apply(Heartbeat((tok,), lease), self.now)
         assert r.items[0].ok == valid
         if not valid:
             assert _lines(self.state) == snapshot
@@ -345,7 +370,7 @@ class QueueMachine(RuleBasedStateMachine):
         tok = data.draw(st.sampled_from(self.tokens))
         job = T.live_job(self.state, tok, self.now)
         snapshot = _lines(self.state)
-        r = self.apply(T.Complete((T.CompleteItem(tok, b"true"),)), self.now)
+        r = self.apply(Complete((CompleteItem(tok, b"true"),)), self.now)
         first = self.answers.get(("complete", tok))
         if job is None:
             assert _lines(self.state) == snapshot
@@ -383,12 +408,12 @@ class QueueMachine(RuleBasedStateMachine):
                 expected = {k: v for k, v in job.to_plain().items()
                             if k not in ("lease", "key")}
                 expected.update(worker=job.lease.worker, token=job.lease.token)
-                assert orjson.loads(codec.archive_line(job)) == expected
-                assert codec.archive_line(job) == orjson.dumps(
-                    {k: expected[k] for k in orjson.loads(codec.archive_line(job))}) + b"\n"
+                assert orjson.loads(archive_line(job)) == expected
+                assert archive_line(job) == orjson.dumps(
+                    {k: expected[k] for k in orjson.loads(archive_line(job))}) + b"\n"
                 self.archived.add(job.id)
         seqs = tuple(self.state.completed)
-        self.apply(T.DropArchived(seqs), self.now)
+        self.apply(DropArchived(seqs), self.now)
         assert not self.state.completed
 
     @precondition(lambda self: self.tokens)
@@ -396,7 +421,7 @@ class QueueMachine(RuleBasedStateMachine):
     def fail(self, data: st.DataObject, retry: int | None) -> None:
         tok = data.draw(st.sampled_from(self.tokens))
         job = T.live_job(self.state, tok, self.now)
-        r = self.apply(T.Fail((T.FailItem(tok, "err", retry),)), self.now)
+        r = self.apply(Fail((FailItem(tok, "err", retry),)), self.now)
         first = self.answers.get(("fail", tok))
         if job is not None:
             assert r.items[0].ok
@@ -410,7 +435,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule()
     def reclaim(self) -> None:
-        self.apply(T.Reclaim(), self.now)
+        self.apply(Reclaim(), self.now)
         for job in self.state.jobs.peek():
             if job.status == "claimed":
                 assert job.lease is not None and job.lease.expires_ms > self.now
@@ -419,28 +444,28 @@ class QueueMachine(RuleBasedStateMachine):
     def read_every_job(self) -> None:
         """Make every job a Job (what a full scan does); nothing changes but the form."""
         before = codec.encode(self.state)
-        assert all(isinstance(job, S.Job) for job in self.state.jobs.values())
+        assert all(isinstance(job, Job) for job in self.state.jobs.values())
         assert codec.encode(self.state) == before
 
     @rule()
     def redrive(self) -> None:
-        self.apply(T.Redrive(), self.now)
+        self.apply(Redrive(), self.now)
 
     @rule(paused=st.booleans())
     def pause(self, paused: bool) -> None:
-        self.apply(T.SetPaused(paused), self.now)
+        self.apply(SetPaused(paused), self.now)
 
     @rule(statuses=st.sampled_from([("dead",), ("pending", "dead")]))
     def purge(self, statuses: tuple[str, ...]) -> None:
         doomed = {j.id for j in self.state.jobs.peek() if j.status in statuses}
-        assert self.apply(T.Purge(statuses), self.now).count == len(doomed)
+        assert self.apply(Purge(statuses), self.now).count == len(doomed)
         self.purged |= doomed
 
     @rule()
     def roundtrip(self) -> None:
         codec.stamp(self.state, "test", self.now, f"c-{self.now}")
         data = codec.encode(self.state)
-        back = codec.decode(data)
+        back = decode_state(data)
         assert codec.encode(back) == data
         assert codec.encode_full(back) == codec.encode_full(self.state)
         assert orjson.loads(data) == orjson.loads(codec.encode_full(self.state))
@@ -462,7 +487,7 @@ class QueueMachine(RuleBasedStateMachine):
         for job in self.state.jobs.peek():
             cached = job._enc  # (a line spliced from another, or the job's own line)
             job._enc = None  # encode from the fields, whichever path that takes
-            fresh = codec.job_line(job)
+            fresh = job_line(job)
             job._enc = cached
             assert fresh == b",\n" + orjson.dumps(job.to_dict())
             assert cached is None or cached == fresh
@@ -473,7 +498,7 @@ class QueueMachine(RuleBasedStateMachine):
         lines = {seq for seq, e in table.entries.items() if isinstance(e, bytes)}
         counts = self.state.count_by_status()
         assert counts == {s: sum(j.status == s for j in table.peek()) for s in counts}
-        T.stats(self.state, self.now)
+        stats(self.state, self.now)
         assert {seq for seq, e in table.entries.items() if isinstance(e, bytes)} == lines
 
     @invariant()

@@ -1,4 +1,4 @@
-"""Verdicts on write attempts (broker/verdict.py), and how callers are answered."""
+"""Verdicts on write attempts (broker/commit/verdict.py), and how callers are answered."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import asyncio
 
 import pytest
 
-from broker.errors import InvalidRequest, OutcomeUnknown
-from broker.verdict import (
+from broker.commit.verdict import (
     Attempt,
     Verdict,
     Waiter,
@@ -17,6 +16,7 @@ from broker.verdict import (
     outcome_unknown,
     verdict,
 )
+from broker.errors import InvalidRequest, OutcomeUnknown
 
 
 def attempt(base_commit: str | None = "c-base", base_etag: str | None = "e-base",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.server import BrokerServer
+from broker.http.server import BrokerServer
 from osqueue_spark import QueueClient, start_broker
 from osqueue_spark.cli import main
 

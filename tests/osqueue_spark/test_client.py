@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 import urllib3
 
-from broker import codec, keys
+from broker import paths
 from broker.errors import BrokerUnavailable, InvalidRequest, OsqueueError
-from broker.server import BrokerServer
+from broker.http.server import BrokerServer
+from broker.model.decode import decode_state
 from broker.storage import FileStore
 from osqueue_spark import QueueClient, start_broker
 from osqueue_spark.transport import Response, Urllib3Transport
@@ -100,7 +101,7 @@ def test_the_client_finds_the_owner_among_several_urls(tmp_path: Path) -> None:
         client = QueueClient([dead, standby.url, owner.url], "q", retry_s=20)
         assert client.push("second")  # dead -> standby ("not the broker") -> owner
         assert client.url == owner.url
-        state = codec.decode(FileStore(tmp_path).read(keys.state_key("q")).data)
+        state = decode_state(FileStore(tmp_path).read(paths.state_key("q")).data)
         assert state.broker is not None and state.broker.url == owner.url
         assert QueueClient(f"{dead},{owner.url}", "q", retry_s=20).stats()["total"] == 2
 

@@ -11,8 +11,9 @@ import pytest
 from pyspark.sql.types import StringType, StructField, StructType
 
 from broker.errors import InvalidRequest
-from osqueue_spark import datasource
-from osqueue_spark.datasource import (
+from osqueue_spark.datasource import source as source_module
+from osqueue_spark.datasource.options import OptionError
+from osqueue_spark.datasource.source import (
     ARCHIVE_SCHEMA,
     QUEUE_SCHEMA,
     STREAM_SCHEMA,
@@ -24,7 +25,6 @@ from osqueue_spark.datasource import (
     QueueStreamWriter,
     QueueWriter,
 )
-from osqueue_spark.options import OptionError
 
 BROKER = {"broker": "http://127.0.0.1:1", "queue": "jobs", "token": "s3cret"}
 
@@ -50,7 +50,7 @@ def test_the_source_is_named_osqueue_and_registers_itself() -> None:
         class dataSource:  # as SparkSession names it
             register = staticmethod(registered.append)
 
-    datasource.register(Session())
+    source_module.register(Session())
     assert registered == [OsqueueDataSource] and OsqueueDataSource.name() == "osqueue"
 
 
@@ -105,12 +105,12 @@ def test_bad_options_are_refused_when_the_source_is_asked() -> None:
 
 def test_errors_leave_the_source_with_their_code_as_a_note() -> None:
     """Spark's Python worker formats a data source's exception into text (see
-    ``osqueue_spark.spark_errors``): the code must be in that text, once, and the
+    ``osqueue_spark.datasource.errors``): the code must be in that text, once, and the
     message, type and pickling unchanged."""
     import traceback
 
     from broker.errors import StorageUnavailable
-    from osqueue_spark.spark_errors import with_code
+    from osqueue_spark.datasource.errors import with_code
 
     with pytest.raises(OptionError) as caught:
         source(store="file:///s").reader(schema(QUEUE_SCHEMA))

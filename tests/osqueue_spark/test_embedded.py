@@ -20,13 +20,14 @@ from typing import Any
 
 import pytest
 
-from broker import codec, keys
-from broker.server import is_loopback, primary_address
+from broker import paths
+from broker.http.server import is_loopback, primary_address
+from broker.model.decode import decode_state
 from broker.storage import FileStore
 from osqueue_spark import start_broker
 from osqueue_spark.client import QueueClient
+from osqueue_spark.datasource.options import BrokerOptions
 from osqueue_spark.embedded import cluster_driver_host
-from osqueue_spark.options import BrokerOptions
 
 
 def _this_machines_address() -> str:
@@ -88,7 +89,7 @@ def test_in_a_clusters_driver_it_listens_advertises_and_wants_the_token(
         opts = BrokerOptions.parse({"broker": b.url, "token": token, "queue": "q"})
         assert opts.client().push("from an executor")
         assert token not in repr(b) and token not in repr(opts)
-        state = codec.decode(FileStore(tmp_path).read(keys.state_key("q")).data)
+        state = decode_state(FileStore(tmp_path).read(paths.state_key("q")).data)
         assert state.broker is not None and state.broker.url == b.url  # what others discover
     assert all(token not in r.getMessage() for r in caplog.records)
 
@@ -163,7 +164,7 @@ def test_the_jobs_embedded_broker_shares_its_token_with_the_job(tmp_path: Path) 
     """``jobs/*`` read ``args.token`` inside ``broker_for``: it is the broker's own."""
     import argparse
 
-    from osqueue_spark.pipelines import broker_for
+    from osqueue_spark.pipelines.common import broker_for
 
     args = argparse.Namespace(broker=None, store=f"file://{tmp_path}", token="job-token")
     with broker_for(args) as url:

@@ -95,7 +95,9 @@ def test_importing_the_package_loads_no_gc_tuning() -> None:
     code = textwrap.dedent("""
         import sys
         import osqueue_spark
-        from osqueue_spark import cli, client, heartbeat, options, rows, sink, transport, workers
+        from osqueue_spark import cli, client, heartbeat, sink, transport, workers
+        from osqueue_spark.datasource import options
+        from osqueue_spark.datasource import rows
         print(sorted(m for m in sys.modules if m == "broker.gcpause" or m.startswith("uvicorn")))
     """)
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,

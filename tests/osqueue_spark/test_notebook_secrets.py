@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from osqueue_spark.notebook import dbutils_of, on_databricks, secret
-from osqueue_spark.pipelines import job_args
+from osqueue_spark.pipelines.common import job_args
+from osqueue_spark.pipelines.notebook import dbutils_of, on_databricks, secret
 
 VALUE = "tok-9f8e7d6c5b4a"
 

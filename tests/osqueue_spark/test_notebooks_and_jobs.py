@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from broker.errors import Unauthorized
-from broker.server import BrokerServer
+from broker.http.server import BrokerServer
 from osqueue_spark import QueueClient, start_broker
 
 pytestmark = pytest.mark.spark
@@ -96,7 +96,7 @@ def test_jobs_producer_worker_pool_and_report(any_spark: Any, jobs_broker: Broke
     test's client session, which is the one they then use)."""
     import importlib.util
 
-    import osqueue_spark.pipelines as pipelines
+    from osqueue_spark import session
 
     def load(name: str) -> Any:
         spec = importlib.util.spec_from_file_location(name, ROOT / "jobs" / f"{name}.py")
@@ -111,9 +111,9 @@ def test_jobs_producer_worker_pool_and_report(any_spark: Any, jobs_broker: Broke
     remote: list[str] = []
     monkeypatch.setattr(spark, "stop", lambda: None)  # the jobs stop their session: keep ours
     producer, workers, report = load("producer"), load("worker_pool"), load("archive_report")
-    if pipelines.is_connect(spark):
+    if session.is_connect(spark):
         remote = ["--remote", f"sc://{spark.client._builder.endpoint}"]
-        assert pipelines.local_session("t", remote=remote[1]) is spark
+        assert session.local_session("t", remote=remote[1]) is spark
     else:
         for mod in (producer, workers, report):
             monkeypatch.setattr(mod, "local_session", lambda *a, **k: spark)
@@ -135,7 +135,7 @@ def test_jobs_producer_worker_pool_and_report(any_spark: Any, jobs_broker: Broke
 #: hangs off it (broadcast variables, accumulators, setLogLevel), the JVM handles.
 CLASSIC_ONLY_ATTRS = {"rdd", "sparkContext", "_jvm", "_jsc", "_jdf", "_jsparkSession"}
 #: Where one is used anyway, behind an ``if not is_connect(spark)`` check.
-GUARDED = {("osqueue_spark/pipelines.py", 'spark.sparkContext.setLogLevel("ERROR")')}
+GUARDED = {("osqueue_spark/session.py", 'spark.sparkContext.setLogLevel("ERROR")')}
 #: start_broker asks whether this process is a classic cluster driver: it looks for an
 #: active SparkContext (None in a Connect client) and never creates one.
 LOOKS_ONLY = {("osqueue_spark/embedded.py", "from pyspark import SparkContext"),

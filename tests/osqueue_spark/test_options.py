@@ -11,7 +11,7 @@ import pytest
 
 from broker.errors import InvalidRequest
 from broker.limits import MAX_CLAIM_JOBS, MAX_LEASE_S, MAX_WORKER_CHARS
-from osqueue_spark.options import (
+from osqueue_spark.datasource.options import (
     MAX_WRITE_BATCH_ROWS,
     BrokerOptions,
     OptionError,

@@ -10,10 +10,10 @@ import orjson
 import pyarrow as pa
 import pytest
 
-from broker import api
 from broker.errors import InvalidRequest
-from osqueue_spark.client import staged_line
-from osqueue_spark.rows import arrow_staged_lines, row_to_job, ts, ts_text
+from broker.model.checks import parse_staged
+from osqueue_spark.client import job_staged_line
+from osqueue_spark.datasource.rows import arrow_staged_lines, row_to_job, ts, ts_text
 
 
 class Row(dict[str, Any]):
@@ -62,8 +62,8 @@ def test_arrow_string_payloads_pass_through_with_their_options() -> None:
                              ({}, [1, 2])]
     assert lines[0] == b'{"key":"k0"}\t{"n":1}\n'  # the text as given, not re-encoded
     # the same lines the client's own encoder makes for the same jobs
-    assert lines[2] == staged_line([1, 2])
-    assert len(api.parse_staged(b"".join(lines), check=True, max_payload_bytes=1 << 20)) == 3
+    assert lines[2] == job_staged_line([1, 2])
+    assert len(parse_staged(b"".join(lines), check=True, max_payload_bytes=1 << 20)) == 3
 
 
 @pytest.mark.parametrize(("payloads", "message"), [

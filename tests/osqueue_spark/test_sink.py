@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from pyspark.sql import Row
 
-from broker.server import BrokerServer
+from broker.http.server import BrokerServer
 from osqueue_spark import QueueClient, push_partition, start_broker
 
 

@@ -17,8 +17,9 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql.datasource import DataSourceReader
 
-from broker import codec, keys
-from broker.server import BrokerServer
+from broker import paths
+from broker.http.server import BrokerServer
+from broker.model.decode import decode_state
 from broker.storage import FileStore
 from osqueue_spark import RESULT_SCHEMA, QueueClient, process, push_partition, start_broker
 
@@ -90,7 +91,7 @@ def test_a_connect_client_gets_the_data_source_error_itself(spark_connect: Any) 
     err = caught.value
     assert err.getCondition() == "PYTHON_DATA_SOURCE_ERROR"
     msg = err.getMessageParameters()["msg"]
-    assert "osqueue_spark.options.OptionError: option 'store' is required" in msg
+    assert "osqueue_spark.datasource.options.OptionError: option 'store' is required" in msg
     assert msg.rstrip().endswith("osqueue error code: bad_option")
     assert "org.apache.spark" not in msg and "s3cret-token" not in str(err)
     text = str(err)
@@ -108,7 +109,7 @@ def rows_per_partition(df: Any) -> dict[int, int]:
 
 def test_archive_read_with_pruning(any_spark: Any, tmp_path: Path) -> None:
     spark, store = any_spark, FileStore(tmp_path)
-    from broker import archive
+    from broker.model import archive
 
     hours = ["2026-01-01T10", "2026-01-01T11", "2026-01-02T09"]
     for h_i, hour in enumerate(hours):
@@ -151,7 +152,7 @@ def test_archive_read_shows_each_job_once_with_legacy_orphans(spark: Any,
     """Objects of osqueue 0.1 (named by broker id) may hold an orphan: a job the
     broker archived before a commit that failed, completed again later. The
     reader keeps each job's latest completion; current objects hold each job once."""
-    from broker import archive
+    from broker.model import archive
 
     store = FileStore(tmp_path)
 
@@ -213,7 +214,7 @@ def test_write_is_exactly_once_under_task_retry(any_spark: Any, broker: BrokerSe
           .select(F.to_json(F.struct("n")).alias("payload"), (F.col("n") % 3).alias("priority")))
     (df.write.format("osqueue").option("broker", broker.url).option("queue", q)
      .option("batchSize", "500").mode("append").save())
-    state = codec.decode(FileStore(store_dir).read(keys.state_key(q)).data)
+    state = decode_state(FileStore(store_dir).read(paths.state_key(q)).data)
     payloads = sorted(json.loads(j.payload)["n"] for j in state.jobs.values())
     assert payloads == list(range(10_000))
     assert all(j.status == "pending" for j in state.jobs.values())
@@ -480,7 +481,7 @@ def test_streaming_write_exactly_once_across_restart(any_spark: Any, broker: Bro
 
 def test_streaming_write_needs_an_identity(spark: Any, broker: BrokerServer) -> None:
     from broker.errors import InvalidRequest
-    from osqueue_spark.options import StreamWriteOptions
+    from osqueue_spark.datasource.options import StreamWriteOptions
 
     with pytest.raises(InvalidRequest, match="checkpointLocation"):
         StreamWriteOptions.parse({"broker": broker.url, "queue": "q"})
@@ -523,7 +524,8 @@ def test_session_helpers_tell_the_kinds_apart(spark: Any, spark_connect: Any) ->
     """Outside ``any_spark`` this process is not in Connect mode, so plain
     ``pyspark.sql.functions`` build classic columns, which a Connect DataFrame
     refuses; the pipelines ask the session which functions to use."""
-    from osqueue_spark.pipelines import documents, is_connect, sql_functions
+    from osqueue_spark.pipelines.common import documents
+    from osqueue_spark.session import is_connect, sql_functions
 
     assert not is_connect(spark) and is_connect(spark_connect)
     assert sql_functions(spark).__name__ == "pyspark.sql.functions"

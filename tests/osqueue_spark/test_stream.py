@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from pyspark.sql import Row
 
-from broker.server import BrokerServer
+from broker.http.server import BrokerServer
 from osqueue_spark import QueueClient, start_broker
-from osqueue_spark.options import StreamReadOptions, StreamWriteOptions
-from osqueue_spark.stream_reader import QueueStreamReader
-from osqueue_spark.stream_writer import QueueStreamWriter
+from osqueue_spark.datasource.options import StreamReadOptions, StreamWriteOptions
+from osqueue_spark.datasource.stream_reader import QueueStreamReader
+from osqueue_spark.datasource.stream_writer import QueueStreamWriter
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """readStream under ``trigger(availableNow=True)`` and admission control, classic and Connect.
 
 The reader is driven here the way each PySpark version's engine drives it
-(see :mod:`osqueue_spark.stream_reader`), and under real sessions of both
+(see :mod:`osqueue_spark.datasource.stream_reader`), and under real sessions of both
 kinds; the archive objects in the store are the evidence of exactly once.
 """
 
@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 
 from bench.motoserver import free_port
-from broker import archive
 from broker.errors import InvalidRequest, OsqueueError
-from broker.server import BrokerServer
+from broker.http.server import BrokerServer
+from broker.model import archive
 from broker.storage import ObjectStore, store_from_url
 from osqueue_spark import QueueClient, start_broker
-from osqueue_spark.options import StreamReadOptions
-from osqueue_spark.stream_reader import QueueStreamReader, rows_allowed
+from osqueue_spark.datasource.options import StreamReadOptions
+from osqueue_spark.datasource.stream_reader import QueueStreamReader, rows_allowed
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def wait_archived(store: ObjectStore, queue: str, n: int, timeout_s: float = 60)
 
 
 #: PySpark 4.2+ has the ReadLimit classes and the availableNow hook; on 4.0 and 4.1
-#: Spark runs one batch for availableNow (see osqueue_spark.stream_reader).
+#: Spark runs one batch for availableNow (see osqueue_spark.datasource.stream_reader).
 needs_hook = pytest.mark.skipif(
     importlib.util.find_spec("pyspark.sql.streaming.datasource") is None,
     reason="PySpark < 4.2: no ReadLimit classes, availableNow runs a single batch")

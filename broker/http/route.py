@@ -1,0 +1,39 @@
+"""One route of the API, as the routes table (:mod:`broker.http.routes`) lists it and
+the OpenAPI document (:mod:`broker.http.openapi`) describes it."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+from starlette.requests import Request
+
+from broker.service.coordinator import Broker
+
+RequestKey = tuple["str | None", "int | None"]  # (Idempotency-Key, Idempotency-Floor)
+HotHandler = Callable[[Broker, str, Any, RequestKey], Awaitable[tuple[int, Any]]]
+RestHandler = Callable[[Broker, Request], Awaitable[Any]]
+
+#: How a route's body arrives: decoded JSON, staged lines (bytes), or either by
+#: its content type (``application/vnd.osqueue.staged`` for lines).
+JSON, STAGED, JSON_OR_STAGED = "json", "staged", "json_or_staged"
+
+
+@dataclass(frozen=True)
+class Route:
+    """One route of the API (see the module docstring for the two handler kinds)."""
+
+    method: str
+    path: str
+    handler: HotHandler | RestHandler
+    summary: str
+    request: type[BaseModel] | None = None
+    response: type[BaseModel] | None = None
+    auth: bool = True
+    hot: bool = False
+    body: str = JSON
+    keyed: bool = False  # takes Idempotency-Key and Idempotency-Floor
+    query: type[BaseModel] | None = None
+    media_type: str = "application/json"

@@ -1,0 +1,285 @@
+"""The HTTP API's request and response bodies as pydantic models.
+
+These models are the one source of the OpenAPI document (:mod:`broker.http.openapi`)
+and state every bound by its name in :mod:`broker.limits`. The broker does not
+validate requests with them: the hand parsers in :mod:`broker.http.parsers` do that,
+several times faster (``bench/parse_bench.py``), and
+``tests/broker/test_schemas.py`` holds the two equal (same bodies accepted,
+same values) on generated inputs.
+
+Request models are strict (``"5"`` is not a number, ``true`` is not ``1``) and
+ignore fields they do not know, as the parsers do; an optional field sent as
+``null`` takes its default. Response models forbid unknown fields, so a test
+that validates real answers with them notices an undocumented field.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import orjson
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, field_validator
+
+from broker.limits import (
+    DEFAULT_LEASE_S,
+    MAX_ATTEMPTS,
+    MAX_CLAIM_JOBS,
+    MAX_DELAY_S,
+    MAX_ITEMS,
+    MAX_KEY_CHARS,
+    MAX_LEASE_S,
+    MAX_ONCE_CHARS,
+    MAX_PREFIX_CHARS,
+    MAX_PRIORITY,
+    MAX_TOKEN_CHARS,
+    MAX_WAIT_S,
+    MAX_WORKER_CHARS,
+    MAX_WRITE_ID_CHARS,
+    MIN_LEASE_S,
+    SETTING_LIMITS,
+)
+from broker.model.checks import check_depth
+
+Token = Annotated[str, Field(min_length=1, max_length=MAX_TOKEN_CHARS)]
+Lease = Annotated[float | None, Field(ge=MIN_LEASE_S, le=MAX_LEASE_S,
+                                      description="lease in seconds (null: the default)")]
+
+
+def _storable(value: Any) -> Any:
+    """A payload or result as the broker stores it: JSON of at most MAX_DEPTH levels."""
+    # the parsers' own check, so the two agree
+    check_depth(orjson.dumps(value), "value")
+    return value
+
+
+class Request(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _null_is_default(cls, value: Any, info: Any) -> Any:
+        if value is None:
+            field = cls.model_fields[info.field_name]
+            return None if field.is_required() else field.get_default(call_default_factory=True)
+        return value
+
+
+class NewJob(Request):
+    """One job to push."""
+
+    payload: Annotated[Any, AfterValidator(_storable)] = Field(
+        description="the job: any JSON value")
+    priority: Annotated[int | None, Field(ge=-MAX_PRIORITY, le=MAX_PRIORITY)] = 0
+    delay_s: Annotated[float | None, Field(ge=0, le=MAX_DELAY_S)] = 0.0
+    max_attempts: Annotated[int | None, Field(ge=1, le=MAX_ATTEMPTS)] = None
+    key: Annotated[str | None, Field(min_length=1, max_length=MAX_KEY_CHARS,
+                                     description="idempotency key of the job")] = None
+
+
+class PushRequest(Request):
+    jobs: Annotated[list[NewJob], Field(min_length=1, max_length=MAX_ITEMS)]
+
+
+class ClaimRequest(Request):
+    worker: Annotated[str, Field(min_length=1, max_length=MAX_WORKER_CHARS)]
+    max_jobs: Annotated[int | None, Field(ge=1, le=MAX_CLAIM_JOBS)] = 1
+    lease_s: Lease = DEFAULT_LEASE_S
+    wait_s: Annotated[float | None, Field(ge=0, le=MAX_WAIT_S,
+                                          description="long-poll for this many seconds")] = 0.0
+
+
+class HeartbeatRequest(Request):
+    tokens: Annotated[list[Token], Field(min_length=1, max_length=MAX_ITEMS)]
+    lease_s: Lease = DEFAULT_LEASE_S
+
+
+class CompleteItem(Request):
+    token: Token
+    result: Annotated[Any, AfterValidator(_storable)] = Field(
+        None, description="stored with the job: any JSON value")
+
+
+class CompleteRequest(Request):
+    items: Annotated[list[CompleteItem], Field(min_length=1, max_length=MAX_ITEMS)]
+
+
+class FailItem(Request):
+    token: Token
+    error: str = ""
+    retry_in_s: Annotated[float | None, Field(
+        ge=0, le=MAX_DELAY_S, description="retry after this many seconds "
+                                          "(null: the queue's backoff)")] = None
+
+
+class FailRequest(Request):
+    items: Annotated[list[FailItem], Field(min_length=1, max_length=MAX_ITEMS)]
+
+
+class StageHeader(Request):
+    """The first line of a stage body."""
+
+    write_id: Annotated[str, Field(min_length=1, max_length=MAX_WRITE_ID_CHARS)]
+
+
+class PublishRequest(Request):
+    prefix: Annotated[str, Field(min_length=1, max_length=MAX_PREFIX_CHARS)]
+    keep: list[str] = Field(default_factory=list, description="write ids to publish")
+    once: Annotated[str | None, Field(min_length=1, max_length=MAX_ONCE_CHARS)] = None
+
+
+class RedriveRequest(Request):
+    ids: list[str] | None = Field(None, description="dead jobs to return (null: all)")
+
+
+class PurgeRequest(Request):
+    statuses: list[str] | None = Field(None, description="statuses to delete (null: all)")
+
+
+def _settings_model() -> type[BaseModel]:
+    fields: dict[str, Any] = {
+        name: (Annotated[kind | None, Field(ge=lo, le=hi)], None)
+        for name, (kind, lo, hi) in SETTING_LIMITS.items()}
+    return create_model("QueueSettings", __config__=ConfigDict(extra="forbid"), **fields)
+
+
+QueueSettings = _settings_model()
+
+
+class CreateRequest(BaseModel):
+    settings: QueueSettings = Field(  # type: ignore[valid-type]
+        default_factory=QueueSettings, description="settings to change; the rest keep theirs")
+
+
+class JobsQuery(BaseModel):
+    """The query of ``GET .../jobs``."""
+
+    status: str | None = Field(None, description="pending, claimed, dead or completed")
+    limit: int = 100
+    after: str | None = Field(None, description="the last job id of the previous page")
+
+
+# -- responses -------------------------------------------------------------------
+
+class Response(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorBody(Response):
+    error: str
+    code: str
+    url: str | None = Field(None, description="the owner's URL (not_the_broker)")
+    results: list[ItemResult] | None = Field(None, description="per token (stale_token)")
+
+
+class ItemResult(Response):
+    token: str
+    ok: bool
+    reason: str | None
+    status: str | None = None
+
+
+class Ids(Response):
+    ids: list[str]
+
+
+class ClaimedJobBody(Response):
+    id: str
+    payload: Any
+    token: str
+    attempt: int
+    lease_expires_at: str = Field(json_schema_extra={"format": "date-time"})
+
+
+class Claimed(Response):
+    jobs: list[ClaimedJobBody]
+
+
+class Results(Response):
+    results: list[ItemResult]
+
+
+class Staged(Response):
+    staged: int
+
+
+class Published(Response):
+    published: int
+    discarded: int
+    duplicate: bool
+
+
+class Redriven(Response):
+    redriven: int
+
+
+class Purged(Response):
+    purged: int
+
+
+class Paused(Response):
+    paused: bool
+
+
+class Queues(Response):
+    queues: list[str]
+
+
+class BrokerRecord(Response):
+    id: str
+    url: str
+    lease_s: float
+    lease_expires_at: str
+
+
+class Stats(Response):
+    queue: str
+    counts: dict[str, int]
+    total: int
+    paused: bool
+    oldest_pending_age_s: float | None
+    next_delayed_run_at: str | None
+    enqueued_total: int
+    completed_total: int
+    failed_total: int
+    dead_total: int
+    reclaimed_total: int
+    seq: int
+    approx_state_bytes: int
+    dedup_keys: int
+    receipts: int
+    settled_runs: int
+    broker: BrokerRecord | None
+    settings: dict[str, float]
+    served_by_this_broker: bool
+    state_bytes: int | None = None
+    commits: int | None = None
+    conflicts: int | None = None
+    unknown_outcomes: int | None = None
+    last_commit_ms: float | None = None
+    fault: str | None = None
+    archive_writes_pending: int | None = None
+    archive_error: str | None = None
+
+
+class JobsPage(Response):
+    jobs: list[dict[str, Any]]
+    next_after: str | None
+
+
+class QueueHealth(Response):
+    role: str = Field(description="owner or standby")
+    fault: str | None = None
+    archive_writes_pending: int | None = None
+    archive_error: str | None = None
+
+
+class Health(Response):
+    ok: bool
+    broker: str
+    url: str
+    stopping: bool
+    faulted_queues: list[str]
+    queues: dict[str, QueueHealth]
+
+
+ErrorBody.model_rebuild()

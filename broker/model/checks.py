@@ -1,0 +1,193 @@
+"""Checks shared by every reader of untrusted job input: the HTTP parsers
+(:mod:`broker.http.parsers`) and staging (:mod:`broker.service.staging`).
+
+Field checks name the field they refuse; the staged format's reader
+(:func:`parse_staged`) turns staged lines into jobs. Every problem raises
+``InvalidRequest`` (422) or ``PayloadTooLarge`` (413) naming the field or
+line; bodies that are not JSON raise ``RequestError`` (400). Pure.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any, cast
+
+import orjson
+
+from broker.errors import InvalidRequest, PayloadTooLarge
+from broker.limits import (
+    MAX_ATTEMPTS,
+    MAX_DELAY_S,
+    MAX_DEPTH,
+    MAX_ITEMS,
+    MAX_KEY_CHARS,
+    MAX_PRIORITY,
+)
+from broker.model import ops
+from broker.wire import STAGED_OPTION_FIELDS, parse_json
+
+_MISSING = object()
+
+#: A JSON text this short cannot nest deeper than MAX_DEPTH (two bytes a level).
+_SHALLOW_BYTES = 2 * MAX_DEPTH
+
+
+def check_depth(payload: bytes, where: str, *where_args: object) -> None:
+    """Refuse a JSON text nested deeper than :data:`MAX_DEPTH` (``InvalidRequest``,
+    naming it ``where % where_args``: hot loops pass an index, not a built name).
+
+    Cheap for the usual payload: nesting needs two bytes a level.
+    """
+    if len(payload) <= _SHALLOW_BYTES:
+        return
+    opens = payload.count(b"[") + payload.count(b"{")
+    if opens <= MAX_DEPTH:
+        return
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in payload:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    if deepest > MAX_DEPTH:
+        where = where % where_args if where_args else where
+        raise InvalidRequest(f"{where} is nested {deepest} levels deep; "
+                             f"at most {MAX_DEPTH} are allowed")
+
+
+def dumps_value(value: Any, where: str) -> bytes:
+    try:
+        out = orjson.dumps(value)
+    except orjson.JSONEncodeError as exc:
+        raise InvalidRequest(f"{where} cannot be stored: {exc} (at most {MAX_DEPTH} levels "
+                             "of nesting)") from None
+    check_depth(out, where)
+    return out
+
+
+def as_object(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InvalidRequest(f"{where} must be a JSON object")
+    return value
+
+
+def list_field(body: dict[str, Any], name: str, max_items: int = MAX_ITEMS) -> list[Any]:
+    value = body.get(name, _MISSING)
+    if value is _MISSING:
+        raise InvalidRequest(f"field '{name}' is required")
+    if not isinstance(value, list):
+        raise InvalidRequest(f"field '{name}' must be a list")
+    if not value:
+        raise InvalidRequest(f"field '{name}' must not be empty")
+    if len(value) > max_items:
+        raise InvalidRequest(f"field '{name}' has {len(value)} items; at most {max_items}")
+    return value
+
+
+def number_field(body: dict[str, Any], name: str, default: float | None, *, lo: float = 0.0,
+         hi: float = math.inf, where: str = "") -> float | None:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidRequest(f"field '{where}{name}' must be a number, got {value!r}")
+    if not lo <= value <= hi:
+        raise InvalidRequest(f"field '{where}{name}' must be within [{lo}, {hi}], got {value}")
+    return float(value)
+
+
+def int_field(body: dict[str, Any], name: str, default: int | None, *, lo: int, hi: int,
+         where: str = "") -> int | None:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRequest(f"field '{where}{name}' must be an integer, got {value!r}")
+    if not lo <= value <= hi:
+        raise InvalidRequest(f"field '{where}{name}' must be within [{lo}, {hi}], got {value}")
+    return value
+
+
+def str_field(body: dict[str, Any], name: str, default: str | None, *, max_len: int = MAX_KEY_CHARS,
+         where: str = "") -> str | None:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if not isinstance(value, str) or not 0 < len(value) <= max_len:
+        raise InvalidRequest(f"field '{where}{name}' must be a string of 1..{max_len} characters")
+    return value
+
+
+def job_options(item: dict[str, Any], where: str) -> tuple[int, int, int | None, str | None]:
+    """A job's options (priority, delay in ms, max_attempts, key), checked."""
+    delay = number_field(item, "delay_s", 0.0, hi=MAX_DELAY_S, where=where) or 0.0
+    return (int_field(item, "priority", 0, lo=-MAX_PRIORITY,
+                 hi=MAX_PRIORITY, where=where) or 0,
+            round(delay * 1000),
+            int_field(item, "max_attempts", None, lo=1, hi=MAX_ATTEMPTS, where=where),
+            str_field(item, "key", None, where=where))
+
+
+def parse_staged(data: bytes, *, check: bool, max_payload_bytes: int = 0,
+                 where: str = "staged line") -> list[ops.NewJob | bytes]:
+    """Staged lines -> jobs (bare payload bytes for default options, as
+    :func:`broker.model.ops.push_of` takes them).
+
+    With ``check`` (untrusted input) every payload is parsed as JSON and sized
+    and every option validated; raises ``InvalidRequest`` or
+    ``PayloadTooLarge`` naming the line. Without (lines the broker checked when
+    it staged them) only the options are decoded.
+    """
+    lines = data.split(b"\n")
+    if lines[-1]:
+        raise InvalidRequest(f"{where}s must end with a line break")
+    del lines[-1]
+    loads = orjson.loads
+    if data.startswith(b"\t") and data.count(b"\n\t") == len(lines) - 1:
+        payloads = [line[1:] for line in lines]
+        jobs_ = cast("list[ops.NewJob | bytes]", payloads)  # list is invariant
+        if not check:  # every line has default options
+            return jobs_
+        try:  # check them all without a Python loop; the loop below names a bad line
+            if not payloads or max(map(len, payloads)) <= min(max_payload_bytes,
+                                                             2 * MAX_DEPTH):
+                deque(map(loads, payloads), maxlen=0)
+                return jobs_
+        except orjson.JSONDecodeError:
+            pass
+    jobs: list[ops.NewJob | bytes] = []
+    for i, line in enumerate(lines):
+        head, tab, payload = line.partition(b"\t")
+        if not tab:
+            raise InvalidRequest(f"{where} {i} has no tab between options and payload")
+        if check:
+            if len(payload) > max_payload_bytes:
+                raise PayloadTooLarge(f"{where} {i}: payload is {len(payload)} bytes; "
+                                      f"the limit is {max_payload_bytes}")
+            try:
+                loads(payload)
+            except orjson.JSONDecodeError as exc:
+                raise InvalidRequest(f"{where} {i}: payload is not valid JSON ({exc})") from None
+            check_depth(payload, "%s %d: payload", where, i)
+        if not head:
+            jobs.append(payload)
+            continue
+        item = as_object(parse_json(head), f"{where} {i} options")
+        unknown = set(item) - STAGED_OPTION_FIELDS
+        if unknown:
+            raise InvalidRequest(f"{where} {i} has unknown options {sorted(unknown)}")
+        jobs.append(ops.NewJob(payload, *job_options(item, f"{where} {i}: ")))
+    return jobs
+

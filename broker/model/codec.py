@@ -1,0 +1,231 @@
+"""The queue object's bytes: byte templates, the per-job cached encoding, and
+encode/decode.
+
+The one module that knows how a state is laid out as bytes (as h11 keeps its
+byte writers in ``_writers.py``, away from its state machine). Every other
+module sees plain operations: :func:`encode_parts` for a commit,
+:func:`decode` for a read, :func:`archive_line` for an archive object, and
+:func:`touch` / :func:`added` / :func:`removed` for the change tracking that
+:mod:`broker.model.lifecycle` does on every job change.
+
+Encoding is incremental (``bench/state_encode_bench.py`` measures it): each
+job keeps its line's bytes (``Job._enc``) until it changes, a bulk-pushed job
+is kept as nothing but its line until first touched
+(:func:`new_pending_lines`, :func:`pending_from_line`, :mod:`broker.model.jobtable`),
+and jobs are
+grouped in segments of ``1 << SEGMENT_SHIFT`` seqs whose joined bytes are kept
+too, so a commit after changing 1k of 100k jobs re-encodes those 1k, their
+segments and a join. The common job shapes are filled into byte templates;
+everything else goes through :meth:`broker.model.job.Job.to_dict`, and both give
+the same bytes (the tests compare them). The bytes are the product contract:
+``tests/broker/test_format_golden.py`` pins them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+import orjson
+
+from broker import timefmt
+from broker.model.job import Job
+from broker.model.lines import COMPLETION, job_line
+from broker.model.state import FORMAT, LINEAGE, VERSION, KeyEntry, QueueState
+
+# -- change tracking (called by broker.model.lifecycle on every job change) ------------
+
+SEGMENT_SHIFT = 10  # 1,024 sequence numbers a segment
+
+
+def touch(state: QueueState, job: Job) -> None:
+    """Record that ``job`` changed: its bytes and its segment's bytes are stale."""
+    job._enc = None
+    state.dirty.add(job.seq >> SEGMENT_SHIFT)
+
+
+def added(state: QueueState, job: Job) -> None:
+    """Record a new job (always the highest seq so far, so appending keeps order)."""
+    seg = job.seq >> SEGMENT_SHIFT
+    state.dirty.add(seg)
+    lst = state.seg_jobs.get(seg)
+    if lst is None:
+        state.seg_jobs[seg] = [job.seq]
+    else:
+        lst.append(job.seq)
+
+
+def removed(state: QueueState, job: Job) -> None:
+    """Record a removed job; its segment drops it at the next encode."""
+    seg = job.seq >> SEGMENT_SHIFT
+    state.dirty.add(seg)
+    state.shrunk.add(seg)
+
+
+def removed_from(state: QueueState, segments: set[int]) -> None:
+    """Record that jobs were removed from ``segments`` (:func:`removed` for many)."""
+    state.dirty |= segments
+    state.shrunk |= segments
+
+
+
+def added_many(state: QueueState, first: int, count: int) -> None:
+    """:func:`added` for ``count`` jobs with consecutive seqs from ``first``, above
+    any seq so far."""
+    seg_jobs, dirty = state.seg_jobs, state.dirty
+    seq, stop = first, first + count
+    while seq < stop:
+        seg = seq >> SEGMENT_SHIFT
+        end = min(stop, (seg + 1) << SEGMENT_SHIFT)  # the next segment's first seq
+        seg_jobs.setdefault(seg, []).extend(range(seq, end))
+        dirty.add(seg)
+        seq = end
+
+
+def reset_segments(state: QueueState) -> None:
+    """Forget every cached segment: the next encode joins every job's line again
+    (after a load, when no segment bytes exist yet)."""
+    seg_jobs: dict[int, list[int]] = {}
+    for seq in state.jobs:
+        seg_jobs.setdefault(seq >> SEGMENT_SHIFT, []).append(seq)
+    state.seg_jobs = seg_jobs
+    state.segments = {}
+    state.dirty = set(seg_jobs)
+    state.shrunk = set()
+
+
+# -- encoding ------------------------------------------------------------------
+
+
+def _header(state: QueueState) -> dict[str, Any]:
+    broker = state.broker
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "seq": state.seq,
+        "writer": state.writer,
+        "commit": state.commit,
+        "lineage": state.lineage,
+        "updated_at": timefmt.fmt(state.updated_ms),
+        "broker": None
+        if broker is None
+        else {"id": broker.id, "url": broker.url, "lease_s": broker.lease_ms / 1000,
+              "lease_expires_at": timefmt.fmt(broker.expires_ms)},
+        "paused": state.paused,
+        "settings": asdict(state.settings),
+        "counters": asdict(state.counters),
+    }
+
+
+def _key_bytes(key: str, entry: KeyEntry) -> bytes:
+    enc = entry.enc
+    if enc is None:
+        enc = entry.enc = b",\n" + orjson.dumps([key, entry.job_id, timefmt.fmt(entry.at_ms)])
+    return enc
+
+
+def _refresh_segments(state: QueueState) -> None:
+    """Rebuild the bytes of every dirty segment, dropping jobs no longer in the state."""
+    dirty = state.dirty
+    if not dirty:
+        return
+    entries: dict[int, Any] = state.jobs.entries  # (Job | bytes: see the join below)
+    entries_get = entries.__getitem__
+    segments, lists, shrunk = state.segments, state.seg_jobs, state.shrunk
+    for seg in dirty:
+        lst = lists.get(seg)
+        if lst is None:
+            live = []
+        elif seg in shrunk:
+            live = [seq for seq in lst if seq in entries]
+        else:
+            live = lst
+        if not live:
+            lists.pop(seg, None)
+            segments.pop(seg, None)
+            continue
+        if len(live) != len(lst or ()):
+            lists[seg] = live
+        # Each entry is a job, or its line while untouched (see broker.model.jobtable). This
+        # runs once per job of every changed segment: a class test, not isinstance()
+        # (bench/broker_bench.py, cycle rows).
+        segments[seg] = b"".join([e if e.__class__ is bytes else (e._enc or job_line(e))
+                                  for e in map(entries_get, live)])
+    dirty.clear()
+    shrunk.clear()
+
+
+def encode(state: QueueState) -> bytes:
+    """The object's bytes (see :func:`encode_parts`)."""
+    return b"".join(encode_parts(state))
+
+
+def encode_parts(state: QueueState) -> list[bytes]:
+    """The object's bytes as chunks to write in order, re-encoding only what changed.
+
+    Jobs keep their own bytes and segments of 1,024 jobs keep their joined
+    bytes, so a commit costs the changed jobs, the changed segments and one
+    list of the segments (no copy of the whole object). Each job's bytes start with their ``,\n``
+    separator; the first one is cut off.
+    """
+    _refresh_segments(state)
+    head = orjson.dumps(_header(state))
+    parts: list[bytes] = [head[:-1], b',\n"jobs":[\n']
+    segments = state.segments
+    jobs = [segments[seg] for seg in sorted(state.seg_jobs)]
+    if jobs:
+        jobs[0] = jobs[0][2:]
+    parts += jobs
+    parts.append(b'\n],\n"keys":[\n')
+    keys = [e.enc or _key_bytes(k, e) for k, e in state.keys.items()]
+    if keys:
+        keys[0] = keys[0][2:]
+    parts += keys
+    parts.append(b'\n],\n"once":')
+    parts.append(orjson.dumps([[k, timefmt.fmt(e.at_ms)] for k, e in state.once.items()]))
+    parts.append(b',\n"receipts":')
+    parts += state.receipts.encode()
+    parts.append(b"}\n")
+    return parts
+
+
+def encode_full(state: QueueState) -> bytes:
+    """Encode without any cached bytes (the baseline the benchmark compares with)."""
+    out = dict(_header(state))
+    out["jobs"] = [job.to_dict() for job in state.jobs.peek()]
+    out["keys"] = [[k, e.job_id, timefmt.fmt(e.at_ms)] for k, e in state.keys.items()]
+    out["once"] = [[k, timefmt.fmt(e.at_ms)] for k, e in state.once.items()]
+    out["receipts"] = state.receipts.to_plain()
+    return orjson.dumps(out)
+
+
+def stamp(state: QueueState, writer: str, now_ms: int, commit: str | None = None) -> None:
+    """Mark the state as the next commit (``seq`` + 1) by ``writer``, made by the
+    write attempt ``commit`` (a fresh unique id per attempt; see :mod:`broker.commit.loop`)."""
+    state.seq += 1
+    state.writer = writer
+    state.updated_ms = now_ms
+    state.commit = commit
+    if commit is not None:
+        state.lineage = [*state.lineage[-(LINEAGE - 1):], commit]
+    claimed, jobs, dirty = state.claimed_lines, state.jobs, state.dirty
+    commit_bytes = (commit or "").encode()
+    times: dict[int | None, bytes] = {}  # the jobs of one complete share their time
+    for seq in state.completed.get(state.seq, ()):  # completed by this very commit
+        job = jobs[seq]
+        job.done_commit = commit
+        job._enc = None  # touch(), inlined: its line carries the commit's id
+        dirty.add(seq >> SEGMENT_SHIFT)
+        line = claimed.get(seq)
+        if line is not None and commit is not None:
+            # job_line()'s bytes, from the claimed line (same fields, one status
+            # apart; the status is the first string after the digits of id and
+            # seq): a third of the cost per completed job (broker_bench cycle rows).
+            done = times.get(job.done_ms)
+            if done is None:
+                done = times[job.done_ms] = timefmt.fmt_bytes(job.done_ms or 0)
+            job._enc = line.replace(b'"status":"claimed"', b'"status":"completed"', 1)[:-1] \
+                + COMPLETION % (done, job.done_seq, commit_bytes,
+                                 b"null" if job.result is None else job.result)
+    claimed.clear()
+    state.receipts.unwritten_since = None  # this write carries them

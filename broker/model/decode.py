@@ -1,0 +1,380 @@
+"""Reading a queue object: its bytes in, a checked :class:`~broker.model.state.QueueState`
+out (:func:`decode_state`; :mod:`broker.model.codec` writes what this reads).
+
+Every invariant the broker relies on is checked here (ids unique and equal to
+their seqs, counters at least the largest seq and lease number in use,
+settings and counters typed and in range, times within 1970-9999, leases
+where the status needs one), and payloads and results are kept as the bytes
+they were written as (:class:`LineSpans`). A state object this refuses is
+never overwritten: the broker says which object and why.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from typing import Any
+
+import orjson
+
+from broker import timefmt
+from broker.errors import CorruptState, ForeignState, NewerState
+from broker.limits import (
+    BROKER_LEASE_S,
+    MAX_ATTEMPTS,
+    MAX_LEASE_S,
+    MAX_PRIORITY,
+    MAX_RECORDED_BROKER_LEASE_S,
+)
+from broker.model.codec import reset_segments
+from broker.model.indexes import SEQ_MASK, TIME_MASK, rebuild_indexes
+from broker.model.job import CLAIMED, COMPLETED, PENDING, STATUSES, Job, Lease, job_id_for
+from broker.model.lines import plain_token
+from broker.model.receipts import Receipts, fence_of
+from broker.model.state import (
+    FORMAT,
+    LINEAGE,
+    VERSION,
+    BrokerRecord,
+    Counters,
+    KeyEntry,
+    QueueState,
+    Settings,
+)
+
+
+def _time(raw: Any, what: str) -> int:
+    if not isinstance(raw, str):
+        raise ValueError(f"{what} must be a time string, got {raw!r}")
+    ms = timefmt.parse(raw)
+    if not 0 <= ms <= TIME_MASK:
+        raise ValueError(f"{what} {raw!r} is before 1970 or after 9999")
+    return ms
+
+
+def _count(raw: Any, what: str, hi: int = SEQ_MASK) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw <= hi:
+        raise ValueError(f"{what} must be an integer within [0, {hi}], got {raw!r}")
+    return raw
+
+
+def _text(raw: Any, what: str, *, optional: bool = False) -> str | None:
+    if raw is None and optional:
+        return None
+    if not isinstance(raw, str):
+        raise ValueError(f"{what} must be a string, got {raw!r}")
+    return raw
+
+
+def _lease_from(raw: Any, job_id: str) -> Lease:
+    if not isinstance(raw, dict):
+        raise ValueError(f"job {job_id!r} has a lease that is not an object")
+    token = raw.get("token")
+    if not isinstance(token, str) or not plain_token(token) or \
+            token.rpartition(".")[0] != job_id or fence_of(token) is None:
+        raise ValueError(f"lease token {token!r} is not one this broker makes for {job_id!r}")
+    lease_s = raw.get("lease_s")
+    if isinstance(lease_s, bool) or not isinstance(lease_s, int | float) or \
+            not 0 < lease_s <= MAX_LEASE_S:
+        raise ValueError(f"job {job_id!r} has lease_s {lease_s!r}; "
+                         f"it must be in (0, {MAX_LEASE_S:g}]")
+    return Lease(
+        token=token,
+        worker=str(_text(raw.get("worker"), f"job {job_id!r} lease worker")),
+        lease_ms=round(float(lease_s) * 1000),
+        expires_ms=_time(raw.get("expires_at"), f"job {job_id!r} lease expiry"),
+        heartbeat_ms=_time(raw.get("heartbeat_at"), f"job {job_id!r} heartbeat time"),
+    )
+
+
+def _job_from(raw: Any, spans: LineSpans | None) -> Job:
+    if not isinstance(raw, dict):
+        raise ValueError("each job must be an object")
+    status, job_id = raw.get("status"), raw.get("id")
+    seq = _count(raw.get("seq"), f"job {job_id!r} seq")
+    # The byte templates and the heap keys rely on these; the broker never
+    # writes anything else.
+    if seq < 1 or job_id != job_id_for(seq):
+        raise ValueError(f"job {job_id!r} has seq {seq}; its id must be {job_id_for(seq)!r}")
+    if status not in STATUSES:
+        raise ValueError(f"job {job_id!r} has unknown status {status!r}")
+    if "payload" not in raw:
+        raise ValueError(f"job {job_id!r} has no payload")
+    priority = raw.get("priority")
+    if isinstance(priority, bool) or not isinstance(priority, int) or \
+            not -MAX_PRIORITY <= priority <= MAX_PRIORITY:
+        raise ValueError(f"job {job_id!r} has priority {priority!r}; "
+                         f"it must be an integer within +-{MAX_PRIORITY}")
+    max_attempts = _count(raw.get("max_attempts"), f"job {job_id!r} max_attempts", MAX_ATTEMPTS)
+    if max_attempts < 1:
+        raise ValueError(f"job {job_id!r} has max_attempts {max_attempts}; "
+                         f"it must be 1..{MAX_ATTEMPTS}")
+    attempts = _count(raw.get("attempts"), f"job {job_id!r} attempts", max_attempts)
+    lease = raw.get("lease")
+    job = Job(
+        seq=seq,
+        payload=spans.payload(raw["payload"]) if spans else orjson.dumps(raw["payload"]),
+        status=status,
+        priority=priority,
+        run_at_ms=_time(raw.get("run_at"), f"job {job_id!r} run_at"),
+        attempts=attempts,
+        max_attempts=max_attempts,
+        created_ms=_time(raw.get("created_at"), f"job {job_id!r} created_at"),
+        key=_text(raw.get("key"), f"job {job_id!r} key", optional=True),
+        last_error=_text(raw.get("last_error"), f"job {job_id!r} last_error", optional=True),
+        lease=_lease_from(lease, job_id) if lease is not None else None,
+    )
+    if (status in (CLAIMED, COMPLETED)) != (job.lease is not None):
+        raise ValueError(f"job {job_id!r} is {status} but "
+                         + ("has no lease" if job.lease is None else "has a lease"))
+    if status == PENDING and attempts >= job.max_attempts:
+        raise ValueError(f"job {job_id!r} is pending with no attempts left")
+    if status == COMPLETED:
+        job.done_ms = _time(raw.get("completed_at"), f"job {job_id!r} completed_at")
+        job.done_seq = _count(raw.get("commit_seq"), f"job {job_id!r} commit_seq")
+        job.done_commit = _text(raw.get("commit"), f"job {job_id!r} commit")
+        if not plain_token(job.done_commit or ""):
+            raise ValueError(f"job {job_id!r} has commit {job.done_commit!r}")
+        if "result" not in raw:
+            raise ValueError(f"completed job {job_id!r} has no result")
+        result = spans.result(raw["result"]) if spans else orjson.dumps(raw["result"])
+        job.result = None if result == b"null" else result
+    return job
+
+
+class LineSpans:
+    """The verbatim bytes of one line's payload and result (a job line of the
+    queue object, or a line of an archive object).
+
+    The broker writes each job on a line of its own with ``"payload":`` as the
+    first field whose value can be a structure, and ``"result":`` as the first
+    key after the payload that can be one, so their spans are found without a
+    second full parse (:meth:`payload` first, then :meth:`result`; either
+    raises :class:`NotOurLayout` for a line of another layout). Where the
+    bytes equal what orjson would write (nearly always) a comparison confirms
+    it; otherwise (big integers, other number spellings, escapes) the
+    standard library's scanner finds the exact span.
+    """
+
+    __slots__ = ("_end", "_line")
+
+    _scan = json.JSONDecoder().raw_decode
+
+    def __init__(self, line: bytes) -> None:
+        self._line = line
+        self._end = 0
+
+    def _span(self, marker: bytes, value: Any) -> bytes:
+        line = self._line
+        at = line.find(marker, self._end)
+        if at < 0:
+            raise NotOurLayout
+        start = at + len(marker)
+        try:
+            enc = orjson.dumps(value)
+        except orjson.JSONEncodeError:  # deeper than orjson writes: scan for it
+            enc = b""
+        end = start + len(enc)
+        if enc and line.startswith(enc, start) and line[end:end + 1] in (b",", b"}"):
+            self._end = end
+            return enc
+        # The value as it was sent, with any white space around it (staged
+        # payloads pass through verbatim).
+        text = line.decode()
+        cut = len(line[:start].decode())
+        begin = cut
+        while begin < len(text) and text[begin] in _JSON_SPACE:
+            begin += 1
+        try:
+            _, stop = self._scan(text, begin)
+        except (ValueError, RecursionError):
+            raise NotOurLayout from None
+        while stop < len(text) and text[stop] in _JSON_SPACE:
+            stop += 1
+        raw = text[cut:stop].encode()
+        self._end = start + len(raw)
+        return raw
+
+    def payload(self, value: Any) -> bytes:
+        return self._span(b'"payload":', value)
+
+    def result(self, value: Any) -> bytes:
+        return self._span(b'"result":', value)
+
+
+_JSON_SPACE = " \t\r\n"
+
+
+class NotOurLayout(Exception):
+    """The object's lines are not laid out as the broker writes them."""
+
+
+def _job_lines(data: bytes, count: int) -> list[bytes] | None:
+    """The lines holding the jobs, one each, if the object has the broker's layout."""
+    head = data.find(b'\n"jobs":[\n')
+    if head < 0 or not count:
+        return None
+    lines = data[head + 10:].split(b"\n", count)
+    if len(lines) <= count:
+        return None
+    jobs = [line[:-1] if line.endswith(b",") else line for line in lines[:count]]
+    if not all(line.startswith(b'{"id":"j') and line.endswith(b"}") for line in jobs):
+        return None
+    return jobs
+
+
+def _settings_from(raw: Any) -> Settings:
+    if raw is None:
+        return Settings()
+    if not isinstance(raw, dict):
+        raise ValueError("settings must be an object")
+    return Settings.from_dict(raw)
+
+
+def _counters_from(raw: Any) -> Counters:
+    if raw is None:
+        return Counters()
+    if not isinstance(raw, dict):
+        raise ValueError("counters must be an object")
+    known = {f.name for f in fields(Counters)}
+    unknown = set(raw) - known
+    if unknown:
+        raise ValueError(f"unknown counters {sorted(unknown)}")
+    return Counters(**{k: _count(v, f"counter {k}", 1 << 62) for k, v in raw.items()})
+
+
+def _broker_from(raw: Any) -> BrokerRecord | None:
+    if not raw:
+        return None
+    if not isinstance(raw, dict):
+        raise ValueError("broker must be an object or null")
+    lease_s = raw.get("lease_s", BROKER_LEASE_S)  # objects before version 3 had none
+    if isinstance(lease_s, bool) or not isinstance(lease_s, int | float) or \
+            not 0 < lease_s <= MAX_RECORDED_BROKER_LEASE_S:
+        raise ValueError(f"broker lease_s must be in (0, {MAX_RECORDED_BROKER_LEASE_S:g}], "
+                         f"got {lease_s!r}")
+    return BrokerRecord(
+        id=str(_text(raw.get("id"), "broker id")),
+        url=str(_text(raw.get("url"), "broker url")),
+        expires_ms=_time(raw.get("lease_expires_at"), "broker lease expiry"),
+        lease_ms=round(float(lease_s) * 1000),
+    )
+
+
+def decode_state(data: bytes, *, where: str = "queue object") -> QueueState:
+    """Parse an object's bytes into a state with its indexes rebuilt.
+
+    Checks every invariant the broker relies on (ids unique and matching their
+    seqs, counters at least the largest seq and fence in use, settings,
+    counters and times typed and in range, leases where the status needs
+    one) and keeps payloads and results as their exact bytes.
+
+    Raises ``CorruptState`` (saying what is wrong) if it is not a well-formed
+    queue object, ``ForeignState`` if it carries another format tag and
+    ``NewerState`` if its version is newer than this code understands. Never
+    returns a partial state.
+    """
+    try:
+        raw = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise CorruptState(f"{where} is not valid JSON ({exc}); refusing to touch it") from None
+    if not isinstance(raw, dict):
+        raise CorruptState(f"{where} is JSON but not an object; refusing to touch it")
+    if raw.get("format") != FORMAT:
+        raise ForeignState(
+            f"{where} has format tag {raw.get('format')!r}, not {FORMAT!r}: it belongs to "
+            "something else, so it will not be overwritten"
+        )
+    version = raw.get("version")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise CorruptState(f"{where} has no integer version; refusing to touch it")
+    if version > VERSION:
+        raise NewerState(
+            f"{where} is format version {version}; this osqueue understands up to {VERSION}. "
+            "Upgrade osqueue before running it on this queue"
+        )
+    try:
+        state = _decode_fields(raw, data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptState(f"{where} is malformed ({type(exc).__name__}: {exc}); "
+                           "refusing to touch it") from None
+    rebuild_indexes(state)
+    reset_segments(state)
+    return state
+
+
+def _decode_fields(raw: dict[str, Any], data: bytes) -> QueueState:
+    lineage = raw.get("lineage") or []
+    if not isinstance(lineage, list) or not all(isinstance(c, str) for c in lineage):
+        raise ValueError("lineage must be a list of commit ids")
+    state = QueueState(
+        seq=_count(raw.get("seq"), "seq", 1 << 62),
+        writer=_text(raw.get("writer"), "writer", optional=True),
+        commit=_text(raw.get("commit"), "commit", optional=True),
+        lineage=list(lineage[-LINEAGE:]),
+        updated_ms=_time(raw.get("updated_at"), "updated_at"),
+        broker=_broker_from(raw.get("broker")),
+        paused=bool(raw.get("paused", False)),
+        settings=_settings_from(raw.get("settings")),
+        counters=_counters_from(raw.get("counters")),
+    )
+    jobs = raw.get("jobs")
+    if not isinstance(jobs, list):
+        raise ValueError("jobs must be a list")
+    _add_jobs(state, jobs, _job_lines(data, len(jobs)))
+    top_fence = 0
+    for job in state.jobs.values():
+        if job.lease is not None:
+            top_fence = max(top_fence, job.lease.fence)
+    keys = raw.get("keys") or []
+    if not isinstance(keys, list):
+        raise ValueError("keys must be a list")
+    for entry in keys:
+        if not isinstance(entry, list) or len(entry) != 3 or not all(
+                isinstance(v, str) for v in entry):
+            raise ValueError(f"key entry {entry!r} is not [key, job id, time]")
+        key, job_id, at = entry
+        entry_ = KeyEntry(job_id, _time(at, f"key {key!r} time"))
+        if job_id == "(published)":  # a publish key, kept with the keys before version 3
+            state.once[key] = entry_
+        else:
+            state.keys[key] = entry_
+    once = raw.get("once") or []
+    if not isinstance(once, list):
+        raise ValueError("once must be a list")
+    for entry in once:
+        if not isinstance(entry, list) or len(entry) != 2 or not all(
+                isinstance(v, str) for v in entry):
+            raise ValueError(f"once entry {entry!r} is not [key, time]")
+        state.once[entry[0]] = KeyEntry("(published)", _time(entry[1], f"key {entry[0]!r}"))
+    state.receipts = Receipts.decode(raw.get("receipts"))
+    top_seq = max(state.jobs, default=0)
+    top_seq = max(top_seq, state.receipts.max_seq())
+    top_fence = max(top_fence, state.receipts.max_fence())
+    counters = state.counters
+    if counters.enqueued < top_seq:
+        raise ValueError(f"counters.enqueued is {counters.enqueued} but job seq {top_seq} "
+                         "exists: new jobs would reuse ids")
+    if counters.fence < top_fence:
+        raise ValueError(f"counters.fence is {counters.fence} but lease number {top_fence} "
+                         "exists: new leases would reuse tokens")
+    unknown = set(raw) - _TOP_FIELDS
+    if unknown:
+        raise ValueError(f"unknown fields {sorted(unknown)}")
+    return state
+
+
+_TOP_FIELDS = frozenset({"format", "version", "seq", "writer", "commit", "lineage", "updated_at",
+                         "broker", "paused", "settings", "counters", "jobs", "keys", "once",
+                         "receipts"})
+
+
+def _add_jobs(state: QueueState, jobs: list[Any], lines: list[bytes] | None) -> None:
+    for i, item in enumerate(jobs):
+        try:
+            job = _job_from(item, LineSpans(lines[i]) if lines is not None else None)
+        except NotOurLayout:  # this line was edited by hand: re-encode what was parsed
+            job = _job_from(item, None)
+        if job.seq in state.jobs:
+            raise ValueError(f"job id {job.id!r} appears twice")
+        state.jobs[job.seq] = job

@@ -1,0 +1,258 @@
+"""One job of a queue: its fields, its lease, its id and token spellings.
+
+A job's status is pending, claimed, dead or completed. Ids are the enqueue
+sequence number, zero-padded (``j0000000042``); a lease token is
+``<job id>.<fence>``. :class:`Job` keeps its lease in its own fields and its
+encoded line in ``_enc``, which only :mod:`broker.model.lines` and
+:mod:`broker.model.lifecycle` touch. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, NamedTuple, overload
+
+import orjson
+
+from broker import timefmt
+from broker.model.columns import LazySequence
+
+PENDING = "pending"
+CLAIMED = "claimed"
+DEAD = "dead"
+COMPLETED = "completed"  # awaiting its archive object, then dropped
+STATUSES = (PENDING, CLAIMED, DEAD, COMPLETED)
+
+
+#: Rough bytes a job costs in the object besides its payload (for size limits).
+JOB_OVERHEAD_BYTES = 220
+
+def job_id_for(seq: int) -> str:
+    """Job ids are the enqueue sequence number, zero-padded so they sort."""
+    return "j%010d" % seq  # noqa: UP031 (%-formatting is the quickest here)
+
+
+def seq_of(job_id: str) -> int | None:
+    """The seq of a job id (the inverse of :func:`job_id_for`), or None if
+    ``job_id`` is not one. Cheap: tokens are looked up this way per job."""
+    digits = job_id[1:]
+    if job_id[:1] != "j" or not digits.isascii() or not digits.isdigit() or len(digits) > 15:
+        return None  # (seqs fit 48 bits: 15 digits)
+    if len(digits) != 10 and (len(digits) < 10 or digits[0] == "0"):
+        return None  # not the one spelling job_id_for gives
+    return int(digits)
+
+
+class JobIds(LazySequence[str]):
+    """The ids of jobs with consecutive seqs, spelled out only when read: a
+    bulk push of a million jobs is answered by its count more often than by
+    its ids."""
+
+    __slots__ = ("_seqs",)
+
+    def __init__(self, first_seq: int, count: int) -> None:
+        self._seqs = range(first_seq, first_seq + count)
+
+    def __len__(self) -> int:
+        return len(self._seqs)
+
+    @property
+    def first(self) -> int:
+        """The seq of the first id."""
+        return self._seqs.start
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            return list(map(job_id_for, self._seqs[index]))
+        return job_id_for(self._seqs[index])
+
+    def __iter__(self) -> Iterator[str]:
+        return map(job_id_for, self._seqs)
+
+    def __repr__(self) -> str:
+        return f"JobIds({self._seqs.start}, {len(self._seqs)})"
+
+
+def token_seq(token: str) -> int | None:
+    """The seq of the job a fencing token (``<job id>.<fence>``) names, or None."""
+    return seq_of(token.rpartition(".")[0])
+
+
+
+class Lease(NamedTuple):
+    """A claimed (or completed) job's lease, as a value: :attr:`Job.lease` makes
+    one when asked; the job itself keeps the fields (see :class:`Job`)."""
+
+    token: str
+    worker: str
+    lease_ms: int
+    expires_ms: int
+    heartbeat_ms: int
+
+    @property
+    def fence(self) -> int:
+        """The lease's number (the part of the token after the last dot)."""
+        return int(self.token.rpartition(".")[2])
+
+
+class Job:
+    """One job. ``payload`` holds the payload's JSON bytes, encoded once at push.
+
+    The lease of a claimed or completed job is kept in the job's own fields
+    (``lease_token`` ... ``lease_heartbeat_ms``; all None otherwise), not in an
+    object of its own: a queue of 100k claimed jobs then holds 100k objects
+    for the garbage collector instead of 200k, and a claim of 10k jobs leaves
+    no 10k new objects behind for it (an embedded broker shares the Spark
+    driver's collector, whose full passes cost in proportion to both;
+    ``bench/spark_bench.py``). :attr:`lease` reads and writes them as one
+    :class:`Lease` value.
+    """
+
+    __slots__ = (
+        "_enc",
+        "attempts",
+        "created_ms",
+        "done_commit",
+        "done_ms",
+        "done_seq",
+        "key",
+        "last_error",
+        "lease_expires_ms",
+        "lease_heartbeat_ms",
+        "lease_ms",
+        "lease_token",
+        "lease_worker",
+        "max_attempts",
+        "payload",
+        "priority",
+        "result",
+        "run_at_ms",
+        "seq",
+        "status",
+    )
+
+    def __init__(
+        self,
+        seq: int,
+        payload: bytes,
+        status: str = PENDING,
+        priority: int = 0,
+        run_at_ms: int = 0,
+        attempts: int = 0,
+        max_attempts: int = 3,
+        created_ms: int = 0,
+        key: str | None = None,
+        last_error: str | None = None,
+        lease: Lease | None = None,
+    ) -> None:
+        self.seq = seq
+        self.payload = payload
+        self.status = status
+        self.priority = priority
+        self.run_at_ms = run_at_ms
+        self.attempts = attempts
+        self.max_attempts = max_attempts
+        self.created_ms = created_ms
+        self.key = key
+        self.last_error = last_error
+        # the lease (see the class docstring); the numbers mean nothing while the token is None
+        self.lease_token: str | None = None
+        self.lease_worker = ""
+        self.lease_ms = self.lease_expires_ms = self.lease_heartbeat_ms = 0
+        if lease is not None:
+            self.lease = lease
+        # completed jobs only: when, in which commit (its seq and id), the result's JSON
+        self.done_ms: int | None = None
+        self.done_seq: int | None = None
+        self.done_commit: str | None = None
+        self.result: bytes | None = None
+        self._enc: bytes | None = None  # the line's bytes, cached (kept by broker.model.codec)
+
+    @property
+    def lease(self) -> Lease | None:
+        """The job's lease as one value, or None (made when asked: hot paths
+        read the ``lease_*`` fields)."""
+        token = self.lease_token
+        if token is None:
+            return None
+        return Lease(token, self.lease_worker, self.lease_ms, self.lease_expires_ms,
+                     self.lease_heartbeat_ms)
+
+    @lease.setter
+    def lease(self, lease: Lease | None) -> None:
+        if lease is None:
+            self.lease_token = None
+            self.lease_worker = ""
+            self.lease_ms = self.lease_expires_ms = self.lease_heartbeat_ms = 0
+        else:
+            (self.lease_token, self.lease_worker, self.lease_ms, self.lease_expires_ms,
+             self.lease_heartbeat_ms) = lease
+
+    @property
+    def id(self) -> str:
+        """``j`` and the seq, zero-padded (made when asked: a million pending
+        jobs need no million id strings)."""
+        return job_id_for(self.seq)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The job as it appears in the object (payload as an orjson fragment)."""
+        out: dict[str, Any] = {
+            "id": self.id,
+            "seq": self.seq,
+            "status": self.status,
+            "priority": self.priority,
+            "run_at": timefmt.fmt(self.run_at_ms),
+            "attempts": self.attempts,
+            "max_attempts": self.max_attempts,
+            "created_at": timefmt.fmt(self.created_ms),
+            "payload": orjson.Fragment(self.payload),
+        }
+        if self.key is not None:
+            out["key"] = self.key
+        if self.last_error is not None:
+            out["last_error"] = self.last_error
+        lease = self.lease
+        if lease is not None:
+            out["lease"] = {
+                "token": lease.token,
+                "worker": lease.worker,
+                "lease_s": lease.lease_ms / 1000,
+                "expires_at": timefmt.fmt(lease.expires_ms),
+                "heartbeat_at": timefmt.fmt(lease.heartbeat_ms),
+            }
+        if self.done_ms is not None:
+            out["completed_at"] = timefmt.fmt(self.done_ms)
+            out["commit_seq"] = self.done_seq
+            out["commit"] = self.done_commit
+            out["result"] = orjson.Fragment(b"null" if self.result is None else self.result)
+        return out
+
+    def size_estimate(self) -> int:
+        """Rough bytes of the job's line (payload, result and :data:`JOB_OVERHEAD_BYTES`)."""
+        return len(self.payload) + JOB_OVERHEAD_BYTES + len(self.result or b"")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Job):
+            return NotImplemented
+        return self.to_plain() == other.to_plain()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def to_plain(self) -> dict[str, Any]:
+        """Like :meth:`to_dict` with the payload decoded (for comparisons and APIs)."""
+        out = self.to_dict()
+        out["payload"] = orjson.loads(self.payload)
+        if "result" in out:
+            out["result"] = orjson.loads(self.result or b"null")
+        return out
+
+    def __repr__(self) -> str:
+        return f"Job({self.id}, {self.status}, attempts={self.attempts})"
+
+

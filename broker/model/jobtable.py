@@ -1,0 +1,155 @@
+"""The jobs of a queue state by seq, with untouched bulk-pushed jobs kept as bytes.
+
+A bulk push (``PushPayloads``, and so every Spark write) adds jobs that are
+fully described by their line in the object: pending, priority 0, no key, no
+error, due when pushed. :class:`JobTable` keeps each such job as that line
+(``bytes``) until something first asks for the job (a claim, a purge, a
+redrive by id, a page of jobs); only then is a :class:`~broker.model.job.Job` made
+from the line (:func:`broker.model.lines.pending_from_line`) and kept in its place.
+
+Why: Python's garbage collector tracks every ``Job`` but no ``bytes``. An
+embedded broker shares the Spark driver's collector (and must leave its
+settings alone, see :mod:`broker.gcpause`), and each full collection walks
+every tracked object: a million ``Job`` objects made by one
+``df.write.format("osqueue")`` cost about eight full passes of up to 0.4 s
+each while the queue grows (``bench/spark_bench.py``, the write row). A
+million lines cost none.
+
+The table reads as a ``Mapping[int, Job]`` in seq order; reading a job
+through :meth:`get`, ``[]``, :meth:`values` or :meth:`items` makes it a
+``Job`` for good (so a caller may change it). :meth:`peek` and
+:meth:`touched` read without making anything: :meth:`peek` yields throwaway
+``Job`` objects for lines (never to be changed or moved), :meth:`touched`
+skips lines (they are all pending). :attr:`entries` is the dict itself, for
+the codec and the per-job loops of :mod:`broker.model.lifecycle` only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from broker.model.job import PENDING, STATUSES, Job
+from broker.model.lines import line_due_stamp, pending_from_line, stamp_ms
+
+
+class JobTable:
+    """seq -> :class:`~broker.model.job.Job`, some kept as their line (see the module
+    docstring). Seqs are added in ascending order, so iteration is in seq order."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self) -> None:
+        #: seq -> the job, or its line while untouched (pending, default options)
+        self.entries: dict[int, Job | bytes] = {}
+
+    # -- reading that makes jobs ------------------------------------------------------
+
+    def get(self, seq: int, default: Job | None = None) -> Job | None:
+        """The job with ``seq`` (made from its line if need be, and kept), or ``default``."""
+        entry = self.entries.get(seq)
+        if entry is None:
+            return default
+        if isinstance(entry, bytes):
+            entry = self.entries[seq] = pending_from_line(seq, entry)
+        return entry
+
+    def __getitem__(self, seq: int) -> Job:
+        job = self.get(seq)
+        if job is None:
+            raise KeyError(seq)
+        return job
+
+    def values(self) -> Iterator[Job]:
+        """Every job in seq order, each line made a ``Job`` (and kept) as it is reached."""
+        entries = self.entries
+        for seq, entry in entries.items():
+            if isinstance(entry, bytes):
+                entry = entries[seq] = pending_from_line(seq, entry)
+            yield entry
+
+    def items(self) -> Iterator[tuple[int, Job]]:
+        """(seq, job) for every job, as :meth:`values` makes them."""
+        for job in self.values():
+            yield job.seq, job
+
+    # -- reading that makes nothing ------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __contains__(self, seq: object) -> bool:
+        return seq in self.entries
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.entries)
+
+    def touched(self) -> Iterator[Job]:
+        """The jobs that are ``Job`` objects, in seq order: every job that is not an
+        untouched pending one (so every claimed, dead and completed job)."""
+        for entry in self.entries.values():
+            if not isinstance(entry, bytes):
+                yield entry
+
+    def peek(self, after_seq: int = -1, status: str | None = None) -> Iterator[Job]:
+        """The jobs after ``after_seq`` in seq order, optionally of one status, lines
+        read into throwaway ``Job`` objects that are not kept: read them, never
+        change or move them."""
+        for seq, entry in self.entries.items():
+            if seq <= after_seq:
+                continue
+            if isinstance(entry, bytes):
+                if status is None or status == PENDING:
+                    yield pending_from_line(seq, entry)
+            elif status is None or entry.status == status:
+                yield entry
+
+    def count_by_status(self) -> dict[str, int]:
+        """How many jobs have each status."""
+        counts = dict.fromkeys(STATUSES, 0)
+        lines = 0
+        for entry in self.entries.values():
+            if isinstance(entry, bytes):
+                lines += 1
+            else:
+                counts[entry.status] += 1
+        counts[PENDING] += lines
+        return counts
+
+    def untouched_due_times(self) -> set[int]:
+        """The times (ms) at which untouched pending jobs are due; such a job was
+        created when it became due."""
+        stamps = {line_due_stamp(e) for e in self.entries.values() if isinstance(e, bytes)}
+        return set(map(stamp_ms, stamps))
+
+    # -- changes -------------------------------------------------------------------------
+
+    def __setitem__(self, seq: int, job: Job) -> None:
+        self.entries[seq] = job
+
+    def __delitem__(self, seq: int) -> None:
+        del self.entries[seq]
+
+    def add_lines(self, first_seq: int, lines: list[bytes]) -> None:
+        """Add untouched pending jobs ``first_seq`` onwards, one line each (lines
+        from :func:`broker.model.lines.new_pending_lines`)."""
+        self.entries.update(zip(range(first_seq, first_seq + len(lines)), lines, strict=True))
+
+    # -- comparison ----------------------------------------------------------------------
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to a table or mapping with equal jobs under the same seqs (a line
+        equals the job made from it)."""
+        if isinstance(other, JobTable):
+            other_jobs: Any = dict(zip(other.entries, other.peek(), strict=True))
+        elif isinstance(other, dict):
+            other_jobs = other
+        else:
+            return NotImplemented
+        return dict(zip(self.entries, self.peek(), strict=True)) == other_jobs
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        lines = sum(isinstance(e, bytes) for e in self.entries.values())
+        return f"JobTable({len(self.entries)} jobs, {lines} untouched)"

@@ -1,0 +1,340 @@
+"""Where a job changes status: the table of allowed moves and the one entry
+point that makes them, keeping the status, the heaps and the cached encoding
+in step.
+
+h11 checks every event against a table of the states a connection may move
+between; this does the same for a job::
+
+    (new) -push-> pending -claim-> claimed -complete-> completed -archived-> (gone)
+                   ^   ^             |   |
+                   |   '-retry, ----'   '-last attempt failed-> dead
+                   |     reclaim                                 |
+                   '------------------redrive--------------------'
+    purge: pending, claimed or dead -> (gone)
+
+:data:`MOVES` is that table, and :func:`move` the entry point every rule in
+:mod:`broker.model.transitions` goes through. A move the table does not allow is a
+bug in the rules, not a bad request: it raises :class:`IllegalMove`, which is
+deliberately not an :class:`~broker.errors.OsqueueError`, so the commit loop
+treats it as a fault (it re-reads the committed object, see
+:mod:`broker.commit.loop`) rather than as a refusal that changed nothing.
+
+The loops that run once per job of a large call (a push, a bulk push, a claim,
+a complete) are written out here rather than calling :func:`move` per job:
+each checks its one move against the table once per call, then does per job
+exactly what :func:`move` would. ``bench/broker_bench.py`` (push, claim and
+complete rows) and ``bench/state_encode_bench.py`` are what justify them.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable, Sequence
+
+from broker.model import codec
+from broker.model.indexes import (
+    SEQ_MASK,
+    compact_leases,
+    promote_due,
+    ready_key,
+    schedule,
+    timed_key,
+)
+from broker.model.job import (
+    CLAIMED,
+    COMPLETED,
+    DEAD,
+    JOB_OVERHEAD_BYTES,
+    PENDING,
+    Job,
+    JobIds,
+    token_seq,
+)
+from broker.model.lines import first_claim_line, lease_tail, new_pending_lines, pending_from_line
+from broker.model.ops import ItemResults, LeasedJobs
+from broker.model.state import QueueState
+from broker.wire import ItemResult
+
+NEW = "(new)"  # not in the state yet
+GONE = "(gone)"  # removed from the state
+
+#: Every status a job may move to from each status (and from NEW, to GONE).
+#: A lease's renewal (heartbeat, takeover) and a completion's commit id are
+#: changes within a status, not moves.
+MOVES: dict[str, frozenset[str]] = {
+    NEW: frozenset({PENDING}),  # push
+    PENDING: frozenset({CLAIMED, GONE}),  # claim; purge
+    CLAIMED: frozenset({PENDING, DEAD, COMPLETED, GONE}),  # retry or reclaim; last try; purge
+    DEAD: frozenset({PENDING, GONE}),  # redrive; purge
+    COMPLETED: frozenset({GONE}),  # dropped once its archive object is written
+}
+
+
+class IllegalMove(AssertionError):
+    """A rule tried to move a job in a way :data:`MOVES` forbids (a bug)."""
+
+
+def check_move(frm: str, to: str) -> None:
+    """Raise :class:`IllegalMove` unless :data:`MOVES` allows ``frm`` -> ``to``."""
+    if to not in MOVES.get(frm, ()):
+        raise IllegalMove(f"a job may not move from {frm} to {to}")
+
+
+def move(state: QueueState, job: Job, to: str, now_ms: int) -> None:
+    """Move ``job`` to status ``to`` (or :data:`GONE`): the one entry point.
+
+    The caller sets the job's other fields first (a lease for claimed, none
+    for pending or dead, ``done_*`` and ``result`` for completed); this sets
+    the status, indexes the job (ready or delayed heap for pending at
+    ``now_ms``, lease heap for claimed, the commit's completions for
+    completed), marks its encoding stale, and keeps the size estimate. A job
+    not yet in ``state`` moves from :data:`NEW` and is added. Raises
+    :class:`IllegalMove`, having changed nothing, for a move the table
+    forbids or a job whose fields do not fit its new status.
+    """
+    seq = job.seq
+    frm = job.status if state.jobs.get(seq) is job else NEW
+    check_move(frm, to)
+    if to == GONE:
+        del state.jobs[seq]
+        codec.removed(state, job)
+        state.approx_bytes -= job.size_estimate()
+        return
+    if (to in (CLAIMED, COMPLETED)) != (job.lease_token is not None) or \
+            (to == COMPLETED) != (job.done_seq is not None):
+        raise IllegalMove(f"job {job.id} moving to {to} has the fields of another status")
+    job.status = to
+    if frm == NEW:
+        state.jobs[seq] = job
+        codec.added(state, job)
+        state.approx_bytes += job.size_estimate()
+    else:
+        codec.touch(state, job)
+    if to == PENDING:
+        schedule(state, job, now_ms)
+    elif to == CLAIMED:
+        heapq.heappush(state.leases, timed_key(job.lease_expires_ms, seq))
+    elif to == COMPLETED:
+        assert job.done_seq is not None
+        state.completed.setdefault(job.done_seq, []).append(seq)
+        state.approx_bytes += len(job.result or b"")
+
+
+# -- changes within a status --------------------------------------------------------
+
+
+def extend_lease(state: QueueState, job: Job, lease_ms: int, now_ms: int) -> None:
+    """Renew a claimed job's lease: ``lease_ms`` from ``now_ms`` (a heartbeat)."""
+    if job.status != CLAIMED or job.lease_token is None:
+        raise IllegalMove(f"job {job.id} is {job.status}; only a claimed job's lease is renewed")
+    job.lease_expires_ms = now_ms + lease_ms
+    job.lease_ms = lease_ms
+    job.lease_heartbeat_ms = now_ms
+    codec.touch(state, job)
+    heapq.heappush(state.leases, timed_key(job.lease_expires_ms, job.seq))
+
+
+def restart_leases(state: QueueState, now_ms: int) -> None:
+    """Give every claimed job a fresh lease of its own length from ``now_ms`` (a
+    new broker's clock: what the old one wrote no longer counts)."""
+    for job in state.jobs.touched():  # (the others are pending)
+        if job.status == CLAIMED and job.lease_token is not None:
+            job.lease_expires_ms = now_ms + job.lease_ms
+            codec.touch(state, job)
+    compact_leases(state)
+
+
+def token_job(state: QueueState, token: str) -> Job | None:
+    """The job a fencing token names (whether or not the token is still good)."""
+    seq = token_seq(token)
+    return None if seq is None else state.jobs.get(seq)
+
+
+def live_job(state: QueueState, token: str, now_ms: int) -> Job | None:
+    """The job ``token`` still holds at ``now_ms``, or None if the token is stale:
+    the job is claimed under this very token and its lease has not expired."""
+    job = token_job(state, token)
+    if job is None or job.status != CLAIMED or job.lease_token != token or \
+            job.lease_expires_ms <= now_ms:
+        return None
+    return job
+
+
+# -- the per-job loops of large calls (see the module docstring) ----------------------
+
+
+def add_pending_bulk(state: QueueState, payloads: Sequence[bytes], now_ms: int) -> JobIds:
+    """Add a pending job with default options for each payload (JSON bytes), due
+    at ``now_ms``; return their ids. The caller has checked sizes and room.
+
+    A bulk push of a million jobs comes here: each job's line is filled in
+    from one template per push (:func:`broker.model.lines.new_pending_lines`), the
+    jobs are kept as those lines until first touched (see
+    :mod:`broker.model.jobtable`), and the ready heap grows by a run of ascending
+    keys.
+    """
+    if not payloads:
+        return JobIds(0, 0)
+    check_move(NEW, PENDING)
+    counters = state.counters
+    first = counters.enqueued + 1
+    lines = new_pending_lines(first, payloads, now_ms, state.settings.max_attempts)
+    count = len(lines)
+    counters.enqueued += count
+    state.jobs.add_lines(first, lines)
+    codec.added_many(state, first, count)
+    ready = state.ready
+    base = ready_key(0, now_ms, 0)
+    entries = range(base + first, base + first + count)
+    if ready:
+        for entry in entries:
+            heapq.heappush(ready, entry)
+    else:
+        ready.extend(entries)  # ascending, so already a heap
+    state.approx_bytes += sum(map(len, payloads)) + JOB_OVERHEAD_BYTES * count
+    return JobIds(first, count)
+
+
+def add_pending(state: QueueState, jobs: list[Job], now_ms: int) -> None:
+    """Add new jobs (seqs consecutive, above any so far) as pending at ``now_ms``.
+
+    What :func:`move` from :data:`NEW` to pending does, per job, written out
+    for a push of many jobs with options (``bench/broker_bench.py``, push rows).
+    """
+    if not jobs:
+        return
+    check_move(NEW, PENDING)
+    all_jobs = state.jobs
+    approx = 0
+    for job in jobs:
+        job.status = PENDING
+        all_jobs[job.seq] = job
+        schedule(state, job, now_ms)
+        approx += job.size_estimate()
+    codec.added_many(state, jobs[0].seq, len(jobs))
+    state.approx_bytes += approx
+
+
+def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
+                now_ms: int) -> LeasedJobs:
+    """Claim up to ``max_jobs`` runnable pending jobs in claim order (priority
+    desc, run-at, seq) under fresh leases of ``lease_ms`` for ``worker``.
+
+    Per job, what :func:`move` to claimed does, written out: this loop runs
+    once per claimed job (``bench/broker_bench.py``, claim rows). The jobs
+    are answered column-wise, no object per job (see :mod:`broker.model.columns`).
+    """
+    check_move(PENDING, CLAIMED)
+    promote_due(state, now_ms)
+    out = LeasedJobs()
+    ids, payloads, tokens, attempts, expiries = out.columns
+    ready, leases, entries = state.ready, state.leases, state.jobs.entries
+    get, from_line, splice = entries.get, pending_from_line, first_claim_line
+    counters, dirty, shift = state.counters, state.dirty, codec.SEGMENT_SHIFT
+    expires = now_ms + lease_ms
+    tail = lease_tail(worker, lease_ms, expires, now_ms)
+    heappop, heappush = heapq.heappop, heapq.heappush
+    while ready and len(ids) < max_jobs:
+        entry = heappop(ready)
+        seq = entry & SEQ_MASK
+        job = get(seq)
+        line = None
+        if isinstance(job, bytes):  # untouched since its bulk push (JobTable.get, inlined)
+            line = job
+            # A line's one ready entry is its push's (nothing else indexes a line), so
+            # the stale-entry test below is not needed for it.
+            job = entries[seq] = from_line(seq, line)
+        elif job is None or job.status != PENDING or ready_key(
+                job.priority, job.run_at_ms, seq) != entry:
+            continue  # a stale entry: the job moved on
+        if job.run_at_ms > now_ms:  # indexed early (clock moved back, or after a load)
+            heappush(state.delayed, timed_key(job.run_at_ms, seq))
+            continue
+        counters.fence += 1
+        job_id = "j%010d" % seq  # noqa: UP031 (state.job_id_for, inlined)
+        token = f"{job_id}.{counters.fence}"
+        job.status = CLAIMED
+        job.attempts += 1
+        job.lease_token, job.lease_worker, job.lease_ms = token, worker, lease_ms
+        job.lease_expires_ms, job.lease_heartbeat_ms = expires, now_ms
+        # codec.touch(), inlined; a job fresh from its line gets its new line now
+        job._enc = None if line is None else splice(line, token, tail)
+        dirty.add(seq >> shift)
+        heappush(leases, timed_key(expires, seq))
+        ids.append(job_id)
+        payloads.append(job.payload)
+        tokens.append(token)
+        attempts.append(job.attempts)
+        expiries.append(expires)
+    return out
+
+
+def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], now_ms: int,
+                  stale: Callable[[str], ItemResult]) -> tuple[ItemResults, list[int]]:
+    """Complete the job each live token holds, with its result (JSON bytes or
+    None), in the commit after ``state.seq``; answer ``stale(token)`` for the
+    others. Returns the answers in order (column-wise, see
+    :mod:`broker.model.columns`) and the lease numbers completed.
+
+    Per job, what :func:`live_job` and :func:`move` to completed do, written
+    out: this loop runs once per completed job (``bench/broker_bench.py``,
+    complete rows).
+    """
+    check_move(CLAIMED, COMPLETED)
+    commit_seq = state.seq + 1
+    answers = ItemResults()
+    answered, oks, reasons, statuses = answers.columns
+    get, dirty, shift = state.jobs.entries.get, state.dirty, codec.SEGMENT_SHIFT
+    claimed_lines = state.claimed_lines
+    done: list[int] = []  # job seqs
+    fences: list[int] = []
+    added_bytes = 0
+    for token, value in items:
+        seq = token_seq(token)
+        job = None if seq is None else get(seq)
+        if job is None or isinstance(job, bytes) or job.status != CLAIMED or \
+                job.lease_token != token or job.lease_expires_ms <= now_ms:
+            answers.append(stale(token))  # (a job kept as its line is pending)
+            continue
+        assert seq is not None
+        job.status = COMPLETED
+        job.done_ms = now_ms
+        job.done_seq = commit_seq
+        job.result = value
+        if job._enc is not None and job.key is None and job.last_error is None:
+            claimed_lines[seq] = job._enc  # see codec.stamp
+        job._enc = None  # codec.touch(), inlined
+        dirty.add(seq >> shift)
+        done.append(seq)
+        fences.append(int(token[token.rindex(".") + 1:]))  # Lease.fence, inlined
+        if value is not None:
+            added_bytes += len(value)
+        answered.append(token)
+        oks.append(True)
+        reasons.append(None)
+        statuses.append(COMPLETED)
+    if done:
+        state.completed.setdefault(commit_seq, []).extend(done)
+        state.approx_bytes += added_bytes
+    return answers, fences
+
+
+def drop_completed(state: QueueState, commit_seq: int) -> int:
+    """Move every job the commit ``commit_seq`` completed to :data:`GONE` (their
+    archive object is written); returns how many. What :func:`move` does per
+    job, written out: this runs once per completed job
+    (``bench/broker_bench.py``, cycle rows)."""
+    check_move(COMPLETED, GONE)
+    jobs, shift = state.jobs.entries, codec.SEGMENT_SHIFT
+    segments: set[int] = set()
+    freed = dropped = 0
+    for seq in state.completed.pop(commit_seq, ()):
+        job = jobs.get(seq)
+        if isinstance(job, Job) and job.status == COMPLETED and job.done_seq == commit_seq:
+            del jobs[seq]
+            segments.add(seq >> shift)  # codec.removed(), for the lot below
+            freed += job.size_estimate()
+            dropped += 1
+    codec.removed_from(state, segments)
+    state.approx_bytes -= freed
+    return dropped

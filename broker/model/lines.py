@@ -1,0 +1,208 @@
+"""A job's line in the queue object: byte templates, filled in per job.
+
+Every job is one line of the object's ``jobs`` array. The common job shapes
+(pending, claimed, completed, and a bulk push's pending line) are filled
+into byte templates here; every other shape goes through
+:meth:`broker.model.job.Job.to_dict`, and both give the same bytes (the tests
+compare them). A bulk-pushed job is kept as nothing but its line until first
+touched (:func:`new_pending_lines`, :func:`pending_from_line`,
+:mod:`broker.model.jobtable`). The whole object (header, segments of lines,
+key windows) is joined by :mod:`broker.model.codec`. Pure: bytes in, bytes out.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import orjson
+
+from broker import timefmt
+from broker.model.job import COMPLETED, PENDING, Job
+
+# ids, statuses and timestamps never need JSON escaping, so they can be spliced
+# in. A job's id is its seq, formatted as job_id_for() does (seq goes in twice).
+_PLAIN_JOB = (b',\n{"id":"j%010d","seq":%d,"status":"%s","priority":%d,"run_at":"%s",'
+              b'"attempts":%d,"max_attempts":%d,"created_at":"%s","payload":%s}')
+
+# A claimed job without key or error: the other common shape. Everything in the
+# lease after its token is the same for all the jobs of one claim, so that tail
+# is formatted once (see _lease_tail); the worker name, the one field that may
+# need escaping, goes in JSON-encoded.
+_LEASED_HEAD = _PLAIN_JOB.removesuffix(b"}") + b',"lease":{"token":"%s'
+_LEASE_TAIL = b'","worker":%s,"lease_s":%s,"expires_at":"%s","heartbeat_at":"%s"}}'
+# A completed job awaiting its archive object: the leased line, then the completion.
+COMPLETION = b',"completed_at":"%s","commit_seq":%d,"commit":"%s","result":%s}'
+_lease_tails: dict[tuple[str, int, int, int], bytes] = {}
+
+# The same line for a new pending job with default options, split so a bulk push
+# fills in only seq and payload (the rest is one bytes object per push).
+_NEW_JOB_HEAD = b',\n{"id":"j%010d","seq":%d'
+_NEW_JOB_TAIL = (b',"status":"pending","priority":0,"run_at":"%s","attempts":0,'
+                 b'"max_attempts":%d,"created_at":"%s","payload":')
+
+# A completed job's line in an archive object: the job's fields without lease and
+# key, then who completed it (worker and token), in which commit, when, and its
+# result (see broker.model.archive).
+_ARCHIVED_JOB = (b'{"id":"j%010d","seq":%d,"status":"completed","priority":%d,"run_at":"%s",'
+                 b'"attempts":%d,"max_attempts":%d,"created_at":"%s","payload":%s%s,'
+                 b'"worker":%s,"token":"%s","commit_seq":%d,"commit":"%s","completed_at":"%s",'
+                 b'"result":%s}\n')
+
+
+def _lease_tail(job: Job) -> bytes:
+    """The encoded lease after its token, shared by the leases of one claim."""
+    return lease_tail(job.lease_worker, job.lease_ms, job.lease_expires_ms,
+                      job.lease_heartbeat_ms)
+
+
+def lease_tail(worker: str, lease_ms: int, expires_ms: int, heartbeat_ms: int) -> bytes:
+    """The encoded lease after its token (worker, length, expiry and heartbeat):
+    the same for every job of one claim."""
+    key = (worker, lease_ms, expires_ms, heartbeat_ms)
+    tail = _lease_tails.get(key)
+    if tail is None:
+        if len(_lease_tails) >= 4096:  # a few claims' worth is all that is ever reused
+            _lease_tails.clear()
+        tail = _lease_tails[key] = _LEASE_TAIL % (
+            orjson.dumps(worker), orjson.dumps(lease_ms / 1000),
+            timefmt.fmt_bytes(expires_ms), timefmt.fmt_bytes(heartbeat_ms))
+    return tail
+
+
+def first_claim_line(pending: bytes, token: str, tail: bytes) -> bytes:
+    """:func:`job_line` of the job a line of :func:`new_pending_lines` describes,
+    once claimed for the first time under ``token`` (``tail`` from
+    :func:`lease_tail`): that line with its status and attempts spliced and the
+    lease appended, a third of the cost of a fresh encode (``bench/broker_bench.py``,
+    cycle rows). The first ``"status"`` and ``"attempts"`` of such a line are its
+    own (nothing before them is a payload); both new values have the old ones' width.
+    """
+    return pending[:-1].replace(b'"status":"pending"', b'"status":"claimed"', 1).replace(
+        b'"attempts":0,', b'"attempts":1,', 1) + b',"lease":{"token":"' + token.encode() + tail
+
+
+def plain_token(token: str) -> bool:
+    """True if ``token`` (a lease token or commit id) needs no JSON escaping, so
+    it can be spliced into a template (the broker makes them so; the decoder
+    refuses any other)."""
+    return token.isascii() and token.isprintable() and '"' not in token and "\\" not in token
+
+
+def job_line(job: Job) -> bytes:
+    """``job``'s line of the object: its JSON, preceded by the ``,\n`` that separates
+    it from the one before, cached on the job until :func:`touch` clears it.
+
+    The common shapes (pending, or claimed, with no key or error) are
+    filled into byte templates; everything else goes through
+    :meth:`Job.to_dict`. Both give the same bytes (the tests compare them).
+    """
+    enc = job._enc
+    if enc is None:
+        token = job.lease_token
+        if job.key is None and job.last_error is None and (
+                job.done_ms is None or job.done_commit is not None):
+            fields = (job.seq, job.seq, job.status.encode(), job.priority,
+                      timefmt.fmt_bytes(job.run_at_ms), job.attempts,
+                      job.max_attempts, timefmt.fmt_bytes(job.created_ms), job.payload)
+            if token is None:
+                enc = _PLAIN_JOB % fields
+            else:
+                enc = _LEASED_HEAD % (*fields, token.encode()) + _lease_tail(job)
+                if job.done_ms is not None:  # completed: the commit's id is plain
+                    enc = enc[:-1] + COMPLETION % (
+                        timefmt.fmt_bytes(job.done_ms), job.done_seq,
+                        (job.done_commit or "").encode(),
+                        b"null" if job.result is None else job.result)
+        else:
+            enc = b",\n" + orjson.dumps(job.to_dict())
+        job._enc = enc
+    return enc
+
+
+def archive_line(job: Job) -> bytes:
+    """A completed job's line in its archive object (see :mod:`broker.model.archive`).
+
+    Made from the job's stored fields alone, so every broker that writes
+    the archive object of a commit writes the same bytes. Ids and tokens
+    never need escaping (see :mod:`broker.model.decode`), so the line is filled into a
+    byte template. Raises ``ValueError`` for a job that is not completed.
+    """
+    token = job.lease_token
+    if job.status != COMPLETED or token is None or job.done_ms is None \
+            or job.done_commit is None:
+        raise ValueError(f"job {job.id} is not a committed completion")
+    error = b"" if job.last_error is None else (
+        b',"last_error":' + orjson.dumps(job.last_error))
+    return _ARCHIVED_JOB % (
+        job.seq, job.seq, job.priority, timefmt.fmt_bytes(job.run_at_ms),
+        job.attempts, job.max_attempts, timefmt.fmt_bytes(job.created_ms),
+        job.payload, error, orjson.dumps(job.lease_worker), token.encode(),
+        job.done_seq, job.done_commit.encode(), timefmt.fmt_bytes(job.done_ms),
+        b"null" if job.result is None else job.result)
+
+
+def new_pending_lines(first_seq: int, payloads: Sequence[bytes], now_ms: int,
+                      max_attempts: int) -> list[bytes]:
+    """The lines of pending jobs with default options, seq ``first_seq`` onwards,
+    due and created at ``now_ms``: what a bulk push adds to the state's
+    :class:`~broker.model.jobtable.JobTable` (:func:`pending_from_line` makes the
+    ``Job`` of one when it is first touched).
+
+    The part of each line that every job of the push shares is formatted
+    once, so a job costs its seq and its payload.
+    """
+    stamp = timefmt.fmt_bytes(now_ms)
+    line = _NEW_JOB_HEAD + (_NEW_JOB_TAIL % (stamp, max_attempts, stamp)).replace(b"%", b"%%") \
+        + b"%b}"
+    # %-formatting: a third faster than f-strings here, and this runs a million times
+    # per bulk push (bench/broker_bench.py, push rows)
+    return [line % (seq, seq, payload) for seq, payload in enumerate(payloads, first_seq)]
+
+
+# How pending_from_line reads a line of _NEW_JOB_HEAD + _NEW_JOB_TAIL: from the
+# "run_at" marker on, every field has a fixed width but max_attempts' digits.
+# No field before it holds text that could look like the marker (ids, numbers).
+_RUN_AT = b'"run_at":"'
+_STAMP_CHARS = len(timefmt.fmt(0))
+_TO_MAX_ATTEMPTS = _STAMP_CHARS + len(b'","attempts":0,"max_attempts":')
+_TO_PAYLOAD = len(b',"created_at":"') + _STAMP_CHARS + len(b'","payload":')
+
+
+@functools.lru_cache(maxsize=4096)
+def stamp_ms(stamp: bytes) -> int:
+    """A time as the object spells it (``b"2026-11-22T03:43:47.123Z"``), in ms."""
+    return timefmt.parse(stamp.decode())
+
+
+def line_due_stamp(line: bytes) -> bytes:
+    """The ``run_at`` time of a line from :func:`new_pending_lines`, as spelled."""
+    at = line.index(_RUN_AT, 30) + len(_RUN_AT)
+    return line[at:at + _STAMP_CHARS]
+
+
+def pending_from_line(seq: int, line: bytes) -> Job:
+    """The job of seq ``seq`` that a line of :func:`new_pending_lines` describes,
+    with the line as its cached encoding (it is the job's line as it stands).
+
+    This runs once per job claimed from a bulk push: two searches, fixed
+    offsets and a cache of the fields a push's jobs share, not a JSON parse
+    (``bench/broker_bench.py``, cycle rows).
+    """
+    at = line.index(_RUN_AT, 30) + len(_RUN_AT)  # (30: past the shortest id and seq)
+    end = line.index(b",", at + _TO_MAX_ATTEMPTS)
+    shared = line[at:end]  # run_at (= created_at) to max_attempts
+    fields = _shared_fields.get(shared)
+    if fields is None:
+        if len(_shared_fields) >= 4096:  # a few pushes' worth is all that is reused
+            _shared_fields.clear()
+        fields = _shared_fields[shared] = (stamp_ms(shared[:_STAMP_CHARS]),
+                                           int(shared[_TO_MAX_ATTEMPTS:]))
+    due_ms, max_attempts = fields
+    job = Job(seq, line[end + _TO_PAYLOAD:-1], PENDING, 0, due_ms, 0, max_attempts, due_ms)
+    job._enc = line
+    return job
+
+
+_shared_fields: dict[bytes, tuple[int, int]] = {}
+

@@ -1,0 +1,87 @@
+"""The rules of the queue as a whole: pausing it, its settings, which broker
+serves it, and the reads that run in the commit loop's order.
+
+Handlers of :func:`broker.model.transitions.apply` (which dispatches here), with the
+same contract: no I/O, time passed in, refuse before changing anything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.errors import InvalidRequest
+from broker.limits import check_setting
+from broker.model import idempotency
+from broker.model.lifecycle import restart_leases
+from broker.model.ops import (
+    ClearBroker,
+    Configure,
+    ReadJobs,
+    ReadStats,
+    RenewBroker,
+    Result,
+    SetPaused,
+    TakeOver,
+)
+from broker.model.state import BrokerRecord, QueueState, Settings
+from broker.model.views import list_jobs, stats
+
+
+def read_stats(state: QueueState, op: ReadStats, now_ms: int) -> Result:
+    """The queue's stats (see :func:`broker.model.views.stats`)."""
+    return Result(view=stats(state, now_ms))
+
+
+def read_jobs(state: QueueState, op: ReadJobs, now_ms: int) -> Result:
+    """A page of jobs as dicts (see :func:`broker.model.views.list_jobs`)."""
+    page = list_jobs(state, op.status, op.limit, op.after)
+    return Result(view=[job.to_dict() if op.raw else job.to_plain() for job in page])
+
+
+def set_paused(state: QueueState, op: SetPaused, now_ms: int) -> Result:
+    changed = state.paused != op.paused
+    state.paused = op.paused
+    return Result(changed=changed)
+
+
+def configure(state: QueueState, op: Configure, now_ms: int) -> Result:
+    """Change settings; ``InvalidRequest`` (changing nothing) for a bad one."""
+    merged: dict[str, Any] = {name: getattr(state.settings, name)
+                              for name in state.settings.__slots__}
+    for name, value in op.settings.items():
+        try:
+            merged[name] = check_setting(name, value)
+        except ValueError as exc:
+            raise InvalidRequest(str(exc)) from None
+    if merged["backoff_base_s"] > merged["backoff_max_s"]:
+        raise InvalidRequest(f"backoff_base_s ({merged['backoff_base_s']}) must not exceed "
+                             f"backoff_max_s ({merged['backoff_max_s']})")
+    state.settings = Settings(**merged)
+    idempotency.trim(state, now_ms)
+    return Result(changed=True)
+
+
+def take_over(state: QueueState, op: TakeOver, now_ms: int) -> Result:
+    """Become the broker. Every claimed job gets a fresh lease on this broker's
+    clock (its own length from now), whatever the expiry written on the
+    previous broker's clock said: a lease that ran out while no broker
+    served is renewed, not reclaimed, and clock skew never reclaims early.
+    Idempotency keys and receipts are re-timed to now for the same reason."""
+    previous = state.broker.id if state.broker else None
+    state.broker = BrokerRecord(op.broker_id, op.url, now_ms + op.lease_ms, op.lease_ms)
+    if previous != op.broker_id:
+        restart_leases(state, now_ms)
+        idempotency.restart(state, now_ms)  # their times were on the previous broker's clock
+    return Result(changed=True)
+
+
+def renew_broker(state: QueueState, op: RenewBroker, now_ms: int) -> Result:
+    state.broker = BrokerRecord(op.broker_id, op.url, now_ms + op.lease_ms, op.lease_ms)
+    return Result(changed=True)
+
+
+def clear_broker(state: QueueState, op: ClearBroker, now_ms: int) -> Result:
+    if state.broker is None or state.broker.id != op.broker_id:
+        return Result()
+    state.broker = None
+    return Result(changed=True)

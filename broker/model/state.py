@@ -1,0 +1,195 @@
+"""The queue's in-memory model: jobs, leases, settings, counters, job ids.
+
+This module holds the queue's data and nothing else. :mod:`broker.model.codec`
+turns a state into the object's bytes and back (byte templates, the per-job
+cached encoding, segments), :mod:`broker.model.indexes` keeps the derived heaps, and
+:mod:`broker.model.lifecycle` is the one place where a job changes status, keeping
+the model, the heaps and the encoding in step. :mod:`broker.model.transitions` holds
+the rules; it moves jobs only through :mod:`broker.model.lifecycle` and knows
+nothing of the bytes or the heaps' layout.
+
+On storage the state is one JSON object (``jq``-readable, one job a line)::
+
+    {"format": "osqueue", "version": 3, "seq": 42, "writer": "b-1a2b",
+     "commit": "c-5d0e...", "lineage": ["c-91aa...", ..., "c-5d0e..."],
+     "updated_at": "2026-11-22T03:43:47.123Z",
+     "broker": {"id": "b-1a2b", "url": "http://10.0.0.4:8765", "lease_s": 30.0,
+                "lease_expires_at": "..."} | null,
+     "paused": false, "settings": {...}, "counters": {...},
+     "jobs": [
+       {"id": "j0000000001", "seq": 1, "status": "pending", "priority": 0, ...},
+       ...],
+     "keys": [["idempotency-key", "j0000000001", "2026-11-22T03:43:47.123Z"], ...],
+     "once": [["write:w-5d0e...", "2026-11-22T03:43:47.123Z"], ...],
+     "receipts": {"requests": [["r-3f9a0c2b1d4e-17", "...", "push", 1001, 100], ...],
+                  "settled": [["...", {"completed": [5001, 120]}], ...]}}
+
+``seq`` grows by one on every write, so no two writes carry the same bytes
+(S3 etags are content hashes; an A-B-A write must not pass a CAS). ``commit``
+is the identity of the write attempt that made this version, and
+``lineage`` the identities of the last :data:`LINEAGE` versions, newest last:
+a broker that does not know whether its write landed re-reads the object and
+finds its attempt there, or under a later write, or learns for sure that it
+did not land (see :mod:`broker.commit.loop`).
+
+A job's status is pending, claimed, dead or completed. A completed job stays
+in the object, with its result, until its archive object is written (after
+the commit that completed it) and a later commit drops it (see
+:mod:`broker.model.archive`). ``receipts`` are what recent commits answered, for
+retried calls (see :mod:`broker.model.receipts`).
+
+Payloads and results are kept as the bytes they arrived as: a job's line is
+re-read verbatim (big integers, number spellings and escapes survive a
+restart); only an object edited by hand into another layout falls back to
+re-encoding the parsed values.
+
+A bulk push's jobs (default options, the Spark write's) are kept as their
+encoded line until something first touches them (see :mod:`broker.model.jobtable`):
+``QueueState.jobs`` reads as seq -> :class:`Job` all the same.
+
+Encoding is incremental: each job keeps its encoded bytes until it changes,
+so a commit after changing 1k of 100k jobs re-encodes only those 1k plus a
+join (see :mod:`broker.model.codec` and ``bench/state_encode_bench.py``).
+
+The derived indexes (ready heap, delayed heap, lease heap) are rebuilt on
+load (:mod:`broker.model.indexes`) and kept by :mod:`broker.model.lifecycle`; they are
+never stored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from broker.limits import check_setting
+from broker.model.job import Job, seq_of
+from broker.model.jobtable import JobTable
+from broker.model.receipts import Receipts
+
+FORMAT = "osqueue"
+VERSION = 3  # 3: completed jobs, commit identities, receipts, publish keys apart, lease_s
+
+#: Commit identities kept in the object (``lineage``), newest last.
+LINEAGE = 32
+
+
+@dataclass(slots=True)
+class Settings:
+    """Per-queue settings, stored in the queue object.
+
+    Units are in the names; :data:`SETTING_LIMITS` gives each one's range.
+    ``max_state_bytes`` bounds the whole object: pushes beyond it are
+    refused with ``queue_full``. ``dedup_*`` bound the window of idempotency
+    keys (and of Spark's publish keys); ``retry_*`` bound the receipts that
+    make retried calls safe (see :mod:`broker.model.receipts`).
+    """
+
+    max_attempts: int = 3
+    backoff_base_s: float = 1.0
+    backoff_max_s: float = 300.0
+    dedup_keys: int = 200_000
+    dedup_ttl_s: float = 86_400.0
+    max_payload_bytes: int = 256 * 1024
+    max_state_bytes: int = 512 * 1024 * 1024
+    staged_ttl_s: float = 3_600.0  # staging objects of a vanished Spark writer expire
+    retry_ttl_s: float = 600.0
+    retry_keys: int = 100_000
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Settings:
+        """Settings from a dict; unknown names are ignored (an older broker's
+        object), bad values raise ``ValueError``."""
+        known = {f.name for f in fields(cls)}
+        checked: dict[str, Any] = {k: check_setting(k, v) for k, v in data.items() if k in known}
+        return cls(**checked)
+
+
+
+@dataclass(slots=True)
+class KeyEntry:
+    job_id: str
+    at_ms: int
+    enc: bytes | None = None
+
+
+@dataclass(slots=True)
+class BrokerRecord:
+    """The queue's broker: who, where, and its lease. ``lease_ms`` is how long
+    the broker may go without writing before others may take the queue over
+    (judged on their own clocks, see :mod:`broker.service.ownership`); ``expires_ms``
+    is that deadline on the owner's clock, for people reading the object."""
+
+    id: str
+    url: str
+    expires_ms: int
+    lease_ms: int
+
+
+@dataclass(slots=True)
+class Counters:
+    enqueued: int = 0
+    fence: int = 0
+    completed: int = 0
+    failed: int = 0
+    dead: int = 0
+    reclaimed: int = 0
+
+
+@dataclass(slots=True)
+class QueueState:
+    """The whole queue. Mutated only by :func:`broker.model.transitions.apply` (through
+    :mod:`broker.model.lifecycle`) and :func:`broker.model.codec.stamp`."""
+
+    seq: int = 0
+    writer: str | None = None
+    commit: str | None = None  # identity of the write attempt that made this version
+    lineage: list[str] = field(default_factory=list)  # the last LINEAGE commits, newest last
+    updated_ms: int = 0
+    broker: BrokerRecord | None = None
+    paused: bool = False
+    settings: Settings = field(default_factory=Settings)
+    counters: Counters = field(default_factory=Counters)
+    jobs: JobTable = field(default_factory=JobTable)  # by seq, see broker.model.jobtable
+    keys: dict[str, KeyEntry] = field(default_factory=dict)
+    once: dict[str, KeyEntry] = field(default_factory=dict)  # publish keys (Spark writes)
+    receipts: Receipts = field(default_factory=Receipts)
+    # Derived, never stored, kept by broker.model.lifecycle: heaps of ready_key
+    # (pending and runnable), timed_key(run_at) (pending, later) and
+    # timed_key(lease expiry) (claimed). Entries go stale instead of being
+    # removed; readers check them against the job.
+    ready: list[int] = field(default_factory=list)
+    delayed: list[int] = field(default_factory=list)
+    leases: list[int] = field(default_factory=list)
+    approx_bytes: int = 0  # jobs only; see size_estimate()
+    key_bytes: int = 0  # the idempotency-key and publish-key windows
+    # Completed jobs awaiting their archive object: commit seq -> job seqs.
+    completed: dict[int, list[int]] = field(default_factory=dict)
+    # Encoding cache by segment (jobs whose seq >> SEGMENT_SHIFT is equal):
+    # each segment's job seqs in order (removed ones are filtered out lazily),
+    # the joined bytes of each clean segment, and the segments to rebuild.
+    # Kept by broker.model.codec (touch/added/removed), never read elsewhere.
+    seg_jobs: dict[int, list[int]] = field(default_factory=dict)
+    segments: dict[int, bytes] = field(default_factory=dict)
+    dirty: set[int] = field(default_factory=set)
+    shrunk: set[int] = field(default_factory=set)  # dirty segments that lost jobs
+    # The lines of jobs completed since the last stamp, as they were while
+    # claimed: the completed line is that line with its status and the
+    # completion spliced in (broker.model.codec.stamp), not a fresh encode.
+    claimed_lines: dict[int, bytes] = field(default_factory=dict, compare=False, repr=False)
+
+    def job(self, job_id: str) -> Job | None:
+        """The job with this id, or None."""
+        seq = seq_of(job_id)
+        return None if seq is None else self.jobs.get(seq)
+
+    def count_by_status(self) -> dict[str, int]:
+        return self.jobs.count_by_status()
+
+    def size_estimate(self) -> int:
+        """Rough bytes of the object: jobs, key windows and receipts."""
+        return self.approx_bytes + self.key_bytes + self.receipts.size_estimate()
+
+
+def key_entry_bytes(key: str) -> int:
+    """Rough bytes one idempotency-key entry costs in the object."""
+    return len(key) + 48

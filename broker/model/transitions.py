@@ -1,0 +1,472 @@
+"""Every queue operation as ``apply(state, op, now_ms) -> result``.
+
+No I/O and no clock: time comes in as ``now_ms`` (integer milliseconds). An
+operation either applies whole or raises an :class:`~broker.errors.OsqueueError`
+before changing anything, so a bad request in a group commit never leaves a
+half-applied state. ``apply`` mutates ``state`` in place (copying a queue of a
+million jobs per commit would cost more than the write); a caller that must
+roll back re-reads the committed object instead.
+
+Promises kept here (and checked by the property tests):
+
+* claim order: runnable pending jobs by priority (higher first), then run-at,
+  then enqueue sequence; paused queues hand out nothing;
+* ``attempts`` counts claims; a job is claimed only while
+  ``attempts < max_attempts``; a failure or an expired lease on the last
+  attempt makes it ``dead``;
+* a fencing token is valid only while its job is claimed under it and its
+  lease has not expired at ``now_ms``; a stale token never completes,
+  fails or extends a job;
+* a push whose idempotency key is in the window returns the original id and
+  creates nothing;
+* a repeated call answers as the first did while its receipt is kept (see
+  :mod:`broker.model.receipts`): a push with the same request key gets the same ids,
+  a claim with the same request key the same jobs (those still held), a
+  complete or fail of a token it already settled the same answer;
+* a completed job stays, status ``completed`` with its result, until
+  :class:`DropArchived` removes it once its archive object is written.
+
+The rules live here; the operations and results are plain values in
+:mod:`broker.model.ops`. Every change of a job's status goes through
+:mod:`broker.model.lifecycle`, which checks it against the table of allowed moves and
+keeps the heaps (:mod:`broker.model.indexes`) and the encoding (:mod:`broker.model.codec`)
+in step; nothing here knows how either is laid out.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from broker.errors import InvalidRequest, PayloadTooLarge, QueueFull
+from broker.limits import (
+    MAX_ATTEMPTS,
+    MAX_CLAIM_JOBS,
+    MAX_DELAY_MS,
+    MAX_ERROR_CHARS,
+    MAX_KEY_CHARS,
+    MAX_LEASE_MS,
+    MAX_PRIORITY,
+    MAX_WORKER_CHARS,
+)
+from broker.model import idempotency, lifecycle, queue_rules
+from broker.model import receipts as R
+from broker.model.columns import plain_rows
+from broker.model.indexes import bound_stale_leases, expired_leases, promote_due
+from broker.model.job import (
+    CLAIMED,
+    DEAD,
+    JOB_OVERHEAD_BYTES,
+    PENDING,
+    Job,
+    JobIds,
+    job_id_for,
+    seq_of,
+)
+from broker.model.lifecycle import (
+    GONE,
+    add_pending,
+    add_pending_bulk,
+    claim_ready,
+    complete_held,
+    extend_lease,
+    live_job,
+    move,
+)
+from broker.model.ops import (
+    Claim,
+    ClearBroker,
+    Complete,
+    CompleteItem,
+    CompleteItems,
+    Configure,
+    DropArchived,
+    Fail,
+    FailItem,
+    Heartbeat,
+    ItemResults,
+    LeasedJob,
+    LeasedJobs,
+    NewJob,
+    Op,
+    Purge,
+    Push,
+    PushPayloads,
+    ReadJobs,
+    ReadStats,
+    Reclaim,
+    Redrive,
+    RenewBroker,
+    Result,
+    SetPaused,
+    TakeOver,
+    push_of,
+)
+from broker.model.state import QueueState, Settings
+from broker.model.views import list_jobs, next_wakeup_ms, stats
+from broker.wire import ItemResult
+
+#: What :func:`apply` takes and answers, and the read-only views, under the
+#: names the broker and its tests reach them by (``transitions.Push``, ...).
+__all__ = [
+    "Claim", "ClearBroker", "Complete", "CompleteItem", "CompleteItems", "Configure",
+    "DropArchived", "Fail", "FailItem", "Heartbeat", "ItemResult", "ItemResults", "LeasedJob",
+    "LeasedJobs", "NewJob", "Op", "Purge", "Push",
+    "PushPayloads", "ReadJobs", "ReadStats", "Reclaim", "Redrive", "RenewBroker", "Result",
+    "SetPaused", "TakeOver", "apply", "backoff_ms", "list_jobs", "live_job", "new_state",
+    "next_wakeup_ms", "push_of", "stats",
+]
+
+# -- helpers -------------------------------------------------------------------
+
+
+def backoff_ms(settings: Settings, attempts: int) -> int:
+    """Delay before retry number ``attempts`` (1-based): base * 2**(attempts-1), capped."""
+    delay = settings.backoff_base_s * (2 ** max(0, attempts - 1))
+    return round(min(delay, settings.backoff_max_s) * 1000)
+
+
+def _settle_failure(state: QueueState, job: Job, error: str, retry_in_ms: int | None,
+                    now_ms: int) -> str:
+    """Move a claimed job back to pending (retry) or dead; return the new status."""
+    job.lease = None
+    job.last_error = error[-MAX_ERROR_CHARS:] if error else None
+    state.counters.failed += 1
+    if job.attempts >= job.max_attempts:
+        state.counters.dead += 1
+        move(state, job, DEAD, now_ms)
+    else:
+        delay = retry_in_ms if retry_in_ms is not None else backoff_ms(state.settings, job.attempts)
+        job.run_at_ms = now_ms + max(0, delay)
+        move(state, job, PENDING, now_ms)
+    return job.status
+
+
+def _validate_new(state: QueueState, new: NewJob) -> int:
+    """Check one new job; return its size estimate."""
+    limit = state.settings.max_payload_bytes
+    if len(new.payload) > limit:
+        raise PayloadTooLarge(
+            f"payload is {len(new.payload)} bytes; this queue's limit is {limit} bytes"
+        )
+    if not -MAX_PRIORITY <= new.priority <= MAX_PRIORITY:
+        raise InvalidRequest(f"priority must be within +-{MAX_PRIORITY}, got {new.priority}")
+    if not 0 <= new.delay_ms <= MAX_DELAY_MS:
+        raise InvalidRequest(f"delay must be within [0, {MAX_DELAY_MS // 1000}] s, "
+                             f"got {new.delay_ms / 1000} s")
+    if new.max_attempts is not None and not 1 <= new.max_attempts <= MAX_ATTEMPTS:
+        raise InvalidRequest(f"max_attempts must be 1..{MAX_ATTEMPTS}, got {new.max_attempts}")
+    if new.key is not None and not 0 < len(new.key) <= MAX_KEY_CHARS:
+        raise InvalidRequest(f"idempotency keys must be 1..{MAX_KEY_CHARS} characters")
+    return len(new.payload) + JOB_OVERHEAD_BYTES
+
+
+_OPTIONS = operator.itemgetter(1, 2, 3, 4)  # NewJob's fields after the payload
+_DEFAULT_OPTIONS = (0, 0, None, None)
+
+
+def _insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int) -> Sequence[str]:
+    """Validate all, then create all (or raise having created nothing)."""
+    if jobs and set(map(_OPTIONS, jobs)) == {_DEFAULT_OPTIONS}:
+        return _insert_payloads(state, [new[0] for new in jobs], now_ms)
+    seen = idempotency.seen_keys(state, now_ms)
+    fresh: dict[str, int] = {}
+    incoming = 0
+    for new in jobs:
+        size = _validate_new(state, new)
+        if new.key is not None:
+            if new.key in fresh or seen(new.key) is not None:
+                continue
+            fresh[new.key] = 0
+        incoming += size
+    _check_room(state, incoming)
+    ids: list[str] = []
+    created: dict[str, str] = {}
+    added: list[Job] = []
+    counters, settings_max = state.counters, state.settings.max_attempts
+    for new in jobs:
+        if new.key is not None:
+            entry = seen(new.key)
+            if entry is not None:
+                ids.append(entry.job_id)
+                continue
+            if new.key in created:
+                ids.append(created[new.key])
+                continue
+        counters.enqueued += 1
+        seq = counters.enqueued
+        job = Job(seq, new.payload, PENDING, new.priority,
+                  now_ms + new.delay_ms, 0, new.max_attempts or settings_max, now_ms, new.key)
+        added.append(job)
+        if new.key is not None:
+            created[new.key] = job.id
+            idempotency.remember_key(state, new.key, job.id, now_ms)
+        ids.append(job.id)
+    add_pending(state, added, now_ms)
+    return ids
+
+
+def _check_room(state: QueueState, incoming: int) -> None:
+    if incoming and state.size_estimate() + incoming > state.settings.max_state_bytes:
+        raise QueueFull(
+            f"queue full: the object would grow past {state.settings.max_state_bytes} bytes; "
+            "nothing from this push was written"
+        )
+
+
+def _insert_payloads(state: QueueState, payloads: Sequence[bytes], now_ms: int) -> JobIds:
+    """:func:`_insert_jobs` for jobs with default options (the bulk path)."""
+    if not payloads:
+        return JobIds(0, 0)
+    limit = state.settings.max_payload_bytes
+    sizes = list(map(len, payloads))
+    if max(sizes) > limit:
+        raise PayloadTooLarge(f"payload is {max(sizes)} bytes; this queue's limit is {limit} bytes")
+    _check_room(state, sum(sizes) + JOB_OVERHEAD_BYTES * len(payloads))
+    return add_pending_bulk(state, payloads, now_ms)
+
+
+# -- operation handlers -----------------------------------------------------------
+
+
+def _ids_of(seqs: list[int]) -> Sequence[str]:
+    if seqs and seqs[-1] - seqs[0] == len(seqs) - 1 and seqs == list(
+            range(seqs[0], seqs[-1] + 1)):
+        return JobIds(seqs[0], len(seqs))
+    return [job_id_for(seq) for seq in seqs]
+
+
+def _push(state: QueueState, op: Push | PushPayloads, now_ms: int) -> Result:
+    earlier = idempotency.earlier(state, op.request, op.floor, R.PUSH, now_ms)
+    if earlier is not None:
+        if not earlier:  # the first attempt was refused (and that is written): so is this
+            return Result(replayed=True, error=QueueFull(
+                "queue full: this push was refused before (a repeat of it); "
+                "nothing from it was written"))
+        return Result(ids=_ids_of(list(R.expand(earlier))), replayed=True)
+    if op.once is not None and idempotency.published(state, op.once, now_ms):
+        return Result(duplicate=True)
+    if op.missing:
+        raise InvalidRequest(f"{op.missing} staged chunk(s) of this write are missing; "
+                             "nothing was published")
+    ids: Sequence[str]
+    try:
+        if isinstance(op, PushPayloads):
+            ids = _insert_payloads(state, op.payloads, now_ms)
+        else:
+            ids = _insert_jobs(state, op.jobs, now_ms)
+    except QueueFull as exc:
+        if op.request is None:
+            raise
+        # Refused for the state the queue is in, which changes: remember it, written
+        # before the caller hears of it (the write also fences out any earlier attempt
+        # of this call), so a late copy is refused too, not applied once there is room.
+        state.receipts.record(op.request, R.PUSH, [], now_ms)
+        idempotency.trim(state, now_ms)
+        return Result(changed=True, error=exc)
+    if op.once is not None:
+        idempotency.remember_published(state, op.once, now_ms)
+    if op.request is not None:
+        runs = ([ids.first, len(ids)] if isinstance(ids, JobIds)
+                else R.runs_of(seq_of(i) or 0 for i in ids))
+        state.receipts.record(op.request, R.PUSH, runs, now_ms)
+    idempotency.trim(state, now_ms)
+    return Result(changed=True, ids=ids)
+
+
+def _check_lease(lease_ms: int) -> None:
+    if not 0 < lease_ms <= MAX_LEASE_MS:
+        raise InvalidRequest(f"lease must be within (0, {MAX_LEASE_MS // 1000}] s, "
+                             f"got {lease_ms / 1000}")
+
+
+def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
+    if not 1 <= op.max_jobs <= MAX_CLAIM_JOBS:
+        raise InvalidRequest(f"max_jobs must be 1..{MAX_CLAIM_JOBS}, got {op.max_jobs}")
+    _check_lease(op.lease_ms)
+    if not op.worker or len(op.worker) > MAX_WORKER_CHARS:
+        raise InvalidRequest(f"worker must be a name of 1..{MAX_WORKER_CHARS} characters")
+    earlier = idempotency.earlier(state, op.request, op.floor, R.CLAIM, now_ms)
+    if earlier is not None:
+        return Result(jobs=_still_held(state, earlier[0], earlier[1], now_ms), replayed=True)
+    result = Result()
+    if state.paused:
+        return result
+    first_fence = state.counters.fence + 1
+    out = result.jobs = claim_ready(state, op.worker, op.max_jobs, op.lease_ms, now_ms)
+    result.changed = bool(out)
+    if out and op.request is not None:
+        state.receipts.record(op.request, R.CLAIM, [first_fence, len(out)], now_ms)
+    return result
+
+
+def _still_held(state: QueueState, first_fence: int, count: int,
+                now_ms: int) -> list[LeasedJob]:
+    """The jobs still held under the leases numbered ``first_fence`` onwards
+    (``count`` of them), in the order they were claimed. Scans the jobs: only
+    a repeated claim comes here."""
+    held = []
+    for job in state.jobs.touched():  # (the others are pending)
+        lease = job.lease
+        if job.status == CLAIMED and lease is not None and lease.expires_ms > now_ms and \
+                first_fence <= lease.fence < first_fence + count:
+            held.append((lease.fence, LeasedJob(job.id, job.payload, lease.token,
+                                                 job.attempts, lease.expires_ms)))
+    return [claimed for _, claimed in sorted(held)]
+
+
+def _heartbeat(state: QueueState, op: Heartbeat, now_ms: int) -> Result:
+    _check_lease(op.lease_ms)
+    result = Result()
+    for token in op.tokens:
+        job = live_job(state, token, now_ms)
+        if job is None or job.lease is None:
+            result.items.append(ItemResult(token, False, idempotency.stale_reason(state, token)))
+            continue
+        extend_lease(state, job, op.lease_ms, now_ms)
+        result.items.append(ItemResult(token, True))
+        result.changed = True
+    return result
+
+
+def _complete(state: QueueState, op: Complete, now_ms: int) -> Result:
+    limit = state.settings.max_payload_bytes
+    for _, value in plain_rows(op.items):
+        if value is not None and len(value) > limit:
+            raise PayloadTooLarge(f"result is {len(value)} bytes; the limit is {limit}")
+    result = Result()
+    result.items, fences = complete_held(
+        state, plain_rows(op.items), now_ms,
+        lambda token: idempotency.repeat_answer(state, token, R.COMPLETED))
+    if fences:
+        state.receipts.record_settled(R.COMPLETED, fences, now_ms, idempotency.retry_ttl_ms(state),
+                                      state.settings.retry_keys)
+        state.counters.completed += len(fences)
+        result.changed = True
+    return result
+
+
+def _fail(state: QueueState, op: Fail, now_ms: int) -> Result:
+    for item in op.items:
+        if item.retry_in_ms is not None and not 0 <= item.retry_in_ms <= MAX_DELAY_MS:
+            raise InvalidRequest(f"retry_in_s must be within [0, {MAX_DELAY_MS // 1000}], "
+                                 f"got {item.retry_in_ms / 1000}")
+    result = Result()
+    for item in op.items:
+        job = live_job(state, item.token, now_ms)
+        if job is None or job.lease is None:
+            result.items.append(idempotency.repeat_answer(state, item.token, R.FAILED))
+            continue
+        fence = job.lease.fence
+        status = _settle_failure(state, job, item.error, item.retry_in_ms, now_ms)
+        # one by one, so a token listed twice in one call gets the same answer twice
+        state.receipts.record_settled(R.DEAD if status == DEAD else R.FAILED, [fence], now_ms,
+                                      idempotency.retry_ttl_ms(state), state.settings.retry_keys)
+        result.items.append(ItemResult(item.token, True, status=status))
+        result.changed = True
+    return result
+
+
+def _reclaim(state: QueueState, op: Reclaim, now_ms: int) -> Result:
+    result = Result()
+    promote_due(state, now_ms)  # so the delayed heap's head is always in the future
+    reclaimed: list[str] = []
+    result.ids = reclaimed
+    for job in expired_leases(state, now_ms):
+        assert job.lease is not None
+        worker = job.lease.worker
+        _settle_failure(state, job, f"lease expired (worker {worker} stopped heartbeating)",
+                        0, now_ms)
+        state.counters.reclaimed += 1
+        reclaimed.append(job.id)
+    bound_stale_leases(state)
+    idempotency.trim(state, now_ms)
+    since = state.receipts.unwritten_since
+    result.changed = bool(reclaimed) or (since is not None and
+                                         now_ms - since >= R.LAZY_WRITE_MS)
+    return result
+
+
+def _drop_archived(state: QueueState, op: DropArchived, now_ms: int) -> Result:
+    dropped = sum(lifecycle.drop_completed(state, commit_seq) for commit_seq in op.seqs)
+    return Result(changed=bool(dropped), count=dropped)
+
+
+def _redrive(state: QueueState, op: Redrive, now_ms: int) -> Result:
+    earlier = idempotency.earlier(state, op.request, op.floor, R.REDRIVE, now_ms)
+    if earlier is not None:
+        return Result(count=earlier[0], replayed=True)
+    if op.ids is None:
+        targets = [j for j in state.jobs.touched() if j.status == DEAD]
+    else:
+        seqs = list(dict.fromkeys(map(seq_of, op.ids)))  # an id given twice is redriven once
+        targets = [j for seq in seqs
+                   if seq is not None and (j := state.jobs.get(seq)) is not None
+                   and j.status == DEAD]
+    for job in targets:
+        job.attempts = 0
+        job.run_at_ms = now_ms
+        move(state, job, PENDING, now_ms)
+    if op.request is not None:
+        state.receipts.record(op.request, R.REDRIVE, [len(targets)], now_ms)
+    return Result(changed=bool(targets) or op.request is not None,
+                  ids=[j.id for j in targets], count=len(targets))
+
+
+def _purge(state: QueueState, op: Purge, now_ms: int) -> Result:
+    bad = set(op.statuses) - {PENDING, CLAIMED, DEAD}
+    if bad:
+        raise InvalidRequest(f"cannot purge status {sorted(bad)}; use pending, claimed or dead "
+                             "(completed jobs leave by themselves once archived)")
+    earlier = idempotency.earlier(state, op.request, op.floor, R.PURGE, now_ms)
+    if earlier is not None:
+        return Result(count=earlier[0], replayed=True)
+    statuses = set(op.statuses)
+    # (jobs kept as lines are all pending: a purge of other statuses leaves them be)
+    jobs = state.jobs.values() if PENDING in statuses else state.jobs.touched()
+    doomed = [j for j in jobs if j.status in statuses]
+    for job in doomed:
+        move(state, job, GONE, now_ms)
+    if op.request is not None:
+        state.receipts.record(op.request, R.PURGE, [len(doomed)], now_ms)
+    return Result(changed=bool(doomed) or op.request is not None, count=len(doomed))
+
+
+_HANDLERS: dict[type, Callable[[QueueState, Any, int], Result]] = {
+    Push: _push,
+    PushPayloads: _push,
+    Claim: _claim,
+    Heartbeat: _heartbeat,
+    Complete: _complete,
+    Fail: _fail,
+    Reclaim: _reclaim,
+    DropArchived: _drop_archived,
+    Redrive: _redrive,
+    Purge: _purge,
+    SetPaused: queue_rules.set_paused,
+    Configure: queue_rules.configure,
+    TakeOver: queue_rules.take_over,
+    RenewBroker: queue_rules.renew_broker,
+    ClearBroker: queue_rules.clear_broker,
+    ReadStats: queue_rules.read_stats,
+    ReadJobs: queue_rules.read_jobs,
+}
+
+
+def apply(state: QueueState, op: Op, now_ms: int) -> Result:
+    """Apply one operation at time ``now_ms``.
+
+    Raises an ``OsqueueError`` (``InvalidRequest``, ``PayloadTooLarge``,
+    ``QueueFull``) without changing the jobs when the operation is refused; a
+    keyed call's floor still moves (written later, see :mod:`broker.model.receipts`).
+    A keyed push refused as queue full is the exception: its refusal is
+    remembered and written, and comes back as ``Result.error`` for the caller
+    to raise once that write landed.
+    """
+    return _HANDLERS[type(op)](state, op, now_ms)
+
+
+def new_state(now_ms: int, settings: Settings | None = None) -> QueueState:
+    """An empty queue."""
+    return QueueState(updated_ms=now_ms, settings=settings or Settings())

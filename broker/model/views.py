@@ -1,0 +1,96 @@
+"""Read-only views of a queue state: stats, pages of jobs, the next wake-up.
+
+No I/O and no clock; nothing here changes the state.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker import timefmt
+from broker.errors import InvalidRequest
+from broker.limits import MAX_JOB_ID_CHARS, MAX_PAGE_JOBS
+from broker.model import receipts as R
+from broker.model.indexes import key_time
+from broker.model.job import CLAIMED, COMPLETED, DEAD, PENDING, Job
+from broker.model.state import QueueState
+
+
+def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
+    """Counts by status and figures a person watching the queue wants."""
+    counts = state.count_by_status()  # "completed": done, awaiting the archive
+    oldest: int | None = None
+    next_run: int | None = None
+    pending = [(job.run_at_ms, job.created_ms) for job in state.jobs.touched()
+               if job.status == PENDING]
+    # untouched bulk-pushed jobs (see broker.model.jobtable) were created when due
+    pending += [(at, at) for at in state.jobs.untouched_due_times()]
+    for run_at, created in pending:
+        if run_at <= now_ms:
+            oldest = created if oldest is None else min(oldest, created)
+        else:
+            next_run = run_at if next_run is None else min(next_run, run_at)
+    return {
+        "counts": counts,
+        "total": len(state.jobs) - counts[COMPLETED],  # completed ones only await the archive
+        "paused": state.paused,
+        "oldest_pending_age_s": None if oldest is None else (now_ms - oldest) / 1000,
+        "next_delayed_run_at": None if next_run is None else timefmt.fmt(next_run),
+        "enqueued_total": state.counters.enqueued,
+        "completed_total": state.counters.completed,
+        "failed_total": state.counters.failed,
+        "dead_total": state.counters.dead,
+        "reclaimed_total": state.counters.reclaimed,
+        "seq": state.seq,
+        "approx_state_bytes": state.size_estimate(),
+        "dedup_keys": len(state.keys),
+        "receipts": len(state.receipts.requests),
+        "settled_runs": state.receipts.settled_runs,
+        "broker": None
+        if state.broker is None
+        else {
+            "id": state.broker.id,
+            "url": state.broker.url,
+            "lease_s": state.broker.lease_ms / 1000,
+            "lease_expires_at": timefmt.fmt(state.broker.expires_ms),
+        },
+        "settings": {name: getattr(state.settings, name)
+                     for name in state.settings.__slots__},
+    }
+
+
+def list_jobs(state: QueueState, status: str | None = None, limit: int = 100,
+              after: str | None = None) -> list[Job]:
+    """A page of jobs in enqueue order, after job id ``after``, optionally by status:
+    to read, not to change (jobs kept as lines are read into throwaway ``Job``
+    objects, see :mod:`broker.model.jobtable`)."""
+    if status is not None and status not in (PENDING, CLAIMED, DEAD, COMPLETED):
+        raise InvalidRequest(f"unknown status {status!r}; use pending, claimed, dead or "
+                             "completed")
+    if not 1 <= limit <= MAX_PAGE_JOBS:
+        raise InvalidRequest(f"limit must be 1..{MAX_PAGE_JOBS}, got {limit}")
+    after_seq = -1
+    if after is not None:
+        # any "j" and digits, padded or not: a person may type "j42"
+        if not (after.startswith("j") and after[1:].isdecimal() and len(after) <= MAX_JOB_ID_CHARS):
+            raise InvalidRequest(f"after must be a job id, got {after[:40]!r}")
+        after_seq = int(after[1:])
+    page: list[Job] = []
+    for job in state.jobs.peek(after_seq, status):
+        page.append(job)
+        if len(page) >= limit:
+            break
+    return page
+
+
+def next_wakeup_ms(state: QueueState) -> int | None:
+    """When the earliest lease expires or delayed job becomes due, or lazily kept
+    receipts are to be written (for idle timers)."""
+    times = []
+    if state.receipts.unwritten_since is not None and state.seq > 0:  # (no object: nothing)
+        times.append(state.receipts.unwritten_since + R.LAZY_WRITE_MS)
+    if state.leases:
+        times.append(key_time(state.leases[0]))
+    if state.delayed:
+        times.append(key_time(state.delayed[0]))
+    return min(times) if times else None

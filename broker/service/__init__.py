@@ -1,0 +1,14 @@
+"""One broker: the queues it serves and everything around their commit loops.
+
+:class:`~broker.service.coordinator.Broker` owns a
+:class:`~broker.service.served_queue.ServedQueue` per queue it serves (the
+commit loop, the queue's model, its archiver); :mod:`~broker.service.takeover`
+and :mod:`~broker.service.ownership` decide which queues those are;
+:mod:`~broker.service.staging` keeps Spark's staged chunks;
+:mod:`~broker.service.metrics` counts. Imports the model, the commit loop,
+storage and the leaves; nothing of HTTP.
+"""
+
+from broker.service.coordinator import Broker, BrokerConfig
+
+__all__ = ["Broker", "BrokerConfig"]

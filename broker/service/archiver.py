@@ -1,0 +1,118 @@
+"""Writes the archive objects of committed completions, then lets a commit drop them.
+
+For every commit seq that the last committed version shows completed jobs
+for, one background task writes that commit's archive object (see
+:mod:`broker.model.archive`), retrying with backoff while storage fails. Once it
+landed, :meth:`Archiver.to_drop` names the seq and the queue's next commit
+drops those jobs. The object is a function of the committed jobs, so a write
+repeated by this broker or another one after a takeover changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+
+from broker.errors import OsqueueError
+from broker.model import archive
+from broker.model.job import Job
+from broker.model.state import QueueState
+from broker.storage import ObjectStore
+
+log = logging.getLogger("osqueue.archive")
+
+
+
+def write_commit(store: ObjectStore, queue: str, jobs: Sequence[Job]) -> str:
+    """Write (or rewrite, identically) the archive object of one commit's
+    completions; return its key. Raises the store's errors."""
+    key, data = archive.commit_object(queue, jobs)
+    store.put(key, data)
+    return key
+
+
+#: How soon an idle queue writes the commit that drops archived jobs (s).
+DROP_DELAY_S = 1.0
+
+
+class Archiver:
+    """Archive writes of one queue. ``poke`` wakes the queue's commit loop."""
+
+    def __init__(self, store: ObjectStore, queue: str, executor: Executor,
+                 poke: Callable[[], None], *, monotonic: Callable[[], float]) -> None:
+        self.store = store
+        self.queue = queue
+        self._executor = executor
+        self._poke = poke
+        self._monotonic = monotonic
+        self._writing: dict[int, asyncio.Task[None]] = {}
+        self._written: dict[int, float] = {}  # commit seq -> when its object landed
+        self.failures = 0
+        self.last_error: str | None = None
+
+    def committed(self, state: QueueState) -> None:
+        """``state`` is committed: archive each of its commits with completions
+        that is not archived or being archived yet."""
+        self._forget_dropped(state)
+        for seq, job_seqs in state.completed.items():
+            if seq in self._writing or seq in self._written:
+                continue
+            jobs = [state.jobs[s] for s in job_seqs]
+            self._writing[seq] = asyncio.get_running_loop().create_task(
+                self._write(seq, jobs), name=f"archive {self.queue} {seq}")
+
+    async def _write(self, seq: int, jobs: list[Job]) -> None:
+        delay = 0.1
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                try:
+                    await loop.run_in_executor(self._executor, write_commit,
+                                               self.store, self.queue, jobs)
+                    break
+                except (OsqueueError, OSError) as exc:
+                    self.failures += 1
+                    self.last_error = str(exc)
+                    log.warning("archive object of %s commit %d not written (%s); "
+                                "retrying in %.1fs", self.queue, seq, exc, delay)
+                    await asyncio.sleep(delay * (0.5 + random.random()))
+                    delay = min(delay * 2, 30.0)
+            self._written[seq] = self._monotonic()
+            self.last_error = None
+            self._poke()
+        finally:
+            self._writing.pop(seq, None)
+
+    def _forget_dropped(self, state: QueueState) -> None:
+        for seq in [s for s in self._written if s not in state.completed]:
+            del self._written[seq]
+
+    def to_drop(self, state: QueueState) -> tuple[int, ...]:
+        """Commit seqs of ``state`` whose archive objects landed: their jobs may leave."""
+        self._forget_dropped(state)
+        return tuple(self._written)
+
+    def drop_in_s(self, state: QueueState) -> float | None:
+        """Seconds until an idle queue should drop archived jobs of ``state``
+        (None: nothing to drop)."""
+        self._forget_dropped(state)
+        if not self._written:
+            return None
+        return max(0.0, min(self._written.values()) + DROP_DELAY_S - self._monotonic())
+
+    async def wait(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for the archive writes under way."""
+        tasks = list(self._writing.values())
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout_s)
+
+    def pending(self) -> int:
+        return len(self._writing)
+
+    def cancel(self) -> None:
+        """Stop writing (the broker stops; the next owner writes what is left)."""
+        for task in list(self._writing.values()):
+            task.cancel()

@@ -1,0 +1,512 @@
+"""The broker's own Python API (embedded mode): several named queues, each with
+its own commit loop, answered only once durable.
+
+All methods are coroutines to be awaited on the broker's event loop. The HTTP
+server (:mod:`broker.http.app`) is a thin adapter over this class; so is
+``osqueue_spark.start_broker``.
+
+**Several brokers, one store.** Each queue has one owner (the broker its
+object names, see :mod:`broker.service.ownership`). A broker serves the queues it
+owns, creates a queue with its first push, and watches the others: when an
+owner stops cleanly, dies, or stops writing for a whole lease, a watching
+broker takes the queue over by itself. A write sent to a broker that does
+not own the queue is answered ``NotTheBroker`` with the owner's URL. A read
+(stats, jobs) never moves a queue: a broker that does not own it answers
+from the stored object, and a queue that does not exist is answered 404
+with nothing created. A claim on a queue that does not exist returns no jobs
+(after waiting up to ``wait_s`` for it to appear) and creates nothing.
+
+:class:`Broker` is a thin coordinator: each served queue
+(:mod:`broker.service.served_queue`: a commit loop over :mod:`broker.service.queue_model`) does the
+writing, :mod:`broker.service.takeover` the watching and taking over (under the
+policy of :mod:`broker.service.ownership`), :mod:`broker.service.staging` Spark's staged
+writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker import limits, paths, timefmt
+from broker.errors import (
+    BrokerUnavailable,
+    InvalidRequest,
+    NotFound,
+    OsqueueError,
+    UnknownQueue,
+)
+from broker.gcpause import gc_paused
+from broker.limits import BROKER_LEASE_S, DEFAULT_LEASE_S
+from broker.model import state as S
+from broker.model import transitions
+from broker.model.decode import decode_state
+from broker.model.job import DEAD, PENDING
+from broker.model.ops import (
+    Claim,
+    ClearBroker,
+    Complete,
+    CompleteItem,
+    CompleteItems,
+    Configure,
+    Fail,
+    FailItem,
+    Heartbeat,
+    LeasedJob,
+    LeasedJobs,
+    NewJob,
+    Purge,
+    ReadJobs,
+    ReadStats,
+    Redrive,
+    Result,
+    SetPaused,
+    push_of,
+)
+from broker.service.metrics import Metrics
+from broker.service.ownership import WATCH_INTERVAL_S, Ownership, new_broker_id
+from broker.service.served_queue import ServedQueue
+from broker.service.staging import SWEEP_S, Staging
+from broker.service.takeover import Takeover
+from broker.storage import ObjectStore
+from broker.wire import ItemResult
+
+log = logging.getLogger("osqueue.broker")
+
+@dataclass
+class BrokerConfig:
+    """Broker settings. Times in seconds, sizes in bytes."""
+
+    url: str = ""
+    broker_id: str = field(default_factory=new_broker_id)
+    lease_s: float = BROKER_LEASE_S
+    max_wait_s: float = 60.0
+    max_request_bytes: int = 64 * 1024 * 1024
+    io_threads: int = 16
+    staged_cache_bytes: int = 256 * 1024 * 1024  # staged chunks kept parsed until publish
+    self_test: bool = True
+    #: a batch waits this long on failing storage at most
+    commit_timeout_s: float = limits.DEFAULT_COMMIT_TIMEOUT_S
+    default_settings: dict[str, Any] = field(default_factory=dict)
+
+
+class Broker:
+    """Owns the queues of one store. Create it, ``await start()``, then call ops."""
+
+    def __init__(self, store: ObjectStore, config: BrokerConfig | None = None, *,
+                 clock: Callable[[], int] = timefmt.now_ms,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.store = store
+        self.config = config or BrokerConfig()
+        self.id = self.config.broker_id
+        self.clock = clock
+        self.monotonic = monotonic
+        self.metrics = Metrics()
+        self.ownership = Ownership(self.id, self.config.url, monotonic=monotonic)
+        self._queues: dict[str, ServedQueue] = {}  # queues with a loop (active or not)
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._created = asyncio.Event()  # pulsed when this broker creates a queue
+        self._executor = ThreadPoolExecutor(self.config.io_threads, thread_name_prefix="osq-io")
+        self._stopping = False
+        self._tasks: list[asyncio.Task[None]] = []
+        try:
+            self._settings = S.Settings.from_dict(self.config.default_settings)
+        except ValueError as exc:
+            raise InvalidRequest(f"bad default queue setting: {exc}") from None
+        unknown = set(self.config.default_settings) - set(limits.SETTING_LIMITS)
+        if unknown:
+            raise InvalidRequest(f"unknown queue settings {sorted(unknown)}; "
+                                 f"known: {sorted(limits.SETTING_LIMITS)}")
+        self.takeover = Takeover(self, store, self.ownership, io=self._io, monotonic=monotonic)
+        self.staging = Staging(store, self._io, cache_bytes=self.config.staged_cache_bytes,
+                               max_payload_bytes=self._settings.max_payload_bytes,
+                               monotonic=monotonic)
+
+    @property
+    def url(self) -> str:
+        return self.config.url
+
+    async def _io(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    # -- lifecycle ----------------------------------------------------------------
+    async def start(self) -> None:
+        """Check the store, load every existing queue, take over those no live
+        broker owns and watch the rest.
+
+        Raises ``UnsafeStore`` if the store ignores conditional writes and a
+        ``StateError`` (naming the object) if any queue object is corrupt,
+        foreign or newer; nothing is written in either case.
+        """
+        if self.config.self_test:
+            await self._io(self.store.self_test)
+        served, existing = await self.takeover.start()
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._every(SWEEP_S, self.sweep_staging, "staging sweep")),
+            loop.create_task(self._every(WATCH_INTERVAL_S, self.watch, "watch")),
+        ]
+        log.info("broker %s serving %d of %d queue(s) from %s at %s", self.id, served,
+                 existing, self.store.url, self.url or "(in-process)")
+
+    async def stop(self, drain_s: float = 30.0) -> None:
+        """Flush buffered operations, write pending archive objects, clear our
+        broker record, stop every loop; all within ``drain_s`` (storage down or
+        not: callers still waiting then get ``BrokerUnavailable``)."""
+        if self._stopping:
+            return
+        self._stopping = True
+        deadline = self.monotonic() + drain_s
+
+        def left() -> float:
+            return max(0.05, deadline - self.monotonic())
+
+        for task in self._tasks:
+            task.cancel()
+
+        async def retire(q: ServedQueue) -> None:
+            q.model.retiring = True
+            if q.loop.active and q.loop.etag is not None:
+                await q.archiver.wait(left() / 2)
+                try:
+                    await asyncio.wait_for(q.loop.submit(ClearBroker(self.id)),
+                                           left())
+                except (OsqueueError, TimeoutError) as exc:
+                    log.warning("could not clear broker record of %s: %s", q.name, exc)
+            q.archiver.cancel()
+            await q.loop.close(left())
+
+        await asyncio.gather(*(retire(q) for q in list(self._queues.values())))
+        try:
+            await asyncio.wait_for(self._io(self.store.settle), left())
+        except TimeoutError:
+            log.warning("store clean-up did not finish within the drain time")
+        self._executor.shutdown(wait=False)
+        log.info("broker %s stopped", self.id)
+
+    # -- queues: who serves what ----------------------------------------------------
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def served(self, name: str) -> ServedQueue | None:
+        """The queue if this broker serves it now (its loop is active)."""
+        q = self._queues.get(name)
+        return q if q is not None and q.loop.active else None
+
+    def lock(self, name: str) -> asyncio.Lock:
+        """The lock held while deciding who serves ``name``."""
+        return self._locks.setdefault(name, asyncio.Lock())
+
+    def forget_queue(self, name: str) -> None:
+        del self._queues[name]
+
+    def make_queue(self, name: str) -> ServedQueue:
+        """The queue's loop and archiver: the one there is, or a new one (one a queue)."""
+        existing = self._queues.get(name)
+        if existing is not None:
+            return existing
+
+        def observe(seconds: float, batch: int, state_bytes: int) -> None:
+            self.metrics.commit(seconds, batch)
+            self.metrics.gauge("osqueue_state_bytes", state_bytes, queue=name)
+
+        q = ServedQueue(name, self.store, self._executor, broker_id=self.id, url=self.url,
+                        lease_ms=round(self.config.lease_s * 1000), settings=self._settings,
+                        ownership=self.ownership, clock=self.clock, monotonic=self.monotonic,
+                        commit_timeout_s=self.config.commit_timeout_s, observe=observe)
+        self._queues[name] = q
+        return q
+
+    async def read_object(self, name: str) -> tuple[S.QueueState, str] | None:
+        """The stored state of ``name`` and its etag, or None if it does not exist."""
+        try:
+            got = await self._io(self.store.read, paths.state_key(name))
+        except NotFound:
+            return None
+        with gc_paused():
+            state = decode_state(got.data, where=f"{self.store.url}/{paths.state_key(name)}")
+        return state, got.etag
+
+    async def _serving(self, name: str, *, create: bool) -> ServedQueue:
+        """The queue's loop if this broker serves it, taking it over if no live
+        broker owns it, or creating it if ``create`` and it does not exist.
+
+        Raises ``NotTheBroker`` (with the owner's URL) if a live broker owns
+        it, ``UnknownQueue`` if it does not exist and ``create`` is false.
+        """
+        q = self.served(name)
+        if q is not None:
+            return q
+        paths.check_queue_name(name)
+        if self._stopping:
+            raise BrokerUnavailable("broker is shutting down")
+        async with self.lock(name):
+            q = self.served(name)
+            if q is not None:
+                return q
+            exists = await self.takeover.admit(name)  # raises NotTheBroker
+            if not exists and not create:
+                raise UnknownQueue(f"queue {name!r} does not exist "
+                                   "(it is created by its first push)")
+            # (the watch never makes a queue outside this lock)
+            q = self.make_queue(name)
+            q.loop.reactivate()
+            q.loop.start()
+            self.takeover.known.add(name)
+            if not exists:
+                self._created.set()
+                self._created = asyncio.Event()
+            return q
+
+    async def watch(self) -> None:
+        """One round of watching the queues this broker does not serve (see
+        :meth:`broker.service.takeover.Takeover.watch`)."""
+        await self.takeover.watch()
+
+    async def _submit(self, queue: str, opname: str, op: Any, *, create: bool = False) -> Any:
+        q = await self._serving(queue, create=create)
+        try:
+            result = await q.loop.submit(op)
+        except OsqueueError as exc:
+            self.metrics.op(queue, opname, exc.code)
+            raise
+        self.metrics.op(queue, opname, "ok")
+        return result
+
+    async def create_queue(self, name: str,
+                           settings: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Create a queue (or change its settings) and write it now."""
+        await self._submit(name, "configure", Configure(dict(settings or {})),
+                           create=True)
+        return await self.stats(name)
+
+    # -- operations -------------------------------------------------------------------
+    async def push(self, queue: str, jobs: Sequence[NewJob | bytes],
+                   request: str | None = None, floor: int | None = None) -> list[str]:
+        """Enqueue ``jobs`` (bare bytes: a payload's JSON with default options) in one
+        commit; return their ids in order. ``request``: the caller's key for this
+        call, making a repeat of it answer the same ids and create nothing;
+        ``floor``: see :mod:`broker.model.receipts`."""
+        if not jobs:
+            raise InvalidRequest("push needs at least one job")
+        op = push_of(jobs, request=request, floor=floor)
+        result = await self._submit(queue, "push", op, create=True)
+        return list(result.ids)
+
+    # -- staged writes (Spark's exactly-once enqueue: see broker.service.staging) ----------
+    async def stage(self, queue: str, write_id: str, lines: bytes) -> int:
+        """Store staged lines as one staging object; how many jobs they hold (see
+        :meth:`broker.service.staging.Staging.stage`). Any broker stages: no ownership."""
+        return await self.staging.stage(queue, write_id, lines)
+
+    async def publish(self, queue: str, prefix: str, keep: list[str],
+                      once: str | None = None) -> dict[str, Any]:
+        """Push the staged chunks ``keep`` in one commit; drop every staging object
+        under ``prefix``.
+
+        With ``once``, the publish happens at most once: a repeat (a retry after
+        a timeout, a replayed Spark commit) answers ``duplicate: true`` even if
+        the first one already removed the staging objects. Raises
+        ``InvalidRequest`` (publishing and removing nothing) if a chunk to keep
+        is missing and the publish did not happen before.
+        """
+        paths.check_queue_name(queue)
+        if keep:
+            await self._serving(queue, create=True)  # the owner publishes; others redirect
+
+        async def commit(jobs: list[NewJob | bytes],
+                         gone: int) -> Result:
+            result: Result = await self._submit(
+                queue, "publish", push_of(jobs, once, missing=gone), create=True)
+            return result
+
+        return await self.staging.publish(queue, prefix, keep, once, commit)
+
+    async def sweep_staging(self) -> int:
+        """Delete the staging objects of the queues this broker serves that it has
+        seen for longer than the queue's staged_ttl_s (see
+        :meth:`broker.service.staging.Staging.sweep`); return how many."""
+        served = ((name, (q.loop.state.settings if q.loop.state else self._settings)
+                   .staged_ttl_s)
+                  for name, q in list(self._queues.items()) if q.loop.active)
+        return await self.staging.sweep(served)
+
+    async def _every(self, every_s: float, work: Callable[[], Awaitable[Any]],
+                     what: str) -> None:
+        """Run ``work`` every ``every_s`` seconds until the broker stops; log its errors."""
+        while not self._stopping:
+            await asyncio.sleep(every_s)
+            try:
+                await work()
+            except OsqueueError as exc:
+                log.warning("%s failed: %s", what, exc)
+            except Exception:  # a periodic task must outlive any one failure
+                log.exception("%s failed", what)
+
+    async def claim(self, queue: str, worker: str, max_jobs: int = 1,
+                    lease_s: float = DEFAULT_LEASE_S, wait_s: float = 0.0,
+                    request: str | None = None,
+                    floor: int | None = None) -> Sequence[LeasedJob]:
+        """Claim up to ``max_jobs``, waiting up to ``wait_s`` for one. ``request``:
+        the caller's key for this call; a repeat hands back the same jobs."""
+        if wait_s < 0 or wait_s > self.config.max_wait_s:
+            raise InvalidRequest(f"wait_s must be within [0, {self.config.max_wait_s}]")
+        op = Claim(worker, max_jobs, round(lease_s * 1000), request, floor)
+        paths.check_queue_name(queue)
+        deadline = self.monotonic() + wait_s
+        while True:
+            q = self._queues.get(queue)
+            # taken before the claim, so no wake-up is missed
+            ready = q.jobs_ready if q is not None and q.loop.active else None
+            created = self._created
+            try:
+                result = await self._submit(queue, "claim", op)
+            except UnknownQueue:
+                jobs: Sequence[LeasedJob] = LeasedJobs()
+            else:
+                jobs = result.jobs
+            remaining = deadline - self.monotonic()
+            if jobs or remaining <= 0 or self._stopping:
+                return jobs  # (column-wise from a claim: see broker.model.columns)
+            if ready is None:
+                q = self._queues.get(queue)
+                if q is not None and q.loop.active:
+                    continue  # served here since: claim again with its event
+                ready = created
+            try:
+                await asyncio.wait_for(ready.wait(), remaining)
+            except TimeoutError:
+                pass
+
+    async def heartbeat(self, queue: str, tokens: list[str],
+                        lease_s: float = DEFAULT_LEASE_S) -> Sequence[ItemResult]:
+        result = await self._submit(
+            queue, "heartbeat", Heartbeat(tuple(tokens), round(lease_s * 1000)))
+        return result.items
+
+    async def complete(self, queue: str, items: Sequence[CompleteItem]
+                       ) -> Sequence[ItemResult]:
+        """Complete each item's job with its result; one answer per item, in order.
+        ``items``: CompleteItems (column-wise, as the HTTP layer parses them) or
+        any sequence of CompleteItem."""
+        # a copy, as of now: the op waits for the group commit, and the caller's
+        # object may change meanwhile (two list copies, not an object per item)
+        items = CompleteItems(*map(list, items.columns)) \
+            if isinstance(items, CompleteItems) else tuple(items)
+        result = await self._submit(queue, "complete", Complete(items))
+        return result.items
+
+    async def fail(self, queue: str, items: Sequence[FailItem]
+                   ) -> Sequence[ItemResult]:
+        result = await self._submit(queue, "fail", Fail(tuple(items)))
+        return result.items
+
+    async def redrive(self, queue: str, ids: list[str] | None = None,
+                      request: str | None = None, floor: int | None = None) -> int:
+        """Return dead jobs (``ids``, or all) to pending; how many. ``request``: a
+        repeat answers the first count and returns nothing more."""
+        op = Redrive(tuple(ids) if ids is not None else None, request, floor)
+        await self._existing(queue)
+        return int((await self._submit(queue, "redrive", op)).count)
+
+    async def purge(self, queue: str, statuses: list[str] | None = None,
+                    request: str | None = None, floor: int | None = None) -> int:
+        """Delete jobs by status; how many. ``request``: a repeat answers the first
+        count and deletes nothing more (not the jobs pushed since)."""
+        op = Purge(tuple(statuses) if statuses else (PENDING, DEAD), request,
+                               floor)
+        await self._existing(queue)
+        return int((await self._submit(queue, "purge", op)).count)
+
+    async def _existing(self, queue: str) -> None:
+        """Raise ``UnknownQueue`` if the queue has no object (a keyed admin call must
+        not create one just to hold its receipt)."""
+        q = await self._serving(queue, create=False)
+        if q.loop.etag is None and await self.read_object(queue) is None:
+            raise UnknownQueue(f"queue {queue!r} does not exist (it is created by its first push)")
+
+    async def set_paused(self, queue: str, paused: bool) -> None:
+        await self._submit(queue, "pause" if paused else "resume", SetPaused(paused))
+
+    # -- reads ----------------------------------------------------------------------------
+    async def _read(self, queue: str, op: ReadStats | ReadJobs) -> Any:
+        """A read: through the queue's loop if this broker serves it (so it sees
+        committed state only, never a batch whose write is in flight), else from
+        the stored object (nothing is taken over or created)."""
+        q = self._queues.get(queue)
+        if q is not None and q.loop.active:
+            state = q.loop.state
+            if state is not None and q.loop.etag is None and not state.jobs:
+                raise UnknownQueue(f"queue {queue!r} does not exist "
+                                   "(it is created by its first push)")
+            return (await q.loop.submit(op)).view
+        paths.check_queue_name(queue)
+        got = await self.read_object(queue)
+        if got is None:
+            raise UnknownQueue(f"queue {queue!r} does not exist (it is created by its first push)")
+        return transitions.apply(got[0], op, self.clock()).view
+
+    async def stats(self, queue: str) -> dict[str, Any]:
+        out: dict[str, Any] = await self._read(queue, ReadStats())
+        q = self._queues.get(queue)
+        loop_stats = q.loop.stats if q is not None and q.loop.active else None
+        out["queue"] = queue
+        out["served_by_this_broker"] = loop_stats is not None
+        if q is not None and loop_stats is not None:
+            out["state_bytes"] = loop_stats.state_bytes
+            out["commits"] = loop_stats.commits
+            out["conflicts"] = loop_stats.conflicts
+            out["unknown_outcomes"] = loop_stats.unknown_outcomes
+            out["last_commit_ms"] = round(loop_stats.last_commit_s * 1000, 3)
+            out["fault"] = q.loop.fault
+            out["archive_writes_pending"] = q.archiver.pending()
+            out["archive_error"] = q.archiver.last_error
+        return out
+
+    async def jobs(self, queue: str, status: str | None = None, limit: int = 100,
+                   after: str | None = None, *, raw: bool = False) -> list[dict[str, Any]]:
+        """A page of jobs as plain dicts. ``raw``: payloads and results stay their
+        stored JSON bytes (``orjson.Fragment``), passed through verbatim."""
+        page: list[dict[str, Any]] = await self._read(
+            queue, ReadJobs(status, limit, after, raw))
+        return page
+
+    def queue_names(self) -> list[str]:
+        return sorted(self.takeover.known | set(self._queues))
+
+    def health(self) -> dict[str, Any]:
+        """The broker's condition and each queue's: served here (and whether its
+        last batch failed, and why) or watched."""
+        queues: dict[str, Any] = {}
+        for name in sorted(self.takeover.known | set(self._queues)):
+            q = self._queues.get(name)
+            if q is None or not q.loop.active:
+                queues[name] = {"role": "standby"}
+                continue
+            queues[name] = {"role": "owner", "fault": q.loop.fault,
+                            "archive_writes_pending": q.archiver.pending(),
+                            "archive_error": q.archiver.last_error}
+        faulted = [n for n, info in queues.items() if info.get("fault")]
+        return {"ok": not faulted and not self._stopping, "broker": self.id, "url": self.url,
+                "stopping": self._stopping, "faulted_queues": faulted, "queues": queues}
+
+    def refresh_gauges(self) -> None:
+        for name, q in self._queues.items():
+            st = q.loop.stats
+            self.metrics.gauge("osqueue_commits_total", st.commits, queue=name)
+            self.metrics.gauge("osqueue_conflicts_total", st.conflicts, queue=name)
+            self.metrics.gauge("osqueue_unknown_outcomes_total", st.unknown_outcomes, queue=name)
+            self.metrics.gauge("osqueue_answered_unknown_total", st.answered_unknown,
+                               queue=name)
+            self.metrics.gauge("osqueue_step_downs_total", st.step_downs, queue=name)
+            self.metrics.gauge("osqueue_faults_total", st.faults, queue=name)
+            self.metrics.gauge("osqueue_serving", int(q.loop.active), queue=name)
+            if q.loop.state is not None and q.loop.active:
+                for status, n in q.loop.state.count_by_status().items():
+                    self.metrics.gauge("osqueue_jobs", n, queue=name, status=status)

@@ -1,0 +1,117 @@
+"""How a queue object plugs into the generic commit loop (:mod:`broker.commit.loop`).
+
+Business rules that run on every commit live here, not in the loop: take the
+queue over when this broker may (which grants every claimed job a fresh
+lease on this broker's clock, before anything is reclaimed), renew the
+broker record when :func:`broker.service.ownership.renew_due` says so, reclaim expired leases,
+drop completed jobs whose archive object is written; and after each
+committed version, start writing the archive objects it calls for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from broker.errors import NotTheBroker, OsqueueError
+from broker.model import codec, transitions
+from broker.model import state as S
+from broker.model.decode import decode_state
+from broker.model.ops import DropArchived, Op, Reclaim, RenewBroker, Result, TakeOver
+from broker.model.views import next_wakeup_ms
+from broker.service.archiver import Archiver
+from broker.service.ownership import Ownership, renew_at_ms, renew_due
+from broker.storage import Data
+
+
+class QueueModel:
+    """The :class:`broker.commit.loop.Model` of one queue: ``QueueState`` changed by
+    ``Op`` answering ``Result``."""
+
+    def __init__(self, queue: str, broker_id: str, url: str, lease_ms: int,
+                 settings: S.Settings, ownership: Ownership, archiver: Archiver,
+                 where: str) -> None:
+        self.queue = queue
+        self.broker_id = broker_id
+        self.url = url
+        self.lease_ms = lease_ms
+        self.settings = settings
+        self.ownership = ownership
+        self.archiver = archiver
+        self.where = where
+        self.retiring = False  # set while shutting down: never take the queue (back) over
+
+    def decode(self, data: bytes) -> S.QueueState:
+        return decode_state(data, where=self.where)
+
+    def empty(self, now_ms: int) -> S.QueueState:
+        return transitions.new_state(now_ms, self.settings)
+
+    def apply(self, state: S.QueueState, op: Op,
+              now_ms: int) -> tuple[Result | OsqueueError, bool]:
+        result = transitions.apply(state, op, now_ms)
+        if result.error is not None:  # a refusal that is written: raised once it landed
+            return result.error, result.changed
+        return result, result.changed
+
+    def housekeeping(self, state: S.QueueState, now_ms: int,
+                     exists: bool) -> list[Op]:
+        ops: list[Op] = []
+        record = state.broker
+        if not self.retiring:
+            if record is None or record.id != self.broker_id or record.url != self.url:
+                # first: fresh leases on our clock, so the reclaim below reclaims nothing early
+                ops.append(TakeOver(self.broker_id, self.url, self.lease_ms))
+            elif renew_due(record, self.lease_ms, now_ms):
+                ops.append(RenewBroker(self.broker_id, self.url, self.lease_ms))
+        ops.append(Reclaim())
+        archived = self.archiver.to_drop(state)
+        if archived:
+            ops.append(DropArchived(archived))
+        return ops
+
+    def encode(self, state: S.QueueState, writer: str, now_ms: int, commit: str) -> Data:
+        codec.stamp(state, writer, now_ms, commit)
+        return codec.encode_parts(state)
+
+    def identity(self, state: S.QueueState) -> tuple[str | None, Sequence[str]]:
+        return state.commit, state.lineage
+
+    def seq(self, state: S.QueueState) -> int:
+        return state.seq
+
+    def may_write(self, state: S.QueueState, owned: bool) -> OsqueueError | None:
+        record = state.broker
+        if record is None or record.id == self.broker_id:
+            return None
+        if owned or self.retiring or not self.ownership.may_take(self.queue, record):
+            return self.not_owner(state)
+        return None
+
+    def not_owner(self, state: S.QueueState) -> OsqueueError:
+        url = state.broker.url if state.broker is not None else None
+        return NotTheBroker(
+            f"this broker does not serve queue {self.queue!r}"
+            + (f"; it is served by {url}" if url else ""),
+            url=url,
+            queue=self.queue,
+        )
+
+    def carry(self, dropped: S.QueueState, fresh: S.QueueState, now_ms: int) -> None:
+        fresh.receipts.carry_unwritten(dropped.receipts, now_ms)
+
+    def committed(self, state: S.QueueState) -> None:
+        if self.ownership.is_self(state.broker) or state.broker is None:
+            self.archiver.committed(state)
+
+    def next_timer_ms(self, state: S.QueueState, now_ms: int) -> int | None:
+        times = []
+        wake = next_wakeup_ms(state)
+        if wake is not None:
+            times.append(wake)
+        record = state.broker
+        if record is not None and record.id == self.broker_id and not self.retiring:
+            times.append(renew_at_ms(record, self.lease_ms))
+        drop_in = self.archiver.drop_in_s(state)
+        if drop_in is not None:
+            times.append(now_ms + round(drop_in * 1000))
+        return min(times) if times else None

@@ -1,0 +1,62 @@
+"""One queue this broker serves: its commit loop, its model, its archiver, and
+the event that wakes the long polls waiting for its jobs.
+
+:class:`ServedQueue` wires them together: the archiver pokes the loop when
+archived jobs may be dropped, and every commit (or due timer) wakes the
+claims waiting for jobs. A broker makes one per queue it loads or serves
+(see :meth:`broker.service.coordinator.Broker.make_queue`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import Executor
+
+from broker import paths
+from broker.commit.loop import CommitLoop
+from broker.model import state as S
+from broker.model.ops import Op, Result
+from broker.service.archiver import Archiver
+from broker.service.ownership import Ownership
+from broker.service.queue_model import QueueModel
+from broker.storage import ObjectStore
+
+#: The commit loop of one queue.
+QueueLoop = CommitLoop[S.QueueState, Op, Result]
+
+
+class ServedQueue:
+    """One queue's loop, model and archiver, written as broker ``broker_id``.
+
+    ``lease_ms``: the broker lease its record carries; ``observe(seconds,
+    batch, state_bytes)`` is told of every commit (metrics).
+    """
+
+    def __init__(self, name: str, store: ObjectStore, executor: Executor, *,
+                 broker_id: str, url: str, lease_ms: int, settings: S.Settings,
+                 ownership: Ownership, clock: Callable[[], int],
+                 monotonic: Callable[[], float], commit_timeout_s: float,
+                 observe: Callable[[float, int, int], None]) -> None:
+        self.name = name
+        self.jobs_ready = asyncio.Event()
+        self.archiver = Archiver(store, name, executor, self._poke, monotonic=monotonic)
+        self.model = QueueModel(name, broker_id, url, lease_ms, settings, ownership,
+                                self.archiver, where=f"{store.url}/{paths.state_key(name)}")
+        self.loop: QueueLoop = CommitLoop(
+            store, paths.state_key(name), self.model, broker_id, executor,
+            clock=clock,
+            on_commit=lambda state, _outcomes: self.notify(state),
+            on_timer=self.notify,
+            observe=observe,
+            commit_timeout_s=commit_timeout_s,
+        )
+
+    def _poke(self) -> None:
+        self.loop.poke()
+
+    def notify(self, state: S.QueueState) -> None:
+        """Wake the claims waiting for jobs if ``state`` has some ready."""
+        if state.ready and not state.paused:
+            self.jobs_ready.set()
+            self.jobs_ready = asyncio.Event()

@@ -1,0 +1,126 @@
+"""The ``osqueue`` Spark data source (PySpark Python Data Source API, Spark 4.x).
+
+* ``spark.read.format("osqueue").option("store", URL).option("queue", Q).load()``:
+  one row per job, read straight from storage (no broker). ``table=archive``
+  reads completed jobs, one partition per ``objectsPerPartition`` archive
+  objects, pruned by ``since``/``until`` and, with
+  ``spark.sql.python.filterPushdown.enabled`` and ``filterPushdown=true``
+  (Spark 4.1+), by pushed filters on ``completed_at`` and ``status``.
+  ``payloadSchema`` (DDL) adds the payload's fields as columns.
+* ``df.write.format("osqueue").option("broker", URL).option("queue", Q)``:
+  exactly once under task retries and speculation. Each task stages its jobs
+  under its own write id; the driver's ``commit`` publishes the staged jobs
+  of the successful attempts in one broker operation and drops the rest;
+  ``abort`` drops everything; staged jobs of a writer that vanished expire.
+* ``writeStream``: the same, each micro-batch published at most once per run
+  of the query (see :class:`QueueStreamWriter` for how a run is recognised).
+* ``readStream``: each micro-batch claims up to ``maxJobsPerTrigger`` jobs,
+  a driver-side thread heartbeats them until Spark commits the batch, then
+  they are completed. Jobs of a query that died come back when their leases
+  expire. ``trigger(availableNow=True)`` drains what the queue holds at the
+  start in bounded batches and stops (PySpark 4.2+; what 4.0 and 4.1 do is
+  in :mod:`osqueue_spark.datasource.stream_reader`).
+
+Everything here pickles: options are parsed once into frozen dataclasses and
+connections are opened in ``read``/``write``/``commit``, never in ``__init__``.
+
+Where each part lives: :mod:`osqueue_spark.datasource.reader` (batch reads),
+:mod:`osqueue_spark.datasource.writer` (batch writes and staging),
+:mod:`osqueue_spark.datasource.stream_writer`, :mod:`osqueue_spark.datasource.stream_reader`, and
+:mod:`osqueue_spark.datasource.options` (parsing every option); this module picks one by
+the options and registers the source.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+
+from broker.errors import InvalidRequest
+from osqueue_spark.datasource.errors import with_code
+from osqueue_spark.datasource.options import (
+    BrokerOptions,
+    ReadOptions,
+    StreamReadOptions,
+    StreamWriteOptions,
+)
+from osqueue_spark.datasource.reader import (
+    ARCHIVE_SCHEMA,
+    QUEUE_SCHEMA,
+    ArchivePushdownReader,
+    ArchiveReader,
+    QueueReader,
+)
+from osqueue_spark.datasource.stream_reader import STREAM_SCHEMA, QueueStreamReader
+from osqueue_spark.datasource.stream_writer import QueueStreamWriter, checkpoint_query_id
+from osqueue_spark.datasource.writer import QueueWriter, StagedMessage
+
+__all__ = [
+    "ARCHIVE_SCHEMA",
+    "QUEUE_SCHEMA",
+    "STREAM_SCHEMA",
+    "ArchivePushdownReader",
+    "ArchiveReader",
+    "OsqueueDataSource",
+    "QueueReader",
+    "QueueStreamReader",
+    "QueueStreamWriter",
+    "QueueWriter",
+    "StagedMessage",
+    "checkpoint_query_id",
+    "register",
+]
+
+
+class OsqueueDataSource(DataSource):
+    """``format("osqueue")``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "osqueue"
+
+    @with_code
+    def schema(self) -> str:
+        table = (self.options.get("table") or "queue").lower()
+        base = ARCHIVE_SCHEMA if table == "archive" else QUEUE_SCHEMA
+        extra = self.options.get("payloadSchema")
+        if self.options.get("broker"):  # writes ignore it; batch reads never take a broker
+            return STREAM_SCHEMA
+        return f"{base}, {extra}" if extra else base
+
+    @with_code
+    def reader(self, schema: Any) -> DataSourceReader:
+        opts = ReadOptions.parse(self.options)
+        if opts.table == "archive":
+            cls = ArchivePushdownReader if opts.filter_pushdown else ArchiveReader
+            return cls(opts, schema)
+        return QueueReader(opts, schema)
+
+    @with_code
+    def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
+        if overwrite:
+            raise InvalidRequest("osqueue only appends: use .mode(\"append\")")
+        return QueueWriter(BrokerOptions.parse(self.options), uuid.uuid4().hex)
+
+    @with_code
+    def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
+        return QueueStreamWriter(StreamWriteOptions.parse(self.options))
+
+    @with_code
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return QueueStreamReader(StreamReadOptions.parse(self.options))
+
+
+def register(spark: Any) -> None:
+    """Register the ``osqueue`` data source with a SparkSession: a classic one or a
+    Spark Connect client (``pyspark.sql.connect.session.SparkSession``), whose
+    server then runs the source in its Python workers."""
+    spark.dataSource.register(OsqueueDataSource)

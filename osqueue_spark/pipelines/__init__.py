@@ -1,0 +1,1 @@
+"""The example pipelines' building blocks: ``jobs/``, ``notebooks/`` and ``make demo``."""

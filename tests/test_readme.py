@@ -1,0 +1,75 @@
+"""The README: its five-minute example runs, twice in a row, as it says; it stays short.
+
+The example is the ```python block right after ``<!-- readme-example -->``; what it
+prints is the block right after ``<!-- readme-example-output -->``. The test runs the
+example as a script in a fresh working directory with this interpreter, twice (the
+second run finds the first run's queue in ``./queues``), with pyspark made
+unimportable: the plain-client part must not need it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+MAX_WORDS = 1100
+
+#: Runs the script named by argv[1] as __main__ with every ``import pyspark...`` failing
+#: (a finder that refuses it, so ``"pyspark" in sys.modules`` stays False).
+NO_PYSPARK = """
+import runpy, sys
+
+class NoPyspark:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "pyspark":
+            raise ImportError("pyspark is blocked: the example must not need it")
+        return None
+
+sys.meta_path.insert(0, NoPyspark())
+runpy.run_path(sys.argv[1], run_name="__main__")
+"""
+
+
+def block_after(marker: str, lang: str) -> str:
+    """The fenced ``lang`` block that directly follows the HTML comment ``marker``."""
+    text = README.read_text(encoding="utf-8")
+    pattern = re.escape(f"<!-- {marker} -->") + r"\n```" + re.escape(lang) + r"\n(.*?)\n```"
+    found = re.findall(pattern, text, flags=re.DOTALL)
+    assert len(found) == 1, f"README.md needs exactly one ```{lang} block after <!-- {marker} -->"
+    return found[0] + "\n"
+
+
+def test_five_minute_example_runs_twice_as_it_says(tmp_path: Path) -> None:
+    code = block_after("readme-example", "python")
+    expected = block_after("readme-example-output", "text")
+    script = tmp_path / "quickstart.py"
+    script.write_text(code, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    for run in (1, 2):
+        proc = subprocess.run([sys.executable, "-c", NO_PYSPARK, str(script)], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, f"run {run} failed:\n{proc.stdout}\n{proc.stderr}"
+        assert proc.stdout == expected, f"run {run} printed:\n{proc.stdout}\n{proc.stderr}"
+    assert (tmp_path / "queues" / "docs" / "queue.json").is_file()
+
+
+def test_readme_is_short_and_self_contained() -> None:
+    text = README.read_text(encoding="utf-8")
+    words = len(text.split())
+    assert words <= MAX_WORDS, f"README.md has {words} words; keep it to {MAX_WORDS}"
+    assert "SPEC.md" not in text
+    assert "<!-- LEAD" not in text
+
+
+def test_readme_links_point_at_files() -> None:
+    text = README.read_text(encoding="utf-8")
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    assert targets
+    missing = [t for t in targets if "://" not in t and not (ROOT / t).exists()]
+    assert not missing, f"README.md links to missing files: {missing}"

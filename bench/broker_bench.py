@@ -45,7 +45,8 @@ from bench._common import write_results  # noqa: E402
 from bench.loadgen import pct  # noqa: E402
 from broker.direct import DirectQueue  # noqa: E402
 from broker.model.ops import Claim, Complete, CompleteItem, NewJob, Push  # noqa: E402
-from broker.service.coordinator import Broker, BrokerConfig  # noqa: E402
+from broker.service.coordinator import Broker  # noqa: E402
+from broker.service.settings import BrokerConfig  # noqa: E402
 from broker.storage import FileStore  # noqa: E402
 
 READY = re.compile(r"ready on (http://\S+)")

@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, os.environ.get("OSQ_BENCH_ROOT") or str(Path(__file__).resolve().parent.parent))
 
 from broker.http.server import BrokerServer
-from broker.service.coordinator import BrokerConfig
+from broker.service.settings import BrokerConfig
 from broker.storage import Data, FileStore, ObjectStore, store_from_url
 
 

@@ -38,7 +38,7 @@ from broker.limits import (
     MIN_BROKER_LEASE_S,
     MIN_COMMIT_TIMEOUT_S,
 )
-from broker.service.coordinator import BrokerConfig
+from broker.service.settings import BrokerConfig
 
 ENV_PREFIX = "OSQUEUE_"
 

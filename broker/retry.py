@@ -1,15 +1,50 @@
-"""The one retry policy for transient failures (storage calls, broker calls)."""
+"""The one backoff for transient failures: storage calls, broker calls, timers.
+
+A delay doubles from ``first_s`` up to ``cap_s`` (:func:`backoff_s`); a
+retried call waits a jittered delay, uniform in [0.5, 1.5) times it
+(:func:`jittered`), so clients that failed together do not retry together.
+:func:`retrying` is the synchronous form (a tenacity ``Retrying``);
+:func:`backoff_delays` the asynchronous one (``await asyncio.sleep(delay)``
+per failure). All times in seconds.
+"""
 
 from __future__ import annotations
 
+import random
+from collections.abc import Iterator
 from typing import Any
 
-from tenacity import Retrying, wait_exponential, wait_random
+from tenacity import RetryCallState, Retrying
+
+#: The default schedule: 50 ms doubling to 2 s.
+FIRST_S = 0.05
+CAP_S = 2.0
 
 
-def retrying(*, retry: Any, stop: Any) -> Retrying:
-    """Exponential backoff from 50 ms, capped at 2 s, with up to 50 ms of jitter;
-    the last error is re-raised when ``stop`` says so."""
-    return Retrying(retry=retry, stop=stop,
-                    wait=wait_exponential(multiplier=0.05, max=2.0) + wait_random(0, 0.05),
-                    reraise=True)
+def backoff_s(failures: int, first_s: float = FIRST_S, cap_s: float = CAP_S) -> float:
+    """The delay after ``failures`` failures in a row (1: ``first_s``), at most ``cap_s``."""
+    return min(cap_s, first_s * 2 ** min(max(failures - 1, 0), 62))
+
+
+def jittered(delay_s: float) -> float:
+    """``delay_s`` times a random factor in [0.5, 1.5)."""
+    return delay_s * (0.5 + random.random())
+
+
+def backoff_delays(first_s: float = FIRST_S, cap_s: float = CAP_S) -> Iterator[float]:
+    """Jittered delays for one retried call, without end: the caller stops."""
+    failures = 0
+    while True:
+        failures += 1
+        yield jittered(backoff_s(failures, first_s, cap_s))
+
+
+def retrying(*, retry: Any, stop: Any, first_s: float = FIRST_S,
+             cap_s: float = CAP_S) -> Retrying:
+    """A tenacity ``Retrying`` waiting :func:`backoff_delays`' schedule between
+    attempts; the last error is re-raised when ``stop`` says so."""
+
+    def wait(state: RetryCallState) -> float:
+        return jittered(backoff_s(state.attempt_number, first_s, cap_s))
+
+    return Retrying(retry=retry, stop=stop, wait=wait, reraise=True)

@@ -116,7 +116,7 @@ def start_broker(store: str | ObjectStore, host: str | None = None, port: int = 
     an embedded broker leaves the collector as it found it.
     """
     from broker.http.server import BrokerServer, is_loopback
-    from broker.service.coordinator import BrokerConfig
+    from broker.service.settings import BrokerConfig
     from broker.storage import store_from_url
 
     driver_host = cluster_driver_host(spark_conf)

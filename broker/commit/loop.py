@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
+from broker.commit.linger import idle_floor_s, linger_s
 from broker.commit.model import CommitStats, Model, StateT, apply_batch
 from broker.commit.offloop import Expired, read_retrying, run_io
 from broker.commit.verdict import (
@@ -61,6 +61,7 @@ from broker.errors import (
     StorageUnavailable,
 )
 from broker.gcpause import gc_paused
+from broker.retry import backoff_delays
 from broker.storage import ObjectStore, data_len
 
 log = logging.getLogger("osqueue.commit")
@@ -273,23 +274,14 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
         answer_all(batch, error)
 
     async def _linger(self, timer: bool = False) -> None:
-        """Let the callers the last commit just answered join this one.
-
-        They come back within a few milliseconds; starting the write with only
-        the first of them would make the rest wait for two writes. Waits at
-        most ``linger_fraction`` of the last commit's duration (capped), and
-        only while fewer operations are buffered than the last batch had. A
-        quarter: on a busy machine answering and re-reading 256 callers takes
-        longer than a tenth of a 200 ms write, and the stragglers then paid a
-        whole extra write (p99 2.1x the write latency with 0.1, 1.4-1.5x with
-        0.25, 1.6-1.8x with 0.4, measured back to back). ``timer``: the
-        commit is for a due timer with nothing buffered yet.
-        """
+        """Let the callers the last commit just answered join this one, for at
+        most :func:`~broker.commit.linger.linger_s` (``timer``: the commit is
+        for a due timer with nothing buffered yet)."""
         want = self.stats.last_batch
-        if (not self._buffer and not timer) or len(self._buffer) >= want or self._closing:
-            return
-        budget = min(self._max_linger_s, self.stats.last_commit_s * self._linger_fraction)
-        if budget <= 0.0005:
+        budget = linger_s(buffered=len(self._buffer), last_batch=want, timer=timer,
+                          closing=self._closing, last_commit_s=self.stats.last_commit_s,
+                          fraction=self._linger_fraction, cap_s=self._max_linger_s)
+        if not budget:
             return
         deadline = time.monotonic() + budget
         while len(self._buffer) < want:
@@ -311,10 +303,7 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
         due = self.model.next_timer_ms(self.state, now)
         if due is None:
             return None
-        # A timer still due after a commit for it wrote nothing must not spin the
-        # event loop: back off (10 ms doubling to 1 s) until a write resets it.
-        floor = 0.0 if self._idle_commits == 0 else 0.01 * 2 ** min(self._idle_commits, 7)
-        return max(floor, (due - now) / 1000)
+        return max(idle_floor_s(self._idle_commits), (due - now) / 1000)
 
     def _drop_state(self) -> None:
         """Forget the in-memory state (re-read it next), keeping it for
@@ -326,9 +315,6 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
     def _fail_all(self, error: OsqueueError) -> None:
         answer_all(self._batch + self._buffer, error)
         self._buffer.clear()
-
-    async def _io(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await run_io(self._executor, fn, *args)
 
     def _carry(self) -> None:
         if self._dropped is not None and self.state is not None:
@@ -352,7 +338,7 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
     async def _commit(self, batch: list[Waiter[OpT, ResultT]]) -> None:
         deadline = time.monotonic() + self._commit_timeout_s
         attempts: list[Attempt[ResultT]] = []
-        backoff = 0.02
+        delays = backoff_delays(first_s=0.02)
         while True:
             if self.state is None:
                 try:
@@ -402,10 +388,10 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
                 data = self.model.encode(state, self.writer, now, commit)
             try:
                 if attempt.base_etag is None:
-                    etag = await self._io(self.store.create_if_absent, self.key, data)
+                    etag = await run_io(self._executor, self.store.create_if_absent, self.key, data)
                 else:
-                    etag = await self._io(self.store.write_if_match, self.key, data,
-                                          attempt.base_etag)
+                    etag = await run_io(self._executor, self.store.write_if_match, self.key,
+                                       data, attempt.base_etag)
             except StorageRefused as exc:
                 # Refused for good: this attempt did not land; an earlier one may have.
                 self._drop_state()
@@ -450,8 +436,7 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
                     self._give_up(batch, attempts, exc)
                     return
                 if not isinstance(exc, Conflict):
-                    await asyncio.sleep(backoff * (0.5 + random.random()))
-                    backoff = min(backoff * 2, 2.0)
+                    await asyncio.sleep(next(delays))
                 continue
             self.etag = etag
             self.stats.state_bytes = data_len(data)
@@ -459,8 +444,7 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
             return
 
     def _landed(self, batch: list[Waiter[OpT, ResultT]], attempt: Attempt[ResultT],
-                state: StateT,
-                started: float, *, reread: bool = False) -> None:
+                state: StateT, started: float, *, reread: bool = False) -> None:
         elapsed = time.perf_counter() - started
         self._idle_commits = 0
         if log.isEnabledFor(logging.DEBUG):

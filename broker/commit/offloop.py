@@ -3,9 +3,10 @@
 A store's methods block, so the loop runs them in its executor
 (:func:`run_io`); an ``OSError`` a store let through is a storage fault and
 becomes ``StorageUnavailable``. A re-read of the committed object
-(:func:`read_retrying`) retries transient failures with backoff (50 ms
-doubling to 2 s, jittered) until the batch's deadline, then raises
-:class:`Expired`.
+(:func:`read_retrying`) retries transient failures with the one backoff
+(:mod:`broker.retry`) until the batch's deadline, then raises :class:`Expired`.
+:func:`run_io` is the one way a store call leaves the event loop: the commit
+loop, takeover, staging and the archiver all call it.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
-import random
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any
 
 from broker.errors import NotFound, StorageError, StorageRefused, StorageUnavailable
+from broker.gcpause import gc_paused
+from broker.retry import backoff_delays
 from broker.storage import ObjectStore, Versioned
 
 log = logging.getLogger("osqueue.commit")
@@ -39,6 +41,11 @@ def storage_error(exc: OSError) -> StorageUnavailable:
         f"storage I/O error {name or type(exc).__name__}: {exc.strerror or exc}")
 
 
+def _gc_paused_call(fn: Callable[..., Any], *args: Any) -> Any:
+    with gc_paused():
+        return fn(*args)
+
+
 async def run_io(executor: Executor, fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)`` in ``executor``; an ``OSError`` is raised as ``StorageUnavailable``."""
     try:
@@ -47,12 +54,19 @@ async def run_io(executor: Executor, fn: Callable[..., Any], *args: Any) -> Any:
         raise storage_error(exc) from exc
 
 
+async def run_bulk(executor: Executor, fn: Callable[..., Any], *args: Any) -> Any:
+    """:func:`run_io` with the garbage collector paused for the call: for a call
+    that makes many objects at once (parsing a queue object or a staged chunk;
+    see :mod:`broker.gcpause` for why)."""
+    return await run_io(executor, _gc_paused_call, fn, *args)
+
+
 async def read_retrying(executor: Executor, store: ObjectStore, key: str,
                         deadline: float) -> Versioned | None:
     """The object ``key`` (None if it does not exist), retrying transient
     failures until ``deadline`` (``time.monotonic()`` seconds). Raises
     :class:`Expired` past the deadline and ``StorageRefused`` at once."""
-    delay = 0.05
+    delays = backoff_delays()
     while True:
         try:
             got: Versioned = await run_io(executor, store.read, key)
@@ -62,8 +76,8 @@ async def read_retrying(executor: Executor, store: ObjectStore, key: str,
         except StorageRefused:
             raise
         except StorageError as exc:
+            delay = next(delays)
             if time.monotonic() + delay > deadline:
                 raise Expired(exc) from None
             log.warning("re-read of %s failed (%s); retrying in %.2fs", key, exc, delay)
-            await asyncio.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, 2.0)
+            await asyncio.sleep(delay)

@@ -25,7 +25,8 @@ import uvicorn
 
 from broker.gcpause import tune_for_broker_process
 from broker.http.app import build_app
-from broker.service.coordinator import Broker, BrokerConfig
+from broker.service.coordinator import Broker
+from broker.service.settings import BrokerConfig
 from broker.storage import ObjectStore
 
 log = logging.getLogger("osqueue.server")

@@ -172,7 +172,7 @@ class Job:
         self.done_seq: int | None = None
         self.done_commit: str | None = None
         self.result: bytes | None = None
-        self._enc: bytes | None = None  # the line's bytes, cached (kept by broker.model.codec)
+        self._enc: bytes | None = None  # the line's bytes, cached (codec, lines and lifecycle only)
 
     @property
     def lease(self) -> Lease | None:

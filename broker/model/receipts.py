@@ -328,10 +328,6 @@ class Receipts:
         runs = self.answered(key, PUSH)
         return None if runs is None else list(expand(runs))
 
-    def claim_fences(self, key: str) -> tuple[int, int] | None:
-        data = self.answered(key, CLAIM)
-        return None if data is None else (data[0], data[1])
-
     def outcome(self, fence: int) -> str | None:
         """How the token numbered ``fence`` was settled, if it is remembered."""
         index = self._fence_index

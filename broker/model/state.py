@@ -167,7 +167,8 @@ class QueueState:
     # Encoding cache by segment (jobs whose seq >> SEGMENT_SHIFT is equal):
     # each segment's job seqs in order (removed ones are filtered out lazily),
     # the joined bytes of each clean segment, and the segments to rebuild.
-    # Kept by broker.model.codec (touch/added/removed), never read elsewhere.
+    # Touched only by broker.model.codec and broker.model.lifecycle (which keeps the
+    # caches in step with every status change; tests/ may look, never write).
     seg_jobs: dict[int, list[int]] = field(default_factory=dict)
     segments: dict[int, bytes] = field(default_factory=dict)
     dirty: set[int] = field(default_factory=set)

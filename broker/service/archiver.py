@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 
+from broker.commit.offloop import run_io
 from broker.errors import OsqueueError
 from broker.model import archive
 from broker.model.job import Job
 from broker.model.state import QueueState
+from broker.retry import backoff_delays
 from broker.storage import ObjectStore
 
 log = logging.getLogger("osqueue.archive")
@@ -65,21 +66,19 @@ class Archiver:
                 self._write(seq, jobs), name=f"archive {self.queue} {seq}")
 
     async def _write(self, seq: int, jobs: list[Job]) -> None:
-        delay = 0.1
-        loop = asyncio.get_running_loop()
+        delays = backoff_delays(first_s=0.1, cap_s=30.0)
         try:
             while True:
                 try:
-                    await loop.run_in_executor(self._executor, write_commit,
-                                               self.store, self.queue, jobs)
+                    await run_io(self._executor, write_commit, self.store, self.queue, jobs)
                     break
                 except (OsqueueError, OSError) as exc:
                     self.failures += 1
                     self.last_error = str(exc)
+                    delay = next(delays)
                     log.warning("archive object of %s commit %d not written (%s); "
                                 "retrying in %.1fs", self.queue, seq, exc, delay)
-                    await asyncio.sleep(delay * (0.5 + random.random()))
-                    delay = min(delay * 2, 30.0)
+                    await asyncio.sleep(delay)
             self._written[seq] = self._monotonic()
             self.last_error = None
             self._poke()

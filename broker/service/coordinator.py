@@ -26,14 +26,15 @@ writes.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 from broker import limits, paths, timefmt
+from broker.commit.offloop import run_bulk, run_io
 from broker.errors import (
     BrokerUnavailable,
     InvalidRequest,
@@ -41,8 +42,7 @@ from broker.errors import (
     OsqueueError,
     UnknownQueue,
 )
-from broker.gcpause import gc_paused
-from broker.limits import BROKER_LEASE_S, DEFAULT_LEASE_S
+from broker.limits import DEFAULT_LEASE_S
 from broker.model import state as S
 from broker.model import transitions
 from broker.model.decode import decode_state
@@ -69,31 +69,15 @@ from broker.model.ops import (
     push_of,
 )
 from broker.service.metrics import Metrics
-from broker.service.ownership import WATCH_INTERVAL_S, Ownership, new_broker_id
+from broker.service.ownership import WATCH_INTERVAL_S, Ownership
 from broker.service.served_queue import ServedQueue
+from broker.service.settings import BrokerConfig
 from broker.service.staging import SWEEP_S, Staging
 from broker.service.takeover import Takeover
 from broker.storage import ObjectStore
 from broker.wire import ItemResult
 
 log = logging.getLogger("osqueue.broker")
-
-@dataclass
-class BrokerConfig:
-    """Broker settings. Times in seconds, sizes in bytes."""
-
-    url: str = ""
-    broker_id: str = field(default_factory=new_broker_id)
-    lease_s: float = BROKER_LEASE_S
-    max_wait_s: float = 60.0
-    max_request_bytes: int = 64 * 1024 * 1024
-    io_threads: int = 16
-    staged_cache_bytes: int = 256 * 1024 * 1024  # staged chunks kept parsed until publish
-    self_test: bool = True
-    #: a batch waits this long on failing storage at most
-    commit_timeout_s: float = limits.DEFAULT_COMMIT_TIMEOUT_S
-    default_settings: dict[str, Any] = field(default_factory=dict)
-
 
 class Broker:
     """Owns the queues of one store. Create it, ``await start()``, then call ops."""
@@ -123,7 +107,8 @@ class Broker:
             raise InvalidRequest(f"unknown queue settings {sorted(unknown)}; "
                                  f"known: {sorted(limits.SETTING_LIMITS)}")
         self.takeover = Takeover(self, store, self.ownership, io=self._io, monotonic=monotonic)
-        self.staging = Staging(store, self._io, cache_bytes=self.config.staged_cache_bytes,
+        self.staging = Staging(store, self._io, self._bulk,
+                               cache_bytes=self.config.staged_cache_bytes,
                                max_payload_bytes=self._settings.max_payload_bytes,
                                monotonic=monotonic)
 
@@ -132,7 +117,10 @@ class Broker:
         return self.config.url
 
     async def _io(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        return await run_io(self._executor, fn, *args)
+
+    async def _bulk(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await run_bulk(self._executor, fn, *args)
 
     # -- lifecycle ----------------------------------------------------------------
     async def start(self) -> None:
@@ -229,8 +217,8 @@ class Broker:
             got = await self._io(self.store.read, paths.state_key(name))
         except NotFound:
             return None
-        with gc_paused():
-            state = decode_state(got.data, where=f"{self.store.url}/{paths.state_key(name)}")
+        where = f"{self.store.url}/{paths.state_key(name)}"
+        state = await self._bulk(functools.partial(decode_state, where=where), got.data)
         return state, got.etag
 
     async def _serving(self, name: str, *, create: bool) -> ServedQueue:

@@ -23,7 +23,6 @@ from typing import Any
 
 from broker import paths
 from broker.errors import InvalidRequest, NotFound, OsqueueError
-from broker.gcpause import gc_paused
 from broker.model.checks import parse_staged
 from broker.model.ops import Result
 from broker.service.staged_cache import Jobs, StagedCache
@@ -49,10 +48,11 @@ class Staging:
     setting: a chunk is checked before its queue is known to exist).
     """
 
-    def __init__(self, store: ObjectStore, io: IO, *, cache_bytes: int,
+    def __init__(self, store: ObjectStore, io: IO, bulk: IO, *, cache_bytes: int,
                  max_payload_bytes: int, monotonic: Callable[[], float]) -> None:
         self.store = store
         self._io = io
+        self._bulk = bulk  # io with the garbage collector paused: parsing chunks
         self._max_payload_bytes = max_payload_bytes
         self._monotonic = monotonic
         self._cache = StagedCache(cache_bytes)
@@ -96,7 +96,7 @@ class Staging:
             if missing and once is None:
                 raise InvalidRequest(f"{len(missing)} staged chunk(s) are missing, e.g. "
                                      f"{missing[0]!r}; nothing was published")
-            chunks = await asyncio.gather(*(self._io(self._read, newest[w])
+            chunks = await asyncio.gather(*(self._bulk(self._read, newest[w])
                                             for w in keep if w in newest))
             gone = len(missing) + sum(c is None for c in chunks)
             jobs = [job for chunk in chunks if chunk is not None for job in chunk]
@@ -135,8 +135,7 @@ class Staging:
             data = self.store.get(key)
         except NotFound:
             return None
-        with gc_paused():
-            return parse_staged(data, check=False, where=key)
+        return parse_staged(data, check=False, where=key)
 
     def _delete(self, keys_: list[str]) -> None:
         for key in keys_:

@@ -38,8 +38,6 @@ import contextlib
 import errno
 import fcntl
 import os
-import queue
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -47,6 +45,15 @@ from pathlib import Path
 
 from broker.errors import Conflict, InvalidRequest, NotFound, StorageUnavailable, UnsafeStore
 from broker.storage.base import Data, ObjectStore, Versioned
+from broker.storage.fileio import (
+    REAPER,
+    THREAD_LOCKS,
+    disk_error,
+    fsync_dir,
+    missing_dir_is_empty,
+    plain_etag,
+    write_file,
+)
 from broker.storage.mounts import Mount, check_store_dir, parse_mountinfo
 
 _VERSION_MARK = ".v-"
@@ -54,146 +61,6 @@ _VERSION_MARK = ".v-"
 #: Backoff between attempts to take a lock another process holds (seconds).
 _LOCK_POLL_FIRST_S = 0.001
 _LOCK_POLL_MAX_S = 0.05
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _disk_error(exc: OSError, action: str, key: str, url: str) -> StorageUnavailable:
-    code = exc.errno or 0
-    name = errno.errorcode.get(code, f"errno {code}") if code else type(exc).__name__
-    reason = exc.strerror or str(exc)
-    return StorageUnavailable(f"local disk error {name} {action} {key!r} in {url}: {reason}")
-
-
-def _missing_dir_is_empty(exc: OSError) -> None:
-    """``os.walk`` error hook: a missing directory has no keys; anything else fails."""
-    if not isinstance(exc, FileNotFoundError | NotADirectoryError):
-        raise exc
-
-
-_IOV_MAX = 1024
-
-
-def _plain_etag(st: os.stat_result) -> str:
-    """The etag of a plain file: its identity (a replaced file is a new inode)."""
-    return f"f-{st.st_ino}-{st.st_mtime_ns}-{st.st_size}"
-
-
-class _Reaper:
-    """Deletes superseded version files in a background thread.
-
-    Unlinking a large version file costs about as much as writing it, and a
-    commit's caller need not wait for it. A version file left behind by a
-    crash is harmless: nothing points at it.
-    """
-
-    def __init__(self) -> None:
-        self._queue: queue.Queue[Path] = queue.Queue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-        os.register_at_fork(after_in_child=self._forget_thread)
-
-    def _forget_thread(self) -> None:
-        self._thread = None  # a forked child has no copy of the thread
-        self._lock = threading.Lock()
-        self._queue = queue.Queue()
-
-    def add(self, path: Path) -> None:
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="osqueue-reaper",
-                                                daemon=True)
-                self._thread.start()
-        self._queue.put(path)
-
-    def _run(self) -> None:
-        while True:
-            path = self._queue.get()
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-            self._queue.task_done()
-
-    def wait(self) -> None:
-        """Return once every file handed over so far is deleted."""
-        if self._thread is not None:
-            self._queue.join()
-
-
-_reaper = _Reaper()
-
-
-def _write_file(path: Path, data: Data, fsync: bool) -> None:
-    """Write all of ``data`` (chunks via writev, no join), then fsync if asked."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        chunks = [data] if isinstance(data, bytes) else [c for c in data if c]
-        i = 0
-        while i < len(chunks):
-            batch = chunks[i:i + _IOV_MAX]
-            written = os.writev(fd, batch)
-            for chunk in batch:  # account for a short write
-                if written >= len(chunk):
-                    written -= len(chunk)
-                    i += 1
-                else:
-                    chunks[i] = chunk[written:]
-                    break
-        if fsync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-class _ThreadLocks:
-    """One in-process lock per object path.
-
-    Threads of this process queue on it (woken on release, no polling), so
-    only one of them at a time polls the ``flock`` that excludes other
-    processes. Entries are dropped when nobody uses them.
-    """
-
-    class _Entry:
-        __slots__ = ("lock", "users")
-
-        def __init__(self) -> None:
-            self.lock = threading.Lock()
-            self.users = 0
-
-    def __init__(self) -> None:
-        self._guard = threading.Lock()
-        self._entries: dict[Path, _ThreadLocks._Entry] = {}
-        os.register_at_fork(after_in_child=self._forget)
-
-    def _forget(self) -> None:
-        # A forked child has none of the parent's threads, so none of their locks.
-        self._guard = threading.Lock()
-        self._entries = {}
-
-    @contextlib.contextmanager
-    def hold(self, path: Path, timeout_s: float) -> Iterator[bool]:
-        """Yield True holding ``path``'s lock, or False after ``timeout_s`` seconds."""
-        with self._guard:
-            entry = self._entries.setdefault(path, _ThreadLocks._Entry())
-            entry.users += 1
-        got = entry.lock.acquire(timeout=max(timeout_s, 0.0))
-        try:
-            yield got
-        finally:
-            if got:
-                entry.lock.release()
-            with self._guard:
-                entry.users -= 1
-                if entry.users == 0 and self._entries.get(path) is entry:
-                    del self._entries[path]
-
-
-_thread_locks = _ThreadLocks()
 
 
 class FileStore(ObjectStore):
@@ -276,11 +143,11 @@ class FileStore(ObjectStore):
                 self._made_dirs.clear()
             self._made_dirs.add(directory)
         try:
-            _write_file(path, data, self._fsync)
+            write_file(path, data, self._fsync)
         except FileNotFoundError:  # its directory was removed since we made it
             self._made_dirs.discard(directory)
             directory.mkdir(parents=True, exist_ok=True)
-            _write_file(path, data, self._fsync)
+            write_file(path, data, self._fsync)
 
     @staticmethod
     def _version_name(path: Path, etag: str) -> str:
@@ -292,7 +159,7 @@ class FileStore(ObjectStore):
         try:
             yield
         except OSError as exc:
-            raise _disk_error(exc, action, key, self.url) from exc
+            raise disk_error(exc, action, key, self.url) from exc
 
     @contextlib.contextmanager
     def _locked(self, path: Path, key: str) -> Iterator[None]:
@@ -302,7 +169,7 @@ class FileStore(ObjectStore):
         """
         deadline = time.monotonic() + self.lock_timeout_s
         lock_path = path.parent / f".{path.name}.lock"
-        with _thread_locks.hold(path, self.lock_timeout_s) as got:
+        with THREAD_LOCKS.hold(path, self.lock_timeout_s) as got:
             if not got:
                 raise self._lock_timeout(key, "another thread of this process", lock_path)
             fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -341,7 +208,7 @@ class FileStore(ObjectStore):
                 raise
             # A plain file put there by hand (a restored backup, say): give it an
             # etag from its identity; the next write turns it into a link.
-            return _plain_etag(path.stat()), None
+            return plain_etag(path.stat()), None
         _, _, etag = target.rpartition(_VERSION_MARK)
         return etag, path.parent / target
 
@@ -385,18 +252,18 @@ class FileStore(ObjectStore):
             # holder paused (SIGSTOP) inside it is unlikely: the rename is visible
             # already, and a later writer's own directory sync covers it as well.
             if self._fsync:
-                _fsync_dir(path.parent)
+                fsync_dir(path.parent)
         finally:
             if not linked:
                 with contextlib.suppress(OSError):
                     version.unlink()
         if old_version is not None:
-            _reaper.add(old_version)
+            REAPER.add(old_version)
         return etag
 
     def settle(self) -> None:
         """Wait until superseded version files are deleted."""
-        _reaper.wait()
+        REAPER.wait()
 
     # -- start-up self-test ------------------------------------------------
     def self_test(self) -> None:
@@ -518,8 +385,8 @@ class FileStore(ObjectStore):
                     tmp.unlink()
                 raise
             if self._fsync:
-                _fsync_dir(path.parent)
-            return _plain_etag(st)
+                fsync_dir(path.parent)
+            return plain_etag(st)
 
     def get(self, key: str) -> bytes:
         return self.read(key).data
@@ -529,7 +396,7 @@ class FileStore(ObjectStore):
         start = self.root.joinpath(*base.split("/")) if base else self.root
         keys: list[str] = []
         with self._os_errors("listing", prefix):
-            for dirpath, dirnames, filenames in os.walk(start, onerror=_missing_dir_is_empty):
+            for dirpath, dirnames, filenames in os.walk(start, onerror=missing_dir_is_empty):
                 dirnames[:] = [d for d in dirnames if not d.startswith(".")]
                 rel = Path(dirpath).relative_to(self.root).as_posix()
                 for name in filenames:

@@ -13,7 +13,8 @@ from broker import paths, timefmt
 from broker.model import archive
 from broker.model import state as S
 from broker.model.decode import decode_state
-from broker.service.coordinator import Broker, BrokerConfig
+from broker.service.coordinator import Broker
+from broker.service.settings import BrokerConfig
 from broker.storage import ObjectStore
 from tests.broker.faults import Clock
 

@@ -17,7 +17,8 @@ from broker.direct import DirectQueue
 from broker.errors import InvalidRequest, OsqueueError, StorageUnavailable
 from broker.model.decode import decode_state
 from broker.model.ops import NewJob, Push
-from broker.service.coordinator import Broker, BrokerConfig
+from broker.service.coordinator import Broker
+from broker.service.settings import BrokerConfig
 from broker.storage import FileStore, MemoryStore
 
 

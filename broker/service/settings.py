@@ -1,0 +1,28 @@
+"""A broker's settings (:class:`BrokerConfig`): what ``osqueue-broker``'s flags
+and ``start_broker()``'s arguments become. Times in seconds, sizes in bytes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker import limits
+from broker.limits import BROKER_LEASE_S
+from broker.service.ownership import new_broker_id
+
+
+@dataclass
+class BrokerConfig:
+    """Broker settings. Times in seconds, sizes in bytes."""
+
+    url: str = ""
+    broker_id: str = field(default_factory=new_broker_id)
+    lease_s: float = BROKER_LEASE_S
+    max_wait_s: float = 60.0
+    max_request_bytes: int = 64 * 1024 * 1024
+    io_threads: int = 16
+    staged_cache_bytes: int = 256 * 1024 * 1024  # staged chunks kept parsed until publish
+    self_test: bool = True
+    #: a batch waits this long on failing storage at most
+    commit_timeout_s: float = limits.DEFAULT_COMMIT_TIMEOUT_S
+    default_settings: dict[str, Any] = field(default_factory=dict)

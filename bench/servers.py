@@ -21,9 +21,14 @@ from pathlib import Path
 # (broker_bench.py --baseline), so only the broker differs between the two.
 sys.path.insert(0, os.environ.get("OSQ_BENCH_ROOT") or str(Path(__file__).resolve().parent.parent))
 
-from broker.http.server import BrokerServer
-from broker.service.settings import BrokerConfig
 from broker.storage import Data, FileStore, ObjectStore, store_from_url
+
+try:
+    from broker.http.server import BrokerServer
+    from broker.service.settings import BrokerConfig
+except ImportError:  # a baseline from before broker/ had sub-packages (flat modules)
+    BrokerServer = importlib.import_module("broker.server").BrokerServer
+    BrokerConfig = importlib.import_module("broker.service").BrokerConfig
 
 
 class SlowWrites(FileStore):

@@ -2,7 +2,7 @@
 
 No store, no asyncio, no clock: every rule takes the time as an argument
 (``now_ms``), and the bytes are a function of the state (never the reverse).
-Imports only the broker's leaves (errors, limits, timefmt, wire) and itself.
+Imports only the broker's leaves (errors, limits, paths, timefmt, wire) and itself.
 
 The layers inside, lowest first::
 

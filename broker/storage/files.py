@@ -44,6 +44,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from broker.errors import Conflict, InvalidRequest, NotFound, StorageUnavailable, UnsafeStore
+from broker.retry import backoff_delays
 from broker.storage.base import Data, ObjectStore, Versioned
 from broker.storage.fileio import (
     REAPER,
@@ -176,7 +177,7 @@ class FileStore(ObjectStore):
             try:
                 # Non-blocking attempts: a blocking flock would wait forever on a
                 # holder that is paused (SIGSTOP) or hung on a dead disk.
-                delay = _LOCK_POLL_FIRST_S
+                delays = backoff_delays(_LOCK_POLL_FIRST_S, _LOCK_POLL_MAX_S)
                 while True:
                     try:
                         self._flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -185,8 +186,7 @@ class FileStore(ObjectStore):
                         left = deadline - time.monotonic()
                         if left <= 0:
                             raise self._lock_timeout(key, "another process", lock_path) from None
-                        time.sleep(min(delay, left))
-                        delay = min(delay * 2, _LOCK_POLL_MAX_S)
+                        time.sleep(min(next(delays), left))
                 yield
             finally:
                 os.close(fd)  # closing the descriptor releases the lock

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.azuriteserver import AzuriteMissing, AzuriteServer
+from tests.support.azuriteserver import AzuriteMissing, AzuriteServer
 
 
 @pytest.fixture(scope="session")

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from bench.faultproxy import FaultConfig, FaultProxy, RemoteControl
-from bench.motoserver import MotoServer
+from tests.support.faultproxy import FaultConfig, FaultProxy, RemoteControl
+from tests.support.motoserver import MotoServer
 
 ROOT = Path(__file__).resolve().parent.parent
 

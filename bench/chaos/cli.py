@@ -14,10 +14,10 @@ What one run does (all times are wall-clock seconds):
    each on a FIXED port chosen at start, so a restarted broker comes back at
    the same URL. ``--store file``: a directory in the run directory.
    ``--store s3``: a moto S3 server process and a fault proxy process
-   (bench/faultproxy.py) in front of it; brokers talk to S3 through the
+   (tests/support/faultproxy.py) in front of it; brokers talk to S3 through the
    proxy, the runner's own reads (owner look-ups, the drain, the checker)
    and the clients' store look-ups go to moto directly. ``--store gcs``: the
-   same with our GCS JSON-API test server (bench/gcsserver.py, which enforces
+   same with our GCS JSON-API test server (tests/support/gcsserver.py, which enforces
    generation preconditions) in place of moto. ``--store azure``: an
    Azurite process (``make test`` installs it) that every process reaches
    directly, its connection string in ``AZURE_STORAGE_CONNECTION_STRING``.
@@ -122,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "50 jobs/s, 2%% faults on S3, --require-bar. Explicit options win")
     g.add_argument("--store", choices=["file", "s3", "gcs", "azure"], default="file",
                    help="file: a directory in the run directory; s3: moto behind the fault "
-                        "proxy; gcs: our GCS test server (bench/gcsserver.py) behind the "
+                        "proxy; gcs: our GCS test server (tests/support/gcsserver.py) behind the "
                         "fault proxy; azure: Azurite (no fault proxy) (default file)")
     g.add_argument("--seed", type=int, default=1,
                    help="seeds the nemesis schedule, the clients' choices and the fault proxy")

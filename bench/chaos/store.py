@@ -1,5 +1,5 @@
 """The store of a run: a directory, a moto S3 server or our GCS test server
-(bench/gcsserver.py) behind the fault proxy (with its remote control), or Azurite, and the
+(tests/support/gcsserver.py) behind the fault proxy (with its remote control), or Azurite, and the
 runner's own direct reads of it: the queue object, its job counts by status and, for
 post-mortems, a copy of every object."""
 
@@ -53,7 +53,7 @@ class StoreSetup:
         if self.kind == "azure":
             self._start_azurite()
             return
-        from bench.faultproxy import RemoteControl
+        from tests.support.faultproxy import RemoteControl
 
         bucket = f"osq-chaos-{self.args.seed % 100000}-{uuid.uuid4().hex[:8]}"
         env = child_env()
@@ -61,7 +61,7 @@ class StoreSetup:
         server, scheme, drop = (("gcsserver", "gs", "POST,PUT") if self.kind == "gcs"
                                 else ("motoserver", "s3", "PUT"))
         moto_log = self.run_dir / ("gcsserver.log" if self.kind == "gcs" else "moto.log")
-        moto = CHILDREN.spawn([sys.executable, "-m", f"bench.{server}", "--bucket", bucket],
+        moto = CHILDREN.spawn([sys.executable, "-m", f"tests.support.{server}", "--bucket", bucket],
                               moto_log, env)
         self.procs.append(moto)
         m = wait_for_line(moto, moto_log, 0, re.compile(server + r" ready on (http://\S+)"),
@@ -71,7 +71,7 @@ class StoreSetup:
         moto_url = m.group(1)
         proxy_log = self.run_dir / "faultproxy.log"
         proxy = CHILDREN.spawn(
-            [sys.executable, "-m", "bench.faultproxy", "--upstream", moto_url,
+            [sys.executable, "-m", "tests.support.faultproxy", "--upstream", moto_url,
              "--seed", str(self.args.seed), "--rate", str(self.args.fault_rate),
              "--weights", self.args.fault_weights, "--delay-s", str(self.args.fault_delay_s),
              "--delay-then", self.args.fault_delay_then, "--disabled", "--drop-methods", drop,
@@ -93,7 +93,7 @@ class StoreSetup:
         runner get its connection string through AZURE_STORAGE_CONNECTION_STRING (the
         key is random per run and never on a command line). No fault proxy: the
         faults are the nemesis's kills, pauses and competitors."""
-        from bench.azuriteserver import AzuriteServer, wait_until_serving
+        from tests.support.azuriteserver import AzuriteServer, wait_until_serving
 
         server = AzuriteServer()
         workspace = self.run_dir / "azurite"

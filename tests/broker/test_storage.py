@@ -366,7 +366,7 @@ class TestAzureStore(StoreContract):
 
 class TestGCSStore(StoreContract):
     """GCS over its JSON API: the official client against our test server
-    (``bench.gcsserver``), which enforces ifGenerationMatch."""
+    (``tests.support.gcsserver``), which enforces ifGenerationMatch."""
 
     process_race_rounds = 25
 

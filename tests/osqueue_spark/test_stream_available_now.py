@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from bench.motoserver import free_port
 from broker import archive
 from broker.errors import InvalidRequest, OsqueueError
 from broker.server import BrokerServer
@@ -26,6 +25,7 @@ from broker.storage import ObjectStore, store_from_url
 from osqueue_spark import QueueClient, start_broker
 from osqueue_spark.options import StreamReadOptions
 from osqueue_spark.stream_reader import QueueStreamReader, rows_allowed
+from tests.support.motoserver import free_port
 
 
 @pytest.fixture(scope="module")

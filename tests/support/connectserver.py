@@ -14,7 +14,7 @@ session is a pure gRPC client of it::
 As a script it prints ``connectserver ready on sc://127.0.0.1:PORT`` and serves
 until its standard input closes::
 
-    python -m bench.connectserver [--port 0] [--master local[2]]
+    python -m tests.support.connectserver [--port 0] [--master local[2]]
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import threading
 import time
 from typing import Any
 
-from bench.motoserver import free_port
+from tests.support.motoserver import free_port
 
 READY = "connectserver ready on "
 
@@ -58,7 +58,7 @@ class ConnectServer:
         env = dict(os.environ, PYSPARK_PYTHON=sys.executable,
                    PYSPARK_DRIVER_PYTHON=sys.executable)
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.connectserver", "--port", str(self.port),
+            [sys.executable, "-m", "tests.support.connectserver", "--port", str(self.port),
              "--master", self.master],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True, env=env,

@@ -7,7 +7,7 @@ In-process (a thread)::
 As its own process (prints ``motoserver ready on http://127.0.0.1:PORT`` on
 stderr once it accepts requests; ``--bucket`` creates buckets first)::
 
-    python -m bench.motoserver [--port 0] [--bucket NAME ...]
+    python -m tests.support.motoserver [--port 0] [--bucket NAME ...]
 
 moto checks ``If-Match`` without holding a lock, so a threaded server lets two
 conditional writers both win; this server handles ONE request at a time
@@ -121,7 +121,7 @@ def create_bucket(endpoint: str, name: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.motoserver", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m tests.support.motoserver", description=__doc__)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="TCP port (0: a free one)")
     p.add_argument("--bucket", action="append", default=[], help="create this bucket first")

@@ -50,8 +50,8 @@ single-threaded server speaks HTTP/1.0 anyway); clients may keep theirs alive.
 
 Run on its own (prints ``faultproxy ready on URL`` on stderr)::
 
-    python -m bench.faultproxy --upstream http://127.0.0.1:5000 --rate 0.02 --seed 7
-    python -m bench.faultproxy --moto --rate 0.02      # with an in-process moto server
+    python -m tests.support.faultproxy --upstream http://127.0.0.1:5000 --rate 0.02 --seed 7
+    python -m tests.support.faultproxy --moto --rate 0.02      # with an in-process moto server
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-from bench.motoserver import StopSignals
+from tests.support.motoserver import StopSignals
 
 CONTROL_PREFIX = "/__faultproxy__/"
 
@@ -500,7 +500,7 @@ class RemoteControl:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.faultproxy", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m tests.support.faultproxy", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--upstream", help="the S3 server to proxy, http://host:port")
@@ -532,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
     moto = None
     upstream = args.upstream
     if args.moto:
-        from bench.motoserver import MotoServer, set_default_credentials
+        from tests.support.motoserver import MotoServer, set_default_credentials
 
         set_default_credentials()
         moto = MotoServer().start()

@@ -41,7 +41,7 @@ In-process (a thread)::
 As its own process (prints ``gcsserver ready on http://127.0.0.1:PORT`` on stderr once
 it accepts requests)::
 
-    python -m bench.gcsserver [--port 0] [--bucket NAME ...] [--ignore-preconditions]
+    python -m tests.support.gcsserver [--port 0] [--bucket NAME ...] [--ignore-preconditions]
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-from bench.motoserver import StopSignals
+from tests.support.motoserver import StopSignals
 
 #: Largest page a list request gets (GCS: 1000).
 MAX_PAGE = 1000
@@ -462,7 +462,7 @@ class GCSServer:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.gcsserver", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m tests.support.gcsserver", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="TCP port (0: a free one)")

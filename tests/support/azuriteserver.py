@@ -17,7 +17,7 @@ As a script (prints ``azuriteserver ready on http://127.0.0.1:PORT/ACCOUNT`` on
 stderr; the connection string goes to ``--connection-string-file`` only, mode
 0600, never to the terminal)::
 
-    python -m bench.azuriteserver [--port 0] [--container NAME ...]
+    python -m tests.support.azuriteserver [--port 0] [--container NAME ...]
 
 Azurite checks a blob's conditions and replaces it in one synchronous step of
 its single-threaded event loop (``LokiBlobMetadataStore.createBlob``), so its
@@ -40,11 +40,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from bench.motoserver import StopSignals, free_port
+from tests.support.motoserver import StopSignals, free_port
 
 #: The Azurite release the Makefile installs (npm, pinned).
 AZURITE_VERSION = "3.37.0"
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LOCAL_BIN = ROOT / ".tools" / "node_modules" / ".bin" / "azurite-blob"
 ACCOUNT = "osqueuetest"
 
@@ -201,7 +201,7 @@ def create_container(connection_string: str, name: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.azuriteserver",
+    p = argparse.ArgumentParser(prog="python -m tests.support.azuriteserver",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="TCP port (0: a free one)")

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.azurite import azure_container, azure_url, azurite_server  # noqa: F401
+from tests.support.azurite import azure_container, azure_url, azurite_server  # noqa: F401
 from tests.support.motoserver import MotoServer
 
 

@@ -15,7 +15,7 @@ from broker import codec, keys
 from broker.server import is_loopback, primary_address
 from broker.storage import FileStore
 from osqueue_spark.client import QueueClient
-from tests.broker.helpers import BrokerProcess
+from tests.support.broker_process import BrokerProcess
 
 
 def _free_port() -> int:

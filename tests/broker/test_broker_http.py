@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from broker import archive, codec, keys
 from broker.storage import FileStore, store_from_url
 from osqueue_spark import QueueClient, start_broker
-from tests.broker.helpers import BrokerProcess, eventually
+from tests.support.broker_process import BrokerProcess, eventually
 
 TOKEN = "s3cr3t-token-for-tests"
 

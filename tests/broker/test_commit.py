@@ -119,7 +119,7 @@ def test_step_down_answers_not_the_broker(tmp_path: Path) -> None:
     """A broker whose queue was taken over (its lease lapsed, as another broker
     saw it) answers NotTheBroker with the new owner's URL at its next write."""
     from broker.errors import NotTheBroker
-    from tests.broker.faults import Clock
+    from tests.support.faults import Clock
 
     store = FileStore(tmp_path)
     clock = Clock()

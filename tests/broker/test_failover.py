@@ -21,7 +21,7 @@ from broker import archive, codec, keys
 from broker.errors import NotTheBroker
 from broker.storage import FileStore
 from osqueue_spark import QueueClient
-from tests.broker.helpers import BrokerProcess, eventually
+from tests.support.broker_process import BrokerProcess, eventually
 
 LEASE_S = 2.0
 

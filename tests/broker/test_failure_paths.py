@@ -1,7 +1,7 @@
 """Failure paths of the broker, one test per defect, through injected faults.
 
 Every test drives real brokers (in this process) over a real file store
-wrapped by :class:`tests.broker.faults.FaultyStore`, then checks the store
+wrapped by :class:`tests.support.faults.FaultyStore`, then checks the store
 itself: the queue object and the archive objects.
 """
 
@@ -30,7 +30,7 @@ from broker.errors import (
 )
 from broker.storage import FileStore
 from broker.transitions import CompleteItem, FailItem, NewJob
-from tests.broker.faults import (
+from tests.support.faults import (
     EIO,
     ENOSPC,
     LATE,
@@ -41,7 +41,7 @@ from tests.broker.faults import (
     Clock,
     FaultyStore,
 )
-from tests.broker.inprocess import (
+from tests.support.inprocess import (
     archive_lines,
     crash,
     run,

@@ -21,8 +21,8 @@ from broker import state as S
 from broker.jobtable import JobTable
 from broker.storage import FileStore
 from broker.transitions import Claim, Complete, CompleteItem, Fail, FailItem, PushPayloads
-from tests.broker.faults import LOST_REPLY, NOT_LANDED, Clock, FaultyStore
-from tests.broker.inprocess import archive_lines, crash, run, started, stored, successor
+from tests.support.faults import LOST_REPLY, NOT_LANDED, Clock, FaultyStore
+from tests.support.inprocess import archive_lines, crash, run, started, stored, successor
 
 NOW = 1_700_000_000_123
 

@@ -18,7 +18,7 @@ from broker import api, schemas
 from broker.http import App
 from broker.routes import ROUTES, openapi_document
 from broker.storage import FileStore
-from tests.broker.inprocess import run, started
+from tests.support.inprocess import run, started
 
 TOKEN = "t0ken-for-openapi-tests"
 Q = "q"

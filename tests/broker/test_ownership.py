@@ -17,7 +17,7 @@ from broker.ownership import (
     renew_due,
 )
 from broker.state import BrokerRecord
-from tests.broker.faults import Clock
+from tests.support.faults import Clock
 
 LEASE_MS = round(BROKER_LEASE_S * 1000)
 

@@ -18,8 +18,8 @@ from broker.columns import plain_rows
 from broker.errors import InvalidRequest
 from broker.state import CLAIMED, COMPLETED, PENDING, Job, Lease, QueueState
 from broker.storage import FileStore
-from tests.broker.faults import LOST_REPLY, LOST_REPLY_412, NOT_LANDED, Clock, FaultyStore
-from tests.broker.inprocess import archive_lines, crash, run, started, stored, successor
+from tests.support.faults import LOST_REPLY, LOST_REPLY_412, NOT_LANDED, Clock, FaultyStore
+from tests.support.inprocess import archive_lines, crash, run, started, stored, successor
 
 NOW = 1_767_225_600_000
 FIXTURES = Path(__file__).parent / "fixtures"

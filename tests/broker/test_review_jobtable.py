@@ -24,8 +24,8 @@ from broker import transitions as T
 from broker.direct import DirectQueue
 from broker.errors import OsqueueError
 from broker.storage import FileStore
-from tests.broker.faults import LATE, LOST_REPLY, LOST_REPLY_412, NOT_LANDED, Clock, FaultyStore
-from tests.broker.inprocess import archive_lines, crash, run, started, stored, successor
+from tests.support.faults import LATE, LOST_REPLY, LOST_REPLY_412, NOT_LANDED, Clock, FaultyStore
+from tests.support.inprocess import archive_lines, crash, run, started, stored, successor
 
 NOW = 1_700_000_000_123
 

@@ -24,8 +24,8 @@ from broker.errors import (
 )
 from broker.storage import FileStore
 from broker.transitions import CompleteItem, NewJob
-from tests.broker.faults import LATE, LOST_REPLY, NOT_LANDED, Clock, FaultyStore
-from tests.broker.inprocess import archive_lines, crash, run, started, stored
+from tests.support.faults import LATE, LOST_REPLY, NOT_LANDED, Clock, FaultyStore
+from tests.support.inprocess import archive_lines, crash, run, started, stored
 
 # -- R1 ----------------------------------------------------------------------
 # R1: one accepted push of a payload nested 255..1023 levels deep makes the queue

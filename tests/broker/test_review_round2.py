@@ -23,8 +23,8 @@ from broker.errors import (
 from broker.storage import FileStore
 from broker.transitions import CompleteItem, FailItem, NewJob
 from osqueue_spark import QueueClient, start_broker
-from tests.broker.faults import REFUSED, FaultyStore
-from tests.broker.inprocess import run, started, stored
+from tests.support.faults import REFUSED, FaultyStore
+from tests.support.inprocess import run, started, stored
 
 # -- N1 ----------------------------------------------------------------------
 # N1: a queue object written by the previous release (commit 5932e4f, the same

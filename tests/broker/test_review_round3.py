@@ -31,8 +31,8 @@ from broker.errors import (
 from broker.storage import FileStore
 from broker.transitions import NewJob
 from osqueue_spark import QueueClient, start_broker
-from tests.broker.faults import REFUSED, Clock, FaultyStore
-from tests.broker.inprocess import crash, run, started, stored, successor, until
+from tests.support.faults import REFUSED, Clock, FaultyStore
+from tests.support.inprocess import crash, run, started, stored, successor, until
 
 # -- F1 ----------------------------------------------------------------------
 # F1: one bad GET /jobs makes every other caller's op in the same group commit fail.

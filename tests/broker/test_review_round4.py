@@ -25,8 +25,8 @@ from broker.storage import FileStore
 from broker.transitions import NewJob
 from osqueue_spark import QueueClient, start_broker
 from osqueue_spark import client as client_mod
-from tests.broker.faults import LATE, Clock, FaultyStore
-from tests.broker.inprocess import crash, run, started, stored, successor, until
+from tests.support.faults import LATE, Clock, FaultyStore
+from tests.support.inprocess import crash, run, started, stored, successor, until
 
 # -- G1 ----------------------------------------------------------------------
 # G1: a client's floor carried by a keyed call that is *refused* (PayloadTooLarge,

@@ -20,8 +20,8 @@ from broker.errors import (
 )
 from broker.storage import FileStore
 from broker.transitions import NewJob
-from tests.broker.faults import LATE, NOT_LANDED, REFUSED, Clock, FaultyStore
-from tests.broker.inprocess import run, started, stored, until
+from tests.support.faults import LATE, NOT_LANDED, REFUSED, Clock, FaultyStore
+from tests.support.inprocess import run, started, stored, until
 
 # -- H12 ----------------------------------------------------------------------
 # Review 5 (commit 6ff1e31): lazily kept receipts/floors are lost by a transient

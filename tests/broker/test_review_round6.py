@@ -13,8 +13,8 @@ from pathlib import Path
 
 from broker.storage import FileStore
 from broker.transitions import NewJob
-from tests.broker.faults import LATE, NOT_LANDED, Clock, FaultyStore
-from tests.broker.inprocess import run, started, stored
+from tests.support.faults import LATE, NOT_LANDED, Clock, FaultyStore
+from tests.support.inprocess import run, started, stored
 
 C = "r-0123456789ab"
 D = "r-ba9876543210"

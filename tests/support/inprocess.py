@@ -13,7 +13,7 @@ from broker import archive, codec, keys
 from broker import state as S
 from broker.service import Broker, BrokerConfig
 from broker.storage import ObjectStore
-from tests.broker.faults import Clock
+from tests.support.faults import Clock
 
 T = TypeVar("T")
 

@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -47,8 +46,7 @@ from broker import transitions  # noqa: E402
 from broker.direct import DirectQueue  # noqa: E402
 from broker.service import Broker, BrokerConfig  # noqa: E402
 from broker.storage import FileStore  # noqa: E402
-
-READY = re.compile(r"ready on (http://\S+)")
+from tests.support.broker_process import READY  # noqa: E402
 
 
 class Server:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-import re
 import signal
 import socket
 import subprocess
@@ -19,9 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.chaos.children import CHILDREN, child_env, log_tail, wait_for_line
-
-READY = re.compile(r"ready on (http://\S+)")
-BROKER_ID = re.compile(r"osqueue-broker (\S+) ready on")
+from tests.support.broker_process import BROKER_ID, READY
 
 
 def pick_ports(n: int) -> list[int]:

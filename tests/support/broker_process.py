@@ -1,4 +1,8 @@
-"""Run real broker processes for tests and wait on their own "ready" line."""
+"""Run real broker processes for tests and wait on their own "ready" line.
+
+The ready line's pattern is here once: the chaos runner (tools/chaos) and the
+broker benchmark (bench/broker_bench.py) read their children's ready lines with it.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +18,12 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+#: The line a broker prints on stderr once it serves (``osqueue-broker ID ready on
+#: URL ...``, broker/cli.py); group 1 is the URL. The benchmark's servers
+#: (bench/servers.py) print the same "ready on URL".
 READY = re.compile(r"ready on (http://\S+)")
+#: The broker's id, from that same line.
+BROKER_ID = re.compile(r"osqueue-broker (\S+) ready on")
 
 
 class BrokerProcess:

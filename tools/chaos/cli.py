@@ -1,12 +1,12 @@
 """Chaos runner: real brokers, real clients, a seeded nemesis, then a check of the store.
 
-    python bench/chaos.py --store file --seed 1 --seconds 60
-    python bench/chaos.py --store s3 --seed 1 --preset short
-    python bench/chaos.py --store azure --seed 1 --preset short
-    python bench/chaos.py --store s3 --seed 1 --preset long --out chaos-s3.json
+    python -m tools.chaos --store file --seed 1 --seconds 60
+    python -m tools.chaos --store s3 --seed 1 --preset short
+    python -m tools.chaos --store azure --seed 1 --preset short
+    python -m tools.chaos --store s3 --seed 1 --preset long --out chaos-s3.json
 
-(with this checkout on PYTHONPATH or not: the runner puts it first on the path
-of itself and of every child process.)
+(from the checkout's root: ``-m`` finds this checkout's runner first, and every
+child process gets this checkout first on its path.)
 
 What one run does (all times are wall-clock seconds):
 
@@ -97,9 +97,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from bench.chaos.children import CHILDREN
-from bench.chaos.report import write_result
-from bench.chaos.run import Run
+from tools.chaos.children import CHILDREN
+from tools.chaos.report import write_result
+from tools.chaos.run import Run
 
 #: ``--preset`` values: defaults for a quick look and for the acceptance run
 #: (options given on the command line still win).
@@ -113,7 +113,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 def build_parser() -> argparse.ArgumentParser:
     """The runner's options (its help is this module's docstring)."""
     p = argparse.ArgumentParser(
-        prog="python bench/chaos.py", description=__doc__,
+        prog="python -m tools.chaos", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("run")
     g.add_argument("--preset", choices=sorted(PRESETS),

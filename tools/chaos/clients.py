@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bench.chaos.store import QUEUE
 from broker.errors import OsqueueError
 from osqueue_spark import QueueClient
+from tools.chaos.store import QUEUE
 
 
 def queue_client(urls: Sequence[str], *, store: str, timeout_s: float, retry_s: float,
@@ -184,7 +184,7 @@ class RateLimiter:
 
 class Workers:
     """Producer and consumer threads (what they do: step 2 of the runner's help, the
-    docstring of bench/chaos/cli.py). ``run_tag`` makes the per-job keys of
+    docstring of tools/chaos/cli.py). ``run_tag`` makes the per-job keys of
     ``--push-keys`` unique to the run."""
 
     def __init__(self, args: argparse.Namespace, urls: list[str], store_url: str,

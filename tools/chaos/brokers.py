@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.chaos.children import CHILDREN, child_env, log_tail, wait_for_line
 from tests.support.broker_process import BROKER_ID, READY
+from tools.chaos.children import CHILDREN, child_env, log_tail, wait_for_line
 
 
 def pick_ports(n: int) -> list[int]:

@@ -16,11 +16,11 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from bench.chaos.brokers import BrokerSlot
-from bench.chaos.schedule import Event
-from bench.chaos.store import read_state_raw
 from broker.errors import OsqueueError
 from broker.storage import ObjectStore
+from tools.chaos.brokers import BrokerSlot
+from tools.chaos.schedule import Event
+from tools.chaos.store import read_state_raw
 
 
 class Nemesis:

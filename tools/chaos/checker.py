@@ -8,11 +8,11 @@ import collections
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
-from bench.chaos.clients import Completion, Recorder, payload_key
-from bench.chaos.store import QUEUE
 from broker import archive, codec, keys
 from broker.errors import NotFound, OsqueueError
 from broker.storage import ObjectStore
+from tools.chaos.clients import Completion, Recorder, payload_key
+from tools.chaos.store import QUEUE
 
 
 class _Snapshot:

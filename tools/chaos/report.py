@@ -10,11 +10,11 @@ from typing import Any
 
 import orjson
 
-from bench.chaos.brokers import BrokerSlot
-from bench.chaos.clients import Recorder
-from bench.chaos.nemesis import Nemesis
-from bench.chaos.schedule import Event
-from bench.chaos.store import StoreSetup
+from tools.chaos.brokers import BrokerSlot
+from tools.chaos.clients import Recorder
+from tools.chaos.nemesis import Nemesis
+from tools.chaos.schedule import Event
+from tools.chaos.store import StoreSetup
 
 
 def acceptance_bar(args: argparse.Namespace, store_kind: str, check: dict[str, Any],

@@ -1,9 +1,9 @@
 """Run the Spark tests under each supported PySpark minor, one fresh venv each.
 
-    python bench/compat.py                      # 4.0, 4.1, 4.2 and 4.3 (latest patch of each)
-    python bench/compat.py --versions 4.0,4.3   # a subset; other rows of the table are kept
-    python bench/compat.py --versions 4.0.3     # an exact release
-    python bench/compat.py --fresh              # rebuild the venvs first
+    python tools/compat.py                      # 4.0, 4.1, 4.2 and 4.3 (latest patch of each)
+    python tools/compat.py --versions 4.0,4.3   # a subset; other rows of the table are kept
+    python tools/compat.py --versions 4.0.3     # an exact release
+    python tools/compat.py --fresh              # rebuild the venvs first
     make compat VERSIONS=4.0                    # the same through make
 
 For every version it makes a virtual environment under ``.compat/pyspark-X.Y.Z``
@@ -206,7 +206,7 @@ def render(rows: list[Row], meta: dict[str, Any]) -> str:
     lines = [
         "# PySpark compatibility",
         "",
-        f"`python bench/compat.py`, last run {meta['when']} at commit `{meta['commit']}`, "
+        f"`python tools/compat.py`, last run {meta['when']} at commit `{meta['commit']}`, "
         f"Python {meta['python']}; each row is its own venv running "
         f"{', '.join(f'`{t}`' for t in meta['tests'])} (classic and Spark Connect sessions).",
         "",

@@ -16,16 +16,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.chaos.brokers import BrokerSlot, pick_ports
-from bench.chaos.checker import check_store
-from bench.chaos.children import CHILDREN
-from bench.chaos.clients import Recorder, Workers, queue_client
-from bench.chaos.nemesis import Nemesis, availability
-from bench.chaos.report import bar_met, build_result, print_summary, write_records
-from bench.chaos.schedule import make_schedule
-from bench.chaos.store import StoreSetup, dump_store, open_store, status_counts
 from broker.errors import OsqueueError
 from broker.storage import ObjectStore
+from tools.chaos.brokers import BrokerSlot, pick_ports
+from tools.chaos.checker import check_store
+from tools.chaos.children import CHILDREN
+from tools.chaos.clients import Recorder, Workers, queue_client
+from tools.chaos.nemesis import Nemesis, availability
+from tools.chaos.report import bar_met, build_result, print_summary, write_records
+from tools.chaos.schedule import make_schedule
+from tools.chaos.store import StoreSetup, dump_store, open_store, status_counts
 
 
 def drain(workers: Workers, direct: ObjectStore, timeout_s: float, clock: Callable[[], float],
@@ -57,7 +57,7 @@ def drain(workers: Workers, direct: ObjectStore, timeout_s: float, clock: Callab
 
 class Run:
     """One run of the given options; :meth:`execute` returns the exit status, the
-    result (see :func:`bench.chaos.report.build_result`) stays in ``result``."""
+    result (see :func:`tools.chaos.report.build_result`) stays in ``result``."""
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args

@@ -19,10 +19,10 @@ from typing import Any
 
 import orjson
 
-from bench.chaos.children import CHILDREN, child_env, log_tail, wait_for_line
 from broker import keys
 from broker.errors import NotFound
 from broker.storage import ObjectStore, store_from_url
+from tools.chaos.children import CHILDREN, child_env, log_tail, wait_for_line
 
 #: the one queue every run uses
 QUEUE = "chaos"

@@ -1,4 +1,4 @@
-"""The chaos runner (``python bench/chaos.py``, or ``python -m bench.chaos``): real
+"""The chaos runner (``python -m tools.chaos``, from the checkout's root): real
 broker processes on one store, real clients, a seeded nemesis, then a check of the
 store itself. What one run does, step by step, is the docstring of :mod:`.cli` (the
 ``--help`` text).
@@ -14,7 +14,7 @@ end).
 
 from __future__ import annotations
 
-from bench.chaos.cli import PRESETS, build_parser, main, parse_args
-from bench.chaos.schedule import Event, make_schedule
+from tools.chaos.cli import PRESETS, build_parser, main, parse_args
+from tools.chaos.schedule import Event, make_schedule
 
 __all__ = ["PRESETS", "Event", "build_parser", "main", "make_schedule", "parse_args"]

@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-#: the checkout this runner belongs to (bench/chaos/ is two levels below it)
+#: the checkout this runner belongs to (tools/chaos/ is two levels below it)
 ROOT = Path(__file__).resolve().parents[2]
 
 

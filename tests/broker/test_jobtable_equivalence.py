@@ -1,11 +1,9 @@
-"""Adversarial review of 227371e (bulk-pushed jobs kept as their encoded line in
-a JobTable until first touched): ways to lose, duplicate or strand a job,
-corrupt the object or answer a call wrongly through the lines.
-
-Every scenario here held (they are regression tests): a state whose jobs are
-kept as lines behaves, answers and encodes exactly as the same state with every
-job a Job, and under lost, late and 412-answered writes, a crash and a takeover
-every bulk-pushed job is in the store exactly once.
+"""The job table's lines against Jobs: a state whose bulk-pushed jobs are kept as
+their encoded lines (broker/jobtable.py) behaves, answers and encodes exactly as
+the same state with every job a Job, and under lost, late and 412-answered
+writes, a crash and a takeover every bulk-pushed job is in the store exactly
+once. (Ways to lose, duplicate or strand a job, corrupt the object or answer a
+call wrongly through the lines; every one held when first written.)
 """
 
 from __future__ import annotations
@@ -128,7 +126,7 @@ def _random_op(rnd: random.Random, tokens: list[str], base: int) -> T.Op:
 
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("base", [0, 9_999_999_000])
-def test_review_lines_answer_and_encode_as_jobs_would(seed: int, base: int) -> None:
+def test_lines_answer_and_encode_as_jobs_would(seed: int, base: int) -> None:
     """Every op answered alike and every commit's bytes equal, whether the jobs
     are kept as lines (A) or every one is made a Job after each op (B); each
     commit re-reads as the same bytes; now and then both are reloaded."""
@@ -167,8 +165,12 @@ def test_review_lines_answer_and_encode_as_jobs_would(seed: int, base: int) -> N
 
 @pytest.mark.parametrize("first_seq", [1, 1023, 9_999_999_995, 99_999_999_999_998])
 @pytest.mark.parametrize("max_attempts", [1, 1000])
-def test_review_claimed_lines_across_digit_and_segment_boundaries(
+def test_claimed_lines_across_digit_and_segment_boundaries(
         first_seq: int, max_attempts: int) -> None:
+    """A claim from lines whose seqs cross a digit count or a segment boundary
+    hands out the payloads and ids pushed, caches lines equal to fresh encodes
+    with the queue's max_attempts, and its jobs complete; the written counters
+    count every push."""
     state = _pushed(TRICKY * 2, first_seq=first_seq, max_attempts=max_attempts)
     out = T.apply(state, T.Claim('w"\n', 7, 30_000), NOW).jobs
     assert [j.payload for j in out] == (TRICKY * 2)[:7]
@@ -185,7 +187,10 @@ def test_review_claimed_lines_across_digit_and_segment_boundaries(
     assert orjson.loads(data)["counters"]["enqueued"] == first_seq + len(TRICKY) * 2 - 1
 
 
-def test_review_made_up_tokens_for_line_seqs_change_nothing() -> None:
+def test_made_up_tokens_for_line_seqs_change_nothing() -> None:
+    """Complete, fail and heartbeat with made-up tokens for jobs kept as lines (a
+    fence the job never had, or another job's) are refused and change neither
+    the counts nor the jobs written."""
     state = _pushed([b"%d" % i for i in range(20)])
     T.apply(state, T.Claim("w", 1, 30_000), NOW)  # fence 1 belongs to j1
     before = _written(state, NOW, "c1")
@@ -199,7 +204,9 @@ def test_review_made_up_tokens_for_line_seqs_change_nothing() -> None:
     assert orjson.loads(after)["jobs"] == orjson.loads(before)["jobs"]
 
 
-def test_review_a_repeated_claim_hands_back_the_jobs_it_took_from_lines() -> None:
+def test_a_repeated_claim_hands_back_the_jobs_it_took_from_lines() -> None:
+    """A keyed claim repeated, in memory and after the object is re-read, hands
+    back the very jobs it took from lines and takes no others."""
     state = _pushed([b"%d" % i for i in range(30)])
     first = T.apply(state, T.Claim("w", 10, 30_000, request="r1"), NOW).jobs
     again = T.apply(state, T.Claim("w", 10, 30_000, request="r1"), NOW + 5)
@@ -210,7 +217,10 @@ def test_review_a_repeated_claim_hands_back_the_jobs_it_took_from_lines() -> Non
     assert _lines(state) == 20
 
 
-def test_review_takeover_and_reclaim_reach_jobs_claimed_from_lines() -> None:
+def test_takeover_and_reclaim_reach_jobs_claimed_from_lines() -> None:
+    """A takeover re-leases jobs claimed from lines on the new broker's clock; once
+    those leases run out a reclaim returns them, and a later claim hands out all
+    50 jobs under new tokens."""
     state = _pushed([b"%d" % i for i in range(50)])
     held = T.apply(state, T.Claim("w", 5, 1_000), NOW).jobs
     T.apply(state, T.TakeOver("b2", "http://b2", 30_000), NOW + 10_000)
@@ -226,7 +236,10 @@ def test_review_takeover_and_reclaim_reach_jobs_claimed_from_lines() -> None:
     _written(state, NOW + 20_000, "c1")
 
 
-def test_review_purge_of_dead_jobs_keeps_every_pending_line() -> None:
+def test_purge_of_dead_jobs_keeps_every_pending_line() -> None:
+    """A purge of dead jobs removes them only: the 37 pending lines stay and read
+    back as written, a redrive naming purged ids does nothing, all 37 are
+    claimable."""
     state = _pushed([b"%d" % i for i in range(40)], max_attempts=1)
     held = T.apply(state, T.Claim("w", 3, 30_000), NOW).jobs
     T.apply(state, T.Fail(tuple(T.FailItem(j.token, "x") for j in held)), NOW)
@@ -238,7 +251,10 @@ def test_review_purge_of_dead_jobs_keeps_every_pending_line() -> None:
     assert len(T.apply(state, T.Claim("w", 100, 30_000), NOW).jobs) == 37
 
 
-def test_review_a_clock_moved_back_neither_strands_nor_doubles_a_line() -> None:
+def test_a_clock_moved_back_neither_strands_nor_doubles_a_line() -> None:
+    """With the clock moved back before the push, nothing is due and stats names
+    the push time as the next run; once the clock is back every line is claimed
+    exactly once."""
     state = _pushed([b"%d" % i for i in range(10)])
     assert not T.apply(state, T.Claim("w", 10, 30_000), NOW - 5_000).jobs  # not due yet
     assert T.stats(state, NOW - 5_000)["next_delayed_run_at"] == S.timefmt.fmt(NOW)
@@ -249,7 +265,10 @@ def test_review_a_clock_moved_back_neither_strands_nor_doubles_a_line() -> None:
     _written(state, NOW, "c2")
 
 
-def test_review_views_of_several_pushes_equal_an_all_job_copy() -> None:
+def test_views_of_several_pushes_equal_an_all_job_copy() -> None:
+    """Stats and job listings of a state holding several pushes' lines (one pushed
+    with the clock moved back) equal those of its re-read copy, whose jobs are
+    all Jobs, at any time."""
     state = _pushed([b"1", b"2"], now=NOW)
     T.apply(state, T.PushPayloads((b"3",)), NOW - 60_000)  # clock went back
     T.apply(state, T.PushPayloads((b"4", b"5")), NOW + 60_000)
@@ -264,7 +283,9 @@ def test_review_views_of_several_pushes_equal_an_all_job_copy() -> None:
     assert _lines(state) == 4
 
 
-def test_review_copies_and_pickles_of_a_state_with_lines_encode_alike() -> None:
+def test_copies_and_pickles_of_a_state_with_lines_encode_alike() -> None:
+    """A deep copy and a pickled copy of a state holding lines write the same
+    bytes as the state itself."""
     state = _pushed(TRICKY)
     T.apply(state, T.Claim("w", 2, 30_000), NOW)
     data = _written(copy.deepcopy(state), NOW, "c1")
@@ -272,7 +293,7 @@ def test_review_copies_and_pickles_of_a_state_with_lines_encode_alike() -> None:
     assert _written(state, NOW, "c1") == data
 
 
-def test_review_a_throwaway_job_from_peek_cannot_be_moved_in() -> None:
+def test_a_throwaway_job_from_peek_cannot_be_moved_in() -> None:
     """A Job from peek() is not the table's: move() takes it for a new job, and
     the only move from NEW (to pending) of an existing seq must not add a
     second line for it."""
@@ -283,7 +304,10 @@ def test_review_a_throwaway_job_from_peek_cannot_be_moved_in() -> None:
     assert len(orjson.loads(_written(state, NOW, "c1"))["jobs"]) == 2
 
 
-def test_review_direct_queue_bulk_push_claim_complete(tmp_path: Path) -> None:
+def test_direct_queue_bulk_push_claim_complete(tmp_path: Path) -> None:
+    """A bulk push, a claim and a complete through DirectQueue (no broker): once
+    the completed jobs are archived and dropped, the stored object holds exactly
+    the unclaimed lines' payloads."""
     q = DirectQueue(FileStore(tmp_path), "q")
     q.apply(T.PushPayloads(tuple(TRICKY)), NOW)
     held = q.apply(T.Claim("w", 3, 30_000), NOW).jobs
@@ -297,7 +321,7 @@ def test_review_direct_queue_bulk_push_claim_complete(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("fault", [LOST_REPLY_412, LATE, NOT_LANDED, LOST_REPLY])
-def test_review_lines_survive_every_write_fault_a_crash_and_a_takeover(
+def test_lines_survive_every_write_fault_a_crash_and_a_takeover(
         tmp_path: Path, fault: str) -> None:
     """A bulk push, a claim from its lines, a heartbeat, a fail (retry) and a
     complete each hit a faulted write; a keyed claim is repeated; the broker

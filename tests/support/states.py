@@ -1,0 +1,22 @@
+"""Queue states for the pure tests: jobs pushed, and a state committed as a broker
+writes it (stamped, encoded, read back)."""
+
+from __future__ import annotations
+
+from broker import codec
+from broker import transitions as T
+from broker.state import QueueState
+
+
+def queue_of(n: int, now: int) -> QueueState:
+    """A new queue with ``n`` jobs ``{"n": i}`` pushed at ``now``."""
+    state = T.new_state(now)
+    T.apply(state, T.PushPayloads(tuple(b'{"n":%d}' % i for i in range(n))), now)
+    return state
+
+
+def committed(state: QueueState, now: int, commit: str = "c-1") -> QueueState:
+    """Stamp and encode ``state`` (filling every line cache), then decode what was
+    written."""
+    codec.stamp(state, "w", now, commit)
+    return codec.decode(b"".join(codec.encode_parts(state)))

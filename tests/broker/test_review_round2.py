@@ -17,7 +17,6 @@ import pytest
 
 from broker import keys
 from broker.errors import (
-    InvalidRequest,
     StorageRefused,
 )
 from broker.storage import FileStore
@@ -63,108 +62,6 @@ def test_current_broker_serves_a_queue_written_by_the_previous_release(tmp_path:
     again = run(main())
     assert again == ["j0000000001", "j0000000002"]
     assert len(stored(store).jobs) <= 2
-
-
-# -- N2 ----------------------------------------------------------------------
-# N2: the client floor makes the broker forget a call's receipt while an earlier
-# attempt of that very call is still on its way; when that attempt is served, it
-# is applied as a new call: a push is enqueued twice, a claim strands a job.
-#
-# ``QueueClient.request`` ends call n (``_Requests.end``) as soon as ONE attempt
-# is answered; the next keyed call carries floor n+1 and
-# ``Receipts.answered_below`` (called from ``transitions._push`` / ``_claim``)
-# drops the receipt of n at once. But an attempt the client gave up on (read
-# timeout -> BrokerUnavailable -> ``_discover`` -> retry elsewhere) may still be
-# held somewhere: here in a standby broker's ``Broker._serving`` (slow read of
-# the queue object under the queue lock). When the owner then stops cleanly (a
-# rolling restart) the standby takes the queue over and applies the held attempt;
-# no receipt remains, so it is a new call. Before the floor, the receipt lived
-# ``retry_ttl_s`` (600 s) and covered such late attempts.
-#
-# Responsible: broker/receipts.py ``Receipts.answered_below``; broker/transitions.py
-# ``_push``/``_claim`` (floor applied, then the lookup); osqueue_spark/client.py
-# ``_Requests.floor``/``end``.
-
-CLIENT = "r-0123456789ab"
-
-
-def _hold_first_read(store: FaultyStore) -> tuple[threading.Event, threading.Event]:
-    gate, entered = threading.Event(), threading.Event()
-
-    def hold(_key: str) -> None:
-        entered.set()
-        gate.wait(20)
-
-    store.inject("read", None, key_contains="q/queue.json", before=hold)
-    return gate, entered
-
-
-@pytest.mark.parametrize("next_floor", [None, 1])  # None: the control, without a floor
-def test_late_attempt_of_an_answered_push_is_not_a_second_job(tmp_path: Path,
-                                                              next_floor: int | None) -> None:
-    inner = FileStore(tmp_path)
-    store_a = FaultyStore(inner)
-
-    async def main() -> tuple[list[str], list[str]]:
-        b = await started(inner, "http://b")  # the owner
-        await b.push("q", [NewJob(b'"other"')])
-        a = await started(store_a, "http://a")  # a standby on the same store
-        gate, entered = _hold_first_read(store_a)
-        # attempt 1 of call 0 reaches standby a, which is slow to read the object
-        late = asyncio.create_task(a.push("q", [NewJob(b'"order-42"')],
-                                          request=f"{CLIENT}-0", floor=0))
-        while not entered.is_set():
-            await asyncio.sleep(0.01)
-        # the client times out, is redirected to b, attempt 2 is answered
-        first = list(await b.push("q", [NewJob(b'"order-42"')], request=f"{CLIENT}-0",
-                                  floor=0))
-        # the client's next call carries floor 1: receipt of call 0 is dropped
-        await b.push("q", [NewJob(b'"next"')], request=f"{CLIENT}-1", floor=next_floor)
-        await b.stop(drain_s=5)  # rolling restart of the owner
-        gate.set()
-        if next_floor is None:  # its receipt is still there: the late copy replays it
-            second = list(await late)
-        else:  # the client had its answer: a late copy is refused, not applied
-            with pytest.raises(InvalidRequest, match="answered before"):
-                await late
-            second = []
-        await a.stop(drain_s=5)
-        return first, second
-
-    first, second = run(main())
-    copies = [j.id for j in stored(inner).jobs.values() if j.payload == b'"order-42"']
-    assert copies == first, f"one push, answered {first}, made jobs {copies} (late: {second})"
-
-
-def test_late_attempt_of_an_answered_claim_does_not_strand_a_job(tmp_path: Path) -> None:
-    inner = FileStore(tmp_path)
-    store_a = FaultyStore(inner)
-
-    async def main() -> list:
-        b = await started(inner, "http://b")
-        await b.push("q", [NewJob(b'"j1"', max_attempts=1), NewJob(b'"j2"', max_attempts=1)])
-        a = await started(store_a, "http://a")
-        gate, entered = _hold_first_read(store_a)
-        late = asyncio.create_task(a.claim("q", "w1", 1, 30.0, request=f"{CLIENT}-0", floor=0))
-        while not entered.is_set():
-            await asyncio.sleep(0.01)
-        [got] = await b.claim("q", "w1", 1, 30.0, request=f"{CLIENT}-0", floor=0)
-        [done] = await b.complete("q", [CompleteItem(got.token, b"1")])
-        assert done.ok
-        await b.push("q", [NewJob(b'"x"')], request=f"{CLIENT}-1", floor=1)
-        await b.stop(drain_s=5)
-        gate.set()
-        with pytest.raises(InvalidRequest, match="answered before"):
-            await late  # a late copy of an answered claim: refused, claims nothing
-        await a.stop(drain_s=5)
-        return []
-
-    stray = run(main())
-    j2 = stored(inner).job("j0000000002")
-    assert j2 is not None
-    assert j2.status == "pending", (
-        f"j2 is {j2.status} (attempts {j2.attempts}/{j2.max_attempts}) under a lease nobody "
-        f"holds ({[s.token for s in stray]}): with max_attempts=1 it dies without running")
 
 
 # -- N3 ----------------------------------------------------------------------

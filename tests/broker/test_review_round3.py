@@ -16,23 +16,21 @@ from pathlib import Path
 import pytest
 import urllib3
 
-from broker import keys, receipts
+from broker import keys
 from broker import state as S
 from broker import transitions as T
 from broker.errors import (
-    InvalidRequest,
     NotFound,
     OsqueueError,
     PayloadTooLarge,
     QueueFull,
-    StorageRefused,
     UnknownQueue,
 )
 from broker.storage import FileStore
 from broker.transitions import NewJob
 from osqueue_spark import QueueClient, start_broker
-from tests.support.faults import REFUSED, Clock, FaultyStore
-from tests.support.inprocess import crash, run, started, stored, successor, until
+from tests.support.faults import FaultyStore
+from tests.support.inprocess import run, started, stored
 
 # -- F1 ----------------------------------------------------------------------
 # F1: one bad GET /jobs makes every other caller's op in the same group commit fail.
@@ -97,90 +95,6 @@ def test_a_bad_call_does_not_fail_other_callers_ops(tmp_path: Path, bad: str) ->
         f"an unrelated producer's push was answered {pushed!r} because a reader in the same "
         f"batch asked for jobs after a 5001-char id (reader got {type(read).__name__}: "
         f"{read}); queue faulted: {faulted}; stored payloads {payloads}")
-
-
-# -- F2 ----------------------------------------------------------------------
-# F2: a client's floor raised by a claim that found nothing is never written, so
-# after a crash or a re-read the late copy of an answered call is applied as new.
-#
-# The second review's N2 fix promises: "each client's floor is kept and a late copy
-# of a call below it is refused, not applied". ``transitions._earlier`` raises the
-# floor in the in-memory receipts (``Receipts.answered_below``) but ``_claim``
-# reports ``changed=False`` when it claims nothing, so the commit loop writes
-# nothing (``CommitLoop._commit``: ``if not changed and not attempts: answer;
-# return``). The floor lives only in the owner's memory until some other write
-# happens to carry it. A claim answered ``[]`` also leaves no receipt; so for a
-# worker polling a queue whose next job is delayed (a retry backoff, a delayed
-# push) the floor is the only thing that refuses a late copy of its earlier
-# claim, and it is lost by:
-#
-# * a crash of the owner (kill -9) and a takeover by another broker, or
-# * any failed batch on the owner itself (``_faulted``/``_give_up``/StorageRefused
-#   set ``state=None``; the re-read object has no floor).
-#
-# Then the late copy of the client's claim 0 (answered ``[]`` to the client long
-# ago) claims the job once it is due: the job is leased to a token nobody holds,
-# so it does not run until the lease expires, its attempt is used up, and with
-# max_attempts=1 it goes dead without ever having run.
-#
-# Responsible: broker/transitions.py ``_earlier`` (floor applied in memory) and
-# ``_claim`` (``result.changed = bool(out)``; no receipt for an empty answer);
-# broker/commit.py ``_commit`` (an unchanged batch is not written).
-
-CLIENT_F2 = "r-0123456789ab"
-
-
-
-
-@pytest.mark.parametrize("persisted", [True, False])  # False: written by the idle timer
-@pytest.mark.parametrize("how", ["crash", "refused_write"])
-def test_late_copy_of_an_empty_claim_is_refused(tmp_path: Path, how: str,
-                                                persisted: bool) -> None:
-    clock = Clock()
-    inner = FileStore(tmp_path)
-    store = FaultyStore(inner)
-
-    async def main() -> object:
-        a = await started(store, "http://a", clock)
-        # a job that becomes due in 5 s (a delayed push, or a failed job's backoff)
-        await a.push("q", [NewJob(b'"x"', delay_ms=5_000, max_attempts=1)])
-        # the worker's claim 0: attempt 1 is held somewhere (a proxy, a standby);
-        # attempt 2 reaches the owner and is answered: nothing to do yet
-        assert await a.claim("q", "w1", 1, 30.0, request=f"{CLIENT_F2}-0", floor=0) == []
-        # the worker's next poll: claim 1, floor 1 (claim 0 has its answer)
-        assert await a.claim("q", "w1", 1, 30.0, request=f"{CLIENT_F2}-1", floor=1) == []
-        if persisted:  # any other write carries the floor along ...
-            await a.push("q", [NewJob(b'"y"', delay_ms=60_000)])
-        else:  # ... and on an idle queue a timer writes it within LAZY_WRITE_MS
-            clock.advance(receipts.LAZY_WRITE_MS / 1000)
-            a._queues["q"].loop.poke()
-            await until(lambda: stored(inner).receipts.floors.get(CLIENT_F2, (0, 0))[0] >= 1)
-        floors = stored(inner).receipts.floors
-        if how == "crash":
-            await crash(a)
-            owner = await successor(inner, clock)  # 31 s later: x is due
-        else:
-            store.inject("write_if_match", REFUSED, key_contains="q/queue.json")
-            with pytest.raises(StorageRefused):  # e.g. a transient 403 on one PUT
-                await a.push("q", [NewJob(b'"z"')])
-            clock.advance(6)  # x is due
-            owner = a
-        # now the held attempt 1 of claim 0 arrives
-        try:
-            late = await owner.claim("q", "w1", 1, 30.0, request=f"{CLIENT_F2}-0", floor=0)
-        except InvalidRequest:
-            late = "refused"
-        await owner.stop(drain_s=5)
-        return late, floors
-
-    late, floors = run(main())
-    x = stored(inner).job("j0000000001")
-    assert x is not None
-    assert late == "refused" and x.status == "pending", (
-        f"the late copy of claim 0 (answered [] to the worker) was answered {late!r}; job x "
-        f"is now {x.status} under {x.lease.token if x.lease else None}, a lease nobody holds "
-        f"(attempts {x.attempts}/{x.max_attempts}); floors in the stored object before: "
-        f"{floors}")
 
 
 # -- F3 ----------------------------------------------------------------------

@@ -13,102 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from broker import receipts
 from broker import transitions as T
 from broker.errors import (
-    InvalidRequest,
     OsqueueError,
     OutcomeUnknown,
-    PayloadTooLarge,
 )
 from broker.storage import FileStore
 from broker.transitions import NewJob
 from osqueue_spark import QueueClient, start_broker
 from osqueue_spark import client as client_mod
-from tests.support.faults import LATE, Clock, FaultyStore
-from tests.support.inprocess import crash, run, started, stored, successor, until
-
-# -- G1 ----------------------------------------------------------------------
-# G1: a client's floor carried by a keyed call that is *refused* (PayloadTooLarge,
-# InvalidRequest from the transition) is moved in the owner's memory but never
-# written (apply raises -> changed=False -> no write), so after a crash the late copy
-# of the client's earlier empty claim is applied as new: F2 again, by another path.
-#
-# 4efbab8 made ``_claim`` report ``changed`` when the floor moved, but ``_push``
-# moves the floor in ``_earlier`` and *then* raises from ``_insert_*``; the commit
-# loop records the OsqueueError with did=False and writes nothing.
-
-CLIENT_G1 = "r-0123456789ab"
-
-
-def test_floor_of_a_refused_push_survives_a_crash(tmp_path: Path) -> None:
-    clock = Clock()
-    inner = FileStore(tmp_path)
-
-    async def main() -> object:
-        a = await started(inner, "http://a", clock)
-        await a.create_queue("q", {"max_payload_bytes": 1024})
-        # a job due in 5 s (a delayed push, a retry backoff), max_attempts=1
-        await a.push("q", [NewJob(b'"x"', delay_ms=5_000, max_attempts=1)])
-        # worker's call 0: a claim, answered [] (attempt 1 of it is held somewhere)
-        assert await a.claim("q", "w1", 1, 30.0, request=f"{CLIENT_G1}-0", floor=0) == []
-        # the same client's call 1: a push refused by the queue's payload limit
-        with pytest.raises(PayloadTooLarge):
-            await a.push("q", [b'"' + b"p" * 2000 + b'"'], request=f"{CLIENT_G1}-1", floor=1)
-        clock.advance(receipts.LAZY_WRITE_MS / 1000)  # an idle queue writes the floor soon
-        a._queues["q"].loop.poke()
-        await until(lambda: stored(inner).receipts.floors.get(CLIENT_G1, (0, 0))[0] >= 1)
-        floors = dict(stored(inner).receipts.floors)
-        await crash(a)
-        b = await successor(inner, clock)  # 31 s later: x is due
-        try:
-            late = await b.claim("q", "w1", 1, 30.0, request=f"{CLIENT_G1}-0", floor=0)
-        except InvalidRequest:
-            late = "refused"
-        await b.stop(drain_s=5)
-        return late, floors
-
-    late, floors = run(main())
-    x = stored(inner).job("j0000000001")
-    assert x is not None
-    assert late == "refused" and x.status == "pending", (
-        f"late copy of claim 0 (answered [] long ago; the client's floor had moved to 1 with "
-        f"its refused push) was answered {late!r}; job x is {x.status} under "
-        f"{x.lease.token if x.lease else None}, a lease nobody holds (attempts "
-        f"{x.attempts}/{x.max_attempts}); stored floors before the crash: {floors}")
-
-
-# -- G2 ----------------------------------------------------------------------
-# G2: since 4efbab8 every empty claim from QueueClient rewrites the whole queue
-# object. QueueClient numbers every keyed call and sends floor=min(open calls)=n
-# with call n, so each call moves the client's stored floor by one; ``_claim`` now
-# reports ``changed=moved`` even when it claims nothing, and the commit loop writes.
-# An idle Spark stream reader (``latestOffset`` -> ``client.claim(..., wait_s=0)`` on
-# every trigger, ~every 10 ms when idle) or an idle worker fleet now costs one
-# whole-object PUT per poll; before, an empty claim wrote nothing.
-#
-# Here: a queue holding 2,000 delayed jobs (about 100 KB object) and a worker polling
-# 50 times: 50 whole-object writes, 0 jobs claimed.
-
-def test_empty_polls_do_not_rewrite_the_object(tmp_path: Path) -> None:
-    store = FileStore(tmp_path)
-    server = start_broker(store)
-    try:
-        client = QueueClient(server.url, "q", timeout_s=20)
-        client.push_many([{"payload": {"n": i, "pad": "x" * 20}, "delay_s": 3600}
-                          for i in range(2_000)])
-        before = stored(store)
-        size = len(store.read("q/queue.json").data)
-        for _ in range(50):  # an idle poll loop (a stream reader's latestOffset)
-            assert client.claim("w1", 1, 30.0) == []
-        after = stored(store)
-    finally:
-        server.stop()
-    writes = after.seq - before.seq
-    assert writes <= 2, (
-        f"50 claims that claimed nothing rewrote the {size}-byte queue object {writes} "
-        f"times ({writes * size} bytes written for no job moved)")
-
+from tests.support.faults import LATE, FaultyStore
+from tests.support.inprocess import run, started, stored
 
 # -- G3 ----------------------------------------------------------------------
 # G3: the fork rebuild in ``QueueClient.request`` is not atomic: a thread of the

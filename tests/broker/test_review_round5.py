@@ -14,14 +14,13 @@ import pytest
 
 from broker import receipts
 from broker.errors import (
-    InvalidRequest,
     PayloadTooLarge,
     QueueFull,
 )
 from broker.storage import FileStore
 from broker.transitions import NewJob
-from tests.support.faults import LATE, NOT_LANDED, REFUSED, Clock, FaultyStore
-from tests.support.inprocess import run, started, stored, until
+from tests.support.faults import NOT_LANDED, REFUSED, FaultyStore
+from tests.support.inprocess import run, started, stored
 
 # -- H12 ----------------------------------------------------------------------
 # Review 5 (commit 6ff1e31): lazily kept receipts/floors are lost by a transient
@@ -31,65 +30,6 @@ from tests.support.inprocess import run, started, stored, until
 
 C = "r-0123456789ab"
 LAZY_MS = getattr(receipts, "LAZY_WRITE_MS", 1_000)  # (absent before 6ff1e31)
-
-
-# -- H1: a client's floor moved by an empty poll is lost by one failed write -------
-# how: the fault hits the next write of another producer's push (NOT_LANDED = a 503
-# that did not land; LATE = a timed-out PUT that lands later and is fenced out;
-# REFUSED = a transient 403), or the lazy timer's own write (timer_not_landed).
-@pytest.mark.parametrize("how", ["not_landed", "late", "refused", "timer_not_landed"])
-def test_floor_of_empty_poll_survives_a_failed_write_on_a_live_owner(
-        tmp_path: Path, how: str) -> None:
-    if how == "timer_not_landed" and not hasattr(receipts, "LAZY_WRITE_MS"):
-        pytest.skip("no lazy timer before 6ff1e31")
-    clock = Clock()
-    inner = FileStore(tmp_path)
-    store = FaultyStore(inner)
-
-    async def main() -> object:
-        a = await started(store, "http://a", clock)
-        await a.push("q", [NewJob(b'"x"', delay_ms=5_000, max_attempts=1)])
-        # worker claim 0 answered [] (attempt 1 of it is held in the network)
-        assert await a.claim("q", "w1", 1, 30.0, request=f"{C}-0", floor=0) == []
-        # worker's next poll: claim 1, floor 1 -- kept in memory, "written soon"
-        assert await a.claim("q", "w1", 1, 30.0, request=f"{C}-1", floor=1) == []
-        if how == "timer_not_landed":
-            store.inject("write_if_match", NOT_LANDED, key_contains="q/queue.json")
-            seq = stored(inner).seq
-            clock.advance(LAZY_MS / 1000)
-            a._queues["q"].loop.poke()
-            await until(lambda: stored(inner).seq > seq)  # the lazy write "happened"
-        else:
-            kind = {"not_landed": NOT_LANDED, "late": LATE, "refused": REFUSED}[how]
-            store.inject("write_if_match", kind, key_contains="q/queue.json")
-            try:  # another producer's push; its first PUT fails transiently
-                await a.push("q", [NewJob(b'"y"', delay_ms=60_000)])
-            except Exception:
-                pass
-            if how == "refused":
-                await a.push("q", [NewJob(b'"z"', delay_ms=60_000)])
-            store.land_late()  # (LATE: the old PUT arrives, conflicts, is dropped)
-        await asyncio.sleep(0.2)
-        clock.advance(LAZY_MS / 1000 * 3)  # plenty of lazy-write time
-        a._queues["q"].loop.poke()
-        await asyncio.sleep(0.3)
-        floors = dict(stored(inner).receipts.floors)
-        clock.advance(6)  # x is due
-        try:  # the held attempt 1 of claim 0 arrives at the (same, live) owner
-            late = await a.claim("q", "w1", 1, 30.0, request=f"{C}-0", floor=0)
-        except InvalidRequest:
-            late = "refused"
-        await a.stop(drain_s=5)
-        return late, floors
-
-    late, floors = run(main())
-    x = stored(inner).job("j0000000001")
-    assert x is not None
-    assert late == "refused" and x.status == "pending", (
-        f"[{how}] late copy of claim 0 (answered [] before the client's claim 1 moved its "
-        f"floor to 1) was answered {late!r}; job x is {x.status} under "
-        f"{x.lease.token if x.lease else None} (attempts {x.attempts}/{x.max_attempts}), "
-        f"a lease nobody holds; stored floors: {floors} -- the owner never crashed")
 
 
 # -- H2: a keyed push refused as queue full: its receipt is lost by one failed write

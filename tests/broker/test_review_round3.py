@@ -23,7 +23,6 @@ from broker.errors import (
     NotFound,
     OsqueueError,
     PayloadTooLarge,
-    QueueFull,
     UnknownQueue,
 )
 from broker.storage import FileStore
@@ -240,71 +239,3 @@ def test_a_replayed_stream_batch_inside_the_documented_window_adds_nothing() -> 
     assert again.duplicate and len(orders) == 2, (
         f"replay of {mine!r} inside dedup_ttl_s and far inside dedup_keys=1,000,000 was "
         f"published again (duplicate={again.duplicate}): the queue holds {orders}")
-
-
-# -- F6 ----------------------------------------------------------------------
-# F6: a keyed push answered with a final refusal (QueueFull: "nothing from this
-# push was written") leaves no receipt, so a late copy of that same call is applied
-# afterwards: the producer was told "not written", the job is enqueued, and the
-# producer's own re-push after the refusal makes it two.
-#
-# QueueClient ends a call at its first final answer; its floor moves past it only
-# with the client's *next* keyed call. The floor (da952a3) refuses late copies of
-# answered calls only once it has reached the broker; a receipt (which would make
-# a late copy replay the first answer) is recorded only for a push that was
-# applied (``transitions._push``: QueueFull raises from ``_check_room`` before
-# ``receipts.record``). Here attempt 1 of the push is held by a standby (slow read
-# of the object in ``Broker._serving``, as in N2); attempt 2 reaches the owner while
-# the queue is full and is refused; the queue drains; the owner restarts (rolling
-# restart: clean stop), the standby takes the queue over and applies attempt 1.
-# The producer, having been told QueueFull, pushes again (a new call) once there is
-# room: two copies of one order. (The same holds for any refusal that depends on
-# the state; a claim answered ``[]`` is F2's shape.)
-#
-# Responsible: broker/transitions.py ``_push`` (no receipt for a refused keyed call);
-# osqueue_spark/client.py ``QueueClient.request`` (a final answer ends the call while
-# another attempt of it may still be in flight).
-
-CLIENT_F6 = "r-0123456789ab"
-ORDER_F6 = b'"order-42"'
-
-
-def test_late_copy_of_a_push_refused_as_queue_full_is_not_applied(tmp_path: Path) -> None:
-    inner = FileStore(tmp_path)
-    store_a = FaultyStore(inner)
-
-    async def main() -> None:
-        b = await started(inner, "http://b")  # the owner
-        await b.create_queue("q", {"max_state_bytes": 65_536})
-        await b.push("q", [NewJob(b'"' + b"f" * 60_000 + b'"')])  # the queue is full
-        a = await started(store_a, "http://a")  # a standby on the same store
-        gate, entered = threading.Event(), threading.Event()
-
-        def hold(_key: str) -> None:
-            entered.set()
-            gate.wait(20)
-
-        store_a.inject("read", None, key_contains="q/queue.json", before=hold)
-        big = NewJob(b'"' + b"o" * 10_000 + b'"')  # an order with a 10 KB payload
-        order = NewJob(ORDER_F6)
-        # attempt 1 of the producer's call 0 reaches standby a, slow to read the object
-        late = asyncio.create_task(a.push("q", [order, big], request=f"{CLIENT_F6}-0", floor=0))
-        while not entered.is_set():
-            await asyncio.sleep(0.01)
-        # the client times out, is redirected to b: attempt 2 is refused, queue full
-        with pytest.raises(QueueFull):
-            await b.push("q", [order, big], request=f"{CLIENT_F6}-0", floor=0)
-        await b.purge("q")  # the queue drains (an admin purge of the filler here)
-        await b.stop(drain_s=5)  # rolling restart of the owner
-        gate.set()
-        with pytest.raises(QueueFull, match="refused before"):
-            await late  # attempt 1 replays the refusal: it is not applied
-        # the producer, told "queue full, nothing written", pushes the order again
-        await a.push("q", [order, big], request=f"{CLIENT_F6}-1", floor=1)
-        await a.stop(drain_s=5)
-
-    run(main())
-    copies = [j.id for j in stored(inner).jobs.values() if j.payload == ORDER_F6]
-    assert len(copies) == 1, (
-        f"the producer was told QueueFull ('nothing from this push was written') for call 0 "
-        f"and pushed once more; the queue holds the order {len(copies)} times: {copies}")

@@ -10,17 +10,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import pytest
-
 from broker import receipts
 from broker.errors import (
     PayloadTooLarge,
-    QueueFull,
 )
 from broker.storage import FileStore
-from broker.transitions import NewJob
-from tests.support.faults import NOT_LANDED, REFUSED, FaultyStore
-from tests.support.inprocess import run, started, stored
+from tests.support.inprocess import run, started
 
 # -- H12 ----------------------------------------------------------------------
 # Review 5 (commit 6ff1e31): lazily kept receipts/floors are lost by a transient
@@ -30,44 +25,6 @@ from tests.support.inprocess import run, started, stored
 
 C = "r-0123456789ab"
 LAZY_MS = getattr(receipts, "LAZY_WRITE_MS", 1_000)  # (absent before 6ff1e31)
-
-
-# -- H2: a keyed push refused as queue full: its receipt is lost by one failed write
-@pytest.mark.parametrize("kind", [NOT_LANDED, REFUSED])
-def test_refusal_receipt_survives_a_failed_write_on_a_live_owner(
-        tmp_path: Path, kind: str) -> None:
-    inner = FileStore(tmp_path)
-    store = FaultyStore(inner)
-    order = NewJob(b'"order-42"')
-    big = NewJob(b'"' + b"o" * 10_000 + b'"')
-
-    async def main() -> None:
-        b = await started(store, "http://b")
-        await b.create_queue("q", {"max_state_bytes": 65_536})
-        await b.push("q", [NewJob(b'"' + b"f" * 60_000 + b'"')])  # full
-        # attempt 2 of the producer's call 0 (attempt 1 held in the network): refused
-        with pytest.raises(QueueFull):
-            await b.push("q", [order, big], request=f"{C}-0", floor=0)
-        # the admin purges the filler; the first PUT of that purge fails transiently
-        store.inject("write_if_match", kind, key_contains="q/queue.json")
-        try:
-            await b.purge("q")
-        except Exception:
-            await b.purge("q")
-        # attempt 1 of call 0 arrives now (queue has room)
-        try:
-            await b.push("q", [order, big], request=f"{C}-0", floor=0)
-        except QueueFull:
-            pass
-        # the producer, told QueueFull ("nothing written"), pushes the order again
-        await b.push("q", [order, big], request=f"{C}-1", floor=1)
-        await b.stop(drain_s=5)
-
-    run(main())
-    copies = [j.id for j in stored(inner).jobs.values() if j.payload == b'"order-42"']
-    assert len(copies) == 1, (
-        f"[{kind}] the producer was told QueueFull for call 0 and pushed once more; the "
-        f"queue holds the order {len(copies)} times: {copies} (live owner, no crash)")
 
 
 # -- H3 ----------------------------------------------------------------------

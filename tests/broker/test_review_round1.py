@@ -19,13 +19,11 @@ from broker import api, archive, codec, keys, transitions
 from broker import state as S
 from broker.errors import (
     InvalidRequest,
-    OsqueueError,
-    OutcomeUnknown,
 )
 from broker.storage import FileStore
 from broker.transitions import CompleteItem, NewJob
-from tests.support.faults import LATE, LOST_REPLY, NOT_LANDED, Clock, FaultyStore
-from tests.support.inprocess import archive_lines, crash, run, started, stored
+from tests.support.faults import LOST_REPLY, NOT_LANDED, Clock, FaultyStore
+from tests.support.inprocess import crash, run, started, stored
 
 # -- R1 ----------------------------------------------------------------------
 # R1: one accepted push of a payload nested 255..1023 levels deep makes the queue
@@ -79,83 +77,6 @@ def test_an_object_holding_a_deep_payload_decodes_and_serves(tmp_path: Path) -> 
         return [j.payload for j in got]
 
     assert run(main()) == [PAYLOAD, b" [1, 2] "]
-
-
-# -- R2 ----------------------------------------------------------------------
-# R2: receipts (and the key window) are trimmed by comparing times another
-# broker wrote with this broker's clock.
-#
-# ``Receipt.at_ms`` is the writing broker's wall clock. After a takeover the new
-# owner runs ``transitions._trim_windows`` (in the Reclaim of its very first
-# commit) with ``now_ms`` from its own clock: ``Receipts.trim`` drops every
-# receipt with ``at_ms < now - retry_ttl_s``. If the new owner's clock is ahead
-# of the old one's by more than ``retry_ttl_s`` (600 s by default), every
-# receipt the old owner wrote seconds ago is dropped at once, so the client's
-# retry of a call whose answer was lost during the failover (exactly what
-# receipts exist for) is answered as new: a push creates its jobs a second time,
-# a repeated complete is told "stale" for a completion that landed.
-#
-# TakeOver re-bases lease expiries on the new clock (design claim: "no decision
-# compares another machine's clock with this one"), but not receipt times.
-
-# new owner's clock ahead of the old owner's (retry_ttl_s is 600 s); 0 is the control
-SKEWS = [0.0, 700.0]
-
-
-@pytest.mark.parametrize("skew_s", SKEWS)
-def test_push_retried_after_failover_is_not_enqueued_twice(tmp_path: Path, skew_s: float) -> None:
-    store = FileStore(tmp_path)
-    clock_a = Clock()
-    clock_b = Clock(clock_a.ms + round(skew_s * 1000))
-
-    async def main() -> tuple[list[str], list[str]]:
-        a = await started(store, "http://a", clock_a)
-        first = await a.push("q", [NewJob(b'"order-42"')], request="r-1")
-        # the HTTP answer of that push was lost; broker a dies
-        await crash(a)
-        b = await started(store, "http://b", clock_b)
-        clock_b.advance(31)  # b watched a's object for one broker lease
-        await b.watch()      # and takes the queue over (its first commit)
-        # the client retries the push (same request key), well within retry_ttl_s
-        again = await b.push("q", [NewJob(b'"order-42"')], request="r-1")
-        await b.stop(drain_s=5)
-        return list(first), list(again)
-
-    first, again = run(main())
-    payloads = [j.payload for j in stored(store).jobs.values()]
-    assert again == first, f"retry answered {again}, first answer was {first}"
-    assert payloads.count(b'"order-42"') == 1, payloads
-
-
-@pytest.mark.parametrize("skew_s", SKEWS)
-def test_complete_retried_after_failover_is_not_called_stale(tmp_path: Path, skew_s: float) -> None:
-    store = FileStore(tmp_path)
-    clock_a = Clock()
-    clock_b = Clock(clock_a.ms + round(skew_s * 1000))
-
-    async def main() -> tuple[bool, str | None]:
-        a = await started(store, "http://a", clock_a)
-        await a.push("q", [NewJob(b'"x"')])
-        [job] = await a.claim("q", "w1", 1, 60.0)
-        [done] = await a.complete("q", [CompleteItem(job.token, b"1")])
-        assert done.ok
-        await crash(a)  # the worker never saw that answer
-        b = await started(store, "http://b", clock_b)
-        clock_b.advance(31)
-        await b.watch()  # takes over; archives the completion, then drops the job
-        for _ in range(50):
-            clock_b.advance(0.1)
-            b._queues["q"].loop.poke()
-            await asyncio.sleep(0.02)
-            if not stored(store).jobs:
-                break
-        [again] = await b.complete("q", [CompleteItem(job.token, b"1")])  # worker's retry
-        await b.stop(drain_s=5)
-        return again.ok, again.reason
-
-    ok, reason = run(main())
-    assert [r["id"] for r in archive_lines(store)] == ["j0000000001"]  # it did complete
-    assert ok, f"a completion that landed was answered stale: {reason}"
 
 
 # -- R3 ----------------------------------------------------------------------
@@ -250,49 +171,6 @@ def test_successor_rewrites_an_archive_object_with_other_bytes(tmp_path: Path) -
     assert after == before, f"archive object rewritten:\n{before!r}\n{after!r}"
 
 
-# -- R4 ----------------------------------------------------------------------
-# R4: a batch whose first attempt is still in flight (verdict "pending") is
-# answered from a re-application that changed nothing, and no write fences the
-# first attempt out; when it lands, the callers were told something else.
-#
-# ``CommitLoop._commit``: after an unknown outcome whose verdict is _PENDING the
-# loop re-applies the batch to the re-read state; if that re-application changes
-# nothing (``if not changed: ... self._answer(item, result); return``) the
-# callers get those results, although ``attempts`` holds an attempt that may
-# still land (it is never checked there). Here the broker's wall clock steps back
-# a few seconds (NTP) between the two applications: the claim's re-application
-# finds the job not yet runnable and answers ``[]``; then the first attempt
-# lands: the job is claimed under a token nobody holds (stranded for a lease,
-# and with max_attempts=1 it goes dead without ever having run).
-
-def test_claim_answered_empty_while_its_first_attempt_lands(tmp_path: Path) -> None:
-    clock = Clock()
-    inner = FileStore(tmp_path)
-    store = FaultyStore(inner)
-
-    async def main() -> list:
-        a = await started(store, clock=clock)
-        await a.push("q", [NewJob(b'"x"', max_attempts=1)])
-        clock.advance(1)
-        store.inject("write_if_match", LATE, key_contains="queue.json")
-        # the re-read after the timeout: meanwhile NTP stepped the wall clock back 3 s
-        store.inject("read", None, key_contains="queue.json",
-                     before=lambda _k: setattr(clock, "ms", clock.ms - 3000))
-        got = await a.claim("q", "w1", 1, 30.0, request="c-1")
-        store.land_late()  # the first attempt lands after all
-        await a.stop(drain_s=5)
-        return got
-
-    got = run(main())
-    job = stored(inner).job("j0000000001")
-    assert job is not None
-    held = [j.token for j in got]
-    # Promise: a caller is never told "not done" for something that landed.
-    assert job.status != "claimed" or (job.lease and job.lease.token in held), (
-        f"claim answered {held}, but the store has the job claimed under "
-        f"{job.lease.token if job.lease else None} (attempts {job.attempts}/{job.max_attempts})")
-
-
 # -- R5 ----------------------------------------------------------------------
 # R5: a stale "archived, drop it" entry makes the commit loop spin without ever
 # yielding: the broker's whole event loop (every queue, the HTTP server) freezes
@@ -367,49 +245,6 @@ def test_event_loop_keeps_running_after_a_lost_drop_commit(tmp_path: Path) -> No
     assert alive, "the broker's event loop stopped answering (commit loop spinning)"
 
 
-# -- R6 ----------------------------------------------------------------------
-# R6: stop() during an in-flight commit answers its callers BrokerUnavailable
-# ("broker is shutting down"), and the write lands afterwards.
-#
-# ``CommitLoop.close`` cancels the loop task after ``timeout_s``; the CAS write
-# runs on in an executor thread (``run_in_executor`` cannot be cancelled) and
-# lands; ``_run``'s ``except asyncio.CancelledError`` and ``close`` answer
-# ``_fail_all(BrokerUnavailable(...))``. The contract: "when the broker cannot
-# know, it answers OutcomeUnknown" (BrokerUnavailable is the answer for calls
-# that were never applied). A caller without a request key (the broker's own
-# Python API, ``Broker.push(queue, jobs)``) that retries elsewhere enqueues twice.
-
-def test_stop_with_a_write_in_flight(tmp_path: Path) -> None:
-    inner = FileStore(tmp_path)
-    store = FaultyStore(inner)
-    gate = threading.Event()
-    entered = threading.Event()
-
-    def slow(_key: str) -> None:
-        entered.set()
-        gate.wait(10)  # a slow PUT: it lands, later
-
-    async def main() -> OsqueueError:
-        a = await started(store)
-        await a.push("q", [NewJob(b'"first"')])
-        store.inject("write_if_match", None, key_contains="queue.json", before=slow)
-        push = asyncio.create_task(a.push("q", [NewJob(b'"second"')]))
-        while not entered.is_set():
-            await asyncio.sleep(0.01)
-        await a.stop(drain_s=0.5)
-        with pytest.raises(OsqueueError) as info:
-            await push
-        gate.set()
-        return info.value
-
-    error = run(main())
-    time.sleep(0.5)  # the executor thread finishes its write
-    landed = any(j.payload == b'"second"' for j in stored(inner).jobs.values())
-    assert landed  # the write did land after the broker answered
-    assert isinstance(error, OutcomeUnknown), (
-        f"a write that landed was answered {type(error).__name__}: {error}")
-
-
 # -- R7 ----------------------------------------------------------------------
 # R7: a failover race makes one broker run TWO commit loops for one queue; the
 # first is orphaned (not in ``Broker._queues``) and survives ``stop()``.
@@ -460,40 +295,6 @@ def test_one_loop_per_queue_and_stop_ends_it(tmp_path: Path) -> None:
     same, orphan_running = run(main())
     assert same, "two commit loops own queue q inside one broker"
     assert not orphan_running, "a commit loop of queue q still runs after stop()"
-
-
-# -- R8 ----------------------------------------------------------------------
-# R8: a retried push makes a second copy once unrelated completions have pushed
-# its receipt out of the window: SPEC section 3 says "The client gives every push
-# an idempotency key when the caller gave none, so a retried push never makes a
-# second job", but QueueClient only sends a request key (receipts), and receipts
-# share one count bound (``retry_keys``, default 100,000 items) with every
-# settled token of the queue. On a queue completing 5,000 jobs/s, a push's
-# receipt is gone ~20 s later, well inside the client's 60 s retry budget
-# (``QueueClient.retry_s``) and ``retry_ttl_s`` (600 s).
-#
-# Here ``retry_keys`` is set to its minimum (1000) to keep the test small.
-
-def test_retried_push_after_busy_seconds_is_not_a_second_job(tmp_path: Path) -> None:
-    store = FileStore(tmp_path)
-
-    async def main() -> tuple[list[str], list[str]]:
-        a = await started(store)
-        await a.create_queue("q", {"retry_keys": 1000})
-        first = list(await a.push("q", [NewJob(b'"invoice-7"')], request="r-push"))
-        # (the HTTP answer of that push was lost; the client backs off and retries)
-        # meanwhile other workers complete 1100 jobs of the same queue
-        await a.push("q", [b"0"] * 1100)
-        claimed = await a.claim("q", "w", 1101, 60.0)
-        await a.complete("q", [CompleteItem(j.token) for j in claimed
-                               if j.payload != b'"invoice-7"'])
-        again = list(await a.push("q", [NewJob(b'"invoice-7"')], request="r-push"))
-        await a.stop(drain_s=5)
-        return first, again
-
-    first, again = run(main())
-    copies = [j.id for j in stored(store).jobs.values() if j.payload == b'"invoice-7"']
-    assert again == first and len(copies) == 1, (first, again, copies)
 
 
 # -- R9 ----------------------------------------------------------------------

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from broker.errors import (
     StorageRefused,
 )
 from broker.storage import FileStore
-from broker.transitions import CompleteItem, FailItem, NewJob
+from broker.transitions import NewJob
 from osqueue_spark import QueueClient, start_broker
 from tests.support.faults import REFUSED, FaultyStore
 from tests.support.inprocess import run, started, stored
@@ -62,100 +61,6 @@ def test_current_broker_serves_a_queue_written_by_the_previous_release(tmp_path:
     again = run(main())
     assert again == ["j0000000001", "j0000000002"]
     assert len(stored(store).jobs) <= 2
-
-
-# -- N3 ----------------------------------------------------------------------
-# N3: QueueClient repeats a purge whose answer it did not get, and the repeat
-# purges jobs that were pushed (and acknowledged) after the first purge landed.
-#
-# Promise 4 of docs/failure-model.md: "Every call is safe to repeat, so a client
-# retries every retryable error". ``QueueClient.purge`` goes through
-# ``QueueClient.request`` (retries BrokerUnavailable / OutcomeUnknown /
-# timeouts), but ``transitions.Purge`` carries no request key and has no
-# receipt: a second execution removes whatever is pending by then. Here the
-# purge's write is slow (1.5 s, longer than the client's 0.5 s timeout); a
-# producer's push is acknowledged meanwhile; the client's repeat of the purge
-# then removes that acknowledged job. (``redrive`` has the same shape: a
-# repeat resets the attempts of jobs that died after the first one.)
-#
-# Responsible: osqueue_spark/client.py ``purge``/``redrive`` (retried, unkeyed);
-# broker/transitions.py ``Purge``/``_purge`` (no receipt).
-
-def test_a_repeated_purge_does_not_remove_a_later_acknowledged_push(tmp_path: Path) -> None:
-    inner = FileStore(tmp_path)
-    store = FaultyStore(inner)
-    server = start_broker(store)
-    try:
-        producer = QueueClient(server.url, "q")
-        admin = QueueClient(server.url, "q", timeout_s=0.5, retry_s=20)
-        producer.push("old")
-        slow_once = threading.Event()
-
-        def slow(_key: str) -> None:
-            slow_once.set()
-            time.sleep(1.5)  # a slow PUT: it lands, after the client's timeout
-
-        store.inject("write_if_match", None, key_contains="q/queue.json", before=slow)
-        purged: list[int] = []
-        t = threading.Thread(target=lambda: purged.append(admin.purge()))
-        t.start()
-        slow_once.wait(5)
-        time.sleep(0.1)
-        new_id = producer.push("new")  # acknowledged after the purge
-        t.join(30)
-        assert purged, "purge did not return"
-    finally:
-        server.stop()
-    jobs = {j.id: j.payload for j in stored(inner).jobs.values()}
-    assert new_id in jobs, (
-        f"push of 'new' was acknowledged as {new_id} after the purge, but the purge's "
-        f"retry removed it (purge answered {purged}); queue now {jobs}")
-
-
-# -- N4 ----------------------------------------------------------------------
-# N4: the count bound on settled tokens drops whole time buckets, and when the
-# newest bucket alone holds more than ``retry_keys`` runs it drops that one too:
-# every settlement of the last ``retry_ttl_s / 20`` seconds (30 s by default),
-# including the one that landed in the previous commit, is forgotten, and a
-# repeated fail/complete is answered "stale" for a settlement that landed.
-#
-# ``Receipts.trim``: ``while buckets and (... or self.settled_runs > max_items):
-# self.settled_runs -= buckets.pop(0).count()`` - with one bucket left, pop(0)
-# is the newest. The failure model promises "oldest dropped first" and that a
-# repeat within the window answers as the first call did. Runs fragment when
-# outcomes interleave (completed and failed fences alternate, or leases expire
-# between them): 1,000 claims half failed, half completed make ~1,000 runs.
-# With the default retry_keys=100,000 this happens at ~3,500 settlements/s
-# with a 50 % failure rate; the test uses the minimum setting (1,000).
-#
-# Responsible: broker/receipts.py ``Receipts.trim`` (and ``record_settled``: one
-# bucket spans ttl/20 and cannot be trimmed partially).
-
-N = 1100
-
-
-def test_repeated_fail_right_after_it_landed_is_not_stale(tmp_path: Path) -> None:
-    store = FileStore(tmp_path)
-
-    async def main() -> tuple:
-        a = await started(store)
-        await a.create_queue("q", {"retry_keys": 1000})
-        await a.push("q", [b"0"] * N)
-        claimed = await a.claim("q", "w", N, 60.0)
-        assert len(claimed) == N
-        odd, even = claimed[0::2], claimed[1::2]
-        await a.complete("q", [CompleteItem(j.token) for j in odd])
-        answers = await a.fail("q", [FailItem(j.token, "boom", 60_000) for j in even])
-        assert all(r.ok for r in answers)
-        # the worker did not get that answer; it repeats the fail of its last job
-        [again] = await a.fail("q", [FailItem(even[-1].token, "boom", 60_000)])
-        stats = await a.stats("q")
-        await a.stop(drain_s=5)
-        return again, stats["settled_runs"]
-
-    again, runs = run(main())
-    assert again.ok, f"a fail that landed one commit ago was answered stale: {again.reason} " \
-                     f"(settled runs kept: {runs})"
 
 
 # -- N5 ----------------------------------------------------------------------

@@ -11,19 +11,10 @@ import os
 import threading
 from pathlib import Path
 
-import pytest
-
-from broker import transitions as T
-from broker.errors import (
-    OsqueueError,
-    OutcomeUnknown,
-)
 from broker.storage import FileStore
-from broker.transitions import NewJob
 from osqueue_spark import QueueClient, start_broker
 from osqueue_spark import client as client_mod
-from tests.support.faults import LATE, FaultyStore
-from tests.support.inprocess import run, started, stored
+from tests.support.inprocess import stored
 
 # -- G3 ----------------------------------------------------------------------
 # G3: the fork rebuild in ``QueueClient.request`` is not atomic: a thread of the
@@ -84,54 +75,3 @@ def test_forked_threads_never_reuse_the_parents_request_keys(tmp_path: Path) -> 
         f"the parent was told its push 'parent-1' is job {parent_id}, which holds "
         f"{payloads.get(parent_id)!r}; the child's jobs were {child_ids}; the queue holds "
         f"{sorted(payloads.values())} (parent-1 was never enqueued)")
-
-
-# -- G4 ----------------------------------------------------------------------
-# G4: ``CommitLoop._commit`` answers the call whose apply raised a non-OsqueueError
-# with a final (non-retryable, 500) "internal error" BEFORE it looks at ``attempts``;
-# when an earlier attempt of the same batch may still land (verdict "pending": the
-# write timed out and the object is still the version it was written over), that
-# attempt carries this very call, applied fine the first time. It lands later: the
-# caller was told its call failed for good (QueueClient does not retry a 500), yet
-# its push is in the queue; the producer's own re-push makes two.
-#
-# The trigger is simulated: a bug whose outcome depends on the state or the clock
-# (the re-apply runs at another ``now``). The path exists only for such bugs, and
-# promise 3 says a call that may have landed is answered OutcomeUnknown.
-
-def test_bad_call_whose_earlier_attempt_may_land_is_not_told_it_failed(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    inner = FileStore(tmp_path)
-    store = FaultyStore(inner)
-    real = T._HANDLERS[T.PushPayloads]
-    seen = {"n": 0}
-
-    def flaky(state, op, now_ms):  # type: ignore[no-untyped-def]
-        if op.payloads == (b'"order-42"',):
-            seen["n"] += 1
-            if seen["n"] == 2:  # a bug that bites on the re-apply only
-                raise RuntimeError("simulated bug")
-        return real(state, op, now_ms)
-
-    monkeypatch.setitem(T._HANDLERS, T.PushPayloads, flaky)
-
-    async def main() -> object:
-        a = await started(store)
-        await a.push("q", [NewJob(b'"first"')])
-        store.inject("write_if_match", LATE, key_contains="q/queue.json")
-        try:
-            await a.push("q", [b'"order-42"'], request="r-0123456789ab-0", floor=0)
-            answer: object = "ids"
-        except OsqueueError as exc:
-            answer = exc
-        store.land_late()  # the timed-out PUT of attempt 1 lands
-        await a.stop(drain_s=5)
-        return answer
-
-    answer = run(main())
-    copies = [j.id for j in stored(inner).jobs.values() if j.payload == b'"order-42"']
-    if copies:
-        assert isinstance(answer, OutcomeUnknown) or answer == "ids", (
-            f"the push was answered {type(answer).__name__} (retryable="
-            f"{getattr(answer, 'retryable', None)}): {answer}; yet attempt 1 carrying it "
-            f"landed: the queue holds it as {copies}")

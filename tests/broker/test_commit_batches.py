@@ -4,10 +4,16 @@ the call as it was made, and one bad call does not fail the others."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
+import pytest
+
 from broker import transitions as T
+from broker.errors import OsqueueError
 from broker.storage import FileStore
+from broker.transitions import NewJob
+from tests.support.faults import FaultyStore
 from tests.support.inprocess import run, started, stored
 
 
@@ -60,3 +66,52 @@ def test_caller_items_mutated_after_the_call_do_not_change_the_op(tmp_path: Path
         await a.stop(drain_s=5)
 
     run(main())
+
+
+#: an id whose digits int() refuses (more than 4,300); isdecimal() accepts it
+BAD_AFTER = "j" + "1" * 5000
+
+
+@pytest.mark.parametrize("bad", ["jobs_read", "redrive_ids"])
+def test_a_bad_call_does_not_fail_other_callers_ops(tmp_path: Path, bad: str) -> None:
+    """A call whose transition raises something other than an OsqueueError (a jobs
+    read after an id of 5,001 digits, or a redrive of one: int() refuses more than
+    4,300 digits) in the same group commit as an unrelated producer's push does
+    not fail that push. The error once escaped the batch: every op of it was
+    answered a non-retryable 500 and the queue was marked faulted."""
+    inner = FileStore(tmp_path)
+    store = FaultyStore(inner)
+    gate, entered = threading.Event(), threading.Event()
+
+    def slow(_key: str) -> None:
+        entered.set()
+        gate.wait(10)
+
+    async def main() -> tuple[object, object]:
+        a = await started(store)
+        await a.push("q", [NewJob(b'"first"')])
+        # one write in flight, so the next two calls buffer into one batch
+        store.inject("write_if_match", None, key_contains="q/queue.json", before=slow)
+        busy = asyncio.create_task(a.push("q", [NewJob(b'"busy"')]))
+        while not entered.is_set():
+            await asyncio.sleep(0.01)
+        producer = asyncio.create_task(a.push("q", [NewJob(b'"order-42"')], request="r-p-0",
+                                              floor=0))
+        if bad == "jobs_read":  # GET /v1/queues/q/jobs?after=j111...1
+            reader = asyncio.create_task(a.jobs("q", after=BAD_AFTER))
+        else:  # POST /v1/queues/q/redrive {"ids": ["j1000...0"]} (same int() limit, in seq_of)
+            reader = asyncio.create_task(a.redrive("q", ids=["j1" + "0" * 5000]))
+        await asyncio.sleep(0.05)
+        gate.set()
+        await busy
+        got = await asyncio.gather(producer, reader, return_exceptions=True)
+        health = a.health()
+        await a.stop(drain_s=5)
+        return got[0], (got[1], health["faulted_queues"])
+
+    pushed, (read, faulted) = run(main())
+    payloads = [j.payload for j in stored(inner).jobs.values()]
+    assert not isinstance(pushed, OsqueueError), (
+        f"an unrelated producer's push was answered {pushed!r} because a reader in the same "
+        f"batch asked for jobs after a 5001-char id (reader got {type(read).__name__}: "
+        f"{read}); queue faulted: {faulted}; stored payloads {payloads}")

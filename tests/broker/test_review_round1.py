@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from pathlib import Path
 
 import orjson
@@ -22,7 +21,7 @@ from broker.errors import (
 )
 from broker.storage import FileStore
 from broker.transitions import CompleteItem, NewJob
-from tests.support.faults import LOST_REPLY, NOT_LANDED, Clock, FaultyStore
+from tests.support.faults import Clock, FaultyStore
 from tests.support.inprocess import crash, run, started, stored
 
 # -- R1 ----------------------------------------------------------------------
@@ -171,80 +170,6 @@ def test_successor_rewrites_an_archive_object_with_other_bytes(tmp_path: Path) -
     assert after == before, f"archive object rewritten:\n{before!r}\n{after!r}"
 
 
-# -- R5 ----------------------------------------------------------------------
-# R5: a stale "archived, drop it" entry makes the commit loop spin without ever
-# yielding: the broker's whole event loop (every queue, the HTTP server) freezes
-# until the next broker-record renewal falls due (lease_s/3 on the wall clock;
-# for ever with a clock that does not move, as here).
-#
-# Mechanism:
-# * ``Archiver._written`` (commit seqs whose archive object landed) is cleaned
-#   only in ``Archiver.committed`` (after a landed commit or a conflict re-read).
-# * The commit that drops those jobs lands, but its reply is lost and storage
-#   stays unreadable for ``commit_timeout_s``: ``_give_up`` sets ``state=None``;
-#   ``_written`` keeps the seq.
-# * Storage comes back; the fault-retry commit re-reads (``_reload`` at the top
-#   of ``_commit``, which does NOT call ``model.committed``), housekeeping's
-#   ``DropArchived`` finds nothing to drop, nothing changed: ``return``.
-# * ``QueueModel.next_timer_ms`` includes ``now + archiver.drop_in_s()``, which
-#   is 0 for ever (``_written`` is never cleaned), so ``_timer_timeout`` is 0,
-#   ``_linger`` returns without awaiting (empty buffer, last batch 0) and
-#   ``_commit([])`` does no I/O: ``while True`` without a single ``await``.
-
-def test_event_loop_keeps_running_after_a_lost_drop_commit(tmp_path: Path) -> None:
-    clock = Clock()
-    inner = FileStore(tmp_path)
-    store = FaultyStore(inner)
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-
-    def call(coro, timeout: float = 20.0):  # type: ignore[no-untyped-def]
-        return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout)
-
-    def responsive(timeout: float = 3.0) -> bool:
-        try:
-            call(asyncio.sleep(0), timeout)
-            return True
-        except TimeoutError:
-            return False
-
-    gate = threading.Event()
-    store.inject("put", None, key_contains="/archive/", before=lambda _k: gate.wait(10))
-
-    a = call(started(store, clock=clock, commit_timeout_s=0.5))
-    call(a.push("q", [NewJob(b'"x"')]))
-    [job] = call(a.claim("q", "w1", 1, 300.0))
-    call(a.complete("q", [CompleteItem(job.token, b"1")]))  # commit N; archive write held
-    qloop = a._queues["q"].loop
-    # an idle timer commit (broker record renewal) lands meanwhile: last batch = 0 ops
-    clock.advance(21)
-    loop.call_soon_threadsafe(qloop.poke)
-    for _ in range(100):
-        if qloop.stats.commits >= 4:
-            break
-        time.sleep(0.02)
-    assert qloop.stats.last_batch == 0
-    # the commit that drops the archived job lands, its reply is lost, and storage
-    # cannot be read for commit_timeout_s
-    store.inject("write_if_match", LOST_REPLY, key_contains="queue.json")
-    store.inject("read", NOT_LANDED, key_contains="queue.json", times=None)
-    gate.set()  # the archive object lands; the drop commit goes out ~1 s later
-    time.sleep(2.0)
-    assert store.inner.read("q/queue.json").data.count(b'"status":"completed"') == 0  # dropped
-    clock.mono += 2.0  # monotonic time passes (the wall clock too, but less than lease/3)
-    store.heal()  # storage is back; the fault retry re-reads within 2 s
-    time.sleep(3.0)
-    alive = responsive()
-    if not alive:
-        clock.advance(20)  # only a due renewal ends the spin; let the test clean up
-        responsive(10)
-    call(a.stop(drain_s=5))
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(5)
-    assert alive, "the broker's event loop stopped answering (commit loop spinning)"
-
-
 # -- R7 ----------------------------------------------------------------------
 # R7: a failover race makes one broker run TWO commit loops for one queue; the
 # first is orphaned (not in ``Broker._queues``) and survives ``stop()``.
@@ -358,36 +283,3 @@ def test_second_staging_of_a_write_id_is_the_one_published(tmp_path: Path) -> No
     out = run(main())
     payloads = sorted(j.payload for j in stored(store).jobs.values())
     assert payloads == [b'"new-1"', b'"new-2"'], (out, payloads)
-
-
-# -- R13 ----------------------------------------------------------------------
-# R13 (working tree only, uncommitted broker/commit.py): the new idle-timer
-# back-off ``floor = min(1.0, 0.01 * 2 ** self._idle_commits)`` in
-# ``CommitLoop._timer_timeout`` raises OverflowError once ``_idle_commits``
-# reaches 1024 (``int * float`` converts 2**1024 to float). ``_timer_timeout`` is
-# called in ``_run`` outside its try block, so the exception ends the loop task:
-# every later ``submit`` waits for ever (no answer, no error): the queue is wedged.
-#
-# ``_idle_commits`` counts timer commits that wrote nothing and is reset only by a
-# landed commit. With ``--lease-s 3600`` (allowed by the CLI) the owner writes a
-# renewal only every 20 minutes; a queue with no traffic but >=1024 delayed jobs
-# (or stale lease-heap entries) falling due at distinct times within those
-# 20 minutes makes >=1024 such commits (each at least 1 s apart once the floor is
-# 1 s). The counter is set by hand here (the natural path takes 20 real minutes).
-
-def test_long_idle_streak_does_not_kill_the_commit_loop(tmp_path: Path) -> None:
-    store = FileStore(tmp_path)
-
-    async def main() -> None:
-        a = await started(store, lease_s=3600.0)
-        await a.push("q", [NewJob(b"1")])
-        loop = a._queues["q"].loop
-        loop._idle_commits = 1024  # 1024 idle timer commits in a row
-        loop.poke()
-        await asyncio.sleep(0.1)
-        assert loop._task is not None and not loop._task.done(), (
-            f"commit loop task ended: {loop._task.exception()!r}")
-        await asyncio.wait_for(a.push("q", [NewJob(b"2")]), 5)
-        await a.stop(drain_s=2)
-
-    run(main())

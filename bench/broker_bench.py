@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -43,13 +42,12 @@ import orjson  # noqa: E402
 
 from bench._common import write_results  # noqa: E402
 from bench.loadgen import pct  # noqa: E402
-from broker.direct import DirectQueue  # noqa: E402
 from broker.model.ops import Claim, Complete, CompleteItem, NewJob, Push  # noqa: E402
 from broker.service.coordinator import Broker  # noqa: E402
 from broker.service.settings import BrokerConfig  # noqa: E402
 from broker.storage import FileStore  # noqa: E402
-
-READY = re.compile(r"ready on (http://\S+)")
+from tests.support.broker_process import READY  # noqa: E402
+from tests.support.direct import DirectQueue  # noqa: E402
 
 
 class Server:

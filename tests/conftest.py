@@ -8,10 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.motoserver import MotoServer, free_port
-from tests.azurite import azure_container, azure_url, azurite_server  # noqa: F401
-
-__all__ = ["MotoServer", "free_port"]
+from tests.support.azurite import azure_container, azure_url, azurite_server  # noqa: F401
+from tests.support.motoserver import MotoServer
 
 
 @pytest.fixture(scope="session")
@@ -72,10 +70,10 @@ def spark() -> Iterator[object]:
 @pytest.fixture(scope="session")
 def spark_connect(spark: object) -> Iterator[object]:
     """One Spark Connect session for the whole test session: a client of a
-    local Connect server run as a child process (see ``bench.connectserver``),
+    local Connect server run as a child process (see ``tests.support.connectserver``),
     beside the classic ``spark`` session, which it starts first."""
     import osqueue_spark
-    from bench.connectserver import ConnectServer
+    from tests.support.connectserver import ConnectServer
 
     server = ConnectServer(master="local[2,4]").start()  # 4 attempts: tests retry tasks
     session = server.session()
@@ -117,9 +115,9 @@ def _gc_as_found() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def gcs_server() -> Iterator[object]:
-    """Our GCS JSON-API test server (``bench.gcsserver``: enforces generation
+    """Our GCS JSON-API test server (``tests.support.gcsserver``: enforces generation
     preconditions), on a thread, for the whole test session."""
-    from bench.gcsserver import GCSServer
+    from tests.support.gcsserver import GCSServer
 
     server = GCSServer().start()
     yield server

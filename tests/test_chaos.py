@@ -1,5 +1,5 @@
 """The chaos tooling: the S3 fault proxy does what it says, and short seeded chaos
-runs (bench/chaos.py over real broker processes) find the store intact.
+runs (tools/chaos over real broker processes) find the store intact.
 
 The two runs assert the queue's invariants (nothing acknowledged lost, duplicated
 or unexpected, no completion on a superseded token, no job archived twice). They
@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from bench.faultproxy import FaultConfig, FaultProxy, RemoteControl
-from bench.motoserver import MotoServer
+from tests.support.faultproxy import FaultConfig, FaultProxy, RemoteControl
+from tests.support.motoserver import MotoServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -159,7 +159,7 @@ def test_proxy_forwards_bodies_headers_and_methods(proxy: FaultProxy, moto_serve
 
 
 def test_schedule_is_a_function_of_the_seed() -> None:
-    from bench import chaos
+    from tools import chaos
 
     def schedule(seed: int) -> list[Any]:
         args = chaos.build_parser().parse_args(["--seed", str(seed), "--seconds", "100",
@@ -175,7 +175,7 @@ def test_schedule_is_a_function_of_the_seed() -> None:
 
 
 def test_push_keys_are_opt_in_and_the_client_mode_is_gone() -> None:
-    from bench import chaos
+    from tools import chaos
 
     def push_keys(*argv: str) -> bool:
         return bool(chaos.parse_args(list(argv)).push_keys)
@@ -193,7 +193,7 @@ def run_chaos(tmp_path: Path, store: str, *extra: str) -> tuple[int, dict[str, A
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "chaos.py"), "--store", store, "--seed", "11",
+        [sys.executable, "-m", "tools.chaos", "--store", store, "--seed", "11",
          "--seconds", "20", "--kills", "2", "--pauses", "1", "--competitors", "1",
          "--lease-s", "3", "--push-rate", "80", "--drain-timeout-s", "90",
          # no --push-keys: by the client's own request keys alone, retried pushes must

@@ -1,4 +1,4 @@
-"""bench/compat.py's own logic (no venvs, no Spark): which tests it runs, how it reads
+"""tools/compat.py's own logic (no venvs, no Spark): which tests it runs, how it reads
 pytest's report, which releases it picks, and the table it writes."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import compat
+from tools import compat
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
 <testcase classname="tests.osqueue_spark.test_spark" name="test_a[classic]"/>

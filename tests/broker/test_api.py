@@ -1,4 +1,5 @@
-"""Staged lines (broker.http.parsers): the compact job format of stage, publish and push bodies."""
+"""Staged lines and request bodies (broker.http.parsers): the compact job format of stage, publish
+and push bodies, and the nesting limit on payloads."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import orjson
 import pytest
 
 from broker.errors import InvalidRequest, PayloadTooLarge
-from broker.model.checks import parse_staged
+from broker.http import parsers
+from broker.limits import MAX_DEPTH
+from broker.model.checks import check_depth, parse_staged
 from broker.model.ops import NewJob, Push, PushPayloads, push_of
 from broker.wire import encode_staged_line
 
@@ -61,3 +64,33 @@ def test_push_of_picks_the_bulk_form_only_when_every_job_is_bare() -> None:
     mixed = push_of([b"1", NewJob(b"2", 3)], once="k")
     assert isinstance(mixed, Push) and mixed.once == "k"
     assert mixed.jobs == (NewJob(b"1"), NewJob(b"2", 3))
+
+
+#: a payload nested 300 levels deep: canonical, valid JSON, 601 bytes
+DEPTH = 300
+PAYLOAD = b"[" * DEPTH + b"1" + b"]" * DEPTH
+
+
+def test_payloads_deeper_than_the_limit_are_refused_on_every_push_path() -> None:
+    """A payload nested deeper than MAX_DEPTH is refused on every push path
+    (staged lines with and without options, push and complete bodies); brackets
+    inside strings do not count.
+
+    Accepted once, such a payload made the queue object undecodable for good: the
+    staged path checked it with orjson.loads (depth limit 1024) and stored its
+    bytes verbatim, but a re-read re-encoded it with orjson.dumps (depth limit
+    255), which raised; decode called that CorruptState, and the broker refused to
+    touch its own object and, at its next start, to start at all."""
+    limit = MAX_DEPTH
+    ok = b"[" * limit + b"1" + b"]" * limit
+    assert parse_staged(b"\t" + ok + b"\n", check=True, max_payload_bytes=1 << 20) == [ok]
+    for body in (b"\t" + PAYLOAD + b"\n", b'{"priority":1}\t' + PAYLOAD + b"\n"):
+        with pytest.raises(InvalidRequest, match="nested 300 levels"):
+            parse_staged(body, check=True, max_payload_bytes=1 << 20)
+    with pytest.raises(InvalidRequest, match=r"jobs\[0\]\.payload"):
+        parsers.parse_push(orjson.loads(b'{"jobs":[{"payload":' + PAYLOAD + b"}]}"))
+    with pytest.raises(InvalidRequest, match="result"):
+        parsers.parse_complete(orjson.loads(b'{"items":[{"token":"j1.1","result":' + PAYLOAD
+                                        + b"}]}"))
+    text = b'["[[[[", ' * 1 + b'"a\\"[[["]'  # brackets inside strings do not count
+    check_depth(text * 300, "payload")

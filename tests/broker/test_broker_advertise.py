@@ -16,7 +16,7 @@ from broker.http.server import is_loopback, primary_address
 from broker.model.decode import decode_state
 from broker.storage import FileStore
 from osqueue_spark.client import QueueClient
-from tests.broker.helpers import BrokerProcess
+from tests.support.broker_process import BrokerProcess
 
 
 def _free_port() -> int:

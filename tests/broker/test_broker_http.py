@@ -20,7 +20,7 @@ from broker.model import archive
 from broker.model.decode import decode_state
 from broker.storage import FileStore, store_from_url
 from osqueue_spark import QueueClient, start_broker
-from tests.broker.helpers import BrokerProcess, eventually
+from tests.support.broker_process import BrokerProcess, eventually
 
 TOKEN = "s3cr3t-token-for-tests"
 

@@ -13,13 +13,13 @@ import pytest
 
 from broker import paths
 from broker.commit.loop import CommitLoop
-from broker.direct import DirectQueue
 from broker.errors import InvalidRequest, OsqueueError, StorageUnavailable
 from broker.model.decode import decode_state
 from broker.model.ops import NewJob, Push
 from broker.service.coordinator import Broker
 from broker.service.settings import BrokerConfig
 from broker.storage import FileStore, MemoryStore
+from tests.support.direct import DirectQueue
 
 
 class FaultyStore(FileStore):
@@ -122,7 +122,7 @@ def test_step_down_answers_not_the_broker(tmp_path: Path) -> None:
     """A broker whose queue was taken over (its lease lapsed, as another broker
     saw it) answers NotTheBroker with the new owner's URL at its next write."""
     from broker.errors import NotTheBroker
-    from tests.broker.faults import Clock
+    from tests.support.faults import Clock
 
     store = FileStore(tmp_path)
     clock = Clock()

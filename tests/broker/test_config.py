@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 
 import pytest
+from pydantic import ValidationError
 
 from broker import cli
-from broker.config import BrokerSettings
+from broker.config import BrokerSettings, problems
 
 TOKEN = "very-s3cret-token-value"
 
@@ -102,3 +103,30 @@ def test_beyond_loopback_takes_a_token_or_the_insecure_flag(
     s = settings("--store", "file:///tmp/q", "--listen", "0.0.0.0:0",
                  "--advertise-url", "http://broker.internal:8765")
     assert (s.bearer(), s.advertise_url) == (TOKEN, "http://broker.internal:8765")
+
+
+def test_an_empty_osqueue_token_is_refused_not_served_without_auth(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """OSQUEUE_TOKEN (new in issue 10) set but empty (a secret that did not
+    resolve) gave SecretStr(''), whose bearer() is '' and the app then requires
+    no token at all: the broker served every route unauthenticated while its
+    operator had asked for a token. ``--token-env`` naming an empty variable is
+    refused (exit 2); the variable itself must be too."""
+    monkeypatch.setenv("OSQUEUE_TOKEN", "")
+    with pytest.raises(ValidationError) as info:
+        settings("--store", "file:///tmp/q")
+    lines = problems(info.value)
+    assert len(lines) == 1 and "OSQUEUE_TOKEN" in lines[0], lines
+
+
+def test_a_token_named_by_token_env_still_wins_and_an_empty_one_is_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The variable ``--token-env`` names beats an empty OSQUEUE_TOKEN; and when
+    the named variable is itself empty, the settings are refused rather than
+    served without a token."""
+    monkeypatch.setenv("OSQ_NAMED_TOKEN", "abc")
+    monkeypatch.setenv("OSQUEUE_TOKEN", "")  # overridden by the named variable
+    assert settings("--store", "file:///tmp/q", "--token-env", "OSQ_NAMED_TOKEN").bearer() == "abc"
+    monkeypatch.setenv("OSQ_NAMED_TOKEN", "")
+    with pytest.raises(ValidationError):
+        settings("--store", "file:///tmp/q", "--token-env", "OSQ_NAMED_TOKEN")

@@ -23,7 +23,7 @@ from broker.model import archive
 from broker.model.decode import decode_state
 from broker.storage import FileStore
 from osqueue_spark import QueueClient
-from tests.broker.helpers import BrokerProcess, eventually
+from tests.support.broker_process import BrokerProcess, eventually
 
 LEASE_S = 2.0
 

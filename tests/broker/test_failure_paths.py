@@ -1,7 +1,7 @@
 """Failure paths of the broker, one test per defect, through injected faults.
 
 Every test drives real brokers (in this process) over a real file store
-wrapped by :class:`tests.broker.faults.FaultyStore`, then checks the store
+wrapped by :class:`tests.support.faults.FaultyStore`, then checks the store
 itself: the queue object and the archive objects.
 """
 
@@ -15,8 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
-from broker import limits, paths, timefmt
-from broker.direct import DirectQueue
+from broker import paths, timefmt
 from broker.errors import (
     CorruptState,
     InvalidRequest,
@@ -32,7 +31,8 @@ from broker.model import state as S
 from broker.model.decode import decode_state
 from broker.model.ops import ClearBroker, CompleteItem, FailItem, NewJob, Push, TakeOver
 from broker.storage import FileStore
-from tests.broker.faults import (
+from tests.support.direct import DirectQueue
+from tests.support.faults import (
     EIO,
     ENOSPC,
     LATE,
@@ -43,7 +43,7 @@ from tests.broker.faults import (
     Clock,
     FaultyStore,
 )
-from tests.broker.inprocess import (
+from tests.support.inprocess import (
     archive_lines,
     crash,
     run,
@@ -237,92 +237,6 @@ def test_out_of_range_settings_are_refused_and_change_nothing(
     run(main())
 
 
-# -- 8 and 13. publish and stage ---------------------------------------------------------
-
-
-def test_a_publish_retried_after_it_landed_answers_success(tmp_path: Path) -> None:
-    """Defect 8: a publish outlives the client's timeout; the client's retry lists
-    the staging objects just before the first publish removes them, and must
-    answer that the jobs were published (not NotFound, not a second copy)."""
-    inner = FileStore(tmp_path)
-    store = FaultyStore(inner)
-    keep = ["w-1/p0-c0", "w-1/p1-c0"]
-
-    async def main() -> list[dict[str, Any]]:
-        a = await started(store)
-        await a.stage("q", keep[0], b'\t{"n":1}\n\t{"n":2}\n')
-        await a.stage("q", keep[1], b'\t{"n":3}\n')
-        # the first publish lands; its clean-up is slow (it has not happened yet)
-        store.inject("delete", NOT_LANDED, key_contains="staging", times=2)
-        first = await a.publish("q", "w-1/", keep, once="write:w-1")
-        # the retry lists the chunks, then each is removed just before it is read
-        store.inject("get", None, key_contains="staging", times=None, before=inner.delete)
-        retry = await a.publish("q", "w-1/", keep, once="write:w-1")
-        await a.stop(drain_s=5)
-        return [first, retry]
-
-    first, retry = run(main())
-    assert first["published"] == 3 and not first["duplicate"]
-    assert retry["duplicate"] and retry["published"] == 0
-    assert sorted(orjson.loads(j.payload)["n"] for j in stored(inner).jobs.values()) == [1, 2, 3]
-    assert inner.list("q/staging/") == []
-
-
-def test_restaging_a_write_id_replaces_what_it_held(tmp_path: Path) -> None:
-    """Defect 13: staging the same write id again must replace the staged jobs."""
-    store = FileStore(tmp_path)
-
-    async def main() -> None:
-        a = await started(store)
-        await a.stage("q", "w-2/p0-c0", b'\t"old"\n')
-        await a.stage("q", "w-2/p0-c0", b'\t"new-1"\n\t"new-2"\n')
-        out = await a.publish("q", "w-2/", ["w-2/p0-c0"], once="write:w-2")
-        assert out["published"] == 2
-        await a.stop(drain_s=5)
-
-    run(main())
-    assert sorted(j.payload for j in stored(store).jobs.values()) == [b'"new-1"', b'"new-2"']
-    assert store.list("q/staging/") == []
-
-
-def test_restaging_on_another_broker_replaces_whatever_the_clocks(tmp_path: Path) -> None:
-    """Review R10: "the newest staging wins" was judged by the staging brokers'
-    clocks. A staging object is now named by its write id alone."""
-    store = FileStore(tmp_path)
-
-    async def main() -> None:
-        a = await started(store, "http://a", Clock())
-        b = await started(store, "http://b", Clock(timefmt.now_ms() - 3600_000))
-        await a.stage("q", "w-3/p0-c0", b'\t"first"\n')
-        await b.stage("q", "w-3/p0-c0", b'\t"second"\n')  # a retry, on a slower clock
-        await a.publish("q", "w-3/", ["w-3/p0-c0"], once="write:w-3")
-        await b.stop(drain_s=5)
-        await a.stop(drain_s=5)
-
-    run(main())
-    assert [j.payload for j in stored(store).jobs.values()] == [b'"second"']
-
-
-def test_staging_of_a_vanished_writer_is_swept_after_the_ttl_on_our_clock(
-        tmp_path: Path) -> None:
-    clock = Clock()
-    store = FileStore(tmp_path)
-
-    async def main() -> None:
-        a = await started(store, clock=clock)
-        await a.create_queue("q", {"staged_ttl_s": 60})
-        await a.stage("q", "w-4/c0", b"\t1\n")
-        assert await a.sweep_staging() == 0  # first seen now
-        clock.advance(59)
-        assert await a.sweep_staging() == 0
-        clock.advance(2)
-        assert await a.sweep_staging() == 1
-        await a.stop(drain_s=5)
-
-    run(main())
-    assert store.list("q/staging/") == []
-
-
 # -- 9, 11 and 19. nothing wedges a queue ------------------------------------------------
 
 
@@ -435,62 +349,6 @@ def test_a_dead_requesters_takeover_request_does_not_make_the_owner_yield(
         await a.stop(drain_s=5)
 
     run(main())
-
-
-# -- 14 and 15. windows are bounded, payloads kept verbatim ------------------------------
-
-
-def test_publish_keys_are_trimmed_and_counted(tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """Defect 14: publish and stream once-keys were never trimmed nor counted.
-    They have a window of their own (so per-job keys never evict them), trimmed
-    by count and by dedup_ttl_s, and counted in the state size."""
-    monkeypatch.setattr(limits, "ONCE_KEYS_MIN", 3)
-    store = FileStore(tmp_path)
-    clock = Clock()
-
-    async def main() -> None:
-        a = await started(store, clock=clock)
-        await a.create_queue("q", {"dedup_ttl_s": 60, "dedup_keys": 1})
-        sizes = []
-        for i in range(5):
-            await a.stage("q", f"w-{i}/c0", b"\t1\n")
-            await a.publish("q", f"w-{i}/", [f"w-{i}/c0"], once=f"write:w-{i}:" + "x" * 200)
-            sizes.append((await a.stats("q"))["approx_state_bytes"])
-        # a publish adds a job (~221 bytes) and its 210-character key: the key counts
-        assert sizes[1] - sizes[0] > 221 + 200
-        assert list(stored(store).once) == [f"write:w-{i}:" + "x" * 200 for i in (2, 3, 4)]
-        clock.advance(61)  # past dedup_ttl_s: all of them go at the next commit
-        await a.push("q", [NewJob(b"1")])
-        assert stored(store).once == {}
-        await a.stop(drain_s=5)
-
-    run(main())
-
-
-def test_payload_bytes_survive_a_restart_verbatim(tmp_path: Path) -> None:
-    """Defect 15: a payload integer beyond 64 bits came back as a float."""
-    store = FileStore(tmp_path)
-    odd = [b"123456789012345678901234567890", b'{"a":1E+2,"b":"\\u00e9\\/"}', b"-0.0",
-           b'[18446744073709551616, 1.0]']
-
-    async def main() -> list[bytes]:
-        a = await started(store)
-        await a.push("q", [NewJob(p) for p in odd])
-        [job] = await a.claim("q", "w", 1, 30.0)
-        await a.complete("q", [CompleteItem(job.token, b"99999999999999999999999")])
-        await crash(a)
-        b = await successor(store, Clock())  # a broker that re-reads everything
-        got = [j.payload for j in await b.claim("q", "w", 10, 30.0)]
-        await b.stop(drain_s=5)
-        return got
-
-    assert run(main()) == odd[1:]
-    [line] = archive_lines(store)
-    assert orjson.loads(store.get(archive.list_objects(store, "q")[0])) == line
-    raw = store.get(archive.list_objects(store, "q")[0])
-    assert b'"payload":123456789012345678901234567890,' in raw
-    assert b'"result":99999999999999999999999}' in raw
 
 
 # -- 16. reads never move or create queues -------------------------------------------

@@ -37,8 +37,8 @@ from broker.model.ops import (
 )
 from broker.model.views import list_jobs, stats
 from broker.storage import FileStore
-from tests.broker.faults import LOST_REPLY, NOT_LANDED, Clock, FaultyStore
-from tests.broker.inprocess import archive_lines, crash, run, started, stored, successor
+from tests.support.faults import LOST_REPLY, NOT_LANDED, Clock, FaultyStore
+from tests.support.inprocess import archive_lines, crash, run, started, stored, successor
 
 NOW = 1_700_000_000_123
 

@@ -19,7 +19,7 @@ from broker.http.app import App
 from broker.http.routes import ROUTES, openapi_document
 from broker.storage import FileStore
 from broker.wire import STAGED_CONTENT_TYPE, encode_staged_line
-from tests.broker.inprocess import run, started
+from tests.support.inprocess import run, started
 
 TOKEN = "t0ken-for-openapi-tests"
 Q = "q"

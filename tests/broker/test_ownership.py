@@ -17,7 +17,7 @@ from broker.service.ownership import (
     renew_at_ms,
     renew_due,
 )
-from tests.broker.faults import Clock
+from tests.support.faults import Clock
 
 LEASE_MS = round(BROKER_LEASE_S * 1000)
 

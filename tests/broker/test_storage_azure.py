@@ -20,7 +20,6 @@ from azure.core.credentials import AzureSasCredential
 from azure.core.exceptions import HttpResponseError
 from azure.storage.blob import BlobClient
 
-from bench.azuriteserver import AZURITE_VERSION, AzuriteServer
 from broker.errors import (
     Conflict,
     InvalidRequest,
@@ -31,6 +30,7 @@ from broker.errors import (
 )
 from broker.storage import store_from_url
 from broker.storage.azure import AzureStore
+from tests.support.azuriteserver import AZURITE_VERSION, AzuriteServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -302,7 +302,7 @@ def test_the_makefile_installs_the_azurite_the_tests_expect() -> None:
 
 def test_a_missing_azurite_names_make_test(monkeypatch: pytest.MonkeyPatch,
                                            tmp_path: Path) -> None:
-    from bench.azuriteserver import AzuriteMissing, azurite_command
+    from tests.support.azuriteserver import AzuriteMissing, azurite_command
 
     monkeypatch.setenv("AZURITE_BLOB", str(tmp_path / "no-azurite-blob"))
     with pytest.raises(AzuriteMissing, match="`make test` installs it"):

@@ -22,12 +22,12 @@ from azure.storage.blob import (
     generate_account_sas,
 )
 
-from bench.azuriteserver import AzuriteServer
-from bench.gcsserver import GCSServer
 from broker.errors import Conflict, InvalidRequest, StorageRefused, StorageUnavailable
 from broker.storage import Versioned, store_from_url
 from broker.storage.azure import AzureStore
 from broker.storage.gcs import GCSStore
+from tests.support.azuriteserver import AzuriteServer
+from tests.support.gcsserver import GCSServer
 
 
 def _chain(exc: BaseException) -> list[BaseException]:

@@ -22,7 +22,7 @@ from botocore.stub import Stubber
 from broker.errors import Conflict, NotFound, StorageRefused, StorageUnavailable
 from broker.storage import FileStore, S3Store, Versioned
 from broker.storage import files as files_module
-from tests.conftest import MotoServer, free_port
+from tests.support.motoserver import MotoServer, free_port
 
 KEY = "q/queue.json"
 

@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 from google.oauth2.credentials import Credentials
 
-from bench.gcsserver import GCSServer
 from broker.errors import (
     Conflict,
     InvalidRequest,
@@ -30,6 +29,7 @@ from broker.errors import (
 )
 from broker.storage import store_from_url
 from broker.storage.gcs import GCSStore
+from tests.support.gcsserver import GCSServer
 
 SECRET = "ya29.SECRET-TOKEN-never-shown"
 

@@ -1,4 +1,5 @@
-"""QueueClient against real brokers over HTTP: retries that are safe, and owner discovery.
+"""QueueClient against real brokers over HTTP: retries that are safe, owner discovery,
+and a client inherited across fork().
 
 A lost response is injected in the client's transport (the transport seam,
 :mod:`osqueue_spark.transport`): the request reaches the broker and is
@@ -8,7 +9,10 @@ dropped reply looks like from the client's side).
 
 from __future__ import annotations
 
+import os
 import socket
+import threading
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -21,7 +25,10 @@ from broker.http.server import BrokerServer
 from broker.model.decode import decode_state
 from broker.storage import FileStore
 from osqueue_spark import QueueClient, start_broker
+from osqueue_spark import client as client_mod
 from osqueue_spark.transport import Response, Urllib3Transport
+from tests.support.faults import FaultyStore
+from tests.support.inprocess import stored
 
 
 @pytest.fixture()
@@ -147,3 +154,142 @@ def test_a_client_given_only_the_store_finds_the_owner(tmp_path: Path) -> None:
         client = QueueClient(None, "q", store=store_url, retry_s=5)
         assert client.push("found") and client.url == b.url
         assert client.stats()["total"] == 2
+
+
+# -- a client inherited across fork() ----------------------------------------------
+
+
+def test_push_from_a_forked_copy_of_a_client_is_enqueued(tmp_path: Path) -> None:
+    """A QueueClient inherited across fork() pushes from the child as a client of its
+    own: the child's push makes its own job. Parent and child once numbered their
+    calls from the same client id and counter, and the broker answered the child's
+    push with the parent's ids from its receipt: an acknowledged push was lost."""
+    store = FileStore(tmp_path)
+    server = start_broker(store)
+    try:
+        client = QueueClient(server.url, "q")  # e.g. created at import time
+        client.push("before-fork")
+        go_r, go_w = os.pipe()
+        out_r, out_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: push once told to, report the id, leave
+            try:
+                os.read(go_r, 1)
+                job_id = client.push("child")
+                os.write(out_w, job_id.encode())
+            finally:
+                os._exit(0)
+        parent_id = client.push("parent")
+        os.write(go_w, b"x")
+        child_id = os.read(out_r, 100).decode()
+        os.waitpid(pid, 0)
+    finally:
+        server.stop()
+    payloads = {j.id: j.payload for j in stored(store).jobs.values()}
+    assert child_id != parent_id and payloads.get(child_id) == b'"child"', (
+        f"child's push was answered {child_id!r} (parent's: {parent_id!r}); queue holds "
+        f"{payloads}")
+
+
+def test_forked_client_reads_its_own_answers(tmp_path: Path) -> None:
+    """A forked child and its parent, both sending on what was one kept-alive
+    connection while the parent's call is in flight, each read their own answer:
+    each is told its own job's id. The child once inherited the pool's socket and
+    the broker's in-order answers on that connection went to the wrong process.
+    (The only scheduling imposed: the parent reads its answer after the child has
+    read one; the store is merely slow to write the parent's push.)"""
+    inner = FileStore(tmp_path)
+    store = FaultyStore(inner)
+    server = start_broker(store)
+    try:
+        client = QueueClient(server.url, "q", timeout_s=20)
+        client.push("before-fork")  # leaves one kept-alive connection in the pool
+        go_r, go_w = os.pipe()
+        done_r, done_w = os.pipe()
+        out_r, out_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: push once the parent's push is on the wire
+            try:
+                os.read(go_r, 1)
+                job_id = client.push("child")
+                os.write(out_w, job_id.encode())
+            finally:
+                os.write(done_w, b"x")
+                os._exit(0)
+        # the parent: its push's write is slow on the store (1 s)
+        store.inject("write_if_match", None, key_contains="q/queue.json",
+                     before=lambda _k: time.sleep(1.0))
+        original = urllib3.connection.HTTPConnection.getresponse
+        once = threading.Event()
+
+        def getresponse(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            if not once.is_set():
+                once.set()
+                os.write(go_w, b"x")  # request sent; the child pushes now
+                os.read(done_r, 1)    # and reads an answer before we do
+            return original(self, *args, **kwargs)
+
+        urllib3.connection.HTTPConnection.getresponse = getresponse
+        try:
+            parent_id = client.push("parent")
+        finally:
+            urllib3.connection.HTTPConnection.getresponse = original
+        child_id = os.read(out_r, 100).decode()
+        os.waitpid(pid, 0)
+    finally:
+        server.stop()
+    payloads = {j.id: j.payload for j in stored(inner).jobs.values()}
+    assert payloads.get(parent_id) == b'"parent"' and payloads.get(child_id) == b'"child"', (
+        f"parent was told its job is {parent_id} ({payloads.get(parent_id)!r}), the child "
+        f"{child_id} ({payloads.get(child_id)!r}); the queue holds {payloads}")
+
+
+def test_forked_threads_never_reuse_the_parents_request_keys(tmp_path: Path) -> None:
+    """Two threads of a forked child using the inherited client at once (one switched
+    out inside the client's re-initialisation, right after it noted the new pid)
+    never send the parent's next request key: the parent's next push is enqueued
+    as its own job. The second thread once went on with the parent's numbering,
+    and the broker answered the parent's push with the child's ids."""
+    store = FileStore(tmp_path)
+    server = start_broker(store)
+    try:
+        client = QueueClient(server.url, "q", timeout_s=20)
+        client.push("p0")  # parent's call 0; its next call is number 1
+        out_r, out_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: two threads use the inherited client at once
+            code = 1
+            try:
+                in_own, t2_done = threading.Event(), threading.Event()
+                original = client_mod._Requests.__init__
+
+                def slow_init(self: object) -> None:
+                    if threading.current_thread().name == "T1":
+                        in_own.set()  # _own() has set self._pid already
+                        t2_done.wait(10)
+                    original(self)  # type: ignore[arg-type]
+
+                client_mod._Requests.__init__ = slow_init  # type: ignore[method-assign]
+                got: dict[str, str] = {}
+                t1 = threading.Thread(target=lambda: got.__setitem__("c1", client.push("c1")),
+                                      name="T1")
+                t1.start()
+                in_own.wait(10)
+                got["c2"] = client.push("c2")  # thread 2 (here: the child's main thread)
+                t2_done.set()
+                t1.join(20)
+                os.write(out_w, f"{got.get('c1')},{got.get('c2')}".encode())
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        child_ids = os.read(out_r, 200).decode()
+        parent_id = client.push("parent-1")  # the parent's call 1
+    finally:
+        server.stop()
+    payloads = {j.id: j.payload for j in stored(store).jobs.values()}
+    assert status == 0
+    assert payloads.get(parent_id) == b'"parent-1"', (
+        f"the parent was told its push 'parent-1' is job {parent_id}, which holds "
+        f"{payloads.get(parent_id)!r}; the child's jobs were {child_ids}; the queue holds "
+        f"{sorted(payloads.values())} (parent-1 was never enqueued)")

@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from bench.motoserver import free_port
 from broker.errors import InvalidRequest, OsqueueError
 from broker.http.server import BrokerServer
 from broker.model import archive
@@ -26,6 +25,7 @@ from broker.storage import ObjectStore, store_from_url
 from osqueue_spark import QueueClient, start_broker
 from osqueue_spark.datasource.options import StreamReadOptions
 from osqueue_spark.datasource.stream_reader import QueueStreamReader, rows_allowed
+from tests.support.motoserver import free_port
 
 
 @pytest.fixture(scope="module")

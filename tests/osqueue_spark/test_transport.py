@@ -26,7 +26,7 @@ from broker.errors import (
 from osqueue_spark import QueueClient
 from osqueue_spark.client import REQUEST_FLOOR_HEADER, REQUEST_KEY_HEADER
 from osqueue_spark.transport import MockTransport, Request, Response, Urllib3Transport
-from tests.osqueue_spark.fake_broker import FakeBroker, error
+from tests.support.fake_broker import FakeBroker, error
 
 
 @pytest.fixture()

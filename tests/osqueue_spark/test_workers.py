@@ -18,7 +18,7 @@ from osqueue_spark.workers import (
     process,
     run_worker,
 )
-from tests.osqueue_spark.fake_broker import FakeBroker
+from tests.support.fake_broker import FakeBroker
 
 
 def work(payload: Any) -> Any:

@@ -1,0 +1,87 @@
+"""In-process brokers for failure-path tests: start, crash, take over; read the store."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+import orjson
+
+from broker import paths, timefmt
+from broker.model import archive
+from broker.model import state as S
+from broker.model.decode import decode_state
+from broker.service.coordinator import Broker
+from broker.service.settings import BrokerConfig
+from broker.storage import ObjectStore
+from tests.support.faults import Clock
+
+T = TypeVar("T")
+
+
+def run(coro: Coroutine[Any, Any, T], timeout_s: float = 60.0) -> T:
+    """Run a test coroutine; a hang fails the test instead of wedging the suite."""
+    return asyncio.run(asyncio.wait_for(coro, timeout_s))
+
+
+async def started(store: ObjectStore, url: str = "http://a", clock: Clock | None = None,
+                  **config: Any) -> Broker:
+    config.setdefault("self_test", False)
+    broker = Broker(store, BrokerConfig(url=url, **config),
+                    clock=clock.now_ms if clock else timefmt.now_ms,
+                    monotonic=clock.monotonic if clock else time.monotonic)
+    await broker.start()
+    return broker
+
+
+async def crash(broker: Broker) -> None:
+    """End a broker as a killed process would: no flush, no cleared record."""
+    broker._stopping = True
+    for task in broker._tasks:
+        task.cancel()
+    for q in broker._queues.values():
+        q.archiver.cancel()
+        if q.loop._task is not None:
+            q.loop._task.cancel()
+    await asyncio.sleep(0)
+
+
+async def successor(store: ObjectStore, clock: Clock, url: str = "http://b",
+                    lease_s: float = 30.0) -> Broker:
+    """A broker that takes the queues of a crashed one over, once it has watched
+    them for a broker lease (on its own, injected, monotonic clock)."""
+    b = await started(store, url, clock)
+    clock.advance(lease_s + 1)
+    await b.watch()
+    return b
+
+
+def stored(store: ObjectStore, queue: str = "q") -> S.QueueState:
+    return decode_state(store.read(paths.state_key(queue)).data)
+
+
+def archive_lines(store: ObjectStore, queue: str = "q") -> list[dict[str, Any]]:
+    """Every line of every archive object, as stored (no de-duplication)."""
+    return [rec for key in archive.list_objects(store, queue)
+            for rec in archive.decode_records(store.get(key))]
+
+
+def payloads(store: ObjectStore, queue: str = "q") -> list[Any]:
+    """Payloads of every job the store holds: in the queue object and archived."""
+    state = stored(store, queue)
+    in_queue = [orjson.loads(j.payload) for j in state.jobs.values() if j.status != "completed"]
+    return sorted(in_queue + [rec["payload"] for rec in archive.read_all(store, queue)]
+                  + [orjson.loads(j.payload) for j in state.jobs.values()
+                     if j.status == "completed"
+                     and j.id not in {r["id"] for r in archive_lines(store, queue)}],
+                  key=str)
+
+async def until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Wait (on the event loop) until ``check()`` holds: the broker writes in the
+    background; fails after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)

@@ -1,0 +1,215 @@
+"""The total-queue check: the store itself (the queue object and every archive object,
+read directly) against what the clients were told. Its figures: lost, duplicated,
+unexpected, superseded, double, with samples; the runner fails on any of them."""
+
+from __future__ import annotations
+
+import collections
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, cast
+
+from broker import paths
+from broker.errors import NotFound, OsqueueError
+from broker.model import archive
+from broker.model.decode import decode_state
+from broker.storage import ObjectStore
+from tools.chaos.clients import Completion, Recorder, payload_key
+from tools.chaos.store import QUEUE
+
+
+class _Snapshot:
+    """The archive objects of a store, fetched once (in parallel) and served from
+    memory to ``broker.model.archive``'s readers (they need only ``list`` and ``get``)."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self.url = store.url
+        self.keys = archive.list_objects(store, QUEUE)
+        with ThreadPoolExecutor(8) as pool:
+            self.data = dict(zip(self.keys, pool.map(store.get, self.keys), strict=True))
+
+    def list(self, prefix: str) -> list[str]:
+        return [k for k in self.keys if k.startswith(prefix)]
+
+    def get(self, key: str) -> bytes:
+        try:
+            return self.data[key]
+        except KeyError:
+            raise NotFound(f"no object {key!r}") from None
+
+
+def line_token(line: dict[str, Any]) -> str | None:
+    """The token a completion was made with: the line's own ``token`` field where the
+    archive has one, else the one our consumers put in the result."""
+    token = line.get("token")
+    if token is None and isinstance(line.get("result"), dict):
+        token = line["result"].get("token")
+    return None if token is None else str(token)
+
+
+def check_store(store: ObjectStore, rec: Recorder, samples: int = 20) -> dict[str, Any]:
+    """The total-queue check: what the store holds against what clients were told.
+
+    The archive is read twice over the same bytes: line by line across every object
+    ("raw"), and as ``broker.model.archive.read_all`` shows it (the reader's view, which
+    may leave out lines it knows to be orphans). Presence, doubles and tokens are
+    judged on the reader's view; the raw figures are reported beside them. A job in
+    the queue object with status ``completed`` (a layout that archives after the
+    commit) counts as completed with its lease's token and worker.
+    """
+    out: dict[str, Any] = {}
+    try:
+        got = store.read(paths.state_key(QUEUE))
+    except NotFound:
+        got = None
+    queue_jobs: dict[str, dict[str, Any]] = {}  # id -> the job, plain
+    if got is not None:
+        try:
+            state = decode_state(got.data)
+        except OsqueueError as exc:
+            out["state_error"] = str(exc)
+            state = None
+        if state is not None:
+            for stored in state.jobs.values():
+                plain = stored.to_plain()
+                queue_jobs[str(plain["id"])] = plain
+            out["queue_seq"] = state.seq
+            out["queue_broker"] = None if state.broker is None else {
+                "id": state.broker.id, "url": state.broker.url}
+    snap = _Snapshot(store)
+    raw: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+    for key in snap.keys:
+        for line in archive.decode_records(snap.data[key]):
+            raw[str(line.get("id"))].append({**line, "_object": key})
+    view: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+    for line in archive.read_all(cast(Any, snap), QUEUE):
+        view[str(line.get("id"))].append(line)
+    out["archive_objects"] = len(snap.keys)
+    out["archive_lines"] = sum(len(v) for v in raw.values())
+    out["archive_lines_read"] = sum(len(v) for v in view.values())
+    out["queue_jobs_left"] = dict(collections.Counter(j.get("status")
+                                                      for j in queue_jobs.values()))
+
+    # where each job is recorded completed: (token, worker, where)
+    done: dict[str, list[tuple[str | None, str | None, str]]] = collections.defaultdict(list)
+    for job_id, ls in view.items():
+        for line in ls:
+            done[job_id].append((line_token(line), line.get("worker"), "archive"))
+    for job_id, job in queue_jobs.items():
+        if job.get("status") == "completed" and job_id not in view:
+            lease = job.get("lease") or {}
+            done[job_id].append((lease.get("token"), lease.get("worker"), "queue"))
+
+    # payload -> job ids across queue and archive (reader's view)
+    by_payload: dict[str, set[str]] = collections.defaultdict(set)
+    held: dict[str, set[str]] = collections.defaultdict(set)  # job id -> payload keys
+    foreign: list[dict[str, Any]] = []
+    for job_id, job in queue_jobs.items():
+        k = payload_key(job.get("payload"))
+        if k is None:
+            foreign.append({"job": job_id, "where": "queue", "payload": str(job)[:200]})
+        else:
+            by_payload[k].add(job_id)
+            held[job_id].add(k)
+    for job_id, ls in view.items():
+        for line in ls:
+            k = payload_key(line.get("payload"))
+            if k is None:
+                foreign.append({"job": job_id, "where": "archive",
+                                "payload": str(line.get("payload"))[:200]})
+            else:
+                by_payload[k].add(job_id)
+                held[job_id].add(k)
+
+    by_job: dict[str, list[Completion]] = collections.defaultdict(list)
+    for c in rec.completions:
+        by_job[c.job_id].append(c)
+
+    def history(job_id: str) -> dict[str, Any]:
+        """What the clients saw of one job (claims, complete answers) and where the
+        store holds it."""
+        return {"claims": [{"token": t, "worker": w, "t": round(at, 3)}
+                           for t, w, at in rec.claims.get(job_id, [])],
+                "completes": [{"token": c.token, "ok": c.ok, "reason": c.reason,
+                               "t": round(c.t, 3), "late": c.late}
+                              for c in by_job.get(job_id, [])],
+                "queue_status": (queue_jobs.get(job_id) or {}).get("status"),
+                "archive_objects": [ln["_object"] for ln in raw.get(job_id, [])]}
+
+    acked, attempted = rec.acked, rec.attempted
+    # lost: acknowledged, and no job with that id holds that payload anywhere
+    lost = [{"payload": k, "id": i, "acked_t": round(rec.acked_t.get(k, -1.0), 3),
+             **history(i)}
+            for k, i in acked.items() if k not in held.get(i, set())]
+    unfinished = sorted(i for i in acked.values()
+                        if (queue_jobs.get(i) or {}).get("status") in ("pending", "claimed"))
+    # duplicated: one payload, several jobs
+    dup = {k: sorted(ids) for k, ids in by_payload.items() if len(ids) > 1}
+    # unexpected: never pushed, or not under the acknowledged id
+    never_pushed = [{"payload": k, "jobs": sorted(ids)} for k, ids in by_payload.items()
+                    if k not in acked and k not in attempted]
+    wrong_id = [{"payload": k, "acked_id": acked[k], "jobs": sorted(ids)}
+                for k, ids in by_payload.items() if k in acked and ids != {acked[k]}]
+    # double: one job id on several archive lines, as the reader shows them (and raw)
+    double = {i: [{"worker": ln.get("worker"), "token": line_token(ln),
+                   "completed_at": ln.get("completed_at")} for ln in ls]
+              for i, ls in view.items() if len(ls) > 1}
+    double_raw = {i: [{"object": ln["_object"], "worker": ln.get("worker"),
+                       "token": line_token(ln), "completed_at": ln.get("completed_at")}
+                      for ln in ls]
+                  for i, ls in raw.items() if len(ls) > 1}
+    both = sorted(i for i in view if (queue_jobs.get(i) or {}).get("status")
+                  not in (None, "completed"))
+    # superseded: an ok complete whose token is not the one the job was completed with
+    superseded: dict[str, list[dict[str, Any]]] = {"other_token": [], "still_queued": [],
+                                                   "vanished": []}
+    stale_but_landed = []
+    for c in rec.completions:
+        records = done.get(c.job_id, [])
+        tokens = {t for t, _, _ in records}
+        if c.ok:
+            entry = {"job": c.job_id, "token": c.token, "worker": c.worker, "t": round(c.t, 3),
+                     "late": c.late}
+            if not records:
+                kind = "still_queued" if c.job_id in queue_jobs else "vanished"
+                superseded[kind].append({**entry, **history(c.job_id)})
+            elif c.token not in tokens or c.worker not in {w for _, w, _ in records}:
+                superseded["other_token"].append(
+                    {**entry, "recorded": [{"token": t, "worker": w, "where": where}
+                                           for t, w, where in records]})
+        elif c.token in tokens:
+            stale_but_landed.append({"job": c.job_id, "token": c.token, "reason": c.reason})
+    n_sup = sum(len(v) for v in superseded.values())
+    out.update({
+        "acked": len(acked),
+        "acked_unfinished": len(unfinished),
+        "attempted_not_acked": len(attempted),
+        "lost": len(lost),
+        "duplicated": sum(len(ids) - 1 for ids in dup.values()),
+        "duplicated_payloads": len(dup),
+        "unexpected": len(foreign) + len(never_pushed) + len(wrong_id),
+        "unexpected_detail": {"foreign_payload": len(foreign), "never_pushed": len(never_pushed),
+                              "wrong_id": len(wrong_id)},
+        "superseded": n_sup,
+        "superseded_detail": {k: len(v) for k, v in superseded.items()},
+        "double": len(double),
+        "double_raw_lines": len(double_raw),
+        "archived_and_queued": len(both),
+        "stale_answer_but_landed": len(stale_but_landed),
+        "ack_conflicts": len(rec.ack_conflicts),
+        "samples": {
+            "lost": lost[:samples],
+            "acked_unfinished": unfinished[:samples],
+            "duplicated": dict(list(dup.items())[:samples]),
+            "foreign_payload": foreign[:samples],
+            "never_pushed": never_pushed[:samples],
+            "wrong_id": wrong_id[:samples],
+            "superseded": {k: v[:samples] for k, v in superseded.items()},
+            "double": {i: {"lines": v, **history(i)}
+                       for i, v in list(double.items())[:samples]},
+            "double_raw_lines": dict(list(double_raw.items())[:samples]),
+            "archived_and_queued": both[:samples],
+            "stale_answer_but_landed": stale_but_landed[:samples],
+            "ack_conflicts": rec.ack_conflicts[:samples],
+        },
+    })
+    return out

@@ -1,0 +1,309 @@
+"""Chaos runner: real brokers, real clients, a seeded nemesis, then a check of the store.
+
+    python -m tools.chaos --store file --seed 1 --seconds 60
+    python -m tools.chaos --store s3 --seed 1 --preset short
+    python -m tools.chaos --store azure --seed 1 --preset short
+    python -m tools.chaos --store s3 --seed 1 --preset long --out chaos-s3.json
+
+(from the checkout's root: ``-m`` finds this checkout's runner first, and every
+child process gets this checkout first on its path.)
+
+What one run does (all times are wall-clock seconds):
+
+1. Setup. ``--brokers`` broker processes (``python -m broker``) on one store,
+   each on a FIXED port chosen at start, so a restarted broker comes back at
+   the same URL. ``--store file``: a directory in the run directory.
+   ``--store s3``: a moto S3 server process and a fault proxy process
+   (tests/support/faultproxy.py) in front of it; brokers talk to S3 through the
+   proxy, the runner's own reads (owner look-ups, the drain, the checker)
+   and the clients' store look-ups go to moto directly. ``--store gcs``: the
+   same with our GCS JSON-API test server (tests/support/gcsserver.py, which enforces
+   generation preconditions) in place of moto. ``--store azure``: an
+   Azurite process (``make test`` installs it) that every process reaches
+   directly, its connection string in ``AZURE_STORAGE_CONNECTION_STRING``.
+   The queue is created with ``--max-attempts`` and short retry backoffs.
+2. Chaos phase (``--seconds``). Producer threads push jobs with unique
+   payloads ``{"p": producer, "n": counter}`` through ``QueueClient.push_many``
+   (batches of 1-50; the client's own request keys make its retries safe;
+   with --push-keys each job also carries an idempotency key and a failed
+   batch is pushed again with the same keys), at
+   ``--push-rate`` jobs/s in total, pausing while more than ``--max-backlog``
+   acknowledged jobs wait. Every acknowledged id is recorded with its
+   payload; a push that raised is recorded as "attempted". Consumer threads
+   claim batches, complete most jobs with result ``{"by": worker, "token":
+   token}``, fail ``--fail-prob`` of them (retried), and let ``--lapse-prob``
+   of them lapse (a dead worker; half of those get a late complete with the
+   old token after the lease ran out). Every answered complete is recorded.
+   The nemesis runs a schedule drawn from ``--seed`` (printed at start; the
+   same seed gives the same schedule): ``--kills`` kill -9 of the broker that
+   owns the queue (read from the queue object's ``broker.url``), restarted
+   on its port after a random 0.5-3 s; ``--pauses`` SIGSTOP of the owner for
+   ``--lease-s`` + 1-3 s, then SIGCONT; ``--competitors`` extra brokers
+   started on the same store for a while, then stopped (SIGTERM or kill -9);
+   on S3 the proxy faults ``--fault-rate`` of all storage requests
+   throughout (500/503 without forwarding, PUTs that land with their answer
+   dropped, requests held past the S3 client's timeout).
+3. Heal: producers stop (a failed keyed batch is still pushed until it is
+   acknowledged), faults off, SIGCONT everything, competitors stopped, every
+   broker slot running.
+4. Drain: consumers keep going (no more fails or lapses) until the queue
+   object holds no pending or claimed job, at most ``--drain-timeout-s``.
+   Then clients stop and brokers get SIGTERM.
+5. Check the store itself (queue object and archive objects, read directly):
+   * lost: an acknowledged push whose id is in neither the queue object
+     nor the archive (with its payload);
+   * duplicated: one payload present as more than one job (queue + archive);
+   * unexpected: a job whose payload no producer ever pushed, or whose id is
+     not the acknowledged id of its payload;
+   * superseded: a complete answered ok for token T of job J, but the
+     archive's line for J carries another token (consumers put their token
+     in the result) or worker, or J is not archived (still queued, or gone);
+   * double: a job id on more than one archive line;
+   * drain: whether the queue emptied (only dead jobs may remain).
+   Exit status 1 if any of these is non-zero or the drain did not finish,
+   0 otherwise (2: bad arguments or setup failed, 3: --max-runtime-s hit,
+   130: interrupted). ``--require-bar`` also fails the run (status 4) when
+   the acceptance figures (acknowledged jobs, kills, pauses, faults, outage)
+   miss the bar given by --bar-*.
+
+Availability: a client call counts as progress when it durably did
+something: a push acknowledged, a claim that returned jobs, a complete with
+at least one ok. Reported: the longest window without progress during the
+chaos phase, and the outage after each kill (and each pause): the time from
+the signal to the first progress of a call started after it.
+
+Every child process runs in its own session and is killed in ``finally``
+and ``atexit`` (and by the watchdog after ``--max-runtime-s``). The run
+directory holds for post-mortems: children.txt (pid and command of every
+child, should the runner itself be killed with -9), broker-*.log (each start marked with its
+time), moto.log, faultproxy.log, s3-requests.jsonl (every storage request
+with its fault and answer), records.json (what the clients saw: every
+acknowledged id and when, every claim and complete answer) and, for S3 after
+a failing run, store-dump/ (a copy of every object: moto keeps them in
+memory). A temporary run directory is deleted after a passing run unless
+``--keep-run-dir``; it is kept after a failing one (its path is printed), and
+a ``--run-dir`` is always kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+import threading
+import traceback
+from pathlib import Path
+from typing import Any
+
+from tools.chaos.children import CHILDREN
+from tools.chaos.report import write_result
+from tools.chaos.run import Run
+
+#: ``--preset`` values: defaults for a quick look and for the acceptance run
+#: (options given on the command line still win).
+PRESETS: dict[str, dict[str, Any]] = {
+    "short": {"seconds": 30.0, "kills": 2, "pauses": 1, "competitors": 1},
+    "long": {"seconds": 660.0, "kills": 16, "pauses": 6, "competitors": 4, "push_rate": 50.0,
+             "fault_rate": 0.02, "require_bar": True},
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The runner's options (its help is this module's docstring)."""
+    p = argparse.ArgumentParser(
+        prog="python -m tools.chaos", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = p.add_argument_group("run")
+    g.add_argument("--preset", choices=sorted(PRESETS),
+                   help="short: 30 s, 2 kills, 1 pause, 1 competitor. long (the acceptance "
+                        "run, about 12-15 minutes): 660 s, 16 kills, 6 pauses, 4 competitors, "
+                        "50 jobs/s, 2%% faults on S3, --require-bar. Explicit options win")
+    g.add_argument("--store", choices=["file", "s3", "gcs", "azure"], default="file",
+                   help="file: a directory in the run directory; s3: moto behind the fault "
+                        "proxy; gcs: our GCS test server (tests/support/gcsserver.py) behind the "
+                        "fault proxy; azure: Azurite (no fault proxy) (default file)")
+    g.add_argument("--seed", type=int, default=1,
+                   help="seeds the nemesis schedule, the clients' choices and the fault proxy")
+    g.add_argument("--seconds", type=float, default=60.0,
+                   help="duration of the chaos phase, s (default 60)")
+    g.add_argument("--out", help="write all figures, the schedule and the nemesis log here "
+                                 "(JSON)")
+    g.add_argument("--run-dir", help="directory for logs and the file store (default: a new "
+                                     "temporary directory)")
+    g.add_argument("--keep-run-dir", action="store_true",
+                   help="keep the run directory even after a passing run")
+    g.add_argument("--dump-store", choices=["never", "fail", "always"], default="fail",
+                   help="copy every object of an S3 store into RUN_DIR/store-dump after the "
+                        "check (moto keeps it in memory only): never, after a failing run "
+                        "(default), or always")
+    g.add_argument("--max-runtime-s", type=float, default=None,
+                   help="watchdog: kill everything and exit 3 after this long (default: "
+                        "seconds + drain timeout + 300)")
+    g = p.add_argument_group("brokers")
+    g.add_argument("--brokers", type=int, default=3,
+                   help="broker processes on the store, each on a fixed port (default 3)")
+    g.add_argument("--lease-s", type=float, default=5.0,
+                   help="broker lease, passed as --lease-s to python -m broker (default 5)")
+    g.add_argument("--broker-log-level", default="warning",
+                   help="--log-level of the brokers (default warning)")
+    g.add_argument("--broker-start-timeout-s", type=float, default=60.0,
+                   help="how long a broker may take to print 'ready', s (default 60)")
+    g = p.add_argument_group("clients")
+    g.add_argument("--producers", type=int, default=4, help="producer threads (default 4)")
+    g.add_argument("--consumers", type=int, default=4, help="consumer threads (default 4)")
+    g.add_argument("--push-rate", type=float, default=60.0,
+                   help="target jobs pushed per second, all producers together (default 60)")
+    g.add_argument("--max-backlog", type=int, default=3000,
+                   help="producers wait while more acknowledged jobs than this are "
+                        "unfinished (default 3000)")
+    g.add_argument("--pad-bytes", type=int, default=0,
+                   help="extra bytes of padding in every payload (default 0)")
+    g.add_argument("--push-keys", dest="push_keys", action="store_true", default=False,
+                   help="give every job an idempotency key and push a failed batch again "
+                        "with the same keys (default: no per-job keys, no re-push; the "
+                        "client's own request keys must keep retried pushes from "
+                        "duplicating)")
+    g.add_argument("--no-push-keys", dest="push_keys", action="store_false",
+                   help="push without per-job idempotency keys (the default)")
+    g.add_argument("--claim-max", type=int, default=20, help="claim batches of 1..N (default 20)")
+    g.add_argument("--claim-wait-s", type=float, default=0.5,
+                   help="long-poll of a claim, s (default 0.5)")
+    g.add_argument("--job-lease-s", type=float, default=8.0,
+                   help="lease consumers ask for on claimed jobs, s (default 8)")
+    g.add_argument("--fail-prob", type=float, default=0.05,
+                   help="fraction of claimed jobs failed (retried later) (default 0.05)")
+    g.add_argument("--lapse-prob", type=float, default=0.02,
+                   help="fraction of claimed jobs left to lapse, as by a dead worker "
+                        "(default 0.02)")
+    g.add_argument("--max-attempts", type=int, default=10,
+                   help="queue setting max_attempts (default 10)")
+    g.add_argument("--client-timeout-s", type=float, default=5.0,
+                   help="QueueClient timeout_s per request (default 5)")
+    g.add_argument("--client-retry-s", type=float, default=5.0,
+                   help="QueueClient retry_s: how long it retries transient failures "
+                        "(default 5)")
+    g = p.add_argument_group("nemesis")
+    g.add_argument("--kills", type=int, default=3, help="kill -9 of the owner (default 3)")
+    g.add_argument("--pauses", type=int, default=1,
+                   help="SIGSTOP of the owner past the broker lease (default 1)")
+    g.add_argument("--competitors", type=int, default=1,
+                   help="extra brokers started on the store for a while (default 1)")
+    g.add_argument("--restart-min-s", type=float, default=0.5,
+                   help="a killed broker restarts after U(min, max) s (default 0.5)")
+    g.add_argument("--restart-max-s", type=float, default=3.0, help="(default 3)")
+    g.add_argument("--pause-extra-min-s", type=float, default=1.0,
+                   help="a pause lasts lease + U(min, max) s (default 1)")
+    g.add_argument("--pause-extra-max-s", type=float, default=3.0, help="(default 3)")
+    g = p.add_argument_group("storage faults (--store s3 or gcs)")
+    g.add_argument("--fault-rate", type=float, default=0.02,
+                   help="fraction of storage requests faulted during the chaos phase "
+                        "(default 0.02)")
+    g.add_argument("--fault-weights", default="",
+                   help="relative weights of the kinds, e.g. drop=2,error500=1,error503=1,"
+                        "delay=0.1 (the default)")
+    g.add_argument("--fault-delay-s", type=float, default=11.0,
+                   help="how long a delayed request is held, s; the broker's S3 read "
+                        "timeout is 10 s (default 11)")
+    g.add_argument("--fault-delay-then", choices=["forward", "drop", "mixed"], default="mixed",
+                   help="after the delay, forward the request or drop it unsent")
+    g = p.add_argument_group("drain and bar")
+    g.add_argument("--drain-timeout-s", type=float, default=180.0,
+                   help="give up draining after this long, s (default 180)")
+    g.add_argument("--require-bar", action="store_true",
+                   help="exit 4 if the acceptance figures miss the bar below")
+    g.add_argument("--bar-acked", type=int, default=20_000,
+                   help="acknowledged jobs wanted (default 20000)")
+    g.add_argument("--bar-kills", type=int, default=15,
+                   help="kills of the owner wanted (default 15)")
+    g.add_argument("--bar-pauses", type=int, default=5,
+                   help="pauses of the owner past its lease wanted (default 5)")
+    g.add_argument("--bar-competitors", type=int, default=1,
+                   help="competing brokers wanted (default 1)")
+    g.add_argument("--bar-fault-pct", type=float, default=1.0,
+                   help="S3: %% of storage requests faulted wanted, with at least one "
+                        "dropped answer of a landed PUT (default 1)")
+    g.add_argument("--bar-outage-extra-s", type=float, default=5.0,
+                   help="the bar for the outage after a kill is lease + this, s (default 5)")
+    return p
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse inconsistent options: SystemExit naming every problem."""
+    problems = []
+    if args.brokers < 1:
+        problems.append("--brokers must be >= 1")
+    if args.producers < 1 or args.consumers < 1:
+        problems.append("--producers and --consumers must be >= 1")
+    if args.seconds <= 0 or args.lease_s <= 0:
+        problems.append("--seconds and --lease-s must be > 0")
+    if min(args.kills, args.pauses, args.competitors) < 0:
+        problems.append("--kills, --pauses, --competitors must be >= 0")
+    if not 0 <= args.fault_rate <= 1:
+        problems.append("--fault-rate must be within [0, 1]")
+    if not 0 <= args.fail_prob + args.lapse_prob <= 1:
+        problems.append("--fail-prob + --lapse-prob must be within [0, 1]")
+    if args.claim_max < 1 or args.max_attempts < 1:
+        problems.append("--claim-max and --max-attempts must be >= 1")
+    if args.restart_min_s > args.restart_max_s or \
+            args.pause_extra_min_s > args.pause_extra_max_s:
+        problems.append("min delays must not exceed max delays")
+    if problems:  # exit status 2, as argparse gives (1 is "the check failed")
+        print("chaos: " + "; ".join(problems), file=sys.stderr)
+        raise SystemExit(2)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse the command line; a ``--preset`` supplies defaults that options override."""
+    parser = build_parser()
+    first = parser.parse_args(argv)
+    if first.preset:
+        parser.set_defaults(**PRESETS[first.preset])
+        return parser.parse_args(argv)
+    return first
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run once; the exit status (see the module docstring). A watchdog kills every
+    child and exits 3 after ``--max-runtime-s`` s."""
+    args = parse_args(argv)
+    check_args(args)
+    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                        ("AWS_DEFAULT_REGION", "us-east-1")):
+        os.environ.setdefault(name, value)  # moto's; the runner reads the store directly
+    max_runtime = args.max_runtime_s or (args.seconds + args.drain_timeout_s + 300
+                                         + 4 * args.broker_start_timeout_s)
+
+    def watchdog() -> None:
+        print(f"chaos: the run exceeded --max-runtime-s ({max_runtime:.0f}s); killing "
+              "everything", file=sys.stderr, flush=True)
+        CHILDREN.kill_all()
+        os._exit(3)
+
+    timer = threading.Timer(max_runtime, watchdog)
+    timer.daemon = True
+    timer.start()
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    with contextlib.suppress(ValueError):  # only in the main thread
+        signal.signal(signal.SIGTERM, on_term)
+    run = Run(args)
+    code = 2
+    try:
+        code = run.execute()
+    except KeyboardInterrupt:
+        print("chaos: interrupted", file=sys.stderr, flush=True)
+        code = 130
+    except Exception:
+        print(f"chaos: the run failed: {traceback.format_exc()}", file=sys.stderr, flush=True)
+        code = 2
+    finally:
+        timer.cancel()
+        if args.out and run.result:
+            write_result(Path(args.out), run.result)
+        run.cleanup(passed=code == 0)
+    return code
+

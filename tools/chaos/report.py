@@ -1,0 +1,189 @@
+"""What a run reports: its figures, the acceptance bar, the result (written as JSON by
+``--out``), the raw client records in the run directory, and the printed summary.
+All times and durations are in seconds since the run started."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tools.chaos.brokers import BrokerSlot
+from tools.chaos.clients import Recorder
+from tools.chaos.nemesis import Nemesis
+from tools.chaos.schedule import Event
+from tools.chaos.store import StoreSetup
+
+
+def acceptance_bar(args: argparse.Namespace, store_kind: str, check: dict[str, Any],
+                   owner_kills: int, owner_pauses: int, competitors: int,
+                   avail: dict[str, Any], fault_stats: dict[str, Any] | None
+                   ) -> dict[str, list[Any]]:
+    """The acceptance figures against ``--bar-*``: name -> [figure, wanted, met]
+    (the outage in seconds, the faulted share in %)."""
+    drop_landed = (fault_stats or {}).get("faults", {}).get("drop_landed", 0)
+    fault_pct = (fault_stats or {}).get("fault_pct", 0.0)
+    max_kill = avail["max_outage_after_owner_kill_s"]
+    bar = {
+        "acked": [check["acked"], args.bar_acked, check["acked"] >= args.bar_acked],
+        "owner_kills": [owner_kills, args.bar_kills, owner_kills >= args.bar_kills],
+        "owner_pauses_past_lease": [owner_pauses, args.bar_pauses,
+                                    owner_pauses >= args.bar_pauses],
+        "competing_brokers": [competitors, args.bar_competitors,
+                              competitors >= args.bar_competitors],
+        "max_outage_after_kill_s": [max_kill, args.lease_s + args.bar_outage_extra_s,
+                                    max_kill is not None and
+                                    max_kill <= args.lease_s + args.bar_outage_extra_s],
+    }
+    if store_kind != "file":
+        bar["fault_pct"] = [round(fault_pct, 3), args.bar_fault_pct,
+                            fault_pct >= args.bar_fault_pct]
+        bar["dropped_landed_puts"] = [drop_landed, 1, drop_landed >= 1]
+    return bar
+
+
+def bar_met(bar: dict[str, list[Any]]) -> bool:
+    """True if every figure of :func:`acceptance_bar` met its bar."""
+    return all(v[2] for v in bar.values())
+
+
+def build_result(args: argparse.Namespace, *, store: StoreSetup, slots: list[BrokerSlot],
+                 competitor: BrokerSlot, schedule: list[Event], nemesis: Nemesis,
+                 rec: Recorder, check: dict[str, Any], drained: dict[str, Any],
+                 fault_stats: dict[str, Any] | None, avail: dict[str, Any],
+                 timeline_s: dict[str, float], stuck: list[str], client_crashes: list[str],
+                 run_dir: Path) -> dict[str, Any]:
+    """Everything a run found, as written by ``--out``; ``ok`` is the verdict of the
+    store check and the drain. Marks ``drained`` unfinished when the check found
+    acknowledged jobs still pending or claimed."""
+    owner_kills = sum(1 for k in nemesis.kills if k["owner"])
+    owner_pauses = sum(1 for p in nemesis.pauses if p["owner"])
+    competitors = sum(1 for c in nemesis.competes if c["started"])
+    failures = {name: check[name] for name in
+                ("lost", "duplicated", "unexpected", "superseded", "double")}
+    if "state_error" in check:
+        failures["state_unreadable"] = 1
+    drained["acked_unfinished_at_check"] = check["acked_unfinished"]
+    if check["acked_unfinished"]:
+        drained["finished"] = False
+    ok = not any(failures.values()) and drained["finished"]
+    bar = acceptance_bar(args, store.kind, check, owner_kills, owner_pauses, competitors,
+                         avail, fault_stats)
+    starts = {s.name: {"starts": s.starts, "start_failures": s.start_failures}
+              for s in [*slots, competitor]}
+    return {
+        "ok": ok,
+        "failures": failures,
+        "config": vars(args),
+        "store": {"kind": store.kind, "broker_url": store.broker_url,
+                  "direct_url": store.direct_url},
+        "brokers": {s.name: s.url for s in [*slots, competitor]},
+        "timeline_s": timeline_s,
+        "schedule": [vars(e) for e in schedule],
+        "nemesis_log": nemesis.log,
+        "figures": {
+            "acked_jobs": check["acked"],
+            "owner_kills": owner_kills,
+            "kills_total": len(nemesis.kills),
+            "owner_pauses_past_lease": owner_pauses,
+            "pauses_total": len(nemesis.pauses),
+            "competing_brokers": competitors,
+            "broker_start_failures": sum(len(s.start_failures)
+                                         for s in [*slots, competitor]),
+            "client_counts": dict(rec.counts),
+            "client_errors": dict(rec.errors),
+            "client_error_samples": rec.error_samples,
+            "claimed_after_ok_complete": len(rec.claimed_after_complete),
+            "claim_payload_mismatch": len(rec.claim_mismatch),
+        },
+        "faults": fault_stats,
+        "availability": avail,
+        "drain": drained,
+        "check": check,
+        "bar": bar,
+        "broker_starts": starts,
+        "runner_problems": {"stuck_threads": stuck, "client_crashes": client_crashes,
+                            "nemesis_crashes": nemesis.crashes},
+        "run_dir": str(run_dir),
+    }
+
+
+def write_result(path: Path, result: dict[str, Any]) -> None:
+    """The result as indented JSON (``--out``)."""
+    path.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2, default=str))
+
+def write_records(run_dir: Path, rec: Recorder) -> None:
+    """The raw client records, for post-mortems (in the run directory)."""
+    with open(run_dir / "records.json", "wb") as f:
+        f.write(orjson.dumps({
+            "acked": rec.acked, "acked_t": rec.acked_t, "attempted": sorted(rec.attempted),
+            "claims": rec.claims,
+            "completions": [vars(c) for c in rec.completions],
+            "complete_unknown": rec.complete_unknown,
+            "push_failures": rec.push_failures,
+            "claimed_after_complete": rec.claimed_after_complete,
+            "claim_mismatch": rec.claim_mismatch[:1000],
+        }))
+
+
+def print_summary(r: dict[str, Any]) -> None:
+    """Print the run's figures, the store check, the bar and the verdict, from the
+    result of :func:`build_result` (times in seconds)."""
+    c, f, a = r["check"], r["figures"], r["availability"]
+    lines = [
+        "",
+        f"=== chaos run: store={r['store']['kind']} seed={r['config']['seed']} "
+        f"seconds={r['config']['seconds']} brokers={r['config']['brokers']} "
+        f"lease={r['config']['lease_s']}s ===",
+        f"jobs acknowledged      {c['acked']}  (attempted, not acknowledged: "
+        f"{c['attempted_not_acked']})",
+        f"completions ok/stale/unknown  {f['client_counts'].get('complete_ok', 0)} / "
+        f"{f['client_counts'].get('complete_stale', 0)} / "
+        f"{f['client_counts'].get('complete_unknown', 0)}",
+        f"owner kills            {f['owner_kills']}  (kills in all {f['kills_total']})",
+        f"pauses past the lease  {f['owner_pauses_past_lease']}  (in all "
+        f"{f['pauses_total']})",
+        f"competing brokers      {f['competing_brokers']}",
+        f"broker start failures  {f['broker_start_failures']}",
+    ]
+    if r["faults"]:
+        fs = r["faults"]
+        lines.append(f"storage requests       {fs.get('requests')}  faulted "
+                     f"{fs.get('faulted')} ({fs.get('fault_pct', 0):.2f}%): "
+                     + ", ".join(f"{k} {v}" for k, v in (fs.get("faults") or {}).items()))
+    kill_list = ", ".join(f"{k['outage_s']}" for k in a["kill_outages"])
+    pause_list = ", ".join(f"{p['outage_s']}" for p in a["pause_outages"])
+    lines += [
+        f"longest window without progress  {a['longest_gap_s']}s "
+        f"(at t={a['longest_gap_at_s']}s)",
+        f"outage after owner kill: max {a['max_outage_after_owner_kill_s']}s; each: "
+        f"[{kill_list}]",
+        f"outage after pause: [{pause_list}]",
+        f"drain                  {'finished' if r['drain']['finished'] else 'NOT FINISHED'}"
+        f" in {r['drain']['seconds']}s; left {r['drain']['left']}",
+        f"client errors          {sum(f['client_errors'].values())}: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(f["client_errors"].items())),
+        "--- store check ---",
+        f"lost {c['lost']}  duplicated {c['duplicated']}  unexpected {c['unexpected']} "
+        f"{c['unexpected_detail']}  superseded {c['superseded']} {c['superseded_detail']}  "
+        f"double {c['double']} (raw lines: {c['double_raw_lines']})",
+        f"also: archived-and-still-queued {c['archived_and_queued']}, stale answers for "
+        f"completions that landed {c['stale_answer_but_landed']}, claims of jobs already "
+        f"completed ok {f['claimed_after_ok_complete']}, archive objects "
+        f"{c['archive_objects']} ({c['archive_lines']} lines, "
+        f"{c['archive_lines_read']} as read), left in queue {c['queue_jobs_left']}",
+    ]
+    if "state_error" in c:
+        lines.append(f"QUEUE OBJECT UNREADABLE: {c['state_error']}")
+    lines.append("--- bar (figure, wanted, met) ---")
+    for name, (value, want, met) in r["bar"].items():
+        lines.append(f"{name:28s} {value!s:>10} {want!s:>10} {'yes' if met else 'NO'}")
+    problems = r["runner_problems"]
+    if any(problems.values()):
+        lines.append(f"RUNNER PROBLEMS: {problems}")
+    lines.append(f"RESULT: {'PASS' if r['ok'] else 'FAIL'} {r['failures']}"
+                 + ("" if r["drain"]["finished"] else " (drain not finished)"))
+    print("\n".join(lines), flush=True)
+

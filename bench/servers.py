@@ -27,8 +27,8 @@ try:
     from broker.http.server import BrokerServer
     from broker.service.settings import BrokerConfig
 except ImportError:  # a baseline from before broker/ had sub-packages (flat modules)
-    BrokerServer = importlib.import_module("broker." + "server").BrokerServer
-    BrokerConfig = importlib.import_module("broker." + "service").BrokerConfig
+    BrokerServer = importlib.import_module("broker.server").BrokerServer
+    BrokerConfig = importlib.import_module("broker.service").BrokerConfig
 
 
 class SlowWrites(FileStore):

@@ -1,4 +1,4 @@
-"""The HTTP API (SPEC section 5): serves the routes table of :mod:`broker.http.routes`.
+"""The HTTP API (docs/operations.md): serves the routes table of :mod:`broker.http.routes`.
 
 Errors are ``{"error": message, "code": stable_code}`` with the status of the
 error class (see :mod:`broker.errors`). Batch calls (heartbeat, complete,

@@ -46,8 +46,8 @@ Lease = Annotated[float | None, Field(ge=MIN_LEASE_S, le=MAX_LEASE_S,
 
 
 def _storable(value: Any) -> Any:
-    """A payload or result as the broker stores it: JSON of at most MAX_DEPTH levels."""
-    # the parsers' own check, so the two agree
+    """A payload or result as the broker stores it: JSON of at most MAX_DEPTH levels
+    (the parsers' own check, so the two agree)."""
     check_depth(orjson.dumps(value), "value")
     return value
 

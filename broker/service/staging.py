@@ -17,9 +17,10 @@ module knows nothing of queue ownership or the commit loop.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 from broker import paths
 from broker.errors import InvalidRequest, NotFound, OsqueueError
@@ -96,7 +97,7 @@ class Staging:
             if missing and once is None:
                 raise InvalidRequest(f"{len(missing)} staged chunk(s) are missing, e.g. "
                                      f"{missing[0]!r}; nothing was published")
-            chunks = await asyncio.gather(*(self._bulk(self._read, newest[w])
+            chunks = await asyncio.gather(*(self._read(newest[w])
                                             for w in keep if w in newest))
             gone = len(missing) + sum(c is None for c in chunks)
             jobs = [job for chunk in chunks if chunk is not None for job in chunk]
@@ -123,8 +124,18 @@ class Staging:
                 found[write_id] = key  # (this version's key over an 0.1 one)
         return found, every
 
-    def _read(self, key: str) -> Jobs | None:
-        """The jobs of a staging object, or None if it is gone (published meanwhile)."""
+    async def _read(self, key: str) -> Jobs | None:
+        """The jobs of a staging object, or None if it is gone (published meanwhile).
+        Only the parse runs with the collector paused, not the store calls."""
+        got = await self._io(self._fetch, key)
+        if not isinstance(got, bytes):
+            return got
+        return cast("Jobs", await self._bulk(
+            functools.partial(parse_staged, check=False, where=key), got))
+
+    def _fetch(self, key: str) -> Jobs | bytes | None:
+        """A staging object's jobs if this broker still holds them parsed, else its
+        bytes, or None if it is gone."""
         cached = self._cache.pop(key)
         try:
             if cached is not None and self.store.head(key) == cached[1]:
@@ -132,10 +143,9 @@ class Staging:
                 # content hashes (see ObjectStore.etags_differ_on_same_bytes) an
                 # equal etag means equal bytes, which parse to the same jobs.
                 return cached[0]
-            data = self.store.get(key)
+            return self.store.get(key)
         except NotFound:
             return None
-        return parse_staged(data, check=False, where=key)
 
     def _delete(self, keys_: list[str]) -> None:
         for key in keys_:

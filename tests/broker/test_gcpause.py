@@ -131,3 +131,43 @@ def test_the_brokers_entry_point_tunes_its_process() -> None:
         print(code, before[0], gc.get_threshold()[0])
     """)
     assert out.split() == ["2", "700", "50000"]
+
+
+def test_a_publish_pauses_the_collector_for_the_parse_not_the_store_calls(
+        broker_process: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A publish on a broker that does not hold the chunk parsed reads it from the
+    store with the collector running (a slow store must not keep it off) and
+    parses it with the collector paused; the chunk's jobs are pushed."""
+    from broker.service import staging
+    from broker.storage import FileStore
+    from tests.support.inprocess import run, started, stored
+
+    seen: dict[str, bool] = {}
+
+    class Watched(FileStore):
+        def get(self, key: str) -> bytes:
+            if "/staging/" in key:
+                seen["get"] = gc.isenabled()
+            return super().get(key)
+
+    parse = staging.parse_staged
+
+    def watched_parse(*args: object, **kwargs: object) -> object:
+        seen["parse"] = gc.isenabled()
+        return parse(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(staging, "parse_staged", watched_parse)
+    store = Watched(tmp_path)
+
+    async def main() -> None:
+        a = await started(store, "http://a")
+        b = await started(store, "http://b")
+        await a.stage("q", "w-1/p0-t0-c0", b'\t"one"\n\t"two"\n')
+        await b.publish("q", "w-1/", ["w-1/p0-t0-c0"], once="write:w-1/")
+        await b.stop(drain_s=5)
+        await a.stop(drain_s=5)
+
+    gc.enable()
+    run(main())
+    assert seen == {"get": True, "parse": False}
+    assert sorted(j.payload for j in stored(store).jobs.values()) == [b'"one"', b'"two"']

@@ -46,9 +46,9 @@ async def _disconnected(receive: Receive) -> None:
 
 
 async def _left(watch: asyncio.Task[None]) -> bool:
-    """Whether the client is gone. One turn of the event loop first: a
-    disconnect the server has seen reaches ``watch`` only then, and after it
-    the answer would be dropped unseen."""
+    """Whether the client has gone, looked at after one turn of the event loop: a
+    disconnect the server has already taken note of reaches ``watch`` only on
+    that turn, and an answer sent before it would be dropped unseen."""
     await asyncio.sleep(0)
     return watch.done()
 

@@ -6,6 +6,7 @@ there hands its jobs back, attempt not counted, its tokens stale."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import uuid
 from collections.abc import Awaitable, Iterator
@@ -25,7 +26,14 @@ from broker.storage import FileStore, ObjectStore
 from broker.storage.memory import MemoryStore
 from osqueue_spark import QueueClient
 from tests.support.broker_process import BrokerProcess, eventually
-from tests.support.faults import FaultyStore
+from tests.support.faults import (
+    LATE,
+    LOST_REPLY,
+    LOST_REPLY_412,
+    NOT_LANDED,
+    Clock,
+    FaultyStore,
+)
 from tests.support.inprocess import run, started, stored, until
 
 TOKEN = "claim-disconnect-token"
@@ -121,13 +129,18 @@ class Connection:
         return orjson.loads(self.sent[-1]["body"])
 
 
-def claim_call(app: App, conn: Connection, queue: str = "q") -> Awaitable[None]:
-    scope = {"type": "http", "method": "POST", "path": f"/v1/queues/{queue}/claim",
-             "headers": [(b"content-type", b"application/json")]}
+def claim_call(app: App, conn: Connection, key: bytes | None = None) -> Awaitable[None]:
+    """The app serving ``POST /v1/queues/q/claim`` on ``conn`` (``key``: its
+    Idempotency-Key)."""
+    headers = [(b"content-type", b"application/json")]
+    if key is not None:
+        headers.append((b"idempotency-key", key))
+    scope = {"type": "http", "method": "POST", "path": "/v1/queues/q/claim", "headers": headers}
     return app(scope, conn.receive, conn.send)
 
 
-CLAIM = {"worker": "gone", "max_jobs": 1, "lease_s": 600, "wait_s": 20}
+LEASE_S = 600
+CLAIM = {"worker": "gone", "max_jobs": 1, "lease_s": LEASE_S, "wait_s": 20}
 
 
 def _claimed_token(store: ObjectStore) -> str | None:
@@ -195,3 +208,107 @@ def test_a_claim_committed_as_its_client_left_hands_its_job_back() -> None:
             await broker.stop()
 
     run(main())
+
+
+def test_a_keyed_claim_retried_after_its_release_answers_no_jobs_at_once() -> None:
+    """The client's retry of a released claim (same Idempotency-Key) is answered
+    at once with no jobs, well before its wait_s: the released token is never
+    handed out, and the job waits, pending, for the next claim."""
+    async def main() -> None:
+        store = FaultyStore(MemoryStore())
+        broker = await started(store)
+        try:
+            await broker.push("q", [b'{"n":1}'])
+            app, conn = App(broker), Connection(CLAIM)
+            loop = asyncio.get_running_loop()
+            store.inject("write_if_match", None, times=None, after=lambda key: (
+                conn.leave_from_thread(loop) if _claimed_token(store.inner) else None))
+            await asyncio.wait_for(claim_call(app, conn, b"r-c1-1"), 5)
+            store.heal()
+            assert stored(store.inner).jobs[1].status == "pending"
+            retry = Connection(CLAIM)
+            await asyncio.wait_for(claim_call(app, retry, b"r-c1-1"), 5)  # wait_s is 20
+            assert retry.answer == {"jobs": []}
+            job = stored(store.inner).jobs[1]
+            assert job.status == "pending" and job.attempts == 0
+            got = await broker.claim("q", "w2", request="r-c2-1")
+            assert got[0].attempt == 1
+        finally:
+            await broker.stop()
+
+    run(main())
+
+
+@pytest.mark.parametrize("fault", [NOT_LANDED, LOST_REPLY, LOST_REPLY_412, LATE])
+def test_a_release_whose_write_fails_once_still_hands_the_job_back_once(fault: str) -> None:
+    """The release's own write times out before landing, lands with its reply
+    lost (or a 412 for the retry of a landed write), or lands late: the commit
+    loop resolves it, and the store ends with the one job pending, attempt not
+    counted, never released twice or lost."""
+    async def main() -> None:
+        store = FaultyStore(MemoryStore())
+        broker = await started(store)
+        try:
+            await broker.push("q", [b'{"n":1}'])
+            conn = Connection(CLAIM)
+            _fault_the_release(store, conn, asyncio.get_running_loop(), fault, times=1)
+            await asyncio.wait_for(claim_call(App(broker), conn), 10)
+            store.land_late()
+            assert conn.answer == {"jobs": []} and store.injected[-1][1] == fault
+            state = stored(store.inner)
+            assert len(state.jobs) == 1
+            job = state.jobs[1]
+            assert job.status == "pending" and job.attempts == 0 and job.lease is None
+            got = await broker.claim("q", "w2", lease_s=60)
+            assert got[0].attempt == 1
+        finally:
+            await broker.stop()
+
+    run(main())
+
+
+def test_a_release_that_cannot_be_written_leaves_the_job_to_its_lease(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Storage refuses every write of the release until the batch times out: the
+    call ends, the failure is logged, and the job stays claimed under the gone
+    client's lease (once in the store, not lost); when that lease expires it is
+    reclaimed and another worker gets it (attempt 2: the lease ran out)."""
+    async def main() -> None:
+        clock = Clock()
+        store = FaultyStore(MemoryStore())
+        broker = await started(store, clock=clock, commit_timeout_s=0.3)
+        try:
+            await broker.push("q", [b'{"n":1}'])
+            conn = Connection(CLAIM)
+            _fault_the_release(store, conn, asyncio.get_running_loop(), NOT_LANDED, times=None)
+            await asyncio.wait_for(claim_call(App(broker), conn), 10)
+            store.heal()
+            assert conn.answer == {"jobs": []}
+            job = stored(store.inner).jobs[1]
+            assert job.status == "claimed" and job.attempts == 1
+            assert job.lease is not None and job.lease.worker == "gone"
+            clock.advance(LEASE_S + 1)
+            got = await broker.claim("q", "w2", lease_s=60)
+            assert [j.id for j in got] == ["j0000000001"] and got[0].attempt == 2
+            state = stored(store.inner)
+            assert len(state.jobs) == 1 and state.jobs[1].lease is not None
+            assert state.jobs[1].lease.worker == "w2"
+        finally:
+            await broker.stop()
+
+    with caplog.at_level(logging.WARNING, logger="osqueue.http"):
+        run(main())
+    assert any("could not hand back" in r.getMessage() for r in caplog.records)
+
+
+def _fault_the_release(store: FaultyStore, conn: Connection, loop: asyncio.AbstractEventLoop,
+                       fault: str, times: int | None) -> None:
+    """Once the claim's write lands, make the client leave and fault the writes
+    after it (the release's): ``times`` of them, or all (None)."""
+    def leave_once_leased(key: str) -> None:
+        if _claimed_token(store.inner) is not None:
+            store.heal()
+            store.inject("write_if_match", fault, times=times)
+            conn.leave_from_thread(loop)
+
+    store.inject("write_if_match", None, times=None, after=leave_once_leased)

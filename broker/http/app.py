@@ -137,7 +137,7 @@ class App:
                 with gc_paused_for(len(body) // 64):
                     body = parse_json(body)
             handler = cast(HotHandler, route.handler)
-            return await handler(self.broker, queue, body, request)
+            return await handler(self.broker, queue, body, request, receive)
         except OsqueueError as exc:
             return exc.status, exc.to_dict()
         except Exception:  # never crash the broker on one request

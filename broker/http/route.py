@@ -13,7 +13,11 @@ from starlette.requests import Request
 from broker.service.coordinator import Broker
 
 RequestKey = tuple["str | None", "int | None"]  # (Idempotency-Key, Idempotency-Floor)
-HotHandler = Callable[[Broker, str, Any, RequestKey], Awaitable[tuple[int, Any]]]
+#: The ASGI ``receive`` of a request whose body was read: what is left to come is
+#: the client's ``http.disconnect`` (see :mod:`broker.http.disconnect`).
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+HotHandler = Callable[[Broker, str, Any, RequestKey, "Receive | None"],
+                      Awaitable[tuple[int, Any]]]
 RestHandler = Callable[[Broker, Request], Awaitable[Any]]
 
 #: How a route's body arrives: decoded JSON, staged lines (bytes), or either by

@@ -8,9 +8,11 @@ and a summary. :mod:`broker.http.app` serves the table.
 Two kinds of handler:
 
 * hot (``hot=True``: push, claim, heartbeat, complete, fail, stage, publish):
-  ``(broker, queue, body, request_key) -> (status, body)``, given the body
-  already decoded (or its bytes, for staged lines) and served without the
-  router (``bench/broker_bench.py``);
+  ``(broker, queue, body, request_key, receive) -> (status, body)``, given the
+  body already decoded (or its bytes, for staged lines) and the ASGI
+  ``receive`` (a long-poll claim watches it for its client leaving, see
+  :mod:`broker.http.disconnect`), served without the router
+  (``bench/broker_bench.py``);
 * the rest: ``(broker, request) -> body`` (a JSON-able value or a Response),
   served by Starlette's router.
 
@@ -31,9 +33,11 @@ from starlette.responses import Response
 from broker.errors import InvalidRequest, StaleToken
 from broker.gcpause import gc_paused_for
 from broker.http import openapi, parsers, schemas
+from broker.http.disconnect import claim_while_connected
 from broker.http.route import (
     JSON_OR_STAGED,
     STAGED,
+    Receive,
     RequestKey,
     Route,
 )
@@ -54,7 +58,8 @@ def _batch_answer(results: Sequence[ItemResult]) -> tuple[int, Any]:
     return stale.status, {**stale.to_dict(), **body}
 
 
-async def push(broker: Broker, queue: str, body: Any, key: RequestKey) -> tuple[int, Any]:
+async def push(broker: Broker, queue: str, body: Any, key: RequestKey,
+              receive: Receive | None = None) -> tuple[int, Any]:
     if isinstance(body, bytes):  # staged lines
         jobs = parse_staged(body, check=True,
                                 max_payload_bytes=broker.config.max_request_bytes, where="line")
@@ -63,35 +68,46 @@ async def push(broker: Broker, queue: str, body: Any, key: RequestKey) -> tuple[
     return 200, {"ids": await broker.push(queue, jobs, *key)}
 
 
-async def claim(broker: Broker, queue: str, body: Any, key: RequestKey) -> tuple[int, Any]:
+async def claim(broker: Broker, queue: str, body: Any, key: RequestKey,
+                receive: Receive | None = None) -> tuple[int, Any]:
     request, floor = key
-    jobs = await broker.claim(queue, **parsers.parse_claim(body), request=request, floor=floor)
+    args = parsers.parse_claim(body)
+    if args["wait_s"] and receive is not None:  # a long poll: its client may leave meanwhile
+        jobs = await claim_while_connected(broker, queue, receive, **args, request=request,
+                                           floor=floor)
+    else:
+        jobs = await broker.claim(queue, **args, request=request, floor=floor)
     with gc_paused_for(len(jobs)):
         return 200, {"jobs": parsers.claimed_to_json(jobs)}
 
 
-async def heartbeat(broker: Broker, queue: str, body: Any, key: RequestKey) -> tuple[int, Any]:
+async def heartbeat(broker: Broker, queue: str, body: Any, key: RequestKey,
+                   receive: Receive | None = None) -> tuple[int, Any]:
     tokens, lease_s = parsers.parse_heartbeat(body)
     return _batch_answer(await broker.heartbeat(queue, tokens, lease_s))
 
 
-async def complete(broker: Broker, queue: str, body: Any, key: RequestKey) -> tuple[int, Any]:
+async def complete(broker: Broker, queue: str, body: Any, key: RequestKey,
+                  receive: Receive | None = None) -> tuple[int, Any]:
     listed = body.get("items") if isinstance(body, dict) else None
     with gc_paused_for(len(listed) if isinstance(listed, list) else 0):
         items = parsers.parse_complete(body)
     return _batch_answer(await broker.complete(queue, items))
 
 
-async def fail(broker: Broker, queue: str, body: Any, key: RequestKey) -> tuple[int, Any]:
+async def fail(broker: Broker, queue: str, body: Any, key: RequestKey,
+              receive: Receive | None = None) -> tuple[int, Any]:
     return _batch_answer(await broker.fail(queue, parsers.parse_fail(body)))
 
 
-async def stage(broker: Broker, queue: str, body: bytes, key: RequestKey) -> tuple[int, Any]:
+async def stage(broker: Broker, queue: str, body: bytes, key: RequestKey,
+                receive: Receive | None = None) -> tuple[int, Any]:
     write_id, lines = parsers.parse_stage(body)
     return 200, {"staged": await broker.stage(queue, write_id, lines)}
 
 
-async def publish(broker: Broker, queue: str, body: Any, key: RequestKey) -> tuple[int, Any]:
+async def publish(broker: Broker, queue: str, body: Any, key: RequestKey,
+                 receive: Receive | None = None) -> tuple[int, Any]:
     prefix, keep, once = parsers.parse_publish(body)
     return 200, await broker.publish(queue, prefix, keep, once)
 
@@ -195,7 +211,9 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", f"{Q}/push", push, "Push jobs. With content type "
           f"{STAGED_CONTENT_TYPE} the body is staged lines (see stage)",
           S.PushRequest, S.Ids, hot=True, body=JSON_OR_STAGED, keyed=True),
-    Route("POST", f"{Q}/claim", claim, "Claim jobs (long-poll with wait_s)",
+    Route("POST", f"{Q}/claim", claim, "Claim jobs (long-poll with wait_s). If the client "
+          "disconnects before the answer is sent, the claim stops waiting and hands back any "
+          "jobs it got (pending again, the attempt not counted, the tokens stale)",
           S.ClaimRequest, S.Claimed, hot=True, keyed=True),
     Route("POST", f"{Q}/heartbeat", heartbeat, "Extend leases (409 if any token is stale)",
           S.HeartbeatRequest, S.Results, hot=True),

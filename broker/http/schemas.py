@@ -84,8 +84,10 @@ class ClaimRequest(Request):
     worker: Annotated[str, Field(min_length=1, max_length=MAX_WORKER_CHARS)]
     max_jobs: Annotated[int | None, Field(ge=1, le=MAX_CLAIM_JOBS)] = 1
     lease_s: Lease = DEFAULT_LEASE_S
-    wait_s: Annotated[float | None, Field(ge=0, le=MAX_WAIT_S,
-                                          description="long-poll for this many seconds")] = 0.0
+    wait_s: Annotated[float | None, Field(
+        ge=0, le=MAX_WAIT_S, description="long-poll for this many seconds, or until the "
+        "client disconnects (then any jobs claimed go back to pending, attempt not counted)")
+    ] = 0.0
 
 
 class HeartbeatRequest(Request):

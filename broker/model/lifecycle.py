@@ -8,7 +8,8 @@ between; this does the same for a job::
     (new) -push-> pending -claim-> claimed -complete-> completed -archived-> (gone)
                    ^   ^             |   |
                    |   '-retry, ----'   '-last attempt failed-> dead
-                   |     reclaim                                 |
+                   |     reclaim,                                |
+                   |     release                                 |
                    '------------------redrive--------------------'
     purge: pending, claimed or dead -> (gone)
 
@@ -64,7 +65,7 @@ GONE = "(gone)"  # removed from the state
 MOVES: dict[str, frozenset[str]] = {
     NEW: frozenset({PENDING}),  # push
     PENDING: frozenset({CLAIMED, GONE}),  # claim; purge
-    CLAIMED: frozenset({PENDING, DEAD, COMPLETED, GONE}),  # retry or reclaim; last try; purge
+    CLAIMED: frozenset({PENDING, DEAD, COMPLETED, GONE}),  # retry/reclaim/release; last try; purge
     DEAD: frozenset({PENDING, GONE}),  # redrive; purge
     COMPLETED: frozenset({GONE}),  # dropped once its archive object is written
 }

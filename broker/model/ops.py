@@ -138,6 +138,20 @@ class Fail:
 
 
 @dataclass(frozen=True, slots=True)
+class Release:
+    """Hand back, unworked, the jobs a claim leased to a caller that went away
+    before hearing the answer: each job still held under one of ``tokens``
+    goes back to pending where it stood (no backoff, no error, the attempt not
+    counted) and the token is stale from then on. A job no longer held under
+    its token (expired, reclaimed, claimed again) is left alone. ``request``:
+    the claim's request key; if a repeat of that claim was answered these
+    jobs (see :func:`broker.model.transitions.apply`), nothing is released."""
+
+    tokens: tuple[str, ...]
+    request: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Reclaim:
     """Return expired leases to pending (or dead); trim the key and receipt windows."""
 
@@ -219,8 +233,9 @@ class ClearBroker:
 
 
 Op = (
-    Push | PushPayloads | Claim | Heartbeat | Complete | Fail | Reclaim | DropArchived | Redrive
-    | Purge | SetPaused | Configure | TakeOver | RenewBroker | ClearBroker | ReadStats | ReadJobs
+    Push | PushPayloads | Claim | Heartbeat | Complete | Fail | Release | Reclaim | DropArchived
+    | Redrive | Purge | SetPaused | Configure | TakeOver | RenewBroker | ClearBroker | ReadStats
+    | ReadJobs
 )
 
 # -- results -------------------------------------------------------------------

@@ -126,6 +126,7 @@ class Request:
     kind: str  # one of KINDS
     data: list[int]  # push: runs of job seqs; claim: [first fence, count]; else: [count]
     enc: bytes | None = None
+    replayed: bool = False  # a claim's jobs were handed out again (in memory only)
 
     def encode(self) -> bytes:
         if self.enc is None:

@@ -11,9 +11,9 @@ Promises kept here (and checked by the property tests):
 
 * claim order: runnable pending jobs by priority (higher first), then run-at,
   then enqueue sequence; paused queues hand out nothing;
-* ``attempts`` counts claims; a job is claimed only while
-  ``attempts < max_attempts``; a failure or an expired lease on the last
-  attempt makes it ``dead``;
+* ``attempts`` counts claims (less those released unheard); a job is claimed
+  only while ``attempts < max_attempts``; a failure or an expired lease on the
+  last attempt makes it ``dead``;
 * a fencing token is valid only while its job is claimed under it and its
   lease has not expired at ``now_ms``; a stale token never completes,
   fails or extends a job;
@@ -97,6 +97,7 @@ from broker.model.ops import (
     ReadStats,
     Reclaim,
     Redrive,
+    Release,
     RenewBroker,
     Result,
     SetPaused,
@@ -113,7 +114,8 @@ __all__ = [
     "Claim", "ClearBroker", "Complete", "CompleteItem", "CompleteItems", "Configure",
     "DropArchived", "Fail", "FailItem", "Heartbeat", "ItemResult", "ItemResults", "LeasedJob",
     "LeasedJobs", "NewJob", "Op", "Purge", "Push",
-    "PushPayloads", "ReadJobs", "ReadStats", "Reclaim", "Redrive", "RenewBroker", "Result",
+    "PushPayloads", "ReadJobs", "ReadStats", "Reclaim", "Redrive", "Release", "RenewBroker",
+    "Result",
     "SetPaused", "TakeOver", "apply", "backoff_ms", "list_jobs", "live_job", "new_state",
     "next_wakeup_ms", "push_of", "stats",
 ]
@@ -289,7 +291,11 @@ def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
         raise InvalidRequest(f"worker must be a name of 1..{MAX_WORKER_CHARS} characters")
     earlier = idempotency.earlier(state, op.request, op.floor, R.CLAIM, now_ms)
     if earlier is not None:
-        return Result(jobs=_still_held(state, earlier[0], earlier[1], now_ms), replayed=True)
+        held = _still_held(state, earlier[0], earlier[1], now_ms)
+        receipt = state.receipts.requests.get(op.request or "")
+        if held and receipt is not None:  # this repeat holds them now: see _release
+            receipt.replayed = True
+        return Result(jobs=held, replayed=True)
     result = Result()
     if state.paused:
         return result
@@ -368,6 +374,25 @@ def _fail(state: QueueState, op: Fail, now_ms: int) -> Result:
     return result
 
 
+def _release(state: QueueState, op: Release, now_ms: int) -> Result:
+    """Return the jobs still held under ``op.tokens`` to pending, as if never
+    claimed (see :class:`Release`); ``ids`` and ``count`` say which."""
+    if op.request is not None:
+        receipt = state.receipts.requests.get(op.request)
+        if receipt is None or receipt.kind != R.CLAIM or receipt.replayed:
+            return Result()  # a repeat of the claim holds the jobs (or may): leave them
+    released: list[str] = []
+    for token in op.tokens:
+        job = live_job(state, token, now_ms)
+        if job is None:
+            continue  # expired, settled or claimed again: no longer this claim's
+        job.lease = None
+        job.attempts = max(0, job.attempts - 1)
+        move(state, job, PENDING, now_ms)  # where it stood: its run-at is unchanged
+        released.append(job.id)
+    return Result(changed=bool(released), ids=released, count=len(released))
+
+
 def _reclaim(state: QueueState, op: Reclaim, now_ms: int) -> Result:
     result = Result()
     promote_due(state, now_ms)  # so the delayed heap's head is always in the future
@@ -440,6 +465,7 @@ _HANDLERS: dict[type, Callable[[QueueState, Any, int], Result]] = {
     Heartbeat: _heartbeat,
     Complete: _complete,
     Fail: _fail,
+    Release: _release,
     Reclaim: _reclaim,
     DropArchived: _drop_archived,
     Redrive: _redrive,

@@ -58,12 +58,12 @@ from broker.model.ops import (
     FailItem,
     Heartbeat,
     LeasedJob,
-    LeasedJobs,
     NewJob,
     Purge,
     ReadJobs,
     ReadStats,
     Redrive,
+    Release,
     Result,
     SetPaused,
     push_of,
@@ -339,10 +339,12 @@ class Broker:
 
     async def claim(self, queue: str, worker: str, max_jobs: int = 1,
                     lease_s: float = DEFAULT_LEASE_S, wait_s: float = 0.0,
-                    request: str | None = None,
-                    floor: int | None = None) -> Sequence[LeasedJob]:
+                    request: str | None = None, floor: int | None = None,
+                    gone: asyncio.Future[Any] | None = None) -> Sequence[LeasedJob]:
         """Claim up to ``max_jobs``, waiting up to ``wait_s`` for one. ``request``:
-        the caller's key for this call; a repeat hands back the same jobs."""
+        the caller's key for this call; a repeat answers at once the jobs still held
+        under the first one's leases. ``gone``: done once the caller left; the wait
+        ends then (jobs claimed all the same go back with :meth:`release`)."""
         if wait_s < 0 or wait_s > self.config.max_wait_s:
             raise InvalidRequest(f"wait_s must be within [0, {self.config.max_wait_s}]")
         op = Claim(worker, max_jobs, round(lease_s * 1000), request, floor)
@@ -356,21 +358,28 @@ class Broker:
             try:
                 result = await self._submit(queue, "claim", op)
             except UnknownQueue:
-                jobs: Sequence[LeasedJob] = LeasedJobs()
-            else:
-                jobs = result.jobs
+                result = Result()
+            jobs = result.jobs  # (column-wise from a claim: see broker.model.columns)
             remaining = deadline - self.monotonic()
-            if jobs or remaining <= 0 or self._stopping:
-                return jobs  # (column-wise from a claim: see broker.model.columns)
+            if jobs or result.replayed or remaining <= 0 or self._stopping or (
+                    gone is not None and gone.done()):
+                return jobs
             if ready is None:
                 q = self._queues.get(queue)
                 if q is not None and q.loop.active:
                     continue  # served here since: claim again with its event
                 ready = created
+            woken = asyncio.ensure_future(ready.wait())
             try:
-                await asyncio.wait_for(ready.wait(), remaining)
-            except TimeoutError:
-                pass
+                await asyncio.wait((woken,) if gone is None else (woken, gone),
+                                   timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                woken.cancel()
+
+    async def release(self, queue: str, tokens: Sequence[str], request: str | None = None) -> int:
+        """Hand back the jobs of a claim (key ``request``) whose caller left unanswered
+        (:class:`broker.model.ops.Release`); how many. Raises what the commit raised."""
+        return int((await self._submit(queue, "release", Release(tuple(tokens), request))).count)
 
     async def heartbeat(self, queue: str, tokens: list[str],
                         lease_s: float = DEFAULT_LEASE_S) -> Sequence[ItemResult]:
@@ -486,15 +495,6 @@ class Broker:
 
     def refresh_gauges(self) -> None:
         for name, q in self._queues.items():
-            st = q.loop.stats
-            self.metrics.gauge("osqueue_commits_total", st.commits, queue=name)
-            self.metrics.gauge("osqueue_conflicts_total", st.conflicts, queue=name)
-            self.metrics.gauge("osqueue_unknown_outcomes_total", st.unknown_outcomes, queue=name)
-            self.metrics.gauge("osqueue_answered_unknown_total", st.answered_unknown,
-                               queue=name)
-            self.metrics.gauge("osqueue_step_downs_total", st.step_downs, queue=name)
-            self.metrics.gauge("osqueue_faults_total", st.faults, queue=name)
-            self.metrics.gauge("osqueue_serving", int(q.loop.active), queue=name)
-            if q.loop.state is not None and q.loop.active:
-                for status, n in q.loop.state.count_by_status().items():
-                    self.metrics.gauge("osqueue_jobs", n, queue=name, status=status)
+            state = q.loop.state if q.loop.active else None
+            self.metrics.queue_gauges(name, q.loop.stats, q.loop.active,
+                                      state.count_by_status() if state is not None else {})

@@ -38,6 +38,8 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from broker.commit.model import CommitStats
+
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000)
 
@@ -94,6 +96,17 @@ class Metrics:
         """Set figure ``name`` (a counter if it ends in ``_total``) for ``labels``."""
         with self._lock:
             self._gauges.setdefault(name, {})[tuple(sorted(labels.items()))] = value
+
+    def queue_gauges(self, queue: str, stats: CommitStats, serving: bool,
+                     jobs_by_status: dict[str, int]) -> None:
+        """Set one queue's figures: its commit loop's counters, whether this broker
+        serves it (owns it), and its jobs by status."""
+        for counter in ("commits", "conflicts", "unknown_outcomes", "answered_unknown",
+                        "step_downs", "faults"):
+            self.gauge(f"osqueue_{counter}_total", getattr(stats, counter), queue=queue)
+        self.gauge("osqueue_serving", int(serving), queue=queue)
+        for status, n in jobs_by_status.items():
+            self.gauge("osqueue_jobs", n, queue=queue, status=status)
 
     def exposition(self) -> bytes:
         """Every metric in the Prometheus text format (:data:`CONTENT_TYPE`)."""

@@ -88,8 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     def on_ready(server: BrokerServer) -> None:
         nonlocal ready
         ready = True
-        print(f"osqueue-broker {server.broker.id} ready on {server.url} (store {store.url})",
-              file=sys.stderr, flush=True)
+        print(printable(f"osqueue-broker {server.broker.id} ready on {server.url} "
+                        f"(store {store.url})"), file=sys.stderr, flush=True)
 
     try:
         server = BrokerServer(store, host, port, token=settings.bearer(),

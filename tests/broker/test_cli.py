@@ -77,3 +77,11 @@ def test_control_characters_in_its_messages_are_escaped(tmp_path: Path, where: s
     assert "\x1b" not in line and "\x07" not in line
     assert "st\\x1b]0;pwned\\x07\\x1b[2Jore" in line
     assert (root / "broken" / "queue.json").read_bytes() == b'{"format": "osqueue", "vers'
+
+
+def test_the_ready_line_escapes_the_store_path(tmp_path: Path) -> None:
+    root = tmp_path / "q\x1b[2J"
+    with BrokerProcess(f"file://{root}") as proc:
+        assert proc.url
+    ready = next(line for line in proc.lines if "ready on" in line)
+    assert "\x1b" not in ready and "q\\x1b[2J" in ready

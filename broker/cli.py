@@ -1,4 +1,4 @@
-"""``osqueue-broker`` / ``python -m broker``: run a broker over a store.
+r"""``osqueue-broker`` / ``python -m broker``: run a broker over a store.
 
 Example::
 
@@ -16,8 +16,10 @@ address).
 Every flag may come from an ``OSQUEUE_*`` variable instead (see :mod:`broker.config`);
 a flag wins over its variable.
 
-Exit status: 0 after a clean drain, 2 for bad arguments or a store or queue
-object it refuses to run on (the message says why; nothing was written).
+Exit status: 0 after a clean drain; 2 for bad arguments, a store it cannot open
+or refuses to run on (its self-test failed, a queue object it will not load) or
+an address it cannot listen on, each said in one line naming which (nothing was
+written); 1 if the store failed after it served.
 """
 
 from __future__ import annotations
@@ -33,15 +35,18 @@ from broker.config import BrokerSettings, env_of, problems
 from broker.errors import OsqueueError
 from broker.gcpause import tune_for_broker_process
 from broker.http.server import BrokerServer
-from broker.storage import store_from_url
+from broker.storage import shown_url, store_from_url
+from broker.text import plain, printable
 
 log = logging.getLogger("osqueue.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The flags; each leaves its field unset unless given, so its variable applies."""
-    p = argparse.ArgumentParser(prog="osqueue-broker", description=__doc__.splitlines()[0],
-                                argument_default=argparse.SUPPRESS)
+    doc = plain(__doc__ or "").splitlines()
+    p = argparse.ArgumentParser(prog="osqueue-broker", description=doc[0],
+                                epilog="\n".join(doc[2:]), argument_default=argparse.SUPPRESS,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     fields = BrokerSettings.model_fields
     for name in ("store", "listen", "advertise_url", "token_env", "endpoint_url", "lease_s",
                  "commit_timeout_s", "max_request_mb", "log_level"):
@@ -67,25 +72,48 @@ def main(argv: list[str] | None = None) -> int:
         settings = BrokerSettings.load(vars(args))
     except ValidationError as exc:
         for line in problems(exc):
-            print(f"osqueue-broker: {line}", file=sys.stderr)
+            say(line)
         return 2
     logs.setup(settings.log_level)
-    host, port = settings.host, settings.port
+    shown = shown_url(settings.store)
     try:
         store = store_from_url(settings.store, endpoint_url=settings.endpoint_url)
-        server = BrokerServer(
-            store, host, port, token=settings.bearer(), config=settings.broker_config(),
-            advertise_url=settings.advertise_url,
-            on_ready=lambda s: print(f"osqueue-broker {s.broker.id} ready on {s.url} "
-                                     f"(store {store.url})", file=sys.stderr, flush=True))
-        server.run()
     except OsqueueError as exc:
-        print(f"osqueue-broker: refusing to start: {exc.message} [{exc.code}]", file=sys.stderr)
-        return 2
+        return say(f"refusing to start: cannot open store {shown}: {exc.message} [{exc.code}]")
     except OSError as exc:
-        print(f"osqueue-broker: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
-        return 2
+        return say(f"cannot open store {shown}: {exc}")
+    host, port = settings.host, settings.port
+    ready = False
+
+    def on_ready(server: BrokerServer) -> None:
+        nonlocal ready
+        ready = True
+        print(printable(f"osqueue-broker {server.broker.id} ready on {server.url} "
+                        f"(store {store.url})"), file=sys.stderr, flush=True)
+
+    try:
+        server = BrokerServer(store, host, port, token=settings.bearer(),
+                              config=settings.broker_config(),
+                              advertise_url=settings.advertise_url, on_ready=on_ready)
+    except OSError as exc:
+        store.close()
+        return say(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+    try:
+        server.run()  # the store's self-test and every queue object's load come first
+    except (OsqueueError, OSError) as exc:
+        what = f"{exc.message} [{exc.code}]" if isinstance(exc, OsqueueError) else str(exc)
+        if ready:
+            say(f"stopped on store {shown}: {what}")
+            return 1
+        return say(f"refusing to start on store {shown}: {what}")
     return 0
+
+
+def say(line: str) -> int:
+    """Write one ``osqueue-broker: ...`` line to stderr, control characters escaped
+    (a store URL or an object's text could hold terminal escapes); return exit status 2."""
+    print(f"osqueue-broker: {printable(line)}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.errors import OsqueueError
+from broker.errors import OsqueueError, StaleToken
 from osqueue_spark.client import ClaimedJob, ItemResult, QueueClient
 from osqueue_spark.embedded import start_broker
 
@@ -21,6 +21,7 @@ __all__ = [
     "ItemResult",
     "OsqueueError",
     "QueueClient",
+    "StaleToken",
     "process",
     "push_partition",
     "register",
@@ -30,8 +31,23 @@ __all__ = [
 __version__ = "0.1.0"
 
 
+#: What the Spark names need: the ``spark`` extra.
+_SPARK_MODULES = ("pyspark", "pandas", "pyarrow", "py4j")
+
+
 def __getattr__(name: str) -> Any:
     # Spark-side helpers import pyspark lazily, so the client works without it.
+    try:
+        return _spark_name(name)
+    except ImportError as exc:
+        if (exc.name or "").partition(".")[0] not in _SPARK_MODULES:
+            raise
+        raise ImportError(f"osqueue_spark.{name} needs the spark extra ({exc.name} is "
+                          "missing): pip install 'osqueue-spark[spark]'",
+                          name=exc.name) from None
+
+
+def _spark_name(name: str) -> Any:
     if name in ("register",):
         from osqueue_spark.datasource.source import register
 

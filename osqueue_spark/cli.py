@@ -10,10 +10,14 @@
     osqueue --queue jobs pause | resume
 
 The broker URL comes from ``--broker`` or ``OSQUEUE_BROKER``; a bearer token
-from the variable named by ``--token-env`` (default ``OSQUEUE_TOKEN``).
-Exit status: 0 on success, 1 when the broker refused, 2 for bad arguments
-(a payload that is not JSON, a file that cannot be read), each said in one line.
-Tables and progress bars are drawn by rich; ``--json`` prints plain JSON for scripts.
+from ``OSQUEUE_TOKEN``, or from the variable ``--token-env`` names (which must
+then be set). ``--json`` (before or after the command) prints plain JSON for
+scripts; otherwise tables and progress bars, control characters in the
+queue's text shown as escapes (``\x1b``). A broker that cannot be reached is
+reported at once, not retried.
+Exit status: 0 on success, 1 when the broker refused or cannot be reached, 2
+for bad arguments (a payload that is not JSON, a file that cannot be read, a
+bad broker URL or queue name, an unset token variable), each said in one line.
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import IO, Any
+from urllib.parse import urlsplit
 
 from rich import box
 from rich.console import Console
@@ -32,12 +37,24 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from broker.errors import OsqueueError
+from broker.errors import BrokerUnreachable, InvalidRequest, OsqueueError
+from broker.text import plain, printable
 from osqueue_spark.client import QueueClient
+from osqueue_spark.transport import Response, Urllib3Transport
 
 
 class UsageError(Exception):
     """A bad argument: said in one line, exit status 2."""
+
+
+def say(text: str, file: IO[str] | None = None) -> None:
+    """Print one human-readable line (stdout), control characters escaped."""
+    print(printable(text), file=file or sys.stdout)
+
+
+def dump(value: Any) -> None:
+    """Print ``value`` as JSON (``--json``): the encoder escapes control characters."""
+    print(json.dumps(value, indent=2))
 
 
 def console(file: IO[str] | None = None) -> Console:
@@ -53,7 +70,7 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> Table:
     for header in headers:
         grid.add_column(header, no_wrap=True)
     for row in rows:
-        grid.add_row(*(Text("" if c is None else str(c)) for c in row))
+        grid.add_row(*(Text("" if c is None else printable(str(c))) for c in row))
     return grid
 
 
@@ -114,7 +131,8 @@ def cmd_push(client: QueueClient, args: argparse.Namespace) -> int:
     show = total is None or total >= args.batch_size
     bar: Progress | None = _progress(total) if show else None
     shown: AbstractContextManager[Any] = bar if bar is not None else nullcontext()
-    ids: list[str] = []
+    ids: list[str] = []  # every id when they are shown, else the last batch's
+    keep = args.json or (total is not None and total <= 20)
     with shown:
         task = bar.add_task("push", total=total) if bar is not None else None
         for n, payload in enumerate(payloads):
@@ -124,27 +142,36 @@ def cmd_push(client: QueueClient, args: argparse.Namespace) -> int:
                 job["key"] = f"{args.key_prefix}{n}"
             batch.append(job)
             if len(batch) >= args.batch_size or (total is not None and n + 1 == total):
-                ids = client.push_many(batch, batch_size=args.batch_size)
-                done += len(ids)
+                got = client.push_many(batch, batch_size=args.batch_size)
+                ids = [*ids, *got] if keep else got
+                done += len(got)
                 batch = []
                 if bar is not None and task is not None:
                     bar.update(task, completed=done)
         if batch:
-            ids = client.push_many(batch, batch_size=args.batch_size)
-            done += len(ids)
+            got = client.push_many(batch, batch_size=args.batch_size)
+            ids = [*ids, *got] if keep else got
+            done += len(got)
             if bar is not None and task is not None:
                 bar.update(task, completed=done)
-    if total is not None and total <= 20:
+    if args.json:
+        dump({"queue": client.queue, "pushed": done, "ids": ids})
+        return 0
+    if keep:
         for i in ids:
-            print(i)
-    print(f"pushed {done} job(s) to {client.queue}")
+            say(i)
+    # The answer gives an id per job, the existing job's for a key already present:
+    # whether a keyed job was new cannot be told from it.
+    say(f"pushed {done} job(s) to {client.queue}" if not args.key_prefix else
+        f"pushed {done} keyed job(s) to {client.queue}; a key already present added "
+        "nothing (its job's id is the one returned)")
     return 0
 
 
 def cmd_stats(client: QueueClient, args: argparse.Namespace) -> int:
     s = client.stats()
     if args.json:
-        print(json.dumps(s, indent=2))
+        dump(s)
         return 0
     rows = [(k, v) for k, v in s["counts"].items()]
     rows += [("total", s["total"]), ("paused", s["paused"]),
@@ -160,7 +187,7 @@ def cmd_stats(client: QueueClient, args: argparse.Namespace) -> int:
 def cmd_jobs(client: QueueClient, args: argparse.Namespace) -> int:
     jobs = client.jobs(args.status, args.limit, args.after)
     if args.json:
-        print(json.dumps(jobs, indent=2))
+        dump(jobs)
         return 0
     rows = []
     for j in jobs:
@@ -176,94 +203,182 @@ def cmd_jobs(client: QueueClient, args: argparse.Namespace) -> int:
 
 def cmd_redrive(client: QueueClient, args: argparse.Namespace) -> int:
     n = client.redrive(args.ids or None)
-    print(f"redrove {n} dead job(s) in {client.queue}")
+    asked = len(set(args.ids))
+    if args.json:
+        dump({"queue": client.queue, "redriven": n, "asked": asked or None})
+    else:
+        say(f"redrove {n} dead job(s) in {client.queue}")
+    if n < asked:  # the answer is a count: which ids were left is not known
+        say(f"osqueue redrive: {asked - n} of the {asked} id(s) given were not redriven: "
+            "not dead, or no such job", sys.stderr)
     return 0
 
 
 def cmd_purge(client: QueueClient, args: argparse.Namespace) -> int:
     statuses = args.status or ["pending", "dead"]
     if not args.yes:
-        print(f"osqueue purge: this deletes every {'/'.join(statuses)} job of {client.queue}; "
-              "add --yes to do it", file=sys.stderr)
+        say(f"osqueue purge: this deletes every {'/'.join(statuses)} job of {client.queue}; "
+            "add --yes to do it", sys.stderr)
         return 2
-    print(f"purged {client.purge(statuses)} job(s) from {client.queue}")
+    n = client.purge(statuses)
+    if args.json:
+        dump({"queue": client.queue, "purged": n})
+    else:
+        say(f"purged {n} job(s) from {client.queue}")
     return 0
 
 
 def cmd_pause(client: QueueClient, args: argparse.Namespace) -> int:
     client.pause()
-    print(f"{client.queue}: paused (claims return nothing until resume)")
+    if args.json:
+        dump({"queue": client.queue, "paused": True})
+    else:
+        say(f"{client.queue}: paused (claims return nothing until resume)")
     return 0
 
 
 def cmd_resume(client: QueueClient, args: argparse.Namespace) -> int:
     client.resume()
-    print(f"{client.queue}: resumed")
+    if args.json:
+        dump({"queue": client.queue, "paused": False})
+    else:
+        say(f"{client.queue}: resumed")
     return 0
 
 
+class _FailFast:
+    """The default transport for one-shot commands: once every way to the broker
+    failed to connect (each URL given, and the store's owner with ``--store``), that
+    is said at once instead of retried for ``retry_s`` (a broker that is down)."""
+
+    def __init__(self, ways: int) -> None:
+        self._inner = Urllib3Transport(pool_size=4)
+        self._left = ways
+
+    def send(self, method: str, url: str, headers: Mapping[str, str], body: bytes | None,
+             timeout_s: float) -> Response:
+        try:
+            return self._inner.send(method, url, headers, body, timeout_s)
+        except BrokerUnreachable as exc:
+            self._left -= 1
+            if self._left > 0:
+                raise
+            raise _Unreachable(exc.message) from None
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class _Unreachable(BrokerUnreachable):
+    retryable = False
+
+
+def _positive(text: str) -> int:
+    """An argparse type: a whole number > 0."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text[:20]!r}") from None
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {n}")
+    return n
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="osqueue", description=__doc__.splitlines()[0],
+    doc = plain(__doc__ or "").splitlines()
+    p = argparse.ArgumentParser(prog="osqueue", description=doc[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="\n".join(__doc__.splitlines()[2:]))
+                                epilog="\n".join(doc[2:]))
     p.add_argument("--broker", default=os.environ.get("OSQUEUE_BROKER"),
-                   help="broker URL (default: $OSQUEUE_BROKER)")
-    p.add_argument("--queue", "-q", default=os.environ.get("OSQUEUE_QUEUE", "default"))
-    p.add_argument("--token-env", default="OSQUEUE_TOKEN",
-                   help="variable holding the bearer token (default OSQUEUE_TOKEN)")
+                   help="broker URL, or several comma-separated (default: $OSQUEUE_BROKER)")
+    p.add_argument("--queue", "-q", default=os.environ.get("OSQUEUE_QUEUE", "default"),
+                   help="queue name (default: $OSQUEUE_QUEUE, else default)")
+    p.add_argument("--token-env", metavar="VAR",
+                   help="variable holding the bearer token, which must be set "
+                        "(default: OSQUEUE_TOKEN, if set)")
     p.add_argument("--store", help="store URL, to find a broker that moved")
+    p.add_argument("--json", action="store_true", help="print plain JSON (for scripts)")
     sub = p.add_subparsers(dest="command", required=True)
 
-    push = sub.add_parser("push", help="enqueue JSON payloads")
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        # --json after the command too; SUPPRESS keeps the global one when not given here
+        cmd = sub.add_parser(name, help=help)
+        cmd.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                         help="print plain JSON (for scripts)")
+        return cmd
+
+    push = command("push", "enqueue JSON payloads")
     push.add_argument("payloads", nargs="*", help="JSON payloads")
     push.add_argument("--file", "-f", help="a file of JSON lines, or - for stdin")
     push.add_argument("--priority", type=int, default=0)
     push.add_argument("--delay-s", type=float, default=0.0)
     push.add_argument("--key-prefix", help="idempotency keys PREFIX<line number> (safe re-runs)")
-    push.add_argument("--batch-size", type=int, default=1000)
+    push.add_argument("--batch-size", type=_positive, default=1000, help="jobs per request")
     push.set_defaults(fn=cmd_push)
 
-    stats = sub.add_parser("stats", help="counts and figures")
-    stats.add_argument("--json", action="store_true")
-    stats.set_defaults(fn=cmd_stats)
+    command("stats", "counts and figures").set_defaults(fn=cmd_stats)
 
     for name, limit in (("jobs", 100), ("peek", 10)):
-        jp = sub.add_parser(name, help="list jobs" if name == "jobs" else "the first few jobs")
-        jp.add_argument("--status", choices=["pending", "claimed", "dead"])
-        jp.add_argument("--limit", type=int, default=limit)
+        jp = command(name, "list jobs" if name == "jobs" else "the first few jobs")
+        jp.add_argument("--status", choices=["pending", "claimed", "dead", "completed"])
+        jp.add_argument("--limit", type=_positive, default=limit)
         jp.add_argument("--after", help="page after this job id")
-        jp.add_argument("--json", action="store_true")
         jp.set_defaults(fn=cmd_jobs)
 
-    rd = sub.add_parser("redrive", help="return dead jobs (all, or the ids given) to pending")
+    rd = command("redrive", "return dead jobs (all, or the ids given) to pending")
     rd.add_argument("ids", nargs="*")
     rd.set_defaults(fn=cmd_redrive)
 
-    pg = sub.add_parser("purge", help="delete jobs by status (default pending and dead)")
+    pg = command("purge", "delete jobs by status (default pending and dead)")
     pg.add_argument("--status", action="append",
                     choices=["pending", "claimed", "dead"])
     pg.add_argument("--yes", action="store_true", help="really delete")
     pg.set_defaults(fn=cmd_purge)
 
-    sub.add_parser("pause", help="stop handing out jobs").set_defaults(fn=cmd_pause)
-    sub.add_parser("resume", help="hand out jobs again").set_defaults(fn=cmd_resume)
+    command("pause", "stop handing out jobs").set_defaults(fn=cmd_pause)
+    command("resume", "hand out jobs again").set_defaults(fn=cmd_resume)
     return p
+
+
+def _client(args: argparse.Namespace) -> QueueClient:
+    """The client the arguments describe; ``UsageError`` for a bad broker URL, queue
+    name or an unset ``--token-env`` variable."""
+    if not args.broker:
+        raise UsageError("osqueue: no broker: pass --broker URL or set OSQUEUE_BROKER")
+    token = os.environ.get(args.token_env or "OSQUEUE_TOKEN") or None
+    if args.token_env and token is None:
+        raise UsageError(f"osqueue: --token-env names {args.token_env[:40]}, which is unset "
+                         "or empty")
+    urls = [u.strip() for u in args.broker.split(",") if u.strip()]
+    for url in urls:
+        try:
+            parts = urlsplit(url)
+            if parts.scheme in ("http", "https") and parts.hostname:
+                parts.port  # noqa: B018 - raises ValueError for a bad port
+                continue
+        except ValueError:
+            pass
+        shown = url if len(url) <= 40 else url[:37] + "..."
+        raise UsageError(f"osqueue: --broker wants http(s)://host:port, got {shown!r}")
+    try:
+        return QueueClient(urls, args.queue, token=token, store=args.store, retry_s=10,
+                           transport=_FailFast(len(urls) + (args.store is not None)))
+    except InvalidRequest as exc:
+        raise UsageError(f"osqueue: {exc.message}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if not args.broker:
-        print("osqueue: no broker: pass --broker URL or set OSQUEUE_BROKER", file=sys.stderr)
-        return 2
     try:
-        client = QueueClient(args.broker, args.queue, token=os.environ.get(args.token_env),
-                             store=args.store, retry_s=10)
-        return int(args.fn(client, args))
+        client = _client(args)
+        with client:
+            return int(args.fn(client, args))
     except UsageError as exc:
-        print(exc, file=sys.stderr)
+        say(str(exc), sys.stderr)
         return 2
     except OsqueueError as exc:
-        print(f"osqueue: {exc.message} [{exc.code}]", file=sys.stderr)
+        code = "" if exc.code == OsqueueError.code else f" [{exc.code}]"
+        say(f"osqueue: {exc.message}{code}", sys.stderr)
         return 1
 
 

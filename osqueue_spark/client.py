@@ -44,6 +44,7 @@ from broker.errors import (
     InvalidRequest,
     NotTheBroker,
     OsqueueError,
+    StaleToken,
     from_dict,
 )
 from broker.retry import retrying
@@ -239,8 +240,9 @@ class QueueClient:
             return orjson.loads(answer) if answer else None
         try:
             parsed = orjson.loads(answer)
-        except orjson.JSONDecodeError:
-            parsed = {"error": f"HTTP {status}: {answer[:200]!r}", "code": ""}
+        except orjson.JSONDecodeError:  # not a broker's error (a proxy's page): its first line
+            text = answer[:200].decode("utf-8", "replace").strip().split("\n", 1)[0]
+            parsed = {"error": f"HTTP {status}: {text or 'no error body'}", "code": ""}
         if not isinstance(parsed, dict):
             parsed = {"error": f"HTTP {status}", "code": ""}
         if status == 409 and "results" in parsed:
@@ -338,24 +340,35 @@ class QueueClient:
         fields, new = _CLAIMED_FIELDS, tuple.__new__
         return [new(ClaimedJob, fields(j)) for j in out["jobs"]]
 
-    def heartbeat(self, tokens: Sequence[str], lease_s: float = 30.0) -> list[ItemResult]:
+    def heartbeat(self, tokens: Sequence[str], lease_s: float = 30.0, *,
+                  raise_on_stale: bool = False) -> list[ItemResult]:
+        """Extend the leases of ``tokens`` to ``lease_s`` s from now; refusals as for complete."""
         out = self.request("POST", self._q("heartbeat"),
                            {"tokens": list(tokens), "lease_s": lease_s})
-        return _items(out)
+        return _checked(_items(out), raise_on_stale)
 
-    def complete(self, token: str, result: Any = None) -> ItemResult:
-        return self.complete_many([(token, result)])[0]
+    def complete(self, token: str, result: Any = None, *,
+                 raise_on_stale: bool = False) -> ItemResult:
+        """Complete the job ``token`` holds. A token that no longer holds its job (lease
+        ran out, job claimed again) gets ``ok=False`` and a reason and does not raise,
+        unless ``raise_on_stale``: then ``StaleToken`` names every refused token."""
+        return self.complete_many([(token, result)], raise_on_stale=raise_on_stale)[0]
 
-    def complete_many(self, items: Iterable[tuple[str, Any]]) -> list[ItemResult]:
+    def complete_many(self, items: Iterable[tuple[str, Any]], *,
+                      raise_on_stale: bool = False) -> list[ItemResult]:
         body = {"items": [{"token": t, "result": r} for t, r in items]}
-        return _items(self.request("POST", self._q("complete"), body))
+        return _checked(_items(self.request("POST", self._q("complete"), body)), raise_on_stale)
 
-    def fail(self, token: str, error: str = "", retry_in_s: float | None = None) -> ItemResult:
-        return self.fail_many([(token, error, retry_in_s)])[0]
+    def fail(self, token: str, error: str = "", retry_in_s: float | None = None, *,
+             raise_on_stale: bool = False) -> ItemResult:
+        """Fail the job ``token`` holds (retried after ``retry_in_s`` s, or the queue's
+        backoff; dead after its last attempt); refusals as for :meth:`complete`."""
+        return self.fail_many([(token, error, retry_in_s)], raise_on_stale=raise_on_stale)[0]
 
-    def fail_many(self, items: Iterable[tuple[str, str, float | None]]) -> list[ItemResult]:
+    def fail_many(self, items: Iterable[tuple[str, str, float | None]], *,
+                  raise_on_stale: bool = False) -> list[ItemResult]:
         body = {"items": [{"token": t, "error": e, "retry_in_s": r} for t, e, r in items]}
-        return _items(self.request("POST", self._q("fail"), body))
+        return _checked(_items(self.request("POST", self._q("fail"), body)), raise_on_stale)
 
     def stats(self) -> dict[str, Any]:
         return dict(self.request("GET", self._q("stats")))
@@ -452,6 +465,18 @@ def _items(out: dict[str, Any]) -> list[ItemResult]:
     new = tuple.__new__
     return [new(ItemResult, (r["token"], r["ok"], r.get("reason"), r.get("status")))
             for r in out["results"]]
+
+
+def _checked(results: list[ItemResult], raise_on_stale: bool) -> list[ItemResult]:
+    """``results``; with ``raise_on_stale``, ``StaleToken`` if any token was refused
+    (``details``: the refused ``tokens`` and their ``reasons``; the others acted)."""
+    refused = [r for r in results if not r.ok] if raise_on_stale else []
+    if refused:
+        named = ", ".join(f"{r.token} ({r.reason})" for r in refused[:3])
+        raise StaleToken(f"{len(refused)} of {len(results)} token(s) refused: {named}"
+                         + (" ..." if len(refused) > 3 else ""),
+                         tokens=[r.token for r in refused], reasons=[r.reason for r in refused])
+    return results
 
 
 def _chunks(items: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:

@@ -85,7 +85,7 @@ class Urllib3Transport:
         except (urllib3.exceptions.NewConnectionError,
                 urllib3.exceptions.ConnectTimeoutError) as exc:
             raise BrokerUnreachable(
-                f"cannot reach broker at {_origin(url)}: {type(exc).__name__}") from None
+                f"cannot reach broker at {_origin(url)}: {_why(exc)}") from None
         except urllib3.exceptions.HTTPError as exc:
             raise BrokerUnavailable(
                 f"request to {_origin(url)} failed after sending: {type(exc).__name__}") from None
@@ -112,6 +112,14 @@ class MockTransport:
 
     def close(self) -> None:
         pass
+
+
+def _why(exc: Exception) -> str:
+    """Why a connection failed: the system's reason ("Connection refused", "Name or
+    service not known") when there is one, and urllib3's class."""
+    cause = exc.__cause__
+    reason = cause.strerror if isinstance(cause, OSError) else None
+    return f"{reason} ({type(exc).__name__})" if reason else type(exc).__name__
 
 
 def _origin(url: str) -> str:

@@ -59,6 +59,41 @@ def test_five_minute_example_runs_twice_as_it_says(tmp_path: Path) -> None:
     assert (tmp_path / "queues" / "docs" / "queue.json").is_file()
 
 
+#: As if pyspark were not installed: every ``import pyspark...`` raises the
+#: ModuleNotFoundError a missing package raises (naming it).
+PYSPARK_MISSING = """
+import sys
+
+class Missing:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "pyspark":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, Missing())
+"""
+
+
+def test_the_examples_imports_need_no_pyspark_and_spark_names_say_what_to_install() -> None:
+    code = block_after("readme-example", "python")
+    imports = "\n".join(line for line in code.splitlines()
+                        if line.startswith(("import ", "from ")))
+    assert "from osqueue_spark import" in imports
+    check = PYSPARK_MISSING + imports + """
+try:
+    from osqueue_spark import register
+except ImportError as exc:
+    print(exc)
+print("pyspark" in sys.modules)
+"""
+    proc = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "osqueue_spark.register needs the spark extra (pyspark is missing): "
+        "pip install 'osqueue-spark[spark]'", "False"]
+
+
 def test_readme_is_short_and_self_contained() -> None:
     text = README.read_text(encoding="utf-8")
     words = len(text.split())

@@ -22,19 +22,30 @@
   (the ``azure`` extra). Query options ``endpoint=`` (the Blob endpoint, e.g.
   Azurite's), ``timeout_s=`` and ``retries=`` as for S3; credentials only from
   the environment (see :mod:`broker.storage.azure`).
+
+Credentials never go in a store URL: a user or password before the host, or in an
+``endpoint=`` option or ``endpoint_url``, is refused with ``InvalidRequest`` (and
+not repeated); every message quotes the URL as :func:`shown_url` shows it.
 """
 
 from __future__ import annotations
 
 import threading
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import SplitResult, parse_qs, urlsplit
 
 from broker.errors import InvalidRequest, StorageRefused
 from broker.storage.base import Data, ObjectStore, Versioned, as_bytes, data_len
 from broker.storage.files import FileStore
 from broker.storage.memory import MemoryStore
 from broker.storage.s3 import S3Store
-from broker.storage.urlopts import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S, positive, query_options
+from broker.storage.urlopts import (
+    DEFAULT_RETRIES,
+    DEFAULT_TIMEOUT_S,
+    positive,
+    query_options,
+    refuse_user_info,
+    shown_url,
+)
 
 __all__ = [
     "Data",
@@ -45,6 +56,7 @@ __all__ = [
     "Versioned",
     "as_bytes",
     "data_len",
+    "shown_url",
     "store_from_url",
 ]
 
@@ -56,18 +68,22 @@ _memory_lock = threading.Lock()
 
 
 def store_from_url(url: str, *, endpoint_url: str | None = None) -> ObjectStore:
-    """Open the store a URL names. Raises ``InvalidRequest`` for an unknown scheme."""
-    parts = urlsplit(url)
+    """Open the store a URL names. Raises ``InvalidRequest`` for an unknown scheme, a
+    malformed URL or one carrying credentials (user info, or in an endpoint)."""
+    parts = _split(url)
+    refuse_user_info(parts)
+    _refuse_endpoint_user_info(endpoint_url)
+    shown = shown_url(url)
     if parts.scheme == "file":
-        if parts.netloc not in ("", "localhost"):
-            raise InvalidRequest(f"file store URLs need an absolute path: file:///dir, got {url!r}")
-        if not parts.path.startswith("/"):
-            raise InvalidRequest(f"file store URLs need an absolute path: file:///dir, got {url!r}")
+        if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
+            raise InvalidRequest(
+                f"file store URLs need an absolute path: file:///dir, got {shown!r}")
         return FileStore(parts.path, trust_mount=_file_options(parts.query).get("trust_mount"))
     if parts.scheme == "s3":
         if not parts.netloc:
-            raise InvalidRequest(f"S3 store URLs look like s3://bucket/prefix, got {url!r}")
+            raise InvalidRequest(f"S3 store URLs look like s3://bucket/prefix, got {shown!r}")
         opts = query_options(parts.query, _S3_OPTIONS, "S3")
+        _refuse_endpoint_user_info(opts.get("endpoint"))
         return S3Store(parts.netloc, parts.path.strip("/"),
                        endpoint_url=endpoint_url or opts.get("endpoint") or None,
                        region_name=opts.get("region") or None,
@@ -76,16 +92,29 @@ def store_from_url(url: str, *, endpoint_url: str | None = None) -> ObjectStore:
     if parts.scheme in ("az", "abfss"):
         return _azure_store(url)
     if parts.scheme == "gs":
-        return _gcs_store(url, parts.netloc, parts.path, parts.query, endpoint_url)
+        return _gcs_store(parts, endpoint_url)
     if parts.scheme == "memory":
         name = parts.netloc or parts.path or "default"
         with _memory_lock:
             return _memory_stores.setdefault(name, MemoryStore(name))
-    shown = f"{parts.scheme}://" if parts.scheme else url[:40]
     raise InvalidRequest(
         f"unknown store URL {shown!r}: use file:///abs/dir, s3://bucket/prefix, "
         "gs://bucket/prefix or abfss://container@account.dfs.core.windows.net/prefix"
     )
+
+
+def _split(url: str) -> SplitResult:
+    """``url``'s parts; ``InvalidRequest`` (not quoting it) if it cannot be parsed."""
+    try:
+        return urlsplit(url)
+    except ValueError:
+        raise InvalidRequest("malformed store URL (not repeated here): a stray '[' or ']' "
+                             "in its host?") from None
+
+
+def _refuse_endpoint_user_info(endpoint: str | None) -> None:
+    if endpoint:
+        refuse_user_info(_split(endpoint), "store endpoints")
 
 
 def _azure_store(url: str) -> ObjectStore:
@@ -100,19 +129,20 @@ def _azure_store(url: str) -> ObjectStore:
     return azure_store_from_url(url)
 
 
-def _gcs_store(url: str, bucket: str, path: str, query: str,
-               endpoint_url: str | None) -> ObjectStore:
+def _gcs_store(parts: SplitResult, endpoint_url: str | None) -> ObjectStore:
     """A GCSStore for a ``gs://`` URL; ``StorageRefused`` if the gcp extra is missing."""
-    if not bucket:
-        raise InvalidRequest(f"GCS store URLs look like gs://bucket/prefix, got {url!r}")
-    opts = query_options(query, _GCS_OPTIONS, "GCS")
+    if not parts.netloc:
+        raise InvalidRequest(
+            f"GCS store URLs look like gs://bucket/prefix, got {shown_url(parts.geturl())!r}")
+    opts = query_options(parts.query, _GCS_OPTIONS, "GCS")
+    _refuse_endpoint_user_info(opts.get("endpoint"))
     try:
         from broker.storage.gcs import GCSStore
     except ImportError as exc:
         raise StorageRefused(
             f"gs:// store URLs need the Google Cloud Storage client ({exc.name} is missing): "
             "pip install 'osqueue-spark[gcp]'") from None
-    return GCSStore(bucket, path.strip("/"),
+    return GCSStore(parts.netloc, parts.path.strip("/"),
                     endpoint_url=endpoint_url or opts.get("endpoint") or None,
                     retries=positive(opts, "retries", int, DEFAULT_RETRIES),
                     timeout_s=positive(opts, "timeout_s", float, DEFAULT_TIMEOUT_S))

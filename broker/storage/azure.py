@@ -87,7 +87,13 @@ from broker.storage.base import (
     prefixed,
     sdk_call,
 )
-from broker.storage.urlopts import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S, positive, query_options
+from broker.storage.urlopts import (
+    DEFAULT_RETRIES,
+    DEFAULT_TIMEOUT_S,
+    positive,
+    query_options,
+    shown_url,
+)
 
 T = TypeVar("T")
 
@@ -176,16 +182,6 @@ def _parse_connection_string(conn: str) -> dict[str, str]:
         if sep and name.strip():
             out[name.strip().lower()] = value.strip()
     return out
-
-
-def _shown_url(url: str) -> str:
-    """A store URL as messages show it: no query (it could hold a SAS) and no
-    password in the user-info part."""
-    parts = urlsplit(url)
-    user, at, host = parts.netloc.rpartition("@")
-    if ":" in user:
-        user = "***"
-    return f"{parts.scheme}://{user}{at}{host}{parts.path}"
 
 
 def _shown_endpoint(url: str) -> str:
@@ -350,7 +346,7 @@ def azure_store_from_url(url: str) -> AzureStore:
     set up.
     """
     parts = urlsplit(url)
-    shown = _shown_url(url)
+    shown = shown_url(url)
     opts = _options(parts.query)
     prefix = parts.path.strip("/")
     account: str | None = None

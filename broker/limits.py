@@ -120,13 +120,13 @@ def check_setting(name: str, value: Any) -> int | float:
     is allowed (an unknown name, a wrong type, a value out of range)."""
     limits = SETTING_LIMITS.get(name)
     if limits is None:
-        raise ValueError(f"unknown setting {name!r}; known: {sorted(SETTING_LIMITS)}")
+        raise ValueError(f"unknown setting {name!r:.60}; known: {sorted(SETTING_LIMITS)}")
     kind, lo, hi = limits
     if isinstance(value, bool) or not isinstance(value, int | float) or (
             isinstance(value, float) and not math.isfinite(value)):
-        raise ValueError(f"setting {name} must be a number, got {value!r}")
+        raise ValueError(f"setting {name} must be a number, got {value!r:.60}")
     if kind is int and not (isinstance(value, int) or value.is_integer()):
-        raise ValueError(f"setting {name} must be a whole number, got {value!r}")
+        raise ValueError(f"setting {name} must be a whole number, got {value!r:.60}")
     if not lo <= value <= hi:
-        raise ValueError(f"setting {name} must be within [{lo:g}, {hi:g}], got {value!r}")
+        raise ValueError(f"setting {name} must be within [{lo:g}, {hi:g}], got {value!r:.60}")
     return int(value) if kind is int else float(value)

@@ -186,7 +186,8 @@ def cmd_purge(client: QueueClient, args: argparse.Namespace) -> int:
         print(f"osqueue purge: this deletes every {'/'.join(statuses)} job of {client.queue}; "
               "add --yes to do it", file=sys.stderr)
         return 2
-    print(f"purged {client.purge(statuses)} job(s) from {client.queue}")
+    # no --status: every pending and dead job, asked for as such ({"all": true})
+    print(f"purged {client.purge(args.status or None)} job(s) from {client.queue}")
     return 0
 
 

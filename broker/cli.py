@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     fields = BrokerSettings.model_fields
     for name in ("store", "listen", "advertise_url", "token_env", "endpoint_url", "lease_s",
-                 "commit_timeout_s", "max_request_mb", "log_level"):
+                 "commit_timeout_s", "max_request_mb", "header_timeout_s", "body_timeout_s",
+                 "max_connections", "log_level"):
         field = fields[name]
         default = "" if field.is_required() or field.default is None else \
             f"; default {field.default}"

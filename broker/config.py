@@ -32,9 +32,14 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from broker.http.server import advertise_url_problem, is_loopback
 from broker.limits import (
     BROKER_LEASE_S,
+    DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_COMMIT_TIMEOUT_S,
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_MAX_CONNECTIONS,
     MAX_BROKER_LEASE_S,
+    MAX_CLIENT_TIMEOUT_S,
     MAX_COMMIT_TIMEOUT_S,
+    MAX_CONNECTIONS,
     MIN_BROKER_LEASE_S,
     MIN_COMMIT_TIMEOUT_S,
 )
@@ -73,6 +78,17 @@ class BrokerSettings(BaseSettings):
         description="how long one batch waits on failing storage before its callers are "
                     "answered (outcome_unknown or storage_unavailable)")
     max_request_mb: float = Field(64.0, gt=0, description="request body limit, MiB")
+    header_timeout_s: float = Field(
+        DEFAULT_HEADER_TIMEOUT_S, gt=0, le=MAX_CLIENT_TIMEOUT_S,
+        description="a client must send a request's headers within this many seconds "
+                    "(408 and the connection closed past it)")
+    body_timeout_s: float = Field(
+        DEFAULT_BODY_TIMEOUT_S, gt=0, le=MAX_CLIENT_TIMEOUT_S,
+        description="longest pause, in seconds, within a request body (408 and the "
+                    "connection closed past it)")
+    max_connections: int = Field(
+        DEFAULT_MAX_CONNECTIONS, ge=1, le=MAX_CONNECTIONS,
+        description="most open client connections; one more is answered 503 and closed")
     self_test: bool = Field(True, description="run the conditional-write self-test "
                                               "at start-up")
     log_level: Literal["debug", "info", "warning", "error", "critical"] = Field(
@@ -138,7 +154,10 @@ class BrokerSettings(BaseSettings):
         """The :class:`BrokerConfig` these settings describe."""
         return BrokerConfig(lease_s=self.lease_s, self_test=self.self_test,
                             commit_timeout_s=self.commit_timeout_s,
-                            max_request_bytes=int(self.max_request_mb * MIB))
+                            max_request_bytes=int(self.max_request_mb * MIB),
+                            header_timeout_s=self.header_timeout_s,
+                            body_timeout_s=self.body_timeout_s,
+                            max_connections=self.max_connections)
 
     def bearer(self) -> str | None:
         """The token, revealed (for the server only; never log it)."""

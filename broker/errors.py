@@ -21,6 +21,9 @@ Tree::
     ├── RequestError                  bad_request       400
     │   ├── InvalidRequest            invalid_request   422
     │   ├── PayloadTooLarge           payload_too_large 413
+    │   ├── HeadersTooLarge           headers_too_large 431
+    │   ├── RequestTimeout            request_timeout   408
+    │   ├── MethodNotAllowed          method_not_allowed 405
     │   └── Unauthorized              unauthorized      401
     ├── UnknownQueue                  unknown_queue     404
     ├── StaleToken                    stale_token       409
@@ -34,12 +37,39 @@ succeed: the client retries exactly those errors, and only for operations
 that are idempotent (every operation is, see :mod:`osqueue_spark.client`).
 
 Messages never contain credentials: store URLs are shown without any
-user-info part and tokens are never echoed.
+user-info part and tokens are never echoed. A message that quotes a caller's
+value quotes it through :func:`shown`: a short prefix, never the whole of it.
 """
 
 from __future__ import annotations
 
+import reprlib
 from typing import Any, ClassVar
+
+#: The most characters of a caller's value an error message quotes.
+SHOWN_CHARS = 60
+
+
+
+class _Prefix(reprlib.Repr):
+    """reprlib, but a long string shows its start (reprlib keeps both ends)."""
+
+    def repr_str(self, x: str, level: int) -> str:
+        return repr(x[:self.maxstring]) + ("..." if len(x) > self.maxstring else "")
+
+
+_REPR = _Prefix()
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = SHOWN_CHARS
+_REPR.maxlist = _REPR.maxdict = _REPR.maxtuple = _REPR.maxset = 4
+_REPR.maxlevel = 2
+
+
+def shown(value: Any) -> str:
+    """``value`` as an error message may quote it: its repr, at most about
+    :data:`SHOWN_CHARS` characters (a longer one is cut and ends in ``...``).
+    Costs no more than the prefix it shows, whatever the value's size."""
+    text = _REPR.repr(value)
+    return text if len(text) <= SHOWN_CHARS + 5 else text[:SHOWN_CHARS] + "..."
 
 
 def _rebuild(cls: type[OsqueueError], message: str, details: dict[str, Any]) -> OsqueueError:
@@ -155,6 +185,25 @@ class InvalidRequest(RequestError):
 class PayloadTooLarge(RequestError):
     code = "payload_too_large"
     status = 413
+
+
+class HeadersTooLarge(RequestError):
+    """The request line and headers exceed the server's limit (the connection is closed)."""
+
+    code = "headers_too_large"
+    status = 431
+
+
+class RequestTimeout(RequestError):
+    """The client stalled while sending its headers or body (the connection is closed)."""
+
+    code = "request_timeout"
+    status = 408
+
+
+class MethodNotAllowed(RequestError):
+    code = "method_not_allowed"
+    status = 405
 
 
 class Unauthorized(RequestError):

@@ -84,6 +84,23 @@ DEFAULT_COMMIT_TIMEOUT_S = 30.0
 #: Longest job id (``j`` and up to 15 digits: seqs fit 48 bits).
 MAX_JOB_ID_CHARS = 16
 
+# -- connections -----------------------------------------------------------------
+
+#: A client must send a request's line and headers within DEFAULT_HEADER_TIMEOUT_S
+#: of its first byte (or of connecting), and may pause at most
+#: DEFAULT_BODY_TIMEOUT_S between two pieces of a body; past either it gets 408
+#: and its connection is closed. Each is a broker setting within
+#: (0, MAX_CLIENT_TIMEOUT_S].
+DEFAULT_HEADER_TIMEOUT_S = 10.0
+DEFAULT_BODY_TIMEOUT_S = 30.0
+MAX_CLIENT_TIMEOUT_S = 3600.0
+#: Most connections a broker holds open at once (a broker setting); one more is
+#: answered 503 broker_unavailable and closed.
+DEFAULT_MAX_CONNECTIONS = 1000
+MAX_CONNECTIONS = 1_000_000
+#: Largest request line and headers of one request (bytes): 431 past it.
+MAX_HEADER_BYTES = 64 * 1024
+
 # -- windows ---------------------------------------------------------------------
 
 #: Publish keys (Spark writes and stream batches, once each) are kept in a window
@@ -120,13 +137,13 @@ def check_setting(name: str, value: Any) -> int | float:
     is allowed (an unknown name, a wrong type, a value out of range)."""
     limits = SETTING_LIMITS.get(name)
     if limits is None:
-        raise ValueError(f"unknown setting {name!r}; known: {sorted(SETTING_LIMITS)}")
+        raise ValueError(f"unknown setting {name!r:.60}; known: {sorted(SETTING_LIMITS)}")
     kind, lo, hi = limits
     if isinstance(value, bool) or not isinstance(value, int | float) or (
             isinstance(value, float) and not math.isfinite(value)):
-        raise ValueError(f"setting {name} must be a number, got {value!r}")
+        raise ValueError(f"setting {name} must be a number, got {value!r:.60}")
     if kind is int and not (isinstance(value, int) or value.is_integer()):
-        raise ValueError(f"setting {name} must be a whole number, got {value!r}")
+        raise ValueError(f"setting {name} must be a whole number, got {value!r:.60}")
     if not lo <= value <= hi:
-        raise ValueError(f"setting {name} must be within [{lo:g}, {hi:g}], got {value!r}")
+        raise ValueError(f"setting {name} must be within [{lo:g}, {hi:g}], got {value!r:.60}")
     return int(value) if kind is int else float(value)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import time
 
-from broker.errors import InvalidRequest
+from broker.errors import InvalidRequest, shown
 from broker.limits import MAX_QUEUE_NAME_CHARS, QUEUE_NAME_PATTERN
 
 _NAME = re.compile(QUEUE_NAME_PATTERN)
@@ -20,7 +20,7 @@ def check_queue_name(name: str) -> str:
     """Return ``name`` if it is a valid queue name, else raise ``InvalidRequest``."""
     if not isinstance(name, str) or not _NAME.match(name) or ".." in name:
         raise InvalidRequest(
-            f"invalid queue name {name!r}: use 1-{MAX_QUEUE_NAME_CHARS} letters, digits, "
+            f"invalid queue name {shown(name)}: use 1-{MAX_QUEUE_NAME_CHARS} letters, digits, "
             "'.', '_' or '-', "
             "starting with a letter or digit"
         )
@@ -79,5 +79,5 @@ def check_write_id(write_id: str) -> str:
     if not isinstance(write_id, str) or not _WRITE_ID.match(write_id) or ".." in write_id \
             or "//" in write_id or write_id.endswith("/"):
         raise InvalidRequest(
-            f"invalid write id {write_id!r}: use letters, digits, '.', '_', '-', '/'")
+            f"invalid write id {shown(write_id)}: use letters, digits, '.', '_', '-', '/'")
     return write_id

@@ -220,7 +220,8 @@ def cmd_purge(client: QueueClient, args: argparse.Namespace) -> int:
         say(f"osqueue purge: this deletes every {'/'.join(statuses)} job of {client.queue}; "
             "add --yes to do it", sys.stderr)
         return 2
-    n = client.purge(statuses)
+    # no --status: every pending and dead job, asked for as such ({"all": true})
+    n = client.purge(args.status or None)
     if args.json:
         dump({"queue": client.queue, "purged": n})
     else:

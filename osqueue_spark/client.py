@@ -396,11 +396,17 @@ class QueueClient:
         return dict(self.request("PUT", self._q(), {"settings": settings}))
 
     def redrive(self, ids: Sequence[str] | None = None) -> int:
-        body = {"ids": list(ids) if ids is not None else None}
+        """Return dead jobs to pending: those in ``ids``, or every one (``None``);
+        how many. An empty ``ids`` is refused (``InvalidRequest``)."""
+        body: dict[str, Any] = {"all": True} if ids is None else {"ids": list(ids)}
         return int(self.request("POST", self._q("redrive"), body, keyed=True)["redriven"])
 
     def purge(self, statuses: Sequence[str] | None = None) -> int:
-        body = {"statuses": list(statuses) if statuses else None}
+        """Delete the jobs in ``statuses`` (pending, claimed, dead), or every pending
+        and dead job (``None``); how many. An empty ``statuses`` is refused
+        (``InvalidRequest``): "everything" is only ever asked for with ``None``."""
+        body: dict[str, Any] = ({"all": True} if statuses is None
+                                else {"statuses": list(statuses)})
         return int(self.request("POST", self._q("purge"), body, keyed=True)["purged"])
 
     def pause(self) -> None:

@@ -15,27 +15,46 @@ numbered below ``m`` have their answers, so their receipts are dropped.
 The hot calls (push, claim, heartbeat, complete, fail, stage, publish) are
 served by :meth:`App.serve_hot`, a bare ASGI path without Starlette's router
 and middleware stack (about a third of a request's cost,
-``bench/broker_bench.py``); the rest go through the router.
+``bench/broker_bench.py``); the rest go through the router, which validates
+their bodies with the route's model (:mod:`broker.http.schemas`). Every body,
+on every route, is read within ``max_request_bytes`` (413 past it).
+
+Every answer the app gives is JSON: an unknown path is 404 ``not_found`` (a
+trailing ``/`` too: no redirects), a known path with another method is 405
+``method_not_allowed`` with an ``Allow`` header. A refused token is logged
+at warning (method, path, client address; never the header).
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, NoReturn, cast
 
 import orjson
+from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route as StarletteRoute
 
-from broker.errors import OsqueueError, PayloadTooLarge, RequestError, Unauthorized
+from broker.errors import (
+    InvalidRequest,
+    MethodNotAllowed,
+    NotFound,
+    OsqueueError,
+    PayloadTooLarge,
+    RequestError,
+    Unauthorized,
+    shown,
+)
 from broker.gcpause import gc_paused_for
 from broker.http import parsers
 from broker.http.route import JSON_OR_STAGED, STAGED, HotHandler, RestHandler, Route
 from broker.http.routes import ROUTES
+from broker.http.schemas import problem
 from broker.service.coordinator import Broker
 from broker.wire import STAGED_CONTENT_TYPE, parse_json
 
@@ -45,10 +64,37 @@ HOT_PREFIX = "/v1/queues/"
 _HOT_SUFFIX = "/v1/queues/{queue}/"
 _STAGED_TYPE = STAGED_CONTENT_TYPE.encode()
 _INTERNAL = {"error": "internal error", "code": "internal"}
+#: Refusals answered before the body was read (all of it): the connection is
+#: closed after the answer, so the rest of the body is not received for nothing.
+_UNREAD = frozenset({401, 413})
+_CLOSE = (b"connection", b"close")
 
 
-def _json(body: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(body), status, media_type="application/json")
+def _json(body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(body), status, headers, media_type="application/json")
+
+
+def _http_error(request: Request, exc: Exception) -> Response:
+    """The router's own refusals (no such path, wrong method) as JSON errors."""
+    assert isinstance(exc, HTTPException)
+    error: OsqueueError
+    if exc.status_code == 405:
+        allowed = (exc.headers or {}).get("Allow", "")
+        error = MethodNotAllowed(f"{request.method} is not allowed here; use {allowed}")
+    else:
+        error = NotFound(f"no route {request.method} {shown(request.url.path)}; "
+                         "see /openapi.json")
+    return _json(error.to_dict(), error.status, exc.headers)
+
+
+def validated(model: type[BaseModel], raw: bytes) -> BaseModel:
+    """``raw`` (JSON; empty means ``{}``) as ``model`` takes it; ``RequestError``
+    (400) if it is not JSON, ``InvalidRequest`` (422) naming the field if the
+    model refuses it."""
+    try:
+        return model.model_validate(parse_json(raw) if raw.strip() else {})
+    except ValidationError as exc:
+        raise InvalidRequest(problem(exc)) from None
 
 
 class App:
@@ -70,11 +116,12 @@ class App:
             raise ValueError("hot routes are POST /v1/queues/{queue}/<action>")
         by_path: dict[str, list[Route]] = {}
         for r in routes:
-            if not r.hot:
-                by_path.setdefault(r.path, []).append(r)
+            by_path.setdefault(r.path, []).append(r)
+        # the hot routes too: a hot path with another method is 405, not 404
         self.rest = Starlette(routes=[
             StarletteRoute(path, self._endpoint(same), methods=[r.method for r in same])
-            for path, same in by_path.items()])
+            for path, same in by_path.items()], exception_handlers={HTTPException: _http_error})
+        self.rest.router.redirect_slashes = False  # "/healthz/" is a 404, not a 307
 
     def __repr__(self) -> str:
         return f"App({self.broker.id!r}, auth={self._expected is not None})"
@@ -87,27 +134,44 @@ class App:
             if route is not None and queue:
                 status, out = await self.serve_hot(route, queue, scope, receive)
                 body = orjson.dumps(out)
-                await send({"type": "http.response.start", "status": status, "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode())]})
+                headers = [(b"content-type", b"application/json"),
+                           (b"content-length", str(len(body)).encode())]
+                if status in _UNREAD:
+                    headers.append(_CLOSE)
+                await send({"type": "http.response.start", "status": status,
+                            "headers": headers})
                 await send({"type": "http.response.body", "body": body})
                 return
         await self.rest(scope, receive, send)
 
-    def check_auth(self, header: bytes) -> None:
-        """Raise ``Unauthorized`` unless ``header`` is the expected bearer token."""
-        if self._expected is not None and not hmac.compare_digest(header, self._expected):
-            raise Unauthorized("missing or wrong bearer token")
+    def authorized(self, header: bytes | None) -> bool:
+        """Whether ``header`` (``Authorization``'s value) is the expected bearer
+        token, or no token is required."""
+        return self._expected is None or (
+            header is not None and hmac.compare_digest(header, self._expected))
+
+    def refuse(self, scope: Any) -> NoReturn:
+        """Log a refused call (never its header) and raise ``Unauthorized``."""
+        client = scope.get("client")
+        log.warning("refused %s %s from %s: missing or wrong bearer token", scope["method"],
+                    shown(scope["path"]), f"{client[0]}:{client[1]}" if client else "?")
+        raise Unauthorized("missing or wrong bearer token")
 
     # -- the hot path ----------------------------------------------------------------
 
+    def check_length(self, headers: dict[bytes, bytes]) -> None:
+        """``PayloadTooLarge`` if the declared ``Content-Length`` is past ``max_request_bytes``."""
+        length = headers.get(b"content-length", b"")
+        if length.isdigit() and (len(length) > 18 or int(length) > self._limit):
+            raise PayloadTooLarge(f"request body is {length[:20].decode()} bytes; the limit "
+                                  f"is {self._limit}")
+
     async def read_body(self, headers: dict[bytes, bytes], receive: Any) -> bytes:
-        """The request body; ``PayloadTooLarge`` past ``max_request_bytes``,
+        """The request body: its declared length checked first, then its bytes
+        counted as they arrive; ``PayloadTooLarge`` past ``max_request_bytes``,
         ``RequestError`` if the client goes away first."""
         limit = self._limit
-        length = headers.get(b"content-length", b"")
-        if length.isdigit() and int(length) > limit:
-            raise PayloadTooLarge(f"request body is {int(length)} bytes; the limit is {limit}")
+        self.check_length(headers)
         chunks, size = [], 0
         while True:
             message = await receive()
@@ -126,8 +190,8 @@ class App:
         """Answer one hot call: ``(status, JSON-able body)``; never raises."""
         try:
             headers = dict(scope["headers"])
-            if route.auth:
-                self.check_auth(headers.get(b"authorization", b""))
+            if route.auth and not self.authorized(headers.get(b"authorization")):
+                self.refuse(scope)
             request = (parsers.parse_request_key(headers.get(b"idempotency-key")),
                        parsers.parse_request_floor(headers.get(b"idempotency-floor")))
             body: Any = await self.read_body(headers, receive)
@@ -147,26 +211,37 @@ class App:
     # -- the rest --------------------------------------------------------------------
 
     def _endpoint(self, routes: list[Route]) -> Callable[[Request], Awaitable[Response]]:
-        handlers = {r.method: (r.handler, r.auth) for r in routes}
-        if "GET" in handlers:  # the router answers HEAD with the GET route
-            handlers.setdefault("HEAD", handlers["GET"])
+        by_method = {r.method: r for r in routes}
+        if "GET" in by_method:  # the router answers HEAD with the GET route
+            by_method.setdefault("HEAD", by_method["GET"])
 
         async def endpoint(request: Request) -> Response:  # a function: Starlette's router
-            return await self._serve_rest(handlers, request)  # calls it with the request
+            return await self._serve_rest(by_method[request.method], request)  # calls it
 
         return endpoint
 
-    async def _serve_rest(self, handlers: dict[str, tuple[Any, bool]],
-                          request: Request) -> Response:
-        fn: RestHandler
-        fn, auth = handlers[request.method]
+    async def _serve_rest(self, route: Route, request: Request) -> Response:
+        if route.hot:  # reached through the router (the fast path missed it): same answer
+            status, out = await self.serve_hot(route, request.path_params["queue"],
+                                               request.scope, request.receive)
+            return _json(out, status)
         try:
-            if auth:
-                self.check_auth(request.headers.get("authorization", "").encode())
-            out = await fn(self.broker, request)
+            headers = dict(request.scope["headers"])
+            authorized = self.authorized(headers.get(b"authorization"))
+            if route.auth and not authorized:
+                self.refuse(request.scope)
+            request.state.authorized = authorized
+            body = None
+            if route.request is not None:
+                body = validated(route.request, await self.read_body(headers, request.receive))
+            else:  # not read, but a declared size past the limit is still refused
+                self.check_length(headers)
+            fn = cast(RestHandler, route.handler)
+            out = await fn(self.broker, request, body)
             return out if isinstance(out, Response) else _json(out)
         except OsqueueError as exc:
-            return _json(exc.to_dict(), exc.status)
+            return _json(exc.to_dict(), exc.status,
+                         {"connection": "close"} if exc.status in _UNREAD else None)
         except Exception:  # never crash the broker on one request
             log.exception("unexpected error serving %s %s", request.method, request.url.path)
             return _json(_INTERNAL, 500)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from pydantic.json_schema import models_json_schema
 
 from broker.errors import OsqueueError
@@ -50,6 +50,15 @@ def _codes() -> str:
             f"is idempotent): {', '.join(retry)}")
 
 
+def _needs_body(model: type[BaseModel]) -> bool:
+    """Whether ``model`` refuses an empty body (which the app reads as ``{}``)."""
+    try:
+        model.model_validate({})
+    except ValidationError:
+        return True
+    return False
+
+
 def _operation(route: Route, refs: dict[type[BaseModel], str]) -> dict[str, Any]:
     params: list[dict[str, Any]] = [QUEUE_PARAM] if "{queue}" in route.path else []
     if route.keyed:
@@ -72,7 +81,8 @@ def _operation(route: Route, refs: dict[type[BaseModel], str]) -> dict[str, Any]
         if route.body == "staged":
             content[STAGED_CONTENT_TYPE]["schema"]["description"] = (
                 f"the first line is {refs[route.request]} as JSON; then staged lines")
-        op["requestBody"] = {"required": route.hot, "content": content}
+        op["requestBody"] = {"required": route.hot or _needs_body(route.request),
+                             "content": content}
     ok: dict[str, Any] = {"description": "OK"}
     if route.response is not None:
         ok["content"] = {"application/json": {"schema": {"$ref": refs[route.response]}}}

@@ -2,7 +2,9 @@
 
 Validation is explicit and cheap (no model layer on the hot path); every
 problem raises ``InvalidRequest`` (422) naming the field, and nothing is
-applied. Bodies that are not JSON raise ``RequestError`` (400).
+applied. A field an object does not know is refused, as the models in
+:mod:`broker.http.schemas` refuse it (one ``keys() <= known`` test an object).
+Bodies that are not JSON raise ``RequestError`` (400).
 """
 
 from __future__ import annotations
@@ -38,13 +40,24 @@ from broker.model.checks import (
     job_options,
     list_field,
     number_field,
+    object_of,
     str_field,
+    unknown_field,
 )
 from broker.model.columns import plain_rows
 from broker.wire import parse_json
 
 _PLAIN_FIELDS = frozenset({"payload"})
+_JOB_FIELDS = frozenset({"payload", "priority", "delay_s", "max_attempts", "key"})
 _SIMPLE_DEFAULTS = {"priority": 0, "delay_s": 0, "max_attempts": None, "key": None}
+_PUSH_FIELDS = frozenset({"jobs"})
+_STAGE_FIELDS = frozenset({"write_id"})
+_PUBLISH_FIELDS = frozenset({"prefix", "keep", "once"})
+_CLAIM_FIELDS = frozenset({"worker", "max_jobs", "lease_s", "wait_s"})
+_HEARTBEAT_FIELDS = frozenset({"tokens", "lease_s"})
+_ITEMS_FIELDS = frozenset({"items"})
+_COMPLETE_FIELDS = frozenset({"token", "result"})
+_FAIL_FIELDS = frozenset({"token", "error", "retry_in_s"})
 
 
 def parse_new_jobs(body: dict[str, Any]) -> list[ops.NewJob | bytes]:
@@ -57,9 +70,10 @@ def parse_new_jobs(body: dict[str, Any]) -> list[ops.NewJob | bytes]:
         try:
             if type(raw) is dict and "payload" in raw and (
                 raw.keys() == _PLAIN_FIELDS
-                or all(_SIMPLE_DEFAULTS.get(k, k) == v and type(v) is not bool
-                       and (type(v) is not float or k == "delay_s")  # priority 0.0 is no int
-                       for k, v in raw.items() if k != "payload")
+                or (raw.keys() <= _JOB_FIELDS and all(
+                    _SIMPLE_DEFAULTS[k] == v and type(v) is not bool
+                    and (type(v) is not float or k == "delay_s")  # priority 0.0 is no int
+                    for k, v in raw.items() if k != "payload"))
             ):
                 payload = dumps(raw["payload"])
                 check_depth(payload, "jobs[%d].payload", i)
@@ -68,7 +82,7 @@ def parse_new_jobs(body: dict[str, Any]) -> list[ops.NewJob | bytes]:
         except orjson.JSONEncodeError:
             dumps_value(raw["payload"], f"jobs[{i}].payload")  # raises, naming the job
         where = f"jobs[{i}]."
-        item = as_object(raw, f"jobs[{i}]")
+        item = object_of(raw, _JOB_FIELDS, f"jobs[{i}]", nested=True)
         if "payload" not in item:
             raise InvalidRequest(f"field '{where}payload' is required")
         jobs.append(new_job(dumps_value(item["payload"], f"jobs[{i}].payload"),
@@ -98,7 +112,7 @@ def parse_request_floor(raw: bytes | None) -> int | None:
 
 
 def parse_push(body: Any) -> list[ops.NewJob | bytes]:
-    return parse_new_jobs(as_object(body, "request body"))
+    return parse_new_jobs(object_of(body, _PUSH_FIELDS, "request body"))
 
 
 # -- staged lines ------------------------------------------------------------------
@@ -116,7 +130,7 @@ def parse_stage(body: bytes) -> tuple[str, bytes]:
     """A stage request -> ``(write_id, staged lines)``; the lines are checked by
     :meth:`broker.service.coordinator.Broker.stage`."""
     first, _, lines = body.partition(b"\n")
-    header = as_object(parse_json(first), "the first line of the request body")
+    header = object_of(parse_json(first), _STAGE_FIELDS, "the first line of the request body")
     write_id = str_field(header, "write_id", None, max_len=MAX_WRITE_ID_CHARS)
     if write_id is None:
         raise InvalidRequest("field 'write_id' is required")
@@ -124,7 +138,7 @@ def parse_stage(body: bytes) -> tuple[str, bytes]:
 
 
 def parse_publish(body: Any) -> tuple[str, list[str], str | None]:
-    body = as_object(body, "request body")
+    body = object_of(body, _PUBLISH_FIELDS, "request body")
     prefix = str_field(body, "prefix", None, max_len=MAX_PREFIX_CHARS)
     if prefix is None:
         raise InvalidRequest("field 'prefix' is required")
@@ -135,7 +149,7 @@ def parse_publish(body: Any) -> tuple[str, list[str], str | None]:
 
 
 def parse_claim(body: Any) -> dict[str, Any]:
-    body = as_object(body, "request body")
+    body = object_of(body, _CLAIM_FIELDS, "request body")
     worker = str_field(body, "worker", None, max_len=MAX_WORKER_CHARS)
     if worker is None:
         raise InvalidRequest("field 'worker' is required")
@@ -155,7 +169,7 @@ def _tokens(values: list[Any], where: str) -> list[str]:
 
 
 def parse_heartbeat(body: Any) -> tuple[list[str], float]:
-    body = as_object(body, "request body")
+    body = object_of(body, _HEARTBEAT_FIELDS, "request body")
     tokens = _tokens(list_field(body, "tokens"), "tokens")
     lease = number_field(body, "lease_s", DEFAULT_LEASE_S, lo=MIN_LEASE_S, hi=MAX_LEASE_S)
     return tokens, lease or DEFAULT_LEASE_S
@@ -166,10 +180,13 @@ def parse_complete(body: Any) -> ops.CompleteItems:
     items = ops.CompleteItems()
     tokens, results = items.columns
     dumps = orjson.dumps
-    for i, raw in enumerate(list_field(as_object(body, "request body"), "items")):
+    for i, raw in enumerate(list_field(object_of(body, _ITEMS_FIELDS, "request body"),
+                                       "items")):
         token = raw.get("token") if type(raw) is dict else None
         if type(token) is not str or not 0 < len(token) <= MAX_TOKEN_CHARS:  # say what is wrong
             _tokens([as_object(raw, f"items[{i}]").get("token")], f"items[{i}].token")
+        if not raw.keys() <= _COMPLETE_FIELDS:
+            unknown_field(raw, _COMPLETE_FIELDS, f"items[{i}].")
         result = raw.get("result")
         try:
             encoded = None if result is None else dumps(result)
@@ -184,8 +201,9 @@ def parse_complete(body: Any) -> ops.CompleteItems:
 
 def parse_fail(body: Any) -> list[ops.FailItem]:
     items = []
-    for i, raw in enumerate(list_field(as_object(body, "request body"), "items")):
-        item = as_object(raw, f"items[{i}]")
+    for i, raw in enumerate(list_field(object_of(body, _ITEMS_FIELDS, "request body"),
+                                       "items")):
+        item = object_of(raw, _FAIL_FIELDS, f"items[{i}]", nested=True)
         where = f"items[{i}]."
         token = _tokens([item.get("token")], f"items[{i}].token")[0]
         error = item.get("error", "")

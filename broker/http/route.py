@@ -18,7 +18,10 @@ RequestKey = tuple["str | None", "int | None"]  # (Idempotency-Key, Idempotency-
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 HotHandler = Callable[[Broker, str, Any, RequestKey, "Receive | None"],
                       Awaitable[tuple[int, Any]]]
-RestHandler = Callable[[Broker, Request], Awaitable[Any]]
+#: ``(broker, request, body)``: ``body`` is the request validated by the route's
+#: ``request`` model (None for a route without one); ``request.state.authorized``
+#: says whether the caller gave the token (or none is required).
+RestHandler = Callable[[Broker, Request, Any], Awaitable[Any]]
 
 #: How a route's body arrives: decoded JSON, staged lines (bytes), or either by
 #: its content type (``application/vnd.osqueue.staged`` for lines).

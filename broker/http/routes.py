@@ -13,8 +13,9 @@ Two kinds of handler:
   ``receive`` (a long-poll claim watches it for its client leaving, see
   :mod:`broker.http.disconnect`), served without the router
   (``bench/broker_bench.py``);
-* the rest: ``(broker, request) -> body`` (a JSON-able value or a Response),
-  served by Starlette's router.
+* the rest: ``(broker, request, body) -> body`` (a JSON-able value or a
+  Response), served by Starlette's router; ``body`` is the request already
+  validated by the route's model (None for a route without one).
 
 A handler raises an :class:`~broker.errors.OsqueueError` for a bad call; the
 server turns it into ``{"error", "code"}`` with the error's status.
@@ -45,7 +46,7 @@ from broker.model.checks import parse_staged
 from broker.model.columns import plain_rows
 from broker.service import metrics
 from broker.service.coordinator import Broker
-from broker.wire import STAGED_CONTENT_TYPE, ItemResult, parse_json
+from broker.wire import STAGED_CONTENT_TYPE, ItemResult
 
 # -- hot handlers ------------------------------------------------------------------
 
@@ -114,11 +115,6 @@ async def publish(broker: Broker, queue: str, body: Any, key: RequestKey,
 
 # -- the rest ----------------------------------------------------------------------
 
-async def _json_body(request: Request) -> Any:
-    raw = await request.body()
-    return parse_json(raw) if raw.strip() else {}
-
-
 def request_key(request: Request) -> RequestKey:
     """The call's ``Idempotency-Key`` and ``Idempotency-Floor``, checked."""
     headers = request.headers
@@ -127,19 +123,11 @@ def request_key(request: Request) -> RequestKey:
             parsers.parse_request_floor(None if floor is None else floor.encode()))
 
 
-def _strings(body: Any, name: str, what: str) -> list[str] | None:
-    value = body.get(name) if isinstance(body, dict) else None
-    if value is not None and (not isinstance(value, list) or
-                              not all(isinstance(v, str) for v in value)):
-        raise InvalidRequest(f"field '{name}' must be {what}")
-    return value
-
-
-async def stats(broker: Broker, request: Request) -> Any:
+async def stats(broker: Broker, request: Request, body: None) -> Any:
     return await broker.stats(request.path_params["queue"])
 
 
-async def jobs(broker: Broker, request: Request) -> Any:
+async def jobs(broker: Broker, request: Request, body: None) -> Any:
     q = request.query_params
     try:
         limit = int(q.get("limit", "100"))
@@ -150,45 +138,50 @@ async def jobs(broker: Broker, request: Request) -> Any:
     return {"jobs": page, "next_after": page[-1]["id"] if len(page) == limit else None}
 
 
-async def create(broker: Broker, request: Request) -> Any:
-    body = await _json_body(request)
-    settings = body.get("settings", {}) if isinstance(body, dict) else None
-    if not isinstance(settings, dict):
-        raise InvalidRequest("field 'settings' must be an object")
+async def create(broker: Broker, request: Request, body: schemas.CreateRequest) -> Any:
+    settings = body.model_dump(exclude_unset=True).get("settings", {})
     return await broker.create_queue(request.path_params["queue"], settings)
 
 
-async def redrive(broker: Broker, request: Request) -> Any:
-    ids = _strings(await _json_body(request), "ids", "a list of job ids or null")
+async def redrive(broker: Broker, request: Request, body: schemas.RedriveRequest) -> Any:
+    ids = None if body.all else body.ids  # None: every dead job, asked for with "all"
     return {"redriven": await broker.redrive(request.path_params["queue"], ids,
                                              *request_key(request))}
 
 
-async def purge(broker: Broker, request: Request) -> Any:
-    statuses = _strings(await _json_body(request), "statuses", "a list of statuses")
+async def purge(broker: Broker, request: Request, body: schemas.PurgeRequest) -> Any:
+    # None: every pending and dead job, asked for with "all"
+    statuses: list[str] | None = None if body.all else list(body.statuses or ())
     return {"purged": await broker.purge(request.path_params["queue"], statuses,
                                          *request_key(request))}
 
 
-async def pause(broker: Broker, request: Request) -> Any:
+async def pause(broker: Broker, request: Request, body: schemas.NoBody) -> Any:
     await broker.set_paused(request.path_params["queue"], True)
     return {"paused": True}
 
 
-async def resume(broker: Broker, request: Request) -> Any:
+async def resume(broker: Broker, request: Request, body: schemas.NoBody) -> Any:
     await broker.set_paused(request.path_params["queue"], False)
     return {"paused": False}
 
 
-async def queues(broker: Broker, request: Request) -> Any:
+async def queues(broker: Broker, request: Request, body: None) -> Any:
     return {"queues": broker.queue_names()}
 
 
-async def healthz(broker: Broker, request: Request) -> Any:
-    return broker.health()
+async def healthz(broker: Broker, request: Request, body: None) -> Any:
+    """The broker's health; without a valid token (when one is required) only
+    ``{"ok": ...}``, 503 when not ok: no queue names, ids, URLs or fault text."""
+    health = broker.health()
+    if request.state.authorized:
+        return health
+    ok = bool(health["ok"])
+    return Response(orjson.dumps({"ok": ok}), 200 if ok else 503,
+                    media_type="application/json")
 
 
-async def metrics_text(broker: Broker, request: Request) -> Any:
+async def metrics_text(broker: Broker, request: Request, body: None) -> Any:
     broker.refresh_gauges()
     return Response(broker.metrics.exposition(), media_type=metrics.CONTENT_TYPE)
 
@@ -199,7 +192,7 @@ def openapi_document() -> bytes:
     return orjson.dumps(openapi.document(ROUTES))
 
 
-async def openapi_json(broker: Broker, request: Request) -> Any:
+async def openapi_json(broker: Broker, request: Request, body: None) -> Any:
     return Response(openapi_document(), media_type="application/json")
 
 
@@ -227,12 +220,12 @@ ROUTES: tuple[Route, ...] = (
           "the payload JSON", S.StageHeader, S.Staged, hot=True, body=STAGED),
     Route("POST", f"{Q}/publish", publish, "Publish the staged writes in keep; discard the "
           "other writes under prefix", S.PublishRequest, S.Published, hot=True),
-    Route("POST", f"{Q}/redrive", redrive, "Return dead jobs to pending",
-          S.RedriveRequest, S.Redriven, keyed=True),
-    Route("POST", f"{Q}/purge", purge, "Delete jobs by status",
-          S.PurgeRequest, S.Purged, keyed=True),
-    Route("POST", f"{Q}/pause", pause, "Stop handing out jobs", None, S.Paused),
-    Route("POST", f"{Q}/resume", resume, "Hand out jobs again", None, S.Paused),
+    Route("POST", f"{Q}/redrive", redrive, 'Return dead jobs to pending: those in ids, or '
+          'every one with {"all": true}', S.RedriveRequest, S.Redriven, keyed=True),
+    Route("POST", f"{Q}/purge", purge, "Delete jobs by status: those in statuses, or every "
+          'pending and dead job with {"all": true}', S.PurgeRequest, S.Purged, keyed=True),
+    Route("POST", f"{Q}/pause", pause, "Stop handing out jobs", S.NoBody, S.Paused),
+    Route("POST", f"{Q}/resume", resume, "Hand out jobs again", S.NoBody, S.Paused),
     Route("PUT", Q, create, "Create a queue or change its settings", S.CreateRequest, S.Stats),
     Route("POST", Q, create, "Create a queue or change its settings", S.CreateRequest, S.Stats),
     Route("GET", f"{Q}/stats", stats, "Counts and figures", None, S.Stats),
@@ -240,8 +233,9 @@ ROUTES: tuple[Route, ...] = (
           query=S.JobsQuery),
     Route("GET", "/v1/queues", queues, "The queues this broker serves or watches",
           None, S.Queues),
-    Route("GET", "/healthz", healthz, "Liveness, and each queue's role (owner or standby) "
-          "and fault, if its last batch failed", None, S.Health, auth=False),
+    Route("GET", "/healthz", healthz, "Liveness: ok (503 when not ok); with the token, also "
+          "each queue's role (owner or standby) and fault, if its last batch failed",
+          None, S.Health, auth=False),
     Route("GET", "/metrics", metrics_text, "Prometheus metrics", None, None,
           media_type="text/plain"),
     Route("GET", "/openapi.json", openapi_json, "This document", None, None, auth=False),

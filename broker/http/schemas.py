@@ -1,31 +1,44 @@
 """The HTTP API's request and response bodies as pydantic models.
 
 These models are the one source of the OpenAPI document (:mod:`broker.http.openapi`)
-and state every bound by its name in :mod:`broker.limits`. The broker does not
-validate requests with them: the hand parsers in :mod:`broker.http.parsers` do that,
-several times faster (``bench/parse_bench.py``), and
-``tests/broker/test_schemas.py`` holds the two equal (same bodies accepted,
-same values) on generated inputs.
+and state every bound by its name in :mod:`broker.limits`. The hot routes (push,
+claim, heartbeat, complete, fail, stage, publish) are not validated with them:
+the hand parsers in :mod:`broker.http.parsers` do that, several times faster
+(``bench/parse_bench.py``), and ``tests/broker/test_schemas.py`` holds the two
+equal (same bodies accepted, same values) on generated inputs. The other routes'
+bodies (create, purge, redrive, pause, resume) are validated with their model
+by :class:`broker.http.app.App`, and :func:`problem` words a refusal.
 
 Request models are strict (``"5"`` is not a number, ``true`` is not ``1``) and
-ignore fields they do not know, as the parsers do; an optional field sent as
+refuse fields they do not know, as the parsers do; an optional field sent as
 ``null`` takes its default. Response models forbid unknown fields, so a test
 that validates real answers with them notices an undocumented field.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
+from broker.errors import shown
 from broker.limits import (
     DEFAULT_LEASE_S,
     MAX_ATTEMPTS,
     MAX_CLAIM_JOBS,
     MAX_DELAY_S,
     MAX_ITEMS,
+    MAX_JOB_ID_CHARS,
     MAX_KEY_CHARS,
     MAX_LEASE_S,
     MAX_ONCE_CHARS,
@@ -52,8 +65,28 @@ def _storable(value: Any) -> Any:
     return value
 
 
+def problem(exc: ValidationError) -> str:
+    """A request model's refusal as one line: the first error's field and what is
+    wrong (``field 'settings.max_attempts': Input should be a valid integer``).
+    Never the value given; a field name taken from the body is cut short
+    (:func:`broker.errors.shown`)."""
+    errors = exc.errors(include_input=False, include_url=False, include_context=False)
+    if not errors:
+        return "invalid request body"
+    first = errors[0]
+    msg = {"extra_forbidden": "unknown field", "model_type": "must be a JSON object",
+           "dict_type": "must be a JSON object"}.get(
+        first["type"], first["msg"].removeprefix("Value error, ")[:200])
+    loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"])
+    where = f"field {shown(loc[1:])}" if loc else "request body"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    if not loc and first["type"] not in ("model_type", "dict_type"):
+        return msg + more  # a rule over the whole body (see _one_of)
+    return f"{where}: {msg}{more}"
+
+
 class Request(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 
     @field_validator("*", mode="after")
     @classmethod
@@ -129,25 +162,67 @@ class PublishRequest(Request):
     once: Annotated[str | None, Field(min_length=1, max_length=MAX_ONCE_CHARS)] = None
 
 
+def _one_of(listed: Any, everything: bool | None, name: str) -> None:
+    """Exactly one of the list ``name`` and ``all``: "everything" is never implied."""
+    if (listed is None) == (everything is None):
+        raise ValueError(f"give either '{name}' (a non-empty list) or \"all\": true" +
+                         (", not both" if listed is not None else ""))
+
+
+JobId = Annotated[str, Field(min_length=1, max_length=MAX_JOB_ID_CHARS)]
+def _true(value: bool | None) -> bool | None:
+    if value is False:
+        raise ValueError("must be true, or left out")
+    return value
+
+
+Everything = Annotated[bool | None, AfterValidator(_true),
+                       Field(description="true: act on every one (false is refused)")]
+
+
 class RedriveRequest(Request):
-    ids: list[str] | None = Field(None, description="dead jobs to return (null: all)")
+    """Which dead jobs to return to pending: ``ids``, or ``"all": true``."""
+
+    ids: Annotated[list[JobId] | None, Field(min_length=1, max_length=MAX_ITEMS,
+                                             description="dead jobs to return")] = None
+    all: Everything = None
+
+    @model_validator(mode="after")
+    def _ids_or_all(self) -> RedriveRequest:
+        _one_of(self.ids, self.all, "ids")
+        return self
 
 
 class PurgeRequest(Request):
-    statuses: list[str] | None = Field(None, description="statuses to delete (null: all)")
+    """Which jobs to delete: those in ``statuses``, or ``"all": true`` (every pending
+    and dead job; claimed jobs stay with their workers unless listed)."""
+
+    statuses: Annotated[list[Literal["pending", "claimed", "dead"]] | None, Field(
+        min_length=1, max_length=3, description="delete the jobs in these statuses")] = None
+    all: Everything = None
+
+    @model_validator(mode="after")
+    def _statuses_or_all(self) -> PurgeRequest:
+        _one_of(self.statuses, self.all, "statuses")
+        return self
+
+
+class NoBody(Request):
+    """No fields: an empty body or ``{}``."""
 
 
 def _settings_model() -> type[BaseModel]:
     fields: dict[str, Any] = {
         name: (Annotated[kind | None, Field(ge=lo, le=hi)], None)
         for name, (kind, lo, hi) in SETTING_LIMITS.items()}
-    return create_model("QueueSettings", __config__=ConfigDict(extra="forbid"), **fields)
+    return create_model("QueueSettings", __config__=ConfigDict(
+        strict=True, extra="forbid", allow_inf_nan=False), **fields)
 
 
 QueueSettings = _settings_model()
 
 
-class CreateRequest(BaseModel):
+class CreateRequest(Request):
     settings: QueueSettings = Field(  # type: ignore[valid-type]
         default_factory=QueueSettings, description="settings to change; the rest keep theirs")
 
@@ -276,12 +351,14 @@ class QueueHealth(Response):
 
 
 class Health(Response):
+    """``ok`` alone without a valid token; the rest for an authorised caller."""
+
     ok: bool
-    broker: str
-    url: str
-    stopping: bool
-    faulted_queues: list[str]
-    queues: dict[str, QueueHealth]
+    broker: str | None = None
+    url: str | None = None
+    stopping: bool | None = None
+    faulted_queues: list[str] | None = None
+    queues: dict[str, QueueHealth] | None = None
 
 
 ErrorBody.model_rebuild()

@@ -25,6 +25,7 @@ import uvicorn
 
 from broker.gcpause import tune_for_broker_process
 from broker.http.app import build_app
+from broker.http.bounded import bounded_protocol
 from broker.service.coordinator import Broker
 from broker.service.settings import BrokerConfig
 from broker.storage import ObjectStore
@@ -179,8 +180,15 @@ class BrokerServer:
             self._sock.close()
             raise
         app = build_app(self.broker, token=self._token)
+        cfg = self.config
+        protocol = bounded_protocol(header_timeout_s=cfg.header_timeout_s,
+                                    body_timeout_s=cfg.body_timeout_s,
+                                    max_connections=cfg.max_connections)
+        # log_config=None: uvicorn's loggers propagate to the process's handlers (the
+        # broker's JSON lines, broker.logs) instead of printing plain text of their own
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                                timeout_graceful_shutdown=max(1, round(self._drain_s)), http="auto",
+                                timeout_graceful_shutdown=max(1, round(self._drain_s)),
+                                http=protocol, ws="none", log_config=None,
                                 timeout_keep_alive=30, proxy_headers=False)
         self._server = server = _Server(config)
         if threading.current_thread() is threading.main_thread():

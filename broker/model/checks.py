@@ -4,7 +4,9 @@
 Field checks name the field they refuse; the staged format's reader
 (:func:`parse_staged`) turns staged lines into jobs. Every problem raises
 ``InvalidRequest`` (422) or ``PayloadTooLarge`` (413) naming the field or
-line; bodies that are not JSON raise ``RequestError`` (400). Pure.
+line; bodies that are not JSON raise ``RequestError`` (400). A message quotes
+a bad value or an unknown field's name by its first few characters only
+(:func:`broker.errors.shown`). Pure.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any, cast
 
 import orjson
 
-from broker.errors import InvalidRequest, PayloadTooLarge
+from broker.errors import InvalidRequest, PayloadTooLarge, shown
 from broker.limits import (
     MAX_ATTEMPTS,
     MAX_DELAY_S,
@@ -83,6 +85,27 @@ def as_object(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
+def unknown_field(body: dict[str, Any], known: frozenset[str], where: str = "") -> None:
+    """Raise ``InvalidRequest`` naming the first field of ``body`` not in ``known``.
+
+    Callers test ``body.keys() <= known`` first (one set comparison, cheap on a
+    hot loop) and call this only when it fails."""
+    name = next((k for k in body if k not in known), None)
+    if name is not None:
+        raise InvalidRequest(f"unknown field {shown(where + name)}; known fields are "
+                             f"{', '.join(sorted(known))}")
+
+
+def object_of(value: Any, known: frozenset[str], where: str,
+              nested: bool = False) -> dict[str, Any]:
+    """``value`` if it is a JSON object with no field outside ``known``; ``where``
+    names it in an error (``nested``: fields are named ``where.field``)."""
+    body = as_object(value, where)
+    if not body.keys() <= known:
+        unknown_field(body, known, where + "." if nested else "")
+    return body
+
+
 def list_field(body: dict[str, Any], name: str, max_items: int = MAX_ITEMS) -> list[Any]:
     value = body.get(name, _MISSING)
     if value is _MISSING:
@@ -102,7 +125,7 @@ def number_field(body: dict[str, Any], name: str, default: float | None, *, lo: 
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidRequest(f"field '{where}{name}' must be a number, got {value!r}")
+        raise InvalidRequest(f"field '{where}{name}' must be a number, got {shown(value)}")
     if not lo <= value <= hi:
         raise InvalidRequest(f"field '{where}{name}' must be within [{lo}, {hi}], got {value}")
     return float(value)
@@ -114,7 +137,7 @@ def int_field(body: dict[str, Any], name: str, default: int | None, *, lo: int, 
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidRequest(f"field '{where}{name}' must be an integer, got {value!r}")
+        raise InvalidRequest(f"field '{where}{name}' must be an integer, got {shown(value)}")
     if not lo <= value <= hi:
         raise InvalidRequest(f"field '{where}{name}' must be within [{lo}, {hi}], got {value}")
     return value
@@ -185,9 +208,8 @@ def parse_staged(data: bytes, *, check: bool, max_payload_bytes: int = 0,
             jobs.append(payload)
             continue
         item = as_object(parse_json(head), f"{where} {i} options")
-        unknown = set(item) - STAGED_OPTION_FIELDS
-        if unknown:
-            raise InvalidRequest(f"{where} {i} has unknown options {sorted(unknown)}")
+        if not item.keys() <= STAGED_OPTION_FIELDS:
+            unknown_field(item, STAGED_OPTION_FIELDS, f"{where} {i}: ")
         jobs.append(ops.NewJob(payload, *job_options(item, f"{where} {i}: ")))
     return jobs
 

@@ -39,7 +39,7 @@ import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from broker.errors import InvalidRequest, PayloadTooLarge, QueueFull
+from broker.errors import InvalidRequest, PayloadTooLarge, QueueFull, shown
 from broker.limits import (
     MAX_ATTEMPTS,
     MAX_CLAIM_JOBS,
@@ -442,8 +442,8 @@ def _redrive(state: QueueState, op: Redrive, now_ms: int) -> Result:
 def _purge(state: QueueState, op: Purge, now_ms: int) -> Result:
     bad = set(op.statuses) - {PENDING, CLAIMED, DEAD}
     if bad:
-        raise InvalidRequest(f"cannot purge status {sorted(bad)}; use pending, claimed or dead "
-                             "(completed jobs leave by themselves once archived)")
+        raise InvalidRequest(f"cannot purge status {shown(sorted(bad))}; use pending, claimed "
+                             "or dead (completed jobs leave by themselves once archived)")
     earlier = idempotency.earlier(state, op.request, op.floor, R.PURGE, now_ms)
     if earlier is not None:
         return Result(count=earlier[0], replayed=True)

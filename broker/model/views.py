@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker import timefmt
-from broker.errors import InvalidRequest
+from broker.errors import InvalidRequest, shown
 from broker.limits import MAX_JOB_ID_CHARS, MAX_PAGE_JOBS
 from broker.model import receipts as R
 from broker.model.indexes import key_time
@@ -65,7 +65,7 @@ def list_jobs(state: QueueState, status: str | None = None, limit: int = 100,
     to read, not to change (jobs kept as lines are read into throwaway ``Job``
     objects, see :mod:`broker.model.jobtable`)."""
     if status is not None and status not in (PENDING, CLAIMED, DEAD, COMPLETED):
-        raise InvalidRequest(f"unknown status {status!r}; use pending, claimed, dead or "
+        raise InvalidRequest(f"unknown status {shown(status)}; use pending, claimed, dead or "
                              "completed")
     if not 1 <= limit <= MAX_PAGE_JOBS:
         raise InvalidRequest(f"limit must be 1..{MAX_PAGE_JOBS}, got {limit}")

@@ -20,6 +20,12 @@ class BrokerConfig:
     lease_s: float = BROKER_LEASE_S
     max_wait_s: float = 60.0
     max_request_bytes: int = 64 * 1024 * 1024
+    #: slow clients (see :mod:`broker.http.bounded`): a request's headers must arrive
+    #: within header_timeout_s, a body may pause at most body_timeout_s (408 past
+    #: either); at most max_connections open connections (503 past it)
+    header_timeout_s: float = limits.DEFAULT_HEADER_TIMEOUT_S
+    body_timeout_s: float = limits.DEFAULT_BODY_TIMEOUT_S
+    max_connections: int = limits.DEFAULT_MAX_CONNECTIONS
     io_threads: int = 16
     staged_cache_bytes: int = 256 * 1024 * 1024  # staged chunks kept parsed until publish
     self_test: bool = True

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, cast
 
 from broker import paths
-from broker.errors import InvalidRequest, NotFound, OsqueueError
+from broker.errors import InvalidRequest, NotFound, OsqueueError, shown
 from broker.model.checks import parse_staged
 from broker.model.ops import Result
 from broker.service.staged_cache import Jobs, StagedCache
@@ -96,7 +96,7 @@ class Staging:
             missing = [w for w in keep if w not in newest]
             if missing and once is None:
                 raise InvalidRequest(f"{len(missing)} staged chunk(s) are missing, e.g. "
-                                     f"{missing[0]!r}; nothing was published")
+                                     f"{shown(missing[0])}; nothing was published")
             chunks = await asyncio.gather(*(self._read(newest[w])
                                             for w in keep if w in newest))
             gone = len(missing) + sum(c is None for c in chunks)

@@ -130,3 +130,19 @@ def test_a_token_named_by_token_env_still_wins_and_an_empty_one_is_refused(
     monkeypatch.setenv("OSQ_NAMED_TOKEN", "")
     with pytest.raises(ValidationError):
         settings("--store", "file:///tmp/q", "--token-env", "OSQ_NAMED_TOKEN")
+
+
+def test_slow_client_bounds_come_from_flags_and_variables(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    config = settings("--store", "file:///tmp/q").broker_config()
+    assert (config.header_timeout_s, config.body_timeout_s, config.max_connections) == (
+        10.0, 30.0, 1000)
+    monkeypatch.setenv("OSQUEUE_BODY_TIMEOUT_S", "7")
+    config = settings("--store", "file:///tmp/q", "--header-timeout-s", "2.5",
+                      "--max-connections", "50").broker_config()
+    assert (config.header_timeout_s, config.body_timeout_s, config.max_connections) == (
+        2.5, 7.0, 50)
+    for flag, bad in (("--header-timeout-s", "0"), ("--body-timeout-s", "-1"),
+                      ("--max-connections", "0")):
+        assert cli.main(["--store", "file:///tmp/q", flag, bad]) == 2
+        assert flag in capsys.readouterr().err

@@ -1,12 +1,14 @@
 """The hand parsers (broker.http.parsers) and the pydantic models (broker.http.schemas) agree.
 
 The models document the API and the parsers serve it; on generated bodies
-(valid, at and past every bound, of the wrong type, missing, with unknown
-fields) both accept or both refuse, and they read the same values.
+(valid, at and past every bound, of the wrong type, missing, with unknown or
+misspelt fields) both accept or both refuse, and they read the same values.
+Both refuse a field they do not know (``extra="forbid"``), whatever its value.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -73,12 +75,24 @@ def lists(items: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     return st.one_of(st.lists(items, min_size=0, max_size=4), JUNK)
 
 
+def misspelt(names: list[str]) -> list[str]:
+    """Near misses of ``names`` (a letter dropped, an "s" added, two letters
+    swapped) and a stranger, none of them a known name."""
+    near = {"colour", *(n[:-1] for n in names), *(n + "s" for n in names),
+            *(n[:2] + n[3] + n[2] + n[4:] for n in names if len(n) > 3)}
+    return sorted(near - set(names))
+
+
 def obj(required: dict[str, st.SearchStrategy[Any]],
         optional: dict[str, st.SearchStrategy[Any]]) -> st.SearchStrategy[Any]:
     """An object with the fields (each may be missing, null or junk), sometimes an
-    unknown one, and sometimes not an object at all."""
-    every = {name: st.one_of(s, st.none()) for name, s in {**required, **optional}.items()}
-    extra = st.dictionaries(st.sampled_from(["colour", "payloads"]), JUNK, max_size=1)
+    unknown or misspelt one (whose value may be valid for the field it resembles,
+    or its own name), and sometimes not an object at all."""
+    fields = {**required, **optional}
+    every = {name: st.one_of(s, st.none()) for name, s in fields.items()}
+    extra = st.dictionaries(st.sampled_from(misspelt(list(fields))),
+                            st.one_of(JUNK, *fields.values(), st.sampled_from(list(fields))),
+                            max_size=1)
     return st.one_of(
         st.builds(lambda known, more: {**more, **known},
                   st.fixed_dictionaries({}, optional=every), extra),
@@ -180,3 +194,35 @@ def test_fast_path_refuses_what_the_model_refuses(job: dict[str, Any]) -> None:
         schemas.PushRequest.model_validate({"jobs": [job]})
     with pytest.raises(InvalidRequest):
         parsers.parse_push({"jobs": [job]})
+
+
+@pytest.mark.parametrize(("hand", "model", "body", "field"), [
+    (parsers.parse_push, schemas.PushRequest, {"jobs": [{"payload": 1, "prioirty": 5}]},
+     "jobs[0].prioirty"),
+    (parsers.parse_push, schemas.PushRequest,
+     {"jobs": [{"payload": 1}, {"payload": 2, "prioirty": "prioirty"}]}, "jobs[1].prioirty"),
+    (parsers.parse_push, schemas.PushRequest, {"jobs": [{"payload": 1}], "job": []}, "job"),
+    (parsers.parse_claim, schemas.ClaimRequest, {"worker": "w", "max_job": 5}, "max_job"),
+    (parsers.parse_heartbeat, schemas.HeartbeatRequest, {"tokens": ["t"], "lease": 5},
+     "lease"),
+    (parsers.parse_complete, schemas.CompleteRequest,
+     {"items": [{"token": "t", "results": 1}]}, "items[0].results"),
+    (parsers.parse_fail, schemas.FailRequest,
+     {"items": [{"token": "t", "retry_s": 1}]}, "items[0].retry_s"),
+    (parsers.parse_publish, schemas.PublishRequest, {"prefix": "p/", "keeps": []}, "keeps"),
+    (lambda b: parsers.parse_stage(orjson.dumps(b) + b"\n\t1\n"), schemas.StageHeader,
+     {"write_id": "w", "writeid": "w"}, "writeid"),
+])
+def test_unknown_fields_are_refused_by_name(hand: Callable[[Any], Any],
+                                            model: type[BaseModel], body: Any,
+                                            field: str) -> None:
+    with pytest.raises(InvalidRequest, match=f"unknown field '{re.escape(field)}'"):
+        hand(body)
+    with pytest.raises(ValidationError):
+        model.model_validate(body)
+
+
+def test_an_unknown_fields_name_is_quoted_short() -> None:
+    with pytest.raises(InvalidRequest) as err:
+        parsers.parse_claim({"worker": "w", "x" * 10_000_000: 1})
+    assert len(err.value.message) < 200

@@ -3,7 +3,8 @@
 Servers on 127.0.0.1 (``motoserver``, ``gcsserver``, ``azuriteserver``,
 ``connectserver``, ``faultproxy``; each also runs on its own with
 ``python -m tests.support.NAME``), the storage fault wrapper and injectable
-clock (``faults``), in-process brokers (``inprocess``), broker child processes
+clock (``faults``), in-process brokers (``inprocess``), one request through an
+ASGI app (``asgi``), broker child processes
 and their ready line (``broker_process``), a broker in a dict for the client's
 mock transport (``fake_broker``), queue states for the pure tests (``states``)
 and the Azurite fixtures (``azurite``).

@@ -1,0 +1,37 @@
+"""One HTTP request through an ASGI app in process (no sockets): :func:`call`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+async def call(app: Any, method: str, path: str, body: bytes = b"", *,
+               token: str | None = None, content_type: str = "application/json",
+               query: str = "") -> tuple[int, bytes, dict[bytes, bytes]]:
+    """``(status, body, headers)`` of one request; the body arrives in one piece."""
+    headers = [(b"content-type", content_type.encode()),
+               (b"content-length", str(len(body)).encode())]
+    if token:
+        headers.append((b"authorization", f"Bearer {token}".encode()))
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+             "method": method, "scheme": "http", "path": path, "raw_path": path.encode(),
+             "root_path": "", "query_string": query.encode(), "headers": headers,
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+    sent: list[dict[str, Any]] = []
+    delivered = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal delivered
+        if delivered:
+            return {"type": "http.disconnect"}
+        delivered = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    return start["status"], b"".join(m.get("body", b"") for m in sent
+                                     if m["type"] == "http.response.body"), \
+        dict(start.get("headers", []))

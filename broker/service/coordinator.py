@@ -453,11 +453,13 @@ class Broker:
         return out
 
     async def jobs(self, queue: str, status: str | None = None, limit: int = 100,
-                   after: str | None = None, *, raw: bool = False) -> list[dict[str, Any]]:
+                   after: str | None = None, *, raw: bool = False,
+                   tokens: bool = False) -> list[dict[str, Any]]:
         """A page of jobs as plain dicts. ``raw``: payloads and results stay their
-        stored JSON bytes (``orjson.Fragment``), passed through verbatim."""
+        stored JSON bytes (``orjson.Fragment``), passed through verbatim;
+        ``tokens``: leases show their tokens (usable: see :class:`ReadJobs`)."""
         page: list[dict[str, Any]] = await self._read(
-            queue, ReadJobs(status, limit, after, raw))
+            queue, ReadJobs(status, limit, after, raw, tokens))
         return page
 
     def queue_names(self) -> list[str]:

@@ -238,13 +238,14 @@ def test_a_claim_whose_answer_was_lost_is_replayed_with_tokens_that_complete_onc
         store.inject("write_if_match", LOST_REPLY, key_contains="queue.json")
         status, first = await routes.claim(a, "q", body, key)
         assert status == 200 and len(first["jobs"]) == 3
-        assert store.injected  # the lost reply happened
+        assert store.injected == [("write_if_match", LOST_REPLY, paths.state_key("q"))]
         await crash(a)  # the answer never left broker a
         b = await successor(inner, clock)
         status, again = await routes.claim(b, "q", body, key)
         assert status == 200
         tokens = [j["token"] for j in again["jobs"]]
         assert tokens == [j["token"] for j in first["jobs"]]
+        assert not {j.lease_token for j in stored(inner).jobs.values()} & set(tokens)  # tagged
         items = {"items": [{"token": t, "result": 1} for t in tokens]}
         done = await routes.complete(b, "q", items, (None, None))
         assert done[0] == 200 and all(r["ok"] for r in done[1]["results"])
@@ -297,6 +298,7 @@ def test_tokens_cross_between_a_broker_and_the_direct_path(tmp_path: Path) -> No
     direct = DirectQueue(store, "q")
     direct.apply(PushPayloads((b"1", b"2")))
     [by_direct] = direct.apply(Claim("w", 1, 600_000)).jobs
+    assert by_direct.token != stored(store).jobs[1].lease_token  # tagged
 
     async def main() -> str:
         a = await started(store, "http://a")

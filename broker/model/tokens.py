@@ -67,7 +67,7 @@ class Tagger:
         if not sep or len(tag) != TAG_CHARS or not tag.isascii():
             return None
         h = self._keyed.copy()
-        h.update(token.encode())
+        h.update(token.encode("utf-8", "surrogatepass"))  # (any str a caller passes)
         return token if hmac.compare_digest(h.hexdigest(), tag) else None
 
     def __repr__(self) -> str:

@@ -2,8 +2,9 @@
 
 Each state it reads or makes is bound to the queue's token key (see
 :mod:`broker.model.tokens`; a new queue, or an object from before tokens were
-tagged, gets a fresh one). Business rules that run on every commit live here,
-not in the loop: take the
+tagged, gets a fresh one).
+
+Business rules that run on every commit live here, not in the loop: take the
 queue over when this broker may (which grants every claimed job a fresh
 lease on this broker's clock, before anything is reclaimed), renew the
 broker record when :func:`broker.service.ownership.renew_due` says so, reclaim expired leases,

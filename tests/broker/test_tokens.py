@@ -327,7 +327,7 @@ def test_a_tag_verifies_only_for_its_key_queue_and_token() -> None:
     assert Tagger(bytes(32), "qa").stored(token) is None
     assert tagger.stored(tagger.tag("j0000000001.2").replace(".2-", ".1-")) is None
     for junk in ("", "-", "j0000000001.1", "j1.1-\u00e9" * 3, token + "0", token[:-1],
-                 "x" * 300, "j0000000001.1-" + "\u0661" * 16):
+                 "x" * 300, "j0000000001.1-" + "\u0661" * 16, "\ud800-" + "0" * 16):
         assert tagger.stored(junk) is None, junk
 
 

@@ -11,6 +11,7 @@ Prints a table and writes bench/results/state_encode.json.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -19,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import orjson
 
 from bench._common import best_of, write_results
-from broker.model import codec
+from broker.model import codec, tokens
 from broker.model import state as S
 from broker.model import transitions as T
 from broker.model.ops import Claim, NewJob, Push
@@ -29,6 +30,7 @@ CHANGED = 1_000
 
 def build(n: int) -> S.QueueState:
     st = T.new_state(0)
+    tokens.bind(st, "bench", os.urandom)  # as a broker binds a queue it makes
     batch = 10_000
     for start in range(0, n, batch):
         jobs = tuple(

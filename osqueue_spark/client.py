@@ -374,18 +374,23 @@ class QueueClient:
         return dict(self.request("GET", self._q("stats")))
 
     def jobs(self, status: str | None = None, limit: int = 100,
-             after: str | None = None) -> list[dict[str, Any]]:
+             after: str | None = None, *, tokens: bool = False) -> list[dict[str, Any]]:
+        """A page of jobs in enqueue order. A lease shows its worker and times; its
+        token (usable: it settles the job) only with ``tokens``."""
         params = [f"limit={limit}"]
         if status:
             params.append(f"status={quote(status)}")
         if after:
             params.append(f"after={quote(after)}")
+        if tokens:
+            params.append("tokens=true")
         return list(self.request("GET", self._q("jobs") + "?" + "&".join(params))["jobs"])
 
-    def iter_jobs(self, status: str | None = None, page: int = 1000) -> Iterator[dict[str, Any]]:
+    def iter_jobs(self, status: str | None = None, page: int = 1000, *,
+                  tokens: bool = False) -> Iterator[dict[str, Any]]:
         after = None
         while True:
-            batch = self.jobs(status, page, after)
+            batch = self.jobs(status, page, after, tokens=tokens)
             yield from batch
             if len(batch) < page:
                 return

@@ -133,8 +133,11 @@ async def jobs(broker: Broker, request: Request, body: None) -> Any:
         limit = int(q.get("limit", "100"))
     except ValueError:
         raise InvalidRequest("limit must be an integer") from None
+    tokens = q.get("tokens", "false")
+    if tokens not in ("true", "false"):
+        raise InvalidRequest("tokens must be true or false")
     page = await broker.jobs(request.path_params["queue"], q.get("status") or None,
-                             limit, q.get("after") or None, raw=True)
+                             limit, q.get("after") or None, raw=True, tokens=tokens == "true")
     return {"jobs": page, "next_after": page[-1]["id"] if len(page) == limit else None}
 
 
@@ -229,8 +232,8 @@ ROUTES: tuple[Route, ...] = (
     Route("PUT", Q, create, "Create a queue or change its settings", S.CreateRequest, S.Stats),
     Route("POST", Q, create, "Create a queue or change its settings", S.CreateRequest, S.Stats),
     Route("GET", f"{Q}/stats", stats, "Counts and figures", None, S.Stats),
-    Route("GET", f"{Q}/jobs", jobs, "A page of jobs in enqueue order", None, S.JobsPage,
-          query=S.JobsQuery),
+    Route("GET", f"{Q}/jobs", jobs, "A page of jobs in enqueue order; leases show their "
+          "tokens only with tokens=true", None, S.JobsPage, query=S.JobsQuery),
     Route("GET", "/v1/queues", queues, "The queues this broker serves or watches",
           None, S.Queues),
     Route("GET", "/healthz", healthz, "Liveness: ok (503 when not ok); with the token, also "

@@ -233,6 +233,9 @@ class JobsQuery(BaseModel):
     status: str | None = Field(None, description="pending, claimed, dead or completed")
     limit: int = 100
     after: str | None = Field(None, description="the last job id of the previous page")
+    tokens: bool = Field(False, description="show each lease's token (usable: it completes, "
+                         "fails or extends the job); without it a lease shows its worker "
+                         "and times only")
 
 
 # -- responses -------------------------------------------------------------------

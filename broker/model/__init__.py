@@ -6,7 +6,7 @@ Imports only the broker's leaves (errors, limits, paths, timefmt, wire) and itse
 
 The layers inside, lowest first::
 
-    job, columns, receipts         a job and its lease; column-wise results
+    job, columns, receipts, tokens a job and its lease; column-wise results; token tags
     lines                          a job's line in the object (byte templates)
     jobtable, state                the queue: seq -> job, settings, counters, windows
     indexes, codec, decode         heaps; the object's bytes, written and read

@@ -99,7 +99,7 @@ def reset_segments(state: QueueState) -> None:
 
 def _header(state: QueueState) -> dict[str, Any]:
     broker = state.broker
-    return {
+    header = {
         "format": FORMAT,
         "version": VERSION,
         "seq": state.seq,
@@ -115,6 +115,9 @@ def _header(state: QueueState) -> dict[str, Any]:
         "settings": asdict(state.settings),
         "counters": asdict(state.counters),
     }
+    if state.token_key:  # (a state made without one is written without one)
+        header["token_key"] = state.token_key
+    return header
 
 
 def _key_bytes(key: str, entry: KeyEntry) -> bytes:

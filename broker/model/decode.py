@@ -41,6 +41,7 @@ from broker.model.state import (
     QueueState,
     Settings,
 )
+from broker.model.tokens import check_key
 
 
 def _time(raw: Any, what: str) -> int:
@@ -348,6 +349,8 @@ def _decode_fields(raw: dict[str, Any], data: bytes) -> QueueState:
             raise ValueError(f"once entry {entry!r} is not [key, time]")
         state.once[entry[0]] = KeyEntry("(published)", _time(entry[1], f"key {entry[0]!r}"))
     state.receipts = Receipts.decode(raw.get("receipts"))
+    if "token_key" in raw:  # (an object from before tokens were tagged has none)
+        state.token_key = check_key(raw["token_key"])
     top_seq = max(state.jobs, default=0)
     top_seq = max(top_seq, state.receipts.max_seq())
     top_fence = max(top_fence, state.receipts.max_fence())
@@ -366,7 +369,7 @@ def _decode_fields(raw: dict[str, Any], data: bytes) -> QueueState:
 
 _TOP_FIELDS = frozenset({"format", "version", "seq", "writer", "commit", "lineage", "updated_at",
                          "broker", "paused", "settings", "counters", "jobs", "keys", "once",
-                         "receipts"})
+                         "receipts", "token_key"})
 
 
 def _add_jobs(state: QueueState, jobs: list[Any], lines: list[bytes] | None) -> None:

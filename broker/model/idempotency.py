@@ -25,6 +25,7 @@ from broker.model import receipts as R
 from broker.model.job import COMPLETED, DEAD, PENDING
 from broker.model.lifecycle import token_job
 from broker.model.state import KeyEntry, QueueState, key_entry_bytes
+from broker.model.tokens import NOT_VALID
 from broker.wire import ItemResult
 
 
@@ -121,7 +122,7 @@ def earlier(state: QueueState, request: str | None, floor: int | None,
 
 
 def stale_reason(state: QueueState, token: str) -> str:
-    """Why ``token`` holds no live lease, in words for its caller."""
+    """Why the stored token ``token`` holds no live lease, in words for its caller."""
     job = token_job(state, token)
     if job is not None and job.lease is not None and job.lease.token == token:
         if job.status == COMPLETED:
@@ -139,10 +140,14 @@ def stale_reason(state: QueueState, token: str) -> str:
 _FAIL_STATUS = {R.FAILED: PENDING, R.DEAD: DEAD}
 
 
-def repeat_answer(state: QueueState, token: str, want: str) -> ItemResult:
+def repeat_answer(state: QueueState, wire: str, token: str | None, want: str) -> ItemResult:
     """The answer to a complete (``want`` completed) or fail (``want`` failed) of a
-    token that holds no live lease: what the first call answered if this token
-    settled the job the same way, else stale."""
+    client's token ``wire`` that holds no live lease: what the first call
+    answered if this token settled the job the same way, else stale.
+    ``token``: the stored token ``wire`` stands for, None if its tag does not
+    verify (answered :data:`~broker.model.tokens.NOT_VALID`, looked up nowhere)."""
+    if token is None:
+        return ItemResult(wire, False, NOT_VALID)
     job = token_job(state, token)
     if job is not None and job.status == COMPLETED and job.lease is not None \
             and job.lease.token == token:
@@ -151,7 +156,7 @@ def repeat_answer(state: QueueState, token: str, want: str) -> ItemResult:
         fence = R.fence_of(token)
         outcome = state.receipts.outcome(fence) if fence is not None else None
     if want == R.COMPLETED and outcome == R.COMPLETED:
-        return ItemResult(token, True, None, COMPLETED)
+        return ItemResult(wire, True, None, COMPLETED)
     if want == R.FAILED and outcome in _FAIL_STATUS:
-        return ItemResult(token, True, None, _FAIL_STATUS[outcome])
-    return ItemResult(token, False, stale_reason(state, token))
+        return ItemResult(wire, True, None, _FAIL_STATUS[outcome])
+    return ItemResult(wire, False, stale_reason(state, token))

@@ -217,9 +217,10 @@ def add_pending(state: QueueState, jobs: list[Job], now_ms: int) -> None:
 
 
 def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
-                now_ms: int) -> LeasedJobs:
+                now_ms: int, tag: Callable[[str], str]) -> LeasedJobs:
     """Claim up to ``max_jobs`` runnable pending jobs in claim order (priority
-    desc, run-at, seq) under fresh leases of ``lease_ms`` for ``worker``.
+    desc, run-at, seq) under fresh leases of ``lease_ms`` for ``worker``; each
+    job's token is answered as ``tag`` makes it (see :mod:`broker.model.tokens`).
 
     Per job, what :func:`move` to claimed does, written out: this loop runs
     once per claimed job (``bench/broker_bench.py``, claim rows). The jobs
@@ -264,18 +265,23 @@ def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
         heappush(leases, timed_key(expires, seq))
         ids.append(job_id)
         payloads.append(job.payload)
-        tokens.append(token)
+        tokens.append(tag(token))
         attempts.append(job.attempts)
         expiries.append(expires)
     return out
 
 
 def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], now_ms: int,
-                  stale: Callable[[str], ItemResult]) -> tuple[ItemResults, list[int]]:
+                  stored: Callable[[str], str | None],
+                  stale: Callable[[str, str | None], ItemResult],
+                  ) -> tuple[ItemResults, list[int]]:
     """Complete the job each live token holds, with its result (JSON bytes or
-    None), in the commit after ``state.seq``; answer ``stale(token)`` for the
-    others. Returns the answers in order (column-wise, see
-    :mod:`broker.model.columns`) and the lease numbers completed.
+    None), in the commit after ``state.seq``. Each item's token is a client's:
+    ``stored(token)`` is the stored token it stands for, or None if its tag
+    does not verify. Answers ``stale(token, stored token or None)`` for the
+    tokens that hold no live lease. Returns the answers in order (column-wise,
+    see :mod:`broker.model.columns`, each with the client's token) and the
+    lease numbers completed.
 
     Per job, what :func:`live_job` and :func:`move` to completed do, written
     out: this loop runs once per completed job (``bench/broker_bench.py``,
@@ -290,12 +296,16 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
     done: list[int] = []  # job seqs
     fences: list[int] = []
     added_bytes = 0
-    for token, value in items:
+    for wire, value in items:
+        token = stored(wire)
+        if token is None:
+            answers.append(stale(wire, None))  # never looked up
+            continue
         seq = token_seq(token)
         job = None if seq is None else get(seq)
         if job is None or isinstance(job, bytes) or job.status != CLAIMED or \
                 job.lease_token != token or job.lease_expires_ms <= now_ms:
-            answers.append(stale(token))  # (a job kept as its line is pending)
+            answers.append(stale(wire, token))  # (a job kept as its line is pending)
             continue
         assert seq is not None
         job.status = COMPLETED
@@ -310,7 +320,7 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
         fences.append(int(token[token.rindex(".") + 1:]))  # Lease.fence, inlined
         if value is not None:
             added_bytes += len(value)
-        answered.append(token)
+        answered.append(wire)
         oks.append(True)
         reasons.append(None)
         statuses.append(COMPLETED)

@@ -193,12 +193,15 @@ class ReadStats:
 @dataclass(frozen=True, slots=True)
 class ReadJobs:
     """A page of jobs (see :func:`list_jobs`), read in the commit loop's order;
-    ``raw``: payloads as their stored bytes."""
+    ``raw``: payloads as their stored bytes. A lease shows its worker and
+    times; its token only with ``tokens`` (as a client would hold it, see
+    :mod:`broker.model.tokens`)."""
 
     status: str | None = None
     limit: int = 100
     after: str | None = None
     raw: bool = False
+    tokens: bool = False
 
 
 @dataclass(frozen=True, slots=True)

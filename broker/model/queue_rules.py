@@ -33,9 +33,20 @@ def read_stats(state: QueueState, op: ReadStats, now_ms: int) -> Result:
 
 
 def read_jobs(state: QueueState, op: ReadJobs, now_ms: int) -> Result:
-    """A page of jobs as dicts (see :func:`broker.model.views.list_jobs`)."""
+    """A page of jobs as dicts (see :func:`broker.model.views.list_jobs`). A
+    lease's token is left out unless ``op.tokens``; then it is the token as the
+    claim answered it (left out still if the state has no token key: a read
+    of an object from before tokens were tagged, which no token fits)."""
     page = list_jobs(state, op.status, op.limit, op.after)
-    return Result(view=[job.to_dict() if op.raw else job.to_plain() for job in page])
+    rows = [job.to_dict() if op.raw else job.to_plain() for job in page]
+    tag = state.tagger.tag if op.tokens and state.tagger is not None else None
+    for row in rows:
+        lease = row.get("lease")
+        if lease is not None:
+            token = lease.pop("token")
+            if tag is not None:
+                row["lease"] = {"token": tag(token), **lease}
+    return Result(view=rows)
 
 
 def set_paused(state: QueueState, op: SetPaused, now_ms: int) -> Result:

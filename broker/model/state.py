@@ -15,7 +15,7 @@ On storage the state is one JSON object (``jq``-readable, one job a line)::
      "updated_at": "2026-11-22T03:43:47.123Z",
      "broker": {"id": "b-1a2b", "url": "http://10.0.0.4:8765", "lease_s": 30.0,
                 "lease_expires_at": "..."} | null,
-     "paused": false, "settings": {...}, "counters": {...},
+     "paused": false, "settings": {...}, "counters": {...}, "token_key": "9c1f...",
      "jobs": [
        {"id": "j0000000001", "seq": 1, "status": "pending", "priority": 0, ...},
        ...],
@@ -23,6 +23,10 @@ On storage the state is one JSON object (``jq``-readable, one job a line)::
      "once": [["write:w-5d0e...", "2026-11-22T03:43:47.123Z"], ...],
      "receipts": {"requests": [["r-3f9a0c2b1d4e-17", "...", "push", 1001, 100], ...],
                   "settled": [["...", {"completed": [5001, 120]}], ...]}}
+
+``token_key`` is the secret that binds the queue's lease tokens to it (see
+:mod:`broker.model.tokens`); an object written before it existed has none
+until its next write.
 
 ``seq`` grows by one on every write, so no two writes carry the same bytes
 (S3 etags are content hashes; an A-B-A write must not pass a CAS). ``commit``
@@ -65,6 +69,7 @@ from broker.limits import check_setting
 from broker.model.job import Job, seq_of
 from broker.model.jobtable import JobTable
 from broker.model.receipts import Receipts
+from broker.model.tokens import Tagger
 
 FORMAT = "osqueue"
 VERSION = 3  # 3: completed jobs, commit identities, receipts, publish keys apart, lease_s
@@ -153,6 +158,10 @@ class QueueState:
     keys: dict[str, KeyEntry] = field(default_factory=dict)
     once: dict[str, KeyEntry] = field(default_factory=dict)  # publish keys (Spark writes)
     receipts: Receipts = field(default_factory=Receipts)
+    # The secret of the queue's lease tokens (hex; "" until made) and what tags and
+    # checks them with it (see broker.model.tokens); neither is ever shown.
+    token_key: str = field(default="", repr=False)
+    tagger: Tagger | None = field(default=None, compare=False, repr=False)
     # Derived, never stored, kept by broker.model.lifecycle: heaps of ready_key
     # (pending and runnable), timed_key(run_at) (pending, later) and
     # timed_key(lease expiry) (claimed). Entries go stale instead of being

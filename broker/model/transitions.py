@@ -16,7 +16,9 @@ Promises kept here (and checked by the property tests):
   last attempt makes it ``dead``;
 * a fencing token is valid only while its job is claimed under it and its
   lease has not expired at ``now_ms``; a stale token never completes,
-  fails or extends a job;
+  fails or extends a job; a token whose tag does not verify (another queue's,
+  a guessed one: see :mod:`broker.model.tokens`) is refused before its job is
+  looked up;
 * a push whose idempotency key is in the window returns the original id and
   creates nothing;
 * a repeated call answers as the first did while its receipt is kept (see
@@ -50,7 +52,7 @@ from broker.limits import (
     MAX_PRIORITY,
     MAX_WORKER_CHARS,
 )
-from broker.model import idempotency, lifecycle, queue_rules
+from broker.model import idempotency, lifecycle, queue_rules, tokens
 from broker.model import receipts as R
 from broker.model.columns import plain_rows
 from broker.model.indexes import bound_stale_leases, expired_leases, promote_due
@@ -299,8 +301,9 @@ def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
     result = Result()
     if state.paused:
         return result
+    tag = tokens.tagger(state).tag  # (raises before anything changed)
     first_fence = state.counters.fence + 1
-    out = result.jobs = claim_ready(state, op.worker, op.max_jobs, op.lease_ms, now_ms)
+    out = result.jobs = claim_ready(state, op.worker, op.max_jobs, op.lease_ms, now_ms, tag)
     result.changed = bool(out)
     if out and op.request is not None:
         state.receipts.record(op.request, R.CLAIM, [first_fence, len(out)], now_ms)
@@ -310,28 +313,34 @@ def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
 def _still_held(state: QueueState, first_fence: int, count: int,
                 now_ms: int) -> list[LeasedJob]:
     """The jobs still held under the leases numbered ``first_fence`` onwards
-    (``count`` of them), in the order they were claimed. Scans the jobs: only
-    a repeated claim comes here."""
+    (``count`` of them), in the order they were claimed, with their tokens
+    as the claim answered them. Scans the jobs: only a repeated claim comes here."""
+    tag = tokens.tagger(state).tag
     held = []
     for job in state.jobs.touched():  # (the others are pending)
         lease = job.lease
         if job.status == CLAIMED and lease is not None and lease.expires_ms > now_ms and \
                 first_fence <= lease.fence < first_fence + count:
-            held.append((lease.fence, LeasedJob(job.id, job.payload, lease.token,
+            held.append((lease.fence, LeasedJob(job.id, job.payload, tag(lease.token),
                                                  job.attempts, lease.expires_ms)))
     return [claimed for _, claimed in sorted(held)]
 
 
 def _heartbeat(state: QueueState, op: Heartbeat, now_ms: int) -> Result:
     _check_lease(op.lease_ms)
+    stored = tokens.tagger(state).stored
     result = Result()
-    for token in op.tokens:
+    for wire in op.tokens:
+        token = stored(wire)
+        if token is None:  # never looked up
+            result.items.append(ItemResult(wire, False, tokens.NOT_VALID))
+            continue
         job = live_job(state, token, now_ms)
         if job is None or job.lease is None:
-            result.items.append(ItemResult(token, False, idempotency.stale_reason(state, token)))
+            result.items.append(ItemResult(wire, False, idempotency.stale_reason(state, token)))
             continue
         extend_lease(state, job, op.lease_ms, now_ms)
-        result.items.append(ItemResult(token, True))
+        result.items.append(ItemResult(wire, True))
         result.changed = True
     return result
 
@@ -341,10 +350,11 @@ def _complete(state: QueueState, op: Complete, now_ms: int) -> Result:
     for _, value in plain_rows(op.items):
         if value is not None and len(value) > limit:
             raise PayloadTooLarge(f"result is {len(value)} bytes; the limit is {limit}")
+    stored = tokens.tagger(state).stored
     result = Result()
     result.items, fences = complete_held(
-        state, plain_rows(op.items), now_ms,
-        lambda token: idempotency.repeat_answer(state, token, R.COMPLETED))
+        state, plain_rows(op.items), now_ms, stored,
+        lambda wire, token: idempotency.repeat_answer(state, wire, token, R.COMPLETED))
     if fences:
         state.receipts.record_settled(R.COMPLETED, fences, now_ms, idempotency.retry_ttl_ms(state),
                                       state.settings.retry_keys)
@@ -358,11 +368,13 @@ def _fail(state: QueueState, op: Fail, now_ms: int) -> Result:
         if item.retry_in_ms is not None and not 0 <= item.retry_in_ms <= MAX_DELAY_MS:
             raise InvalidRequest(f"retry_in_s must be within [0, {MAX_DELAY_MS // 1000}], "
                                  f"got {item.retry_in_ms / 1000}")
+    stored = tokens.tagger(state).stored
     result = Result()
     for item in op.items:
-        job = live_job(state, item.token, now_ms)
+        token = stored(item.token)
+        job = None if token is None else live_job(state, token, now_ms)
         if job is None or job.lease is None:
-            result.items.append(idempotency.repeat_answer(state, item.token, R.FAILED))
+            result.items.append(idempotency.repeat_answer(state, item.token, token, R.FAILED))
             continue
         fence = job.lease.fence
         status = _settle_failure(state, job, item.error, item.retry_in_ms, now_ms)

@@ -35,16 +35,10 @@ from typing import Any
 
 from broker import limits, paths, timefmt
 from broker.commit.offloop import run_bulk, run_io
-from broker.errors import (
-    BrokerUnavailable,
-    InvalidRequest,
-    NotFound,
-    OsqueueError,
-    UnknownQueue,
-)
+from broker.errors import BrokerUnavailable, InvalidRequest, NotFound, OsqueueError, UnknownQueue
 from broker.limits import DEFAULT_LEASE_S
 from broker.model import state as S
-from broker.model import transitions
+from broker.model import tokens, transitions
 from broker.model.decode import decode_state
 from broker.model.job import DEAD, PENDING
 from broker.model.ops import (
@@ -219,6 +213,7 @@ class Broker:
             return None
         where = f"{self.store.url}/{paths.state_key(name)}"
         state = await self._bulk(functools.partial(decode_state, where=where), got.data)
+        tokens.bind(state, name, None)  # a read invents no key: an older object shows no tokens
         return state, got.etag
 
     async def _serving(self, name: str, *, create: bool) -> ServedQueue:
@@ -467,11 +462,13 @@ class Broker:
         return out
 
     async def jobs(self, queue: str, status: str | None = None, limit: int = 100,
-                   after: str | None = None, *, raw: bool = False) -> list[dict[str, Any]]:
+                   after: str | None = None, *, raw: bool = False,
+                   tokens: bool = False) -> list[dict[str, Any]]:
         """A page of jobs as plain dicts. ``raw``: payloads and results stay their
-        stored JSON bytes (``orjson.Fragment``), passed through verbatim."""
+        stored JSON bytes (``orjson.Fragment``), passed through verbatim;
+        ``tokens``: leases show their tokens (usable: see :class:`ReadJobs`)."""
         page: list[dict[str, Any]] = await self._read(
-            queue, ReadJobs(status, limit, after, raw))
+            queue, ReadJobs(status, limit, after, raw, tokens))
         return page
 
     def queue_names(self) -> list[str]:

@@ -1,5 +1,9 @@
 """How a queue object plugs into the generic commit loop (:mod:`broker.commit.loop`).
 
+Each state it reads or makes is bound to the queue's token key (see
+:mod:`broker.model.tokens`; a new queue, or an object from before tokens were
+tagged, gets a fresh one).
+
 Business rules that run on every commit live here, not in the loop: take the
 queue over when this broker may (which grants every claimed job a fresh
 lease on this broker's clock, before anything is reclaimed), renew the
@@ -10,10 +14,11 @@ committed version, start writing the archive objects it calls for.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import secrets
+from collections.abc import Callable, Sequence
 
 from broker.errors import NotTheBroker, OsqueueError
-from broker.model import codec, transitions
+from broker.model import codec, tokens, transitions
 from broker.model import state as S
 from broker.model.decode import decode_state
 from broker.model.ops import DropArchived, Op, Reclaim, RenewBroker, Result, TakeOver
@@ -29,7 +34,8 @@ class QueueModel:
 
     def __init__(self, queue: str, broker_id: str, url: str, lease_ms: int,
                  settings: S.Settings, ownership: Ownership, archiver: Archiver,
-                 where: str) -> None:
+                 where: str, random_bytes: Callable[[int], bytes] = secrets.token_bytes,
+                 ) -> None:
         self.queue = queue
         self.broker_id = broker_id
         self.url = url
@@ -38,13 +44,18 @@ class QueueModel:
         self.ownership = ownership
         self.archiver = archiver
         self.where = where
+        self.random_bytes = random_bytes  # for the key of the queue's tokens (broker.model.tokens)
         self.retiring = False  # set while shutting down: never take the queue (back) over
 
     def decode(self, data: bytes) -> S.QueueState:
-        return decode_state(data, where=self.where)
+        state = decode_state(data, where=self.where)
+        tokens.bind(state, self.queue, self.random_bytes)  # (an older object: a key now)
+        return state
 
     def empty(self, now_ms: int) -> S.QueueState:
-        return transitions.new_state(now_ms, self.settings)
+        state = transitions.new_state(now_ms, self.settings)
+        tokens.bind(state, self.queue, self.random_bytes)
+        return state
 
     def apply(self, state: S.QueueState, op: Op,
               now_ms: int) -> tuple[Result | OsqueueError, bool]:

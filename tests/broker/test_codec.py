@@ -18,6 +18,7 @@ from broker.model.ops import CompleteItem, NewJob, Push
 from broker.storage import FileStore
 from tests.support.faults import Clock
 from tests.support.inprocess import archive_lines, crash, run, started, stored, successor
+from tests.support.states import new_queue
 
 #: a payload nested 300 levels deep (past orjson's encoding limit of 255):
 #: canonical, valid JSON, 601 bytes
@@ -41,7 +42,7 @@ def staged(*payloads: bytes) -> list:
 def test_an_object_holding_a_deep_payload_decodes_and_serves(tmp_path: Path) -> None:
     """Written by an older version, or by hand: it must still decode, verbatim."""
     store = FileStore(tmp_path)
-    state = transitions.new_state(timefmt.now_ms())
+    state = new_queue(timefmt.now_ms())
     transitions.apply(state, Push((NewJob(PAYLOAD), NewJob(b" [1, 2] "))),
                       state.updated_ms)
     codec.stamp(state, "old", state.updated_ms, "c-old")

@@ -33,9 +33,10 @@ from broker.model.ops import (
     LeasedJobs,
     PushPayloads,
 )
+from broker.model.tokens import stored_part
 from broker.storage import FileStore
 from broker.wire import ItemResult
-from tests.support.states import committed, queue_of
+from tests.support.states import committed, new_queue, queue_of, tagged
 
 NOW = 1_767_225_600_000
 
@@ -80,7 +81,8 @@ def test_a_claim_answers_column_wise_and_leaves_nothing_per_job_to_track() -> No
     state = queue_of(1000, NOW)
     jobs = T.apply(state, Claim("w", 1000, 60_000), NOW).jobs
     assert isinstance(jobs, LeasedJobs) and len(jobs) == 1000
-    assert jobs[0] == LeasedJob("j0000000001", b'{"n":0}', "j0000000001.1", 1, NOW + 60_000)
+    assert jobs[0] == LeasedJob("j0000000001", b'{"n":0}', tagged("j0000000001.1"), 1,
+                                NOW + 60_000)
     for column in jobs.columns:
         assert _tracked(column) == []
     # each claimed job refers to nothing the collector tracks (no Lease object)
@@ -95,21 +97,21 @@ def test_a_complete_parsed_from_http_answers_column_wise() -> None:
     jobs = T.apply(state, Claim("w", 500, 60_000), NOW).jobs
     assert isinstance(jobs, LeasedJobs)
     body = {"items": [{"token": t, "result": {"ok": i}} for i, t in enumerate(jobs.tokens)]
-            + [{"token": "j0000009999.77"}]}
+            + [{"token": tagged("j0000009999.77")}]}
     items = parsers.parse_complete(body)
     assert isinstance(items, CompleteItems)
-    assert items[0] == CompleteItem("j0000000001.1", b'{"ok":0}')
+    assert items[0] == CompleteItem(tagged("j0000000001.1"), b'{"ok":0}')
     assert _tracked(items.tokens) == [] and _tracked(items.results) == []
     answers = T.apply(state, Complete(items), NOW + 1).items
     assert isinstance(answers, ItemResults) and len(answers) == 501
-    assert answers[0] == ItemResult("j0000000001.1", True, None, "completed")
+    assert answers[0] == ItemResult(tagged("j0000000001.1"), True, None, "completed")
     assert answers[-1].ok is False and answers[-1].reason
     for column in answers.columns:
         assert _tracked(column) == []
     assert state.counters.completed == 500
     assert state.jobs[2].result == b'{"ok":1}'
     out = parsers.items_to_json(answers)
-    assert out[0] == {"token": "j0000000001.1", "ok": True, "reason": None,
+    assert out[0] == {"token": tagged("j0000000001.1"), "ok": True, "reason": None,
                       "status": "completed"}
     assert out[-1]["ok"] is False and "status" not in out[-1]
 
@@ -128,7 +130,7 @@ def test_the_lease_fields_and_the_lease_value_agree() -> None:
     [held] = T.apply(state, Claim("w", 1, 10_000), NOW).jobs
     job = state.jobs[1]
     T.apply(state, Heartbeat((held.token,), 20_000), NOW + 5)
-    assert job.lease == Lease(held.token, "w", 20_000, NOW + 20_005, NOW + 5)
+    assert job.lease == Lease(stored_part(held.token), "w", 20_000, NOW + 20_005, NOW + 5)
     job.lease = None
     assert job.lease is None and job.lease_token is None
     job.lease = Lease("j0000000001.9", "v", 1, 2, 3)
@@ -191,11 +193,12 @@ def test_heartbeat_and_fail_answers_read_as_before() -> None:
     fail naming one token twice fails the job once."""
     state = queue_of(1, NOW)
     [job] = T.apply(state, Claim("w", 1, 10_000), NOW).jobs
-    hb = T.apply(state, Heartbeat((job.token, job.token, "j0000000009.1"), 10_000), NOW)
+    gone = tagged("j0000000009.1")
+    hb = T.apply(state, Heartbeat((job.token, job.token, gone), 10_000), NOW)
     assert parsers.items_to_json(hb.items) == [
         {"token": job.token, "ok": True, "reason": None},
         {"token": job.token, "ok": True, "reason": None},
-        {"token": "j0000000009.1", "ok": False,
+        {"token": gone, "ok": False,
          "reason": "job is gone (completed, purged or never existed)"}]
     failed = T.apply(state, Fail((FailItem(job.token, "e"), FailItem(job.token, "e"))),
                      NOW + 1).items
@@ -206,7 +209,7 @@ def test_heartbeat_and_fail_answers_read_as_before() -> None:
 def test_empty_results_compare_and_serialise_as_before() -> None:
     """Empty claim and complete results compare, test false and serialise as empty
     lists do; a complete body without items is refused."""
-    state = T.new_state(NOW)
+    state = new_queue(NOW)
     jobs = T.apply(state, Claim("w", 5, 10_000), NOW).jobs
     assert jobs == [] and [].__eq__(jobs) is NotImplemented and not jobs and list(jobs) == []
     assert parsers.claimed_to_json(jobs) == []
@@ -259,4 +262,4 @@ def test_a_claim_through_direct_queue_and_archive(tmp_path: Path) -> None:
     q.apply(PushPayloads((b"3",)))  # archives the completions
     recs = archive.read_all(store, "q")
     assert sorted((r["token"], r["worker"], r["result"]) for r in recs) == sorted(
-        (j.token, "w", 7) for j in jobs)
+        (stored_part(j.token), "w", 7) for j in jobs)  # the archive keeps the stored token

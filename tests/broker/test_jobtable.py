@@ -39,6 +39,7 @@ from broker.model.views import list_jobs, stats
 from broker.storage import FileStore
 from tests.support.faults import LOST_REPLY, NOT_LANDED, Clock, FaultyStore
 from tests.support.inprocess import archive_lines, crash, run, started, stored, successor
+from tests.support.states import new_queue
 
 NOW = 1_700_000_000_123
 
@@ -53,7 +54,7 @@ TRICKY = [
 
 
 def _pushed(payloads: list[bytes], now_ms: int = NOW) -> S.QueueState:
-    state = S.QueueState()
+    state = new_queue()
     transitions.apply(state, PushPayloads(tuple(payloads)), now_ms)
     return state
 
@@ -128,7 +129,7 @@ def _all_jobs(state: S.QueueState) -> S.QueueState:
 
 
 def test_views_answer_as_if_every_job_were_a_job() -> None:
-    state = S.QueueState()
+    state = new_queue()
     transitions.apply(state, PushPayloads((b"1", b"2", b"3")), NOW)
     transitions.apply(state, PushPayloads((b"4", b"5")), NOW + 60_000)  # due later
     transitions.apply(state, Push((NewJob(b"6", delay_ms=5_000),)),
@@ -152,7 +153,7 @@ def test_views_answer_as_if_every_job_were_a_job() -> None:
 
 
 def test_a_bulk_push_leaves_nothing_for_the_garbage_collector() -> None:
-    state = S.QueueState()
+    state = new_queue()
     transitions.apply(state, PushPayloads((b"0",)), NOW)  # the containers exist
     gc.collect()
     before = len(gc.get_objects())
@@ -238,7 +239,7 @@ def test_bulk_pushed_jobs_survive_lost_writes_a_crash_and_a_takeover(
 
 
 def test_a_purge_of_dead_jobs_leaves_lines_as_lines() -> None:
-    state = S.QueueState()
+    state = new_queue()
     state.settings.max_attempts = 1  # one failure makes a job dead
     transitions.apply(state, PushPayloads(tuple(b"%d" % i for i in range(100))), NOW)
     [held] = transitions.apply(state, Claim("w", 1, 30_000), NOW).jobs
@@ -251,7 +252,7 @@ def test_a_purge_of_dead_jobs_leaves_lines_as_lines() -> None:
 
 
 def test_a_redrive_naming_a_job_twice_redrives_it_once() -> None:
-    state = S.QueueState()
+    state = new_queue()
     state.settings.max_attempts = 1
     transitions.apply(state, PushPayloads((b"1", b"2")), NOW)
     [held] = transitions.apply(state, Claim("w", 1, 30_000), NOW).jobs

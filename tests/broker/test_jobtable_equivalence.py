@@ -50,6 +50,7 @@ from broker.storage import FileStore
 from tests.support.direct import DirectQueue
 from tests.support.faults import LATE, LOST_REPLY, LOST_REPLY_412, NOT_LANDED, Clock, FaultyStore
 from tests.support.inprocess import archive_lines, crash, run, started, stored, successor
+from tests.support.states import new_queue, read_back, tagged
 
 NOW = 1_700_000_000_123
 
@@ -66,7 +67,7 @@ TRICKY = [
 
 def _pushed(payloads: list[bytes], now: int = NOW, first_seq: int = 1,
             max_attempts: int = 3) -> S.QueueState:
-    state = T.new_state(now, S.Settings(max_attempts=max_attempts))
+    state = new_queue(now, S.Settings(max_attempts=max_attempts))
     state.counters.enqueued = first_seq - 1
     T.apply(state, PushPayloads(tuple(payloads)), now)
     return state
@@ -158,7 +159,7 @@ def test_lines_answer_and_encode_as_jobs_would(seed: int, base: int) -> None:
     commit re-reads as the same bytes; now and then both are reloaded."""
     rnd = random.Random(seed)
     now = NOW
-    a, b = T.new_state(now), T.new_state(now)
+    a, b = new_queue(now), new_queue(now)
     a.counters.enqueued = b.counters.enqueued = base
     tokens: list[str] = []
     for step in range(90):
@@ -172,8 +173,8 @@ def test_lines_answer_and_encode_as_jobs_would(seed: int, base: int) -> None:
             answers.append(_answer(r))
         list(b.jobs.values())
         assert answers[0] == answers[1], (seed, step, op)
-        tokens += [j.lease_token for j in b.jobs.touched()
-                   if j.lease_token and j.lease_token not in tokens]
+        tokens += [tagged(j.lease_token) for j in b.jobs.touched()
+                   if j.lease_token and tagged(j.lease_token) not in tokens]
         if rnd.random() < 0.25:
             data = _written(a, now, f"c{step}")
             assert data == _written(b, now, f"c{step}")
@@ -182,7 +183,7 @@ def test_lines_answer_and_encode_as_jobs_would(seed: int, base: int) -> None:
                 for st in (a, b):
                     T.apply(st, DropArchived(done), now)
             if rnd.random() < 0.1:
-                a, b = decode_state(data), decode_state(data)
+                a, b = read_back(data), read_back(data)
         now += rnd.choice([0, 1, 10, 600, 5_000, 40_000])
 
 
@@ -237,7 +238,7 @@ def test_a_repeated_claim_hands_back_the_jobs_it_took_from_lines() -> None:
     first = T.apply(state, Claim("w", 10, 30_000, request="r1"), NOW).jobs
     again = T.apply(state, Claim("w", 10, 30_000, request="r1"), NOW + 5)
     assert again.replayed and [tuple(j) for j in again.jobs] == [tuple(j) for j in first]
-    back = decode_state(_written(state, NOW, "c1"))
+    back = read_back(_written(state, NOW, "c1"))
     again = T.apply(back, Claim("w", 10, 30_000, request="r1"), NOW + 5)
     assert [tuple(j) for j in again.jobs] == [tuple(j) for j in first]
     assert _lines(state) == 20

@@ -30,7 +30,8 @@ from broker.model.ops import (
     TakeOver,
 )
 from broker.model.state import QueueState
-from tests.support.states import committed, queue_of
+from broker.model.tokens import stored_part
+from tests.support.states import committed, new_queue, queue_of, tagged
 
 NOW = 1_767_225_600_000
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -58,8 +59,8 @@ def test_heartbeat_after_an_encode_rewrites_the_lease_in_the_object() -> None:
     _lines_agree(state)
     back = committed(state, NOW + 8, "c-2")
     lease = back.jobs[2].lease
-    assert lease == Lease(jobs[1].token, "w", 50_000, NOW + 50_007, NOW + 7)
-    assert back.jobs[1].lease == Lease(jobs[0].token, "w", 10_000, NOW + 10_000, NOW)
+    assert lease == Lease(stored_part(jobs[1].token), "w", 50_000, NOW + 50_007, NOW + 7)
+    assert back.jobs[1].lease == Lease(stored_part(jobs[0].token), "w", 10_000, NOW + 10_000, NOW)
     # and the reloaded queue reclaims the un-heartbeated ones only
     reclaimed = T.apply(back, Reclaim(), NOW + 10_001).ids
     assert sorted(reclaimed) == ["j0000000001", "j0000000003"]
@@ -81,7 +82,7 @@ def test_complete_after_a_heartbeat_splices_the_heartbeated_line() -> None:
     _lines_agree(state)
     done = back.jobs[1]
     assert done.status == COMPLETED and done.result == b"1" and done.done_commit == "c-3"
-    assert done.lease == Lease(jobs[0].token, "w", 40_000, NOW + 40_003, NOW + 3)
+    assert done.lease == Lease(stored_part(jobs[0].token), "w", 40_000, NOW + 40_003, NOW + 3)
     assert back.jobs == state.jobs  # Job equality through the lease property
 
 
@@ -99,7 +100,8 @@ def test_takeover_of_a_decoded_object_gives_fresh_leases_in_the_written_bytes() 
     assert T.apply(back, Reclaim(), later + 9_999).ids == []  # fresh 10 s leases
     again = committed(back, later, "c-2")
     for held, seq in zip(jobs, (1, 2), strict=True):
-        assert again.jobs[seq].lease == Lease(held.token, "w", 10_000, later + 10_000, NOW)
+        assert again.jobs[seq].lease == Lease(stored_part(held.token), "w", 10_000,
+                                              later + 10_000, NOW)
     # still completable under the same tokens after the takeover
     answers = T.apply(again, Complete(CompleteItems.of(
         [CompleteItem(j.token, None) for j in jobs])), later + 1).items
@@ -110,7 +112,7 @@ def test_fail_and_reclaim_clear_the_lease_from_line_and_fields() -> None:
     """A fail and a reclaim clear the lease from the fields and the line; claims
     after them get new tokens and the old ones are stale; once the jobs are dead
     a redrive makes them claimable again as first attempts."""
-    state = T.new_state(NOW)
+    state = new_queue(NOW)
     state.settings.max_attempts = 2
     T.apply(state, PushPayloads((b"1", b"2")), NOW)
     jobs = T.apply(state, Claim("w", 2, 10_000), NOW).jobs
@@ -176,7 +178,7 @@ def test_job_equality_and_to_dict_follow_the_lease_fields() -> None:
     T.apply(a, Claim("w", 1, 10_000), NOW)
     T.apply(b, Claim("w", 1, 10_000), NOW)
     assert a.jobs == b.jobs
-    T.apply(b, Heartbeat(("j0000000001.1",), 10_000), NOW + 1)
+    T.apply(b, Heartbeat((tagged("j0000000001.1"),), 10_000), NOW + 1)
     assert a.jobs != b.jobs
     job = Job(1, b"1", CLAIMED, 0, NOW, 1, 3, NOW,
               lease=Lease("j0000000001.4", "w", 1000, NOW + 1000, NOW))

@@ -18,6 +18,7 @@ from broker.model.job import CLAIMED, COMPLETED, DEAD, PENDING, STATUSES, Job, L
 from broker.model.lifecycle import GONE, MOVES, NEW, IllegalMove
 from broker.model.ops import Claim, Complete, CompleteItem, Fail, FailItem, NewJob, Push
 from broker.model.state import QueueState
+from tests.support.states import new_queue
 
 NOW = 1_767_225_600_000
 ALLOWED = {(NEW, PENDING), (PENDING, CLAIMED), (PENDING, GONE), (CLAIMED, PENDING),
@@ -32,7 +33,7 @@ def test_the_table_is_the_documented_one() -> None:
 def _job_in(frm: str) -> tuple[QueueState, Job]:
     """A queue of two jobs (so segments and heaps hold more than the one under
     test), the second in status ``frm`` (or made but not added, for NEW)."""
-    state = T.new_state(NOW)
+    state = new_queue(NOW)
     T.apply(state, Push((NewJob(b'{"other":1}'),)), NOW)
     if frm == NEW:
         state.counters.enqueued += 1
@@ -133,8 +134,8 @@ def test_an_illegal_move_is_a_bug_not_a_refusal() -> None:
 
 
 @pytest.mark.parametrize(("move", "call"), [
-    ((PENDING, CLAIMED), lambda st: lifecycle.claim_ready(st, "w", 1, 1000, NOW)),
-    ((CLAIMED, COMPLETED), lambda st: lifecycle.complete_held(st, [], NOW, lambda t: None)),
+    ((PENDING, CLAIMED), lambda st: lifecycle.claim_ready(st, "w", 1, 1000, NOW, str)),
+    ((CLAIMED, COMPLETED), lambda st: lifecycle.complete_held(st, [], NOW, str, lambda w, t: None)),
     ((NEW, PENDING), lambda st: lifecycle.add_pending_bulk(st, [b"1"], NOW)),
 ])
 def test_the_per_job_loops_check_the_table(monkeypatch: pytest.MonkeyPatch,

@@ -35,8 +35,10 @@ from broker.model.ops import (
     SetPaused,
     TakeOver,
 )
+from broker.model.tokens import NOT_VALID, stored_part
 from broker.model.views import list_jobs, stats
 from broker.wire import ItemResult
+from tests.support.states import new_queue, read_back
 
 
 def push(state: S.QueueState, now: int, *payloads: object, **kw: object) -> list[str]:
@@ -49,7 +51,7 @@ def claim(state: S.QueueState, now: int, n: int = 1, lease_ms: int = 10_000) -> 
 
 
 def test_claim_order_priority_then_run_at_then_seq() -> None:
-    st_ = T.new_state(0)
+    st_ = new_queue(0)
     a, = push(st_, 0, "a")
     b, = push(st_, 0, "b", priority=5)
     c, = push(st_, 0, "c", delay_ms=100)
@@ -59,14 +61,14 @@ def test_claim_order_priority_then_run_at_then_seq() -> None:
 
 
 def test_delayed_high_priority_job_does_not_block_runnable_ones() -> None:
-    st_ = T.new_state(0)
+    st_ = new_queue(0)
     push(st_, 0, "later", priority=9, delay_ms=1000)
     low, = push(st_, 0, "now")
     assert [j.id for j in claim(st_, 10)] == [low]
 
 
 def test_fail_backs_off_then_dies_then_redrive() -> None:
-    st_ = T.new_state(0)
+    st_ = new_queue(0)
     st_.settings.backoff_base_s = 1.0
     jid, = push(st_, 0, "x", max_attempts=2)
     tok = claim(st_, 0)[0].token
@@ -84,7 +86,7 @@ def test_fail_backs_off_then_dies_then_redrive() -> None:
 
 
 def test_expired_lease_is_reclaimed_and_old_token_refused() -> None:
-    st_ = T.new_state(0)
+    st_ = new_queue(0)
     jid, = push(st_, 0, "x")
     old = claim(st_, 0, lease_ms=1000)[0].token
     assert T.apply(st_, Heartbeat((old,), 1000), 500).items[0].ok
@@ -104,7 +106,7 @@ def test_expired_lease_is_reclaimed_and_old_token_refused() -> None:
 
 
 def test_token_is_dead_once_lease_passes_even_before_reclaim() -> None:
-    st_ = T.new_state(0)
+    st_ = new_queue(0)
     push(st_, 0, "x")
     tok = claim(st_, 0, lease_ms=1000)[0].token
     r = T.apply(st_, Complete((CompleteItem(tok),)), 1000)
@@ -112,7 +114,7 @@ def test_token_is_dead_once_lease_passes_even_before_reclaim() -> None:
 
 
 def test_idempotency_key_dedupes_within_window() -> None:
-    st_ = T.new_state(0)
+    st_ = new_queue(0)
     st_.settings.dedup_ttl_s = 10
     first = push(st_, 0, "a", key="k1")
     again = push(st_, 5, "b", key="k1")
@@ -124,7 +126,7 @@ def test_idempotency_key_dedupes_within_window() -> None:
 
 
 def test_bad_push_changes_nothing() -> None:
-    st_ = T.new_state(0)
+    st_ = new_queue(0)
     st_.settings.max_payload_bytes = 10
     before = codec.encode(st_)
     with pytest.raises(PayloadTooLarge):
@@ -135,7 +137,7 @@ def test_bad_push_changes_nothing() -> None:
 
 
 def test_bulk_push_across_segments_encodes_like_the_general_path() -> None:
-    st_ = T.new_state(0)
+    st_ = new_queue(0)
     push(st_, 0, *range(1000))  # the bulk push below starts inside a segment
     payloads = tuple(orjson.dumps({"i": i}) for i in range(2500))
     ids = T.apply(st_, PushPayloads(payloads), 1_700_000_000_123).ids
@@ -154,7 +156,7 @@ def test_bulk_push_across_segments_encodes_like_the_general_path() -> None:
 
 
 def test_bulk_push_refuses_an_oversize_payload_whole() -> None:
-    st_ = T.new_state(0)
+    st_ = new_queue(0)
     st_.settings.max_payload_bytes = 10
     with pytest.raises(PayloadTooLarge):
         T.apply(st_, PushPayloads((b"1", b'"' + b"x" * 20 + b'"')), 0)
@@ -162,7 +164,7 @@ def test_bulk_push_refuses_an_oversize_payload_whole() -> None:
 
 
 def test_queue_full_refuses_whole_push() -> None:
-    st_ = T.new_state(0)
+    st_ = new_queue(0)
     st_.settings.max_state_bytes = 3 * JOB_OVERHEAD_BYTES
     push(st_, 0, 1, 2)
     with pytest.raises(QueueFull):
@@ -171,7 +173,7 @@ def test_queue_full_refuses_whole_push() -> None:
 
 
 def test_paused_queue_hands_out_nothing() -> None:
-    st_ = T.new_state(0)
+    st_ = new_queue(0)
     push(st_, 0, "x")
     T.apply(st_, SetPaused(True), 0)
     assert claim(st_, 0) == []
@@ -180,7 +182,7 @@ def test_paused_queue_hands_out_nothing() -> None:
 
 
 def test_takeover_grants_fresh_leases() -> None:
-    st_ = T.new_state(0)
+    st_ = new_queue(0)
     push(st_, 0, "x")
     tok = claim(st_, 0, lease_ms=1000)[0].token
     T.apply(st_, TakeOver("b2", "http://b2", 30_000), 900)
@@ -189,7 +191,7 @@ def test_takeover_grants_fresh_leases() -> None:
 
 
 def test_push_once_happens_at_most_once() -> None:
-    st_ = T.new_state(0)
+    st_ = new_queue(0)
     first = T.apply(st_, Push((NewJob(b"1"), NewJob(b"2")), once="write:a"), 0)
     assert len(first.ids) == 2 and not first.duplicate
     again = T.apply(st_, Push((NewJob(b"1"), NewJob(b"2")), once="write:a"), 5)
@@ -209,7 +211,7 @@ def test_job_ids_and_seqs_map_one_to_one() -> None:
 
 
 def test_list_jobs_pages_after_an_id_padded_or_not() -> None:
-    st_ = T.new_state(0)
+    st_ = new_queue(0)
     ids = T.apply(st_, PushPayloads(tuple(b"%d" % n for n in range(5))), 0).ids
     assert [j.id for j in list_jobs(st_, after=ids[1])] == list(ids[2:])
     assert [j.id for j in list_jobs(st_, after="j3")] == list(ids[3:])
@@ -230,7 +232,7 @@ def test_job_ids_of_a_bulk_push_read_like_a_list() -> None:
 def test_corrupt_foreign_and_newer_objects_are_refused() -> None:
     from broker.errors import CorruptState, ForeignState, NewerState
 
-    good = T.new_state(0)
+    good = new_queue(0)
     T.apply(good, Push((NewJob(b"1", priority=5), NewJob(b"2"))), 0)
     T.apply(good, Claim("w", 1, 1000), 0)
     codec.stamp(good, "w", 0)
@@ -274,7 +276,7 @@ def _lines(state: S.QueueState) -> dict[int, bytes]:
 class QueueMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.state = T.new_state(0)
+        self.state = new_queue(0)
         self.now = 0
         self.pushed: set[str] = set()
         self.completed: set[str] = set()
@@ -357,7 +359,7 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(data=st.data(), lease=st.integers(1, 3000))
     def heartbeat(self, data: st.DataObject, lease: int) -> None:
         tok = data.draw(st.sampled_from(self.tokens))
-        valid = T.live_job(self.state, tok, self.now) is not None
+        valid = T.live_job(self.state, stored_part(tok), self.now) is not None
         snapshot = _lines(self.state)
         r = self.apply(Heartbeat((tok,), lease), self.now)
         assert r.items[0].ok == valid
@@ -368,7 +370,7 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def complete(self, data: st.DataObject) -> None:
         tok = data.draw(st.sampled_from(self.tokens))
-        job = T.live_job(self.state, tok, self.now)
+        job = T.live_job(self.state, stored_part(tok), self.now)
         snapshot = _lines(self.state)
         r = self.apply(Complete((CompleteItem(tok, b"true"),)), self.now)
         first = self.answers.get(("complete", tok))
@@ -389,10 +391,11 @@ class QueueMachine(RuleBasedStateMachine):
         """Tokens whose settlement the state still remembers (receipts, or the job)."""
         out = set()
         for tok in self.tokens:
-            fence = int(tok.rpartition(".")[2])
-            job = self.state.job(tok.rpartition(".")[0])
+            token = stored_part(tok)
+            fence = int(token.rpartition(".")[2])
+            job = self.state.job(token.rpartition(".")[0])
             if self.state.receipts.outcome(fence) is not None or (
-                    job is not None and job.lease is not None and job.lease.token == tok):
+                    job is not None and job.lease is not None and job.lease.token == token):
                 out.add(tok)
         return out
 
@@ -420,7 +423,7 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(data=st.data(), retry=st.sampled_from([None, 0, 500]))
     def fail(self, data: st.DataObject, retry: int | None) -> None:
         tok = data.draw(st.sampled_from(self.tokens))
-        job = T.live_job(self.state, tok, self.now)
+        job = T.live_job(self.state, stored_part(tok), self.now)
         r = self.apply(Fail((FailItem(tok, "err", retry),)), self.now)
         first = self.answers.get(("fail", tok))
         if job is not None:
@@ -432,6 +435,28 @@ class QueueMachine(RuleBasedStateMachine):
             assert r.items[0] == first
         elif first is None:
             assert not r.items[0].ok
+
+    @precondition(lambda self: self.tokens)
+    @rule(data=st.data(), how=st.sampled_from(["digit", "queue", "bare"]))
+    def forged(self, data: st.DataObject, how: str) -> None:
+        """A token with one digit of its tag changed, one of another queue with the
+        same stored part, or the stored part alone: refused by every call, as
+        not valid for this queue, and nothing changes."""
+        tok = data.draw(st.sampled_from(self.tokens))
+        token, _, tag = tok.rpartition("-")
+        if how == "digit":
+            i = data.draw(st.integers(0, len(tag) - 1))
+            forged = f"{token}-{tag[:i]}{'0' if tag[i] != '0' else '1'}{tag[i + 1:]}"
+        elif how == "queue":
+            forged = new_queue(queue="other").tagger.tag(token)  # type: ignore[union-attr]
+        else:
+            forged = token
+        before = codec.encode(self.state)
+        for op in (Heartbeat((forged,), 1000), Complete((CompleteItem(forged, b"1"),)),
+                   Fail((FailItem(forged, "x"),))):
+            r = self.apply(op, self.now)
+            assert r.items[0] == ItemResult(forged, False, NOT_VALID) and not r.changed
+        assert codec.encode(self.state) == before
 
     @rule()
     def reclaim(self) -> None:
@@ -465,7 +490,7 @@ class QueueMachine(RuleBasedStateMachine):
     def roundtrip(self) -> None:
         codec.stamp(self.state, "test", self.now, f"c-{self.now}")
         data = codec.encode(self.state)
-        back = decode_state(data)
+        back = read_back(data)
         assert codec.encode(back) == data
         assert codec.encode_full(back) == codec.encode_full(self.state)
         assert orjson.loads(data) == orjson.loads(codec.encode_full(self.state))

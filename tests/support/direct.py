@@ -9,13 +9,14 @@ queue whose broker is gone.
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from typing import Any
 
 from broker import paths, timefmt
 from broker.commit.verdict import new_commit_id
 from broker.errors import Conflict, NotFound
-from broker.model import codec, transitions
+from broker.model import codec, tokens, transitions
 from broker.model import state as S
 from broker.model.decode import decode_state
 from broker.model.ops import DropArchived, Op, Result
@@ -40,9 +41,13 @@ class DirectQueue:
         try:
             got = self.store.read(paths.state_key(self.queue))
         except NotFound:
-            return transitions.new_state(timefmt.now_ms()), None
-        where = f"{self.store.url}/{paths.state_key(self.queue)}"
-        return decode_state(got.data, where=where), got.etag
+            state, etag = transitions.new_state(timefmt.now_ms()), None
+        else:
+            where = f"{self.store.url}/{paths.state_key(self.queue)}"
+            state, etag = decode_state(got.data, where=where), got.etag
+        # as a broker binds it: tokens cross between this and a broker both ways
+        tokens.bind(state, self.queue, secrets.token_bytes)
+        return state, etag
 
     def apply(self, op: Op, now_ms: int | None = None) -> Result:
         """Apply ``op`` and write it; on a lost race, re-read and try again.

@@ -12,6 +12,7 @@ from broker import paths
 from broker.errors import NotFound, OsqueueError
 from broker.model import archive
 from broker.model.decode import decode_state
+from broker.model.tokens import stored_part
 from broker.storage import ObjectStore
 from tools.chaos.clients import Completion, Recorder, payload_key
 from tools.chaos.store import QUEUE
@@ -38,12 +39,13 @@ class _Snapshot:
 
 
 def line_token(line: dict[str, Any]) -> str | None:
-    """The token a completion was made with: the line's own ``token`` field where the
+    """The token a completion was made with, as stored (without the tag a client's
+    token carries, see broker.model.tokens): the line's own ``token`` field where the
     archive has one, else the one our consumers put in the result."""
     token = line.get("token")
     if token is None and isinstance(line.get("result"), dict):
         token = line["result"].get("token")
-    return None if token is None else str(token)
+    return None if token is None else stored_part(str(token))
 
 
 def check_store(store: ObjectStore, rec: Recorder, samples: int = 20) -> dict[str, Any]:
@@ -166,17 +168,18 @@ def check_store(store: ObjectStore, rec: Recorder, samples: int = 20) -> dict[st
     for c in rec.completions:
         records = done.get(c.job_id, [])
         tokens = {t for t, _, _ in records}
+        token = stored_part(c.token)  # the archive and the object keep the stored token
         if c.ok:
             entry = {"job": c.job_id, "token": c.token, "worker": c.worker, "t": round(c.t, 3),
                      "late": c.late}
             if not records:
                 kind = "still_queued" if c.job_id in queue_jobs else "vanished"
                 superseded[kind].append({**entry, **history(c.job_id)})
-            elif c.token not in tokens or c.worker not in {w for _, w, _ in records}:
+            elif token not in tokens or c.worker not in {w for _, w, _ in records}:
                 superseded["other_token"].append(
                     {**entry, "recorded": [{"token": t, "worker": w, "where": where}
                                            for t, w, where in records]})
-        elif c.token in tokens:
+        elif token in tokens:
             stale_but_landed.append({"job": c.job_id, "token": c.token, "reason": c.reason})
     n_sup = sum(len(v) for v in superseded.values())
     out.update({

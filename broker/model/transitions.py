@@ -393,9 +393,11 @@ def _release(state: QueueState, op: Release, now_ms: int) -> Result:
         receipt = state.receipts.requests.get(op.request)
         if receipt is None or receipt.kind != R.CLAIM or receipt.replayed:
             return Result()  # a repeat of the claim holds the jobs (or may): leave them
+    stored = tokens.tagger(state).stored
     released: list[str] = []
-    for token in op.tokens:
-        job = live_job(state, token, now_ms)
+    for wire in op.tokens:  # the tokens the claim answered, tagged
+        token = stored(wire)
+        job = None if token is None else live_job(state, token, now_ms)
         if job is None:
             continue  # expired, settled or claimed again: no longer this claim's
         job.lease = None

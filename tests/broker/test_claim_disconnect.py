@@ -19,6 +19,7 @@ import urllib3
 
 from broker import paths
 from broker.http.app import App
+from broker.model import tokens
 from broker.model.decode import decode_state
 from broker.model.ops import CompleteItem
 from broker.model.state import QueueState
@@ -96,7 +97,8 @@ def test_a_long_poll_whose_client_closed_its_socket_leaves_the_next_job_to_other
     assert [j.id for j in got] == [jid] and got[0].attempt == 1
     job = _stored(store_dir, queue).jobs[1]
     assert job.status == "claimed" and job.attempts == 1
-    assert job.lease is not None and job.lease.worker == "w2" and job.lease.token == got[0].token
+    assert job.lease is not None and job.lease.worker == "w2"
+    assert job.lease.token == tokens.stored_part(got[0].token)
 
 
 # -- in-process: the ASGI app with a connection the test controls ----------------------
@@ -144,9 +146,13 @@ CLAIM = {"worker": "gone", "max_jobs": 1, "lease_s": LEASE_S, "wait_s": 20}
 
 
 def _claimed_token(store: ObjectStore) -> str | None:
-    """The lease token of job 1 in the stored object, if it is claimed."""
-    job = stored(store).jobs.get(1)
-    return job.lease.token if job is not None and job.lease is not None else None
+    """The lease token of job 1 in the stored object, if it is claimed, as its
+    claim answered it (tagged with the object's key)."""
+    state = stored(store)
+    job = state.jobs.get(1)
+    if job is None or job.lease is None:
+        return None
+    return tokens.Tagger(bytes.fromhex(state.token_key), "q").tag(job.lease.token)
 
 
 def test_a_waiting_claim_stops_when_its_client_leaves_and_takes_nothing_pushed_later() -> None:

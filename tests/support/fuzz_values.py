@@ -226,7 +226,7 @@ class SchemaValues:
                  if k in ("integer", "number", "string")]
         if not kinds or kinds == [None]:  # any JSON value: too deep, not finite
             typed.append(st.sampled_from([nested(MAX_DEPTH + 1), nested(5000), *NON_FINITE]))
-        return st.one_of(*typed, WRONG_TYPES)
+        return st.one_of(*typed, st.just(LONG_TEXT), WRONG_TYPES)
 
     def obj(self, schema: dict[str, Any] | None = None, depth: int = 0) -> st.SearchStrategy[Any]:
         """An object with its required properties and some optional ones; at times a

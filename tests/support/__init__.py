@@ -6,8 +6,9 @@ Servers on 127.0.0.1 (``motoserver``, ``gcsserver``, ``azuriteserver``,
 clock (``faults``), in-process brokers (``inprocess``), one request through an
 ASGI app (``asgi``), broker child processes
 and their ready line (``broker_process``), a broker in a dict for the client's
-mock transport (``fake_broker``), queue states for the pure tests (``states``)
-and the Azurite fixtures (``azurite``).
+mock transport (``fake_broker``), queue states for the pure tests (``states``),
+the Azurite fixtures (``azurite``), and the HTTP fuzz suite's strategies and
+harness (``fuzz_values``, ``fuzz_requests``, ``fuzz_harness``).
 
 Benchmarks and tools may import from here; nothing here imports from them.
 """

@@ -19,6 +19,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from broker.errors import InvalidRequest
 from broker.limits import MAX_ATTEMPTS, MAX_DELAY_S, MAX_KEY_CHARS, MAX_PRIORITY
 from broker.wire import NonFinite, dumps, non_finite
@@ -74,6 +76,17 @@ JOB_OPTIONS: dict[str, Callable[[str, Any], Any]] = {
 def job_options(options: dict[str, Any], where: str = "") -> dict[str, Any]:
     """``options`` (a job's options, none None) if each is within the broker's limits."""
     for name, value in options.items():
+        # the usual values pass these comparisons (NaN fails every one); a value that
+        # does not goes through its check, which says what is wrong
+        kind = type(value)
+        if name == "priority":
+            usual = kind is int and -MAX_PRIORITY <= value <= MAX_PRIORITY
+        elif name == "delay_s":
+            usual = (kind is float or kind is int) and 0 <= value <= MAX_DELAY_S
+        else:
+            usual = name == "key" and kind is str and 0 < len(value) <= MAX_KEY_CHARS
+        if usual:
+            continue
         check = JOB_OPTIONS.get(name)
         if check is None:
             raise InvalidArgument(f"unknown job option {where}{_shown(name)}")
@@ -85,9 +98,13 @@ def json_bytes(value: Any, where: str, default: Callable[[Any], Any] | None = No
     """``value`` as JSON with exact numbers; ``InvalidArgument`` naming the place
     (``where`` and a path in it) of a NaN or an infinity."""
     try:
-        out = dumps(value, default=default)
-    except NonFinite as exc:
-        raise InvalidArgument(f"{where or 'a value'}: {exc}; JSON numbers are finite") from None
+        out = orjson.dumps(value, default=default)
+    except orjson.JSONEncodeError:
+        try:
+            out = dumps(value, default=default)  # an ExactNumber or a big int
+        except NonFinite as exc:
+            raise InvalidArgument(f"{where or 'a value'}: {exc}; JSON numbers are "
+                                  "finite") from None
     if b"null" in out:  # where orjson wrote a NaN or an infinity, if anywhere
         found = non_finite(value, where)
         if found is not None:

@@ -61,7 +61,9 @@ MAX_PREFIX_CHARS = 300
 MAX_REQUEST_KEY_CHARS = 200
 MAX_FLOOR_DIGITS = 18
 #: Queue names: a letter or digit, then up to 127 of letters, digits, ``._-``
-#: (and never ``..``).
+#: (and never ``..``). The pattern is JSON Schema's (the OpenAPI document's), where
+#: ``$`` ends the text; Python matches it with ``fullmatch`` (its ``$`` also
+#: matches before a final line break).
 MAX_QUEUE_NAME_CHARS = 128
 QUEUE_NAME_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_QUEUE_NAME_CHARS - 1}}}$"
 

@@ -11,14 +11,23 @@ import re
 import time
 
 from broker.errors import InvalidRequest, shown
-from broker.limits import MAX_QUEUE_NAME_CHARS, QUEUE_NAME_PATTERN
+from broker.limits import (
+    MAX_PREFIX_CHARS,
+    MAX_QUEUE_NAME_CHARS,
+    MAX_WRITE_ID_CHARS,
+    QUEUE_NAME_PATTERN,
+)
 
 _NAME = re.compile(QUEUE_NAME_PATTERN)
 
 
 def check_queue_name(name: str) -> str:
-    """Return ``name`` if it is a valid queue name, else raise ``InvalidRequest``."""
-    if not isinstance(name, str) or not _NAME.match(name) or ".." in name:
+    """Return ``name`` if it is a valid queue name, else raise ``InvalidRequest``.
+
+    Every name check here is a ``fullmatch``: ``re.match`` with ``$`` lets a
+    trailing line break through (``"docs\\n"``).
+    """
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name:
         raise InvalidRequest(
             f"invalid queue name {shown(name)}: use 1-{MAX_QUEUE_NAME_CHARS} letters, digits, "
             "'.', '_' or '-', "
@@ -72,12 +81,39 @@ def parse_staging_key(queue: str, key: str) -> str | None:
     return write_id or None
 
 
-_WRITE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,299}$")
+_WRITE_ID = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._/-]{{0,{MAX_WRITE_ID_CHARS - 1}}}")
+_WRITE_PREFIX = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._/-]{{0,{MAX_PREFIX_CHARS - 1}}}")
 
 
 def check_write_id(write_id: str) -> str:
-    if not isinstance(write_id, str) or not _WRITE_ID.match(write_id) or ".." in write_id \
-            or "//" in write_id or write_id.endswith("/"):
+    """Return ``write_id`` (a staging object's name below its queue's staging
+    directory) if valid, else raise ``InvalidRequest``: a letter or digit, then
+    letters, digits, ``._-/``; no ``..``, no empty part, no trailing ``/``."""
+    if not isinstance(write_id, str) or not _WRITE_ID.fullmatch(write_id) \
+            or ".." in write_id or "//" in write_id or write_id.endswith("/"):
         raise InvalidRequest(
             f"invalid write id {shown(write_id)}: use letters, digits, '.', '_', '-', '/'")
     return write_id
+
+
+def check_write_prefix(prefix: str) -> str:
+    """Return ``prefix`` (the start of write ids, as a publish names the writes it
+    drops) if valid, else raise ``InvalidRequest``: what a write id may hold, and
+    it may end with ``/``. Nothing else is listed: a ``..`` part or a leading
+    ``/`` would list (and drop) objects outside the queue's staging directory."""
+    if not isinstance(prefix, str) or not _WRITE_PREFIX.fullmatch(prefix) \
+            or ".." in prefix or "//" in prefix:
+        raise InvalidRequest(
+            f"invalid write prefix {shown(prefix)}: use letters, digits, '.', '_', '-', '/', "
+            "starting with a letter or digit, with no '..' or '//'")
+    return prefix
+
+
+def check_publish(queue: str, prefix: str, keep: list[str]) -> None:
+    """Check a publish's names: queue, write prefix and the write ids to keep
+    (``InvalidRequest`` naming the first bad one)."""
+    check_queue_name(queue)
+    check_write_prefix(prefix)
+    for write_id in keep:
+        check_write_id(write_id)
+

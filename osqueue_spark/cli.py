@@ -37,6 +37,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
 from rich.text import Text
 
+from broker import wire
 from broker.errors import BrokerUnreachable, InvalidRequest, OsqueueError
 from broker.text import plain, printable
 from osqueue_spark.client import QueueClient
@@ -76,7 +77,7 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> Table:
 
 def _json_arg(text: str, what: str) -> Any:
     try:
-        return json.loads(text)
+        return wire.loads(text)  # numbers exact; NaN and Infinity refused, as JSON has none
     except json.JSONDecodeError as exc:
         shown = text if len(text) <= 40 else text[:37] + "..."
         raise UsageError(f"osqueue push: {what} is not JSON ({exc.msg}): {shown!r}") from None

@@ -24,6 +24,7 @@ URL.
 
 from __future__ import annotations
 
+import math
 import operator
 import os
 import threading
@@ -47,8 +48,19 @@ from broker.errors import (
     StaleToken,
     from_dict,
 )
+from broker.limits import (
+    MAX_CLAIM_JOBS,
+    MAX_DELAY_S,
+    MAX_ITEMS,
+    MAX_LEASE_S,
+    MAX_PAGE_JOBS,
+    MAX_WAIT_S,
+    MAX_WORKER_CHARS,
+    MIN_LEASE_S,
+)
 from broker.retry import retrying
-from broker.wire import STAGED_CONTENT_TYPE, ItemResult, encode_staged_line
+from broker.wire import STAGED_CONTENT_TYPE, ItemResult, encode_staged_line, loads
+from osqueue_spark.args import InvalidArgument, integer, job_options, json_bytes, number, text
 from osqueue_spark.transport import Transport, Urllib3Transport
 
 #: The headers that carry a call's request key and the client's floor (see
@@ -121,7 +133,7 @@ def _job_body(job: Any) -> dict[str, Any]:
     if isinstance(job, dict) and "payload" in job:
         unknown = set(job) - {"payload", "priority", "delay_s", "max_attempts", "key"}
         if unknown:
-            raise InvalidRequest(f"unknown job fields {sorted(unknown)}")
+            raise InvalidArgument(f"unknown job fields {sorted(unknown)[:5]}")
         return job
     return {"payload": job}
 
@@ -132,9 +144,11 @@ def job_staged_line(job: Any) -> bytes:
 
 
 def _body_line(body: dict[str, Any]) -> bytes:
-    """:func:`job_staged_line` of a body :func:`_job_body` already checked."""
+    """:func:`job_staged_line` of a body :func:`_job_body` already checked; options
+    and payload numbers are refused as :mod:`osqueue_spark.args` says."""
     options = {k: v for k, v in body.items() if k != "payload" and v is not None}
-    return encode_staged_line(orjson.dumps(body["payload"], default=_json_default), options)
+    payload = json_bytes(body["payload"], "payload", _json_default)
+    return encode_staged_line(payload, job_options(options) if options else None)
 
 
 class QueueClient:
@@ -160,8 +174,8 @@ class QueueClient:
         self.url = self.urls[0] if self.urls else ""  # "" with store only: found on first use
         self.queue = paths.check_queue_name(queue)
         self.store_url = store
-        self.timeout_s = timeout_s
-        self.retry_s = retry_s
+        self.timeout_s = number("timeout_s", timeout_s, 0.001, math.inf)
+        self.retry_s = number("retry_s", retry_s, 0.0, math.inf)
         self._token = token
         self._pool_size = pool_size
         self._custom_transport = transport
@@ -222,7 +236,7 @@ class QueueClient:
             data: bytes | None = body
             headers = self._staged_headers
         else:
-            data = None if body is None else orjson.dumps(body, default=_json_default)
+            data = None if body is None else json_bytes(body, "", _json_default)
             headers = self._headers
         if request_key is not None:
             headers = {**headers, REQUEST_KEY_HEADER: self._requests.key(request_key),
@@ -237,7 +251,7 @@ class QueueClient:
                 self.url = url = url.rstrip("/")
         status, _, answer = self._transport.send(method, url + path, headers, data, timeout_s)
         if status == 200:
-            return orjson.loads(answer) if answer else None
+            return loads(answer) if answer else None  # payloads and results exact
         try:
             parsed = orjson.loads(answer)
         except orjson.JSONDecodeError:  # not a broker's error (a proxy's page): its first line
@@ -324,6 +338,7 @@ class QueueClient:
         """Enqueue jobs in batches; each item is a payload or a dict with ``payload`` and
         optional ``priority``, ``delay_s``, ``max_attempts``, ``key``."""
         ids: list[str] = []
+        integer("batch_size", batch_size, 1, MAX_ITEMS)
         for chunk in _chunks((_job_body(j) for j in jobs), batch_size):
             body = b"".join(map(_body_line, chunk))  # the compact body: payloads pass through
             out = self.request("POST", self._q("push"), body, keyed=True)
@@ -333,6 +348,10 @@ class QueueClient:
     def claim(self, worker: str, max_jobs: int = 1, lease_s: float = 30.0,
               wait_s: float = 0.0) -> list[ClaimedJob]:
         """Claim up to ``max_jobs``; with ``wait_s`` > 0, wait that long for one to appear."""
+        text("worker", worker, MAX_WORKER_CHARS)
+        integer("max_jobs", max_jobs, 1, MAX_CLAIM_JOBS)
+        number("lease_s", lease_s, MIN_LEASE_S, MAX_LEASE_S)
+        number("wait_s", wait_s, 0.0, MAX_WAIT_S)
         out = self.request("POST", self._q("claim"),
                            {"worker": worker, "max_jobs": max_jobs, "lease_s": lease_s,
                             "wait_s": wait_s}, timeout_s=self.timeout_s + wait_s,
@@ -343,6 +362,7 @@ class QueueClient:
     def heartbeat(self, tokens: Sequence[str], lease_s: float = 30.0, *,
                   raise_on_stale: bool = False) -> list[ItemResult]:
         """Extend the leases of ``tokens`` to ``lease_s`` s from now; refusals as for complete."""
+        number("lease_s", lease_s, MIN_LEASE_S, MAX_LEASE_S)
         out = self.request("POST", self._q("heartbeat"),
                            {"tokens": list(tokens), "lease_s": lease_s})
         return _checked(_items(out), raise_on_stale)
@@ -356,7 +376,9 @@ class QueueClient:
 
     def complete_many(self, items: Iterable[tuple[str, Any]], *,
                       raise_on_stale: bool = False) -> list[ItemResult]:
-        body = {"items": [{"token": t, "result": r} for t, r in items]}
+        # No "result": null, no "retry_in_s": null: a body without null needs no NaN search.
+        body = {"items": [{"token": t} if r is None else {"token": t, "result": r}
+                          for t, r in items]}
         return _checked(_items(self.request("POST", self._q("complete"), body)), raise_on_stale)
 
     def fail(self, token: str, error: str = "", retry_in_s: float | None = None, *,
@@ -367,7 +389,10 @@ class QueueClient:
 
     def fail_many(self, items: Iterable[tuple[str, str, float | None]], *,
                   raise_on_stale: bool = False) -> list[ItemResult]:
-        body = {"items": [{"token": t, "error": e, "retry_in_s": r} for t, e, r in items]}
+        body = {"items": [{"token": t, "error": e} if r is None else {
+            "token": t, "error": e, "retry_in_s": number(f"items[{i}].retry_in_s", r, 0.0,
+                                                          MAX_DELAY_S)}
+            for i, (t, e, r) in enumerate(items)]}
         return _checked(_items(self.request("POST", self._q("fail"), body)), raise_on_stale)
 
     def stats(self) -> dict[str, Any]:
@@ -377,7 +402,7 @@ class QueueClient:
              after: str | None = None, *, tokens: bool = False) -> list[dict[str, Any]]:
         """A page of jobs in enqueue order. A lease shows its worker and times; its
         token (usable: it settles the job) only with ``tokens``."""
-        params = [f"limit={limit}"]
+        params = [f"limit={integer('limit', limit, 1, MAX_PAGE_JOBS)}"]
         if status:
             params.append(f"status={quote(status)}")
         if after:

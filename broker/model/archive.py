@@ -43,7 +43,7 @@ from typing import Any, Protocol, TypeVar
 
 import orjson
 
-from broker import paths
+from broker import paths, wire
 from broker.model.decode import LineSpans, NotOurLayout
 from broker.model.job import Job
 from broker.model.lines import archive_line
@@ -65,7 +65,7 @@ def encode_records(records: Iterable[dict[str, Any]]) -> bytes:
 def decode_records(data: bytes) -> list[dict[str, Any]]:
     """The records of an archive object: one JSON object a line. Lines end at
     ``\n`` only (a payload may hold a ``\r``, which JSON allows as space)."""
-    return [orjson.loads(line) for line in data.split(b"\n") if line.strip()]
+    return [wire.loads(line) for line in data.split(b"\n") if line.strip()]  # numbers exact
 
 
 def records_verbatim(data: bytes) -> Iterator[tuple[dict[str, Any], bytes, bytes]]:

@@ -27,7 +27,7 @@ from broker.limits import (
     MAX_PRIORITY,
 )
 from broker.model import ops
-from broker.wire import STAGED_OPTION_FIELDS, parse_json
+from broker.wire import STAGED_OPTION_FIELDS, NonFinite, dumps, parse_json
 
 _MISSING = object()
 
@@ -70,8 +70,14 @@ def check_depth(payload: bytes, where: str, *where_args: object) -> None:
 
 
 def dumps_value(value: Any, where: str) -> bytes:
+    """``value`` (a payload or result, as :func:`broker.wire.parse_json` read it) as
+    JSON, its numbers exactly as sent; ``InvalidRequest`` naming ``where`` if it
+    cannot be stored (a number beyond a double's range, nesting too deep)."""
     try:
-        out = orjson.dumps(value)
+        out = dumps(value)
+    except NonFinite as exc:
+        raise InvalidRequest(f"{where} cannot be stored: {exc}; JSON numbers are "
+                             "finite") from None
     except orjson.JSONEncodeError as exc:
         raise InvalidRequest(f"{where} cannot be stored: {exc} (at most {MAX_DEPTH} levels "
                              "of nesting)") from None

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple, overload
 
 import orjson
 
-from broker import timefmt
+from broker import timefmt, wire
 from broker.model.columns import LazySequence
 
 PENDING = "pending"
@@ -247,9 +247,9 @@ class Job:
     def to_plain(self) -> dict[str, Any]:
         """Like :meth:`to_dict` with the payload decoded (for comparisons and APIs)."""
         out = self.to_dict()
-        out["payload"] = orjson.loads(self.payload)
+        out["payload"] = wire.loads(self.payload)  # (numbers exact)
         if "result" in out:
-            out["result"] = orjson.loads(self.result or b"null")
+            out["result"] = wire.loads(self.result or b"null")
         return out
 
     def __repr__(self) -> str:

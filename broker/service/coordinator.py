@@ -297,9 +297,9 @@ class Broker:
         a timeout, a replayed Spark commit) answers ``duplicate: true`` even if
         the first one already removed the staging objects. Raises
         ``InvalidRequest`` (publishing and removing nothing) if a chunk to keep
-        is missing and the publish did not happen before.
+        is missing and the publish did not happen before, or a name is bad.
         """
-        paths.check_queue_name(queue)
+        paths.check_publish(queue, prefix, keep)  # before anything touches the store
         if keep:
             await self._serving(queue, create=True)  # the owner publishes; others redirect
 

@@ -254,8 +254,7 @@ class AzureStore(ObjectStore):
             f" at {endpoint}" if endpoint else "")
 
     def _key(self, key: str) -> str:
-        check_object_path(key, "object key")
-        return prefixed(self.prefix, key)
+        return prefixed(self.prefix, key)  # (keys are checked by ObjectStore)
 
     def _call(self, key: str, fn: Callable[[], T]) -> T:
         return sdk_call(fn, (AzureError,), lambda exc: _classify(exc, key, self._where),

@@ -46,6 +46,14 @@ Two kinds of object live in a store:
 Keys are ``/``-separated paths relative to the store's root or prefix.
 Every method is synchronous and thread-safe. Failure modes:
 
+* ``InvalidRequest``: a key (or a ``list`` prefix) that could name something
+  outside the store: a ``.`` or ``..`` part, a leading ``/``, an empty part
+  (``a//b``; a prefix may end with ``/``), a backslash or a NUL. Checked here,
+  once for every store (:func:`check_key`, :func:`check_prefix`), before the
+  store's own method runs: a file store would resolve ``..``, an HTTP stack
+  would remove dot segments, and the SDKs differ on the rest. Nothing is
+  read, listed or written.
+
 * ``NotFound``: the object is missing (``read``, ``head``, ``get``).
 * ``Conflict``: a conditional write lost; nothing was written.
 * ``StorageRefused``: the store refused the request for good (access denied,
@@ -60,6 +68,7 @@ Every method is synchronous and thread-safe. Failure modes:
 from __future__ import annotations
 
 import abc
+import functools
 import logging
 import uuid
 from collections.abc import Callable, Sequence
@@ -106,6 +115,58 @@ def check_object_path(path: str, what: str = "store prefix") -> str:
     return path
 
 
+def _bad_path(path: str, *, prefix: bool) -> bool:
+    """Whether ``path`` could name something outside the store (see the module
+    docstring); a ``prefix`` may be empty or end with ``/``."""
+    if not path:
+        return not prefix
+    if path[0] == "/" or "//" in path or "\\" in path or "\0" in path:
+        return True
+    if path[-1] == "/" and not prefix:
+        return True
+    return "." in path and any(part in (".", "..") for part in path.split("/"))
+
+
+def _refused(path: object, what: str) -> InvalidRequest:
+    shown = repr(path[:60]) + ("..." if len(path) > 60 else "") if isinstance(path, str) \
+        else type(path).__name__
+    return InvalidRequest(
+        f"invalid object {what} {shown}: use '/'-separated names, none of them empty, "
+        "'.' or '..', with no leading '/', backslash or NUL")
+
+
+def check_key(key: str) -> str:
+    """Return ``key`` if it names an object inside the store, else raise ``InvalidRequest``."""
+    if not isinstance(key, str) or _bad_path(key, prefix=False):
+        raise _refused(key, "key")
+    return key
+
+
+def check_prefix(prefix: str) -> str:
+    """Return ``prefix`` if the keys it starts lie inside the store, else raise
+    ``InvalidRequest``. The empty prefix (every key) is one."""
+    if not isinstance(prefix, str) or _bad_path(prefix, prefix=True):
+        raise _refused(prefix, "prefix")
+    return prefix
+
+
+#: The methods whose first argument is a key, and the one that takes a prefix.
+_KEY_METHODS = ("read", "head", "write_if_match", "create_if_absent", "put", "get", "delete")
+_PREFIX_METHODS = ("list",)
+
+
+def _checking(method: Callable[..., T], check: Callable[[str], str]) -> Callable[..., T]:
+    """``method`` with its first argument checked by ``check`` first."""
+
+    @functools.wraps(method)
+    def checked(self: ObjectStore, path: str, *args: object, **kwargs: object) -> T:
+        check(path)
+        return method(self, path, *args, **kwargs)
+
+    checked.__osqueue_checked__ = True  # type: ignore[attr-defined]
+    return checked
+
+
 def as_bytes(data: Data) -> bytes:
     return data if isinstance(data, bytes) else b"".join(data)
 
@@ -135,6 +196,16 @@ class ObjectStore(abc.ABC):
     etags_differ_on_same_bytes: ClassVar[bool] = False
     #: Every process that opens the same URL sees the same objects.
     shared_across_processes: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        """Every store's key and prefix methods check their argument first (see
+        :func:`check_key`): one check for all backends, none to forget."""
+        super().__init_subclass__(**kwargs)
+        for names, check in ((_KEY_METHODS, check_key), (_PREFIX_METHODS, check_prefix)):
+            for name in names:
+                method = cls.__dict__.get(name)
+                if callable(method) and not getattr(method, "__osqueue_checked__", False):
+                    setattr(cls, name, _checking(method, check))
 
     @abc.abstractmethod
     def read(self, key: str) -> Versioned:

@@ -124,11 +124,10 @@ class FileStore(ObjectStore):
 
     # -- paths -----------------------------------------------------------
     def _path(self, key: str) -> Path:
+        """The file of ``key`` (one :func:`~broker.storage.base.check_key` passed)."""
         parts = key.split("/")
-        if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts):
-            raise InvalidRequest(f"invalid object key {key!r}")
-        if any(p.startswith(".") for p in parts):
-            raise InvalidRequest(f"object key parts may not start with '.': {key!r}")
+        if any(p.startswith(".") for p in parts):  # the store's own files are hidden
+            raise InvalidRequest(f"object key parts may not start with '.': {key[:60]!r}")
         if len(parts) > 1 and parts[0] not in self._checked_dirs:
             check_store_dir(self.root / parts[0], mounts=self._mounts,
                             trust_mount=self._trust_mount)

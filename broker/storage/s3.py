@@ -48,7 +48,15 @@ from broker.errors import (
     StorageRefused,
     StorageUnavailable,
 )
-from broker.storage.base import Data, ObjectStore, Versioned, as_bytes, prefixed, sdk_call
+from broker.storage.base import (
+    Data,
+    ObjectStore,
+    Versioned,
+    as_bytes,
+    check_object_path,
+    prefixed,
+    sdk_call,
+)
 from broker.storage.urlopts import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
 
 T = TypeVar("T")
@@ -128,7 +136,7 @@ class S3Store(ObjectStore):
         client: Any | None = None,
     ) -> None:
         self.bucket = bucket
-        self.prefix = prefix.strip("/")
+        self.prefix = check_object_path(prefix.strip("/"))
         endpoint_url = endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None
         shown = f" at {endpoint_url.split('@')[-1]}" if endpoint_url else ""
         self.url = f"s3://{bucket}/{self.prefix}".rstrip("/") + shown

@@ -8,8 +8,9 @@ from typing import Any
 
 import orjson
 
-from broker import timefmt
+from broker import timefmt, wire
 from broker.errors import InvalidRequest
+from osqueue_spark.args import job_options
 from osqueue_spark.client import job_staged_line
 
 OPTION_COLUMNS = ("priority", "delay_s", "max_attempts", "key")
@@ -28,7 +29,7 @@ def row_to_job(row: Any) -> dict[str, Any]:
         payload = data["payload"]
         if isinstance(payload, str):
             try:
-                payload = orjson.loads(payload)
+                payload = wire.loads(payload)  # numbers exact (orjson alone rounds long ones)
             except orjson.JSONDecodeError as exc:
                 raise InvalidRequest(
                     f"column 'payload' must hold JSON text (or be a struct or map); "
@@ -46,7 +47,9 @@ def arrow_staged_lines(batches: Iterator[Any]) -> Iterator[bytes]:
     A string ``payload`` column is checked to be JSON and passed through as
     text (no decode and re-encode); struct and map payloads, or rows without a
     payload column, go through :func:`row_to_job`. Raises ``InvalidRequest``
-    naming the row for a null or non-JSON payload.
+    naming the row for a null or non-JSON payload, and naming the column for an
+    option out of range or a NaN or infinity (which JSON lacks) in an option or
+    a payload (:mod:`osqueue_spark.args`).
     """
     import pyarrow as pa
 
@@ -60,17 +63,17 @@ def arrow_staged_lines(batches: Iterator[Any]) -> Iterator[bytes]:
                 if text is None:
                     raise InvalidRequest(f"column 'payload' is null in row {i} of a batch")
                 try:
-                    value = loads(text)
+                    loads(text)
                 except orjson.JSONDecodeError as exc:
                     raise InvalidRequest(
                         f"column 'payload' must hold JSON text (or be a struct or map); "
                         f"got {text[:60]!r}: {exc}") from None
-                if "\n" in text:  # a staged payload is one line
-                    text = dumps(value).decode()
+                if "\n" in text:  # a staged payload is one line (its numbers exact)
+                    text = wire.dumps(wire.loads(text)).decode()
                 head = ""
                 if options:
                     set_ = {n: values[i] for n, values in options if values[i] is not None}
-                    head = dumps(set_).decode() if set_ else ""
+                    head = dumps(job_options(set_)).decode() if set_ else ""
                 # broker.wire.encode_staged_line's format, inlined: a quarter of its cost
                 yield f"{head}\t{text}\n".encode()
         else:

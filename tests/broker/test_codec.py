@@ -8,9 +8,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import orjson
-
-from broker import paths, timefmt
+from broker import paths, timefmt, wire
 from broker.model import archive, codec, transitions
 from broker.model.checks import parse_staged
 from broker.model.decode import decode_state
@@ -183,7 +181,7 @@ def test_payload_bytes_survive_a_restart_verbatim(tmp_path: Path) -> None:
 
     assert run(main()) == odd[1:]
     [line] = archive_lines(store)
-    assert orjson.loads(store.get(archive.list_objects(store, "q")[0])) == line
+    assert wire.loads(store.get(archive.list_objects(store, "q")[0])) == line  # numbers exact
     raw = store.get(archive.list_objects(store, "q")[0])
     assert b'"payload":123456789012345678901234567890,' in raw
     assert b'"result":99999999999999999999999}' in raw

@@ -88,6 +88,43 @@ def test_arrow_rows_without_a_string_payload_become_json_objects() -> None:
                              ({"delay_s": 1.5}, {"doc": 2, "tags": None, "price": None})]
 
 
+BIG = "18446744073709551617"
+
+
+def test_long_numbers_in_payload_text_stay_exact() -> None:
+    """Payload text was read with orjson and, where re-encoded, written back as the
+    nearest double (1.8446744073709552e+19)."""
+    job = row_to_job(Row(payload=f'{{"n": {BIG}, "d": 0.10000000000000000555}}'))
+    assert job_staged_line(job) == f'\t{{"n":{BIG},"d":0.10000000000000000555}}\n'.encode()
+    batch = pa.RecordBatch.from_pydict({"payload": [f'{{"n":\n {BIG}}}', f"[{BIG}]"]})
+    assert list(arrow_staged_lines(iter([batch]))) == [
+        f'\t{{"n":{BIG}}}\n'.encode(), f"\t[{BIG}]\n".encode()]
+
+
+def test_decimals_go_as_their_exact_text() -> None:
+    digits = "123456789012345678901234567890"
+    assert job_staged_line(row_to_job(Row(price=Decimal(digits)))) == \
+        f'\t{{"price":"{digits}"}}\n'.encode()
+
+
+@pytest.mark.parametrize(("columns", "named"), [
+    ({"doc": [1], "score": [float("nan")]}, "payload.score"),
+    ({"payload": pa.array([{"x": float("inf")}], pa.struct([("x", pa.float64())]))},
+     "payload.x"),
+    ({"payload": ['{"n":1}'], "delay_s": [float("nan")]}, "delay_s"),
+    ({"payload": ['{"n":1}'], "delay_s": [float("inf")]}, "delay_s"),
+    ({"doc": [1], "delay_s": [float("nan")]}, "delay_s"),
+    ({"doc": [1], "priority": [2**40]}, "priority"),
+])
+def test_a_nan_or_infinity_in_a_row_is_refused_naming_its_column(
+        columns: dict[str, Any], named: str) -> None:
+    """NaN was written as null: a null payload field, a delay of "now"."""
+    batch = pa.RecordBatch.from_pydict(columns)
+    with pytest.raises(InvalidRequest, match=named.replace(".", r"\.")) as info:
+        list(arrow_staged_lines(iter([batch])))
+    assert isinstance(info.value, ValueError)
+
+
 def test_times_come_back_as_utc_datetimes() -> None:
     assert ts(None) is None and ts_text(None) is None and ts_text("") is None
     when = datetime(2026, 11, 22, 3, 4, 5, 678_000, tzinfo=UTC)

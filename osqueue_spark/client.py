@@ -25,14 +25,12 @@ URL.
 from __future__ import annotations
 
 import math
-import operator
 import os
 import threading
 import uuid
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
-from decimal import Decimal
-from typing import Any, NamedTuple
+from typing import Any
 from urllib.parse import quote
 
 import orjson
@@ -45,7 +43,6 @@ from broker.errors import (
     InvalidRequest,
     NotTheBroker,
     OsqueueError,
-    StaleToken,
     from_dict,
 )
 from broker.limits import (
@@ -59,28 +56,25 @@ from broker.limits import (
     MIN_LEASE_S,
 )
 from broker.retry import retrying
-from broker.wire import STAGED_CONTENT_TYPE, ItemResult, encode_staged_line, loads
-from osqueue_spark.args import InvalidArgument, integer, job_options, json_bytes, number, text
+from broker.wire import STAGED_CONTENT_TYPE, ItemResult, loads
+from osqueue_spark.args import integer, json_bytes, number, text
+from osqueue_spark.bodies import (
+    CLAIMED_FIELDS,
+    ClaimedJob,
+    body_line,
+    checked,
+    chunks,
+    items_of,
+    job_body,
+    job_staged_line,
+    json_default,
+)
 from osqueue_spark.transport import Transport, Urllib3Transport
 
 #: The headers that carry a call's request key and the client's floor (see
 #: :mod:`broker.model.receipts`).
 REQUEST_KEY_HEADER = "idempotency-key"
 REQUEST_FLOOR_HEADER = "idempotency-floor"
-
-
-# NamedTuples, not frozen dataclasses: a worker builds tens of thousands a
-# second, and a frozen dataclass's __init__ costs several times more.
-class ClaimedJob(NamedTuple):
-    """A job this worker holds. ``token`` fences every later call about it."""
-
-    id: str
-    payload: Any
-    token: str
-    attempt: int
-    lease_expires_at: str
-
-
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -127,28 +121,6 @@ def _broker_urls(url: str | Sequence[str] | None, store: str | None) -> list[str
     if bad:
         raise InvalidRequest(f"broker URLs must be http(s) URLs, got {bad[0]!r}")
     return urls
-
-
-def _job_body(job: Any) -> dict[str, Any]:
-    if isinstance(job, dict) and "payload" in job:
-        unknown = set(job) - {"payload", "priority", "delay_s", "max_attempts", "key"}
-        if unknown:
-            raise InvalidArgument(f"unknown job fields {sorted(unknown)[:5]}")
-        return job
-    return {"payload": job}
-
-
-def job_staged_line(job: Any) -> bytes:
-    """A job (as for :meth:`QueueClient.push`) as one staged line (see :mod:`broker.wire`)."""
-    return _body_line(_job_body(job))
-
-
-def _body_line(body: dict[str, Any]) -> bytes:
-    """:func:`job_staged_line` of a body :func:`_job_body` already checked; options
-    and payload numbers are refused as :mod:`osqueue_spark.args` says."""
-    options = {k: v for k, v in body.items() if k != "payload" and v is not None}
-    payload = json_bytes(body["payload"], "payload", _json_default)
-    return encode_staged_line(payload, job_options(options) if options else None)
 
 
 class QueueClient:
@@ -236,7 +208,7 @@ class QueueClient:
             data: bytes | None = body
             headers = self._staged_headers
         else:
-            data = None if body is None else json_bytes(body, "", _json_default)
+            data = None if body is None else json_bytes(body, "", json_default)
             headers = self._headers
         if request_key is not None:
             headers = {**headers, REQUEST_KEY_HEADER: self._requests.key(request_key),
@@ -339,8 +311,8 @@ class QueueClient:
         optional ``priority``, ``delay_s``, ``max_attempts``, ``key``."""
         ids: list[str] = []
         integer("batch_size", batch_size, 1, MAX_ITEMS)
-        for chunk in _chunks((_job_body(j) for j in jobs), batch_size):
-            body = b"".join(map(_body_line, chunk))  # the compact body: payloads pass through
+        for chunk in chunks((job_body(j) for j in jobs), batch_size):
+            body = b"".join(map(body_line, chunk))  # the compact body: payloads pass through
             out = self.request("POST", self._q("push"), body, keyed=True)
             ids.extend(out["ids"])
         return ids
@@ -356,7 +328,7 @@ class QueueClient:
                            {"worker": worker, "max_jobs": max_jobs, "lease_s": lease_s,
                             "wait_s": wait_s}, timeout_s=self.timeout_s + wait_s,
                            keyed=True)
-        fields, new = _CLAIMED_FIELDS, tuple.__new__
+        fields, new = CLAIMED_FIELDS, tuple.__new__
         return [new(ClaimedJob, fields(j)) for j in out["jobs"]]
 
     def heartbeat(self, tokens: Sequence[str], lease_s: float = 30.0, *,
@@ -365,7 +337,7 @@ class QueueClient:
         number("lease_s", lease_s, MIN_LEASE_S, MAX_LEASE_S)
         out = self.request("POST", self._q("heartbeat"),
                            {"tokens": list(tokens), "lease_s": lease_s})
-        return _checked(_items(out), raise_on_stale)
+        return checked(items_of(out), raise_on_stale)
 
     def complete(self, token: str, result: Any = None, *,
                  raise_on_stale: bool = False) -> ItemResult:
@@ -379,7 +351,7 @@ class QueueClient:
         # No "result": null, no "retry_in_s": null: a body without null needs no NaN search.
         body = {"items": [{"token": t} if r is None else {"token": t, "result": r}
                           for t, r in items]}
-        return _checked(_items(self.request("POST", self._q("complete"), body)), raise_on_stale)
+        return checked(items_of(self.request("POST", self._q("complete"), body)), raise_on_stale)
 
     def fail(self, token: str, error: str = "", retry_in_s: float | None = None, *,
              raise_on_stale: bool = False) -> ItemResult:
@@ -393,7 +365,7 @@ class QueueClient:
             "token": t, "error": e, "retry_in_s": number(f"items[{i}].retry_in_s", r, 0.0,
                                                           MAX_DELAY_S)}
             for i, (t, e, r) in enumerate(items)]}
-        return _checked(_items(self.request("POST", self._q("fail"), body)), raise_on_stale)
+        return checked(items_of(self.request("POST", self._q("fail"), body)), raise_on_stale)
 
     def stats(self) -> dict[str, Any]:
         return dict(self.request("GET", self._q("stats")))
@@ -479,48 +451,3 @@ def _renew_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_renew_after_fork)
-
-
-def _json_default(value: Any) -> Any:
-    """Encode what Spark rows hold and JSON lacks: decimals as strings, bytes as text."""
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, bytes | bytearray):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, set | frozenset):
-        return sorted(value, key=str)
-    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
-
-
-# NamedTuples built from a tuple of all their fields (half the cost of calling them:
-# workers make one per job).
-_CLAIMED_FIELDS = operator.itemgetter("id", "payload", "token", "attempt", "lease_expires_at")
-
-
-def _items(out: dict[str, Any]) -> list[ItemResult]:
-    new = tuple.__new__
-    return [new(ItemResult, (r["token"], r["ok"], r.get("reason"), r.get("status")))
-            for r in out["results"]]
-
-
-def _checked(results: list[ItemResult], raise_on_stale: bool) -> list[ItemResult]:
-    """``results``; with ``raise_on_stale``, ``StaleToken`` if any token was refused
-    (``details``: the refused ``tokens`` and their ``reasons``; the others acted)."""
-    refused = [r for r in results if not r.ok] if raise_on_stale else []
-    if refused:
-        named = ", ".join(f"{r.token} ({r.reason})" for r in refused[:3])
-        raise StaleToken(f"{len(refused)} of {len(results)} token(s) refused: {named}"
-                         + (" ..." if len(refused) > 3 else ""),
-                         tokens=[r.token for r in refused], reasons=[r.reason for r in refused])
-    return results
-
-
-def _chunks(items: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
-    chunk: list[dict[str, Any]] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) >= size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk

@@ -37,29 +37,25 @@ in step; nothing here knows how either is laid out.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from broker.errors import InvalidRequest, PayloadTooLarge, QueueFull, shown
 from broker.limits import (
-    MAX_ATTEMPTS,
     MAX_CLAIM_JOBS,
     MAX_DELAY_MS,
     MAX_ERROR_CHARS,
-    MAX_KEY_CHARS,
     MAX_LEASE_MS,
-    MAX_PRIORITY,
     MAX_WORKER_CHARS,
 )
 from broker.model import idempotency, lifecycle, queue_rules, tokens
 from broker.model import receipts as R
 from broker.model.columns import plain_rows
 from broker.model.indexes import bound_stale_leases, expired_leases, promote_due
+from broker.model.inserts import insert_jobs, insert_payloads
 from broker.model.job import (
     CLAIMED,
     DEAD,
-    JOB_OVERHEAD_BYTES,
     PENDING,
     Job,
     JobIds,
@@ -68,8 +64,6 @@ from broker.model.job import (
 )
 from broker.model.lifecycle import (
     GONE,
-    add_pending,
-    add_pending_bulk,
     claim_ready,
     complete_held,
     extend_lease,
@@ -147,90 +141,6 @@ def _settle_failure(state: QueueState, job: Job, error: str, retry_in_ms: int | 
     return job.status
 
 
-def _validate_new(state: QueueState, new: NewJob) -> int:
-    """Check one new job; return its size estimate."""
-    limit = state.settings.max_payload_bytes
-    if len(new.payload) > limit:
-        raise PayloadTooLarge(
-            f"payload is {len(new.payload)} bytes; this queue's limit is {limit} bytes"
-        )
-    if not -MAX_PRIORITY <= new.priority <= MAX_PRIORITY:
-        raise InvalidRequest(f"priority must be within +-{MAX_PRIORITY}, got {new.priority}")
-    if not 0 <= new.delay_ms <= MAX_DELAY_MS:
-        raise InvalidRequest(f"delay must be within [0, {MAX_DELAY_MS // 1000}] s, "
-                             f"got {new.delay_ms / 1000} s")
-    if new.max_attempts is not None and not 1 <= new.max_attempts <= MAX_ATTEMPTS:
-        raise InvalidRequest(f"max_attempts must be 1..{MAX_ATTEMPTS}, got {new.max_attempts}")
-    if new.key is not None and not 0 < len(new.key) <= MAX_KEY_CHARS:
-        raise InvalidRequest(f"idempotency keys must be 1..{MAX_KEY_CHARS} characters")
-    return len(new.payload) + JOB_OVERHEAD_BYTES
-
-
-_OPTIONS = operator.itemgetter(1, 2, 3, 4)  # NewJob's fields after the payload
-_DEFAULT_OPTIONS = (0, 0, None, None)
-
-
-def _insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int) -> Sequence[str]:
-    """Validate all, then create all (or raise having created nothing)."""
-    if jobs and set(map(_OPTIONS, jobs)) == {_DEFAULT_OPTIONS}:
-        return _insert_payloads(state, [new[0] for new in jobs], now_ms)
-    seen = idempotency.seen_keys(state, now_ms)
-    fresh: dict[str, int] = {}
-    incoming = 0
-    for new in jobs:
-        size = _validate_new(state, new)
-        if new.key is not None:
-            if new.key in fresh or seen(new.key) is not None:
-                continue
-            fresh[new.key] = 0
-        incoming += size
-    _check_room(state, incoming)
-    ids: list[str] = []
-    created: dict[str, str] = {}
-    added: list[Job] = []
-    counters, settings_max = state.counters, state.settings.max_attempts
-    for new in jobs:
-        if new.key is not None:
-            entry = seen(new.key)
-            if entry is not None:
-                ids.append(entry.job_id)
-                continue
-            if new.key in created:
-                ids.append(created[new.key])
-                continue
-        counters.enqueued += 1
-        seq = counters.enqueued
-        job = Job(seq, new.payload, PENDING, new.priority,
-                  now_ms + new.delay_ms, 0, new.max_attempts or settings_max, now_ms, new.key)
-        added.append(job)
-        if new.key is not None:
-            created[new.key] = job.id
-            idempotency.remember_key(state, new.key, job.id, now_ms)
-        ids.append(job.id)
-    add_pending(state, added, now_ms)
-    return ids
-
-
-def _check_room(state: QueueState, incoming: int) -> None:
-    if incoming and state.size_estimate() + incoming > state.settings.max_state_bytes:
-        raise QueueFull(
-            f"queue full: the object would grow past {state.settings.max_state_bytes} bytes; "
-            "nothing from this push was written"
-        )
-
-
-def _insert_payloads(state: QueueState, payloads: Sequence[bytes], now_ms: int) -> JobIds:
-    """:func:`_insert_jobs` for jobs with default options (the bulk path)."""
-    if not payloads:
-        return JobIds(0, 0)
-    limit = state.settings.max_payload_bytes
-    sizes = list(map(len, payloads))
-    if max(sizes) > limit:
-        raise PayloadTooLarge(f"payload is {max(sizes)} bytes; this queue's limit is {limit} bytes")
-    _check_room(state, sum(sizes) + JOB_OVERHEAD_BYTES * len(payloads))
-    return add_pending_bulk(state, payloads, now_ms)
-
-
 # -- operation handlers -----------------------------------------------------------
 
 
@@ -257,9 +167,9 @@ def _push(state: QueueState, op: Push | PushPayloads, now_ms: int) -> Result:
     ids: Sequence[str]
     try:
         if isinstance(op, PushPayloads):
-            ids = _insert_payloads(state, op.payloads, now_ms)
+            ids = insert_payloads(state, op.payloads, now_ms)
         else:
-            ids = _insert_jobs(state, op.jobs, now_ms)
+            ids = insert_jobs(state, op.jobs, now_ms)
     except QueueFull as exc:
         if op.request is None:
             raise

@@ -1,0 +1,99 @@
+"""What :class:`~osqueue_spark.client.QueueClient` sends and reads: job bodies
+and their staged lines, claimed jobs, and per-token results.
+
+Options and payload numbers are refused, before anything is sent, as
+:mod:`osqueue_spark.args` says (``InvalidArgument``, naming the field).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable, Iterator
+from decimal import Decimal
+from typing import Any, NamedTuple
+
+from broker.errors import StaleToken
+from broker.wire import ItemResult, encode_staged_line
+from osqueue_spark.args import InvalidArgument, job_options, json_bytes
+
+
+# NamedTuples, not frozen dataclasses: a worker builds tens of thousands a
+# second, and a frozen dataclass's __init__ costs several times more.
+class ClaimedJob(NamedTuple):
+    """A job this worker holds. ``token`` fences every later call about it."""
+
+    id: str
+    payload: Any
+    token: str
+    attempt: int
+    lease_expires_at: str
+
+
+def job_body(job: Any) -> dict[str, Any]:
+    """A job as :meth:`QueueClient.push <osqueue_spark.client.QueueClient.push>` takes it
+    (a payload, or a dict with ``payload`` and options) as its body; ``InvalidArgument``
+    for an unknown field."""
+    if isinstance(job, dict) and "payload" in job:
+        unknown = set(job) - {"payload", "priority", "delay_s", "max_attempts", "key"}
+        if unknown:
+            raise InvalidArgument(f"unknown job fields {sorted(unknown)[:5]}")
+        return job
+    return {"payload": job}
+
+
+def job_staged_line(job: Any) -> bytes:
+    """A job (as for :meth:`QueueClient.push`) as one staged line (see :mod:`broker.wire`)."""
+    return body_line(job_body(job))
+
+
+def body_line(body: dict[str, Any]) -> bytes:
+    """:func:`job_staged_line` of a body :func:`job_body` already checked; options
+    and payload numbers are refused as :mod:`osqueue_spark.args` says."""
+    options = {k: v for k, v in body.items() if k != "payload" and v is not None}
+    payload = json_bytes(body["payload"], "payload", json_default)
+    return encode_staged_line(payload, job_options(options) if options else None)
+
+
+def json_default(value: Any) -> Any:
+    """Encode what Spark rows hold and JSON lacks: decimals as strings, bytes as text."""
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, bytes | bytearray):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=str)
+    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
+
+
+# NamedTuples built from a tuple of all their fields (half the cost of calling them:
+# workers make one per job).
+CLAIMED_FIELDS = operator.itemgetter("id", "payload", "token", "attempt", "lease_expires_at")
+
+
+def items_of(out: dict[str, Any]) -> list[ItemResult]:
+    new = tuple.__new__
+    return [new(ItemResult, (r["token"], r["ok"], r.get("reason"), r.get("status")))
+            for r in out["results"]]
+
+
+def checked(results: list[ItemResult], raise_on_stale: bool) -> list[ItemResult]:
+    """``results``; with ``raise_on_stale``, ``StaleToken`` if any token was refused
+    (``details``: the refused ``tokens`` and their ``reasons``; the others acted)."""
+    refused = [r for r in results if not r.ok] if raise_on_stale else []
+    if refused:
+        named = ", ".join(f"{r.token} ({r.reason})" for r in refused[:3])
+        raise StaleToken(f"{len(refused)} of {len(results)} token(s) refused: {named}"
+                         + (" ..." if len(refused) > 3 else ""),
+                         tokens=[r.token for r in refused], reasons=[r.reason for r in refused])
+    return results
+
+
+def chunks(items: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
+    chunk: list[dict[str, Any]] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk

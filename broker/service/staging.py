@@ -90,6 +90,7 @@ class Staging:
         tells a repeat from a first publish, which may miss chunks a repeat
         already removed).
         """
+        keep = list(dict.fromkeys(keep))  # a write id named twice is one chunk, pushed once
         newest, every = await self._io(self._objects, queue, prefix)
         result = None
         if keep:

@@ -124,3 +124,22 @@ def test_staging_of_a_vanished_writer_is_swept_after_the_ttl_on_our_clock(
 
     run(main())
     assert store.list("q/staging/") == []
+
+
+def test_a_write_id_kept_twice_in_one_publish_is_pushed_once(tmp_path: Path) -> None:
+    """``keep`` naming one write id twice publishes its chunk once: the second
+    read of the chunk once found the staged cache emptied by the first and read
+    the object again, so its jobs were pushed twice."""
+    store = FileStore(tmp_path)
+
+    async def main() -> dict:
+        broker = await started(store, "http://a", Clock())
+        await broker.stage("q", "w-1/p0-t1-c0", b'\t"a"\n\t"b"\n')
+        out = await broker.publish("q", "w-1/", ["w-1/p0-t1-c0", "w-1/p0-t1-c0"],
+                                   once="write:w-1/")
+        await broker.stop(drain_s=5)
+        return out
+
+    out = run(main())
+    payloads = sorted(j.payload for j in stored(store).jobs.values())
+    assert payloads == [b'"a"', b'"b"'] and out["published"] == 2, (out, payloads)

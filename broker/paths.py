@@ -85,12 +85,19 @@ _WRITE_ID = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._/-]{{0,{MAX_WRITE_ID_CHARS - 1}
 _WRITE_PREFIX = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._/-]{{0,{MAX_PREFIX_CHARS - 1}}}")
 
 
+def _dot_part(name: str) -> bool:
+    """Whether a ``/``-separated part of ``name`` is ``.`` (no store key may hold
+    one: see :func:`broker.storage.base.check_key`)."""
+    return "/." in name and "." in name.split("/")
+
+
 def check_write_id(write_id: str) -> str:
     """Return ``write_id`` (a staging object's name below its queue's staging
     directory) if valid, else raise ``InvalidRequest``: a letter or digit, then
-    letters, digits, ``._-/``; no ``..``, no empty part, no trailing ``/``."""
+    letters, digits, ``._-/``; no ``..``, no empty or ``.`` part, no trailing ``/``."""
     if not isinstance(write_id, str) or not _WRITE_ID.fullmatch(write_id) \
-            or ".." in write_id or "//" in write_id or write_id.endswith("/"):
+            or ".." in write_id or "//" in write_id or write_id.endswith("/") \
+            or _dot_part(write_id):
         raise InvalidRequest(
             f"invalid write id {shown(write_id)}: use letters, digits, '.', '_', '-', '/'")
     return write_id
@@ -102,7 +109,7 @@ def check_write_prefix(prefix: str) -> str:
     it may end with ``/``. Nothing else is listed: a ``..`` part or a leading
     ``/`` would list (and drop) objects outside the queue's staging directory."""
     if not isinstance(prefix, str) or not _WRITE_PREFIX.fullmatch(prefix) \
-            or ".." in prefix or "//" in prefix:
+            or ".." in prefix or "//" in prefix or _dot_part(prefix):
         raise InvalidRequest(
             f"invalid write prefix {shown(prefix)}: use letters, digits, '.', '_', '-', '/', "
             "starting with a letter or digit, with no '..' or '//'")

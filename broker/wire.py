@@ -100,7 +100,8 @@ def loads(data: bytes | str) -> Any:
     writing the value back (a compact text it reproduces holds only numbers
     orjson keeps), else a look at each such run.
     """
-    raw = data.encode() if isinstance(data, str) else data
+    # (a lone surrogate, as undecodable argv bytes become, is then bytes orjson refuses)
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

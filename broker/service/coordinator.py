@@ -52,6 +52,7 @@ from broker.model.ops import (
     FailItem,
     Heartbeat,
     LeasedJob,
+    LeasedJobs,
     NewJob,
     Purge,
     ReadJobs,
@@ -370,6 +371,8 @@ class Broker:
                                    timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 woken.cancel()
+            if gone is not None and gone.done():
+                return LeasedJobs()  # (even if a job came as it left: it is not claimed)
 
     async def release(self, queue: str, tokens: Sequence[str], request: str | None = None) -> int:
         """Hand back the jobs of a claim (key ``request``) whose caller left unanswered

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 
 from broker.errors import NotTheBroker, OsqueueError
 from broker.model import codec, tokens, transitions
+from broker.model import receipts as R
 from broker.model import state as S
 from broker.model.decode import decode_state
 from broker.model.ops import DropArchived, Op, Reclaim, RenewBroker, Result, TakeOver
@@ -109,6 +110,15 @@ class QueueModel:
 
     def carry(self, dropped: S.QueueState, fresh: S.QueueState, now_ms: int) -> None:
         fresh.receipts.carry_unwritten(dropped.receipts, now_ms)
+        # A claim's repeat that handed its jobs out again is marked in memory only;
+        # without the mark the first attempt's release would take them back from the
+        # client holding them (transitions._release). One too many only leaves jobs
+        # to their leases.
+        requests = fresh.receipts.requests
+        for key, old in dropped.receipts.requests.items():
+            mine = requests.get(key)
+            if old.replayed and mine is not None and mine.kind == R.CLAIM:
+                mine.replayed = True
 
     def committed(self, state: S.QueueState) -> None:
         if self.ownership.is_self(state.broker) or state.broker is None:

@@ -135,7 +135,7 @@ def test_check_queue_name_refuses(name: str) -> None:
 
 
 @pytest.mark.parametrize("write_id", ["w-1\n", "w-1/c0\n", "w-1/", "w-1//c0", "../x", "/x",
-                                      "w-1/../x", "w" * 301, ""])
+                                      "w-1/../x", "w" * 301, "", "w-1/./c0", "w-1/."])
 def test_check_write_id_refuses(write_id: str) -> None:
     with pytest.raises(InvalidRequest, match="invalid write id"):
         paths.check_write_id(write_id)
@@ -147,7 +147,7 @@ def test_check_write_prefix_accepts(prefix: str) -> None:
 
 
 @pytest.mark.parametrize("prefix", ["../x/", "/x/", "w-1/../", "w-1//", "w-1/\n", "", ".",
-                                    "w-1\\", "w" * 301])
+                                    "w-1\\", "w" * 301, "w-1/./", "w-1/."])
 def test_check_write_prefix_refuses(prefix: str) -> None:
     with pytest.raises(InvalidRequest, match="invalid write prefix"):
         paths.check_write_prefix(prefix)

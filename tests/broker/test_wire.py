@@ -74,6 +74,15 @@ def test_the_slow_path_refuses_what_orjson_refuses(doc: bytes) -> None:
         wire.parse_json(doc)
 
 
+@pytest.mark.parametrize("text", ['"a\ud800"', '[12345678901234567890123, "\udcff"]'])
+def test_loads_of_text_with_a_lone_surrogate_raises_a_json_error(text: str) -> None:
+    """As orjson.loads does: a str from the command line (undecodable bytes become
+    lone surrogates) is refused as JSON by the CLI and the Spark rows, no
+    UnicodeEncodeError escaping with a traceback."""
+    with pytest.raises(orjson.JSONDecodeError):
+        wire.loads(text)
+
+
 def test_exact_numbers_pickle_and_compare_as_floats() -> None:
     import pickle
 

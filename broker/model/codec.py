@@ -117,6 +117,8 @@ def _header(state: QueueState) -> dict[str, Any]:
     }
     if state.token_key:  # (a state made without one is written without one)
         header["token_key"] = state.token_key
+    if state.untagged_fences:  # (leases from before the key: see broker.model.tokens)
+        header["untagged_fences"] = state.untagged_fences
     return header
 
 

@@ -351,6 +351,10 @@ def _decode_fields(raw: dict[str, Any], data: bytes) -> QueueState:
     state.receipts = Receipts.decode(raw.get("receipts"))
     if "token_key" in raw:  # (an object from before tokens were tagged has none)
         state.token_key = check_key(raw["token_key"])
+    if "untagged_fences" in raw:  # (leases granted before the key: see broker.model.tokens)
+        state.untagged_fences = _count(raw["untagged_fences"], "untagged_fences", 1 << 62)
+        if state.untagged_fences and not state.token_key:
+            raise ValueError("untagged_fences is set but token_key is missing")
     top_seq = max(state.jobs, default=0)
     top_seq = max(top_seq, state.receipts.max_seq())
     top_fence = max(top_fence, state.receipts.max_fence())
@@ -358,6 +362,9 @@ def _decode_fields(raw: dict[str, Any], data: bytes) -> QueueState:
     if counters.enqueued < top_seq:
         raise ValueError(f"counters.enqueued is {counters.enqueued} but job seq {top_seq} "
                          "exists: new jobs would reuse ids")
+    if counters.fence < state.untagged_fences:
+        raise ValueError(f"untagged_fences is {state.untagged_fences} but counters.fence is "
+                         f"{counters.fence}: leases not yet granted would be taken untagged")
     if counters.fence < top_fence:
         raise ValueError(f"counters.fence is {counters.fence} but lease number {top_fence} "
                          "exists: new leases would reuse tokens")
@@ -369,7 +376,7 @@ def _decode_fields(raw: dict[str, Any], data: bytes) -> QueueState:
 
 _TOP_FIELDS = frozenset({"format", "version", "seq", "writer", "commit", "lineage", "updated_at",
                          "broker", "paused", "settings", "counters", "jobs", "keys", "once",
-                         "receipts", "token_key"})
+                         "receipts", "token_key", "untagged_fences"})
 
 
 def _add_jobs(state: QueueState, jobs: list[Any], lines: list[bytes] | None) -> None:

@@ -26,7 +26,9 @@ On storage the state is one JSON object (``jq``-readable, one job a line)::
 
 ``token_key`` is the secret that binds the queue's lease tokens to it (see
 :mod:`broker.model.tokens`); an object written before it existed has none
-until its next write.
+until its next write. ``"untagged_fences": N`` (written only while N > 0) is
+the lease counter when that key was made: leases numbered up to N were
+granted untagged and are taken untagged until they end.
 
 ``seq`` grows by one on every write, so no two writes carry the same bytes
 (S3 etags are content hashes; an A-B-A write must not pass a CAS). ``commit``
@@ -162,6 +164,9 @@ class QueueState:
     # checks them with it (see broker.model.tokens); neither is ever shown.
     token_key: str = field(default="", repr=False)
     tagger: Tagger | None = field(default=None, compare=False, repr=False)
+    # Leases numbered up to this were granted before the key and may come back
+    # untagged (0: none; see broker.model.tokens.checker).
+    untagged_fences: int = 0
     # Derived, never stored, kept by broker.model.lifecycle: heaps of ready_key
     # (pending and runnable), timed_key(run_at) (pending, later) and
     # timed_key(lease expiry) (claimed). Entries go stale instead of being

@@ -14,6 +14,12 @@ The secret (``token_key``: :data:`KEY_BYTES` random bytes, hex) is kept in
 the queue object, so a token stays good across a restart and a takeover. It
 is made when the queue is made; an object written before tokens were tagged
 gets one when it is loaded (:func:`bind`) and keeps it from its next write.
+The workers of such an object hold untagged tokens, granted before the key:
+:func:`bind` records the lease counter then (``untagged_fences``, N, written
+in the object), and :func:`checker` takes an untagged ``<job id>.<fence>``
+with fence <= N as its own stored token, so those leases keep working until
+they end (then :func:`untagged_done` tells the reclaim to set N back to 0).
+No token the broker hands out is untagged.
 The randomness comes from the caller: this module is pure. The secret never
 leaves the object: no view, log, repr or error shows it.
 
@@ -25,8 +31,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Protocol
+
+from broker.model.job import token_seq
 
 #: Between the stored token and its tag (not ``.``, which ends the fence).
 SEP = "-"
@@ -74,11 +82,20 @@ class Tagger:
         return "Tagger(...)"  # never the key
 
 
+class _Fenced(Protocol):
+    @property
+    def fence(self) -> int: ...
+
+
 class Keyed(Protocol):
-    """What :func:`bind` and :func:`tagger` use of a queue state."""
+    """What :func:`bind`, :func:`tagger` and :func:`checker` use of a queue state."""
 
     token_key: str
     tagger: Tagger | None
+    untagged_fences: int  # leases up to this number may show untagged tokens (0: none)
+
+    @property
+    def counters(self) -> _Fenced: ...
 
 
 def new_key(random_bytes: Callable[[int], bytes]) -> str:
@@ -102,14 +119,16 @@ def bind(state: Keyed, queue: str,
          random_bytes: Callable[[int], bytes] | None) -> None:
     """Make ``state`` (queue ``queue``) ready to tag and check tokens. A state
     without a key (a new queue, or an object from before tokens were tagged)
-    gets one from ``random_bytes``, written with its next write; with
-    ``random_bytes`` None it stays without (a read that must not invent one:
-    it then shows no tokens)."""
+    gets one from ``random_bytes``, written with its next write, and the
+    leases granted so far (``counters.fence``) are let through untagged
+    (``untagged_fences``, see :func:`checker`); with ``random_bytes`` None it
+    stays without (a read that must not invent one: it then shows no tokens)."""
     if not state.token_key:
         if random_bytes is None:
             state.tagger = None
             return
         state.token_key = new_key(random_bytes)
+        state.untagged_fences = state.counters.fence
     state.tagger = Tagger(bytes.fromhex(state.token_key), queue)
 
 
@@ -119,6 +138,50 @@ def tagger(state: Keyed) -> Tagger:
     if found is None:
         raise Unbound("this queue state has no token key bound (broker.model.tokens.bind)")
     return found
+
+
+def checker(state: Keyed) -> Callable[[str], str | None]:
+    """What the stored token of a client's token is, for ``state``'s operations:
+    :meth:`Tagger.stored`, and while ``state.untagged_fences`` (N) is set, also
+    an untagged ``<job id>.<fence>`` with 1 <= fence <= N (a lease granted before
+    the queue had a key) as itself. Tagged tokens cost what they did; an
+    untagged one with a larger fence, or not spelled as a stored token, is None.
+    Raises :class:`Unbound` if the state has no key bound."""
+    stored = tagger(state).stored
+    top = state.untagged_fences
+    if not top:
+        return stored
+
+    def check(wire: str) -> str | None:
+        token = stored(wire)
+        if token is None and SEP not in wire:
+            fence = untagged_fence(wire)
+            if fence is not None and fence <= top:
+                return wire
+        return token
+
+    return check
+
+
+def untagged_fence(token: str) -> int | None:
+    """The fence of ``token`` if it is spelled as a stored token
+    (``<job id>.<fence>``, fence >= 1 without a leading zero), else None."""
+    fence = token.rpartition(".")[2]
+    if not fence.isascii() or not fence.isdigit() or fence[0] == "0" or len(fence) > 18 \
+            or token_seq(token) is None:
+        return None
+    return int(fence)
+
+
+def untagged_done(state: Keyed, held_fences: Iterable[int]) -> bool:
+    """Whether no lease may still show an untagged token, given the fences of
+    the leases still held (``held_fences``, read only while N > 0): if so, N
+    is set back to 0 and True is answered (the object changed)."""
+    top = state.untagged_fences
+    if not top or any(fence <= top for fence in held_fences):
+        return False
+    state.untagged_fences = 0
+    return True
 
 
 def stored_part(wire: str) -> str:

@@ -18,7 +18,8 @@ Promises kept here (and checked by the property tests):
   lease has not expired at ``now_ms``; a stale token never completes,
   fails or extends a job; a token whose tag does not verify (another queue's,
   a guessed one: see :mod:`broker.model.tokens`) is refused before its job is
-  looked up;
+  looked up; an untagged one only while its lease predates the queue's key
+  (``untagged_fences``, see :func:`broker.model.tokens.checker`);
 * a push whose idempotency key is in the window returns the original id and
   creates nothing;
 * a repeated call answers as the first did while its receipt is kept (see
@@ -37,7 +38,7 @@ in step; nothing here knows how either is laid out.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from broker.errors import InvalidRequest, PayloadTooLarge, QueueFull, shown
@@ -238,7 +239,7 @@ def _still_held(state: QueueState, first_fence: int, count: int,
 
 def _heartbeat(state: QueueState, op: Heartbeat, now_ms: int) -> Result:
     _check_lease(op.lease_ms)
-    stored = tokens.tagger(state).stored
+    stored = tokens.checker(state)
     result = Result()
     for wire in op.tokens:
         token = stored(wire)
@@ -260,7 +261,7 @@ def _complete(state: QueueState, op: Complete, now_ms: int) -> Result:
     for _, value in plain_rows(op.items):
         if value is not None and len(value) > limit:
             raise PayloadTooLarge(f"result is {len(value)} bytes; the limit is {limit}")
-    stored = tokens.tagger(state).stored
+    stored = tokens.checker(state)
     result = Result()
     result.items, fences = complete_held(
         state, plain_rows(op.items), now_ms, stored,
@@ -278,7 +279,7 @@ def _fail(state: QueueState, op: Fail, now_ms: int) -> Result:
         if item.retry_in_ms is not None and not 0 <= item.retry_in_ms <= MAX_DELAY_MS:
             raise InvalidRequest(f"retry_in_s must be within [0, {MAX_DELAY_MS // 1000}], "
                                  f"got {item.retry_in_ms / 1000}")
-    stored = tokens.tagger(state).stored
+    stored = tokens.checker(state)
     result = Result()
     for item in op.items:
         token = stored(item.token)
@@ -303,7 +304,7 @@ def _release(state: QueueState, op: Release, now_ms: int) -> Result:
         receipt = state.receipts.requests.get(op.request)
         if receipt is None or receipt.kind != R.CLAIM or receipt.replayed:
             return Result()  # a repeat of the claim holds the jobs (or may): leave them
-    stored = tokens.tagger(state).stored
+    stored = tokens.checker(state)
     released: list[str] = []
     for wire in op.tokens:  # the tokens the claim answered, tagged
         token = stored(wire)
@@ -334,7 +335,17 @@ def _reclaim(state: QueueState, op: Reclaim, now_ms: int) -> Result:
     since = state.receipts.unwritten_since
     result.changed = bool(reclaimed) or (since is not None and
                                          now_ms - since >= R.LAZY_WRITE_MS)
+    if state.untagged_fences and tokens.untagged_done(state, _held_fences(state)):
+        result.changed = True  # (written: the object no longer takes untagged tokens)
     return result
+
+
+def _held_fences(state: QueueState) -> Iterator[int]:
+    """The numbers of the leases claimed jobs hold (scans the touched jobs)."""
+    for job in state.jobs.touched():
+        token = job.lease_token
+        if job.status == CLAIMED and token is not None:
+            yield int(token.rpartition(".")[2])
 
 
 def _drop_archived(state: QueueState, op: DropArchived, now_ms: int) -> Result:

@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
+from broker.errors import CorruptState
 from broker.model import codec
 from broker.model import transitions as T
 from broker.model.decode import decode_state
@@ -179,4 +181,28 @@ def test_the_token_key_is_the_headers_last_field_and_reads_back() -> None:
     old = decode_state(FINAL.read_bytes())
     assert old.token_key == "" and old.tagger is None
     bound = read_back(FINAL.read_bytes())
-    assert bound.token_key == KEY.hex() and without_key(codec.encode(bound)) == FINAL.read_bytes()
+    assert bound.token_key == KEY.hex() and bound.untagged_fences == 20  # (its lease counter)
+    data = codec.encode(bound).replace(b',"untagged_fences":20', b"", 1)
+    assert without_key(data) == FINAL.read_bytes()
+
+
+def test_untagged_fences_follows_the_token_key_and_reads_back() -> None:
+    """A keyless object bound by a broker is written with ``"untagged_fences"``
+    (its lease counter when the key was made) after the key: it decodes and
+    re-encodes to the same bytes, and its leases from before still settle
+    untagged. A value above the lease counter, not a count, or without a key
+    is refused."""
+    data = codec.encode(read_back(FINAL.read_bytes()))
+    assert (KEY_FIELD + b',"untagged_fences":20,\n"jobs":[') in data
+    assert codec.encode(decode_state(data)) == data
+    again = read_back(data)
+    assert (again.token_key, again.untagged_fences) == (KEY.hex(), 20)
+    [answer] = T.apply(again, Complete((CompleteItem("j0000000005.4"),)), T0 + 3_014).items
+    assert answer.ok, answer.reason
+    raw = orjson.loads(data)
+    for bad in (21, -1, "20", True, None):
+        with pytest.raises(CorruptState, match="untagged_fences"):
+            decode_state(orjson.dumps({**raw, "untagged_fences": bad}))
+    del raw["token_key"]
+    with pytest.raises(CorruptState, match="untagged_fences"):
+        decode_state(orjson.dumps(raw))

@@ -70,12 +70,17 @@ SEGMENT_VERSION = 1
 INLINE = -1
 #: Longest etag (or generation) a reference may carry.
 MAX_ETAG_CHARS = 256
+#: Most jobs in one segment: a window is at most one segment, so this bounds
+#: what the broker holds per segment it reads (with the payload size limit:
+#: step 3 also splits a publish by bytes).
+MAX_SEGMENT_JOBS = 65_536
 
 _HEADER_FIELDS = frozenset(
     {"format", "version", "queue", "first_seq", "count", "priority", "run_at"})
 _REF_FIELDS = frozenset(
     {"key", "etag", "first_seq", "count", "priority", "run_at", "taken"})
 _CREATED = b',"created_at":"'
+_PAYLOAD = b'","payload":'
 _STAMP_CHARS = len(timefmt.fmt(0))
 
 
@@ -147,7 +152,7 @@ def encode_segment(queue: str, first_seq: int, priority: int, run_at_ms: int,
     """
     _check_queue(queue)
     count = len(payloads)
-    _int(count, f"segment of {queue!r}: job count", 1, SEQ_MASK)
+    _int(count, f"segment of {queue!r}: job count", 1, MAX_SEGMENT_JOBS)
     _int(first_seq, f"segment of {queue!r}: first_seq", 1, SEQ_MASK - count + 1)
     _int(priority, f"segment of {queue!r}: priority", -MAX_PRIORITY, MAX_PRIORITY)
     _int(run_at_ms, f"segment of {queue!r}: run_at_ms", 0, TIME_MASK)
@@ -159,8 +164,9 @@ def encode_segment(queue: str, first_seq: int, priority: int, run_at_ms: int,
         "first_seq": first_seq, "count": count, "priority": priority,
         "run_at": timefmt.fmt(run_at_ms)})
     line = pending_format(priority, run_at_ms, created, max_attempts) + b"\n"
-    data = b"".join([header, b"\n", *(line % (seq, seq, payload)
-                                     for seq, payload in enumerate(payloads, first_seq))])
+    parts = [line % (seq, seq, payload) for seq, payload in enumerate(payloads, first_seq)]
+    parts.insert(0, header + b"\n")
+    data = b"".join(parts)
     if data.count(b"\n") != count + 1:  # one pass in C, not one test per payload
         bad = next(i for i, payload in enumerate(payloads) if b"\n" in payload)
         raise ValueError(f"segment of {queue!r}: payload {bad} holds a line break")
@@ -205,7 +211,7 @@ def read_header(data: bytes, key: str) -> SegmentHeader:
     return SegmentHeader(
         queue=queue,
         first_seq=_int(raw["first_seq"], f"segment {key}: header first_seq", 1, SEQ_MASK),
-        count=_int(raw["count"], f"segment {key}: header count", 1, SEQ_MASK),
+        count=_int(raw["count"], f"segment {key}: header count", 1, MAX_SEGMENT_JOBS),
         priority=_int(raw["priority"], f"segment {key}: header priority",
                       -MAX_PRIORITY, MAX_PRIORITY),
         run_at_ms=_time(run_at, f"segment {key}: header run_at"))
@@ -255,9 +261,12 @@ def segment_lines(data: bytes, ref: SegmentRef, start: int | None = None,
     job line of its expected seq with the ref's priority and due time), in the
     head's form: with the leading ``,\\n`` of a line of the queue object.
 
-    Reads lazily: the object is split only up to ``stop``. Payload bytes are
-    not parsed: they were checked when pushed or staged, and the etag vouches
-    that the object is the one the broker wrote.
+    Reads lazily: the object is split only up to ``stop``. Every line must
+    have the max_attempts and creation time of the window's first (as
+    :func:`encode_segment` writes them). Payload bytes are not parsed: they
+    were checked when pushed or staged, and the etag vouches that the object
+    is the one the broker wrote. ``ValueError`` naming the key and line for
+    any disagreement, or for a window outside ``[0, ref.count]``.
     """
     check_segment(data, ref)
     lo = ref.taken if start is None else start
@@ -266,37 +275,50 @@ def segment_lines(data: bytes, ref: SegmentRef, start: int | None = None,
         raise ValueError(f"segment {ref.key}: window [{lo}, {hi}) is outside [0, {ref.count}]")
     if lo == hi:
         return []
+    # (the split copies the rest of the object once: segments are bounded,
+    # MAX_SEGMENT_JOBS)
     parts = data.split(b"\n", hi + 1)[lo + 1:hi + 1]
-    stamp = timefmt.fmt_bytes(ref.run_at_ms)
+    first = ref.first_seq + lo
+    shared = _shared_part(parts[0], first, ref)
     out = []
-    for seq, line in enumerate(parts, ref.first_seq + lo):
-        head = b'{"id":"j%010d","seq":%d,"status":"pending","priority":%d,"run_at":"%s",' \
-               b'"attempts":0,"max_attempts":' % (seq, seq, ref.priority, stamp)
-        if not line.startswith(head) or not _tail_ok(line, len(head)):
+    for seq, line in enumerate(parts, first):
+        ids = b'{"id":"j%010d","seq":%d,' % (seq, seq)
+        if shared is None or not line.startswith(ids) or not line.startswith(
+                shared, len(ids)) or len(line) <= len(ids) + len(shared) + 1 \
+                or not line.endswith(b"}"):
             raise ValueError(f"segment {ref.key}: line {seq - ref.first_seq + 2} is not "
                              f"the pending job of seq {seq} the reference describes")
         out.append(b",\n" + line)
     return out
 
 
-def _tail_ok(line: bytes, at: int) -> bool:
-    """Whether ``line[at:]`` is ``N,"created_at":"<time>","payload":<...>}`` with N
-    a max_attempts in range and a payload present."""
+def _shared_part(line: bytes, seq: int, ref: SegmentRef) -> bytes | None:
+    """What every job line of a segment holds between its seq and its payload
+    (``"status":"pending",...,"payload":``), checked on ``line`` (the job of
+    ``seq``): status, the ref's priority and due time, no attempts, a
+    max_attempts in range and a creation time. None if ``line`` is not such
+    a line. (:func:`encode_segment` writes one max_attempts and creation time
+    per segment, so each further line is checked by two ``startswith``.)"""
+    ids = b'{"id":"j%010d","seq":%d,' % (seq, seq)
+    fields = b'"status":"pending","priority":%d,"run_at":"%s","attempts":0,"max_attempts":' % (
+        ref.priority, timefmt.fmt_bytes(ref.run_at_ms))
+    if not line.startswith(ids + fields):
+        return None
+    at = len(ids) + len(fields)
     comma = line.find(_CREATED, at)
     digits = line[at:comma]
     if comma < 0 or not digits.isdigit() or not 1 <= int(digits) <= MAX_ATTEMPTS \
             or (len(digits) > 1 and digits[0] == 48):  # (48: "0")
-        return False
+        return None
     stamp_at = comma + len(_CREATED)
-    rest = line[stamp_at + _STAMP_CHARS:]
-    if not rest.startswith(b'","payload":') or len(rest) <= len(b'","payload":}') \
-            or not line.endswith(b"}"):
-        return False
+    end = stamp_at + _STAMP_CHARS + len(_PAYLOAD)
+    if line[end - len(_PAYLOAD):end] != _PAYLOAD:
+        return None
     try:
         stamp_ms(line[stamp_at:stamp_at + _STAMP_CHARS])
     except ValueError:
-        return False
-    return True
+        return None
+    return line[len(ids):end]
 
 
 def segment_job(seq: int, line: bytes, ref: SegmentRef) -> Job:
@@ -337,7 +359,7 @@ def ref_from_json(raw: Any, where: str) -> SegmentRef:
             not etag.isprintable():
         raise ValueError(f"{where}: segment {key} has etag {shown(etag)}; it must be "
                          f"1-{MAX_ETAG_CHARS} printable characters")
-    count = _int(raw["count"], f"{where}: segment {key} count", 1, SEQ_MASK)
+    count = _int(raw["count"], f"{where}: segment {key} count", 1, MAX_SEGMENT_JOBS)
     first_seq = _int(raw["first_seq"], f"{where}: segment {key} first_seq",
                      1, SEQ_MASK - count + 1)
     if first_seq != parsed[1]:

@@ -150,6 +150,7 @@ def test_encode_segment_refuses_a_payload_with_a_line_break_without_quoting_it()
 
 @pytest.mark.parametrize(("args", "match"), [
     (("q", 1, 0, T0, []), "job count"),
+    (("q", 1, 0, T0, [b"1"] * (sg.MAX_SEGMENT_JOBS + 1)), "job count"),
     (("q", 0, 0, T0, [b"1"]), "first_seq"),
     (("q", 1, MAX_PRIORITY + 1, T0, [b"1"]), "priority"),
     (("q", 1, 0, -1, [b"1"]), "run_at_ms"),
@@ -217,10 +218,26 @@ def test_a_seq_gap_or_a_changed_line_is_refused() -> None:
                      (b'"max_attempts":3', b'"max_attempts":0'),
                      (b'"max_attempts":3', b'"max_attempts":03'),
                      (b'"created_at":"2023', b'"created_at":"x023'),
-                     (b'"payload":' + SECRET, b'"payload":')]:
+                     (b'"payload":' + SECRET, b'"payload":'),
+                     (b'"payload":', b'"payloaX":'), (b'}}\n', b'} \n')]:
         bad = lines[3].replace(old, new, 1)
         assert bad != lines[3]
-        refused(b"".join([*lines[:3], bad, lines[4]]), ref, "line 4 is not")
+        data = b"".join([*lines[:3], bad, lines[4]])
+        refused(data, ref, "line 4 is not")  # checked against the window's first line
+        with pytest.raises(ValueError, match="line 4 is not"):  # as the window's first line
+            sg.segment_lines(data, ref, 2, 4)
+        assert len(sg.segment_lines(data, ref, 0, 2)) == 2
+
+
+def test_segment_lines_refuses_a_line_whose_max_attempts_or_creation_differs() -> None:
+    one = sg.encode_segment("q", 10, 3, T0, [b"1", b"2"], max_attempts=3).splitlines(
+        keepends=True)
+    two = sg.encode_segment("q", 10, 3, T0, [b"1", b"2"], max_attempts=4,
+                            created_ms=T0 - 1).splitlines(keepends=True)
+    for other in (two, [two[0], *(ln.replace(b'"max_attempts":4', b'"max_attempts":3')
+                                  for ln in two[1:])]):
+        data = b"".join([one[0], one[1], other[2]])
+        refused(data, ref_for(10, 2, 3, T0), "line 3 is not")
 
 
 def test_only_the_window_read_has_its_lines_checked() -> None:
@@ -234,7 +251,7 @@ def test_only_the_window_read_has_its_lines_checked() -> None:
 
 
 @settings(max_examples=100, deadline=None)
-@given(first_seq=st.integers(1, 10**14), count=st.integers(1, 10**6), data=st.data(),
+@given(first_seq=st.integers(1, 10**14), count=st.integers(1, sg.MAX_SEGMENT_JOBS), data=st.data(),
        priority=st.integers(-MAX_PRIORITY, MAX_PRIORITY), run_at=st.integers(0, 2**45),
        etag=st.text(st.characters(min_codepoint=32, max_codepoint=126), min_size=1,
                     max_size=sg.MAX_ETAG_CHARS))
@@ -264,6 +281,7 @@ def good_raw(**changes: Any) -> dict[str, Any]:
     (good_raw(etag="e" * (sg.MAX_ETAG_CHARS + 1)), "etag"),
     (good_raw(etag="e\n"), "etag"),
     (good_raw(count=0), "count"),
+    (good_raw(count=sg.MAX_SEGMENT_JOBS + 1), "count"),
     (good_raw(count=-4), "count"),
     (good_raw(count=4.0), "count"),
     (good_raw(first_seq=True), "first_seq"),

@@ -2,7 +2,10 @@
 
 * ``{queue}/queue.json``: the state (a CAS object);
 * ``{queue}/archive/{YYYY-MM-DDTHH}/{seq:012d}-{commit}.jsonl``: completed
-  jobs, one object per commit that completed any (see :mod:`broker.model.archive`).
+  jobs, one object per commit that completed any (see :mod:`broker.model.archive`);
+* ``{queue}/segments/seg-{first seq:010d}-{8 hex}.jsonl``: immutable objects of
+  pending jobs (see :mod:`broker.model.segments`; not yet written by the broker:
+  issue 20 step 3).
 """
 
 from __future__ import annotations
@@ -124,3 +127,48 @@ def check_publish(queue: str, prefix: str, keep: list[str]) -> None:
     for write_id in keep:
         check_write_id(write_id)
 
+
+
+def segments_prefix(queue: str) -> str:
+    """Where a queue's segment objects live (what a sweep of them lists)."""
+    return f"{queue}/segments/"
+
+
+_SALT = re.compile(r"[0-9a-f]{8}")
+_SEGMENT_NAME = re.compile(r"seg-([1-9][0-9]{10,14}|[0-9]{10})-[0-9a-f]{8}\.jsonl")
+
+
+def segment_name(first_seq: int, salt: str) -> str:
+    """The name of a segment whose first job has seq ``first_seq``:
+    ``seg-{first_seq:010d}-{salt}.jsonl``. ``salt`` is 8 lowercase hex digits,
+    random per write, so a segment written again (a retry after a lost reply)
+    never replaces one an earlier commit may reference. ``ValueError`` for a
+    seq outside 1..10**15-1 or another salt."""
+    if isinstance(first_seq, bool) or not isinstance(first_seq, int) \
+            or not 1 <= first_seq < 10**15:
+        raise ValueError(f"segment first seq {shown(first_seq)} is not within 1..10**15-1")
+    if not isinstance(salt, str) or not _SALT.fullmatch(salt):
+        raise ValueError(f"segment salt {shown(salt)} is not 8 lowercase hex digits")
+    return f"seg-{first_seq:010d}-{salt}.jsonl"
+
+
+def segment_key(queue: str, name: str) -> str:
+    """The key of segment ``name`` (from :func:`segment_name`) of ``queue``;
+    ``ValueError`` if ``name`` is not one :func:`segment_name` makes."""
+    if not isinstance(name, str) or not _SEGMENT_NAME.fullmatch(name):
+        raise ValueError(f"invalid segment name {shown(name)}")
+    return f"{segments_prefix(queue)}{name}"
+
+
+def parse_segment_key(key: str) -> tuple[str, int] | None:
+    """``(queue, first seq)`` of a key :func:`segment_key` makes, or None if
+    ``key`` is not one (another spelling of the seq, a bad queue name, a
+    nested directory, another suffix)."""
+    if not isinstance(key, str):
+        return None
+    queue, sep, name = key.rpartition("/segments/")
+    match = _SEGMENT_NAME.fullmatch(name)
+    if not sep or match is None or not _NAME.fullmatch(queue) or ".." in queue:
+        return None
+    first_seq = int(match.group(1))
+    return (queue, first_seq) if first_seq >= 1 else None

@@ -35,11 +35,11 @@ _LEASE_TAIL = b'","worker":%s,"lease_s":%s,"expires_at":"%s","heartbeat_at":"%s"
 COMPLETION = b',"completed_at":"%s","commit_seq":%d,"commit":"%s","result":%s}'
 _lease_tails: dict[tuple[str, int, int, int], bytes] = {}
 
-# The same line for a new pending job with default options, split so a bulk push
-# fills in only seq and payload (the rest is one bytes object per push).
-_NEW_JOB_HEAD = b',\n{"id":"j%010d","seq":%d'
-_NEW_JOB_TAIL = (b',"status":"pending","priority":0,"run_at":"%s","attempts":0,'
-                 b'"max_attempts":%d,"created_at":"%s","payload":')
+# The same line for a new pending job without key, as a format of seq, seq and
+# payload: everything else is the same for all the jobs of one bulk push (or of
+# one segment, see broker.model.segments), so it is filled in once.
+_PENDING_BODY = (b'{"id":"j%%010d","seq":%%d,"status":"pending","priority":%d,"run_at":"%s",'
+                 b'"attempts":0,"max_attempts":%d,"created_at":"%s","payload":%%b}')
 
 # A completed job's line in an archive object: the job's fields without lease and
 # key, then who completed it (worker and token), in which commit, when, and its
@@ -152,16 +152,27 @@ def new_pending_lines(first_seq: int, payloads: Sequence[bytes], now_ms: int,
     The part of each line that every job of the push shares is formatted
     once, so a job costs its seq and its payload.
     """
-    stamp = timefmt.fmt_bytes(now_ms)
-    line = _NEW_JOB_HEAD + (_NEW_JOB_TAIL % (stamp, max_attempts, stamp)).replace(b"%", b"%%") \
-        + b"%b}"
+    line = b",\n" + pending_format(0, now_ms, now_ms, max_attempts)
     # %-formatting: a third faster than f-strings here, and this runs a million times
     # per bulk push (bench/broker_bench.py, push rows)
     return [line % (seq, seq, payload) for seq, payload in enumerate(payloads, first_seq)]
 
 
-# How pending_from_line reads a line of _NEW_JOB_HEAD + _NEW_JOB_TAIL: from the
-# "run_at" marker on, every field has a fixed width but max_attempts' digits.
+def pending_format(priority: int, run_at_ms: int, created_ms: int, max_attempts: int) -> bytes:
+    """A pending job's line without key, error or the leading ``,\\n``, as a
+    %-format of ``(seq, seq, payload)``: the rest is filled in here, once.
+
+    ``b",\\n" + pending_format(...) % (seq, seq, payload)`` is :func:`job_line`
+    of that job (the tests compare them); :func:`new_pending_lines` and a
+    segment object's lines (:mod:`broker.model.segments`) are made from it.
+    """
+    return _PENDING_BODY % (priority, timefmt.fmt_bytes(run_at_ms), max_attempts,
+                            timefmt.fmt_bytes(created_ms))
+
+
+# How pending_from_line reads a line of new_pending_lines (and
+# broker.model.segments any line of pending_format): from the "run_at" marker
+# on, every field has a fixed width but max_attempts' digits.
 # No field before it holds text that could look like the marker (ids, numbers).
 _RUN_AT = b'"run_at":"'
 _STAMP_CHARS = len(timefmt.fmt(0))

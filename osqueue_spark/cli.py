@@ -17,7 +17,8 @@ queue's text shown as escapes (``\x1b``). A broker that cannot be reached is
 reported at once, not retried.
 Exit status: 0 on success, 1 when the broker refused or cannot be reached, 2
 for bad arguments (a payload that is not JSON, a file that cannot be read, a
-bad broker URL or queue name, an unset token variable), each said in one line.
+bad broker URL or queue name, an unset token variable, an option out of range or
+not finite), each said in one line.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from rich.text import Text
 from broker import wire
 from broker.errors import BrokerUnreachable, InvalidRequest, OsqueueError
 from broker.text import plain, printable
+from osqueue_spark.args import InvalidArgument
 from osqueue_spark.client import QueueClient
 from osqueue_spark.transport import Response, Urllib3Transport
 
@@ -377,6 +379,9 @@ def main(argv: list[str] | None = None) -> int:
             return int(args.fn(client, args))
     except UsageError as exc:
         say(str(exc), sys.stderr)
+        return 2
+    except InvalidArgument as exc:  # refused before anything was sent: a bad argument
+        say(f"osqueue: {exc.message} [{exc.code}]", sys.stderr)
         return 2
     except OsqueueError as exc:
         code = "" if exc.code == OsqueueError.code else f" [{exc.code}]"

@@ -86,7 +86,7 @@ from typing import Any
 
 from broker.errors import shown
 from broker.limits import check_setting
-from broker.model.job import Job, seq_of
+from broker.model.job import PENDING, Job, seq_of
 from broker.model.jobtable import JobTable
 from broker.model.receipts import Receipts
 from broker.model.tokens import Tagger
@@ -268,7 +268,12 @@ class QueueState:
         return None if seq is None else self.jobs.get(seq)
 
     def count_by_status(self) -> dict[str, int]:
-        return self.jobs.count_by_status()
+        """How many jobs have each status: the head's, and the segments' pending
+        ones (see ``broker.model.segments.segment_counts``)."""
+        counts = self.jobs.count_by_status()
+        if self.segment_refs:
+            counts[PENDING] += sum(ref.remaining for ref in self.segment_refs)
+        return counts
 
     def size_estimate(self) -> int:
         """Rough bytes of the object: jobs, key windows, receipts and segment

@@ -22,6 +22,7 @@ from broker.model.decode import decode_state
 from broker.model.ops import PushPayloads
 from broker.model.segments import SegmentRef, ref_to_json
 from broker.model.state import SEGMENT_REF_BYTES
+from broker.model.views import next_wakeup_ms, stats
 from broker.paths import segment_key, segment_name
 from tests.support.states import committed, new_queue
 
@@ -129,3 +130,36 @@ def test_a_head_job_in_a_segments_untaken_part_is_refused() -> None:
     _refused(_raw([ref(3, 1, taken=0)], 153), r"still holds seq 3")
     state = decode_state(with_refs([ref(2, 5, taken=2)]))  # seqs 2 and 3 taken: fine
     assert state.segment_refs == [ref(2, 5, taken=2)]
+
+
+def test_stats_count_the_segments_pending_jobs_and_their_due_times() -> None:
+    """Seqs 1-3 inline and pending (due at NOW); 90 left of the first segment (due
+    at NOW, created when due), 50 of the second (due a minute later)."""
+    state = decode_state(with_refs())
+    plain = decode_state(with_refs([]))
+    now = NOW + 1_000
+    got, before = stats(state, now), stats(plain, now)
+    assert before["counts"]["pending"] == 3 and before["total"] == 3
+    assert got["counts"] == {**before["counts"], "pending": 3 + 90 + 50}
+    assert got["total"] == 3 + 90 + 50
+    assert got["oldest_pending_age_s"] == before["oldest_pending_age_s"] == 1.0
+    assert before["next_delayed_run_at"] is None
+    assert got["next_delayed_run_at"] == "2026-01-01T00:01:00.000Z"
+    assert got["approx_state_bytes"] == before["approx_state_bytes"] + 2 * SEGMENT_REF_BYTES
+    assert state.count_by_status()["pending"] == 143
+
+
+def test_stats_age_comes_from_a_segment_due_before_every_head_job() -> None:
+    state = decode_state(with_refs([ref(4, 100, run_at_ms=NOW - 30_000)]))
+    assert stats(state, NOW)["oldest_pending_age_s"] == 30.0
+    state = decode_state(with_refs([ref(4, 100, taken=100, run_at_ms=NOW - 30_000)]))
+    assert stats(state, NOW)["oldest_pending_age_s"] == 0.0  # exhausted: none left
+
+
+def test_the_next_wakeup_is_when_a_delayed_segment_becomes_due() -> None:
+    state = decode_state(with_refs())
+    assert next_wakeup_ms(decode_state(with_refs([])), NOW) is None
+    assert next_wakeup_ms(state, NOW) == NOW + 60_000
+    assert next_wakeup_ms(state, NOW + 60_000) is None  # due now: no wake-up needed
+    exhausted = decode_state(with_refs([REFS[0], ref(104, 50, taken=50, run_at_ms=NOW + 1)]))
+    assert next_wakeup_ms(exhausted, NOW) is None

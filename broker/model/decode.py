@@ -271,7 +271,9 @@ def decode_state(data: bytes, *, where: str = "queue object") -> QueueState:
     Checks every invariant the broker relies on (ids unique and matching their
     seqs, counters at least the largest seq and fence in use, settings,
     counters and times typed and in range, leases where the status needs
-    one) and keeps payloads and results as their exact bytes.
+    one, segment references in order, disjoint and apart from the head's
+    jobs) and keeps payloads and results as their exact bytes. An object
+    before version 4 has no ``"segments"``; it loads with none.
 
     Raises ``CorruptState`` (saying what is wrong) if it is not a well-formed
     queue object, ``ForeignState`` if it carries another format tag and

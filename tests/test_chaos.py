@@ -174,6 +174,34 @@ def test_schedule_is_a_function_of_the_seed() -> None:
     assert times == sorted(times) and times[0] > 0 and times[-1] < 100
 
 
+def test_the_checker_counts_the_jobs_segments_still_hold(tmp_path: Path) -> None:
+    """The store check reads each referenced segment's untaken jobs (issue 20's
+    format version 4) and refuses one whose etag is not the reference's."""
+    from broker import paths
+    from broker.model import codec, segments
+    from broker.model import transitions as T
+    from broker.model.decode import decode_state
+    from broker.storage import store_from_url
+    from tools.chaos.checker import segment_jobs
+    from tools.chaos.store import QUEUE, status_counts
+
+    store = store_from_url(f"file://{tmp_path}")
+    key = paths.segment_key(QUEUE, paths.segment_name(1, "0123abcd"))
+    etag = store.create_if_absent(key, segments.encode_segment(
+        QUEUE, 1, 0, 1_000, [b'{"p":1}', b'{"p":2}', b'{"p":3}'], max_attempts=3))
+    state = T.new_state(1_000)
+    state.counters.enqueued = 3
+    state.segment_refs = [segments.SegmentRef(key, etag, 1, 3, 0, 1_000, taken=1)]
+    store.create_if_absent(paths.state_key(QUEUE), codec.encode(state))
+    jobs = segment_jobs(store, decode_state(store.read(paths.state_key(QUEUE)).data))
+    assert sorted(jobs) == ["j0000000002", "j0000000003"]
+    assert jobs["j0000000003"]["status"] == "pending"
+    assert status_counts(store) == {"pending": 2}
+    state.segment_refs = [segments.SegmentRef(key, "other", 1, 3, 0, 1_000)]
+    with pytest.raises(ValueError, match="etag"):
+        segment_jobs(store, state)
+
+
 def test_push_keys_are_opt_in_and_the_client_mode_is_gone() -> None:
     from tools import chaos
 

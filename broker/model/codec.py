@@ -31,7 +31,8 @@ import orjson
 from broker import timefmt
 from broker.model.job import Job
 from broker.model.lines import COMPLETION, job_line
-from broker.model.state import FORMAT, LINEAGE, VERSION, KeyEntry, QueueState
+from broker.model.segments import ref_to_json
+from broker.model.state import FORMAT, LINEAGE, VERSION, KeyEntry, QueueState, SegmentRef
 
 # -- change tracking (called by broker.model.lifecycle on every job change) ------------
 
@@ -122,6 +123,15 @@ def _header(state: QueueState) -> dict[str, Any]:
     return header
 
 
+def _refs_bytes(refs: list[SegmentRef]) -> bytes:
+    """The head's ``"segments"`` field, one reference a line (``[]`` for none: the
+    field is always there, for jq recipes), with its leading ``,\n``."""
+    if not refs:
+        return b',\n"segments":[]'
+    return b',\n"segments":[\n' + b",\n".join(
+        [orjson.dumps(ref_to_json(ref)) for ref in refs]) + b"\n]"
+
+
 def _key_bytes(key: str, entry: KeyEntry) -> bytes:
     enc = entry.enc
     if enc is None:
@@ -171,11 +181,12 @@ def encode_parts(state: QueueState) -> list[bytes]:
     Jobs keep their own bytes and segments of 1,024 jobs keep their joined
     bytes, so a commit costs the changed jobs, the changed segments and one
     list of the segments (no copy of the whole object). Each job's bytes start with their ``,\n``
-    separator; the first one is cut off.
+    separator; the first one is cut off. The header's fields come first, on one
+    line, then the segment references (:func:`_refs_bytes`), then the jobs.
     """
     _refresh_segments(state)
     head = orjson.dumps(_header(state))
-    parts: list[bytes] = [head[:-1], b',\n"jobs":[\n']
+    parts: list[bytes] = [head[:-1], _refs_bytes(state.segment_refs), b',\n"jobs":[\n']
     segments = state.segments
     jobs = [segments[seg] for seg in sorted(state.seg_jobs)]
     if jobs:
@@ -197,6 +208,7 @@ def encode_parts(state: QueueState) -> list[bytes]:
 def encode_full(state: QueueState) -> bytes:
     """Encode without any cached bytes (the baseline the benchmark compares with)."""
     out = dict(_header(state))
+    out["segments"] = [ref_to_json(ref) for ref in state.segment_refs]
     out["jobs"] = [job.to_dict() for job in state.jobs.peek()]
     out["keys"] = [[k, e.job_id, timefmt.fmt(e.at_ms)] for k, e in state.keys.items()]
     out["once"] = [[k, timefmt.fmt(e.at_ms)] for k, e in state.once.items()]

@@ -12,6 +12,7 @@ never overwritten: the broker says which object and why.
 from __future__ import annotations
 
 import json
+from bisect import bisect_left
 from dataclasses import fields
 from typing import Any
 
@@ -31,6 +32,7 @@ from broker.model.indexes import SEQ_MASK, TIME_MASK, rebuild_indexes
 from broker.model.job import CLAIMED, COMPLETED, PENDING, STATUSES, Job, Lease, job_id_for
 from broker.model.lines import plain_token
 from broker.model.receipts import Receipts, fence_of
+from broker.model.segments import ref_from_json
 from broker.model.state import (
     FORMAT,
     LINEAGE,
@@ -39,6 +41,7 @@ from broker.model.state import (
     Counters,
     KeyEntry,
     QueueState,
+    SegmentRef,
     Settings,
 )
 from broker.model.tokens import check_key
@@ -268,7 +271,9 @@ def decode_state(data: bytes, *, where: str = "queue object") -> QueueState:
     Checks every invariant the broker relies on (ids unique and matching their
     seqs, counters at least the largest seq and fence in use, settings,
     counters and times typed and in range, leases where the status needs
-    one) and keeps payloads and results as their exact bytes.
+    one, segment references in order, disjoint and apart from the head's
+    jobs) and keeps payloads and results as their exact bytes. An object
+    before version 4 has no ``"segments"``; it loads with none.
 
     Raises ``CorruptState`` (saying what is wrong) if it is not a well-formed
     queue object, ``ForeignState`` if it carries another format tag and
@@ -371,12 +376,49 @@ def _decode_fields(raw: dict[str, Any], data: bytes) -> QueueState:
     unknown = set(raw) - _TOP_FIELDS
     if unknown:
         raise ValueError(f"unknown fields {sorted(unknown)}")
+    state.segment_refs = _refs_from(raw, state)
     return state
 
 
 _TOP_FIELDS = frozenset({"format", "version", "seq", "writer", "commit", "lineage", "updated_at",
-                         "broker", "paused", "settings", "counters", "jobs", "keys", "once",
-                         "receipts", "token_key", "untagged_fences"})
+                         "broker", "paused", "settings", "counters", "segments", "jobs", "keys",
+                         "once", "receipts", "token_key", "untagged_fences"})
+
+
+def _refs_from(raw: dict[str, Any], state: QueueState) -> list[SegmentRef]:
+    """The segment references (``"segments"``), checked against each other and
+    the state: ascending first seqs with disjoint ranges, every seq within
+    ``1..counters.enqueued``, and no job of the head with a seq a segment
+    still holds (its untaken part; a taken job moved into the head). An object
+    before version 4 has none; one of version 4 must have the field."""
+    if "segments" not in raw:
+        if raw["version"] >= 4:
+            raise ValueError("segments is missing (format version 4 always has it)")
+        return []
+    items = raw["segments"]
+    if not isinstance(items, list):
+        raise ValueError("segments must be a list")
+    refs = [ref_from_json(item, f"segments[{i}]") for i, item in enumerate(items)]
+    if not refs:
+        return refs
+    enqueued, end = state.counters.enqueued, 1
+    for i, ref in enumerate(refs):
+        if ref.first_seq < end:
+            raise ValueError(f"segments[{i}] ({ref.key}) starts at seq {ref.first_seq}, "
+                             f"before the end of segments[{i - 1}]: the references must be "
+                             "in ascending first_seq with disjoint seq ranges")
+        end = ref.first_seq + ref.count
+        if end - 1 > enqueued:
+            raise ValueError(f"segments[{i}] ({ref.key}) holds seqs up to {end - 1} but "
+                             f"counters.enqueued is {enqueued}: new jobs would reuse ids")
+    seqs = sorted(state.jobs)
+    for i, ref in enumerate(refs):
+        at = bisect_left(seqs, ref.next_seq)
+        if at < len(seqs) and seqs[at] < ref.first_seq + ref.count:
+            raise ValueError(f"segments[{i}] ({ref.key}) still holds seq {seqs[at]} "
+                             f"(taken {ref.taken} of {ref.count}), but the jobs list has it "
+                             "too: a job is in the head or in its segment, never both")
+    return refs
 
 
 def _add_jobs(state: QueueState, jobs: list[Any], lines: list[bytes] | None) -> None:

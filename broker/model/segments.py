@@ -2,11 +2,11 @@
 instead of holding their jobs (issue 20: deep queues). Pure: bytes and values
 in, bytes and values out; the time is passed in.
 
-NOT YET WIRED (issue 20 step 3): nothing in the broker writes, reads or
-references a segment yet. The queue object (format version 3) has no
-``"segments"`` list; :mod:`broker.model.codec` and :mod:`broker.model.decode`
-do not call :func:`ref_to_json` / :func:`ref_from_json`; no claim takes from a
-segment; no purge drops one. This module is the pure part the wiring will use.
+NOT YET WIRED (issue 20 step 3b): nothing in the broker writes or reads a
+segment yet. The queue object (format version 4) carries the references
+(``"segments"``, ``QueueState.segment_refs``; :mod:`broker.model.codec` and
+:mod:`broker.model.decode` use :func:`ref_to_json` / :func:`ref_from_json`),
+but nothing makes one; no claim takes from a segment; no purge drops one.
 (Not to be confused with the codec's encoding cache, also called segments in
 ``QueueState.segments``: runs of 1,024 seqs of the object's own lines.)
 
@@ -62,6 +62,7 @@ from broker.limits import MAX_ATTEMPTS, MAX_PRIORITY
 from broker.model.indexes import SEQ_MASK, TIME_MASK, ready_key
 from broker.model.job import Job
 from broker.model.lines import pending_format, pending_from_line, stamp_ms
+from broker.model.state import SegmentRef  # (defined with the state that holds it)
 from broker.paths import check_queue_name, parse_segment_key
 
 SEGMENT_FORMAT = "osqueue-segment"
@@ -82,45 +83,6 @@ _REF_FIELDS = frozenset(
 _CREATED = b',"created_at":"'
 _PAYLOAD = b'","payload":'
 _STAMP_CHARS = len(timefmt.fmt(0))
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentRef:
-    """What the head keeps per segment. ``run_at_ms`` is the due time of all its
-    jobs (ms since the epoch); ``taken`` is the cursor: how many jobs from the
-    start have moved into the head. Made by :func:`ref_from_json` (checked) or
-    by the broker after writing the object; :func:`take` makes the next one."""
-
-    key: str
-    etag: str
-    first_seq: int
-    count: int
-    priority: int
-    run_at_ms: int
-    taken: int = 0
-
-    @property
-    def next_seq(self) -> int:
-        """The seq of the next job to take (one past the last while exhausted)."""
-        return self.first_seq + self.taken
-
-    @property
-    def remaining(self) -> int:
-        """How many jobs are still pending in the segment."""
-        return self.count - self.taken
-
-    @property
-    def exhausted(self) -> bool:
-        """Whether every job has been taken (the head may drop the reference)."""
-        return self.taken == self.count
-
-    @property
-    def queue(self) -> str:
-        """The queue the key names (a ref made by :func:`ref_from_json` has one)."""
-        parsed = parse_segment_key(self.key)
-        if parsed is None:
-            raise ValueError(f"segment key {shown(self.key)} is not a segment key")
-        return parsed[0]
 
 
 # -- the object's bytes ---------------------------------------------------------------

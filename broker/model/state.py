@@ -10,12 +10,17 @@ nothing of the bytes or the heaps' layout.
 
 On storage the state is one JSON object (``jq``-readable, one job a line)::
 
-    {"format": "osqueue", "version": 3, "seq": 42, "writer": "b-1a2b",
+    {"format": "osqueue", "version": 4, "seq": 42, "writer": "b-1a2b",
      "commit": "c-5d0e...", "lineage": ["c-91aa...", ..., "c-5d0e..."],
      "updated_at": "2026-11-22T03:43:47.123Z",
      "broker": {"id": "b-1a2b", "url": "http://10.0.0.4:8765", "lease_s": 30.0,
                 "lease_expires_at": "..."} | null,
      "paused": false, "settings": {...}, "counters": {...}, "token_key": "9c1f...",
+     "segments": [
+       {"key": "q/segments/seg-0000001001-5d0e91aa.jsonl", "etag": "\"3f9a...\"",
+        "first_seq": 1001, "count": 65536, "priority": 0,
+        "run_at": "2026-11-22T03:43:47.123Z", "taken": 2000},
+       ...],
      "jobs": [
        {"id": "j0000000001", "seq": 1, "status": "pending", "priority": 0, ...},
        ...],
@@ -23,6 +28,18 @@ On storage the state is one JSON object (``jq``-readable, one job a line)::
      "once": [["write:w-5d0e...", "2026-11-22T03:43:47.123Z"], ...],
      "receipts": {"requests": [["r-3f9a0c2b1d4e-17", "...", "push", 1001, 100], ...],
                   "settled": [["...", {"completed": [5001, 120]}], ...]}}
+
+A **segment** is an immutable JSON-lines object of pending jobs that share a
+priority and a due time, with consecutive seqs (see :mod:`broker.model.segments`).
+It is written before the commit that references it and never rewritten; the
+head keeps one :class:`SegmentRef` per segment, one a line under
+``"segments"`` (in ascending ``first_seq``, seq ranges disjoint). ``taken``
+is the cursor: the jobs before it have moved into ``"jobs"`` (claimed, and
+on from there); the rest are pending in the segment, and no job of the head
+has their seqs. ``"segments"`` is always written (``[]`` for none), so a reader
+can rely on it. A version-3 object (no ``"segments"``) loads with none and is
+written as version 4 by its next write. (Version 4 is the layout only: as of
+issue 20 step 3a nothing makes a segment yet.)
 
 ``token_key`` is the secret that binds the queue's lease tokens to it (see
 :mod:`broker.model.tokens`); an object written before it existed has none
@@ -67,14 +84,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from broker.errors import shown
 from broker.limits import check_setting
-from broker.model.job import Job, seq_of
+from broker.model.job import PENDING, Job, seq_of
 from broker.model.jobtable import JobTable
 from broker.model.receipts import Receipts
 from broker.model.tokens import Tagger
+from broker.paths import parse_segment_key
 
 FORMAT = "osqueue"
-VERSION = 3  # 3: completed jobs, commit identities, receipts, publish keys apart, lease_s
+# 3: completed jobs, commit identities, receipts, publish keys apart, lease_s;
+# 4: "segments", the references to segment objects (issue 20)
+VERSION = 4
+
+#: Rough bytes one segment reference costs in the head (its line), whatever
+#: the number of jobs its segment holds.
+SEGMENT_REF_BYTES = 200
 
 #: Commit identities kept in the object (``lineage``), newest last.
 LINEAGE = 32
@@ -142,6 +167,47 @@ class Counters:
     reclaimed: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class SegmentRef:
+    """What the head keeps per segment (``"segments"``; see :mod:`broker.model.segments`,
+    which reads and writes it). ``run_at_ms`` is the due time of all its
+    jobs (ms since the epoch); ``taken`` is the cursor: how many jobs from the
+    start have moved into the head. Made by :func:`broker.model.segments.ref_from_json`
+    (checked) or by the broker after writing the object;
+    :func:`broker.model.segments.take` makes the next one."""
+
+    key: str
+    etag: str
+    first_seq: int
+    count: int
+    priority: int
+    run_at_ms: int
+    taken: int = 0
+
+    @property
+    def next_seq(self) -> int:
+        """The seq of the next job to take (one past the last while exhausted)."""
+        return self.first_seq + self.taken
+
+    @property
+    def remaining(self) -> int:
+        """How many jobs are still pending in the segment."""
+        return self.count - self.taken
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether every job has been taken (the head may drop the reference)."""
+        return self.taken == self.count
+
+    @property
+    def queue(self) -> str:
+        """The queue the key names (a ref made by ``ref_from_json`` has one)."""
+        parsed = parse_segment_key(self.key)
+        if parsed is None:
+            raise ValueError(f"segment key {shown(self.key)} is not a segment key")
+        return parsed[0]
+
+
 @dataclass(slots=True)
 class QueueState:
     """The whole queue. Mutated only by :func:`broker.model.transitions.apply` (through
@@ -160,6 +226,9 @@ class QueueState:
     keys: dict[str, KeyEntry] = field(default_factory=dict)
     once: dict[str, KeyEntry] = field(default_factory=dict)  # publish keys (Spark writes)
     receipts: Receipts = field(default_factory=Receipts)
+    # The head's references to segment objects ("segments" in the object), in
+    # ascending first_seq (not the codec's encoding cache `segments` below).
+    segment_refs: list[SegmentRef] = field(default_factory=list)
     # The secret of the queue's lease tokens (hex; "" until made) and what tags and
     # checks them with it (see broker.model.tokens); neither is ever shown.
     token_key: str = field(default="", repr=False)
@@ -178,7 +247,8 @@ class QueueState:
     key_bytes: int = 0  # the idempotency-key and publish-key windows
     # Completed jobs awaiting their archive object: commit seq -> job seqs.
     completed: dict[int, list[int]] = field(default_factory=dict)
-    # Encoding cache by segment (jobs whose seq >> SEGMENT_SHIFT is equal):
+    # Encoding cache by segment (jobs whose seq >> SEGMENT_SHIFT is equal; runs
+    # of the object's own lines, not the segment objects of segment_refs):
     # each segment's job seqs in order (removed ones are filtered out lazily),
     # the joined bytes of each clean segment, and the segments to rebuild.
     # Touched only by broker.model.codec and broker.model.lifecycle (which keeps the
@@ -198,11 +268,19 @@ class QueueState:
         return None if seq is None else self.jobs.get(seq)
 
     def count_by_status(self) -> dict[str, int]:
-        return self.jobs.count_by_status()
+        """How many jobs have each status: the head's, and the segments' pending
+        ones (see ``broker.model.segments.segment_counts``)."""
+        counts = self.jobs.count_by_status()
+        if self.segment_refs:
+            counts[PENDING] += sum(ref.remaining for ref in self.segment_refs)
+        return counts
 
     def size_estimate(self) -> int:
-        """Rough bytes of the object: jobs, key windows and receipts."""
-        return self.approx_bytes + self.key_bytes + self.receipts.size_estimate()
+        """Rough bytes of the object: jobs, key windows, receipts and segment
+        references (:data:`SEGMENT_REF_BYTES` each: a segment's jobs are not in
+        the object)."""
+        return self.approx_bytes + self.key_bytes + self.receipts.size_estimate() \
+            + len(self.segment_refs) * SEGMENT_REF_BYTES
 
 
 def key_entry_bytes(key: str) -> int:

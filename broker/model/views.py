@@ -13,18 +13,26 @@ from broker.limits import MAX_JOB_ID_CHARS, MAX_PAGE_JOBS
 from broker.model import receipts as R
 from broker.model.indexes import key_time
 from broker.model.job import CLAIMED, COMPLETED, DEAD, PENDING, Job
+from broker.model.segments import next_wakeup, oldest_due, segment_counts
 from broker.model.state import QueueState
 
 
 def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
-    """Counts by status and figures a person watching the queue wants."""
+    """Counts by status and figures a person watching the queue wants: the head's
+    jobs and the pending jobs of its segments (whose jobs are created when due,
+    so their age is their due time's)."""
     counts = state.count_by_status()  # "completed": done, awaiting the archive
+    refs = state.segment_refs  # (their jobs are in the pending count)
+    in_segments = segment_counts(refs)
     oldest: int | None = None
     next_run: int | None = None
     pending = [(job.run_at_ms, job.created_ms) for job in state.jobs.touched()
                if job.status == PENDING]
     # untouched bulk-pushed jobs (see broker.model.jobtable) were created when due
     pending += [(at, at) for at in state.jobs.untouched_due_times()]
+    if refs:
+        due, later = oldest_due(refs), next_wakeup(refs, now_ms)
+        pending += [(at, at) for at in (due, later) if at is not None]
     for run_at, created in pending:
         if run_at <= now_ms:
             oldest = created if oldest is None else min(oldest, created)
@@ -32,7 +40,8 @@ def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
             next_run = run_at if next_run is None else min(next_run, run_at)
     return {
         "counts": counts,
-        "total": len(state.jobs) - counts[COMPLETED],  # completed ones only await the archive
+        # completed ones only await the archive
+        "total": len(state.jobs) + in_segments - counts[COMPLETED],
         "paused": state.paused,
         "oldest_pending_age_s": None if oldest is None else (now_ms - oldest) / 1000,
         "next_delayed_run_at": None if next_run is None else timefmt.fmt(next_run),
@@ -83,10 +92,14 @@ def list_jobs(state: QueueState, status: str | None = None, limit: int = 100,
     return page
 
 
-def next_wakeup_ms(state: QueueState) -> int | None:
-    """When the earliest lease expires or delayed job becomes due, or lazily kept
-    receipts are to be written (for idle timers)."""
+def next_wakeup_ms(state: QueueState, now_ms: int) -> int | None:
+    """When the earliest lease expires or delayed job (inline, or of a segment:
+    after ``now_ms``) becomes due, or lazily kept receipts are to be written
+    (for idle timers)."""
     times = []
+    later = next_wakeup(state.segment_refs, now_ms) if state.segment_refs else None
+    if later is not None:
+        times.append(later)
     if state.receipts.unwritten_since is not None and state.seq > 0:  # (no object: nothing)
         times.append(state.receipts.unwritten_since + R.LAZY_WRITE_MS)
     if state.leases:

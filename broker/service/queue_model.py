@@ -126,7 +126,7 @@ class QueueModel:
 
     def next_timer_ms(self, state: S.QueueState, now_ms: int) -> int | None:
         times = []
-        wake = next_wakeup_ms(state)
+        wake = next_wakeup_ms(state, now_ms)
         if wake is not None:
             times.append(wake)
         record = state.broker

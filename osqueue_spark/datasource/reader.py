@@ -1,7 +1,9 @@
 """Batch reads of ``format("osqueue")``: the queue object and the archive, straight
 from storage (no broker).
 
-* ``table=queue`` (default): one row per job of the queue object;
+* ``table=queue`` (default): one row per job of the queue object (a queue
+  whose object refers to segments is refused, until they are read too:
+  issue 20 step 4);
 * ``table=archive``: completed jobs, one partition per ``objectsPerPartition``
   archive objects, pruned by ``since``/``until`` and, with
   ``spark.sql.python.filterPushdown.enabled`` and ``filterPushdown=true``
@@ -20,7 +22,7 @@ import orjson
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from broker import paths, timefmt
-from broker.errors import NotFound
+from broker.errors import NotFound, StateError
 from broker.model import archive
 from broker.model.decode import decode_state
 from broker.storage import store_from_url
@@ -67,7 +69,13 @@ class QueueReader(DataSourceReader):
             if isinstance(exc, NotFound):
                 return
             raise
-        state = decode_state(data, where=f"{store.url}/{paths.state_key(self.opts.queue)}")
+        where = f"{store.url}/{paths.state_key(self.opts.queue)}"
+        state = decode_state(data, where=where)
+        if state.segment_refs:  # (never skip their jobs silently)
+            raise StateError(
+                f"{where}: this queue has segments ({len(state.segment_refs)} objects of "
+                "pending jobs apart from the queue object); reading them needs issue 20 "
+                "step 4, not in this osqueue")
         for job in state.jobs.values():
             lease = job.lease
             payload = orjson.loads(job.payload) if self.extra else None

@@ -8,6 +8,14 @@ Since issue 19 an object also holds its queue's token key (``"token_key"``,
 the header's last field; see :mod:`broker.model.tokens`), in format version 3
 still: the bytes must be the fixture's with that one field added, and the
 answers the fixture's with each token carrying its tag.
+
+Format version 4 (issue 20) adds the segment references (``"segments"``, on
+lines of their own after the header, ``[]`` for none): the bytes written
+today are ``golden_v4_queue.json``, which is the version-3 fixture with the
+token key, the version and that field added (a test checks the derivation).
+The version-3 fixture stays, as an object main wrote before: it must load and
+be written as version 4 with the same content. (References with jobs behind
+them: ``test_format_segments.py``.)
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from typing import Any
 import orjson
 import pytest
 
-from broker.errors import CorruptState
+from broker.errors import CorruptState, NewerState
 from broker.model import codec
 from broker.model import transitions as T
 from broker.model.decode import decode_state
@@ -49,6 +57,7 @@ from tests.support.states import KEY, new_queue, read_back, tagged
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FINAL = FIXTURES / "golden_v3_queue.json"
+FINAL_V4 = FIXTURES / "golden_v4_queue.json"
 STEPS = FIXTURES / "golden_v3_steps.json"
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -115,7 +124,7 @@ def _run() -> tuple[list[dict[str, Any]], bytes, list[bytes]]:
         codec.stamp(state, "b-writer", now, f"c-{at:06d}")
         done = state.completed.get(state.seq, ())  # completed in this very commit
         archived += [archive_line(state.jobs[seq]) for seq in done]
-        data = without_key(codec.encode(state))
+        data = as_v3(codec.encode(state))
         steps.append({"op": type(op).__name__, "result": _summary(result),
                       "sha256": hashlib.sha256(data).hexdigest()})
     return steps, codec.encode(state), archived
@@ -142,33 +151,83 @@ def untagged(token: str) -> str:
 KEY_FIELD = b',"token_key":"%s"' % KEY.hex().encode()
 
 
-def without_key(data: bytes) -> bytes:
-    """An object's bytes without its token key field (the header's last), which the
-    fixtures predate."""
-    head, _, rest = data.partition(b'\n"jobs":[')
-    assert head.endswith(KEY_FIELD + b",") and head.count(b'"token_key"') == 1
-    return head.removesuffix(KEY_FIELD + b",") + b',\n"jobs":[' + rest
+#: What version 4 adds after the header when the queue has no segments.
+NO_SEGMENTS = b',\n"segments":[]'
+JOBS = b',\n"jobs":['
+
+
+def as_v3(data: bytes) -> bytes:
+    """A version-4 object's bytes (of a queue without segments) as the version-3
+    fixtures have them: without its token key (the header's last field), its
+    empty ``"segments"`` and with version 3."""
+    head, sep, rest = data.partition(NO_SEGMENTS + JOBS)
+    assert sep and head.startswith(b'{"format":"osqueue","version":4,'), head[:40]
+    assert head.endswith(KEY_FIELD) and head.count(b'"token_key"') == 1
+    head = head.replace(b'"version":4', b'"version":3', 1).removesuffix(KEY_FIELD)
+    return head + JOBS + rest
+
+
+def as_v4(v3: bytes, key: bytes = b"") -> bytes:
+    """A version-3 object's bytes as version 4 writes the same queue: version 4,
+    ``key`` (a token key field, or nothing) and ``"segments":[]`` after the header."""
+    head, sep, rest = v3.partition(JOBS)
+    assert sep and head.startswith(b'{"format":"osqueue","version":3,'), head[:40]
+    return head.replace(b'"version":3', b'"version":4', 1) + key + NO_SEGMENTS + sep + rest
 
 
 def _regenerate() -> None:  # pragma: no cover (run by hand, see the docstring)
     steps, final, archived = _run()
     STEPS.write_bytes(orjson.dumps({"steps": steps, "archive_lines": [
         line.decode() for line in archived]}, option=orjson.OPT_INDENT_2) + b"\n")
-    FINAL.write_bytes(without_key(final))
+    FINAL.write_bytes(as_v3(final))
+    FINAL_V4.write_bytes(final)
 
 
 def test_a_fixed_op_sequence_writes_the_same_bytes_as_before() -> None:
+    """Every step's object is the fixture's but for what version 4 and the token key
+    add; the last one is the version-4 golden byte for byte."""
     steps, final, archived = _run()
     expected = orjson.loads(STEPS.read_bytes())
-    assert without_key(final) == FINAL.read_bytes()
+    assert final == FINAL_V4.read_bytes()
+    assert as_v3(final) == FINAL.read_bytes()
     assert [line.decode() for line in archived] == expected["archive_lines"]
     for got, want in zip(steps, expected["steps"], strict=True):
         assert got == want, got["op"]
 
 
+def test_the_v4_golden_is_the_v3_golden_plus_version_key_and_segments() -> None:
+    assert FINAL_V4.read_bytes() == as_v4(FINAL.read_bytes(), KEY_FIELD)
+    v3, v4 = orjson.loads(FINAL.read_bytes()), orjson.loads(FINAL_V4.read_bytes())
+    assert v4.pop("segments") == [] and v4.pop("token_key") == KEY.hex()
+    assert (v3.pop("version"), v4.pop("version")) == (3, 4)
+    assert v3 == v4
+
+
 def test_the_golden_object_reads_back_to_the_same_bytes() -> None:
-    data = FINAL.read_bytes()
+    data = FINAL_V4.read_bytes()
     assert codec.encode(decode_state(data)) == data
+
+
+def test_a_version_3_object_loads_and_is_written_as_version_4() -> None:
+    """The object main wrote before version 4 loads with no segment references,
+    and its next write is version 4 with ``"segments": []`` and the same content
+    (the bytes: the fixture's with the version and the field)."""
+    old = FINAL.read_bytes()
+    state = decode_state(old)
+    assert state.segment_refs == []
+    data = codec.encode(state)
+    assert data == as_v4(old)
+    raw = orjson.loads(data)
+    assert raw["version"] == 4 and raw["segments"] == []
+    assert {**orjson.loads(old), "version": 4, "segments": []} == raw
+
+
+def test_a_version_4_object_without_segments_or_a_newer_version_is_refused() -> None:
+    data = FINAL_V4.read_bytes()
+    with pytest.raises(CorruptState, match="segments is missing"):
+        decode_state(data.replace(NO_SEGMENTS, b"", 1))
+    with pytest.raises(NewerState, match="version 5"):
+        decode_state(data.replace(b'"version":4', b'"version":5', 1))
 
 
 def test_the_token_key_is_the_headers_last_field_and_reads_back() -> None:
@@ -183,7 +242,7 @@ def test_the_token_key_is_the_headers_last_field_and_reads_back() -> None:
     bound = read_back(FINAL.read_bytes())
     assert bound.token_key == KEY.hex() and bound.untagged_fences == 20  # (its lease counter)
     data = codec.encode(bound).replace(b',"untagged_fences":20', b"", 1)
-    assert without_key(data) == FINAL.read_bytes()
+    assert as_v3(data) == FINAL.read_bytes()
 
 
 def test_untagged_fences_follows_the_token_key_and_reads_back() -> None:
@@ -193,7 +252,7 @@ def test_untagged_fences_follows_the_token_key_and_reads_back() -> None:
     untagged. A value above the lease counter, not a count, or without a key
     is refused."""
     data = codec.encode(read_back(FINAL.read_bytes()))
-    assert (KEY_FIELD + b',"untagged_fences":20,\n"jobs":[') in data
+    assert (KEY_FIELD + b',"untagged_fences":20' + NO_SEGMENTS + JOBS) in data
     assert codec.encode(decode_state(data)) == data
     again = read_back(data)
     assert (again.token_key, again.untagged_fences) == (KEY.hex(), 20)

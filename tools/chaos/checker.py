@@ -10,12 +10,29 @@ from typing import Any, cast
 
 from broker import paths
 from broker.errors import NotFound, OsqueueError
-from broker.model import archive
+from broker.model import archive, segments
 from broker.model.decode import decode_state
+from broker.model.state import QueueState
 from broker.model.tokens import stored_part
 from broker.storage import ObjectStore
 from tools.chaos.clients import Completion, Recorder, payload_key
 from tools.chaos.store import QUEUE
+
+
+def segment_jobs(store: ObjectStore, state: QueueState) -> dict[str, dict[str, Any]]:
+    """The untaken jobs of every segment ``state`` refers to (id -> the job, plain),
+    read and checked against their references (``ValueError`` naming the object
+    for one missing from the store's answer, truncated or not matching)."""
+    jobs: dict[str, dict[str, Any]] = {}
+    for ref in state.segment_refs:
+        got = store.read(ref.key)
+        if got.etag != ref.etag:
+            raise ValueError(f"segment {ref.key} has etag {got.etag!r}, "
+                             f"the queue object refers to {ref.etag!r}")
+        for seq, line in enumerate(segments.segment_lines(got.data, ref), ref.next_seq):
+            plain = segments.segment_job(seq, line, ref).to_plain()
+            jobs[str(plain["id"])] = plain
+    return jobs
 
 
 class _Snapshot:
@@ -74,6 +91,11 @@ def check_store(store: ObjectStore, rec: Recorder, samples: int = 20) -> dict[st
             for stored in state.jobs.values():
                 plain = stored.to_plain()
                 queue_jobs[str(plain["id"])] = plain
+            try:  # the pending jobs the object's segments still hold
+                queue_jobs.update(segment_jobs(store, state))
+            except (OsqueueError, ValueError) as exc:
+                out["state_error"] = f"a segment of the queue object: {exc}"
+            out["segments"] = len(state.segment_refs)
             out["queue_seq"] = state.seq
             out["queue_broker"] = None if state.broker is None else {
                 "id": state.broker.id, "url": state.broker.url}

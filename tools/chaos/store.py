@@ -155,12 +155,15 @@ def read_state_raw(store: ObjectStore) -> dict[str, Any] | None:
 
 
 def status_counts(store: ObjectStore) -> dict[str, int] | None:
-    """How many jobs of the queue object have each status; None if it does not exist."""
+    """How many jobs of the queue object (and its segments) have each status; None if
+    it does not exist."""
     raw = read_state_raw(store)
     if raw is None:
         return None
     counts: collections.Counter[str] = collections.Counter(j.get("status")
                                                            for j in raw.get("jobs", []))
+    for ref in raw.get("segments", []):  # (version 4: pending jobs held by segments)
+        counts["pending"] += ref["count"] - ref["taken"]
     return dict(counts)
 
 

@@ -199,8 +199,8 @@ def _loads_slowly(raw: bytes) -> Any:
     return value
 
 
-def dumps(value: Any, default: Callable[[Any], Any] | None = None) -> bytes:
-    """``orjson.dumps(value, default=default)`` with exact numbers: an
+def dumps(value: Any, default: Callable[[Any], Any] | None = None, option: int = 0) -> bytes:
+    """``orjson.dumps(value, default=default, option=option)`` with exact numbers: an
     :class:`ExactNumber` is written as its text, an integer beyond 64 bits in full.
 
     Raises :class:`NonFinite` for an infinite :class:`ExactNumber`, and
@@ -210,13 +210,15 @@ def dumps(value: Any, default: Callable[[Any], Any] | None = None) -> bytes:
     output holds ``null``).
     """
     try:
-        return orjson.dumps(value, default=default)  # no ExactNumber, no big int: orjson alone
+        # no ExactNumber, no big int: orjson alone
+        return orjson.dumps(value, default=default, option=option)
     except orjson.JSONEncodeError:
         pass  # (a ``default`` raises TypeError for what it does not know: ExactNumber)
-    return _encode(value, default, infinite_ok=False)
+    return _encode(value, default, infinite_ok=False, option=option)
 
 
-def _encode(value: Any, default: Callable[[Any], Any] | None, *, infinite_ok: bool) -> bytes:
+def _encode(value: Any, default: Callable[[Any], Any] | None, *, infinite_ok: bool,
+            option: int = 0) -> bytes:
     def exact(item: Any) -> Any:
         if isinstance(item, ExactNumber):
             if not infinite_ok and not math.isfinite(item):
@@ -229,7 +231,7 @@ def _encode(value: Any, default: Callable[[Any], Any] | None, *, infinite_ok: bo
         return default(item)
 
     try:
-        return orjson.dumps(value, default=exact)
+        return orjson.dumps(value, default=exact, option=option)
     except orjson.JSONEncodeError as exc:
         if isinstance(exc.__cause__, NonFinite):
             raise exc.__cause__ from None
@@ -237,7 +239,7 @@ def _encode(value: Any, default: Callable[[Any], Any] | None, *, infinite_ok: bo
             raise
     try:
         return orjson.dumps(_big_ints_wrapped(value), default=exact,
-                            option=orjson.OPT_PASSTHROUGH_SUBCLASS)
+                            option=option | orjson.OPT_PASSTHROUGH_SUBCLASS)
     except orjson.JSONEncodeError as exc:
         if isinstance(exc.__cause__, NonFinite):
             raise exc.__cause__ from None

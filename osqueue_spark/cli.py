@@ -26,12 +26,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import IO, Any
 from urllib.parse import urlsplit
 
+import orjson
 from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
@@ -56,8 +58,24 @@ def say(text: str, file: IO[str] | None = None) -> None:
 
 
 def dump(value: Any) -> None:
-    """Print ``value`` as JSON (``--json``): the encoder escapes control characters."""
-    print(json.dumps(value, indent=2))
+    """Print ``value`` as JSON (``--json``): control characters escaped by the
+    encoder, payload numbers exact (a long decimal or an integer past 64 bits as
+    the broker holds it: :func:`broker.wire.dumps`)."""
+    text = wire.dumps(value, option=orjson.OPT_INDENT_2).decode()
+    print(_NON_ASCII.sub(_json_escape, text))  # (C1 controls, bidi overrides: as escapes)
+
+
+_NON_ASCII = re.compile(r"[^\x00-\x7e]")  # (DEL too)
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    """A character outside ASCII (only ever inside a JSON string) as its \\u escape,
+    as a surrogate pair past U+FFFF."""
+    code = ord(match.group())
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
 def console(file: IO[str] | None = None) -> Console:

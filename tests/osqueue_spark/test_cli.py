@@ -93,6 +93,20 @@ def test_tables_show_data_as_text_and_json_stays_plain(broker: BrokerServer,
     assert json.loads(capsys.readouterr().out)["total"] == 2
 
 
+def test_json_output_keeps_payload_numbers_exact(broker: BrokerServer,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """``jobs --json`` prints a payload's numbers as the broker holds them: an integer
+    past 64 bits and a decimal a double would round (it printed them through a float)."""
+    base = ["--broker", broker.url, "--queue", "cli-exact"]
+    assert main([*base, "push", '{"big": 18446744073709551617, "dec": 0.1000000000000000055511}'
+                 ]) == 0
+    capsys.readouterr()
+    assert main([*base, "jobs", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "18446744073709551617" in out and "0.1000000000000000055511" in out
+    assert json.loads(out)[0]["payload"]["big"] == 18446744073709551617
+
+
 ESCAPES = "\x1b]0;pwned\x07\x1b[2J\x9b31m"  # window title, clear screen, a C1 CSI
 
 

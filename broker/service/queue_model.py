@@ -17,7 +17,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable, Sequence
 
-from broker.errors import NotTheBroker, OsqueueError
+from broker.errors import NewerState, NotTheBroker, OsqueueError
 from broker.model import codec, tokens, transitions
 from broker.model import receipts as R
 from broker.model import state as S
@@ -50,6 +50,10 @@ class QueueModel:
 
     def decode(self, data: bytes) -> S.QueueState:
         state = decode_state(data, where=self.where)
+        if state.segment_refs:  # refused, not served without them (issue 20 step 3b)
+            raise NewerState(
+                f"{self.where} references {len(state.segment_refs)} segment object(s); this "
+                "broker cannot serve the jobs in segments yet: run a newer osqueue")
         tokens.bind(state, self.queue, self.random_bytes)  # (an older object: a key now)
         return state
 

@@ -10,20 +10,24 @@ cross-checks (a ``CorruptState`` naming the field, never quoting a payload).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from broker.errors import CorruptState
+from broker import paths
+from broker.errors import CorruptState, NewerState
 from broker.model import codec
 from broker.model import transitions as T
 from broker.model.decode import decode_state
-from broker.model.ops import PushPayloads
+from broker.model.ops import NewJob, PushPayloads
 from broker.model.segments import SegmentRef, ref_to_json
 from broker.model.state import SEGMENT_REF_BYTES
 from broker.model.views import next_wakeup_ms, stats
 from broker.paths import segment_key, segment_name
+from broker.storage import FileStore
+from tests.support.inprocess import run, started
 from tests.support.states import committed, new_queue
 
 NOW = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -163,3 +167,24 @@ def test_the_next_wakeup_is_when_a_delayed_segment_becomes_due() -> None:
     assert next_wakeup_ms(state, NOW + 60_000) is None  # due now: no wake-up needed
     exhausted = decode_state(with_refs([REFS[0], ref(104, 50, taken=50, run_at_ms=NOW + 1)]))
     assert next_wakeup_ms(exhausted, NOW) is None
+
+
+def test_a_broker_refuses_to_serve_an_object_with_segment_refs(tmp_path: Path) -> None:
+    """Nothing in this broker takes jobs from segments yet: an object that references
+    them (written by a newer broker) is refused with ``newer_state``, never served
+    as if its segment jobs were not there (a claim would pass them over, a purge
+    would leave them), and the object is left as it was."""
+    store = FileStore(tmp_path)
+    data = with_refs()
+    store.create_if_absent(paths.state_key("q"), data)
+
+    async def main() -> None:
+        with pytest.raises(NewerState, match="segment"):
+            broker = await started(store)
+            try:
+                await broker.push("q", [NewJob(b"x")])
+            finally:
+                await broker.stop(drain_s=2)
+
+    run(main())
+    assert store.read(paths.state_key("q")).data == data

@@ -20,7 +20,7 @@ from broker.model.segments import encode_segment, segment_job
 from broker.model.state import SegmentRef
 from broker.service.segment_store import SegmentStore
 from broker.storage import FileStore, MemoryStore, ObjectStore
-from tests.support.faults import LOST_REPLY, NOT_LANDED, Clock, FaultyStore
+from tests.support.faults import LOST_REPLY, LOST_REPLY_412, NOT_LANDED, Clock, FaultyStore
 from tests.support.inprocess import run, started
 from tests.support.states import committed, new_queue
 
@@ -98,6 +98,20 @@ def test_each_write_makes_a_new_object(executor: ThreadPoolExecutor) -> None:
     first, second = run(write(segs)), run(write(segs))
     assert first.key != second.key
     assert seg_keys(store) == sorted([first.key, second.key])
+
+
+def test_a_segment_write_whose_retry_got_412_is_the_written_object(
+        executor: ThreadPoolExecutor) -> None:
+    """The store client's own retry of a create that landed sees 412: the object
+    holds the bytes written, so the write succeeds with its etag."""
+    inner = MemoryStore()
+    store = FaultyStore(inner)
+    segs = segments_of(store, executor, Clock())
+    store.inject("create_if_absent", LOST_REPLY_412, key_contains="/segments/")
+    ref = run(write(segs))
+    assert seg_keys(inner) == [ref.key]
+    assert ref.etag == inner.head(ref.key)
+    assert run(segs.read_window(ref))
 
 
 def test_a_segment_write_whose_reply_is_lost_is_swept_after_the_grace_not_before(

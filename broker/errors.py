@@ -17,7 +17,8 @@ Tree::
     ├── StateError                    state_error       500
     │   ├── CorruptState              corrupt_state     500
     │   ├── ForeignState              foreign_state     500
-    │   └── NewerState                newer_state       500
+    │   ├── NewerState                newer_state       500
+    │   └── SegmentMissing            segment_missing   500
     ├── RequestError                  bad_request       400
     │   ├── InvalidRequest            invalid_request   422
     │   ├── PayloadTooLarge           payload_too_large 413
@@ -170,6 +171,15 @@ class ForeignState(StateError):
 
 class NewerState(StateError):
     code = "newer_state"
+
+
+class SegmentMissing(StateError):
+    """The queue's object references a segment object that is missing, or whose
+    etag differs from the one the reference holds (it was replaced or deleted
+    behind the broker's back). The message names the object; nothing was
+    changed, and no job of it was skipped."""
+
+    code = "segment_missing"
 
 
 class RequestError(OsqueueError):

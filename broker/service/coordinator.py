@@ -20,7 +20,7 @@ with nothing created. A claim on a queue that does not exist returns no jobs
 (:mod:`broker.service.served_queue`: a commit loop over :mod:`broker.service.queue_model`) does the
 writing, :mod:`broker.service.takeover` the watching and taking over (under the
 policy of :mod:`broker.service.ownership`), :mod:`broker.service.staging` Spark's staged
-writes.
+writes, :mod:`broker.service.segment_store` the segment objects (only swept so far).
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ from broker.model.ops import (
 )
 from broker.service.metrics import Metrics
 from broker.service.ownership import WATCH_INTERVAL_S, Ownership
+from broker.service.segment_store import SegmentStore
 from broker.service.served_queue import ServedQueue
 from broker.service.settings import BrokerConfig
 from broker.service.staging import SWEEP_S, Staging
@@ -106,6 +107,8 @@ class Broker:
                                cache_bytes=self.config.staged_cache_bytes,
                                max_payload_bytes=self._settings.max_payload_bytes,
                                monotonic=monotonic)
+        self.segments = SegmentStore(store, self._io, self._bulk, monotonic=monotonic,
+                                     grace_s=self.config.segment_grace_s)
 
     @property
     def url(self) -> str:
@@ -313,13 +316,13 @@ class Broker:
         return await self.staging.publish(queue, prefix, keep, once, commit)
 
     async def sweep_staging(self) -> int:
-        """Delete the staging objects of the queues this broker serves that it has
-        seen for longer than the queue's staged_ttl_s (see
-        :meth:`broker.service.staging.Staging.sweep`); return how many."""
-        served = ((name, (q.loop.state.settings if q.loop.state else self._settings)
-                   .staged_ttl_s)
-                  for name, q in list(self._queues.items()) if q.loop.active)
-        return await self.staging.sweep(served)
+        """Sweep the queues served here: staging objects (:meth:`Staging.sweep`: returns
+        how many), then segment objects (:meth:`SegmentStore.sweep_served`)."""
+        served = [(n, q.loop.state) for n, q in list(self._queues.items()) if q.loop.active]
+        removed = await self.staging.sweep(
+            (name, (st.settings if st else self._settings).staged_ttl_s) for name, st in served)
+        await self.segments.sweep_served(served)
+        return removed
 
     async def _every(self, every_s: float, work: Callable[[], Awaitable[Any]],
                      what: str) -> None:
@@ -397,8 +400,7 @@ class Broker:
         result = await self._submit(queue, "complete", Complete(items))
         return result.items
 
-    async def fail(self, queue: str, items: Sequence[FailItem]
-                   ) -> Sequence[ItemResult]:
+    async def fail(self, queue: str, items: Sequence[FailItem]) -> Sequence[ItemResult]:
         result = await self._submit(queue, "fail", Fail(tuple(items)))
         return result.items
 
@@ -414,14 +416,12 @@ class Broker:
                     request: str | None = None, floor: int | None = None) -> int:
         """Delete jobs by status; how many. ``request``: a repeat answers the first
         count and deletes nothing more (not the jobs pushed since)."""
-        op = Purge(tuple(statuses) if statuses else (PENDING, DEAD), request,
-                               floor)
+        op = Purge(tuple(statuses) if statuses else (PENDING, DEAD), request, floor)
         await self._existing(queue)
         return int((await self._submit(queue, "purge", op)).count)
 
     async def _existing(self, queue: str) -> None:
-        """Raise ``UnknownQueue`` if the queue has no object (a keyed admin call must
-        not create one just to hold its receipt)."""
+        """Raise ``UnknownQueue`` if the queue has no object (a keyed admin call makes none)."""
         q = await self._serving(queue, create=False)
         if q.loop.etag is None and await self.read_object(queue) is None:
             raise UnknownQueue(f"queue {queue!r} does not exist (it is created by its first push)")

@@ -28,6 +28,10 @@ class BrokerConfig:
     max_connections: int = limits.DEFAULT_MAX_CONNECTIONS
     io_threads: int = 16
     staged_cache_bytes: int = 256 * 1024 * 1024  # staged chunks kept parsed until publish
+    #: a segment object no landed head references is swept once this broker has
+    #: listed it for this long (longer than any commit takes to land after the
+    #: segment write: see :mod:`broker.service.segment_store`)
+    segment_grace_s: float = 600.0
     self_test: bool = True
     #: a batch waits this long on failing storage at most
     commit_timeout_s: float = limits.DEFAULT_COMMIT_TIMEOUT_S

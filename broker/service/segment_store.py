@@ -1,0 +1,287 @@
+"""The segment objects of the queues (issue 20, deep queues) in the store:
+written once, read a window at a time, deleted once dropped, swept when
+nothing references them. The bytes and the references are
+:mod:`broker.model.segments`' (pure); this module makes the store calls, off
+the event loop (the broker's ``io``: :func:`broker.commit.offloop.run_io`).
+
+NOT YET USED by push, publish or claim (issue 20 step 3b-ii); only the sweep
+runs, with the staging sweep (:meth:`broker.service.coordinator.Broker.sweep_staging`).
+
+Lifecycle, crash-safe:
+
+* :meth:`SegmentStore.write` creates the object (``create_if_absent`` under a
+  fresh random salt: never replacing one) BEFORE the commit that references
+  it. A lost reply, a crash or a commit that never lands leaves at worst an
+  object no head references, which the sweep removes.
+* :meth:`SegmentStore.read_window` refuses (:class:`~broker.errors.SegmentMissing`,
+  naming the object) a reference whose object is missing or has another etag:
+  a job is never silently skipped.
+* :meth:`SegmentStore.delete_dropped` deletes the objects of the references a
+  commit dropped (exhausted or purged), called only after that commit landed;
+  a failed delete is logged and left to the sweep.
+* :meth:`SegmentStore.sweep` deletes an object only if (a) this broker has
+  listed it for ``grace_s`` (its own monotonic clock, from the first sweep
+  that listed it: wall clocks of writers do not matter), (b) the caller's
+  in-memory references do not name it, and (c) the landed head, read from the
+  store just before deleting, does not reference it either. The grace period
+  covers the window between a segment's write and the landing of the commit
+  that references it: a commit never references a segment written more than
+  ``grace_s`` before it lands (step 3b-ii keeps that promise: a publish
+  retried later writes its segments again, under new salts). A reference
+  once dropped never comes back, so deleting after (c) is safe against
+  commits that land meanwhile.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import secrets
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from typing import Any
+
+import orjson
+
+from broker import paths
+from broker.errors import (
+    Conflict,
+    CorruptState,
+    InvalidRequest,
+    NotFound,
+    OsqueueError,
+    SegmentMissing,
+    shown,
+)
+from broker.model.segments import encode_segment, segment_lines
+from broker.model.state import QueueState, SegmentRef
+from broker.storage import ObjectStore
+from broker.storage.base import check_key
+
+log = logging.getLogger("osqueue.segments")
+
+#: Runs a blocking storage call off the event loop: ``await io(fn, *args)``.
+IO = Callable[..., Awaitable[Any]]
+#: The keys of the segments the landed head references (None: unknown, delete nothing).
+Landed = Callable[[], Awaitable[Collection[str] | None]]
+
+
+class SegmentStore:
+    """The segment objects of one store, seen from one broker.
+
+    ``io`` runs a blocking store call in the broker's I/O threads, ``bulk``
+    likewise with the collector paused (parsing a head); ``grace_s`` is how
+    long (s, on ``monotonic``) an unreferenced object is listed before the
+    sweep deletes it.
+    """
+
+    def __init__(self, store: ObjectStore, io: IO, bulk: IO, *, grace_s: float,
+                 monotonic: Callable[[], float]) -> None:
+        self.store = store
+        self._io = io
+        self._bulk = bulk
+        self.grace_s = grace_s
+        self._monotonic = monotonic
+        self._seen: dict[str, dict[str, float]] = {}  # queue -> key -> first listed
+        self._foreign: set[str] = set()  # listed keys no store call takes (logged once)
+
+    # -- write ------------------------------------------------------------------------
+    async def write(self, queue: str, first_seq: int, priority: int, run_at_ms: int,
+                    payloads: Sequence[bytes], *, max_attempts: int,
+                    created_ms: int | None = None) -> SegmentRef:
+        """Write a new segment object of ``queue`` holding ``payloads`` (JSON
+        bytes, checked already) as pending jobs with seqs from ``first_seq``,
+        due at ``run_at_ms`` (ms); return its reference (``taken`` 0), to be
+        committed in the head afterwards.
+
+        ``ValueError`` (nothing written) for input :func:`encode_segment`
+        refuses. The store's errors otherwise: after ``StorageUnavailable``
+        the object may exist unreferenced (the sweep removes it); the caller
+        writes again, which picks a new key.
+        """
+        ref: SegmentRef = await self._io(self._write, queue, first_seq, priority, run_at_ms,
+                                         payloads, max_attempts, created_ms)
+        return ref
+
+    def _write(self, queue: str, first_seq: int, priority: int, run_at_ms: int,
+               payloads: Sequence[bytes], max_attempts: int,
+               created_ms: int | None) -> SegmentRef:
+        data = encode_segment(queue, first_seq, priority, run_at_ms, payloads,
+                              max_attempts=max_attempts, created_ms=created_ms)
+        key = paths.segment_key(queue, paths.segment_name(first_seq, secrets.token_hex(4)))
+        try:
+            etag = self.store.create_if_absent(key, data)
+        except Conflict:
+            # The store client's own retry of a create that landed sees 412: if
+            # the object holds these bytes, it is ours (a salt never repeats).
+            got = self.store.read(key)
+            if got.data != data:
+                raise
+            etag = got.etag
+        return SegmentRef(key=key, etag=etag, first_seq=first_seq, count=len(payloads),
+                          priority=priority, run_at_ms=run_at_ms)
+
+    # -- read -------------------------------------------------------------------------
+    async def read_window(self, ref: SegmentRef, start: int | None = None,
+                          stop: int | None = None) -> list[bytes]:
+        """The job lines (each with its leading ``,\\n``, as
+        :func:`broker.model.segments.segment_lines` gives them) at positions
+        ``start`` to ``stop`` of ``ref``'s segment (default: its untaken jobs).
+
+        Raises :class:`~broker.errors.SegmentMissing` naming the object if it
+        is missing or its etag is not ``ref.etag``, ``CorruptState`` if its
+        bytes disagree with the reference, ``ValueError`` for a window outside
+        ``[0, ref.count]`` (nothing read), and the store's errors. Reads only.
+        """
+        lo = ref.taken if start is None else start
+        hi = ref.count if stop is None else stop
+        if not 0 <= lo <= hi <= ref.count:
+            raise ValueError(f"segment {ref.key}: window [{lo}, {hi}) is outside "
+                             f"[0, {ref.count}]")
+        lines: list[bytes] = await self._io(self._read_window, ref, lo, hi)
+        return lines
+
+    def _read_window(self, ref: SegmentRef, start: int, stop: int) -> list[bytes]:
+        where = f"{self.store.url}/{ref.key}"
+        try:
+            got = self.store.read(ref.key)
+        except NotFound:
+            raise SegmentMissing(
+                f"queue {ref.queue!r} references segment {where}, which is missing "
+                "(deleted behind the broker's back?)") from None
+        if got.etag != ref.etag:
+            raise SegmentMissing(
+                f"queue {ref.queue!r} references segment {where} at etag "
+                f"{shown(ref.etag)}, but the object has etag {shown(got.etag)} "
+                "(rewritten behind the broker's back?)")
+        try:
+            return segment_lines(got.data, ref, start, stop)
+        except ValueError as exc:
+            raise CorruptState(f"{self.store.url}: {exc}") from None
+
+    # -- delete -----------------------------------------------------------------------
+    async def delete_dropped(self, refs: Iterable[SegmentRef]) -> int:
+        """Delete the objects of ``refs``, which a commit that has LANDED dropped
+        (exhausted or purged); return how many were deleted. A failed delete is
+        logged and left to the sweep; never raises a storage error."""
+        keys = [ref.key for ref in refs]
+        if not keys:
+            return 0
+        failed: list[tuple[str, str]] = await self._io(self._delete_each, keys)
+        for key, why in failed:
+            log.warning("segment %s dropped but not deleted yet (%s); the sweep "
+                        "removes it", key, why)
+        return len(keys) - len(failed)
+
+    def _delete_each(self, keys: list[str]) -> list[tuple[str, str]]:
+        failed = []
+        for key in keys:
+            try:
+                self.store.delete(key)
+            except (OsqueueError, OSError) as exc:
+                failed.append((key, str(exc)))
+        return failed
+
+    # -- sweep ------------------------------------------------------------------------
+    async def sweep(self, queue: str, referenced: Collection[str], *,
+                    landed: Landed | None = None, now: float | None = None) -> int:
+        """Delete the segment objects of ``queue`` that this broker has listed
+        for at least ``grace_s`` (``now``: this broker's monotonic seconds,
+        default its clock), that ``referenced`` (the keys the caller's head
+        references) does not name, and that ``landed()`` (awaited only when
+        there are such objects: the keys the landed head references, None if
+        unknown) does not name either. Without ``landed`` nothing is deleted;
+        the listing still starts the objects' grace periods. Returns how many
+        were deleted. Listed keys the store refuses are skipped (logged once);
+        a failed delete is logged and tried again by the next sweep. Raises
+        the store's errors of the listing.
+        """
+        now = self._monotonic() if now is None else now
+        listed = await self._io(self.store.list, paths.segments_prefix(queue))
+        before = self._seen.get(queue, {})
+        seen: dict[str, float] = {}
+        for key in listed:
+            parsed = paths.parse_segment_key(key)
+            if parsed is None or parsed[0] != queue or not self._usable(key):
+                continue
+            seen[key] = before.get(key, now)
+        self._seen[queue] = seen
+        old = [key for key, first in seen.items()
+               if now - first >= self.grace_s and key not in referenced]
+        if not old or landed is None:
+            return 0
+        keep = await landed()
+        if keep is None:
+            return 0
+        doomed = [key for key in old if key not in keep]
+        if not doomed:
+            return 0
+        failed = await self._io(self._delete_each, doomed)
+        for key, why in failed:
+            log.warning("unreferenced segment %s not deleted (%s); the next sweep "
+                        "tries again", key, why)
+        left = {key for key, _ in failed}  # (kept, with its first-listed time)
+        for key in doomed:
+            if key not in left:
+                del seen[key]
+        removed = len(doomed) - len(failed)
+        log.info("swept %d segment object(s) of %s that no commit references", removed, queue)
+        return removed
+
+    async def landed_refs(self, queue: str) -> set[str] | None:
+        """The keys of the segments ``queue``'s object in the store references
+        (its ``"segments"``; none before format version 4, or without an
+        object), or None if the object cannot be read as JSON (then nothing is
+        swept). Reads the whole object: the sweep asks only when it has an
+        unreferenced segment past its grace period."""
+        try:
+            got = await self._io(self.store.read, paths.state_key(queue))
+        except NotFound:
+            return set()
+        return await self._bulk(functools.partial(_segment_keys, where=queue), got.data)
+
+    async def sweep_served(self, queues: Iterable[tuple[str, QueueState | None]]) -> int:
+        """:meth:`sweep` each of ``queues`` (name, the state its loop holds, None
+        while it re-reads), confirming against the landed head
+        (:meth:`landed_refs`); a queue whose sweep fails is logged and the
+        others are swept. Returns how many objects were deleted."""
+        removed = 0
+        for name, state in list(queues):
+            referenced = {ref.key for ref in state.segment_refs} if state is not None else set()
+            try:
+                removed += await self.sweep(
+                    name, referenced, landed=functools.partial(self.landed_refs, name))
+            except OsqueueError as exc:
+                log.warning("segment sweep of %s failed (%s); tried again later", name, exc)
+        return removed
+
+    def _usable(self, key: str) -> bool:
+        """Whether store calls take ``key`` (see :meth:`broker.service.staging.Staging._usable`)."""
+        try:
+            check_key(key)
+        except InvalidRequest:
+            if key not in self._foreign:
+                self._foreign.add(key)
+                log.warning("segment object %s cannot be read or deleted by osqueue "
+                            "(a '.' or empty part); left in place", shown(key))
+            return False
+        return True
+
+
+def _segment_keys(data: bytes, *, where: str) -> set[str] | None:
+    """The ``"key"`` of every entry of a queue object's ``"segments"`` list, read
+    leniently (a key kept by mistake is only swept later), or None if ``data``
+    is not a JSON object or its ``"segments"`` not a list."""
+    try:
+        raw = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raw = None
+    if not isinstance(raw, dict):
+        log.warning("segment sweep of %s: its queue object is not a JSON object; "
+                    "nothing swept", where)
+        return None
+    refs = raw.get("segments", [])
+    if not isinstance(refs, list):
+        log.warning("segment sweep of %s: its queue object's segments are not a list; "
+                    "nothing swept", where)
+        return None
+    return {ref["key"] for ref in refs if isinstance(ref, dict) and isinstance(ref.get("key"), str)}

@@ -46,7 +46,6 @@ from broker import paths
 from broker.errors import (
     Conflict,
     CorruptState,
-    InvalidRequest,
     NotFound,
     OsqueueError,
     SegmentMissing,
@@ -55,7 +54,7 @@ from broker.errors import (
 from broker.model.segments import encode_segment, segment_lines
 from broker.model.state import QueueState, SegmentRef
 from broker.storage import ObjectStore
-from broker.storage.base import check_key
+from broker.storage.base import ListedKeys
 
 log = logging.getLogger("osqueue.segments")
 
@@ -82,7 +81,7 @@ class SegmentStore:
         self.grace_s = grace_s
         self._monotonic = monotonic
         self._seen: dict[str, dict[str, float]] = {}  # queue -> key -> first listed
-        self._foreign: set[str] = set()  # listed keys no store call takes (logged once)
+        self._listed = ListedKeys("segment object", log)  # skips keys no store call takes
 
     # -- write ------------------------------------------------------------------------
     async def write(self, queue: str, first_seq: int, priority: int, run_at_ms: int,
@@ -201,7 +200,7 @@ class SegmentStore:
         seen: dict[str, float] = {}
         for key in listed:
             parsed = paths.parse_segment_key(key)
-            if parsed is None or parsed[0] != queue or not self._usable(key):
+            if parsed is None or parsed[0] != queue or not self._listed.usable(key):
                 continue
             seen[key] = before.get(key, now)
         self._seen[queue] = seen
@@ -253,18 +252,6 @@ class SegmentStore:
             except OsqueueError as exc:
                 log.warning("segment sweep of %s failed (%s); tried again later", name, exc)
         return removed
-
-    def _usable(self, key: str) -> bool:
-        """Whether store calls take ``key`` (see :meth:`broker.service.staging.Staging._usable`)."""
-        try:
-            check_key(key)
-        except InvalidRequest:
-            if key not in self._foreign:
-                self._foreign.add(key)
-                log.warning("segment object %s cannot be read or deleted by osqueue "
-                            "(a '.' or empty part); left in place", shown(key))
-            return False
-        return True
 
 
 def _segment_keys(data: bytes, *, where: str) -> set[str] | None:

@@ -28,7 +28,7 @@ from broker.model.checks import parse_staged
 from broker.model.ops import Result
 from broker.service.staged_cache import Jobs, StagedCache
 from broker.storage import ObjectStore
-from broker.storage.base import check_key
+from broker.storage.base import ListedKeys
 
 log = logging.getLogger("osqueue.broker")
 
@@ -59,7 +59,7 @@ class Staging:
         self._monotonic = monotonic
         self._cache = StagedCache(cache_bytes)
         self._seen: dict[str, float] = {}  # staging key -> first listed (monotonic)
-        self._foreign: set[str] = set()  # listed keys no store call takes (logged once)
+        self._listed = ListedKeys("staging object", log)  # skips keys no store call takes
 
     # -- stage ------------------------------------------------------------------------
     async def stage(self, queue: str, write_id: str, lines: bytes) -> int:
@@ -120,7 +120,7 @@ class Staging:
         every = []
         for key in self.store.list(paths.staging_prefix(queue) + prefix):
             write_id = paths.parse_staging_key(queue, key)
-            if write_id is None or not self._usable(key):
+            if write_id is None or not self._listed.usable(key):
                 continue
             every.append(key)
             if write_id not in found or key == paths.staging_key(queue, write_id):
@@ -150,21 +150,6 @@ class Staging:
         except NotFound:
             return None
 
-    def _usable(self, key: str) -> bool:
-        """Whether store calls take ``key``, a listed key: one with a '.' or empty
-        part (left by another tool, or an older broker on a cloud store) is
-        refused by every call, and skipped here (logged once), so that it stops
-        neither a sweep nor a publish's clean-up of the keys after it."""
-        try:
-            check_key(key)
-        except InvalidRequest:
-            if key not in self._foreign:
-                self._foreign.add(key)
-                log.warning("staging object %s cannot be read or deleted by osqueue "
-                            "(a '.' or empty part); left in place", shown(key))
-            return False
-        return True
-
     def _delete(self, keys_: list[str]) -> None:
         for key in keys_:
             self._cache.discard(key)
@@ -181,7 +166,7 @@ class Staging:
         for name, ttl_s in queues:
             listed = await self._io(self.store.list, paths.staging_prefix(name))
             for key in listed:
-                if paths.parse_staging_key(name, key) is None or not self._usable(key):
+                if paths.parse_staging_key(name, key) is None or not self._listed.usable(key):
                     continue
                 listed_now.add(key)
                 first_seen = self._seen.setdefault(key, now)

@@ -84,6 +84,7 @@ from broker.errors import (
     StorageError,
     StorageUnavailable,
     UnsafeStore,
+    shown,
 )
 from broker.retry import retrying
 
@@ -148,6 +149,29 @@ def check_prefix(prefix: str) -> str:
     if not isinstance(prefix, str) or _bad_path(prefix, prefix=True):
         raise _refused(prefix, "prefix")
     return prefix
+
+
+class ListedKeys:
+    """Tells which listed keys store calls take: a key with a '.' or empty part
+    (left by another tool, or an older broker on a cloud store) is refused by
+    every call, so a sweep or clean-up walking a listing skips it, logging it once
+    on ``logger`` as a ``what`` (``"staging object"``), instead of stopping at it."""
+
+    def __init__(self, what: str, logger: logging.Logger) -> None:
+        self._what, self._log = what, logger
+        self._foreign: set[str] = set()  # listed keys no store call takes (logged once)
+
+    def usable(self, key: str) -> bool:
+        """Whether store calls take ``key``."""
+        try:
+            check_key(key)
+        except InvalidRequest:
+            if key not in self._foreign:
+                self._foreign.add(key)
+                self._log.warning("%s %s cannot be read or deleted by osqueue (a '.' or "
+                                  "empty part); left in place", self._what, shown(key))
+            return False
+        return True
 
 
 #: The methods whose first argument is a key, and the one that takes a prefix.

@@ -7,6 +7,34 @@ write, and answers each caller once that write has landed (or proves it cannot
 land: :mod:`broker.commit.verdict`). Store calls leave the event loop through
 :mod:`broker.commit.offloop`. Imports the storage layer and the leaves, never
 :mod:`broker.model`: the rules come in through the ``Model`` protocol.
+
+**Answers.** A caller awaiting ``CommitLoop.submit(op)`` gets the op's
+result, or the exception raised: one the model raised to refuse the op, one
+it returned as the op's outcome (a refusal that is written, answered once
+the write landed), or the loop's own (storage, step-down, shutdown,
+``OutcomeUnknown``).
+
+**Outcomes.** A write whose outcome is open (a timeout, a 5xx, a 409/412)
+is resolved by a re-read that judges each attempt of the batch landed,
+pending, dead or unknown (:mod:`broker.commit.verdict`); nothing that may have
+landed is undone.
+
+**Faults.** Transient storage errors are retried with backoff up to
+``commit_timeout_s`` per batch; past it the callers get ``OutcomeUnknown``
+(if an attempt may have landed) or ``StorageUnavailable`` (if none did), and
+the loop goes on. A permanent storage error (``StorageRefused``) is answered
+at once. Any other exception (a corrupt object appearing, a bug) is answered
+to the batch, the state is re-read before the next batch and the condition
+is kept in ``CommitLoop.fault`` for health checks: no exception wedges the
+loop. An idle loop parks until an operation arrives or the model's next
+timer is due.
+
+**Prepare.** Before a batch applies, ``Model.prepare`` loads what its ops
+need that the pure model cannot read (the queue's segment lines). If it
+refuses (an ``OsqueueError``: a segment object missing, say), the loop
+re-reads the object once, since its state may be behind one that no longer
+needs it, and tries again; a second refusal is the batch's answer
+(``OutcomeUnknown`` if an earlier attempt of the batch may still land).
 """
 
 from broker.commit.loop import CommitLoop

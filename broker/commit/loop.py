@@ -8,25 +8,8 @@ out as the next single CAS write; only then are those callers answered
 The loop knows nothing about queues: its :class:`~broker.commit.model.Model`
 holds the rules (decode, apply, encode, housekeeping, who may write).
 
-**Answers.** A caller awaiting ``submit(op)`` gets the op's result, or the
-exception raised: one the model raised to refuse the op, one it returned as
-the op's outcome (a refusal that is written, answered once the write
-landed), or the loop's own (storage, step-down, shutdown, ``OutcomeUnknown``).
-
-**Outcomes.** A write whose outcome is open (a timeout, a 5xx, a 409/412)
-is resolved by a re-read that judges each attempt of the batch landed,
-pending, dead or unknown (:mod:`broker.commit.verdict`); nothing that may have
-landed is undone.
-
-Transient storage errors are retried with backoff up to ``commit_timeout_s``
-per batch; past it the callers get ``OutcomeUnknown`` (if an attempt may have
-landed) or ``StorageUnavailable`` (if none did), and the loop goes on. A
-permanent storage error (``StorageRefused``) is answered at once. Any other
-exception (a corrupt object appearing, a bug) is answered to the batch, the
-state is re-read before the next batch and the condition is kept in
-:attr:`CommitLoop.fault` for health checks: no exception wedges the loop.
-An idle loop parks until an operation arrives or the model's next timer is
-due.
+What callers are answered, how open outcomes and storage faults are
+resolved, and what ``Model.prepare`` may refuse: see :mod:`broker.commit`.
 """
 
 from __future__ import annotations
@@ -339,6 +322,7 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
         deadline = time.monotonic() + self._commit_timeout_s
         attempts: list[Attempt[ResultT]] = []
         delays = backoff_delays(first_s=0.02)
+        reread = False  # re-read once for a refusal of prepare()
         while True:
             if self.state is None:
                 try:
@@ -352,6 +336,17 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
                     return
             state = self.state
             assert state is not None
+            try:  # (the model loads what the ops need: segment windows)
+                await self.model.prepare(state, [i.op for i in batch], self.clock())
+            except OsqueueError as exc:
+                self._drop_state()
+                if not reread:  # our state may be behind the object: read it again
+                    reread = True
+                    continue
+                (self._answer_unknown if attempts else answer_all)(batch, exc)
+                return
+            if self.state is not state:
+                continue
             now = self.clock()
             exists = self.etag is not None
             with gc_paused():

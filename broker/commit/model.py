@@ -41,6 +41,13 @@ class Model(Protocol[StateT, OpT, ResultT_co]):
         receipt of the refusal, say) is written."""
         ...
 
+    async def prepare(self, state: StateT, ops: Sequence[OpT], now_ms: int) -> None:
+        """Before ``ops`` apply to ``state``: load what applying them needs and
+        the pure model cannot read (I/O happens here, never in ``apply``).
+        Raise an ``OsqueueError`` to refuse the batch: the loop re-reads the
+        object once and tries again, then answers the batch with it."""
+        ...
+
     def housekeeping(self, state: StateT, now_ms: int, exists: bool) -> list[OpT]:
         """Ops the owner runs on every commit (lease renewal, takeover, reclaim)."""
         ...

@@ -83,6 +83,23 @@ def added_many(state: QueueState, first: int, count: int) -> None:
         seq = end
 
 
+def inserted_many(state: QueueState, first: int, count: int) -> None:
+    """:func:`added_many` for seqs that may lie below others (jobs taken from a
+    segment object): a segment's list is sorted again where they land inside it."""
+    seg_jobs, dirty = state.seg_jobs, state.dirty
+    seq, stop = first, first + count
+    while seq < stop:
+        seg = seq >> SEGMENT_SHIFT
+        end = min(stop, (seg + 1) << SEGMENT_SHIFT)
+        run = seg_jobs.setdefault(seg, [])
+        below = bool(run) and run[-1] > seq
+        run.extend(range(seq, end))
+        if below:
+            run.sort()
+        dirty.add(seg)
+        seq = end
+
+
 def reset_segments(state: QueueState) -> None:
     """Forget every cached segment: the next encode joins every job's line again
     (after a load, when no segment bytes exist yet)."""

@@ -35,13 +35,26 @@ from broker.model.lines import line_due_stamp, pending_from_line, stamp_ms
 
 class JobTable:
     """seq -> :class:`~broker.model.job.Job`, some kept as their line (see the module
-    docstring). Seqs are added in ascending order, so iteration is in seq order."""
+    docstring). Iteration is in seq order: jobs are mostly added in ascending
+    order; jobs taken from a segment object (:meth:`insert_lines`, :meth:`insert`)
+    may come below others, and the table is then sorted once, in place, when
+    next iterated (the claim path reads by seq and never needs the order)."""
 
-    __slots__ = ("entries",)
+    __slots__ = ("entries", "unordered")
 
     def __init__(self) -> None:
         #: seq -> the job, or its line while untouched (pending, default options)
         self.entries: dict[int, Job | bytes] = {}
+        #: True while some seq was added below a higher one (see :meth:`_order`)
+        self.unordered = False
+
+    def _order(self) -> None:
+        """Put the entries back in seq order (in place: the dict stays the same object)."""
+        if self.unordered:
+            items = sorted(self.entries.items())
+            self.entries.clear()
+            self.entries.update(items)
+            self.unordered = False
 
     # -- reading that makes jobs ------------------------------------------------------
 
@@ -62,6 +75,7 @@ class JobTable:
 
     def values(self) -> Iterator[Job]:
         """Every job in seq order, each line made a ``Job`` (and kept) as it is reached."""
+        self._order()
         entries = self.entries
         for seq, entry in entries.items():
             if isinstance(entry, bytes):
@@ -82,11 +96,13 @@ class JobTable:
         return seq in self.entries
 
     def __iter__(self) -> Iterator[int]:
+        self._order()
         return iter(self.entries)
 
     def touched(self) -> Iterator[Job]:
         """The jobs that are ``Job`` objects, in seq order: every job that is not an
         untouched pending one (so every claimed, dead and completed job)."""
+        self._order()
         for entry in self.entries.values():
             if not isinstance(entry, bytes):
                 yield entry
@@ -95,6 +111,7 @@ class JobTable:
         """The jobs after ``after_seq`` in seq order, optionally of one status, lines
         read into throwaway ``Job`` objects that are not kept: read them, never
         change or move them."""
+        self._order()
         for seq, entry in self.entries.items():
             if seq <= after_seq:
                 continue
@@ -135,12 +152,31 @@ class JobTable:
         from :func:`broker.model.lines.new_pending_lines`)."""
         self.entries.update(zip(range(first_seq, first_seq + len(lines)), lines, strict=True))
 
+    def _below(self, seq: int) -> None:
+        if not self.unordered and self.entries and next(reversed(self.entries)) > seq:
+            self.unordered = True
+
+    def insert_lines(self, first_seq: int, lines: list[bytes]) -> None:
+        """:meth:`add_lines` for seqs that may lie below others (jobs taken from a
+        segment object whose lines have the default options)."""
+        if lines:
+            self._below(first_seq)
+            self.add_lines(first_seq, lines)
+
+    def insert(self, seq: int, job: Job) -> None:
+        """Add ``job`` under ``seq``, which may lie below others (a job taken from a
+        segment object)."""
+        self._below(seq)
+        self.entries[seq] = job
+
     # -- comparison ----------------------------------------------------------------------
 
     def __eq__(self, other: object) -> bool:
         """Equal to a table or mapping with equal jobs under the same seqs (a line
         equals the job made from it)."""
+        self._order()
         if isinstance(other, JobTable):
+            other._order()
             other_jobs: Any = dict(zip(other.entries, other.peek(), strict=True))
         elif isinstance(other, dict):
             other_jobs = other

@@ -217,10 +217,13 @@ def add_pending(state: QueueState, jobs: list[Job], now_ms: int) -> None:
 
 
 def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
-                now_ms: int, tag: Callable[[str], str]) -> LeasedJobs:
+                now_ms: int, tag: Callable[[str], str],
+                until_key: int | None = None) -> LeasedJobs:
     """Claim up to ``max_jobs`` runnable pending jobs in claim order (priority
     desc, run-at, seq) under fresh leases of ``lease_ms`` for ``worker``; each
     job's token is answered as ``tag`` makes it (see :mod:`broker.model.tokens`).
+    With ``until_key``, stop before the first ready entry at or above it (a
+    segment's next job comes first: :mod:`broker.model.segment_claims`).
 
     Per job, what :func:`move` to claimed does, written out: this loop runs
     once per claimed job (``bench/broker_bench.py``, claim rows). The jobs
@@ -236,7 +239,7 @@ def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
     expires = now_ms + lease_ms
     tail = lease_tail(worker, lease_ms, expires, now_ms)
     heappop, heappush = heapq.heappop, heapq.heappush
-    while ready and len(ids) < max_jobs:
+    while ready and len(ids) < max_jobs and (until_key is None or ready[0] < until_key):
         entry = heappop(ready)
         seq = entry & SEQ_MASK
         job = get(seq)

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 from broker.errors import OsqueueError
 from broker.model.columns import Columns
 from broker.model.job import DEAD, PENDING
+from broker.model.state import SegmentRef
 from broker.wire import ItemResult
 
 # -- operations ----------------------------------------------------------------
@@ -56,13 +57,28 @@ class Push:
 @dataclass(frozen=True, slots=True)
 class PushPayloads:
     """:class:`Push` for jobs with default options, given as their payloads'
-    JSON bytes: the bulk form (a Spark write publishes a million at once)."""
+    JSON bytes: the bulk form (a Spark write publishes a million at once).
+
+    ``refs``: the push by reference (``payloads`` then empty): segment objects
+    already written with the jobs, over seqs a :class:`Reserve` handed out
+    (see :func:`broker.model.segment_claims.attach_refs`)."""
 
     payloads: tuple[bytes, ...]
     once: str | None = None
     request: str | None = None
     missing: int = 0
     floor: int | None = None
+    refs: tuple[SegmentRef, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Reserve:
+    """Hand out ``count`` seqs for a push by reference, whose largest payload is
+    ``largest`` bytes (refused as a push of it would be): the broker writes
+    their segment objects, then pushes the refs (:class:`PushPayloads`)."""
+
+    count: int
+    largest: int
 
 
 def push_of(jobs: Sequence[NewJob | bytes], once: str | None = None,
@@ -238,7 +254,7 @@ class ClearBroker:
 Op = (
     Push | PushPayloads | Claim | Heartbeat | Complete | Fail | Release | Reclaim | DropArchived
     | Redrive | Purge | SetPaused | Configure | TakeOver | RenewBroker | ClearBroker | ReadStats
-    | ReadJobs
+    | ReadJobs | Reserve
 )
 
 # -- results -------------------------------------------------------------------

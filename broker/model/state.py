@@ -38,8 +38,7 @@ is the cursor: the jobs before it have moved into ``"jobs"`` (claimed, and
 on from there); the rest are pending in the segment, and no job of the head
 has their seqs. ``"segments"`` is always written (``[]`` for none), so a reader
 can rely on it. A version-3 object (no ``"segments"``) loads with none and is
-written as version 4 by its next write. (Version 4 is the layout only: as of
-issue 20 step 3a nothing makes a segment yet.)
+written as version 4 by its next write.
 
 ``token_key`` is the secret that binds the queue's lease tokens to it (see
 :mod:`broker.model.tokens`); an object written before it existed has none
@@ -81,6 +80,7 @@ never stored.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -208,6 +208,67 @@ class SegmentRef:
         return parsed[0]
 
 
+#: Taken lines a window drops at once (see :meth:`SegmentWindows.take`).
+_COMPACT_AT = 8192
+
+
+@dataclass(slots=True)
+class _Window:
+    start: int  # the position (0 = the segment's first job) of lines[offset]
+    lines: list[bytes]
+    offset: int = 0
+
+
+@dataclass(slots=True)
+class SegmentWindows:
+    """Loaded job lines of segment objects, by (key, etag): what the broker read
+    (:func:`broker.model.segments.segment_lines` form, with the leading ``,\\n``)
+    and has not yet moved into the head. Derived and never stored; one per
+    queue, kept across reloads of the head (a segment never changes)."""
+
+    windows: dict[tuple[str, str], _Window] = field(default_factory=dict)
+
+    def put(self, ref: SegmentRef, start: int, lines: list[bytes]) -> None:
+        """Keep ``lines``, the jobs at positions ``start`` onwards of ``ref``'s segment."""
+        self.windows[(ref.key, ref.etag)] = _Window(start, lines)
+
+    def loaded(self, ref: SegmentRef) -> int:
+        """How many of the ref's untaken jobs, from its cursor on, are loaded."""
+        window = self.windows.get((ref.key, ref.etag))
+        if window is None:
+            return 0
+        at = window.start + window.offset
+        end = window.start + len(window.lines)
+        return max(0, end - ref.taken) if at <= ref.taken else 0
+
+    def take(self, ref: SegmentRef, n: int) -> list[bytes]:
+        """Up to ``n`` loaded lines from the ref's cursor on (fewer if fewer are
+        loaded), which the caller moves into the head."""
+        window = self.windows.get((ref.key, ref.etag))
+        if window is None or not self.loaded(ref):
+            return []
+        lo = ref.taken - window.start
+        out = window.lines[lo:lo + n]
+        window.offset = lo + len(out)
+        if window.offset >= len(window.lines):
+            del self.windows[(ref.key, ref.etag)]
+        elif window.offset > _COMPACT_AT:  # (drop what was taken, now and then)
+            window.lines = window.lines[window.offset:]
+            window.start += window.offset
+            window.offset = 0
+        return out
+
+    def keep_only(self, refs: Sequence[SegmentRef]) -> None:
+        """Forget the windows of segments ``refs`` no longer names."""
+        live = {(ref.key, ref.etag) for ref in refs}
+        for name in [name for name in self.windows if name not in live]:
+            del self.windows[name]
+
+    def lines_held(self) -> int:
+        """How many lines are loaded (for stats)."""
+        return sum(len(w.lines) - w.offset for w in self.windows.values())
+
+
 @dataclass(slots=True)
 class QueueState:
     """The whole queue. Mutated only by :func:`broker.model.transitions.apply` (through
@@ -229,6 +290,11 @@ class QueueState:
     # The head's references to segment objects ("segments" in the object), in
     # ascending first_seq (not the codec's encoding cache `segments` below).
     segment_refs: list[SegmentRef] = field(default_factory=list)
+    # Never stored: refs dropped by changes since this state was loaded or last
+    # committed, whose objects go once that commit lands (broker.model.segment_claims),
+    # and the segment lines the broker loaded for claims (one per queue, shared).
+    dropped_refs: list[SegmentRef] = field(default_factory=list, compare=False, repr=False)
+    windows: SegmentWindows | None = field(default=None, compare=False, repr=False)
     # The secret of the queue's lease tokens (hex; "" until made) and what tags and
     # checks them with it (see broker.model.tokens); neither is ever shown.
     token_key: str = field(default="", repr=False)

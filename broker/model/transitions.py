@@ -65,7 +65,6 @@ from broker.model.job import (
 )
 from broker.model.lifecycle import (
     GONE,
-    claim_ready,
     complete_held,
     extend_lease,
     live_job,
@@ -96,11 +95,13 @@ from broker.model.ops import (
     Redrive,
     Release,
     RenewBroker,
+    Reserve,
     Result,
     SetPaused,
     TakeOver,
     push_of,
 )
+from broker.model.segment_claims import attach_refs, claim_merged, purge_pending, reserve
 from broker.model.state import QueueState, Settings
 from broker.model.views import list_jobs, next_wakeup_ms, stats
 from broker.wire import ItemResult
@@ -167,7 +168,9 @@ def _push(state: QueueState, op: Push | PushPayloads, now_ms: int) -> Result:
                              "nothing was published")
     ids: Sequence[str]
     try:
-        if isinstance(op, PushPayloads):
+        if isinstance(op, PushPayloads) and op.refs:  # (written already: see Reserve)
+            ids = attach_refs(state, op.refs)
+        elif isinstance(op, PushPayloads):
             ids = insert_payloads(state, op.payloads, now_ms)
         else:
             ids = insert_jobs(state, op.jobs, now_ms)
@@ -214,7 +217,7 @@ def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
         return result
     tag = tokens.tagger(state).tag  # (raises before anything changed)
     first_fence = state.counters.fence + 1
-    out = result.jobs = claim_ready(state, op.worker, op.max_jobs, op.lease_ms, now_ms, tag)
+    out = result.jobs = claim_merged(state, op.worker, op.max_jobs, op.lease_ms, now_ms, tag)
     result.changed = bool(out)
     if out and op.request is not None:
         state.receipts.record(op.request, R.CLAIM, [first_fence, len(out)], now_ms)
@@ -388,12 +391,18 @@ def _purge(state: QueueState, op: Purge, now_ms: int) -> Result:
     doomed = [j for j in jobs if j.status in statuses]
     for job in doomed:
         move(state, job, GONE, now_ms)
+    count = len(doomed) + (purge_pending(state) if PENDING in statuses else 0)
     if op.request is not None:
-        state.receipts.record(op.request, R.PURGE, [len(doomed)], now_ms)
-    return Result(changed=bool(doomed) or op.request is not None, count=len(doomed))
+        state.receipts.record(op.request, R.PURGE, [count], now_ms)
+    return Result(changed=bool(count) or op.request is not None, count=count)
+
+
+def _reserve(state: QueueState, op: Reserve, now_ms: int) -> Result:
+    return Result(changed=True, ids=reserve(state, op.count, op.largest))
 
 
 _HANDLERS: dict[type, Callable[[QueueState, Any, int], Result]] = {
+    Reserve: _reserve,
     Push: _push,
     PushPayloads: _push,
     Claim: _claim,

@@ -107,8 +107,8 @@ class Broker:
                                cache_bytes=self.config.staged_cache_bytes,
                                max_payload_bytes=self._settings.max_payload_bytes,
                                monotonic=monotonic)
-        self.segments = SegmentStore(store, self._io, self._bulk, monotonic=monotonic,
-                                     grace_s=self.config.segment_grace_s)
+        self.segments = SegmentStore(store, self._io, self._bulk, monotonic=monotonic, grace_s=(
+            self.config.segment_grace_s), push_jobs=self.config.segment_push_jobs)
 
     @property
     def url(self) -> str:
@@ -194,8 +194,7 @@ class Broker:
 
     def make_queue(self, name: str) -> ServedQueue:
         """The queue's loop and archiver: the one there is, or a new one (one a queue)."""
-        existing = self._queues.get(name)
-        if existing is not None:
+        if (existing := self._queues.get(name)) is not None:
             return existing
 
         def observe(seconds: float, batch: int, state_bytes: int) -> None:
@@ -205,7 +204,8 @@ class Broker:
         q = ServedQueue(name, self.store, self._executor, broker_id=self.id, url=self.url,
                         lease_ms=round(self.config.lease_s * 1000), settings=self._settings,
                         ownership=self.ownership, clock=self.clock, monotonic=self.monotonic,
-                        commit_timeout_s=self.config.commit_timeout_s, observe=observe)
+                        commit_timeout_s=self.config.commit_timeout_s, observe=observe,
+                        segments=self.segments)
         self._queues[name] = q
         return q
 
@@ -259,7 +259,7 @@ class Broker:
     async def _submit(self, queue: str, opname: str, op: Any, *, create: bool = False) -> Any:
         q = await self._serving(queue, create=create)
         try:
-            result = await q.loop.submit(op)
+            result = await q.submit(op)
         except OsqueueError as exc:
             self.metrics.op(queue, opname, exc.code)
             raise

@@ -14,19 +14,25 @@ committed version, start writing the archive objects it calls for.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import Callable, Sequence
 
-from broker.errors import NewerState, NotTheBroker, OsqueueError
+from broker.errors import NotTheBroker, OsqueueError
 from broker.model import codec, tokens, transitions
 from broker.model import receipts as R
 from broker.model import state as S
 from broker.model.decode import decode_state
-from broker.model.ops import DropArchived, Op, Reclaim, RenewBroker, Result, TakeOver
+from broker.model.ops import Claim, DropArchived, Op, Reclaim, RenewBroker, Result, TakeOver
+from broker.model.segment_claims import SegmentWindows, plan_windows
 from broker.model.views import next_wakeup_ms
 from broker.service.archiver import Archiver
 from broker.service.ownership import Ownership, renew_at_ms, renew_due
+from broker.service.segment_store import SegmentStore
 from broker.storage import Data
+
+#: How far ahead of now a batch plans its segment windows (ms).
+PLAN_AHEAD_MS = 1_000
 
 
 class QueueModel:
@@ -35,8 +41,8 @@ class QueueModel:
 
     def __init__(self, queue: str, broker_id: str, url: str, lease_ms: int,
                  settings: S.Settings, ownership: Ownership, archiver: Archiver,
-                 where: str, random_bytes: Callable[[int], bytes] = secrets.token_bytes,
-                 ) -> None:
+                 where: str, segments: SegmentStore,
+                 random_bytes: Callable[[int], bytes] = secrets.token_bytes) -> None:
         self.queue = queue
         self.broker_id = broker_id
         self.url = url
@@ -47,20 +53,43 @@ class QueueModel:
         self.where = where
         self.random_bytes = random_bytes  # for the key of the queue's tokens (broker.model.tokens)
         self.retiring = False  # set while shutting down: never take the queue (back) over
+        self.segments = segments
+        self.windows = SegmentWindows()  # (shared by every state of this queue)
+        self._checked: set[tuple[str, str]] = set()  # refs whose object was seen at its etag
+        self._deleting: set[asyncio.Task[int]] = set()
 
     def decode(self, data: bytes) -> S.QueueState:
         state = decode_state(data, where=self.where)
-        if state.segment_refs:  # refused, not served without them (issue 20 step 3b)
-            raise NewerState(
-                f"{self.where} references {len(state.segment_refs)} segment object(s); this "
-                "broker cannot serve the jobs in segments yet: run a newer osqueue")
         tokens.bind(state, self.queue, self.random_bytes)  # (an older object: a key now)
+        state.windows = self.windows
         return state
 
     def empty(self, now_ms: int) -> S.QueueState:
         state = transitions.new_state(now_ms, self.settings)
         tokens.bind(state, self.queue, self.random_bytes)
+        state.windows = self.windows
         return state
+
+    async def prepare(self, state: S.QueueState, ops: Sequence[Op], now_ms: int) -> None:
+        """Before ``ops`` apply to ``state``: check that every segment it
+        references exists at its etag (once per reference: what a takeover
+        asks, without reading a segment), and load the segment lines the
+        batch's claims may take (:func:`broker.model.segment_claims.plan_windows`).
+        Raises ``SegmentMissing`` naming a missing or changed object, and the
+        store's errors."""
+        refs = state.segment_refs
+        if not refs:
+            return
+        for ref in refs:
+            if (ref.key, ref.etag) not in self._checked:
+                await self.segments.check(ref)
+                self._checked.add((ref.key, ref.etag))
+        self.windows.keep_only(refs)
+        budget = sum(op.max_jobs for op in ops if isinstance(op, Claim))
+        # (a segment falling due while the batch lingers is planned for too)
+        for ref, want in plan_windows(state, budget, now_ms + PLAN_AHEAD_MS):
+            stop = min(ref.count, ref.taken + want)
+            self.windows.put(ref, ref.taken, await self.segments.read_window(ref, ref.taken, stop))
 
     def apply(self, state: S.QueueState, op: Op,
               now_ms: int) -> tuple[Result | OsqueueError, bool]:
@@ -125,6 +154,12 @@ class QueueModel:
                 mine.replayed = True
 
     def committed(self, state: S.QueueState) -> None:
+        if state.dropped_refs:  # the commit that dropped them landed: they may go
+            dropped, state.dropped_refs = state.dropped_refs, []
+            self._checked.difference_update((ref.key, ref.etag) for ref in dropped)
+            task = asyncio.get_running_loop().create_task(self.segments.delete_dropped(dropped))
+            self._deleting.add(task)
+            task.add_done_callback(self._deleting.discard)
         if self.ownership.is_self(state.broker) or state.broker is None:
             self.archiver.committed(state)
 

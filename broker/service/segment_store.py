@@ -70,12 +70,14 @@ class SegmentStore:
     ``io`` runs a blocking store call in the broker's I/O threads, ``bulk``
     likewise with the collector paused (parsing a head); ``grace_s`` is how
     long (s, on ``monotonic``) an unreferenced object is listed before the
-    sweep deletes it.
+    sweep deletes it; ``push_jobs`` how many jobs make a bulk push go by
+    reference (:mod:`broker.service.by_reference`; 0: none does).
     """
 
     def __init__(self, store: ObjectStore, io: IO, bulk: IO, *, grace_s: float,
-                 monotonic: Callable[[], float]) -> None:
+                 monotonic: Callable[[], float], push_jobs: int = 0) -> None:
         self.store = store
+        self.push_jobs = push_jobs  # bulk pushes this large go by reference (0: none)
         self._io = io
         self._bulk = bulk
         self.grace_s = grace_s
@@ -140,22 +142,39 @@ class SegmentStore:
         return lines
 
     def _read_window(self, ref: SegmentRef, start: int, stop: int) -> list[bytes]:
-        where = f"{self.store.url}/{ref.key}"
         try:
             got = self.store.read(ref.key)
         except NotFound:
-            raise SegmentMissing(
-                f"queue {ref.queue!r} references segment {where}, which is missing "
-                "(deleted behind the broker's back?)") from None
+            raise self._missing(ref, None) from None
         if got.etag != ref.etag:
-            raise SegmentMissing(
-                f"queue {ref.queue!r} references segment {where} at etag "
-                f"{shown(ref.etag)}, but the object has etag {shown(got.etag)} "
-                "(rewritten behind the broker's back?)")
+            raise self._missing(ref, got.etag)
         try:
             return segment_lines(got.data, ref, start, stop)
         except ValueError as exc:
             raise CorruptState(f"{self.store.url}: {exc}") from None
+
+    async def check(self, ref: SegmentRef) -> None:
+        """Raise :class:`~broker.errors.SegmentMissing` naming the object unless
+        ``ref``'s segment exists at ``ref.etag`` (a metadata lookup where the
+        store has one: what a takeover asks of every reference it loads)."""
+        await self._io(self._check, ref)
+
+    def _check(self, ref: SegmentRef) -> None:
+        try:
+            etag = self.store.head(ref.key)
+        except NotFound:
+            etag = None
+        if etag != ref.etag:
+            raise self._missing(ref, etag)
+
+    def _missing(self, ref: SegmentRef, etag: str | None) -> SegmentMissing:
+        where = f"{self.store.url}/{ref.key}"
+        if etag is None:
+            return SegmentMissing(f"queue {ref.queue!r} references segment {where}, which "
+                                  "is missing (deleted behind the broker's back?)")
+        return SegmentMissing(
+            f"queue {ref.queue!r} references segment {where} at etag {shown(ref.etag)}, "
+            f"but the object has etag {shown(etag)} (rewritten behind the broker's back?)")
 
     # -- delete -----------------------------------------------------------------------
     async def delete_dropped(self, refs: Iterable[SegmentRef]) -> int:

@@ -16,10 +16,12 @@ from concurrent.futures import Executor
 from broker import paths
 from broker.commit.loop import CommitLoop
 from broker.model import state as S
-from broker.model.ops import Op, Result
+from broker.model.ops import Op, PushPayloads, Result
 from broker.service.archiver import Archiver
+from broker.service.by_reference import push_by_reference, wanted
 from broker.service.ownership import Ownership
 from broker.service.queue_model import QueueModel
+from broker.service.segment_store import SegmentStore
 from broker.storage import ObjectStore
 
 #: The commit loop of one queue.
@@ -37,12 +39,14 @@ class ServedQueue:
                  broker_id: str, url: str, lease_ms: int, settings: S.Settings,
                  ownership: Ownership, clock: Callable[[], int],
                  monotonic: Callable[[], float], commit_timeout_s: float,
-                 observe: Callable[[float, int, int], None]) -> None:
+                 observe: Callable[[float, int, int], None], segments: SegmentStore) -> None:
         self.name = name
+        self.segments, self._clock, self._monotonic = segments, clock, monotonic
         self.jobs_ready = asyncio.Event()
         self.archiver = Archiver(store, name, executor, self._poke, monotonic=monotonic)
         self.model = QueueModel(name, broker_id, url, lease_ms, settings, ownership,
-                                self.archiver, where=f"{store.url}/{paths.state_key(name)}")
+                                self.archiver, where=f"{store.url}/{paths.state_key(name)}",
+                                segments=segments)
         self.loop: QueueLoop = CommitLoop(
             store, paths.state_key(name), self.model, broker_id, executor,
             clock=clock,
@@ -52,11 +56,20 @@ class ServedQueue:
             commit_timeout_s=commit_timeout_s,
         )
 
+    async def submit(self, op: Op) -> Result:
+        """Commit ``op`` and answer it (a bulk push large enough goes by
+        reference: :mod:`broker.service.by_reference`)."""
+        if wanted(op, self.segments.push_jobs):
+            assert isinstance(op, PushPayloads)
+            return await push_by_reference(self.loop, self.segments, self.name, op,
+                                           self._clock, self._monotonic)
+        return await self.loop.submit(op)
+
     def _poke(self) -> None:
         self.loop.poke()
 
     def notify(self, state: S.QueueState) -> None:
         """Wake the claims waiting for jobs if ``state`` has some ready."""
-        if state.ready and not state.paused:
+        if (state.ready or state.segment_refs) and not state.paused:
             self.jobs_ready.set()
             self.jobs_ready = asyncio.Event()

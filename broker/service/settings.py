@@ -32,6 +32,9 @@ class BrokerConfig:
     #: listed it for this long (longer than any commit takes to land after the
     #: segment write: see :mod:`broker.service.segment_store`)
     segment_grace_s: float = 600.0
+    #: a push of at least this many jobs with default options (a Spark publish)
+    #: goes into segment objects the queue object references (0: never)
+    segment_push_jobs: int = 10_000
     self_test: bool = True
     #: a batch waits this long on failing storage at most
     commit_timeout_s: float = limits.DEFAULT_COMMIT_TIMEOUT_S

@@ -194,6 +194,9 @@ class _Tally:
         state["total"] += op
         return state["total"], True
 
+    async def prepare(self, state: dict[str, Any], ops: Any, now_ms: int) -> None:
+        pass
+
     def housekeeping(self, state: dict[str, Any], now_ms: int, exists: bool) -> list[int | str]:
         return []
 

@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from broker import paths
-from broker.errors import CorruptState, NewerState
+from broker.errors import CorruptState, SegmentMissing
 from broker.model import codec
 from broker.model import transitions as T
 from broker.model.decode import decode_state
@@ -169,22 +169,23 @@ def test_the_next_wakeup_is_when_a_delayed_segment_becomes_due() -> None:
     assert next_wakeup_ms(exhausted, NOW) is None
 
 
-def test_a_broker_refuses_to_serve_an_object_with_segment_refs(tmp_path: Path) -> None:
-    """Nothing in this broker takes jobs from segments yet: an object that references
-    them (written by a newer broker) is refused with ``newer_state``, never served
-    as if its segment jobs were not there (a claim would pass them over, a purge
-    would leave them), and the object is left as it was."""
+def test_a_broker_refuses_an_object_whose_segments_are_missing(tmp_path: Path) -> None:
+    """An object that references segments the store does not hold (at their
+    etags) is refused by naming the object, at the first batch after the load,
+    before any op applies: never served as if its segment jobs were not there,
+    and the object is left as it was."""
     store = FileStore(tmp_path)
     data = with_refs()
     store.create_if_absent(paths.state_key("q"), data)
+    missing = decode_state(data).segment_refs[0].key
 
     async def main() -> None:
-        with pytest.raises(NewerState, match="segment"):
-            broker = await started(store)
-            try:
+        broker = await started(store)
+        try:
+            with pytest.raises(SegmentMissing, match=missing):
                 await broker.push("q", [NewJob(b"x")])
-            finally:
-                await broker.stop(drain_s=2)
+        finally:
+            await broker.stop(drain_s=2)
 
     run(main())
     assert store.read(paths.state_key("q")).data == data

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import orjson
 
 from broker import paths, timefmt
-from broker.model import archive
+from broker.model import archive, segments
 from broker.model import state as S
 from broker.model.decode import decode_state
 from broker.service.coordinator import Broker
@@ -68,10 +68,29 @@ def archive_lines(store: ObjectStore, queue: str = "q") -> list[dict[str, Any]]:
             for rec in archive.decode_records(store.get(key))]
 
 
+def segment_payloads(store: ObjectStore, state: S.QueueState) -> list[Any]:
+    """Payloads of the pending jobs in the segment objects ``state`` references,
+    read from the store (each checked against its reference and etag)."""
+    out = []
+    for ref in state.segment_refs:
+        got = store.read(ref.key)
+        assert got.etag == ref.etag, f"segment {ref.key} changed behind the head"
+        for seq, line in enumerate(segments.segment_lines(got.data, ref), ref.next_seq):
+            out.append(orjson.loads(segments.segment_job(seq, line, ref).payload))
+    return out
+
+
+def segment_objects(store: ObjectStore, queue: str = "q") -> list[str]:
+    """The keys of every segment object of ``queue`` in the store."""
+    return sorted(store.list(paths.segments_prefix(queue)))
+
+
 def payloads(store: ObjectStore, queue: str = "q") -> list[Any]:
-    """Payloads of every job the store holds: in the queue object and archived."""
+    """Payloads of every job the store holds: in the queue object, in the segment
+    objects it references, and archived."""
     state = stored(store, queue)
     in_queue = [orjson.loads(j.payload) for j in state.jobs.values() if j.status != "completed"]
+    in_queue += segment_payloads(store, state)
     return sorted(in_queue + [rec["payload"] for rec in archive.read_all(store, queue)]
                   + [orjson.loads(j.payload) for j in state.jobs.values()
                      if j.status == "completed"

@@ -1,0 +1,211 @@
+"""Jobs that move from segment objects into the head: claims, purges, windows.
+
+A segment's pending jobs are not in the queue object (see
+:mod:`broker.model.segments`). The model is pure, so it never reads a segment:
+the broker loads the lines a batch of claims may need *before* it applies the
+batch (:func:`plan_windows` says which, :class:`SegmentWindows` holds them,
+``QueueState.windows`` points at them), and a claim here only takes lines
+already loaded. A claim whose next job in claim order lies in a segment with no
+loaded line stops there and answers the jobs it has (never a job out of order).
+
+Claim order is the queue's: :func:`claim_merged` asks
+:func:`broker.model.segments.next_from` where the next job comes from (the
+inline ready heap or a segment), moves a run of a segment's jobs into the head
+as pending (:func:`move_in`: the cursor ``taken`` advances, the reference is
+dropped once exhausted) and lets :func:`broker.model.lifecycle.claim_ready`
+claim them, so a claimed job is in the head exactly as if it had always been.
+Segments never interleave with one another in claim order (each holds one
+priority and due time over consecutive seqs, and their seq ranges are
+disjoint), so a greedy walk in order of their next keys plans exactly.
+
+A dropped reference (exhausted, or purged) goes to ``QueueState.dropped_refs``;
+its object is deleted only once the commit without it has landed.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections.abc import Callable, Sequence
+
+from broker.errors import InvalidRequest, PayloadTooLarge
+from broker.model import codec
+from broker.model.indexes import SEQ_MASK, promote_due, ready_key, timed_key
+from broker.model.job import JOB_OVERHEAD_BYTES, PENDING, JobIds
+from broker.model.lifecycle import claim_ready
+from broker.model.ops import LeasedJobs
+from broker.model.segments import (
+    INLINE,
+    due_key,
+    next_from,
+    purge_segments,
+    run_from,
+    segment_job,
+    take,
+)
+from broker.model.state import QueueState, SegmentRef, SegmentWindows
+
+__all__ = ["SegmentWindows", "attach_refs", "claim_merged", "move_in", "plan_windows",
+           "purge_pending", "reserve"]
+
+
+def plan_windows(state: QueueState, budget: int, now_ms: int) -> list[tuple[SegmentRef, int]]:
+    """Which segments a batch of claims of at most ``budget`` jobs in all may
+    take from at ``now_ms``, and how many lines of each from its cursor on it
+    may need beyond those loaded: ``[(ref, want)]`` in claim order. The broker
+    loads at least ``want`` lines of each before it applies the batch."""
+    windows = state.windows
+    due = sorted((key, i) for i, ref in enumerate(state.segment_refs)
+                 if (key := due_key(ref, now_ms)) is not None)
+    out = []
+    for _, i in due:
+        if budget <= 0:
+            break
+        ref = state.segment_refs[i]
+        need = min(budget, ref.remaining)
+        budget -= need
+        if windows is None or windows.loaded(ref) < need:
+            # the whole rest: a window is one read of the object, which is bounded
+            # (MAX_SEGMENT_JOBS, broker.service.by_reference.SEGMENT_MAX_BYTES)
+            out.append((ref, ref.remaining))
+    return out
+
+
+def _clean_top(state: QueueState, now_ms: int) -> int | None:
+    """The inline ready heap's first live, due entry (stale ones popped, early
+    ones moved to the delayed heap, as :func:`claim_ready` would), or None."""
+    ready, entries = state.ready, state.jobs.entries
+    while ready:
+        entry = ready[0]
+        seq = entry & SEQ_MASK
+        job = entries.get(seq)
+        if isinstance(job, bytes):
+            return entry
+        if job is None or job.status != PENDING or ready_key(
+                job.priority, job.run_at_ms, seq) != entry:
+            heapq.heappop(ready)
+            continue
+        if job.run_at_ms > now_ms:
+            heapq.heappop(ready)
+            heapq.heappush(state.delayed, timed_key(job.run_at_ms, seq))
+            continue
+        return entry
+    return None
+
+
+def move_in(state: QueueState, i: int, n: int) -> int:
+    """Move up to ``n`` loaded jobs of segment ref ``i`` from its cursor on into
+    the head as pending (ready-heap entries, encoding cache, size estimate),
+    advance its cursor and drop it if exhausted. Returns how many moved (0 if
+    none of them is loaded)."""
+    refs, windows = state.segment_refs, state.windows
+    ref = refs[i]
+    lines = windows.take(ref, n) if windows is not None else []
+    if not lines:
+        return 0
+    first, count = ref.next_seq, len(lines)
+    probe = segment_job(first, lines[0], ref)
+    overhead = len(lines[0]) - len(probe.payload) - len(str(first))
+    jobs = state.jobs
+    if ref.priority == 0 and probe.created_ms == ref.run_at_ms:
+        jobs.insert_lines(first, lines)  # (what a bulk push's lines look like)
+    else:
+        for seq, line in enumerate(lines, first):
+            jobs.insert(seq, segment_job(seq, line, ref))
+    codec.inserted_many(state, first, count)
+    base = ready_key(ref.priority, ref.run_at_ms, 0)
+    ready = state.ready
+    for seq in range(first, first + count):
+        heapq.heappush(ready, base + seq)
+    payload_bytes = sum(map(len, lines)) - count * overhead - sum(
+        len(str(seq)) for seq in range(first, first + count))
+    state.approx_bytes += payload_bytes + JOB_OVERHEAD_BYTES * count
+    taken = take(refs, i, count)
+    if taken.exhausted:
+        del refs[i]
+        state.dropped_refs.append(taken)
+    else:
+        refs[i] = taken
+    return count
+
+
+def claim_merged(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
+                 now_ms: int, tag: Callable[[str], str]) -> LeasedJobs:
+    """:func:`broker.model.lifecycle.claim_ready` over the inline jobs and the
+    segments' loaded lines together, in claim order (see the module docstring)."""
+    if not state.segment_refs:
+        return claim_ready(state, worker, max_jobs, lease_ms, now_ms, tag)
+    out = LeasedJobs()
+    while len(out) < max_jobs:
+        promote_due(state, now_ms)
+        top = _clean_top(state, now_ms)
+        refs = state.segment_refs
+        source = next_from(top, refs, now_ms)
+        if source is None:
+            break
+        left = max_jobs - len(out)
+        if source == INLINE:
+            until = min((k for ref in refs if (k := due_key(ref, now_ms)) is not None),
+                        default=None)
+            got = claim_ready(state, worker, left, lease_ms, now_ms, tag, until)
+        else:
+            moved = move_in(state, source, min(left, run_from(top, refs, source, now_ms)))
+            if not moved:
+                break  # (its lines are not loaded: answer what this claim has)
+            got = claim_ready(state, worker, moved, lease_ms, now_ms, tag)
+        if not got:
+            break
+        for column, more in zip(out.columns, got.columns, strict=True):
+            column.extend(more)
+    return out
+
+
+def purge_pending(state: QueueState) -> int:
+    """Drop every segment reference (a purge of pending jobs); return how many
+    pending jobs went with them. Their objects are deleted once the commit
+    without them has landed."""
+    dropped, count = purge_segments(state.segment_refs)
+    state.segment_refs = []
+    state.dropped_refs.extend(dropped)
+    return count
+
+
+def reserve(state: QueueState, count: int, largest: int) -> JobIds:
+    """Hand out ``count`` seqs for a push by reference whose largest payload is
+    ``largest`` bytes: ``PayloadTooLarge`` as a push of it would be, else the
+    seqs (nothing else ever gets them: the counter only grows)."""
+    limit = state.settings.max_payload_bytes
+    if largest > limit:
+        raise PayloadTooLarge(f"payload is {largest} bytes; this queue's limit is {limit} bytes")
+    if not 1 <= count <= SEQ_MASK - state.counters.enqueued:
+        raise InvalidRequest(f"cannot reserve {count} seqs")
+    first = state.counters.enqueued + 1
+    state.counters.enqueued += count
+    return JobIds(first, count)
+
+
+def attach_refs(state: QueueState, refs: Sequence[SegmentRef]) -> JobIds:
+    """Reference the segments ``refs`` (written with consecutive seqs that a
+    :func:`reserve` handed out; none taken yet): their jobs become pending.
+    ``InvalidRequest`` (nothing changed) if they are not consecutive, lie
+    beyond the seqs handed out, or overlap a reference or a job of the head:
+    the object would not load again."""
+    first = refs[0].first_seq
+    stop = first
+    for ref in refs:
+        if ref.first_seq != stop or ref.taken:
+            raise InvalidRequest("segments of one push must be consecutive and untaken")
+        stop += ref.count
+    if stop - 1 > state.counters.enqueued:
+        raise InvalidRequest(f"segments reach seq {stop - 1}, beyond the seqs handed out")
+    existing = state.segment_refs
+    at = bisect.bisect_left([r.first_seq for r in existing], first)
+    if (at and existing[at - 1].first_seq + existing[at - 1].count > first) or (
+            at < len(existing) and existing[at].first_seq < stop):
+        raise InvalidRequest(f"segments over seqs {first}..{stop - 1} overlap another")
+    entries = state.jobs.entries
+    if (any(first <= seq < stop for seq in entries) if len(entries) < stop - first
+            else any(seq in entries for seq in range(first, stop))):
+        raise InvalidRequest(f"seqs {first}..{stop - 1} are taken by jobs of the head")
+    existing[at:at] = refs
+    return JobIds(first, stop - first)

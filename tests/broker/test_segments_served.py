@@ -1,0 +1,105 @@
+"""A broker serving segments (broker.service.by_reference, queue_model.prepare):
+a bulk push large enough goes into segment objects the head references, claims
+take them in order, a purge drops them, and a segment leaves the store only
+after the commit that dropped it has landed. Real file store, store checked."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import orjson
+import pytest
+
+from broker import paths
+from broker.model.ops import CompleteItem
+from broker.service import by_reference
+from broker.storage import store_from_url
+from tests.support.inprocess import payloads, run, segment_objects, started, stored
+
+
+def _bodies(n: int, start: int = 0) -> list[bytes]:
+    return [orjson.dumps({"n": i}) for i in range(start, start + n)]
+
+
+async def _settled(broker: object) -> None:
+    """Wait for the segment deletes the last commits started."""
+    for q in broker._queues.values():  # type: ignore[attr-defined]
+        await asyncio.gather(*q.model._deleting)
+
+
+def test_by_reference_helpers_split_by_jobs_and_bytes() -> None:
+    sizes = [b"x" * 10] * 7
+    assert by_reference.chunks(sizes, max_jobs=3, max_bytes=1000) == [(0, 3), (3, 6), (6, 7)]
+    assert by_reference.chunks(sizes, max_jobs=100, max_bytes=25) == [
+        (0, 2), (2, 4), (4, 6), (6, 7)]
+    assert by_reference.chunks([b"x" * 50], max_jobs=3, max_bytes=25) == [(0, 1)]
+
+
+def test_a_bulk_push_goes_into_segments_and_drains_in_order(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    monkeypatch.setattr(by_reference, "SEGMENT_MAX_BYTES", 400)  # many small segments
+    store = store_from_url(f"file://{tmp_path}")
+
+    async def go() -> None:
+        broker = await started(store, segment_push_jobs=50)
+        await broker.push("q", _bodies(3))  # inline: below the threshold
+        ids = await broker.push("q", _bodies(200, 3))
+        assert ids[0] == "j0000000004" and len(ids) == 200
+        head = stored(store)
+        assert len(head.jobs) == 3 and len(head.segment_refs) > 3
+        assert sum(r.count for r in head.segment_refs) == 200
+        assert segment_objects(store) == sorted(r.key for r in head.segment_refs)
+        assert (await broker.stats("q"))["counts"]["pending"] == 203
+        assert sorted(payloads(store), key=lambda p: p["n"]) == [{"n": i} for i in range(203)]
+        got = []
+        while True:
+            jobs = await broker.claim("q", "w", max_jobs=7)
+            if not jobs:
+                break
+            got += [job.id for job in jobs]
+            await broker.complete("q", [CompleteItem(job.token) for job in jobs])
+        assert got == sorted(got) and len(got) == len(set(got)) == 203
+        await _settled(broker)
+        head = stored(store)
+        assert head.segment_refs == [] and segment_objects(store) == []
+        await broker.stop()
+
+    run(go())
+
+
+def test_a_purge_drops_the_segments_and_then_their_objects(tmp_path: Path) -> None:
+    store = store_from_url(f"file://{tmp_path}")
+
+    async def go() -> None:
+        broker = await started(store, segment_push_jobs=10)
+        await broker.push("q", _bodies(100))
+        await broker.claim("q", "w", max_jobs=5)
+        assert len(segment_objects(store)) == 1
+        assert await broker.purge("q", ["pending"]) == 95
+        await _settled(broker)
+        assert stored(store).segment_refs == [] and segment_objects(store) == []
+        assert (await broker.stats("q"))["counts"]["pending"] == 0
+        await broker.stop()
+
+    run(go())
+
+
+def test_a_deleted_segment_is_refused_by_name_and_nothing_changes(tmp_path: Path) -> None:
+    store = store_from_url(f"file://{tmp_path}")
+
+    async def go() -> None:
+        broker = await started(store, segment_push_jobs=10)
+        await broker.push("q", _bodies(20))
+        key = segment_objects(store)[0]
+        store.delete(key)
+        before = store.read(paths.state_key("q")).data
+        with pytest.raises(Exception) as err:
+            await broker.claim("q", "w", max_jobs=5)
+        assert getattr(err.value, "code", None) == "segment_missing"
+        assert key in str(err.value)
+        assert store.read(paths.state_key("q")).data == before
+        await broker.stop()
+
+    run(go())

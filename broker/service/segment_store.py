@@ -43,15 +43,8 @@ from typing import Any
 import orjson
 
 from broker import paths
-from broker.errors import (
-    Conflict,
-    CorruptState,
-    NotFound,
-    OsqueueError,
-    SegmentMissing,
-    shown,
-)
-from broker.model.segments import encode_segment, segment_lines
+from broker.errors import Conflict, NotFound, OsqueueError
+from broker.model.segments import encode_segment, read_checked
 from broker.model.state import QueueState, SegmentRef
 from broker.storage import ObjectStore
 from broker.storage.base import ListedKeys
@@ -140,22 +133,11 @@ class SegmentStore:
         return lines
 
     def _read_window(self, ref: SegmentRef, start: int, stop: int) -> list[bytes]:
-        where = f"{self.store.url}/{ref.key}"
         try:
             got = self.store.read(ref.key)
         except NotFound:
-            raise SegmentMissing(
-                f"queue {ref.queue!r} references segment {where}, which is missing "
-                "(deleted behind the broker's back?)") from None
-        if got.etag != ref.etag:
-            raise SegmentMissing(
-                f"queue {ref.queue!r} references segment {where} at etag "
-                f"{shown(ref.etag)}, but the object has etag {shown(got.etag)} "
-                "(rewritten behind the broker's back?)")
-        try:
-            return segment_lines(got.data, ref, start, stop)
-        except ValueError as exc:
-            raise CorruptState(f"{self.store.url}: {exc}") from None
+            return read_checked(ref, None, None, self.store.url, start, stop)
+        return read_checked(ref, got.data, got.etag, self.store.url, start, stop)
 
     # -- delete -----------------------------------------------------------------------
     async def delete_dropped(self, refs: Iterable[SegmentRef]) -> int:

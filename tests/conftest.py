@@ -9,14 +9,12 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.azurite import azure_container, azure_url, azurite_server  # noqa: F401
-from tests.support.motoserver import MotoServer
+from tests.support.motoserver import MotoServer, set_default_credentials
 
 
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[MotoServer]:
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
-    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    set_default_credentials()
     server = MotoServer()
     server.start()
     yield server
@@ -47,6 +45,9 @@ def spark() -> Iterator[object]:
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # Spark's Python workers get the environment the JVM starts with: moto's fake
+    # credentials now, for the tests that read an S3 store from Spark.
+    set_default_credentials()
     from pyspark.sql import SparkSession
 
     import osqueue_spark

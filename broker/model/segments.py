@@ -44,7 +44,9 @@ either takes such jobs into the head first or keeps a bounded set of
 exceptions in the head.
 
 Errors: every refusal is a ``ValueError`` whose message names the segment's
-key (and the line or field); payloads are never quoted.
+key (and the line or field); payloads are never quoted. :func:`read_checked`,
+the check of a read object that the broker's ``SegmentStore`` and the Spark
+reader share, raises ``SegmentMissing`` and ``CorruptState`` instead.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ from typing import Any
 import orjson
 
 from broker import timefmt
-from broker.errors import InvalidRequest, shown
+from broker.errors import CorruptState, InvalidRequest, SegmentMissing, shown
 from broker.limits import MAX_ATTEMPTS, MAX_PRIORITY
 from broker.model.indexes import SEQ_MASK, TIME_MASK, ready_key
 from broker.model.job import Job
@@ -292,6 +294,38 @@ def segment_job(seq: int, line: bytes, ref: SegmentRef) -> Job:
     at = line.index(_CREATED, 30) + len(_CREATED)
     job.created_ms = stamp_ms(line[at:at + _STAMP_CHARS])
     return job
+
+
+def check_version(ref: SegmentRef, etag: str | None, store_url: str) -> None:
+    """Raise :class:`~broker.errors.SegmentMissing` naming the object unless
+    ``etag`` (what the store has under ``ref.key``; None: nothing) is ``ref.etag``."""
+    where = f"{store_url}/{ref.key}"
+    if etag is None:
+        raise SegmentMissing(f"queue {ref.queue!r} references segment {where}, which is "
+                             "missing (deleted behind the broker's back?)")
+    if etag != ref.etag:
+        raise SegmentMissing(
+            f"queue {ref.queue!r} references segment {where} at etag {shown(ref.etag)}, but "
+            f"the object has etag {shown(etag)} (rewritten behind the broker's back?)")
+
+
+def read_checked(ref: SegmentRef, data: bytes | None, etag: str | None, store_url: str,
+                 start: int | None = None, stop: int | None = None) -> list[bytes]:
+    """:func:`segment_lines` of what a read of ``ref.key`` gave: the object's
+    ``data`` and ``etag``, or None for both if it was not found. ``store_url``
+    (the store's URL, without credentials) and the key name the object in errors.
+
+    Raises :class:`~broker.errors.SegmentMissing` if the object is missing or
+    its etag is not ``ref.etag`` (a job is never silently skipped), and
+    ``CorruptState`` if its bytes disagree with the reference or the window is
+    outside ``[0, ref.count]``. The broker and the Spark reader both read
+    segments through this one check."""
+    check_version(ref, None if data is None else etag, store_url)
+    assert data is not None
+    try:
+        return segment_lines(data, ref, start, stop)
+    except ValueError as exc:
+        raise CorruptState(f"{store_url}: {exc}") from None
 
 
 # -- the head's list of references ----------------------------------------------------

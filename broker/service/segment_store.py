@@ -43,15 +43,8 @@ from typing import Any
 import orjson
 
 from broker import paths
-from broker.errors import (
-    Conflict,
-    CorruptState,
-    NotFound,
-    OsqueueError,
-    SegmentMissing,
-    shown,
-)
-from broker.model.segments import encode_segment, segment_lines
+from broker.errors import Conflict, NotFound, OsqueueError
+from broker.model.segments import check_version, encode_segment, read_checked
 from broker.model.state import QueueState, SegmentRef
 from broker.storage import ObjectStore
 from broker.storage.base import ListedKeys
@@ -145,13 +138,8 @@ class SegmentStore:
         try:
             got = self.store.read(ref.key)
         except NotFound:
-            raise self._missing(ref, None) from None
-        if got.etag != ref.etag:
-            raise self._missing(ref, got.etag)
-        try:
-            return segment_lines(got.data, ref, start, stop)
-        except ValueError as exc:
-            raise CorruptState(f"{self.store.url}: {exc}") from None
+            return read_checked(ref, None, None, self.store.url, start, stop)
+        return read_checked(ref, got.data, got.etag, self.store.url, start, stop)
 
     async def check(self, ref: SegmentRef) -> None:
         """Raise :class:`~broker.errors.SegmentMissing` naming the object unless
@@ -164,17 +152,7 @@ class SegmentStore:
             etag = self.store.head(ref.key)
         except NotFound:
             etag = None
-        if etag != ref.etag:
-            raise self._missing(ref, etag)
-
-    def _missing(self, ref: SegmentRef, etag: str | None) -> SegmentMissing:
-        where = f"{self.store.url}/{ref.key}"
-        if etag is None:
-            return SegmentMissing(f"queue {ref.queue!r} references segment {where}, which "
-                                  "is missing (deleted behind the broker's back?)")
-        return SegmentMissing(
-            f"queue {ref.queue!r} references segment {where} at etag {shown(ref.etag)}, "
-            f"but the object has etag {shown(etag)} (rewritten behind the broker's back?)")
+        check_version(ref, etag, self.store.url)
 
     # -- delete -----------------------------------------------------------------------
     async def delete_dropped(self, refs: Iterable[SegmentRef]) -> int:

@@ -1,9 +1,10 @@
 """Batch reads of ``format("osqueue")``: the queue object and the archive, straight
 from storage (no broker).
 
-* ``table=queue`` (default): one row per job of the queue object (a queue
-  whose object refers to segments is refused, until they are read too:
-  issue 20 step 4);
+* ``table=queue`` (default): one row per job, the queue object's own and the
+  pending jobs of its segments (issue 20), one consistent version of the
+  queue read in parallel: a partition for the object's jobs and one per
+  segment with untaken jobs (see :class:`QueueReader`);
 * ``table=archive``: completed jobs, one partition per ``objectsPerPartition``
   archive objects, pruned by ``since``/``until`` and, with
   ``spark.sql.python.filterPushdown.enabled`` and ``filterPushdown=true``
@@ -22,10 +23,12 @@ import orjson
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from broker import paths, timefmt
-from broker.errors import NotFound, StateError
-from broker.model import archive
+from broker.errors import NotFound, OsqueueError, SegmentMissing, StateError
+from broker.model import archive, segments
 from broker.model.decode import decode_state
-from broker.storage import store_from_url
+from broker.model.job import Job
+from broker.model.state import SegmentRef
+from broker.storage import ObjectStore, Versioned, store_from_url
 from osqueue_spark.datasource.errors import with_code
 from osqueue_spark.datasource.options import ReadOptions
 from osqueue_spark.datasource.rows import ts, ts_text
@@ -54,37 +57,160 @@ def _extract(payload: Any, names: list[str]) -> tuple[Any, ...]:
     return tuple(payload.get(n) for n in names)
 
 
+#: The largest queue object the driver ships to the head partition as it read
+#: it. Spark sends each partition inside its task (a task must stay under
+#: ``spark.rpc.message.maxSize``, 128 MiB by default) and the driver holds every
+#: planned partition. A deep queue's head is small (its pending jobs are in
+#: segments); an object that holds every job inline may reach
+#: ``max_state_bytes`` (512 MiB): that one the head task reads again.
+MAX_SHIPPED_HEAD_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class HeadPart:
+    """The head partition: the queue object's own jobs.
+
+    ``data`` is the object as the driver read it (at most
+    :data:`MAX_SHIPPED_HEAD_BYTES`): the task reads that version, whatever
+    the store holds by then. Or None: the task reads the object again. If
+    ``segments`` (how many segment partitions were planned beside this one)
+    is not 0, it must find ``etag``, the version whose cursors those
+    partitions read from, else the read fails (the queue moved on: read it
+    again). If it is 0, whatever version it finds will do, and the task reads
+    that version's segments itself: one version, read by one task.
+    """
+
+    etag: str
+    data: bytes | None
+    segments: int
+
+
+@dataclass(frozen=True)
+class SegmentPart:
+    """A segment partition: the untaken jobs of ``ref``'s segment (positions
+    ``ref.taken`` to ``ref.count``), as the planned version of the head has it."""
+
+    ref: SegmentRef
+
+
 class QueueReader(DataSourceReader):
+    """The queue table: one row per job, pending jobs of segments included.
+
+    One consistent version: ``partitions`` (on the driver) reads the queue
+    object once and plans a head partition and one partition per segment with
+    untaken jobs, each segment partition carrying its reference (key, etag,
+    cursor) from that version. A segment is immutable, so its part from the
+    cursor on is what that version holds pending; the head partition reads
+    the jobs of the same version (see :class:`HeadPart`). A job the broker
+    takes from a segment while the read runs is therefore read once, as
+    pending. A segment object missing or of another etag fails the read
+    (``segment_missing``, naming the object): if the queue has moved on (the
+    broker deletes a segment once its jobs are all taken) the error says to
+    read again; rows are never silently dropped.
+    """
+
     def __init__(self, opts: ReadOptions, schema: Any) -> None:
         self.opts = opts
         self.extra = _payload_fields(schema, len(QUEUE_SCHEMA.split(",")))
 
     @with_code
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def partitions(self) -> Sequence[InputPartition]:
         store = store_from_url(self.opts.store)
-        try:
-            data = store.read(paths.state_key(self.opts.queue)).data
-        except Exception as exc:
+        got = _read_head(store, self.opts.queue)
+        if got is None:
+            return []  # no queue object: no rows
+        state = decode_state(got.data, where=_head_where(store, self.opts.queue))
+        live = [ref for ref in state.segment_refs if ref.remaining]
+        data = got.data if len(got.data) <= MAX_SHIPPED_HEAD_BYTES else None
+        return [InputPartition(HeadPart(got.etag, data, len(live))),
+                *(InputPartition(SegmentPart(ref)) for ref in live)]
 
-            if isinstance(exc, NotFound):
-                return
-            raise
-        where = f"{store.url}/{paths.state_key(self.opts.queue)}"
-        state = decode_state(data, where=where)
-        if state.segment_refs:  # (never skip their jobs silently)
-            raise StateError(
-                f"{where}: this queue has segments ({len(state.segment_refs)} objects of "
-                "pending jobs apart from the queue object); reading them needs issue 20 "
-                "step 4, not in this osqueue")
+    @with_code
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        # None: no partition was planned (no queue object); see ArchiveReader.read
+        part = None if partition is None else partition.value
+        if part is None:
+            return
+        store = store_from_url(self.opts.store)
+        if isinstance(part, SegmentPart):
+            yield from self._segment_rows(store, part.ref)
+            return
+        where = _head_where(store, self.opts.queue)
+        refs: list[SegmentRef] = []
+        if part.data is not None:
+            state = decode_state(part.data, where=where)
+        else:
+            got = _read_head(store, self.opts.queue)
+            if part.segments and (got is None or got.etag != part.etag):
+                raise StateError(
+                    f"{where} changed since this read was planned, and its segments are "
+                    "read from the planned version: the queue moved on; read it again")
+            if got is None:
+                return  # deleted since planned, and nothing else was planned
+            state = decode_state(got.data, where=where)
+            if not part.segments:  # this version is read by this task alone
+                refs = [ref for ref in state.segment_refs if ref.remaining]
         for job in state.jobs.values():
-            lease = job.lease
-            payload = orjson.loads(job.payload) if self.extra else None
-            yield (
-                job.id, job.seq, job.status, job.priority, job.payload.decode(), job.attempts,
-                job.max_attempts, ts(job.created_ms), ts(job.run_at_ms),
-                lease.worker if lease else None, ts(lease.expires_ms) if lease else None,
-                job.last_error, *_extract(payload, self.extra),
-            )
+            yield _job_row(job, self.extra)
+        for ref in refs:
+            yield from self._segment_rows(store, ref)
+
+    def _segment_rows(self, store: ObjectStore, ref: SegmentRef) -> Iterator[tuple[Any, ...]]:
+        data: bytes | None = None
+        etag: str | None = None
+        try:
+            got = store.read(ref.key)
+            data, etag = got.data, got.etag
+        except NotFound:
+            pass  # (read_checked refuses it, naming the object)
+        try:
+            lines = segments.read_checked(ref, data, etag, store.url)
+        except SegmentMissing:
+            if not _dropped(store, self.opts.queue, ref):
+                raise
+            raise SegmentMissing(
+                f"segment {store.url}/{ref.key} of queue {self.opts.queue!r} is gone or "
+                "changed, and the queue no longer references it: the queue moved on since "
+                "this read was planned (the broker deletes a segment once its jobs are all "
+                "taken); read it again") from None
+        for seq, line in enumerate(lines, ref.next_seq):
+            yield _job_row(segments.segment_job(seq, line, ref), self.extra)
+
+
+def _head_where(store: ObjectStore, queue: str) -> str:
+    return f"{store.url}/{paths.state_key(queue)}"
+
+
+def _read_head(store: ObjectStore, queue: str) -> Versioned | None:
+    try:
+        return store.read(paths.state_key(queue))
+    except NotFound:
+        return None
+
+
+def _dropped(store: ObjectStore, queue: str, ref: SegmentRef) -> bool:
+    """Whether the queue object in the store no longer references ``ref``'s
+    object at ``ref``'s etag (or is gone): its segment is then missing because
+    the queue moved on. False if that cannot be told."""
+    try:
+        got = _read_head(store, queue)
+        if got is None:
+            return True
+        state = decode_state(got.data, where=_head_where(store, queue))
+    except OsqueueError:
+        return False
+    return not any(r.key == ref.key and r.etag == ref.etag for r in state.segment_refs)
+
+
+def _job_row(job: Job, extra: list[str]) -> tuple[Any, ...]:
+    lease = job.lease
+    payload = orjson.loads(job.payload) if extra else None
+    return (
+        job.id, job.seq, job.status, job.priority, job.payload.decode(), job.attempts,
+        job.max_attempts, ts(job.created_ms), ts(job.run_at_ms),
+        lease.worker if lease else None, ts(lease.expires_ms) if lease else None,
+        job.last_error, *_extract(payload, extra),
+    )
 
 
 @dataclass(frozen=True)

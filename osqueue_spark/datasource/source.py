@@ -1,7 +1,9 @@
 """The ``osqueue`` Spark data source (PySpark Python Data Source API, Spark 4.x).
 
 * ``spark.read.format("osqueue").option("store", URL).option("queue", Q).load()``:
-  one row per job, read straight from storage (no broker). ``table=archive``
+  one row per job, read straight from storage (no broker), one consistent
+  version of the queue: a partition for the queue object's jobs and one per
+  segment of pending jobs (issue 20's deep queues). ``table=archive``
   reads completed jobs, one partition per ``objectsPerPartition`` archive
   objects, pruned by ``since``/``until`` and, with
   ``spark.sql.python.filterPushdown.enabled`` and ``filterPushdown=true``

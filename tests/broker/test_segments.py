@@ -5,6 +5,7 @@ purge and stats. Pure: no store, no I/O."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -13,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker import paths
+from broker.errors import CorruptState, SegmentMissing
 from broker.limits import MAX_PRIORITY
 from broker.model import segments as sg
 from broker.model.indexes import ready_key
@@ -245,6 +247,28 @@ def test_only_the_window_read_has_its_lines_checked() -> None:
     bad = b"".join([lines[0], lines[1].replace(b'"priority":3', b'"priority":4'), *lines[2:]])
     assert len(sg.segment_lines(bad, ref_for(10, 4, 3, T0, taken=1))) == 3
     refused(bad, ref_for(10, 4, 3, T0), "line 2 is not")
+
+
+def test_read_checked_refuses_a_missing_changed_or_broken_object_naming_it() -> None:
+    """The one check of a read segment, shared by the broker's SegmentStore and the
+    Spark reader: what the read gave (bytes and etag, or None for not found)
+    against the reference."""
+    data = sg.encode_segment("q", 1, 0, T0, payloads(4), max_attempts=3)
+    ref = replace(ref_for(1, 4), taken=1)
+    url = "file:///data/osq"
+    assert sg.read_checked(ref, data, "etag-1", url) == sg.segment_lines(data, ref)
+    assert sg.read_checked(ref, data, "etag-1", url, 0, 2) == sg.segment_lines(data, ref, 0, 2)
+    with pytest.raises(SegmentMissing) as missing:
+        sg.read_checked(ref, None, None, url)
+    assert str(missing.value) == (f"queue 'q' references segment {url}/{ref.key}, which is "
+                                  "missing (deleted behind the broker's back?)")
+    with pytest.raises(SegmentMissing, match=rf"segment {url}/{ref.key} at etag 'etag-1', "
+                                             r"but the object has etag 'etag-2'"):
+        sg.read_checked(ref, data, "etag-2", url)
+    with pytest.raises(CorruptState, match=rf"^{url}: segment {ref.key} is truncated"):
+        sg.read_checked(ref, data[:-1], "etag-1", url)
+    with pytest.raises(CorruptState, match=r"window \[3, 5\) is outside \[0, 4\]"):
+        sg.read_checked(ref, data, "etag-1", url, 3, 5)
 
 
 # -- the head's references ------------------------------------------------------------

@@ -4,8 +4,8 @@
 * ``{queue}/archive/{YYYY-MM-DDTHH}/{seq:012d}-{commit}.jsonl``: completed
   jobs, one object per commit that completed any (see :mod:`broker.model.archive`);
 * ``{queue}/segments/seg-{first seq:010d}-{8 hex}.jsonl``: immutable objects of
-  pending jobs (see :mod:`broker.model.segments`; not yet written by the broker:
-  issue 20 step 3).
+  pending jobs (see :mod:`broker.model.segments`), written by pushes and
+  publishes by reference (:mod:`broker.service.by_reference`).
 """
 
 from __future__ import annotations

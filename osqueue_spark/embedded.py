@@ -23,6 +23,7 @@ standalone broker (``osqueue-broker``) they can reach instead.
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import sys
 from collections.abc import Mapping
@@ -80,7 +81,7 @@ def start_broker(store: str | ObjectStore, host: str | None = None, port: int = 
                  advertise_url: str | None = None, token: str | None = None,
                  insecure_no_token: bool = False, spark_conf: Mapping[str, str] | None = None,
                  lease_s: float | None = None, tune_gc: bool = False,
-                 **settings: Any) -> BrokerServer:
+                 segment_push_jobs: int | None = None, **settings: Any) -> BrokerServer:
     """Start a broker with its HTTP server in a background thread of this process.
 
     ``store``: ``file:///abs/dir``, ``s3://bucket/prefix`` or a store object;
@@ -107,6 +108,9 @@ def start_broker(store: str | ObjectStore, host: str | None = None, port: int = 
     ``spark.driver.host`` from instead of this process's SparkContext's.
 
     ``lease_s``: the broker lease (default :data:`broker.limits.BROKER_LEASE_S`).
+    ``segment_push_jobs``: a push or publish of at least this many default-option
+    jobs goes into segment objects (default 10,000; 0: never; see
+    ``docs/architecture.md``).
     ``tune_gc``: make this process a broker's for the garbage collector, as
     ``osqueue-broker`` does for its own: higher collection thresholds, and the
     collector paused around bulk work. A bulk publish of a million jobs then
@@ -128,8 +132,11 @@ def start_broker(store: str | ObjectStore, host: str | None = None, port: int = 
     if token is None and not insecure_no_token and not is_loopback(host):
         token = secrets.token_urlsafe(32)
     obj = store_from_url(store) if isinstance(store, str) else store
-    config = BrokerConfig(default_settings=settings) if lease_s is None else \
-        BrokerConfig(lease_s=lease_s, default_settings=settings)
+    config = BrokerConfig(default_settings=settings)
+    if lease_s is not None:
+        config = dataclasses.replace(config, lease_s=lease_s)
+    if segment_push_jobs is not None:
+        config = dataclasses.replace(config, segment_push_jobs=segment_push_jobs)
     # The driver's address stands for "every interface" only: a broker bound to
     # one address advertises that one.
     wildcard = host in (ALL_INTERFACES, "::", "")

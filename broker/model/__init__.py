@@ -9,10 +9,11 @@ The layers inside, lowest first::
     job, columns, receipts, tokens a job and its lease; column-wise results; token tags
     lines                          a job's line in the object (byte templates)
     jobtable, state                the queue: seq -> job, settings, counters, windows
-    indexes, segments              heaps; segment objects and the head's refs (not yet wired)
+    indexes, segments              heaps; segment objects and the head's refs
     codec, decode                  the object's bytes, written and read
     ops, checks                    the operations and their results; input checks
     lifecycle                      every status change, in one table
+    segment_claims                 jobs moving from segments into the head
     idempotency, views, archive    key windows and receipts; stats and pages; archive lines
     queue_rules, transitions       the rules: ``apply(state, op, now_ms)``
 

@@ -79,6 +79,43 @@ class JobIds(LazySequence[str]):
         return f"JobIds({self._seqs.start}, {len(self._seqs)})"
 
 
+class JobIdRuns(LazySequence[str]):
+    """The ids of jobs in runs of consecutive seqs (``runs``: first seq, count,
+    first seq, count, ...), spelled out only when read: a publish whose jobs
+    went into several segments and the head."""
+
+    __slots__ = ("runs",)
+
+    def __init__(self, runs: list[int]) -> None:
+        self.runs = runs
+
+    def __len__(self) -> int:
+        return sum(self.runs[1::2])
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            return list(self)[index]
+        at = index + len(self) if index < 0 else index
+        for i in range(0, len(self.runs), 2):
+            if 0 <= at < self.runs[i + 1]:
+                return job_id_for(self.runs[i] + at)
+            at -= self.runs[i + 1]
+        raise IndexError(index)
+
+    def __iter__(self) -> Iterator[str]:
+        return (job_id_for(seq) for i in range(0, len(self.runs), 2)
+                for seq in range(self.runs[i], self.runs[i] + self.runs[i + 1]))
+
+    def __repr__(self) -> str:
+        return f"JobIdRuns({self.runs})"
+
+
 def token_seq(token: str) -> int | None:
     """The seq of the job a fencing token (``<job id>.<fence>``) names, or None."""
     return seq_of(token.rpartition(".")[0])

@@ -52,6 +52,7 @@ class Push:
     request: str | None = None
     missing: int = 0
     floor: int | None = None  # the caller's calls below this number were answered
+    refs: tuple[SegmentRef, ...] = ()  # as for PushPayloads
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,9 +60,9 @@ class PushPayloads:
     """:class:`Push` for jobs with default options, given as their payloads'
     JSON bytes: the bulk form (a Spark write publishes a million at once).
 
-    ``refs``: the push by reference (``payloads`` then empty): segment objects
-    already written with the jobs, over seqs a :class:`Reserve` handed out
-    (see :func:`broker.model.segment_claims.attach_refs`)."""
+    ``refs``: jobs pushed by reference, besides ``payloads``: segment objects
+    already written with them, over seqs a :class:`Reserve` handed out (see
+    :func:`broker.model.segment_claims.attach_refs`)."""
 
     payloads: tuple[bytes, ...]
     once: str | None = None
@@ -83,14 +84,14 @@ class Reserve:
 
 def push_of(jobs: Sequence[NewJob | bytes], once: str | None = None,
             request: str | None = None, missing: int = 0,
-            floor: int | None = None) -> Push | PushPayloads:
-    """The push of ``jobs`` (bare bytes: a payload with default options): the
-    bulk :class:`PushPayloads` when every job is bare."""
+            floor: int | None = None, refs: tuple[SegmentRef, ...] = ()) -> Push | PushPayloads:
+    """The push of ``jobs`` (bare bytes: a payload with default options) and of
+    the segments ``refs``: the bulk :class:`PushPayloads` when every job is bare."""
     payloads = tuple(job for job in jobs if isinstance(job, bytes))
     if len(payloads) == len(jobs):
-        return PushPayloads(payloads, once, request, missing, floor)
+        return PushPayloads(payloads, once, request, missing, floor, refs)
     return Push(tuple(NewJob(job) if isinstance(job, bytes) else job for job in jobs), once,
-                request, missing, floor)
+                request, missing, floor, refs)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 from collections.abc import Callable, Sequence
 
 from broker.errors import InvalidRequest, PayloadTooLarge
 from broker.model import codec
 from broker.model.indexes import SEQ_MASK, promote_due, ready_key, timed_key
-from broker.model.job import JOB_OVERHEAD_BYTES, PENDING, JobIds
+from broker.model.job import JOB_OVERHEAD_BYTES, PENDING, Job, JobIds
 from broker.model.lifecycle import claim_ready
 from broker.model.ops import LeasedJobs
 from broker.model.segments import (
@@ -69,6 +70,38 @@ def plan_windows(state: QueueState, budget: int, now_ms: int) -> list[tuple[Segm
             # (MAX_SEGMENT_JOBS, broker.service.by_reference.SEGMENT_MAX_BYTES)
             out.append((ref, ref.remaining))
     return out
+
+
+def page_refs(state: QueueState, after_seq: int, limit: int) -> list[SegmentRef]:
+    """The segments a page of at most ``limit`` jobs after seq ``after_seq`` (in
+    seq order, any status or pending) may show jobs of, in seq order."""
+    out, budget = [], limit
+    for ref in state.segment_refs:  # (in ascending first_seq)
+        if budget <= 0:
+            break
+        start = max(ref.next_seq, after_seq + 1)
+        if start < ref.first_seq + ref.count:
+            out.append(ref)
+            budget -= ref.first_seq + ref.count - start
+    return out
+
+
+def segment_page(state: QueueState, after_seq: int, limit: int) -> tuple[list[Job], int | None]:
+    """The segments' pending jobs after seq ``after_seq`` that a page of ``limit``
+    may show, as throwaway :class:`Job` objects in seq order, and the first seq
+    whose lines are not loaded (the page must end before it), or None."""
+    jobs: list[Job] = []
+    windows = state.windows
+    for ref in page_refs(state, after_seq, limit):
+        start = max(ref.next_seq, after_seq + 1)
+        lines = windows.peek(ref, start - ref.first_seq, limit - len(jobs)) \
+            if windows is not None else None
+        if lines is None:
+            return jobs, start
+        jobs += [segment_job(seq, line, ref) for seq, line in enumerate(lines, start)]
+        if len(jobs) >= limit:
+            break
+    return jobs, None
 
 
 def _clean_top(state: QueueState, now_ms: int) -> int | None:
@@ -184,28 +217,38 @@ def reserve(state: QueueState, count: int, largest: int) -> JobIds:
     return JobIds(first, count)
 
 
-def attach_refs(state: QueueState, refs: Sequence[SegmentRef]) -> JobIds:
-    """Reference the segments ``refs`` (written with consecutive seqs that a
-    :func:`reserve` handed out; none taken yet): their jobs become pending.
-    ``InvalidRequest`` (nothing changed) if they are not consecutive, lie
-    beyond the seqs handed out, or overlap a reference or a job of the head:
-    the object would not load again."""
-    first = refs[0].first_seq
-    stop = first
-    for ref in refs:
-        if ref.first_seq != stop or ref.taken:
-            raise InvalidRequest("segments of one push must be consecutive and untaken")
-        stop += ref.count
-    if stop - 1 > state.counters.enqueued:
-        raise InvalidRequest(f"segments reach seq {stop - 1}, beyond the seqs handed out")
-    existing = state.segment_refs
-    at = bisect.bisect_left([r.first_seq for r in existing], first)
-    if (at and existing[at - 1].first_seq + existing[at - 1].count > first) or (
-            at < len(existing) and existing[at].first_seq < stop):
-        raise InvalidRequest(f"segments over seqs {first}..{stop - 1} overlap another")
-    entries = state.jobs.entries
-    if (any(first <= seq < stop for seq in entries) if len(entries) < stop - first
-            else any(seq in entries for seq in range(first, stop))):
-        raise InvalidRequest(f"seqs {first}..{stop - 1} are taken by jobs of the head")
-    existing[at:at] = refs
-    return JobIds(first, stop - first)
+def attach_refs(state: QueueState, refs: Sequence[SegmentRef], *,
+                check_only: bool = False) -> list[int]:
+    """Reference the segments ``refs`` (written over seqs that :func:`reserve`
+    handed out; none taken yet): their jobs become pending. Returns their seqs
+    as runs (first seq, count, ...). ``InvalidRequest`` (nothing changed) if one
+    lies beyond the seqs handed out or overlaps another, a reference or a job
+    of the head: the object would not load again. ``check_only``: only that."""
+    new = sorted(refs, key=lambda ref: ref.first_seq)
+    for ref, after in itertools.pairwise(new):
+        if ref.first_seq + ref.count > after.first_seq:
+            raise InvalidRequest(f"segments over seq {after.first_seq} overlap")
+    existing, entries = state.segment_refs, state.jobs.entries
+    starts = [r.first_seq for r in existing]
+    for ref in new:
+        first, stop = ref.first_seq, ref.first_seq + ref.count
+        if ref.taken or stop - 1 > state.counters.enqueued:
+            raise InvalidRequest(f"segment over seqs {first}..{stop - 1} is taken or "
+                                 "beyond the seqs handed out")
+        at = bisect.bisect_left(starts, first)
+        if (at and existing[at - 1].first_seq + existing[at - 1].count > first) or (
+                at < len(existing) and existing[at].first_seq < stop):
+            raise InvalidRequest(f"segment over seqs {first}..{stop - 1} overlaps another")
+        if (any(first <= seq < stop for seq in entries) if len(entries) < stop - first
+                else any(seq in entries for seq in range(first, stop))):
+            raise InvalidRequest(f"seqs {first}..{stop - 1} are taken by jobs of the head")
+    if check_only:
+        return []
+    runs: list[int] = []
+    for ref in new:
+        bisect.insort(existing, ref, key=lambda r: r.first_seq)
+        if runs and runs[-2] + runs[-1] == ref.first_seq:
+            runs[-1] += ref.count
+        else:
+            runs += (ref.first_seq, ref.count)
+    return runs

@@ -2,12 +2,10 @@
 instead of holding their jobs (issue 20: deep queues). Pure: bytes and values
 in, bytes and values out; the time is passed in.
 
-NOT YET WIRED (issue 20 step 3b): nothing in the broker writes or reads a
-segment yet. The queue object (format version 4) carries the references
-(``"segments"``, ``QueueState.segment_refs``; :mod:`broker.model.codec` and
-:mod:`broker.model.decode` use :func:`ref_to_json` / :func:`ref_from_json`),
-but nothing makes one; no claim takes from a segment; no purge drops one.
-(Not to be confused with the codec's encoding cache, also called segments in
+The broker writes them (:mod:`broker.service.by_reference`), takes jobs from
+them in claim order (:mod:`broker.model.segment_claims`), and reads them
+through :func:`read_checked`, as the Spark reader does. (Not to be confused
+with the codec's encoding cache, also called segments in
 ``QueueState.segments``: runs of 1,024 seqs of the object's own lines.)
 
 A segment object (key from :func:`broker.paths.segment_key`) holds pending jobs
@@ -39,9 +37,9 @@ jobs) never concerns one, and a purge of pending jobs drops every reference
 (:func:`purge_segments`); the dropped objects are deleted only after the
 commit that dropped them has landed (as archive objects are written only
 after theirs), and a segment no landed commit references is swept. A purge
-or change of single jobs inside a segment is not supported here: step 3
-either takes such jobs into the head first or keeps a bounded set of
-exceptions in the head.
+or change of single jobs inside a segment is not supported: a segment holds
+pending jobs with default options only, and the only other change to a
+pending job is being claimed, which moves it into the head first.
 
 Errors: every refusal is a ``ValueError`` whose message names the segment's
 key (and the line or field); payloads are never quoted. :func:`read_checked`,
@@ -74,8 +72,8 @@ INLINE = -1
 #: Longest etag (or generation) a reference may carry.
 MAX_ETAG_CHARS = 256
 #: Most jobs in one segment: a window is at most one segment, so this bounds
-#: what the broker holds per segment it reads (with the payload size limit:
-#: step 3 also splits a publish by bytes).
+#: what the broker holds per segment it reads (with the byte limit of
+#: ``broker.service.by_reference.SEGMENT_MAX_BYTES``).
 MAX_SEGMENT_JOBS = 65_536
 
 _HEADER_FIELDS = frozenset(

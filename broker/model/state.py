@@ -210,6 +210,9 @@ class SegmentRef:
 
 #: Taken lines a window drops at once (see :meth:`SegmentWindows.take`).
 _COMPACT_AT = 8192
+#: Most segment windows a broker holds per queue (each at most one segment:
+#: 65,536 jobs, 16 MiB); a claim or page needing an evicted one reads it again.
+MAX_WINDOWS = 8
 
 
 @dataclass(slots=True)
@@ -229,8 +232,12 @@ class SegmentWindows:
     windows: dict[tuple[str, str], _Window] = field(default_factory=dict)
 
     def put(self, ref: SegmentRef, start: int, lines: list[bytes]) -> None:
-        """Keep ``lines``, the jobs at positions ``start`` onwards of ``ref``'s segment."""
+        """Keep ``lines``, the jobs at positions ``start`` onwards of ``ref``'s
+        segment (the oldest window goes beyond :data:`MAX_WINDOWS`)."""
+        self.windows.pop((ref.key, ref.etag), None)
         self.windows[(ref.key, ref.etag)] = _Window(start, lines)
+        while len(self.windows) > MAX_WINDOWS:
+            del self.windows[next(iter(self.windows))]
 
     def loaded(self, ref: SegmentRef) -> int:
         """How many of the ref's untaken jobs, from its cursor on, are loaded."""
@@ -240,6 +247,17 @@ class SegmentWindows:
         at = window.start + window.offset
         end = window.start + len(window.lines)
         return max(0, end - ref.taken) if at <= ref.taken else 0
+
+    def peek(self, ref: SegmentRef, at: int, n: int) -> list[bytes] | None:
+        """Up to ``n`` loaded lines from position ``at`` on (for a page of jobs),
+        or None if position ``at`` is not loaded."""
+        window = self.windows.get((ref.key, ref.etag))
+        if window is None:
+            return None
+        lo = at - window.start
+        if not window.offset <= lo < len(window.lines):
+            return None
+        return window.lines[lo:lo + n]
 
     def take(self, ref: SegmentRef, n: int) -> list[bytes]:
         """Up to ``n`` loaded lines from the ref's cursor on (fewer if fewer are

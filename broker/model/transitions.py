@@ -59,6 +59,7 @@ from broker.model.job import (
     DEAD,
     PENDING,
     Job,
+    JobIdRuns,
     JobIds,
     job_id_for,
     seq_of,
@@ -167,13 +168,15 @@ def _push(state: QueueState, op: Push | PushPayloads, now_ms: int) -> Result:
         raise InvalidRequest(f"{op.missing} staged chunk(s) of this write are missing; "
                              "nothing was published")
     ids: Sequence[str]
+    if op.refs:  # (before anything changes)
+        attach_refs(state, op.refs, check_only=True)
     try:
-        if isinstance(op, PushPayloads) and op.refs:  # (written already: see Reserve)
-            ids = attach_refs(state, op.refs)
-        elif isinstance(op, PushPayloads):
+        if isinstance(op, PushPayloads):
             ids = insert_payloads(state, op.payloads, now_ms)
         else:
             ids = insert_jobs(state, op.jobs, now_ms)
+        if op.refs:  # (their segments are written already: see Reserve)
+            ids = _with_refs(attach_refs(state, op.refs), ids)
     except QueueFull as exc:
         if op.request is None:
             raise
@@ -186,11 +189,19 @@ def _push(state: QueueState, op: Push | PushPayloads, now_ms: int) -> Result:
     if op.once is not None:
         idempotency.remember_published(state, op.once, now_ms)
     if op.request is not None:
-        runs = ([ids.first, len(ids)] if isinstance(ids, JobIds)
-                else R.runs_of(seq_of(i) or 0 for i in ids))
+        runs = ([ids.first, len(ids)] if isinstance(ids, JobIds) else ids.runs
+                if isinstance(ids, JobIdRuns) else R.runs_of(seq_of(i) or 0 for i in ids))
         state.receipts.record(op.request, R.PUSH, runs, now_ms)
     idempotency.trim(state, now_ms)
     return Result(changed=True, ids=ids)
+
+
+def _with_refs(runs: list[int], inline: Sequence[str]) -> Sequence[str]:
+    """The ids of a push: the segments' seqs (``runs``), then the inline jobs'."""
+    if inline:
+        runs = runs + ([inline.first, len(inline)] if isinstance(inline, JobIds)
+                       else R.runs_of(seq_of(i) or 0 for i in inline))
+    return JobIds(runs[0], runs[1]) if len(runs) == 2 else JobIdRuns(runs)
 
 
 def _check_lease(lease_ms: int) -> None:

@@ -5,6 +5,8 @@ No I/O and no clock; nothing here changes the state.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from typing import Any
 
 from broker import timefmt
@@ -13,6 +15,7 @@ from broker.limits import MAX_JOB_ID_CHARS, MAX_PAGE_JOBS
 from broker.model import receipts as R
 from broker.model.indexes import key_time
 from broker.model.job import CLAIMED, COMPLETED, DEAD, PENDING, Job
+from broker.model.segment_claims import segment_page
 from broker.model.segments import next_wakeup, oldest_due, segment_counts
 from broker.model.state import QueueState
 
@@ -84,12 +87,14 @@ def list_jobs(state: QueueState, status: str | None = None, limit: int = 100,
         if not (after.startswith("j") and after[1:].isdecimal() and len(after) <= MAX_JOB_ID_CHARS):
             raise InvalidRequest(f"after must be a job id, got {after[:40]!r}")
         after_seq = int(after[1:])
-    page: list[Job] = []
-    for job in state.jobs.peek(after_seq, status):
-        page.append(job)
-        if len(page) >= limit:
-            break
-    return page
+    inline = itertools.islice(state.jobs.peek(after_seq, status), limit)
+    if not state.segment_refs or status not in (None, PENDING):
+        return list(inline)
+    # with the segments' pending jobs, in seq order, up to the first unloaded one
+    from_segments, unloaded = segment_page(state, after_seq, limit)
+    merged = heapq.merge(inline, from_segments, key=lambda job: job.seq)
+    return [job for job in itertools.islice(merged, limit)
+            if unloaded is None or job.seq < unloaded]
 
 
 def next_wakeup_ms(state: QueueState, now_ms: int) -> int | None:

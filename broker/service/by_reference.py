@@ -24,17 +24,21 @@ caller is told to retry.
 from __future__ import annotations
 
 import asyncio
+import collections
+import itertools
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
 
 from broker.commit.loop import CommitLoop
 from broker.errors import BrokerUnavailable
+from broker.model import idempotency
 from broker.model.job import JobIds
-from broker.model.ops import Op, PushPayloads, Reserve, Result
+from broker.model.ops import NewJob, Op, Push, PushPayloads, Reserve, Result, push_of
 from broker.model.segments import MAX_SEGMENT_JOBS
 from broker.model.state import QueueState, SegmentRef, Settings
 from broker.service.segment_store import SegmentStore
+from broker.service.staged_cache import Jobs
 
 log = logging.getLogger("osqueue.segments")
 
@@ -70,47 +74,145 @@ def wanted(op: object, min_jobs: int) -> bool:
             and not op.missing and len(op.payloads) >= min_jobs)
 
 
-async def push_by_reference(loop: CommitLoop[QueueState, Op, Result], segments: SegmentStore,
-                            queue: str, op: PushPayloads, clock: Callable[[], int],
-                            monotonic: Callable[[], float]) -> Result:
+Loop = CommitLoop[QueueState, Op, Result]
+#: Reads one staged chunk: its jobs, or None if it is gone.
+Load = Callable[[], Awaitable[Jobs | None]]
+
+
+@dataclass(frozen=True)
+class StagedPublish:
+    """A publish of staged chunks (not a model op: what :func:`publish_by_reference`
+    turns into a few): ``loads`` read the chunks to keep, in order; ``missing``
+    chunks to keep were not found; ``once`` is the publish's key."""
+
+    loads: tuple[Load, ...]
+    missing: int
+    once: str | None
+
+
+class _Writer:
+    """Reserves seqs and writes segment objects for one push or publish."""
+
+    def __init__(self, loop: Loop, segments: SegmentStore, queue: str,
+                 clock: Callable[[], int], monotonic: Callable[[], float]) -> None:
+        self.loop, self.segments, self.queue = loop, segments, queue
+        self.clock, self.monotonic = clock, monotonic
+        self.started = monotonic()
+        self.refs: list[SegmentRef] = []
+
+    async def write(self, payloads: Sequence[bytes]) -> bool:
+        """Reserve seqs for ``payloads`` and write their segments (kept in
+        :attr:`refs`); False, keeping nothing, if a payload holds a line break
+        (a segment line holds one job): those go into the head instead."""
+        reserved = await self.loop.submit(Reserve(len(payloads), max(map(len, payloads))))
+        assert isinstance(reserved.ids, JobIds)
+        first = reserved.ids.first
+        landed = self.loop.state
+        max_attempts = (landed.settings if landed is not None else Settings()).max_attempts
+        now = self.clock()
+        slices = chunks(payloads)
+        refs: list[SegmentRef | None] = [None] * len(slices)
+        gate = asyncio.Semaphore(WRITERS)
+
+        async def one(i: int, lo: int, hi: int) -> None:
+            async with gate:
+                refs[i] = await self.segments.write(self.queue, first + lo, 0, now,
+                                                    payloads[lo:hi], max_attempts=max_attempts)
+
+        try:
+            await asyncio.gather(*(one(i, lo, hi) for i, (lo, hi) in enumerate(slices)))
+        except ValueError:
+            log.info("%d jobs pushed to %s go into the queue object (a payload holds a "
+                     "line break); the seqs reserved for them stay unused",
+                     len(payloads), self.queue)
+            return False
+        self.refs += [ref for ref in refs if ref is not None]
+        return True
+
+    async def commit(self, op: Push | PushPayloads) -> Result:
+        """Push ``op`` with the segments written (refused if they took too long)."""
+        took = self.monotonic() - self.started
+        if self.refs and took > self.segments.grace_s / 2:
+            raise BrokerUnavailable(
+                f"writing the segment objects of a push to {self.queue!r} took {took:.0f}s, "
+                "too long to reference them safely; nothing was pushed: retry")
+        return await self.loop.submit(replace(op, refs=tuple(self.refs)))
+
+
+async def push_by_reference(loop: Loop, segments: SegmentStore, queue: str, op: PushPayloads,
+                            clock: Callable[[], int], monotonic: Callable[[], float]) -> Result:
     """Push ``op``'s payloads by reference (see the module docstring); answers
     as the push would. A push already answered (its ``request`` or ``once``
     is known to the head) goes through the usual path at once, which replays
-    it; so does one with a payload holding a line break (a segment line holds
-    one job)."""
+    it; so does one with a payload holding a line break."""
     state = loop.state
     if state is not None and ((op.once is not None and op.once in state.once) or (
             op.request is not None and op.request in state.receipts.requests)):
         return await loop.submit(op)
-    payloads = op.payloads
-    reserved = await loop.submit(Reserve(len(payloads), max(map(len, payloads))))
-    assert isinstance(reserved.ids, JobIds)
-    first = reserved.ids.first
-    started = monotonic()
-    landed = loop.state
-    max_attempts = (landed.settings if landed is not None else Settings()).max_attempts
-    now = clock()
-    slices = chunks(payloads)
-    refs: list[SegmentRef | None] = [None] * len(slices)
-    gate = asyncio.Semaphore(WRITERS)
-
-    async def write(i: int, lo: int, hi: int) -> None:
-        async with gate:
-            refs[i] = await segments.write(queue, first + lo, 0, now, payloads[lo:hi],
-                                           max_attempts=max_attempts)
-
-    try:
-        await asyncio.gather(*(write(i, lo, hi) for i, (lo, hi) in enumerate(slices)))
-    except ValueError:  # a payload with a line break: pushed into the head instead
-        log.info("push of %d jobs to %s goes into the queue object (a payload holds a "
-                 "line break); the seqs reserved for it stay unused", len(payloads), queue)
+    writer = _Writer(loop, segments, queue, clock, monotonic)
+    if not await writer.write(op.payloads):
         return await loop.submit(op)
-    if monotonic() - started > segments.grace_s / 2:
-        raise BrokerUnavailable(
-            f"writing the segment objects of a push to {queue!r} took "
-            f"{monotonic() - started:.0f}s, too long to reference them safely; "
-            "nothing was pushed: retry")
-    done = [ref for ref in refs if ref is not None]
-    log.debug("push of %d jobs to %s: %d segment object(s) written", len(payloads), queue,
-              len(done))
-    return await loop.submit(replace(op, payloads=(), refs=tuple(done)))
+    return await writer.commit(replace(op, payloads=()))
+
+
+async def publish_by_reference(loop: Loop, segments: SegmentStore, queue: str,
+                               publish: StagedPublish, clock: Callable[[], int],
+                               monotonic: Callable[[], float]) -> Result:
+    """Publish staged chunks, their bare jobs by reference: read a few chunks
+    at a time, gather their bare payloads until a segment's worth
+    (:data:`~broker.model.segments.MAX_SEGMENT_JOBS` or :data:`SEGMENT_MAX_BYTES`),
+    write that as segments, and push every reference and the jobs with options
+    in one last commit (which checks ``once``). Memory: a segment's worth of
+    payloads and the chunks read ahead, whatever the size of the write. A
+    publish smaller than ``segments.push_jobs`` goes into the head as before."""
+    state = loop.state
+    once = publish.once
+    if publish.missing or (once is not None and state is not None
+                           and idempotency.published(state, once, clock())):
+        # answered by the head: duplicate, or refused for the missing chunks
+        return await loop.submit(PushPayloads((), once=once, missing=publish.missing))
+    writer = _Writer(loop, segments, queue, clock, monotonic)
+    inline: list[NewJob | bytes] = []
+    batch: list[bytes] = []
+    size = gone = 0
+    # every job in order, until a segment is written: a small publish keeps its order
+    everything: list[NewJob | bytes] | None = []
+    async for jobs in _read_ahead(publish.loads):
+        if jobs is None:
+            gone += 1
+            continue
+        if everything is not None:
+            everything += jobs
+        for job in jobs:
+            if isinstance(job, bytes):
+                batch.append(job)
+                size += len(job)
+            else:
+                inline.append(job)
+        if len(batch) >= MAX_SEGMENT_JOBS or size >= SEGMENT_MAX_BYTES:
+            if not await writer.write(batch):
+                inline += batch
+            batch, size, everything = [], 0, None
+    if everything is not None and len(batch) < segments.push_jobs:
+        return await writer.commit(push_of(everything, once, missing=gone))  # (no segment)
+    if batch and not await writer.write(batch):
+        inline += batch
+    return await writer.commit(push_of(inline, once, missing=gone))
+
+
+async def _read_ahead(loads: Sequence[Load]) -> AsyncIterator[Jobs | None]:
+    """Every chunk in order, with up to :data:`WRITERS` reads under way (so at
+    most that many chunks are held besides the one being gathered)."""
+    it = iter(loads)
+    ahead = collections.deque(asyncio.ensure_future(load()) for load in itertools.islice(
+        it, WRITERS))
+    try:
+        while ahead:
+            jobs = await ahead.popleft()
+            following = next(it, None)
+            if following is not None:
+                ahead.append(asyncio.ensure_future(following()))
+            yield jobs
+    finally:
+        for task in ahead:
+            task.cancel()

@@ -63,6 +63,7 @@ from broker.model.ops import (
     SetPaused,
     push_of,
 )
+from broker.service.by_reference import Load, StagedPublish
 from broker.service.metrics import Metrics
 from broker.service.ownership import WATCH_INTERVAL_S, Ownership
 from broker.service.segment_store import SegmentStore
@@ -307,10 +308,9 @@ class Broker:
         if keep:
             await self._serving(queue, create=True)  # the owner publishes; others redirect
 
-        async def commit(jobs: list[NewJob | bytes],
-                         gone: int) -> Result:
+        async def commit(loads: list[Load], missing: int) -> Result:
             result: Result = await self._submit(
-                queue, "publish", push_of(jobs, once, missing=gone), create=True)
+                queue, "publish", StagedPublish(tuple(loads), missing, once), create=True)
             return result
 
         return await self.staging.publish(queue, prefix, keep, once, commit)

@@ -23,8 +23,18 @@ from broker.model import codec, tokens, transitions
 from broker.model import receipts as R
 from broker.model import state as S
 from broker.model.decode import decode_state
-from broker.model.ops import Claim, DropArchived, Op, Reclaim, RenewBroker, Result, TakeOver
-from broker.model.segment_claims import SegmentWindows, plan_windows
+from broker.model.job import PENDING
+from broker.model.ops import (
+    Claim,
+    DropArchived,
+    Op,
+    ReadJobs,
+    Reclaim,
+    RenewBroker,
+    Result,
+    TakeOver,
+)
+from broker.model.segment_claims import SegmentWindows, page_refs, plan_windows
 from broker.model.views import next_wakeup_ms
 from broker.service.archiver import Archiver
 from broker.service.ownership import Ownership, renew_at_ms, renew_due
@@ -87,9 +97,15 @@ class QueueModel:
         self.windows.keep_only(refs)
         budget = sum(op.max_jobs for op in ops if isinstance(op, Claim))
         # (a segment falling due while the batch lingers is planned for too)
-        for ref, want in plan_windows(state, budget, now_ms + PLAN_AHEAD_MS):
-            stop = min(ref.count, ref.taken + want)
-            self.windows.put(ref, ref.taken, await self.segments.read_window(ref, ref.taken, stop))
+        wanted = [ref for ref, _ in plan_windows(state, budget, now_ms + PLAN_AHEAD_MS)]
+        for op in ops:  # a page of jobs shows the segments' too
+            if isinstance(op, ReadJobs) and op.status in (None, PENDING):
+                after = int(op.after[1:]) if op.after and op.after[1:].isdecimal() else -1
+                wanted += [ref for ref in page_refs(state, after, op.limit)
+                           if self.windows.peek(ref, max(ref.taken, after + 1 - ref.first_seq),
+                                                1) is None]
+        for ref in dict.fromkeys(wanted):  # (each once, in order)
+            self.windows.put(ref, ref.taken, await self.segments.read_window(ref))
 
     def apply(self, state: S.QueueState, op: Op,
               now_ms: int) -> tuple[Result | OsqueueError, bool]:

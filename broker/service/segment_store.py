@@ -4,8 +4,10 @@ nothing references them. The bytes and the references are
 :mod:`broker.model.segments`' (pure); this module makes the store calls, off
 the event loop (the broker's ``io``: :func:`broker.commit.offloop.run_io`).
 
-NOT YET USED by push, publish or claim (issue 20 step 3b-ii); only the sweep
-runs, with the staging sweep (:meth:`broker.service.coordinator.Broker.sweep_staging`).
+Used by pushes and publishes by reference (:mod:`broker.service.by_reference`),
+by the queue's model before each batch (:meth:`broker.service.queue_model.QueueModel.prepare`:
+:meth:`SegmentStore.check` and :meth:`SegmentStore.read_window`), and by the
+periodic sweep, with the staging sweep (:meth:`broker.service.coordinator.Broker.sweep_staging`).
 
 Lifecycle, crash-safe:
 
@@ -26,8 +28,9 @@ Lifecycle, crash-safe:
   store just before deleting, does not reference it either. The grace period
   covers the window between a segment's write and the landing of the commit
   that references it: a commit never references a segment written more than
-  ``grace_s`` before it lands (step 3b-ii keeps that promise: a publish
-  retried later writes its segments again, under new salts). A reference
+  ``grace_s`` before it lands (:mod:`broker.service.by_reference` refuses to
+  commit references to objects it began writing more than half of it ago;
+  a push or publish retried later writes its segments again, under new salts). A reference
   once dropped never comes back, so deleting after (c) is safe against
   commits that land meanwhile.
 """

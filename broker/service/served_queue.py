@@ -16,9 +16,14 @@ from concurrent.futures import Executor
 from broker import paths
 from broker.commit.loop import CommitLoop
 from broker.model import state as S
-from broker.model.ops import Op, PushPayloads, Result
+from broker.model.ops import Op, PushPayloads, Result, push_of
 from broker.service.archiver import Archiver
-from broker.service.by_reference import push_by_reference, wanted
+from broker.service.by_reference import (
+    StagedPublish,
+    publish_by_reference,
+    push_by_reference,
+    wanted,
+)
 from broker.service.ownership import Ownership
 from broker.service.queue_model import QueueModel
 from broker.service.segment_store import SegmentStore
@@ -56,9 +61,17 @@ class ServedQueue:
             commit_timeout_s=commit_timeout_s,
         )
 
-    async def submit(self, op: Op) -> Result:
-        """Commit ``op`` and answer it (a bulk push large enough goes by
-        reference: :mod:`broker.service.by_reference`)."""
+    async def submit(self, op: Op | StagedPublish) -> Result:
+        """Commit ``op`` and answer it (a bulk push large enough, and a publish
+        of staged chunks, go by reference: :mod:`broker.service.by_reference`)."""
+        if isinstance(op, StagedPublish):
+            if self.segments.push_jobs > 0:
+                return await publish_by_reference(self.loop, self.segments, self.name, op,
+                                                  self._clock, self._monotonic)
+            chunks = [await load() for load in op.loads]
+            gone = sum(chunk is None for chunk in chunks)
+            jobs = [job for chunk in chunks if chunk is not None for job in chunk]
+            return await self.loop.submit(push_of(jobs, op.once, missing=op.missing + gone))
         if wanted(op, self.segments.push_jobs):
             assert isinstance(op, PushPayloads)
             return await push_by_reference(self.loop, self.segments, self.name, op,

@@ -16,7 +16,6 @@ module knows nothing of queue ownership or the commit loop.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterable
@@ -37,9 +36,10 @@ SWEEP_S = 60.0
 
 #: Runs a blocking storage call off the event loop: ``await io(fn, *args)``.
 IO = Callable[..., Awaitable[Any]]
-#: Pushes the jobs of a publish in one commit: ``await commit(jobs, gone)``,
-#: ``gone`` counting chunks to keep that were missing; raises what the push raises.
-Commit = Callable[[Jobs, int], Awaitable[Result]]
+#: Pushes the jobs of a publish: ``await commit(loads, missing)``, each of
+#: ``loads`` reading one chunk to keep (None if it is gone by then), ``missing``
+#: counting chunks to keep that were not found; raises what the push raises.
+Commit = Callable[[list[Callable[[], Awaitable[Jobs | None]]], int], Awaitable[Result]]
 
 
 class Staging:
@@ -100,11 +100,9 @@ class Staging:
             if missing and once is None:
                 raise InvalidRequest(f"{len(missing)} staged chunk(s) are missing, e.g. "
                                      f"{shown(missing[0])}; nothing was published")
-            chunks = await asyncio.gather(*(self._read(newest[w])
-                                            for w in keep if w in newest))
-            gone = len(missing) + sum(c is None for c in chunks)
-            jobs = [job for chunk in chunks if chunk is not None for job in chunk]
-            result = await commit(jobs, gone)
+            loads: list[Callable[[], Awaitable[Jobs | None]]] = [
+                functools.partial(self._read, newest[w]) for w in keep if w in newest]
+            result = await commit(loads, len(missing))
         try:
             await self._io(self._delete, every)
         except OsqueueError as exc:  # published all the same; the sweep removes them later

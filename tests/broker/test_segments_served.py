@@ -103,3 +103,51 @@ def test_a_deleted_segment_is_refused_by_name_and_nothing_changes(tmp_path: Path
         await broker.stop()
 
     run(go())
+
+
+def test_pages_of_jobs_show_segment_jobs_in_seq_order(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(by_reference, "SEGMENT_MAX_BYTES", 300)
+    store = store_from_url(f"file://{tmp_path}")
+
+    async def go() -> None:
+        broker = await started(store, segment_push_jobs=20)
+        await broker.push("q", _bodies(3))
+        await broker.push("q", _bodies(60, 3))
+        await broker.push("q", [b'{"n":63}'])
+        await broker.claim("q", "w", max_jobs=4)
+        for status, want in ((None, 64), ("pending", 60), ("claimed", 4)):
+            seen, after = [], None
+            while page := await broker.jobs("q", status=status, limit=7, after=after):
+                seen += [job["id"] for job in page]
+                after = page[-1]["id"]
+            assert seen == sorted(set(seen)) and len(seen) == want, status
+        await broker.stop()
+
+    run(go())
+
+
+def test_a_publish_of_many_chunks_streams_them_into_segments(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(by_reference, "MAX_SEGMENT_JOBS", 250)  # a segment every 2.5 chunks
+    store = store_from_url(f"file://{tmp_path}")
+    chunks = [b"".join(b'\t{"n":%d}\n' % (c * 100 + i) for i in range(100)) for c in range(9)]
+    chunks.append(b'{"priority":5}\t{"n":900}\n')  # a job with options: inline
+    keep = [f"w-1/p{c}-c0" for c in range(len(chunks))]
+
+    async def go() -> None:
+        broker = await started(store, segment_push_jobs=500)
+        for name, chunk in zip(keep, chunks, strict=True):
+            await broker.stage("q", name, chunk)
+        done = await broker.publish("q", "w-1/", keep, once="write:w-1")
+        assert done == {"published": 901, "discarded": 0, "duplicate": False}
+        head = stored(store)
+        assert sum(r.count for r in head.segment_refs) == 900 and len(head.jobs) == 1
+        assert [job.priority for job in head.jobs.values()] == [5]
+        assert sorted(p["n"] for p in payloads(store)) == list(range(901))
+        assert store.list("q/staging/") == []
+        small = await broker.publish("q", "w-2/", [], once="write:w-2")
+        assert small["published"] == 0
+        await broker.stop()
+
+    run(go())

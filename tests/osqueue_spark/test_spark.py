@@ -32,7 +32,9 @@ def store_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def broker(store_dir: Path) -> Iterator[BrokerServer]:
-    with start_broker(f"file://{store_dir}", lease_s=30, backoff_base_s=0.05) as b:
+    # (every publish and bulk push goes into segment objects: the by-reference path)
+    with start_broker(f"file://{store_dir}", lease_s=30, backoff_base_s=0.05,
+                      segment_push_jobs=1) as b:
         yield b
 
 

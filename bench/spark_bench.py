@@ -110,6 +110,7 @@ def main() -> None:
     p.add_argument("--tune-gc", action="store_true",
                    help="start_broker(tune_gc=True): the driver's GC tuned as a broker "
                         "process's (an embedded broker leaves it alone by default)")
+    p.add_argument("--out", help="results name under bench/results (default spark_bench[_only])")
     args = p.parse_args()
     claim_batches = [int(b) for b in str(args.claim_batch).split(",")]
 
@@ -167,7 +168,7 @@ def main() -> None:
                   f"{r['bare_rows_per_s']:,.0f} rows/s)")
     name = "spark_bench" + (f"_{args.only}" if args.only else "")
     name += "_tuned_gc" if args.tune_gc else ""
-    path = write_results(name, results)
+    path = write_results(args.out or name, results)
     print(f"results written to {path}")
     spark.stop()
 

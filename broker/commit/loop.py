@@ -338,7 +338,9 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
             assert state is not None
             try:  # (the model loads what the ops need: segment windows)
                 await self.model.prepare(state, [i.op for i in batch], self.clock())
-            except OsqueueError as exc:
+            except Exception as refusal:  # (an earlier attempt may still land: answer so)
+                exc = refusal if isinstance(refusal, OsqueueError) else StorageUnavailable(
+                    f"reading what {self.key}'s batch needs failed: {refusal}")
                 self._drop_state()
                 if not reread:  # our state may be behind the object: read it again
                     reread = True

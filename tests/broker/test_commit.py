@@ -194,8 +194,15 @@ class _Tally:
         state["total"] += op
         return state["total"], True
 
+    #: prepare() refuses this many more batches (then lets them apply)
+    refusals = 0
+    prepared = 0
+
     async def prepare(self, state: dict[str, Any], ops: Any, now_ms: int) -> None:
-        pass
+        self.prepared += 1
+        if self.refusals:
+            self.refusals -= 1
+            raise StorageUnavailable("injected: what the batch needs cannot be read")
 
     def housekeeping(self, state: dict[str, Any], now_ms: int, exists: bool) -> list[int | str]:
         return []
@@ -252,6 +259,35 @@ def test_a_caller_gets_its_result_or_the_error_raised() -> None:
         assert got[0] == 3 and got[2] == 6
         assert isinstance(got[1], OsqueueError) and "ZeroDivisionError" in got[1].message
         assert orjson.loads(store.get("t/tally.json"))["total"] == 6
+        await loop.close(5)
+        executor.shutdown()
+
+    run(main())
+
+
+def test_a_refused_prepare_rereads_once_then_answers_the_batch() -> None:
+    """Model.prepare refusing a batch: the loop re-reads the object once (its
+    state may be behind one that no longer needs it) and tries again; a second
+    refusal is the batch's answer, and nothing is written."""
+    store = MemoryStore()
+    model = _Tally()
+
+    async def main() -> None:
+        executor = ThreadPoolExecutor(2)
+        loop: CommitLoop[dict[str, Any], int | str, int] = CommitLoop(
+            store, "t/tally.json", model, "w", executor, clock=lambda: 0)
+        await loop.load()
+        loop.reactivate()
+        loop.start()
+        assert await loop.submit(2) == 2
+        before = store.get("t/tally.json")
+        model.refusals, model.prepared = 1, 0
+        assert await loop.submit(3) == 5 and model.prepared == 2  # refused, re-read, applied
+        model.refusals = 2
+        with pytest.raises(StorageUnavailable, match="cannot be read"):
+            await loop.submit(4)
+        assert orjson.loads(store.get("t/tally.json"))["total"] == 5
+        assert store.get("t/tally.json") != before  # (the 3 landed; the 4 did not)
         await loop.close(5)
         executor.shutdown()
 

@@ -27,10 +27,22 @@ the codec and the per-job loops of :mod:`broker.model.lifecycle` only.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from broker.model.job import PENDING, STATUSES, Job
 from broker.model.lines import line_due_stamp, pending_from_line, stamp_ms
+
+
+class Tally(NamedTuple):
+    """What :meth:`JobTable.tally` counts (times in ms since the epoch)."""
+
+    counts: dict[str, int]
+    oldest_due_created_ms: int | None
+    next_run_ms: int | None
+
+
+#: Seqs :meth:`JobTable.peek` looks up one by one before it scans instead.
+PROBE = 4096
 
 
 class JobTable:
@@ -110,16 +122,60 @@ class JobTable:
     def peek(self, after_seq: int = -1, status: str | None = None) -> Iterator[Job]:
         """The jobs after ``after_seq`` in seq order, optionally of one status, lines
         read into throwaway ``Job`` objects that are not kept: read them, never
-        change or move them."""
+        change or move them.
+
+        A page from the middle costs what it reads, not its position: the
+        seqs after ``after_seq`` are looked up one by one (a dict has no
+        ordered seek; seqs are dense where jobs were pushed and not yet
+        archived) for up to :data:`PROBE` seqs, then the rest is scanned."""
         self._order()
-        for seq, entry in self.entries.items():
-            if seq <= after_seq:
+        entries = self.entries
+        if not entries:
+            return
+        seq, last = after_seq + 1, next(reversed(entries))
+        if seq > next(iter(entries)):
+            stop = min(last, after_seq + PROBE)
+            while seq <= stop:
+                entry = entries.get(seq)
+                if entry is not None:
+                    job = _matching(seq, entry, status)
+                    if job is not None:
+                        yield job
+                seq += 1
+            if seq > last:
+                return
+        for found, entry in entries.items():  # the start, or a sparse stretch
+            if found < seq:
                 continue
             if isinstance(entry, bytes):
                 if status is None or status == PENDING:
-                    yield pending_from_line(seq, entry)
+                    yield pending_from_line(found, entry)
             elif status is None or entry.status == status:
                 yield entry
+
+    def peek_before(self, before_seq: int, status: str | None = None) -> Iterator[Job]:
+        """:meth:`peek` backwards: the jobs before ``before_seq``, newest first."""
+        self._order()
+        entries = self.entries
+        if not entries:
+            return
+        seq, first = before_seq - 1, next(iter(entries))
+        if seq < next(reversed(entries)):
+            stop = max(first, before_seq - PROBE)
+            while seq >= stop:
+                entry = entries.get(seq)
+                if entry is not None:
+                    job = _matching(seq, entry, status)
+                    if job is not None:
+                        yield job
+                seq -= 1
+            if seq < first:
+                return
+        for found in reversed(entries):
+            if found <= seq:
+                job = _matching(found, entries[found], status)
+                if job is not None:
+                    yield job
 
     def count_by_status(self) -> dict[str, int]:
         """How many jobs have each status."""
@@ -132,6 +188,42 @@ class JobTable:
                 counts[entry.status] += 1
         counts[PENDING] += lines
         return counts
+
+    def tally(self, now_ms: int) -> Tally:
+        """One pass for the dashboard's summary: counts by status, the oldest due
+        pending job's creation time and the next delayed job's due time (ms).
+        Untouched lines stand in by the first of them: they were pushed in
+        seq order, due when pushed, so it is the oldest to within the clock
+        skew between the brokers that pushed them (:meth:`untouched_due_times`
+        is exact, and reads every line)."""
+        self._order()  # (the first line in seq order)
+        counts = dict.fromkeys(STATUSES, 0)
+        lines = 0
+        first_line: bytes | None = None
+        oldest: int | None = None
+        later: int | None = None
+        for entry in self.entries.values():
+            if isinstance(entry, bytes):
+                if first_line is None:
+                    first_line = entry
+                lines += 1
+                continue
+            status = entry.status
+            counts[status] += 1
+            if status == PENDING:
+                if entry.run_at_ms <= now_ms:
+                    if oldest is None or entry.created_ms < oldest:
+                        oldest = entry.created_ms
+                elif later is None or entry.run_at_ms < later:
+                    later = entry.run_at_ms
+        counts[PENDING] += lines
+        if first_line is not None:
+            at = stamp_ms(line_due_stamp(first_line))
+            if at <= now_ms:
+                oldest = at if oldest is None else min(oldest, at)
+            elif later is None or at < later:
+                later = at
+        return Tally(counts, oldest, later)
 
     def untouched_due_times(self) -> set[int]:
         """The times (ms) at which untouched pending jobs are due; such a job was
@@ -189,3 +281,10 @@ class JobTable:
     def __repr__(self) -> str:
         lines = sum(isinstance(e, bytes) for e in self.entries.values())
         return f"JobTable({len(self.entries)} jobs, {lines} untouched)"
+
+
+def _matching(seq: int, entry: Job | bytes, status: str | None) -> Job | None:
+    """The job of ``entry`` (a throwaway one for a line) if it has ``status``."""
+    if isinstance(entry, bytes):
+        return pending_from_line(seq, entry) if status in (None, PENDING) else None
+    return entry if status is None or entry.status == status else None

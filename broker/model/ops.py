@@ -222,6 +222,16 @@ class ReadJobs:
 
 
 @dataclass(frozen=True, slots=True)
+class Inspect:
+    """A read for the dashboard: the view of :mod:`broker.model.browse` named
+    ``view``, with ``args``, of the committed queue (read in the commit loop's
+    order, as :class:`ReadStats`); changes nothing."""
+
+    view: str
+    args: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class SetPaused:
     paused: bool
 
@@ -255,7 +265,7 @@ class ClearBroker:
 Op = (
     Push | PushPayloads | Claim | Heartbeat | Complete | Fail | Release | Reclaim | DropArchived
     | Redrive | Purge | SetPaused | Configure | TakeOver | RenewBroker | ClearBroker | ReadStats
-    | ReadJobs | Reserve
+    | ReadJobs | Reserve | Inspect
 )
 
 # -- results -------------------------------------------------------------------

@@ -49,7 +49,7 @@ from broker.limits import (
     MAX_LEASE_MS,
     MAX_WORKER_CHARS,
 )
-from broker.model import idempotency, lifecycle, queue_rules, tokens
+from broker.model import browse, idempotency, lifecycle, queue_rules, tokens
 from broker.model import receipts as R
 from broker.model.columns import plain_rows
 from broker.model.indexes import bound_stale_leases, expired_leases, promote_due
@@ -82,6 +82,7 @@ from broker.model.ops import (
     Fail,
     FailItem,
     Heartbeat,
+    Inspect,
     ItemResults,
     LeasedJob,
     LeasedJobs,
@@ -111,8 +112,8 @@ from broker.wire import ItemResult
 #: names the broker and its tests reach them by (``transitions.Push``, ...).
 __all__ = [
     "Claim", "ClearBroker", "Complete", "CompleteItem", "CompleteItems", "Configure",
-    "DropArchived", "Fail", "FailItem", "Heartbeat", "ItemResult", "ItemResults", "LeasedJob",
-    "LeasedJobs", "NewJob", "Op", "Purge", "Push",
+    "DropArchived", "Fail", "FailItem", "Heartbeat", "Inspect", "ItemResult", "ItemResults",
+    "LeasedJob", "LeasedJobs", "NewJob", "Op", "Purge", "Push",
     "PushPayloads", "ReadJobs", "ReadStats", "Reclaim", "Redrive", "Release", "RenewBroker",
     "Result",
     "SetPaused", "TakeOver", "apply", "backoff_ms", "list_jobs", "live_job", "new_state",
@@ -432,6 +433,7 @@ _HANDLERS: dict[type, Callable[[QueueState, Any, int], Result]] = {
     ClearBroker: queue_rules.clear_broker,
     ReadStats: queue_rules.read_stats,
     ReadJobs: queue_rules.read_jobs,
+    Inspect: browse.read,
 }
 
 

@@ -1,0 +1,201 @@
+"""Reads for the dashboard (:mod:`broker.http.ui`): what a person looking at a
+queue sees, each cheap at a million jobs. Pure: no I/O, the time passed in.
+
+The :class:`~broker.model.ops.Inspect` op names one of :data:`VIEWS` and its
+arguments; :func:`read` answers it (through the commit loop, so a view sees
+committed state only, as ``stats`` and ``jobs`` do). A view changes nothing.
+
+* ``counters``: O(1) figures for the history's samples (totals and depth);
+* ``summary``: counts by status and the oldest pending age, in one pass over
+  the head's jobs (:meth:`~broker.model.jobtable.JobTable.tally`; about 40 ms
+  at a million jobs) where ``stats`` reads every line;
+* ``page``: a page of the job browser by seq cursor, each page costing what it
+  reads (:meth:`~broker.model.jobtable.JobTable.peek`);
+* ``job``: one job by id, or by its idempotency key while the key is kept.
+
+Lease tokens are never shown: a token lets its holder complete the job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from broker import paths, timefmt, wire
+from broker.errors import InvalidRequest, shown
+from broker.model.job import CLAIMED, COMPLETED, DEAD, PENDING, STATUSES, Job, seq_of
+from broker.model.ops import Inspect, Result
+from broker.model.segments import next_wakeup, oldest_due, segment_counts
+from broker.model.state import QueueState
+
+#: Most jobs on one page of the job browser.
+MAX_PAGE = 200
+#: Characters of a payload shown in a page's row, and of an error.
+PREVIEW_CHARS = 100
+#: Bytes of a payload or result shown pretty-printed on a job's page.
+MAX_PRETTY_BYTES = 256 * 1024
+
+
+def counters(state: QueueState, now_ms: int) -> dict[str, Any]:
+    """Totals since the queue began and its depth now (jobs not finished:
+    pending, claimed or dead, in the head or its segments), in O(1)."""
+    c = state.counters
+    awaiting = sum(len(seqs) for seqs in state.completed.values())  # completed, unarchived
+    return {"seq": state.seq, "enqueued": c.enqueued, "completed": c.completed,
+            "failed": c.failed, "dead": c.dead, "reclaimed": c.reclaimed,
+            "depth": len(state.jobs) + segment_counts(state.segment_refs) - awaiting,
+            "paused": state.paused}
+
+
+def summary(state: QueueState, now_ms: int) -> dict[str, Any]:
+    """Counts by status (completed: done, awaiting the archive), the age of the
+    oldest due pending job (s), when the next delayed one is due, the owner's
+    record, totals and settings: one pass over the head's jobs."""
+    tally = state.jobs.tally(now_ms)
+    counts = tally.counts
+    refs = state.segment_refs
+    oldest, later = tally.oldest_due_created_ms, tally.next_run_ms
+    in_segments = segment_counts(refs)
+    if refs:
+        counts[PENDING] += in_segments
+        due = oldest_due(refs)
+        if due is not None and due <= now_ms:
+            oldest = due if oldest is None else min(oldest, due)
+        wake = next_wakeup(refs, now_ms)
+        if wake is not None:
+            later = wake if later is None else min(later, wake)
+    record = state.broker
+    return {
+        "counts": counts,
+        "total": sum(counts.values()) - counts[COMPLETED],
+        "in_segments": in_segments,
+        "oldest_pending_age_s": None if oldest is None else max(0, now_ms - oldest) / 1000,
+        "next_delayed_run_at": None if later is None else timefmt.fmt(later),
+        "paused": state.paused,
+        "broker": None if record is None else {
+            "id": record.id, "url": record.url,
+            "lease_expires_at": timefmt.fmt(record.expires_ms)},
+        "counters": counters(state, now_ms),
+        "approx_state_bytes": state.size_estimate(),
+        "settings": {name: getattr(state.settings, name) for name in state.settings.__slots__},
+    }
+
+
+def check_status(status: str | None) -> str | None:
+    """``status`` if it is a job status or None; ``InvalidRequest`` otherwise."""
+    if status is not None and status not in STATUSES:
+        raise InvalidRequest(f"unknown status {shown(status)}; use pending, claimed, dead "
+                             "or completed")
+    return status
+
+
+def page(state: QueueState, now_ms: int, status: str | None, after_seq: int | None,
+         before_seq: int | None, limit: int) -> dict[str, Any]:
+    """Up to ``limit`` jobs in seq order (optionally of ``status``): after
+    ``after_seq``, or the last ones before ``before_seq``, or the first ones.
+    ``has_next`` / ``has_prev`` say whether more jobs lie beyond either end.
+    Costs what the page reads, not its position (see the module docstring)."""
+    check_status(status)
+    if not 1 <= limit <= MAX_PAGE:
+        raise InvalidRequest(f"limit must be 1..{MAX_PAGE}, got {limit}")
+    table = state.jobs
+    if before_seq is not None:
+        back = _take(table.peek_before(before_seq, status), limit + 1)
+        has_prev, jobs = len(back) > limit, back[:limit][::-1]
+        after_last = jobs[-1].seq if jobs else before_seq - 1
+        has_next = next(table.peek(after_last, status), None) is not None
+    else:
+        ahead = _take(table.peek(-1 if after_seq is None else after_seq, status), limit + 1)
+        has_next, jobs = len(ahead) > limit, ahead[:limit]
+        before_first = jobs[0].seq if jobs else (after_seq or 0) + 1
+        has_prev = after_seq is not None and \
+            next(table.peek_before(before_first, status), None) is not None
+    return {"rows": [row(job) for job in jobs], "has_next": has_next, "has_prev": has_prev,
+            "in_segments": segment_counts(state.segment_refs)}
+
+
+def _take(jobs: Any, n: int) -> list[Job]:
+    out: list[Job] = []
+    for job in jobs:
+        out.append(job)
+        if len(out) >= n:
+            break
+    return out
+
+
+def row(job: Job) -> dict[str, Any]:
+    """A job as one row of the job browser (no payload beyond a preview)."""
+    preview = job.payload[:PREVIEW_CHARS * 4].decode("utf-8", "replace")
+    return {
+        "id": job.id, "seq": job.seq, "status": job.status, "priority": job.priority,
+        "attempts": job.attempts, "max_attempts": job.max_attempts,
+        "run_at": timefmt.fmt(job.run_at_ms), "created_at": timefmt.fmt(job.created_ms),
+        "worker": job.lease_worker if job.lease_token is not None else None,
+        "last_error": None if job.last_error is None else job.last_error[:PREVIEW_CHARS],
+        "preview": preview[:PREVIEW_CHARS] + ("…" if len(preview) > PREVIEW_CHARS else ""),
+    }
+
+
+def find(state: QueueState, now_ms: int, text: str) -> str | None:
+    """The id of the job whose id or idempotency key is ``text``, if the queue
+    holds it (a key only while the dedup window keeps it)."""
+    seq = seq_of(text)
+    if seq is not None and seq in state.jobs:
+        return text
+    entry = state.keys.get(text)
+    if entry is not None and seq_of(entry.job_id) in state.jobs:
+        return entry.job_id
+    return None
+
+
+def job(state: QueueState, now_ms: int, queue: str, job_id: str) -> dict[str, Any] | None:
+    """One job in full for its page, or None if the queue does not hold it:
+    payload and result pretty-printed, the lease without its token, and for
+    a completed job the archive object it is (or is about to be) in."""
+    seq = seq_of(job_id)
+    if seq is None or seq not in state.jobs:
+        return None
+    found = next(state.jobs.peek(seq - 1))  # (a line read into a throwaway Job)
+    out = row(found)
+    out.update(key=found.key, last_error=found.last_error, payload=pretty(found.payload),
+               payload_bytes=len(found.payload), lease=None, archive_key=None,
+               completed_at=None, result=None)
+    if found.status == CLAIMED and found.lease_token is not None:
+        out["lease"] = {"worker": found.lease_worker, "lease_s": found.lease_ms / 1000,
+                        "expires_at": timefmt.fmt(found.lease_expires_ms),
+                        "heartbeat_at": timefmt.fmt(found.lease_heartbeat_ms)}
+    if found.done_ms is not None:
+        out["completed_at"] = timefmt.fmt(found.done_ms)
+        out["result"] = pretty(found.result or b"null")
+        if found.done_seq is not None and found.done_commit is not None:
+            out["archive_key"] = paths.archive_key(queue, found.done_ms, found.done_seq,
+                                                   found.done_commit)
+    out["redrivable"] = found.status == DEAD
+    return out
+
+
+def pretty(data: bytes) -> str:
+    """JSON ``data`` indented, numbers exact; the text as it is when it is past
+    :data:`MAX_PRETTY_BYTES` or cannot be re-written (a number past a double's range)."""
+    text = data[:MAX_PRETTY_BYTES].decode("utf-8", "replace")
+    if len(data) > MAX_PRETTY_BYTES:
+        return text + f"\n… ({len(data)} bytes in all)"
+    try:
+        return wire.dumps(wire.loads(data), option=orjson.OPT_INDENT_2).decode()
+    except (ValueError, TypeError):
+        return text
+
+
+VIEWS: dict[str, Callable[..., Any]] = {
+    "counters": counters, "summary": summary, "page": page, "find": find, "job": job,
+}
+
+
+def read(state: QueueState, op: Inspect, now_ms: int) -> Result:
+    """Answer an :class:`~broker.model.ops.Inspect` op: the view it names, of ``state``."""
+    view = VIEWS.get(op.view)
+    if view is None:
+        raise InvalidRequest(f"no view {shown(op.view)}")
+    return Result(view=view(state, now_ms, *op.args))

@@ -1,0 +1,159 @@
+"""The dashboard's views of a queue (broker.model.browse) and the keyset paging under
+them (JobTable.peek, peek_before): every page, forwards and back, with and without a
+status filter, on dense and sparse tables, is what a plain sort and filter gives; a
+page from the middle of a dense table reads only its own jobs; the summary counts as
+``stats`` does; a job's view shows no lease token."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from broker import paths
+from broker.errors import InvalidRequest
+from broker.model import browse, codec
+from broker.model import transitions as T
+from broker.model.job import CLAIMED, COMPLETED, DEAD, PENDING
+from broker.model.jobtable import PROBE
+from broker.model.ops import Claim, Complete, CompleteItem, Fail, FailItem, NewJob, Push
+from broker.model.state import QueueState, Settings
+from broker.model.views import stats
+from tests.support.states import new_queue, queue_of
+
+NOW = 1_700_000_000_000
+
+
+def mixed(n: int, seed: int) -> QueueState:
+    """``n`` bulk-pushed jobs, some claimed, some dead, some completed, some gone
+    (runs of gaps longer than PROBE included)."""
+    rng = random.Random(seed)
+    state = new_queue(NOW, Settings(max_attempts=1))
+    T.apply(state, T.PushPayloads(tuple(b"%d" % i for i in range(n))), NOW)
+    claimed = T.apply(state, Claim("w", n // 3, 60_000), NOW + 1).jobs
+    tokens = list(claimed.tokens)
+    rng.shuffle(tokens)
+    third = len(tokens) // 3
+    T.apply(state, Fail(tuple(FailItem(t, "boom") for t in tokens[:third])), NOW + 2)
+    T.apply(state, Complete(tuple(CompleteItem(t) for t in tokens[third:2 * third])), NOW + 3)
+    gone = [s for s in state.jobs if rng.random() < 0.2]
+    start = n // 2
+    gone += list(range(start, min(n, start + PROBE + 500)))  # a gap wider than PROBE
+    for seq in set(gone):  # (only the table is read here: the heaps may go stale)
+        entry = state.jobs.entries.get(seq)
+        if entry is not None and (isinstance(entry, bytes) or entry.status == PENDING):
+            del state.jobs.entries[seq]
+    return state
+
+
+def expected(state: QueueState, status: str | None) -> list[int]:
+    return [job.seq for job in state.jobs.peek() if status in (None, job.status)]
+
+
+def seqs(page: dict[str, Any]) -> list[int]:
+    return [row["seq"] for row in page["rows"]]
+
+
+@pytest.mark.parametrize("status", [None, PENDING, CLAIMED, DEAD, COMPLETED])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_every_page_forwards_and_back_is_the_plain_filtered_order(status: str | None,
+                                                                 seed: int) -> None:
+    state = mixed(12_000, seed)
+    want = expected(state, status)
+    limit = 37
+    walked: list[int] = []
+    page = browse.page(state, NOW, status, None, None, limit)
+    assert not page["has_prev"]
+    while True:
+        walked += seqs(page)
+        if not page["has_next"]:
+            break
+        page = browse.page(state, NOW, status, seqs(page)[-1], None, limit)
+        assert page["has_prev"]
+    assert walked == want
+    back: list[int] = []
+    page = browse.page(state, NOW, status, None, (want[-1] + 1) if want else 1, limit)
+    while True:
+        back = seqs(page) + back
+        if not page["has_prev"]:
+            break
+        page = browse.page(state, NOW, status, None, seqs(page)[0], limit)
+        assert page["has_next"]
+    assert back == want
+    for cursor in random.Random(seed).sample(range(0, 12_100), 30):  # any seq, held or not
+        assert seqs(browse.page(state, NOW, status, cursor, None, limit)) == \
+            [s for s in want if s > cursor][:limit]
+        assert seqs(browse.page(state, NOW, status, None, cursor, limit)) == \
+            [s for s in want if s < cursor][-limit:]
+
+
+class NoScan(dict):  # type: ignore[type-arg]
+    """A job table's dict that fails a test reading it whole."""
+
+    def items(self) -> Any:
+        raise AssertionError("a page from the middle scanned the table")
+
+    def values(self) -> Any:
+        raise AssertionError("a page from the middle scanned the table")
+
+
+def test_a_middle_page_of_a_dense_table_reads_only_its_own_jobs() -> None:
+    state = queue_of(200_000, NOW)
+    state.jobs.entries = NoScan(state.jobs.entries)
+    for after, before in [(100_000, None), (None, 150_000), (199_990, None), (None, 5)]:
+        page = browse.page(state, NOW, None, after, before, 50)
+        assert page["rows"] and page["has_next"] is not (after == 199_990)
+    assert browse.job(state, NOW, "q", "j0000123456")["id"] == "j0000123456"  # type: ignore[index]
+
+
+def test_the_summary_counts_as_stats_does() -> None:
+    for state in (queue_of(0, NOW), queue_of(500, NOW), mixed(3000, 7)):
+        full, quick = stats(state, NOW + 5000), browse.summary(state, NOW + 5000)
+        assert quick["counts"] == full["counts"]
+        assert quick["total"] == full["total"]
+        assert quick["oldest_pending_age_s"] == full["oldest_pending_age_s"]
+        assert quick["paused"] == full["paused"]
+        assert quick["counters"]["depth"] == full["total"]
+
+
+def test_the_oldest_pending_age_counts_delayed_and_retried_jobs_by_their_own_times() -> None:
+    state = new_queue(NOW)
+    T.apply(state, Push((NewJob(b"1", delay_ms=60_000),)), NOW)
+    assert browse.summary(state, NOW + 1000)["oldest_pending_age_s"] is None
+    T.apply(state, T.PushPayloads((b"2",)), NOW + 2000)
+    summary = browse.summary(state, NOW + 5000)
+    assert summary["oldest_pending_age_s"] == 3.0
+    assert summary["next_delayed_run_at"] is not None
+
+
+def test_a_job_view_shows_its_lease_holder_never_its_token_and_its_archive_object() -> None:
+    state = new_queue(NOW)
+    T.apply(state, Push((NewJob(b'{"big": 123456789012345678901234567890}', key="k-1"),
+                         NewJob(b"[1]"))), NOW)
+    claimed = T.apply(state, Claim("worker-7", 2, 30_000), NOW + 1).jobs
+    job = browse.job(state, NOW, "q", "j0000000001")
+    assert job is not None
+    assert job["lease"]["worker"] == "worker-7" and "token" not in job["lease"]
+    assert claimed.tokens[0] not in repr(job)
+    assert "123456789012345678901234567890" in job["payload"]  # numbers exact
+    assert browse.find(state, NOW, "k-1") == "j0000000001"
+    assert browse.find(state, NOW, "j0000000002") == "j0000000002"
+    assert browse.find(state, NOW, "nope") is None
+    T.apply(state, Complete((CompleteItem(claimed.tokens[1], b'{"ok":1}'),)), NOW + 2)
+    codec.stamp(state, "w", NOW + 2, "c-abc")
+    done = browse.job(state, NOW, "q", "j0000000002")
+    assert done is not None and done["status"] == COMPLETED
+    seq = next(iter(state.completed))
+    assert done["archive_key"] == paths.archive_key("q", NOW + 2, seq,
+                                                    state.jobs[2].done_commit or "")
+    assert browse.job(state, NOW, "q", "j0000000099") is None
+    assert browse.job(state, NOW, "q", "bogus") is None
+
+
+def test_a_page_refuses_a_bad_status_or_size() -> None:
+    state = queue_of(3, NOW)
+    with pytest.raises(InvalidRequest, match="unknown status"):
+        browse.page(state, NOW, "zombie", None, None, 10)
+    with pytest.raises(InvalidRequest, match="limit must be"):
+        browse.page(state, NOW, None, None, None, browse.MAX_PAGE + 1)

@@ -8,7 +8,9 @@ Example::
     OSQUEUE_STORE=s3://bucket/queues OSQUEUE_TOKEN=... osqueue-broker --listen 0.0.0.0:8765
 
 Listening beyond loopback needs a bearer token (``--insecure-no-token`` to go
-without, on a trusted network only). ``--advertise-url`` is the URL clients
+without, on a trusted network only). The web dashboard is at ``URL/ui/``: the
+same token signs in to it, and without one it answers this machine only
+(``--ui-read-only`` hides and refuses its actions). ``--advertise-url`` is the URL clients
 and other brokers reach this one at; it is written into the queue objects it
 owns (default: from ``--listen``, a wildcard address giving this host's name's
 address).
@@ -50,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     fields = BrokerSettings.model_fields
     for name in ("store", "listen", "advertise_url", "token_env", "endpoint_url", "lease_s",
                  "commit_timeout_s", "max_request_mb", "header_timeout_s", "body_timeout_s",
-                 "max_connections", "log_level"):
+                 "max_connections", "history_interval_s", "log_level"):
         field = fields[name]
         default = "" if field.is_required() or field.default is None else \
             f"; default {field.default}"
@@ -60,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
                    const=True, help=f"listen beyond loopback without a bearer token, on a "
                                     f"trusted network only (env {env_of('insecure_no_token')}"
                                     f"=true)")
+    p.add_argument("--ui-read-only", dest="ui_read_only", action="store_const", const=True,
+                   help=f"the web dashboard (/ui/) shows the queues and refuses every action "
+                        f"(env {env_of('ui_read_only')}=true)")
     p.add_argument("--no-self-test", dest="self_test", action="store_const", const=False,
                    help=f"skip the conditional-write self-test at start-up "
                         f"(env {env_of('self_test')}=false)")

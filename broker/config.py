@@ -91,6 +91,12 @@ class BrokerSettings(BaseSettings):
         description="most open client connections; one more is answered 503 and closed")
     self_test: bool = Field(True, description="run the conditional-write self-test "
                                               "at start-up")
+    ui_read_only: bool = Field(
+        False, description="the web dashboard (/ui/) shows the queues and refuses every "
+                           "action")
+    history_interval_s: float = Field(
+        10.0, ge=0.1, le=600.0,
+        description="seconds between the samples of the dashboard's charts (an hour kept)")
     log_level: Literal["debug", "info", "warning", "error", "critical"] = Field(
         "info", description="least severe log level written (debug .. critical)")
 
@@ -157,7 +163,9 @@ class BrokerSettings(BaseSettings):
                             max_request_bytes=int(self.max_request_mb * MIB),
                             header_timeout_s=self.header_timeout_s,
                             body_timeout_s=self.body_timeout_s,
-                            max_connections=self.max_connections)
+                            max_connections=self.max_connections,
+                            ui_read_only=self.ui_read_only,
+                            history_interval_s=self.history_interval_s)
 
     def bearer(self) -> str | None:
         """The token, revealed (for the server only; never log it)."""

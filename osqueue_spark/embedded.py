@@ -81,15 +81,18 @@ def start_broker(store: str | ObjectStore, host: str | None = None, port: int = 
                  advertise_url: str | None = None, token: str | None = None,
                  insecure_no_token: bool = False, spark_conf: Mapping[str, str] | None = None,
                  lease_s: float | None = None, tune_gc: bool = False,
-                 segment_push_jobs: int | None = None, **settings: Any) -> BrokerServer:
+                 segment_push_jobs: int | None = None, ui_read_only: bool = False,
+                 **settings: Any) -> BrokerServer:
     """Start a broker with its HTTP server in a background thread of this process.
 
     ``store``: ``file:///abs/dir``, ``s3://bucket/prefix`` or a store object;
     ``port=0`` picks a free port. Extra keyword arguments are default queue
     settings (``max_attempts``, ``backoff_base_s``, ...). Returns a handle with
     ``.url`` (the advertised URL: what clients and executors should use),
-    ``.token`` (the bearer token, None without auth) and ``.stop()``, usable as
-    a context manager; its repr never shows the token. Raises if the store or
+    ``.token`` (the bearer token, None without auth), ``.dashboard_url`` (the
+    web dashboard, ``{url}/ui/``: its login form asks for the token; a notebook
+    shows the handle as a link to it) and ``.stop()``, usable as a context
+    manager; its repr never shows the token. Raises if the store or
     an existing queue object is unusable (nothing is written then), and
     ``OSError`` if the address cannot be bound.
 
@@ -118,6 +121,7 @@ def start_broker(store: str | ObjectStore, host: str | None = None, port: int = 
     change is for the whole process and is not undone by ``stop()``: use it
     only in a driver that exists to feed or drain the queue. Off by default:
     an embedded broker leaves the collector as it found it.
+    ``ui_read_only``: the dashboard shows the queues and refuses every action.
     """
     from broker.http.server import BrokerServer, is_loopback
     from broker.service.settings import BrokerConfig
@@ -132,7 +136,7 @@ def start_broker(store: str | ObjectStore, host: str | None = None, port: int = 
     if token is None and not insecure_no_token and not is_loopback(host):
         token = secrets.token_urlsafe(32)
     obj = store_from_url(store) if isinstance(store, str) else store
-    config = BrokerConfig(default_settings=settings)
+    config = BrokerConfig(default_settings=settings, ui_read_only=ui_read_only)
     if lease_s is not None:
         config = dataclasses.replace(config, lease_s=lease_s)
     if segment_push_jobs is not None:

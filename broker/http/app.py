@@ -19,9 +19,11 @@ and middleware stack (about a third of a request's cost,
 their bodies with the route's model (:mod:`broker.http.schemas`). Every body,
 on every route, is read within ``max_request_bytes`` (413 past it).
 
-Every answer the app gives is JSON: an unknown path is 404 ``not_found`` (a
-trailing ``/`` too: no redirects), a known path with another method is 405
-``method_not_allowed`` with an ``Allow`` header. A refused token is logged
+Paths under ``/ui/`` are the web dashboard (:mod:`broker.http.ui`), served by
+its own router after the hot path's check. Every other answer is JSON: an
+unknown path is 404 ``not_found`` (a trailing ``/`` too: no redirects), a
+known path with another method is 405 ``method_not_allowed`` with an
+``Allow`` header. A refused token is logged
 at warning (method, path, client address; never the header).
 """
 
@@ -55,7 +57,9 @@ from broker.http import parsers
 from broker.http.route import JSON_OR_STAGED, STAGED, HotHandler, RestHandler, Route
 from broker.http.routes import ROUTES
 from broker.http.schemas import problem
+from broker.http.ui import Ui, build_ui
 from broker.service.coordinator import Broker
+from broker.service.history import History
 from broker.wire import STAGED_CONTENT_TYPE, parse_json
 
 log = logging.getLogger("osqueue.http")
@@ -105,8 +109,9 @@ class App:
     """
 
     def __init__(self, broker: Broker, *, token: str | None = None,
-                 routes: tuple[Route, ...] = ROUTES) -> None:
+                 routes: tuple[Route, ...] = ROUTES, ui: Ui | None = None) -> None:
         self.broker = broker
+        self.ui = ui
         self._expected = f"Bearer {token}".encode() if token else None
         self._limit = broker.config.max_request_bytes
         self.hot: dict[str, Route] = {
@@ -142,6 +147,10 @@ class App:
                             "headers": headers})
                 await send({"type": "http.response.body", "body": body})
                 return
+        if self.ui is not None and scope["type"] == "http" and (
+                scope["path"] == "/ui" or scope["path"].startswith("/ui/")):
+            await self.ui(scope, receive, send)  # the dashboard: broker.http.ui
+            return
         await self.rest(scope, receive, send)
 
     def authorized(self, header: bytes | None) -> bool:
@@ -247,6 +256,13 @@ class App:
             return _json(_INTERNAL, 500)
 
 
-def build_app(broker: Broker, *, token: str | None = None) -> App:
-    """The ASGI app serving ``broker``. ``token``: require ``Authorization: Bearer``."""
-    return App(broker, token=token)
+def build_app(broker: Broker, *, token: str | None = None,
+              history: History | None = None) -> App:
+    """The ASGI app serving ``broker``, its dashboard at ``/ui/`` included (read-only
+    if ``broker.config.ui_read_only``). ``token``: require ``Authorization:
+    Bearer`` (the dashboard: a login with it). ``history``: what the dashboard's
+    charts draw (default: a new one, sampled only if someone runs it)."""
+    if history is None:
+        history = History(broker, interval_s=broker.config.history_interval_s)
+    ui = build_ui(broker, history, token=token, read_only=broker.config.ui_read_only)
+    return App(broker, token=token, ui=ui)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
+import html
 import logging
 import signal
 import socket
@@ -26,7 +26,9 @@ import uvicorn
 from broker.gcpause import tune_for_broker_process
 from broker.http.app import build_app
 from broker.http.bounded import bounded_protocol
+from broker.http.hosts import is_loopback
 from broker.service.coordinator import Broker
+from broker.service.history import History
 from broker.service.settings import BrokerConfig
 from broker.storage import ObjectStore
 
@@ -102,16 +104,6 @@ def advertise_url_problem(url: str) -> str | None:
     return None
 
 
-def is_loopback(host: str) -> bool:
-    """Whether listening on ``host`` keeps the broker to this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 class BrokerServer:
     """A broker and its HTTP server. Use :meth:`run` (blocking) or :meth:`start_in_thread`.
 
@@ -168,6 +160,17 @@ class BrokerServer:
                f"auth={self._token is not None})"
 
     @property
+    def dashboard_url(self) -> str:
+        """The web dashboard's address (``{url}/ui/``); with a token, its login form
+        asks for :attr:`token`."""
+        return f"{self.url}/ui/"
+
+    def _repr_html_(self) -> str:
+        """A notebook shows the handle as a link to its dashboard."""
+        url = html.escape(self.dashboard_url, quote=True)
+        return f'osqueue broker: <a href="{url}" target="_blank" rel="noopener">{url}</a>'
+
+    @property
     def token(self) -> str | None:
         """The bearer token clients must send (None: no auth). Never log it."""
         return self._token
@@ -179,7 +182,8 @@ class BrokerServer:
         except BaseException:
             self._sock.close()
             raise
-        app = build_app(self.broker, token=self._token)
+        history = History(self.broker, interval_s=self.config.history_interval_s)
+        app = build_app(self.broker, token=self._token, history=history)
         cfg = self.config
         protocol = bounded_protocol(header_timeout_s=cfg.header_timeout_s,
                                     body_timeout_s=cfg.body_timeout_s,
@@ -197,9 +201,11 @@ class BrokerServer:
         self._ready.set()
         if self._on_ready is not None:
             self._on_ready(self)
+        sampling = self._loop.create_task(history.run(), name="dashboard history")
         try:
             await server.serve(sockets=[self._sock])
         finally:
+            sampling.cancel()
             await self.broker.stop(self._drain_s)
             self._sock.close()
 

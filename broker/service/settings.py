@@ -39,3 +39,7 @@ class BrokerConfig:
     #: a batch waits this long on failing storage at most
     commit_timeout_s: float = limits.DEFAULT_COMMIT_TIMEOUT_S
     default_settings: dict[str, Any] = field(default_factory=dict)
+    #: the dashboard (/ui/) shows the queues and refuses every action
+    ui_read_only: bool = False
+    #: seconds between the samples of the dashboard's charts (broker.service.history)
+    history_interval_s: float = 10.0

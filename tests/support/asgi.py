@@ -7,16 +7,21 @@ from typing import Any
 
 async def call(app: Any, method: str, path: str, body: bytes = b"", *,
                token: str | None = None, content_type: str = "application/json",
-               query: str = "") -> tuple[int, bytes, dict[bytes, bytes]]:
-    """``(status, body, headers)`` of one request; the body arrives in one piece."""
-    headers = [(b"content-type", content_type.encode()),
-               (b"content-length", str(len(body)).encode())]
+               query: str = "", headers: dict[str, str] | None = None,
+               client: tuple[str, int] = ("127.0.0.1", 1)
+               ) -> tuple[int, bytes, dict[bytes, bytes]]:
+    """``(status, body, headers)`` of one request from ``client``, with ``headers``
+    besides the content type and length (and the token's); the body arrives in one
+    piece. Of a header the answer repeats, the last one."""
+    sent_headers = [(b"content-type", content_type.encode()),
+                    (b"content-length", str(len(body)).encode())]
     if token:
-        headers.append((b"authorization", f"Bearer {token}".encode()))
+        sent_headers.append((b"authorization", f"Bearer {token}".encode()))
+    sent_headers += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
              "method": method, "scheme": "http", "path": path, "raw_path": path.encode(),
-             "root_path": "", "query_string": query.encode(), "headers": headers,
-             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+             "root_path": "", "query_string": query.encode(), "headers": sent_headers,
+             "client": client, "server": ("127.0.0.1", 80)}
     sent: list[dict[str, Any]] = []
     delivered = False
 

@@ -1,0 +1,128 @@
+"""The dashboard's actions (POST): redrive, purge, pause, resume; signing in
+and out.
+
+Each action calls the broker operation the HTTP API's route calls
+(:meth:`Broker.redrive`, :meth:`Broker.purge`, :meth:`Broker.set_paused`),
+with the form's one-off idempotency key where the API takes one (a form sent
+twice is answered what the first one was), logs one line naming the action,
+the queue, what it did and who asked (``ui action purge queue=q
+statuses=dead purged=3 by=127.0.0.1:50000 (token holder, session s-...)``),
+and answers with a redirect back to the page (``?did=...&n=...``). The gate
+(:mod:`broker.http.ui.app`) has checked the session, the origin, the CSRF
+token and the read-only switch before any of them runs.
+"""
+
+# CANCEL-ACTION (issue 21 item 2): the cancel action goes here, an ``action=True``
+# page in broker.http.ui.PAGES calling the operation the API's cancel route calls,
+# logged as the others are.
+
+from __future__ import annotations
+
+import logging
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from broker.errors import InvalidRequest, shown
+from broker.http import parsers
+from broker.http.ui.app import Form, Refused, Ui, Visitor
+from broker.http.ui.auth import COOKIE, cookie_header
+from broker.http.ui.pages import PURGEABLE, safe_next
+from broker.model.job import seq_of
+
+log = logging.getLogger("osqueue.ui")
+
+#: Most jobs one redrive of selected jobs names (a browser page holds 200).
+MAX_SELECTED = 1000
+
+
+def _one(form: Form, name: str) -> str | None:
+    values = form.get(name)
+    return values[0] if values else None
+
+
+def _key(form: Form) -> str | None:
+    raw = _one(form, "request")
+    return parsers.parse_request_key(raw.encode()) if raw else None
+
+
+def _back(form: Form, queue: str, did: str, n: int | None = None) -> Response:
+    """Back to the page the form was on (a dashboard path), saying what was done."""
+    target = safe_next(_one(form, "back"))
+    if target == "/ui/":
+        target = f"/ui/queues/{queue}"
+    sep = "&" if "?" in target else "?"
+    return RedirectResponse(f"{target}{sep}did={did}" + ("" if n is None else f"&n={n}"), 303)
+
+
+async def redrive(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:
+    queue = request.path_params["queue"]
+    every = _one(form, "all") == "yes"
+    ids = form.get("ids", [])
+    if not every and not ids:
+        raise InvalidRequest("choose the dead jobs to redrive, or redrive all of them")
+    if len(ids) > MAX_SELECTED or any(seq_of(i) is None for i in ids):
+        raise InvalidRequest(f"ids must be at most {MAX_SELECTED} job ids, got "
+                             f"{shown(ids)}")
+    count = await ui.broker.redrive(queue, None if every else ids, _key(form))
+    what = "all dead" if every else ",".join(ids[:20]) + ("..." if len(ids) > 20 else "")
+    log.info("ui action redrive queue=%s ids=%s redriven=%d by=%s", queue, what, count,
+             visitor.who)
+    return _back(form, queue, "redrive", count)
+
+
+async def purge(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:
+    queue = request.path_params["queue"]
+    statuses = form.get("status", [])
+    if not statuses or any(s not in PURGEABLE for s in statuses):
+        raise InvalidRequest(f"purge wants status {', '.join(PURGEABLE)}; got "
+                             f"{shown(statuses)}")
+    if _one(form, "confirm") != "yes":
+        raise InvalidRequest("a purge must be confirmed (its confirmation page sends "
+                             "confirm=yes)")
+    count = await ui.broker.purge(queue, statuses, _key(form))
+    log.info("ui action purge queue=%s statuses=%s purged=%d by=%s", queue,
+             ",".join(statuses), count, visitor.who)
+    return _back(form, queue, "purge", count)
+
+
+async def pause(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:
+    queue = request.path_params["queue"]
+    await ui.broker.set_paused(queue, True)
+    log.info("ui action pause queue=%s by=%s", queue, visitor.who)
+    return _back(form, queue, "pause")
+
+
+async def resume(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:
+    queue = request.path_params["queue"]
+    await ui.broker.set_paused(queue, False)
+    log.info("ui action resume queue=%s by=%s", queue, visitor.who)
+    return _back(form, queue, "resume")
+
+
+async def login(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:
+    """Check the token typed in; on a match, start a session (the cookie)."""
+    if not ui.sessions.needs_login:
+        return RedirectResponse("/ui/", 303)
+    target = safe_next(_one(form, "next"))
+    client = f"{request.client.host}:{request.client.port}" if request.client else "?"
+    if not ui.same_origin(request):
+        log.warning("ui: refused login from %s: cross-origin", client)
+        raise Refused(403, "refused: this form was not sent from this dashboard")
+    if not ui.sessions.token_matches(_one(form, "token") or ""):
+        log.warning("ui: refused login from %s: wrong token", client)
+        return ui.page(request, None, "login.html", 401, next=target,
+                       error="Wrong token: that is not the bearer token of this broker.")
+    response = RedirectResponse(target, 303)
+    response.headers.append("set-cookie", cookie_header(ui.sessions.issue(),
+                                                        secure=ui.secure(request)))
+    log.info("ui: %s signed in", client)
+    return response
+
+
+async def logout(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:
+    ui.sessions.revoke(request.cookies.get(COOKIE))
+    response = RedirectResponse("/ui/login" if ui.sessions.needs_login else "/ui/", 303)
+    response.headers.append("set-cookie", cookie_header("", secure=ui.secure(request),
+                                                        max_age=0))
+    return response

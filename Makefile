@@ -7,7 +7,11 @@ STAMP := $(VENV)/.installed
 AZURITE_VERSION := 3.37.0
 AZURITE_STAMP := .tools/.azurite-$(AZURITE_VERSION)
 
-.PHONY: demo test lint typecheck unit bench clean java-check
+# Chromium, which the dashboard's browser tests drive headless (Debian's package; never
+# Playwright's own browser download).
+CHROMIUM ?= /usr/bin/chromium
+
+.PHONY: demo test lint typecheck unit bench clean java-check chromium-check
 
 $(STAMP): pyproject.toml
 	@$(PY) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"'
@@ -21,6 +25,17 @@ java-check:
 	  echo "Java 17+ is needed for PySpark and was not found on PATH."; \
 	  echo "Install it with: sudo apt-get install -y openjdk-17-jre-headless"; \
 	  exit 1; }
+
+chromium-check:
+	@test -x $(CHROMIUM) || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "Installing chromium for the dashboard's browser tests (apt-get)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	  else \
+	    echo "Chromium is needed for the dashboard's browser tests and was not found at $(CHROMIUM)."; \
+	    echo "Install it with: sudo apt-get install -y chromium"; \
+	    exit 1; \
+	  fi; }
 
 $(AZURITE_STAMP):
 	@command -v npm >/dev/null 2>&1 || { \
@@ -40,8 +55,8 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP) java-check $(AZURITE_STAMP)
-	$(BIN)/python -m pytest -q
+unit: $(STAMP) java-check $(AZURITE_STAMP) chromium-check
+	OSQ_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -q
 
 test: lint typecheck unit
 

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.azurite import azure_container, azure_url, azurite_server  # noqa: F401
+from tests.support.browser import chromium, ui_page  # noqa: F401
 from tests.support.motoserver import MotoServer, set_default_credentials
 
 

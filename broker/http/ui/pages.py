@@ -115,7 +115,7 @@ async def job_page(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Re
         job = await ui.dashboard.view(queue, "job", queue, job_id)
     status = 200 if job is not None or not info["served"] else 404
     return ui.page(request, visitor, "job.html", status, q=info, queue=queue, job=job,
-                   job_id=job_id[:40], request_key=request_key())
+                   job_id=job_id[:40], request_key=request_key(), done=_done(request))
 
 
 async def purge_confirm(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:

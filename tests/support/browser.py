@@ -1,0 +1,66 @@
+"""Pytest fixtures for the dashboard's browser tests: one headless Chromium for the
+module of browser tests, driven by Playwright for Python.
+
+The browser is Debian's ``chromium`` package at ``/usr/bin/chromium`` (or the
+path in ``OSQ_CHROMIUM``), never Playwright's own download (which cannot work
+here). ``make test`` installs it with apt when it is missing and the user is
+root; when it (or the ``playwright`` package) is missing, the fixture FAILS,
+naming the fix, rather than skipping. Playwright launches it with a fresh
+temporary profile (user-data dir) that it removes at close; each test gets
+its own browser context (cookies included).
+
+Why one per module and not per session: while Playwright's sync API is open it
+keeps an event loop running in this thread, and every later test's
+``asyncio.run`` would be refused ("cannot be called from a running event
+loop"). The browser tests live in one module, so this is still one browser.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+#: Where Debian's chromium package puts the browser.
+CHROMIUM = os.environ.get("OSQ_CHROMIUM", "/usr/bin/chromium")
+#: Headless, and nothing that reaches out to the network on its own.
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def launch(playwright: Any) -> Any:
+    """Chromium at :data:`CHROMIUM`, headless, with :data:`ARGS`."""
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    """The module's browser (a Playwright ``Browser``)."""
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"the dashboard's browser tests need Chromium at {CHROMIUM}: run "
+                    "`make test` as root (it installs it), or `sudo apt-get install -y "
+                    "chromium` (or set OSQ_CHROMIUM to a Chromium binary)", pytrace=False)
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("the dashboard's browser tests need Playwright for Python: "
+                    "pip install -e '.[dev]'", pytrace=False)
+    with sync_playwright() as playwright:
+        browser = launch(playwright)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture()
+def ui_page(chromium: Any) -> Iterator[Any]:
+    """A page in a fresh browser context (no cookies from other tests)."""
+    context = chromium.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(15_000)
+    try:
+        yield context.new_page()
+    finally:
+        context.close()

@@ -109,9 +109,11 @@ def page(state: QueueState, now_ms: int, status: str | None, after_seq: int | No
     else:
         ahead = _take(table.peek(-1 if after_seq is None else after_seq, status), limit + 1)
         has_next, jobs = len(ahead) > limit, ahead[:limit]
+        # any match before the page? (the first match, found from the start: a filter
+        # whose jobs are rare need not be read back from the end of the table)
         before_first = jobs[0].seq if jobs else (after_seq or 0) + 1
-        has_prev = after_seq is not None and \
-            next(table.peek_before(before_first, status), None) is not None
+        first = next(table.peek(-1, status), None) if after_seq is not None else None
+        has_prev = first is not None and first.seq < before_first
     return {"rows": [row(job) for job in jobs], "has_next": has_next, "has_prev": has_prev,
             "in_segments": segment_counts(state.segment_refs)}
 

@@ -90,6 +90,15 @@ class Dashboard:
                                    "(it is created by its first push)")
         return self.standby(queue)
 
+    async def about(self, queue: str) -> dict[str, Any]:
+        """:meth:`summary` without the counts for a queue served here (``s`` is
+        None): whether it is served here, and for one served elsewhere what is
+        known of it. For a page that shows no counts (a job's)."""
+        if self.broker.served(queue) is None:
+            return await self.summary(queue)
+        return {"queue": queue, "served": True, "s": None, "as_of_s": 0.0, "error": None,
+                "commits_per_s": None}
+
     def standby(self, queue: str) -> dict[str, Any]:
         """:meth:`summary` of a queue this broker does not serve, without waiting:
         the last summary read of its object; a new read is started when there

@@ -173,3 +173,21 @@ def test_the_jobs_embedded_broker_shares_its_token_with_the_job(tmp_path: Path) 
     args = argparse.Namespace(broker=None, store=f"file://{tmp_path}", token=None)
     with broker_for(args) as url:
         assert args.token is None and _get(url)[0] == 200  # loopback: no token, as before
+
+
+def test_the_handle_links_its_dashboard_and_can_make_it_read_only(tmp_path: Path) -> None:
+    import urllib3
+
+    http = urllib3.PoolManager()
+    with start_broker(f"file://{tmp_path}", ui_read_only=True, lease_s=20.0) as b:
+        assert b.dashboard_url == f"{b.url}/ui/"
+        assert f'href="{b.dashboard_url}"' in b._repr_html_()
+        assert b.config.lease_s == 20.0 and b.config.ui_read_only
+        QueueClient(b.url, "q").push({"n": 1})
+        page = http.request("GET", b.url + "/ui/queues/q")
+        assert page.status == 200 and b"read-only" in page.data
+        assert b'name="csrf"' not in page.data  # no form at all
+        refused = http.request("POST", b.url + "/ui/queues/q/pause", redirect=False, headers={
+            "cookie": page.headers["set-cookie"].split(";")[0], "origin": b.url})
+        assert refused.status == 403 and b"read-only" in refused.data
+        assert QueueClient(b.url, "q").stats()["paused"] is False

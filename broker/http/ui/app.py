@@ -5,8 +5,8 @@ answers loopback clients under a loopback host name only, 403 otherwise:
 the API's rule, :mod:`broker.http.hosts`; the host name check keeps a
 DNS-rebinding page out); then, except for the login page and the static
 files, a session (:mod:`broker.http.ui.auth`: the cookie, or an
-``Authorization: Bearer`` header); then, for a POST, the origin check and
-the session's CSRF token; then, for an action, the read-only switch (403).
+``Authorization: Bearer`` header); then, for an action, the read-only switch
+(403); then, for a POST, the origin check and the session's CSRF token.
 Pages answer with a strict Content-Security-Policy (scripts and styles from
 the dashboard itself only) and are never cached.
 
@@ -237,11 +237,11 @@ class Ui:
                 return self._to_login(request)
             form: Form = {}
             if request.method == "POST":
-                form = await self._form(request)
-                self._check_post(request, visitor, form)
-                if page.action and self.read_only:
+                if page.action and self.read_only:  # (whatever the form holds)
                     raise Refused(403, "this dashboard is read-only (--ui-read-only): "
                                        "it shows the queues and changes nothing")
+                form = await self._form(request)
+                self._check_post(request, visitor, form)
             response = await page.handler(self, request, visitor, form)
         except Refused as exc:
             response = self.page(request, visitor, "error.html", exc.status,

@@ -109,7 +109,7 @@ async def history(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Res
 
 async def job_page(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:
     queue, job_id = request.path_params["queue"], request.path_params["job_id"]
-    info = await ui.dashboard.summary(queue)
+    info = await ui.dashboard.about(queue)
     job: dict[str, Any] | None = None
     if info["served"]:
         job = await ui.dashboard.view(queue, "job", queue, job_id)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker import paths
-from broker.errors import OsqueueError, UnknownQueue
+from broker.errors import NotTheBroker, OsqueueError, UnknownQueue
 from broker.model import browse
 from broker.model.ops import Inspect
 from broker.service.coordinator import Broker
@@ -56,13 +56,15 @@ class Dashboard:
 
     async def view(self, queue: str, name: str, *args: Any) -> Any:
         """The view ``name`` of :mod:`broker.model.browse` of a queue this broker
-        serves. Raises ``UnknownQueue`` if it has no object, ``NotTheBroker``-like
-        ``OsqueueError`` from the loop, and ``LookupError`` if this broker does
-        not serve it (see :meth:`standby`)."""
+        serves. Raises ``UnknownQueue`` if it has no object, ``NotTheBroker`` if
+        this broker does not serve it (see :meth:`standby`), and what the loop
+        raises."""
         q = self.broker.served(queue)
         if q is None:
             paths.check_queue_name(queue)
-            raise LookupError(queue)
+            url = self.owner_url(queue)
+            raise NotTheBroker(f"this broker does not serve queue {queue!r} (now)",
+                               **({"url": url} if url else {}))
         state = q.loop.state
         if state is not None and q.loop.etag is None and not state.jobs:
             raise UnknownQueue(f"queue {queue!r} does not exist (it is created by its first push)")

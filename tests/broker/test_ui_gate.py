@@ -311,3 +311,37 @@ def test_bad_query_values_and_unknown_queues_get_a_clear_page() -> None:
             assert got == 404
 
     run(main())
+
+
+def test_a_queue_another_broker_serves_shows_its_objects_figures_and_its_owner() -> None:
+    async def main() -> None:
+        store = MemoryStore()
+        owner = await started(store, "javascript:alert(1)")  # a hostile record's URL
+        other = await started(store, URL)
+        try:
+            await owner.push("far", [b"1", b"2"])
+            await other.watch()  # (it lists the store at start; the queue came after)
+            other.takeover.known.add("far")
+            app = build_app(other, token=TOKEN)
+            status, body, _ = await call(app, "GET", "/ui/", token=TOKEN)
+            assert status == 200 and b"reading its object" in body
+            ui = app.ui
+            assert ui is not None
+            await ui.dashboard.wait_standby("far")
+            status, body, _ = await call(app, "GET", "/ui/fragments/queues", token=TOKEN)
+            assert b'data-testid="count-far-pending">2<' in body
+            assert b"javascript:" not in body.replace(b">javascript:alert(1)<", b"")
+            assert b'href="#/ui/queues/far"' in body
+            status, body, _ = await call(app, "GET", "/ui/queues/far", token=TOKEN)
+            assert status == 200 and b"Another broker serves this queue" in body
+            assert b'data-testid="browser"' not in body  # its jobs are browsed on its owner
+            before = snapshot(store)
+            status, body, _ = await call(app, "POST", "/ui/queues/far/pause", b"",
+                                         content_type=FORM, token=TOKEN)
+            assert status == 503 and b"served by" in body
+            assert snapshot(store) == before
+        finally:
+            await other.stop(5)
+            await owner.stop(5)
+
+    run(main())

@@ -128,6 +128,13 @@ def rate(value: float | None) -> str:
     return "—" if value is None else f"{value:.1f}" if value < 100 else f"{value:,.0f}"
 
 
+def web_url(value: str | None) -> str:
+    """``value`` if it is an http(s) URL (a broker's, read from a queue object, which
+    anyone with write access to the store could have written), else ``#``."""
+    return value if isinstance(value, str) and value.startswith(("http://", "https://")) \
+        else "#"
+
+
 def query_string(**params: Any) -> str:
     """``?a=1&b=2`` of the params that have a value (none: "")."""
     kept = {k: v for k, v in params.items() if v not in (None, "")}
@@ -155,9 +162,9 @@ class Ui:
         self.templates = Environment(
             loader=PackageLoader("broker.http.ui", "templates"),
             autoescape=select_autoescape(default=True), undefined=StrictUndefined,
-            trim_blocks=True, lstrip_blocks=True)
+            trim_blocks=True, lstrip_blocks=True, auto_reload=False)
         self.templates.globals.update(static=self.static_url, qs=query_string)
-        self.templates.filters.update(num=number, age=age, rate=rate)
+        self.templates.filters.update(num=number, age=age, rate=rate, web=web_url)
         self.router = Router([Route(p.path, self._endpoint(p), methods=[p.method])
                               for p in pages], default=self._not_found)
 

@@ -18,7 +18,9 @@ Lease tokens are never shown: a token lets its holder complete the job.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import heapq
+import itertools
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import orjson
@@ -27,8 +29,9 @@ from broker import paths, timefmt, wire
 from broker.errors import InvalidRequest, shown
 from broker.model.job import CLAIMED, COMPLETED, DEAD, PENDING, STATUSES, Job, seq_of
 from broker.model.ops import Inspect, Result
-from broker.model.segments import next_wakeup, oldest_due, segment_counts
-from broker.model.state import QueueState
+from broker.model.segment_claims import page_refs, segment_page
+from broker.model.segments import next_wakeup, oldest_due, segment_counts, segment_job
+from broker.model.state import QueueState, SegmentRef
 
 #: Most jobs on one page of the job browser.
 MAX_PAGE = 200
@@ -94,37 +97,112 @@ def check_status(status: str | None) -> str | None:
 def page(state: QueueState, now_ms: int, status: str | None, after_seq: int | None,
          before_seq: int | None, limit: int) -> dict[str, Any]:
     """Up to ``limit`` jobs in seq order (optionally of ``status``): after
-    ``after_seq``, or the last ones before ``before_seq``, or the first ones.
-    ``has_next`` / ``has_prev`` say whether more jobs lie beyond either end.
-    Costs what the page reads, not its position (see the module docstring)."""
+    ``after_seq``, or the last ones before ``before_seq``, or the first ones;
+    the pending jobs of segment objects among them (from the windows the
+    broker loaded first: :func:`segments_to_load`). ``has_next`` /
+    ``has_prev`` say whether more jobs lie beyond either end. Costs what the
+    page reads, not its position (see the module docstring)."""
     check_status(status)
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidRequest(f"limit must be 1..{MAX_PAGE}, got {limit}")
-    table = state.jobs
+    start = page_start(state, status, after_seq, before_seq, limit)
+    ahead = _forward(state, status, start, limit + 1)
+    jobs = ahead[:limit]
     if before_seq is not None:
-        back = _take(table.peek_before(before_seq, status), limit + 1)
-        has_prev, jobs = len(back) > limit, back[:limit][::-1]
-        after_last = jobs[-1].seq if jobs else before_seq - 1
-        has_next = next(table.peek(after_last, status), None) is not None
+        jobs = [job for job in jobs if job.seq < before_seq]
+        has_next = _first_seq(state, status, jobs[-1].seq if jobs else before_seq - 1) \
+            is not None
     else:
-        ahead = _take(table.peek(-1 if after_seq is None else after_seq, status), limit + 1)
-        has_next, jobs = len(ahead) > limit, ahead[:limit]
-        # any match before the page? (the first match, found from the start: a filter
-        # whose jobs are rare need not be read back from the end of the table)
-        before_first = jobs[0].seq if jobs else (after_seq or 0) + 1
-        first = next(table.peek(-1, status), None) if after_seq is not None else None
-        has_prev = first is not None and first.seq < before_first
+        has_next = len(ahead) > limit
+    first = _first_seq(state, status, -1)
+    has_prev = first is not None and first < (jobs[0].seq if jobs else start + 1)
     return {"rows": [row(job) for job in jobs], "has_next": has_next, "has_prev": has_prev,
             "in_segments": segment_counts(state.segment_refs)}
 
 
-def _take(jobs: Any, n: int) -> list[Job]:
-    out: list[Job] = []
-    for job in jobs:
-        out.append(job)
-        if len(out) >= n:
-            break
-    return out
+def page_start(state: QueueState, status: str | None, after_seq: int | None,
+               before_seq: int | None, limit: int) -> int:
+    """The seq a page starts after: ``after_seq``; for the last ``limit`` jobs
+    before ``before_seq``, one below the lowest of them (counted back through
+    the head's jobs and the segments' seq ranges, no line read); else -1."""
+    if before_seq is None:
+        return -1 if after_seq is None else after_seq
+    inline = (job.seq for job in state.jobs.peek_before(before_seq, status))
+    seqs: Iterator[int] = inline
+    if state.segment_refs and status in (None, PENDING):
+        seqs = heapq.merge(inline, _segment_seqs_before(state.segment_refs, before_seq),
+                           reverse=True)
+    back = list(itertools.islice(seqs, limit))
+    return (back[-1] if back else before_seq) - 1
+
+
+def _segment_seqs_before(refs: Sequence[SegmentRef], before_seq: int) -> Iterator[int]:
+    """The seqs of the segments' pending jobs below ``before_seq``, descending."""
+    for ref in reversed(refs):  # (refs ascend by first_seq, their ranges disjoint)
+        top = min(before_seq, ref.first_seq + ref.count) - 1
+        yield from range(top, ref.next_seq - 1, -1)
+
+
+def _forward(state: QueueState, status: str | None, after_seq: int, n: int) -> list[Job]:
+    """Up to ``n`` jobs after ``after_seq``: the head's, and the segments' pending
+    ones up to the first whose line is not loaded."""
+    inline = state.jobs.peek(after_seq, status)
+    if not state.segment_refs or status not in (None, PENDING):
+        return list(itertools.islice(inline, n))
+    from_segments, unloaded = segment_page(state, after_seq, n)
+    merged = heapq.merge(inline, from_segments, key=lambda job: job.seq)
+    return [job for job in itertools.islice(merged, n)
+            if unloaded is None or job.seq < unloaded]
+
+
+def _first_seq(state: QueueState, status: str | None, after_seq: int) -> int | None:
+    """The seq of the first job after ``after_seq`` (of ``status``), head or segment."""
+    found = next(state.jobs.peek(after_seq, status), None)
+    seqs = [] if found is None else [found.seq]
+    if status in (None, PENDING):
+        seqs += [max(ref.next_seq, after_seq + 1) for ref in state.segment_refs
+                 if max(ref.next_seq, after_seq + 1) < ref.first_seq + ref.count]
+    return min(seqs, default=None)
+
+
+def segments_to_load(state: QueueState, op: Inspect) -> list[SegmentRef]:
+    """The segments whose lines an :class:`~broker.model.ops.Inspect` op reads
+    and the broker has not loaded (it loads them before the op applies): a
+    page's, or the one that holds a job asked for by id."""
+    refs, windows = state.segment_refs, state.windows
+    if not refs or windows is None:
+        return []
+    if op.view == "page":
+        status, after_seq, before_seq, limit = op.args
+        if status not in (None, PENDING):
+            return []
+        after = page_start(state, status, after_seq, before_seq, limit)
+        return [ref for ref in page_refs(state, after, limit + 1)
+                if windows.peek(ref, max(ref.taken, after + 1 - ref.first_seq), 1) is None]
+    if op.view in ("job", "find"):
+        seq = seq_of(op.args[-1])
+        ref = None if seq is None else _holder(refs, seq)
+        if seq is not None and ref is not None and \
+                windows.peek(ref, seq - ref.first_seq, 1) is None:
+            return [ref]
+    return []
+
+
+def _holder(refs: Sequence[SegmentRef], seq: int) -> SegmentRef | None:
+    """The segment whose pending jobs include ``seq``, if any."""
+    for ref in refs:
+        if ref.next_seq <= seq < ref.first_seq + ref.count:
+            return ref
+    return None
+
+
+def _segment_job(state: QueueState, seq: int) -> Job | None:
+    """The pending job ``seq`` of a segment, if the segment's line is loaded."""
+    ref = _holder(state.segment_refs, seq)
+    if ref is None or state.windows is None:
+        return None
+    lines = state.windows.peek(ref, seq - ref.first_seq, 1)
+    return segment_job(seq, lines[0], ref) if lines else None
 
 
 def row(job: Job) -> dict[str, Any]:
@@ -144,9 +222,9 @@ def find(state: QueueState, now_ms: int, text: str) -> str | None:
     """The id of the job whose id or idempotency key is ``text``, if the queue
     holds it (a key only while the dedup window keeps it)."""
     seq = seq_of(text)
-    if seq is not None and seq in state.jobs:
+    if seq is not None and (seq in state.jobs or _holder(state.segment_refs, seq)):
         return text
-    entry = state.keys.get(text)
+    entry = state.keys.get(text)  # (a key's job is never in a segment: keys are inline)
     if entry is not None and seq_of(entry.job_id) in state.jobs:
         return entry.job_id
     return None
@@ -157,9 +235,14 @@ def job(state: QueueState, now_ms: int, queue: str, job_id: str) -> dict[str, An
     payload and result pretty-printed, the lease without its token, and for
     a completed job the archive object it is (or is about to be) in."""
     seq = seq_of(job_id)
-    if seq is None or seq not in state.jobs:
+    if seq is None:
         return None
-    found = next(state.jobs.peek(seq - 1))  # (a line read into a throwaway Job)
+    if seq in state.jobs:
+        found: Job | None = next(state.jobs.peek(seq - 1))  # (a line: a throwaway Job)
+    else:
+        found = _segment_job(state, seq)
+    if found is None:
+        return None
     out = row(found)
     out.update(key=found.key, last_error=found.last_error, payload=pretty(found.payload),
                payload_bytes=len(found.payload), lease=None, archive_key=None,

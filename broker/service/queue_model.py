@@ -19,7 +19,7 @@ import secrets
 from collections.abc import Callable, Sequence
 
 from broker.errors import NotTheBroker, OsqueueError
-from broker.model import codec, tokens, transitions
+from broker.model import browse, codec, tokens, transitions
 from broker.model import receipts as R
 from broker.model import state as S
 from broker.model.decode import decode_state
@@ -27,6 +27,7 @@ from broker.model.job import PENDING
 from broker.model.ops import (
     Claim,
     DropArchived,
+    Inspect,
     Op,
     ReadJobs,
     Reclaim,
@@ -104,6 +105,8 @@ class QueueModel:
                 wanted += [ref for ref in page_refs(state, after, op.limit)
                            if self.windows.peek(ref, max(ref.taken, after + 1 - ref.first_seq),
                                                 1) is None]
+        wanted += [ref for op in ops if isinstance(op, Inspect)  # the dashboard's reads
+                   for ref in browse.segments_to_load(state, op)]
         for ref in dict.fromkeys(wanted):  # (each once, in order)
             self.windows.put(ref, ref.taken, await self.segments.read_window(ref))
 

@@ -20,6 +20,10 @@ from broker.model.jobtable import PROBE
 from broker.model.ops import Claim, Complete, CompleteItem, Fail, FailItem, NewJob, Push
 from broker.model.state import QueueState, Settings
 from broker.model.views import stats
+from broker.service.dashboard import Dashboard
+from broker.service.history import History
+from broker.storage import MemoryStore
+from tests.support.inprocess import run, started
 from tests.support.states import new_queue, queue_of
 
 NOW = 1_700_000_000_000
@@ -160,3 +164,55 @@ def test_a_page_refuses_a_bad_status_or_size() -> None:
         browse.page(state, NOW, "zombie", None, None, 10)
     with pytest.raises(InvalidRequest, match="limit must be"):
         browse.page(state, NOW, None, None, None, browse.MAX_PAGE + 1)
+
+
+def test_pages_and_jobs_of_a_queue_with_segments_show_the_segments_pending_jobs() -> None:
+    """A broker whose bulk pushes go into segment objects: the dashboard's pages,
+    forwards and back, are the API's listing (which includes the segments' jobs)
+    filtered by status; a segment's job opens by id."""
+    async def main() -> None:
+        store = MemoryStore()
+        broker = await started(store, segment_push_jobs=100)
+        try:
+            await broker.create_queue("q", {"max_attempts": 1})
+            for n in range(3):  # three segments of 300 jobs
+                await broker.push("q", [b'{"n":%d}' % (n * 300 + i) for i in range(300)])
+            assert len((await broker.stats("q"))["settings"]) and \
+                broker.served("q").loop.state.segment_refs  # type: ignore[union-attr]
+            claimed = await broker.claim("q", "w", 40)
+            await broker.fail("q", [FailItem(j.token, "boom") for j in claimed[:15]])
+            listing: list[dict[str, Any]] = []
+            after = None
+            while True:
+                got = await broker.jobs("q", None, 77, after)
+                listing += got
+                if len(got) < 77:
+                    break
+                after = got[-1]["id"]
+            assert len(listing) == 900
+            dash = Dashboard(broker, History(broker))
+            for status in (None, PENDING, CLAIMED, DEAD):
+                want = [int(j["id"][1:]) for j in listing if status in (None, j["status"])]
+                walked, after_seq = [], None
+                while True:
+                    page = await dash.view("q", "page", status, after_seq, None, 50)
+                    walked += seqs(page)
+                    if not page["has_next"]:
+                        break
+                    after_seq = seqs(page)[-1]
+                assert walked == want, status
+                back, before = [], max(want, default=0) + 1
+                while True:
+                    page = await dash.view("q", "page", status, None, before, 50)
+                    back = seqs(page) + back
+                    if not page["has_prev"]:
+                        break
+                    before = seqs(page)[0]
+                assert back == want, status
+            job = await dash.view("q", "job", "q", "j0000000777")
+            assert job is not None and job["status"] == PENDING and '"n": 776' in job["payload"]
+            assert await dash.view("q", "find", "j0000000777") == "j0000000777"
+        finally:
+            await broker.stop(5)
+
+    run(main())

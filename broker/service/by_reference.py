@@ -24,6 +24,7 @@ caller is told to retry.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import itertools
 import logging
@@ -53,17 +54,18 @@ def chunks(payloads: Sequence[bytes], max_jobs: int = MAX_SEGMENT_JOBS,
            max_bytes: int | None = None) -> list[tuple[int, int]]:
     """``(start, stop)`` slices of ``payloads`` for one segment object each: at
     most ``max_jobs`` jobs and (but for a single larger payload) ``max_bytes``
-    (default :data:`SEGMENT_MAX_BYTES`)."""
+    (default :data:`SEGMENT_MAX_BYTES`). Runs in C but for one step a slice
+    (a million payloads: ``bench/spark_bench.py``, the write row)."""
     max_bytes = SEGMENT_MAX_BYTES if max_bytes is None else max_bytes
+    ends = list(itertools.accumulate(map(len, payloads)))  # bytes up to and with each
     out = []
-    start, size = 0, 0
-    for i, payload in enumerate(payloads):
-        if i > start and (i - start >= max_jobs or size + len(payload) > max_bytes):
-            out.append((start, i))
-            start, size = i, 0
-        size += len(payload)
-    if start < len(payloads):
-        out.append((start, len(payloads)))
+    start, base = 0, 0
+    while start < len(payloads):
+        # the first payload that would pass max_bytes ends the slice (one at least)
+        stop = bisect.bisect_right(ends, base + max_bytes, start + 1, len(payloads))
+        stop = min(max(stop, start + 1), start + max_jobs)
+        out.append((start, stop))
+        base, start = ends[stop - 1], stop
     return out
 
 
@@ -100,10 +102,10 @@ class _Writer:
         self.started = monotonic()
         self.refs: list[SegmentRef] = []
 
-    async def write(self, payloads: Sequence[bytes]) -> bool:
+    async def write(self, payloads: list[bytes]) -> list[bytes]:
         """Reserve seqs for ``payloads`` and write their segments (kept in
-        :attr:`refs`); False, keeping nothing, if a payload holds a line break
-        (a segment line holds one job): those go into the head instead."""
+        :attr:`refs`); return the payloads that go into the head instead: none,
+        or all of them if one holds a line break (a segment line holds one job)."""
         reserved = await self.loop.submit(Reserve(len(payloads), max(map(len, payloads))))
         assert isinstance(reserved.ids, JobIds)
         first = reserved.ids.first
@@ -125,9 +127,9 @@ class _Writer:
             log.info("%d jobs pushed to %s go into the queue object (a payload holds a "
                      "line break); the seqs reserved for them stay unused",
                      len(payloads), self.queue)
-            return False
+            return payloads
         self.refs += [ref for ref in refs if ref is not None]
-        return True
+        return []
 
     async def commit(self, op: Push | PushPayloads) -> Result:
         """Push ``op`` with the segments written (refused if they took too long)."""
@@ -150,7 +152,7 @@ async def push_by_reference(loop: Loop, segments: SegmentStore, queue: str, op: 
             op.request is not None and op.request in state.receipts.requests)):
         return await loop.submit(op)
     writer = _Writer(loop, segments, queue, clock, monotonic)
-    if not await writer.write(op.payloads):
+    if await writer.write(list(op.payloads)):
         return await loop.submit(op)
     return await writer.commit(replace(op, payloads=()))
 
@@ -161,10 +163,11 @@ async def publish_by_reference(loop: Loop, segments: SegmentStore, queue: str,
     """Publish staged chunks, their bare jobs by reference: read a few chunks
     at a time, gather their bare payloads until a segment's worth
     (:data:`~broker.model.segments.MAX_SEGMENT_JOBS` or :data:`SEGMENT_MAX_BYTES`),
-    write that as segments, and push every reference and the jobs with options
-    in one last commit (which checks ``once``). Memory: a segment's worth of
-    payloads and the chunks read ahead, whatever the size of the write. A
-    publish smaller than ``segments.push_jobs`` goes into the head as before."""
+    write that as segments while the next chunks are read, and push every
+    reference and the jobs with options in one last commit (which checks
+    ``once``). Memory: :data:`WRITERS` segments' worth of payloads and the
+    chunks read ahead, whatever the size of the write. A publish smaller than
+    ``segments.push_jobs`` goes into the head as before, in its order."""
     state = loop.state
     once = publish.once
     if publish.missing or (once is not None and state is not None
@@ -172,6 +175,16 @@ async def publish_by_reference(loop: Loop, segments: SegmentStore, queue: str,
         # answered by the head: duplicate, or refused for the missing chunks
         return await loop.submit(PushPayloads((), once=once, missing=publish.missing))
     writer = _Writer(loop, segments, queue, clock, monotonic)
+    writes: collections.deque[asyncio.Future[list[bytes]]] = collections.deque()
+    try:
+        return await _publish(writer, segments.push_jobs, publish, writes)
+    finally:  # (a failed write fails the publish: the others are stopped, not left)
+        for task in writes:
+            task.cancel()
+
+
+async def _publish(writer: _Writer, push_jobs: int, publish: StagedPublish,
+                   writes: collections.deque[asyncio.Future[list[bytes]]]) -> Result:
     inline: list[NewJob | bytes] = []
     batch: list[bytes] = []
     size = gone = 0
@@ -183,21 +196,25 @@ async def publish_by_reference(loop: Loop, segments: SegmentStore, queue: str,
             continue
         if everything is not None:
             everything += jobs
-        for job in jobs:
-            if isinstance(job, bytes):
-                batch.append(job)
-                size += len(job)
-            else:
-                inline.append(job)
+        try:  # (all bare, as a Spark write's are: no loop in Python)
+            size += sum(map(bytes.__len__, jobs))  # type: ignore[arg-type]
+            batch += jobs  # type: ignore[arg-type]
+        except TypeError:  # some jobs have options: those go into the head
+            batch += [job for job in jobs if isinstance(job, bytes)]
+            size = sum(map(len, batch))
+            inline += [job for job in jobs if not isinstance(job, bytes)]
         if len(batch) >= MAX_SEGMENT_JOBS or size >= SEGMENT_MAX_BYTES:
-            if not await writer.write(batch):
-                inline += batch
+            writes.append(asyncio.ensure_future(writer.write(batch)))
             batch, size, everything = [], 0, None
-    if everything is not None and len(batch) < segments.push_jobs:
-        return await writer.commit(push_of(everything, once, missing=gone))  # (no segment)
-    if batch and not await writer.write(batch):
-        inline += batch
-    return await writer.commit(push_of(inline, once, missing=gone))
+            while len(writes) >= WRITERS:
+                inline += await writes.popleft()
+    if everything is not None and len(batch) < push_jobs:
+        return await writer.commit(push_of(everything, publish.once, missing=gone))
+    if batch:
+        writes.append(asyncio.ensure_future(writer.write(batch)))
+    while writes:
+        inline += await writes.popleft()
+    return await writer.commit(push_of(inline, publish.once, missing=gone))
 
 
 async def _read_ahead(loads: Sequence[Load]) -> AsyncIterator[Jobs | None]:

@@ -119,6 +119,11 @@ def dedup_cutoff_ms(dedup_ttl_s: float, now_ms: int) -> int:
 
 # -- per-queue settings ----------------------------------------------------------
 
+#: The highest dispatch rate limit a queue may set (jobs claimed per second),
+#: and the largest burst (jobs): see :mod:`broker.model.ratelimit`.
+MAX_CLAIMS_PER_S = 1_000_000.0
+MAX_CLAIM_BURST = 10_000_000
+
 #: Each setting's type and allowed range (inclusive); see :class:`broker.model.state.Settings`.
 SETTING_LIMITS: dict[str, tuple[type, float, float]] = {
     "max_attempts": (int, 1, MAX_ATTEMPTS),
@@ -131,6 +136,9 @@ SETTING_LIMITS: dict[str, tuple[type, float, float]] = {
     "staged_ttl_s": (float, 1.0, 30 * 86_400.0),
     "retry_ttl_s": (float, 1.0, 7 * 86_400.0),
     "retry_keys": (int, 1_000, 10_000_000),
+    # dispatch rate limit (0: none), a token bucket (see broker.model.ratelimit)
+    "max_claims_per_s": (float, 0.0, MAX_CLAIMS_PER_S),
+    "claim_burst": (int, 0, MAX_CLAIM_BURST),
 }
 
 

@@ -294,6 +294,14 @@ def encode_staged_line(payload: bytes, options: dict[str, Any] | None = None) ->
     return b"%s\t%s\n" % (head, payload)
 
 
+#: The ``status`` of an answer about a job that was cancelled: a heartbeat,
+#: complete or fail of its token (``ok`` false), or a cancel that took.
+CANCELLED = "cancelled"
+#: The ``status`` of a cancel's answer about a claimed job: marked, it ends
+#: cancelled when its worker next calls about it (or its lease runs out).
+CANCEL_REQUESTED = "cancel_requested"
+
+
 class ItemResult(NamedTuple):
     """The answer about one token of a heartbeat, complete or fail: ``ok``, or
     why not (``reason``). Shared by the broker and the client."""
@@ -301,4 +309,19 @@ class ItemResult(NamedTuple):
     token: str
     ok: bool
     reason: str | None = None
-    status: str | None = None  # for fail: "pending" (retrying) or "dead"
+    # for fail: "pending" (retrying) or "dead"; "cancelled" (ok false): the job
+    # was cancelled, the call did nothing and the worker should stop on it
+    status: str | None = None
+
+
+class CancelAnswer(NamedTuple):
+    """The answer of a cancel about one job id: ``ok`` with ``status``
+    :data:`CANCELLED` (a pending or delayed job, archived as cancelled) or
+    :data:`CANCEL_REQUESTED` (a claimed job, marked); or not ``ok``, with
+    ``status`` ``finished`` (completed, dead, or gone) or ``unknown`` (no such
+    job) and ``reason`` in words. Shared by the broker and the client."""
+
+    id: str
+    ok: bool
+    reason: str | None = None
+    status: str | None = None

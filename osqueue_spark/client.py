@@ -49,6 +49,7 @@ from broker.limits import (
     MAX_CLAIM_JOBS,
     MAX_DELAY_S,
     MAX_ITEMS,
+    MAX_JOB_ID_CHARS,
     MAX_LEASE_S,
     MAX_PAGE_JOBS,
     MAX_WAIT_S,
@@ -56,8 +57,8 @@ from broker.limits import (
     MIN_LEASE_S,
 )
 from broker.retry import retrying
-from broker.wire import STAGED_CONTENT_TYPE, ItemResult, loads
-from osqueue_spark.args import integer, json_bytes, number, text
+from broker.wire import STAGED_CONTENT_TYPE, CancelAnswer, ItemResult, loads
+from osqueue_spark.args import InvalidArgument, integer, json_bytes, number, text
 from osqueue_spark.bodies import (
     CLAIMED_FIELDS,
     ClaimedJob,
@@ -410,6 +411,20 @@ class QueueClient:
         body: dict[str, Any] = ({"all": True} if statuses is None
                                 else {"statuses": list(statuses)})
         return int(self.request("POST", self._q("purge"), body, keyed=True)["purged"])
+
+    def cancel(self, ids: Sequence[str]) -> list[CancelAnswer]:
+        """Cancel jobs by id; one answer per id, in order: ``ok`` and status
+        ``cancelled`` (a pending or delayed job: archived as cancelled) or
+        ``cancel_requested`` (a claimed job: its worker's next heartbeat,
+        complete or fail is answered cancelled), or not ``ok``, status
+        ``finished`` or ``unknown``, with the reason (nothing changed). Safe to
+        repeat. An empty ``ids`` is refused (``InvalidRequest``)."""
+        if isinstance(ids, str) or not 0 < len(ids) <= MAX_ITEMS:
+            raise InvalidArgument(f"cancel needs a list of 1..{MAX_ITEMS} job ids")
+        ids = [text(f"ids[{n}]", i, MAX_JOB_ID_CHARS) for n, i in enumerate(ids)]
+        out = self.request("POST", self._q("cancel"), {"ids": ids})
+        return [CancelAnswer(r["id"], r["ok"], r.get("reason"), r.get("status"))
+                for r in out["results"]]
 
     def pause(self) -> None:
         self.request("POST", self._q("pause"), {})

@@ -159,6 +159,11 @@ async def purge(broker: Broker, request: Request, body: schemas.PurgeRequest) ->
                                          *request_key(request))}
 
 
+async def cancel(broker: Broker, request: Request, body: schemas.CancelRequest) -> Any:
+    answers = await broker.cancel(request.path_params["queue"], body.ids)
+    return {"results": [a._asdict() for a in answers]}
+
+
 async def pause(broker: Broker, request: Request, body: schemas.NoBody) -> Any:
     await broker.set_paused(request.path_params["queue"], True)
     return {"paused": True}
@@ -211,9 +216,11 @@ ROUTES: tuple[Route, ...] = (
           "disconnects before the answer is sent, the claim stops waiting and hands back any "
           "jobs it got (pending again, the attempt not counted, the tokens stale)",
           S.ClaimRequest, S.Claimed, hot=True, keyed=True),
-    Route("POST", f"{Q}/heartbeat", heartbeat, "Extend leases (409 if any token is stale)",
+    Route("POST", f"{Q}/heartbeat", heartbeat, "Extend leases (409 if any token is stale, "
+          "or its job cancelled: status cancelled)",
           S.HeartbeatRequest, S.Results, hot=True),
-    Route("POST", f"{Q}/complete", complete, "Complete jobs (409 if any token is stale)",
+    Route("POST", f"{Q}/complete", complete, "Complete jobs (409 if any token is stale, or its job "
+          "cancelled: status cancelled, nothing recorded)",
           S.CompleteRequest, S.Results, hot=True),
     Route("POST", f"{Q}/fail", fail, "Fail jobs: retry with backoff or dead-letter "
           "(409 if any token is stale)", S.FailRequest, S.Results, hot=True),
@@ -227,6 +234,10 @@ ROUTES: tuple[Route, ...] = (
           'every one with {"all": true}', S.RedriveRequest, S.Redriven, keyed=True),
     Route("POST", f"{Q}/purge", purge, "Delete jobs by status: those in statuses, or every "
           'pending and dead job with {"all": true}', S.PurgeRequest, S.Purged, keyed=True),
+    Route("POST", f"{Q}/cancel", cancel, "Cancel jobs by id: a pending or delayed job is "
+          "cancelled (archived as cancelled), a claimed one marked (its next heartbeat, "
+          "complete or fail is answered cancelled); one answer per id, unknown or finished "
+          "jobs unchanged", S.CancelRequest, S.CancelResults),
     Route("POST", f"{Q}/pause", pause, "Stop handing out jobs", S.NoBody, S.Paused),
     Route("POST", f"{Q}/resume", resume, "Hand out jobs again", S.NoBody, S.Paused),
     Route("PUT", Q, create, "Create a queue or change its settings", S.CreateRequest, S.Stats),

@@ -6,7 +6,7 @@ claim, heartbeat, complete, fail, stage, publish) are not validated with them:
 the hand parsers in :mod:`broker.http.parsers` do that, several times faster
 (``bench/parse_bench.py``), and ``tests/broker/test_schemas.py`` holds the two
 equal (same bodies accepted, same values) on generated inputs. The other routes'
-bodies (create, purge, redrive, pause, resume) are validated with their model
+bodies (create, purge, redrive, cancel, pause, resume) are validated with their model
 by :class:`broker.http.app.App`, and :func:`problem` words a refusal.
 
 Request models are strict (``"5"`` is not a number, ``true`` is not ``1``) and
@@ -207,6 +207,13 @@ class PurgeRequest(Request):
         return self
 
 
+class CancelRequest(Request):
+    """The jobs to cancel, by id."""
+
+    ids: Annotated[list[JobId], Field(min_length=1, max_length=MAX_ITEMS,
+                                      description="jobs to cancel")]
+
+
 class NoBody(Request):
     """No fields: an empty body or ``{}``."""
 
@@ -230,7 +237,8 @@ class CreateRequest(Request):
 class JobsQuery(BaseModel):
     """The query of ``GET .../jobs``."""
 
-    status: str | None = Field(None, description="pending, claimed, dead or completed")
+    status: str | None = Field(None, description="pending, claimed, dead, completed or "
+                               "cancelled")
     limit: int = 100
     after: str | None = Field(None, description="the last job id of the previous page")
     tokens: bool = Field(False, description="show each lease's token (usable: it completes, "
@@ -288,6 +296,20 @@ class Published(Response):
     duplicate: bool
 
 
+class CancelAnswer(Response):
+    id: str
+    ok: bool
+    reason: str | None
+    status: str = Field(description="cancelled (a pending or delayed job), cancel_requested "
+                        "(a claimed job, marked: it ends cancelled at its worker's next call "
+                        "about it or when its lease runs out), finished (completed, dead or "
+                        "gone: nothing changed) or unknown (no such job)")
+
+
+class CancelResults(Response):
+    results: list[CancelAnswer]
+
+
 class Redriven(Response):
     redriven: int
 
@@ -323,6 +345,9 @@ class Stats(Response):
     failed_total: int
     dead_total: int
     reclaimed_total: int
+    cancelled_total: int = Field(description="cancels that took: jobs cancelled, and claimed "
+                                 "jobs marked")
+    cancel_requested: int = Field(description="claimed jobs marked for cancellation")
     seq: int
     approx_state_bytes: int
     dedup_keys: int
@@ -330,6 +355,13 @@ class Stats(Response):
     settled_runs: int
     broker: BrokerRecord | None
     settings: dict[str, float]
+    claims_per_s: float = Field(description="jobs claimed a second over the last 10 s, on "
+                                "this broker (0 when read from the store)")
+    claim_limit_per_s: float | None = Field(description="the dispatch rate limit "
+                                            "(max_claims_per_s; null: none)")
+    claim_burst: int | None = Field(description="its bucket's size (null: no limit)")
+    claim_tokens: int | None = Field(description="whole tokens left in the bucket: jobs a "
+                                     "claim may take now (null: no limit)")
     served_by_this_broker: bool
     state_bytes: int | None = None
     commits: int | None = None

@@ -7,6 +7,7 @@ Imports only the broker's leaves (errors, limits, paths, timefmt, wire) and itse
 The layers inside, lowest first::
 
     job, columns, receipts, tokens a job and its lease; column-wise results; token tags
+    ratelimit                      the dispatch rate limit's token bucket (no model import)
     lines                          a job's line in the object (byte templates)
     jobtable, state                the queue: seq -> job, settings, counters, windows
     indexes, segments              heaps; segment objects and the head's refs
@@ -15,7 +16,8 @@ The layers inside, lowest first::
     lifecycle                      every status change, in one table
     segment_claims                 jobs moving from segments into the head
     idempotency, views, archive    key windows and receipts; stats and pages; archive lines
-    queue_rules, transitions       the rules: ``apply(state, op, now_ms)``
+    queue_rules, cancels           the queue's own rules; cancelling jobs
+    transitions                    the rules: ``apply(state, op, now_ms)``
 
 The names below are the model's public face.
 """

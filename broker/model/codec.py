@@ -23,7 +23,6 @@ the same bytes (the tests compare them). The bytes are the product contract:
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
 import orjson
@@ -130,8 +129,8 @@ def _header(state: QueueState) -> dict[str, Any]:
         else {"id": broker.id, "url": broker.url, "lease_s": broker.lease_ms / 1000,
               "lease_expires_at": timefmt.fmt(broker.expires_ms)},
         "paused": state.paused,
-        "settings": asdict(state.settings),
-        "counters": asdict(state.counters),
+        "settings": state.settings.stored(),
+        "counters": state.counters.stored(),
     }
     if state.token_key:  # (a state made without one is written without one)
         header["token_key"] = state.token_key

@@ -4,7 +4,8 @@ out (:func:`decode_state`; :mod:`broker.model.codec` writes what this reads).
 Every invariant the broker relies on is checked here (ids unique and equal to
 their seqs, counters at least the largest seq and lease number in use,
 settings and counters typed and in range, times within 1970-9999, leases
-where the status needs one), and payloads and results are kept as the bytes
+where the status needs one, a cancel's fields only on a claimed or cancelled
+job and counted in ``counters.cancelled``), and payloads and results are kept as the bytes
 they were written as (:class:`LineSpans`). A state object this refuses is
 never overwritten: the broker says which object and why.
 """
@@ -29,7 +30,17 @@ from broker.limits import (
 )
 from broker.model.codec import reset_segments
 from broker.model.indexes import SEQ_MASK, TIME_MASK, rebuild_indexes
-from broker.model.job import CLAIMED, COMPLETED, PENDING, STATUSES, Job, Lease, job_id_for
+from broker.model.job import (
+    CANCELLED,
+    CLAIMED,
+    COMPLETED,
+    DEAD,
+    PENDING,
+    STATUSES,
+    Job,
+    Lease,
+    job_id_for,
+)
 from broker.model.lines import plain_token
 from broker.model.receipts import Receipts, fence_of
 from broker.model.segments import ref_from_json
@@ -128,22 +139,39 @@ def _job_from(raw: Any, spans: LineSpans | None) -> Job:
         last_error=_text(raw.get("last_error"), f"job {job_id!r} last_error", optional=True),
         lease=_lease_from(lease, job_id) if lease is not None else None,
     )
-    if (status in (CLAIMED, COMPLETED)) != (job.lease is not None):
+    if (status in (CLAIMED, COMPLETED) and job.lease is None) or (
+            status in (PENDING, DEAD) and job.lease is not None):
         raise ValueError(f"job {job_id!r} is {status} but "
                          + ("has no lease" if job.lease is None else "has a lease"))
+    if "cancel_requested_at" in raw:  # (a claimed job marked, or a cancelled one)
+        if status not in (CLAIMED, CANCELLED):
+            raise ValueError(f"job {job_id!r} is {status} but has cancel_requested_at")
+        job.cancel_ms = _time(raw["cancel_requested_at"], f"job {job_id!r} cancel_requested_at")
+    if status == CANCELLED:
+        if job.cancel_ms is None:
+            raise ValueError(f"cancelled job {job_id!r} has no cancel_requested_at")
+        if "result" in raw or "completed_at" in raw:
+            raise ValueError(f"cancelled job {job_id!r} has a result or completed_at")
+        job.done_ms = _time(raw.get("cancelled_at"), f"job {job_id!r} cancelled_at")
+        _done_commit(job, raw)
     if status == PENDING and attempts >= job.max_attempts:
         raise ValueError(f"job {job_id!r} is pending with no attempts left")
     if status == COMPLETED:
         job.done_ms = _time(raw.get("completed_at"), f"job {job_id!r} completed_at")
-        job.done_seq = _count(raw.get("commit_seq"), f"job {job_id!r} commit_seq")
-        job.done_commit = _text(raw.get("commit"), f"job {job_id!r} commit")
-        if not plain_token(job.done_commit or ""):
-            raise ValueError(f"job {job_id!r} has commit {job.done_commit!r}")
+        _done_commit(job, raw)
         if "result" not in raw:
             raise ValueError(f"completed job {job_id!r} has no result")
         result = spans.result(raw["result"]) if spans else orjson.dumps(raw["result"])
         job.result = None if result == b"null" else result
     return job
+
+
+def _done_commit(job: Job, raw: dict[str, Any]) -> None:
+    """A completed or cancelled job's commit (``commit_seq``, ``commit``), checked."""
+    job.done_seq = _count(raw.get("commit_seq"), f"job {job.id!r} commit_seq")
+    job.done_commit = _text(raw.get("commit"), f"job {job.id!r} commit")
+    if not plain_token(job.done_commit or ""):
+        raise ValueError(f"job {job.id!r} has commit {job.done_commit!r}")
 
 
 class LineSpans:
@@ -328,10 +356,12 @@ def _decode_fields(raw: dict[str, Any], data: bytes) -> QueueState:
     if not isinstance(jobs, list):
         raise ValueError("jobs must be a list")
     _add_jobs(state, jobs, _job_lines(data, len(jobs)))
-    top_fence = 0
+    top_fence = cancels = 0
     for job in state.jobs.values():
         if job.lease is not None:
             top_fence = max(top_fence, job.lease.fence)
+        if job.cancel_ms is not None:
+            cancels += 1
     keys = raw.get("keys") or []
     if not isinstance(keys, list):
         raise ValueError("keys must be a list")
@@ -373,6 +403,9 @@ def _decode_fields(raw: dict[str, Any], data: bytes) -> QueueState:
     if counters.fence < top_fence:
         raise ValueError(f"counters.fence is {counters.fence} but lease number {top_fence} "
                          "exists: new leases would reuse tokens")
+    if counters.cancelled < cancels:  # (what makes brokers from before cancel refuse it)
+        raise ValueError(f"counters.cancelled is {counters.cancelled} but {cancels} job(s) "
+                         "are cancelled or marked for cancellation")
     unknown = set(raw) - _TOP_FIELDS
     if unknown:
         raise ValueError(f"unknown fields {sorted(unknown)}")

@@ -22,7 +22,7 @@ from broker import limits
 from broker.errors import InvalidRequest
 from broker.limits import dedup_cutoff_ms
 from broker.model import receipts as R
-from broker.model.job import COMPLETED, DEAD, PENDING
+from broker.model.job import CANCELLED, COMPLETED, DEAD, PENDING
 from broker.model.lifecycle import token_job
 from broker.model.state import KeyEntry, QueueState, key_entry_bytes
 from broker.model.tokens import NOT_VALID
@@ -121,15 +121,41 @@ def earlier(state: QueueState, request: str | None, floor: int | None,
     return receipts.answered(request, kind)
 
 
+#: Why a call about a cancelled job did nothing (answered with status cancelled).
+CANCELLED_REASON = "the job was cancelled; stop working on it (nothing was recorded)"
+
+
+def cancelled_under(state: QueueState, token: str) -> bool:
+    """Whether the stored token ``token`` held a job that was cancelled (or is
+    marked, its lease run out): its calls are answered cancelled."""
+    job = token_job(state, token)
+    if job is not None and job.lease_token == token:
+        return job.status == CANCELLED or job.cancel_ms is not None
+    fence = R.fence_of(token)
+    return fence is not None and state.receipts.outcome(fence) == R.CANCELLED
+
+
+def unheld_answer(state: QueueState, wire: str, token: str) -> ItemResult:
+    """The answer to a heartbeat of a client's token ``wire`` (stored token
+    ``token``) that holds no live lease: stale, or cancelled."""
+    if cancelled_under(state, token):
+        return ItemResult(wire, False, CANCELLED_REASON, CANCELLED)
+    return ItemResult(wire, False, stale_reason(state, token))
+
+
 def stale_reason(state: QueueState, token: str) -> str:
     """Why the stored token ``token`` holds no live lease, in words for its caller."""
     job = token_job(state, token)
     if job is not None and job.lease is not None and job.lease.token == token:
         if job.status == COMPLETED:
             return "this token already completed the job"
+        if job.status == CANCELLED or job.cancel_ms is not None:
+            return CANCELLED_REASON
         return "lease expired; the job will be reclaimed"
     fence = R.fence_of(token)
     outcome = state.receipts.outcome(fence) if fence is not None else None
+    if outcome == R.CANCELLED:
+        return CANCELLED_REASON
     if outcome is not None:
         return f"this token already settled the job ({outcome})"
     if job is None:
@@ -143,11 +169,14 @@ _FAIL_STATUS = {R.FAILED: PENDING, R.DEAD: DEAD}
 def repeat_answer(state: QueueState, wire: str, token: str | None, want: str) -> ItemResult:
     """The answer to a complete (``want`` completed) or fail (``want`` failed) of a
     client's token ``wire`` that holds no live lease: what the first call
-    answered if this token settled the job the same way, else stale.
+    answered if this token settled the job the same way, cancelled (ok false,
+    status cancelled) if its job was cancelled, else stale.
     ``token``: the stored token ``wire`` stands for, None if its tag does not
     verify (answered :data:`~broker.model.tokens.NOT_VALID`, looked up nowhere)."""
     if token is None:
         return ItemResult(wire, False, NOT_VALID)
+    if cancelled_under(state, token):
+        return ItemResult(wire, False, CANCELLED_REASON, CANCELLED)
     job = token_job(state, token)
     if job is not None and job.status == COMPLETED and job.lease is not None \
             and job.lease.token == token:

@@ -22,7 +22,7 @@ import heapq
 from collections.abc import Iterator
 
 from broker.limits import MAX_PRIORITY
-from broker.model.job import CLAIMED, COMPLETED, PENDING, Job
+from broker.model.job import CLAIMED, FINISHED, PENDING, Job
 from broker.model.state import QueueState, key_entry_bytes
 
 SEQ_BITS = 48  # 2.8e14 jobs
@@ -82,8 +82,8 @@ def compact_leases(state: QueueState) -> None:
 
 
 def rebuild_indexes(state: QueueState) -> None:
-    """Recompute every derived index from the jobs: the heaps, the completed jobs
-    by commit, and the size estimates (the encoding cache is the codec's, see
+    """Recompute every derived index from the jobs: the heaps, the completed (and
+    cancelled) jobs by commit, and the size estimates (the encoding cache is the codec's, see
     :func:`broker.model.codec.reset_segments`)."""
     ready: list[int] = []
     delayed: list[int] = []
@@ -96,7 +96,7 @@ def rebuild_indexes(state: QueueState) -> None:
             ready.append(ready_key(job.priority, job.run_at_ms, job.seq))
         elif job.status == CLAIMED and job.lease_token is not None:
             leases.append(timed_key(job.lease_expires_ms, job.seq))
-        elif job.status == COMPLETED and job.done_seq is not None:
+        elif job.status in FINISHED and job.done_seq is not None:
             completed.setdefault(job.done_seq, []).append(job.seq)
     heapq.heapify(ready)
     heapq.heapify(leases)

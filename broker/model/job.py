@@ -1,6 +1,6 @@
 """One job of a queue: its fields, its lease, its id and token spellings.
 
-A job's status is pending, claimed, dead or completed. Ids are the enqueue
+A job's status is pending, claimed, dead, completed or cancelled. Ids are the enqueue
 sequence number, zero-padded (``j0000000042``); a lease token is
 ``<job id>.<fence>``. :class:`Job` keeps its lease in its own fields and its
 encoded line in ``_enc``, which only :mod:`broker.model.lines` and
@@ -21,7 +21,10 @@ PENDING = "pending"
 CLAIMED = "claimed"
 DEAD = "dead"
 COMPLETED = "completed"  # awaiting its archive object, then dropped
-STATUSES = (PENDING, CLAIMED, DEAD, COMPLETED)
+CANCELLED = wire.CANCELLED  # the same: awaiting its archive object, then dropped
+STATUSES = (PENDING, CLAIMED, DEAD, COMPLETED, CANCELLED)
+#: Statuses of jobs that have left the queue and await their archive object.
+FINISHED = (COMPLETED, CANCELLED)
 
 
 #: Rough bytes a job costs in the object besides its payload (for size limits).
@@ -154,6 +157,7 @@ class Job:
     __slots__ = (
         "_enc",
         "attempts",
+        "cancel_ms",
         "created_ms",
         "done_commit",
         "done_ms",
@@ -204,7 +208,10 @@ class Job:
         self.lease_ms = self.lease_expires_ms = self.lease_heartbeat_ms = 0
         if lease is not None:
             self.lease = lease
-        # completed jobs only: when, in which commit (its seq and id), the result's JSON
+        # when its cancel was asked for: a claimed job marked, or a cancelled job
+        self.cancel_ms: int | None = None
+        # completed (or cancelled) jobs only: when, in which commit (its seq and
+        # id), the result's JSON (a completed job's)
         self.done_ms: int | None = None
         self.done_seq: int | None = None
         self.done_commit: str | None = None
@@ -263,11 +270,15 @@ class Job:
                 "expires_at": timefmt.fmt(lease.expires_ms),
                 "heartbeat_at": timefmt.fmt(lease.heartbeat_ms),
             }
+        if self.cancel_ms is not None:
+            out["cancel_requested_at"] = timefmt.fmt(self.cancel_ms)
         if self.done_ms is not None:
-            out["completed_at"] = timefmt.fmt(self.done_ms)
+            cancelled = self.status == CANCELLED
+            out["cancelled_at" if cancelled else "completed_at"] = timefmt.fmt(self.done_ms)
             out["commit_seq"] = self.done_seq
             out["commit"] = self.done_commit
-            out["result"] = orjson.Fragment(b"null" if self.result is None else self.result)
+            if not cancelled:
+                out["result"] = orjson.Fragment(b"null" if self.result is None else self.result)
         return out
 
     def size_estimate(self) -> int:

@@ -6,12 +6,17 @@ h11 checks every event against a table of the states a connection may move
 between; this does the same for a job::
 
     (new) -push-> pending -claim-> claimed -complete-> completed -archived-> (gone)
-                   ^   ^             |   |
+                   ^   ^  |          |   |
                    |   '-retry, ----'   '-last attempt failed-> dead
-                   |     reclaim,                                |
-                   |     release                                 |
+                   |     reclaim,  |                             |
+                   |     release   '-cancel-> cancelled -archived-> (gone)
                    '------------------redrive--------------------'
     purge: pending, claimed or dead -> (gone)
+
+A pending job's cancel moves it to cancelled at once; a claimed job's marks
+it (``Job.cancel_ms``, a change within a status) and it moves to cancelled
+at its worker's next call about it or when its lease runs out, never to
+pending, dead or completed (see :mod:`broker.model.cancels`).
 
 :data:`MOVES` is that table, and :func:`move` the entry point every rule in
 :mod:`broker.model.transitions` goes through. A move the table does not allow is a
@@ -42,9 +47,11 @@ from broker.model.indexes import (
     timed_key,
 )
 from broker.model.job import (
+    CANCELLED,
     CLAIMED,
     COMPLETED,
     DEAD,
+    FINISHED,
     JOB_OVERHEAD_BYTES,
     PENDING,
     Job,
@@ -64,10 +71,12 @@ GONE = "(gone)"  # removed from the state
 #: changes within a status, not moves.
 MOVES: dict[str, frozenset[str]] = {
     NEW: frozenset({PENDING}),  # push
-    PENDING: frozenset({CLAIMED, GONE}),  # claim; purge
-    CLAIMED: frozenset({PENDING, DEAD, COMPLETED, GONE}),  # retry/reclaim/release; last try; purge
+    PENDING: frozenset({CLAIMED, CANCELLED, GONE}),  # claim; cancel; purge
+    # retry/reclaim/release; last try; complete; a marked job's end; purge
+    CLAIMED: frozenset({PENDING, DEAD, COMPLETED, CANCELLED, GONE}),
     DEAD: frozenset({PENDING, GONE}),  # redrive; purge
     COMPLETED: frozenset({GONE}),  # dropped once its archive object is written
+    CANCELLED: frozenset({GONE}),  # the same
 }
 
 
@@ -85,7 +94,8 @@ def move(state: QueueState, job: Job, to: str, now_ms: int) -> None:
     """Move ``job`` to status ``to`` (or :data:`GONE`): the one entry point.
 
     The caller sets the job's other fields first (a lease for claimed, none
-    for pending or dead, ``done_*`` and ``result`` for completed); this sets
+    for pending or dead, ``done_*`` and ``result`` for completed, ``done_*``
+    and ``cancel_ms`` for cancelled); this sets
     the status, indexes the job (ready or delayed heap for pending at
     ``now_ms``, lease heap for claimed, the commit's completions for
     completed), marks its encoding stale, and keeps the size estimate. A job
@@ -101,8 +111,11 @@ def move(state: QueueState, job: Job, to: str, now_ms: int) -> None:
         codec.removed(state, job)
         state.approx_bytes -= job.size_estimate()
         return
-    if (to in (CLAIMED, COMPLETED)) != (job.lease_token is not None) or \
-            (to == COMPLETED) != (job.done_seq is not None):
+    leased = job.lease_token is not None
+    if (to in (CLAIMED, COMPLETED) and not leased) or (to in (PENDING, DEAD) and leased) or \
+            (to in FINISHED) != (job.done_seq is not None) or \
+            (job.cancel_ms is not None and to not in (CLAIMED, CANCELLED)) or \
+            (to == CANCELLED and job.cancel_ms is None):
         raise IllegalMove(f"job {job.id} moving to {to} has the fields of another status")
     job.status = to
     if frm == NEW:
@@ -115,7 +128,7 @@ def move(state: QueueState, job: Job, to: str, now_ms: int) -> None:
         schedule(state, job, now_ms)
     elif to == CLAIMED:
         heapq.heappush(state.leases, timed_key(job.lease_expires_ms, seq))
-    elif to == COMPLETED:
+    elif to in FINISHED:
         assert job.done_seq is not None
         state.completed.setdefault(job.done_seq, []).append(seq)
         state.approx_bytes += len(job.result or b"")
@@ -133,6 +146,14 @@ def extend_lease(state: QueueState, job: Job, lease_ms: int, now_ms: int) -> Non
     job.lease_heartbeat_ms = now_ms
     codec.touch(state, job)
     heapq.heappush(state.leases, timed_key(job.lease_expires_ms, job.seq))
+
+
+def mark_cancel(state: QueueState, job: Job, now_ms: int) -> None:
+    """Mark a claimed job for cancellation at ``now_ms`` (it stays claimed)."""
+    if job.status != CLAIMED or job.cancel_ms is not None:
+        raise IllegalMove(f"job {job.id} is {job.status}; only a claimed job is marked, once")
+    job.cancel_ms = now_ms
+    codec.touch(state, job)
 
 
 def restart_leases(state: QueueState, now_ms: int) -> None:
@@ -282,7 +303,8 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
     None), in the commit after ``state.seq``. Each item's token is a client's:
     ``stored(token)`` is the stored token it stands for, or None if its tag
     does not verify. Answers ``stale(token, stored token or None)`` for the
-    tokens that hold no live lease. Returns the answers in order (column-wise,
+    tokens that hold no live lease, and for those whose job is marked for
+    cancellation (``stale`` ends such a job cancelled). Returns the answers in order (column-wise,
     see :mod:`broker.model.columns`, each with the client's token) and the
     lease numbers completed.
 
@@ -307,7 +329,8 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
         seq = token_seq(token)
         job = None if seq is None else get(seq)
         if job is None or isinstance(job, bytes) or job.status != CLAIMED or \
-                job.lease_token != token or job.lease_expires_ms <= now_ms:
+                job.lease_token != token or job.lease_expires_ms <= now_ms or \
+                job.cancel_ms is not None:  # (a marked job ends cancelled: see stale)
             answers.append(stale(wire, token))  # (a job kept as its line is pending)
             continue
         assert seq is not None
@@ -334,17 +357,18 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
 
 
 def drop_completed(state: QueueState, commit_seq: int) -> int:
-    """Move every job the commit ``commit_seq`` completed to :data:`GONE` (their
+    """Move every job the commit ``commit_seq`` completed (or cancelled) to :data:`GONE` (their
     archive object is written); returns how many. What :func:`move` does per
     job, written out: this runs once per completed job
     (``bench/broker_bench.py``, cycle rows)."""
     check_move(COMPLETED, GONE)
+    check_move(CANCELLED, GONE)
     jobs, shift = state.jobs.entries, codec.SEGMENT_SHIFT
     segments: set[int] = set()
     freed = dropped = 0
     for seq in state.completed.pop(commit_seq, ()):
         job = jobs.get(seq)
-        if isinstance(job, Job) and job.status == COMPLETED and job.done_seq == commit_seq:
+        if isinstance(job, Job) and job.status in FINISHED and job.done_seq == commit_seq:
             del jobs[seq]
             segments.add(seq >> shift)  # codec.removed(), for the lot below
             freed += job.size_estimate()

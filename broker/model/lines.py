@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import orjson
 
 from broker import timefmt
-from broker.model.job import COMPLETED, PENDING, Job
+from broker.model.job import CANCELLED, COMPLETED, PENDING, Job
 
 # ids, statuses and timestamps never need JSON escaping, so they can be spliced
 # in. A job's id is its seq, formatted as job_id_for() does (seq goes in twice).
@@ -100,7 +100,7 @@ def job_line(job: Job) -> bytes:
     enc = job._enc
     if enc is None:
         token = job.lease_token
-        if job.key is None and job.last_error is None and (
+        if job.key is None and job.last_error is None and job.cancel_ms is None and (
                 job.done_ms is None or job.done_commit is not None):
             fields = (job.seq, job.seq, job.status.encode(), job.priority,
                       timefmt.fmt_bytes(job.run_at_ms), job.attempts,
@@ -121,14 +121,17 @@ def job_line(job: Job) -> bytes:
 
 
 def archive_line(job: Job) -> bytes:
-    """A completed job's line in its archive object (see :mod:`broker.model.archive`).
+    """A completed (or cancelled) job's line in its archive object (see
+    :mod:`broker.model.archive`).
 
     Made from the job's stored fields alone, so every broker that writes
     the archive object of a commit writes the same bytes. Ids and tokens
     never need escaping (see :mod:`broker.model.decode`), so the line is filled into a
-    byte template. Raises ``ValueError`` for a job that is not completed.
+    byte template. Raises ``ValueError`` for a job that is neither.
     """
     token = job.lease_token
+    if job.status == CANCELLED:
+        return _cancelled_line(job)
     if job.status != COMPLETED or token is None or job.done_ms is None \
             or job.done_commit is None:
         raise ValueError(f"job {job.id} is not a committed completion")
@@ -140,6 +143,28 @@ def archive_line(job: Job) -> bytes:
         job.payload, error, orjson.dumps(job.lease_worker), token.encode(),
         job.done_seq, job.done_commit.encode(), timefmt.fmt_bytes(job.done_ms),
         b"null" if job.result is None else job.result)
+
+
+def _cancelled_line(job: Job) -> bytes:
+    """A cancelled job's line in its archive object: as a completed job's, with
+    ``"status":"cancelled"``, ``worker`` and ``token`` null for a job cancelled
+    while pending, ``cancel_requested_at`` and ``cancelled_at`` (when it was
+    asked for, when it ended) instead of ``completed_at``, and a null result.
+    Rare, so encoded from a dict (the payload kept verbatim)."""
+    if job.done_ms is None or job.done_commit is None or job.cancel_ms is None:
+        raise ValueError(f"job {job.id} is not a committed cancellation")
+    line: dict[str, object] = {
+        "id": job.id, "seq": job.seq, "status": CANCELLED, "priority": job.priority,
+        "run_at": timefmt.fmt(job.run_at_ms), "attempts": job.attempts,
+        "max_attempts": job.max_attempts, "created_at": timefmt.fmt(job.created_ms),
+        "payload": orjson.Fragment(job.payload)}
+    if job.last_error is not None:
+        line["last_error"] = job.last_error
+    line.update(worker=job.lease_worker if job.lease_token is not None else None,
+                token=job.lease_token, commit_seq=job.done_seq, commit=job.done_commit,
+                cancel_requested_at=timefmt.fmt(job.cancel_ms),
+                cancelled_at=timefmt.fmt(job.done_ms), result=None)
+    return orjson.dumps(line) + b"\n"
 
 
 def new_pending_lines(first_seq: int, payloads: Sequence[bytes], now_ms: int,

@@ -169,6 +169,16 @@ class Release:
 
 
 @dataclass(frozen=True, slots=True)
+class Cancel:
+    """Cancel jobs by id (see :mod:`broker.model.cancels`): a pending or delayed
+    job ends cancelled at once, a claimed one is marked and ends cancelled at
+    its worker's next call about it. Answers one :class:`~broker.wire.CancelAnswer` per id,
+    in order, as ``Result.view``; an unknown or finished job changes nothing."""
+
+    ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Reclaim:
     """Return expired leases to pending (or dead); trim the key and receipt windows."""
 
@@ -265,7 +275,7 @@ class ClearBroker:
 Op = (
     Push | PushPayloads | Claim | Heartbeat | Complete | Fail | Release | Reclaim | DropArchived
     | Redrive | Purge | SetPaused | Configure | TakeOver | RenewBroker | ClearBroker | ReadStats
-    | ReadJobs | Reserve | Inspect
+    | ReadJobs | Reserve | Inspect | Cancel
 )
 
 # -- results -------------------------------------------------------------------
@@ -346,5 +356,5 @@ class Result:
     count: int = 0
     duplicate: bool = False
     replayed: bool = False  # the answer of an earlier call with the same request key
-    view: Any = None  # what a read op read
+    view: Any = None  # what a read op read; a cancel's answers (list of wire.CancelAnswer)
     error: OsqueueError | None = None  # a refusal that is written (a receipt): raise it

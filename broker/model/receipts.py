@@ -11,8 +11,10 @@ queue object remembers, for a while:
   so the repeat hands back the same jobs instead of stranding them;
 * for a purge or redrive sent with a request key, how many jobs it removed or
   returned, so the repeat changes nothing more;
-* every settled token (completed, failed and retrying, failed and dead), so a
-  repeated complete or fail answers as the first one did, never "stale".
+* every settled token (completed, failed and retrying, failed and dead, or
+  cancelled), so a repeated complete or fail answers as the first one did,
+  never "stale" (and every call of a cancelled job's token answers
+  "cancelled").
 
 In the object (``receipts``)::
 
@@ -59,7 +61,10 @@ from broker import timefmt
 COMPLETED = "completed"
 FAILED = "failed"  # failed, will be retried (the job is pending again)
 DEAD = "dead"
-OUTCOMES = (COMPLETED, FAILED, DEAD)
+# the job was cancelled while claimed: its token's later calls answer so (a broker
+# from before cancel refuses an object holding this outcome)
+CANCELLED = "cancelled"
+OUTCOMES = (COMPLETED, FAILED, DEAD, CANCELLED)
 
 PUSH = "push"
 CLAIM = "claim"

@@ -54,11 +54,19 @@ a broker that does not know whether its write landed re-reads the object and
 finds its attempt there, or under a later write, or learns for sure that it
 did not land (see :mod:`broker.commit.loop`).
 
-A job's status is pending, claimed, dead or completed. A completed job stays
-in the object, with its result, until its archive object is written (after
-the commit that completed it) and a later commit drops it (see
-:mod:`broker.model.archive`). ``receipts`` are what recent commits answered, for
-retried calls (see :mod:`broker.model.receipts`).
+A job's status is pending, claimed, dead, completed or cancelled. A completed
+job stays in the object, with its result, until its archive object is written
+(after the commit that completed it) and a later commit drops it (see
+:mod:`broker.model.archive`); so does a cancelled one. A claimed job whose
+cancel was asked for carries ``"cancel_requested_at"`` until it ends
+cancelled (see :mod:`broker.model.cancels`). ``receipts`` are what recent
+commits answered, for retried calls (see :mod:`broker.model.receipts`).
+
+Fields added within version 4, written only when in use so that an object
+not using them keeps its bytes: the settings ``max_claims_per_s`` and
+``claim_burst`` (a broker from before them ignores them: no limit), and the
+counter ``cancelled`` with the jobs' cancel fields (a broker from before them
+refuses the object, an unknown counter, rather than serve it without them).
 
 Payloads and results are kept as the bytes they arrived as: a job's line is
 re-read verbatim (big integers, number spellings and escapes survive a
@@ -81,13 +89,14 @@ never stored.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from broker.errors import shown
 from broker.limits import check_setting
 from broker.model.job import PENDING, Job, seq_of
 from broker.model.jobtable import JobTable
+from broker.model.ratelimit import ClaimGate
 from broker.model.receipts import Receipts
 from broker.model.tokens import Tagger
 from broker.paths import parse_segment_key
@@ -126,6 +135,11 @@ class Settings:
     staged_ttl_s: float = 3_600.0  # staging objects of a vanished Spark writer expire
     retry_ttl_s: float = 600.0
     retry_keys: int = 100_000
+    # The dispatch rate limit (see broker.model.ratelimit): jobs claimed per second
+    # (0: no limit) and the bucket's size (0: one second's worth). Written only
+    # when set (OPTIONAL_SETTINGS), so an object without a limit keeps its bytes.
+    max_claims_per_s: float = 0.0
+    claim_burst: int = 0
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Settings:
@@ -135,6 +149,20 @@ class Settings:
         checked: dict[str, Any] = {k: check_setting(k, v) for k, v in data.items() if k in known}
         return cls(**checked)
 
+    def stored(self) -> dict[str, Any]:
+        """The settings as the object holds them: every one, but those of
+        :data:`OPTIONAL_SETTINGS` only when not at their default."""
+        out = asdict(self)
+        for name, default in OPTIONAL_SETTINGS.items():
+            if out[name] == default:
+                del out[name]
+        return out
+
+
+#: Settings written only when not at their default (added after version 4's
+#: first objects: a queue that does not use them keeps its bytes; a broker
+#: from before them ignores them, see ``Settings.from_dict``).
+OPTIONAL_SETTINGS: dict[str, Any] = {"max_claims_per_s": 0.0, "claim_burst": 0}
 
 
 @dataclass(slots=True)
@@ -165,6 +193,17 @@ class Counters:
     failed: int = 0
     dead: int = 0
     reclaimed: int = 0
+    # Cancels that took: pending jobs cancelled, claimed jobs marked. Written only
+    # once non-zero (stored()): a broker from before cancel refuses such an object
+    # (an unknown counter) instead of serving it without its marks.
+    cancelled: int = 0
+
+    def stored(self) -> dict[str, int]:
+        """The counters as the object holds them (``cancelled`` only when non-zero)."""
+        out = asdict(self)
+        if not out["cancelled"]:
+            del out["cancelled"]
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,6 +366,9 @@ class QueueState:
     ready: list[int] = field(default_factory=list)
     delayed: list[int] = field(default_factory=list)
     leases: list[int] = field(default_factory=list)
+    # Derived, never stored: the dispatch rate limit's bucket and the claim rate
+    # (broker.model.ratelimit), this broker's, carried across re-reads of the object.
+    claims: ClaimGate = field(default_factory=ClaimGate, compare=False, repr=False)
     approx_bytes: int = 0  # jobs only; see size_estimate()
     key_bytes: int = 0  # the idempotency-key and publish-key windows
     # Completed jobs awaiting their archive object: commit seq -> job seqs.

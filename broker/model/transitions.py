@@ -27,7 +27,13 @@ Promises kept here (and checked by the property tests):
   a claim with the same request key the same jobs (those still held), a
   complete or fail of a token it already settled the same answer;
 * a completed job stays, status ``completed`` with its result, until
-  :class:`DropArchived` removes it once its archive object is written.
+  :class:`DropArchived` removes it once its archive object is written; so
+  does a cancelled one;
+* a job marked for cancellation ends cancelled, never completed, pending or
+  dead: every call of its token and the end of its lease end it so (see
+  :mod:`broker.model.cancels`);
+* a claim takes no more jobs than the dispatch rate limit's tokens allow
+  (see :mod:`broker.model.ratelimit`).
 
 The rules live here; the operations and results are plain values in
 :mod:`broker.model.ops`. Every change of a job's status goes through
@@ -49,7 +55,7 @@ from broker.limits import (
     MAX_LEASE_MS,
     MAX_WORKER_CHARS,
 )
-from broker.model import browse, idempotency, lifecycle, queue_rules, tokens
+from broker.model import browse, cancels, idempotency, lifecycle, queue_rules, tokens
 from broker.model import receipts as R
 from broker.model.columns import plain_rows
 from broker.model.indexes import bound_stale_leases, expired_leases, promote_due
@@ -72,6 +78,7 @@ from broker.model.lifecycle import (
     move,
 )
 from broker.model.ops import (
+    Cancel,
     Claim,
     ClearBroker,
     Complete,
@@ -111,7 +118,7 @@ from broker.wire import ItemResult
 #: What :func:`apply` takes and answers, and the read-only views, under the
 #: names the broker and its tests reach them by (``transitions.Push``, ...).
 __all__ = [
-    "Claim", "ClearBroker", "Complete", "CompleteItem", "CompleteItems", "Configure",
+    "Cancel", "Claim", "ClearBroker", "Complete", "CompleteItem", "CompleteItems", "Configure",
     "DropArchived", "Fail", "FailItem", "Heartbeat", "Inspect", "ItemResult", "ItemResults",
     "LeasedJob", "LeasedJobs", "NewJob", "Op", "Purge", "Push",
     "PushPayloads", "ReadJobs", "ReadStats", "Reclaim", "Redrive", "Release", "RenewBroker",
@@ -229,7 +236,9 @@ def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
         return result
     tag = tokens.tagger(state).tag  # (raises before anything changed)
     first_fence = state.counters.fence + 1
-    out = result.jobs = claim_merged(state, op.worker, op.max_jobs, op.lease_ms, now_ms, tag)
+    want = state.claims.cap(state.settings, op.max_jobs, now_ms)  # the dispatch rate limit
+    out = result.jobs = claim_merged(state, op.worker, want, op.lease_ms, now_ms, tag)
+    state.claims.spend(state.settings, len(out), now_ms)
     result.changed = bool(out)
     if out and op.request is not None:
         state.receipts.record(op.request, R.CLAIM, [first_fence, len(out)], now_ms)
@@ -263,11 +272,14 @@ def _heartbeat(state: QueueState, op: Heartbeat, now_ms: int) -> Result:
             continue
         job = live_job(state, token, now_ms)
         if job is None or job.lease is None:
-            result.items.append(ItemResult(wire, False, idempotency.stale_reason(state, token)))
+            result.items.append(idempotency.unheld_answer(state, wire, token))
+            continue
+        result.changed = True
+        if job.cancel_ms is not None:  # marked: it ends cancelled, and the worker is told
+            result.items.append(cancels.end_marked(state, job, wire, now_ms))
             continue
         extend_lease(state, job, op.lease_ms, now_ms)
         result.items.append(ItemResult(wire, True))
-        result.changed = True
     return result
 
 
@@ -278,9 +290,17 @@ def _complete(state: QueueState, op: Complete, now_ms: int) -> Result:
             raise PayloadTooLarge(f"result is {len(value)} bytes; the limit is {limit}")
     stored = tokens.checker(state)
     result = Result()
-    result.items, fences = complete_held(
-        state, plain_rows(op.items), now_ms, stored,
-        lambda wire, token: idempotency.repeat_answer(state, wire, token, R.COMPLETED))
+    ended: list[str] = []
+
+    def unheld(wire: str, token: str | None) -> ItemResult:
+        job = None if token is None else live_job(state, token, now_ms)
+        if job is not None and job.cancel_ms is not None:  # marked: ends cancelled instead
+            ended.append(wire)
+            return cancels.end_marked(state, job, wire, now_ms)
+        return idempotency.repeat_answer(state, wire, token, R.COMPLETED)
+
+    result.items, fences = complete_held(state, plain_rows(op.items), now_ms, stored, unheld)
+    result.changed = bool(ended)
     if fences:
         state.receipts.record_settled(R.COMPLETED, fences, now_ms, idempotency.retry_ttl_ms(state),
                                       state.settings.retry_keys)
@@ -302,13 +322,16 @@ def _fail(state: QueueState, op: Fail, now_ms: int) -> Result:
         if job is None or job.lease is None:
             result.items.append(idempotency.repeat_answer(state, item.token, token, R.FAILED))
             continue
+        result.changed = True
+        if job.cancel_ms is not None:  # marked: ends cancelled, not failed
+            result.items.append(cancels.end_marked(state, job, item.token, now_ms))
+            continue
         fence = job.lease.fence
         status = _settle_failure(state, job, item.error, item.retry_in_ms, now_ms)
         # one by one, so a token listed twice in one call gets the same answer twice
         state.receipts.record_settled(R.DEAD if status == DEAD else R.FAILED, [fence], now_ms,
                                       idempotency.retry_ttl_ms(state), state.settings.retry_keys)
         result.items.append(ItemResult(item.token, True, status=status))
-        result.changed = True
     return result
 
 
@@ -321,16 +344,21 @@ def _release(state: QueueState, op: Release, now_ms: int) -> Result:
             return Result()  # a repeat of the claim holds the jobs (or may): leave them
     stored = tokens.checker(state)
     released: list[str] = []
+    ended = False
     for wire in op.tokens:  # the tokens the claim answered, tagged
         token = stored(wire)
         job = None if token is None else live_job(state, token, now_ms)
         if job is None:
             continue  # expired, settled or claimed again: no longer this claim's
+        if job.cancel_ms is not None:  # marked meanwhile: it ends cancelled, not released
+            cancels.end_marked(state, job, wire, now_ms)
+            ended = True
+            continue
         job.lease = None
         job.attempts = max(0, job.attempts - 1)
         move(state, job, PENDING, now_ms)  # where it stood: its run-at is unchanged
         released.append(job.id)
-    return Result(changed=bool(released), ids=released, count=len(released))
+    return Result(changed=bool(released) or ended, ids=released, count=len(released))
 
 
 def _reclaim(state: QueueState, op: Reclaim, now_ms: int) -> Result:
@@ -340,6 +368,10 @@ def _reclaim(state: QueueState, op: Reclaim, now_ms: int) -> Result:
     result.ids = reclaimed
     for job in expired_leases(state, now_ms):
         assert job.lease is not None
+        if job.cancel_ms is not None:  # marked: ends cancelled, never pending again
+            cancels.end_marked(state, job, job.lease.token, now_ms)
+            result.changed = True
+            continue
         worker = job.lease.worker
         _settle_failure(state, job, f"lease expired (worker {worker} stopped heartbeating)",
                         0, now_ms)
@@ -348,8 +380,8 @@ def _reclaim(state: QueueState, op: Reclaim, now_ms: int) -> Result:
     bound_stale_leases(state)
     idempotency.trim(state, now_ms)
     since = state.receipts.unwritten_since
-    result.changed = bool(reclaimed) or (since is not None and
-                                         now_ms - since >= R.LAZY_WRITE_MS)
+    result.changed = result.changed or bool(reclaimed) or (
+        since is not None and now_ms - since >= R.LAZY_WRITE_MS)
     if state.untagged_fences and tokens.untagged_done(state, _held_fences(state)):
         result.changed = True  # (written: the object no longer takes untagged tokens)
     return result
@@ -426,6 +458,7 @@ _HANDLERS: dict[type, Callable[[QueueState, Any, int], Result]] = {
     DropArchived: _drop_archived,
     Redrive: _redrive,
     Purge: _purge,
+    Cancel: cancels.cancel,
     SetPaused: queue_rules.set_paused,
     Configure: queue_rules.configure,
     TakeOver: queue_rules.take_over,

@@ -14,7 +14,7 @@ from broker.errors import InvalidRequest, shown
 from broker.limits import MAX_JOB_ID_CHARS, MAX_PAGE_JOBS
 from broker.model import receipts as R
 from broker.model.indexes import key_time
-from broker.model.job import CLAIMED, COMPLETED, DEAD, PENDING, Job
+from broker.model.job import CANCELLED, CLAIMED, COMPLETED, PENDING, STATUSES, Job
 from broker.model.segment_claims import segment_page
 from broker.model.segments import next_wakeup, oldest_due, segment_counts
 from broker.model.state import QueueState
@@ -29,8 +29,13 @@ def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
     in_segments = segment_counts(refs)
     oldest: int | None = None
     next_run: int | None = None
-    pending = [(job.run_at_ms, job.created_ms) for job in state.jobs.touched()
-               if job.status == PENDING]
+    pending: list[tuple[int, int]] = []
+    marked = 0  # claimed jobs marked for cancellation
+    for job in state.jobs.touched():
+        if job.status == PENDING:
+            pending.append((job.run_at_ms, job.created_ms))
+        elif job.cancel_ms is not None and job.status == CLAIMED:
+            marked += 1
     # untouched bulk-pushed jobs (see broker.model.jobtable) were created when due
     pending += [(at, at) for at in state.jobs.untouched_due_times()]
     if refs:
@@ -43,8 +48,8 @@ def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
             next_run = run_at if next_run is None else min(next_run, run_at)
     return {
         "counts": counts,
-        # completed ones only await the archive
-        "total": len(state.jobs) + in_segments - counts[COMPLETED],
+        # completed and cancelled ones only await the archive
+        "total": len(state.jobs) + in_segments - counts[COMPLETED] - counts[CANCELLED],
         "paused": state.paused,
         "oldest_pending_age_s": None if oldest is None else (now_ms - oldest) / 1000,
         "next_delayed_run_at": None if next_run is None else timefmt.fmt(next_run),
@@ -53,6 +58,8 @@ def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
         "failed_total": state.counters.failed,
         "dead_total": state.counters.dead,
         "reclaimed_total": state.counters.reclaimed,
+        "cancelled_total": state.counters.cancelled,
+        "cancel_requested": marked,
         "seq": state.seq,
         "approx_state_bytes": state.size_estimate(),
         "dedup_keys": len(state.keys),
@@ -68,6 +75,8 @@ def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
         },
         "settings": {name: getattr(state.settings, name)
                      for name in state.settings.__slots__},
+        # the dispatch rate limit: claims_per_s, claim_limit_per_s, claim_burst, claim_tokens
+        **state.claims.figures(state.settings, now_ms),
     }
 
 
@@ -76,9 +85,9 @@ def list_jobs(state: QueueState, status: str | None = None, limit: int = 100,
     """A page of jobs in enqueue order, after job id ``after``, optionally by status:
     to read, not to change (jobs kept as lines are read into throwaway ``Job``
     objects, see :mod:`broker.model.jobtable`)."""
-    if status is not None and status not in (PENDING, CLAIMED, DEAD, COMPLETED):
-        raise InvalidRequest(f"unknown status {shown(status)}; use pending, claimed, dead or "
-                             "completed")
+    if status is not None and status not in STATUSES:
+        raise InvalidRequest(f"unknown status {shown(status)}; use pending, claimed, dead, "
+                             "completed or cancelled")
     if not 1 <= limit <= MAX_PAGE_JOBS:
         raise InvalidRequest(f"limit must be 1..{MAX_PAGE_JOBS}, got {limit}")
     after_seq = -1
@@ -99,8 +108,9 @@ def list_jobs(state: QueueState, status: str | None = None, limit: int = 100,
 
 def next_wakeup_ms(state: QueueState, now_ms: int) -> int | None:
     """When the earliest lease expires or delayed job (inline, or of a segment:
-    after ``now_ms``) becomes due, or lazily kept receipts are to be written
-    (for idle timers)."""
+    after ``now_ms``) becomes due, lazily kept receipts are to be written, or
+    (ready jobs held back by the dispatch rate limit) the next token comes:
+    the commit loop's idle timer, whose due commit wakes the long polls."""
     times = []
     later = next_wakeup(state.segment_refs, now_ms) if state.segment_refs else None
     if later is not None:
@@ -111,4 +121,8 @@ def next_wakeup_ms(state: QueueState, now_ms: int) -> int | None:
         times.append(key_time(state.leases[0]))
     if state.delayed:
         times.append(key_time(state.delayed[0]))
+    if (state.ready or state.segment_refs) and not state.paused:
+        token = state.claims.wakeup_ms(state.settings, now_ms)
+        if token is not None:
+            times.append(token)
     return min(times) if times else None

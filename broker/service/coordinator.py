@@ -64,6 +64,7 @@ from broker.model.ops import (
     push_of,
 )
 from broker.service.by_reference import Load, StagedPublish
+from broker.service.cancelling import CancelCalls
 from broker.service.metrics import Metrics
 from broker.service.ownership import WATCH_INTERVAL_S, Ownership
 from broker.service.segment_store import SegmentStore
@@ -76,7 +77,7 @@ from broker.wire import ItemResult
 
 log = logging.getLogger("osqueue.broker")
 
-class Broker:
+class Broker(CancelCalls):
     """Owns the queues of one store. Create it, ``await start()``, then call ops."""
 
     def __init__(self, store: ObjectStore, config: BrokerConfig | None = None, *,
@@ -496,5 +497,4 @@ class Broker:
     def refresh_gauges(self) -> None:
         for name, q in self._queues.items():
             state = q.loop.state if q.loop.active else None
-            self.metrics.queue_gauges(name, q.loop.stats, q.loop.active,
-                                      state.count_by_status() if state is not None else {})
+            self.metrics.queue_gauges(name, q.loop.stats, q.loop.active, state, self.clock())

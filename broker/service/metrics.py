@@ -10,7 +10,14 @@ platform and garbage-collector collectors on it (``process_*``,
 * ``osqueue_commit_seconds``: histogram of CAS commit latency (seconds);
 * ``osqueue_commit_batch_ops``: histogram of operations per commit;
 * ``osqueue_state_bytes{queue}``: size of the last written object (bytes);
-* ``osqueue_jobs{queue,status}``: depth by status;
+* ``osqueue_jobs{queue,status}``: depth by status (``cancelled``: awaiting the
+  archive, as ``completed``);
+* ``osqueue_cancelled_total{queue}``: cancels that took (jobs cancelled, and
+  claimed jobs marked), as the queue object counts them;
+* ``osqueue_claims_per_s{queue}``: jobs claimed a second, over the last 10 s
+  on this broker; ``osqueue_claim_limit_per_s{queue}``: the dispatch rate
+  limit (0: none); ``osqueue_claim_tokens{queue}``: whole tokens left in its
+  bucket (only with a limit);
 * ``osqueue_serving{queue}``: 1 while this broker owns the queue;
 * ``osqueue_commits_total``, ``osqueue_conflicts_total``,
   ``osqueue_unknown_outcomes_total``, ``osqueue_answered_unknown_total``,
@@ -39,6 +46,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from broker.commit.model import CommitStats
+from broker.model.state import QueueState
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000)
@@ -47,6 +55,10 @@ BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000)
 HELP = {
     "osqueue_state_bytes": "Size of the queue object last written, in bytes.",
     "osqueue_jobs": "Jobs in the queue, by status.",
+    "osqueue_cancelled_total": "Cancels that took: jobs cancelled, and claimed jobs marked.",
+    "osqueue_claims_per_s": "Jobs claimed a second, over the last 10 s on this broker.",
+    "osqueue_claim_limit_per_s": "The queue's dispatch rate limit in jobs a second (0: none).",
+    "osqueue_claim_tokens": "Whole tokens left in the dispatch rate limit's bucket.",
     "osqueue_serving": "1 while this broker owns the queue, else 0.",
     "osqueue_commits_total": "Batches written to the queue object.",
     "osqueue_conflicts_total": "Conditional writes that lost to another writer.",
@@ -98,15 +110,27 @@ class Metrics:
             self._gauges.setdefault(name, {})[tuple(sorted(labels.items()))] = value
 
     def queue_gauges(self, queue: str, stats: CommitStats, serving: bool,
-                     jobs_by_status: dict[str, int]) -> None:
+                     state: QueueState | None, now_ms: int) -> None:
         """Set one queue's figures: its commit loop's counters, whether this broker
-        serves it (owns it), and its jobs by status."""
+        serves it (owns it), and from its ``state`` (None: not served here) its
+        jobs by status, cancels and claim rate at ``now_ms``."""
         for counter in ("commits", "conflicts", "unknown_outcomes", "answered_unknown",
                         "step_downs", "faults"):
             self.gauge(f"osqueue_{counter}_total", getattr(stats, counter), queue=queue)
         self.gauge("osqueue_serving", int(serving), queue=queue)
-        for status, n in jobs_by_status.items():
+        if state is None:
+            return
+        for status, n in state.count_by_status().items():
             self.gauge("osqueue_jobs", n, queue=queue, status=status)
+        self.gauge("osqueue_cancelled_total", state.counters.cancelled, queue=queue)
+        figures = state.claims.figures(state.settings, now_ms)
+        self.gauge("osqueue_claims_per_s", figures["claims_per_s"], queue=queue)
+        self.gauge("osqueue_claim_limit_per_s", figures["claim_limit_per_s"] or 0, queue=queue)
+        if figures["claim_tokens"] is not None:
+            self.gauge("osqueue_claim_tokens", figures["claim_tokens"], queue=queue)
+        else:  # (a limit lifted: its bucket's figure goes)
+            with self._lock:
+                self._gauges.get("osqueue_claim_tokens", {}).pop((("queue", queue),), None)
 
     def exposition(self) -> bytes:
         """Every metric in the Prometheus text format (:data:`CONTENT_TYPE`)."""

@@ -162,6 +162,7 @@ class QueueModel:
 
     def carry(self, dropped: S.QueueState, fresh: S.QueueState, now_ms: int) -> None:
         fresh.receipts.carry_unwritten(dropped.receipts, now_ms)
+        fresh.claims = dropped.claims  # this broker's rate limit bucket and claim rate
         # A claim's repeat that handed its jobs out again is marked in memory only;
         # without the mark the first attempt's release would take them back from the
         # client holding them (transitions._release). One too many only leaves jobs

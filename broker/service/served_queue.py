@@ -82,7 +82,9 @@ class ServedQueue:
         self.loop.poke()
 
     def notify(self, state: S.QueueState) -> None:
-        """Wake the claims waiting for jobs if ``state`` has some ready."""
-        if (state.ready or state.segment_refs) and not state.paused:
+        """Wake the claims waiting for jobs if ``state`` has some ready, and the
+        dispatch rate limit a token (else the timer of the next one wakes them)."""
+        if (state.ready or state.segment_refs) and not state.paused and \
+                state.claims.wake(state.settings, self._clock()):
             self.jobs_ready.set()
             self.jobs_ready = asyncio.Event()

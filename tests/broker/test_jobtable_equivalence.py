@@ -22,7 +22,7 @@ from broker.model import codec, lifecycle
 from broker.model import state as S
 from broker.model import transitions as T
 from broker.model.decode import decode_state
-from broker.model.job import CLAIMED, COMPLETED, DEAD, PENDING, job_id_for
+from broker.model.job import CANCELLED, CLAIMED, COMPLETED, DEAD, PENDING, job_id_for
 from broker.model.lines import job_line
 from broker.model.ops import (
     Claim,
@@ -226,7 +226,7 @@ def test_made_up_tokens_for_line_seqs_change_nothing() -> None:
         assert not T.apply(state, Complete((CompleteItem(tok, b"1"),)), NOW).items[0].ok
         assert not T.apply(state, Fail((FailItem(tok, "x"),)), NOW).items[0].ok
         assert not T.apply(state, Heartbeat((tok,)), NOW).items[0].ok
-    assert state.count_by_status() == {PENDING: 19, CLAIMED: 1, DEAD: 0, COMPLETED: 0}
+    assert state.count_by_status() == {PENDING: 19, CLAIMED: 1, DEAD: 0, COMPLETED: 0, CANCELLED: 0}
     after = _written(state, NOW, "c1")  # the same commit again: same bytes but the seq
     assert orjson.loads(after)["jobs"] == orjson.loads(before)["jobs"]
 
@@ -271,7 +271,7 @@ def test_purge_of_dead_jobs_keeps_every_pending_line() -> None:
     held = T.apply(state, Claim("w", 3, 30_000), NOW).jobs
     T.apply(state, Fail(tuple(FailItem(j.token, "x") for j in held)), NOW)
     assert T.apply(state, Purge((DEAD,)), NOW).count == 3
-    assert state.count_by_status() == {PENDING: 37, CLAIMED: 0, DEAD: 0, COMPLETED: 0}
+    assert state.count_by_status() == {PENDING: 37, CLAIMED: 0, DEAD: 0, COMPLETED: 0, CANCELLED: 0}
     back = decode_state(_written(state, NOW, "c1"))
     assert sorted(j.seq for j in back.jobs.values()) == list(range(4, 41))
     assert T.apply(state, Redrive((held[0].id, "j0000000009")), NOW).count == 0

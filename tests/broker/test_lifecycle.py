@@ -14,16 +14,27 @@ import pytest
 from broker.model import codec, indexes, lifecycle
 from broker.model import transitions as T
 from broker.model.decode import decode_state
-from broker.model.job import CLAIMED, COMPLETED, DEAD, PENDING, STATUSES, Job, Lease
+from broker.model.job import CANCELLED, CLAIMED, COMPLETED, DEAD, PENDING, STATUSES, Job, Lease
 from broker.model.lifecycle import GONE, MOVES, NEW, IllegalMove
-from broker.model.ops import Claim, Complete, CompleteItem, Fail, FailItem, NewJob, Push
+from broker.model.ops import (
+    Cancel,
+    Claim,
+    Complete,
+    CompleteItem,
+    Fail,
+    FailItem,
+    Heartbeat,
+    NewJob,
+    Push,
+)
 from broker.model.state import QueueState
 from tests.support.states import new_queue
 
 NOW = 1_767_225_600_000
 ALLOWED = {(NEW, PENDING), (PENDING, CLAIMED), (PENDING, GONE), (CLAIMED, PENDING),
            (CLAIMED, DEAD), (CLAIMED, COMPLETED), (CLAIMED, GONE), (DEAD, PENDING),
-           (DEAD, GONE), (COMPLETED, GONE)}
+           (DEAD, GONE), (COMPLETED, GONE),
+           (PENDING, CANCELLED), (CLAIMED, CANCELLED), (CANCELLED, GONE)}
 
 
 def test_the_table_is_the_documented_one() -> None:
@@ -45,6 +56,9 @@ def _job_in(frm: str) -> tuple[QueueState, Job]:
             T.apply(state, Fail((FailItem(held.token, "boom"),)), NOW)
         elif frm == COMPLETED:
             T.apply(state, Complete((CompleteItem(held.token, b"[1]"),)), NOW)
+        elif frm == CANCELLED:
+            T.apply(state, Cancel((jid,)), NOW)
+            T.apply(state, Heartbeat((held.token,)), NOW)
     codec.stamp(state, "w", NOW, "c-1")
     codec.encode(state)  # every line cached, as after a commit
     job = state.job(jid)
@@ -54,7 +68,11 @@ def _job_in(frm: str) -> tuple[QueueState, Job]:
 
 def _fit_for(state: QueueState, job: Job, to: str) -> None:
     """Give ``job`` the fields status ``to`` needs (what the rules do before a move)."""
-    if to in (PENDING, DEAD):
+    job.cancel_ms = NOW if to == CANCELLED else None
+    if to == CANCELLED:
+        job.done_ms, job.done_seq, job.result = NOW, state.seq + 1, None
+        state.counters.cancelled += 1
+    elif to in (PENDING, DEAD):
         job.lease = None
         job.done_ms = job.done_seq = job.result = None
         job.done_commit = None
@@ -86,7 +104,7 @@ def test_every_allowed_move_updates_status_heaps_and_encoding(frm: str, to: str)
         elif to == CLAIMED:
             assert job.lease is not None
             assert indexes.timed_key(job.lease.expires_ms, job.seq) in state.leases
-        elif to == COMPLETED:
+        elif to in (COMPLETED, CANCELLED):
             assert job.seq in state.completed[state.seq + 1]
     codec.stamp(state, "w", NOW, "c-2")
     data = codec.encode(state)  # ...and the object says what the jobs say

@@ -85,6 +85,8 @@ def test_every_route_answers_what_its_response_model_says(tmp_path: Path) -> Non
         ("POST", "/v1/queues/{queue}/publish"): (b'{"prefix": "w/", "keep": ["w/1"]}', "", ""),
         ("POST", "/v1/queues/{queue}/claim"): (b'{"worker": "w", "max_jobs": 3}', "", ""),
         ("GET", "/v1/queues/{queue}/jobs"): (b"", "", "limit=2"),
+        ("POST", "/v1/queues/{queue}/cancel"): (b'{"ids": ["j0000000003", "j0000000099"]}',
+                                                "", ""),
     }
     tokens: list[str] = []
 

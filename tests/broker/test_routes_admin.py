@@ -1,5 +1,5 @@
-"""The admin routes (purge, redrive, create/configure, pause, resume) against a real
-broker process over a file store.
+"""The admin routes (purge, redrive, cancel, create/configure, pause, resume) against
+a real broker process over a file store.
 
 A body is validated by the route's model before anything happens: one that is
 not a JSON object, names a field the route does not know, has a wrong type or
@@ -66,7 +66,8 @@ def seeded(broker: BrokerProcess) -> QueueClient:
     client.create(max_attempts=1)
     client.push_many(["a", "b", "c"])
     client.fail(client.claim("w")[0].token, "boom")
-    assert client.stats()["counts"] == {"pending": 2, "claimed": 0, "dead": 1, "completed": 0}
+    assert client.stats()["counts"] == {"pending": 2, "claimed": 0, "dead": 1, "completed": 0,
+                                        "cancelled": 0}
     return client
 
 
@@ -95,6 +96,16 @@ REFUSED = [
     ("redrive", b'{"ids": []}', "'ids'"),
     ("redrive", b'{"ids": [3]}', "'ids[0]'"),
     ("redrive", b'{"ids": ["j0000000003"], "all": true}', "not both"),
+    # cancel
+    ("cancel", b'["j0000000001"]', "request body"),
+    ("cancel", b"{}", "'ids'"),
+    ("cancel", b"", "'ids'"),
+    ("cancel", b'{"ids": []}', "'ids'"),
+    ("cancel", b'{"ids": "j0000000001"}', "'ids'"),
+    ("cancel", b'{"ids": [1]}', "'ids[0]'"),
+    ("cancel", b'{"ids": ["j00000000000000001"]}', "'ids[0]'"),
+    ("cancel", b'{"ids": ["j0000000001"], "all": true}', "'all'"),
+    ("cancel", b'{"id": ["j0000000001"]}', "'ids'"),
     # pause and resume take no fields
     ("pause", b'{"paused": true}', "'paused'"),
     ("resume", b"[1]", "request body"),
@@ -104,6 +115,9 @@ REFUSED = [
     ("", b'{"settings": {"max_attempts": "3"}}', "'settings.max_attempts'"),
     ("", b'{"settings": {"max_attempts": 0}}', "'settings.max_attempts'"),
     ("", b'{"settings": []}', "'settings'"),
+    ("", b'{"settings": {"max_claims_per_s": -1}}', "'settings.max_claims_per_s'"),
+    ("", b'{"settings": {"max_claims_per_s": "5"}}', "'settings.max_claims_per_s'"),
+    ("", b'{"settings": {"claim_burst": 1.5}}', "'settings.claim_burst'"),
     ("", b'["max_attempts"]', "request body"),
 ]
 
@@ -147,6 +161,49 @@ def test_redrive_acts_on_what_is_asked(seeded: QueueClient) -> None:
     assert seeded.stats()["counts"]["pending"] == 3
 
 
+def test_cancel_answers_per_id_and_changes_nothing_for_unknown_or_finished_jobs(
+        seeded: QueueClient, store_dir: Path) -> None:
+    url = f"{seeded.url}/v1/queues/{seeded.queue}/cancel"
+    (dead,) = seeded.jobs(status="dead")
+    before = snapshot(store_dir)
+    r = post(url, orjson.dumps({"ids": [dead["id"], "j0000000999", "j1"]}))
+    assert r.status == 200
+    assert [(a["id"], a["ok"], a["status"]) for a in r.json()["results"]] == [
+        (dead["id"], False, "finished"), ("j0000000999", False, "unknown"),
+        ("j1", False, "unknown")]
+    assert all(a["reason"] for a in r.json()["results"])
+    assert snapshot(store_dir) == before
+    pending, other = (j["id"] for j in seeded.jobs(status="pending"))
+    [held] = seeded.claim("w")
+    assert held.id == pending
+    answers = seeded.cancel([held.id, other])
+    assert [(a.id, a.ok, a.status) for a in answers] == [
+        (held.id, True, "cancel_requested"), (other, True, "cancelled")]
+    stats = seeded.stats()
+    assert stats["counts"]["cancelled"] == 1 and stats["cancel_requested"] == 1
+    assert stats["cancelled_total"] == 2
+    [beat] = seeded.heartbeat([held.token], 30.0)
+    assert (beat.ok, beat.status) == (False, "cancelled")
+    [done] = seeded.complete(held.token, "too late"),
+    assert (done.ok, done.status) == (False, "cancelled")
+    assert seeded.stats()["completed_total"] == 0
+
+
+def test_the_rate_limit_is_a_setting_shown_in_stats_and_metrics(seeded: QueueClient) -> None:
+    stats = seeded.create(max_claims_per_s=0.5, claim_burst=1)
+    assert stats["settings"]["max_claims_per_s"] == 0.5
+    assert (stats["claim_limit_per_s"], stats["claim_burst"]) == (0.5, 1)
+    assert len(seeded.claim("w", 2)) == 1 and seeded.claim("w", 2) == []  # then one a 2 s
+    metrics = HTTP.request("GET", f"{seeded.url}/metrics",
+                           headers={"authorization": f"Bearer {TOKEN}"}).data.decode()
+    q = seeded.queue
+    assert f'osqueue_claim_limit_per_s{{queue="{q}"}} 0.5' in metrics
+    assert f'osqueue_claim_tokens{{queue="{q}"}} 0.0' in metrics
+    assert f'osqueue_claims_per_s{{queue="{q}"}} 0.' in metrics
+    assert seeded.create(max_claims_per_s=0)["claim_limit_per_s"] is None
+    assert len(seeded.claim("w", 5)) == 1  # (the one pending job left)
+
+
 def test_client_redrive_and_purge_refuse_an_empty_list(seeded: QueueClient) -> None:
     from broker.errors import InvalidRequest
 
@@ -157,7 +214,7 @@ def test_client_redrive_and_purge_refuse_an_empty_list(seeded: QueueClient) -> N
     assert seeded.stats()["total"] == 3
 
 
-@pytest.mark.parametrize("action", ["purge", "redrive", "", "pause"])
+@pytest.mark.parametrize("action", ["purge", "redrive", "cancel", "", "pause"])
 @pytest.mark.parametrize("chunked", [False, True])
 def test_an_admin_body_past_the_limit_is_413_and_changes_nothing(
         seeded: QueueClient, store_dir: Path, action: str, chunked: bool) -> None:

@@ -7,6 +7,8 @@
     osqueue --queue jobs peek
     osqueue --queue jobs redrive [ID ...]
     osqueue --queue jobs purge --status dead --yes
+    osqueue --queue jobs cancel j0000000042 j0000000043
+    osqueue --queue jobs configure max_claims_per_s=50 claim_burst=100
     osqueue --queue jobs pause | resume
 
 The broker URL comes from ``--broker`` or ``OSQUEUE_BROKER``; a bearer token
@@ -15,6 +17,11 @@ then be set). ``--json`` (before or after the command) prints plain JSON for
 scripts; otherwise tables and progress bars, control characters in the
 queue's text shown as escapes (``\x1b``). A broker that cannot be reached is
 reported at once, not retried.
+``cancel`` says per id what became of it: cancelled (a pending or delayed
+job), cancel requested (a claimed job: it ends cancelled at its worker's next
+call about it), or why not (finished, unknown: nothing changed; exit status 1).
+``configure`` sets queue settings (``max_attempts``, ``max_claims_per_s``: the
+dispatch rate limit, 0 for none, ``claim_burst``, ...) and shows them all.
 Exit status: 0 on success, 1 when the broker refused or cannot be reached, 2
 for bad arguments (a payload that is not JSON, a file that cannot be read, a
 bad broker URL or queue name, an unset token variable, an option out of range or
@@ -199,6 +206,10 @@ def cmd_stats(client: QueueClient, args: argparse.Namespace) -> int:
              ("oldest pending age (s)", s["oldest_pending_age_s"]),
              ("enqueued total", s["enqueued_total"]), ("completed total", s["completed_total"]),
              ("failed total", s["failed_total"]), ("dead total", s["dead_total"]),
+             ("cancelled total", s["cancelled_total"]),
+             ("cancel requested", s["cancel_requested"]),
+             ("claims per s (last 10 s)", s["claims_per_s"]),
+             ("claim limit per s", s["claim_limit_per_s"] or "none"),
              ("state bytes", s["state_bytes"]), ("commit seq", s["seq"]),
              ("broker", (s.get("broker") or {}).get("url"))]
     console().print(table(rows, ["queue " + client.queue, "value"]))
@@ -247,6 +258,42 @@ def cmd_purge(client: QueueClient, args: argparse.Namespace) -> int:
         dump({"queue": client.queue, "purged": n})
     else:
         say(f"purged {n} job(s) from {client.queue}")
+    return 0
+
+
+def cmd_cancel(client: QueueClient, args: argparse.Namespace) -> int:
+    answers = client.cancel(args.ids)
+    if args.json:
+        dump({"queue": client.queue, "results": [a._asdict() for a in answers]})
+    else:
+        for a in answers:
+            if a.ok:
+                say(f"{a.id}: {'cancel requested' if a.status == 'cancel_requested' else a.status}")
+            else:
+                say(f"osqueue cancel: {a.id}: {a.status}: {a.reason}", sys.stderr)
+    return 0 if all(a.ok for a in answers) else 1
+
+
+def _setting(text: str) -> tuple[str, Any]:
+    """An argparse type: ``NAME=NUMBER``."""
+    name, eq, value = text.partition("=")
+    if not eq or not name:
+        raise argparse.ArgumentTypeError(f"not NAME=VALUE: {text[:40]!r}")
+    try:
+        number = json.loads(value)
+    except json.JSONDecodeError:
+        number = None
+    if isinstance(number, bool) or not isinstance(number, int | float):
+        raise argparse.ArgumentTypeError(f"{name[:40]}: not a number: {value[:20]!r}")
+    return name, number
+
+
+def cmd_configure(client: QueueClient, args: argparse.Namespace) -> int:
+    settings = client.create(**dict(args.settings))["settings"]
+    if args.json:
+        dump({"queue": client.queue, "settings": settings})
+    else:
+        console().print(table(sorted(settings.items()), ["queue " + client.queue, "setting"]))
     return 0
 
 
@@ -342,7 +389,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, limit in (("jobs", 100), ("peek", 10)):
         jp = command(name, "list jobs" if name == "jobs" else "the first few jobs")
-        jp.add_argument("--status", choices=["pending", "claimed", "dead", "completed"])
+        jp.add_argument("--status",
+                        choices=["pending", "claimed", "dead", "completed", "cancelled"])
         jp.add_argument("--limit", type=_positive, default=limit)
         jp.add_argument("--after", help="page after this job id")
         jp.set_defaults(fn=cmd_jobs)
@@ -356,6 +404,17 @@ def build_parser() -> argparse.ArgumentParser:
                     choices=["pending", "claimed", "dead"])
     pg.add_argument("--yes", action="store_true", help="really delete")
     pg.set_defaults(fn=cmd_purge)
+
+    cn = command("cancel", "cancel jobs by id: pending ones at once, claimed ones when "
+                 "their worker next calls about them")
+    cn.add_argument("ids", nargs="+", metavar="ID")
+    cn.set_defaults(fn=cmd_cancel)
+
+    cf = command("configure", "set queue settings (NAME=NUMBER ...); shows them all")
+    cf.add_argument("settings", nargs="+", type=_setting, metavar="NAME=NUMBER",
+                    help="e.g. max_claims_per_s=50 (0: no dispatch rate limit), "
+                         "claim_burst=100, max_attempts=5")
+    cf.set_defaults(fn=cmd_configure)
 
     command("pause", "stop handing out jobs").set_defaults(fn=cmd_pause)
     command("resume", "hand out jobs again").set_defaults(fn=cmd_resume)

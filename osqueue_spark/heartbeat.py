@@ -4,7 +4,10 @@ It heartbeats every ``lease_s / 3`` seconds for all tokens it holds, in one
 request per ``MAX_ITEMS`` tokens, each extending the lease to ``lease_s``
 seconds from the broker's now.
 A token the broker reports lost (the job was reclaimed) is dropped and
-recorded in ``lost``: the holder must not complete it. Transient broker
+recorded in ``lost``: the holder must not complete it. A token whose job was
+cancelled (answered with status ``cancelled``) is dropped and recorded in
+``cancelled`` instead: the holder should stop working on it, and settles
+nothing (the broker has ended the job as cancelled). Transient broker
 errors are logged and retried at the next beat; they never stop the thread,
 and neither does any other exception of a beat (an answer that does not
 parse, a bug): a dead thread would let every held lease lapse mid-batch.
@@ -23,6 +26,7 @@ from typing import Any
 
 from broker.errors import OsqueueError
 from broker.limits import MAX_ITEMS
+from broker.wire import CANCELLED
 
 log = logging.getLogger("osqueue.heartbeat")
 
@@ -33,6 +37,7 @@ class Heartbeater:
         self.lease_s = lease_s
         self.interval_s = max(0.05, lease_s / 3)
         self.lost: set[str] = set()
+        self.cancelled: set[str] = set()
         self._tokens: set[str] = set()
         self._lock = threading.Lock()
         self._beating = threading.Lock()  # held while a heartbeat request is in flight
@@ -54,6 +59,14 @@ class Heartbeater:
             lost = set(self.lost)
             self.lost.clear()
         return lost
+
+    def take_cancelled(self) -> set[str]:
+        """The tokens whose jobs were found cancelled since the last call (and
+        clear them from ``cancelled``)."""
+        with self._lock:
+            cancelled = set(self.cancelled)
+            self.cancelled.clear()
+        return cancelled
 
     @contextmanager
     def paused(self) -> Iterator[None]:
@@ -80,11 +93,16 @@ class Heartbeater:
                     log.exception("heartbeat failed unexpectedly; retrying in %.1fs",
                                   self.interval_s)
             with self._lock:  # a token released meanwhile (completed) was not lost
-                gone = [r.token for r in results if not r.ok and r.token in self._tokens]
-                self._tokens.difference_update(gone)
-                self.lost.update(gone)
-        if gone:
-            log.warning("lost %d lease(s): %s", len(gone), gone[:5])
+                gone = [r for r in results if not r.ok and r.token in self._tokens]
+                self._tokens.difference_update(r.token for r in gone)
+                cancelled = [r.token for r in gone if r.status == CANCELLED]
+                lost = [r.token for r in gone if r.status != CANCELLED]
+                self.cancelled.update(cancelled)
+                self.lost.update(lost)
+        if lost:
+            log.warning("lost %d lease(s): %s", len(lost), lost[:5])
+        if cancelled:
+            log.info("%d held job(s) were cancelled: %s", len(cancelled), cancelled[:5])
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):

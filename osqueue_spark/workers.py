@@ -11,6 +11,12 @@ only to choose the number of workers, e.g. ``spark.range(8).repartition(8)``.
 
 A worker process that dies mid-job loses nothing: the job's lease runs out
 and the broker hands it to another worker (attempts + 1).
+
+A job cancelled while the worker holds it (``QueueClient.cancel``) is told to
+the worker by its next heartbeat, or by the answer to its complete or fail:
+the worker stops heartbeating it, does not start ``fn`` on it if it has not
+yet (``fn`` already running on it is not interrupted: Python cannot stop it),
+settles nothing for it, and reports it with status ``cancelled``.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import os
 import socket
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,6 +36,7 @@ import orjson
 
 from broker.errors import InvalidRequest
 from broker.limits import MAX_CLAIM_JOBS, MAX_LEASE_S
+from broker.wire import CANCELLED
 from osqueue_spark.client import ClaimedJob, ItemResult, QueueClient
 from osqueue_spark.heartbeat import Heartbeater
 
@@ -80,10 +87,12 @@ class ProcessConfig:
 
 
 def _run_batch(fn: Callable[[Any], Any], jobs: list[ClaimedJob], worker: str,
-               retry_in_s: float | None) -> tuple[list[tuple[Any, ...]],
-                                                  list[tuple[str, Any]],
-                                                  list[tuple[str, str, float | None]]]:
-    """Run ``fn`` on each job: (rows, completes, fails).
+               retry_in_s: float | None,
+               cancelled: Container[str] = ()) -> tuple[list[tuple[Any, ...]],
+                                                        list[tuple[str, Any]],
+                                                        list[tuple[str, str, float | None]]]:
+    """Run ``fn`` on each job: (rows, completes, fails). A job whose token is in
+    ``cancelled`` by the time its turn comes is not run (its row: cancelled).
 
     Rows carry their start and finish times as epoch seconds (floats): a
     clock read costs a tenth of a datetime, and pandas converts a whole
@@ -95,6 +104,9 @@ def _run_batch(fn: Callable[[Any], Any], jobs: list[ClaimedJob], worker: str,
     clock = time.time
     for job in jobs:
         began = clock()
+        if job.token in cancelled:  # told by a heartbeat while an earlier job ran
+            rows.append((job.id, CANCELLED, job.attempt, None, None, worker, began, began))
+            continue
         try:
             value = fn(job.payload)
             encoded = orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()
@@ -153,18 +165,20 @@ def _settled_batches(fn: Callable[[Any], Any], cfg: ProcessConfig,
                    completes: list[tuple[str, Any]],
                    fails: list[tuple[str, str, float | None]]) -> list[tuple[Any, ...]]:
             """Complete and fail a processed batch; its rows with the final status."""
-            lost = hb.lost
+            lost, cancelled = hb.lost, hb.cancelled
             results: dict[str, ItemResult] = {}
-            live = [(t, v) for t, v in completes if t not in lost]
+            live = [(t, v) for t, v in completes if t not in lost and t not in cancelled]
             if live:
                 results.update((r.token, r) for r in client.complete_many(live))
-            live_fails = [f for f in fails if f[0] not in lost]
+            live_fails = [f for f in fails if f[0] not in lost and f[0] not in cancelled]
             if live_fails:
                 results.update((r.token, r) for r in client.fail_many(live_fails))
             out = []
             for job, row in zip(jobs, rows, strict=True):
                 answer = results.get(job.token)
-                if answer is None or not answer.ok:  # the lease was lost: another worker has it
+                if job.token in cancelled or (answer is not None and answer.status == CANCELLED):
+                    row = (*row[:1], CANCELLED, *row[2:])  # (its result or error: not recorded)
+                elif answer is None or not answer.ok:  # the lease was lost: another worker has it
                     row = (*row[:1], "lost", *row[2:])
                 elif row[1] == "failed" and answer.status == "dead":
                     row = (*row[:1], "dead", *row[2:])
@@ -183,7 +197,7 @@ def _settled_batches(fn: Callable[[Any], Any], cfg: ProcessConfig,
                 break
             claimed += len(jobs)
             upcoming = claim_next()
-            rows, completes, fails = _run_batch(fn, jobs, worker, cfg.retry_in_s)
+            rows, completes, fails = _run_batch(fn, jobs, worker, cfg.retry_in_s, hb.cancelled)
             hb.remove(j.token for j in jobs)  # done with them: stop extending
             previous, finishing = finishing, pool.submit(settle, jobs, rows, completes, fails)
             if previous is not None:
@@ -202,8 +216,10 @@ def process(fn: Callable[[Any], Any], *, broker: str, queue: str, token: str | N
     ``fn`` takes a payload (decoded JSON) and returns something JSON can
     encode. Use with ``df.mapInPandas(process(fn, ...), RESULT_SCHEMA)``;
     ``status`` is completed, failed (will be retried), dead (attempts
-    exhausted) or lost (the lease ran out while ``fn`` ran; another worker
-    will do it).
+    exhausted), lost (the lease ran out while ``fn`` ran; another worker
+    will do it) or cancelled (the job was cancelled while this worker held
+    it: nothing was recorded for it, and ``fn`` was not started on it if the
+    worker learnt of the cancel first).
     """
     if not callable(fn):
         raise InvalidRequest("process() needs a callable fn(payload)")

@@ -5,10 +5,16 @@ from storage (no broker).
   pending jobs of its segments (issue 20), one consistent version of the
   queue read in parallel: a partition for the object's jobs and one per
   segment with untaken jobs (see :class:`QueueReader`);
-* ``table=archive``: completed jobs, one partition per ``objectsPerPartition``
-  archive objects, pruned by ``since``/``until`` and, with
+* ``table=archive``: completed and cancelled jobs, one partition per
+  ``objectsPerPartition`` archive objects, pruned by ``since``/``until`` (on
+  when a job ended: ``completed_at``, or ``cancelled_at``) and, with
   ``spark.sql.python.filterPushdown.enabled`` and ``filterPushdown=true``
   (Spark 4.1+), by pushed filters on ``completed_at`` and ``status``.
+
+The status column shows ``cancelled`` for a job cancelled (in the archive,
+and in the queue object until archived); ``cancel_requested_at`` (queue) is
+set on a claimed job marked for cancellation, ``cancelled_at`` (archive) on
+a cancelled job, whose ``completed_at`` is null.
 
 ``payloadSchema`` (DDL) adds the payload's fields as columns.
 """
@@ -36,12 +42,13 @@ from osqueue_spark.datasource.rows import ts, ts_text
 QUEUE_SCHEMA = (
     "id string, seq long, status string, priority int, payload string, attempts int, "
     "max_attempts int, created_at timestamp, run_at timestamp, worker string, "
-    "lease_expires_at timestamp, last_error string"
+    "lease_expires_at timestamp, last_error string, cancel_requested_at timestamp"
 )
 ARCHIVE_SCHEMA = (
     "id string, seq long, status string, priority int, payload string, attempts int, "
     "max_attempts int, created_at timestamp, run_at timestamp, completed_at timestamp, "
-    "worker string, result string, last_error string, token string, commit_seq long"
+    "worker string, result string, last_error string, token string, commit_seq long, "
+    "cancelled_at timestamp"
 )
 
 
@@ -209,7 +216,7 @@ def _job_row(job: Job, extra: list[str]) -> tuple[Any, ...]:
         job.id, job.seq, job.status, job.priority, job.payload.decode(), job.attempts,
         job.max_attempts, ts(job.created_ms), ts(job.run_at_ms),
         lease.worker if lease else None, ts(lease.expires_ms) if lease else None,
-        job.last_error, *_extract(payload, extra),
+        job.last_error, ts(job.cancel_ms), *_extract(payload, extra),
     )
 
 
@@ -220,9 +227,10 @@ class ArchivePart:
 
 
 class ArchiveReader(DataSourceReader):
-    """Completed jobs from the archive objects, pruned by hour before reading.
+    """Completed and cancelled jobs from the archive objects, pruned by hour
+    before reading.
 
-    Each completed job is one row (see :mod:`broker.model.archive`): objects written
+    Each completed or cancelled job is one row (see :mod:`broker.model.archive`): objects written
     by this version hold each job once; objects of osqueue 0.1 (which may hold
     orphans) are read together in one partition that keeps the latest
     completion of each job.
@@ -241,7 +249,7 @@ class ArchiveReader(DataSourceReader):
         start = paths.archive_hour(self.since_ms) if self.since_ms is not None else None
         end = paths.archive_hour(self.until_ms) if self.until_ms is not None else None
         objects = archive.list_objects(store, self.opts.queue, start, end)
-        if self.status is not None and self.status != "completed":
+        if self.status is not None and self.status not in ("completed", "cancelled"):
             objects = []
         n = self.opts.objects_per_partition
         legacy = [k for k in objects if archive.is_legacy(k)]
@@ -265,7 +273,8 @@ class ArchiveReader(DataSourceReader):
         if part.legacy:
             lines = archive.latest_per_job(lines, lambda line: line[0])
         for rec, payload, result in lines:  # payload and result as written
-            done = timefmt.parse(rec["completed_at"])
+            completed = rec.get("completed_at")  # (a cancelled job: cancelled_at instead)
+            done = timefmt.parse(completed or rec["cancelled_at"])
             if self.since_ms is not None and done < self.since_ms:
                 continue
             if self.until_ms is not None and done > self.until_ms:
@@ -273,10 +282,10 @@ class ArchiveReader(DataSourceReader):
             yield (
                 rec["id"], rec["seq"], rec["status"], rec["priority"], payload.decode(),
                 rec["attempts"], rec["max_attempts"],
-                ts_text(rec["created_at"]), ts_text(rec["run_at"]), ts(done),
+                ts_text(rec["created_at"]), ts_text(rec["run_at"]), ts(done) if completed else None,
                 rec.get("worker"), None if rec.get("result") is None else result.decode(),
                 rec.get("last_error"), rec.get("token"), rec.get("commit_seq"),
-                *_extract(rec["payload"], self.extra),
+                ts_text(rec.get("cancelled_at")), *_extract(rec["payload"], self.extra),
             )
 
 

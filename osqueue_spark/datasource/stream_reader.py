@@ -47,6 +47,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from broker.errors import InvalidRequest, UnknownQueue
 from broker.limits import MAX_CLAIM_JOBS, MAX_ITEMS
+from broker.wire import CANCELLED
 from osqueue_spark.datasource.options import StreamReadOptions
 from osqueue_spark.datasource.rows import ts_text
 from osqueue_spark.heartbeat import Heartbeater
@@ -123,8 +124,11 @@ class QueueStreamReader(DataSourceStreamReader, _AvailableNowHook):
     delivered again, to this query after a restart or to any other consumer.
     A job whose lease was lost anyway (the broker unreachable for longer than
     ``leaseS``) is logged and dropped from its batch; the broker redelivers
-    it. The copy pickled for executors carries only the options: no client,
-    no thread, no claimed jobs.
+    it. A job cancelled while held (its heartbeat, or its complete, answered
+    cancelled) is logged and dropped from its batch, or left uncompleted if
+    Spark already read it; the broker has ended it as cancelled. The copy
+    pickled for executors carries only the options: no client, no thread, no
+    claimed jobs.
 
     Spark calls ``commit(end)`` for a batch only when it plans the next one,
     so an idle stream would hold its last batch forever. ``latestOffset`` is
@@ -162,20 +166,27 @@ class QueueStreamReader(DataSourceStreamReader, _AvailableNowHook):
         return self._hb
 
     def _drop_lost(self) -> None:
-        """Forget jobs whose lease the heartbeat found lost: the broker has taken
-        them back, and completing them would only be refused."""
-        lost = self._hb.take_lost() if self._hb is not None else set()
-        if not lost:
+        """Forget jobs whose lease the heartbeat found lost (the broker has taken
+        them back, and completing them would only be refused) or that were
+        cancelled (the broker has ended them: nothing to complete)."""
+        hb = self._hb
+        lost = hb.take_lost() if hb is not None else set()
+        cancelled = hb.take_cancelled() if hb is not None else set()
+        if not lost and not cancelled:
             return
         with self._lock:
-            dropped = 0
+            dropped = ended = 0
             for offset, jobs in self._batches.items():
-                kept = [j for j in jobs if j.token not in lost]
+                kept = [j for j in jobs if j.token not in lost and j.token not in cancelled]
+                ended += sum(j.token in cancelled for j in jobs)
                 dropped += len(jobs) - len(kept)
                 self._batches[offset] = kept
-        if dropped:
+        if dropped - ended:
             log.warning("%d claimed job(s) lost their lease before Spark committed them; "
-                        "they will be delivered again", dropped)
+                        "they will be delivered again", dropped - ended)
+        if ended:
+            log.warning("%d claimed job(s) were cancelled before Spark committed them; "
+                        "they are not completed", ended)
 
     def initialOffset(self) -> dict[str, int]:
         return {"claim": 0}
@@ -306,10 +317,14 @@ class QueueStreamReader(DataSourceStreamReader, _AvailableNowHook):
                         self._batches[o] = kept
                     else:
                         self._batches.pop(o, None)
-        stale = [r.token for r in results if not r.ok]
+        stale = [r.token for r in results if not r.ok and r.status != CANCELLED]
         if stale:
             log.warning("%d job(s) of a committed batch had lost their lease and will be "
                         "delivered again", len(stale))
+        cancelled = [r.token for r in results if not r.ok and r.status == CANCELLED]
+        if cancelled:
+            log.warning("%d job(s) of a committed batch had been cancelled; they were not "
+                        "completed (nothing recorded for them)", len(cancelled))
 
     def stop(self) -> None:
         """End the heartbeats and close the connection. Jobs still held (claimed,

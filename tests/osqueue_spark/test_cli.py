@@ -257,3 +257,55 @@ def test_an_answer_that_is_not_the_brokers_json_prints_cleanly(
     assert main(["--broker", broker.url + "/not-a-broker", "--queue", "x", "stats"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("osqueue: ") and "b'" not in err
+
+
+def test_cancel_says_per_id_what_became_of_each_job(broker: BrokerServer,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["--broker", broker.url, "--queue", "cli-cancel"]
+    client = QueueClient(broker.url, "cli-cancel")
+    first, second = client.push_many([1, 2])
+    client.claim("w", 1)
+    assert main([*base, "cancel", first, second]) == 0
+    out = capsys.readouterr()
+    assert out.out == f"{first}: cancel requested\n{second}: cancelled\n" and out.err == ""
+    assert main([*base, "cancel", first, "j0000000999", "--json"]) == 1  # (a repeat: the same)
+    out = capsys.readouterr()
+    results = json.loads(out.out)["results"]
+    assert [(r["id"], r["ok"], r["status"]) for r in results] == [
+        (first, True, "cancel_requested"), ("j0000000999", False, "unknown")]
+    assert main([*base, "cancel", "j0000000999"]) == 1
+    assert capsys.readouterr().err == (
+        "osqueue cancel: j0000000999: unknown: no such job\n")
+    assert main([*base, "jobs", "--status", "cancelled", "--json"]) == 0
+    assert [j["id"] for j in json.loads(capsys.readouterr().out)] in ([second], [])
+    assert main([*base, "stats"]) == 0
+    assert "cancelled total" in capsys.readouterr().out
+
+
+def test_configure_sets_the_dispatch_rate_limit(broker: BrokerServer,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["--broker", broker.url, "--queue", "cli-rate"]
+    assert main([*base, "configure", "max_claims_per_s=2.5", "claim_burst=3", "--json"]) == 0
+    settings = json.loads(capsys.readouterr().out)["settings"]
+    assert (settings["max_claims_per_s"], settings["claim_burst"]) == (2.5, 3)
+    client = QueueClient(broker.url, "cli-rate")
+    client.push_many(list(range(10)))
+    assert len(client.claim("w", 10)) == 3
+    assert main([*base, "stats"]) == 0
+    assert "claim limit per s" in capsys.readouterr().out
+    assert main([*base, "configure", "max_claims_per_s=-1"]) == 1  # the broker refuses it
+    assert "'settings.max_claims_per_s'" in capsys.readouterr().err
+    assert client.stats()["settings"]["max_claims_per_s"] == 2.5
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["configure", "max_claims_per_s"], "not NAME=VALUE: 'max_claims_per_s'"),
+    (["configure", "max_claims_per_s=fast"], "max_claims_per_s: not a number: 'fast'"),
+    (["configure", "claim_burst=true"], "claim_burst: not a number: 'true'"),
+])
+def test_configure_refuses_what_is_not_a_number_in_one_line(
+        argv: list[str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--broker", "http://127.0.0.1:9", *argv])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.endswith(said + "\n")

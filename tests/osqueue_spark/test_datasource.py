@@ -174,3 +174,54 @@ def test_the_queue_reader_reads_v3_and_v4_objects(tmp_path: Path) -> None:
     assert [row[0] for row in v3_rows] == [job["id"] for job in orjson.loads(v3)["jobs"]]
     store.write_if_match(paths.state_key("q"), codec.encode(decode_state(v3)), etag)
     assert rows() == v3_rows
+
+
+def test_the_readers_show_cancelled_jobs(tmp_path: Path) -> None:
+    """Without a SparkSession: the queue table shows a marked claimed job's
+    ``cancel_requested_at`` and a cancelled job's status; the archive table a
+    cancelled job with ``cancelled_at`` (its ``completed_at`` null), kept by a
+    status filter of ``cancelled`` and pruned by ``since``/``until`` on when it
+    ended."""
+    from datetime import UTC, datetime
+
+    from broker.storage import FileStore
+    from osqueue_spark import QueueClient, start_broker
+    from tests.support.broker_process import eventually
+    from tests.support.inprocess import stored
+
+    store = f"file://{tmp_path}"
+    with start_broker(store) as broker:
+        client = QueueClient(broker.url, "q")
+        a, b, c = client.push_many(["a", "b", "c"])
+        [held] = client.claim("w", 1)
+        client.cancel([a, b])
+        reader = source(store=store, queue="q").reader(schema(QUEUE_SCHEMA))
+        rows = {row[0]: row for part in reader.partitions() for row in reader.read(part)}
+        assert rows[a][2] == "claimed" and isinstance(rows[a][-1], datetime)
+        assert rows[c][2] == "pending" and rows[c][-1] is None
+        assert b not in rows or rows[b][2] == "cancelled"  # (until its archive object lands)
+        client.heartbeat([held.token])  # answered cancelled: the job ends
+        client.complete(client.claim("w", 1)[0].token, "done")
+        eventually(lambda: len(stored(FileStore(tmp_path)).jobs) == 0, 30, "the archive")
+
+    def archive_rows(**options: str) -> dict[str, tuple[object, ...]]:
+        src = source(store=store, queue="q", table="archive", filterPushdown="true", **options)
+        reader = src.reader(schema(ARCHIVE_SCHEMA))
+        if "status" in options:
+            reader.status = options.pop("status")
+        return {row[0]: row for part in reader.partitions() for row in reader.read(part)}
+
+    rows = archive_rows()
+    names = [c.split()[0] for c in ARCHIVE_SCHEMA.split(", ")]
+    cancelled = dict(zip(names, rows[a], strict=True))
+    assert cancelled["status"] == "cancelled" and cancelled["completed_at"] is None
+    assert cancelled["cancelled_at"].tzinfo is UTC and cancelled["worker"] == "w"
+    assert cancelled["result"] is None and cancelled["payload"] == '"a"'
+    assert dict(zip(names, rows[b], strict=True))["worker"] is None
+    done = dict(zip(names, rows[c], strict=True))
+    assert done["status"] == "completed" and done["cancelled_at"] is None
+    assert done["completed_at"] is not None
+    assert set(archive_rows(status="cancelled")) == {a, b, c}  # (Spark filters the rows)
+    assert archive_rows(status="dead") == {}
+    assert set(archive_rows(since="2000-01-01T00:00:00Z")) == {a, b, c}
+    assert archive_rows(until="2000-01-01T00:00:00Z") == {}

@@ -166,12 +166,14 @@ def progress(client: QueueClient, every_s: float = 2.0, total: int | None = None
 
 
 def archive_report(spark: Any, store: str, queue: str) -> Any:
-    """A summary DataFrame of completed jobs by hour: count, attempts, mean words."""
+    """A summary DataFrame of completed jobs by hour: count, attempts, mean words
+    (cancelled jobs, in the archive too, are left out)."""
     F = sql_functions(spark)
 
     df = (spark.read.format("osqueue").option("store", store).option("queue", queue)
           .option("table", "archive").load())
-    return (df.withColumn("hour", F.date_trunc("hour", "completed_at"))
+    return (df.where(F.col("status") == "completed")
+            .withColumn("hour", F.date_trunc("hour", "completed_at"))
             .groupBy("hour")
             .agg(F.count("*").alias("completed"),
                  F.sum(F.when(F.col("attempts") > 1, 1).otherwise(0)).alias("retried"),

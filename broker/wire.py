@@ -318,8 +318,9 @@ class CancelAnswer(NamedTuple):
     """The answer of a cancel about one job id: ``ok`` with ``status``
     :data:`CANCELLED` (a pending or delayed job, archived as cancelled) or
     :data:`CANCEL_REQUESTED` (a claimed job, marked); or not ``ok``, with
-    ``status`` ``finished`` (completed, dead, or gone) or ``unknown`` (no such
-    job) and ``reason`` in words. Shared by the broker and the client."""
+    ``status`` ``finished`` (completed, dead, or gone), ``unknown`` (no such
+    job) or ``retry`` (in a segment whose lines were not loaded: again) and
+    ``reason`` in words. Shared by the broker and the client."""
 
     id: str
     ok: bool

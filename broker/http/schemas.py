@@ -303,7 +303,8 @@ class CancelAnswer(Response):
     status: str = Field(description="cancelled (a pending or delayed job), cancel_requested "
                         "(a claimed job, marked: it ends cancelled at its worker's next call "
                         "about it or when its lease runs out), finished (completed, dead or "
-                        "gone: nothing changed) or unknown (no such job)")
+                        "gone: nothing changed), unknown (no such job) or retry (in a "
+                        "segment whose lines could not be loaded: nothing changed)")
 
 
 class CancelResults(Response):

@@ -33,9 +33,17 @@ Per id, a cancel answers (:class:`~broker.wire.CancelAnswer`):
   one answers ``cancelled``, ok: a repeated cancel gets the first answer);
 * an id no job ever had: ``unknown``, not ok, nothing changes.
 
+A pending job still in a segment object (issue 20: not in the queue object,
+see :mod:`broker.model.segment_claims`) is cancelled the same way: the jobs of
+its segment from the cursor up to it move into the head as pending, in their
+claim order (:func:`~broker.model.segment_claims.move_in`, as a claim would
+move them), and it is cancelled there. The broker loads those lines before
+the batch applies (:func:`segments_to_load`, called by its ``prepare``); if
+they are not loaded the id is answered not ok, status ``retry``, and nothing
+is cancelled.
+
 ``counters.cancelled`` counts the cancels that took (jobs cancelled, and
-claimed jobs marked). Jobs in segment objects (issue 20) are not looked up
-here yet: the broker refuses objects that have them.
+claimed jobs marked).
 
 Handlers of :func:`broker.model.transitions.apply`, with its contract: no
 I/O, time passed in.
@@ -43,17 +51,23 @@ I/O, time passed in.
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Iterable
+
 from broker.model import idempotency
 from broker.model import receipts as R
 from broker.model.job import CANCELLED, CLAIMED, PENDING, Job, seq_of
 from broker.model.lifecycle import mark_cancel, move
 from broker.model.ops import Cancel, Result
-from broker.model.state import QueueState
+from broker.model.segment_claims import move_in
+from broker.model.state import QueueState, SegmentRef
 from broker.wire import CANCEL_REQUESTED, CancelAnswer, ItemResult
 
-#: A cancel's status for a job that is done or gone, and for an id of no job.
+#: A cancel's status for a job that is done or gone, for an id of no job, and
+#: for a job in a segment whose lines were not loaded (nothing changed: again).
 FINISHED = "finished"
 UNKNOWN = "unknown"
+RETRY = "retry"
 
 
 def cancel(state: QueueState, op: Cancel, now_ms: int) -> Result:
@@ -64,6 +78,13 @@ def cancel(state: QueueState, op: Cancel, now_ms: int) -> Result:
     for job_id in op.ids:
         seq = seq_of(job_id)
         job = None if seq is None else state.jobs.get(seq)
+        if job is None and seq is not None and (at := _in_segment(state, seq)) is not None:
+            job, moved = _move_in_through(state, at, seq)
+            changed = changed or moved > 0
+            if job is None:
+                answers.append(CancelAnswer(job_id, False, "its segment's jobs are not "
+                                            "loaded; cancel it again", RETRY))
+                continue
         if job is None:
             if seq is not None and seq <= state.counters.enqueued:
                 answers.append(CancelAnswer(job_id, False, "job is gone (completed, cancelled "
@@ -88,6 +109,42 @@ def cancel(state: QueueState, op: Cancel, now_ms: int) -> Result:
             answers.append(CancelAnswer(job_id, False, f"job already finished ({job.status})",
                                         FINISHED))
     return Result(changed=changed, view=answers)
+
+
+def segments_to_load(state: QueueState, ids: Iterable[str]) -> list[SegmentRef]:
+    """The segments whose lines a cancel of ``ids`` needs and lacks: those
+    holding one of the ids in their untaken part, not loaded up to it."""
+    out: list[SegmentRef] = []
+    windows = state.windows
+    for job_id in ids:
+        seq = seq_of(job_id)
+        at = None if seq is None else _in_segment(state, seq)
+        if at is None or seq is None:
+            continue
+        ref = state.segment_refs[at]
+        if (windows is None or windows.loaded(ref) < seq - ref.next_seq + 1) and ref not in out:
+            out.append(ref)
+    return out
+
+
+def _in_segment(state: QueueState, seq: int) -> int | None:
+    """The index of the segment reference whose untaken part holds ``seq``, or None."""
+    refs = state.segment_refs
+    at = bisect.bisect_right(refs, seq, key=lambda ref: ref.first_seq) - 1
+    if at >= 0 and refs[at].next_seq <= seq < refs[at].first_seq + refs[at].count:
+        return at
+    return None
+
+
+def _move_in_through(state: QueueState, at: int, seq: int) -> tuple[Job | None, int]:
+    """Move segment ``at``'s jobs from its cursor through ``seq`` into the head
+    (pending, as a claim moves them): the job of ``seq`` (None if its line is
+    not loaded; those before it that were loaded moved all the same) and how
+    many moved."""
+    ref = state.segment_refs[at]
+    want = seq - ref.next_seq + 1
+    moved = move_in(state, at, want)
+    return (state.jobs.get(seq) if moved == want else None), moved
 
 
 def end_marked(state: QueueState, job: Job, wire: str, now_ms: int) -> ItemResult:

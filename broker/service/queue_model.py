@@ -19,12 +19,13 @@ import secrets
 from collections.abc import Callable, Sequence
 
 from broker.errors import NotTheBroker, OsqueueError
-from broker.model import browse, codec, tokens, transitions
+from broker.model import browse, cancels, codec, tokens, transitions
 from broker.model import receipts as R
 from broker.model import state as S
 from broker.model.decode import decode_state
 from broker.model.job import PENDING
 from broker.model.ops import (
+    Cancel,
     Claim,
     DropArchived,
     Inspect,
@@ -107,6 +108,8 @@ class QueueModel:
                                                 1) is None]
         wanted += [ref for op in ops if isinstance(op, Inspect)  # the dashboard's reads
                    for ref in browse.segments_to_load(state, op)]
+        wanted += [ref for op in ops if isinstance(op, Cancel)  # (its job moves into the head)
+                   for ref in cancels.segments_to_load(state, op.ids)]
         for ref in dict.fromkeys(wanted):  # (each once, in order)
             self.windows.put(ref, ref.taken, await self.segments.read_window(ref))
 

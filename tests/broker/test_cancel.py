@@ -7,6 +7,7 @@ completed" over random interleavings, takeovers and re-reads included."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -18,6 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from broker.errors import CorruptState
 from broker.model import codec
 from broker.model import transitions as T
+from broker.model.cancels import segments_to_load
 from broker.model.decode import decode_state
 from broker.model.lines import archive_line, job_line
 from broker.model.ops import (
@@ -36,8 +38,12 @@ from broker.model.ops import (
     Release,
     TakeOver,
 )
-from broker.model.state import QueueState
+from broker.model.segments import encode_segment, segment_lines
+from broker.model.state import QueueState, SegmentRef, SegmentWindows
+from broker.paths import segment_key, segment_name
+from broker.storage import FileStore
 from broker.wire import CANCEL_REQUESTED, CANCELLED, CancelAnswer
+from tests.support.inprocess import archive_lines, run, started, stored
 from tests.support.states import new_queue, read_back
 
 T0 = 1_767_225_600_000
@@ -45,12 +51,12 @@ T0 = 1_767_225_600_000
 
 def committed(state: QueueState, now: int, commit: str) -> tuple[QueueState, list[bytes]]:
     """Stamp and encode ``state`` as a commit; the state read back from its bytes
-    (the broker's in-memory claim gate carried) and the archive lines the
-    commit calls for."""
+    (the broker's in-memory claim gate and segment windows carried) and the
+    archive lines the commit calls for."""
     codec.stamp(state, "w", now, commit)
     lines = [archive_line(state.jobs[s]) for s in state.completed.get(state.seq, ())]
     back = read_back(codec.encode(state))
-    back.claims = state.claims
+    back.claims, back.windows = state.claims, state.windows
     return back, lines
 
 
@@ -339,3 +345,69 @@ CancelMachine.TestCase.settings = settings(
     max_examples=100, stateful_step_count=40, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 TestCancelMachine = CancelMachine.TestCase
+
+
+# -- jobs still in segment objects (issue 20) --------------------------------------------
+
+
+def _segmented(n: int, load: int | None = None) -> tuple[QueueState, SegmentRef]:
+    """A queue whose jobs 1..n are in one segment object, ``load`` of its lines
+    loaded (all: None), as the broker loads them before a batch."""
+    state = new_queue(T0)
+    state.windows = SegmentWindows()
+    payloads = [b'{"n":%d}' % seq for seq in range(1, n + 1)]
+    data = encode_segment("q", 1, 0, T0, payloads, max_attempts=3)
+    ref = SegmentRef(segment_key("q", segment_name(1, "0123abcd")), '"e1"', 1, n, 0, T0)
+    state.counters.enqueued = n
+    state.segment_refs.append(ref)
+    lines = segment_lines(data, ref)
+    state.windows.put(ref, 0, lines if load is None else lines[:load])
+    return state, ref
+
+
+def test_a_pending_job_in_a_segment_is_cancelled_at_once_the_ones_before_move_in() -> None:
+    state, _ = _segmented(10)
+    assert segments_to_load(state, ["j0000000004"]) == []  # (all loaded)
+    r = T.apply(state, Cancel(("j0000000004",)), T0 + 1)
+    assert r.changed and r.view == [CancelAnswer("j0000000004", True, None, CANCELLED)]
+    assert sorted(state.jobs) == [1, 2, 3, 4] and state.segment_refs[0].taken == 4
+    assert state.jobs[4].status == "cancelled"
+    back, [line] = committed(state, T0 + 1, "c-1")  # the object decodes, the line archives
+    assert orjson.loads(line)["id"] == "j0000000004"
+    assert orjson.loads(line)["payload"] == {"n": 4}
+    claimed = T.apply(back, Claim("w", 20, 60_000), T0 + 2).jobs
+    assert claimed.ids == [f"j{seq:010d}" for seq in (1, 2, 3, 5, 6, 7, 8, 9, 10)]
+
+
+def test_a_segment_job_whose_lines_are_not_loaded_is_answered_retry() -> None:
+    state, ref = _segmented(10, load=2)
+    assert segments_to_load(state, ["j0000000005", "j0000000001", "j0000000099"]) == [ref]
+    r = T.apply(state, Cancel(("j0000000005",)), T0)
+    assert [(a.ok, a.status) for a in r.view] == [(False, "retry")]
+    assert state.jobs.get(5) is None and state.counters.cancelled == 0
+    assert r.changed  # (the two loaded jobs before it moved into the head, pending)
+    assert [state.jobs[s].status for s in (1, 2)] == ["pending", "pending"]
+    committed(state, T0, "c-1")
+
+
+def test_a_broker_cancels_a_job_of_a_segment_it_loads_for_the_cancel(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+
+    async def main() -> None:
+        first = await started(store, segment_push_jobs=5)
+        ids = await first.push("q", [b'{"n":%d}' % i for i in range(12)])
+        assert stored(store).segment_refs  # (the bulk push went into a segment)
+        await first.stop(drain_s=5)
+        broker = await started(store, segment_push_jobs=5)  # (nothing of it loaded)
+        try:
+            [answer] = await broker.cancel("q", [ids[7]])
+            assert (answer.ok, answer.status) == (True, CANCELLED)
+            jobs = await broker.claim("q", "w", 20, 60.0)
+            assert [j.id for j in jobs] == ids[:7] + ids[8:]
+            stats = await broker.stats("q")
+            assert stats["cancelled_total"] == 1 and stats["counts"]["claimed"] == 11
+        finally:
+            await broker.stop(drain_s=5)
+        assert [(r["id"], r["status"]) for r in archive_lines(store)] == [(ids[7], CANCELLED)]
+
+    run(main())

@@ -27,7 +27,7 @@ import orjson
 
 from broker import paths, timefmt, wire
 from broker.errors import InvalidRequest, shown
-from broker.model.job import CLAIMED, COMPLETED, DEAD, PENDING, STATUSES, Job, seq_of
+from broker.model.job import CANCELLED, CLAIMED, COMPLETED, DEAD, PENDING, STATUSES, Job, seq_of
 from broker.model.ops import Inspect, Result
 from broker.model.segment_claims import page_refs, segment_page
 from broker.model.segments import next_wakeup, oldest_due, segment_counts, segment_job
@@ -45,15 +45,17 @@ def counters(state: QueueState, now_ms: int) -> dict[str, Any]:
     """Totals since the queue began and its depth now (jobs not finished:
     pending, claimed or dead, in the head or its segments), in O(1)."""
     c = state.counters
-    awaiting = sum(len(seqs) for seqs in state.completed.values())  # completed, unarchived
+    # completed or cancelled, unarchived
+    awaiting = sum(len(seqs) for seqs in state.completed.values())
     return {"seq": state.seq, "enqueued": c.enqueued, "completed": c.completed,
             "failed": c.failed, "dead": c.dead, "reclaimed": c.reclaimed,
+            "cancelled": c.cancelled,
             "depth": len(state.jobs) + segment_counts(state.segment_refs) - awaiting,
             "paused": state.paused}
 
 
 def summary(state: QueueState, now_ms: int) -> dict[str, Any]:
-    """Counts by status (completed: done, awaiting the archive), the age of the
+    """Counts by status (completed, cancelled: done, awaiting the archive), the age of the
     oldest due pending job (s), when the next delayed one is due, the owner's
     record, totals and settings: one pass over the head's jobs."""
     tally = state.jobs.tally(now_ms)
@@ -72,7 +74,7 @@ def summary(state: QueueState, now_ms: int) -> dict[str, Any]:
     record = state.broker
     return {
         "counts": counts,
-        "total": sum(counts.values()) - counts[COMPLETED],
+        "total": sum(counts.values()) - counts[COMPLETED] - counts[CANCELLED],
         "in_segments": in_segments,
         "oldest_pending_age_s": None if oldest is None else max(0, now_ms - oldest) / 1000,
         "next_delayed_run_at": None if later is None else timefmt.fmt(later),
@@ -89,8 +91,8 @@ def summary(state: QueueState, now_ms: int) -> dict[str, Any]:
 def check_status(status: str | None) -> str | None:
     """``status`` if it is a job status or None; ``InvalidRequest`` otherwise."""
     if status is not None and status not in STATUSES:
-        raise InvalidRequest(f"unknown status {shown(status)}; use pending, claimed, dead "
-                             "or completed")
+        raise InvalidRequest(f"unknown status {shown(status)}; use pending, claimed, dead, "
+                             "completed or cancelled")
     return status
 
 

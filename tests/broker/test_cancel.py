@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from broker.errors import CorruptState
-from broker.model import codec
+from broker.model import browse, codec
 from broker.model import transitions as T
 from broker.model.cancels import segments_to_load
 from broker.model.decode import decode_state
@@ -411,3 +411,15 @@ def test_a_broker_cancels_a_job_of_a_segment_it_loads_for_the_cancel(tmp_path: P
         assert [(r["id"], r["status"]) for r in archive_lines(store)] == [(ids[7], CANCELLED)]
 
     run(main())
+
+
+def test_the_dashboard_summary_counts_cancelled_jobs_as_stats_does() -> None:
+    """(broker.model.browse.summary: cancelled jobs await the archive, as completed
+    ones: counted by status, not in the total nor the depth.)"""
+    state, ids = pushed(6)
+    T.apply(state, Claim("w", 2, 10_000), T0)
+    T.apply(state, Cancel((ids[0], ids[3], ids[4])), T0 + 1)  # one marked, two cancelled
+    full, quick = T.stats(state, T0 + 2), browse.summary(state, T0 + 2)
+    assert quick["counts"] == full["counts"] and quick["counts"]["cancelled"] == 2
+    assert quick["total"] == full["total"] == 4
+    assert quick["counters"]["depth"] == 4 and quick["counters"]["cancelled"] == 3

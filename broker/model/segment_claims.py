@@ -44,32 +44,41 @@ from broker.model.segments import (
     segment_job,
     take,
 )
-from broker.model.state import QueueState, SegmentRef, SegmentWindows
+from broker.model.state import MAX_WINDOWS, QueueState, SegmentRef, SegmentWindows
 
-__all__ = ["SegmentWindows", "attach_refs", "claim_merged", "move_in", "plan_windows",
-           "purge_pending", "reserve"]
+__all__ = ["SegmentWindows", "attach_refs", "claim_merged", "claim_refs", "move_in",
+           "plan_windows", "purge_pending", "reserve"]
 
 
-def plan_windows(state: QueueState, budget: int, now_ms: int) -> list[tuple[SegmentRef, int]]:
-    """Which segments a batch of claims of at most ``budget`` jobs in all may
-    take from at ``now_ms``, and how many lines of each from its cursor on it
-    may need beyond those loaded: ``[(ref, want)]`` in claim order. The broker
-    loads at least ``want`` lines of each before it applies the batch."""
-    windows = state.windows
+def claim_refs(state: QueueState, budget: int, now_ms: int) -> list[tuple[SegmentRef, int]]:
+    """The segments a batch of claims of at most ``budget`` jobs in all may take
+    from at ``now_ms``, with how many jobs of each from its cursor on: in claim
+    order, at most :data:`MAX_WINDOWS` of them (all their windows must be held
+    at once; a claim ends at a segment without one, the next batch goes on)."""
     due = sorted((key, i) for i, ref in enumerate(state.segment_refs)
                  if (key := due_key(ref, now_ms)) is not None)
     out = []
-    for _, i in due:
+    for _, i in due[:MAX_WINDOWS]:
         if budget <= 0:
             break
         ref = state.segment_refs[i]
         need = min(budget, ref.remaining)
         budget -= need
-        if windows is None or windows.loaded(ref) < need:
-            # the whole rest: a window is one read of the object, which is bounded
-            # (MAX_SEGMENT_JOBS, broker.service.by_reference.SEGMENT_MAX_BYTES)
-            out.append((ref, ref.remaining))
+        out.append((ref, need))
     return out
+
+
+def plan_windows(state: QueueState, budget: int, now_ms: int) -> list[tuple[SegmentRef, int]]:
+    """Which segments a batch of claims of at most ``budget`` jobs in all may
+    take from at ``now_ms`` (:func:`claim_refs`), and how many lines of each
+    from its cursor on it may need beyond those loaded: ``[(ref, want)]`` in
+    claim order. The broker loads at least ``want`` lines of each before it
+    applies the batch, keeping the windows of every one of :func:`claim_refs`."""
+    windows = state.windows
+    # the whole rest: a window is one read of the object, which is bounded
+    # (MAX_SEGMENT_JOBS, broker.service.by_reference.SEGMENT_MAX_BYTES)
+    return [(ref, ref.remaining) for ref, need in claim_refs(state, budget, now_ms)
+            if windows is None or windows.loaded(ref) < need]
 
 
 def page_refs(state: QueueState, after_seq: int, limit: int) -> list[SegmentRef]:

@@ -88,7 +88,7 @@ never stored.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -270,13 +270,19 @@ class SegmentWindows:
 
     windows: dict[tuple[str, str], _Window] = field(default_factory=dict)
 
-    def put(self, ref: SegmentRef, start: int, lines: list[bytes]) -> None:
+    def put(self, ref: SegmentRef, start: int, lines: list[bytes],
+            keep: Collection[tuple[str, str]] = ()) -> None:
         """Keep ``lines``, the jobs at positions ``start`` onwards of ``ref``'s
-        segment (the oldest window goes beyond :data:`MAX_WINDOWS`)."""
-        self.windows.pop((ref.key, ref.etag), None)
-        self.windows[(ref.key, ref.etag)] = _Window(start, lines)
-        while len(self.windows) > MAX_WINDOWS:
-            del self.windows[next(iter(self.windows))]
+        segment. Beyond :data:`MAX_WINDOWS` the oldest window goes, but never
+        this one nor one named (key, etag) in ``keep`` (the others a batch
+        needs: with more than :data:`MAX_WINDOWS` of those, more are held)."""
+        name = (ref.key, ref.etag)
+        self.windows.pop(name, None)
+        self.windows[name] = _Window(start, lines)
+        if len(self.windows) > MAX_WINDOWS:
+            spare = [n for n in self.windows if n != name and n not in keep]
+            for old in spare[:len(self.windows) - MAX_WINDOWS]:
+                del self.windows[old]
 
     def loaded(self, ref: SegmentRef) -> int:
         """How many of the ref's untaken jobs, from its cursor on, are loaded."""

@@ -36,7 +36,8 @@ from broker.model.ops import (
     Result,
     TakeOver,
 )
-from broker.model.segment_claims import SegmentWindows, page_refs, plan_windows
+from broker.model.segment_claims import SegmentWindows, claim_refs, page_refs, plan_windows
+from broker.model.state import MAX_WINDOWS
 from broker.model.views import next_wakeup_ms
 from broker.service.archiver import Archiver
 from broker.service.ownership import Ownership, renew_at_ms, renew_due
@@ -99,19 +100,25 @@ class QueueModel:
         self.windows.keep_only(refs)
         budget = sum(op.max_jobs for op in ops if isinstance(op, Claim))
         # (a segment falling due while the batch lingers is planned for too)
-        wanted = [ref for ref, _ in plan_windows(state, budget, now_ms + PLAN_AHEAD_MS)]
-        for op in ops:  # a page of jobs shows the segments' too
+        ahead = now_ms + PLAN_AHEAD_MS
+        needed = [ref for ref, _ in claim_refs(state, budget, ahead)]
+        wanted = [ref for ref, _ in plan_windows(state, budget, ahead)]
+        for op in ops:  # a page of jobs shows the segments' too (ending before an unloaded one)
             if isinstance(op, ReadJobs) and op.status in (None, PENDING):
                 after = int(op.after[1:]) if op.after and op.after[1:].isdecimal() else -1
-                wanted += [ref for ref in page_refs(state, after, op.limit)
+                paged = page_refs(state, after, op.limit)[:MAX_WINDOWS]
+                needed += paged
+                wanted += [ref for ref in paged
                            if self.windows.peek(ref, max(ref.taken, after + 1 - ref.first_seq),
                                                 1) is None]
         wanted += [ref for op in ops if isinstance(op, Inspect)  # the dashboard's reads
                    for ref in browse.segments_to_load(state, op)]
         wanted += [ref for op in ops if isinstance(op, Cancel)  # (its job moves into the head)
                    for ref in cancels.segments_to_load(state, op.ids)]
+        # every window the batch needs stays while the others are read
+        keep = {(ref.key, ref.etag) for ref in needed}
         for ref in dict.fromkeys(wanted):  # (each once, in order)
-            self.windows.put(ref, ref.taken, await self.segments.read_window(ref))
+            self.windows.put(ref, ref.taken, await self.segments.read_window(ref), keep)
 
     def apply(self, state: S.QueueState, op: Op,
               now_ms: int) -> tuple[Result | OsqueueError, bool]:

@@ -1,0 +1,69 @@
+"""broker.service.queue_model.QueueModel.prepare and SegmentWindows: a batch
+whose claims (or page of jobs) reach more segments than a queue keeps windows
+of (MAX_WINDOWS) still gets the jobs of the first ones, in claim (seq) order:
+the windows the batch needs are never evicted by the batch's own loads.
+Real file store; the store is checked afterwards."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from broker import paths
+from broker.model.state import MAX_WINDOWS
+from broker.service import by_reference
+from broker.storage import store_from_url
+from tests.support.inprocess import run, segment_objects, started, stored
+
+#: Segment bytes that make many small segments (about 45 jobs each).
+SMALL_SEGMENT_BYTES = 400
+
+
+def _bodies(n: int, start: int = 0) -> list[bytes]:
+    return [orjson.dumps({"n": i}) for i in range(start, start + n)]
+
+
+def test_prepare_keeps_the_windows_of_a_claim_over_more_segments_than_it_holds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(by_reference, "SEGMENT_MAX_BYTES", SMALL_SEGMENT_BYTES)
+    store = store_from_url(f"file://{tmp_path}")
+
+    async def go() -> None:
+        broker = await started(store, segment_push_jobs=50)
+        await broker.push("q", _bodies(400))
+        refs = stored(store).segment_refs
+        assert len(refs) > MAX_WINDOWS
+        jobs = await broker.claim("q", "w", max_jobs=400, lease_s=60)
+        # the jobs of the first MAX_WINDOWS segments at least, in claim order
+        covered = sum(ref.count for ref in refs[:MAX_WINDOWS])
+        assert len(jobs) >= covered
+        assert [job.id for job in jobs] == [f"j{seq:010d}" for seq in range(1, len(jobs) + 1)]
+        head = stored(store)
+        claimed = [job.seq for job in head.jobs.values() if job.status == "claimed"]
+        assert claimed == list(range(1, len(jobs) + 1))
+        assert sum(ref.remaining for ref in head.segment_refs) == 400 - len(jobs)
+        assert {ref.key for ref in head.segment_refs} <= set(segment_objects(store))
+        await broker.stop()
+
+    run(go())
+
+
+def test_prepare_keeps_the_windows_of_a_page_over_more_segments_than_it_holds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(by_reference, "SEGMENT_MAX_BYTES", SMALL_SEGMENT_BYTES)
+    store = store_from_url(f"file://{tmp_path}")
+
+    async def go() -> None:
+        broker = await started(store, segment_push_jobs=50)
+        await broker.push("q", _bodies(400))
+        assert len(stored(store).segment_refs) > MAX_WINDOWS
+        before = store.read(paths.state_key("q")).data
+        page = await broker.jobs("q", limit=500)
+        assert page, "a page of a queue with 400 pending jobs came back empty"
+        assert [job["seq"] for job in page] == list(range(1, len(page) + 1))
+        assert store.read(paths.state_key("q")).data == before  # (a read writes nothing)
+        await broker.stop()
+
+    run(go())

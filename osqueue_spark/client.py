@@ -386,12 +386,12 @@ class QueueClient:
 
     def iter_jobs(self, status: str | None = None, page: int = 1000, *,
                   tokens: bool = False) -> Iterator[dict[str, Any]]:
+        """Every job in enqueue order, a page of ``page`` at a time. Only an empty
+        page ends it: a page of a queue with segments may hold fewer jobs than
+        asked and more follow (it ends before a segment the broker has not loaded)."""
         after = None
-        while True:
-            batch = self.jobs(status, page, after, tokens=tokens)
+        while batch := self.jobs(status, page, after, tokens=tokens):
             yield from batch
-            if len(batch) < page:
-                return
             after = batch[-1]["id"]
 
     def create(self, **settings: Any) -> dict[str, Any]:

@@ -16,11 +16,10 @@ from the stored object, and a queue that does not exist is answered 404
 with nothing created. A claim on a queue that does not exist returns no jobs
 (after waiting up to ``wait_s`` for it to appear) and creates nothing.
 
-:class:`Broker` is a thin coordinator: each served queue
-(:mod:`broker.service.served_queue`: a commit loop over :mod:`broker.service.queue_model`) does the
-writing, :mod:`broker.service.takeover` the watching and taking over (under the
-policy of :mod:`broker.service.ownership`), :mod:`broker.service.staging` Spark's staged
-writes, :mod:`broker.service.segment_store` the segment objects (only swept so far).
+:class:`Broker` is a thin coordinator: :mod:`broker.service.served_queue` writes (a commit
+loop over :mod:`broker.service.queue_model` a served queue), :mod:`broker.service.takeover`
+watches and takes over (:mod:`broker.service.ownership`), :mod:`broker.service.staging` and
+:mod:`broker.service.segment_store` keep Spark's staged writes and the segment objects.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ from broker.commit.offloop import run_bulk, run_io
 from broker.errors import BrokerUnavailable, InvalidRequest, NotFound, OsqueueError, UnknownQueue
 from broker.limits import DEFAULT_LEASE_S
 from broker.model import state as S
-from broker.model import tokens, transitions
+from broker.model import tokens
 from broker.model.decode import decode_state
 from broker.model.job import DEAD, PENDING
 from broker.model.ops import (
@@ -71,6 +70,7 @@ from broker.service.segment_store import SegmentStore
 from broker.service.served_queue import ServedQueue
 from broker.service.settings import BrokerConfig
 from broker.service.staging import SWEEP_S, Staging
+from broker.service.stored_view import stored_view
 from broker.service.takeover import Takeover
 from broker.storage import ObjectStore
 from broker.wire import ItemResult
@@ -446,7 +446,7 @@ class Broker(CancelCalls):
         got = await self.read_object(queue)
         if got is None:
             raise UnknownQueue(f"queue {queue!r} does not exist (it is created by its first push)")
-        return transitions.apply(got[0], op, self.clock()).view
+        return await stored_view(got[0], op, self.segments, self.clock())
 
     async def stats(self, queue: str) -> dict[str, Any]:
         out: dict[str, Any] = await self._read(queue, ReadStats())

@@ -67,3 +67,30 @@ def test_prepare_keeps_the_windows_of_a_page_over_more_segments_than_it_holds(
         await broker.stop()
 
     run(go())
+
+
+def test_a_broker_not_serving_the_queue_shows_its_segment_jobs_in_a_page(
+        tmp_path: Path) -> None:
+    """A read on a broker that does not serve the queue is answered from the
+    stored object (nothing is taken over): its page shows the segments'
+    pending jobs too, as the owner's does."""
+    store = store_from_url(f"file://{tmp_path}")
+
+    async def go() -> None:
+        owner = await started(store, segment_push_jobs=50)
+        await owner.push("q", _bodies(3))
+        await owner.push("q", _bodies(100, 3))
+        other = await started(store, url="http://other", segment_push_jobs=50)
+        before = store.read(paths.state_key("q")).data
+        want = [job["id"] for job in await owner.jobs("q", limit=60)]
+        assert len(want) == 60
+        assert [job["id"] for job in await other.jobs("q", limit=60)] == want
+        assert [job["id"] for job in await other.jobs("q", status="pending", limit=60,
+                                                      after=want[9])] == \
+            [f"j{seq:010d}" for seq in range(11, 71)]
+        assert store.read(paths.state_key("q")).data == before
+        assert "q" not in other._queues  # (nothing taken over)
+        await owner.stop()
+        await other.stop()
+
+    run(go())

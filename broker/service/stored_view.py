@@ -1,0 +1,36 @@
+"""Reads answered from a stored queue object, by a broker that does not serve
+the queue (a read never moves a queue: see :mod:`broker.service.coordinator`).
+
+The served path loads the segment lines a page of jobs shows before the page
+is read (:meth:`broker.service.queue_model.QueueModel.prepare`); this is the
+same for a stored version, read once: without it a page of a deep queue
+would end before its first segment, empty while the queue holds jobs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.model import transitions
+from broker.model.job import PENDING
+from broker.model.ops import ReadJobs, ReadStats
+from broker.model.segment_claims import SegmentWindows, page_refs
+from broker.model.state import MAX_WINDOWS, QueueState
+from broker.service.segment_store import SegmentStore
+
+
+async def stored_view(state: QueueState, op: ReadStats | ReadJobs, segments: SegmentStore,
+                      now_ms: int) -> Any:
+    """What ``op`` reads of ``state``, a stored version (decoded, not served
+    here): a page of jobs shows the pending jobs of its segments, read from the
+    store (at most :data:`~broker.model.state.MAX_WINDOWS` of them: the page
+    ends before the next). Raises ``SegmentMissing`` naming a segment object
+    that is missing or changed (the queue may have moved on since ``state``
+    was read: read again), ``InvalidRequest`` for a bad page, and the store's
+    errors. Changes nothing in the store."""
+    if isinstance(op, ReadJobs) and state.segment_refs and op.status in (None, PENDING):
+        windows = state.windows = SegmentWindows()
+        after = int(op.after[1:]) if op.after and op.after[1:].isdecimal() else -1
+        for ref in page_refs(state, after, op.limit)[:MAX_WINDOWS]:
+            windows.put(ref, ref.taken, await segments.read_window(ref))
+    return transitions.apply(state, op, now_ms).view

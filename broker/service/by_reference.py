@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
 from broker.commit.loop import CommitLoop
-from broker.errors import BrokerUnavailable
+from broker.errors import BrokerUnavailable, InvalidRequest
 from broker.model import idempotency
 from broker.model.job import JobIds
 from broker.model.ops import NewJob, Op, Push, PushPayloads, Reserve, Result, push_of
@@ -172,8 +172,16 @@ async def publish_by_reference(loop: Loop, segments: SegmentStore, queue: str,
     once = publish.once
     if publish.missing or (once is not None and state is not None
                            and idempotency.published(state, once, clock())):
-        # answered by the head: duplicate, or refused for the missing chunks
-        return await loop.submit(PushPayloads((), once=once, missing=publish.missing))
+        # Answered by the head: a duplicate, or refused for the missing chunks. The
+        # loop's state may hold a commit still in flight, whose key may never land:
+        # ``missing`` (at least 1) makes the head refuse, not push nothing under the
+        # key, if the key is not there when this applies; then publish for real.
+        try:
+            return await loop.submit(PushPayloads((), once=once,
+                                                  missing=max(publish.missing, 1)))
+        except InvalidRequest:
+            if publish.missing:
+                raise
     writer = _Writer(loop, segments, queue, clock, monotonic)
     writes: collections.deque[asyncio.Future[list[bytes]]] = collections.deque()
     try:

@@ -1,0 +1,76 @@
+"""broker.service.by_reference.publish_by_reference: a publish answered as a
+duplicate only once its key is in a LANDED head. The queue loop's state is
+changed in place while a commit is in flight, so a publish key seen there may
+belong to a commit that never lands. Real file store behind a fault
+injector; the store is checked afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker import paths
+from broker.errors import StorageRefused
+from broker.model.ops import PushPayloads
+from broker.storage.files import FileStore
+from tests.support.faults import REFUSED, Clock, FaultyStore
+from tests.support.inprocess import payloads, run, started, stored
+
+QUEUE_KEY = paths.state_key("q")
+ONCE = "write:w-1"
+
+
+def test_publish_by_reference_ignores_a_publish_key_of_a_commit_still_in_flight(
+        tmp_path: Path) -> None:
+    """Publish 1's last commit (its references and its key) is in flight when
+    publish 2 of the same write (a driver's retry) looks at the loop's state,
+    which already holds the key; then that commit is refused and never lands.
+    Publish 2 must publish the rows, not answer 0 rows and let the staging
+    objects go (the write would be lost: every later retry is a duplicate)."""
+    clock = Clock()
+    store = FaultyStore(FileStore(tmp_path))
+    chunks = [b"".join(b'\t{"n":%d}\n' % (c * 100 + i) for i in range(100)) for c in range(3)]
+    keep = [f"w-1/p{c}-c0" for c in range(3)]
+
+    async def go() -> None:
+        a = await started(store, clock=clock, segment_push_jobs=100)
+        await a.push("q", [b'{"n":-1}'])
+        for name, chunk in zip(keep, chunks, strict=True):
+            await a.stage("q", name, chunk)
+        loop = a._queues["q"].loop
+        events = asyncio.get_running_loop()
+        in_flight = asyncio.Event()
+        second_submitted = threading.Event()
+        submit = loop.submit
+
+        async def watching(op: Any) -> Any:
+            if isinstance(op, PushPayloads) and op.once == ONCE and not op.refs:
+                second_submitted.set()  # (publish 2's op, before it joins the buffer)
+            return await submit(op)
+
+        loop.submit = watching  # type: ignore[method-assign]
+
+        def hold(_key: str) -> None:  # publish 1's last commit, in the store's thread
+            events.call_soon_threadsafe(in_flight.set)
+            assert second_submitted.wait(10), "publish 2 never reached the loop"
+
+        # the write of publish 1's Reserve is the 1st, that of its references the 2nd
+        store.inject("write_if_match", REFUSED, nth=2, key_contains=QUEUE_KEY, before=hold)
+        first = asyncio.ensure_future(a.publish("q", "w-1/", keep, once=ONCE))
+        await in_flight.wait()
+        second = await a.publish("q", "w-1/", keep, once=ONCE)
+        with pytest.raises(StorageRefused):
+            await first
+        assert second == {"published": 300, "discarded": 0, "duplicate": False}
+        again = await a.publish("q", "w-1/", keep, once=ONCE)  # the driver's next retry
+        assert again["duplicate"]
+        assert sorted(p["n"] for p in payloads(store)) == list(range(-1, 300))
+        assert sum(r.count for r in stored(store).segment_refs) == 300
+        assert store.list("q/staging/") == []
+        await a.stop()
+
+    run(go())

@@ -76,7 +76,9 @@ class PushPayloads:
 class Reserve:
     """Hand out ``count`` seqs for a push by reference, whose largest payload is
     ``largest`` bytes (refused as a push of it would be): the broker writes
-    their segment objects, then pushes the refs (:class:`PushPayloads`)."""
+    their segment objects, then pushes the refs (:class:`PushPayloads`).
+    Answers the seqs (``ids``) and, as ``view``, the max_attempts their jobs
+    get: the queue's in the version the seqs land with."""
 
     count: int
     largest: int

@@ -442,7 +442,9 @@ def _purge(state: QueueState, op: Purge, now_ms: int) -> Result:
 
 
 def _reserve(state: QueueState, op: Reserve, now_ms: int) -> Result:
-    return Result(changed=True, ids=reserve(state, op.count, op.largest))
+    # (view: the max_attempts the jobs get, of this state, which lands with the seqs)
+    return Result(changed=True, ids=reserve(state, op.count, op.largest),
+                  view=state.settings.max_attempts)
 
 
 _HANDLERS: dict[type, Callable[[QueueState, Any, int], Result]] = {

@@ -37,7 +37,7 @@ from broker.model import idempotency
 from broker.model.job import JobIds
 from broker.model.ops import NewJob, Op, Push, PushPayloads, Reserve, Result, push_of
 from broker.model.segments import MAX_SEGMENT_JOBS
-from broker.model.state import QueueState, SegmentRef, Settings
+from broker.model.state import QueueState, SegmentRef
 from broker.service.segment_store import SegmentStore
 from broker.service.staged_cache import Jobs
 
@@ -107,10 +107,10 @@ class _Writer:
         :attr:`refs`); return the payloads that go into the head instead: none,
         or all of them if one holds a line break (a segment line holds one job)."""
         reserved = await self.loop.submit(Reserve(len(payloads), max(map(len, payloads))))
-        assert isinstance(reserved.ids, JobIds)
+        assert isinstance(reserved.ids, JobIds) and isinstance(reserved.view, int)
         first = reserved.ids.first
-        landed = self.loop.state
-        max_attempts = (landed.settings if landed is not None else Settings()).max_attempts
+        # (the landed version's: the loop's state may hold a change still in flight)
+        max_attempts = reserved.view
         now = self.clock()
         slices = chunks(payloads)
         refs: list[SegmentRef | None] = [None] * len(slices)

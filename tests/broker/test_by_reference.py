@@ -15,6 +15,7 @@ import pytest
 
 from broker import paths
 from broker.errors import StorageRefused
+from broker.model import segments
 from broker.model.ops import PushPayloads
 from broker.storage.files import FileStore
 from tests.support.faults import REFUSED, Clock, FaultyStore
@@ -71,6 +72,55 @@ def test_publish_by_reference_ignores_a_publish_key_of_a_commit_still_in_flight(
         assert sorted(p["n"] for p in payloads(store)) == list(range(-1, 300))
         assert sum(r.count for r in stored(store).segment_refs) == 300
         assert store.list("q/staging/") == []
+        await a.stop()
+
+    run(go())
+
+
+def test_push_by_reference_writes_the_max_attempts_of_the_landed_head(tmp_path: Path) -> None:
+    """A Configure of max_attempts applies to the loop's state in place while
+    its write is in flight, just as a push by reference (its Reserve landed)
+    reads the max_attempts its segment's jobs get; that write is then
+    refused. The jobs must carry the queue's max_attempts (3), not the one
+    that never landed (7): else a job dies or is retried as nobody set."""
+    clock = Clock()
+    store = FaultyStore(FileStore(tmp_path))
+
+    async def go() -> None:
+        a = await started(store, clock=clock, segment_push_jobs=10)
+        await a.push("q", [b'{"n":-1}'])
+        loop = a._queues["q"].loop
+        events = asyncio.get_running_loop()
+        configure_buffered = threading.Event()
+        submit = loop.submit
+        configured: list[asyncio.Future[Any]] = []
+
+        async def watching(op: Any) -> Any:
+            if type(op).__name__ == "Configure":
+                configure_buffered.set()
+            return await submit(op)
+
+        loop.submit = watching  # type: ignore[method-assign]
+
+        def configure() -> None:
+            configured.append(asyncio.ensure_future(a.create_queue("q", {"max_attempts": 7})))
+
+        def hold(_key: str) -> None:  # the Reserve's write, in the store's thread
+            events.call_soon_threadsafe(configure)
+            assert configure_buffered.wait(10), "the Configure never reached the loop"
+
+        store.inject("write_if_match", None, key_contains=QUEUE_KEY, before=hold)
+        store.inject("write_if_match", REFUSED, key_contains=QUEUE_KEY)  # the Configure's
+        ids = await a.push("q", [b'{"n":%d}' % i for i in range(20)])
+        assert len(ids) == 20
+        with pytest.raises(StorageRefused):
+            await configured[0]
+        head = stored(store)
+        assert head.settings.max_attempts == 3
+        jobs = [segments.segment_job(seq, line, ref) for ref in head.segment_refs
+                for seq, line in enumerate(segments.segment_lines(
+                    store.read(ref.key).data, ref), ref.next_seq)]
+        assert len(jobs) == 20 and {job.max_attempts for job in jobs} == {3}
         await a.stop()
 
     run(go())

@@ -403,6 +403,9 @@ def _decode_fields(raw: dict[str, Any], data: bytes) -> QueueState:
     if counters.fence < top_fence:
         raise ValueError(f"counters.fence is {counters.fence} but lease number {top_fence} "
                          "exists: new leases would reuse tokens")
+    if counters.reserved > counters.enqueued:
+        raise ValueError(f"counters.reserved is {counters.reserved}, above counters.enqueued "
+                         f"{counters.enqueued}")
     if counters.cancelled < cancels:  # (what makes brokers from before cancel refuse it)
         raise ValueError(f"counters.cancelled is {counters.cancelled} but {cancels} job(s) "
                          "are cancelled or marked for cancellation")

@@ -223,6 +223,7 @@ def reserve(state: QueueState, count: int, largest: int) -> JobIds:
         raise InvalidRequest(f"cannot reserve {count} seqs")
     first = state.counters.enqueued + 1
     state.counters.enqueued += count
+    state.counters.reserved += count
     return JobIds(first, count)
 
 
@@ -253,6 +254,8 @@ def attach_refs(state: QueueState, refs: Sequence[SegmentRef], *,
             raise InvalidRequest(f"seqs {first}..{stop - 1} are taken by jobs of the head")
     if check_only:
         return []
+    counters = state.counters
+    counters.reserved = max(0, counters.reserved - sum(ref.count for ref in new))
     runs: list[int] = []
     for ref in new:
         bisect.insort(existing, ref, key=lambda r: r.first_seq)

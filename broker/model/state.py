@@ -197,12 +197,18 @@ class Counters:
     # once non-zero (stored()): a broker from before cancel refuses such an object
     # (an unknown counter) instead of serving it without its marks.
     cancelled: int = 0
+    # Seqs a Reserve handed out (counted in ``enqueued``, the seq counter) whose
+    # segments were not attached (yet, or ever: a push that went inline, an
+    # attach never made); ``enqueued - reserved`` jobs were enqueued.
+    reserved: int = 0
 
     def stored(self) -> dict[str, int]:
-        """The counters as the object holds them (``cancelled`` only when non-zero)."""
+        """The counters as the object holds them (``cancelled`` and ``reserved``
+        only when non-zero)."""
         out = asdict(self)
-        if not out["cancelled"]:
-            del out["cancelled"]
+        for name in ("cancelled", "reserved"):
+            if not out[name]:
+                del out[name]
         return out
 
 

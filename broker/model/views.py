@@ -53,7 +53,7 @@ def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
         "paused": state.paused,
         "oldest_pending_age_s": None if oldest is None else (now_ms - oldest) / 1000,
         "next_delayed_run_at": None if next_run is None else timefmt.fmt(next_run),
-        "enqueued_total": state.counters.enqueued,
+        "enqueued_total": state.counters.enqueued - state.counters.reserved,
         "completed_total": state.counters.completed,
         "failed_total": state.counters.failed,
         "dead_total": state.counters.dead,

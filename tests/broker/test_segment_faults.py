@@ -57,6 +57,9 @@ def test_a_segment_write_whose_reply_is_lost_is_pushed_once(tmp_path: Path) -> N
         assert len(segment_objects(store)) == 1  # the object that landed, unreferenced
         await a.push("q", _bodies(50, 1), request="r-1")  # the caller's retry
         assert _ns(store) == list(range(51))
+        # (the first attempt's seqs stay reserved, unused: not counted as enqueued)
+        assert stored(store).counters.reserved == 50
+        assert (await a.stats("q"))["enqueued_total"] == 51
         await _sweep_twice(a, clock)
         assert segment_objects(store) == sorted(r.key for r in stored(store).segment_refs)
         assert _ns(store) == list(range(51))

@@ -111,10 +111,11 @@ class QueueModel:
                 wanted += [ref for ref in paged
                            if self.windows.peek(ref, max(ref.taken, after + 1 - ref.first_seq),
                                                 1) is None]
-        wanted += [ref for op in ops if isinstance(op, Inspect)  # the dashboard's reads
-                   for ref in browse.segments_to_load(state, op)]
-        wanted += [ref for op in ops if isinstance(op, Cancel)  # (its job moves into the head)
-                   for ref in cancels.segments_to_load(state, op.ids)]
+        for op in ops:  # the dashboard's reads; a cancel (its job moves into the head)
+            more = browse.segments_to_load(state, op) if isinstance(op, Inspect) else \
+                cancels.segments_to_load(state, op.ids) if isinstance(op, Cancel) else []
+            needed += more[:MAX_WINDOWS]  # (ids beyond: answered "retry", nothing changed)
+            wanted += more[:MAX_WINDOWS]
         # every window the batch needs stays while the others are read
         keep = {(ref.key, ref.etag) for ref in needed}
         for ref in dict.fromkeys(wanted):  # (each once, in order)

@@ -14,7 +14,7 @@ import pytest
 from broker import paths
 from broker.model.state import MAX_WINDOWS
 from broker.service import by_reference
-from broker.storage import store_from_url
+from broker.storage import FileStore, store_from_url
 from tests.support.inprocess import run, segment_objects, started, stored
 
 #: Segment bytes that make many small segments (about 45 jobs each).
@@ -92,5 +92,32 @@ def test_a_broker_not_serving_the_queue_shows_its_segment_jobs_in_a_page(
         assert "q" not in other._queues  # (nothing taken over)
         await owner.stop()
         await other.stop()
+
+    run(go())
+
+
+def test_a_cancel_across_more_segments_than_windows_answers_retry_then_cancels(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cancel of one job in each of 9+ segments: the batch keeps the windows it
+    loads (at most 8 for one cancel); the ids beyond are answered "retry" with
+    nothing changed, and a retry cancels them."""
+    monkeypatch.setattr(by_reference, "SEGMENT_MAX_BYTES", 100)  # 10 jobs a segment
+    store = FileStore(tmp_path)
+
+    async def go() -> None:
+        broker = await started(store, segment_push_jobs=20)
+        ids = await broker.push("q", [b'{"n":%d}' % i for i in range(100)])
+        head = stored(store)
+        assert len(head.segment_refs) > MAX_WINDOWS
+        picks = [f"j{ref.first_seq + ref.count - 1:010d}" for ref in head.segment_refs]
+        first = await broker.cancel("q", picks)
+        done = [a.id for a in first if a.status == "cancelled"]
+        assert len(done) < len(picks)  # (the 9th segment was not loaded for it)
+        assert len(done) >= 8 and all(a.status in ("cancelled", "retry") for a in first)
+        again = await broker.cancel("q", [a.id for a in first if a.status == "retry"])
+        assert all(a.status == "cancelled" for a in again)
+        assert (await broker.stats("q"))["cancelled_total"] == len(picks)
+        assert set(ids) >= set(picks)
+        await broker.stop()
 
     run(go())

@@ -101,6 +101,12 @@ class _Writer:
         self.clock, self.monotonic = clock, monotonic
         self.started = monotonic()
         self.refs: list[SegmentRef] = []
+        self.held: list[str] = []  # keys written: see SegmentStore.hold
+
+    def release(self) -> None:
+        """The push is answered (or failed): its objects are the sweep's to judge."""
+        self.segments.release(self.held)
+        self.held = []
 
     async def write(self, payloads: list[bytes]) -> list[bytes]:
         """Reserve seqs for ``payloads`` and write their segments (kept in
@@ -118,8 +124,11 @@ class _Writer:
 
         async def one(i: int, lo: int, hi: int) -> None:
             async with gate:
-                refs[i] = await self.segments.write(self.queue, first + lo, 0, now,
-                                                    payloads[lo:hi], max_attempts=max_attempts)
+                ref = refs[i] = await self.segments.write(self.queue, first + lo, 0, now,
+                                                          payloads[lo:hi],
+                                                          max_attempts=max_attempts)
+                self.held.append(ref.key)  # (no sweep until this push is answered)
+                self.segments.hold([ref.key])
 
         try:
             await asyncio.gather(*(one(i, lo, hi) for i, (lo, hi) in enumerate(slices)))
@@ -152,9 +161,12 @@ async def push_by_reference(loop: Loop, segments: SegmentStore, queue: str, op: 
             op.request is not None and op.request in state.receipts.requests)):
         return await loop.submit(op)
     writer = _Writer(loop, segments, queue, clock, monotonic)
-    if await writer.write(list(op.payloads)):
-        return await loop.submit(op)
-    return await writer.commit(replace(op, payloads=()))
+    try:
+        if await writer.write(list(op.payloads)):
+            return await loop.submit(op)
+        return await writer.commit(replace(op, payloads=()))
+    finally:
+        writer.release()
 
 
 async def publish_by_reference(loop: Loop, segments: SegmentStore, queue: str,
@@ -189,6 +201,7 @@ async def publish_by_reference(loop: Loop, segments: SegmentStore, queue: str,
     finally:  # (a failed write fails the publish: the others are stopped, not left)
         for task in writes:
             task.cancel()
+        writer.release()
 
 
 async def _publish(writer: _Writer, push_jobs: int, publish: StagedPublish,

@@ -79,6 +79,7 @@ class SegmentStore:
         self.grace_s = grace_s
         self._monotonic = monotonic
         self._seen: dict[str, dict[str, float]] = {}  # queue -> key -> first listed
+        self._busy: dict[str, int] = {}  # key -> pushes still committing a ref to it
         self._listed = ListedKeys("segment object", log)  # skips keys no store call takes
 
     # -- write ------------------------------------------------------------------------
@@ -144,6 +145,27 @@ class SegmentStore:
             return read_checked(ref, None, None, self.store.url, start, stop)
         return read_checked(ref, got.data, got.etag, self.store.url, start, stop)
 
+    def hold(self, keys: Iterable[str]) -> None:
+        """Keep the sweep off ``keys`` (written by a push whose commit is not
+        answered yet) until :meth:`release`."""
+        for key in keys:
+            self._busy[key] = self._busy.get(key, 0) + 1
+
+    def release(self, keys: Iterable[str]) -> None:
+        """The push holding ``keys`` is answered: the sweep may judge them again,
+        after a whole grace period from now (a write of unknown outcome may
+        land that late: the commit loop's timeout is well inside it)."""
+        now = self._monotonic()
+        for key in keys:
+            left = self._busy.get(key, 0) - 1
+            if left > 0:
+                self._busy[key] = left
+                continue
+            self._busy.pop(key, None)
+            parsed = paths.parse_segment_key(key)
+            if parsed is not None and key in self._seen.get(parsed[0], {}):
+                self._seen[parsed[0]][key] = now
+
     async def check(self, ref: SegmentRef) -> None:
         """Raise :class:`~broker.errors.SegmentMissing` naming the object unless
         ``ref``'s segment exists at ``ref.etag`` (a metadata lookup where the
@@ -204,8 +226,8 @@ class SegmentStore:
                 continue
             seen[key] = before.get(key, now)
         self._seen[queue] = seen
-        old = [key for key, first in seen.items()
-               if now - first >= self.grace_s and key not in referenced]
+        old = [key for key, first in seen.items() if now - first >= self.grace_s
+               and key not in referenced and key not in self._busy]
         if not old or landed is None:
             return 0
         keep = await landed()

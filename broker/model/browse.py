@@ -121,7 +121,9 @@ def page(state: QueueState, now_ms: int, status: str | None, after_seq: int | No
             is not None
     else:
         has_next = len(ahead) > limit
-    first = _first_seq(state, status, -1)
+    # (a page from the start has nothing before it: no second pass over a table
+    # that holds no job of a rare status)
+    first = None if start < 0 else _first_seq(state, status, -1)
     has_prev = first is not None and first < (jobs[0].seq if jobs else start + 1)
     return {"rows": [row(job) for job in jobs], "has_next": has_next, "has_prev": has_prev,
             "in_segments": segment_counts(state.segment_refs)}

@@ -123,6 +123,25 @@ def test_a_middle_page_of_a_dense_table_reads_only_its_own_jobs() -> None:
     assert browse.job(state, NOW, "q", "j0000123456")["id"] == "j0000123456"  # type: ignore[index]
 
 
+class CountedScans(dict):  # type: ignore[type-arg]
+    """A job table's dict that counts the walks through its entries."""
+
+    scans = 0
+
+    def items(self) -> Any:
+        CountedScans.scans += 1
+        return super().items()
+
+
+def test_a_first_page_filtered_on_a_status_no_job_has_walks_the_table_once() -> None:
+    state = queue_of(20_000, NOW)
+    state.jobs.entries = CountedScans(state.jobs.entries)
+    CountedScans.scans = 0
+    page = browse.page(state, NOW, CANCELLED, None, None, 50)
+    assert page == {"rows": [], "has_next": False, "has_prev": False, "in_segments": 0}
+    assert CountedScans.scans == 1
+
+
 def test_the_summary_counts_as_stats_does() -> None:
     for state in (queue_of(0, NOW), queue_of(500, NOW), mixed(3000, 7)):
         full, quick = stats(state, NOW + 5000), browse.summary(state, NOW + 5000)

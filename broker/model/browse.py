@@ -223,6 +223,8 @@ def row(job: Job) -> dict[str, Any]:
         "run_at": timefmt.fmt(job.run_at_ms), "created_at": timefmt.fmt(job.created_ms),
         "worker": job.lease_worker if job.lease_token is not None else None,
         "cancel_requested": job.status == CLAIMED and job.cancel_ms is not None,
+        # pending (or delayed), or claimed and not marked yet
+        "cancellable": job.status == PENDING or (job.status == CLAIMED and job.cancel_ms is None),
         "last_error": None if job.last_error is None else job.last_error[:PREVIEW_CHARS],
         "preview": preview[:PREVIEW_CHARS] + ("…" if len(preview) > PREVIEW_CHARS else ""),
     }
@@ -276,8 +278,6 @@ def job(state: QueueState, now_ms: int, queue: str, job_id: str) -> dict[str, An
             out["archive_key"] = paths.archive_key(queue, found.done_ms, found.done_seq,
                                                    found.done_commit)
     out["redrivable"] = found.status == DEAD
-    out["cancellable"] = found.status == PENDING or (found.status == CLAIMED and
-                                                      found.cancel_ms is None)
     return out
 
 

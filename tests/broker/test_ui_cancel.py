@@ -95,6 +95,9 @@ def test_cancel_selected_tells_each_answer_and_logs_who_asked(
             assert b'data-testid="summary-cancel-requested">1 cancel requested' in body
             assert b'data-testid="summary-cancelled">1<' in body
             assert b'data-testid="summary-cancelled-total">2<' in body
+            body = await page(app, cookie, "/ui/queues/q", "status=claimed")
+            assert b'cancel requested</span>' in body  # the row says so
+            assert b'name="ids"' not in body and b"cancel-selected" not in body
             # the worker is told at its next heartbeat; the job ends cancelled
             (beat,) = await broker.heartbeat("q", [token])
             assert not beat.ok and beat.status == "cancelled"

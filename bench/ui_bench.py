@@ -12,8 +12,9 @@ file store in a temporary directory, a bearer token) and fills queue ``deep``
 through the HTTP API:
 ``--jobs`` bulk-pushed jobs (batches of 100,000, the most one request carries),
 then a claim of 2,000 of them, 500 failed (dead: the queue's ``max_attempts``
-is 1) and 500 completed, so every status is there; and a small queue ``small``
-beside it. Then, over HTTP with the token as a bearer header (as a script
+is 1), 500 completed, 100 marked for cancellation, and 100 pending ones
+cancelled (archived, so they leave the queue), so every status is there; and a
+small queue ``small`` beside it. Then, over HTTP with the token as a bearer header (as a script
 reads the dashboard), it times each page ``--rounds`` times after two untimed
 warm-ups, one request at a time:
 
@@ -27,7 +28,9 @@ warm-ups, one request at a time:
   ``browser_back`` (``?before=500000``), ``browser_dead`` (``?status=dead``: a
   status filter), ``browser_claimed_middle`` (``?status=claimed&after=500000``:
   a filter with nothing after the cursor, the worst case: the rest of the
-  table is read, and back to the last match before it);
+  table is read, and back to the last match before it), ``browser_cancelled``
+  (``?status=cancelled``: a filter no job matches once the cancelled ones are
+  archived, the whole table read);
 * ``browser_new_segment``: a page whose cursor lies in a segment object whose
   lines the broker has not loaded yet, a different one each round (a bulk
   push of 10,000 jobs or more goes into segment objects of up to 65,536 jobs:
@@ -108,6 +111,8 @@ def fill(url: str, jobs: int) -> dict[str, float]:
     claimed = deep.claim("bench-worker", max_jobs=2000, lease_s=3600)
     deep.fail_many([(j.token, "ValueError: bench", None) for j in claimed[:500]])
     deep.complete_many([(j.token, {"ok": True}) for j in claimed[500:1000]])
+    deep.cancel([j.id for j in claimed[1000:1100]] +  # marked
+                [f"j{seq:010d}" for seq in range(2001, 2101)])  # pending: cancelled
     small = QueueClient(url, "small", token=TOKEN)
     small.push_many([{"n": i} for i in range(100)])
     return {"fill_s": round(pushed, 1)}
@@ -126,6 +131,7 @@ def pages(jobs: int) -> dict[str, str]:
         "browser_back": f"/ui/queues/deep?limit=50&before={middle}",
         "browser_dead": "/ui/queues/deep?limit=50&status=dead",
         "browser_claimed_middle": f"/ui/queues/deep?limit=50&status=claimed&after={middle}",
+        "browser_cancelled": "/ui/queues/deep?limit=50&status=cancelled",
         "browser_new_segment": "/ui/queues/deep?limit=50&after={cold}",
         "job_page": f"/ui/queues/deep/jobs/j{middle:010d}",
         "api_stats": "/v1/queues/deep/stats",

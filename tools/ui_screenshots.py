@@ -4,8 +4,9 @@
 
 Starts a broker process over a file store in a temporary directory (sampling
 its history every 0.5 s, so the charts fill in seconds), runs a little traffic
-on three queues for ``--seconds`` (pushes, claims, completes, failures that
-retry and some that go dead; one queue paused), then opens the dashboard in
+on three queues for ``--seconds`` (pushes, claims under a dispatch rate
+limit, completes, failures that retry and some that go dead, a cancel now and
+then; one queue paused), then opens the dashboard in
 headless Chromium (tests/support/browser.py: Debian's package) and saves the
 overview and the busiest queue's page.
 """
@@ -33,7 +34,7 @@ TOKEN = "screenshot-token"
 def traffic(url: str, seconds: float) -> None:
     rng = random.Random(21)
     emails = QueueClient(url, "emails", token=TOKEN)
-    emails.create(max_attempts=2, backoff_base_s=1.0)
+    emails.create(max_attempts=2, backoff_base_s=1.0, max_claims_per_s=200, claim_burst=400)
     thumbs = QueueClient(url, "thumbnails", token=TOKEN)
     reports = QueueClient(url, "reports", token=TOKEN)
     thumbs.push_many([{"image": f"s3://media/img/{i}.png", "sizes": [64, 256]}
@@ -56,6 +57,8 @@ def traffic(url: str, seconds: float) -> None:
         if failed:
             emails.fail_many([(j.token, "SMTPRecipientsRefused: 550 mailbox unavailable", 0.5)
                               for j in failed])
+        if burst and rng.random() < 0.1:  # an operator cancels a job now and then
+            emails.cancel([f"j{n:010d}"])
         time.sleep(0.3)
 
 

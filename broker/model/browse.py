@@ -55,9 +55,12 @@ def counters(state: QueueState, now_ms: int) -> dict[str, Any]:
 
 
 def summary(state: QueueState, now_ms: int) -> dict[str, Any]:
-    """Counts by status (completed, cancelled: done, awaiting the archive), the age of the
-    oldest due pending job (s), when the next delayed one is due, the owner's
-    record, totals and settings: one pass over the head's jobs."""
+    """Counts by status (completed, cancelled: done, awaiting the archive), the
+    claimed jobs marked for cancellation, the age of the oldest due pending job
+    (s), when the next delayed one is due, the owner's record, totals, settings
+    and the dispatch rate (``claims_per_s``, ``claim_limit_per_s``,
+    ``claim_burst``, ``claim_tokens``: as ``stats`` gives them, this broker's):
+    one pass over the head's jobs."""
     tally = state.jobs.tally(now_ms)
     counts = tally.counts
     refs = state.segment_refs
@@ -76,6 +79,7 @@ def summary(state: QueueState, now_ms: int) -> dict[str, Any]:
         "counts": counts,
         "total": sum(counts.values()) - counts[COMPLETED] - counts[CANCELLED],
         "in_segments": in_segments,
+        "cancel_requested": tally.marked,
         "oldest_pending_age_s": None if oldest is None else max(0, now_ms - oldest) / 1000,
         "next_delayed_run_at": None if later is None else timefmt.fmt(later),
         "paused": state.paused,
@@ -85,6 +89,7 @@ def summary(state: QueueState, now_ms: int) -> dict[str, Any]:
         "counters": counters(state, now_ms),
         "approx_state_bytes": state.size_estimate(),
         "settings": {name: getattr(state.settings, name) for name in state.settings.__slots__},
+        **state.claims.figures(state.settings, now_ms),
     }
 
 
@@ -116,7 +121,9 @@ def page(state: QueueState, now_ms: int, status: str | None, after_seq: int | No
             is not None
     else:
         has_next = len(ahead) > limit
-    first = _first_seq(state, status, -1)
+    # (a page from the start has nothing before it: no second pass over a table
+    # that holds no job of a rare status)
+    first = None if start < 0 else _first_seq(state, status, -1)
     has_prev = first is not None and first < (jobs[0].seq if jobs else start + 1)
     return {"rows": [row(job) for job in jobs], "has_next": has_next, "has_prev": has_prev,
             "in_segments": segment_counts(state.segment_refs)}
@@ -215,6 +222,9 @@ def row(job: Job) -> dict[str, Any]:
         "attempts": job.attempts, "max_attempts": job.max_attempts,
         "run_at": timefmt.fmt(job.run_at_ms), "created_at": timefmt.fmt(job.created_ms),
         "worker": job.lease_worker if job.lease_token is not None else None,
+        "cancel_requested": job.status == CLAIMED and job.cancel_ms is not None,
+        # pending (or delayed), or claimed and not marked yet
+        "cancellable": job.status == PENDING or (job.status == CLAIMED and job.cancel_ms is None),
         "last_error": None if job.last_error is None else job.last_error[:PREVIEW_CHARS],
         "preview": preview[:PREVIEW_CHARS] + ("…" if len(preview) > PREVIEW_CHARS else ""),
     }
@@ -234,8 +244,11 @@ def find(state: QueueState, now_ms: int, text: str) -> str | None:
 
 def job(state: QueueState, now_ms: int, queue: str, job_id: str) -> dict[str, Any] | None:
     """One job in full for its page, or None if the queue does not hold it:
-    payload and result pretty-printed, the lease without its token, and for
-    a completed job the archive object it is (or is about to be) in."""
+    payload and result pretty-printed, the lease without its token, when its
+    cancel was asked for (a claimed job marked, or a cancelled one), and for
+    a completed or cancelled job when it ended and the archive object it is
+    (or is about to be) in. ``cancellable``: pending (or delayed), or claimed
+    and not marked yet; ``redrivable``: dead."""
     seq = seq_of(job_id)
     if seq is None:
         return None
@@ -248,14 +261,19 @@ def job(state: QueueState, now_ms: int, queue: str, job_id: str) -> dict[str, An
     out = row(found)
     out.update(key=found.key, last_error=found.last_error, payload=pretty(found.payload),
                payload_bytes=len(found.payload), lease=None, archive_key=None,
-               completed_at=None, result=None)
+               completed_at=None, cancelled_at=None, result=None,
+               cancel_requested_at=None if found.cancel_ms is None
+               else timefmt.fmt(found.cancel_ms))
     if found.status == CLAIMED and found.lease_token is not None:
         out["lease"] = {"worker": found.lease_worker, "lease_s": found.lease_ms / 1000,
                         "expires_at": timefmt.fmt(found.lease_expires_ms),
                         "heartbeat_at": timefmt.fmt(found.lease_heartbeat_ms)}
     if found.done_ms is not None:
-        out["completed_at"] = timefmt.fmt(found.done_ms)
-        out["result"] = pretty(found.result or b"null")
+        if found.status == CANCELLED:  # (no result: its worker's was not recorded)
+            out["cancelled_at"] = timefmt.fmt(found.done_ms)
+        else:
+            out["completed_at"] = timefmt.fmt(found.done_ms)
+            out["result"] = pretty(found.result or b"null")
         if found.done_seq is not None and found.done_commit is not None:
             out["archive_key"] = paths.archive_key(queue, found.done_ms, found.done_seq,
                                                    found.done_commit)

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from broker.model.job import PENDING, STATUSES, Job
+from broker.model.job import CLAIMED, PENDING, STATUSES, Job
 from broker.model.lines import line_due_stamp, pending_from_line, stamp_ms
 
 
@@ -39,6 +39,7 @@ class Tally(NamedTuple):
     counts: dict[str, int]
     oldest_due_created_ms: int | None
     next_run_ms: int | None
+    marked: int = 0  # claimed jobs marked for cancellation
 
 
 #: Seqs :meth:`JobTable.peek` looks up one by one before it scans instead.
@@ -191,7 +192,8 @@ class JobTable:
 
     def tally(self, now_ms: int) -> Tally:
         """One pass for the dashboard's summary: counts by status, the oldest due
-        pending job's creation time and the next delayed job's due time (ms).
+        pending job's creation time, the next delayed job's due time (ms) and
+        the claimed jobs marked for cancellation.
         Untouched lines stand in by the first of them: they were pushed in
         seq order, due when pushed, so it is the oldest to within the clock
         skew between the brokers that pushed them (:meth:`untouched_due_times`
@@ -202,6 +204,7 @@ class JobTable:
         first_line: bytes | None = None
         oldest: int | None = None
         later: int | None = None
+        marked = 0
         for entry in self.entries.values():
             if isinstance(entry, bytes):
                 if first_line is None:
@@ -216,6 +219,8 @@ class JobTable:
                         oldest = entry.created_ms
                 elif later is None or entry.run_at_ms < later:
                     later = entry.run_at_ms
+            elif status == CLAIMED and entry.cancel_ms is not None:
+                marked += 1
         counts[PENDING] += lines
         if first_line is not None:
             at = stamp_ms(line_due_stamp(first_line))
@@ -223,7 +228,7 @@ class JobTable:
                 oldest = at if oldest is None else min(oldest, at)
             elif later is None or at < later:
                 later = at
-        return Tally(counts, oldest, later)
+        return Tally(counts, oldest, later, marked)
 
     def untouched_due_times(self) -> set[int]:
         """The times (ms) at which untouched pending jobs are due; such a job was

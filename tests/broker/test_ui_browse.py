@@ -11,13 +11,22 @@ from typing import Any
 
 import pytest
 
-from broker import paths
+from broker import paths, timefmt
 from broker.errors import InvalidRequest
 from broker.model import browse, codec
 from broker.model import transitions as T
-from broker.model.job import CLAIMED, COMPLETED, DEAD, PENDING
+from broker.model.job import CANCELLED, CLAIMED, COMPLETED, DEAD, PENDING
 from broker.model.jobtable import PROBE
-from broker.model.ops import Claim, Complete, CompleteItem, Fail, FailItem, NewJob, Push
+from broker.model.ops import (
+    Cancel,
+    Claim,
+    Complete,
+    CompleteItem,
+    Fail,
+    FailItem,
+    NewJob,
+    Push,
+)
 from broker.model.state import QueueState, Settings
 from broker.model.views import stats
 from broker.service.dashboard import Dashboard
@@ -114,6 +123,25 @@ def test_a_middle_page_of_a_dense_table_reads_only_its_own_jobs() -> None:
     assert browse.job(state, NOW, "q", "j0000123456")["id"] == "j0000123456"  # type: ignore[index]
 
 
+class CountedScans(dict):  # type: ignore[type-arg]
+    """A job table's dict that counts the walks through its entries."""
+
+    scans = 0
+
+    def items(self) -> Any:
+        CountedScans.scans += 1
+        return super().items()
+
+
+def test_a_first_page_filtered_on_a_status_no_job_has_walks_the_table_once() -> None:
+    state = queue_of(20_000, NOW)
+    state.jobs.entries = CountedScans(state.jobs.entries)
+    CountedScans.scans = 0
+    page = browse.page(state, NOW, CANCELLED, None, None, 50)
+    assert page == {"rows": [], "has_next": False, "has_prev": False, "in_segments": 0}
+    assert CountedScans.scans == 1
+
+
 def test_the_summary_counts_as_stats_does() -> None:
     for state in (queue_of(0, NOW), queue_of(500, NOW), mixed(3000, 7)):
         full, quick = stats(state, NOW + 5000), browse.summary(state, NOW + 5000)
@@ -122,6 +150,48 @@ def test_the_summary_counts_as_stats_does() -> None:
         assert quick["oldest_pending_age_s"] == full["oldest_pending_age_s"]
         assert quick["paused"] == full["paused"]
         assert quick["counters"]["depth"] == full["total"]
+
+
+def test_the_summary_counts_cancels_and_shows_the_dispatch_rate_as_stats_does() -> None:
+    state = mixed(3000, 11)
+    state.settings.max_claims_per_s = 50.0
+    T.apply(state, Claim("w", 40, 60_000), NOW + 4)  # (40 of the burst's 50 tokens)
+    claimed = [job.id for job in state.jobs.peek(-1, CLAIMED)][:3]
+    pending = [job.id for job in state.jobs.peek(-1, PENDING)][:2]
+    T.apply(state, Cancel(tuple(claimed + pending)), NOW + 5)
+    full, quick = stats(state, NOW + 5000), browse.summary(state, NOW + 5000)
+    assert quick["counts"] == full["counts"] and quick["counts"][CANCELLED] == 2
+    assert quick["cancel_requested"] == full["cancel_requested"] == 3
+    assert quick["counters"]["cancelled"] == full["cancelled_total"] == 5
+    for name in ("claims_per_s", "claim_limit_per_s", "claim_burst", "claim_tokens"):
+        assert quick[name] == full[name], name
+    assert quick["claim_limit_per_s"] == 50.0 and quick["claim_burst"] == 50
+    assert quick["claims_per_s"] == (1000 + 40) / 10  # the jobs claimed, over the meter's 10 s
+    marked = browse.page(state, NOW, CLAIMED, None, None, 200)["rows"]
+    assert {r["id"] for r in marked if r["cancel_requested"]} == set(claimed)
+
+
+def test_a_job_view_shows_a_cancel_mark_and_a_cancelled_jobs_archive_object() -> None:
+    state = new_queue(NOW)
+    T.apply(state, Push((NewJob(b"1"), NewJob(b"2"), NewJob(b"3"))), NOW)
+    (token,) = T.apply(state, Claim("worker-7", 1, 30_000), NOW + 1).jobs.tokens
+    assert browse.job(state, NOW, "q", "j0000000001")["cancellable"]  # type: ignore[index]
+    T.apply(state, Cancel(("j0000000001", "j0000000002")), NOW + 2)
+    codec.stamp(state, "w", NOW + 2, "c-cancel")
+    marked = browse.job(state, NOW, "q", "j0000000001")
+    assert marked is not None and marked["status"] == CLAIMED
+    assert marked["cancel_requested_at"] == timefmt.fmt(NOW + 2)
+    assert not marked["cancellable"] and marked["cancelled_at"] is None
+    assert marked["lease"]["worker"] == "worker-7" and token not in repr(marked)
+    cancelled = browse.job(state, NOW, "q", "j0000000002")
+    assert cancelled is not None and cancelled["status"] == CANCELLED
+    assert cancelled["cancelled_at"] == cancelled["cancel_requested_at"] == \
+        timefmt.fmt(NOW + 2)
+    assert cancelled["completed_at"] is None and cancelled["result"] is None
+    assert not cancelled["cancellable"] and not cancelled["redrivable"]
+    seq = next(iter(state.completed))
+    assert cancelled["archive_key"] == paths.archive_key("q", NOW + 2, seq, "c-cancel")
+    assert browse.job(state, NOW, "q", "j0000000003")["cancellable"]  # type: ignore[index]
 
 
 def test_the_oldest_pending_age_counts_delayed_and_retried_jobs_by_their_own_times() -> None:

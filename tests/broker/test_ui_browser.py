@@ -4,9 +4,10 @@ file store, with a real queue.
 
 A person signs in (and is refused with a wrong token), sees the counts, opens a dead
 job, redrives it and sees the counts change, redrives selected jobs, purges after a
-confirmation, pauses and resumes; the store is read to check what each did, and the
-broker's log names who asked. A read-only dashboard shows no action, and refuses
-every one a POST sends it (the store unchanged).
+confirmation, pauses and resumes, cancels a pending job and a claimed one (whose
+worker, told at its next heartbeat, ends it cancelled); the store is read to check
+what each did, and the broker's log names who asked. A read-only dashboard shows no
+action, and refuses every one a POST sends it (the store unchanged).
 """
 
 from __future__ import annotations
@@ -198,6 +199,73 @@ def test_pause_stops_claims_and_resume_starts_them_again(
     expect(page.get_by_test_id(f"state-{q}")).to_have_text("running")
 
 
+def archived(store_dir: Path, queue: str) -> dict[str, str]:
+    """Job id -> status of every line of the queue's archive objects."""
+    return {line["id"]: line["status"]
+            for path in sorted((store_dir / queue / "archive").rglob("*.jsonl"))
+            for line in map(orjson.loads, path.read_bytes().splitlines())}
+
+
+def test_a_pending_and_a_claimed_job_cancelled_from_the_dashboard_end_cancelled(
+        ui_page: Any, broker: BrokerProcess, store_dir: Path) -> None:
+    from playwright.sync_api import expect
+
+    client = seeded(broker, pending=3, dead=0)
+    q = client.queue
+    (held,) = client.claim("ui-test-worker", lease_s=600)
+    page = ui_page
+    sign_in(page, broker, f"/ui/queues/{q}")
+    expect(page.get_by_test_id("summary-pending")).to_have_text("2")
+    expect(page.get_by_test_id("summary-claimed")).to_have_text("1")
+    expect(page.get_by_test_id("summary-cancelled-total")).to_have_text("0")
+    pending = [r for r in page.locator("tr[data-job]").evaluate_all(
+        "rows => rows.map(r => r.dataset.job)") if r != held.id]
+    assert len(pending) == 2
+
+    # a pending job, from the job browser: cancelled at once
+    page.locator(f'tr[data-job="{pending[0]}"] input[name="ids"]').check()
+    page.get_by_test_id("cancel-selected").click()
+    expect(page.get_by_test_id("done")).to_have_text("Cancel: 1 cancelled.")
+    expect(page.get_by_test_id("summary-pending")).to_have_text("1")
+    expect(page.get_by_test_id("summary-cancelled-total")).to_have_text("1")
+    assert statuses(store_dir, q).get(pending[0], "cancelled") == "cancelled"
+    eventually(lambda: archived(store_dir, q).get(pending[0]) == "cancelled", 10,
+               "the cancelled job's archive line")
+
+    # the claimed job, from its page: marked, until its worker calls
+    page.locator(f'tr[data-job="{held.id}"] a').click()
+    expect(page.get_by_test_id("job-status")).to_have_text("claimed")
+    page.get_by_test_id("cancel-job").click()
+    expect(page.get_by_test_id("done")).to_contain_text("Cancel: 1 cancel requested (claimed")
+    expect(page.get_by_test_id("job-status")).to_have_text("claimed")
+    expect(page.get_by_test_id("job-cancel-requested")).to_be_visible()
+    expect(page.get_by_test_id("cancel-job")).to_have_count(0)
+    (line,) = [j for j in stored(store_dir, q)["jobs"] if j["id"] == held.id]
+    assert line["status"] == "claimed" and "cancel_requested_at" in line
+    page.get_by_role("link", name=q, exact=True).click()
+    expect(page.get_by_test_id("summary-cancel-requested")).to_have_text("1 cancel requested")
+    expect(page.get_by_test_id("summary-cancelled-total")).to_have_text("2")
+
+    (beat,) = client.heartbeat([held.token], lease_s=600)
+    assert not beat.ok and beat.status == "cancelled"
+    done = client.complete(held.token, {"sent": True})
+    assert not done.ok and done.status == "cancelled"
+    page.reload()
+    expect(page.get_by_test_id("summary-claimed")).to_have_text("0")
+    expect(page.get_by_test_id("summary-cancel-requested")).to_have_count(0)
+    expect(page.get_by_test_id("summary-pending")).to_have_text("1")
+    eventually(lambda: archived(store_dir, q) == {pending[0]: "cancelled",
+                                                  held.id: "cancelled"}, 10,
+               "both jobs archived as cancelled, once")
+    assert held.id not in statuses(store_dir, q) or \
+        statuses(store_dir, q)[held.id] == "cancelled"
+    eventually(lambda: re.search(rf"ui action cancel queue={q} ids={held.id} cancelled=0 "
+                                 r"cancel_requested=1 finished=0 unknown=0 retry=0 "
+                                 r"by=127\.0\.0\.1:\d+ \(token holder, session s-[0-9a-f]{8}\)",
+                                 broker.output), 10, "the cancel's log line")
+    assert f"ui action cancel queue={q} ids={pending[0]} cancelled=1 " in broker.output
+
+
 def snapshot(root: Path) -> dict[str, bytes]:
     """Every live object under the store (superseded version files left out)."""
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
@@ -222,11 +290,19 @@ def test_a_read_only_dashboard_shows_no_action_and_refuses_every_one(
         page.locator("tr[data-job] a").first.click()
         expect(page.get_by_test_id("job-status")).to_have_text("dead")
         expect(page.get_by_test_id("redrive-job")).to_have_count(0)
+        page.goto(f"{broker.url}/ui/queues/{q}")  # pending jobs: nothing to cancel them with
+        expect(page.locator("tr[data-job]")).to_have_count(3)
+        expect(page.get_by_test_id("cancel-selected")).to_have_count(0)
+        expect(page.locator('input[name="ids"]')).to_have_count(0)
+        page.locator('tr[data-job="j0000000002"] a').click()
+        expect(page.get_by_test_id("job-status")).to_have_text("pending")
+        expect(page.get_by_test_id("cancel-job")).to_have_count(0)
         csrf = page.locator('input[name="csrf"]').first.get_attribute("value")
         before = snapshot(tmp_path)
         for action, form in [("pause", {}), ("resume", {}), ("redrive", {"all": "yes"}),
                              ("redrive", {"ids": "j0000000001"}),
-                             ("purge", {"status": "dead", "confirm": "yes"})]:
+                             ("purge", {"status": "dead", "confirm": "yes"}),
+                             ("cancel", {"ids": "j0000000002"})]:
             answer = page.request.post(f"{broker.url}/ui/queues/{q}/{action}",
                                        form={"csrf": csrf, **form},
                                        headers={"origin": broker.url}, max_redirects=0)

@@ -30,6 +30,7 @@ PAGES: tuple[Page, ...] = (
     Page("GET", f"{Q}/purge", pages.purge_confirm),
     Page("POST", f"{Q}/redrive", actions.redrive, action=True),
     Page("POST", f"{Q}/purge", actions.purge, action=True),
+    Page("POST", f"{Q}/cancel", actions.cancel, action=True),
     Page("POST", f"{Q}/pause", actions.pause, action=True),
     Page("POST", f"{Q}/resume", actions.resume, action=True),
     Page("GET", "/ui/login", pages.login_form, public=True),

@@ -1,20 +1,18 @@
-"""The dashboard's actions (POST): redrive, purge, pause, resume; signing in
-and out.
+"""The dashboard's actions (POST): redrive, purge, cancel, pause, resume;
+signing in and out.
 
 Each action calls the broker operation the HTTP API's route calls
-(:meth:`Broker.redrive`, :meth:`Broker.purge`, :meth:`Broker.set_paused`),
-with the form's one-off idempotency key where the API takes one (a form sent
-twice is answered what the first one was), logs one line naming the action,
-the queue, what it did and who asked (``ui action purge queue=q
-statuses=dead purged=3 by=127.0.0.1:50000 (token holder, session s-...)``),
-and answers with a redirect back to the page (``?did=...&n=...``). The gate
-(:mod:`broker.http.ui.app`) has checked the session, the origin, the CSRF
-token and the read-only switch before any of them runs.
+(:meth:`Broker.redrive`, :meth:`Broker.purge`, :meth:`Broker.cancel`,
+:meth:`Broker.set_paused`), with the form's one-off idempotency key where the
+API takes one (a form sent twice is answered what the first one was; a cancel
+takes none, and needs none: cancelling again changes nothing), logs one line
+naming the action, the queue, what it did and who asked (``ui action purge
+queue=q statuses=dead purged=3 by=127.0.0.1:50000 (token holder, session
+s-...)``), and answers with a redirect back to the page (``?did=...&n=...``;
+a cancel's answers counted by status). The gate (:mod:`broker.http.ui.app`)
+has checked the session, the origin, the CSRF token and the read-only switch
+before any of them runs.
 """
-
-# CANCEL-ACTION (issue 21 item 2): the cancel action goes here, an ``action=True``
-# page in broker.http.ui.PAGES calling the operation the API's cancel route calls,
-# logged as the others are.
 
 from __future__ import annotations
 
@@ -27,12 +25,12 @@ from broker.errors import InvalidRequest, shown
 from broker.http import parsers
 from broker.http.ui.app import Form, Refused, Ui, Visitor
 from broker.http.ui.auth import COOKIE, cookie_header
-from broker.http.ui.pages import PURGEABLE, safe_next
+from broker.http.ui.pages import CANCEL_TOLD, PURGEABLE, safe_next
 from broker.model.job import seq_of
 
 log = logging.getLogger("osqueue.ui")
 
-#: Most jobs one redrive of selected jobs names (a browser page holds 200).
+#: Most jobs one redrive or cancel of selected jobs names (a browser page holds 200).
 MAX_SELECTED = 1000
 
 
@@ -46,26 +44,40 @@ def _key(form: Form) -> str | None:
     return parsers.parse_request_key(raw.encode()) if raw else None
 
 
-def _back(form: Form, queue: str, did: str, n: int | None = None) -> Response:
-    """Back to the page the form was on (a dashboard path), saying what was done."""
+def _back(form: Form, queue: str, did: str, n: int | None = None,
+          counts: dict[str, int] | None = None) -> Response:
+    """Back to the page the form was on (a dashboard path), saying what was done
+    (``n``, or ``counts`` by name)."""
     target = safe_next(_one(form, "back"))
     if target == "/ui/":
         target = f"/ui/queues/{queue}"
     sep = "&" if "?" in target else "?"
-    return RedirectResponse(f"{target}{sep}did={did}" + ("" if n is None else f"&n={n}"), 303)
+    told = "" if n is None else f"&n={n}"
+    told += "".join(f"&{name}={count}" for name, count in (counts or {}).items())
+    return RedirectResponse(f"{target}{sep}did={did}{told}", 303)
+
+
+def _ids(form: Form, what: str) -> list[str]:
+    """The job ids a form names (``ids``): 1..:data:`MAX_SELECTED` of them."""
+    ids = form.get("ids", [])
+    if not ids:
+        raise InvalidRequest(f"choose the jobs to {what}")
+    if len(ids) > MAX_SELECTED or any(seq_of(i) is None for i in ids):
+        raise InvalidRequest(f"ids must be at most {MAX_SELECTED} job ids, got {shown(ids)}")
+    return ids
+
+
+def _listed(ids: list[str]) -> str:
+    """Job ids for a log line (the first 20)."""
+    return ",".join(ids[:20]) + ("..." if len(ids) > 20 else "")
 
 
 async def redrive(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:
     queue = request.path_params["queue"]
     every = _one(form, "all") == "yes"
-    ids = form.get("ids", [])
-    if not every and not ids:
-        raise InvalidRequest("choose the dead jobs to redrive, or redrive all of them")
-    if len(ids) > MAX_SELECTED or any(seq_of(i) is None for i in ids):
-        raise InvalidRequest(f"ids must be at most {MAX_SELECTED} job ids, got "
-                             f"{shown(ids)}")
+    ids = [] if every else _ids(form, "redrive, or redrive all dead jobs")
     count = await ui.broker.redrive(queue, None if every else ids, _key(form))
-    what = "all dead" if every else ",".join(ids[:20]) + ("..." if len(ids) > 20 else "")
+    what = "all dead" if every else _listed(ids)
     log.info("ui action redrive queue=%s ids=%s redriven=%d by=%s", queue, what, count,
              visitor.who)
     return _back(form, queue, "redrive", count)
@@ -84,6 +96,22 @@ async def purge(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Respo
     log.info("ui action purge queue=%s statuses=%s purged=%d by=%s", queue,
              ",".join(statuses), count, visitor.who)
     return _back(form, queue, "purge", count)
+
+
+async def cancel(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:
+    """Cancel the jobs the form names (``ids``): a pending or delayed job is
+    cancelled, a claimed one marked (see :meth:`Broker.cancel`); the redirect
+    counts the answers by status, which the page tells in words."""
+    queue = request.path_params["queue"]
+    ids = _ids(form, "cancel")
+    answers = await ui.broker.cancel(queue, ids)
+    counts = dict.fromkeys((status for status, _ in CANCEL_TOLD), 0)
+    for answer in answers:
+        if answer.status in counts:
+            counts[answer.status] += 1
+    log.info("ui action cancel queue=%s ids=%s %s by=%s", queue, _listed(ids),
+             " ".join(f"{status}={n}" for status, n in counts.items()), visitor.who)
+    return _back(form, queue, "cancel", counts={s: n for s, n in counts.items() if n})
 
 
 async def pause(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:

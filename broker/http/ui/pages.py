@@ -19,7 +19,9 @@ from broker import paths
 from broker.errors import InvalidRequest, shown
 from broker.http.ui.app import Form, Ui, Visitor
 from broker.model import browse
-from broker.model.job import CLAIMED, COMPLETED, DEAD, PENDING, seq_of
+from broker.model.cancels import FINISHED, RETRY, UNKNOWN
+from broker.model.job import CANCELLED, CLAIMED, DEAD, PENDING, STATUSES, seq_of
+from broker.wire import CANCEL_REQUESTED
 
 #: Jobs a page of the browser shows unless asked otherwise.
 PAGE_SIZE = 50
@@ -29,6 +31,16 @@ PURGEABLE = (PENDING, CLAIMED, DEAD)
 DONE = {"redrive": "Returned {n} dead job(s) to pending.", "purge": "Purged {n} job(s).",
         "pause": "Paused: no job is handed out until resumed.",
         "resume": "Resumed: jobs are handed out again."}
+#: A cancel's answers, counted by status in its redirect (``?did=cancel&cancelled=2...``),
+#: in the order they are told, each with what it means.
+CANCEL_TOLD = (
+    (CANCELLED, "{n} cancelled"),
+    (CANCEL_REQUESTED, "{n} cancel requested (claimed: it ends cancelled at its worker's next "
+                       "heartbeat, complete or fail, or when its lease runs out)"),
+    (FINISHED, "{n} already finished (completed, dead, or gone from the queue): left as it was"),
+    (UNKNOWN, "{n} unknown: no such job"),
+    (RETRY, "{n} not cancelled: its segment's jobs were not loaded; cancel it again"),
+)
 
 
 def request_key() -> str:
@@ -65,11 +77,22 @@ async def queue_rows(ui: Ui, request: Request, visitor: Visitor, form: Form) -> 
     return ui.page(request, visitor, "_queue_rows.html", queues=queues)
 
 
+def _count(value: str) -> int | str:
+    return int(value) if value.isdecimal() and len(value) < 12 else "some"
+
+
 def _done(request: Request) -> str | None:
-    did, n = request.query_params.get("did"), request.query_params.get("n", "")
+    """What the action whose redirect this is did, from its query (``did``, ``n``;
+    for a cancel a count per answer status), in words; None if no action."""
+    q = request.query_params
+    did = q.get("did")
+    if did == "cancel":
+        told = [text.format(n=_count(q[status])) for status, text in CANCEL_TOLD
+                if q.get(status, "0") != "0"]
+        return "Cancel: " + ("; ".join(told) if told else "nothing to cancel") + "."
     if did not in DONE:
         return None
-    return DONE[did].format(n=int(n) if n.isdecimal() and len(n) < 12 else "some")
+    return DONE[did].format(n=_count(q.get("n", "")))
 
 
 async def queue_page(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:
@@ -85,13 +108,14 @@ async def queue_page(ui: Ui, request: Request, visitor: Visitor, form: Form) -> 
         job_id = await ui.dashboard.view(queue, "find", found[:300])
         if job_id is not None:
             return RedirectResponse(f"/ui/queues/{queue}/jobs/{job_id}", 303)
-        message = (f"No job with id or key {shown(found)} in {queue}: a completed job leaves "
-                   "the queue once archived, and a key is kept for the dedup window only.")
+        message = (f"No job with id or key {shown(found)} in {queue}: a completed or "
+                   "cancelled job leaves the queue once archived, and a key is kept for the "
+                   "dedup window only.")
     jobs = None
     if info["served"]:
         jobs = await ui.dashboard.view(queue, "page", status, after, before, limit)
     return ui.page(request, visitor, "queue.html", q=info, queue=queue, jobs=jobs,
-                   shown_status=status, statuses=(PENDING, CLAIMED, DEAD, COMPLETED), limit=limit,
+                   shown_status=status, statuses=STATUSES, limit=limit,
                    find=found, message=message, done=_done(request), request_key=request_key(),
                    purgeable=PURGEABLE, history=ui.dashboard.history)
 

@@ -40,6 +40,7 @@ from broker.limits import (
     MAX_CLIENT_TIMEOUT_S,
     MAX_COMMIT_TIMEOUT_S,
     MAX_CONNECTIONS,
+    MAX_ITEMS,
     MIN_BROKER_LEASE_S,
     MIN_COMMIT_TIMEOUT_S,
 )
@@ -48,6 +49,8 @@ from broker.service.settings import BrokerConfig
 ENV_PREFIX = "OSQUEUE_"
 
 MIB = 1024 * 1024
+#: the longest segment grace period and sweep interval taken (30 days), s
+MAX_GRACE_S = 30 * 86_400.0
 
 
 class BrokerSettings(BaseSettings):
@@ -89,6 +92,20 @@ class BrokerSettings(BaseSettings):
     max_connections: int = Field(
         DEFAULT_MAX_CONNECTIONS, ge=1, le=MAX_CONNECTIONS,
         description="most open client connections; one more is answered 503 and closed")
+    segment_push_jobs: int = Field(
+        BrokerConfig.segment_push_jobs, ge=0, le=MAX_ITEMS,
+        description="a push of at least this many jobs with default options (a bulk push, a "
+                    "Spark publish) goes into segment objects the queue object references "
+                    "(0: never)")
+    segment_grace_s: float = Field(
+        BrokerConfig.segment_grace_s, gt=0, le=MAX_GRACE_S,
+        description="a segment object no landed queue object references is deleted once "
+                    "this broker has listed it for this many seconds; keep it well above the "
+                    "longest a commit may take to land")
+    sweep_s: float = Field(
+        BrokerConfig.sweep_s, gt=0, le=MAX_GRACE_S,
+        description="how often, in seconds, staging and unreferenced segment objects are "
+                    "swept")
     self_test: bool = Field(True, description="run the conditional-write self-test "
                                               "at start-up")
     ui_read_only: bool = Field(
@@ -165,7 +182,9 @@ class BrokerSettings(BaseSettings):
                             body_timeout_s=self.body_timeout_s,
                             max_connections=self.max_connections,
                             ui_read_only=self.ui_read_only,
-                            history_interval_s=self.history_interval_s)
+                            history_interval_s=self.history_interval_s,
+                            segment_push_jobs=self.segment_push_jobs,
+                            segment_grace_s=self.segment_grace_s, sweep_s=self.sweep_s)
 
     def bearer(self) -> str | None:
         """The token, revealed (for the server only; never log it)."""

@@ -69,7 +69,7 @@ from broker.service.ownership import WATCH_INTERVAL_S, Ownership
 from broker.service.segment_store import SegmentStore
 from broker.service.served_queue import ServedQueue
 from broker.service.settings import BrokerConfig
-from broker.service.staging import SWEEP_S, Staging
+from broker.service.staging import Staging
 from broker.service.stored_view import stored_view
 from broker.service.takeover import Takeover
 from broker.storage import ObjectStore
@@ -136,7 +136,7 @@ class Broker(CancelCalls):
         served, existing = await self.takeover.start()
         loop = asyncio.get_running_loop()
         self._tasks = [
-            loop.create_task(self._every(SWEEP_S, self.sweep_staging, "staging sweep")),
+            loop.create_task(self._every(self.config.sweep_s, self.sweep_staging, "staging sweep")),
             loop.create_task(self._every(WATCH_INTERVAL_S, self.watch, "watch")),
         ]
         log.info("broker %s serving %d of %d queue(s) from %s at %s", self.id, served,

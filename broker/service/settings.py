@@ -9,6 +9,7 @@ from typing import Any
 from broker import limits
 from broker.limits import BROKER_LEASE_S
 from broker.service.ownership import new_broker_id
+from broker.service.staging import SWEEP_S
 
 
 @dataclass
@@ -35,6 +36,9 @@ class BrokerConfig:
     #: a push of at least this many jobs with default options (a Spark publish)
     #: goes into segment objects the queue object references (0: never)
     segment_push_jobs: int = 10_000
+    #: how often this broker sweeps the staging and segment objects of the queues
+    #: it serves (an object is deleted at the first sweep past its grace period)
+    sweep_s: float = SWEEP_S
     self_test: bool = True
     #: a batch waits this long on failing storage at most
     commit_timeout_s: float = limits.DEFAULT_COMMIT_TIMEOUT_S

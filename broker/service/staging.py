@@ -31,7 +31,8 @@ from broker.storage.base import ListedKeys
 
 log = logging.getLogger("osqueue.broker")
 
-#: How often staging objects of vanished Spark writers are swept (s).
+#: How often staging objects of vanished Spark writers (and unreferenced segment
+#: objects) are swept by default, s (``BrokerConfig.sweep_s``).
 SWEEP_S = 60.0
 
 #: Runs a blocking storage call off the event loop: ``await io(fn, *args)``.

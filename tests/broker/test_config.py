@@ -146,3 +146,22 @@ def test_slow_client_bounds_come_from_flags_and_variables(
                       ("--max-connections", "0")):
         assert cli.main(["--store", "file:///tmp/q", flag, bad]) == 2
         assert flag in capsys.readouterr().err
+
+
+def test_segment_settings_come_from_flags_and_variables(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    config = settings("--store", "file:///tmp/q").broker_config()
+    assert (config.segment_push_jobs, config.segment_grace_s, config.sweep_s) == (
+        10_000, 600.0, 60.0)
+    monkeypatch.setenv("OSQUEUE_SEGMENT_GRACE_S", "5")
+    config = settings("--store", "file:///tmp/q", "--segment-push-jobs", "200",
+                      "--sweep-s", "0.5").broker_config()
+    assert (config.segment_push_jobs, config.segment_grace_s, config.sweep_s) == (
+        200, 5.0, 0.5)
+    assert settings("--store", "file:///tmp/q", "--segment-push-jobs", "0"
+                    ).broker_config().segment_push_jobs == 0
+    for flag, bad in (("--segment-push-jobs", "-1"), ("--segment-grace-s", "0"),
+                      ("--sweep-s", "0"), ("--sweep-s", "soon")):
+        assert cli.main(["--store", "file:///tmp/q", flag, bad]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and flag in err

@@ -6,15 +6,19 @@ store itself. What one run does, step by step, is the docstring of :mod:`.cli` (
 Modules, in the order a run uses them: ``cli`` (options, presets, main), ``schedule``
 (the seeded nemesis schedule), ``children`` (child processes), ``store`` (the file or
 S3 store and the runner's direct reads), ``brokers`` (broker process slots),
-``clients`` (producer and consumer threads and their records), ``nemesis`` (carrying
-out the schedule, outage measurement), ``checker`` (the total-queue check),
+``clients`` (producer and consumer threads and their records), ``bulk`` (the
+producers whose jobs go by reference: bulk pushes and Spark-like publishes),
+``segments`` (the segment objects seen, and the wait for the sweep once drained),
+``nemesis`` (carrying out the schedule, outage measurement), ``checker`` (the
+total-queue check),
 ``report`` (figures, the bar, the JSON result, the summary), ``run`` (one run end to
 end).
 """
 
 from __future__ import annotations
 
-from tools.chaos.cli import PRESETS, build_parser, main, parse_args
+from tools.chaos.cli import PRESETS, build_parser, check_args, main, parse_args
 from tools.chaos.schedule import Event, make_schedule
 
-__all__ = ["PRESETS", "Event", "build_parser", "main", "make_schedule", "parse_args"]
+__all__ = ["PRESETS", "Event", "build_parser", "check_args", "main", "make_schedule",
+           "parse_args"]

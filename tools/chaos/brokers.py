@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,17 +54,20 @@ class BrokerSlot:
 
     ``lease_s``: the broker's ``--lease-s``, s; ``clock``: seconds since the run
     started (every recorded time is on it); ``say``: the runner's log line printer;
-    the log goes to ``run_dir/broker-NAME.log``, each start marked in it.
+    the log goes to ``run_dir/broker-NAME.log``, each start marked in it;
+    ``extra_argv``: more flags of ``python -m broker`` (the segment settings).
     """
 
     def __init__(self, name: str, port: int, store_url: str, lease_s: float, log_level: str,
-                 run_dir: Path, clock: Callable[[], float], say: Callable[[str], None]) -> None:
+                 run_dir: Path, clock: Callable[[], float], say: Callable[[str], None],
+                 extra_argv: Sequence[str] = ()) -> None:
         self.name = name
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.store_url = store_url
         self.lease_s = lease_s
         self.log_level = log_level
+        self.extra_argv = list(extra_argv)  # more flags of python -m broker
         self.log_path = run_dir / f"broker-{name}.log"
         self.clock = clock
         self.say = say
@@ -100,7 +103,7 @@ class BrokerSlot:
                     offset = log.tell()
                 argv = [sys.executable, "-m", "broker", "--store", self.store_url,
                         "--listen", f"127.0.0.1:{self.port}", "--lease-s", str(self.lease_s),
-                        "--log-level", self.log_level]
+                        "--log-level", self.log_level, *self.extra_argv]
                 proc = CHILDREN.spawn(argv, self.log_path, child_env())
                 self.proc = proc
                 self.paused = False

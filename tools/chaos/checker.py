@@ -19,10 +19,12 @@ from tools.chaos.clients import Completion, Recorder, payload_key
 from tools.chaos.store import QUEUE
 
 
-def segment_jobs(store: ObjectStore, state: QueueState) -> dict[str, dict[str, Any]]:
+def segment_jobs(store: ObjectStore, state: QueueState,
+                 again: list[str] | None = None) -> dict[str, dict[str, Any]]:
     """The untaken jobs of every segment ``state`` refers to (id -> the job, plain),
     read and checked against their references (``ValueError`` naming the object
-    for one missing from the store's answer, truncated or not matching)."""
+    for one missing from the store's answer, truncated or not matching). The id of
+    a job held by two segments is appended to ``again``."""
     jobs: dict[str, dict[str, Any]] = {}
     for ref in state.segment_refs:
         got = store.read(ref.key)
@@ -31,6 +33,8 @@ def segment_jobs(store: ObjectStore, state: QueueState) -> dict[str, dict[str, A
                              f"the queue object refers to {ref.etag!r}")
         for seq, line in enumerate(segments.segment_lines(got.data, ref), ref.next_seq):
             plain = segments.segment_job(seq, line, ref).to_plain()
+            if again is not None and str(plain["id"]) in jobs:
+                again.append(str(plain["id"]))
             jobs[str(plain["id"])] = plain
     return jobs
 
@@ -81,6 +85,7 @@ def check_store(store: ObjectStore, rec: Recorder, samples: int = 20) -> dict[st
     except NotFound:
         got = None
     queue_jobs: dict[str, dict[str, Any]] = {}  # id -> the job, plain
+    twice: list[str] = []  # ids both in the head and a segment, or in two segments
     if got is not None:
         try:
             state = decode_state(got.data)
@@ -92,7 +97,10 @@ def check_store(store: ObjectStore, rec: Recorder, samples: int = 20) -> dict[st
                 plain = stored.to_plain()
                 queue_jobs[str(plain["id"])] = plain
             try:  # the pending jobs the object's segments still hold
-                queue_jobs.update(segment_jobs(store, state))
+                held_by_segments = segment_jobs(store, state, twice)
+                twice.extend(sorted(set(held_by_segments) & set(queue_jobs)))
+                queue_jobs.update(held_by_segments)
+                out["segment_jobs"] = len(held_by_segments)
             except (OsqueueError, ValueError) as exc:
                 out["state_error"] = f"a segment of the queue object: {exc}"
             out["segments"] = len(state.segment_refs)
@@ -159,18 +167,23 @@ def check_store(store: ObjectStore, rec: Recorder, samples: int = 20) -> dict[st
                 "queue_status": (queue_jobs.get(job_id) or {}).get("status"),
                 "archive_objects": [ln["_object"] for ln in raw.get(job_id, [])]}
 
-    acked, attempted = rec.acked, rec.attempted
-    # lost: acknowledged, and no job with that id holds that payload anywhere
+    acked, attempted, published = rec.acked, rec.attempted, rec.acked_published
+    # lost: acknowledged, and no job with that id holds that payload anywhere (a
+    # publish answers no ids: no job holds that payload)
     lost = [{"payload": k, "id": i, "acked_t": round(rec.acked_t.get(k, -1.0), 3),
              **history(i)}
             for k, i in acked.items() if k not in held.get(i, set())]
-    unfinished = sorted(i for i in acked.values()
+    lost += [{"payload": k, "id": None, "published": True,
+              "acked_t": round(rec.acked_t.get(k, -1.0), 3)}
+             for k in published if k not in by_payload and k not in acked]
+    unfinished = sorted(i for i in {*acked.values(), *(i for k in published
+                                                       for i in by_payload.get(k, ()))}
                         if (queue_jobs.get(i) or {}).get("status") in ("pending", "claimed"))
     # duplicated: one payload, several jobs
     dup = {k: sorted(ids) for k, ids in by_payload.items() if len(ids) > 1}
     # unexpected: never pushed, or not under the acknowledged id
     never_pushed = [{"payload": k, "jobs": sorted(ids)} for k, ids in by_payload.items()
-                    if k not in acked and k not in attempted]
+                    if k not in acked and k not in published and k not in attempted]
     wrong_id = [{"payload": k, "acked_id": acked[k], "jobs": sorted(ids)}
                 for k, ids in by_payload.items() if k in acked and ids != {acked[k]}]
     # double: one job id on several archive lines, as the reader shows them (and raw)
@@ -205,12 +218,15 @@ def check_store(store: ObjectStore, rec: Recorder, samples: int = 20) -> dict[st
             stale_but_landed.append({"job": c.job_id, "token": c.token, "reason": c.reason})
     n_sup = sum(len(v) for v in superseded.values())
     out.update({
-        "acked": len(acked),
+        "acked": len(acked) + len(published - set(acked)),
+        "acked_by_push": len(acked),
+        "acked_by_publish": len(published),
         "acked_unfinished": len(unfinished),
         "attempted_not_acked": len(attempted),
         "lost": len(lost),
-        "duplicated": sum(len(ids) - 1 for ids in dup.values()),
+        "duplicated": sum(len(ids) - 1 for ids in dup.values()) + len(twice),
         "duplicated_payloads": len(dup),
+        "held_twice_by_head_and_segments": len(twice),
         "unexpected": len(foreign) + len(never_pushed) + len(wrong_id),
         "unexpected_detail": {"foreign_payload": len(foreign), "never_pushed": len(never_pushed),
                               "wrong_id": len(wrong_id)},
@@ -225,6 +241,7 @@ def check_store(store: ObjectStore, rec: Recorder, samples: int = 20) -> dict[st
             "lost": lost[:samples],
             "acked_unfinished": unfinished[:samples],
             "duplicated": dict(list(dup.items())[:samples]),
+            "held_twice_by_head_and_segments": twice[:samples],
             "foreign_payload": foreign[:samples],
             "never_pushed": never_pushed[:samples],
             "wrong_id": wrong_id[:samples],

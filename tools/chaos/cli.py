@@ -21,6 +21,9 @@ What one run does (all times are wall-clock seconds):
    generation preconditions) in place of moto. ``--store azure``: an
    Azurite process (``make test`` installs it) that every process reaches
    directly, its connection string in ``AZURE_STORAGE_CONNECTION_STRING``.
+   Brokers run with ``--segment-push-jobs`` (default 200), a short
+   ``--segment-grace-s`` and ``--sweep-s``, so bulk pushes and publishes go
+   into segment objects and unreferenced ones are swept within seconds.
    The queue is created with ``--max-attempts`` and short retry backoffs.
 2. Chaos phase (``--seconds``). Producer threads push jobs with unique
    payloads ``{"p": producer, "n": counter}`` through ``QueueClient.push_many``
@@ -29,7 +32,16 @@ What one run does (all times are wall-clock seconds):
    batch is pushed again with the same keys), at
    ``--push-rate`` jobs/s in total, pausing while more than ``--max-backlog``
    acknowledged jobs wait. Every acknowledged id is recorded with its
-   payload; a push that raised is recorded as "attempted". Consumer threads
+   payload; a push that raised is recorded as "attempted". Beside them, at
+   ``--bulk-rate`` jobs/s together, ``--bulk-producers`` threads push
+   batches of ``--bulk-min``..``--bulk-max`` bare payloads in one request
+   each, and ``--publishers`` threads stage 2-4 chunks of that many jobs in
+   all and publish them with a once key, as a Spark write does (replayed with
+   the same once key or aborted when the publish fails; see
+   tools/chaos/bulk.py): with the brokers' ``--segment-push-jobs`` at or
+   below ``--bulk-min``, all of these go by reference (segment objects).
+   A publish's payloads are acknowledged, without ids, when a publish
+   answered success (``duplicate: true`` included). Consumer threads
    claim batches, complete most jobs with result ``{"by": worker, "token":
    token}``, fail ``--fail-prob`` of them (retried), and let ``--lapse-prob``
    of them lapse (a dead worker; half of those get a late complete with the
@@ -48,13 +60,20 @@ What one run does (all times are wall-clock seconds):
    broker slot running.
 4. Drain: consumers keep going (no more fails or lapses) until the queue
    object holds no pending or claimed job, at most ``--drain-timeout-s``.
-   Then clients stop and brokers get SIGTERM.
-5. Check the store itself (queue object and archive objects, read directly):
-   * lost: an acknowledged push whose id is in neither the queue object
-     nor the archive (with its payload);
-   * duplicated: one payload present as more than one job (queue + archive);
+   Then clients stop; the runner waits (at most ``--segment-grace-s`` + 3
+   sweeps + 15 s) until every segment object left is one the queue object
+   references, and brokers get SIGTERM.
+5. Check the store itself (queue object, the segment objects it references
+   and the archive objects, read directly):
+   * lost: an acknowledged push whose id (a publish: whose payload) is in
+     neither the queue object, its segments, nor the archive;
+   * duplicated: one payload present as more than one job (queue, segments
+     and archive), or one job both in the head and in a segment's untaken
+     part (or in two segments);
    * unexpected: a job whose payload no producer ever pushed, or whose id is
      not the acknowledged id of its payload;
+   * segments left behind: segment objects the final queue object does not
+     reference, after the wait above;
    * superseded: a complete answered ok for token T of job J, but the
      archive's line for J carries another token (consumers put their token
      in the result) or worker, or J is not archived (still queued, or gone);
@@ -105,8 +124,8 @@ from tools.chaos.run import Run
 #: (options given on the command line still win).
 PRESETS: dict[str, dict[str, Any]] = {
     "short": {"seconds": 30.0, "kills": 2, "pauses": 1, "competitors": 1},
-    "long": {"seconds": 660.0, "kills": 16, "pauses": 6, "competitors": 4, "push_rate": 50.0,
-             "fault_rate": 0.02, "require_bar": True},
+    "long": {"seconds": 660.0, "kills": 16, "pauses": 6, "competitors": 4, "push_rate": 30.0,
+             "bulk_rate": 30.0, "fault_rate": 0.02, "require_bar": True},
 }
 
 
@@ -119,7 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--preset", choices=sorted(PRESETS),
                    help="short: 30 s, 2 kills, 1 pause, 1 competitor. long (the acceptance "
                         "run, about 12-15 minutes): 660 s, 16 kills, 6 pauses, 4 competitors, "
-                        "50 jobs/s, 2%% faults on S3, --require-bar. Explicit options win")
+                        "30 jobs/s of single pushes and 30 of bulk pushes and publishes, 2%% "
+                        "faults on S3, --require-bar. Explicit options win")
     g.add_argument("--store", choices=["file", "s3", "gcs", "azure"], default="file",
                    help="file: a directory in the run directory; s3: moto behind the fault "
                         "proxy; gcs: our GCS test server (tests/support/gcsserver.py) behind the "
@@ -184,6 +204,29 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--client-retry-s", type=float, default=5.0,
                    help="QueueClient retry_s: how long it retries transient failures "
                         "(default 5)")
+    g = p.add_argument_group("bulk pushes and publishes (by reference)")
+    g.add_argument("--bulk-producers", type=int, default=1,
+                   help="threads pushing batches of bare payloads in one request each "
+                        "(default 1)")
+    g.add_argument("--publishers", type=int, default=1,
+                   help="threads staging chunks and publishing them once, as a Spark write "
+                        "does (default 1)")
+    g.add_argument("--bulk-rate", type=float, default=40.0,
+                   help="target jobs per second of bulk pushes and publishes together; 0: "
+                        "none (default 40)")
+    g.add_argument("--bulk-min", type=int, default=200,
+                   help="jobs of one bulk push or publish, at least (default 200)")
+    g.add_argument("--bulk-max", type=int, default=2000,
+                   help="jobs of one bulk push or publish, at most (default 2000)")
+    g.add_argument("--segment-push-jobs", type=int, default=200,
+                   help="the brokers' --segment-push-jobs: pushes and publishes of at least "
+                        "this many default-option jobs go into segment objects (default 200)")
+    g.add_argument("--segment-grace-s", type=float, default=None,
+                   help="the brokers' --segment-grace-s (default 5 on file and azure; on "
+                        "s3 and gcs 2 x --fault-delay-s + 4, so a commit the fault proxy "
+                        "held still lands inside the grace period)")
+    g.add_argument("--sweep-s", type=float, default=1.0,
+                   help="the brokers' --sweep-s: how often they sweep (default 1)")
     g = p.add_argument_group("nemesis")
     g.add_argument("--kills", type=int, default=3, help="kill -9 of the owner (default 3)")
     g.add_argument("--pauses", type=int, default=1,
@@ -215,6 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="exit 4 if the acceptance figures miss the bar below")
     g.add_argument("--bar-acked", type=int, default=20_000,
                    help="acknowledged jobs wanted (default 20000)")
+    g.add_argument("--bar-bulk-jobs", type=int, default=5_000,
+                   help="jobs acknowledged by bulk pushes and publishes wanted (default 5000)")
     g.add_argument("--bar-kills", type=int, default=15,
                    help="kills of the owner wanted (default 15)")
     g.add_argument("--bar-pauses", type=int, default=5,
@@ -244,6 +289,17 @@ def check_args(args: argparse.Namespace) -> None:
         problems.append("--fault-rate must be within [0, 1]")
     if not 0 <= args.fail_prob + args.lapse_prob <= 1:
         problems.append("--fail-prob + --lapse-prob must be within [0, 1]")
+    if not 1 <= args.producers < 100 or not 0 <= args.bulk_producers < 100 or \
+            not 0 <= args.publishers < 100:
+        problems.append("--producers must be within 1..99, --bulk-producers and "
+                        "--publishers within 0..99")
+    if args.bulk_rate < 0 or not 1 <= args.bulk_min <= args.bulk_max <= 100_000:
+        problems.append("--bulk-rate must be >= 0 and 1 <= --bulk-min <= --bulk-max "
+                        "<= 100000")
+    if args.segment_push_jobs < 0 or (args.segment_grace_s is not None
+                                      and args.segment_grace_s <= 0) or args.sweep_s <= 0:
+        problems.append("--segment-push-jobs must be >= 0, --segment-grace-s and --sweep-s "
+                        "> 0")
     if args.claim_max < 1 or args.max_attempts < 1:
         problems.append("--claim-max and --max-attempts must be >= 1")
     if args.restart_min_s > args.restart_max_s or \
@@ -257,11 +313,17 @@ def check_args(args: argparse.Namespace) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse the command line; a ``--preset`` supplies defaults that options override."""
     parser = build_parser()
-    first = parser.parse_args(argv)
-    if first.preset:
-        parser.set_defaults(**PRESETS[first.preset])
-        return parser.parse_args(argv)
-    return first
+    args = parser.parse_args(argv)
+    if args.preset:
+        parser.set_defaults(**PRESETS[args.preset])
+        args = parser.parse_args(argv)
+    if args.segment_grace_s is None:
+        # on a faulted store a commit's PUT may be held fault_delay_s: a push by
+        # reference writes its segments within half the grace period, so its
+        # commit still lands inside it
+        args.segment_grace_s = (2 * args.fault_delay_s + 4.0 if args.store in ("s3", "gcs")
+                                else 5.0)
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

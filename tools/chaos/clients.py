@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import random
 import threading
 import time
@@ -17,6 +18,7 @@ from typing import Any
 
 from broker.errors import OsqueueError
 from osqueue_spark import QueueClient
+from tools.chaos.bulk import bulk_push, publish
 from tools.chaos.store import QUEUE
 
 
@@ -59,6 +61,8 @@ class Recorder:
         self.lock = threading.Lock()
         self.acked: dict[str, str] = {}          # payload key -> acknowledged job id
         self.acked_t: dict[str, float] = {}      # payload key -> when acknowledged
+        self.acked_published: set[str] = set()   # payload keys a publish acknowledged (no ids)
+        self.anomalies: list[dict[str, Any]] = []  # answers no broker may give
         self.claims: dict[str, list[tuple[str, str, float]]] = {}  # job -> (token, worker, t)
         self.attempted: set[str] = set()         # payload keys of pushes that raised
         self.ack_conflicts: list[dict[str, Any]] = []
@@ -106,8 +110,43 @@ class Recorder:
                     self.attempted.add(k)
             self.counts["push_failed"] += 1
 
+    def published(self, keys_: list[str], started: float, duplicate: bool) -> None:
+        """A publish of the payloads ``keys_`` answered success (``duplicate``: a repeat
+        of one that had landed): each acknowledged once, without an id."""
+        with self.lock:
+            now = self.clock()
+            for k in keys_:
+                self.acked_published.add(k)
+                self.acked_t.setdefault(k, now)
+                self.attempted.discard(k)
+            self.counts["publish_ok"] += 1
+            self.counts["publish_duplicate_answers"] += int(duplicate)
+            self.counts["jobs_acked_by_publish"] += len(keys_)
+        self.progress(started)
+
+    def publish_failed(self, keys_: list[str], exc: BaseException | None) -> None:
+        """A publish of ``keys_`` gave up: they may or may not be in the queue (once)."""
+        with self.lock:
+            self.push_failures.append({"t": round(self.clock(), 3), "first": keys_[0],
+                                       "jobs": len(keys_), "publish": True,
+                                       "error": None if exc is None else str(exc)[:200]})
+            for k in keys_:
+                if k not in self.acked_published:
+                    self.attempted.add(k)
+            self.counts["publish_failed"] += 1
+
+    def anomaly(self, what: str, **detail: Any) -> None:
+        """An answer no broker may give (a checker failure)."""
+        with self.lock:
+            if len(self.anomalies) < 1000:
+                self.anomalies.append({"what": what, "t": round(self.clock(), 3), **detail})
+            self.counts[f"anomaly_{what}"] += 1
+
+    def acked_count(self) -> int:
+        return len(self.acked) + len(self.acked_published)
+
     def backlog(self) -> int:
-        return len(self.acked) - self.finished
+        return self.acked_count() - self.finished
 
     def claimed(self, jobs: list[Any], worker: str, started: float) -> None:
         with self.lock:
@@ -161,11 +200,13 @@ def payload_key(payload: Any) -> str | None:
 
 
 class RateLimiter:
-    """Hands out ``rate`` tokens per second (a burst of at most one second's worth)."""
+    """Hands out ``rate`` tokens per second (a burst of at most ``burst`` tokens, default
+    one second's worth, which it starts with)."""
 
-    def __init__(self, rate: float) -> None:
+    def __init__(self, rate: float, burst: float | None = None) -> None:
         self.rate = max(rate, 0.001)
-        self.tokens = 0.0
+        self.burst = self.rate if burst is None else max(burst, self.rate)
+        self.tokens = 0.0 if burst is None else self.burst
         self.last = time.monotonic()
         self.lock = threading.Lock()
 
@@ -173,7 +214,7 @@ class RateLimiter:
         """Block until ``n`` tokens were taken (True) or ``stop`` is set (False)."""
         with self.lock:
             now = time.monotonic()
-            self.tokens = min(self.rate, self.tokens + (now - self.last) * self.rate)
+            self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
             self.last = now
             self.tokens -= n
             deficit = -self.tokens
@@ -198,10 +239,12 @@ class Workers:
         self.stop_consuming = threading.Event()
         self.draining = threading.Event()
         self.limiter = RateLimiter(args.push_rate)
+        # bulk pushes and publishes share their own rate; the first goes at once
+        self.bulk_limiter = RateLimiter(args.bulk_rate, burst=args.bulk_max)
         self.threads: list[threading.Thread] = []
         self.crashes: list[str] = []
 
-    def _client(self, start: int) -> QueueClient:
+    def client(self, start: int) -> QueueClient:
         return queue_client(self.urls, store=self.store_url,
                             timeout_s=self.args.client_timeout_s,
                             retry_s=self.args.client_retry_s, start=start)
@@ -210,6 +253,15 @@ class Workers:
         for i in range(self.args.producers):
             self.threads.append(threading.Thread(target=self._guard, args=(self.produce, i),
                                                  name=f"producer-{i}", daemon=True))
+        if self.args.bulk_rate > 0:
+            for i in range(self.args.bulk_producers):
+                self.threads.append(threading.Thread(
+                    target=self._guard, args=(functools.partial(bulk_push, self), i),
+                    name=f"producer-bulk-{i}", daemon=True))
+            for i in range(self.args.publishers):
+                self.threads.append(threading.Thread(
+                    target=self._guard, args=(functools.partial(publish, self), i),
+                    name=f"producer-publish-{i}", daemon=True))
         for i in range(self.args.consumers):
             self.threads.append(threading.Thread(target=self._guard, args=(self.consume, i),
                                                  name=f"consumer-{i}", daemon=True))
@@ -242,7 +294,7 @@ class Workers:
     def produce(self, i: int) -> None:
         args, rec = self.args, self.rec
         rng = random.Random(f"{args.seed}-producer-{i}")
-        client = self._client(i)
+        client = self.client(i)
         pad = "x" * args.pad_bytes if args.pad_bytes > 0 else None
         counter = 0
         retry: list[dict[str, Any]] | None = None
@@ -296,7 +348,7 @@ class Workers:
         args, rec = self.args, self.rec
         rng = random.Random(f"{args.seed}-consumer-{i}")
         worker = f"w{i}"
-        client = self._client(args.producers + i)
+        client = self.client(args.producers + i)
         late: list[tuple[float, Any]] = []  # (monotonic due, job) lapsed, completed late
         try:
             while not self.stop_consuming.is_set():

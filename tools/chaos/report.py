@@ -19,15 +19,18 @@ from tools.chaos.store import StoreSetup
 
 def acceptance_bar(args: argparse.Namespace, store_kind: str, check: dict[str, Any],
                    owner_kills: int, owner_pauses: int, competitors: int,
-                   avail: dict[str, Any], fault_stats: dict[str, Any] | None
-                   ) -> dict[str, list[Any]]:
+                   avail: dict[str, Any], fault_stats: dict[str, Any] | None,
+                   bulk_jobs: int = 0) -> dict[str, list[Any]]:
     """The acceptance figures against ``--bar-*``: name -> [figure, wanted, met]
-    (the outage in seconds, the faulted share in %)."""
+    (the outage in seconds, the faulted share in %; ``bulk_jobs``: jobs acknowledged
+    by bulk pushes and publishes)."""
     drop_landed = (fault_stats or {}).get("faults", {}).get("drop_landed", 0)
     fault_pct = (fault_stats or {}).get("fault_pct", 0.0)
     max_kill = avail["max_outage_after_owner_kill_s"]
     bar = {
         "acked": [check["acked"], args.bar_acked, check["acked"] >= args.bar_acked],
+        "acked_by_bulk_push_or_publish": [bulk_jobs, args.bar_bulk_jobs,
+                                          bulk_jobs >= args.bar_bulk_jobs],
         "owner_kills": [owner_kills, args.bar_kills, owner_kills >= args.bar_kills],
         "owner_pauses_past_lease": [owner_pauses, args.bar_pauses,
                                     owner_pauses >= args.bar_pauses],
@@ -54,23 +57,28 @@ def build_result(args: argparse.Namespace, *, store: StoreSetup, slots: list[Bro
                  rec: Recorder, check: dict[str, Any], drained: dict[str, Any],
                  fault_stats: dict[str, Any] | None, avail: dict[str, Any],
                  timeline_s: dict[str, float], stuck: list[str], client_crashes: list[str],
-                 run_dir: Path) -> dict[str, Any]:
+                 run_dir: Path, segments: dict[str, Any]) -> dict[str, Any]:
     """Everything a run found, as written by ``--out``; ``ok`` is the verdict of the
-    store check and the drain. Marks ``drained`` unfinished when the check found
+    store check (with the segment objects left behind and the answers no broker may
+    give) and the drain. Marks ``drained`` unfinished when the check found
     acknowledged jobs still pending or claimed."""
     owner_kills = sum(1 for k in nemesis.kills if k["owner"])
     owner_pauses = sum(1 for p in nemesis.pauses if p["owner"])
     competitors = sum(1 for c in nemesis.competes if c["started"])
     failures = {name: check[name] for name in
                 ("lost", "duplicated", "unexpected", "superseded", "double")}
+    failures["segments_left_behind"] = segments["left_behind"]
+    failures["segments_missing"] = segments.get("referenced_missing", 0)
+    failures["anomalies"] = len(rec.anomalies)
     if "state_error" in check:
         failures["state_unreadable"] = 1
     drained["acked_unfinished_at_check"] = check["acked_unfinished"]
     if check["acked_unfinished"]:
         drained["finished"] = False
     ok = not any(failures.values()) and drained["finished"]
+    bulk_jobs = rec.counts["jobs_acked_by_bulk_push"] + check["acked_by_publish"]
     bar = acceptance_bar(args, store.kind, check, owner_kills, owner_pauses, competitors,
-                         avail, fault_stats)
+                         avail, fault_stats, bulk_jobs)
     starts = {s.name: {"starts": s.starts, "start_failures": s.start_failures}
               for s in [*slots, competitor]}
     return {
@@ -102,6 +110,8 @@ def build_result(args: argparse.Namespace, *, store: StoreSetup, slots: list[Bro
         "availability": avail,
         "drain": drained,
         "check": check,
+        "segments": segments,
+        "anomalies": rec.anomalies[:50],
         "bar": bar,
         "broker_starts": starts,
         "runner_problems": {"stuck_threads": stuck, "client_crashes": client_crashes,
@@ -119,6 +129,7 @@ def write_records(run_dir: Path, rec: Recorder) -> None:
     with open(run_dir / "records.json", "wb") as f:
         f.write(orjson.dumps({
             "acked": rec.acked, "acked_t": rec.acked_t, "attempted": sorted(rec.attempted),
+            "acked_published": sorted(rec.acked_published), "anomalies": rec.anomalies,
             "claims": rec.claims,
             "completions": [vars(c) for c in rec.completions],
             "complete_unknown": rec.complete_unknown,
@@ -131,7 +142,8 @@ def write_records(run_dir: Path, rec: Recorder) -> None:
 def print_summary(r: dict[str, Any]) -> None:
     """Print the run's figures, the store check, the bar and the verdict, from the
     result of :func:`build_result` (times in seconds)."""
-    c, f, a = r["check"], r["figures"], r["availability"]
+    c, f, a, sg = r["check"], r["figures"], r["availability"], r["segments"]
+    counts = f["client_counts"]
     lines = [
         "",
         f"=== chaos run: store={r['store']['kind']} seed={r['config']['seed']} "
@@ -139,6 +151,11 @@ def print_summary(r: dict[str, Any]) -> None:
         f"lease={r['config']['lease_s']}s ===",
         f"jobs acknowledged      {c['acked']}  (attempted, not acknowledged: "
         f"{c['attempted_not_acked']})",
+        f"  of which by reference  {counts.get('jobs_acked_by_bulk_push', 0)} in "
+        f"{counts.get('bulk_push_ok', 0)} bulk pushes, {c['acked_by_publish']} in "
+        f"{counts.get('publish_ok', 0)} publishes ({counts.get('publish_duplicate_answers', 0)}"
+        f" answered duplicate, {counts.get('publish_replays', 0)} replays, "
+        f"{counts.get('publish_aborted', 0)} aborted)",
         f"completions ok/stale/unknown  {f['client_counts'].get('complete_ok', 0)} / "
         f"{f['client_counts'].get('complete_stale', 0)} / "
         f"{f['client_counts'].get('complete_unknown', 0)}",
@@ -169,6 +186,12 @@ def print_summary(r: dict[str, Any]) -> None:
         f"lost {c['lost']}  duplicated {c['duplicated']}  unexpected {c['unexpected']} "
         f"{c['unexpected_detail']}  superseded {c['superseded']} {c['superseded_detail']}  "
         f"double {c['double']} (raw lines: {c['double_raw_lines']})",
+        f"segments left behind {sg['left_behind']}  (objects at the end "
+        f"{sg.get('objects')}, referenced {sg.get('referenced')}, referenced but missing "
+        f"{sg.get('referenced_missing')}; seen during the run {sg.get('objects_seen')}"
+        + (f", PUTs landed {sg['segment_puts_landed']}, deleted {sg['segment_deletes']}"
+           if "segment_puts_landed" in sg else "")
+        + f"; waited {sg.get('waited_s')}s for the sweep)",
         f"also: archived-and-still-queued {c['archived_and_queued']}, stale answers for "
         f"completions that landed {c['stale_answer_but_landed']}, claims of jobs already "
         f"completed ok {f['claimed_after_ok_complete']}, archive objects "

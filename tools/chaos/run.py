@@ -25,6 +25,7 @@ from tools.chaos.clients import Recorder, Workers, queue_client
 from tools.chaos.nemesis import Nemesis, availability
 from tools.chaos.report import bar_met, build_result, print_summary, write_records
 from tools.chaos.schedule import make_schedule
+from tools.chaos.segments import SegmentWatch, s3_segment_requests, wait_for_sweep
 from tools.chaos.store import StoreSetup, dump_store, open_store, status_counts
 
 
@@ -100,11 +101,16 @@ class Run:
         self.store.start()
         direct = open_store(self.store.direct_url)
         ports = pick_ports(args.brokers + 1)
+        segment_flags = ["--segment-push-jobs", str(args.segment_push_jobs),
+                         "--segment-grace-s", str(args.segment_grace_s),
+                         "--sweep-s", str(args.sweep_s)]
         self.slots = [BrokerSlot(f"b{i}", ports[i], self.store.broker_url, args.lease_s,
-                                 args.broker_log_level, self.run_dir, self.clock, self.say)
+                                 args.broker_log_level, self.run_dir, self.clock, self.say,
+                                 segment_flags)
                       for i in range(args.brokers)]
         self.competitor = BrokerSlot("c", ports[-1], self.store.broker_url, args.lease_s,
-                                     args.broker_log_level, self.run_dir, self.clock, self.say)
+                                     args.broker_log_level, self.run_dir, self.clock, self.say,
+                                     segment_flags)
         starters = [threading.Thread(target=s.start, args=(args.broker_start_timeout_s,),
                                      daemon=True) for s in self.slots]
         for t in starters:
@@ -124,9 +130,11 @@ class Run:
         rec = Recorder(self.clock)
         workers = Workers(args, urls, self.store.direct_url, rec, uuid.uuid4().hex[:8])
         nemesis = Nemesis(args, self.slots, self.competitor, direct, self.clock, self.say)
+        watch = SegmentWatch(direct, self.clock, 0.25 if self.store.kind == "file" else 0.5)
 
         # -- chaos ---------------------------------------------------------------------------
         chaos_start = self.clock()
+        watch.start()
         workers.start()
         if self.store.kind != "file":
             self.store.faults(True)
@@ -137,8 +145,9 @@ class Run:
             time.sleep(0.2)
             if self.clock() >= next_report:
                 next_report += 10
-                self.say(f"acked {len(rec.acked)}, completed {rec.finished}, "
-                         f"errors {sum(rec.errors.values())}")
+                self.say(f"acked {rec.acked_count()}, completed {rec.finished}, "
+                         f"errors {sum(rec.errors.values())}, segment objects seen "
+                         f"{len(watch.seen)}")
         chaos_end = self.clock()
 
         # -- heal ----------------------------------------------------------------------------
@@ -169,6 +178,14 @@ class Run:
         self.say(f"drain: {drained}")
         workers.stop_consuming.set()
         stuck = workers.join(args.client_timeout_s * 4 + args.client_retry_s * 3 + 30)
+        watch.stop()
+        # the owner deletes exhausted segments and sweeps unreferenced ones past the
+        # grace period: wait for that while the brokers still run
+        segs = wait_for_sweep(watch, args.segment_grace_s + 3 * args.sweep_s + 15, self.say)
+        segs["objects_seen"] = len(watch.seen)
+        segs["watch_listings"] = watch.listings
+        segs["watch_errors"] = watch.errors
+        self.say(f"segments: {segs}")
         for s in [*self.slots, self.competitor]:
             s.terminate(30.0)
         stopped_t = self.clock()
@@ -195,6 +212,7 @@ class Run:
             args, store=self.store, slots=self.slots, competitor=self.competitor,
             schedule=schedule, nemesis=nemesis, rec=rec, check=check, drained=drained,
             fault_stats=fault_stats, avail=avail, timeline_s=timeline_s, stuck=stuck,
+            segments={**segs, **(s3_segment_requests(self.run_dir) or {})},
             client_crashes=workers.crashes, run_dir=self.run_dir)
         ok = bool(self.result["ok"])
         write_records(self.run_dir, rec)

@@ -124,8 +124,8 @@ from tools.chaos.run import Run
 #: (options given on the command line still win).
 PRESETS: dict[str, dict[str, Any]] = {
     "short": {"seconds": 30.0, "kills": 2, "pauses": 1, "competitors": 1},
-    "long": {"seconds": 660.0, "kills": 16, "pauses": 6, "competitors": 4, "push_rate": 30.0,
-             "bulk_rate": 30.0, "fault_rate": 0.02, "require_bar": True},
+    "long": {"seconds": 660.0, "kills": 16, "pauses": 6, "competitors": 4, "push_rate": 20.0,
+             "bulk_rate": 40.0, "bulk_max": 800, "fault_rate": 0.02, "require_bar": True},
 }
 
 
@@ -138,8 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--preset", choices=sorted(PRESETS),
                    help="short: 30 s, 2 kills, 1 pause, 1 competitor. long (the acceptance "
                         "run, about 12-15 minutes): 660 s, 16 kills, 6 pauses, 4 competitors, "
-                        "30 jobs/s of single pushes and 30 of bulk pushes and publishes, 2%% "
-                        "faults on S3, --require-bar. Explicit options win")
+                        "20 jobs/s of single pushes and 40 of bulk pushes and publishes of "
+                        "200-800 jobs, 2%% faults on S3, --require-bar. Explicit options "
+                        "win")
     g.add_argument("--store", choices=["file", "s3", "gcs", "azure"], default="file",
                    help="file: a directory in the run directory; s3: moto behind the fault "
                         "proxy; gcs: our GCS test server (tests/support/gcsserver.py) behind the "

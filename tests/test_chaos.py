@@ -353,3 +353,30 @@ def test_chaos_run_on_s3_with_faults(tmp_path: Path) -> None:
 @pytest.mark.timeout(300)
 def test_chaos_run_on_azurite(tmp_path: Path) -> None:
     assert_sound_run(*run_chaos(tmp_path, "azure"))
+
+
+def test_segment_counts_from_the_broker_logs_and_the_s3_request_log(tmp_path: Path) -> None:
+    from tools.chaos.segments import broker_log_counts, s3_segment_requests
+
+    (tmp_path / "broker-b0.log").write_text(
+        '{"level":"info","msg":"push of 300 jobs to chaos by reference: 1 segment object(s) '
+        'written"}\n=== chaos: start of b0 ===\n'
+        '{"level":"info","msg":"swept 2 segment object(s) of chaos that no commit '
+        'references"}\n')
+    (tmp_path / "broker-b1.log").write_text(
+        '{"level":"info","msg":"push of 70000 jobs to chaos by reference: 2 segment '
+        'object(s) written"}\n')
+    assert broker_log_counts(tmp_path) == {"pushes_by_reference_logged": 2,
+                                           "segments_written_logged": 3,
+                                           "segments_swept_logged": 2}
+    assert s3_segment_requests(tmp_path) is None
+    seg = "/bkt/chaos/chaos/segments/seg-0000000001-0000aaaa.jsonl"
+    lines = [{"m": "PUT", "path": seg, "status": 200, "fault": "drop_landed"},
+             {"m": "PUT", "path": seg, "status": 412, "fault": None},  # a retry of it
+             {"m": "PUT", "path": seg.replace("aaaa", "bbbb"), "status": None,
+              "fault": "error503"},
+             {"m": "PUT", "path": "/bkt/chaos/chaos/queue.json", "status": 200},
+             {"m": "DELETE", "path": seg, "status": 204}]
+    (tmp_path / "s3-requests.jsonl").write_text(
+        "".join(json.dumps(line) + "\n" for line in lines))
+    assert s3_segment_requests(tmp_path) == {"segment_puts_landed": 1, "segment_deletes": 1}

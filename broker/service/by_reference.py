@@ -147,6 +147,9 @@ class _Writer:
             raise BrokerUnavailable(
                 f"writing the segment objects of a push to {self.queue!r} took {took:.0f}s, "
                 "too long to reference them safely; nothing was pushed: retry")
+        if self.refs:
+            log.info("push of %d jobs to %s by reference: %d segment object(s) written",
+                     sum(ref.count for ref in self.refs), self.queue, len(self.refs))
         return await self.loop.submit(replace(op, refs=tuple(self.refs)))
 
 

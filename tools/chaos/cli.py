@@ -167,8 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="broker processes on the store, each on a fixed port (default 3)")
     g.add_argument("--lease-s", type=float, default=5.0,
                    help="broker lease, passed as --lease-s to python -m broker (default 5)")
-    g.add_argument("--broker-log-level", default="warning",
-                   help="--log-level of the brokers (default warning)")
+    g.add_argument("--broker-log-level", default="info",
+                   help="--log-level of the brokers (default info: the runner counts the "
+                        "segment objects they wrote and swept from their logs)")
     g.add_argument("--broker-start-timeout-s", type=float, default=60.0,
                    help="how long a broker may take to print 'ready', s (default 60)")
     g = p.add_argument_group("clients")

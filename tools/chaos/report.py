@@ -188,7 +188,9 @@ def print_summary(r: dict[str, Any]) -> None:
         f"double {c['double']} (raw lines: {c['double_raw_lines']})",
         f"segments left behind {sg['left_behind']}  (objects at the end "
         f"{sg.get('objects')}, referenced {sg.get('referenced')}, referenced but missing "
-        f"{sg.get('referenced_missing')}; seen during the run {sg.get('objects_seen')}"
+        f"{sg.get('referenced_missing')}; seen during the run {sg.get('objects_seen')}, "
+        f"written by pushes that reached their commit (broker logs) "
+        f"{sg.get('segments_written_logged')}, swept {sg.get('segments_swept_logged')}"
         + (f", PUTs landed {sg['segment_puts_landed']}, deleted {sg['segment_deletes']}"
            if "segment_puts_landed" in sg else "")
         + f"; waited {sg.get('waited_s')}s for the sweep)",

@@ -25,7 +25,12 @@ from tools.chaos.clients import Recorder, Workers, queue_client
 from tools.chaos.nemesis import Nemesis, availability
 from tools.chaos.report import bar_met, build_result, print_summary, write_records
 from tools.chaos.schedule import make_schedule
-from tools.chaos.segments import SegmentWatch, s3_segment_requests, wait_for_sweep
+from tools.chaos.segments import (
+    SegmentWatch,
+    broker_log_counts,
+    s3_segment_requests,
+    wait_for_sweep,
+)
 from tools.chaos.store import StoreSetup, dump_store, open_store, status_counts
 
 
@@ -130,7 +135,7 @@ class Run:
         rec = Recorder(self.clock)
         workers = Workers(args, urls, self.store.direct_url, rec, uuid.uuid4().hex[:8])
         nemesis = Nemesis(args, self.slots, self.competitor, direct, self.clock, self.say)
-        watch = SegmentWatch(direct, self.clock, 0.25 if self.store.kind == "file" else 0.5)
+        watch = SegmentWatch(direct, self.clock, 0.05 if self.store.kind == "file" else 0.5)
 
         # -- chaos ---------------------------------------------------------------------------
         chaos_start = self.clock()
@@ -212,7 +217,8 @@ class Run:
             args, store=self.store, slots=self.slots, competitor=self.competitor,
             schedule=schedule, nemesis=nemesis, rec=rec, check=check, drained=drained,
             fault_stats=fault_stats, avail=avail, timeline_s=timeline_s, stuck=stuck,
-            segments={**segs, **(s3_segment_requests(self.run_dir) or {})},
+            segments={**segs, **broker_log_counts(self.run_dir),
+                      **(s3_segment_requests(self.run_dir) or {})},
             client_crashes=workers.crashes, run_dir=self.run_dir)
         ok = bool(self.result["ok"])
         write_records(self.run_dir, rec)

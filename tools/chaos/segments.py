@@ -4,7 +4,8 @@ left behind once the queue is drained.
 * :class:`SegmentWatch` lists the queue's segments prefix every ``interval_s``
   during the run (the runner's own reads, no faults): every key it saw and when
   it first saw it. A segment written and deleted between two listings is
-  missed, so its count is a lower bound of the segments written; on S3 the
+  missed, so its count is a lower bound of the segments written; so is the
+  brokers' own count in their logs (:func:`broker_log_counts`); on S3 the
   fault proxy's request log gives the exact count (:func:`s3_segment_requests`).
 * :func:`wait_for_sweep`, with the queue drained and the brokers still up:
   waits until every segment object is one the queue object references (the
@@ -17,6 +18,7 @@ left behind once the queue is drained.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -114,6 +116,28 @@ def wait_for_sweep(watch: SegmentWatch, timeout_s: float, say: Callable[[str], N
             return {"error": "could not list the segment objects", "left_behind": -1,
                     "waited_s": round(time.monotonic() - t0, 3)}
         time.sleep(0.5)
+
+
+_WRITTEN = re.compile(r"push of \d+ jobs to \S+ by reference: (\d+) segment object")
+_SWEPT = re.compile(r"swept (\d+) segment object")
+
+
+def broker_log_counts(run_dir: Path) -> dict[str, int]:
+    """From the brokers' logs (at log level info): the pushes by reference that
+    reached their commit and the segment objects they wrote, and the segment
+    objects the sweeps deleted (objects no commit referenced). A broker killed
+    between a write and its log line is not counted."""
+    out = {"pushes_by_reference_logged": 0, "segments_written_logged": 0,
+           "segments_swept_logged": 0}
+    for path in sorted(run_dir.glob("broker-*.log")):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if (m := _WRITTEN.search(line)) is not None:
+                    out["pushes_by_reference_logged"] += 1
+                    out["segments_written_logged"] += int(m.group(1))
+                elif (m := _SWEPT.search(line)) is not None:
+                    out["segments_swept_logged"] += int(m.group(1))
+    return out
 
 
 def s3_segment_requests(run_dir: Path) -> dict[str, int] | None:

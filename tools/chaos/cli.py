@@ -225,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "this many default-option jobs go into segment objects (default 200)")
     g.add_argument("--segment-grace-s", type=float, default=None,
                    help="the brokers' --segment-grace-s (default 5 on file and azure; on "
-                        "s3 and gcs 2 x --fault-delay-s + 4, so a commit the fault proxy "
+                        "s3 and gcs 2 x --fault-delay-s + 4, so a write the fault proxy "
                         "held still lands inside the grace period)")
     g.add_argument("--sweep-s", type=float, default=1.0,
                    help="the brokers' --sweep-s: how often they sweep (default 1)")
@@ -320,9 +320,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.set_defaults(**PRESETS[args.preset])
         args = parser.parse_args(argv)
     if args.segment_grace_s is None:
-        # on a faulted store a commit's PUT may be held fault_delay_s: a push by
-        # reference writes its segments within half the grace period, so its
-        # commit still lands inside it
+        # on a faulted store a commit's PUT may be held fault_delay_s and land that
+        # long after its push was answered (when the sweep's grace period starts
+        # again); a push's segment writes must also fit in half of it
         args.segment_grace_s = (2 * args.fault_delay_s + 4.0 if args.store in ("s3", "gcs")
                                 else 5.0)
     return args

@@ -89,7 +89,7 @@ never stored.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from broker.errors import shown
@@ -152,7 +152,8 @@ class Settings:
     def stored(self) -> dict[str, Any]:
         """The settings as the object holds them: every one, but those of
         :data:`OPTIONAL_SETTINGS` only when not at their default."""
-        out = asdict(self)
+        # (not dataclasses.asdict: a fifth of a small commit's encode, for plain values)
+        out = {name: getattr(self, name) for name in self.__slots__}
         for name, default in OPTIONAL_SETTINGS.items():
             if out[name] == default:
                 del out[name]
@@ -205,7 +206,7 @@ class Counters:
     def stored(self) -> dict[str, int]:
         """The counters as the object holds them (``cancelled`` and ``reserved``
         only when non-zero)."""
-        out = asdict(self)
+        out = {name: getattr(self, name) for name in self.__slots__}
         for name in ("cancelled", "reserved"):
             if not out[name]:
                 del out[name]

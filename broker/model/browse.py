@@ -30,7 +30,7 @@ from broker.errors import InvalidRequest, shown
 from broker.model.job import CANCELLED, CLAIMED, COMPLETED, DEAD, PENDING, STATUSES, Job, seq_of
 from broker.model.ops import Inspect, Result
 from broker.model.segment_claims import page_refs, segment_page
-from broker.model.segments import next_wakeup, oldest_due, segment_counts, segment_job
+from broker.model.segments import holding, next_wakeup, oldest_due, segment_counts, segment_job
 from broker.model.state import QueueState, SegmentRef
 
 #: Most jobs on one page of the job browser.
@@ -199,10 +199,8 @@ def segments_to_load(state: QueueState, op: Inspect) -> list[SegmentRef]:
 
 def _holder(refs: Sequence[SegmentRef], seq: int) -> SegmentRef | None:
     """The segment whose pending jobs include ``seq``, if any."""
-    for ref in refs:
-        if ref.next_seq <= seq < ref.first_seq + ref.count:
-            return ref
-    return None
+    at = holding(refs, seq)
+    return None if at is None else refs[at]
 
 
 def _segment_job(state: QueueState, seq: int) -> Job | None:

@@ -51,7 +51,6 @@ I/O, time passed in.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterable
 
 from broker.model import idempotency
@@ -60,6 +59,7 @@ from broker.model.job import CANCELLED, CLAIMED, PENDING, Job, seq_of
 from broker.model.lifecycle import mark_cancel, move
 from broker.model.ops import Cancel, Result
 from broker.model.segment_claims import move_in
+from broker.model.segments import holding
 from broker.model.state import QueueState, SegmentRef
 from broker.wire import CANCEL_REQUESTED, CancelAnswer, ItemResult
 
@@ -78,7 +78,7 @@ def cancel(state: QueueState, op: Cancel, now_ms: int) -> Result:
     for job_id in op.ids:
         seq = seq_of(job_id)
         job = None if seq is None else state.jobs.get(seq)
-        if job is None and seq is not None and (at := _in_segment(state, seq)) is not None:
+        if job is None and seq is not None and (at := holding(state.segment_refs, seq)) is not None:
             job, moved = _move_in_through(state, at, seq)
             changed = changed or moved > 0
             if job is None:
@@ -118,22 +118,13 @@ def segments_to_load(state: QueueState, ids: Iterable[str]) -> list[SegmentRef]:
     windows = state.windows
     for job_id in ids:
         seq = seq_of(job_id)
-        at = None if seq is None else _in_segment(state, seq)
+        at = None if seq is None else holding(state.segment_refs, seq)
         if at is None or seq is None:
             continue
         ref = state.segment_refs[at]
         if (windows is None or windows.loaded(ref) < seq - ref.next_seq + 1) and ref not in out:
             out.append(ref)
     return out
-
-
-def _in_segment(state: QueueState, seq: int) -> int | None:
-    """The index of the segment reference whose untaken part holds ``seq``, or None."""
-    refs = state.segment_refs
-    at = bisect.bisect_right(refs, seq, key=lambda ref: ref.first_seq) - 1
-    if at >= 0 and refs[at].next_seq <= seq < refs[at].first_seq + refs[at].count:
-        return at
-    return None
 
 
 def _move_in_through(state: QueueState, at: int, seq: int) -> tuple[Job | None, int]:

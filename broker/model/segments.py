@@ -49,6 +49,7 @@ reader share, raises ``SegmentMissing`` and ``CorruptState`` instead.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -462,6 +463,15 @@ def drop_exhausted(refs: Sequence[SegmentRef]) -> tuple[list[SegmentRef], list[S
     the next commit drops (their objects deleted once that commit has landed)."""
     live = [ref for ref in refs if ref.taken < ref.count]
     return live, [ref for ref in refs if ref.taken >= ref.count]
+
+
+def holding(refs: Sequence[SegmentRef], seq: int) -> int | None:
+    """The index in ``refs`` (in ascending first seq, as the head keeps them) of
+    the segment whose untaken part holds ``seq``, or None."""
+    at = bisect.bisect_right(refs, seq, key=lambda ref: ref.first_seq) - 1
+    if at >= 0 and refs[at].next_seq <= seq < refs[at].first_seq + refs[at].count:
+        return at
+    return None
 
 
 def segment_counts(refs: Iterable[SegmentRef]) -> int:

@@ -15,9 +15,9 @@ from broker.limits import MAX_JOB_ID_CHARS, MAX_PAGE_JOBS
 from broker.model import receipts as R
 from broker.model.indexes import key_time
 from broker.model.job import CANCELLED, CLAIMED, COMPLETED, PENDING, STATUSES, Job
-from broker.model.segment_claims import segment_page
+from broker.model.segment_claims import page_refs, segment_page
 from broker.model.segments import next_wakeup, oldest_due, segment_counts
-from broker.model.state import QueueState
+from broker.model.state import MAX_WINDOWS, QueueState, SegmentRef
 
 
 def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
@@ -80,6 +80,32 @@ def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
     }
 
 
+def _after_seq(after: str | None) -> int:
+    """The seq of job id ``after`` (-1 for None); ``InvalidRequest`` if it is not one."""
+    if after is None:
+        return -1
+    # any "j" and digits, padded or not: a person may type "j42"
+    if not (after.startswith("j") and after[1:].isdecimal() and len(after) <= MAX_JOB_ID_CHARS):
+        raise InvalidRequest(f"after must be a job id, got {after[:40]!r}")
+    return int(after[1:])
+
+
+def page_segments(state: QueueState, status: str | None, after: str | None,
+                  limit: int) -> list[SegmentRef]:
+    """The segments whose lines a page of :func:`list_jobs` (``status``,
+    ``limit``, ``after``) shows jobs of, in seq order and at most
+    :data:`~broker.model.state.MAX_WINDOWS` of them (the page ends before the
+    next): what the broker loads before reading it. None for a page of
+    another status, or one :func:`list_jobs` refuses."""
+    if not state.segment_refs or status not in (None, PENDING):
+        return []
+    try:
+        after_seq = _after_seq(after)
+    except InvalidRequest:
+        return []  # (the page itself is refused)
+    return page_refs(state, after_seq, limit)[:MAX_WINDOWS]
+
+
 def list_jobs(state: QueueState, status: str | None = None, limit: int = 100,
               after: str | None = None) -> list[Job]:
     """A page of jobs in enqueue order, after job id ``after``, optionally by status:
@@ -90,12 +116,7 @@ def list_jobs(state: QueueState, status: str | None = None, limit: int = 100,
                              "completed or cancelled")
     if not 1 <= limit <= MAX_PAGE_JOBS:
         raise InvalidRequest(f"limit must be 1..{MAX_PAGE_JOBS}, got {limit}")
-    after_seq = -1
-    if after is not None:
-        # any "j" and digits, padded or not: a person may type "j42"
-        if not (after.startswith("j") and after[1:].isdecimal() and len(after) <= MAX_JOB_ID_CHARS):
-            raise InvalidRequest(f"after must be a job id, got {after[:40]!r}")
-        after_seq = int(after[1:])
+    after_seq = _after_seq(after)
     inline = itertools.islice(state.jobs.peek(after_seq, status), limit)
     if not state.segment_refs or status not in (None, PENDING):
         return list(inline)

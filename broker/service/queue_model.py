@@ -23,7 +23,6 @@ from broker.model import browse, cancels, codec, tokens, transitions
 from broker.model import receipts as R
 from broker.model import state as S
 from broker.model.decode import decode_state
-from broker.model.job import PENDING
 from broker.model.ops import (
     Cancel,
     Claim,
@@ -36,9 +35,9 @@ from broker.model.ops import (
     Result,
     TakeOver,
 )
-from broker.model.segment_claims import SegmentWindows, claim_refs, page_refs, plan_windows
+from broker.model.segment_claims import SegmentWindows, claim_refs, plan_windows
 from broker.model.state import MAX_WINDOWS
-from broker.model.views import next_wakeup_ms
+from broker.model.views import next_wakeup_ms, page_segments
 from broker.service.archiver import Archiver
 from broker.service.ownership import Ownership, renew_at_ms, renew_due
 from broker.service.segment_store import SegmentStore
@@ -104,13 +103,11 @@ class QueueModel:
         needed = [ref for ref, _ in claim_refs(state, budget, ahead)]
         wanted = [ref for ref, _ in plan_windows(state, budget, ahead)]
         for op in ops:  # a page of jobs shows the segments' too (ending before an unloaded one)
-            if isinstance(op, ReadJobs) and op.status in (None, PENDING):
-                after = int(op.after[1:]) if op.after and op.after[1:].isdecimal() else -1
-                paged = page_refs(state, after, op.limit)[:MAX_WINDOWS]
+            if isinstance(op, ReadJobs):
+                paged = page_segments(state, op.status, op.after, op.limit)
                 needed += paged
-                wanted += [ref for ref in paged
-                           if self.windows.peek(ref, max(ref.taken, after + 1 - ref.first_seq),
-                                                1) is None]
+                # (a window holds the whole untaken rest of its segment)
+                wanted += [ref for ref in paged if self.windows.loaded(ref) < ref.remaining]
         for op in ops:  # the dashboard's reads; a cancel (its job moves into the head)
             more = browse.segments_to_load(state, op) if isinstance(op, Inspect) else \
                 cancels.segments_to_load(state, op.ids) if isinstance(op, Cancel) else []

@@ -12,10 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from broker.model import transitions
-from broker.model.job import PENDING
 from broker.model.ops import ReadJobs, ReadStats
-from broker.model.segment_claims import SegmentWindows, page_refs
-from broker.model.state import MAX_WINDOWS, QueueState
+from broker.model.state import QueueState, SegmentWindows
+from broker.model.views import page_segments
 from broker.service.segment_store import SegmentStore
 
 
@@ -28,9 +27,8 @@ async def stored_view(state: QueueState, op: ReadStats | ReadJobs, segments: Seg
     that is missing or changed (the queue may have moved on since ``state``
     was read: read again), ``InvalidRequest`` for a bad page, and the store's
     errors. Changes nothing in the store."""
-    if isinstance(op, ReadJobs) and state.segment_refs and op.status in (None, PENDING):
+    if isinstance(op, ReadJobs):
         windows = state.windows = SegmentWindows()
-        after = int(op.after[1:]) if op.after and op.after[1:].isdecimal() else -1
-        for ref in page_refs(state, after, op.limit)[:MAX_WINDOWS]:
+        for ref in page_segments(state, op.status, op.after, op.limit):
             windows.put(ref, ref.taken, await segments.read_window(ref))
     return transitions.apply(state, op, now_ms).view

@@ -19,7 +19,7 @@ from broker.model import segments
 from broker.model.ops import PushPayloads
 from broker.storage.files import FileStore
 from tests.support.faults import REFUSED, Clock, FaultyStore
-from tests.support.inprocess import payloads, run, started, stored
+from tests.support.inprocess import payloads, run, staged_chunks, started, stored
 
 QUEUE_KEY = paths.state_key("q")
 ONCE = "write:w-1"
@@ -34,7 +34,7 @@ def test_publish_by_reference_ignores_a_publish_key_of_a_commit_still_in_flight(
     objects go (the write would be lost: every later retry is a duplicate)."""
     clock = Clock()
     store = FaultyStore(FileStore(tmp_path))
-    chunks = [b"".join(b'\t{"n":%d}\n' % (c * 100 + i) for i in range(100)) for c in range(3)]
+    chunks = staged_chunks(3)
     keep = [f"w-1/p{c}-c0" for c in range(3)]
 
     async def go() -> None:

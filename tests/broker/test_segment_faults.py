@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import orjson
 import pytest
 
 from broker import paths
@@ -16,10 +15,12 @@ from broker.model.ops import CompleteItem
 from broker.storage.files import FileStore
 from tests.support.faults import LOST_REPLY, NOT_LANDED, Clock, FaultyStore
 from tests.support.inprocess import (
+    bodies,
     crash,
     payloads,
     run,
     segment_objects,
+    staged_chunks,
     started,
     stored,
     successor,
@@ -27,9 +28,6 @@ from tests.support.inprocess import (
 
 QUEUE_KEY = paths.state_key("q")
 
-
-def _bodies(n: int, start: int = 0) -> list[bytes]:
-    return [orjson.dumps({"n": i}) for i in range(start, start + n)]
 
 
 def _ns(store: FaultyStore) -> list[int]:
@@ -49,13 +47,13 @@ def test_a_segment_write_whose_reply_is_lost_is_pushed_once(tmp_path: Path) -> N
 
     async def go() -> None:
         a = await started(store, clock=clock, segment_push_jobs=10)
-        await a.push("q", _bodies(1))
+        await a.push("q", bodies(1))
         store.inject("create_if_absent", LOST_REPLY, key_contains="/segments/")
         with pytest.raises(OsqueueError):
-            await a.push("q", _bodies(50, 1), request="r-1")
+            await a.push("q", bodies(50, 1), request="r-1")
         assert _ns(store) == [0]  # nothing acknowledged, nothing referenced
         assert len(segment_objects(store)) == 1  # the object that landed, unreferenced
-        await a.push("q", _bodies(50, 1), request="r-1")  # the caller's retry
+        await a.push("q", bodies(50, 1), request="r-1")  # the caller's retry
         assert _ns(store) == list(range(51))
         # (the first attempt's seqs stay reserved, unused: not counted as enqueued)
         assert stored(store).counters.reserved == 50
@@ -75,10 +73,10 @@ def test_a_commit_lost_after_its_segment_was_written(tmp_path: Path, fault: str)
 
     async def go() -> None:
         a = await started(store, clock=clock, segment_push_jobs=10)
-        await a.push("q", _bodies(1))
+        await a.push("q", bodies(1))
         # the reservation's commit is the 1st write of the state, the refs' the 2nd
         store.inject("write_if_match", fault, nth=2, key_contains=QUEUE_KEY)
-        ids = await a.push("q", _bodies(50, 1))
+        ids = await a.push("q", bodies(50, 1))
         assert len(ids) == 50 and [k for _, k, _ in store.injected] == [fault]
         assert _ns(store) == list(range(51))
         assert segment_objects(store) == sorted(r.key for r in stored(store).segment_refs)
@@ -93,7 +91,7 @@ def test_a_takeover_in_the_middle_of_a_segment(tmp_path: Path) -> None:
 
     async def go() -> None:
         a = await started(store, clock=clock, segment_push_jobs=10)
-        await a.push("q", _bodies(100))
+        await a.push("q", bodies(100))
         first = await a.claim("q", "wa", max_jobs=30, lease_s=60)
         await a.complete("q", [CompleteItem(j.token) for j in first[:20]])
         ref = stored(store).segment_refs[0]
@@ -131,7 +129,7 @@ def test_a_segment_deleted_under_a_landed_head_is_refused_at_load(tmp_path: Path
 
     async def go() -> None:
         a = await started(store, clock=clock, segment_push_jobs=10)
-        await a.push("q", _bodies(40))
+        await a.push("q", bodies(40))
         key = segment_objects(store)[0]
         store.inject("write_if_match", None, key_contains=QUEUE_KEY,
                      before=lambda _k: store.inner.delete(key))
@@ -152,7 +150,7 @@ def test_a_segment_deleted_under_a_landed_head_is_refused_at_load(tmp_path: Path
 def test_a_publish_by_reference_retried_after_a_timeout(tmp_path: Path) -> None:
     clock = Clock()
     store = FaultyStore(FileStore(tmp_path))
-    chunks = [b"".join(b'\t{"n":%d}\n' % (c * 100 + i) for i in range(100)) for c in range(3)]
+    chunks = staged_chunks(3)
     keep = [f"w-1/p{c}-c0" for c in range(3)]
 
     async def go() -> None:

@@ -8,21 +8,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import orjson
 import pytest
 
 from broker import paths
 from broker.model.state import MAX_WINDOWS
 from broker.service import by_reference
 from broker.storage import FileStore, store_from_url
-from tests.support.inprocess import run, segment_objects, started, stored
+from tests.support.inprocess import bodies, run, segment_objects, started, stored
 
 #: Segment bytes that make many small segments (about 45 jobs each).
 SMALL_SEGMENT_BYTES = 400
 
-
-def _bodies(n: int, start: int = 0) -> list[bytes]:
-    return [orjson.dumps({"n": i}) for i in range(start, start + n)]
 
 
 def test_prepare_keeps_the_windows_of_a_claim_over_more_segments_than_it_holds(
@@ -32,7 +28,7 @@ def test_prepare_keeps_the_windows_of_a_claim_over_more_segments_than_it_holds(
 
     async def go() -> None:
         broker = await started(store, segment_push_jobs=50)
-        await broker.push("q", _bodies(400))
+        await broker.push("q", bodies(400))
         refs = stored(store).segment_refs
         assert len(refs) > MAX_WINDOWS
         jobs = await broker.claim("q", "w", max_jobs=400, lease_s=60)
@@ -57,7 +53,7 @@ def test_prepare_keeps_the_windows_of_a_page_over_more_segments_than_it_holds(
 
     async def go() -> None:
         broker = await started(store, segment_push_jobs=50)
-        await broker.push("q", _bodies(400))
+        await broker.push("q", bodies(400))
         assert len(stored(store).segment_refs) > MAX_WINDOWS
         before = store.read(paths.state_key("q")).data
         page = await broker.jobs("q", limit=500)
@@ -78,8 +74,8 @@ def test_a_broker_not_serving_the_queue_shows_its_segment_jobs_in_a_page(
 
     async def go() -> None:
         owner = await started(store, segment_push_jobs=50)
-        await owner.push("q", _bodies(3))
-        await owner.push("q", _bodies(100, 3))
+        await owner.push("q", bodies(3))
+        await owner.push("q", bodies(100, 3))
         other = await started(store, url="http://other", segment_push_jobs=50)
         before = store.read(paths.state_key("q")).data
         want = [job["id"] for job in await owner.jobs("q", limit=60)]

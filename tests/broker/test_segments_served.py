@@ -8,18 +8,21 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import orjson
 import pytest
 
 from broker import paths
 from broker.model.ops import CompleteItem
 from broker.service import by_reference
 from broker.storage import store_from_url
-from tests.support.inprocess import payloads, run, segment_objects, started, stored
-
-
-def _bodies(n: int, start: int = 0) -> list[bytes]:
-    return [orjson.dumps({"n": i}) for i in range(start, start + n)]
+from tests.support.inprocess import (
+    bodies,
+    payloads,
+    run,
+    segment_objects,
+    staged_chunks,
+    started,
+    stored,
+)
 
 
 async def _settled(broker: object) -> None:
@@ -44,8 +47,8 @@ def test_a_bulk_push_goes_into_segments_and_drains_in_order(tmp_path: Path,
 
     async def go() -> None:
         broker = await started(store, segment_push_jobs=50)
-        await broker.push("q", _bodies(3))  # inline: below the threshold
-        ids = await broker.push("q", _bodies(200, 3))
+        await broker.push("q", bodies(3))  # inline: below the threshold
+        ids = await broker.push("q", bodies(200, 3))
         assert ids[0] == "j0000000004" and len(ids) == 200
         head = stored(store)
         assert len(head.jobs) == 3 and len(head.segment_refs) > 3
@@ -74,7 +77,7 @@ def test_a_purge_drops_the_segments_and_then_their_objects(tmp_path: Path) -> No
 
     async def go() -> None:
         broker = await started(store, segment_push_jobs=10)
-        await broker.push("q", _bodies(100))
+        await broker.push("q", bodies(100))
         await broker.claim("q", "w", max_jobs=5)
         assert len(segment_objects(store)) == 1
         assert await broker.purge("q", ["pending"]) == 95
@@ -91,7 +94,7 @@ def test_a_deleted_segment_is_refused_by_name_and_nothing_changes(tmp_path: Path
 
     async def go() -> None:
         broker = await started(store, segment_push_jobs=10)
-        await broker.push("q", _bodies(20))
+        await broker.push("q", bodies(20))
         key = segment_objects(store)[0]
         store.delete(key)
         before = store.read(paths.state_key("q")).data
@@ -112,8 +115,8 @@ def test_pages_of_jobs_show_segment_jobs_in_seq_order(tmp_path: Path,
 
     async def go() -> None:
         broker = await started(store, segment_push_jobs=20)
-        await broker.push("q", _bodies(3))
-        await broker.push("q", _bodies(60, 3))
+        await broker.push("q", bodies(3))
+        await broker.push("q", bodies(60, 3))
         await broker.push("q", [b'{"n":63}'])
         await broker.claim("q", "w", max_jobs=4)
         for status, want in ((None, 64), ("pending", 60), ("claimed", 4)):
@@ -131,7 +134,7 @@ def test_a_publish_of_many_chunks_streams_them_into_segments(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(by_reference, "MAX_SEGMENT_JOBS", 250)  # a segment every 2.5 chunks
     store = store_from_url(f"file://{tmp_path}")
-    chunks = [b"".join(b'\t{"n":%d}\n' % (c * 100 + i) for i in range(100)) for c in range(9)]
+    chunks = staged_chunks(9)
     chunks.append(b'{"priority":5}\t{"n":900}\n')  # a job with options: inline
     keep = [f"w-1/p{c}-c0" for c in range(len(chunks))]
 

@@ -68,6 +68,17 @@ def archive_lines(store: ObjectStore, queue: str = "q") -> list[dict[str, Any]]:
             for rec in archive.decode_records(store.get(key))]
 
 
+def bodies(n: int, start: int = 0) -> list[bytes]:
+    """Payloads ``{"n": start}`` .. ``{"n": start + n - 1}`` as JSON bytes."""
+    return [orjson.dumps({"n": i}) for i in range(start, start + n)]
+
+
+def staged_chunks(count: int, per: int = 100) -> list[bytes]:
+    """``count`` staged chunks of ``per`` default-option jobs each, payloads
+    ``{"n": 0}`` onwards (chunk ``c`` holds ``c * per`` to ``c * per + per - 1``)."""
+    return [b"".join(b'\t{"n":%d}\n' % (c * per + i) for i in range(per)) for c in range(count)]
+
+
 def segment_payloads(store: ObjectStore, state: S.QueueState) -> list[Any]:
     """Payloads of the pending jobs in the segment objects ``state`` references,
     read from the store (each checked against its reference and etag)."""

@@ -14,7 +14,7 @@ What one run does (all times are wall-clock seconds):
    each on a FIXED port chosen at start, so a restarted broker comes back at
    the same URL. ``--store file``: a directory in the run directory.
    ``--store s3``: a moto S3 server process and a fault proxy process
-   (tests/support/faultproxy.py) in front of it; brokers talk to S3 through the
+   (tests/support/faultproxy/) in front of it; brokers talk to S3 through the
    proxy, the runner's own reads (owner look-ups, the drain, the checker)
    and the clients' store look-ups go to moto directly. ``--store gcs``: the
    same with our GCS JSON-API test server (tests/support/gcsserver.py, which enforces

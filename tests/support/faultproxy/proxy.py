@@ -56,21 +56,16 @@ Run on its own (prints ``faultproxy ready on URL`` on stderr)::
 
 from __future__ import annotations
 
-import argparse
 import http.client
 import json
 import random
 import socket
-import sys
 import threading
 import time
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
-
-from tests.support.motoserver import StopSignals
 
 CONTROL_PREFIX = "/__faultproxy__/"
 
@@ -464,91 +459,3 @@ class FaultProxy:
     def _count_fault(self, kind: str) -> None:
         with self._lock:
             self._counts["faults"][kind] += 1
-
-
-class RemoteControl:
-    """The control endpoint of a proxy running elsewhere (another process)."""
-
-    def __init__(self, url: str, timeout_s: float = 10.0) -> None:
-        self.url = url.rstrip("/")
-        self.timeout_s = timeout_s
-
-    def _call(self, method: str, action: str, body: dict[str, Any] | None = None
-              ) -> dict[str, Any]:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(f"{self.url}{CONTROL_PREFIX}{action}", data=data,
-                                     method=method,
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-            out: dict[str, Any] = json.loads(resp.read())
-            return out
-
-    def stats(self) -> dict[str, Any]:
-        return self._call("GET", "stats")
-
-    def heal(self) -> dict[str, Any]:
-        return self._call("POST", "heal", {})
-
-    def set_enabled(self, enabled: bool) -> dict[str, Any]:
-        return self._call("POST", "break" if enabled else "heal", {})
-
-    def configure(self, **changes: Any) -> dict[str, Any]:
-        return self._call("POST", "config", changes)
-
-    def reset_counts(self) -> dict[str, Any]:
-        return self._call("POST", "reset", {})
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tests.support.faultproxy", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--upstream", help="the S3 server to proxy, http://host:port")
-    src.add_argument("--moto", action="store_true",
-                     help="start a moto S3 server in this process and proxy it")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=0, help="proxy port (0: a free one)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the fault RNG")
-    p.add_argument("--rate", type=float, default=0.0,
-                   help="fraction of storage requests faulted, 0..1")
-    p.add_argument("--weights", default="",
-                   help="relative weights, e.g. drop=2,error500=1,error503=1,delay=0.1")
-    p.add_argument("--delay-s", type=float, default=11.0,
-                   help="seconds a delayed request is held (beyond the client's read timeout)")
-    p.add_argument("--delay-then", choices=["forward", "drop", "mixed"], default="mixed")
-    p.add_argument("--drop-methods", default="PUT",
-                   help="comma-separated methods whose answers may be dropped")
-    p.add_argument("--disabled", action="store_true", help="start with faults off")
-    p.add_argument("--log-requests", metavar="PATH",
-                   help="append one JSON line per storage request (time, method, path, "
-                        "condition, body bytes, fault, upstream status) to PATH")
-    p.add_argument("--bucket", action="append", default=[],
-                   help="with --moto: create this bucket first")
-    args = p.parse_args(argv)
-    config = FaultConfig(rate=args.rate, weights=parse_weights(args.weights),
-                         drop_methods=tuple(m for m in args.drop_methods.split(",") if m),
-                         delay_s=args.delay_s, delay_then=args.delay_then,
-                         enabled=not args.disabled)
-    moto = None
-    upstream = args.upstream
-    if args.moto:
-        from tests.support.motoserver import MotoServer, set_default_credentials
-
-        set_default_credentials()
-        moto = MotoServer().start()
-        for bucket in args.bucket:
-            moto.create_bucket(bucket)
-        upstream = moto.endpoint
-    proxy = FaultProxy(upstream, seed=args.seed, config=config, host=args.host,
-                       port=args.port, request_log=args.log_requests).start()
-    stop = StopSignals()
-    print(f"faultproxy ready on {proxy.url} (upstream {upstream})", file=sys.stderr, flush=True)
-    stop.wait()
-    proxy.stop()
-    if moto is not None:
-        moto.stop()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

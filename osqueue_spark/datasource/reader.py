@@ -116,6 +116,10 @@ class QueueReader(DataSourceReader):
     read again; rows are never silently dropped.
     """
 
+    #: Whether jobs still in segments (all pending) can pass the read's
+    #: filters; :class:`QueuePushdownReader` clears it.
+    segment_rows = True
+
     def __init__(self, opts: ReadOptions, schema: Any) -> None:
         self.opts = opts
         self.extra = _payload_fields(schema, len(QUEUE_SCHEMA.split(",")))
@@ -127,7 +131,7 @@ class QueueReader(DataSourceReader):
         if got is None:
             return []  # no queue object: no rows
         state = decode_state(got.data, where=_head_where(store, self.opts.queue))
-        live = [ref for ref in state.segment_refs if ref.remaining]
+        live = [ref for ref in state.segment_refs if ref.remaining and self.segment_rows]
         data = got.data if len(got.data) <= MAX_SHIPPED_HEAD_BYTES else None
         return [InputPartition(HeadPart(got.etag, data, len(live))),
                 *(InputPartition(SegmentPart(ref)) for ref in live)]
@@ -155,7 +159,7 @@ class QueueReader(DataSourceReader):
             if got is None:
                 return  # deleted since planned, and nothing else was planned
             state = decode_state(got.data, where=where)
-            if not part.segments:  # this version is read by this task alone
+            if not part.segments and self.segment_rows:  # read by this task alone
                 refs = [ref for ref in state.segment_refs if ref.remaining]
         for job in state.jobs.values():
             yield _job_row(job, self.extra)
@@ -182,6 +186,40 @@ class QueueReader(DataSourceReader):
                 "taken); read it again") from None
         for seq, line in enumerate(lines, ref.next_seq):
             yield _job_row(segments.segment_job(seq, line, ref), self.extra)
+
+
+class QueuePushdownReader(QueueReader):
+    """QueueReader that also takes pushed filters (Spark 4.1+, conf enabled).
+
+    Every job still in a segment is pending, so a filter on ``status`` that
+    no pending job passes (``status = 'dead'``, ``status IN ('claimed',
+    'dead')``, ``status != 'pending'``) plans no segment partition: the read
+    of a deep queue's claimed or dead jobs reads the head object alone.
+    Every filter is still applied by Spark.
+    """
+
+    def pushFilters(self, filters: list[Any]) -> Iterator[Any]:
+        for f in filters:
+            if _refuses_pending(f):
+                self.segment_rows = False
+            yield f  # (Spark checks each row again)
+
+
+def _refuses_pending(f: Any) -> bool:
+    """Whether the pushed filter ``f`` on ``status`` is false for every pending job."""
+    from pyspark.sql.datasource import EqualTo, In, Not
+
+    negated = isinstance(f, Not)
+    inner = f.child if negated else f
+    if tuple(inner.attribute) != ("status",):
+        return False
+    if isinstance(inner, EqualTo):
+        values = {inner.value}
+    elif isinstance(inner, In):
+        values = set(inner.value)
+    else:
+        return False
+    return ("pending" in values) if negated else ("pending" not in values)
 
 
 def _head_where(store: ObjectStore, queue: str) -> str:

@@ -3,7 +3,9 @@
 * ``spark.read.format("osqueue").option("store", URL).option("queue", Q).load()``:
   one row per job, read straight from storage (no broker), one consistent
   version of the queue: a partition for the queue object's jobs and one per
-  segment of pending jobs (issue 20's deep queues). ``table=archive``
+  segment of pending jobs (issue 20's deep queues; with pushdown on, a
+  ``status`` filter that no pending job passes plans no segment partition).
+  ``table=archive``
   reads completed jobs, one partition per ``objectsPerPartition`` archive
   objects, pruned by ``since``/``until`` and, with
   ``spark.sql.python.filterPushdown.enabled`` and ``filterPushdown=true``
@@ -59,6 +61,7 @@ from osqueue_spark.datasource.reader import (
     QUEUE_SCHEMA,
     ArchivePushdownReader,
     ArchiveReader,
+    QueuePushdownReader,
     QueueReader,
 )
 from osqueue_spark.datasource.stream_reader import STREAM_SCHEMA, QueueStreamReader
@@ -72,6 +75,7 @@ __all__ = [
     "ArchivePushdownReader",
     "ArchiveReader",
     "OsqueueDataSource",
+    "QueuePushdownReader",
     "QueueReader",
     "QueueStreamReader",
     "QueueStreamWriter",
@@ -104,7 +108,7 @@ class OsqueueDataSource(DataSource):
         if opts.table == "archive":
             cls = ArchivePushdownReader if opts.filter_pushdown else ArchiveReader
             return cls(opts, schema)
-        return QueueReader(opts, schema)
+        return (QueuePushdownReader if opts.filter_pushdown else QueueReader)(opts, schema)
 
     @with_code
     def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:

@@ -86,3 +86,27 @@ def test_a_missing_or_changed_segment_fails_the_read_naming_it(spark: Any,
             rf"(?s)references segment {store.url}/{a.key} at etag 'other', but the object "
             r"has etag .*osqueue error code: segment_missing")):
         load(spark, url).where("status = 'claimed'").collect()
+
+
+def test_with_pushdown_a_status_filter_no_pending_job_passes_reads_the_head_alone(
+        spark: Any, tmp_path: Path) -> None:
+    """``filterPushdown=true`` and ``status = 'claimed'``: one partition (the head),
+    since segments hold only pending jobs; the segment objects are not read at
+    all (one is deleted here and the read still succeeds). A filter a pending
+    job passes plans the segments as before."""
+    from pyspark.sql.datasource import DataSourceReader
+
+    if not hasattr(DataSourceReader, "pushFilters"):
+        pytest.skip("PySpark 4.0 has no pushFilters")
+    url = f"file://{tmp_path}"
+    store = store_from_url(url)
+    seg = write_segmented(store)
+    pending = load(spark, url, filterPushdown="true").where("status = 'pending'")
+    assert pending.rdd.getNumPartitions() == 3
+    assert sorted(row["seq"] for row in pending.collect()) == [3, 4, 5, 6, 7, 8, 9, 10]
+    store.delete(seg.refs[1].key)
+    claimed = load(spark, url, filterPushdown="true").where("status = 'claimed'")
+    assert claimed.rdd.getNumPartitions() == 1
+    assert sorted(row["seq"] for row in claimed.collect()) == [1, 2]
+    with pytest.raises(Exception, match="segment_missing"):  # without pushdown: read
+        load(spark, url).where("status = 'claimed'").collect()

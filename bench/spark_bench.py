@@ -63,7 +63,8 @@ def write_round(spark: Any, df: Any, tmp: Path, n: int, batch_size: int,
 
 
 def process_round(spark: Any, jobs_df: Any, tmp: Path, n: int, jobs: int, workers: int,
-                  claim_batch: int, tune_gc: bool = False) -> dict[str, float]:
+                  claim_batch: int, tune_gc: bool = False,
+                  push_batch: int = 5000) -> dict[str, float]:
     """One bare ``mapInPandas`` no-op and one ``process()`` over as many no-op jobs."""
 
     def bare(batches: Any) -> Any:
@@ -76,7 +77,7 @@ def process_round(spark: Any, jobs_df: Any, tmp: Path, n: int, jobs: int, worker
                    .write.format("noop").mode("overwrite").save())
     with start_broker(f"file://{tmp / f'pstore{n}'}", **_broker_kwargs(tune_gc)) as broker:
         client = QueueClient(broker.url, "bench-process")
-        client.push_many(({"payload": {"n": i}} for i in range(jobs)), batch_size=5000)
+        client.push_many(({"payload": {"n": i}} for i in range(jobs)), batch_size=push_batch)
         # idle_s=0: burst mode, each worker stops at its first empty claim, as the
         # bare mapInPandas stops at the end of its input
         fn = process(noop, broker=broker.url, queue="bench-process",
@@ -106,6 +107,9 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=5000, help="rows per staged chunk")
     p.add_argument("--claim-batch", default="2000,10000",
                    help="jobs per claim in process(); several, comma-separated, are run in turn")
+    p.add_argument("--push-batch", type=int, default=5000,
+                   help="jobs per push when filling process()'s queue: from the broker's "
+                        "segment_push_jobs (10,000) on they go into segment objects")
     p.add_argument("--only", choices=["write", "process"], help="run one of the two pairs")
     p.add_argument("--tune-gc", action="store_true",
                    help="start_broker(tune_gc=True): the driver's GC tuned as a broker "
@@ -127,7 +131,8 @@ def main() -> None:
     jobs_df = spark.range(args.jobs, numPartitions=args.workers).cache()
     jobs_df.count()
     results: dict[str, Any] = {"rows": args.rows, "jobs": args.jobs, "workers": args.workers,
-                               "rounds": args.rounds, "tune_gc": args.tune_gc}
+                               "rounds": args.rounds, "tune_gc": args.tune_gc,
+                               "push_batch": args.push_batch}
 
     # Warm-up, not timed: the first Python task of a session starts Spark's
     # Python workers (about 5 s here), which neither side should be charged.
@@ -149,7 +154,7 @@ def main() -> None:
             continue
         for batch in claim_batches:
             r = process_round(spark, jobs_df, tmp, n * 100 + batch, args.jobs, args.workers,
-                              batch, args.tune_gc)
+                              batch, args.tune_gc, args.push_batch)
             procs[batch].append(r)
             print(f"round {n + 1}: process {args.jobs:,} no-op jobs, claim batches of "
                   f"{batch:,}: bare mapInPandas {r['bare_rows_per_s']:>9,.0f} rows/s   "

@@ -56,8 +56,7 @@ def local_session(app: str = "osqueue", cores: int | None = None,
         # client may set (the server owns the rest, its log level included).
         from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-        client = (ConnectSession.builder.remote(remote)
-                  .config("spark.sql.python.filterPushdown.enabled", "true").getOrCreate())
+        client = ConnectSession.builder.remote(remote).getOrCreate()
         register(client)
         return client
     if os.environ.get("DATABRICKS_RUNTIME_VERSION"):
@@ -72,7 +71,6 @@ def local_session(app: str = "osqueue", cores: int | None = None,
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "8")
              .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-             .config("spark.sql.python.filterPushdown.enabled", "true")
              .getOrCreate())
     if not is_connect(spark):  # SPARK_API_MODE=connect makes the builder give a Connect one
         spark.sparkContext.setLogLevel("ERROR")

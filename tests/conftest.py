@@ -58,6 +58,8 @@ def spark() -> Iterator[object]:
         .appName("osqueue-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")
+        # on, as a user's session may have it (local_session leaves it off): the
+        # readers must then give the rows they give with it off
         .config("spark.sql.python.filterPushdown.enabled", "true")
         .config("spark.driver.memory", "2g")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")

@@ -7,9 +7,15 @@ from storage (no broker).
   segment with untaken jobs (see :class:`QueueReader`);
 * ``table=archive``: completed and cancelled jobs, one partition per
   ``objectsPerPartition`` archive objects, pruned by ``since``/``until`` (on
-  when a job ended: ``completed_at``, or ``cancelled_at``) and, with
-  ``spark.sql.python.filterPushdown.enabled`` and ``filterPushdown=true``
-  (Spark 4.1+), by pushed filters on ``completed_at`` and ``status``.
+  when a job ended: ``completed_at``, or ``cancelled_at``).
+
+Neither reader prunes by filters Spark pushes (``filterPushdown=true`` is
+accepted and changes nothing; see :data:`FILTER_PUSHDOWN_IGNORED`): up to
+PySpark 4.3 Spark keeps the plan of a relation's last pushdown and hands it to
+every scan of that relation, so a plan pruned for ``df.where(...)`` would also
+serve a later ``df.count()`` or the other side of ``df.where(...).union(df)``,
+dropping rows (tests/osqueue_spark/test_spark_segments.py and
+test_spark_archive.py read one DataFrame so).
 
 The status column shows ``cancelled`` for a job cancelled (in the archive,
 and in the queue object until archived); ``cancel_requested_at`` (queue) is
@@ -72,6 +78,12 @@ def _extract(payload: Any, names: list[str]) -> tuple[Any, ...]:
 #: ``max_state_bytes`` (512 MiB): that one the head task reads again.
 MAX_SHIPPED_HEAD_BYTES = 16 * 1024 * 1024
 
+#: What the log says once per process when a read sets ``filterPushdown=true``.
+FILTER_PUSHDOWN_IGNORED = (
+    "filterPushdown=true is accepted and ignored: up to PySpark 4.3 Spark hands every scan "
+    "of a DataFrame the plan of its last pushdown, so pruning by a pushed filter could drop "
+    "rows from another scan of it; the reads prune by since/until only")
+
 
 @dataclass(frozen=True)
 class HeadPart:
@@ -116,10 +128,6 @@ class QueueReader(DataSourceReader):
     read again; rows are never silently dropped.
     """
 
-    #: Whether jobs still in segments (all pending) can pass the read's
-    #: filters; :class:`QueuePushdownReader` clears it.
-    segment_rows = True
-
     def __init__(self, opts: ReadOptions, schema: Any) -> None:
         self.opts = opts
         self.extra = _payload_fields(schema, len(QUEUE_SCHEMA.split(",")))
@@ -131,7 +139,7 @@ class QueueReader(DataSourceReader):
         if got is None:
             return []  # no queue object: no rows
         state = decode_state(got.data, where=_head_where(store, self.opts.queue))
-        live = [ref for ref in state.segment_refs if ref.remaining and self.segment_rows]
+        live = [ref for ref in state.segment_refs if ref.remaining]
         data = got.data if len(got.data) <= MAX_SHIPPED_HEAD_BYTES else None
         return [InputPartition(HeadPart(got.etag, data, len(live))),
                 *(InputPartition(SegmentPart(ref)) for ref in live)]
@@ -159,7 +167,7 @@ class QueueReader(DataSourceReader):
             if got is None:
                 return  # deleted since planned, and nothing else was planned
             state = decode_state(got.data, where=where)
-            if not part.segments and self.segment_rows:  # read by this task alone
+            if not part.segments:  # this version is read by this task alone
                 refs = [ref for ref in state.segment_refs if ref.remaining]
         for job in state.jobs.values():
             yield _job_row(job, self.extra)
@@ -186,40 +194,6 @@ class QueueReader(DataSourceReader):
                 "taken); read it again") from None
         for seq, line in enumerate(lines, ref.next_seq):
             yield _job_row(segments.segment_job(seq, line, ref), self.extra)
-
-
-class QueuePushdownReader(QueueReader):
-    """QueueReader that also takes pushed filters (Spark 4.1+, conf enabled).
-
-    Every job still in a segment is pending, so a filter on ``status`` that
-    no pending job passes (``status = 'dead'``, ``status IN ('claimed',
-    'dead')``, ``status != 'pending'``) plans no segment partition: the read
-    of a deep queue's claimed or dead jobs reads the head object alone.
-    Every filter is still applied by Spark.
-    """
-
-    def pushFilters(self, filters: list[Any]) -> Iterator[Any]:
-        for f in filters:
-            if _refuses_pending(f):
-                self.segment_rows = False
-            yield f  # (Spark checks each row again)
-
-
-def _refuses_pending(f: Any) -> bool:
-    """Whether the pushed filter ``f`` on ``status`` is false for every pending job."""
-    from pyspark.sql.datasource import EqualTo, In, Not
-
-    negated = isinstance(f, Not)
-    inner = f.child if negated else f
-    if tuple(inner.attribute) != ("status",):
-        return False
-    if isinstance(inner, EqualTo):
-        values = {inner.value}
-    elif isinstance(inner, In):
-        values = set(inner.value)
-    else:
-        return False
-    return ("pending" in values) if negated else ("pending" not in values)
 
 
 def _head_where(store: ObjectStore, queue: str) -> str:
@@ -279,7 +253,6 @@ class ArchiveReader(DataSourceReader):
         self.extra = _payload_fields(schema, len(ARCHIVE_SCHEMA.split(",")))
         self.since_ms = opts.since_ms
         self.until_ms = opts.until_ms
-        self.status: str | None = None
 
     @with_code
     def partitions(self) -> Sequence[InputPartition]:
@@ -287,8 +260,6 @@ class ArchiveReader(DataSourceReader):
         start = paths.archive_hour(self.since_ms) if self.since_ms is not None else None
         end = paths.archive_hour(self.until_ms) if self.until_ms is not None else None
         objects = archive.list_objects(store, self.opts.queue, start, end)
-        if self.status is not None and self.status not in ("completed", "cancelled"):
-            objects = []
         n = self.opts.objects_per_partition
         legacy = [k for k in objects if archive.is_legacy(k)]
         current = [k for k in objects if not archive.is_legacy(k)]
@@ -325,32 +296,3 @@ class ArchiveReader(DataSourceReader):
                 rec.get("last_error"), rec.get("token"), rec.get("commit_seq"),
                 ts_text(rec.get("cancelled_at")), *_extract(rec["payload"], self.extra),
             )
-
-
-class ArchivePushdownReader(ArchiveReader):
-    """ArchiveReader that also takes pushed filters (Spark 4.1+, conf enabled)."""
-
-    def pushFilters(self, filters: list[Any]) -> Iterator[Any]:
-        from pyspark.sql.datasource import (
-            EqualTo,
-            GreaterThan,
-            GreaterThanOrEqual,
-            LessThan,
-            LessThanOrEqual,
-        )
-
-        for f in filters:
-            column = f.attribute[0] if len(f.attribute) == 1 else None
-            if column == "completed_at" and isinstance(
-                    f, GreaterThan | GreaterThanOrEqual | LessThan | LessThanOrEqual):
-                ms = round(f.value.timestamp() * 1000)
-                if isinstance(f, GreaterThan | GreaterThanOrEqual):
-                    self.since_ms = ms if self.since_ms is None else max(self.since_ms, ms)
-                else:
-                    self.until_ms = ms if self.until_ms is None else min(self.until_ms, ms)
-                yield f  # exact bounds are re-checked by Spark; hours are pruned here
-            elif column == "status" and isinstance(f, EqualTo):
-                self.status = str(f.value)
-                yield f
-            else:
-                yield f

@@ -3,13 +3,11 @@
 * ``spark.read.format("osqueue").option("store", URL).option("queue", Q).load()``:
   one row per job, read straight from storage (no broker), one consistent
   version of the queue: a partition for the queue object's jobs and one per
-  segment of pending jobs (issue 20's deep queues; with pushdown on, a
-  ``status`` filter that no pending job passes plans no segment partition).
-  ``table=archive``
+  segment of pending jobs (issue 20's deep queues). ``table=archive``
   reads completed jobs, one partition per ``objectsPerPartition`` archive
-  objects, pruned by ``since``/``until`` and, with
-  ``spark.sql.python.filterPushdown.enabled`` and ``filterPushdown=true``
-  (Spark 4.1+), by pushed filters on ``completed_at`` and ``status``.
+  objects, pruned by ``since``/``until``. Filters Spark pushes prune nothing
+  (``filterPushdown=true`` is accepted and ignored; see
+  :mod:`osqueue_spark.datasource.reader` for why).
   ``payloadSchema`` (DDL) adds the payload's fields as columns.
 * ``df.write.format("osqueue").option("broker", URL).option("queue", Q)``:
   exactly once under task retries and speculation. Each task stages its jobs
@@ -37,6 +35,8 @@ the options and registers the source.
 
 from __future__ import annotations
 
+import functools
+import logging
 import uuid
 from typing import Any
 
@@ -58,10 +58,9 @@ from osqueue_spark.datasource.options import (
 )
 from osqueue_spark.datasource.reader import (
     ARCHIVE_SCHEMA,
+    FILTER_PUSHDOWN_IGNORED,
     QUEUE_SCHEMA,
-    ArchivePushdownReader,
     ArchiveReader,
-    QueuePushdownReader,
     QueueReader,
 )
 from osqueue_spark.datasource.stream_reader import STREAM_SCHEMA, QueueStreamReader
@@ -72,10 +71,8 @@ __all__ = [
     "ARCHIVE_SCHEMA",
     "QUEUE_SCHEMA",
     "STREAM_SCHEMA",
-    "ArchivePushdownReader",
     "ArchiveReader",
     "OsqueueDataSource",
-    "QueuePushdownReader",
     "QueueReader",
     "QueueStreamReader",
     "QueueStreamWriter",
@@ -105,10 +102,9 @@ class OsqueueDataSource(DataSource):
     @with_code
     def reader(self, schema: Any) -> DataSourceReader:
         opts = ReadOptions.parse(self.options)
-        if opts.table == "archive":
-            cls = ArchivePushdownReader if opts.filter_pushdown else ArchiveReader
-            return cls(opts, schema)
-        return (QueuePushdownReader if opts.filter_pushdown else QueueReader)(opts, schema)
+        if opts.filter_pushdown:
+            _say_pushdown_ignored()
+        return (ArchiveReader if opts.table == "archive" else QueueReader)(opts, schema)
 
     @with_code
     def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
@@ -123,6 +119,14 @@ class OsqueueDataSource(DataSource):
     @with_code
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return QueueStreamReader(StreamReadOptions.parse(self.options))
+
+
+log = logging.getLogger("osqueue.spark")
+
+
+@functools.cache
+def _say_pushdown_ignored() -> None:
+    log.warning(FILTER_PUSHDOWN_IGNORED)  # once per process
 
 
 def register(spark: Any) -> None:

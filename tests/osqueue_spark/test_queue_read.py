@@ -19,13 +19,7 @@ from broker.model import codec
 from broker.model.decode import decode_state
 from broker.storage import ObjectStore, store_from_url
 from osqueue_spark.datasource import reader as reader_module
-from osqueue_spark.datasource.reader import (
-    QUEUE_SCHEMA,
-    HeadPart,
-    QueuePushdownReader,
-    QueueReader,
-    SegmentPart,
-)
+from osqueue_spark.datasource.reader import QUEUE_SCHEMA, HeadPart, QueueReader, SegmentPart
 from osqueue_spark.datasource.source import OsqueueDataSource
 from tests.support.segmented import NOW, Segmented, put_head, write_segment, write_segmented
 from tests.support.states import new_queue
@@ -249,56 +243,3 @@ def test_a_segment_dropped_and_deleted_since_the_plan_means_the_queue_moved_on(
     with pytest.raises(SegmentMissing, match=moved_on):
         read_part(reader, planned[2])
     assert [row["seq"] for row in read_part(reader, planned[1])] == [3, 4, 5]  # A is there
-
-
-def pushdown_reader(url: str, *filters: Any, queue: str = "q") -> QueueReader:
-    """The queue reader with ``filterPushdown=true``, given ``filters`` as Spark
-    pushes them; every one is handed back (Spark applies each again)."""
-    from pyspark.sql.types import StringType, StructField, StructType
-
-    schema = StructType([StructField(c.split()[0], StringType())
-                         for c in QUEUE_SCHEMA.split(",")])
-    reader = OsqueueDataSource({"store": url, "queue": queue,
-                                "filterPushdown": "true"}).reader(schema)
-    assert type(reader) is QueuePushdownReader
-    assert list(reader.pushFilters(list(filters))) == list(filters)
-    return reader
-
-
-def test_a_status_filter_no_pending_job_passes_plans_no_segment(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Segments hold only pending jobs: with ``status = 'claimed'``, ``status IN
-    ('claimed', 'dead')`` or ``NOT status = 'pending'`` pushed, the read plans
-    the head alone, and a head task that reads segments itself (an unshipped
-    head planned alone) reads none; a filter a pending job may pass, or on
-    another column, plans every segment."""
-    from pyspark.sql.datasource import EqualTo, GreaterThan, In, Not
-
-    url = f"file://{tmp_path}"
-    write_segmented(store_from_url(url))
-    refusing = [(EqualTo(("status",), "claimed"),), (In(("status",), ("claimed", "dead")),),
-                (Not(EqualTo(("status",), "pending")),),
-                (GreaterThan(("priority",), 0), EqualTo(("status",), "dead"))]
-    for filters in refusing:
-        reader = pushdown_reader(url, *filters)
-        parts = roundtrip(reader).partitions()
-        assert [type(part.value) for part in parts] == [HeadPart], filters
-        assert [row["seq"] for row in read_part(reader, parts[0])] == [1, 2, 6, 7]
-    passing = [(), (EqualTo(("status",), "pending"),), (In(("status",), ("pending", "dead")),),
-               (Not(EqualTo(("status",), "dead")),), (EqualTo(("priority",), 5),)]
-    for filters in passing:
-        parts = pushdown_reader(url, *filters).partitions()
-        assert [type(part.value) for part in parts] == [HeadPart, SegmentPart, SegmentPart]
-    monkeypatch.setattr(reader_module, "MAX_SHIPPED_HEAD_BYTES", 0)
-    store = store_from_url(url)
-    state = new_queue(NOW)
-    etag = put_head(store, "r", state)
-    readers = {seqs: pushdown_reader(url, EqualTo(("status",), status), queue="r")
-               for status, seqs in (("dead", ()), ("pending", (1, 2, 3)))}
-    planned = {seqs: reader.partitions() for seqs, reader in readers.items()}
-    assert {len(parts) for parts in planned.values()} == {1}
-    state.segment_refs = [write_segment(store, "r", 1, 3)]  # after the plans
-    state.counters.enqueued = 3
-    put_head(store, "r", state, etag)
-    for seqs, reader in readers.items():
-        assert tuple(row["seq"] for row in read_part(reader, planned[seqs][0])) == seqs

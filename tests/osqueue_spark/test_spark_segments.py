@@ -88,26 +88,26 @@ def test_a_missing_or_changed_segment_fails_the_read_naming_it(spark: Any,
         load(spark, url).where("status = 'claimed'").collect()
 
 
-def test_with_pushdown_a_status_filter_no_pending_job_passes_reads_the_head_alone(
+def test_every_scan_of_one_dataframe_reads_the_segments_pushdown_or_not(
         any_spark: Any, tmp_path: Path) -> None:
-    """``filterPushdown=true`` and ``status = 'claimed'``: only the head is read,
-    since segments hold only pending jobs (one is deleted here and the read still
-    succeeds, where the read without pushdown fails naming it). A filter a
-    pending job passes plans the segments as before: every pending job once.
-    Classic and Spark Connect."""
-    from pyspark.sql.datasource import DataSourceReader
-
-    if not hasattr(DataSourceReader, "pushFilters"):
-        pytest.skip("PySpark 4.0 has no pushFilters")
+    """One DataFrame, scanned after (or beside, in one query) a scan with
+    ``status = 'claimed'``: each scan gets every row its filter passes, the
+    segments' pending jobs included, with ``filterPushdown=true`` as without.
+    (PySpark 4.3 hands every scan of one relation what its last pushdown
+    planned: a reader that pruned segments for ``status = 'claimed'`` dropped
+    them from ``df`` and from the other side of a union.) Classic and Spark
+    Connect."""
     url = f"file://{tmp_path}"
-    store = store_from_url(url)
-    seg = write_segmented(store)
-    pending = load(any_spark, url, filterPushdown="true").where("status = 'pending'")
-    rows = pending.selectExpr("seq", "spark_partition_id() AS part").collect()
-    assert sorted(row["seq"] for row in rows) == [3, 4, 5, 6, 7, 8, 9, 10]
-    assert len({row["part"] for row in rows}) == 3  # the head, A and B
-    store.delete(seg.refs[1].key)
-    claimed = load(any_spark, url, filterPushdown="true").where("status = 'claimed'")
-    assert sorted(row["seq"] for row in claimed.collect()) == [1, 2]
-    with pytest.raises(Exception, match="segment_missing"):  # without pushdown: read
-        load(any_spark, url).where("status = 'claimed'").collect()
+    write_segmented(store_from_url(url))
+
+    def scans(pushdown: bool) -> list[list[int]]:
+        df = load(any_spark, url, filterPushdown=str(pushdown).lower())
+        got = [df.where("status = 'claimed'").union(df), df.where("status = 'claimed'"), df,
+               df.where("status = 'pending' OR priority = 5"),
+               df.where("status = 'pending'").union(df.where("status = 'claimed'"))]
+        return [sorted(row["seq"] for row in each.select("seq").collect()) for each in got]
+
+    every = list(range(1, 11))
+    assert scans(False) == [
+        [1, 1, 2, 2, *every[2:]], [1, 2], every, [3, 4, 5, 6, 7, 8, 9, 10], every]
+    assert scans(True) == scans(False)

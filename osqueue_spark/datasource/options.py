@@ -20,6 +20,11 @@ from osqueue_spark.client import QueueClient
 #: Most rows staged in one request of a write (``batchSize``); a chunk also ends
 #: at 8 MB (see :mod:`osqueue_spark.datasource.writer`).
 MAX_WRITE_BATCH_ROWS = 10_000
+#: Rows staged in one request by default. Each staged chunk is one request and
+#: one durable store write, so 1M rows staged 1,000 at a time took about 1.5
+#: times as long as 5,000 at a time (bench/spark_bench.py --only write
+#: --batch-size N, 2 cores); 10,000 gained little more.
+DEFAULT_WRITE_BATCH_ROWS = 5_000
 #: Longest per-request timeout (s) a client may be given (``timeoutS``).
 MAX_TIMEOUT_S = 3600.0
 #: Most archive objects one read partition may take (``objectsPerPartition``).
@@ -143,7 +148,7 @@ class BrokerOptions:
     queue: str
     token: str | None = field(default=None, repr=False)
     store: str | None = None
-    batch_size: int = 1000
+    batch_size: int = DEFAULT_WRITE_BATCH_ROWS
     timeout_s: float = 60.0
 
     @classmethod
@@ -156,7 +161,8 @@ class BrokerOptions:
             queue=paths.check_queue_name(_req(options, "queue", "jobs")),
             token=_get(options, "token"),
             store=_get(options, "store"),
-            batch_size=_int(options, "batchSize", 1000, 1, MAX_WRITE_BATCH_ROWS),
+            batch_size=_int(options, "batchSize", DEFAULT_WRITE_BATCH_ROWS, 1,
+                            MAX_WRITE_BATCH_ROWS),
             timeout_s=_float(options, "timeoutS", 60.0, 1.0, MAX_TIMEOUT_S),
         )
 

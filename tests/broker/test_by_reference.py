@@ -19,7 +19,7 @@ from broker.model import segments
 from broker.model.ops import PushPayloads
 from broker.storage.files import FileStore
 from tests.support.faults import REFUSED, Clock, FaultyStore
-from tests.support.inprocess import payloads, run, staged_chunks, started, stored
+from tests.support.inprocess import payloads, run, stage_all, staged_chunks, started, stored
 
 QUEUE_KEY = paths.state_key("q")
 ONCE = "write:w-1"
@@ -35,13 +35,11 @@ def test_publish_by_reference_ignores_a_publish_key_of_a_commit_still_in_flight(
     clock = Clock()
     store = FaultyStore(FileStore(tmp_path))
     chunks = staged_chunks(3)
-    keep = [f"w-1/p{c}-c0" for c in range(3)]
 
     async def go() -> None:
         a = await started(store, clock=clock, segment_push_jobs=100)
         await a.push("q", [b'{"n":-1}'])
-        for name, chunk in zip(keep, chunks, strict=True):
-            await a.stage("q", name, chunk)
+        keep = await stage_all(a, "q", chunks)
         loop = a._queues["q"].loop
         events = asyncio.get_running_loop()
         in_flight = asyncio.Event()

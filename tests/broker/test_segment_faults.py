@@ -20,6 +20,7 @@ from tests.support.inprocess import (
     payloads,
     run,
     segment_objects,
+    stage_all,
     staged_chunks,
     started,
     stored,
@@ -151,13 +152,11 @@ def test_a_publish_by_reference_retried_after_a_timeout(tmp_path: Path) -> None:
     clock = Clock()
     store = FaultyStore(FileStore(tmp_path))
     chunks = staged_chunks(3)
-    keep = [f"w-1/p{c}-c0" for c in range(3)]
 
     async def go() -> None:
         a = await started(store, clock=clock, segment_push_jobs=100)
         await a.push("q", [b'{"n":-1}'])
-        for name, chunk in zip(keep, chunks, strict=True):
-            await a.stage("q", name, chunk)
+        keep = await stage_all(a, "q", chunks)
         # the refs' commit lands, its reply is lost: the broker re-reads and answers
         store.inject("write_if_match", LOST_REPLY, nth=2, key_contains=QUEUE_KEY)
         first = await a.publish("q", "w-1/", keep, once="write:w-1")

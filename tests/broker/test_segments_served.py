@@ -19,6 +19,7 @@ from tests.support.inprocess import (
     payloads,
     run,
     segment_objects,
+    stage_all,
     staged_chunks,
     started,
     stored,
@@ -136,12 +137,10 @@ def test_a_publish_of_many_chunks_streams_them_into_segments(
     store = store_from_url(f"file://{tmp_path}")
     chunks = staged_chunks(9)
     chunks.append(b'{"priority":5}\t{"n":900}\n')  # a job with options: inline
-    keep = [f"w-1/p{c}-c0" for c in range(len(chunks))]
 
     async def go() -> None:
         broker = await started(store, segment_push_jobs=500)
-        for name, chunk in zip(keep, chunks, strict=True):
-            await broker.stage("q", name, chunk)
+        keep = await stage_all(broker, "q", chunks)
         done = await broker.publish("q", "w-1/", keep, once="write:w-1")
         assert done == {"published": 901, "discarded": 0, "duplicate": False}
         head = stored(store)

@@ -79,6 +79,16 @@ def staged_chunks(count: int, per: int = 100) -> list[bytes]:
     return [b"".join(b'\t{"n":%d}\n' % (c * per + i) for i in range(per)) for c in range(count)]
 
 
+async def stage_all(broker: Broker, queue: str, chunks: list[bytes],
+                    write: str = "w-1") -> list[str]:
+    """Stage ``chunks`` on ``broker`` as Spark's tasks would, one write id each
+    (``{write}/p{c}-c0``); returns those ids, the publish's ``keep``."""
+    keep = [f"{write}/p{c}-c0" for c in range(len(chunks))]
+    for name, chunk in zip(keep, chunks, strict=True):
+        await broker.stage(queue, name, chunk)
+    return keep
+
+
 def segment_payloads(store: ObjectStore, state: S.QueueState) -> list[Any]:
     """Payloads of the pending jobs in the segment objects ``state`` references,
     read from the store (each checked against its reference and etag)."""

@@ -268,7 +268,8 @@ def cmd_cancel(client: QueueClient, args: argparse.Namespace) -> int:
     else:
         for a in answers:
             if a.ok:
-                say(f"{a.id}: {'cancel requested' if a.status == 'cancel_requested' else a.status}")
+                shown = "cancel requested" if a.status == wire.CANCEL_REQUESTED else a.status
+                say(f"{a.id}: {shown}")
             else:
                 say(f"osqueue cancel: {a.id}: {a.status}: {a.reason}", sys.stderr)
     return 0 if all(a.ok for a in answers) else 1

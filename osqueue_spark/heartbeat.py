@@ -55,18 +55,18 @@ class Heartbeater:
 
     def take_lost(self) -> set[str]:
         """The tokens found lost since the last call (and clear them from ``lost``)."""
-        with self._lock:
-            lost = set(self.lost)
-            self.lost.clear()
-        return lost
+        return self._take(self.lost)
 
     def take_cancelled(self) -> set[str]:
         """The tokens whose jobs were found cancelled since the last call (and
         clear them from ``cancelled``)."""
+        return self._take(self.cancelled)
+
+    def _take(self, found: set[str]) -> set[str]:
         with self._lock:
-            cancelled = set(self.cancelled)
-            self.cancelled.clear()
-        return cancelled
+            out = set(found)
+            found.clear()
+        return out
 
     @contextmanager
     def paused(self) -> Iterator[None]:

@@ -251,14 +251,13 @@ class ArchiveReader(DataSourceReader):
     def __init__(self, opts: ReadOptions, schema: Any) -> None:
         self.opts = opts
         self.extra = _payload_fields(schema, len(ARCHIVE_SCHEMA.split(",")))
-        self.since_ms = opts.since_ms
-        self.until_ms = opts.until_ms
 
     @with_code
     def partitions(self) -> Sequence[InputPartition]:
         store = store_from_url(self.opts.store)
-        start = paths.archive_hour(self.since_ms) if self.since_ms is not None else None
-        end = paths.archive_hour(self.until_ms) if self.until_ms is not None else None
+        since, until = self.opts.since_ms, self.opts.until_ms
+        start = paths.archive_hour(since) if since is not None else None
+        end = paths.archive_hour(until) if until is not None else None
         objects = archive.list_objects(store, self.opts.queue, start, end)
         n = self.opts.objects_per_partition
         legacy = [k for k in objects if archive.is_legacy(k)]
@@ -277,6 +276,7 @@ class ArchiveReader(DataSourceReader):
         part: ArchivePart | None = None if partition is None else partition.value
         if part is None:
             return
+        since, until = self.opts.since_ms, self.opts.until_ms
         lines: Iterable[tuple[dict[str, Any], bytes, bytes]] = (
             line for key in part.keys for line in archive.records_verbatim(store.get(key)))
         if part.legacy:
@@ -284,9 +284,9 @@ class ArchiveReader(DataSourceReader):
         for rec, payload, result in lines:  # payload and result as written
             completed = rec.get("completed_at")  # (a cancelled job: cancelled_at instead)
             done = timefmt.parse(completed or rec["cancelled_at"])
-            if self.since_ms is not None and done < self.since_ms:
+            if since is not None and done < since:
                 continue
-            if self.until_ms is not None and done > self.until_ms:
+            if until is not None and done > until:
                 continue
             yield (
                 rec["id"], rec["seq"], rec["status"], rec["priority"], payload.decode(),

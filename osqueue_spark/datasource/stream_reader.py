@@ -170,8 +170,9 @@ class QueueStreamReader(DataSourceStreamReader, _AvailableNowHook):
         them back, and completing them would only be refused) or that were
         cancelled (the broker has ended them: nothing to complete)."""
         hb = self._hb
-        lost = hb.take_lost() if hb is not None else set()
-        cancelled = hb.take_cancelled() if hb is not None else set()
+        if hb is None:
+            return
+        lost, cancelled = hb.take_lost(), hb.take_cancelled()
         if not lost and not cancelled:
             return
         with self._lock:

@@ -55,6 +55,8 @@ def claim_refs(state: QueueState, budget: int, now_ms: int) -> list[tuple[Segmen
     from at ``now_ms``, with how many jobs of each from its cursor on: in claim
     order, at most :data:`MAX_WINDOWS` of them (all their windows must be held
     at once; a claim ends at a segment without one, the next batch goes on)."""
+    if budget <= 0:
+        return []  # (a batch without claims: nothing to sort)
     due = sorted((key, i) for i, ref in enumerate(state.segment_refs)
                  if (key := due_key(ref, now_ms)) is not None)
     out = []
@@ -68,16 +70,16 @@ def claim_refs(state: QueueState, budget: int, now_ms: int) -> list[tuple[Segmen
     return out
 
 
-def plan_windows(state: QueueState, budget: int, now_ms: int) -> list[tuple[SegmentRef, int]]:
-    """Which segments a batch of claims of at most ``budget`` jobs in all may
-    take from at ``now_ms`` (:func:`claim_refs`), and how many lines of each
-    from its cursor on it may need beyond those loaded: ``[(ref, want)]`` in
-    claim order. The broker loads at least ``want`` lines of each before it
-    applies the batch, keeping the windows of every one of :func:`claim_refs`."""
-    windows = state.windows
+def plan_windows(windows: SegmentWindows | None,
+                 claims: list[tuple[SegmentRef, int]]) -> list[tuple[SegmentRef, int]]:
+    """Of ``claims`` (what :func:`claim_refs` answers for a batch), the segments
+    whose loaded lines in ``windows`` fall short of what the batch may take from
+    them, and how many lines of each from its cursor on to load: ``[(ref,
+    want)]`` in claim order. The broker loads at least ``want`` lines of each
+    before it applies the batch, keeping the windows of every one of ``claims``."""
     # the whole rest: a window is one read of the object, which is bounded
     # (MAX_SEGMENT_JOBS, broker.service.by_reference.SEGMENT_MAX_BYTES)
-    return [(ref, ref.remaining) for ref, need in claim_refs(state, budget, now_ms)
+    return [(ref, ref.remaining) for ref, need in claims
             if windows is None or windows.loaded(ref) < need]
 
 

@@ -334,10 +334,6 @@ class SegmentWindows:
         for name in [name for name in self.windows if name not in live]:
             del self.windows[name]
 
-    def lines_held(self) -> int:
-        """How many lines are loaded (for stats)."""
-        return sum(len(w.lines) - w.offset for w in self.windows.values())
-
 
 @dataclass(slots=True)
 class QueueState:

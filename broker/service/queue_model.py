@@ -86,7 +86,8 @@ class QueueModel:
         """Before ``ops`` apply to ``state``: check that every segment it
         references exists at its etag (once per reference: what a takeover
         asks, without reading a segment), and load the segment lines the
-        batch's claims may take (:func:`broker.model.segment_claims.plan_windows`).
+        batch's claims may take (:func:`~broker.model.segment_claims.claim_refs`, of them
+        those :func:`~broker.model.segment_claims.plan_windows` says are short).
         Raises ``SegmentMissing`` naming a missing or changed object, and the
         store's errors."""
         refs = state.segment_refs
@@ -100,8 +101,9 @@ class QueueModel:
         budget = sum(op.max_jobs for op in ops if isinstance(op, Claim))
         # (a segment falling due while the batch lingers is planned for too)
         ahead = now_ms + PLAN_AHEAD_MS
-        needed = [ref for ref, _ in claim_refs(state, budget, ahead)]
-        wanted = [ref for ref, _ in plan_windows(state, budget, ahead)]
+        claims = claim_refs(state, budget, ahead)
+        needed = [ref for ref, _ in claims]
+        wanted = [ref for ref, _ in plan_windows(state.windows, claims)]
         for op in ops:  # a page of jobs shows the segments' too (ending before an unloaded one)
             if isinstance(op, ReadJobs):
                 paged = page_segments(state, op.status, op.after, op.limit)

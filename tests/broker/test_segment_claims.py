@@ -14,7 +14,7 @@ from broker.model import codec
 from broker.model import transitions as T
 from broker.model.indexes import SEQ_MASK, ready_key
 from broker.model.ops import Claim, NewJob, Purge, Push, PushPayloads
-from broker.model.segment_claims import SegmentWindows, plan_windows
+from broker.model.segment_claims import SegmentWindows, claim_refs, plan_windows
 from broker.model.segments import SegmentRef, encode_segment, segment_lines
 from broker.model.state import QueueState
 from broker.paths import segment_key, segment_name
@@ -98,7 +98,7 @@ def test_a_claim_stops_at_a_segment_whose_lines_are_not_loaded() -> None:
     jobs = T.apply(state, Claim("w", 8, 60_000), NOW).jobs
     assert list(jobs.ids) == [f"j{s:010d}" for s in range(ref.first_seq, ref.first_seq + 3)]
     assert state.segment_refs[0].taken == 3
-    assert plan_windows(state, 8, NOW) == [(state.segment_refs[0], 7)]
+    assert plan_windows(windows, claim_refs(state, 8, NOW)) == [(state.segment_refs[0], 7)]
 
 
 def test_plan_windows_walks_segments_in_claim_order_within_the_budget() -> None:
@@ -108,8 +108,8 @@ def test_plan_windows_walks_segments_in_claim_order_within_the_budget() -> None:
     low = _add_segment(state, 5, 0, NOW - 1_000, windows, load=0)
     high = _add_segment(state, 5, 2, NOW - 1_000, windows, load=0)
     _add_segment(state, 5, 0, NOW + 60_000, windows, load=0)  # not due
-    assert plan_windows(state, 7, NOW) == [(high, 5), (low, 5)]
-    assert plan_windows(state, 3, NOW) == [(high, 5)]
+    assert plan_windows(windows, claim_refs(state, 7, NOW)) == [(high, 5), (low, 5)]
+    assert plan_windows(windows, claim_refs(state, 3, NOW)) == [(high, 5)]
 
 
 def test_segment_jobs_below_inline_ones_encode_in_seq_order() -> None:

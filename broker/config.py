@@ -112,7 +112,7 @@ class BrokerSettings(BaseSettings):
         False, description="the web dashboard (/ui/) shows the queues and refuses every "
                            "action")
     history_interval_s: float = Field(
-        10.0, ge=0.1, le=600.0,
+        BrokerConfig.history_interval_s, ge=0.1, le=600.0,
         description="seconds between the samples of the dashboard's charts (an hour kept)")
     log_level: Literal["debug", "info", "warning", "error", "critical"] = Field(
         "info", description="least severe log level written (debug .. critical)")

@@ -437,11 +437,7 @@ class Broker(CancelCalls):
         the stored object (nothing is taken over or created)."""
         q = self._queues.get(queue)
         if q is not None and q.loop.active:
-            state = q.loop.state
-            if state is not None and q.loop.etag is None and not state.jobs:
-                raise UnknownQueue(f"queue {queue!r} does not exist "
-                                   "(it is created by its first push)")
-            return (await q.loop.submit(op)).view
+            return await q.read(op)
         paths.check_queue_name(queue)
         got = await self.read_object(queue)
         if got is None:

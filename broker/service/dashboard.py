@@ -65,10 +65,7 @@ class Dashboard:
             url = self.owner_url(queue)
             raise NotTheBroker(f"this broker does not serve queue {queue!r} (now)",
                                **({"url": url} if url else {}))
-        state = q.loop.state
-        if state is not None and q.loop.etag is None and not state.jobs:
-            raise UnknownQueue(f"queue {queue!r} does not exist (it is created by its first push)")
-        return (await q.loop.submit(Inspect(name, args))).view
+        return await q.read(Inspect(name, args))
 
     def serves(self, queue: str) -> bool:
         return self.broker.served(queue) is not None

@@ -109,6 +109,11 @@ class Metrics:
         with self._lock:
             self._gauges.setdefault(name, {})[tuple(sorted(labels.items()))] = value
 
+    def drop_gauge(self, name: str, **labels: str) -> None:
+        """Forget figure ``name`` for ``labels`` (set by :meth:`gauge`), if set."""
+        with self._lock:
+            self._gauges.get(name, {}).pop(tuple(sorted(labels.items())), None)
+
     def queue_gauges(self, queue: str, stats: CommitStats, serving: bool,
                      state: QueueState | None, now_ms: int) -> None:
         """Set one queue's figures: its commit loop's counters, whether this broker
@@ -129,8 +134,7 @@ class Metrics:
         if figures["claim_tokens"] is not None:
             self.gauge("osqueue_claim_tokens", figures["claim_tokens"], queue=queue)
         else:  # (a limit lifted: its bucket's figure goes)
-            with self._lock:
-                self._gauges.get("osqueue_claim_tokens", {}).pop((("queue", queue),), None)
+            self.drop_gauge("osqueue_claim_tokens", queue=queue)
 
     def exposition(self) -> bytes:
         """Every metric in the Prometheus text format (:data:`CONTENT_TYPE`)."""

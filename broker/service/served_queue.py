@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from concurrent.futures import Executor
+from typing import Any
 
 from broker import paths
 from broker.commit.loop import CommitLoop
+from broker.errors import UnknownQueue
 from broker.model import state as S
 from broker.model.ops import Op, PushPayloads, Result, push_of
 from broker.service.archiver import Archiver
@@ -61,6 +63,16 @@ class ServedQueue:
             commit_timeout_s=commit_timeout_s,
         )
 
+    async def read(self, op: Op) -> Any:
+        """The answer (``Result.view``) of the read ``op``, through the loop: it
+        sees committed state only. Raises ``UnknownQueue`` for a queue that has
+        no object and no job (it is created by its first push)."""
+        state = self.loop.state
+        if state is not None and self.loop.etag is None and not state.jobs:
+            raise UnknownQueue(f"queue {self.name!r} does not exist "
+                               "(it is created by its first push)")
+        return (await self.loop.submit(op)).view
+
     async def submit(self, op: Op | StagedPublish) -> Result:
         """Commit ``op`` and answer it (a bulk push large enough, and a publish
         of staged chunks, go by reference: :mod:`broker.service.by_reference`)."""
@@ -68,7 +80,7 @@ class ServedQueue:
             if self.segments.push_jobs > 0:
                 return await publish_by_reference(self.loop, self.segments, self.name, op,
                                                   self._clock, self._monotonic)
-            chunks = [await load() for load in op.loads]
+            chunks = await asyncio.gather(*(load() for load in op.loads))  # (in order)
             gone = sum(chunk is None for chunk in chunks)
             jobs = [job for chunk in chunks if chunk is not None for job in chunk]
             return await self.loop.submit(push_of(jobs, op.once, missing=op.missing + gone))

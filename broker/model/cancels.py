@@ -142,10 +142,10 @@ def end_marked(state: QueueState, job: Job, wire: str, now_ms: int) -> ItemResul
     """End ``job``, claimed and marked for cancellation, as cancelled in the
     commit after ``state.seq``; its token is remembered as settled cancelled.
     Returns the answer to the call of client token ``wire`` that ended it."""
-    token = job.lease_token
-    assert token is not None and job.cancel_ms is not None
+    lease = job.lease
+    assert lease is not None and job.cancel_ms is not None
     _finish(state, job, now_ms)
-    state.receipts.record_settled(R.CANCELLED, [int(token.rpartition(".")[2])], now_ms,
+    state.receipts.record_settled(R.CANCELLED, [lease.fence], now_ms,
                                   idempotency.retry_ttl_ms(state), state.settings.retry_keys)
     return ItemResult(wire, False, idempotency.CANCELLED_REASON, CANCELLED)
 

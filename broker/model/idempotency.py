@@ -144,18 +144,15 @@ def unheld_answer(state: QueueState, wire: str, token: str) -> ItemResult:
 
 
 def stale_reason(state: QueueState, token: str) -> str:
-    """Why the stored token ``token`` holds no live lease, in words for its caller."""
+    """Why the stored token ``token`` holds no live lease, in words for its caller.
+    Not for a token :func:`cancelled_under` answers (its callers ask that first)."""
     job = token_job(state, token)
     if job is not None and job.lease is not None and job.lease.token == token:
         if job.status == COMPLETED:
             return "this token already completed the job"
-        if job.status == CANCELLED or job.cancel_ms is not None:
-            return CANCELLED_REASON
         return "lease expired; the job will be reclaimed"
     fence = R.fence_of(token)
     outcome = state.receipts.outcome(fence) if fence is not None else None
-    if outcome == R.CANCELLED:
-        return CANCELLED_REASON
     if outcome is not None:
         return f"this token already settled the job ({outcome})"
     if job is None:

@@ -27,11 +27,12 @@ import orjson
 
 from broker import paths, timefmt, wire
 from broker.errors import InvalidRequest, shown
-from broker.model.job import CANCELLED, CLAIMED, COMPLETED, DEAD, PENDING, STATUSES, Job, seq_of
+from broker.model.job import CANCELLED, CLAIMED, COMPLETED, DEAD, PENDING, Job, seq_of
 from broker.model.ops import Inspect, Result
-from broker.model.segment_claims import page_refs, segment_page
+from broker.model.segment_claims import page_refs
 from broker.model.segments import holding, next_wakeup, oldest_due, segment_counts, segment_job
 from broker.model.state import QueueState, SegmentRef
+from broker.model.views import check_status, jobs_after
 
 #: Most jobs on one page of the job browser.
 MAX_PAGE = 200
@@ -93,14 +94,6 @@ def summary(state: QueueState, now_ms: int) -> dict[str, Any]:
     }
 
 
-def check_status(status: str | None) -> str | None:
-    """``status`` if it is a job status or None; ``InvalidRequest`` otherwise."""
-    if status is not None and status not in STATUSES:
-        raise InvalidRequest(f"unknown status {shown(status)}; use pending, claimed, dead, "
-                             "completed or cancelled")
-    return status
-
-
 def page(state: QueueState, now_ms: int, status: str | None, after_seq: int | None,
          before_seq: int | None, limit: int) -> dict[str, Any]:
     """Up to ``limit`` jobs in seq order (optionally of ``status``): after
@@ -113,7 +106,7 @@ def page(state: QueueState, now_ms: int, status: str | None, after_seq: int | No
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidRequest(f"limit must be 1..{MAX_PAGE}, got {limit}")
     start = page_start(state, status, after_seq, before_seq, limit)
-    ahead = _forward(state, status, start, limit + 1)
+    ahead = jobs_after(state, status, start, limit + 1)
     jobs = ahead[:limit]
     if before_seq is not None:
         jobs = [job for job in jobs if job.seq < before_seq]
@@ -150,18 +143,6 @@ def _segment_seqs_before(refs: Sequence[SegmentRef], before_seq: int) -> Iterato
     for ref in reversed(refs):  # (refs ascend by first_seq, their ranges disjoint)
         top = min(before_seq, ref.first_seq + ref.count) - 1
         yield from range(top, ref.next_seq - 1, -1)
-
-
-def _forward(state: QueueState, status: str | None, after_seq: int, n: int) -> list[Job]:
-    """Up to ``n`` jobs after ``after_seq``: the head's, and the segments' pending
-    ones up to the first whose line is not loaded."""
-    inline = state.jobs.peek(after_seq, status)
-    if not state.segment_refs or status not in (None, PENDING):
-        return list(itertools.islice(inline, n))
-    from_segments, unloaded = segment_page(state, after_seq, n)
-    merged = heapq.merge(inline, from_segments, key=lambda job: job.seq)
-    return [job for job in itertools.islice(merged, n)
-            if unloaded is None or job.seq < unloaded]
 
 
 def _first_seq(state: QueueState, status: str | None, after_seq: int) -> int | None:

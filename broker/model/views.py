@@ -111,19 +111,29 @@ def list_jobs(state: QueueState, status: str | None = None, limit: int = 100,
     """A page of jobs in enqueue order, after job id ``after``, optionally by status:
     to read, not to change (jobs kept as lines are read into throwaway ``Job``
     objects, see :mod:`broker.model.jobtable`)."""
+    check_status(status)
+    if not 1 <= limit <= MAX_PAGE_JOBS:
+        raise InvalidRequest(f"limit must be 1..{MAX_PAGE_JOBS}, got {limit}")
+    return jobs_after(state, status, _after_seq(after), limit)
+
+
+def check_status(status: str | None) -> str | None:
+    """``status`` if it is a job status or None; ``InvalidRequest`` otherwise."""
     if status is not None and status not in STATUSES:
         raise InvalidRequest(f"unknown status {shown(status)}; use pending, claimed, dead, "
                              "completed or cancelled")
-    if not 1 <= limit <= MAX_PAGE_JOBS:
-        raise InvalidRequest(f"limit must be 1..{MAX_PAGE_JOBS}, got {limit}")
-    after_seq = _after_seq(after)
-    inline = itertools.islice(state.jobs.peek(after_seq, status), limit)
+    return status
+
+
+def jobs_after(state: QueueState, status: str | None, after_seq: int, n: int) -> list[Job]:
+    """Up to ``n`` jobs (of ``status``) after seq ``after_seq``, in seq order: the
+    head's, and the segments' pending ones up to the first whose line is not loaded."""
+    inline = state.jobs.peek(after_seq, status)
     if not state.segment_refs or status not in (None, PENDING):
-        return list(inline)
-    # with the segments' pending jobs, in seq order, up to the first unloaded one
-    from_segments, unloaded = segment_page(state, after_seq, limit)
+        return list(itertools.islice(inline, n))
+    from_segments, unloaded = segment_page(state, after_seq, n)
     merged = heapq.merge(inline, from_segments, key=lambda job: job.seq)
-    return [job for job in itertools.islice(merged, limit)
+    return [job for job in itertools.islice(merged, n)
             if unloaded is None or job.seq < unloaded]
 
 

@@ -178,7 +178,7 @@ def test_the_checker_counts_the_jobs_segments_still_hold(tmp_path: Path) -> None
     """The store check reads each referenced segment's untaken jobs (issue 20's
     format version 4) and refuses one whose etag is not the reference's."""
     from broker import paths
-    from broker.model import codec, segments
+    from broker.model import codec, segment_format, segments
     from broker.model import transitions as T
     from broker.model.decode import decode_state
     from broker.storage import store_from_url
@@ -187,7 +187,7 @@ def test_the_checker_counts_the_jobs_segments_still_hold(tmp_path: Path) -> None
 
     store = store_from_url(f"file://{tmp_path}")
     key = paths.segment_key(QUEUE, paths.segment_name(1, "0123abcd"))
-    etag = store.create_if_absent(key, segments.encode_segment(
+    etag = store.create_if_absent(key, segment_format.encode_segment(
         QUEUE, 1, 0, 1_000, [b'{"p":1}', b'{"p":2}', b'{"p":3}'], max_attempts=3))
     state = T.new_state(1_000)
     state.counters.enqueued = 3
@@ -206,7 +206,7 @@ def test_the_checker_counts_a_job_two_segments_hold_once_each(tmp_path: Path) ->
     """A seq held by two references (which no decodable queue object has: a
     defence in depth of the check) is reported as held twice."""
     from broker import paths
-    from broker.model import segments
+    from broker.model import segment_format, segments
     from broker.model import transitions as T
     from broker.storage import store_from_url
     from tools.chaos.checker import segment_jobs
@@ -217,7 +217,7 @@ def test_the_checker_counts_a_job_two_segments_hold_once_each(tmp_path: Path) ->
     for first, salt, lines in ((1, "0000aaaa", [b'{"p":1}', b'{"p":2}', b'{"p":3}']),
                                (2, "0000bbbb", [b'{"p":9}'])):
         key = paths.segment_key(QUEUE, paths.segment_name(first, salt))
-        etag = store.create_if_absent(key, segments.encode_segment(
+        etag = store.create_if_absent(key, segment_format.encode_segment(
             QUEUE, first, 0, 1_000, lines, max_attempts=3))
         refs.append(segments.SegmentRef(key, etag, first, len(lines), 0, 1_000))
     state = T.new_state(1_000)
@@ -230,7 +230,7 @@ def test_the_checker_counts_a_job_two_segments_hold_once_each(tmp_path: Path) ->
 
 def test_wait_for_sweep_reports_segment_objects_no_head_references(tmp_path: Path) -> None:
     from broker import paths
-    from broker.model import codec, segments
+    from broker.model import codec, segment_format, segments
     from broker.model import transitions as T
     from broker.storage import store_from_url
     from tools.chaos.segments import SegmentWatch, wait_for_sweep
@@ -240,7 +240,7 @@ def test_wait_for_sweep_reports_segment_objects_no_head_references(tmp_path: Pat
     keys, etags = [], []
     for first, salt in ((1, "0000aaaa"), (3, "0000bbbb")):
         keys.append(paths.segment_key(QUEUE, paths.segment_name(first, salt)))
-        etags.append(store.create_if_absent(keys[-1], segments.encode_segment(
+        etags.append(store.create_if_absent(keys[-1], segment_format.encode_segment(
             QUEUE, first, 0, 1_000, [b'{"p":1}', b'{"p":2}'], max_attempts=3)))
     state = T.new_state(1_000)
     state.counters.enqueued = 4

@@ -35,15 +35,8 @@ from broker.model.indexes import SEQ_MASK, promote_due, ready_key, timed_key
 from broker.model.job import JOB_OVERHEAD_BYTES, PENDING, Job, JobIds
 from broker.model.lifecycle import claim_ready
 from broker.model.ops import LeasedJobs
-from broker.model.segments import (
-    INLINE,
-    due_key,
-    next_from,
-    purge_segments,
-    run_from,
-    segment_job,
-    take,
-)
+from broker.model.segment_format import segment_job
+from broker.model.segments import INLINE, due_key, next_from, purge_segments, run_from, take
 from broker.model.state import MAX_WINDOWS, QueueState, SegmentRef, SegmentWindows
 
 __all__ = ["SegmentWindows", "attach_refs", "claim_merged", "claim_refs", "move_in",

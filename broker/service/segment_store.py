@@ -47,7 +47,7 @@ import orjson
 
 from broker import paths
 from broker.errors import Conflict, NotFound, OsqueueError
-from broker.model.segments import check_version, encode_segment, read_checked
+from broker.model.segment_format import check_version, encode_segment, read_checked
 from broker.model.state import QueueState, SegmentRef
 from broker.storage import ObjectStore
 from broker.storage.base import ListedKeys

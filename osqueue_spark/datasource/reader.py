@@ -36,7 +36,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from broker import paths, timefmt
 from broker.errors import NotFound, OsqueueError, SegmentMissing, StateError
-from broker.model import archive, segments
+from broker.model import archive, segment_format
 from broker.model.decode import decode_state
 from broker.model.job import Job
 from broker.model.state import SegmentRef
@@ -183,7 +183,7 @@ class QueueReader(DataSourceReader):
         except NotFound:
             pass  # (read_checked refuses it, naming the object)
         try:
-            lines = segments.read_checked(ref, data, etag, store.url)
+            lines = segment_format.read_checked(ref, data, etag, store.url)
         except SegmentMissing:
             if not _dropped(store, self.opts.queue, ref):
                 raise
@@ -193,7 +193,7 @@ class QueueReader(DataSourceReader):
                 "this read was planned (the broker deletes a segment once its jobs are all "
                 "taken); read it again") from None
         for seq, line in enumerate(lines, ref.next_seq):
-            yield _job_row(segments.segment_job(seq, line, ref), self.extra)
+            yield _job_row(segment_format.segment_job(seq, line, ref), self.extra)
 
 
 def _head_where(store: ObjectStore, queue: str) -> str:

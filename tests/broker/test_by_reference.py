@@ -15,7 +15,7 @@ import pytest
 
 from broker import paths
 from broker.errors import StorageRefused
-from broker.model import segments
+from broker.model import segment_format
 from broker.model.ops import PushPayloads
 from broker.storage.files import FileStore
 from tests.support.faults import REFUSED, Clock, FaultyStore
@@ -115,8 +115,8 @@ def test_push_by_reference_writes_the_max_attempts_of_the_landed_head(tmp_path: 
             await configured[0]
         head = stored(store)
         assert head.settings.max_attempts == 3
-        jobs = [segments.segment_job(seq, line, ref) for ref in head.segment_refs
-                for seq, line in enumerate(segments.segment_lines(
+        jobs = [segment_format.segment_job(seq, line, ref) for ref in head.segment_refs
+                for seq, line in enumerate(segment_format.segment_lines(
                     store.read(ref.key).data, ref), ref.next_seq)]
         assert len(jobs) == 20 and {job.max_attempts for job in jobs} == {3}
         await a.stop()

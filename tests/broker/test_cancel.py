@@ -38,7 +38,7 @@ from broker.model.ops import (
     Release,
     TakeOver,
 )
-from broker.model.segments import encode_segment, segment_lines
+from broker.model.segment_format import encode_segment, segment_lines
 from broker.model.state import QueueState, SegmentRef, SegmentWindows
 from broker.paths import segment_key, segment_name
 from broker.storage import FileStore

@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 
 from broker import paths
-from broker.model import segments
+from broker.model import segment_format
 from broker.storage import store_from_url
 from tests.support.inprocess import payloads, run, segment_objects, started, stored, until
 
@@ -26,7 +26,7 @@ def test_the_broker_sweeps_every_sweep_s_and_keeps_what_the_head_references(
             referenced = [ref.key for ref in stored(store).segment_refs]
             assert len(referenced) == 1
             # a segment a push wrote but never committed (a lost reply, a crash)
-            store.create_if_absent(orphan, segments.encode_segment(
+            store.create_if_absent(orphan, segment_format.encode_segment(
                 "q", 900, 0, 1_000, [b'{"n":-1}'], max_attempts=3))
             assert segment_objects(store) == sorted([*referenced, orphan])
             await until(lambda: orphan not in segment_objects(store), timeout_s=10.0)

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import orjson
 
 from broker import paths, timefmt
-from broker.model import archive, segments
+from broker.model import archive, segment_format
 from broker.model import state as S
 from broker.model.decode import decode_state
 from broker.service.coordinator import Broker
@@ -96,8 +96,8 @@ def segment_payloads(store: ObjectStore, state: S.QueueState) -> list[Any]:
     for ref in state.segment_refs:
         got = store.read(ref.key)
         assert got.etag == ref.etag, f"segment {ref.key} changed behind the head"
-        for seq, line in enumerate(segments.segment_lines(got.data, ref), ref.next_seq):
-            out.append(orjson.loads(segments.segment_job(seq, line, ref).payload))
+        for seq, line in enumerate(segment_format.segment_lines(got.data, ref), ref.next_seq):
+            out.append(orjson.loads(segment_format.segment_job(seq, line, ref).payload))
     return out
 
 

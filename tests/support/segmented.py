@@ -1,7 +1,7 @@
 """A deep queue in a store, written as the broker of issue 20 writes one: a queue
 object of format version 4 that references segment objects of pending jobs.
 (The broker cannot make one yet, so the head is encoded here with the model's
-codec and the segments with :func:`broker.model.segments.encode_segment`.)
+codec and the segments with :func:`broker.model.segment_format.encode_segment`.)
 
 The queue :func:`write_segmented` leaves, seq by seq:
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker import paths
-from broker.model import codec, segments
+from broker.model import codec, segment_format
 from broker.model import transitions as T
 from broker.model.decode import decode_state
 from broker.model.job import PENDING
@@ -80,7 +80,7 @@ def write_segment(store: ObjectStore, queue: str, first_seq: int, count: int, *,
     """Write a segment object of jobs ``first_seq`` onwards (:func:`payload`);
     return its reference with cursor ``taken``."""
     key = paths.segment_key(queue, paths.segment_name(first_seq, f"{first_seq:08x}"))
-    data = segments.encode_segment(
+    data = segment_format.encode_segment(
         queue, first_seq, priority, run_at_ms,
         [payload(seq) for seq in range(first_seq, first_seq + count)],
         max_attempts=max_attempts, created_ms=SEG_CREATED)

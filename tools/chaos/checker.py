@@ -10,7 +10,7 @@ from typing import Any, cast
 
 from broker import paths
 from broker.errors import NotFound, OsqueueError
-from broker.model import archive, segments
+from broker.model import archive, segment_format
 from broker.model.decode import decode_state
 from broker.model.state import QueueState
 from broker.model.tokens import stored_part
@@ -31,8 +31,8 @@ def segment_jobs(store: ObjectStore, state: QueueState,
         if got.etag != ref.etag:
             raise ValueError(f"segment {ref.key} has etag {got.etag!r}, "
                              f"the queue object refers to {ref.etag!r}")
-        for seq, line in enumerate(segments.segment_lines(got.data, ref), ref.next_seq):
-            plain = segments.segment_job(seq, line, ref).to_plain()
+        for seq, line in enumerate(segment_format.segment_lines(got.data, ref), ref.next_seq):
+            plain = segment_format.segment_job(seq, line, ref).to_plain()
             if again is not None and str(plain["id"]) in jobs:
                 again.append(str(plain["id"]))
             jobs[str(plain["id"])] = plain

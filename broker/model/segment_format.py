@@ -1,0 +1,332 @@
+"""A segment object's bytes: written (:func:`encode_segment`), checked and read
+(:func:`segment_lines`, :func:`read_checked`). Pure: bytes and values in,
+bytes and values out. What a segment is and how the head refers to one:
+:mod:`broker.model.segments`.
+
+A segment object (key from :func:`broker.paths.segment_key`) holds pending jobs
+with consecutive seqs that share a priority, a due time, a creation time and
+``max_attempts``, in seq order. Version 2 is a header line, then each job's
+payload, one a line (each line readable with ``jq`` on its own)::
+
+    {"format":"osqueue-segment","version":2,"queue":"q","first_seq":1,"count":2,"priority":0,"run_at":"2026-11-22T03:43:47.123Z","created_at":"2026-11-22T03:43:47.123Z","max_attempts":3}
+    {"doc":1}
+    {"doc":2}
+
+The payload on line ``k + 2`` (``k`` from 0) is the job of seq ``first_seq + k``,
+id ``"j"`` and that seq in ten digits, with no attempts and the header's
+other fields. Reading a window makes each job's line as the queue object
+would hold it (:func:`segment_lines`, from
+:func:`broker.model.lines.pending_format`), so a job taken from a segment
+enters the head exactly as if it had been pushed inline; writing one is a
+join of its payloads (a million jobs in about 20 ms; each job line written
+out whole cost about 25 times that, and 4 times the bytes:
+``bench/spark_bench.py``, the write row).
+
+Version 1 (written until version 2 came) has a header without
+``created_at`` and ``max_attempts``, and each job's whole line of the queue
+object on its line. It is still read, with every line checked against its
+seq and the header; it is never written.
+
+Errors: every refusal is a ``ValueError`` whose message names the segment's
+key (and the line or field); payloads are never quoted. :func:`read_checked`,
+the check of a read object that the broker's ``SegmentStore`` and the Spark
+reader share, raises ``SegmentMissing`` and ``CorruptState`` instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from broker import timefmt
+from broker.errors import CorruptState, InvalidRequest, SegmentMissing, shown
+from broker.limits import MAX_ATTEMPTS, MAX_PRIORITY
+from broker.model.indexes import SEQ_MASK, TIME_MASK
+from broker.model.job import Job
+from broker.model.lines import pending_format, pending_from_line, stamp_ms
+from broker.model.state import SegmentRef
+from broker.paths import check_queue_name
+
+SEGMENT_FORMAT = "osqueue-segment"
+#: The version this broker writes; it reads 1 too.
+SEGMENT_VERSION = 2
+#: Most jobs in one segment: a window is at most one segment, so this bounds
+#: what the broker holds per segment it reads (with the byte limit of
+#: ``broker.service.by_reference.SEGMENT_MAX_BYTES``).
+MAX_SEGMENT_JOBS = 65_536
+
+_V1_FIELDS = frozenset(
+    {"format", "version", "queue", "first_seq", "count", "priority", "run_at"})
+_HEADER_FIELDS = {1: _V1_FIELDS, 2: _V1_FIELDS | {"created_at", "max_attempts"}}
+_CREATED = b',"created_at":"'
+_PAYLOAD = b'","payload":'
+_STAMP_CHARS = len(timefmt.fmt(0))
+
+
+def check_int(raw: Any, what: str, lo: int, hi: int) -> int:
+    """``raw`` if it is an int (not a bool) within ``[lo, hi]``; ``ValueError``
+    naming ``what`` otherwise."""
+    if isinstance(raw, bool) or not isinstance(raw, int) or not lo <= raw <= hi:
+        raise ValueError(f"{what} must be an integer within [{lo}, {hi}], got {shown(raw)}")
+    return raw
+
+
+def check_time(raw: Any, what: str) -> int:
+    """The ms of time text ``raw`` (as :func:`broker.timefmt.fmt` writes it, from
+    1970 to 9999); ``ValueError`` naming ``what`` otherwise."""
+    if not isinstance(raw, str):
+        raise ValueError(f"{what} must be a time string, got {shown(raw)}")
+    try:
+        ms = timefmt.parse(raw)
+    except ValueError:
+        raise ValueError(f"{what} {shown(raw)} is not a time") from None
+    if not 0 <= ms <= TIME_MASK:
+        raise ValueError(f"{what} {shown(raw)} is before 1970 or after 9999")
+    return ms
+
+
+def encode_segment(queue: str, first_seq: int, priority: int, run_at_ms: int,
+                   payloads: Sequence[bytes], *, max_attempts: int,
+                   created_ms: int | None = None) -> bytes:
+    """The bytes of a (version 2) segment of ``queue``: a header line, then one
+    payload a line (JSON bytes, as checked at push or staging), seqs
+    ``first_seq`` onwards, due at ``run_at_ms`` and created at ``created_ms``
+    (default: ``run_at_ms``, as a bulk push or publish makes them).
+
+    ``ValueError`` for no payloads, an empty payload, a payload holding a line
+    break (it would split its line), or a field out of range.
+    """
+    try:
+        check_queue_name(queue)
+    except InvalidRequest as exc:
+        raise ValueError(str(exc)) from None
+    count = len(payloads)
+    check_int(count, f"segment of {queue!r}: job count", 1, MAX_SEGMENT_JOBS)
+    check_int(first_seq, f"segment of {queue!r}: first_seq", 1, SEQ_MASK - count + 1)
+    check_int(priority, f"segment of {queue!r}: priority", -MAX_PRIORITY, MAX_PRIORITY)
+    check_int(run_at_ms, f"segment of {queue!r}: run_at_ms", 0, TIME_MASK)
+    check_int(max_attempts, f"segment of {queue!r}: max_attempts", 1, MAX_ATTEMPTS)
+    created = run_at_ms if created_ms is None else check_int(
+        created_ms, f"segment of {queue!r}: created_ms", 0, TIME_MASK)
+    header = orjson.dumps({
+        "format": SEGMENT_FORMAT, "version": SEGMENT_VERSION, "queue": queue,
+        "first_seq": first_seq, "count": count, "priority": priority,
+        "run_at": timefmt.fmt(run_at_ms), "created_at": timefmt.fmt(created),
+        "max_attempts": max_attempts})
+    body = b"\n".join(payloads)
+    if body.count(b"\n") != count - 1:  # one pass in C, not one test per payload
+        bad = next(i for i, payload in enumerate(payloads) if b"\n" in payload)
+        raise ValueError(f"segment of {queue!r}: payload {bad} holds a line break")
+    if not all(payloads):
+        raise ValueError(f"segment of {queue!r}: payload {payloads.index(b'')} is empty")
+    return b"".join((header, b"\n", body, b"\n"))
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentHeader:
+    """A segment object's first line, checked (see :func:`read_header`).
+    ``created_ms`` and ``max_attempts`` are None in a version-1 header (its
+    lines carry them)."""
+
+    queue: str
+    first_seq: int
+    count: int
+    priority: int
+    run_at_ms: int
+    version: int = SEGMENT_VERSION
+    created_ms: int | None = None
+    max_attempts: int | None = None
+
+
+def read_header(data: bytes, key: str) -> SegmentHeader:
+    """The checked header of segment object ``data`` (read from ``key``, named
+    in errors). ``ValueError`` for a first line that is not the header of a
+    segment this broker reads (another format, a newer version, a missing,
+    extra or mistyped field)."""
+    end = data.find(b"\n")
+    if end < 0:
+        raise ValueError(f"segment {key}: no header line (truncated object?)")
+    try:
+        raw = orjson.loads(data[:end])
+    except orjson.JSONDecodeError:
+        raise ValueError(f"segment {key}: the header line is not JSON") from None
+    if not isinstance(raw, dict) or raw.get("format") != SEGMENT_FORMAT:
+        raise ValueError(f"segment {key}: not an {SEGMENT_FORMAT} object")
+    version = raw.get("version")
+    fields = _HEADER_FIELDS.get(version) if type(version) is int else None
+    if fields is None:
+        raise ValueError(f"segment {key}: version {shown(version)}; this broker reads "
+                         f"versions 1 to {SEGMENT_VERSION}")
+    if raw.keys() != fields:
+        odd = sorted(raw.keys() ^ fields)
+        raise ValueError(f"segment {key}: header fields {shown(odd)} missing or unknown")
+    queue = raw["queue"]
+    if not isinstance(queue, str):
+        raise ValueError(f"segment {key}: header queue must be a string")
+    assert isinstance(version, int)
+    v2 = version >= 2
+    return SegmentHeader(
+        queue=queue,
+        first_seq=check_int(raw["first_seq"], f"segment {key}: header first_seq", 1, SEQ_MASK),
+        count=check_int(raw["count"], f"segment {key}: header count", 1, MAX_SEGMENT_JOBS),
+        priority=check_int(raw["priority"], f"segment {key}: header priority",
+                           -MAX_PRIORITY, MAX_PRIORITY),
+        run_at_ms=check_time(raw["run_at"], f"segment {key}: header run_at"),
+        version=version,
+        created_ms=check_time(raw["created_at"], f"segment {key}: header created_at")
+        if v2 else None,
+        max_attempts=check_int(raw["max_attempts"], f"segment {key}: header max_attempts",
+                               1, MAX_ATTEMPTS) if v2 else None)
+
+
+_AGREES_WITH_REF = ("queue", "first_seq", "count", "priority", "run_at_ms")
+
+
+def check_segment(data: bytes, ref: SegmentRef) -> SegmentHeader:
+    """Check that ``data`` is the segment ``ref`` describes: its header agrees
+    with the ref (queue of the key, first seq, count, priority, due time) and
+    it holds exactly ``ref.count`` job lines, each ended by a line break.
+    ``ValueError`` naming the key otherwise. (The etag is the store's to check:
+    the read that gave ``data`` must be of ``ref.etag``.)"""
+    key = ref.key
+    header = read_header(data, key)
+    expected = (ref.queue, ref.first_seq, ref.count, ref.priority, ref.run_at_ms)
+    odd = [name for name, want in zip(_AGREES_WITH_REF, expected, strict=True)
+           if getattr(header, name) != want]
+    if odd:
+        raise ValueError(f"segment {key}: header disagrees with the queue's reference "
+                         f"on {', '.join(odd)}")
+    lines = data.count(b"\n") - 1
+    if not data.endswith(b"\n"):
+        raise ValueError(f"segment {key} is truncated: its last line has no line break")
+    if lines != ref.count:
+        why = "is truncated" if lines < ref.count else "has extra lines"
+        raise ValueError(f"segment {key} {why}: {lines} job lines, "
+                         f"the reference says {ref.count}")
+    return header
+
+
+def segment_lines(data: bytes, ref: SegmentRef, start: int | None = None,
+                  stop: int | None = None) -> list[bytes]:
+    """The lines of the jobs at positions ``start`` to ``stop`` (0 is the first
+    job; default: the untaken ones, ``ref.taken`` to ``ref.count``) of segment
+    ``data`` (either version), checked (:func:`check_segment`; no empty line; a
+    version-1 line must be the pending job line of its expected seq with the
+    ref's priority and due time), in the head's form: with the leading
+    ``,\\n`` of a line of the queue object.
+
+    Reads lazily: the object is split only up to ``stop``. Payload bytes are
+    not parsed: they were checked when pushed or staged, and the etag vouches
+    that the object is the one the broker wrote. ``ValueError`` naming the
+    key and line for any disagreement, or for a window outside ``[0, ref.count]``.
+    """
+    header = check_segment(data, ref)
+    lo = ref.taken if start is None else start
+    hi = ref.count if stop is None else stop
+    if not 0 <= lo <= hi <= ref.count:
+        raise ValueError(f"segment {ref.key}: window [{lo}, {hi}) is outside [0, {ref.count}]")
+    if lo == hi:
+        return []
+    # (the split copies the rest of the object once: segments are bounded,
+    # MAX_SEGMENT_JOBS)
+    parts = data.split(b"\n", hi + 1)[lo + 1:hi + 1]
+    first = ref.first_seq + lo
+    if header.version == 1:
+        return _v1_lines(parts, first, ref)
+    if not all(parts):
+        raise ValueError(f"segment {ref.key}: line {parts.index(b'') + lo + 2} is empty")
+    assert header.created_ms is not None and header.max_attempts is not None
+    line = b",\n" + pending_format(ref.priority, ref.run_at_ms, header.created_ms,
+                                   header.max_attempts)
+    seqs = range(first, first + len(parts))
+    return list(map(line.__mod__, zip(seqs, seqs, parts, strict=True)))
+
+
+def _v1_lines(parts: list[bytes], first: int, ref: SegmentRef) -> list[bytes]:
+    """:func:`segment_lines` of the job lines ``parts`` of a version-1 segment."""
+    shared = _shared_part(parts[0], first, ref)
+    out = []
+    for seq, line in enumerate(parts, first):
+        ids = b'{"id":"j%010d","seq":%d,' % (seq, seq)
+        if shared is None or not line.startswith(ids) or not line.startswith(
+                shared, len(ids)) or len(line) <= len(ids) + len(shared) + 1 \
+                or not line.endswith(b"}"):
+            raise ValueError(f"segment {ref.key}: line {seq - ref.first_seq + 2} is not "
+                             f"the pending job of seq {seq} the reference describes")
+        out.append(b",\n" + line)
+    return out
+
+
+def _shared_part(line: bytes, seq: int, ref: SegmentRef) -> bytes | None:
+    """What every job line of a version-1 segment holds between its seq and its
+    payload (``"status":"pending",...,"payload":``), checked on ``line`` (the job of
+    ``seq``): status, the ref's priority and due time, no attempts, a
+    max_attempts in range and a creation time. None if ``line`` is not such
+    a line. (Version 1 has one max_attempts and creation time per segment,
+    so each further line is checked by two ``startswith``.)"""
+    ids = b'{"id":"j%010d","seq":%d,' % (seq, seq)
+    fields = b'"status":"pending","priority":%d,"run_at":"%s","attempts":0,"max_attempts":' % (
+        ref.priority, timefmt.fmt_bytes(ref.run_at_ms))
+    if not line.startswith(ids + fields):
+        return None
+    at = len(ids) + len(fields)
+    comma = line.find(_CREATED, at)
+    digits = line[at:comma]
+    if comma < 0 or not digits.isdigit() or not 1 <= int(digits) <= MAX_ATTEMPTS \
+            or (len(digits) > 1 and digits[0] == 48):  # (48: "0")
+        return None
+    stamp_at = comma + len(_CREATED)
+    end = stamp_at + _STAMP_CHARS + len(_PAYLOAD)
+    if line[end - len(_PAYLOAD):end] != _PAYLOAD:
+        return None
+    try:
+        stamp_ms(line[stamp_at:stamp_at + _STAMP_CHARS])
+    except ValueError:
+        return None
+    return line[len(ids):end]
+
+
+def segment_job(seq: int, line: bytes, ref: SegmentRef) -> Job:
+    """The pending :class:`~broker.model.job.Job` of seq ``seq`` that a line of
+    :func:`segment_lines` for ``ref`` describes, with the line as its cached
+    encoding (it is the job's line as it stands)."""
+    job = pending_from_line(seq, line)  # (priority 0, created when due: set below)
+    job.priority = ref.priority
+    at = line.index(_CREATED, 30) + len(_CREATED)
+    job.created_ms = stamp_ms(line[at:at + _STAMP_CHARS])
+    return job
+
+
+def check_version(ref: SegmentRef, etag: str | None, store_url: str) -> None:
+    """Raise :class:`~broker.errors.SegmentMissing` naming the object unless
+    ``etag`` (what the store has under ``ref.key``; None: nothing) is ``ref.etag``."""
+    where = f"{store_url}/{ref.key}"
+    if etag is None:
+        raise SegmentMissing(f"queue {ref.queue!r} references segment {where}, which is "
+                             "missing (deleted behind the broker's back?)")
+    if etag != ref.etag:
+        raise SegmentMissing(
+            f"queue {ref.queue!r} references segment {where} at etag {shown(ref.etag)}, but "
+            f"the object has etag {shown(etag)} (rewritten behind the broker's back?)")
+
+
+def read_checked(ref: SegmentRef, data: bytes | None, etag: str | None, store_url: str,
+                 start: int | None = None, stop: int | None = None) -> list[bytes]:
+    """:func:`segment_lines` of what a read of ``ref.key`` gave: the object's
+    ``data`` and ``etag``, or None for both if it was not found. ``store_url``
+    (the store's URL, without credentials) and the key name the object in errors.
+
+    Raises :class:`~broker.errors.SegmentMissing` if the object is missing or
+    its etag is not ``ref.etag`` (a job is never silently skipped), and
+    ``CorruptState`` if its bytes disagree with the reference or the window is
+    outside ``[0, ref.count]``. The broker and the Spark reader both read
+    segments through this one check."""
+    check_version(ref, None if data is None else etag, store_url)
+    assert data is not None
+    try:
+        return segment_lines(data, ref, start, stop)
+    except ValueError as exc:
+        raise CorruptState(f"{store_url}: {exc}") from None

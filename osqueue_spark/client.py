@@ -387,8 +387,9 @@ class QueueClient:
     def iter_jobs(self, status: str | None = None, page: int = 1000, *,
                   tokens: bool = False) -> Iterator[dict[str, Any]]:
         """Every job in enqueue order, a page of ``page`` at a time. Only an empty
-        page ends it: a page of a queue with segments may hold fewer jobs than
-        asked and more follow (it ends before a segment the broker has not loaded)."""
+        page ends it: a broker answers full pages until the last, but an older
+        one could answer a short page of a queue with segments while more
+        followed (one request more at the end is the price of reading either)."""
         after = None
         while batch := self.jobs(status, page, after, tokens=tokens):
             yield from batch

@@ -138,6 +138,7 @@ async def jobs(broker: Broker, request: Request, body: None) -> Any:
         raise InvalidRequest("tokens must be true or false")
     page = await broker.jobs(request.path_params["queue"], q.get("status") or None,
                              limit, q.get("after") or None, raw=True, tokens=tokens == "true")
+    # (a page is full or the last: Broker.jobs reads on past the segments a step loads)
     return {"jobs": page, "next_after": page[-1]["id"] if len(page) == limit else None}
 
 
@@ -243,8 +244,9 @@ ROUTES: tuple[Route, ...] = (
     Route("PUT", Q, create, "Create a queue or change its settings", S.CreateRequest, S.Stats),
     Route("POST", Q, create, "Create a queue or change its settings", S.CreateRequest, S.Stats),
     Route("GET", f"{Q}/stats", stats, "Counts and figures", None, S.Stats),
-    Route("GET", f"{Q}/jobs", jobs, "A page of jobs in enqueue order; leases show their "
-          "tokens only with tokens=true", None, S.JobsPage, query=S.JobsQuery),
+    Route("GET", f"{Q}/jobs", jobs, "A page of jobs in enqueue order, full unless it is the "
+          "last (follow next_after until null); leases show their tokens only with "
+          "tokens=true", None, S.JobsPage, query=S.JobsQuery),
     Route("GET", "/v1/queues", queues, "The queues this broker serves or watches",
           None, S.Queues),
     Route("GET", "/healthz", healthz, "Liveness: ok (503 when not ok); with the token, also "

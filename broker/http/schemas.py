@@ -42,6 +42,7 @@ from broker.limits import (
     MAX_KEY_CHARS,
     MAX_LEASE_S,
     MAX_ONCE_CHARS,
+    MAX_PAGE_JOBS,
     MAX_PREFIX_CHARS,
     MAX_PRIORITY,
     MAX_TOKEN_CHARS,
@@ -239,8 +240,9 @@ class JobsQuery(BaseModel):
 
     status: str | None = Field(None, description="pending, claimed, dead, completed or "
                                "cancelled")
-    limit: int = 100
-    after: str | None = Field(None, description="the last job id of the previous page")
+    limit: int = Field(100, description=f"jobs a page holds at most (1..{MAX_PAGE_JOBS})")
+    after: str | None = Field(None, description="the last job id of the previous page "
+                              "(its next_after)")
     tokens: bool = Field(False, description="show each lease's token (usable: it completes, "
                          "fails or extends the job); without it a lease shows its worker "
                          "and times only")
@@ -375,8 +377,13 @@ class Stats(Response):
 
 
 class JobsPage(Response):
-    jobs: list[dict[str, Any]]
-    next_after: str | None
+    """A page is full (limit jobs) or the last: a page shorter than limit is the
+    last one."""
+
+    jobs: list[dict[str, Any]] = Field(description="in enqueue order")
+    next_after: str | None = Field(description="the page's last job id when it is full (pass "
+                                   "it as after for the next page, which may be empty); "
+                                   "null: no more jobs")
 
 
 class QueueHealth(Response):

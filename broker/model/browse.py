@@ -107,7 +107,7 @@ def page(state: QueueState, now_ms: int, status: str | None, after_seq: int | No
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidRequest(f"limit must be 1..{MAX_PAGE}, got {limit}")
     start = page_start(state, status, after_seq, before_seq, limit)
-    ahead = jobs_after(state, status, start, limit + 1)
+    ahead = jobs_after(state, status, start, limit + 1).jobs
     jobs = ahead[:limit]
     if before_seq is not None:
         jobs = [job for job in jobs if job.seq < before_seq]

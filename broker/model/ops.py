@@ -234,6 +234,18 @@ class ReadJobs:
 
 
 @dataclass(frozen=True, slots=True)
+class JobsView:
+    """What a :class:`ReadJobs` reads: ``rows``, the page's jobs as dicts, and
+    ``resume_after``: None if the page is complete (``limit`` rows, or the
+    last of the queue), else the seq to read on after: the page was cut short
+    before a segment line the broker had not loaded, more jobs follow, and
+    every job up to that seq is in ``rows``."""
+
+    rows: list[dict[str, Any]]
+    resume_after: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Inspect:
     """A read for the dashboard: the view of :mod:`broker.model.browse` named
     ``view``, with ``args``, of the committed queue (read in the commit loop's

@@ -16,6 +16,7 @@ from broker.model.lifecycle import restart_leases
 from broker.model.ops import (
     ClearBroker,
     Configure,
+    JobsView,
     ReadJobs,
     ReadStats,
     RenewBroker,
@@ -24,7 +25,7 @@ from broker.model.ops import (
     TakeOver,
 )
 from broker.model.state import BrokerRecord, QueueState, Settings
-from broker.model.views import list_jobs, stats
+from broker.model.views import list_page, stats
 
 
 def read_stats(state: QueueState, op: ReadStats, now_ms: int) -> Result:
@@ -33,11 +34,12 @@ def read_stats(state: QueueState, op: ReadStats, now_ms: int) -> Result:
 
 
 def read_jobs(state: QueueState, op: ReadJobs, now_ms: int) -> Result:
-    """A page of jobs as dicts (see :func:`broker.model.views.list_jobs`). A
+    """A page of jobs as dicts, and where to read on if it was cut short: a
+    :class:`~broker.model.ops.JobsView` (see :func:`broker.model.views.list_page`). A
     lease's token is left out unless ``op.tokens``; then it is the token as the
     claim answered it (left out still if the state has no token key: a read
     of an object from before tokens were tagged, which no token fits)."""
-    page = list_jobs(state, op.status, op.limit, op.after)
+    page, cut = list_page(state, op.status, op.limit, op.after)
     rows = [job.to_dict() if op.raw else job.to_plain() for job in page]
     tag = state.tagger.tag if op.tokens and state.tagger is not None else None
     for row in rows:
@@ -46,7 +48,7 @@ def read_jobs(state: QueueState, op: ReadJobs, now_ms: int) -> Result:
             token = lease.pop("token")
             if tag is not None:
                 row["lease"] = {"token": tag(token), **lease}
-    return Result(view=rows)
+    return Result(view=JobsView(rows, None if cut is None else cut - 1))
 
 
 def set_paused(state: QueueState, op: SetPaused, now_ms: int) -> Result:

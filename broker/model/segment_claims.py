@@ -93,16 +93,19 @@ def page_refs(state: QueueState, after_seq: int, limit: int) -> list[SegmentRef]
 def segment_page(state: QueueState, after_seq: int, limit: int) -> tuple[list[Job], int | None]:
     """The segments' pending jobs after seq ``after_seq`` that a page of ``limit``
     may show, as throwaway :class:`Job` objects in seq order, and the first seq
-    whose lines are not loaded (the page must end before it), or None."""
+    whose line is not loaded (the page must end before it), or None."""
     jobs: list[Job] = []
     windows = state.windows
     for ref in page_refs(state, after_seq, limit):
         start = max(ref.next_seq, after_seq + 1)
-        lines = windows.peek(ref, start - ref.first_seq, limit - len(jobs)) \
+        want = min(limit - len(jobs), ref.first_seq + ref.count - start)
+        lines = windows.peek(ref, start - ref.first_seq, want) \
             if windows is not None else None
         if lines is None:
             return jobs, start
         jobs += [segment_job(seq, line, ref) for seq, line in enumerate(lines, start)]
+        if len(lines) < want:  # (a window that ends early: the rest is not loaded)
+            return jobs, start + len(lines)
         if len(jobs) >= limit:
             break
     return jobs, None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from typing import Any
+from typing import Any, NamedTuple
 
 from broker import timefmt
 from broker.errors import InvalidRequest, shown
@@ -106,15 +106,23 @@ def page_segments(state: QueueState, status: str | None, after: str | None,
     return page_refs(state, after_seq, limit)[:MAX_WINDOWS]
 
 
-def list_jobs(state: QueueState, status: str | None = None, limit: int = 100,
-              after: str | None = None) -> list[Job]:
+def list_page(state: QueueState, status: str | None = None, limit: int = 100,
+              after: str | None = None) -> Page:
     """A page of jobs in enqueue order, after job id ``after``, optionally by status:
     to read, not to change (jobs kept as lines are read into throwaway ``Job``
-    objects, see :mod:`broker.model.jobtable`)."""
+    objects, see :mod:`broker.model.jobtable`), and whether it was cut short
+    (see :class:`Page`). ``InvalidRequest`` for a bad status, limit or id."""
     check_status(status)
     if not 1 <= limit <= MAX_PAGE_JOBS:
         raise InvalidRequest(f"limit must be 1..{MAX_PAGE_JOBS}, got {limit}")
     return jobs_after(state, status, _after_seq(after), limit)
+
+
+def list_jobs(state: QueueState, status: str | None = None, limit: int = 100,
+              after: str | None = None) -> list[Job]:
+    """The jobs of :func:`list_page` (of a queue whose segment lines are all
+    loaded, or without segments, a page shorter than ``limit`` is the last)."""
+    return list_page(state, status, limit, after).jobs
 
 
 def check_status(status: str | None) -> str | None:
@@ -125,16 +133,29 @@ def check_status(status: str | None) -> str | None:
     return status
 
 
-def jobs_after(state: QueueState, status: str | None, after_seq: int, n: int) -> list[Job]:
+class Page(NamedTuple):
+    """Jobs in seq order, and ``cut``: None if the page is complete (as many
+    jobs as asked, or every one after its start), else the seq of the first
+    job it leaves out because that job's segment line is not loaded (a pending
+    job: more follow). A cut page holds every job before ``cut``: the next
+    one starts after seq ``cut - 1`` once the broker has loaded its line."""
+
+    jobs: list[Job]
+    cut: int | None = None
+
+
+def jobs_after(state: QueueState, status: str | None, after_seq: int, n: int) -> Page:
     """Up to ``n`` jobs (of ``status``) after seq ``after_seq``, in seq order: the
-    head's, and the segments' pending ones up to the first whose line is not loaded."""
+    head's, and the segments' pending ones up to the first whose line is not
+    loaded (the page is cut there: see :class:`Page`)."""
     inline = state.jobs.peek(after_seq, status)
     if not state.segment_refs or status not in (None, PENDING):
-        return list(itertools.islice(inline, n))
+        return Page(list(itertools.islice(inline, n)))
     from_segments, unloaded = segment_page(state, after_seq, n)
     merged = heapq.merge(inline, from_segments, key=lambda job: job.seq)
-    return [job for job in itertools.islice(merged, n)
+    jobs = [job for job in itertools.islice(merged, n)
             if unloaded is None or job.seq < unloaded]
+    return Page(jobs, unloaded if len(jobs) < n else None)
 
 
 def next_wakeup_ms(state: QueueState, now_ms: int) -> int | None:

@@ -64,6 +64,7 @@ from broker.model.ops import (
 )
 from broker.service.by_reference import Load, StagedPublish
 from broker.service.cancelling import CancelCalls
+from broker.service.job_pages import full_page
 from broker.service.metrics import Metrics
 from broker.service.ownership import WATCH_INTERVAL_S, Ownership
 from broker.service.segment_store import SegmentStore
@@ -466,10 +467,10 @@ class Broker(CancelCalls):
                    tokens: bool = False) -> list[dict[str, Any]]:
         """A page of jobs as plain dicts. ``raw``: payloads and results stay their
         stored JSON bytes (``orjson.Fragment``), passed through verbatim;
-        ``tokens``: leases show their tokens (usable: see :class:`ReadJobs`)."""
-        page: list[dict[str, Any]] = await self._read(
-            queue, ReadJobs(status, limit, after, raw, tokens))
-        return page
+        ``tokens``: leases show their tokens (usable: see :class:`ReadJobs`).
+        Full (``limit`` jobs) unless it is the last (see :mod:`.job_pages`)."""
+        return await full_page(functools.partial(self._read, queue),
+                               ReadJobs(status, limit, after, raw, tokens))
 
     def queue_names(self) -> list[str]:
         return sorted(self.takeover.known | set(self._queues))

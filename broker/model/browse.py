@@ -98,38 +98,49 @@ def summary(state: QueueState, now_ms: int) -> dict[str, Any]:
 def page(state: QueueState, now_ms: int, status: str | None, after_seq: int | None,
          before_seq: int | None, limit: int) -> dict[str, Any]:
     """Up to ``limit`` jobs in seq order (optionally of ``status``): after
-    ``after_seq``, or the last ones before ``before_seq``, or the first ones;
+    ``after_seq``, or the last ones before ``before_seq``, or the first ones
+    (with both: the first ones after ``after_seq`` and below ``before_seq``);
     the pending jobs of segment objects among them (from the windows the
     broker loaded first: :func:`segments_to_load`). ``has_next`` /
-    ``has_prev`` say whether more jobs lie beyond either end. Costs what the
-    page reads, not its position (see the module docstring)."""
+    ``has_prev`` say whether more jobs lie beyond either end.
+    ``resume_after`` is None, or the page was cut short before a segment line
+    the broker had not loaded (it holds every job before it): the seq whose
+    page (with the same ``before_seq``, ``limit`` less the rows) is the rest
+    of it once that line is loaded. Costs what the page reads, not its
+    position (see the module docstring)."""
     check_status(status)
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidRequest(f"limit must be 1..{MAX_PAGE}, got {limit}")
     start = page_start(state, status, after_seq, before_seq, limit)
-    ahead = jobs_after(state, status, start, limit + 1).jobs
+    ahead, cut = jobs_after(state, status, start, limit + 1)
     jobs = ahead[:limit]
     if before_seq is not None:
         jobs = [job for job in jobs if job.seq < before_seq]
         has_next = _first_seq(state, status, jobs[-1].seq if jobs else before_seq - 1) \
             is not None
-    else:
-        has_next = len(ahead) > limit
+        short = cut is not None and cut < before_seq and len(jobs) < limit
+    else:  # (a cut is a pending job of a segment: one follows)
+        has_next = len(ahead) > limit or cut is not None
+        short = cut is not None and len(jobs) < limit
     # (a page from the start has nothing before it: no second pass over a table
     # that holds no job of a rare status)
     first = None if start < 0 else _first_seq(state, status, -1)
     has_prev = first is not None and first < (jobs[0].seq if jobs else start + 1)
     return {"rows": [row(job) for job in jobs], "has_next": has_next, "has_prev": has_prev,
-            "in_segments": segment_counts(state.segment_refs)}
+            "in_segments": segment_counts(state.segment_refs),
+            "resume_after": cut - 1 if short and cut is not None else None}
 
 
 def page_start(state: QueueState, status: str | None, after_seq: int | None,
                before_seq: int | None, limit: int) -> int:
-    """The seq a page starts after: ``after_seq``; for the last ``limit`` jobs
-    before ``before_seq``, one below the lowest of them (counted back through
-    the head's jobs and the segments' seq ranges, no line read); else -1."""
+    """The seq a page starts after: ``after_seq`` (with or without
+    ``before_seq``); for the last ``limit`` jobs before ``before_seq``, one
+    below the lowest of them (counted back through the head's jobs and the
+    segments' seq ranges, no line read); else -1."""
+    if after_seq is not None:
+        return after_seq
     if before_seq is None:
-        return -1 if after_seq is None else after_seq
+        return -1
     inline = (job.seq for job in state.jobs.peek_before(before_seq, status))
     seqs: Iterator[int] = inline
     if state.segment_refs and status in (None, PENDING):

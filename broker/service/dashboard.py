@@ -29,6 +29,7 @@ from broker.model import browse
 from broker.model.ops import Inspect
 from broker.service.coordinator import Broker
 from broker.service.history import History
+from broker.service.job_pages import full_browse_page
 
 log = logging.getLogger("osqueue.dashboard")
 
@@ -56,8 +57,10 @@ class Dashboard:
 
     async def view(self, queue: str, name: str, *args: Any) -> Any:
         """The view ``name`` of :mod:`broker.model.browse` of a queue this broker
-        serves. Raises ``UnknownQueue`` if it has no object, ``NotTheBroker`` if
-        this broker does not serve it (see :meth:`standby`), and what the loop
+        serves; a ``page`` is full unless it is the last before either end
+        (read in steps over a deep queue: see :mod:`broker.service.job_pages`).
+        Raises ``UnknownQueue`` if it has no object, ``NotTheBroker`` if this
+        broker does not serve it (see :meth:`standby`), and what the loop
         raises."""
         q = self.broker.served(queue)
         if q is None:
@@ -65,6 +68,11 @@ class Dashboard:
             url = self.owner_url(queue)
             raise NotTheBroker(f"this broker does not serve queue {queue!r} (now)",
                                **({"url": url} if url else {}))
+        if name == "page":
+            async def step(part: tuple[Any, ...]) -> dict[str, Any]:
+                got: dict[str, Any] = await q.read(Inspect(name, part))
+                return got
+            return await full_browse_page(step, *args)
         return await q.read(Inspect(name, args))
 
     def serves(self, queue: str) -> bool:

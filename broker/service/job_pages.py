@@ -1,4 +1,4 @@
-"""Pages of jobs that are full or the last.
+"""Pages of jobs that are full or the last, for the API and the dashboard.
 
 The model answers a page from the segment lines the broker has loaded, and
 ends it before the first one it has not (:class:`broker.model.views.Page`).
@@ -63,3 +63,23 @@ async def full_page(read: Callable[[ReadJobs], Awaitable[JobsView]],
         last = got.resume_after
         op = dataclasses.replace(op, limit=limit - len(rows), after=job_id_for(last))
 
+
+async def full_browse_page(read: Callable[[tuple[Any, ...]], Awaitable[dict[str, Any]]],
+                           status: str | None, after_seq: int | None,
+                           before_seq: int | None, limit: int) -> dict[str, Any]:
+    """The dashboard's page (:func:`broker.model.browse.page` with these
+    arguments), full unless it is the last before either end: ``read`` answers
+    the view for one step's arguments, and is called again for the rest while
+    a step says it was cut short (``resume_after``). ``has_prev`` is the first
+    step's, ``has_next`` the last's; the answer's ``resume_after`` is None.
+    Raises what ``read`` raises, and ``BrokerUnavailable`` as :func:`full_page`."""
+    first = got = await read((status, after_seq, before_seq, limit))
+    rows = list(got["rows"])
+    stalls, last = 0, None
+    while got["resume_after"] is not None and len(rows) < limit:
+        stalls = 0 if got["rows"] or got["resume_after"] != last else \
+            _stalled(stalls, "a page of the job browser")
+        last = got["resume_after"]
+        got = await read((status, last, before_seq, limit - len(rows)))
+        rows += got["rows"]
+    return {**got, "rows": rows, "has_prev": first["has_prev"], "resume_after": None}

@@ -1,9 +1,10 @@
 """Pages of jobs over segment objects (issue 20): broker.model.views.jobs_after
-says where a page was cut short (a segment line not loaded);
-broker.service.job_pages completes such a page in steps, so the API's pages
-are full unless they are the last. Pure tests of the model (segments made
-with encode_segment and "loaded" by hand) and of the steps with a scripted
-read."""
+says where a page was cut short (a segment line not loaded), browse.page says
+where to read on and that a job follows; broker.service.job_pages completes
+such a page in steps, so the API's pages and the dashboard's are full unless
+they are the last. Pure tests of the model (segments made with
+encode_segment and "loaded" by hand), of the step helpers with a scripted
+read, and the dashboard over an in-process broker with a memory store."""
 
 from __future__ import annotations
 
@@ -13,15 +14,20 @@ from typing import Any
 import pytest
 
 from broker.errors import BrokerUnavailable
+from broker.model import browse
 from broker.model import transitions as T
 from broker.model.job import CLAIMED, PENDING
 from broker.model.ops import JobsView, PushPayloads, ReadJobs
 from broker.model.segment_format import encode_segment, segment_lines
 from broker.model.segments import SegmentRef
-from broker.model.state import QueueState, SegmentWindows
+from broker.model.state import MAX_WINDOWS, QueueState, SegmentWindows
 from broker.model.views import Page, jobs_after, list_page
 from broker.paths import segment_key, segment_name
 from broker.service import job_pages
+from broker.service.dashboard import Dashboard
+from broker.service.history import History
+from broker.storage import MemoryStore
+from tests.support.inprocess import run, started
 from tests.support.states import new_queue
 
 NOW = 1_767_225_600_000
@@ -86,6 +92,25 @@ def test_read_jobs_answers_where_to_read_on() -> None:
     assert len(full.rows) == 2 and full.resume_after is None
 
 
+def test_browse_page_cut_short_says_where_to_read_on_and_that_jobs_follow() -> None:
+    state = _queue()
+
+    def page(after: int | None, before: int | None, limit: int) -> tuple[Any, ...]:
+        got = browse.page(state, NOW, None, after, before, limit)
+        return [r["seq"] for r in got["rows"]], got["has_next"], got["resume_after"]
+
+    assert page(None, None, 10) == (list(range(1, 9)), True, 8)
+    # a full page whose look-ahead is cut: complete, and a job follows
+    assert page(None, None, 8) == (list(range(1, 9)), True, None)
+    assert page(8, None, 10) == ([], True, 8)
+    assert page(13, None, 10) == (list(range(14, 20)), False, None)
+    # the last 3 before 12 are 9-11, not loaded: read on after 8, below 12
+    assert page(None, 12, 3) == ([], True, 8)
+    # after and before both: those between
+    assert page(2, 8, 50) == ([3, 4, 5, 6, 7], True, None)
+    assert page(5, 9, 50) == ([6, 7, 8], True, None)  # (cut at 9: not below 9)
+
+
 def _scripted(answers: list[JobsView]) -> tuple[list[ReadJobs], Any]:
     asked: list[ReadJobs] = []
 
@@ -119,3 +144,56 @@ def test_full_page_refuses_retryably_when_steps_stop_making_progress() -> None:
         asyncio.run(job_pages.full_page(read, ReadJobs(None, 10)))
     assert err.value.retryable and len(asked) == job_pages.MAX_STALLS + 2
 
+
+def test_the_dashboards_pages_of_a_queue_over_many_segments_are_full_until_the_last() -> None:
+    """A page of the job browser spans more segments than a batch loads: it is
+    still full, ``has_next`` holds until the last, and walking forwards and
+    back shows the API's listing (itself full pages) filtered by status."""
+    async def main() -> None:
+        broker = await started(MemoryStore(), segment_push_jobs=5)
+        try:
+            ids = await broker.push("q", [b'"inline"'])
+            for n in range(4 * MAX_WINDOWS):  # a segment of 5 jobs each
+                ids += await broker.push("q", [b'{"n":%d}' % (5 * n + i) for i in range(5)])
+                if n % 7 == 3:
+                    ids += await broker.push("q", [b'"a"', b'"b"'])
+            state = broker.served("q").loop.state  # type: ignore[union-attr]
+            assert len(state.segment_refs) >= 4 * MAX_WINDOWS - 1
+            await broker.claim("q", "w", 3)
+            limit = 2 * MAX_WINDOWS * 5
+            listing, after = [], None
+            while page := await broker.jobs("q", None, limit, after):
+                assert len(listing) + len(page) == len(ids) or len(page) == limit
+                listing += page
+                after = page[-1]["id"]
+            assert [job["id"] for job in listing] == ids
+            dash = Dashboard(broker, History(broker))
+            for status in (None, PENDING, CLAIMED):
+                want = [int(j["id"][1:]) for j in listing if status in (None, j["status"])]
+                walked, after_seq, pages = [], None, 0
+                while True:
+                    got = await dash.view("q", "page", status, after_seq, None, limit)
+                    assert got["resume_after"] is None
+                    seqs = [r["seq"] for r in got["rows"]]
+                    walked += seqs
+                    pages += 1
+                    if not got["has_next"]:
+                        break
+                    assert len(seqs) == limit
+                    after_seq = seqs[-1]
+                assert walked == want, status
+                assert pages == max(1, -(-len(want) // limit)), status
+                back, before = [], max(want, default=0) + 1
+                while True:
+                    got = await dash.view("q", "page", status, None, before, limit)
+                    seqs = [r["seq"] for r in got["rows"]]
+                    back = seqs + back
+                    if not got["has_prev"]:
+                        break
+                    assert len(seqs) == limit
+                    before = seqs[0]
+                assert back == want, status
+        finally:
+            await broker.stop(5)
+
+    run(main())

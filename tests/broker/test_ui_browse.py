@@ -138,7 +138,8 @@ def test_a_first_page_filtered_on_a_status_no_job_has_walks_the_table_once() -> 
     state.jobs.entries = CountedScans(state.jobs.entries)
     CountedScans.scans = 0
     page = browse.page(state, NOW, CANCELLED, None, None, 50)
-    assert page == {"rows": [], "has_next": False, "has_prev": False, "in_segments": 0}
+    assert page == {"rows": [], "has_next": False, "has_prev": False, "in_segments": 0,
+                    "resume_after": None}
     assert CountedScans.scans == 1
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import bisect
+import itertools
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -83,6 +85,75 @@ def arrow_staged_lines(batches: Iterator[Any]) -> Iterator[bytes]:
                     if row[n] is not None:
                         row[n] = dict(row[n])
                 yield job_staged_line(row_to_job(row))
+
+
+def arrow_staged_chunks(batches: Iterator[Any], max_rows: int,
+                        max_bytes: int) -> Iterator[tuple[bytes, int]]:
+    """The staged lines of :func:`arrow_staged_lines` for the same batches, in
+    pieces of at most ``max_rows`` rows and (but for a single larger line)
+    ``max_bytes`` bytes: ``(lines, rows)``, in row order.
+
+    A batch whose only column is a string ``payload`` without nulls or line
+    breaks (a Spark write of ``to_json(...)``, say) is joined by Arrow, with
+    no Python step a row and no JSON parse here: the broker checks every
+    staged payload and refuses a chunk holding one that is not JSON, naming
+    its line (about 15 times faster than a row at a time, which parsed each
+    payload: ``bench/spark_bench.py``, the write row). Any other batch goes a
+    row at a time, and raises as :func:`arrow_staged_lines` does.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for batch in batches:
+        if not _plain_payloads(batch, pa):
+            yield from _row_pieces(batch, max_rows, max_bytes)
+            continue
+        kind = batch.schema.field(0).type
+        none, tab, eol = (pa.scalar(text, kind) for text in ("", "\t", "\n"))
+        joined = pc.binary_join_element_wise(  # "\t" + text + "\n", each row
+            pc.binary_join_element_wise(none, batch.column(0), tab), none, eol)
+        offsets = memoryview(joined.buffers()[1]).cast(
+            "q" if pa.types.is_large_string(joined.type) else "i")[
+                joined.offset:joined.offset + len(joined) + 1]
+        start = offsets[0]
+        data = joined.buffers()[2].slice(start, offsets[-1] - start).to_pybytes()
+        if data.count(b"\n") != len(joined):  # a text spans lines: re-encoded a row at a time
+            yield from _row_pieces(batch, max_rows, max_bytes)
+            continue
+        for lo, hi in _pieces(offsets[1:], start, max_rows, max_bytes):
+            yield data[offsets[lo] - start:offsets[hi] - start], hi - lo
+
+
+def _row_pieces(batch: Any, max_rows: int, max_bytes: int) -> Iterator[tuple[bytes, int]]:
+    lines = list(arrow_staged_lines(iter([batch])))
+    ends = list(itertools.accumulate(map(len, lines)))
+    for lo, hi in _pieces(ends, 0, max_rows, max_bytes):
+        yield b"".join(lines[lo:hi]), hi - lo
+
+
+def _plain_payloads(batch: Any, pa: Any) -> bool:
+    """Whether ``batch`` holds a string ``payload`` column only, with no null
+    (else the row-at-a-time path names the null row)."""
+    if batch.schema.names != ["payload"]:
+        return False
+    kind = batch.schema.field(0).type
+    return bool((pa.types.is_string(kind) or pa.types.is_large_string(kind))
+                and not batch.column(0).null_count)
+
+
+def _pieces(ends: Sequence[int], start: int, max_rows: int,
+            max_bytes: int) -> list[tuple[int, int]]:
+    """``(lo, hi)`` runs of items of at most ``max_rows`` items and ``max_bytes``
+    bytes (but at least one item each), item ``i`` ending at byte ``ends[i]``
+    of a run of bytes from ``start`` on."""
+    out: list[tuple[int, int]] = []
+    lo, base = 0, start
+    while lo < len(ends):
+        hi = bisect.bisect_right(ends, base + max_bytes, lo + 1, len(ends))
+        hi = min(max(hi, lo + 1), lo + max_rows)
+        out.append((lo, hi))
+        base, lo = ends[hi - 1], hi
+    return out
 
 
 def ts(ms: int | None) -> datetime | None:

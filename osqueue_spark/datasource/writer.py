@@ -9,18 +9,22 @@ the stream writer (:mod:`osqueue_spark.datasource.stream_writer`) too.
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import hashlib
 import logging
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
+from broker.errors import RequestError
 from osqueue_spark.client import job_staged_line
 from osqueue_spark.datasource.errors import with_code
 from osqueue_spark.datasource.options import BrokerOptions
-from osqueue_spark.datasource.rows import arrow_staged_lines, row_to_job
+from osqueue_spark.datasource.rows import arrow_staged_chunks, row_to_job
 
 log = logging.getLogger("osqueue.spark")
 
@@ -39,14 +43,44 @@ class StagedMessage(WriterCommitMessage):
 
 
 STAGE_CHUNK_BYTES = 8 * 1024 * 1024  # well under the broker's request limit
+#: Stage requests one task has under way while it makes the next chunk: the
+#: broker's check and durable write of one chunk overlap the others'
+#: (``bench/spark_bench.py``, the write row).
+STAGE_IN_FLIGHT = 2
 FINGERPRINT_MASK = (1 << 128) - 1
 
 
 def stage_lines(opts: BrokerOptions, prefix: str, lines: Iterator[bytes], *,
-                 fingerprint: bool = False) -> StagedMessage:
-    """Stage staged lines under ``prefix``, one write id per chunk of ``batch_size``
-    rows (or 8 MB, whichever comes first). With ``fingerprint``, also digest the
-    lines (see :class:`StagedMessage`)."""
+                fingerprint: bool = False) -> StagedMessage:
+    """Stage staged lines under ``prefix`` (see :func:`stage_pieces`). With
+    ``fingerprint``, also digest the lines (see :class:`StagedMessage`)."""
+    total = 0
+    blake2b, from_bytes = hashlib.blake2b, int.from_bytes
+
+    def pieces() -> Iterator[tuple[bytes, int]]:
+        nonlocal total
+        for line in lines:
+            if fingerprint:
+                total += from_bytes(blake2b(line, digest_size=16).digest(), "big")
+            yield line, 1
+
+    message = stage_pieces(opts, prefix, pieces())
+    message.fingerprint = total & FINGERPRINT_MASK
+    return message
+
+
+def stage_pieces(opts: BrokerOptions, prefix: str,
+                 pieces: Iterator[tuple[bytes, int]]) -> StagedMessage:
+    """Stage ``pieces`` (staged lines and how many, in order) under ``prefix``,
+    one write id per request of at most ``batch_size`` rows and
+    :data:`STAGE_CHUNK_BYTES` (but for one larger piece).
+
+    One request is sent while the next is built (a thread of this task), so
+    the broker's check and write of a chunk overlap the making of the next:
+    at most two chunks are held. The first failed request raises here (from
+    the next piece's turn or the end); what was staged stays until the
+    write's publish or abort drops it, or it expires.
+    """
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
@@ -54,28 +88,40 @@ def stage_lines(opts: BrokerOptions, prefix: str, lines: Iterator[bytes], *,
     client = opts.client()
     write_ids: list[str] = []
     chunk: list[bytes] = []
-    size = count = total = 0
-    blake2b, from_bytes = hashlib.blake2b, int.from_bytes
+    size = rows = count = 0
+    sending: collections.deque[Future[int]] = collections.deque()
 
-    def flush() -> None:
-        write_id = f"{prefix}{task}-c{len(write_ids)}"
-        client.stage_lines(write_id, b"".join(chunk))
-        write_ids.append(write_id)
+    def send(write_id: str, data: bytes, first: int, n: int) -> int:
+        try:
+            return client.stage_lines(write_id, data)
+        except RequestError as exc:  # (the broker names the line within the request)
+            raise type(exc)(f"rows {first}-{first + n - 1} of task {task} were refused, "
+                            f"nothing of them staged: {exc}", **exc.details) from None
 
-    for line in lines:
-        chunk.append(line)
-        size += len(line)
-        if fingerprint:
-            total += from_bytes(blake2b(line, digest_size=16).digest(), "big")
-        if len(chunk) >= opts.batch_size or size >= STAGE_CHUNK_BYTES:
+    with contextlib.closing(client), ThreadPoolExecutor(
+            STAGE_IN_FLIGHT, thread_name_prefix="osqueue-stage") as sender:
+
+        def flush() -> None:
+            nonlocal chunk, size, rows, count
+            while len(sending) >= STAGE_IN_FLIGHT:
+                sending.popleft().result()  # (raises the failure of a request before)
+            write_id = f"{prefix}{task}-c{len(write_ids)}"
+            sending.append(sender.submit(send, write_id, b"".join(chunk), count, rows))
+            write_ids.append(write_id)
+            count += rows
+            chunk, size, rows = [], 0, 0
+
+        for data, n in pieces:
+            if chunk and (rows + n > opts.batch_size or size + len(data) > STAGE_CHUNK_BYTES):
+                flush()
+            chunk.append(data)
+            size += len(data)
+            rows += n
+        if chunk:
             flush()
-            count += len(chunk)
-            chunk, size = [], 0
-    if chunk:
-        flush()
-        count += len(chunk)
-    client.close()
-    return StagedMessage(write_ids, count, fingerprint=total & FINGERPRINT_MASK)
+        while sending:
+            sending.popleft().result()
+    return StagedMessage(write_ids, count)
 
 
 def stage_rows(opts: BrokerOptions, prefix: str, rows: Iterator[Any], *,
@@ -93,7 +139,8 @@ class QueueWriter(DataSourceArrowWriter):
 
     @with_code
     def write(self, iterator: Iterator[Any]) -> StagedMessage:
-        return stage_lines(self.opts, self.prefix, arrow_staged_lines(iterator))
+        return stage_pieces(self.opts, self.prefix, arrow_staged_chunks(
+            iterator, self.opts.batch_size, STAGE_CHUNK_BYTES))
 
     @with_code
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:

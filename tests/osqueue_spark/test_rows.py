@@ -13,7 +13,13 @@ import pytest
 from broker.errors import InvalidRequest
 from broker.model.checks import parse_staged
 from osqueue_spark.client import job_staged_line
-from osqueue_spark.datasource.rows import arrow_staged_lines, row_to_job, ts, ts_text
+from osqueue_spark.datasource.rows import (
+    arrow_staged_chunks,
+    arrow_staged_lines,
+    row_to_job,
+    ts,
+    ts_text,
+)
 
 
 class Row(dict[str, Any]):
@@ -130,3 +136,37 @@ def test_times_come_back_as_utc_datetimes() -> None:
     when = datetime(2026, 11, 22, 3, 4, 5, 678_000, tzinfo=UTC)
     assert ts(round(when.timestamp() * 1000)) == when
     assert ts_text("2026-11-22T03:04:05.678Z") == when
+
+
+TEXTS = [orjson.dumps({"doc": i, "path": f"s3://b/{i}-é.json"}).decode() for i in range(50)]
+
+
+@pytest.mark.parametrize("batches", [
+    [pa.RecordBatch.from_pydict({"payload": TEXTS})],
+    [pa.RecordBatch.from_pydict({"payload": TEXTS}).slice(7, 30),  # an offset into buffers
+     pa.RecordBatch.from_pydict({"payload": TEXTS[:3]})],
+    [pa.RecordBatch.from_pydict({"payload": pa.array(TEXTS, pa.large_string())}).slice(1)],
+    [pa.RecordBatch.from_pydict({"payload": ['{"a":\n1}', "2", "[3]"]})],  # re-encoded
+    [pa.RecordBatch.from_pydict({"payload": TEXTS[:4], "priority": [1, None, 2, None]})],
+    [pa.RecordBatch.from_pydict({"doc": [1, 2, 3]})],
+], ids=["plain", "sliced", "large-string", "line-break", "options", "columns"])
+def test_arrow_staged_chunks_are_the_staged_lines_in_bounded_pieces(
+        batches: list[pa.RecordBatch]) -> None:
+    lines = list(arrow_staged_lines(iter(batches)))
+    for max_rows, max_bytes in [(5000, 1 << 20), (7, 1 << 20), (1000, 200), (3, 1)]:
+        pieces = list(arrow_staged_chunks(iter(batches), max_rows, max_bytes))
+        assert b"".join(data for data, _ in pieces) == b"".join(lines)
+        assert sum(n for _, n in pieces) == len(lines)
+        for data, n in pieces:
+            assert data.count(b"\n") == n and 1 <= n <= max_rows
+            assert len(data) <= max_bytes or n == 1
+
+
+def test_arrow_staged_chunks_join_plain_text_without_parsing_it() -> None:
+    """Text that is not JSON passes (the broker refuses its chunk, naming the
+    line); a null still names its row here."""
+    batch = pa.RecordBatch.from_pydict({"payload": ["1", "nope"]})
+    assert list(arrow_staged_chunks(iter([batch]), 10, 1 << 20)) == [(b"\t1\n\tnope\n", 2)]
+    with pytest.raises(InvalidRequest, match="column 'payload' is null in row 1"):
+        list(arrow_staged_chunks(iter([pa.RecordBatch.from_pydict(
+            {"payload": pa.array(["1", None], pa.string())})]), 10, 1 << 20))

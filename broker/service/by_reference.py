@@ -102,16 +102,36 @@ class _Writer:
         self.started = monotonic()
         self.refs: list[SegmentRef] = []
         self.held: list[str] = []  # keys written: see SegmentStore.hold
+        self.released = False
 
     def release(self) -> None:
-        """The push is answered (or failed): its objects are the sweep's to judge."""
+        """The push is answered (or failed): its objects are the sweep's to judge,
+        and so is any written later (:meth:`_keep`)."""
+        self.released = True
         self.segments.release(self.held)
         self.held = []
+
+    def _keep(self, key: str) -> None:
+        """Hold ``key``, just written, from the sweep until :meth:`release`; at
+        once the sweep's if released already (a write that landed after the push
+        was answered: no commit of this push references it)."""
+        self.segments.hold([key])
+        if self.released:
+            self.segments.release([key])
+        else:
+            self.held.append(key)
 
     async def write(self, payloads: list[bytes]) -> list[bytes]:
         """Reserve seqs for ``payloads`` and write their segments (kept in
         :attr:`refs`); return the payloads that go into the head instead: none,
-        or all of them if one holds a line break (a segment line holds one job)."""
+        or all of them if one holds a line break (a segment line holds one job).
+
+        The segments are written :data:`WRITERS` at once. The first slice that
+        fails stops the others (a line break: the payloads are returned; a
+        storage error is raised), as a cancel does; a write already in the
+        store's hands may land later, for the sweep (:meth:`_keep`). So every
+        object written is referenced by this push's commit or, once
+        :meth:`release` has run, left to the sweep."""
         reserved = await self.loop.submit(Reserve(len(payloads), max(map(len, payloads))))
         assert isinstance(reserved.ids, JobIds) and isinstance(reserved.view, int)
         first = reserved.ids.first
@@ -127,16 +147,19 @@ class _Writer:
                 ref = refs[i] = await self.segments.write(self.queue, first + lo, 0, now,
                                                           payloads[lo:hi],
                                                           max_attempts=max_attempts)
-                self.held.append(ref.key)  # (no sweep until this push is answered)
-                self.segments.hold([ref.key])
+                self._keep(ref.key)  # (no sweep until this push is answered)
 
+        tasks = [asyncio.ensure_future(one(i, lo, hi)) for i, (lo, hi) in enumerate(slices)]
         try:
-            await asyncio.gather(*(one(i, lo, hi) for i, (lo, hi) in enumerate(slices)))
+            await asyncio.gather(*tasks)
         except ValueError:
             log.info("%d jobs pushed to %s go into the queue object (a payload holds a "
                      "line break); the seqs reserved for them stay unused",
                      len(payloads), self.queue)
             return payloads
+        finally:  # (a failed slice fails them all: the others are stopped, not left to hold)
+            for task in tasks:
+                task.cancel()
         self.refs += [ref for ref in refs if ref is not None]
         return []
 

@@ -42,7 +42,7 @@ from broker.model.segment_format import encode_segment, segment_lines
 from broker.model.state import QueueState, SegmentRef, SegmentWindows
 from broker.paths import segment_key, segment_name
 from broker.storage import FileStore
-from broker.wire import CANCEL_REQUESTED, CANCELLED, CancelAnswer
+from broker.wire import CANCEL_REQUESTED, CANCELLED, CancelAnswer, ItemResult
 from tests.support.inprocess import archive_lines, run, started, stored
 from tests.support.states import new_queue, read_back
 
@@ -260,7 +260,9 @@ class CancelMachine(RuleBasedStateMachine):
     """Push, claim, cancel, heartbeat, complete, fail, release, time passing, a
     re-read, a takeover and the archive's drop, in any order: a job whose cancel
     took is archived as cancelled exactly once and never completed; a job is
-    archived at most once; a job archived as completed was never cancelled."""
+    archived at most once; a job archived as completed was never cancelled; a
+    complete or fail repeated with a token that settled its job (before a cancel,
+    maybe) answers as it first did and changes nothing."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -270,6 +272,7 @@ class CancelMachine(RuleBasedStateMachine):
         self.ids: list[str] = []
         self.tokens: list[str] = []
         self.cancelled: set[str] = set()  # cancels that took
+        self.settled: dict[tuple[str, str], ItemResult] = {}  # (token, how): its ok answer
         self.archive: list[tuple[str, str]] = []  # (id, status), every line written
 
     @rule(n=st.integers(1, 3), delay=st.sampled_from([0, 0, 5_000]))
@@ -302,10 +305,21 @@ class CancelMachine(RuleBasedStateMachine):
         token = data.draw(st.sampled_from(self.tokens))
         op = {"heartbeat": Heartbeat((token,)), "complete": Complete((CompleteItem(token),)),
               "fail": Fail((FailItem(token, "x"),)), "release": Release((token,))}[what]
+        first = self.settled.get((token, what))
+        before = None if first is None else self.snapshot()
         r = T.apply(self.state, op, self.now)
         for item in r.items:
-            if item.ok:
+            if first is not None:  # a repeat of a settlement that landed (before a cancel, maybe)
+                assert item == first and not r.changed and self.snapshot() == before
+            elif item.ok:
                 assert token.rpartition("-")[0].rpartition(".")[0] not in self.cancelled
+                if what in ("complete", "fail"):
+                    self.settled[(token, what)] = item
+
+    def snapshot(self) -> tuple[bytes, dict[int, list[int]]]:
+        """What a call that changes nothing leaves as it was: the object's content
+        and the commits awaiting their archive objects."""
+        return codec.encode_full(self.state), {s: list(j) for s, j in self.state.completed.items()}
 
     @rule(dt=st.sampled_from([1, 1_000, 4_000]))
     def tick(self, dt: int) -> None:

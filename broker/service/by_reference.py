@@ -30,6 +30,7 @@ import itertools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import cast
 
 from broker.commit.loop import CommitLoop
 from broker.errors import BrokerUnavailable, InvalidRequest
@@ -39,7 +40,7 @@ from broker.model.ops import NewJob, Op, Push, PushPayloads, Reserve, Result, pu
 from broker.model.segments import MAX_SEGMENT_JOBS
 from broker.model.state import QueueState, SegmentRef
 from broker.service.segment_store import SegmentStore
-from broker.service.staged_cache import Jobs
+from broker.service.staged_cache import StagedChunk
 
 log = logging.getLogger("osqueue.segments")
 
@@ -77,8 +78,8 @@ def wanted(op: object, min_jobs: int) -> bool:
 
 
 Loop = CommitLoop[QueueState, Op, Result]
-#: Reads one staged chunk: its jobs, or None if it is gone.
-Load = Callable[[], Awaitable[Jobs | None]]
+#: Reads one staged chunk, or None if it is gone.
+Load = Callable[[], Awaitable[StagedChunk | None]]
 
 
 @dataclass(frozen=True)
@@ -121,10 +122,13 @@ class _Writer:
         else:
             self.held.append(key)
 
-    async def write(self, payloads: list[bytes]) -> list[bytes]:
+    async def write(self, payloads: list[bytes], largest: int | None = None,
+                    size: int | None = None) -> list[bytes]:
         """Reserve seqs for ``payloads`` and write their segments (kept in
         :attr:`refs`); return the payloads that go into the head instead: none,
         or all of them if one holds a line break (a segment line holds one job).
+        ``largest`` (bytes of the largest payload) and ``size`` (of them all):
+        what the caller knows already, else each is a pass over ``payloads``.
 
         The segments are written :data:`WRITERS` at once. The first slice that
         fails stops the others (a line break: the payloads are returned; a
@@ -132,13 +136,16 @@ class _Writer:
         store's hands may land later, for the sweep (:meth:`_keep`). So every
         object written is referenced by this push's commit or, once
         :meth:`release` has run, left to the sweep."""
-        reserved = await self.loop.submit(Reserve(len(payloads), max(map(len, payloads))))
+        if largest is None:
+            largest = max(map(len, payloads))
+        reserved = await self.loop.submit(Reserve(len(payloads), largest))
         assert isinstance(reserved.ids, JobIds) and isinstance(reserved.view, int)
         first = reserved.ids.first
         # (the landed version's: the loop's state may hold a change still in flight)
         max_attempts = reserved.view
         now = self.clock()
-        slices = chunks(payloads)
+        slices = [(0, len(payloads))] if size is not None and size <= SEGMENT_MAX_BYTES \
+            and len(payloads) <= MAX_SEGMENT_JOBS else chunks(payloads)
         refs: list[SegmentRef | None] = [None] * len(slices)
         gate = asyncio.Semaphore(WRITERS)
 
@@ -234,37 +241,45 @@ async def _publish(writer: _Writer, push_jobs: int, publish: StagedPublish,
                    writes: collections.deque[asyncio.Future[list[bytes]]]) -> Result:
     inline: list[NewJob | bytes] = []
     batch: list[bytes] = []
-    size = gone = 0
+    size = largest = gone = 0
     # every job in order, until a segment is written: a small publish keeps its order
     everything: list[NewJob | bytes] | None = []
-    async for jobs in _read_ahead(publish.loads):
-        if jobs is None:
+
+    def flush() -> None:
+        nonlocal batch, size, largest, everything
+        writes.append(asyncio.ensure_future(writer.write(batch, largest, size)))
+        batch, size, largest, everything = [], 0, 0, None
+
+    async for chunk in _read_ahead(publish.loads):
+        if chunk is None:
             gone += 1
             continue
+        jobs = chunk.jobs
         if everything is not None:
             everything += jobs
-        try:  # (all bare, as a Spark write's are: no loop in Python)
-            size += sum(map(bytes.__len__, jobs))  # type: ignore[arg-type]
-            batch += jobs  # type: ignore[arg-type]
-        except TypeError:  # some jobs have options: those go into the head
-            batch += [job for job in jobs if isinstance(job, bytes)]
-            size = sum(map(len, batch))
+        bare = cast("list[bytes]", jobs)
+        if not chunk.all_bare:  # jobs with options go into the head
+            bare = [job for job in jobs if isinstance(job, bytes)]
             inline += [job for job in jobs if not isinstance(job, bytes)]
-        if len(batch) >= MAX_SEGMENT_JOBS or size >= SEGMENT_MAX_BYTES:
-            writes.append(asyncio.ensure_future(writer.write(batch)))
-            batch, size, everything = [], 0, None
+        # whole chunks to a segment, within its limits (sizes known: no pass here)
+        if batch and (len(batch) + len(bare) > MAX_SEGMENT_JOBS
+                      or size + chunk.bare_bytes > SEGMENT_MAX_BYTES):
+            flush()
             while len(writes) >= WRITERS:
                 inline += await writes.popleft()
+        batch += bare
+        size += chunk.bare_bytes
+        largest = max(largest, chunk.largest)
     if everything is not None and len(batch) < push_jobs:
         return await writer.commit(push_of(everything, publish.once, missing=gone))
     if batch:
-        writes.append(asyncio.ensure_future(writer.write(batch)))
+        flush()
     while writes:
         inline += await writes.popleft()
     return await writer.commit(push_of(inline, publish.once, missing=gone))
 
 
-async def _read_ahead(loads: Sequence[Load]) -> AsyncIterator[Jobs | None]:
+async def _read_ahead(loads: Sequence[Load]) -> AsyncIterator[StagedChunk | None]:
     """Every chunk in order, with up to :data:`WRITERS` reads under way (so at
     most that many chunks are held besides the one being gathered)."""
     it = iter(loads)

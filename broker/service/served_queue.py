@@ -82,7 +82,7 @@ class ServedQueue:
                                                   self._clock, self._monotonic)
             chunks = await asyncio.gather(*(load() for load in op.loads))  # (in order)
             gone = sum(chunk is None for chunk in chunks)
-            jobs = [job for chunk in chunks if chunk is not None for job in chunk]
+            jobs = [job for chunk in chunks if chunk is not None for job in chunk.jobs]
             return await self.loop.submit(push_of(jobs, op.once, missing=op.missing + gone))
         if wanted(op, self.segments.push_jobs):
             assert isinstance(op, PushPayloads)

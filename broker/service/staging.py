@@ -25,7 +25,7 @@ from broker import paths
 from broker.errors import InvalidRequest, NotFound, OsqueueError, shown
 from broker.model.checks import parse_staged
 from broker.model.ops import Result
-from broker.service.staged_cache import Jobs, StagedCache
+from broker.service.staged_cache import StagedCache, StagedChunk, staged_chunk
 from broker.storage import ObjectStore
 from broker.storage.base import ListedKeys
 
@@ -40,7 +40,7 @@ IO = Callable[..., Awaitable[Any]]
 #: Pushes the jobs of a publish: ``await commit(loads, missing)``, each of
 #: ``loads`` reading one chunk to keep (None if it is gone by then), ``missing``
 #: counting chunks to keep that were not found; raises what the push raises.
-Commit = Callable[[list[Callable[[], Awaitable[Jobs | None]]], int], Awaitable[Result]]
+Commit = Callable[[list[Callable[[], Awaitable[StagedChunk | None]]], int], Awaitable[Result]]
 
 
 class Staging:
@@ -79,7 +79,7 @@ class Staging:
         if not jobs:
             raise InvalidRequest("nothing to stage: no job lines")
         etag = self.store.put(key, lines)
-        self._cache.put(key, jobs, len(lines), etag)
+        self._cache.put(key, staged_chunk(jobs, lines), len(lines), etag)
         return len(jobs)
 
     # -- publish ----------------------------------------------------------------------
@@ -101,7 +101,7 @@ class Staging:
             if missing and once is None:
                 raise InvalidRequest(f"{len(missing)} staged chunk(s) are missing, e.g. "
                                      f"{shown(missing[0])}; nothing was published")
-            loads: list[Callable[[], Awaitable[Jobs | None]]] = [
+            loads: list[Callable[[], Awaitable[StagedChunk | None]]] = [
                 functools.partial(self._read, newest[w]) for w in keep if w in newest]
             result = await commit(loads, len(missing))
         try:
@@ -126,16 +126,15 @@ class Staging:
                 found[write_id] = key  # (this version's key over an 0.1 one)
         return found, every
 
-    async def _read(self, key: str) -> Jobs | None:
+    async def _read(self, key: str) -> StagedChunk | None:
         """The jobs of a staging object, or None if it is gone (published meanwhile).
         Only the parse runs with the collector paused, not the store calls."""
         got = await self._io(self._fetch, key)
         if not isinstance(got, bytes):
             return got
-        return cast("Jobs", await self._bulk(
-            functools.partial(parse_staged, check=False, where=key), got))
+        return cast("StagedChunk", await self._bulk(_chunk_of, got, key))
 
-    def _fetch(self, key: str) -> Jobs | bytes | None:
+    def _fetch(self, key: str) -> StagedChunk | bytes | None:
         """A staging object's jobs if this broker still holds them parsed, else its
         bytes, or None if it is gone."""
         cached = self._cache.pop(key)
@@ -177,3 +176,8 @@ class Staging:
         if removed:
             log.info("swept %d staging object(s) of vanished writers", removed)
         return removed
+
+
+def _chunk_of(data: bytes, key: str) -> StagedChunk:
+    """The chunk of a staging object's bytes (checked when staged)."""
+    return staged_chunk(parse_staged(data, check=False, where=key), data)

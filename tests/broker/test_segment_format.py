@@ -14,32 +14,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker import paths, timefmt
+from broker import timefmt
 from broker.errors import CorruptState, SegmentMissing
 from broker.limits import MAX_PRIORITY
 from broker.model import segment_format as sf
 from broker.model.job import PENDING, Job
 from broker.model.lines import job_line, new_pending_lines
 from broker.model.segments import SegmentRef
+from tests.support.segment_refs import T0, key_of, payloads, ref_for
 from tests.support.segment_v1 import encode_segment_v1
 
-T0 = 1_700_000_000_123
 SECRET = b'{"secret":"do-not-quote-me"}'
 GOLDEN_V1 = Path(__file__).parent / "fixtures" / "golden_segment_v1.jsonl"
-
-
-def key_of(first_seq: int, queue: str = "q", salt: str = "0a1b2c3d") -> str:
-    return paths.segment_key(queue, paths.segment_name(first_seq, salt))
-
-
-def ref_for(first_seq: int, count: int, priority: int = 0, run_at_ms: int = T0,
-            taken: int = 0, queue: str = "q") -> SegmentRef:
-    return SegmentRef(key_of(first_seq, queue), "etag-1", first_seq, count, priority,
-                      run_at_ms, taken)
-
-
-def payloads(n: int) -> list[bytes]:
-    return [b'{"n":%d}' % i for i in range(n)]
 
 
 # -- the object's bytes ---------------------------------------------------------------

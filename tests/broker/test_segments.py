@@ -16,23 +16,9 @@ from broker.limits import MAX_PRIORITY
 from broker.model import segments as sg
 from broker.model.indexes import ready_key
 from broker.model.segments import SegmentRef
+from tests.support.segment_refs import T0, key_of, ref_for
 
-T0 = 1_700_000_000_123
 SECRET = b'{"secret":"do-not-quote-me"}'
-
-
-def key_of(first_seq: int, queue: str = "q", salt: str = "0a1b2c3d") -> str:
-    return paths.segment_key(queue, paths.segment_name(first_seq, salt))
-
-
-def ref_for(first_seq: int, count: int, priority: int = 0, run_at_ms: int = T0,
-            taken: int = 0, queue: str = "q") -> SegmentRef:
-    return SegmentRef(key_of(first_seq, queue), "etag-1", first_seq, count, priority,
-                      run_at_ms, taken)
-
-
-def payloads(n: int) -> list[bytes]:
-    return [b'{"n":%d}' % i for i in range(n)]
 
 
 # -- paths ----------------------------------------------------------------------------

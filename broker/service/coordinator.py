@@ -440,10 +440,8 @@ class Broker(CancelCalls):
         if q is not None and q.loop.active:
             return await q.read(op)
         paths.check_queue_name(queue)
-        got = await self.read_object(queue)
-        if got is None:
-            raise UnknownQueue(f"queue {queue!r} does not exist (it is created by its first push)")
-        return await stored_view(got[0], op, self.segments, self.clock())
+        return await stored_view(functools.partial(self.read_object, queue), queue, op,
+                                 self.segments, self.clock())
 
     async def stats(self, queue: str) -> dict[str, Any]:
         out: dict[str, Any] = await self._read(queue, ReadStats())

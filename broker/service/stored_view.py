@@ -3,41 +3,103 @@ the queue (a read never moves a queue: see :mod:`broker.service.coordinator`).
 
 The served path loads the segment lines a page of jobs shows before the page
 is read (:meth:`broker.service.queue_model.QueueModel.prepare`); this is the
-same for a stored version, read once: without it a page of a deep queue
-would end before its first segment, empty while the queue holds jobs.
+same for a stored version: without it a page of a deep queue would end
+before its first segment, empty while the queue holds jobs.
+
+The queue's owner moves on meanwhile: it takes segments empty, drops their
+references and deletes their objects once the commit that dropped them has
+landed. So the version read may reference a segment that is gone by the time
+its lines are read. That is no loss: a newer version no longer references
+it (its jobs moved into the head, with their seqs), so the step is read again
+from the newer version, after the same last job, as the owner's own steps may
+each see a later version (see :mod:`broker.service.job_pages`). Only a
+segment that a version read after the miss still references, and the store
+lacks, is lost: ``SegmentMissing``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from broker.errors import BrokerUnavailable, SegmentMissing, UnknownQueue
 from broker.model import transitions
 from broker.model.ops import JobsView, ReadJobs, ReadStats
-from broker.model.state import QueueState, SegmentWindows
+from broker.model.state import QueueState, SegmentRef, SegmentWindows
 from broker.model.views import page_segments
 from broker.service.job_pages import full_page
 from broker.service.segment_store import SegmentStore
 
+#: Newer versions of the head one step of a page reads, one after another,
+#: when each in turn references a segment dropped and deleted since: then the
+#: page is refused as retryable (the queue moved on faster than it was read).
+REREADS = 3
 
-async def stored_view(state: QueueState, op: ReadStats | ReadJobs, segments: SegmentStore,
-                      now_ms: int) -> Any:
-    """What ``op`` reads of ``state``, a stored version (decoded, not served
-    here): a page of jobs (a :class:`~broker.model.ops.JobsView`, never cut
-    short) shows the pending jobs of its segments, read from the store at
-    most :data:`~broker.model.state.MAX_WINDOWS` of them at a time (each step
-    of :func:`~broker.service.job_pages.full_page` over the same version
-    drops the windows of the one before). Raises ``SegmentMissing`` naming a
-    segment object that is missing or changed (the queue may have moved on
-    since ``state`` was read: read again), ``InvalidRequest`` for a bad page,
-    and the store's errors. Changes nothing in the store."""
+#: A stored version of a queue object and its etag.
+Head = tuple[QueueState, str]
+
+
+async def stored_view(read_head: Callable[[], Awaitable[Head | None]], queue: str,
+                      op: ReadStats | ReadJobs, segments: SegmentStore, now_ms: int) -> Any:
+    """What ``op`` reads of queue ``queue``'s stored object, which ``read_head``
+    reads (None: there is none): stats of the version read, or a page of jobs
+    (a :class:`~broker.model.ops.JobsView`, never cut short) that shows the
+    pending jobs of its segments, read from the store at most
+    :data:`~broker.model.state.MAX_WINDOWS` of them at a time (each step of
+    :func:`~broker.service.job_pages.full_page` drops the windows of the one
+    before). A step that finds a referenced segment gone is read again from a
+    newer version (see the module docstring), at most :data:`REREADS` times
+    in a row.
+
+    Raises ``UnknownQueue`` if the queue has no object; ``SegmentMissing``
+    naming a segment object that is missing or changed while a version read
+    after that still references it (deleted or rewritten behind the brokers'
+    backs); ``BrokerUnavailable`` (retryable) past :data:`REREADS`;
+    ``InvalidRequest`` for a bad page; and the store's errors. Changes
+    nothing in the store."""
+    head = await _read(read_head, queue)
     if not isinstance(op, ReadJobs):
-        return transitions.apply(state, op, now_ms).view
+        return transitions.apply(head[0], op, now_ms).view
+    rereads = 0
 
     async def step(part: ReadJobs) -> JobsView:
-        windows = state.windows = SegmentWindows()
-        for ref in page_segments(state, part.status, part.after, part.limit):
-            windows.put(ref, ref.taken, await segments.read_window(ref))
-        got: JobsView = transitions.apply(state, part, now_ms).view
-        return got
+        nonlocal head, rereads
+        while True:
+            got = await _step(head[0], part, segments, now_ms)
+            if isinstance(got, JobsView):
+                rereads = 0
+                return got
+            lost, error = got
+            newer = await _read(read_head, queue)
+            if any(ref.key == lost.key and ref.etag == lost.etag
+                   for ref in newer[0].segment_refs):
+                raise error  # the newest version needs it, and it is gone: lost
+            if rereads >= REREADS:
+                raise BrokerUnavailable(
+                    f"queue {queue!r} moved on {REREADS} times while a page of its jobs "
+                    "was read (its segments were taken and deleted); try again")
+            rereads += 1
+            head = newer
 
     return JobsView(await full_page(step, op))
+
+
+async def _read(read_head: Callable[[], Awaitable[Head | None]], queue: str) -> Head:
+    got = await read_head()
+    if got is None:
+        raise UnknownQueue(f"queue {queue!r} does not exist (it is created by its first push)")
+    return got
+
+
+async def _step(state: QueueState, part: ReadJobs, segments: SegmentStore, now_ms: int
+                ) -> JobsView | tuple[SegmentRef, SegmentMissing]:
+    """One step of a page over ``state``, or the first segment it needs that
+    the store lacks (at ``state``'s etag) and the error saying so."""
+    windows = state.windows = SegmentWindows()
+    for ref in page_segments(state, part.status, part.after, part.limit):
+        try:
+            windows.put(ref, ref.taken, await segments.read_window(ref))
+        except SegmentMissing as missing:
+            return ref, missing
+    got: JobsView = transitions.apply(state, part, now_ms).view
+    return got

@@ -378,7 +378,9 @@ class Stats(Response):
 
 class JobsPage(Response):
     """A page is full (limit jobs) or the last: a page shorter than limit is the
-    last one."""
+    last one. A broker that does not own the queue reads it from storage, and
+    answers 503 ``broker_unavailable`` (retryable) if the owner took and
+    deleted segments under three reads of a page in a row."""
 
     jobs: list[dict[str, Any]] = Field(description="in enqueue order")
     next_after: str | None = Field(description="the page's last job id when it is full (pass "

@@ -178,7 +178,7 @@ def merged_order(inline: Iterable[int], refs: Sequence[SegmentRef],
             refs[source] = take(refs, source, n)
 
 
-# -- purge, exhaustion, stats ---------------------------------------------------------
+# -- purge, stats ---------------------------------------------------------
 
 
 def purge_segments(refs: Sequence[SegmentRef]) -> tuple[list[SegmentRef], int]:
@@ -188,13 +188,6 @@ def purge_segments(refs: Sequence[SegmentRef]) -> tuple[list[SegmentRef], int]:
     commit without them has landed, and how many pending jobs went with them."""
     dropped = list(refs)
     return dropped, sum(ref.count - ref.taken for ref in dropped)
-
-
-def drop_exhausted(refs: Sequence[SegmentRef]) -> tuple[list[SegmentRef], list[SegmentRef]]:
-    """``(live, exhausted)``: the refs with jobs left, and the fully taken ones
-    the next commit drops (their objects deleted once that commit has landed)."""
-    live = [ref for ref in refs if ref.taken < ref.count]
-    return live, [ref for ref in refs if ref.taken >= ref.count]
 
 
 def holding(refs: Sequence[SegmentRef], seq: int) -> int | None:

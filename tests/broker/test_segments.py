@@ -197,7 +197,7 @@ def test_merging_segments_and_inline_jobs_gives_the_claim_order(
     assert sg.segment_counts(cursors) == sum(r.remaining for r in refs if r.run_at_ms > now)
 
 
-# -- purge, exhaustion, stats ---------------------------------------------------------
+# -- purge, stats ---------------------------------------------------------
 
 
 def test_purge_drops_every_ref_and_counts_its_pending_jobs() -> None:
@@ -208,12 +208,9 @@ def test_purge_drops_every_ref_and_counts_its_pending_jobs() -> None:
     assert sg.purge_segments([]) == ([], 0)
 
 
-def test_drop_exhausted_and_stats() -> None:
+def test_stats_of_segments_leave_exhausted_ones_out() -> None:
     refs = [ref_for(1, 5, taken=2, run_at_ms=T0 + 50), ref_for(10, 3, taken=3, run_at_ms=T0),
             ref_for(20, 4, run_at_ms=T0 + 10), ref_for(30, 1, run_at_ms=T0 + 100)]
-    live, exhausted = sg.drop_exhausted(refs)
-    assert live == [refs[0], refs[2], refs[3]]
-    assert exhausted == [refs[1]]
     assert sg.segment_counts(refs) == 3 + 0 + 4 + 1
     assert sg.oldest_due(refs) == T0 + 10  # (the exhausted one does not count)
     assert sg.next_wakeup(refs, T0 + 10) == T0 + 50

@@ -8,7 +8,10 @@ lease followed by ``SIGCONT``.
 
 from __future__ import annotations
 
+import fcntl
+import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -111,6 +114,29 @@ def check_store(tmp_path: Path, acked: dict[str, int]) -> None:
     assert stored == acked
 
 
+def pause_outside_its_lock(proc: subprocess.Popen[bytes], tmp_path: Path,
+                           pushers: Pushers) -> None:
+    """``SIGSTOP`` the owner ``proc`` at a moment it does not hold the queue
+    object's lock. A pause inside it (a few system calls of each commit) holds
+    every other writer of the file store off until the owner wakes
+    (broker/storage/files.py), so no takeover could happen: then it is woken,
+    left to commit again, and paused again."""
+    path = tmp_path / paths.state_key("shared")
+    lock = path.parent / f".{path.name}.lock"
+    for _ in range(5):
+        proc.send_signal(signal.SIGSTOP)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return  # (closing the descriptor releases the probe's lock)
+        except BlockingIOError:
+            proc.send_signal(signal.SIGCONT)
+        finally:
+            os.close(fd)
+        pushers.wait_for_more(10, "pushes after a pause that held the lock")
+    raise AssertionError("the owner held its lock at each of 5 pauses")
+
+
 def test_a_killed_owner_is_replaced_within_its_lease(
         tmp_path: Path, brokers: tuple[str, list[BrokerProcess]]) -> None:
     store_url, procs = brokers
@@ -140,7 +166,7 @@ def test_a_paused_owner_is_replaced_and_steps_down_when_it_wakes(
         owner = next(p for p in procs if p.url == owner_url(tmp_path))
         other = next(p for p in procs if p is not owner)
         assert owner.proc is not None
-        owner.proc.send_signal(signal.SIGSTOP)
+        pause_outside_its_lock(owner.proc, tmp_path, pushers)
         try:
             eventually(lambda: owner_url(tmp_path) == other.url, 30,
                        "the other broker to take the queue over")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import orjson
 
@@ -169,10 +169,29 @@ def job_options(item: dict[str, Any], where: str) -> tuple[int, int, int | None,
             str_field(item, "key", None, where=where))
 
 
+class StagedChunk(NamedTuple):
+    """A staged chunk's jobs (bare payload bytes for default options, as
+    :func:`broker.model.ops.push_of` takes them; :class:`~broker.model.ops.NewJob`
+    for a job with options), with what a publish needs of its bare payloads
+    without another pass over them: whether every job is bare, their bytes in
+    all, and the largest (0 for none)."""
+
+    jobs: list[ops.NewJob | bytes]
+    all_bare: bool
+    bare_bytes: int
+    largest: int
+
+
 def parse_staged(data: bytes, *, check: bool, max_payload_bytes: int = 0,
                  where: str = "staged line") -> list[ops.NewJob | bytes]:
-    """Staged lines -> jobs (bare payload bytes for default options, as
-    :func:`broker.model.ops.push_of` takes them).
+    """The jobs of :func:`parse_staged_chunk`."""
+    return parse_staged_chunk(data, check=check, max_payload_bytes=max_payload_bytes,
+                              where=where).jobs
+
+
+def parse_staged_chunk(data: bytes, *, check: bool, max_payload_bytes: int = 0,
+                       where: str = "staged line") -> StagedChunk:
+    """Staged lines -> their jobs and the sizes of the bare ones.
 
     With ``check`` (untrusted input) every payload is parsed as JSON and sized
     and every option validated; raises ``InvalidRequest`` or
@@ -188,17 +207,21 @@ def parse_staged(data: bytes, *, check: bool, max_payload_bytes: int = 0,
         payloads = data[1:-1].split(b"\n\t")
         if len(payloads) == data.count(b"\n"):
             jobs_ = cast("list[ops.NewJob | bytes]", payloads)  # list is invariant
+            largest = max(map(len, payloads))
+            chunk = StagedChunk(jobs_, True, len(data) - 2 * len(payloads), largest)
             if not check:
-                return jobs_
+                return chunk
             try:  # check them all without a Python loop; the loop below names a bad line
-                if max(map(len, payloads)) <= min(max_payload_bytes, 2 * MAX_DEPTH):
+                if largest <= min(max_payload_bytes, 2 * MAX_DEPTH):
                     deque(map(loads, payloads), maxlen=0)
-                    return jobs_
+                    return chunk
             except orjson.JSONDecodeError:
                 pass
     lines = data.split(b"\n")
     del lines[-1]
     jobs: list[ops.NewJob | bytes] = []
+    bare_bytes = largest = 0
+    all_bare = True
     for i, line in enumerate(lines):
         head, tab, payload = line.partition(b"\t")
         if not tab:
@@ -214,10 +237,13 @@ def parse_staged(data: bytes, *, check: bool, max_payload_bytes: int = 0,
             check_depth(payload, "%s %d: payload", where, i)
         if not head:
             jobs.append(payload)
+            bare_bytes += len(payload)
+            largest = max(largest, len(payload))
             continue
         item = as_object(parse_json(head), f"{where} {i} options")
         if not item.keys() <= STAGED_OPTION_FIELDS:
             unknown_field(item, STAGED_OPTION_FIELDS, f"{where} {i}: ")
         jobs.append(ops.NewJob(payload, *job_options(item, f"{where} {i}: ")))
-    return jobs
+        all_bare = False
+    return StagedChunk(jobs, all_bare, bare_bytes, largest)
 

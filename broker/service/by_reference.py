@@ -35,12 +35,12 @@ from typing import cast
 from broker.commit.loop import CommitLoop
 from broker.errors import BrokerUnavailable, InvalidRequest
 from broker.model import idempotency
+from broker.model.checks import StagedChunk
 from broker.model.job import JobIds
 from broker.model.ops import NewJob, Op, Push, PushPayloads, Reserve, Result, push_of
 from broker.model.segments import MAX_SEGMENT_JOBS
 from broker.model.state import QueueState, SegmentRef
 from broker.service.segment_store import SegmentStore
-from broker.service.staged_cache import StagedChunk
 
 log = logging.getLogger("osqueue.segments")
 

@@ -14,42 +14,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
 
-from broker.model.ops import NewJob
-
-Jobs = list[NewJob | bytes]
-
-
-@dataclass(frozen=True, slots=True)
-class StagedChunk:
-    """One staged chunk's jobs (bare payload bytes, or :class:`NewJob` for a job
-    with options), with what a publish needs of its bare payloads without a
-    pass over them: whether every job is bare, their bytes in all, and the
-    largest (0 for none). Made by :func:`staged_chunk`."""
-
-    jobs: Jobs
-    all_bare: bool
-    bare_bytes: int
-    largest: int
-
-
-def staged_chunk(jobs: Jobs, data: bytes) -> StagedChunk:
-    """:class:`StagedChunk` of ``jobs``, parsed from staged lines ``data``: a
-    pass in C over them (at stage time, off the publish's path:
-    ``bench/spark_bench.py``, the write row)."""
-    if jobs and data.startswith(b"\t") and data.count(b"\n\t") == len(jobs) - 1:
-        # every line "\t" + payload + "\n": default options (see parse_staged)
-        return StagedChunk(jobs, True, len(data) - 2 * len(jobs),
-                           max(map(len, jobs), default=0))
-    try:
-        sizes = list(map(bytes.__len__, jobs))  # type: ignore[arg-type]
-        all_bare = True
-    except TypeError:  # some jobs have options
-        sizes = [len(job) for job in jobs if isinstance(job, bytes)]
-        all_bare = False
-    return StagedChunk(jobs, all_bare, sum(sizes), max(sizes, default=0))
-
+from broker.model.checks import StagedChunk
 
 Entry = tuple[StagedChunk, int, str]  # chunk, bytes, etag
 

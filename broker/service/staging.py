@@ -23,9 +23,9 @@ from typing import Any, cast
 
 from broker import paths
 from broker.errors import InvalidRequest, NotFound, OsqueueError, shown
-from broker.model.checks import parse_staged
+from broker.model.checks import StagedChunk, parse_staged_chunk
 from broker.model.ops import Result
-from broker.service.staged_cache import StagedCache, StagedChunk, staged_chunk
+from broker.service.staged_cache import StagedCache
 from broker.storage import ObjectStore
 from broker.storage.base import ListedKeys
 
@@ -75,12 +75,12 @@ class Staging:
         return int(count)
 
     def _check_and_put(self, key: str, lines: bytes) -> int:
-        jobs = parse_staged(lines, check=True, max_payload_bytes=self._max_payload_bytes)
-        if not jobs:
+        chunk = parse_staged_chunk(lines, check=True, max_payload_bytes=self._max_payload_bytes)
+        if not chunk.jobs:
             raise InvalidRequest("nothing to stage: no job lines")
         etag = self.store.put(key, lines)
-        self._cache.put(key, staged_chunk(jobs, lines), len(lines), etag)
-        return len(jobs)
+        self._cache.put(key, chunk, len(lines), etag)
+        return len(chunk.jobs)
 
     # -- publish ----------------------------------------------------------------------
     async def publish(self, queue: str, prefix: str, keep: list[str], once: str | None,
@@ -132,7 +132,8 @@ class Staging:
         got = await self._io(self._fetch, key)
         if not isinstance(got, bytes):
             return got
-        return cast("StagedChunk", await self._bulk(_chunk_of, got, key))
+        return cast("StagedChunk", await self._bulk(
+            functools.partial(parse_staged_chunk, check=False, where=key), got))
 
     def _fetch(self, key: str) -> StagedChunk | bytes | None:
         """A staging object's jobs if this broker still holds them parsed, else its
@@ -176,8 +177,3 @@ class Staging:
         if removed:
             log.info("swept %d staging object(s) of vanished writers", removed)
         return removed
-
-
-def _chunk_of(data: bytes, key: str) -> StagedChunk:
-    """The chunk of a staging object's bytes (checked when staged)."""
-    return staged_chunk(parse_staged(data, check=False, where=key), data)

@@ -150,13 +150,13 @@ def test_a_publish_pauses_the_collector_for_the_parse_not_the_store_calls(
                 seen["get"] = gc.isenabled()
             return super().get(key)
 
-    parse = staging.parse_staged
+    parse = staging.parse_staged_chunk
 
     def watched_parse(*args: object, **kwargs: object) -> object:
         seen["parse"] = gc.isenabled()
         return parse(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(staging, "parse_staged", watched_parse)
+    monkeypatch.setattr(staging, "parse_staged_chunk", watched_parse)
     store = Watched(tmp_path)
 
     async def main() -> None:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from broker.model.checks import StagedChunk
 from broker.model.ops import NewJob
-from broker.service.staged_cache import StagedCache, StagedChunk, staged_chunk
+from broker.service.staged_cache import StagedCache
 from osqueue_spark import QueueClient, start_broker
 
 
 def chunk(*jobs: NewJob | bytes) -> StagedChunk:
-    return staged_chunk(list(jobs), b"")
+    return StagedChunk(list(jobs), all(isinstance(job, bytes) for job in jobs), 0, 0)
 
 
 def test_evicts_oldest_first_and_pops_once() -> None:
@@ -32,19 +33,6 @@ def test_staging_a_key_again_replaces_its_entry_and_its_bytes() -> None:
     cache.put("a", chunk(b"2"), 60, "e2")  # replaces: 60 bytes held, not 120
     cache.put("b", chunk(b"3"), 40, "e3")
     assert cache.pop("a") == (chunk(b"2"), "e2") and cache.pop("b") == (chunk(b"3"), "e3")
-
-
-def test_staged_chunk_knows_its_bare_payloads_bytes_and_largest() -> None:
-    """What a publish needs of a chunk without a pass over its payloads, the
-    same whether the lines say every job is bare or not."""
-    bare = [b'{"n":1}', b"[22]", b"3"]
-    data = b"".join(b"\t%s\n" % p for p in bare)
-    assert staged_chunk(bare, data) == StagedChunk(bare, True, 12, 7)
-    assert staged_chunk(bare, b"") == StagedChunk(bare, True, 12, 7)
-    mixed = [b"1", NewJob(b"[4444]", 3), b"22"]
-    assert staged_chunk(mixed, b'\t1\n{"priority":3}\t[4444]\n\t22\n') == StagedChunk(
-        mixed, False, 3, 2)
-    assert staged_chunk([], b"") == StagedChunk([], True, 0, 0)
 
 
 def test_publish_through_another_broker_reads_the_staging_objects(tmp_path: Path) -> None:

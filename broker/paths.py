@@ -172,3 +172,8 @@ def parse_segment_key(key: str) -> tuple[str, int] | None:
         return None
     first_seq = int(match.group(1))
     return (queue, first_seq) if first_seq >= 1 else None
+
+
+#: The dashboard's list of signed-out sessions (see :mod:`broker.service.signouts`):
+#: a CAS object no queue can take (queue names start with a letter or digit).
+SIGNED_OUT_KEY = "_osqueue/ui/signed-out.json"

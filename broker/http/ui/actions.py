@@ -24,9 +24,10 @@ from starlette.responses import RedirectResponse, Response
 from broker.errors import InvalidRequest, shown
 from broker.http import parsers
 from broker.http.ui.app import Form, Refused, Ui, Visitor
-from broker.http.ui.auth import COOKIE, cookie_header
+from broker.http.ui.auth import COOKIE, cookie_header, issued_s, session_id
 from broker.http.ui.pages import CANCEL_TOLD, PURGEABLE, safe_next
 from broker.model.job import seq_of
+from broker.service.signouts import session_key
 
 log = logging.getLogger("osqueue.ui")
 
@@ -142,14 +143,26 @@ async def login(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Respo
         return ui.page(request, None, "login.html", 401, next=target,
                        error="Wrong token: that is not the bearer token of this broker.")
     response = RedirectResponse(target, 303)
-    response.headers.append("set-cookie", cookie_header(ui.sessions.issue(),
-                                                        secure=ui.secure(request)))
+    value = ui.sessions.issue()
+    nonce = ui.sessions.check(value)
+    if ui.signouts is not None and nonce is not None:  # (just issued: not signed out)
+        ui.signouts.vouch(session_key(nonce), issued_s(value))
+    response.headers.append("set-cookie", cookie_header(value, secure=ui.secure(request)))
     log.info("ui: %s signed in", client)
     return response
 
 
 async def logout(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:
-    ui.sessions.revoke(request.cookies.get(COOKIE))
+    """End the session: with a token, first in the store's sign-out list, so that
+    it holds on every broker of the store and after a restart (a sign-out that
+    cannot be recorded fails, and the session stays open to try again); then here."""
+    value = request.cookies.get(COOKIE)
+    nonce = ui.sessions.check(value)
+    if nonce is not None and value is not None and ui.signouts is not None:
+        await ui.signouts.record(session_key(nonce), issued_s(value))
+        log.info("ui: %s signed out (session %s, in the store's sign-out list)",
+                 visitor.client, session_id(nonce))
+    ui.sessions.revoke(value)
     response = RedirectResponse("/ui/login" if ui.sessions.needs_login else "/ui/", 303)
     response.headers.append("set-cookie", cookie_header("", secure=ui.secure(request),
                                                         max_age=0))

@@ -32,9 +32,17 @@ from starlette.routing import Route, Router
 
 from broker.errors import OsqueueError, shown
 from broker.http.hosts import host_name, is_loopback
-from broker.http.ui.auth import COOKIE, Sessions, cookie_header, same_origin, session_id
+from broker.http.ui.auth import (
+    COOKIE,
+    Sessions,
+    cookie_header,
+    issued_s,
+    same_origin,
+    session_id,
+)
 from broker.service.coordinator import Broker
 from broker.service.dashboard import Dashboard
+from broker.service.signouts import CHECK_EVERY_S, SignOuts, session_key
 
 log = logging.getLogger("osqueue.ui")
 
@@ -146,15 +154,18 @@ class Ui:
 
     ``token``: the API's bearer token (None: loopback only, no login);
     ``read_only``: hide the actions and refuse them; ``advertise_url``: the
-    broker's URL, whose host a POST's origin may also name.
+    broker's URL, whose host a POST's origin may also name; ``signouts``: the
+    store's list of signed-out sessions (with a token: a sign-out lasts, and
+    holds on every broker of the store).
     """
 
     def __init__(self, broker: Broker, dashboard: Dashboard, pages: tuple[Page, ...], *,
                  token: str | None, read_only: bool = False,
-                 advertise_url: str = "") -> None:
+                 advertise_url: str = "", signouts: SignOuts | None = None) -> None:
         self.broker = broker
         self.dashboard = dashboard
         self.sessions = Sessions(token)
+        self.signouts = signouts
         self.read_only = read_only
         own = urlsplit(advertise_url).netloc if advertise_url else ""
         self._own = {own} if own else set()
@@ -208,8 +219,10 @@ class Ui:
                                "only on this machine (http://127.0.0.1:PORT/ui/); give the "
                                "broker a token to open it to others")
 
-    def _visitor(self, request: Request) -> tuple[Visitor | None, str | None]:
-        """The visitor, and a new session's cookie value to set (no-token mode)."""
+    async def _visitor(self, request: Request) -> tuple[Visitor | None, str | None]:
+        """The visitor, and a new session's cookie value to set (no-token mode). A
+        session signed out (on any broker of the store) is no session; one that
+        cannot be checked raises ``SignOutsUnreadable`` (503)."""
         client = f"{request.client.host}:{request.client.port}" if request.client else "?"
         auth = request.headers.get("authorization")
         if auth is not None and self.sessions.needs_login:
@@ -219,7 +232,13 @@ class Ui:
             log.warning("ui: refused %s %s from %s: wrong bearer token", request.method,
                         shown(request.url.path), client)
             raise Refused(401, "wrong bearer token")
-        nonce = self.sessions.check(request.cookies.get(COOKIE))
+        cookie = request.cookies.get(COOKIE)
+        nonce = self.sessions.check(cookie)
+        if nonce is not None and cookie is not None and self.signouts is not None and \
+                await self.signouts.signed_out(
+                    session_key(nonce), issued_s(cookie),
+                    max_age_s=0.0 if request.method == "POST" else CHECK_EVERY_S):
+            nonce = None
         via = "session" if self.sessions.needs_login else "loopback"
         if nonce is not None:
             return Visitor(nonce, self.sessions.csrf(nonce), via, client), None
@@ -239,7 +258,7 @@ class Ui:
                 response = await page.handler(self, request, Visitor(None, "", "", ""),
                                               await self._form(request))
                 return self._finish(request, response, None)
-            visitor, new_cookie = self._visitor(request)
+            visitor, new_cookie = await self._visitor(request)
             if visitor is None:
                 return self._to_login(request)
             form: Form = {}

@@ -6,8 +6,10 @@ login form; the answer sets the cookie ``osq_ui`` (``HttpOnly``,
 ``{issued}.{nonce}.{mac}``: when it was issued (s since the epoch), 16 random
 bytes, and an HMAC-SHA256 of both under a key derived from the token. The
 cookie never holds the token; every check is a constant-time compare; a
-session lasts :data:`SESSION_TTL_S`; signing out revokes it; a new token
-ends every session. Brokers sharing a token accept each other's sessions.
+session lasts :data:`SESSION_TTL_S`; signing out revokes it, here at once
+and on every broker of the store through the store's sign-out list
+(:mod:`broker.service.signouts`, which the dashboard's gate consults); a new
+token ends every session. Brokers sharing a token accept each other's sessions.
 Without a token (a loopback-only dashboard) the key is drawn at random when
 the broker starts, and a session is handed out with the first page.
 
@@ -108,6 +110,12 @@ class Sessions:
         """Whether ``given`` is that session's CSRF token (constant time)."""
         return given is not None and hmac.compare_digest(given.encode("utf-8", "replace"),
                                                          self.csrf(nonce).encode())
+
+
+def issued_s(value: str) -> int:
+    """When the session of cookie ``value`` was issued (s since the epoch); only for
+    a value :meth:`Sessions.check` accepted."""
+    return int(value.partition(".")[0])
 
 
 def session_id(nonce: str) -> str:

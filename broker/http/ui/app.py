@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route, Router
@@ -43,6 +44,7 @@ from broker.http.ui.auth import (
 from broker.service.coordinator import Broker
 from broker.service.dashboard import Dashboard
 from broker.service.signouts import CHECK_EVERY_S, SignOuts, session_key
+from broker.text import printable
 
 log = logging.getLogger("osqueue.ui")
 
@@ -143,6 +145,22 @@ def web_url(value: str | None) -> str:
         else "#"
 
 
+def shown_text(value: Any) -> Any:
+    """What a template prints of ``value``: a string with its control characters
+    (NUL, escape sequences, bidi overrides: :func:`broker.text.printable`) written
+    as visible escapes, then HTML-escaped by Jinja; HTML the templates made
+    (``Markup``) as it is. Job keys, worker names, errors, payloads, settings and
+    a store's broker URLs are anyone's text: none is shown raw."""
+    return printable(value) if isinstance(value, str) and not isinstance(value, Markup) \
+        else value
+
+
+def text_lines(value: Any) -> Markup:
+    """``value`` as a block of lines (an error, a payload in a ``<pre>``): its line
+    breaks kept, every other control character escaped, HTML-escaped."""
+    return escape(printable(str(value), keep_lines=True))
+
+
 def query_string(**params: Any) -> str:
     """``?a=1&b=2`` of the params that have a value (none: "")."""
     kept = {k: v for k, v in params.items() if v not in (None, "")}
@@ -173,9 +191,10 @@ class Ui:
         self.templates = Environment(
             loader=PackageLoader("broker.http.ui", "templates"),
             autoescape=select_autoescape(default=True), undefined=StrictUndefined,
-            trim_blocks=True, lstrip_blocks=True, auto_reload=False)
+            trim_blocks=True, lstrip_blocks=True, auto_reload=False, finalize=shown_text)
         self.templates.globals.update(static=self.static_url, qs=query_string)
-        self.templates.filters.update(num=number, age=age, rate=rate, web=web_url)
+        self.templates.filters.update(num=number, age=age, rate=rate, web=web_url,
+                                      lines=text_lines)
         self.router = Router([Route(p.path, self._endpoint(p), methods=[p.method])
                               for p in pages], default=self._not_found)
 

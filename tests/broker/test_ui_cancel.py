@@ -123,7 +123,8 @@ def test_a_job_page_cancels_its_job_and_shows_the_mark_then_the_end() -> None:
             body = await page(app, cookie, "/ui/queues/q/jobs/j0000000002")
             assert b'data-testid="job-status">claimed<' in body
             assert b'data-testid="job-cancel-requested"' in body
-            assert re.search(rb'data-testid="cancel-requested-at">\d{4}-\d\d-\d\dT', body)
+            assert re.search(rb'data-testid="cancel-requested-at"><time datetime="\d{4}-\d\d-\d\dT',
+                             body)
             assert b'data-testid="cancel-job"' not in body  # marked already
             (done,) = await broker.complete("q", [CompleteItem(token, b'{"sent": true}')])
             assert not done.ok and done.status == "cancelled"

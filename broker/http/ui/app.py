@@ -25,12 +25,14 @@ from importlib import resources
 from typing import Any, NamedTuple
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
-from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from jinja2 import Environment, PackageLoader, StrictUndefined, pass_context, select_autoescape
+from jinja2.runtime import Context
 from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route, Router
 
+from broker import timefmt
 from broker.errors import OsqueueError, shown
 from broker.http.hosts import host_name, is_loopback
 from broker.http.ui.auth import (
@@ -121,17 +123,61 @@ def number(value: int | None) -> str:
 
 
 def age(seconds: float | None) -> str:
-    """A duration as a person reads it: ``42 s``, ``3 min 12 s``, ``2 h 5 min``, ``3 d 4 h``."""
+    """A duration as a person reads it: ``42 s``, ``3 min 12 s``, ``2 h 5 min``, ``3 d 4 h``
+    (``1 min``, not ``1 min 0 s``)."""
     if seconds is None:
         return "—"
     s = int(seconds)
     if s < 60:
         return f"{seconds:.1f} s" if 0 < seconds < 10 else f"{s} s"
     if s < 3600:
-        return f"{s // 60} min {s % 60} s"
-    if s < 86400:
-        return f"{s // 3600} h {s % 3600 // 60} min"
-    return f"{s // 86400} d {s % 86400 // 3600} h"
+        big, small = f"{s // 60} min", f"{s % 60} s" if s % 60 else ""
+    elif s < 86400:
+        big, small = f"{s // 3600} h", f"{s % 3600 // 60} min" if s % 3600 // 60 else ""
+    else:
+        big, small = f"{s // 86400} d", f"{s % 86400 // 3600} h" if s % 86400 // 3600 else ""
+    return f"{big} {small}" if small else big
+
+
+def relative(ms: int, now_ms: int) -> str:
+    """When ``ms`` was, from ``now_ms``, as a person says it: ``just now``,
+    ``42 s ago``, ``3 min ago``, ``2 h ago``, ``3 d ago``; ``in 5 s`` for a time to come.
+    (dashboard.js says it the same way as the page stays open.)"""
+    seconds = (now_ms - ms) / 1000
+    if abs(seconds) < 1:
+        return "just now"
+    s = int(abs(seconds))
+    text = f"{s} s" if s < 60 else f"{s // 60} min" if s < 3600 else \
+        f"{s // 3600} h" if s < 86400 else f"{s // 86400} d"
+    return f"{text} ago" if seconds > 0 else f"in {text}"
+
+
+def utc_text(ms: int) -> str:
+    """``ms`` as the exact UTC time a tooltip shows: ``2026-11-25 19:04:05.296 UTC``."""
+    return timefmt.fmt(ms).replace("T", " ").replace("Z", " UTC")
+
+
+@pass_context
+def when(context: Context, iso: str | None) -> Markup:
+    """A time of the queue object (ISO-8601 UTC text) as ``<time>``: how long ago
+    (or how soon) from the page's ``now_ms``, the exact UTC time on hover; ``—``
+    for none (or text that is not a time)."""
+    if not iso:
+        return Markup("—")
+    try:
+        ms = timefmt.parse(iso)
+    except ValueError:
+        return escape(printable(iso))
+    return Markup('<time datetime="{0}" title="{1}">{2}</time>').format(
+        timefmt.fmt(ms), utc_text(ms), relative(ms, context["now_ms"]))
+
+
+def host_of(url: str | None) -> str:
+    """The ``host:port`` of ``url`` (``""`` for none)."""
+    try:
+        return urlsplit(url).netloc if url else ""
+    except ValueError:
+        return ""
 
 
 def rate(value: float | None) -> str:
@@ -194,7 +240,7 @@ class Ui:
             trim_blocks=True, lstrip_blocks=True, auto_reload=False, finalize=shown_text)
         self.templates.globals.update(static=self.static_url, qs=query_string)
         self.templates.filters.update(num=number, age=age, rate=rate, web=web_url,
-                                      lines=text_lines)
+                                      lines=text_lines, when=when, host=host_of)
         self.router = Router([Route(p.path, self._endpoint(p), methods=[p.method])
                               for p in pages], default=self._not_found)
 
@@ -374,7 +420,8 @@ class Ui:
         """``template`` rendered with ``context`` and what every page shows."""
         html = self.templates.get_template(template).render(
             visitor=visitor, read_only=self.read_only, needs_login=self.sessions.needs_login,
-            broker_id=self.broker.id, broker_url=self.broker.url, status=status, **context)
+            broker_id=self.broker.id, broker_url=self.broker.url, status=status,
+            now_ms=self.broker.clock(), **context)
         return HTMLResponse(html, status)
 
     @staticmethod

@@ -75,7 +75,7 @@ async def overview(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Re
 
 async def queue_rows(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:
     queues = await ui.dashboard.overview()
-    return ui.page(request, visitor, "_queue_rows.html", queues=queues)
+    return ui.page(request, visitor, "_overview.html", queues=queues)
 
 
 def _count(value: Any) -> int:
@@ -109,12 +109,19 @@ def _told(ui: Ui, request: Request, response: Response) -> Response:
     return response
 
 
-async def queue_page(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:
-    queue = request.path_params["queue"]
+def _browsing(request: Request) -> tuple[str | None, int | None, int | None, int]:
+    """The job browser's status filter, seq cursors (after, before) and page size,
+    from the query (``InvalidRequest`` naming the value that does not parse)."""
     q = request.query_params
     status = browse.check_status(q.get("status") or None)
     after, before = _seq(q.get("after"), "after"), _seq(q.get("before"), "before")
-    limit = _limit(q.get("limit"))
+    return status, after, before, _limit(q.get("limit"))
+
+
+async def queue_page(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:
+    queue = request.path_params["queue"]
+    q = request.query_params
+    status, after, before, limit = _browsing(request)
     info = await ui.dashboard.summary(queue)
     found = q.get("find", "").strip()
     message = None
@@ -130,9 +137,23 @@ async def queue_page(ui: Ui, request: Request, visitor: Visitor, form: Form) -> 
         jobs = await ui.dashboard.view(queue, "page", status, after, before, limit)
     return _told(ui, request, ui.page(
         request, visitor, "queue.html", q=info, queue=queue, jobs=jobs, shown_status=status,
-        statuses=STATUSES, limit=limit, find=found, message=message,
-        done=_done(ui, request, visitor), request_key=request_key(), purgeable=PURGEABLE,
-        history=ui.dashboard.history))
+        statuses=STATUSES, limit=limit, after=after, before=before, find=found,
+        message=message, done=_done(ui, request, visitor), request_key=request_key(),
+        purgeable=PURGEABLE, history=ui.dashboard.history,
+        samples=len(ui.dashboard.history.samples(queue))))
+
+
+async def job_table(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:
+    """The job browser's table as the queue page shows it (the same query), which
+    the page fetches again every 5 s: the rows change as the queue does."""
+    queue = request.path_params["queue"]
+    status, after, before, limit = _browsing(request)
+    info = await ui.dashboard.about(queue)
+    if not info["served"]:
+        return Response(status_code=204)  # (served elsewhere now: the page says so on reload)
+    jobs = await ui.dashboard.view(queue, "page", status, after, before, limit)
+    return ui.page(request, visitor, "_job_table.html", q=info, queue=queue, jobs=jobs,
+                   shown_status=status, limit=limit, after=after, before=before)
 
 
 async def summary(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:

@@ -17,6 +17,7 @@ form) -> Response``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable
@@ -157,19 +158,31 @@ def utc_text(ms: int) -> str:
     return timefmt.fmt(ms).replace("T", " ").replace("Z", " UTC")
 
 
+@functools.lru_cache(maxsize=4096)
+def _instant(iso: str) -> tuple[int, str, str] | None:
+    """``iso`` (ISO-8601 text) as (ms, its canonical text, the tooltip's UTC text);
+    None if it is not a time. (A page shows the same few instants many times.)"""
+    try:
+        ms = timefmt.parse(iso)
+    except ValueError:
+        return None
+    return ms, timefmt.fmt(ms), utc_text(ms)
+
+
 @pass_context
 def when(context: Context, iso: str | None) -> Markup:
     """A time of the queue object (ISO-8601 UTC text) as ``<time>``: how long ago
     (or how soon) from the page's ``now_ms``, the exact UTC time on hover; ``—``
-    for none (or text that is not a time)."""
+    for none (or the text, escaped, if it is not a time)."""
     if not iso:
         return Markup("—")
-    try:
-        ms = timefmt.parse(iso)
-    except ValueError:
+    found = _instant(iso)
+    if found is None:
         return escape(printable(iso))
-    return Markup('<time datetime="{0}" title="{1}">{2}</time>').format(
-        timefmt.fmt(ms), utc_text(ms), relative(ms, context["now_ms"]))
+    ms, text, utc = found
+    # (every part is digits, letters, '-', ':', '.' and spaces: nothing to escape)
+    return Markup(f'<time datetime="{text}" title="{utc}">'
+                  f'{relative(ms, context["now_ms"])}</time>')
 
 
 def host_of(url: str | None) -> str:
@@ -197,8 +210,7 @@ def shown_text(value: Any) -> Any:
     as visible escapes, then HTML-escaped by Jinja; HTML the templates made
     (``Markup``) as it is. Job keys, worker names, errors, payloads, settings and
     a store's broker URLs are anyone's text: none is shown raw."""
-    return printable(value) if isinstance(value, str) and not isinstance(value, Markup) \
-        else value
+    return printable(value) if type(value) is str else value  # (Markup: a str subclass)
 
 
 def text_lines(value: Any) -> Markup:

@@ -18,7 +18,7 @@ entry is dropped at the first write after that. At most
 :data:`MAX_SIGNED_OUT` entries: past that, the ones that expire first leave
 and ``signed_out_before`` rises to when the last of them was issued, so every
 session issued up to then is refused (a bound never lets a signed-out session
-back in; the sessions issued in that second sign in again). ``seq`` grows by
+back in; the open ones issued that early sign in again). ``seq`` grows by
 one on every write, so no two versions have the same bytes (S3's etags are
 content hashes: see :mod:`broker.storage.base`).
 
@@ -32,9 +32,9 @@ sign-out fails (``StorageUnavailable``) and the session stays open.
 again (a ``head`` first, the bytes only when the etag moved) when that is older
 than the caller allows: :data:`CHECK_EVERY_S` for a page, 0 for an action.
 When it cannot be read (the store fails, refuses, or the object does not parse)
-a session this broker has not vouched for is refused with
-:class:`SignOutsUnreadable` (503: fail closed), and one it has (issued here, or
-found not signed out by an earlier read) is judged by the last version read;
+a session this broker has not vouched for is refused with ``StorageUnavailable``
+(503, retryable: fail closed), and one it has (issued here, or found not signed
+out by an earlier read) is judged by the last version read;
 the broker logs the first failure and the recovery, never a cookie.
 
 Time: wall clock in ms (``clock``) for expiry, monotonic seconds for the cache.
@@ -81,11 +81,6 @@ WRITE_ATTEMPTS = 8
 MAX_VOUCHED = 10_000
 
 _KEY = re.compile(r"[0-9a-f]{32}")
-
-
-class SignOutsUnreadable(StorageUnavailable):
-    """The sign-out list cannot be read and the session is not one this broker has
-    vouched for: refused (503, retryable) rather than let a signed-out session in."""
 
 
 def session_key(nonce: str) -> str:
@@ -214,8 +209,8 @@ class SignOuts:
     async def signed_out(self, key: str, issued_s: int, *, max_age_s: float) -> bool:
         """Whether session ``key`` (issued at ``issued_s``, s since the epoch) is
         signed out, by the list read at most ``max_age_s`` ago. Raises
-        :class:`SignOutsUnreadable` if the list cannot be read and this broker has
-        not vouched for the session."""
+        ``StorageUnavailable`` if the list cannot be read and this broker has not
+        vouched for the session (fail closed)."""
         if self._monotonic() - self._checked_at >= max_age_s:
             await self._refresh(self._attempts)
         issued_ms = issued_s * 1000
@@ -223,7 +218,7 @@ class SignOuts:
             if key in self._vouched and (self._list is None or
                                          not self._list.holds(key, issued_ms)):
                 return False
-            raise SignOutsUnreadable(
+            raise StorageUnavailable(
                 f"cannot tell whether this dashboard session was signed out: the sign-out "
                 f"list {self.key} cannot be read ({self._failing}); try again shortly")
         assert self._list is not None

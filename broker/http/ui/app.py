@@ -4,11 +4,13 @@ Every request passes, in order: the loopback rule (a broker without a token
 answers loopback clients under a loopback host name only, 403 otherwise:
 the API's rule, :mod:`broker.http.hosts`; the host name check keeps a
 DNS-rebinding page out); then, except for the login page and the static
-files, a session (:mod:`broker.http.ui.auth`: the cookie, or an
+files, a session (:mod:`broker.http.ui.auth`: the cookie, not signed out on
+any broker of the store (:mod:`broker.service.signouts`), or an
 ``Authorization: Bearer`` header); then, for an action, the read-only switch
 (403); then, for a POST, the origin check and the session's CSRF token.
 Pages answer with a strict Content-Security-Policy (scripts and styles from
-the dashboard itself only) and are never cached.
+the dashboard itself only) and are never cached. Every value a template
+prints has its control characters escaped (:func:`shown_text`).
 
 Handlers live in :mod:`broker.http.ui.pages` (reads) and
 :mod:`broker.http.ui.actions` (changes); each is ``(ui, request, visitor,
@@ -299,7 +301,7 @@ class Ui:
     async def _visitor(self, request: Request) -> tuple[Visitor | None, str | None]:
         """The visitor, and a new session's cookie value to set (no-token mode). A
         session signed out (on any broker of the store) is no session; one that
-        cannot be checked raises ``SignOutsUnreadable`` (503)."""
+        cannot be checked raises ``StorageUnavailable`` (503)."""
         client = f"{request.client.host}:{request.client.port}" if request.client else "?"
         auth = request.headers.get("authorization")
         if auth is not None and self.sessions.needs_login:

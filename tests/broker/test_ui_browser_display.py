@@ -263,3 +263,26 @@ def test_the_figures_count_jobs_processed_failed_and_cancelled_since_the_queue_b
     total = page.get_by_test_id("total-processed")
     expect(total).to_have_text(re.compile(r"^[\d,]+$"))
     assert int(total.inner_text().replace(",", "")) >= 2
+
+
+def test_without_javascript_the_pages_and_their_notices_still_work(
+        chromium: Any, broker: BrokerProcess) -> None:
+    from playwright.sync_api import expect
+
+    client = fresh(broker)
+    q = client.queue
+    first, _ = client.push_many([{"n": 1}, {"n": 2}])
+    context = chromium.new_context(java_script_enabled=False)
+    try:
+        page = context.new_page()
+        sign_in(page, broker, f"/ui/queues/{q}")
+        expect(page.get_by_test_id("charts-need-js")).to_be_visible()
+        expect(page.get_by_test_id("select-all")).to_be_hidden()  # it needs JS: not offered
+        expect(page.locator(f'tr[data-job="{first}"] time').first).to_have_text(
+            re.compile(r"^(just now|\d+ s ago)$"))
+        page.locator(f'tr[data-job="{first}"] input[name="ids"]').check()
+        page.get_by_test_id("cancel-selected").click()
+        expect(page.get_by_test_id("done")).to_have_text("Cancel: 1 cancelled.")
+        expect(page.get_by_test_id("summary-cancelled-total")).to_have_text("1")
+    finally:
+        context.close()

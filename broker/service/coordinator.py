@@ -123,11 +123,7 @@ class Broker(CancelCalls):
     async def _bulk(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await run_bulk(self._executor, fn, *args)
 
-    async def store_call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)``, a blocking store call, on this broker's I/O threads (an
-        ``OSError`` raised as ``StorageUnavailable``): for what reads or writes the
-        store outside a queue's loop (the dashboard's sign-outs)."""
-        return await self._io(fn, *args)
+    store_call = _io  # a store call on the I/O threads, for the dashboard's sign-outs
 
     # -- lifecycle ----------------------------------------------------------------
     async def start(self) -> None:

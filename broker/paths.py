@@ -6,6 +6,10 @@
 * ``{queue}/segments/seg-{first seq:010d}-{8 hex}.jsonl``: immutable objects of
   pending jobs (see :mod:`broker.model.segments`), written by pushes and
   publishes by reference (:mod:`broker.service.by_reference`).
+
+Beside the queues, under ``_osqueue/`` (no queue name starts with ``_``): the
+dashboard's signed-out sessions (:data:`SIGNED_OUT_KEY`) and the store
+self-test's probe objects.
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ warm-ups, one request at a time:
   rate, state, owner);
 * ``queue_page``: ``/ui/queues/deep`` (its summary and the first page of its
   jobs, 50 rows);
-* ``summary_fragment`` and ``history_json``: what the queue page polls;
+* ``summary_fragment``, ``table_fragment`` (the job browser's first page, as its
+  table refreshes itself) and ``history_json``: what the queue page polls;
 * the job browser: ``browser_first`` (first page), ``browser_middle``
   (``?after=500000`` at a million jobs: a page from the middle by seq cursor),
   ``browser_back`` (``?before=500000``), ``browser_dead`` (``?status=dead``: a
@@ -125,6 +126,7 @@ def pages(jobs: int) -> dict[str, str]:
         "overview": "/ui/",
         "queue_page": "/ui/queues/deep",
         "summary_fragment": "/ui/queues/deep/summary",
+        "table_fragment": "/ui/queues/deep/table?limit=50",
         "history_json": "/ui/queues/deep/history.json",
         "browser_first": "/ui/queues/deep?limit=50",
         "browser_middle": f"/ui/queues/deep?limit=50&after={middle}",

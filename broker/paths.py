@@ -6,6 +6,10 @@
 * ``{queue}/segments/seg-{first seq:010d}-{8 hex}.jsonl``: immutable objects of
   pending jobs (see :mod:`broker.model.segments`), written by pushes and
   publishes by reference (:mod:`broker.service.by_reference`).
+
+Beside the queues, under ``_osqueue/`` (no queue name starts with ``_``): the
+dashboard's signed-out sessions (:data:`SIGNED_OUT_KEY`) and the store
+self-test's probe objects.
 """
 
 from __future__ import annotations
@@ -172,3 +176,8 @@ def parse_segment_key(key: str) -> tuple[str, int] | None:
         return None
     first_seq = int(match.group(1))
     return (queue, first_seq) if first_seq >= 1 else None
+
+
+#: The dashboard's list of signed-out sessions (see :mod:`broker.service.signouts`):
+#: a CAS object no queue can take (queue names start with a letter or digit).
+SIGNED_OUT_KEY = "_osqueue/ui/signed-out.json"

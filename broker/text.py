@@ -1,13 +1,15 @@
-"""Text as a terminal may show it: control characters escaped.
+"""Text as a terminal or a web page may show it: control characters escaped.
 
 A worker name, a job's ``last_error``, a queue object's text or a store URL can
 hold terminal escape sequences (clear the screen, set the window title, move the
-cursor) or bidirectional overrides that reorder what is read. Every
-human-readable line the command-line tools print goes through :func:`printable`,
+cursor), NULs, or bidirectional overrides that reorder what is read. Every
+human-readable line the command-line tools print, and every value the web
+dashboard shows (:mod:`broker.http.ui`), goes through :func:`printable`,
 which writes each such character as a visible escape instead: ``\\x1b``,
-``\\n``, ``\\u202e``. Machine output (``--json``) is JSON, whose encoder escapes
-them already. :func:`plain` turns a docstring's reST markup into the plain text a
-``--help`` shows.
+``\\x00``, ``\\u202e``; a block of several lines (an error's traceback, a
+payload indented for reading) keeps its line breaks (``keep_lines``). Machine
+output (``--json``) is JSON, whose encoder escapes them already. :func:`plain`
+turns a docstring's reST markup into the plain text a ``--help`` shows.
 """
 
 from __future__ import annotations
@@ -30,10 +32,15 @@ _TABLE = {code: _escape(code)
           for code in (*range(0x20), *range(0x7F, 0xA0), *_BIDI)}
 
 
-def printable(text: str) -> str:
+#: The same, line feeds kept.
+_LINES_TABLE = {code: escaped for code, escaped in _TABLE.items() if code != 0x0A}
+
+
+def printable(text: str, *, keep_lines: bool = False) -> str:
     """``text`` with every control character (C0, DEL, C1, bidi override) written as a
-    visible backslash escape; the rest, other non-ASCII text included, unchanged."""
-    return text.translate(_TABLE)
+    visible backslash escape; the rest, other non-ASCII text included, unchanged.
+    ``keep_lines``: line feeds stay (for text shown as a block of lines)."""
+    return text.translate(_LINES_TABLE if keep_lines else _TABLE)
 
 
 _ROLE = re.compile(r":[a-z]+:`~?([^`<]*?)(?:\s*<[^>]*>)?`")  # :mod:`x`, :class:`~a.B`, :ref:`t <x>`

@@ -123,6 +123,8 @@ class Broker(CancelCalls):
     async def _bulk(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await run_bulk(self._executor, fn, *args)
 
+    store_call = _io  # a store call on the I/O threads, for the dashboard's sign-outs
+
     # -- lifecycle ----------------------------------------------------------------
     async def start(self) -> None:
         """Check the store, load every existing queue, take over those no live

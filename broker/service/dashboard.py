@@ -82,13 +82,15 @@ class Dashboard:
         """What the dashboard shows of a queue: ``queue``; ``served`` (by this
         broker); ``s``, its summary (:func:`broker.model.browse.summary`; None
         until a queue served elsewhere was read); ``as_of_s``, how old ``s`` is;
-        ``commits_per_s`` (this broker's, None elsewhere); ``error``, why the
-        last read failed (None if it did not)."""
+        ``commits_per_s`` and ``completed_per_s`` (over the last minute of this
+        broker's samples; None elsewhere, or before two samples); ``error``, why
+        the last read failed (None if it did not)."""
         q = self.broker.served(queue)
         if q is not None:
             return {"queue": queue, "served": True, "s": await self.view(queue, "summary"),
                     "as_of_s": 0.0, "error": None,
-                    "commits_per_s": self.history.commit_rate(queue, q.loop.stats.commits)}
+                    "commits_per_s": self.history.commit_rate(queue, q.loop.stats.commits),
+                    "completed_per_s": self.history.total_rate(queue, "completed")}
         paths.check_queue_name(queue)
         if queue not in self._standby and queue not in self.broker.queue_names():
             await self._refresh(queue)  # one this broker has not listed (yet): look once
@@ -104,7 +106,7 @@ class Dashboard:
         if self.broker.served(queue) is None:
             return await self.summary(queue)
         return {"queue": queue, "served": True, "s": None, "as_of_s": 0.0, "error": None,
-                "commits_per_s": None}
+                "commits_per_s": None, "completed_per_s": None}
 
     def standby(self, queue: str) -> dict[str, Any]:
         """:meth:`summary` of a queue this broker does not serve, without waiting:
@@ -118,7 +120,8 @@ class Dashboard:
                 self._refresh(queue), name=f"dashboard read {queue}")
         return {"queue": queue, "served": False, "s": None if seen is None else seen.summary,
                 "as_of_s": None if seen is None else round(now - seen.read_at, 1),
-                "error": None if seen is None else seen.error, "commits_per_s": None}
+                "error": None if seen is None else seen.error, "commits_per_s": None,
+                "completed_per_s": None}
 
     async def wait_standby(self, queue: str) -> None:
         """Wait for a background read of ``queue`` under way, if any (tests)."""
@@ -152,7 +155,8 @@ class Dashboard:
                 return await self.summary(name)
             except OsqueueError as exc:
                 return {"queue": name, "served": self.serves(name), "s": None,
-                        "as_of_s": None, "error": exc.message, "commits_per_s": None}
+                        "as_of_s": None, "error": exc.message, "commits_per_s": None,
+                        "completed_per_s": None}
 
         names = self.broker.queue_names()
         for gone in set(self._standby) - set(names):  # left the store (or never listed)

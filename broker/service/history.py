@@ -141,18 +141,33 @@ class History:
         """Commits per second over the last :data:`RATE_WINDOW_S` of samples (and
         ``commits_now``, this broker's count now, if given); None before there are
         two points to tell it by."""
-        rows = self.samples(queue)
-        if not rows:
+        points = [(at, commits) for at, *_, commits in self.samples(queue)]
+        if not points:
             return None
-        points = [(at, commits) for at, *_, commits in rows]
         if commits_now is not None:
             points.append((self._clock(), commits_now))
-        end_ms, end = points[-1]
-        start_ms, start = points[0]
-        for at, commits in points:
-            if end_ms - at <= RATE_WINDOW_S * 1000:
-                start_ms, start = at, commits
-                break
-        if end_ms - start_ms <= 0:
-            return None
-        return max(0, end - start) / ((end_ms - start_ms) / 1000)
+        return _rate(points)
+
+    def total_rate(self, queue: str, total: str) -> float | None:
+        """``total`` (one of :data:`TOTALS`: ``completed``, ...) per second over the
+        last :data:`RATE_WINDOW_S` of samples; None before there are two. Raises
+        ``ValueError`` for another name."""
+        column = 1 + TOTALS.index(total)
+        return _rate([(row[0], row[column]) for row in self.samples(queue)])
+
+
+def _rate(points: list[tuple[int, int]]) -> float | None:
+    """How fast a total grew over the last :data:`RATE_WINDOW_S` of ``points``
+    ((ms, total), oldest first), per second (never negative); None without two
+    points apart in time."""
+    if not points:
+        return None
+    end_ms, end = points[-1]
+    start_ms, start = points[0]
+    for at, total in points:
+        if end_ms - at <= RATE_WINDOW_S * 1000:
+            start_ms, start = at, total
+            break
+    if end_ms - start_ms <= 0:
+        return None
+    return max(0, end - start) / ((end_ms - start_ms) / 1000)

@@ -23,6 +23,12 @@ def test_printable_leaves_no_c0_del_or_c1_character() -> None:
     assert not [c for c in printable(every) if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0]
 
 
+def test_printable_keeps_line_feeds_only_when_asked() -> None:
+    raw = "Traceback:\n  boom\x00\u202e\r\n"
+    assert printable(raw) == "Traceback:\\n  boom\\x00\\u202e\\r\\n"
+    assert printable(raw, keep_lines=True) == "Traceback:\n  boom\\x00\\u202e\\r\n"
+
+
 def test_plain_turns_rest_markup_into_text() -> None:
     rst = ("``osqueue``: see :mod:`broker.config` and :class:`~broker.errors.StaleToken`,\n"
            ":ref:`the guide <guide>`. Example::\n\n    osqueue ``x``\n")

@@ -8,6 +8,7 @@ etag compared before and after) and logs no action.
 
 from __future__ import annotations
 
+import html
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -84,6 +85,21 @@ async def post(app: App, path: str, fields: dict[str, Any], cookie: str | None,
         sent["cookie"] = f"osq_ui={cookie}"
     return await call(app, "POST", path, urlencode(fields, doseq=True).encode(),
                       content_type=FORM, headers=sent, client=client)
+
+
+async def told(app: App, cookie: str, headers: dict[bytes, bytes]) -> str | None:
+    """The notice on the page an action's answer (``headers``) sends the browser to,
+    fetched as a browser would: with the notice cookie the answer set."""
+    notice = re.match(r"osq_notice=([^;]*)", headers[b"set-cookie"].decode())
+    assert notice is not None
+    path, _, query = headers[b"location"].decode().partition("?")
+    status, body, answer = await call(
+        app, "GET", path, query=query,
+        headers={"cookie": f"osq_ui={cookie}; osq_notice={notice.group(1)}"})
+    assert status == 200, body[:300]
+    assert answer[b"set-cookie"].startswith(b"osq_notice=;")  # shown once: cleared
+    found = re.search(rb'data-testid="done">([^<]*)<', body)
+    return None if found is None else html.unescape(found.group(1).decode())
 
 
 def test_a_page_without_a_session_goes_to_the_login_form() -> None:
@@ -184,7 +200,9 @@ def test_a_post_without_its_csrf_token_or_from_another_origin_is_refused(
                 assert snapshot(store) == before
             assert (await broker.stats("q"))["paused"] is False
             status, _, headers = await post(app, "/ui/queues/q/pause", {"csrf": token}, cookie)
-            assert status == 303 and headers[b"location"] == b"/ui/queues/q?did=pause"
+            assert status == 303 and headers[b"location"] == b"/ui/queues/q"
+            assert await told(app, cookie, headers) == \
+                "Paused: no job is handed out until resumed."
             assert (await broker.stats("q"))["paused"] is True
 
     with caplog.at_level(logging.INFO, logger="osqueue.ui"):
@@ -286,10 +304,10 @@ def test_a_purge_needs_its_confirmation_and_a_form_sent_twice_purges_once() -> N
             fields = {"csrf": token, "status": "pending", "confirm": "yes",
                       "request": key.group(1).decode()}
             status, _, headers = await post(app, "/ui/queues/q/purge", fields, cookie)
-            assert status == 303 and headers[b"location"].endswith(b"did=purge&n=2")
+            assert status == 303 and await told(app, cookie, headers) == "Purged 2 job(s)."
             await broker.push("q", [b'{"n":4}'])
             status, _, headers = await post(app, "/ui/queues/q/purge", fields, cookie)
-            assert headers[b"location"].endswith(b"did=purge&n=2")  # the first answer
+            assert await told(app, cookie, headers) == "Purged 2 job(s)."  # the first answer
             assert (await broker.stats("q"))["counts"]["pending"] == 1  # the new job stays
 
     run(main())

@@ -109,3 +109,15 @@ def test_a_broker_samples_the_queues_it_serves_through_their_loops() -> None:
             await broker.stop(5)
 
     run(main())
+
+
+def test_a_totals_rate_looks_at_the_last_minute() -> None:
+    history = detached(interval_s=10)
+    assert history.total_rate("q", "completed") is None
+    history.record("q", 0, 0, 0, 0, 0, 0, 0)
+    assert history.total_rate("q", "completed") is None  # one sample: no rate yet
+    for i in range(1, 13):  # 1 completed a second, then 4 a second in the last minute
+        done = i * 10 if i <= 6 else 60 + (i - 6) * 40
+        history.record("q", i * 10_000, 0, done, 2 * i, 0, 0, 0)
+    assert history.total_rate("q", "completed") == 4.0
+    assert history.total_rate("q", "failed") == 0.2

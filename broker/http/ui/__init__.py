@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from broker.http.ui import actions, pages
 from broker.http.ui.app import Page, Ui
+from broker.http.ui.auth import SESSION_TTL_S
 from broker.service.coordinator import Broker
 from broker.service.dashboard import Dashboard
 from broker.service.history import History
+from broker.service.signouts import SignOuts
 
 Q = "/ui/queues/{queue}"
 
@@ -25,6 +27,7 @@ PAGES: tuple[Page, ...] = (
     Page("GET", "/ui/fragments/queues", pages.queue_rows),
     Page("GET", Q, pages.queue_page),
     Page("GET", f"{Q}/summary", pages.summary),
+    Page("GET", f"{Q}/table", pages.job_table),
     Page("GET", f"{Q}/history.json", pages.history),
     Page("GET", f"{Q}/jobs/{{job_id}}", pages.job_page),
     Page("GET", f"{Q}/purge", pages.purge_confirm),
@@ -42,9 +45,13 @@ PAGES: tuple[Page, ...] = (
 
 def build_ui(broker: Broker, history: History, *, token: str | None,
              read_only: bool = False) -> Ui:
-    """The dashboard of ``broker``, its charts drawn from ``history``."""
+    """The dashboard of ``broker``, its charts drawn from ``history``; with a
+    ``token``, its sign-outs kept in the store (:mod:`broker.service.signouts`)."""
+    signouts = None if token is None else SignOuts(
+        broker.store, broker.store_call, ttl_s=SESSION_TTL_S, clock=broker.clock,
+        monotonic=broker.monotonic)
     return Ui(broker, Dashboard(broker, history), PAGES, token=token, read_only=read_only,
-              advertise_url=broker.url)
+              advertise_url=broker.url, signouts=signouts)
 
 
 __all__ = ["PAGES", "Page", "Ui", "build_ui"]

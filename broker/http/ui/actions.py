@@ -8,8 +8,10 @@ API takes one (a form sent twice is answered what the first one was; a cancel
 takes none, and needs none: cancelling again changes nothing), logs one line
 naming the action, the queue, what it did and who asked (``ui action purge
 queue=q statuses=dead purged=3 by=127.0.0.1:50000 (token holder, session
-s-...)``), and answers with a redirect back to the page (``?did=...&n=...``;
-a cancel's answers counted by status). The gate (:mod:`broker.http.ui.app`)
+s-...)``), and answers with a redirect back to the page, with a one-time
+notice of what it did (a signed cookie bound to the session, see
+:mod:`broker.http.ui.auth`: ``n`` jobs, or a cancel's answers counted by
+status), which that page tells in words. The gate (:mod:`broker.http.ui.app`)
 has checked the session, the origin, the CSRF token and the read-only switch
 before any of them runs.
 """
@@ -24,9 +26,17 @@ from starlette.responses import RedirectResponse, Response
 from broker.errors import InvalidRequest, shown
 from broker.http import parsers
 from broker.http.ui.app import Form, Refused, Ui, Visitor
-from broker.http.ui.auth import COOKIE, cookie_header
+from broker.http.ui.auth import (
+    COOKIE,
+    NOTICE_COOKIE,
+    NOTICE_TTL_S,
+    cookie_header,
+    issued_s,
+    session_id,
+)
 from broker.http.ui.pages import CANCEL_TOLD, PURGEABLE, safe_next
 from broker.model.job import seq_of
+from broker.service.signouts import session_key
 
 log = logging.getLogger("osqueue.ui")
 
@@ -44,17 +54,23 @@ def _key(form: Form) -> str | None:
     return parsers.parse_request_key(raw.encode()) if raw else None
 
 
-def _back(form: Form, queue: str, did: str, n: int | None = None,
-          counts: dict[str, int] | None = None) -> Response:
-    """Back to the page the form was on (a dashboard path), saying what was done
-    (``n``, or ``counts`` by name)."""
+def _back(ui: Ui, request: Request, visitor: Visitor, form: Form, queue: str, did: str,
+          n: int | None = None, counts: dict[str, int] | None = None) -> Response:
+    """Back to the page the form was on (a dashboard path), with the one-time
+    notice of what was done (``did``: ``n`` jobs, or ``counts`` by name)."""
     target = safe_next(_one(form, "back"))
     if target == "/ui/":
         target = f"/ui/queues/{queue}"
-    sep = "&" if "?" in target else "?"
-    told = "" if n is None else f"&n={n}"
-    told += "".join(f"&{name}={count}" for name, count in (counts or {}).items())
-    return RedirectResponse(f"{target}{sep}did={did}{told}", 303)
+    told: dict[str, object] = {"did": did}
+    if n is not None:
+        told["n"] = n
+    if counts is not None:
+        told["counts"] = counts
+    response = RedirectResponse(target, 303)
+    response.headers.append("set-cookie", cookie_header(
+        ui.sessions.notice(visitor.nonce, told), secure=ui.secure(request),
+        max_age=NOTICE_TTL_S, name=NOTICE_COOKIE))
+    return response
 
 
 def _ids(form: Form, what: str) -> list[str]:
@@ -80,7 +96,7 @@ async def redrive(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Res
     what = "all dead" if every else _listed(ids)
     log.info("ui action redrive queue=%s ids=%s redriven=%d by=%s", queue, what, count,
              visitor.who)
-    return _back(form, queue, "redrive", count)
+    return _back(ui, request, visitor, form, queue, "redrive", count)
 
 
 async def purge(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:
@@ -95,7 +111,7 @@ async def purge(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Respo
     count = await ui.broker.purge(queue, statuses, _key(form))
     log.info("ui action purge queue=%s statuses=%s purged=%d by=%s", queue,
              ",".join(statuses), count, visitor.who)
-    return _back(form, queue, "purge", count)
+    return _back(ui, request, visitor, form, queue, "purge", count)
 
 
 async def cancel(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:
@@ -111,21 +127,22 @@ async def cancel(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Resp
             counts[answer.status] += 1
     log.info("ui action cancel queue=%s ids=%s %s by=%s", queue, _listed(ids),
              " ".join(f"{status}={n}" for status, n in counts.items()), visitor.who)
-    return _back(form, queue, "cancel", counts={s: n for s, n in counts.items() if n})
+    return _back(ui, request, visitor, form, queue, "cancel",
+                 counts={s: n for s, n in counts.items() if n})
 
 
 async def pause(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:
     queue = request.path_params["queue"]
     await ui.broker.set_paused(queue, True)
     log.info("ui action pause queue=%s by=%s", queue, visitor.who)
-    return _back(form, queue, "pause")
+    return _back(ui, request, visitor, form, queue, "pause")
 
 
 async def resume(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:
     queue = request.path_params["queue"]
     await ui.broker.set_paused(queue, False)
     log.info("ui action resume queue=%s by=%s", queue, visitor.who)
-    return _back(form, queue, "resume")
+    return _back(ui, request, visitor, form, queue, "resume")
 
 
 async def login(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:
@@ -142,14 +159,26 @@ async def login(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Respo
         return ui.page(request, None, "login.html", 401, next=target,
                        error="Wrong token: that is not the bearer token of this broker.")
     response = RedirectResponse(target, 303)
-    response.headers.append("set-cookie", cookie_header(ui.sessions.issue(),
-                                                        secure=ui.secure(request)))
+    value = ui.sessions.issue()
+    nonce = ui.sessions.check(value)
+    if ui.signouts is not None and nonce is not None:  # (just issued: not signed out)
+        ui.signouts.vouch(session_key(nonce), issued_s(value))
+    response.headers.append("set-cookie", cookie_header(value, secure=ui.secure(request)))
     log.info("ui: %s signed in", client)
     return response
 
 
 async def logout(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:
-    ui.sessions.revoke(request.cookies.get(COOKIE))
+    """End the session: with a token, first in the store's sign-out list, so that
+    it holds on every broker of the store and after a restart (a sign-out that
+    cannot be recorded fails, and the session stays open to try again); then here."""
+    value = request.cookies.get(COOKIE)
+    nonce = ui.sessions.check(value)
+    if nonce is not None and value is not None and ui.signouts is not None:
+        await ui.signouts.record(session_key(nonce), issued_s(value))
+        log.info("ui: %s signed out (session %s, in the store's sign-out list)",
+                 visitor.client, session_id(nonce))
+    ui.sessions.revoke(value)
     response = RedirectResponse("/ui/login" if ui.sessions.needs_login else "/ui/", 303)
     response.headers.append("set-cookie", cookie_header("", secure=ui.secure(request),
                                                         max_age=0))

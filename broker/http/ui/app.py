@@ -4,11 +4,13 @@ Every request passes, in order: the loopback rule (a broker without a token
 answers loopback clients under a loopback host name only, 403 otherwise:
 the API's rule, :mod:`broker.http.hosts`; the host name check keeps a
 DNS-rebinding page out); then, except for the login page and the static
-files, a session (:mod:`broker.http.ui.auth`: the cookie, or an
+files, a session (:mod:`broker.http.ui.auth`: the cookie, not signed out on
+any broker of the store (:mod:`broker.service.signouts`), or an
 ``Authorization: Bearer`` header); then, for an action, the read-only switch
 (403); then, for a POST, the origin check and the session's CSRF token.
 Pages answer with a strict Content-Security-Policy (scripts and styles from
-the dashboard itself only) and are never cached.
+the dashboard itself only) and are never cached. Every value a template
+prints has its control characters escaped (:func:`shown_text`).
 
 Handlers live in :mod:`broker.http.ui.pages` (reads) and
 :mod:`broker.http.ui.actions` (changes); each is ``(ui, request, visitor,
@@ -17,6 +19,7 @@ form) -> Response``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable
@@ -25,16 +28,28 @@ from importlib import resources
 from typing import Any, NamedTuple
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
-from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from jinja2 import Environment, PackageLoader, StrictUndefined, pass_context, select_autoescape
+from jinja2.runtime import Context
+from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route, Router
 
+from broker import timefmt
 from broker.errors import OsqueueError, shown
 from broker.http.hosts import host_name, is_loopback
-from broker.http.ui.auth import COOKIE, Sessions, cookie_header, same_origin, session_id
+from broker.http.ui.auth import (
+    COOKIE,
+    Sessions,
+    cookie_header,
+    issued_s,
+    same_origin,
+    session_id,
+)
 from broker.service.coordinator import Broker
 from broker.service.dashboard import Dashboard
+from broker.service.signouts import CHECK_EVERY_S, SignOuts, session_key
+from broker.text import printable
 
 log = logging.getLogger("osqueue.ui")
 
@@ -111,17 +126,73 @@ def number(value: int | None) -> str:
 
 
 def age(seconds: float | None) -> str:
-    """A duration as a person reads it: ``42 s``, ``3 min 12 s``, ``2 h 5 min``, ``3 d 4 h``."""
+    """A duration as a person reads it: ``42 s``, ``3 min 12 s``, ``2 h 5 min``, ``3 d 4 h``
+    (``1 min``, not ``1 min 0 s``)."""
     if seconds is None:
         return "—"
     s = int(seconds)
     if s < 60:
         return f"{seconds:.1f} s" if 0 < seconds < 10 else f"{s} s"
     if s < 3600:
-        return f"{s // 60} min {s % 60} s"
-    if s < 86400:
-        return f"{s // 3600} h {s % 3600 // 60} min"
-    return f"{s // 86400} d {s % 86400 // 3600} h"
+        big, small = f"{s // 60} min", f"{s % 60} s" if s % 60 else ""
+    elif s < 86400:
+        big, small = f"{s // 3600} h", f"{s % 3600 // 60} min" if s % 3600 // 60 else ""
+    else:
+        big, small = f"{s // 86400} d", f"{s % 86400 // 3600} h" if s % 86400 // 3600 else ""
+    return f"{big} {small}" if small else big
+
+
+def relative(ms: int, now_ms: int) -> str:
+    """When ``ms`` was, from ``now_ms``, as a person says it: ``just now``,
+    ``42 s ago``, ``3 min ago``, ``2 h ago``, ``3 d ago``; ``in 5 s`` for a time to come.
+    (dashboard.js says it the same way as the page stays open.)"""
+    seconds = (now_ms - ms) / 1000
+    if abs(seconds) < 1:
+        return "just now"
+    s = int(abs(seconds))
+    text = f"{s} s" if s < 60 else f"{s // 60} min" if s < 3600 else \
+        f"{s // 3600} h" if s < 86400 else f"{s // 86400} d"
+    return f"{text} ago" if seconds > 0 else f"in {text}"
+
+
+def utc_text(ms: int) -> str:
+    """``ms`` as the exact UTC time a tooltip shows: ``2026-11-25 19:04:05.296 UTC``."""
+    return timefmt.fmt(ms).replace("T", " ").replace("Z", " UTC")
+
+
+@functools.lru_cache(maxsize=4096)
+def _instant(iso: str) -> tuple[int, str, str] | None:
+    """``iso`` (ISO-8601 text) as (ms, its canonical text, the tooltip's UTC text);
+    None if it is not a time. (A page shows the same few instants many times.)"""
+    try:
+        ms = timefmt.parse(iso)
+    except ValueError:
+        return None
+    return ms, timefmt.fmt(ms), utc_text(ms)
+
+
+@pass_context
+def when(context: Context, iso: str | None) -> Markup:
+    """A time of the queue object (ISO-8601 UTC text) as ``<time>``: how long ago
+    (or how soon) from the page's ``now_ms``, the exact UTC time on hover; ``—``
+    for none (or the text, escaped, if it is not a time)."""
+    if not iso:
+        return Markup("—")
+    found = _instant(iso)
+    if found is None:
+        return escape(printable(iso))
+    ms, text, utc = found
+    # (every part is digits, letters, '-', ':', '.' and spaces: nothing to escape)
+    return Markup(f'<time datetime="{text}" title="{utc}">'
+                  f'{relative(ms, context["now_ms"])}</time>')
+
+
+def host_of(url: str | None) -> str:
+    """The ``host:port`` of ``url`` (``""`` for none)."""
+    try:
+        return urlsplit(url).netloc if url else ""
+    except ValueError:
+        return ""
 
 
 def rate(value: float | None) -> str:
@@ -135,6 +206,21 @@ def web_url(value: str | None) -> str:
         else "#"
 
 
+def shown_text(value: Any) -> Any:
+    """What a template prints of ``value``: a string with its control characters
+    (NUL, escape sequences, bidi overrides: :func:`broker.text.printable`) written
+    as visible escapes, then HTML-escaped by Jinja; HTML the templates made
+    (``Markup``) as it is. Job keys, worker names, errors, payloads, settings and
+    a store's broker URLs are anyone's text: none is shown raw."""
+    return printable(value) if type(value) is str else value  # (Markup: a str subclass)
+
+
+def text_lines(value: Any) -> Markup:
+    """``value`` as a block of lines (an error, a payload in a ``<pre>``): its line
+    breaks kept, every other control character escaped, HTML-escaped."""
+    return escape(printable(str(value), keep_lines=True))
+
+
 def query_string(**params: Any) -> str:
     """``?a=1&b=2`` of the params that have a value (none: "")."""
     kept = {k: v for k, v in params.items() if v not in (None, "")}
@@ -146,15 +232,18 @@ class Ui:
 
     ``token``: the API's bearer token (None: loopback only, no login);
     ``read_only``: hide the actions and refuse them; ``advertise_url``: the
-    broker's URL, whose host a POST's origin may also name.
+    broker's URL, whose host a POST's origin may also name; ``signouts``: the
+    store's list of signed-out sessions (with a token: a sign-out lasts, and
+    holds on every broker of the store).
     """
 
     def __init__(self, broker: Broker, dashboard: Dashboard, pages: tuple[Page, ...], *,
                  token: str | None, read_only: bool = False,
-                 advertise_url: str = "") -> None:
+                 advertise_url: str = "", signouts: SignOuts | None = None) -> None:
         self.broker = broker
         self.dashboard = dashboard
         self.sessions = Sessions(token)
+        self.signouts = signouts
         self.read_only = read_only
         own = urlsplit(advertise_url).netloc if advertise_url else ""
         self._own = {own} if own else set()
@@ -162,9 +251,10 @@ class Ui:
         self.templates = Environment(
             loader=PackageLoader("broker.http.ui", "templates"),
             autoescape=select_autoescape(default=True), undefined=StrictUndefined,
-            trim_blocks=True, lstrip_blocks=True, auto_reload=False)
+            trim_blocks=True, lstrip_blocks=True, auto_reload=False, finalize=shown_text)
         self.templates.globals.update(static=self.static_url, qs=query_string)
-        self.templates.filters.update(num=number, age=age, rate=rate, web=web_url)
+        self.templates.filters.update(num=number, age=age, rate=rate, web=web_url,
+                                      lines=text_lines, when=when, host=host_of)
         self.router = Router([Route(p.path, self._endpoint(p), methods=[p.method])
                               for p in pages], default=self._not_found)
 
@@ -208,8 +298,10 @@ class Ui:
                                "only on this machine (http://127.0.0.1:PORT/ui/); give the "
                                "broker a token to open it to others")
 
-    def _visitor(self, request: Request) -> tuple[Visitor | None, str | None]:
-        """The visitor, and a new session's cookie value to set (no-token mode)."""
+    async def _visitor(self, request: Request) -> tuple[Visitor | None, str | None]:
+        """The visitor, and a new session's cookie value to set (no-token mode). A
+        session signed out (on any broker of the store) is no session; one that
+        cannot be checked raises ``StorageUnavailable`` (503)."""
         client = f"{request.client.host}:{request.client.port}" if request.client else "?"
         auth = request.headers.get("authorization")
         if auth is not None and self.sessions.needs_login:
@@ -219,7 +311,13 @@ class Ui:
             log.warning("ui: refused %s %s from %s: wrong bearer token", request.method,
                         shown(request.url.path), client)
             raise Refused(401, "wrong bearer token")
-        nonce = self.sessions.check(request.cookies.get(COOKIE))
+        cookie = request.cookies.get(COOKIE)
+        nonce = self.sessions.check(cookie)
+        if nonce is not None and cookie is not None and self.signouts is not None and \
+                await self.signouts.signed_out(
+                    session_key(nonce), issued_s(cookie),
+                    max_age_s=0.0 if request.method == "POST" else CHECK_EVERY_S):
+            nonce = None
         via = "session" if self.sessions.needs_login else "loopback"
         if nonce is not None:
             return Visitor(nonce, self.sessions.csrf(nonce), via, client), None
@@ -239,7 +337,7 @@ class Ui:
                 response = await page.handler(self, request, Visitor(None, "", "", ""),
                                               await self._form(request))
                 return self._finish(request, response, None)
-            visitor, new_cookie = self._visitor(request)
+            visitor, new_cookie = await self._visitor(request)
             if visitor is None:
                 return self._to_login(request)
             form: Form = {}
@@ -336,7 +434,8 @@ class Ui:
         """``template`` rendered with ``context`` and what every page shows."""
         html = self.templates.get_template(template).render(
             visitor=visitor, read_only=self.read_only, needs_login=self.sessions.needs_login,
-            broker_id=self.broker.id, broker_url=self.broker.url, status=status, **context)
+            broker_id=self.broker.id, broker_url=self.broker.url, status=status,
+            now_ms=self.broker.clock(), **context)
         return HTMLResponse(html, status)
 
     @staticmethod

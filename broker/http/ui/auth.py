@@ -6,10 +6,18 @@ login form; the answer sets the cookie ``osq_ui`` (``HttpOnly``,
 ``{issued}.{nonce}.{mac}``: when it was issued (s since the epoch), 16 random
 bytes, and an HMAC-SHA256 of both under a key derived from the token. The
 cookie never holds the token; every check is a constant-time compare; a
-session lasts :data:`SESSION_TTL_S`; signing out revokes it; a new token
-ends every session. Brokers sharing a token accept each other's sessions.
+session lasts :data:`SESSION_TTL_S`; signing out revokes it, here at once
+and on every broker of the store through the store's sign-out list
+(:mod:`broker.service.signouts`, which the dashboard's gate consults); a new
+token ends every session. Brokers sharing a token accept each other's sessions.
 Without a token (a loopback-only dashboard) the key is drawn at random when
 the broker starts, and a session is handed out with the first page.
+
+**Notices.** What an action did is told on the page it returns to by a
+one-time notice (a flash): the cookie ``osq_notice`` (same attributes, a
+minute long) holding what the action reported and an HMAC binding it to
+the session (:meth:`Sessions.notice`); the page shows it once and clears it.
+A link cannot forge one: no query parameter makes a notice.
 
 **CSRF.** Every state-changing form carries the session's CSRF token (an
 HMAC of its nonce; :meth:`Sessions.csrf`), and :func:`same_origin` checks
@@ -20,15 +28,23 @@ no browser adds that header to a cross-site request.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 import secrets
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 from urllib.parse import urlsplit
+
+import orjson
 
 #: The session cookie's name.
 COOKIE = "osq_ui"
+#: The one-time notice's cookie (see the module docstring), and how long it lasts (s).
+NOTICE_COOKIE = "osq_notice"
+NOTICE_TTL_S = 60
 #: How long a session lasts (s).
 SESSION_TTL_S = 12 * 3600
 #: Sessions signed out before they expire, remembered until they would have.
@@ -104,10 +120,37 @@ class Sessions:
         """The CSRF token of the session with ``nonce``."""
         return self._mac(f"csrf.{nonce}")[:32]
 
+    def notice(self, nonce: str | None, told: dict[str, Any]) -> str:
+        """A notice cookie's value telling ``told`` (JSON) to the session with
+        ``nonce`` (None: a bearer-header visitor)."""
+        body = base64.urlsafe_b64encode(orjson.dumps(told)).decode().rstrip("=")
+        return f"{body}.{self._mac(f'notice.{nonce}.{body}')[:32]}"
+
+    def read_notice(self, nonce: str | None, value: str | None) -> dict[str, Any] | None:
+        """What the notice cookie ``value`` tells, if it was made for the session
+        with ``nonce``; None if it is missing, forged or another session's."""
+        if not value or len(value) > 2000:
+            return None
+        body, _, mac = value.rpartition(".")
+        if not hmac.compare_digest(mac.encode(), self._mac(f"notice.{nonce}.{body}")[:32]
+                                   .encode()):
+            return None
+        try:
+            told = orjson.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+        except (binascii.Error, ValueError):
+            return None
+        return told if isinstance(told, dict) else None
+
     def csrf_matches(self, nonce: str, given: str | None) -> bool:
         """Whether ``given`` is that session's CSRF token (constant time)."""
         return given is not None and hmac.compare_digest(given.encode("utf-8", "replace"),
                                                          self.csrf(nonce).encode())
+
+
+def issued_s(value: str) -> int:
+    """When the session of cookie ``value`` was issued (s since the epoch); only for
+    a value :meth:`Sessions.check` accepted."""
+    return int(value.partition(".")[0])
 
 
 def session_id(nonce: str) -> str:
@@ -133,8 +176,9 @@ def same_origin(origin: str | None, referer: str | None, own: Iterable[str]) -> 
     return parts.netloc.lower() in {o.lower() for o in own}
 
 
-def cookie_header(value: str, *, secure: bool, max_age: int = SESSION_TTL_S) -> str:
+def cookie_header(value: str, *, secure: bool, max_age: int = SESSION_TTL_S,
+                  name: str = COOKIE) -> str:
     """The ``Set-Cookie`` value for session cookie ``value`` (empty and
-    ``max_age=0`` clears it)."""
-    attrs = f"{COOKIE}={value}; Path=/ui; Max-Age={max_age}; HttpOnly; SameSite=Strict"
+    ``max_age=0`` clears it); ``name``: another of the dashboard's cookies."""
+    attrs = f"{name}={value}; Path=/ui; Max-Age={max_age}; HttpOnly; SameSite=Strict"
     return attrs + ("; Secure" if secure else "")

@@ -18,6 +18,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from broker import paths
 from broker.errors import InvalidRequest, shown
 from broker.http.ui.app import Form, Ui, Visitor
+from broker.http.ui.auth import NOTICE_COOKIE, cookie_header
 from broker.model import browse
 from broker.model.cancels import FINISHED, RETRY, UNKNOWN
 from broker.model.job import CANCELLED, CLAIMED, DEAD, PENDING, STATUSES, seq_of
@@ -27,12 +28,12 @@ from broker.wire import CANCEL_REQUESTED
 PAGE_SIZE = 50
 #: Statuses the purge form offers (completed jobs leave by themselves).
 PURGEABLE = (PENDING, CLAIMED, DEAD)
-#: What an action's redirect says it did (``?did=...&n=...``).
+#: What an action's notice says it did (``did``, ``n``: see :mod:`broker.http.ui.actions`).
 DONE = {"redrive": "Returned {n} dead job(s) to pending.", "purge": "Purged {n} job(s).",
         "pause": "Paused: no job is handed out until resumed.",
         "resume": "Resumed: jobs are handed out again."}
-#: A cancel's answers, counted by status in its redirect (``?did=cancel&cancelled=2...``),
-#: in the order they are told, each with what it means.
+#: A cancel's answers, counted by status in its notice, in the order they are told,
+#: each with what it means.
 CANCEL_TOLD = (
     (CANCELLED, "{n} cancelled"),
     (CANCEL_REQUESTED, "{n} cancel requested (claimed: it ends cancelled at its worker's next "
@@ -74,33 +75,53 @@ async def overview(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Re
 
 async def queue_rows(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:
     queues = await ui.dashboard.overview()
-    return ui.page(request, visitor, "_queue_rows.html", queues=queues)
+    return ui.page(request, visitor, "_overview.html", queues=queues)
 
 
-def _count(value: str) -> int | str:
-    return int(value) if value.isdecimal() and len(value) < 12 else "some"
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def _done(request: Request) -> str | None:
-    """What the action whose redirect this is did, from its query (``did``, ``n``;
-    for a cancel a count per answer status), in words; None if no action."""
-    q = request.query_params
-    did = q.get("did")
+def _done(ui: Ui, request: Request, visitor: Visitor) -> str | None:
+    """What the action that sent the visitor here did, in words, from its one-time
+    notice (made by the action for this session; never from the query, which a
+    link could forge); None without one."""
+    told = ui.sessions.read_notice(visitor.nonce, request.cookies.get(NOTICE_COOKIE))
+    did = None if told is None else told.get("did")
+    if told is None or not isinstance(did, str):
+        return None
     if did == "cancel":
-        told = [text.format(n=_count(q[status])) for status, text in CANCEL_TOLD
-                if q.get(status, "0") != "0"]
-        return "Cancel: " + ("; ".join(told) if told else "nothing to cancel") + "."
+        counts = told.get("counts")
+        counts = counts if isinstance(counts, dict) else {}
+        said = [text.format(n=_count(counts.get(status))) for status, text in CANCEL_TOLD
+                if _count(counts.get(status))]
+        return "Cancel: " + ("; ".join(said) if said else "nothing to cancel") + "."
     if did not in DONE:
         return None
-    return DONE[did].format(n=_count(q.get("n", "")))
+    return DONE[did].format(n=_count(told.get("n")))
+
+
+def _told(ui: Ui, request: Request, response: Response) -> Response:
+    """``response``, clearing the notice cookie if the request had one (shown once)."""
+    if NOTICE_COOKIE in request.cookies:
+        response.headers.append("set-cookie", cookie_header(
+            "", secure=ui.secure(request), max_age=0, name=NOTICE_COOKIE))
+    return response
+
+
+def _browsing(request: Request) -> tuple[str | None, int | None, int | None, int]:
+    """The job browser's status filter, seq cursors (after, before) and page size,
+    from the query (``InvalidRequest`` naming the value that does not parse)."""
+    q = request.query_params
+    status = browse.check_status(q.get("status") or None)
+    after, before = _seq(q.get("after"), "after"), _seq(q.get("before"), "before")
+    return status, after, before, _limit(q.get("limit"))
 
 
 async def queue_page(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:
     queue = request.path_params["queue"]
     q = request.query_params
-    status = browse.check_status(q.get("status") or None)
-    after, before = _seq(q.get("after"), "after"), _seq(q.get("before"), "before")
-    limit = _limit(q.get("limit"))
+    status, after, before, limit = _browsing(request)
     info = await ui.dashboard.summary(queue)
     found = q.get("find", "").strip()
     message = None
@@ -114,10 +135,25 @@ async def queue_page(ui: Ui, request: Request, visitor: Visitor, form: Form) -> 
     jobs = None
     if info["served"]:
         jobs = await ui.dashboard.view(queue, "page", status, after, before, limit)
-    return ui.page(request, visitor, "queue.html", q=info, queue=queue, jobs=jobs,
-                   shown_status=status, statuses=STATUSES, limit=limit,
-                   find=found, message=message, done=_done(request), request_key=request_key(),
-                   purgeable=PURGEABLE, history=ui.dashboard.history)
+    return _told(ui, request, ui.page(
+        request, visitor, "queue.html", q=info, queue=queue, jobs=jobs, shown_status=status,
+        statuses=STATUSES, limit=limit, after=after, before=before, find=found,
+        message=message, done=_done(ui, request, visitor), request_key=request_key(),
+        purgeable=PURGEABLE, history=ui.dashboard.history,
+        samples=len(ui.dashboard.history.samples(queue))))
+
+
+async def job_table(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:
+    """The job browser's table as the queue page shows it (the same query), which
+    the page fetches again every 5 s: the rows change as the queue does."""
+    queue = request.path_params["queue"]
+    status, after, before, limit = _browsing(request)
+    info = await ui.dashboard.about(queue)
+    if not info["served"]:
+        return Response(status_code=204)  # (served elsewhere now: the page says so on reload)
+    jobs = await ui.dashboard.view(queue, "page", status, after, before, limit)
+    return ui.page(request, visitor, "_job_table.html", q=info, queue=queue, jobs=jobs,
+                   shown_status=status, limit=limit, after=after, before=before)
 
 
 async def summary(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:
@@ -138,8 +174,9 @@ async def job_page(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Re
     if info["served"]:
         job = await ui.dashboard.view(queue, "job", queue, job_id)
     status = 200 if job is not None or not info["served"] else 404
-    return ui.page(request, visitor, "job.html", status, q=info, queue=queue, job=job,
-                   job_id=job_id[:40], request_key=request_key(), done=_done(request))
+    return _told(ui, request, ui.page(
+        request, visitor, "job.html", status, q=info, queue=queue, job=job,
+        job_id=job_id[:40], request_key=request_key(), done=_done(ui, request, visitor)))
 
 
 async def purge_confirm(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:

@@ -5,9 +5,10 @@ at the proxy instead of the server. Each storage request draws from one
 ``random.Random(seed)``; with probability ``rate`` it is faulted, the kind
 picked by weight among the kinds that apply to its method:
 
-``error500`` / ``error503``
-    answer ``500 InternalError`` / ``503 SlowDown`` (an S3 XML error body)
-    WITHOUT forwarding: nothing reached the store.
+``error500`` / ``error503`` / ``error403``
+    answer ``500 InternalError`` / ``503 SlowDown`` / ``403 AccessDenied`` (an S3
+    XML error body) WITHOUT forwarding: nothing reached the store. (``error403``,
+    denied credentials, has no default weight: a storm or ``weights`` ask for it.)
 ``drop``
     (only for ``drop_methods``, by default PUT, conditional or not) forward
     the request, let it land, then close the client's connection without an
@@ -21,6 +22,12 @@ picked by weight among the kinds that apply to its method:
     drop it unsent (``delay_drop``); ``delay_then`` = forward, drop or mixed
     (a seeded coin per request).
 
+A **storm** (:meth:`FaultProxy.storm`) faults every request of some methods (all
+by default) with the kinds it names, for a number of seconds and/or requests,
+whatever ``rate`` and ``enabled`` say; then it ends by itself. Storm faults are
+counted with the others; ``stats()["storm"]`` says what is left of one (None
+when none runs).
+
 Faults can be switched off ("heal") and on at run time: in-process through
 :meth:`FaultProxy.set_enabled` / :meth:`FaultProxy.heal`, or through the
 control endpoint under ``/__faultproxy__/`` (no S3 bucket name can start
@@ -32,6 +39,7 @@ with an underscore, so it never shadows a storage request)::
     POST /__faultproxy__/config    JSON body with any of rate, weights, delay_s,
                                    delay_then, drop_methods, enabled
     POST /__faultproxy__/reset     zero the counters
+    POST /__faultproxy__/storm     JSON body: kinds, and any of seconds, count, methods
 
 ``request_log`` (``--log-requests PATH``) appends one JSON line per storage
 request: ``t`` (epoch s), ``dt`` (s spent), ``n``, ``m`` (method), ``path``,
@@ -62,6 +70,7 @@ import random
 import socket
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -70,8 +79,9 @@ from urllib.parse import urlsplit
 CONTROL_PREFIX = "/__faultproxy__/"
 
 #: Fault kinds as drawn; the counters split ``drop`` and ``delay`` by outcome.
-KINDS = ("error500", "error503", "drop", "delay")
-COUNTED = ("error500", "error503", "drop_landed", "drop_refused", "delay_forward", "delay_drop")
+KINDS = ("error500", "error503", "drop", "delay", "error403")
+COUNTED = ("error500", "error503", "drop_landed", "drop_refused", "delay_forward", "delay_drop",
+           "error403")
 
 _HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-connection", "proxy-authenticate",
@@ -83,6 +93,7 @@ _S3_ERRORS = {
     "error500": (500, "Internal Server Error", "InternalError",
                  "We encountered an internal error. Please try again."),
     "error503": (503, "Slow Down", "SlowDown", "Please reduce your request rate."),
+    "error403": (403, "Forbidden", "AccessDenied", "Access Denied"),
 }
 
 
@@ -133,6 +144,17 @@ def parse_weights(text: str) -> dict[str, float]:
             raise ValueError(f"bad weight {part!r}: use KIND=NUMBER with KIND in {KINDS}")
         weights[name.strip()] = float(value)
     return weights
+
+
+@dataclass
+class _Storm:
+    """A storm that runs (see :meth:`FaultProxy.storm`): ``until`` a
+    ``time.monotonic()`` time, ``left`` requests (None: no such bound)."""
+
+    kinds: tuple[str, ...]
+    until: float | None
+    left: int | None
+    methods: tuple[str, ...] | None
 
 
 class _Server(ThreadingHTTPServer):
@@ -293,6 +315,8 @@ class _Handler(BaseHTTPRequestHandler):
                 proxy.reset_counts()
             elif action == "config" and self.command == "POST":
                 proxy.configure(**json.loads(body or b"{}"))
+            elif action == "storm" and self.command == "POST":
+                proxy.storm(**json.loads(body or b"{}"))
             else:
                 status = 404
         except (ValueError, TypeError) as exc:
@@ -333,6 +357,7 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._counts: dict[str, Any] = {}
+        self._storm: _Storm | None = None
         self.reset_counts()
         self._server = _Server((host, port), _Handler)
         self._server.proxy = self
@@ -392,6 +417,44 @@ class FaultProxy:
             candidate.check()
             self.config = candidate
 
+    def storm(self, kinds: Sequence[str] = ("error500", "error503"), *,
+              seconds: float | None = None, count: int | None = None,
+              methods: Sequence[str] | None = None) -> None:
+        """Fault every request of ``methods`` (None: all) with one of ``kinds``
+        (drawn from the RNG) for ``seconds`` from now and/or its next ``count``
+        such requests, whichever ends first (at least one must be given);
+        ``rate`` and ``enabled`` do not apply meanwhile. Replaces a storm that
+        runs. A ``drop`` is drawn only for the ``drop_methods``."""
+        kinds = tuple(kinds)
+        if not kinds or set(kinds) - set(KINDS):
+            raise ValueError(f"a storm needs kinds among {KINDS}, got {list(kinds)}")
+        if seconds is None and count is None:
+            raise ValueError("a storm needs seconds, count or both")
+        if (seconds is not None and seconds < 0) or (count is not None and count < 0):
+            raise ValueError("a storm's seconds and count must be >= 0")
+        until = None if seconds is None else time.monotonic() + seconds
+        with self._lock:
+            self._storm = _Storm(kinds, until, count,
+                                 None if methods is None else tuple(m.upper() for m in methods))
+
+    def calm(self) -> None:
+        """End the storm that runs, if any."""
+        with self._lock:
+            self._storm = None
+
+    def storm_running(self) -> bool:
+        """Whether a storm still faults requests."""
+        with self._lock:
+            return self._storm_now() is not None
+
+    def _storm_now(self) -> _Storm | None:
+        """The storm that runs, forgetting one that ended (hold the lock)."""
+        storm = self._storm
+        if storm is not None and ((storm.until is not None and time.monotonic() >= storm.until)
+                                  or storm.left == 0):
+            storm = self._storm = None
+        return storm
+
     def reset_counts(self) -> None:
         with self._lock:
             self._counts = {"requests": 0, "by_method": {}, "faults": dict.fromkeys(COUNTED, 0),
@@ -410,9 +473,19 @@ class FaultProxy:
                 "config": {**asdict(self.config), "drop_methods": list(self.config.drop_methods)},
                 "seed": self.seed,
                 "upstream": self.upstream,
+                "storm": self._storm_stats(),
             }
         out["fault_pct"] = 100.0 * out["faulted"] / out["requests"] if out["requests"] else 0.0
         return out
+
+    def _storm_stats(self) -> dict[str, Any] | None:
+        storm = self._storm_now()
+        if storm is None:
+            return None
+        return {"kinds": list(storm.kinds), "left": storm.left,
+                "left_s": None if storm.until is None else
+                round(max(0.0, storm.until - time.monotonic()), 3),
+                "methods": None if storm.methods is None else list(storm.methods)}
 
     # -- decisions (called by the handler threads) ---------------------------------------
     def _decide(self, method: str) -> tuple[int, str | None, str | None]:
@@ -423,10 +496,17 @@ class FaultProxy:
             counts["by_method"][method] = counts["by_method"].get(method, 0) + 1
             number = counts["requests"]
             cfg = self.config
-            if not cfg.enabled or cfg.rate <= 0 or self._rng.random() >= cfg.rate:
-                return number, None, None
-            kinds = [(k, w) for k, w in cfg.weights.items()
-                     if w > 0 and (k != "drop" or method in cfg.drop_methods)]
+            storm = self._storm_now()
+            if storm is not None and (storm.methods is None or method in storm.methods):
+                kinds = [(k, 1.0) for k in storm.kinds
+                         if k != "drop" or method in cfg.drop_methods]
+                if kinds and storm.left is not None:
+                    storm.left -= 1
+            else:
+                if not cfg.enabled or cfg.rate <= 0 or self._rng.random() >= cfg.rate:
+                    return number, None, None
+                kinds = [(k, w) for k, w in cfg.weights.items()
+                         if w > 0 and (k != "drop" or method in cfg.drop_methods)]
             if not kinds:
                 return number, None, None
             pick = self._rng.random() * sum(w for _, w in kinds)

@@ -7,8 +7,8 @@ picked by weight among the kinds that apply to its method:
 
 ``error500`` / ``error503`` / ``error403``
     answer ``500 InternalError`` / ``503 SlowDown`` / ``403 AccessDenied`` (an S3
-    XML error body) WITHOUT forwarding: nothing reached the store. (``error403``,
-    denied credentials, has no default weight: a storm or ``weights`` ask for it.)
+    XML error body; 403 has no default weight) WITHOUT forwarding: nothing
+    reached the store.
 ``drop``
     (only for ``drop_methods``, by default PUT, conditional or not) forward
     the request, let it land, then close the client's connection without an
@@ -22,11 +22,8 @@ picked by weight among the kinds that apply to its method:
     drop it unsent (``delay_drop``); ``delay_then`` = forward, drop or mixed
     (a seeded coin per request).
 
-A **storm** (:meth:`FaultProxy.storm`) faults every request of some methods (all
-by default) with the kinds it names, for a number of seconds and/or requests,
-whatever ``rate`` and ``enabled`` say; then it ends by itself. Storm faults are
-counted with the others; ``stats()["storm"]`` says what is left of one (None
-when none runs).
+A **storm** (:meth:`FaultProxy.storm`, :mod:`tests.support.faultproxy.storm`)
+faults every request for a while, whatever ``rate`` says (``stats()["storm"]``).
 
 Faults can be switched off ("heal") and on at run time: in-process through
 :meth:`FaultProxy.set_enabled` / :meth:`FaultProxy.heal`, or through the
@@ -75,6 +72,8 @@ from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
+
+from tests.support.faultproxy.storm import Storm
 
 CONTROL_PREFIX = "/__faultproxy__/"
 
@@ -144,17 +143,6 @@ def parse_weights(text: str) -> dict[str, float]:
             raise ValueError(f"bad weight {part!r}: use KIND=NUMBER with KIND in {KINDS}")
         weights[name.strip()] = float(value)
     return weights
-
-
-@dataclass
-class _Storm:
-    """A storm that runs (see :meth:`FaultProxy.storm`): ``until`` a
-    ``time.monotonic()`` time, ``left`` requests (None: no such bound)."""
-
-    kinds: tuple[str, ...]
-    until: float | None
-    left: int | None
-    methods: tuple[str, ...] | None
 
 
 class _Server(ThreadingHTTPServer):
@@ -357,7 +345,7 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._counts: dict[str, Any] = {}
-        self._storm: _Storm | None = None
+        self._storm: Storm | None = None
         self.reset_counts()
         self._server = _Server((host, port), _Handler)
         self._server.proxy = self
@@ -420,40 +408,23 @@ class FaultProxy:
     def storm(self, kinds: Sequence[str] = ("error500", "error503"), *,
               seconds: float | None = None, count: int | None = None,
               methods: Sequence[str] | None = None) -> None:
-        """Fault every request of ``methods`` (None: all) with one of ``kinds``
-        (drawn from the RNG) for ``seconds`` from now and/or its next ``count``
-        such requests, whichever ends first (at least one must be given);
-        ``rate`` and ``enabled`` do not apply meanwhile. Replaces a storm that
-        runs. A ``drop`` is drawn only for the ``drop_methods``."""
-        kinds = tuple(kinds)
-        if not kinds or set(kinds) - set(KINDS):
-            raise ValueError(f"a storm needs kinds among {KINDS}, got {list(kinds)}")
-        if seconds is None and count is None:
-            raise ValueError("a storm needs seconds, count or both")
-        if (seconds is not None and seconds < 0) or (count is not None and count < 0):
-            raise ValueError("a storm's seconds and count must be >= 0")
-        until = None if seconds is None else time.monotonic() + seconds
+        """Fault every request of ``methods`` (None: all) with one of ``kinds`` for
+        ``seconds`` and/or ``count`` such requests, whichever ends first (see
+        :class:`~tests.support.faultproxy.storm.Storm`); replaces one that runs."""
+        storm = Storm.of(kinds, KINDS, seconds=seconds, count=count, methods=methods)
         with self._lock:
-            self._storm = _Storm(kinds, until, count,
-                                 None if methods is None else tuple(m.upper() for m in methods))
+            self._storm = storm
 
     def calm(self) -> None:
         """End the storm that runs, if any."""
         with self._lock:
             self._storm = None
 
-    def storm_running(self) -> bool:
-        """Whether a storm still faults requests."""
-        with self._lock:
-            return self._storm_now() is not None
-
-    def _storm_now(self) -> _Storm | None:
+    def _storm_now(self) -> Storm | None:
         """The storm that runs, forgetting one that ended (hold the lock)."""
-        storm = self._storm
-        if storm is not None and ((storm.until is not None and time.monotonic() >= storm.until)
-                                  or storm.left == 0):
-            storm = self._storm = None
-        return storm
+        if self._storm is not None and self._storm.over():
+            self._storm = None
+        return self._storm
 
     def reset_counts(self) -> None:
         with self._lock:
@@ -473,19 +444,10 @@ class FaultProxy:
                 "config": {**asdict(self.config), "drop_methods": list(self.config.drop_methods)},
                 "seed": self.seed,
                 "upstream": self.upstream,
-                "storm": self._storm_stats(),
+                "storm": None if (storm := self._storm_now()) is None else storm.stats(),
             }
         out["fault_pct"] = 100.0 * out["faulted"] / out["requests"] if out["requests"] else 0.0
         return out
-
-    def _storm_stats(self) -> dict[str, Any] | None:
-        storm = self._storm_now()
-        if storm is None:
-            return None
-        return {"kinds": list(storm.kinds), "left": storm.left,
-                "left_s": None if storm.until is None else
-                round(max(0.0, storm.until - time.monotonic()), 3),
-                "methods": None if storm.methods is None else list(storm.methods)}
 
     # -- decisions (called by the handler threads) ---------------------------------------
     def _decide(self, method: str) -> tuple[int, str | None, str | None]:
@@ -497,12 +459,8 @@ class FaultProxy:
             number = counts["requests"]
             cfg = self.config
             storm = self._storm_now()
-            if storm is not None and (storm.methods is None or method in storm.methods):
-                kinds = [(k, 1.0) for k in storm.kinds
-                         if k != "drop" or method in cfg.drop_methods]
-                if kinds and storm.left is not None:
-                    storm.left -= 1
-            else:
+            kinds = None if storm is None else storm.kinds_for(method, cfg.drop_methods)
+            if kinds is None:
                 if not cfg.enabled or cfg.rate <= 0 or self._rng.random() >= cfg.rate:
                     return number, None, None
                 kinds = [(k, w) for k, w in cfg.weights.items()

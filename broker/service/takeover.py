@@ -7,10 +7,9 @@ queue at start, lists the store for new queues every
 :data:`~broker.service.ownership.WATCH_INTERVAL_S` (the broker's periodic task runs
 :meth:`Takeover.watch`), reads an object whole only when the policy says it
 is worth it, and takes a queue over with a commit that writes this broker's
-record. Start-up is two parts: :meth:`Takeover.load` only reads (the broker
-retries it through transient storage errors, see
-:meth:`broker.service.coordinator.Broker.start`) and :meth:`Takeover.take_all`
-writes. It also decides, for a request, whether this broker may serve a
+record. Start-up is two parts: :meth:`Takeover.load` only reads (retried
+through transient storage errors: :mod:`broker.service.startup`) and
+:meth:`Takeover.take_all` writes. It also decides, for a request, whether this broker may serve a
 queue it does not serve yet (:meth:`Takeover.admit`).
 
 The queues themselves (their commit loops, archivers and locks) belong to the

@@ -10,6 +10,7 @@ The same through real processes, an S3 API and a fault proxy:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
@@ -176,6 +177,34 @@ def test_start_rides_out_takeover_writes_that_fail_or_lose_their_reply(
     _check_store(inner)
 
 
+def test_a_takeover_failing_past_the_commit_timeout_does_not_fail_start_up(
+        inner: FileStore) -> None:
+    """Its queue is served (its loop faulted) and its loop writes the takeover by
+    itself once storage answers again: no client call needed."""
+    store = FaultyStore(inner)
+    store.inject("write_if_match", NOT_LANDED, key_contains="c/queue.json", times=None)
+    broker = _broker(store, commit_timeout_s=0.3)
+
+    async def go() -> None:
+        await broker.start()
+        try:
+            c = broker.served("c")
+            assert c is not None and c.loop.fault is not None
+            assert decode_state(inner.read(paths.state_key("c")).data).broker is None
+            store.heal()
+            for _ in range(200):  # the loop re-reads a faulted object every 2 s
+                state = decode_state(inner.read(paths.state_key("c")).data)
+                if state.broker is not None:
+                    break
+                await asyncio.sleep(0.05)
+            assert state.broker is not None and state.broker.id == broker.id
+        finally:
+            await broker.stop(5)
+
+    run(go())
+    _check_store(inner)
+
+
 # -- the start-up time is a bound -----------------------------------------------------
 
 
@@ -245,3 +274,27 @@ def test_a_store_that_fails_the_self_test_fails_start_up_at_once(inner: FileStor
     store = IgnoresConditions(inner)
     error = _start_fails(_broker(store, self_test=True, startup_timeout_s=600))
     assert isinstance(error, UnsafeStore)
+
+
+# -- the setting -------------------------------------------------------------------------
+
+
+def test_the_start_up_time_comes_from_its_flag_or_variable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from broker.cli import main
+    from broker.config import BrokerSettings
+
+    store = f"file://{tmp_path}"
+    assert BrokerSettings.load({"store": store}).broker_config().startup_timeout_s == 60
+    monkeypatch.setenv("OSQUEUE_STARTUP_TIMEOUT_S", "7.5")
+    assert BrokerSettings.load({"store": store}).broker_config().startup_timeout_s == 7.5
+    assert BrokerSettings.load({"store": store, "startup_timeout_s": "0"}
+                               ).broker_config().startup_timeout_s == 0
+    assert main(["--store", store, "--startup-timeout-s", "-1"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "osqueue-broker: --startup-timeout-s (or OSQUEUE_STARTUP_TIMEOUT_S): Input should be "
+        "greater than or equal to 0")
+    assert not list(tmp_path.iterdir())  # nothing opened, nothing written
+    with pytest.raises(ValueError, match=r"startup_timeout_s must be within \[0, 86400\]"):
+        BrokerConfig(startup_timeout_s=float("nan"))

@@ -18,10 +18,16 @@ address).
 Every flag may come from an ``OSQUEUE_*`` variable instead (see :mod:`broker.config`);
 a flag wins over its variable.
 
+Start-up retries transient storage errors (throttling, 5xx, timeouts, connection
+errors), logging each retry, for ``--startup-timeout-s`` (default 60); errors that
+will not go away (a missing bucket, denied access, a failed self-test, a corrupt
+or newer queue object) stop it at once.
+
 Exit status: 0 after a clean drain; 2 for bad arguments, a store it cannot open
-or refuses to run on (its self-test failed, a queue object it will not load) or
-an address it cannot listen on, each said in one line naming which (nothing was
-written); 1 if the store failed after it served.
+or refuses to run on (its self-test failed, a queue object it will not load), a
+store that kept failing for the whole start-up time, or an address it cannot
+listen on, each said in one line naming which (nothing was written); 1 if the
+store failed after it served.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     fields = BrokerSettings.model_fields
     for name in ("store", "listen", "advertise_url", "token_env", "endpoint_url", "lease_s",
+                 "startup_timeout_s",
                  "commit_timeout_s", "max_request_mb", "header_timeout_s", "body_timeout_s",
                  "max_connections", "history_interval_s", "segment_push_jobs",
                  "segment_grace_s", "sweep_s", "log_level"):
@@ -112,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         if ready:
             say(f"stopped on store {shown}: {what}")
             return 1
+        if isinstance(exc, OsqueueError) and exc.retryable:  # rode out the start-up time
+            return say(f"could not start on store {shown}: {what}")
         return say(f"refusing to start on store {shown}: {what}")
     return 0
 

@@ -36,11 +36,13 @@ from broker.limits import (
     DEFAULT_COMMIT_TIMEOUT_S,
     DEFAULT_HEADER_TIMEOUT_S,
     DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_STARTUP_TIMEOUT_S,
     MAX_BROKER_LEASE_S,
     MAX_CLIENT_TIMEOUT_S,
     MAX_COMMIT_TIMEOUT_S,
     MAX_CONNECTIONS,
     MAX_ITEMS,
+    MAX_STARTUP_TIMEOUT_S,
     MIN_BROKER_LEASE_S,
     MIN_COMMIT_TIMEOUT_S,
 )
@@ -80,6 +82,11 @@ class BrokerSettings(BaseSettings):
         DEFAULT_COMMIT_TIMEOUT_S, ge=MIN_COMMIT_TIMEOUT_S, le=MAX_COMMIT_TIMEOUT_S,
         description="how long one batch waits on failing storage before its callers are "
                     "answered (outcome_unknown or storage_unavailable)")
+    startup_timeout_s: float = Field(
+        DEFAULT_STARTUP_TIMEOUT_S, ge=0, le=MAX_STARTUP_TIMEOUT_S,
+        description="how long start-up (the self-test, loading the queue objects) retries "
+                    "transient storage errors (throttling, 5xx, timeouts, connection errors) "
+                    "before it exits with the last one; 0: not at all")
     max_request_mb: float = Field(64.0, gt=0, description="request body limit, MiB")
     header_timeout_s: float = Field(
         DEFAULT_HEADER_TIMEOUT_S, gt=0, le=MAX_CLIENT_TIMEOUT_S,
@@ -177,6 +184,7 @@ class BrokerSettings(BaseSettings):
         """The :class:`BrokerConfig` these settings describe."""
         return BrokerConfig(lease_s=self.lease_s, self_test=self.self_test,
                             commit_timeout_s=self.commit_timeout_s,
+                            startup_timeout_s=self.startup_timeout_s,
                             max_request_bytes=int(self.max_request_mb * MIB),
                             header_timeout_s=self.header_timeout_s,
                             body_timeout_s=self.body_timeout_s,

@@ -104,6 +104,14 @@ class OsqueueError(Exception):
         """The JSON error body: ``{"error": message, "code": code, ...details}``."""
         return {"error": self.message, "code": self.code, **self.details}
 
+    @property
+    def request_key(self) -> str | None:
+        """The request key of the push this error ended (``details['request_key']``:
+        ``QueueClient.push_many`` puts it on a retryable error, to repeat the push
+        with), else None."""
+        key = self.details.get("request_key")
+        return key if isinstance(key, str) else None
+
 
 class StorageError(OsqueueError):
     code = "storage_error"

@@ -83,6 +83,10 @@ MAX_RECORDED_BROKER_LEASE_S = 86_400.0
 MIN_COMMIT_TIMEOUT_S = 0.1
 MAX_COMMIT_TIMEOUT_S = 3600.0
 DEFAULT_COMMIT_TIMEOUT_S = 30.0
+#: How long (s) a broker's start-up (self-test, listing and loading the queue
+#: objects) rides out transient storage errors before it gives up; 0: not at all.
+DEFAULT_STARTUP_TIMEOUT_S = 60.0
+MAX_STARTUP_TIMEOUT_S = 86_400.0
 #: Longest job id (``j`` and up to 15 digits: seqs fit 48 bits).
 MAX_JOB_ID_CHARS = 16
 

@@ -10,7 +10,9 @@ once. Every operation is safe to repeat: each push and each claim carries a
 fresh request key (the ``Idempotency-Key`` header), so a repeat after a lost
 answer gets the first answer (the same ids, the same claimed jobs) instead of
 enqueueing twice or stranding jobs; complete, fail and heartbeat are
-idempotent per token; publish is once-keyed.
+idempotent per token; publish is once-keyed. A push whose retries ran out
+raises with its request key (``exc.request_key``): pushing the same jobs again
+with ``request_key=`` it creates nothing twice (:meth:`QueueClient.push_many`).
 
 Transport: how bytes move is :mod:`osqueue_spark.transport`'s (urllib3 by
 default; ``transport=MockTransport(handler)`` in tests).
@@ -27,7 +29,6 @@ from __future__ import annotations
 import math
 import os
 import threading
-import uuid
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -70,6 +71,7 @@ from osqueue_spark.bodies import (
     job_staged_line,
     json_default,
 )
+from osqueue_spark.calls import KeyedCall, RequestNumbers, push_key
 from osqueue_spark.transport import Transport, Urllib3Transport
 
 #: The headers that carry a call's request key and the client's floor (see
@@ -80,36 +82,6 @@ REQUEST_FLOOR_HEADER = "idempotency-floor"
 
 def _retryable(exc: BaseException) -> bool:
     return isinstance(exc, OsqueueError) and exc.retryable
-
-
-class _Requests:
-    """Numbers this client's keyed calls: ``r-{client}-{n}``, and the floor below
-    which every call has its answer (so the broker can drop their receipts).
-    A forked copy of a client is another client (see ``QueueClient._own``)."""
-
-    def __init__(self) -> None:
-        self.client = uuid.uuid4().hex[:12]
-        self._next = 0
-        self._open: set[int] = set()
-        self._lock = threading.Lock()
-
-    def begin(self) -> int:
-        with self._lock:
-            n = self._next
-            self._next += 1
-            self._open.add(n)
-            return n
-
-    def key(self, n: int) -> str:
-        return f"r-{self.client}-{n}"
-
-    def floor(self) -> int:
-        with self._lock:
-            return min(self._open, default=self._next)
-
-    def end(self, n: int) -> None:
-        with self._lock:
-            self._open.discard(n)
 
 
 def _broker_urls(url: str | Sequence[str] | None, store: str | None) -> list[str]:
@@ -161,7 +133,7 @@ class QueueClient:
         :func:`_renew_after_fork` calls this in the child before any of its
         threads can run)."""
         self._lock = threading.Lock()
-        self._requests = _Requests()
+        self._requests = RequestNumbers()
         self._headers = {"content-type": "application/json"}
         if self._token:
             self._headers["authorization"] = f"Bearer {self._token}"
@@ -202,7 +174,7 @@ class QueueClient:
 
     # -- transport -----------------------------------------------------------------
     def _send(self, method: str, path: str, body: Any, timeout_s: float,
-              request_key: int | None = None) -> Any:
+              call: KeyedCall | None = None) -> Any:
         """One request to the current broker; its parsed answer, or the error it
         names (the transport's ``BrokerUnreachable``/``BrokerUnavailable`` pass)."""
         if isinstance(body, bytes):  # staged lines
@@ -211,9 +183,10 @@ class QueueClient:
         else:
             data = None if body is None else json_bytes(body, "", json_default)
             headers = self._headers
-        if request_key is not None:
-            headers = {**headers, REQUEST_KEY_HEADER: self._requests.key(request_key),
-                       REQUEST_FLOOR_HEADER: str(self._requests.floor())}
+        if call is not None:
+            headers = {**headers, REQUEST_KEY_HEADER: call.key}
+            if call.numbering is not None:
+                headers[REQUEST_FLOOR_HEADER] = str(call.numbering.floor())
         url = self.url
         if not url:  # given only the store: ask the queue object who serves it
             url = self._store_owner() or ""
@@ -269,19 +242,24 @@ class QueueClient:
                 self.url = url.rstrip("/")
 
     def request(self, method: str, path: str, body: Any = None, *,
-                timeout_s: float | None = None, keyed: bool = False) -> Any:
+                timeout_s: float | None = None, keyed: bool = False,
+                call: KeyedCall | None = None) -> Any:
         """Send one API call with retries and broker discovery; return the parsed body.
 
         ``keyed`` (push and claim): the call gets a request key, sent with every
-        retry of it, so a repeat gets the first answer.
+        retry of it, so a repeat gets the first answer; ``call``: that key, made
+        by the caller (:meth:`push_many`).
         """
         timeout = self.timeout_s if timeout_s is None else timeout_s
-        n = self._requests.begin() if keyed else None
+        numbering = self._requests
+        n = numbering.begin() if keyed and call is None else None
+        if n is not None:
+            call = KeyedCall(numbering.key(n), numbering)
 
         def once() -> Any:
             url = self.url
             try:
-                return self._send(method, path, body, timeout, n)
+                return self._send(method, path, body, timeout, call)
             except NotTheBroker as exc:
                 self._discover(url, exc.details.get("url"))
                 raise
@@ -294,29 +272,77 @@ class QueueClient:
                             stop=stop_after_delay(self.retry_s))(once)
         finally:
             if n is not None:
-                self._requests.end(n)
+                numbering.end(n)
 
     def _q(self, action: str = "") -> str:
         return f"/v1/queues/{quote(self.queue)}" + (f"/{action}" if action else "")
 
     # -- queue operations -------------------------------------------------------------
     def push(self, payload: Any, *, priority: int = 0, delay_s: float = 0.0,
-             max_attempts: int | None = None, key: str | None = None) -> str:
-        """Enqueue one job; return its id once durable."""
+             max_attempts: int | None = None, key: str | None = None,
+             request_key: str | None = None) -> str:
+        """Enqueue one job; return its id once durable. ``request_key``: as for
+        :meth:`push_many`."""
         job = {"payload": payload, "priority": priority, "delay_s": delay_s,
                "max_attempts": max_attempts, "key": key}
-        return self.push_many([job])[0]
+        return self.push_many([job], request_key=request_key)[0]
 
-    def push_many(self, jobs: Iterable[Any], batch_size: int = 1000) -> list[str]:
+    def push_many(self, jobs: Iterable[Any], batch_size: int = 1000, *,
+                  request_key: str | None = None) -> list[str]:
         """Enqueue jobs in batches; each item is a payload or a dict with ``payload`` and
-        optional ``priority``, ``delay_s``, ``max_attempts``, ``key``."""
-        ids: list[str] = []
+        optional ``priority``, ``delay_s``, ``max_attempts``, ``key``.
+
+        The call has a request key: ``request_key`` (1 to 192 printable ASCII
+        characters: :func:`osqueue_spark.calls.push_key`), else one the client
+        makes. Its first batch is sent under it, batch ``i`` under ``{key}.{i}``,
+        and each is retried under its own.
+        A retryable error raised once a batch was sent (the outcome is unknown:
+        some of the jobs may be in the queue) carries the key as
+        ``exc.request_key`` and names it in its message: calling again with the
+        same jobs, the same ``batch_size`` and ``request_key=exc.request_key``
+        within the queue's ``retry_ttl_s`` (default 600 s) answers the ids of the
+        batches that landed, creating nothing for them, and pushes the rest
+        (later, it pushes them all again). See docs/guarantees.md.
+        """
         integer("batch_size", batch_size, 1, MAX_ITEMS)
-        for chunk in chunks((job_body(j) for j in jobs), batch_size):
-            body = b"".join(map(body_line, chunk))  # the compact body: payloads pass through
-            out = self.request("POST", self._q("push"), body, keyed=True)
-            ids.extend(out["ids"])
+        numbering: RequestNumbers | None = None
+        if request_key is None:
+            numbering = self._requests
+            n = numbering.begin()
+            key = numbering.key(n)
+        else:
+            key = push_key(request_key)
+        ids: list[str] = []
+        sent = False
+        try:
+            for i, chunk in enumerate(chunks((job_body(j) for j in jobs), batch_size)):
+                body = b"".join(map(body_line, chunk))  # the compact body: payloads pass through
+                sent = True
+                part = KeyedCall(key if i == 0 else f"{key}.{i}", numbering)
+                ids.extend(self.request("POST", self._q("push"), body, call=part)["ids"])
+        except OsqueueError as exc:
+            if not (sent and exc.retryable):
+                raise
+            if numbering is not None:  # the call stays open: its receipts are kept for a repeat
+                self._abandon(numbering)
+                numbering = None
+            raise type(exc)(f"{exc.message}; the push's request key is {key!r}: push the same "
+                            f"jobs with request_key={key!r} to learn what landed without "
+                            "pushing them twice", **{**exc.details, "request_key": key}
+                            ).with_traceback(exc.__traceback__) from None
+        finally:
+            if numbering is not None:
+                numbering.end(n)
         return ids
+
+    def _abandon(self, numbering: RequestNumbers) -> None:
+        """A call of ``numbering`` may be repeated later, by its key: leave it open
+        there for good (the floor that numbering's calls send never passes it, so
+        the broker keeps its receipts, until ``retry_ttl_s``) and number this
+        client's next calls afresh, so their receipts are still dropped at once."""
+        with self._lock:
+            if self._requests is numbering:
+                self._requests = RequestNumbers()
 
     def claim(self, worker: str, max_jobs: int = 1, lease_s: float = 30.0,
               wait_s: float = 0.0) -> list[ClaimedJob]:

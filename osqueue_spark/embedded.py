@@ -82,7 +82,7 @@ def start_broker(store: str | ObjectStore, host: str | None = None, port: int = 
                  insecure_no_token: bool = False, spark_conf: Mapping[str, str] | None = None,
                  lease_s: float | None = None, tune_gc: bool = False,
                  segment_push_jobs: int | None = None, ui_read_only: bool = False,
-                 **settings: Any) -> BrokerServer:
+                 startup_timeout_s: float | None = None, **settings: Any) -> BrokerServer:
     """Start a broker with its HTTP server in a background thread of this process.
 
     ``store``: ``file:///abs/dir``, ``s3://bucket/prefix`` or a store object;
@@ -122,6 +122,11 @@ def start_broker(store: str | ObjectStore, host: str | None = None, port: int = 
     only in a driver that exists to feed or drain the queue. Off by default:
     an embedded broker leaves the collector as it found it.
     ``ui_read_only``: the dashboard shows the queues and refuses every action.
+    ``startup_timeout_s``: how long start-up rides out transient storage errors
+    (throttling, 5xx, timeouts, connection errors: each retry is logged at
+    warning on the ``osqueue.broker`` logger) before it raises the last one
+    (default 60; 0: not at all). A missing bucket, denied access, a failed
+    self-test or a corrupt or newer queue object raise at once.
     """
     from broker.http.server import BrokerServer, is_loopback
     from broker.service.settings import BrokerConfig
@@ -141,6 +146,8 @@ def start_broker(store: str | ObjectStore, host: str | None = None, port: int = 
         config = dataclasses.replace(config, lease_s=lease_s)
     if segment_push_jobs is not None:
         config = dataclasses.replace(config, segment_push_jobs=segment_push_jobs)
+    if startup_timeout_s is not None:
+        config = dataclasses.replace(config, startup_timeout_s=startup_timeout_s)
     # The driver's address stands for "every interface" only: a broker bound to
     # one address advertises that one.
     wildcard = host in (ALL_INTERFACES, "::", "")

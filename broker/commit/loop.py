@@ -115,12 +115,14 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
         self._attempted = False  # the current batch has had a write attempt
 
     # -- public ---------------------------------------------------------------
-    async def load(self) -> StateT:
+    async def load(self, deadline: float | None = None) -> StateT:
         """Read the object (or start empty). Raises ``StateError`` on a bad object,
         ``StorageRefused`` on a refusal, ``StorageUnavailable`` if storage keeps
-        failing for ``commit_timeout_s``."""
+        failing for ``commit_timeout_s`` (or until ``deadline``, a ``time.monotonic()``
+        time, when given)."""
         try:
-            await self._reload(time.monotonic() + self._commit_timeout_s)
+            await self._reload(time.monotonic() + self._commit_timeout_s
+                               if deadline is None else deadline)
         except Expired as exp:
             raise StorageUnavailable(f"could not read {self.key}: {exp.last}") from None
         assert self.state is not None

@@ -219,11 +219,14 @@ class BrokerServer:
         run_loop(self.serve())
 
     # -- embedded use -------------------------------------------------------------
-    def start_in_thread(self, timeout_s: float = 60.0) -> BrokerServer:
+    def start_in_thread(self, timeout_s: float | None = None) -> BrokerServer:
         """Serve from a daemon thread; return once it accepts requests.
 
         Raises whatever stopped the broker from starting (a corrupt queue
-        object, an unsafe store) in the calling thread.
+        object, an unsafe store, storage failing for the whole start-up time)
+        in the calling thread. ``timeout_s``: raise ``TimeoutError`` if it has
+        not started by then; None waits as long as start-up does (it is bounded
+        by ``startup_timeout_s``, then the takeovers' ``commit_timeout_s``).
         """
 
         def main() -> None:

@@ -6,7 +6,8 @@ Imports only the broker's leaves (errors, limits, paths, timefmt, wire) and itse
 
 The layers inside, lowest first::
 
-    job, columns, receipts, tokens a job and its lease; column-wise results; token tags
+    job, columns, calls            a job and its lease; column-wise results; request keys
+    receipts, tokens               answers of recent calls; token tags
     ratelimit                      the dispatch rate limit's token bucket (no model import)
     lines                          a job's line in the object (byte templates)
     jobtable, state                the queue: seq -> job, settings, counters, windows

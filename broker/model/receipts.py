@@ -31,7 +31,8 @@ order they were claimed collapse into a few runs.
 
 **Keeping it small.** Every commit writes the object whole, so the window must
 not grow with the traffic. A client's request keys are ``r-{client}-{n}``
-with ``n`` counting up, and each keyed call may carry the client's *floor*:
+with ``n`` counting up (``r-{client}-{n}.{i}``: part ``i`` of call ``n``, see
+:mod:`broker.model.calls`), and each keyed call may carry the client's *floor*:
 every call of that client numbered below it has been answered. The receipts
 of those calls are dropped at once, so a live client costs only the calls it
 has in flight. The floor itself is kept (one small entry a client, for
@@ -56,6 +57,7 @@ from typing import Any
 import orjson
 
 from broker import timefmt
+from broker.model.calls import CallIndex, client_of
 
 #: Outcomes of a settled token, as the receipts name them.
 COMPLETED = "completed"
@@ -110,16 +112,6 @@ def fence_of(token: str) -> int | None:
 
 def _bucket_span(ttl_ms: int) -> int:
     return max(1_000, ttl_ms // BUCKETS_PER_TTL)
-
-
-def client_of(key: str) -> tuple[str, int] | None:
-    """(client, number) of a request key ``r-{client}-{n}``, or None for a key of
-    another form (such keys are kept until their age or count runs out)."""
-    client, dash, n = key.rpartition("-")
-    if not dash or not client.startswith("r-") or not n.isascii() or not n.isdigit() \
-            or len(n) > 18:
-        return None
-    return client, int(n)
 
 
 @dataclass(slots=True)
@@ -223,7 +215,7 @@ class Receipts:
         self.buckets: list[Bucket] = []  # oldest first
         self.settled_runs = 0
         self.floors: dict[str, tuple[int, int]] = {}  # client -> (floor, at ms), in time order
-        self._by_client: dict[str, dict[int, str]] = {}  # client -> n -> key
+        self._by_client = CallIndex()  # the keys of each client's calls
         self._fence_index: list[tuple[int, int, str]] | None = None  # (first, end, outcome)
         #: When a change that needs no write of its own (a floor moved by an empty
         #: claim, a refusal remembered) was first left unwritten; None: none is.
@@ -248,11 +240,8 @@ class Receipts:
             if mine is None or mine[0] < floor:
                 self.floors.pop(client, None)
                 self.floors[client] = (floor, at)
-                calls = self._by_client.get(client, {})
-                for n in [n for n in calls if n < floor]:
-                    self.requests.pop(calls.pop(n), None)
-                if not calls:
-                    self._by_client.pop(client, None)
+                for key in self._by_client.pop_below(client, floor):
+                    self.requests.pop(key, None)
                 carried = True
         if carried:
             self.later(now_ms)
@@ -266,9 +255,7 @@ class Receipts:
     def _remember(self, r: Request) -> None:
         self.requests.pop(r.key, None)
         self.requests[r.key] = r
-        who = client_of(r.key)
-        if who is not None:
-            self._by_client.setdefault(who[0], {})[who[1]] = r.key
+        self._by_client.add(r.key)
 
     def record(self, key: str, kind: str, data: list[int], now_ms: int) -> None:
         """Remember what the call ``key`` of ``kind`` answered: for a push the job
@@ -293,15 +280,10 @@ class Receipts:
         if changed:
             self.floors.pop(client, None)  # re-insert at the young end
             self.floors[client] = (max(floor, seen[0] if seen else 0), now_ms)
-        mine = self._by_client.get(client)
-        if mine:
-            done = [n for n in mine if n < floor]
-            for n in done:
-                self.requests.pop(mine.pop(n), None)
-            if not mine:
-                del self._by_client[client]
-            changed = changed or bool(done)
-        return changed
+        done = self._by_client.pop_below(client, floor)
+        for done_key in done:
+            self.requests.pop(done_key, None)
+        return changed or bool(done)
 
     def below_floor(self, key: str) -> bool:
         """True if ``key`` is a call its client already had the answer of (numbered
@@ -372,13 +354,7 @@ class Receipts:
 
     def _forget(self, key: str) -> None:
         del self.requests[key]
-        who = client_of(key)
-        if who is not None:
-            mine = self._by_client.get(who[0])
-            if mine is not None:
-                mine.pop(who[1], None)
-                if not mine:
-                    del self._by_client[who[0]]
+        self._by_client.remove(key)
 
     def rebase(self, now_ms: int) -> None:
         """Re-time every receipt to ``now_ms`` (after a takeover: their times were

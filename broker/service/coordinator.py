@@ -71,6 +71,7 @@ from broker.service.segment_store import SegmentStore
 from broker.service.served_queue import ServedQueue
 from broker.service.settings import BrokerConfig
 from broker.service.staging import Staging
+from broker.service.startup import start_up
 from broker.service.stored_view import stored_view
 from broker.service.takeover import Takeover
 from broker.storage import ObjectStore
@@ -130,13 +131,14 @@ class Broker(CancelCalls):
         """Check the store, load every existing queue, take over those no live
         broker owns and watch the rest.
 
-        Raises ``UnsafeStore`` if the store ignores conditional writes and a
-        ``StateError`` (naming the object) if any queue object is corrupt,
-        foreign or newer; nothing is written in either case.
+        Rides out transient storage errors for ``startup_timeout_s``, then raises
+        the last one; raises ``StorageRefused``, ``UnsafeStore`` (the self-test)
+        or a ``StateError`` (naming the object) at once. Nothing is written until
+        every object has loaded (see :mod:`broker.service.startup`).
         """
-        if self.config.self_test:
-            await self._io(self.store.self_test)
-        served, existing = await self.takeover.start()
+        served, existing = await start_up(self.store, self.takeover, self._io,
+                                          self_test=self.config.self_test,
+                                          timeout_s=self.config.startup_timeout_s)
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._every(self.config.sweep_s, self.sweep_staging, "staging sweep")),

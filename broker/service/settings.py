@@ -40,6 +40,9 @@ class BrokerConfig:
     #: it serves (an object is deleted at the first sweep past its grace period)
     sweep_s: float = SWEEP_S
     self_test: bool = True
+    #: start-up (self-test, listing and loading the queue objects) retries transient
+    #: storage errors for this long before it gives up with the last one (0: never)
+    startup_timeout_s: float = limits.DEFAULT_STARTUP_TIMEOUT_S
     #: a batch waits this long on failing storage at most
     commit_timeout_s: float = limits.DEFAULT_COMMIT_TIMEOUT_S
     default_settings: dict[str, Any] = field(default_factory=dict)
@@ -47,3 +50,8 @@ class BrokerConfig:
     ui_read_only: bool = False
     #: seconds between the samples of the dashboard's charts (broker.service.history)
     history_interval_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.startup_timeout_s <= limits.MAX_STARTUP_TIMEOUT_S:
+            raise ValueError(f"startup_timeout_s must be within [0, "
+                             f"{limits.MAX_STARTUP_TIMEOUT_S:g}] seconds")

@@ -7,7 +7,9 @@ queue at start, lists the store for new queues every
 :data:`~broker.service.ownership.WATCH_INTERVAL_S` (the broker's periodic task runs
 :meth:`Takeover.watch`), reads an object whole only when the policy says it
 is worth it, and takes a queue over with a commit that writes this broker's
-record. It also decides, for a request, whether this broker may serve a
+record. Start-up is two parts: :meth:`Takeover.load` only reads (retried
+through transient storage errors: :mod:`broker.service.startup`) and
+:meth:`Takeover.take_all` writes. It also decides, for a request, whether this broker may serve a
 queue it does not serve yet (:meth:`Takeover.admit`).
 
 The queues themselves (their commit loops, archivers and locks) belong to the
@@ -80,27 +82,45 @@ class Takeover:
         self.known: set[str] = set()  # queues in the store, served or watched
         self._listed_at = 0.0
 
-    async def start(self) -> tuple[int, int]:
-        """Load every existing queue; take over those no live broker owns (write
-        our record, re-lease claimed jobs) and watch the rest. Returns (served,
-        existing). Raises a ``StateError`` (naming the object) if any queue
-        object is corrupt, foreign or newer; nothing is written then."""
+    async def load(self, deadline: float | None = None) -> tuple[list[ServedQueue], int]:
+        """Start-up's reading part: list the store and load every existing queue
+        object; returns (the queues no live broker owns, to take over; how many
+        queues exist). The others are watched. Reads only: nothing is written.
+
+        Raises a ``StateError`` (naming the object) if any queue object is
+        corrupt, foreign or newer, and what storage raised if listing fails or
+        reading an object keeps failing until ``deadline`` (``time.monotonic()``
+        seconds; default the commit timeout). A raise leaves nothing behind: the
+        queues made for loading are forgotten, so the whole load may be repeated.
+        """
         names = await self._io(existing_queue_names, self.store)
         self._listed_at = self._monotonic()
-        mine = []
-        for name in names:
-            q = self.host.make_queue(name)
-            state = await q.loop.load()  # raises StateError before anything is written
-            self.known.add(name)
-            self.ownership.observe(name, etag=q.loop.etag, record=state.broker)
-            if self.ownership.may_take(name, state.broker):
+        mine: list[ServedQueue] = []
+        try:
+            for name in names:
+                q = self.host.make_queue(name)
                 mine.append(q)
-            else:
-                self.host.forget_queue(name)  # watched, not served: no loop
-        # Take them over before saying we are ready; a queue another broker wins
-        # meanwhile is watched instead.
+                state = await q.loop.load(deadline)  # raises StateError before any write
+                self.known.add(name)
+                self.ownership.observe(name, etag=q.loop.etag, record=state.broker)
+                if not self.ownership.may_take(name, state.broker):
+                    mine.pop()
+                    self.host.forget_queue(name)  # watched, not served: no loop
+        except BaseException:
+            for q in mine:  # (none of them is started: no loop runs, nothing was written)
+                self.host.forget_queue(q.name)
+            raise
+        return mine, len(names)
+
+    async def take_all(self, mine: list[ServedQueue]) -> int:
+        """Start-up's writing part: take the queues :meth:`load` found over (write
+        our record, re-lease claimed jobs); returns how many this broker serves.
+        Never raises for storage: a takeover whose commit failed is logged and
+        its queue stays served, its loop retrying as after any failed batch
+        (transient errors never make a broker abdicate); a queue another broker
+        won meanwhile is watched instead."""
         await asyncio.gather(*(self.take_over(q) for q in mine))
-        return sum(q.loop.active for q in mine), len(names)
+        return sum(q.loop.active for q in mine)
 
     async def take_over(self, q: ServedQueue) -> bool:
         """Make ``q`` ours (a commit that writes our record); False if another

@@ -2,7 +2,7 @@
 reaping replaced versions off the caller's thread, and per-thread locks.
 
 Used only by :mod:`broker.storage.files`; an ``OSError`` here is turned into
-``StorageUnavailable`` (naming the errno) by :func:`disk_error`.
+``StorageUnavailable`` or ``StorageRefused`` (naming the errno) by :func:`disk_error`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from broker.errors import StorageUnavailable
+from broker.errors import StorageRefused, StorageUnavailable
 from broker.storage.base import Data
 
 
@@ -27,10 +27,23 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def disk_error(exc: OSError, action: str, key: str, url: str) -> StorageUnavailable:
+#: Errors a retry will not cure: the file store's "access denied" (a directory it
+#: may not write or read, a read-only filesystem).
+DENIED = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+
+
+def disk_error(exc: OSError, action: str, key: str, url: str, *,
+               may_refuse: bool = True) -> StorageUnavailable | StorageRefused:
+    """``exc`` as the store's error: ``StorageRefused`` for a :data:`DENIED` errno
+    (nothing was written: only with ``may_refuse``, for a call that cannot have
+    landed), else ``StorageUnavailable`` (transient; a write's outcome unknown)."""
     code = exc.errno or 0
     name = errno.errorcode.get(code, f"errno {code}") if code else type(exc).__name__
     reason = exc.strerror or str(exc)
+    if may_refuse and code in DENIED:
+        return StorageRefused(f"local disk refused {action} {key!r} in {url}: {name} "
+                              f"({reason}); check the directory's owner and permissions, "
+                              "and that its filesystem is writable")
     return StorageUnavailable(f"local disk error {name} {action} {key!r} in {url}: {reason}")
 
 

@@ -16,11 +16,14 @@ seconds; then the write raises ``StorageUnavailable`` and nothing was written.
 A version file whose compare failed is removed; superseded versions are
 removed by a background thread.
 
-Every ``OSError`` from the file system (``ENOSPC``, ``EIO``, ``EACCES``...)
-is raised as ``StorageUnavailable`` naming the errno, the action and the key,
-except a missing file where that means "no such object". A write that fails
-before its rename leaves the object unchanged and no file behind; one that
-fails while syncing the directory after its rename may have landed.
+Every ``OSError`` from the file system (``ENOSPC``, ``EIO``...) is raised as
+``StorageUnavailable`` naming the errno, the action and the key, except a
+missing file where that means "no such object", and denied access or a
+read-only filesystem (``EACCES``, ``EPERM``, ``EROFS``: no retry cures them),
+raised as ``StorageRefused``. A write that fails before its rename leaves the
+object unchanged and no file behind; one that fails while syncing the
+directory after its rename may have landed (``StorageUnavailable``, whatever
+the errno).
 
 Needs a POSIX filesystem with ``flock`` and symbolic links: a local disk.
 Opening a store on a FUSE mount (Databricks ``/Volumes`` and ``/dbfs``,
@@ -155,11 +158,20 @@ class FileStore(ObjectStore):
 
     @contextlib.contextmanager
     def _os_errors(self, action: str, key: str) -> Iterator[None]:
-        """Raise any ``OSError`` escaping the block as ``StorageUnavailable``."""
+        """Raise any ``OSError`` escaping the block as ``StorageUnavailable``, or
+        ``StorageRefused`` for denied access or a read-only filesystem."""
         try:
             yield
         except OSError as exc:
             raise disk_error(exc, action, key, self.url) from exc
+
+    def _sync_landed(self, directory: Path, key: str) -> None:
+        """Sync ``directory`` after a rename in it landed: a failure is an unknown
+        outcome (``StorageUnavailable``), never a refusal, whatever its errno."""
+        try:
+            fsync_dir(directory)
+        except OSError as exc:
+            raise disk_error(exc, "writing", key, self.url, may_refuse=False) from exc
 
     @contextlib.contextmanager
     def _locked(self, path: Path, key: str) -> Iterator[None]:
@@ -251,7 +263,7 @@ class FileStore(ObjectStore):
             # holder paused (SIGSTOP) inside it is unlikely: the rename is visible
             # already, and a later writer's own directory sync covers it as well.
             if self._fsync:
-                fsync_dir(path.parent)
+                self._sync_landed(path.parent, key)
         finally:
             if not linked:
                 with contextlib.suppress(OSError):
@@ -384,7 +396,7 @@ class FileStore(ObjectStore):
                     tmp.unlink()
                 raise
             if self._fsync:
-                fsync_dir(path.parent)
+                self._sync_landed(path.parent, key)
             return plain_etag(st)
 
     def get(self, key: str) -> bytes:

@@ -25,7 +25,7 @@ from broker.http.server import BrokerServer
 from broker.model.decode import decode_state
 from broker.storage import FileStore
 from osqueue_spark import QueueClient, start_broker
-from osqueue_spark import client as client_mod
+from osqueue_spark.calls import RequestNumbers
 from osqueue_spark.transport import Response, Urllib3Transport
 from tests.support.faults import FaultyStore
 from tests.support.inprocess import stored
@@ -261,7 +261,7 @@ def test_forked_threads_never_reuse_the_parents_request_keys(tmp_path: Path) -> 
             code = 1
             try:
                 in_own, t2_done = threading.Event(), threading.Event()
-                original = client_mod._Requests.__init__
+                original = RequestNumbers.__init__
 
                 def slow_init(self: object) -> None:
                     if threading.current_thread().name == "T1":
@@ -269,7 +269,7 @@ def test_forked_threads_never_reuse_the_parents_request_keys(tmp_path: Path) -> 
                         t2_done.wait(10)
                     original(self)  # type: ignore[arg-type]
 
-                client_mod._Requests.__init__ = slow_init  # type: ignore[method-assign]
+                RequestNumbers.__init__ = slow_init  # type: ignore[method-assign]
                 got: dict[str, str] = {}
                 t1 = threading.Thread(target=lambda: got.__setitem__("c1", client.push("c1")),
                                       name="T1")

@@ -39,5 +39,10 @@ class RemoteControl:
     def configure(self, **changes: Any) -> dict[str, Any]:
         return self._call("POST", "config", changes)
 
+    def storm(self, kinds: list[str], **bounds: Any) -> dict[str, Any]:
+        """See :meth:`~tests.support.faultproxy.proxy.FaultProxy.storm` (``seconds``,
+        ``count``, ``methods``)."""
+        return self._call("POST", "storm", {"kinds": kinds, **bounds})
+
     def reset_counts(self) -> dict[str, Any]:
         return self._call("POST", "reset", {})

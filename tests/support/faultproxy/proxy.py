@@ -5,9 +5,10 @@ at the proxy instead of the server. Each storage request draws from one
 ``random.Random(seed)``; with probability ``rate`` it is faulted, the kind
 picked by weight among the kinds that apply to its method:
 
-``error500`` / ``error503``
-    answer ``500 InternalError`` / ``503 SlowDown`` (an S3 XML error body)
-    WITHOUT forwarding: nothing reached the store.
+``error500`` / ``error503`` / ``error403``
+    answer ``500 InternalError`` / ``503 SlowDown`` / ``403 AccessDenied`` (an S3
+    XML error body; 403 has no default weight) WITHOUT forwarding: nothing
+    reached the store.
 ``drop``
     (only for ``drop_methods``, by default PUT, conditional or not) forward
     the request, let it land, then close the client's connection without an
@@ -21,6 +22,9 @@ picked by weight among the kinds that apply to its method:
     drop it unsent (``delay_drop``); ``delay_then`` = forward, drop or mixed
     (a seeded coin per request).
 
+A **storm** (:meth:`FaultProxy.storm`, :mod:`tests.support.faultproxy.storm`)
+faults every request for a while, whatever ``rate`` says (``stats()["storm"]``).
+
 Faults can be switched off ("heal") and on at run time: in-process through
 :meth:`FaultProxy.set_enabled` / :meth:`FaultProxy.heal`, or through the
 control endpoint under ``/__faultproxy__/`` (no S3 bucket name can start
@@ -32,6 +36,7 @@ with an underscore, so it never shadows a storage request)::
     POST /__faultproxy__/config    JSON body with any of rate, weights, delay_s,
                                    delay_then, drop_methods, enabled
     POST /__faultproxy__/reset     zero the counters
+    POST /__faultproxy__/storm     JSON body: kinds, and any of seconds, count, methods
 
 ``request_log`` (``--log-requests PATH``) appends one JSON line per storage
 request: ``t`` (epoch s), ``dt`` (s spent), ``n``, ``m`` (method), ``path``,
@@ -62,16 +67,20 @@ import random
 import socket
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
+from tests.support.faultproxy.storm import Storm
+
 CONTROL_PREFIX = "/__faultproxy__/"
 
 #: Fault kinds as drawn; the counters split ``drop`` and ``delay`` by outcome.
-KINDS = ("error500", "error503", "drop", "delay")
-COUNTED = ("error500", "error503", "drop_landed", "drop_refused", "delay_forward", "delay_drop")
+KINDS = ("error500", "error503", "drop", "delay", "error403")
+COUNTED = ("error500", "error503", "drop_landed", "drop_refused", "delay_forward", "delay_drop",
+           "error403")
 
 _HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-connection", "proxy-authenticate",
@@ -83,6 +92,7 @@ _S3_ERRORS = {
     "error500": (500, "Internal Server Error", "InternalError",
                  "We encountered an internal error. Please try again."),
     "error503": (503, "Slow Down", "SlowDown", "Please reduce your request rate."),
+    "error403": (403, "Forbidden", "AccessDenied", "Access Denied"),
 }
 
 
@@ -293,6 +303,8 @@ class _Handler(BaseHTTPRequestHandler):
                 proxy.reset_counts()
             elif action == "config" and self.command == "POST":
                 proxy.configure(**json.loads(body or b"{}"))
+            elif action == "storm" and self.command == "POST":
+                proxy.storm(**json.loads(body or b"{}"))
             else:
                 status = 404
         except (ValueError, TypeError) as exc:
@@ -333,6 +345,7 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._counts: dict[str, Any] = {}
+        self._storm: Storm | None = None
         self.reset_counts()
         self._server = _Server((host, port), _Handler)
         self._server.proxy = self
@@ -392,6 +405,27 @@ class FaultProxy:
             candidate.check()
             self.config = candidate
 
+    def storm(self, kinds: Sequence[str] = ("error500", "error503"), *,
+              seconds: float | None = None, count: int | None = None,
+              methods: Sequence[str] | None = None) -> None:
+        """Fault every request of ``methods`` (None: all) with one of ``kinds`` for
+        ``seconds`` and/or ``count`` such requests, whichever ends first (see
+        :class:`~tests.support.faultproxy.storm.Storm`); replaces one that runs."""
+        storm = Storm.of(kinds, KINDS, seconds=seconds, count=count, methods=methods)
+        with self._lock:
+            self._storm = storm
+
+    def calm(self) -> None:
+        """End the storm that runs, if any."""
+        with self._lock:
+            self._storm = None
+
+    def _storm_now(self) -> Storm | None:
+        """The storm that runs, forgetting one that ended (hold the lock)."""
+        if self._storm is not None and self._storm.over():
+            self._storm = None
+        return self._storm
+
     def reset_counts(self) -> None:
         with self._lock:
             self._counts = {"requests": 0, "by_method": {}, "faults": dict.fromkeys(COUNTED, 0),
@@ -410,6 +444,7 @@ class FaultProxy:
                 "config": {**asdict(self.config), "drop_methods": list(self.config.drop_methods)},
                 "seed": self.seed,
                 "upstream": self.upstream,
+                "storm": None if (storm := self._storm_now()) is None else storm.stats(),
             }
         out["fault_pct"] = 100.0 * out["faulted"] / out["requests"] if out["requests"] else 0.0
         return out
@@ -423,10 +458,13 @@ class FaultProxy:
             counts["by_method"][method] = counts["by_method"].get(method, 0) + 1
             number = counts["requests"]
             cfg = self.config
-            if not cfg.enabled or cfg.rate <= 0 or self._rng.random() >= cfg.rate:
-                return number, None, None
-            kinds = [(k, w) for k, w in cfg.weights.items()
-                     if w > 0 and (k != "drop" or method in cfg.drop_methods)]
+            storm = self._storm_now()
+            kinds = None if storm is None else storm.kinds_for(method, cfg.drop_methods)
+            if kinds is None:
+                if not cfg.enabled or cfg.rate <= 0 or self._rng.random() >= cfg.rate:
+                    return number, None, None
+                kinds = [(k, w) for k, w in cfg.weights.items()
+                         if w > 0 and (k != "drop" or method in cfg.drop_methods)]
             if not kinds:
                 return number, None, None
             pick = self._rng.random() * sum(w for _, w in kinds)

@@ -1,0 +1,74 @@
+"""Request keys of :class:`~osqueue_spark.client.QueueClient`'s keyed calls (push,
+claim, purge, redrive): the ``Idempotency-Key`` that makes a repeat of a call
+answer what the first attempt got (see :mod:`broker.model.receipts`).
+
+A client numbers its calls (:class:`RequestNumbers`): ``r-{client}-{n}``, and
+each call sends the client's floor, below which every call has its answer, so
+the broker drops their receipts at once. A push of several batches is one
+call: batch ``i`` > 0 goes as ``{key}.{i}`` (see :mod:`broker.model.calls`). A
+caller may give a push its own key instead (:func:`push_key` checks it), sent
+without a floor.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any, NamedTuple
+
+from broker.limits import MAX_REQUEST_KEY_CHARS
+from osqueue_spark.args import InvalidArgument
+
+#: The longest request key a caller may give ``push_many``: the broker's limit,
+#: less room for a batch's part number (``.{i}``).
+MAX_PUSH_KEY_CHARS = MAX_REQUEST_KEY_CHARS - 8
+
+
+def push_key(key: Any) -> str:
+    """A caller's push request key, checked as the broker checks the header (1 to
+    :data:`MAX_PUSH_KEY_CHARS` printable ASCII characters, no space); raises
+    ``InvalidArgument`` otherwise."""
+    if not isinstance(key, str) or not 0 < len(key) <= MAX_PUSH_KEY_CHARS or not all(
+            33 <= ord(c) < 127 for c in key):
+        raise InvalidArgument(f"request_key must be 1..{MAX_PUSH_KEY_CHARS} printable ASCII "
+                              "characters (no spaces), such as the request_key of the error "
+                              "of the push to repeat")
+    return key
+
+
+class RequestNumbers:
+    """Numbers this client's keyed calls: ``r-{client}-{n}``, and the floor below
+    which every call has its answer (so the broker can drop their receipts).
+    A forked copy of a client is another client (see ``QueueClient._own``)."""
+
+    def __init__(self) -> None:
+        self.client = uuid.uuid4().hex[:12]
+        self._next = 0
+        self._open: set[int] = set()
+        self._lock = threading.Lock()
+
+    def begin(self) -> int:
+        with self._lock:
+            n = self._next
+            self._next += 1
+            self._open.add(n)
+            return n
+
+    def key(self, n: int) -> str:
+        return f"r-{self.client}-{n}"
+
+    def floor(self) -> int:
+        with self._lock:
+            return min(self._open, default=self._next)
+
+    def end(self, n: int) -> None:
+        with self._lock:
+            self._open.discard(n)
+
+
+class KeyedCall(NamedTuple):
+    """One keyed request: its key, and the numbering whose floor it carries (None
+    for a key the caller gave: no floor)."""
+
+    key: str
+    numbering: RequestNumbers | None

@@ -163,7 +163,15 @@ def build_result(args: argparse.Namespace, *, store: StoreSetup, slots: list[Bro
 
 
 def write_result(path: Path, result: dict[str, Any]) -> None:
-    """The result as indented JSON (``--out``)."""
+    """The result as indented JSON (``--out``), with the command, the machine and its
+    load (as every file under bench/results records them)."""
+    # imported here: the helpers live with the benchmarks, which tests never import
+    from bench._common import LOAD_AT_START, command, load, machine
+
+    result = {"command": command().replace(".venv/bin/python tools/chaos/__main__.py",
+                                           ".venv/bin/python -m tools.chaos"),
+              "machine": machine(), "load": {"at_start": LOAD_AT_START, "at_end": load()},
+              **result}
     path.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2, default=str))
 
 def write_records(run_dir: Path, rec: Recorder) -> None:

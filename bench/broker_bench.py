@@ -383,6 +383,7 @@ def main() -> None:
         "cycle_single_fraction_of_ceiling": median_ratio(v["cycle"], v["ceiling"]),
         "push_batch100_json_jobs_per_s_c64": statistics.median(v["push100_json"]),
         "push_batch100_compact_jobs_per_s_c64": statistics.median(v["push100_lines"]),
+        "push_batch100_compact_over_json": median_ratio(v["push100_lines"], v["push100_json"]),
         "inprocess_cycle_ops_per_s_c64": statistics.median(v["inprocess_cycle"]),
         "http_cost_ratio_c64": median_ratio(v["inprocess_cycle"], v["cycle"]),
         "direct_cas_ops_per_s_c64": statistics.median(v["direct_cas"]),

@@ -63,9 +63,12 @@ def test_event_loop_keeps_running_after_a_lost_drop_commit(tmp_path: Path) -> No
     store.inject("write_if_match", LOST_REPLY, key_contains="queue.json")
     store.inject("read", NOT_LANDED, key_contains="queue.json", times=None)
     gate.set()  # the archive object lands; the drop commit goes out ~1 s later
-    eventually(lambda: ("write_if_match", LOST_REPLY, "q/queue.json") in store.injected, 10,
-               "the drop commit")
-    assert store.inner.read("q/queue.json").data.count(b'"status":"completed"') == 0  # dropped
+
+    def dropped() -> bool:  # the drop commit landed (its reply then lost)
+        return ("write_if_match", LOST_REPLY, "q/queue.json") in store.injected and \
+            store.inner.read("q/queue.json").data.count(b'"status":"completed"') == 0
+
+    eventually(dropped, 10, "the drop commit to land")
     eventually(lambda: qloop.fault is not None, 10, "the loop to give up reading (faulted)")
     clock.mono += 2.0  # monotonic time passes (the wall clock too, but less than lease/3)
     store.heal()  # storage is back; the fault retry re-reads within 2 s

@@ -9,6 +9,7 @@ report it. A checker that answered zeros fails every test but the first.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from broker import paths
+from tests.support import chaos_stores
 from tests.support.chaos_stores import ChaosStore, chaos_store
 from tools.chaos.checker import FAILURES, check_store
 from tools.chaos.clients import Recorder
@@ -24,7 +26,8 @@ from tools.chaos.store import QUEUE
 
 @pytest.fixture()
 def run(tmp_path: Path) -> ChaosStore:
-    made = chaos_store(tmp_path / "store")
+    t0 = time.monotonic()
+    made = chaos_store(tmp_path / "store", Recorder(lambda: time.monotonic() - t0))
     healthy = check_store(made.store, made.rec)
     assert failures(healthy) == {}, healthy["samples"]
     return made
@@ -33,6 +36,10 @@ def run(tmp_path: Path) -> ChaosStore:
 def failures(check: dict[str, Any]) -> dict[str, int]:
     """The non-zero figures a run fails on."""
     return {name: check[name] for name in FAILURES if check[name]}
+
+
+def test_the_stores_queue_is_the_runners() -> None:
+    assert chaos_stores.QUEUE == QUEUE
 
 
 def test_a_healthy_store_has_no_failure(run: ChaosStore) -> None:

@@ -2,8 +2,9 @@
 (:func:`tools.chaos.checker.check_store`) on copies broken on purpose.
 
 :func:`chaos_store` drives a real broker (the embedded one, over HTTP, on a file
-store) as the runner's clients do and tells the runner's own
-:class:`tools.chaos.clients.Recorder` what they were told: producer 0 pushes
+store) as the runner's clients do and tells a recorder (the runner's own
+:class:`tools.chaos.clients.Recorder`, given by the test: nothing here imports the
+tools) what they were told: producer 0 pushes
 ``{"p": 0, "n": i}``, worker ``w0`` claims the jobs one at a time and completes
 each with the result ``{"by": "w0", "token": token}``. The broker stops at the end
 (its archive objects written). What a test then breaks, it breaks with the
@@ -13,17 +14,31 @@ wrote earlier (a queue object rolled back).
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from broker import paths
 from broker.model import archive, segment_format
 from broker.storage import ObjectStore, store_from_url
 from osqueue_spark import QueueClient, start_broker
-from tools.chaos.clients import Recorder
-from tools.chaos.store import QUEUE
+
+#: the queue every chaos run uses (tools.chaos.store.QUEUE)
+QUEUE = "chaos"
+
+
+class Recorder(Protocol):
+    """What :func:`chaos_store` tells (the methods of the runner's Recorder it calls)."""
+
+    clock: Callable[[], float]
+
+    def pushed(self, keys_: list[str], ids: list[str], started: float) -> None: ...
+
+    def claimed(self, jobs: list[Any], worker: str, started: float) -> None: ...
+
+    def completed(self, items: list[tuple[str, str]], results: list[Any], worker: str,
+                  started: float, late: bool = False) -> None: ...
 
 
 @dataclass
@@ -83,11 +98,9 @@ class ChaosStore:
         return key
 
 
-def chaos_store(root: Path, jobs: int = 4) -> ChaosStore:
+def chaos_store(root: Path, rec: Recorder, jobs: int = 4) -> ChaosStore:
     """A file store under ``root`` after ``jobs`` jobs were pushed, claimed and
-    completed through a real broker, and the record of what its clients were told."""
-    t0 = time.monotonic()
-    rec = Recorder(lambda: time.monotonic() - t0)
+    completed through a real broker; ``rec`` is told what its clients were told."""
     url = f"file://{root}"
     out = ChaosStore(store_from_url(url), rec, url)
     with start_broker(url, port=0) as broker:

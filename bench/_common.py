@@ -1,21 +1,95 @@
-"""Helpers shared by the benchmark scripts: timing, result files, and a moto S3
-server in a child process."""
+"""Helpers shared by the benchmark scripts: timing (interleaved rounds), result files
+that record the machine and its load, and a moto S3 server in a child process."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import json
 import os
 import platform
+import shlex
 import socket
+import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+T = TypeVar("T")
 RESULTS = Path(__file__).resolve().parent / "results"
+ROOT = RESULTS.parent.parent
+
+
+def load() -> list[float]:
+    """The machine's load averages over 1, 5 and 15 minutes (``os.getloadavg``)."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+#: The load when this benchmark process started (the first import of this module).
+LOAD_AT_START = load()
+
+
+def cpu_model() -> str:
+    """The CPU's model name, from /proc/cpuinfo where there is one."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> dict[str, Any]:
+    """What a figure was measured on: cores (all, and those this process may use), the
+    CPU model, Python and PySpark versions (None without PySpark), the platform."""
+    try:
+        pyspark: str | None = importlib.metadata.version("pyspark")
+    except importlib.metadata.PackageNotFoundError:
+        pyspark = None
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return {"cores": os.cpu_count(), "usable_cores": usable, "cpu_model": cpu_model(),
+            "python": platform.python_version(), "pyspark": pyspark,
+            "platform": platform.platform()}
+
+
+def in_rounds(fns: Mapping[str, Callable[[], T]], rounds: int) -> dict[str, Any]:
+    """Call each of ``fns`` once per round for ``rounds`` rounds, the order turning by
+    one each round (so none always runs first, or right after another): what a
+    comparison needs on a shared machine, whose load drifts between rounds but hardly
+    within one. Returns ``{"values": {name: [result per round]}, "load": [the 1-minute
+    load average after each round]}``."""
+    names = list(fns)
+    values: dict[str, list[T]] = {name: [] for name in names}
+    loads = []
+    for r in range(rounds):
+        turn = r % len(names)
+        for name in names[turn:] + names[:turn]:
+            values[name].append(fns[name]())
+        loads.append(load()[0])
+    return {"values": values, "load": loads}
+
+
+def interleaved(fns: Mapping[str, Callable[[], Any]], rounds: int) -> dict[str, Any]:
+    """:func:`in_rounds` timing each call: ``{"seconds": {name: [s per round]},
+    "load": [...]}``."""
+    def timed(fn: Callable[[], Any]) -> Callable[[], float]:
+        def run() -> float:
+            start = time.perf_counter()
+            fn()
+            return time.perf_counter() - start
+        return run
+
+    out = in_rounds({name: timed(fn) for name, fn in fns.items()}, rounds)
+    return {"seconds": out["values"], "load": out["load"]}
+
+
+def median_ratio(numerators: list[float], denominators: list[float]) -> float:
+    """The median over rounds of numerator / denominator (round by round)."""
+    return statistics.median(n / d for n, d in zip(numerators, denominators, strict=True))
 
 
 def best_of(fn: Any, repeat: int = 5) -> float:
@@ -28,12 +102,25 @@ def best_of(fn: Any, repeat: int = 5) -> float:
     return min(times)
 
 
+def command() -> str:
+    """The command line of this benchmark, as run from the checkout's root."""
+    argv = list(sys.argv)
+    with contextlib.suppress(ValueError):
+        argv[0] = str(Path(argv[0]).resolve().relative_to(ROOT))
+    return " ".join([".venv/bin/python", *map(shlex.quote, argv)])
+
+
 def write_results(name: str, payload: dict[str, Any]) -> Path:
-    """Write ``payload`` with machine facts to ``bench/results/<name>.json``."""
+    """Write ``payload`` to ``bench/results/<name>.json`` with the command that made
+    it, the machine (:func:`machine`) and its load averages at the start of the run
+    and now: absolute figures drift with the load of a shared machine, ratios of
+    interleaved rounds much less."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
     payload = {
-        "machine": {"python": platform.python_version(), "platform": platform.platform()},
+        "command": command(),
+        "machine": machine(),
+        "load": {"at_start": LOAD_AT_START, "at_end": load()},
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         **payload,
     }

@@ -9,7 +9,10 @@ Side by side in one run, on the file store (a fresh directory per scenario):
    push -> claim -> complete cycle, at 1, 16, 64 and 256 clients;
 3. the broker with 50 ms and 200 ms injected CAS write latency (cycle);
 4. the broker's in-process API with the same closed-loop clients (no HTTP);
-5. the ablation: each client doing its own CAS per operation (no broker).
+5. the ablation: each client doing its own CAS per operation (no broker);
+6. the headline figures at 64 clients (the ceiling, single-job pushes and cycles,
+   100-job pushes, the in-process cycle, the ablation) in ``--rounds`` interleaved
+   rounds (default 3), each ratio the median of the rounds' ratios.
 
 With ``--baseline DIR`` (another checkout, e.g. ``git worktree add /tmp/before
 <commit>``) it instead runs the happy-path scenarios against that tree's broker
@@ -27,6 +30,7 @@ import asyncio
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 import orjson  # noqa: E402
 
-from bench._common import write_results  # noqa: E402
+from bench._common import in_rounds, median_ratio, write_results  # noqa: E402
 from bench.loadgen import pct  # noqa: E402
 from broker.model.ops import Claim, Complete, CompleteItem, NewJob, Push  # noqa: E402
 from broker.service.coordinator import Broker  # noqa: E402
@@ -294,7 +298,9 @@ def main() -> None:
     p.add_argument("--latency-seconds", type=float, default=8.0)
     p.add_argument("--quick", action="store_true", help="fewer client counts")
     p.add_argument("--baseline", type=Path, help="another checkout to compare with (A/B)")
-    p.add_argument("--rounds", type=int, default=3, help="A/B rounds")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="interleaved rounds of the A/B comparison and of the headline "
+                        "figures at 64 clients (default 3)")
     p.add_argument("--only", choices=["ab", "latency"],
                    help="ab: only the A/B comparison; latency: only 200 ms at 256 clients")
     args = p.parse_args()
@@ -347,45 +353,43 @@ def main() -> None:
     print(row("direct CAS clients=64", r) + f"  conflicts={r['conflicts']}", flush=True)
 
     # The ceiling swings a lot between runs on a shared machine, so the headline
-    # figures interleave ceiling and broker runs and take the median of three.
-    print("== ceiling vs broker at 64 clients, interleaved three times")
-    rounds = []
-    for _ in range(3):
-        ceil_r = noop_run(64, s)["noop"]["req_per_s"]
-        push_r = broker_run("push", 64, s, 1)["push"]["req_per_s"]
-        cycle_r = ops_per_s(broker_run("cycle", 64, s, 1))
-        json100 = broker_run("push", 64, s, 100)["push"]["jobs_per_s"]
-        lines100 = broker_run("push", 64, s, 100, body="lines")["push"]["jobs_per_s"]
-        rounds.append({"ceiling": ceil_r, "push": push_r, "cycle": cycle_r,
-                       "push100_json": json100, "push100_lines": lines100})
-        print(f"ceiling {ceil_r:>8,.0f} req/s   push {push_r:>7,.0f} ({push_r / ceil_r:.3f})   "
-              f"cycle {cycle_r:>7,.0f} ({cycle_r / ceil_r:.3f})   100-job pushes: JSON body "
-              f"{json100:>7,.0f} jobs/s, compact body {lines100:>7,.0f} jobs/s", flush=True)
-    results["interleaved_c64"] = rounds
-
-    def median(values: list[float]) -> float:
-        return sorted(values)[len(values) // 2]
-
+    # figures at 64 clients come from interleaved rounds: every comparison is of
+    # figures of the same round (the median of the rounds' ratios)
+    print(f"== at 64 clients, {args.rounds} interleaved rounds")
     c64 = 64
-    ceiling = median([r["ceiling"] for r in rounds])
-    push1 = median([r["push"] for r in rounds])
-    cycle1 = median([r["cycle"] for r in rounds])
-    push100 = median([r["push100_json"] for r in rounds])
-    push100_lines = median([r["push100_lines"] for r in rounds])
-    inproc = ops_per_s(results["inprocess"][c64])
-    direct = ops_per_s(results["ablation"][64])
+    headline = in_rounds({
+        "ceiling": lambda: noop_run(c64, s)["noop"]["req_per_s"],
+        "push": lambda: broker_run("push", c64, s, 1)["push"]["req_per_s"],
+        "cycle": lambda: ops_per_s(broker_run("cycle", c64, s, 1)),
+        "push100_json": lambda: broker_run("push", c64, s, 100)["push"]["jobs_per_s"],
+        "push100_lines": lambda: broker_run("push", c64, s, 100,
+                                            body="lines")["push"]["jobs_per_s"],
+        "inprocess_cycle": lambda: ops_per_s(inprocess_run(c64, s)),
+        "direct_cas": lambda: ops_per_s(direct_run(c64, s)),
+    }, args.rounds)
+    v = headline["values"]
+    for n in range(args.rounds):
+        print(f"round {n + 1}: " + "  ".join(f"{k} {v[k][n]:,.0f}" for k in v)
+              + f"  (load {headline['load'][n]})", flush=True)
+    results["interleaved_c64"] = headline
     summary = {
-        "ceiling_req_per_s_c64": ceiling,
-        "push_single_req_per_s_c64": push1,
-        "push_single_fraction_of_ceiling": median([r["push"] / r["ceiling"] for r in rounds]),
-        "cycle_single_ops_per_s_c64": cycle1,
-        "cycle_single_fraction_of_ceiling": median([r["cycle"] / r["ceiling"] for r in rounds]),
-        "push_batch100_json_jobs_per_s_c64": push100,
-        "push_batch100_compact_jobs_per_s_c64": push100_lines,
-        "inprocess_cycle_ops_per_s_c64": inproc,
-        "http_cost_ratio_c64": inproc / cycle1,
-        "direct_cas_ops_per_s_c64": direct,
-        "ablation_broker_over_direct_c64": cycle1 / direct,
+        "rounds": args.rounds,
+        "ceiling_req_per_s_c64": statistics.median(v["ceiling"]),
+        "push_single_req_per_s_c64": statistics.median(v["push"]),
+        "push_single_fraction_of_ceiling": median_ratio(v["push"], v["ceiling"]),
+        "push_single_fraction_of_ceiling_rounds": [a / b for a, b in zip(
+            v["push"], v["ceiling"], strict=True)],
+        "cycle_single_ops_per_s_c64": statistics.median(v["cycle"]),
+        "cycle_single_fraction_of_ceiling": median_ratio(v["cycle"], v["ceiling"]),
+        "push_batch100_json_jobs_per_s_c64": statistics.median(v["push100_json"]),
+        "push_batch100_compact_jobs_per_s_c64": statistics.median(v["push100_lines"]),
+        "push_batch100_compact_over_json": median_ratio(v["push100_lines"], v["push100_json"]),
+        "inprocess_cycle_ops_per_s_c64": statistics.median(v["inprocess_cycle"]),
+        "http_cost_ratio_c64": median_ratio(v["inprocess_cycle"], v["cycle"]),
+        "direct_cas_ops_per_s_c64": statistics.median(v["direct_cas"]),
+        "ablation_broker_over_direct_c64": median_ratio(v["cycle"], v["direct_cas"]),
+        "push_batch100_json_jobs_per_s_c256": results["file"].get(
+            "push-b100-c256", {}).get("push", {}).get("jobs_per_s"),
     }
     if "200ms-c256" in results["latency"]:
         r = results["latency"]["200ms-c256"]
@@ -393,8 +397,9 @@ def main() -> None:
                         for op in ("push", "claim", "complete")})
     results["summary"] = summary
     print("== summary")
-    for k, v in summary.items():
-        print(f"{k:<42} {v:,.3f}")
+    for k, x in summary.items():
+        if isinstance(x, int | float):
+            print(f"{k:<42} {x:,.3f}")
     path = write_results("broker_bench", {"seconds": s, "results": results})
     print(f"results written to {path}")
 

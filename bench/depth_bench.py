@@ -8,7 +8,11 @@ For each depth and each store (the local-file store, and S3 as a moto server on
 side in one run, a fresh queue in a fresh process (``--one STORE DEPTH``: the
 script re-invokes itself, so the memory figures are that depth's alone) runs an
 in-process :class:`broker.service.coordinator.Broker` (self-test off, GC tuned as
-in a broker's own process unless ``--no-tune-gc``) and measures:
+in a broker's own process unless ``--no-tune-gc``). The processes fill their
+queues one after the other and stay up; the small commits then run in
+interleaved rounds across all of them (each round one claim and one complete in
+every process, the order turning each round), so that depths are compared
+within rounds; last, the processes drain one after the other. Measured:
 
 * ``fill_s``: seconds to fill the queue to the depth with bulk pushes of
   ``--fill-chunk`` payloads (100,000 by default, the most one HTTP request may
@@ -26,9 +30,10 @@ in a broker's own process unless ``--no-tune-gc``) and measures:
   the medians of each kind; ``*_ms_each`` every sample). Between rounds,
   untimed, the broker finishes the round's archive write, so every round sees
   the same queue.
-  ``commit_vs_first`` is ``commit_ms`` over the same store's figure at the
-  smallest depth of the run. ``bytes_per_commit`` is what the rounds wrote to
-  the store, per commit.
+  ``commit_vs_first`` is the median over the rounds of this depth's commit
+  (the mean of its claim and complete) over the same store's at the smallest
+  depth of the run, in the same round. ``bytes_per_commit`` is what the
+  rounds wrote to the store, per commit.
 * RSS of the process (the broker's: the only other thing in it is this
   driver, which holds at most one chunk of payloads): ``rss_*_bytes`` is
   VmRSS from /proc/self/status at that moment (after filling, after the
@@ -51,8 +56,9 @@ in a broker's own process unless ``--no-tune-gc``) and measures:
 
 Steps past ``--step-budget-s`` (900 s; commit rounds after at least 3 rounds,
 and drains, whose rows then say how many jobs they drained) stop early; a
-(store, depth) past ``--child-timeout-s`` is recorded as timed out. Long steps
-print progress lines on stderr.
+(store, depth) whose process does not answer (its fill, a round, its drain)
+within ``--child-timeout-s`` is recorded as timed out. Long steps print
+progress lines on stderr.
 
 Prints a table and writes bench/results/depth_bench.json (``--quick``: depths
 1k and 100k, 5 rounds, into depth_bench_quick.json). Sizes in the JSON are in
@@ -63,9 +69,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ctypes
 import json
 import resource
+import select
 import shutil
 import statistics
 import subprocess
@@ -81,7 +89,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import orjson
 
-from bench._common import moto_env, moto_s3, write_results
+from bench._common import load, moto_env, moto_s3, write_results
 from broker import paths
 from broker.errors import QueueFull
 from broker.gcpause import tune_for_broker_process
@@ -94,7 +102,9 @@ QUEUE = "depth"
 STORES = ("file", "s3")
 DEFAULT_DEPTHS = "1k,100k,1M,10M"
 QUICK_DEPTHS = "1k,100k"
-MIN_ROUNDS, RESULT_PREFIX, _SUFFIXES = 3, "RESULT ", {"k": 1_000, "m": 1_000_000}
+MIN_ROUNDS, _SUFFIXES = 3, {"k": 1_000, "m": 1_000_000}
+#: the child's lines on stdout (see serve())
+FILLED_PREFIX, ROUND_PREFIX, RESULT_PREFIX = "FILLED ", "ROUND ", "RESULT "
 
 #: What the main figures of a row mean, saved with them (the module docstring has more).
 NOTES = {
@@ -288,8 +298,16 @@ def disk_bytes(root: Path) -> int:
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
 
 
-async def measure(kind: str, url: str, depth: int, args: argparse.Namespace) -> dict[str, Any]:
-    """Every figure of one (store, depth) in a fresh queue (see the module docstring)."""
+def say(prefix: str, value: Any) -> None:
+    """One line of the child's protocol on stdout (see :func:`serve`)."""
+    print(prefix + json.dumps(value), flush=True)
+
+
+async def serve(kind: str, url: str, depth: int, args: argparse.Namespace) -> None:
+    """The child of one (store, depth): fill a fresh queue and say ``FILLED {row}``;
+    then, per line on stdin, ``round``: one claim of 1 job and its complete, each
+    timed (``ROUND [claim_s, complete_s]``); ``finish``: the commit figures, the
+    drain and the memory figures (``RESULT {row}``), and exit."""
     tag = f"{kind} {label(depth)}"
     store = CountingStore(store_from_url(url))
     broker = Broker(store, BrokerConfig(self_test=False))
@@ -304,50 +322,54 @@ async def measure(kind: str, url: str, depth: int, args: argparse.Namespace) -> 
             row["fill_s"] = await fill(broker, depth, args.fill_chunk, tag)
         except QueueFull as exc:
             row["refused"] = f"refused: queue full ({str(exc)[:120]})"
-            return row
-        row["fill_bytes_written"] = store.written - written0
-        row["pending_after_fill"] = (await broker.stats(QUEUE))["counts"]["pending"]
-        row["head_bytes"] = store.head_bytes
-        if kind == "file":
-            row["store_disk_bytes"] = disk_bytes(Path(url.removeprefix("file://")))
-        row["rss_after_fill_bytes"] = rss_bytes()
-        row["peak_rss_after_fill_bytes"] = peak_rss_bytes()
-        row["trimmed_rss_after_fill_bytes"] = trimmed_rss_bytes()
-        progress(f"{tag}: filled in {row['fill_s']:.1f} s, object "
-                 f"{row['head_bytes'] / 1e6:.2f} MB; timing small commits")
-
+        else:
+            row["fill_bytes_written"] = store.written - written0
+            row["pending_after_fill"] = (await broker.stats(QUEUE))["counts"]["pending"]
+            row["head_bytes"] = store.head_bytes
+            if kind == "file":
+                row["store_disk_bytes"] = disk_bytes(Path(url.removeprefix("file://")))
+            row["rss_after_fill_bytes"] = rss_bytes()
+            row["peak_rss_after_fill_bytes"] = peak_rss_bytes()
+            row["trimmed_rss_after_fill_bytes"] = trimmed_rss_bytes()
+            progress(f"{tag}: filled in {row['fill_s']:.1f} s, object "
+                     f"{row['head_bytes'] / 1e6:.2f} MB")
+        say(FILLED_PREFIX, row)
         claims: list[float] = []  # seconds
         completes: list[float] = []
-        written0, start = store.written, time.perf_counter()
-        while len(claims) < args.rounds:
-            claim_s, complete_s = await one_round(broker)
-            claims.append(claim_s)
-            completes.append(complete_s)
-            await settle_archive(broker)
-            if (args.step_budget_s and len(claims) >= MIN_ROUNDS
-                    and time.perf_counter() - start > args.step_budget_s):
-                break
-        row.update(rounds=len(claims),
-                   commit_ms=statistics.median(claims + completes) * 1e3,
-                   claim_ms=statistics.median(claims) * 1e3,
-                   complete_ms=statistics.median(completes) * 1e3,
-                   claim_ms_each=[round(t * 1e3, 3) for t in claims],
-                   complete_ms_each=[round(t * 1e3, 3) for t in completes],
-                   bytes_per_commit=(store.written - written0) / (2 * len(claims)),
-                   rss_after_commits_bytes=rss_bytes(),
-                   peak_rss_after_commits_bytes=peak_rss_bytes())
-        progress(f"{tag}: commit {row['commit_ms']:.1f} ms (median of {2 * len(claims)});"
-                 " draining")
-
-        target = min(args.drain_jobs, depth - len(claims))
-        row.update(await drain(broker, store, target, args.drain_batch,
-                               args.step_budget_s, tag))
-        row["rss_end_bytes"] = rss_bytes()
-        row["peak_rss_end_bytes"] = peak_rss_bytes()
-        per_job = row["written_per_drained_job"]
-        progress(f"{tag}: drained {row['drained']:,} in {row['drain_s']:.1f} s, "
-                 + (f"{per_job / 1e3:.1f} KB written per job" if per_job else "nothing"))
-        return row
+        written0 = store.written
+        while True:
+            command = (await asyncio.to_thread(sys.stdin.readline)).strip()
+            if command == "round" and "refused" not in row:
+                claim_s, complete_s = await one_round(broker)
+                claims.append(claim_s)
+                completes.append(complete_s)
+                await settle_archive(broker)  # untimed: every round sees the same queue
+                say(ROUND_PREFIX, [claim_s, complete_s])
+                continue
+            break
+        if command != "finish":
+            return  # the parent went away: no drain
+        if claims:
+            row.update(rounds=len(claims),
+                       commit_ms=statistics.median(claims + completes) * 1e3,
+                       claim_ms=statistics.median(claims) * 1e3,
+                       complete_ms=statistics.median(completes) * 1e3,
+                       claim_ms_each=[round(t * 1e3, 3) for t in claims],
+                       complete_ms_each=[round(t * 1e3, 3) for t in completes],
+                       bytes_per_commit=(store.written - written0) / (2 * len(claims)),
+                       rss_after_commits_bytes=rss_bytes(),
+                       peak_rss_after_commits_bytes=peak_rss_bytes())
+            progress(f"{tag}: commit {row['commit_ms']:.1f} ms (median of "
+                     f"{2 * len(claims)}); draining")
+            target = min(args.drain_jobs, depth - len(claims))
+            row.update(await drain(broker, store, target, args.drain_batch,
+                                   args.step_budget_s, tag))
+            row["rss_end_bytes"] = rss_bytes()
+            row["peak_rss_end_bytes"] = peak_rss_bytes()
+            per_job = row["written_per_drained_job"]
+            progress(f"{tag}: drained {row['drained']:,} in {row['drain_s']:.1f} s, "
+                     + (f"{per_job / 1e3:.1f} KB written per job" if per_job else "nothing"))
+        say(RESULT_PREFIX, row)
     finally:
         await broker.stop()
         store.close()
@@ -356,50 +378,115 @@ async def measure(kind: str, url: str, depth: int, args: argparse.Namespace) -> 
 # -- the parent: one child process per (store, depth) ----------------------------------
 
 
-def run_child(kind: str, depth: int, url: str, args: argparse.Namespace,
-              env: dict[str, str] | None) -> dict[str, Any]:
-    """``--one kind depth`` in a fresh process; its row, or a row saying why there is none."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--one", kind, str(depth),
-           "--store-url", url, "--rounds", str(args.rounds),
-           "--drain-jobs", str(args.drain_jobs), "--drain-batch", str(args.drain_batch),
-           "--fill-chunk", str(args.fill_chunk), "--step-budget-s", str(args.step_budget_s)]
-    if not args.tune_gc:
-        cmd.append("--no-tune-gc")
-    base = {"store": kind, "depth": depth, "label": label(depth)}
-    try:
-        out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env,
-                             timeout=args.child_timeout_s or None)
-    except subprocess.TimeoutExpired:
-        return {**base, "error": f"timed out after {args.child_timeout_s:g} s"}
-    for line in out.stdout.splitlines():
-        if line.startswith(RESULT_PREFIX):
-            return dict(json.loads(line[len(RESULT_PREFIX):]))
-    return {**base, "error": f"no result (exit status {out.returncode}; see stderr above)"}
+class Child:
+    """One (store, depth) in its own process (``--one``), kept up between commands;
+    its store is a temporary directory, or a moto server of its own."""
 
+    def __init__(self, kind: str, depth: int, args: argparse.Namespace,
+                 stack: contextlib.ExitStack) -> None:
+        self.kind, self.depth, self.args = kind, depth, args
+        self.rounds: list[tuple[float, float]] = []  # (claim_s, complete_s)
+        self.error: str | None = None
+        if kind == "file":
+            tmp = Path(tempfile.mkdtemp(prefix="depth-bench-"))
+            stack.callback(shutil.rmtree, tmp, True)
+            url, env = f"file://{tmp}", None
+        else:
+            bucket = f"depth-bench-{uuid.uuid4().hex[:8]}"
+            endpoint = stack.enter_context(moto_s3(bucket))
+            # a whole-object PUT of a deep queue takes moto far longer than the default 10 s
+            url, env = f"s3://{bucket}/bench?endpoint={endpoint}&timeout_s=900&retries=2", \
+                moto_env()
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--one", kind, str(depth),
+               "--store-url", url, "--drain-jobs", str(args.drain_jobs),
+               "--drain-batch", str(args.drain_batch), "--fill-chunk", str(args.fill_chunk),
+               "--step-budget-s", str(args.step_budget_s)]
+        if not args.tune_gc:
+            cmd.append("--no-tune-gc")
+        print(f"== {kind} {label(depth)}", file=sys.stderr, flush=True)
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, env=env)
+        stack.callback(self.kill)
+        self.row = self.answer(FILLED_PREFIX) or {}
 
-def run_one(kind: str, depth: int, args: argparse.Namespace) -> dict[str, Any]:
-    """One (store, depth) with its own store: a temporary directory, or a moto server."""
-    print(f"== {kind} {label(depth)}", file=sys.stderr, flush=True)
-    if kind == "file":
-        tmp = Path(tempfile.mkdtemp(prefix="depth-bench-"))
+    @property
+    def base(self) -> dict[str, Any]:
+        return {"store": self.kind, "depth": self.depth, "label": label(self.depth)}
+
+    @property
+    def ready(self) -> bool:
+        return self.error is None and "fill_s" in self.row
+
+    def answer(self, prefix: str) -> Any:
+        """The child's next line with ``prefix``, decoded; None (and ``error`` set) if it
+        says something else, exits, or says nothing for ``--child-timeout-s``."""
+        assert self.proc.stdout is not None
+        timeout = self.args.child_timeout_s or None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        if line.startswith(prefix):
+            return json.loads(line[len(prefix):])
+        self.error = (f"timed out after {self.args.child_timeout_s:g} s" if not ready else
+                      f"no answer (exit status {self.proc.poll()}; see stderr above)")
+        self.kill()
+        return None
+
+    def command(self, text: str, prefix: str) -> Any:
+        assert self.proc.stdin is not None
         try:
-            return run_child(kind, depth, f"file://{tmp}", args, None)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    bucket = f"depth-bench-{uuid.uuid4().hex[:8]}"
-    with moto_s3(bucket) as endpoint:
-        # a whole-object PUT of a deep queue takes moto far longer than the default 10 s
-        url = f"s3://{bucket}/bench?endpoint={endpoint}&timeout_s=900&retries=2"
-        return run_child(kind, depth, url, args, moto_env())
+            self.proc.stdin.write(text + "\n")
+            self.proc.stdin.flush()
+        except OSError:
+            self.error = self.error or "the process went away"
+            return None
+        return self.answer(prefix)
+
+    def round(self) -> None:
+        got = self.command("round", ROUND_PREFIX)
+        if got is not None:
+            self.rounds.append((got[0], got[1]))
+
+    def finish(self) -> dict[str, Any]:
+        if self.error is None:
+            self.row = self.command("finish", RESULT_PREFIX) or self.row
+            if self.proc.wait(60) != 0 and self.error is None:
+                self.error = f"exit status {self.proc.returncode}"
+        return {**self.base, **self.row, **({"error": self.error} if self.error else {})}
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
 
-def compare(rows: list[dict[str, Any]], stores: list[str]) -> None:
-    """Set each row's ``commit_vs_first``: its commit over its store's at the first depth."""
-    for kind in stores:
-        first = next((r for r in rows if r["store"] == kind and "commit_ms" in r), None)
-        for r in rows:
-            if first is not None and r["store"] == kind and "commit_ms" in r:
-                r["commit_vs_first"] = r["commit_ms"] / first["commit_ms"]
+def commit_rounds(children: list[Child], rounds: int, budget_s: float) -> list[float]:
+    """``rounds`` interleaved rounds of one small commit pair in every ready child (the
+    order turning each round; past ``budget_s``, after :data:`MIN_ROUNDS`, no more);
+    the machine's 1-minute load after each round."""
+    ready = [c for c in children if c.ready]
+    loads = []
+    start = time.perf_counter()
+    for r in range(rounds):
+        turn = r % len(ready) if ready else 0
+        for child in ready[turn:] + ready[:turn]:
+            child.round()
+        loads.append(load()[0])
+        ready = [c for c in ready if c.error is None]
+        if budget_s and r + 1 >= MIN_ROUNDS and time.perf_counter() - start > budget_s:
+            break
+    return loads
+
+
+def compare(children: list[Child], rows: list[dict[str, Any]]) -> None:
+    """Set each row's ``commit_vs_first``: the median over the rounds of its commit
+    over the same store's at the first depth, in the same round."""
+    for child, row in zip(children, rows, strict=True):
+        first = next((c for c in children if c.kind == child.kind and c.rounds), None)
+        if first is None or not child.rounds:
+            continue
+        n = min(len(first.rounds), len(child.rounds))
+        row["commit_vs_first"] = statistics.median(
+            sum(child.rounds[i]) / sum(first.rounds[i]) for i in range(n))
 
 
 def fmt(value: Any, spec: str, scale: float = 1.0) -> str:
@@ -444,7 +531,8 @@ def main() -> None:
     p.add_argument("--step-budget-s", type=float, default=900.0,
                    help="stop the commit rounds (after 3) and the drain past this (0: never)")
     p.add_argument("--child-timeout-s", type=float, default=4 * 3600.0,
-                   help="give up on a (store, depth) after this (0: never)")
+                   help="give up on a (store, depth) that does not answer within this: "
+                        "its fill, a round or its drain (0: never)")
     p.add_argument("--quick", action="store_true", help="depths 1k and 100k, 5 rounds")
     p.add_argument("--no-tune-gc", dest="tune_gc", action="store_false",
                    help="leave the collector as CPython sets it (an embedded broker's case)")
@@ -457,16 +545,15 @@ def main() -> None:
     if args.rounds < 1 or args.drain_batch < 1:
         p.error("--rounds and --drain-batch must be at least 1")
 
-    if args.one:  # the child: measure one (store, depth), print its row as one line
+    if args.one:  # the child: one (store, depth), driven over stdin (see serve())
         if args.tune_gc:
             tune_for_broker_process()
         kind, depth = args.one[0], int(args.one[1])
         try:
-            row = asyncio.run(measure(kind, args.store_url, depth, args))
-        except Exception as exc:  # the row says why; the run goes on with the next one
-            row = {"store": kind, "depth": depth, "label": label(depth),
-                   "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
-        print(RESULT_PREFIX + json.dumps(row), flush=True)
+            asyncio.run(serve(kind, args.store_url, depth, args))
+        except Exception as exc:  # the row says why; the run goes on with the others
+            say(RESULT_PREFIX, {"store": kind, "depth": depth, "label": label(depth),
+                                "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
         return
 
     try:
@@ -482,17 +569,21 @@ def main() -> None:
               "fill_chunk": args.fill_chunk, "step_budget_s": args.step_budget_s,
               "tune_gc": args.tune_gc, "quick": args.quick}
     name = args.out or ("depth_bench_quick" if args.quick else "depth_bench")
-    rows: list[dict[str, Any]] = []
-    for depth in depths:  # stores side by side at each depth
-        for kind in stores:
-            rows.append(run_one(kind, depth, args))
-            compare(rows, stores)
+    with contextlib.ExitStack() as stack:
+        # filled one after the other (each fill alone on the machine), all kept up
+        children = [Child(kind, depth, args, stack) for depth in depths for kind in stores]
+        progress(f"all filled; {args.rounds} interleaved rounds of small commits")
+        loads = commit_rounds(children, args.rounds, args.step_budget_s)
+        rows: list[dict[str, Any]] = []
+        for child in children:  # drained one after the other
+            rows.append(child.finish())
             # saved after every row: a run of hours keeps what it measured if cut short
             write_results(name, {"config": config, "notes": NOTES, "finished": False,
-                                 "rows": rows})
+                                 "load_rounds": loads, "rows": rows})
+        compare(children, rows)
     print_table(rows, args.drain_batch)
     path = write_results(name, {"config": config, "notes": NOTES, "finished": True,
-                                "rows": rows})
+                                "load_rounds": loads, "rows": rows})
     print(f"results written to {path}")
 
 

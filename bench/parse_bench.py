@@ -9,6 +9,10 @@ the broker applies:
   conversion to operations (payloads re-encoded to bytes);
 * ``model_json``: ``Model.model_validate_json`` on the bytes, then the conversion.
 
+The three run in interleaved rounds (``--repeat``, the order turning each round),
+each round timing a loop of many requests; a figure is the best round's time per
+request, a ratio (``model_over_hand``...) the median of the rounds' ratios.
+
     .venv/bin/python bench/parse_bench.py [--jobs 1000] [--repeat 7]
 
 Prints a table and writes bench/results/parse_bench.json.
@@ -26,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import orjson
 
-from bench._common import best_of, write_results
+from bench._common import interleaved, median_ratio, write_results
 from broker.http import parsers, schemas
 from broker.model.ops import CompleteItem, NewJob
 
@@ -70,7 +74,7 @@ def same(a: Any, b: Any) -> bool:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--jobs", type=int, default=1000, help="jobs or items in a batch body")
-    p.add_argument("--repeat", type=int, default=7, help="best of this many runs")
+    p.add_argument("--repeat", type=int, default=7, help="interleaved rounds (best of them)")
     args = p.parse_args(argv)
     loads = orjson.loads
     rows = []
@@ -79,21 +83,29 @@ def main(argv: list[str] | None = None) -> int:
     for name, body, hand, model, to_ops in cases(args.jobs):
         assert same(to_ops(model.model_validate(loads(body))), hand(loads(body))), name
         loops = max(1, 20_000 // max(1, len(body) // 100))
-        def run(fn: Callable[[], Any], loops: int = loops) -> float:
-            def many() -> None:
+
+        def many(fn: Callable[[], Any], loops: int = loops) -> Callable[[], None]:
+            def run() -> None:
                 for _ in range(loops):
                     fn()
-            return best_of(many, args.repeat) / loops * 1e6
+            return run
 
-        t_hand = run(lambda b=body, h=hand: h(loads(b)))
-        t_model = run(lambda b=body, m=model, c=to_ops: c(m.model_validate(loads(b))))
-        t_json = run(lambda b=body, m=model, c=to_ops: c(m.model_validate_json(b)))
+        timed = interleaved({
+            "hand": many(lambda b=body, h=hand: h(loads(b))),
+            "model": many(lambda b=body, m=model, c=to_ops: c(m.model_validate(loads(b)))),
+            "model_json": many(lambda b=body, m=model, c=to_ops: c(m.model_validate_json(b))),
+        }, args.repeat)
+        per = {k: [t / loops * 1e6 for t in v] for k, v in timed["seconds"].items()}
+        t_hand, t_model, t_json = min(per["hand"]), min(per["model"]), min(per["model_json"])
         rows.append({"body": name, "bytes": len(body), "hand_us": round(t_hand, 2),
                      "model_us": round(t_model, 2), "model_json_us": round(t_json, 2),
-                     "model_over_hand": round(t_model / t_hand, 2),
-                     "model_json_over_hand": round(t_json / t_hand, 2)})
+                     "model_over_hand": round(median_ratio(per["model"], per["hand"]), 2),
+                     "model_json_over_hand": round(median_ratio(per["model_json"],
+                                                                per["hand"]), 2),
+                     "us_rounds": {k: [round(t, 2) for t in v] for k, v in per.items()},
+                     "load_rounds": timed["load"]})
         print(f"{name:<28}{len(body):>9}{t_hand:>11.1f}{t_model:>11.1f}{t_json:>11.1f}"
-              f"{t_model / t_hand:>11.1f}x")
+              f"{rows[-1]['model_over_hand']:>11.2f}x")
     path = write_results("parse_bench", {"jobs": args.jobs, "repeat": args.repeat,
                                          "results": rows})
     print(f"wrote {path}")

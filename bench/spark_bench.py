@@ -9,8 +9,10 @@
    completes; burst-mode workers) next to a plain ``mapInPandas`` no-op over
    the same number of rows, once for each claim batch size (2,000 and 10,000).
 
-After an untimed warm-up, the pairs run in interleaved rounds (each osqueue
-write on a fresh broker and store); the round with the median ratio is quoted.
+After an untimed warm-up, the pairs run in interleaved rounds, in one Spark
+session (each osqueue write on a fresh broker and store), which of the pair runs
+first turning each round; the round with the median ratio is quoted, and every
+round is kept with the machine's load after it.
 
 Prints a table and writes bench/results/spark_bench.json.
 """
@@ -26,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import write_results
+from bench._common import load, write_results
 from osqueue_spark import RESULT_SCHEMA, QueueClient, process, start_broker
 from osqueue_spark.session import local_session
 
@@ -48,24 +50,32 @@ def timed(fn: Any) -> float:
 
 
 def write_round(spark: Any, df: Any, tmp: Path, n: int, batch_size: int,
-                tune_gc: bool = False) -> dict[str, float]:
-    """One ``df.write.json`` and one ``df.write.format("osqueue")`` (fresh broker and store)."""
-    t_json = timed(lambda: df.write.mode("overwrite").json(str(tmp / f"json{n}")))
+                tune_gc: bool = False) -> dict[str, Any]:
+    """One ``df.write.json`` and one ``df.write.format("osqueue")`` (fresh broker and
+    store); the osqueue write first in odd rounds."""
+    def json_write() -> float:
+        return timed(lambda: df.write.mode("overwrite").json(str(tmp / f"json{n}")))
+
+    t_json = json_write() if n % 2 == 0 else None
     with start_broker(f"file://{tmp / f'store{n}'}", **_broker_kwargs(tune_gc)) as broker:
         t_osq = timed(lambda: df.write.format("osqueue").option("broker", broker.url)
                       .option("queue", "bench-write")
                       .option("batchSize", str(batch_size)).mode("append").save())
         enq = QueueClient(broker.url, "bench-write").stats()
+    if t_json is None:
+        t_json = json_write()
     rows = df.count()
     assert enq["counts"]["pending"] == rows, enq["counts"]
     return {"json_s": t_json, "osqueue_s": t_osq, "json_rows_per_s": rows / t_json,
-            "osqueue_rows_per_s": rows / t_osq, "ratio": t_json / t_osq}
+            "osqueue_rows_per_s": rows / t_osq, "ratio": t_json / t_osq,
+            "first": "json" if n % 2 == 0 else "osqueue", "load": load()[0]}
 
 
 def process_round(spark: Any, jobs_df: Any, tmp: Path, n: int, jobs: int, workers: int,
                   claim_batch: int, tune_gc: bool = False,
-                  push_batch: int = 5000) -> dict[str, float]:
-    """One bare ``mapInPandas`` no-op and one ``process()`` over as many no-op jobs."""
+                  push_batch: int = 5000, bare_first: bool = True) -> dict[str, Any]:
+    """One bare ``mapInPandas`` no-op and one ``process()`` over as many no-op jobs (the
+    bare one first unless ``bare_first`` is False; the queue is filled untimed)."""
 
     def bare(batches: Any) -> Any:
         import pandas as pd
@@ -73,8 +83,11 @@ def process_round(spark: Any, jobs_df: Any, tmp: Path, n: int, jobs: int, worker
         for pdf in batches:
             yield pd.DataFrame({"id": pdf["id"].astype(str), "status": "completed"})
 
-    t_bare = timed(lambda: jobs_df.mapInPandas(bare, "id string, status string")
-                   .write.format("noop").mode("overwrite").save())
+    def bare_run() -> float:
+        return timed(lambda: jobs_df.mapInPandas(bare, "id string, status string")
+                     .write.format("noop").mode("overwrite").save())
+
+    t_bare = bare_run() if bare_first else None
     with start_broker(f"file://{tmp / f'pstore{n}'}", **_broker_kwargs(tune_gc)) as broker:
         client = QueueClient(broker.url, "bench-process")
         client.push_many(({"payload": {"n": i}} for i in range(jobs)), batch_size=push_batch)
@@ -87,11 +100,14 @@ def process_round(spark: Any, jobs_df: Any, tmp: Path, n: int, jobs: int, worker
                        .write.format("noop").mode("overwrite").save())
         done = client.stats()["completed_total"]
     assert done == jobs, done
+    if t_bare is None:
+        t_bare = bare_run()
     return {"bare_s": t_bare, "process_s": t_proc, "bare_rows_per_s": jobs / t_bare,
-            "process_jobs_per_s": jobs / t_proc, "ratio": t_bare / t_proc}
+            "process_jobs_per_s": jobs / t_proc, "ratio": t_bare / t_proc,
+            "first": "bare" if bare_first else "process", "load": load()[0]}
 
 
-def median_round(rounds: list[dict[str, float]]) -> dict[str, Any]:
+def median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     ratios = sorted(r["ratio"] for r in rounds)
     mid = next(r for r in rounds if r["ratio"] == ratios[len(ratios) // 2])
     return {**mid, "ratios": [r["ratio"] for r in rounds], "rounds": rounds}
@@ -141,8 +157,8 @@ def main() -> None:
     process_round(spark, jobs_df.limit(1000), tmp, -1, 1000, args.workers, claim_batches[0],
                   args.tune_gc)
 
-    writes: list[dict[str, float]] = []
-    procs: dict[int, list[dict[str, float]]] = {b: [] for b in claim_batches}
+    writes: list[dict[str, Any]] = []
+    procs: dict[int, list[dict[str, Any]]] = {b: [] for b in claim_batches}
     for n in range(args.rounds):
         if args.only != "process":
             w = write_round(spark, df, tmp, n, args.batch_size, args.tune_gc)
@@ -154,7 +170,7 @@ def main() -> None:
             continue
         for batch in claim_batches:
             r = process_round(spark, jobs_df, tmp, n * 100 + batch, args.jobs, args.workers,
-                              batch, args.tune_gc, args.push_batch)
+                              batch, args.tune_gc, args.push_batch, bare_first=n % 2 == 0)
             procs[batch].append(r)
             print(f"round {n + 1}: process {args.jobs:,} no-op jobs, claim batches of "
                   f"{batch:,}: bare mapInPandas {r['bare_rows_per_s']:>9,.0f} rows/s   "

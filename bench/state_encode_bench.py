@@ -1,9 +1,12 @@
 """Commit encode cost: incremental (cached per-job bytes) versus a full re-encode.
 
 For each queue size it builds a state of N pending jobs, encodes it once, then
-changes 1,000 jobs (claims them) and times the next commit's encode both ways.
+times, in interleaved rounds (``--rounds``, default 5, the order turning each
+round), a commit that changes 1,000 jobs (claims them) and encodes incrementally,
+and a full re-encode of the same state. The figures are the medians of the rounds;
+``speedup`` is the median of the rounds' full / incremental.
 
-    .venv/bin/python bench/state_encode_bench.py [--sizes 10000,100000,1000000]
+    .venv/bin/python bench/state_encode_bench.py [--sizes 10000,100000,1000000] [--rounds 5]
 
 Prints a table and writes bench/results/state_encode.json.
 """
@@ -12,14 +15,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import orjson
 
-from bench._common import best_of, write_results
+from bench._common import interleaved, median_ratio, write_results
 from broker.model import codec, tokens
 from broker.model import state as S
 from broker.model import transitions as T
@@ -41,7 +46,7 @@ def build(n: int) -> S.QueueState:
     return st
 
 
-def measure(n: int) -> dict[str, float]:
+def measure(n: int, rounds: int) -> dict[str, Any]:
     st = build(n)
     codec.stamp(st, "bench", 1_000)
     codec.encode(st)  # the commit that wrote these jobs cached their bytes
@@ -54,25 +59,30 @@ def measure(n: int) -> dict[str, float]:
         codec.stamp(st, "bench", now)
         codec.encode(st)
 
-    incremental = best_of(change_and_encode, repeat=5)
-    full = best_of(lambda: codec.encode_full(st), repeat=3)
+    timed = interleaved({"incremental": change_and_encode,
+                         "full": lambda: codec.encode_full(st)}, rounds)
+    inc, full = timed["seconds"]["incremental"], timed["seconds"]["full"]
     size = len(codec.encode(st))
     assert orjson.loads(codec.encode(st)) == orjson.loads(codec.encode_full(st))
-    return {"jobs": n, "incremental_s": incremental, "full_s": full,
-            "speedup": full / incremental, "object_bytes": size}
+    return {"jobs": n, "incremental_s": statistics.median(inc),
+            "full_s": statistics.median(full), "speedup": median_ratio(full, inc),
+            "object_bytes": size, "incremental_s_rounds": inc, "full_s_rounds": full,
+            "load_rounds": timed["load"]}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10000,100000,1000000")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
     args = parser.parse_args()
-    rows = [measure(int(n)) for n in args.sizes.split(",")]
+    rows = [measure(int(n), args.rounds) for n in args.sizes.split(",")]
     print(f"{'jobs':>10} {'object MB':>10} {'incremental ms':>15} {'full ms':>10} {'speedup':>8}")
     for r in rows:
         print(f"{r['jobs']:>10,} {r['object_bytes'] / 1e6:>10.1f} {r['incremental_s'] * 1e3:>15.2f}"
               f" {r['full_s'] * 1e3:>10.2f} {r['speedup']:>7.1f}x")
     print("(incremental: claim 1,000 jobs, then encode; includes the claim itself)")
-    path = write_results("state_encode", {"changed_per_commit": CHANGED, "rows": rows})
+    path = write_results("state_encode", {"changed_per_commit": CHANGED,
+                                          "rounds": args.rounds, "rows": rows})
     print(f"results written to {path}")
 
 

@@ -16,13 +16,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.broker_process import eventually
 from tests.support.faultproxy import FaultConfig, FaultProxy, RemoteControl
 from tests.support.motoserver import MotoServer
 
@@ -40,9 +40,17 @@ def s3_client(endpoint: str, read_timeout_s: float = 5.0) -> Any:
 
 
 @pytest.fixture()
-def proxy(moto_server: MotoServer) -> Iterator[FaultProxy]:
-    with FaultProxy(moto_server.endpoint, seed=5, config=FaultConfig(rate=0.0)) as p:
+def proxy(moto_server: MotoServer, tmp_path: Path) -> Iterator[FaultProxy]:
+    with FaultProxy(moto_server.endpoint, seed=5, config=FaultConfig(rate=0.0),
+                    request_log=str(tmp_path / "requests.jsonl")) as p:
         yield p
+
+
+def logged_faults(proxy: FaultProxy) -> list[str | None]:
+    """The fault of every storage request the proxy has finished with, in order."""
+    assert proxy.request_log is not None
+    with open(proxy.request_log.name) as f:
+        return [json.loads(line)["fault"] for line in f]
 
 
 def only(kind: str) -> dict[str, float]:
@@ -111,14 +119,12 @@ def test_delayed_request_lands_after_the_client_gave_up(proxy: FaultProxy,
     with pytest.raises(ReadTimeoutError):
         via.put_object(Bucket=s3_bucket, Key="late", Body=b"late")
     assert not exists(direct, s3_bucket, "late")
-    deadline = time.monotonic() + 10
-    while not exists(direct, s3_bucket, "late"):
-        assert time.monotonic() < deadline, "the delayed PUT never landed"
-        time.sleep(0.1)
+    eventually(lambda: exists(direct, s3_bucket, "late"), 10, "the delayed PUT to land")
     proxy.configure(delay_then="drop", delay_s=0.8)
     with pytest.raises(ReadTimeoutError):
         via.put_object(Bucket=s3_bucket, Key="never", Body=b"x")
-    time.sleep(1.0)
+    # the proxy logs a request once it is done with it: this one, dropped unsent
+    eventually(lambda: "delay_drop" in logged_faults(proxy), 10, "the held PUT to be dropped")
     assert not exists(direct, s3_bucket, "never")
     faults = proxy.stats()["faults"]
     assert faults["delay_forward"] == 1 and faults["delay_drop"] == 1

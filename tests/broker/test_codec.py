@@ -5,7 +5,7 @@ every payload's bytes verbatim and is served."""
 
 from __future__ import annotations
 
-import asyncio
+import threading
 from pathlib import Path
 
 from broker import paths, timefmt, wire
@@ -14,8 +14,8 @@ from broker.model.checks import parse_staged
 from broker.model.decode import decode_state
 from broker.model.ops import CompleteItem, NewJob, Push
 from broker.storage import FileStore
-from tests.support.faults import Clock
-from tests.support.inprocess import archive_lines, crash, run, started, stored, successor
+from tests.support.faults import Clock, FaultyStore
+from tests.support.inprocess import archive_lines, crash, run, started, stored, successor, until
 from tests.support.states import new_queue
 
 #: a payload nested 300 levels deep (past orjson's encoding limit of 255):
@@ -107,8 +107,9 @@ def test_big_integer_payload_alone_survives_a_takeover(tmp_path: Path) -> None:
 def test_a_successor_rewrites_an_archive_object_with_the_same_bytes(tmp_path: Path) -> None:
     """A completes the big-int job and writes its archive object; A dies before the
     drop; B (takeover) writes the 'very same object' again: with a float."""
-    store = FileStore(tmp_path)
+    store = FaultyStore(FileStore(tmp_path))
     clock = Clock()
+    rewritten = threading.Event()
 
     async def main() -> tuple[bytes, bytes]:
         a = await started(store, clock=clock)
@@ -120,11 +121,12 @@ def test_a_successor_rewrites_an_archive_object_with_the_same_bytes(tmp_path: Pa
         [key] = archive.list_objects(store, "q")
         before = store.get(key)
         await crash(a)  # before the commit that drops the archived job
+        store.inject("put", None, key_contains=key, after=lambda _key: rewritten.set())
         b = await started(store, "http://b", clock)
         clock.advance(31)
         await b.watch()
         await b._queues["q"].archiver.wait(5)
-        await asyncio.sleep(0.05)
+        await until(rewritten.is_set)  # b's archiver wrote the object again
         after = store.get(key)
         await b.stop(drain_s=5)
         return before, after

@@ -13,7 +13,7 @@ from broker.errors import OsqueueError
 from broker.model.ops import CompleteItem, CompleteItems, ItemResults, NewJob
 from broker.storage import FileStore
 from tests.support.faults import FaultyStore
-from tests.support.inprocess import run, started, stored
+from tests.support.inprocess import run, started, stored, until
 
 
 def test_concurrent_completes_in_one_group_commit_get_their_own_answers(
@@ -92,15 +92,17 @@ def test_a_bad_call_does_not_fail_other_callers_ops(tmp_path: Path, bad: str) ->
         # one write in flight, so the next two calls buffer into one batch
         store.inject("write_if_match", None, key_contains="q/queue.json", before=slow)
         busy = asyncio.create_task(a.push("q", [NewJob(b'"busy"')]))
-        while not entered.is_set():
-            await asyncio.sleep(0.01)
+        await until(entered.is_set)
         producer = asyncio.create_task(a.push("q", [NewJob(b'"order-42"')], request="r-p-0",
                                               floor=0))
         if bad == "jobs_read":  # GET /v1/queues/q/jobs?after=j111...1
             reader = asyncio.create_task(a.jobs("q", after=BAD_AFTER))
         else:  # POST /v1/queues/q/redrive {"ids": ["j1000...0"]} (same int() limit, in seq_of)
             reader = asyncio.create_task(a.redrive("q", ids=["j1" + "0" * 5000]))
-        await asyncio.sleep(0.05)
+        # both wait in the loop's buffer behind the held write: the next batch is theirs
+        loop = a._queues["q"].loop
+        await until(lambda: len(loop._buffer) == 2 or producer.done() or reader.done())
+        assert len(loop._buffer) == 2, (producer, reader)
         gate.set()
         await busy
         got = await asyncio.gather(producer, reader, return_exceptions=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from broker.model.ops import NewJob, PushPayloads
 from broker.model.tokens import stored_part
 from broker.storage import FileStore
 from tests.support.faults import LATE, LOST_REPLY, LOST_REPLY_412, NOT_LANDED, Clock, FaultyStore
-from tests.support.inprocess import archive_lines, run, started, stored
+from tests.support.inprocess import archive_lines, run, started, stored, until
 
 
 @pytest.mark.parametrize("kind", [LOST_REPLY, LOST_REPLY_412, NOT_LANDED])
@@ -101,6 +100,7 @@ def test_stop_with_a_write_in_flight_answers_outcome_unknown(tmp_path: Path) -> 
     store = FaultyStore(inner)
     gate = threading.Event()
     entered = threading.Event()
+    written = threading.Event()
 
     def slow(_key: str) -> None:
         entered.set()
@@ -109,10 +109,10 @@ def test_stop_with_a_write_in_flight_answers_outcome_unknown(tmp_path: Path) -> 
     async def main() -> OsqueueError:
         a = await started(store)
         await a.push("q", [NewJob(b'"first"')])
-        store.inject("write_if_match", None, key_contains="queue.json", before=slow)
+        store.inject("write_if_match", None, key_contains="queue.json", before=slow,
+                     after=lambda _key: written.set())
         push = asyncio.create_task(a.push("q", [NewJob(b'"second"')]))
-        while not entered.is_set():
-            await asyncio.sleep(0.01)
+        await until(entered.is_set)
         await a.stop(drain_s=0.5)
         with pytest.raises(OsqueueError) as info:
             await push
@@ -120,7 +120,7 @@ def test_stop_with_a_write_in_flight_answers_outcome_unknown(tmp_path: Path) -> 
         return info.value
 
     error = run(main())
-    time.sleep(0.5)  # the executor thread finishes its write
+    assert written.wait(10), "the held write never returned"  # in its executor thread
     landed = any(j.payload == b'"second"' for j in stored(inner).jobs.values())
     assert landed  # the write did land after the broker answered
     assert isinstance(error, OutcomeUnknown), (

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from pathlib import Path
+
+import pytest
 
 from broker.errors import PayloadTooLarge
 from broker.model.ops import CompleteItem, NewJob
 from broker.storage import FileStore
+from tests.support.broker_process import eventually
 from tests.support.faults import LOST_REPLY, NOT_LANDED, Clock, FaultyStore
-from tests.support.inprocess import run, started
+from tests.support.inprocess import run, started, until
 
 
 def test_event_loop_keeps_running_after_a_lost_drop_commit(tmp_path: Path) -> None:
@@ -54,22 +56,25 @@ def test_event_loop_keeps_running_after_a_lost_drop_commit(tmp_path: Path) -> No
     # an idle timer commit (broker record renewal) lands meanwhile: last batch = 0 ops
     clock.advance(21)
     loop.call_soon_threadsafe(qloop.poke)
-    for _ in range(100):
-        if qloop.stats.commits >= 4:
-            break
-        time.sleep(0.02)
+    eventually(lambda: qloop.stats.commits >= 4, 10, "the idle timer commit")
     assert qloop.stats.last_batch == 0
     # the commit that drops the archived job lands, its reply is lost, and storage
     # cannot be read for commit_timeout_s
     store.inject("write_if_match", LOST_REPLY, key_contains="queue.json")
     store.inject("read", NOT_LANDED, key_contains="queue.json", times=None)
     gate.set()  # the archive object lands; the drop commit goes out ~1 s later
-    time.sleep(2.0)
-    assert store.inner.read("q/queue.json").data.count(b'"status":"completed"') == 0  # dropped
+
+    def dropped() -> bool:  # the drop commit landed (its reply then lost)
+        return ("write_if_match", LOST_REPLY, "q/queue.json") in store.injected and \
+            store.inner.read("q/queue.json").data.count(b'"status":"completed"') == 0
+
+    eventually(dropped, 10, "the drop commit to land")
+    eventually(lambda: qloop.fault is not None, 10, "the loop to give up reading (faulted)")
     clock.mono += 2.0  # monotonic time passes (the wall clock too, but less than lease/3)
     store.heal()  # storage is back; the fault retry re-reads within 2 s
-    time.sleep(3.0)
-    alive = responsive()
+    # the re-read clears the fault; the loop then spun at once, never awaiting again
+    eventually(lambda: qloop.fault is None, 10, "the fault retry's re-read")
+    alive = responsive() and responsive()
     if not alive:
         clock.advance(20)  # only a due renewal ends the spin; let the test clean up
         responsive(10)
@@ -93,7 +98,9 @@ def test_long_idle_streak_does_not_kill_the_commit_loop(tmp_path: Path) -> None:
         loop = a._queues["q"].loop
         loop._idle_commits = 1024  # 1024 idle timer commits in a row
         loop.poke()
-        await asyncio.sleep(0.1)
+        # the loop wakes, looks at its timers (with the streak) and waits again,
+        # clearing the wake-up; or its task ends
+        await until(lambda: not loop._wake.is_set() or loop._task is None or loop._task.done())
         assert loop._task is not None and not loop._task.done(), (
             f"commit loop task ended: {loop._task.exception()!r}")
         await asyncio.wait_for(a.push("q", [NewJob(b"2")]), 5)
@@ -110,12 +117,12 @@ def test_refused_keyed_push_to_a_new_queue_does_not_leave_a_timer_spinning(
     never cleared, waking its loop every ~1.28 s for ever."""
     async def main() -> tuple[int, object, bool]:
         a = await started(FileStore(tmp_path), "http://a")
-        try:
+        with pytest.raises(PayloadTooLarge):
             await a.push("q2", [b'"' + b"p" * (2 << 20) + b'"'],
                          request="r-0123456789ab-0", floor=0)
-        except PayloadTooLarge:
-            pass
         loop = a._queues["q2"].loop
+        # a window, not a wait for an event: what is counted is what the loop does
+        # (nothing, or a commit every ~1.28 s) in those 4 s
         await asyncio.sleep(4.0)
         out = (loop._idle_commits, loop.state.receipts.unwritten_since, loop.etag is None)
         await a.stop(drain_s=5)

@@ -35,10 +35,11 @@ pytestmark = pytest.mark.slow
 
 class Pushers:
     """Threads pushing unique payloads through a client of every broker; every
-    acknowledged id is recorded with its payload, and when each call succeeded."""
+    acknowledgement is recorded (the id and its payload: an id answered twice stays
+    twice), and when each call succeeded."""
 
     def __init__(self, urls: list[str], store_url: str, threads: int = 3) -> None:
-        self.acked: dict[str, int] = {}
+        self.acked: list[tuple[str, int]] = []
         self.successes: list[tuple[float, float]] = []  # (call began, answered)
         self.errors: list[BaseException] = []
         self._lock = threading.Lock()
@@ -58,7 +59,7 @@ class Pushers:
                 self.errors.append(exc)
                 return
             with self._lock:
-                self.acked[jid] = value
+                self.acked.append((jid, value))
                 self.successes.append((began, time.monotonic()))
             i += 1
 
@@ -105,13 +106,17 @@ def owner_url(tmp_path: Path) -> str | None:
     return state.broker.url if state.broker is not None else None
 
 
-def check_store(tmp_path: Path, acked: dict[str, int]) -> None:
-    """Every acknowledged push is in the store exactly once; nothing else is."""
+def check_store(tmp_path: Path, acked: list[tuple[str, int]]) -> None:
+    """Every acknowledged push is in the store exactly once, under its own id;
+    nothing else is."""
     store = FileStore(tmp_path)
     state = decode_state(store.read(paths.state_key("shared")).data)
-    stored = {job.id: orjson.loads(job.payload)["v"] for job in state.jobs.values()}
+    stored = [(job.id, orjson.loads(job.payload)["v"]) for job in state.jobs.values()]
     assert len(archive.list_objects(store, "shared")) == 0
-    assert stored == acked
+    ids = [jid for jid, _ in acked]
+    assert len(set(ids)) == len(ids), f"ids answered twice: {len(ids) - len(set(ids))}"
+    assert len(stored) == len(acked)
+    assert sorted(stored) == sorted(acked)
 
 
 def pause_outside_its_lock(proc: subprocess.Popen[bytes], tmp_path: Path,

@@ -51,6 +51,7 @@ from tests.support.inprocess import (
     started,
     stored,
     successor,
+    until,
 )
 
 # -- 1. an unknown outcome under a takeover ------------------------------------------
@@ -319,7 +320,13 @@ def test_stop_returns_within_its_bound_while_storage_is_down(tmp_path: Path) -> 
         for method in ("write_if_match", "read", "put", "list", "delete", "head"):
             store.inject(method, NOT_LANDED, times=None)
         waiting = asyncio.create_task(a.push("q", [NewJob(b"2")]))
-        await asyncio.sleep(0.2)  # the push is in its retry loop now
+
+        def retrying() -> bool:  # its write failed and the loop tries to read it back
+            methods = [m for m, _, key in store.injected if key.endswith("q/queue.json")]
+            return "write_if_match" in methods and \
+                "read" in methods[methods.index("write_if_match"):]
+
+        await until(retrying)  # the push is in its retry loop now
         began = time.monotonic()
         await a.stop(drain_s=1.0)
         assert time.monotonic() - began < 4.0

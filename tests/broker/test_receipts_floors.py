@@ -61,8 +61,7 @@ def test_late_attempt_of_an_answered_push_is_not_a_second_job(tmp_path: Path,
         # attempt 1 of call 0 reaches standby a, which is slow to read the object
         late = asyncio.create_task(a.push("q", [NewJob(b'"order-42"')],
                                           request=f"{CLIENT}-0", floor=0))
-        while not entered.is_set():
-            await asyncio.sleep(0.01)
+        await until(entered.is_set)
         # the client times out, is redirected to b, attempt 2 is answered
         first = list(await b.push("q", [NewJob(b'"order-42"')], request=f"{CLIENT}-0",
                                   floor=0))
@@ -97,8 +96,7 @@ def test_late_attempt_of_an_answered_claim_does_not_strand_a_job(tmp_path: Path)
         a = await started(store_a, "http://a")
         gate, entered = _hold_first_read(store_a)
         late = asyncio.create_task(a.claim("q", "w1", 1, 30.0, request=f"{CLIENT}-0", floor=0))
-        while not entered.is_set():
-            await asyncio.sleep(0.01)
+        await until(entered.is_set)
         [got] = await b.claim("q", "w1", 1, 30.0, request=f"{CLIENT}-0", floor=0)
         [done] = await b.complete("q", [CompleteItem(got.token, b"1")])
         assert done.ok
@@ -278,10 +276,12 @@ def test_floor_of_empty_poll_survives_a_failed_write_on_a_live_owner(
             if how == "refused":
                 await a.push("q", [NewJob(b'"z"', delay_ms=60_000)])
             store.land_late()  # (LATE: the old PUT arrives, conflicts, is dropped)
-        await asyncio.sleep(0.2)
+        loop = a._queues["q"].loop
         clock.advance(receipts.LAZY_WRITE_MS / 1000 * 3)  # plenty of lazy-write time
-        a._queues["q"].loop.poke()
-        await asyncio.sleep(0.3)
+        loop.poke()
+        # the lazy write has landed: nothing of the receipts is left unwritten
+        await until(lambda: not loop._buffer and not loop._batch and loop.state is not None
+                    and loop.state.receipts.unwritten_since is None)
         floors = dict(stored(inner).receipts.floors)
         clock.advance(6)  # x is due
         try:  # the held attempt 1 of claim 0 arrives at the (same, live) owner

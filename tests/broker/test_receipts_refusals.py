@@ -16,7 +16,7 @@ from broker.errors import QueueFull
 from broker.model.ops import NewJob
 from broker.storage import FileStore
 from tests.support.faults import LATE, NOT_LANDED, REFUSED, Clock, FaultyStore
-from tests.support.inprocess import run, started, stored
+from tests.support.inprocess import run, started, stored, until
 
 #: client ids as QueueClient draws them; their calls are keyed f"{CLIENT}-{n}"
 CLIENT = "r-0123456789ab"
@@ -50,8 +50,7 @@ def test_late_copy_of_a_push_refused_as_queue_full_is_not_applied(tmp_path: Path
         order = NewJob(ORDER)
         # attempt 1 of the producer's call 0 reaches standby a, slow to read the object
         late = asyncio.create_task(a.push("q", [order, big], request=f"{CLIENT}-0", floor=0))
-        while not entered.is_set():
-            await asyncio.sleep(0.01)
+        await until(entered.is_set)
         # the client times out, is redirected to b: attempt 2 is refused, queue full
         with pytest.raises(QueueFull):
             await b.push("q", [order, big], request=f"{CLIENT}-0", floor=0)

@@ -16,7 +16,7 @@ from broker.errors import NotFound, PayloadTooLarge, StorageRefused, UnknownQueu
 from broker.model.ops import NewJob
 from broker.storage import FileStore
 from tests.support.faults import REFUSED, Clock, FaultyStore
-from tests.support.inprocess import crash, run, started, stored
+from tests.support.inprocess import crash, run, started, stored, until
 
 
 def test_one_loop_per_queue_and_stop_ends_it(tmp_path: Path) -> None:
@@ -45,8 +45,7 @@ def test_one_loop_per_queue_and_stop_ends_it(tmp_path: Path) -> None:
         clock.advance(31)  # a's lease has run out as b sees it
         store.inject("read", None, key_contains="q/queue.json", before=slow_first_read)
         push = asyncio.create_task(b.push("q", [NewJob(b"2")]))  # a redirected client
-        while not entered.is_set():
-            await asyncio.sleep(0.01)
+        await until(entered.is_set)
         await b.watch()  # the periodic watch round, meanwhile
         first = b._queues["q"]
         gate.set()
@@ -82,8 +81,7 @@ def test_reads_do_not_show_a_push_that_never_committed(tmp_path: Path) -> None:
         await a.push("q", [NewJob(b'"a"')])
         store.inject("write_if_match", REFUSED, key_contains="q/queue.json", before=slow)
         push = asyncio.create_task(a.push("q", [NewJob(b'"phantom"')]))
-        while not entered.is_set():
-            await asyncio.sleep(0.01)
+        await until(entered.is_set)
         seen = [j["id"] for j in await a.jobs("q")]  # a reader, meanwhile
         gate.set()
         with pytest.raises(StorageRefused):

@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from azure.core.credentials import AzureSasCredential
-from azure.core.exceptions import HttpResponseError
+from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
 from azure.storage.blob import BlobClient
 
 from broker.errors import (
@@ -28,9 +27,10 @@ from broker.errors import (
     StorageRefused,
     StorageUnavailable,
 )
-from broker.storage import store_from_url
+from broker.storage import Versioned, store_from_url
 from broker.storage.azure import AzureStore
 from tests.support.azuriteserver import AZURITE_VERSION, AzuriteServer
+from tests.support.faultproxy import FaultConfig, FaultProxy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -258,33 +258,28 @@ def test_the_timeout_option_bounds_each_request(unanswering_port: int,
     assert time.monotonic() - started < 5  # the default 10 s timeout would take 20 s
 
 
-class _Flaky:
-    """An injected fault: the first ``failures`` blob-property calls answer 503."""
-
-    def __init__(self, failures: int) -> None:
-        self.failures = failures
-        self.calls = 0
-
-    def get_blob_client(self, name: str) -> _Flaky:
-        return self
-
-    def get_blob_properties(self) -> Any:
-        self.calls += 1
-        if self.calls <= self.failures:
-            err = HttpResponseError("Server Busy")
-            err.status_code = 503
-            raise err
-        return type("Props", (), {"etag": '"0x1"'})()
-
-
-def test_transient_errors_are_retried_then_given_up() -> None:
-    flaky = _Flaky(failures=2)
-    assert AzureStore("c0n", client=flaky, retries=5).head("k") == '"0x1"'
-    assert flaky.calls == 3
-    hopeless = _Flaky(failures=100)
-    with pytest.raises(StorageUnavailable, match="HTTP 503"):
-        AzureStore("c0n", client=hopeless, retries=3).head("k")
-    assert hopeless.calls == 3
+def test_transient_errors_are_retried_then_given_up(azurite_server: AzuriteServer,
+                                                   azure_container: str) -> None:
+    # the fault proxy in front of Azurite answers the next two requests 503
+    config = FaultConfig(rate=1.0, weights={"error": 1.0, "error500": 0.0, "error503": 0.0,
+                                            "drop": 0.0, "delay": 0.0},
+                         error_status=503, error_code="ServerBusy", limit=2)
+    credential = AzureNamedKeyCredential(azurite_server.account, azurite_server.key)
+    direct = AzureStore(azure_container, account_url=azurite_server.endpoint,
+                        credential=credential)
+    etag = direct.put("k", b"x")
+    with FaultProxy(f"http://{azurite_server.host}:{azurite_server.port}", config=config) \
+            as proxy:
+        via = f"{proxy.url}/{azurite_server.account}"
+        assert AzureStore(azure_container, account_url=via, credential=credential,
+                          retries=5).head("k") == etag
+        assert proxy.stats()["requests"] == 3
+        proxy.configure(limit=None)
+        with pytest.raises(StorageUnavailable, match="HTTP 503"):
+            AzureStore(azure_container, account_url=via, credential=credential,
+                       retries=3).head("k")
+        assert proxy.stats()["requests"] == 6
+    assert direct.read("k") == Versioned(b"x", etag)
 
 
 def test_without_the_sdk_the_url_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

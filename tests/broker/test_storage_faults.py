@@ -1,4 +1,5 @@
-"""Injected faults: a paused lock holder, disk errors, S3 refusals and missing credentials."""
+"""Injected faults: a paused lock holder, disk errors, S3 refusals and transient errors
+(answered by the fault proxy in front of moto's server) and missing credentials."""
 
 from __future__ import annotations
 
@@ -17,11 +18,11 @@ from typing import Any
 
 import boto3
 import pytest
-from botocore.stub import Stubber
 
 from broker.errors import Conflict, NotFound, StorageRefused, StorageUnavailable
 from broker.storage import FileStore, S3Store, Versioned
 from broker.storage import files as files_module
+from tests.support.faultproxy import FaultConfig, FaultProxy
 from tests.support.motoserver import MotoServer, free_port
 
 KEY = "q/queue.json"
@@ -315,32 +316,59 @@ _S3_CALLS: dict[str, tuple[str, Callable[[S3Store], object]]] = {
 }
 
 
+#: every storage request through the proxy answered with its configured S3 error
+ONLY_ERROR = {"error500": 0.0, "error503": 0.0, "drop": 0.0, "delay": 0.0, "error": 1.0}
+
+
+@pytest.fixture()
+def s3_errors(moto_server: MotoServer) -> Iterator[FaultProxy]:
+    """The fault proxy in front of the session's moto server, answering every storage
+    request with the error set by ``configure(error_status=, error_code=)``."""
+    with FaultProxy(moto_server.endpoint, config=FaultConfig(rate=1.0, weights=ONLY_ERROR)) \
+            as proxy:
+        yield proxy
+
+
+def _keys(moto_server: MotoServer, bucket: str) -> list[str]:
+    client = boto3.client("s3", endpoint_url=moto_server.endpoint, region_name="us-east-1")
+    try:
+        return [o["Key"] for o in client.list_objects_v2(Bucket=bucket).get("Contents", [])]
+    finally:
+        client.close()
+
+
 @pytest.mark.parametrize(
     ("status", "code", "said"),
     [
         (403, "AccessDenied", "denied access"),
         (400, "InvalidRequest", "refused"),
         (400, "InvalidArgument", "refused"),
-        (301, "PermanentRedirect", "region"),
-        (307, "TemporaryRedirect", "region"),
+        (301, "PermanentRedirect", "region eu-west-1"),
+        (307, "TemporaryRedirect", "region eu-west-1"),
         (405, "MethodNotAllowed", "refused"),
     ],
 )
 @pytest.mark.parametrize("method", sorted(_S3_CALLS))
 def test_s3_permanent_errors_are_refused_without_retrying(
-    status: int, code: str, said: str, method: str
+    s3_errors: FaultProxy, moto_server: MotoServer, s3_bucket: str, status: int, code: str,
+    said: str, method: str
 ) -> None:
-    client = boto3.client("s3", region_name="us-east-1", aws_access_key_id="k",
-                          aws_secret_access_key="s")
-    store = S3Store("bkt", "p", client=client, retries=5)
+    # a redirect names the bucket's region, as S3's do (botocore follows it once, to
+    # the same endpoint here, and gets the redirect again)
+    s3_errors.configure(error_status=status, error_code=code,
+                        error_region="eu-west-1" if status in (301, 307) else None)
+    store = S3Store(s3_bucket, "p", endpoint_url=s3_errors.url, retries=5)
     calls = _count_calls(store)
     operation, call = _S3_CALLS[method]
-    with Stubber(client) as stub:
-        stub.add_client_error(operation, service_error_code=code, http_status_code=status)
-        with pytest.raises(StorageRefused, match=said) as info:
-            call(store)
+    with pytest.raises(StorageRefused, match=said) as info:
+        call(store)
+    store.close()
     assert not isinstance(info.value, StorageUnavailable)
-    assert calls == [operation.replace("_", " ").title().replace(" ", "")]
+    name = operation.replace("_", " ").title().replace(" ", "")
+    # one attempt; a HEAD's 400 has no body, and botocore then asks for the bucket's
+    # region itself (its own HeadBucket)
+    assert calls == [name] + (["HeadBucket"] if (method, status) == ("head", 400) else [])
+    assert _keys(moto_server, s3_bucket) == []  # nothing was written
 
 
 @pytest.mark.parametrize(
@@ -348,18 +376,24 @@ def test_s3_permanent_errors_are_refused_without_retrying(
     [(503, "SlowDown"), (500, "InternalError"), (429, "TooManyRequests"),
      (400, "RequestTimeout")],
 )
-def test_s3_transient_errors_are_still_retried(status: int, code: str) -> None:
-    client = boto3.client("s3", region_name="us-east-1", aws_access_key_id="k",
-                          aws_secret_access_key="s")
-    store = S3Store("bkt", "p", client=client, retries=3)
+def test_s3_transient_errors_are_still_retried(
+    s3_errors: FaultProxy, moto_server: MotoServer, s3_bucket: str, status: int, code: str
+) -> None:
+    s3_errors.configure(error_status=status, error_code=code)
+    store = S3Store(s3_bucket, "p", endpoint_url=s3_errors.url, retries=3)
     calls = _count_calls(store)
-    with Stubber(client) as stub:
-        for _ in range(3):
-            stub.add_client_error("get_object", service_error_code=code,
-                                  http_status_code=status)
-        with pytest.raises(StorageUnavailable):
-            store.read(KEY)
+    with pytest.raises(StorageUnavailable):
+        store.read(KEY)
     assert calls == ["GetObject"] * 3
+    # the same error twice, then the object: the third attempt reads it
+    direct = S3Store(s3_bucket, "p", endpoint_url=moto_server.endpoint)
+    direct.put(KEY, b"state")
+    direct.close()
+    s3_errors.configure(limit=2)
+    calls.clear()
+    assert store.read(KEY).data == b"state"
+    assert calls == ["GetObject"] * 3
+    store.close()
 
 
 def test_s3_connection_errors_are_still_retried(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -202,7 +202,9 @@ def test_a_call_sends_only_its_own_requests(gcs_server: GCSServer, bucket: str) 
     etag = store.create_if_absent("k", b"v")
     assert store.read("k").etag == store.head("k") == etag
     store.close()
-    time.sleep(0.2)  # time for a background request to arrive, were one started
+    # an absence has no event to wait on: give a background request, were one
+    # started, time to arrive
+    time.sleep(0.2)
     assert list(gcs_server.state.seen) == [
         f"POST /upload/storage/v1/b/{bucket}/o",
         f"GET /download/storage/v1/b/{bucket}/o/p%2Fk",

@@ -4,44 +4,38 @@ store's retries of transient errors."""
 
 from __future__ import annotations
 
-import io
 import socket
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError
 
 from broker.errors import InvalidRequest, StorageUnavailable
 from broker.storage import MemoryStore, S3Store, Versioned, store_from_url
+from tests.support.faultproxy import FaultConfig, FaultProxy
+from tests.support.motoserver import MotoServer
 
 
-class _FlakyClient:
-    """An injected fault: the first ``failures`` calls answer 503."""
-
-    def __init__(self, failures: int) -> None:
-        self.failures = failures
-        self.calls = 0
-
-    def get_object(self, **kwargs: Any) -> dict[str, Any]:
-        self.calls += 1
-        if self.calls <= self.failures:
-            raise ClientError(
-                {"Error": {"Code": "SlowDown"}, "ResponseMetadata": {"HTTPStatusCode": 503}},
-                "GetObject",
-            )
-        return {"Body": io.BytesIO(b"ok"), "ETag": '"e"'}
-
-
-def test_s3_retries_transient_errors_then_gives_up() -> None:
-    flaky = _FlakyClient(failures=2)
-    store = S3Store("b", client=flaky, retries=5)
-    assert store.read("k") == Versioned(b"ok", '"e"')
-    assert flaky.calls == 3
-    hopeless = S3Store("b", client=_FlakyClient(failures=100), retries=3)
-    with pytest.raises(StorageUnavailable):
-        hopeless.read("k")
+def test_s3_retries_transient_errors_then_gives_up(moto_server: MotoServer,
+                                                  s3_bucket: str) -> None:
+    # the fault proxy in front of moto answers the next two requests 503 SlowDown
+    config = FaultConfig(rate=1.0, weights={"error": 1.0, "error500": 0.0, "error503": 0.0,
+                                            "drop": 0.0, "delay": 0.0},
+                         error_status=503, error_code="SlowDown", limit=2)
+    direct = S3Store(s3_bucket, endpoint_url=moto_server.endpoint)
+    etag = direct.put("k", b"ok")
+    with FaultProxy(moto_server.endpoint, config=config) as proxy:
+        store = S3Store(s3_bucket, endpoint_url=proxy.url, retries=5)
+        assert store.read("k") == Versioned(b"ok", etag)
+        assert proxy.stats()["requests"] == 3
+        proxy.configure(limit=None)
+        hopeless = S3Store(s3_bucket, endpoint_url=proxy.url, retries=3)
+        with pytest.raises(StorageUnavailable, match="SlowDown"):
+            hopeless.read("k")
+        assert proxy.stats()["requests"] == 6
+        store.close()
+        hopeless.close()
+    direct.close()
 
 
 def test_store_from_url() -> None:

@@ -1,6 +1,9 @@
-"""The total-queue check: the store itself (the queue object and every archive object,
-read directly) against what the clients were told. Its figures: lost, duplicated,
-unexpected, superseded, double, with samples; the runner fails on any of them."""
+"""The total-queue check: the store itself (the queue object, the segment objects and
+every archive object, read directly) against what the clients were told. Its figures
+(each with samples naming the jobs or objects): lost, duplicated, unexpected,
+superseded, double, ids acknowledged for two payloads, ack conflicts, archived and
+still queued, stale answers for completions that landed, segments left behind; the
+runner fails on any of them (:data:`FAILURES`)."""
 
 from __future__ import annotations
 
@@ -17,6 +20,11 @@ from broker.model.tokens import stored_part
 from broker.storage import ObjectStore
 from tools.chaos.clients import Completion, Recorder, payload_key
 from tools.chaos.store import QUEUE
+
+#: The figures of :func:`check_store` a run fails on, each a count (0: none found).
+FAILURES = ("lost", "duplicated", "unexpected", "superseded", "double", "ids_acked_twice",
+            "ack_conflicts", "archived_and_queued", "stale_answer_but_landed",
+            "segments_left_behind")
 
 
 def segment_jobs(store: ObjectStore, state: QueueState,
@@ -77,7 +85,10 @@ def check_store(store: ObjectStore, rec: Recorder, samples: int = 20) -> dict[st
     may leave out lines it knows to be orphans). Presence, doubles and tokens are
     judged on the reader's view; the raw figures are reported beside them. A job in
     the queue object with status ``completed`` (a layout that archives after the
-    commit) counts as completed with its lease's token and worker.
+    commit) counts as completed with its lease's token and worker. Every id a push
+    answered is checked, the first of a payload and any other (an ack conflict).
+    Segment objects the queue object does not reference are left behind (the
+    runner checks once the owner's sweep had its time and the brokers stopped).
     """
     out: dict[str, Any] = {}
     try:
@@ -86,6 +97,7 @@ def check_store(store: ObjectStore, rec: Recorder, samples: int = 20) -> dict[st
         got = None
     queue_jobs: dict[str, dict[str, Any]] = {}  # id -> the job, plain
     twice: list[str] = []  # ids both in the head and a segment, or in two segments
+    state: QueueState | None = None
     if got is not None:
         try:
             state = decode_state(got.data)
@@ -107,6 +119,8 @@ def check_store(store: ObjectStore, rec: Recorder, samples: int = 20) -> dict[st
             out["queue_seq"] = state.seq
             out["queue_broker"] = None if state.broker is None else {
                 "id": state.broker.id, "url": state.broker.url}
+    referenced = set() if state is None else {ref.key for ref in state.segment_refs}
+    left_behind = sorted(set(store.list(paths.segments_prefix(QUEUE))) - referenced)
     snap = _Snapshot(store)
     raw: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
     for key in snap.keys:
@@ -168,24 +182,32 @@ def check_store(store: ObjectStore, rec: Recorder, samples: int = 20) -> dict[st
                 "archive_objects": [ln["_object"] for ln in raw.get(job_id, [])]}
 
     acked, attempted, published = rec.acked, rec.attempted, rec.acked_published
+    acks = rec.acknowledgements()  # (payload, id): the first id of each payload, and more
+    acked_ids: dict[str, set[str]] = collections.defaultdict(set)
+    payloads_of: dict[str, set[str]] = collections.defaultdict(set)
+    for k, i in acks:
+        acked_ids[k].add(i)
+        payloads_of[i].add(k)
     # lost: acknowledged, and no job with that id holds that payload anywhere (a
     # publish answers no ids: no job holds that payload)
     lost = [{"payload": k, "id": i, "acked_t": round(rec.acked_t.get(k, -1.0), 3),
              **history(i)}
-            for k, i in acked.items() if k not in held.get(i, set())]
+            for k, i in acks if k not in held.get(i, set())]
     lost += [{"payload": k, "id": None, "published": True,
               "acked_t": round(rec.acked_t.get(k, -1.0), 3)}
              for k in published if k not in by_payload and k not in acked]
-    unfinished = sorted(i for i in {*acked.values(), *(i for k in published
-                                                       for i in by_payload.get(k, ()))}
+    # one id answered for pushes of different payloads: at most one of them can be it
+    ids_twice = {i: sorted(ks) for i, ks in payloads_of.items() if len(ks) > 1}
+    unfinished = sorted(i for i in {*(i for _, i in acks),
+                                    *(i for k in published for i in by_payload.get(k, ()))}
                         if (queue_jobs.get(i) or {}).get("status") in ("pending", "claimed"))
     # duplicated: one payload, several jobs
     dup = {k: sorted(ids) for k, ids in by_payload.items() if len(ids) > 1}
-    # unexpected: never pushed, or not under the acknowledged id
+    # unexpected: never pushed, or not under an acknowledged id
     never_pushed = [{"payload": k, "jobs": sorted(ids)} for k, ids in by_payload.items()
                     if k not in acked and k not in published and k not in attempted]
-    wrong_id = [{"payload": k, "acked_id": acked[k], "jobs": sorted(ids)}
-                for k, ids in by_payload.items() if k in acked and ids != {acked[k]}]
+    wrong_id = [{"payload": k, "acked_ids": sorted(acked_ids[k]), "jobs": sorted(ids)}
+                for k, ids in by_payload.items() if k in acked and ids - acked_ids[k]]
     # double: one job id on several archive lines, as the reader shows them (and raw)
     double = {i: [{"worker": ln.get("worker"), "token": line_token(ln),
                    "completed_at": ln.get("completed_at")} for ln in ls]
@@ -219,6 +241,8 @@ def check_store(store: ObjectStore, rec: Recorder, samples: int = 20) -> dict[st
     n_sup = sum(len(v) for v in superseded.values())
     out.update({
         "acked": len(acked) + len(published - set(acked)),
+        "ids_acked_twice": len(ids_twice),
+        "segments_left_behind": len(left_behind),
         "acked_by_push": len(acked),
         "acked_by_publish": len(published),
         "acked_unfinished": len(unfinished),
@@ -252,6 +276,8 @@ def check_store(store: ObjectStore, rec: Recorder, samples: int = 20) -> dict[st
             "archived_and_queued": both[:samples],
             "stale_answer_but_landed": stale_but_landed[:samples],
             "ack_conflicts": rec.ack_conflicts[:samples],
+            "ids_acked_twice": dict(list(ids_twice.items())[:samples]),
+            "segments_left_behind": left_behind[:samples],
         },
     })
     return out

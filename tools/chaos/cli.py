@@ -78,7 +78,20 @@ What one run does (all times are wall-clock seconds):
      archive's line for J carries another token (consumers put their token
      in the result) or worker, or J is not archived (still queued, or gone);
    * double: a job id on more than one archive line;
+   * ids acknowledged twice: one job id answered for pushes of two
+     payloads; ack conflicts: one payload answered two ids (each id is
+     checked for loss);
+   * archived and queued: a job in the archive and still pending or
+     claimed in the queue object; stale answers for completions that
+     landed (complete is idempotent per token);
    * drain: whether the queue emptied (only dead jobs may remain).
+   The clients' records fail the run too: answers no broker may give
+   (anomalies, a job claimed again after a complete of it answered ok, a
+   claim answering a payload under another id than its push), and so do the
+   runner's own problems (a client thread or a nemesis action that crashed,
+   a thread stuck at the end) and too little work: fewer acknowledged jobs
+   than ``--min-acked-share`` of those the producers were asked to push, or
+   a kind of producer with no acknowledged operation.
    Exit status 1 if any of these is non-zero or the drain did not finish,
    0 otherwise (2: bad arguments or setup failed, 3: --max-runtime-s hit,
    130: interrupted). ``--require-bar`` also fails the run (status 4) when
@@ -256,6 +269,11 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("drain and bar")
     g.add_argument("--drain-timeout-s", type=float, default=180.0,
                    help="give up draining after this long, s (default 180)")
+    g.add_argument("--min-acked-share", type=float, default=0.05,
+                   help="every run fails unless it acknowledged at least this share of the "
+                        "jobs the producers were asked to push ((--push-rate + --bulk-rate) "
+                        "x --seconds) and one operation of each kind of producer it has "
+                        "(default 0.05)")
     g.add_argument("--require-bar", action="store_true",
                    help="exit 4 if the acceptance figures miss the bar below")
     g.add_argument("--bar-acked", type=int, default=20_000,
@@ -302,6 +320,8 @@ def check_args(args: argparse.Namespace) -> None:
                                       and args.segment_grace_s <= 0) or args.sweep_s <= 0:
         problems.append("--segment-push-jobs must be >= 0, --segment-grace-s and --sweep-s "
                         "> 0")
+    if not 0 <= args.min_acked_share <= 1:
+        problems.append("--min-acked-share must be within [0, 1]")
     if args.claim_max < 1 or args.max_attempts < 1:
         problems.append("--claim-max and --max-attempts must be >= 1")
     if args.restart_min_s > args.restart_max_s or \
@@ -333,6 +353,9 @@ def main(argv: list[str] | None = None) -> int:
     child and exits 3 after ``--max-runtime-s`` s."""
     args = parse_args(argv)
     check_args(args)
+    # the machine's load at the start, for the result (imported here: tests never
+    # import the benchmarks' helpers)
+    import bench._common  # noqa: F401
     for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
                         ("AWS_DEFAULT_REGION", "us-east-1")):
         os.environ.setdefault(name, value)  # moto's; the runner reads the store directly

@@ -59,12 +59,13 @@ class Recorder:
     def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
         self.lock = threading.Lock()
-        self.acked: dict[str, str] = {}          # payload key -> acknowledged job id
+        self.acked: dict[str, str] = {}          # payload key -> first acknowledged job id
         self.acked_t: dict[str, float] = {}      # payload key -> when acknowledged
         self.acked_published: set[str] = set()   # payload keys a publish acknowledged (no ids)
         self.anomalies: list[dict[str, Any]] = []  # answers no broker may give
         self.claims: dict[str, list[tuple[str, str, float]]] = {}  # job -> (token, worker, t)
         self.attempted: set[str] = set()         # payload keys of pushes that raised
+        # a payload acknowledged again under another id: {"payload", "first", "again"}
         self.ack_conflicts: list[dict[str, Any]] = []
         self.completions: list[Completion] = []
         self.complete_unknown: list[dict[str, Any]] = []
@@ -91,9 +92,10 @@ class Recorder:
         with self.lock:
             for k, job_id in zip(keys_, ids, strict=True):
                 old = self.acked.get(k)
-                if old is not None and old != job_id:
+                if old is None:
+                    self.acked[k] = job_id
+                elif old != job_id:  # the first id stays: the checker looks for both
                     self.ack_conflicts.append({"payload": k, "first": old, "again": job_id})
-                self.acked[k] = job_id
                 self.acked_t.setdefault(k, self.clock())
                 self.attempted.discard(k)
             self.counts["push_ok"] += 1
@@ -141,6 +143,13 @@ class Recorder:
             if len(self.anomalies) < 1000:
                 self.anomalies.append({"what": what, "t": round(self.clock(), 3), **detail})
             self.counts[f"anomaly_{what}"] += 1
+
+    def acknowledgements(self) -> list[tuple[str, str]]:
+        """Every (payload key, job id) a push answered: the first id of each payload
+        and every other id an ack conflict gave it."""
+        with self.lock:
+            return [*self.acked.items(),
+                    *((c["payload"], c["again"]) for c in self.ack_conflicts)]
 
     def acked_count(self) -> int:
         return len(self.acked) + len(self.acked_published)

@@ -5,12 +5,14 @@ All times and durations are in seconds since the run started."""
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from tools.chaos.brokers import BrokerSlot
+from tools.chaos.checker import FAILURES
 from tools.chaos.clients import Recorder
 from tools.chaos.nemesis import Nemesis
 from tools.chaos.schedule import Event
@@ -52,26 +54,66 @@ def bar_met(bar: dict[str, list[Any]]) -> bool:
     return all(v[2] for v in bar.values())
 
 
+def minimum_work(args: argparse.Namespace) -> dict[str, int]:
+    """The least work a run must have acknowledged to count (else it fails, whatever
+    its checks found: a run that did next to nothing proves nothing). ``jobs``:
+    ``--min-acked-share`` of the jobs the producers were asked to push in the chaos
+    phase (``--push-rate`` and ``--bulk-rate`` jobs/s for ``--seconds`` s), at least
+    1; and one acknowledged operation of each kind of producer the run has."""
+    offered = (args.push_rate + args.bulk_rate) * args.seconds
+    out = {"jobs": max(1, math.ceil(args.min_acked_share * offered)), "push_ok": 1}
+    if args.bulk_rate > 0:
+        if args.bulk_producers > 0:
+            out["bulk_push_ok"] = 1
+        if args.publishers > 0:
+            out["publish_ok"] = 1
+    return out
+
+
+def run_failures(check: dict[str, Any], segments: dict[str, Any], rec: Recorder,
+                 problems: dict[str, list[str]], minimum: dict[str, int]
+                 ) -> dict[str, int]:
+    """What fails a run, each a count (the run passes when all are 0 and the drain
+    finished): every figure of the store check (:data:`tools.chaos.checker.FAILURES`),
+    segment objects left behind or missing, answers no broker may give (anomalies,
+    a job claimed again after a complete of it answered ok, a claim answering a
+    payload under another id than its push was told), the runner's own problems
+    (a client thread or a nemesis action that crashed, a thread stuck at the end:
+    the run did not do what it says, so its checks prove less than they claim),
+    and too little acknowledged work (``minimum``, see :func:`minimum_work`: the count is
+    how many of its minima were missed)."""
+    failures = {name: int(check[name]) for name in FAILURES}
+    watched = int(segments["left_behind"])  # what the wait for the sweep saw; -1: unlisted
+    failures["segments_left_behind"] = max(failures["segments_left_behind"], abs(watched))
+    failures["segments_missing"] = segments.get("referenced_missing", 0)
+    failures["anomalies"] = len(rec.anomalies)
+    failures["claimed_after_ok_complete"] = len(rec.claimed_after_complete)
+    failures["claim_payload_mismatch"] = len(rec.claim_mismatch)
+    if "state_error" in check:
+        failures["state_unreadable"] = 1
+    for name, found in problems.items():
+        failures[name] = len(found)
+    done = {"jobs": check["acked"], **{k: rec.counts.get(k, 0) for k in minimum if k != "jobs"}}
+    failures["too_little_work"] = sum(1 for k, least in minimum.items() if done[k] < least)
+    return failures
+
+
 def build_result(args: argparse.Namespace, *, store: StoreSetup, slots: list[BrokerSlot],
                  competitor: BrokerSlot, schedule: list[Event], nemesis: Nemesis,
                  rec: Recorder, check: dict[str, Any], drained: dict[str, Any],
                  fault_stats: dict[str, Any] | None, avail: dict[str, Any],
                  timeline_s: dict[str, float], stuck: list[str], client_crashes: list[str],
                  run_dir: Path, segments: dict[str, Any]) -> dict[str, Any]:
-    """Everything a run found, as written by ``--out``; ``ok`` is the verdict of the
-    store check (with the segment objects left behind and the answers no broker may
-    give) and the drain. Marks ``drained`` unfinished when the check found
-    acknowledged jobs still pending or claimed."""
+    """Everything a run found, as written by ``--out``; ``ok``: no failure (see
+    :func:`run_failures`) and the drain finished. Marks ``drained`` unfinished when
+    the check found acknowledged jobs still pending or claimed."""
     owner_kills = sum(1 for k in nemesis.kills if k["owner"])
     owner_pauses = sum(1 for p in nemesis.pauses if p["owner"])
     competitors = sum(1 for c in nemesis.competes if c["started"])
-    failures = {name: check[name] for name in
-                ("lost", "duplicated", "unexpected", "superseded", "double")}
-    failures["segments_left_behind"] = segments["left_behind"]
-    failures["segments_missing"] = segments.get("referenced_missing", 0)
-    failures["anomalies"] = len(rec.anomalies)
-    if "state_error" in check:
-        failures["state_unreadable"] = 1
+    problems = {"stuck_threads": stuck, "client_crashes": client_crashes,
+                "nemesis_crashes": nemesis.crashes}
+    minimum = minimum_work(args)
+    failures = run_failures(check, segments, rec, problems, minimum)
     drained["acked_unfinished_at_check"] = check["acked_unfinished"]
     if check["acked_unfinished"]:
         drained["finished"] = False
@@ -114,14 +156,22 @@ def build_result(args: argparse.Namespace, *, store: StoreSetup, slots: list[Bro
         "anomalies": rec.anomalies[:50],
         "bar": bar,
         "broker_starts": starts,
-        "runner_problems": {"stuck_threads": stuck, "client_crashes": client_crashes,
-                            "nemesis_crashes": nemesis.crashes},
+        "runner_problems": problems,
+        "minimum_work": minimum,
         "run_dir": str(run_dir),
     }
 
 
 def write_result(path: Path, result: dict[str, Any]) -> None:
-    """The result as indented JSON (``--out``)."""
+    """The result as indented JSON (``--out``), with the command, the machine and its
+    load (as every file under bench/results records them)."""
+    # imported here: the helpers live with the benchmarks, which tests never import
+    from bench._common import LOAD_AT_START, command, load, machine
+
+    result = {"command": command().replace(".venv/bin/python tools/chaos/__main__.py",
+                                           ".venv/bin/python -m tools.chaos"),
+              "machine": machine(), "load": {"at_start": LOAD_AT_START, "at_end": load()},
+              **result}
     path.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2, default=str))
 
 def write_records(run_dir: Path, rec: Recorder) -> None:
@@ -194,9 +244,12 @@ def print_summary(r: dict[str, Any]) -> None:
         + (f", PUTs landed {sg['segment_puts_landed']}, deleted {sg['segment_deletes']}"
            if "segment_puts_landed" in sg else "")
         + f"; waited {sg.get('waited_s')}s for the sweep)",
-        f"also: archived-and-still-queued {c['archived_and_queued']}, stale answers for "
+        f"archived-and-still-queued {c['archived_and_queued']}, stale answers for "
         f"completions that landed {c['stale_answer_but_landed']}, claims of jobs already "
-        f"completed ok {f['claimed_after_ok_complete']}, archive objects "
+        f"completed ok {f['claimed_after_ok_complete']}, claims answering a payload under "
+        f"another id {f['claim_payload_mismatch']}, ack conflicts {c['ack_conflicts']}, "
+        f"ids acknowledged for two payloads {c['ids_acked_twice']}",
+        f"also: archive objects "
         f"{c['archive_objects']} ({c['archive_lines']} lines, "
         f"{c['archive_lines_read']} as read), left in queue {c['queue_jobs_left']}",
     ]
@@ -206,9 +259,16 @@ def print_summary(r: dict[str, Any]) -> None:
     for name, (value, want, met) in r["bar"].items():
         lines.append(f"{name:28s} {value!s:>10} {want!s:>10} {'yes' if met else 'NO'}")
     problems = r["runner_problems"]
-    if any(problems.values()):
-        lines.append(f"RUNNER PROBLEMS: {problems}")
-    lines.append(f"RESULT: {'PASS' if r['ok'] else 'FAIL'} {r['failures']}"
+    for name, found in problems.items():
+        for text in found:
+            lines.append(f"RUNNER PROBLEM ({name}): {text.strip()}")
+    if r["failures"].get("too_little_work"):
+        lines.append(f"TOO LITTLE WORK: acknowledged {c['acked']} jobs and "
+                     f"{ {k: counts.get(k, 0) for k in r['minimum_work'] if k != 'jobs'} }"
+                     f"; a run of this length needs at least {r['minimum_work']}")
+    failed = {k: v for k, v in r["failures"].items() if v}
+    lines.append(f"RESULT: {'PASS' if r['ok'] else 'FAIL'} "
+                 + (f"failed: {failed}" if failed else "no failure")
                  + ("" if r["drain"]["finished"] else " (drain not finished)"))
     print("\n".join(lines), flush=True)
 

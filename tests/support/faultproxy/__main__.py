@@ -23,7 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=float, default=0.0,
                    help="fraction of storage requests faulted, 0..1")
     p.add_argument("--weights", default="",
-                   help="relative weights, e.g. drop=2,error500=1,error503=1,delay=0.1")
+                   help="relative weights, e.g. drop=2,error500=1,error503=1,delay=0.1 "
+                        "(error, the configured one: 0 unless given)")
     p.add_argument("--delay-s", type=float, default=11.0,
                    help="seconds a delayed request is held (beyond the client's read timeout)")
     p.add_argument("--delay-then", choices=["forward", "drop", "mixed"], default="mixed")

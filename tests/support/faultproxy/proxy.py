@@ -1,4 +1,5 @@
-"""An HTTP reverse proxy in front of an S3 API (moto) that injects seeded faults.
+"""An HTTP reverse proxy in front of an S3 API (moto) that injects seeded faults (it
+forwards any HTTP, so it also stands in front of Azurite: only the error bodies are S3's).
 
 Point an S3 client (the broker: ``s3://bucket/prefix?endpoint=http://127.0.0.1:PORT``)
 at the proxy instead of the server. Each storage request draws from one
@@ -9,6 +10,10 @@ picked by weight among the kinds that apply to its method:
     answer ``500 InternalError`` / ``503 SlowDown`` / ``403 AccessDenied`` (an S3
     XML error body; 403 has no default weight) WITHOUT forwarding: nothing
     reached the store.
+``error``
+    (weight 0 unless set) answer ``error_status`` with the S3 error code
+    ``error_code`` (``403 AccessDenied``, ``301 PermanentRedirect``,
+    ``429 TooManyRequests``...) WITHOUT forwarding, in the same XML body.
 ``drop``
     (only for ``drop_methods``, by default PUT, conditional or not) forward
     the request, let it land, then close the client's connection without an
@@ -25,6 +30,9 @@ picked by weight among the kinds that apply to its method:
 A **storm** (:meth:`FaultProxy.storm`, :mod:`tests.support.faultproxy.storm`)
 faults every request for a while, whatever ``rate`` says (``stats()["storm"]``).
 
+``limit`` (None: no limit) is how many more requests a draw may fault (a storm ignores it): with
+``rate=1.0`` and ``limit=2``, exactly the next two storage requests are.
+
 Faults can be switched off ("heal") and on at run time: in-process through
 :meth:`FaultProxy.set_enabled` / :meth:`FaultProxy.heal`, or through the
 control endpoint under ``/__faultproxy__/`` (no S3 bucket name can start
@@ -34,7 +42,8 @@ with an underscore, so it never shadows a storage request)::
     POST /__faultproxy__/heal      faults off
     POST /__faultproxy__/break     faults on
     POST /__faultproxy__/config    JSON body with any of rate, weights, delay_s,
-                                   delay_then, drop_methods, enabled
+                                   delay_then, drop_methods, enabled, error_status,
+                                   error_code, limit
     POST /__faultproxy__/reset     zero the counters
     POST /__faultproxy__/storm     JSON body: kinds, and any of seconds, count, methods
 
@@ -61,6 +70,7 @@ Run on its own (prints ``faultproxy ready on URL`` on stderr)::
 
 from __future__ import annotations
 
+import http
 import http.client
 import json
 import random
@@ -78,9 +88,9 @@ from tests.support.faultproxy.storm import Storm
 CONTROL_PREFIX = "/__faultproxy__/"
 
 #: Fault kinds as drawn; the counters split ``drop`` and ``delay`` by outcome.
-KINDS = ("error500", "error503", "drop", "delay", "error403")
+KINDS = ("error500", "error503", "drop", "delay", "error403", "error")
 COUNTED = ("error500", "error503", "drop_landed", "drop_refused", "delay_forward", "delay_drop",
-           "error403")
+           "error403", "error")
 
 _HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-connection", "proxy-authenticate",
@@ -97,8 +107,9 @@ _S3_ERRORS = {
 
 
 def default_weights() -> dict[str, float]:
-    """Relative weights of the fault kinds (dropped responses of landed PUTs first)."""
-    return {"error500": 1.0, "error503": 1.0, "drop": 2.0, "delay": 0.1}
+    """Relative weights of the fault kinds (dropped responses of landed PUTs first;
+    ``error``, the configured one, never unless asked for)."""
+    return {"error500": 1.0, "error503": 1.0, "drop": 2.0, "delay": 0.1, "error": 0.0}
 
 
 @dataclass
@@ -110,6 +121,9 @@ class FaultConfig:
     ``drop_methods``: HTTP methods whose answer may be dropped after forwarding.
     ``delay_s``: seconds a delayed request is held (longer than the client's
     read timeout). ``delay_then``: ``forward``, ``drop`` or ``mixed``.
+    ``error_status`` / ``error_code``: the answer of the ``error`` kind;
+    ``error_region``: its ``x-amz-bucket-region`` header (as S3's redirects carry).
+    ``limit``: how many more requests may be faulted (None: any number).
     """
 
     rate: float = 0.0
@@ -118,6 +132,10 @@ class FaultConfig:
     delay_s: float = 11.0
     delay_then: str = "mixed"
     enabled: bool = True
+    error_status: int = 403
+    error_code: str = "AccessDenied"
+    error_region: str | None = None
+    limit: int | None = None
 
     def check(self) -> None:
         if not 0.0 <= self.rate <= 1.0:
@@ -131,6 +149,10 @@ class FaultConfig:
             raise ValueError("delay_then must be forward, drop or mixed")
         if self.delay_s < 0:
             raise ValueError("delay_s must be >= 0")
+        if not 300 <= self.error_status <= 599 or not self.error_code.isalnum():
+            raise ValueError("error_status must be within 300..599 and error_code a word")
+        if self.limit is not None and self.limit < 0:
+            raise ValueError("limit must be >= 0 (or None)")
         self.drop_methods = tuple(m.upper() for m in self.drop_methods)
 
 
@@ -196,12 +218,20 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
 
     def _s3_error(self, kind: str, request_no: int) -> None:
-        status, reason, code, message = _S3_ERRORS[kind]
+        headers = [("Content-Type", "application/xml")]
+        if kind == "error":
+            cfg = self.server.proxy.config
+            status, code = cfg.error_status, cfg.error_code
+            reason, message = http.HTTPStatus(status).phrase, f"{code}."
+            if cfg.error_region is not None:
+                headers.append(("x-amz-bucket-region", cfg.error_region))
+        else:
+            status, reason, code, message = _S3_ERRORS[kind]
         body = ('<?xml version="1.0" encoding="UTF-8"?>\n'
                 f"<Error><Code>{code}</Code><Message>{message} (injected by faultproxy)"
                 f"</Message><Resource>{_xml_escape(self.path)}</Resource>"
                 f"<RequestId>faultproxy-{request_no}</RequestId></Error>").encode()
-        self._send(status, reason, [("Content-Type", "application/xml")], body)
+        self._send(status, reason, headers, body)
 
     def _drop(self) -> None:
         """Close the connection without an answer."""
@@ -256,7 +286,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self, proxy: FaultProxy, body: bytes, request_no: int, kind: str | None,
                then: str | None) -> tuple[str | None, int | None]:
         """Answer (or not) one storage request; (fault as counted, upstream status)."""
-        if kind in _S3_ERRORS:
+        if kind in _S3_ERRORS or kind == "error":
             self._s3_error(kind, request_no)
             return kind, None
         if kind == "delay":
@@ -461,7 +491,8 @@ class FaultProxy:
             storm = self._storm_now()
             kinds = None if storm is None else storm.kinds_for(method, cfg.drop_methods)
             if kinds is None:
-                if not cfg.enabled or cfg.rate <= 0 or self._rng.random() >= cfg.rate:
+                if not cfg.enabled or cfg.rate <= 0 or cfg.limit == 0 or \
+                        self._rng.random() >= cfg.rate:
                     return number, None, None
                 kinds = [(k, w) for k, w in cfg.weights.items()
                          if w > 0 and (k != "drop" or method in cfg.drop_methods)]
@@ -480,8 +511,10 @@ class FaultProxy:
                 if then == "mixed":
                     then = "forward" if self._rng.random() < 0.5 else "drop"
                 counts["faults"][f"delay_{then}"] += 1
-            elif kind in _S3_ERRORS:
+            elif kind in _S3_ERRORS or kind == "error":
                 counts["faults"][kind] += 1
+            if storm is None and cfg.limit is not None:
+                cfg.limit -= 1
             return number, kind, then
 
     def _log_request(self, entry: dict[str, Any]) -> None:

@@ -36,11 +36,13 @@ from broker.limits import (
     DEFAULT_COMMIT_TIMEOUT_S,
     DEFAULT_HEADER_TIMEOUT_S,
     DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_WRONG_TOKENS_PER_MIN,
     MAX_BROKER_LEASE_S,
     MAX_CLIENT_TIMEOUT_S,
     MAX_COMMIT_TIMEOUT_S,
     MAX_CONNECTIONS,
     MAX_ITEMS,
+    MAX_WRONG_TOKENS_PER_MIN,
     MIN_BROKER_LEASE_S,
     MIN_COMMIT_TIMEOUT_S,
 )
@@ -92,6 +94,10 @@ class BrokerSettings(BaseSettings):
     max_connections: int = Field(
         DEFAULT_MAX_CONNECTIONS, ge=1, le=MAX_CONNECTIONS,
         description="most open client connections; one more is answered 503 and closed")
+    wrong_tokens_per_min: int = Field(
+        DEFAULT_WRONG_TOKENS_PER_MIN, ge=0, le=MAX_WRONG_TOKENS_PER_MIN,
+        description="wrong tokens one client address may present a minute (API and "
+                    "dashboard login together) before its requests get 429 (0: no limit)")
     segment_push_jobs: int = Field(
         BrokerConfig.segment_push_jobs, ge=0, le=MAX_ITEMS,
         description="a push of at least this many jobs with default options (a bulk push, a "
@@ -181,6 +187,7 @@ class BrokerSettings(BaseSettings):
                             header_timeout_s=self.header_timeout_s,
                             body_timeout_s=self.body_timeout_s,
                             max_connections=self.max_connections,
+                            wrong_tokens_per_min=self.wrong_tokens_per_min,
                             ui_read_only=self.ui_read_only,
                             history_interval_s=self.history_interval_s,
                             segment_push_jobs=self.segment_push_jobs,

@@ -103,6 +103,21 @@ MAX_CONNECTIONS = 1_000_000
 #: Largest request line and headers of one request (bytes): 431 past it.
 MAX_HEADER_BYTES = 64 * 1024
 
+# -- wrong tokens ----------------------------------------------------------------
+
+#: Wrong bearer tokens one client address may present a minute (the API and the
+#: dashboard's login together) before its requests get 429 (a broker setting;
+#: 0: no limit). See :mod:`broker.http.throttle`.
+DEFAULT_WRONG_TOKENS_PER_MIN = 10
+MAX_WRONG_TOKENS_PER_MIN = 1_000_000
+#: Most client addresses whose wrong tokens are remembered at once: past it the
+#: address that failed longest ago is forgotten (memory stays bounded whatever
+#: an attacker rotating addresses does).
+MAX_THROTTLED_ADDRESSES = 10_000
+#: Refused tokens are logged one line per window of this many seconds (its first
+#: refusal in full, the rest summed up at its end).
+REFUSAL_SUMMARY_S = 60.0
+
 # -- windows ---------------------------------------------------------------------
 
 #: Publish keys (Spark writes and stream batches, once each) are kept in a window

@@ -27,6 +27,9 @@ class BrokerConfig:
     header_timeout_s: float = limits.DEFAULT_HEADER_TIMEOUT_S
     body_timeout_s: float = limits.DEFAULT_BODY_TIMEOUT_S
     max_connections: int = limits.DEFAULT_MAX_CONNECTIONS
+    #: wrong tokens one client address may present a minute before its requests get
+    #: 429 (0: no limit; see broker.http.throttle)
+    wrong_tokens_per_min: int = limits.DEFAULT_WRONG_TOKENS_PER_MIN
     io_threads: int = 16
     staged_cache_bytes: int = 256 * 1024 * 1024  # staged chunks kept parsed until publish
     #: a segment object no landed head references is swept once this broker has

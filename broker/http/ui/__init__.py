@@ -10,6 +10,7 @@ changes; :data:`PAGES` is the table of routes.
 
 from __future__ import annotations
 
+from broker.http.throttle import Guard
 from broker.http.ui import actions, pages
 from broker.http.ui.app import Page, Ui
 from broker.service.coordinator import Broker
@@ -41,10 +42,11 @@ PAGES: tuple[Page, ...] = (
 
 
 def build_ui(broker: Broker, history: History, *, token: str | None,
-             read_only: bool = False) -> Ui:
-    """The dashboard of ``broker``, its charts drawn from ``history``."""
+             read_only: bool = False, guard: Guard | None = None) -> Ui:
+    """The dashboard of ``broker``, its charts drawn from ``history``; ``guard``: the
+    wrong-token throttle it shares with the API (default: its own)."""
     return Ui(broker, Dashboard(broker, history), PAGES, token=token, read_only=read_only,
-              advertise_url=broker.url)
+              advertise_url=broker.url, guard=guard)
 
 
 __all__ = ["PAGES", "Page", "Ui", "build_ui"]

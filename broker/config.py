@@ -29,6 +29,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from broker.http.peers import parse_networks
 from broker.http.server import advertise_url_problem, is_loopback
 from broker.limits import (
     BROKER_LEASE_S,
@@ -93,7 +94,18 @@ class BrokerSettings(BaseSettings):
                     "connection closed past it)")
     max_connections: int = Field(
         DEFAULT_MAX_CONNECTIONS, ge=1, le=MAX_CONNECTIONS,
-        description="most open client connections; one more is answered 503 and closed")
+        description="most open client connections; past it an idle or unheard one is "
+                    "closed to make room, or, every one busy, the new one is answered 503")
+    max_connections_per_address: int | None = Field(
+        None, ge=1, le=MAX_CONNECTIONS,
+        description="most open connections from one client address (default: half of "
+                    "--max-connections); past it that address's own idle or unheard "
+                    "connection is closed to make room, or the new one is answered 503")
+    trusted_proxies: str | None = Field(
+        None, description="comma-separated addresses or networks (10.0.0.5, 10.1.0.0/16) of "
+                        "the proxies in front of the broker: from them, X-Forwarded-Proto "
+                        "and X-Forwarded-For give the scheme and the client address "
+                        "(default: trust none)")
     wrong_tokens_per_min: int = Field(
         DEFAULT_WRONG_TOKENS_PER_MIN, ge=0, le=MAX_WRONG_TOKENS_PER_MIN,
         description="wrong tokens one client address may present a minute (API and "
@@ -141,6 +153,11 @@ class BrokerSettings(BaseSettings):
                              "and a bearer token")
         return value
 
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, value: str | None) -> str | None:
+        return None if value is None else ",".join(str(n) for n in parse_networks(value))
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _lower(cls, value: Any) -> Any:
@@ -187,6 +204,9 @@ class BrokerSettings(BaseSettings):
                             header_timeout_s=self.header_timeout_s,
                             body_timeout_s=self.body_timeout_s,
                             max_connections=self.max_connections,
+                            max_connections_per_address=self.max_connections_per_address,
+                            trusted_proxies=tuple(filter(None, (self.trusted_proxies or
+                                                                "").split(","))),
                             wrong_tokens_per_min=self.wrong_tokens_per_min,
                             ui_read_only=self.ui_read_only,
                             history_interval_s=self.history_interval_s,

@@ -102,6 +102,12 @@ DEFAULT_MAX_CONNECTIONS = 1000
 MAX_CONNECTIONS = 1_000_000
 #: Largest request line and headers of one request (bytes): 431 past it.
 MAX_HEADER_BYTES = 64 * 1024
+#: Once this fraction of max_connections (or of one client address's share) is
+#: open, a new connection must send its first byte within BUSY_FIRST_BYTE_S
+#: (instead of the header timeout), so silent connections let go of their place
+#: sooner (see :mod:`broker.http.admission`).
+BUSY_FRACTION = 0.75
+BUSY_FIRST_BYTE_S = 2.0
 
 # -- wrong tokens ----------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import secrets
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -82,6 +82,7 @@ def start_broker(store: str | ObjectStore, host: str | None = None, port: int = 
                  insecure_no_token: bool = False, spark_conf: Mapping[str, str] | None = None,
                  lease_s: float | None = None, tune_gc: bool = False,
                  segment_push_jobs: int | None = None, ui_read_only: bool = False,
+                 trusted_proxies: str | Sequence[str] = (),
                  **settings: Any) -> BrokerServer:
     """Start a broker with its HTTP server in a background thread of this process.
 
@@ -122,6 +123,10 @@ def start_broker(store: str | ObjectStore, host: str | None = None, port: int = 
     only in a driver that exists to feed or drain the queue. Off by default:
     an embedded broker leaves the collector as it found it.
     ``ui_read_only``: the dashboard shows the queues and refuses every action.
+    ``trusted_proxies``: addresses or networks (a list, or comma-separated) of the
+    proxies in front of the broker, whose ``X-Forwarded-Proto``/``-For`` are
+    believed (the dashboard's cookie gets ``Secure`` behind a TLS proxy); default
+    none; ``ValueError`` for an entry that is not an IP address or network.
     """
     from broker.http.server import BrokerServer, is_loopback
     from broker.service.settings import BrokerConfig
@@ -136,7 +141,9 @@ def start_broker(store: str | ObjectStore, host: str | None = None, port: int = 
     if token is None and not insecure_no_token and not is_loopback(host):
         token = secrets.token_urlsafe(32)
     obj = store_from_url(store) if isinstance(store, str) else store
-    config = BrokerConfig(default_settings=settings, ui_read_only=ui_read_only)
+    proxies = trusted_proxies.split(",") if isinstance(trusted_proxies, str) else trusted_proxies
+    config = BrokerConfig(default_settings=settings, ui_read_only=ui_read_only,
+                          trusted_proxies=tuple(p.strip() for p in proxies if p.strip()))
     if lease_s is not None:
         config = dataclasses.replace(config, lease_s=lease_s)
     if segment_push_jobs is not None:

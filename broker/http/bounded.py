@@ -113,7 +113,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         if not verdict.admitted:
             self._refuse(self._full(verdict.full, host))
             return
-        self._hurried = verdict.hurry and BUSY_FIRST_BYTE_S < self.header_timeout_s
+        self._hurried = verdict.hurry and self.header_timeout_s > BUSY_FIRST_BYTE_S
         wait = BUSY_FIRST_BYTE_S if self._hurried else self.header_timeout_s
         self._timer = self.loop.call_later(wait, self._on_timer)
 

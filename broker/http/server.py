@@ -24,8 +24,8 @@ from urllib.parse import urlsplit
 import uvicorn
 
 from broker.gcpause import tune_for_broker_process
-from broker.http.app import build_app
 from broker.http.admission import Book
+from broker.http.app import build_app
 from broker.http.bounded import BoundedHttpProtocol, bounded_protocol
 from broker.http.hosts import is_loopback
 from broker.http.peers import TrustedProxies

@@ -59,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("store", "listen", "advertise_url", "token_env", "endpoint_url", "lease_s",
                  "startup_timeout_s",
                  "commit_timeout_s", "max_request_mb", "header_timeout_s", "body_timeout_s",
-                 "max_connections", "history_interval_s", "segment_push_jobs",
+                 "max_connections", "max_connections_per_address", "trusted_proxies",
+                 "wrong_tokens_per_min", "history_interval_s", "segment_push_jobs",
                  "segment_grace_s", "sweep_s", "log_level"):
         field = fields[name]
         default = "" if field.is_required() or field.default is None else \

@@ -29,6 +29,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from broker.http.peers import parse_networks
 from broker.http.server import advertise_url_problem, is_loopback
 from broker.limits import (
     BROKER_LEASE_S,
@@ -37,12 +38,14 @@ from broker.limits import (
     DEFAULT_HEADER_TIMEOUT_S,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_STARTUP_TIMEOUT_S,
+    DEFAULT_WRONG_TOKENS_PER_MIN,
     MAX_BROKER_LEASE_S,
     MAX_CLIENT_TIMEOUT_S,
     MAX_COMMIT_TIMEOUT_S,
     MAX_CONNECTIONS,
     MAX_ITEMS,
     MAX_STARTUP_TIMEOUT_S,
+    MAX_WRONG_TOKENS_PER_MIN,
     MIN_BROKER_LEASE_S,
     MIN_COMMIT_TIMEOUT_S,
 )
@@ -98,7 +101,22 @@ class BrokerSettings(BaseSettings):
                     "connection closed past it)")
     max_connections: int = Field(
         DEFAULT_MAX_CONNECTIONS, ge=1, le=MAX_CONNECTIONS,
-        description="most open client connections; one more is answered 503 and closed")
+        description="most open client connections; past it an idle or unheard one is "
+                    "closed to make room, or, every one busy, the new one is answered 503")
+    max_connections_per_address: int | None = Field(
+        None, ge=1, le=MAX_CONNECTIONS,
+        description="most open connections from one client address (default: half of "
+                    "--max-connections); past it that address's own idle or unheard "
+                    "connection is closed to make room, or the new one is answered 503")
+    trusted_proxies: str | None = Field(
+        None, description="comma-separated addresses or networks (10.0.0.5, 10.1.0.0/16) of "
+                        "the proxies in front of the broker: from them, X-Forwarded-Proto "
+                        "and X-Forwarded-For give the scheme and the client address "
+                        "(default: trust none)")
+    wrong_tokens_per_min: int = Field(
+        DEFAULT_WRONG_TOKENS_PER_MIN, ge=0, le=MAX_WRONG_TOKENS_PER_MIN,
+        description="wrong tokens one client address may present a minute (API and "
+                    "dashboard login together) before its requests get 429 (0: no limit)")
     segment_push_jobs: int = Field(
         BrokerConfig.segment_push_jobs, ge=0, le=MAX_ITEMS,
         description="a push of at least this many jobs with default options (a bulk push, a "
@@ -141,6 +159,11 @@ class BrokerSettings(BaseSettings):
             raise ValueError("must not carry a user or password: give http(s)://host:port "
                              "and a bearer token")
         return value
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, value: str | None) -> str | None:
+        return None if value is None else ",".join(str(n) for n in parse_networks(value))
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -189,6 +212,10 @@ class BrokerSettings(BaseSettings):
                             header_timeout_s=self.header_timeout_s,
                             body_timeout_s=self.body_timeout_s,
                             max_connections=self.max_connections,
+                            max_connections_per_address=self.max_connections_per_address,
+                            trusted_proxies=tuple(filter(None, (self.trusted_proxies or
+                                                                "").split(","))),
+                            wrong_tokens_per_min=self.wrong_tokens_per_min,
                             ui_read_only=self.ui_read_only,
                             history_interval_s=self.history_interval_s,
                             segment_push_jobs=self.segment_push_jobs,

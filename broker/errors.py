@@ -28,6 +28,7 @@ Tree::
     │   └── Unauthorized              unauthorized      401
     ├── UnknownQueue                  unknown_queue     404
     ├── StaleToken                    stale_token       409
+    ├── TooManyRequests               too_many_requests 429  retryable
     ├── QueueFull                     queue_full        503
     ├── NotTheBroker                  not_the_broker    503  retryable
     └── BrokerUnavailable             broker_unavailable 503  retryable
@@ -237,6 +238,16 @@ class UnknownQueue(OsqueueError):
 class StaleToken(OsqueueError):
     code = "stale_token"
     status = 409
+
+
+class TooManyRequests(OsqueueError):
+    """The client's address presented too many wrong tokens: every request of it
+    that carries a token is refused until ``details['retry_after_s']`` (whole
+    seconds, also the ``Retry-After`` header) have passed; nothing was applied."""
+
+    code = "too_many_requests"
+    status = 429
+    retryable = True
 
 
 class QueueFull(OsqueueError):

@@ -106,6 +106,27 @@ DEFAULT_MAX_CONNECTIONS = 1000
 MAX_CONNECTIONS = 1_000_000
 #: Largest request line and headers of one request (bytes): 431 past it.
 MAX_HEADER_BYTES = 64 * 1024
+#: Once this fraction of max_connections (or of one client address's share) is
+#: open, a new connection must send its first byte within BUSY_FIRST_BYTE_S
+#: (instead of the header timeout), so silent connections let go of their place
+#: sooner (see :mod:`broker.http.admission`).
+BUSY_FRACTION = 0.75
+BUSY_FIRST_BYTE_S = 2.0
+
+# -- wrong tokens ----------------------------------------------------------------
+
+#: Wrong bearer tokens one client address may present a minute (the API and the
+#: dashboard's login together) before its requests get 429 (a broker setting;
+#: 0: no limit). See :mod:`broker.http.throttle`.
+DEFAULT_WRONG_TOKENS_PER_MIN = 10
+MAX_WRONG_TOKENS_PER_MIN = 1_000_000
+#: Most client addresses whose wrong tokens are remembered at once: past it the
+#: address that failed longest ago is forgotten (memory stays bounded whatever
+#: an attacker rotating addresses does).
+MAX_THROTTLED_ADDRESSES = 10_000
+#: Refused tokens are logged one line per window of this many seconds (its first
+#: refusal in full, the rest summed up at its end).
+REFUSAL_SUMMARY_S = 60.0
 
 # -- windows ---------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import secrets
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -82,7 +82,9 @@ def start_broker(store: str | ObjectStore, host: str | None = None, port: int = 
                  insecure_no_token: bool = False, spark_conf: Mapping[str, str] | None = None,
                  lease_s: float | None = None, tune_gc: bool = False,
                  segment_push_jobs: int | None = None, ui_read_only: bool = False,
-                 startup_timeout_s: float | None = None, **settings: Any) -> BrokerServer:
+                 startup_timeout_s: float | None = None,
+                 trusted_proxies: str | Sequence[str] = (),
+                 **settings: Any) -> BrokerServer:
     """Start a broker with its HTTP server in a background thread of this process.
 
     ``store``: ``file:///abs/dir``, ``s3://bucket/prefix`` or a store object;
@@ -127,6 +129,10 @@ def start_broker(store: str | ObjectStore, host: str | None = None, port: int = 
     warning on the ``osqueue.broker`` logger) before it raises the last one
     (default 60; 0: not at all). A missing bucket, denied access, a failed
     self-test or a corrupt or newer queue object raise at once.
+    ``trusted_proxies``: addresses or networks (a list, or comma-separated) of the
+    proxies in front of the broker, whose ``X-Forwarded-Proto``/``-For`` are
+    believed (the dashboard's cookie gets ``Secure`` behind a TLS proxy); default
+    none; ``ValueError`` for an entry that is not an IP address or network.
     """
     from broker.http.server import BrokerServer, is_loopback
     from broker.service.settings import BrokerConfig
@@ -141,7 +147,9 @@ def start_broker(store: str | ObjectStore, host: str | None = None, port: int = 
     if token is None and not insecure_no_token and not is_loopback(host):
         token = secrets.token_urlsafe(32)
     obj = store_from_url(store) if isinstance(store, str) else store
-    config = BrokerConfig(default_settings=settings, ui_read_only=ui_read_only)
+    proxies = trusted_proxies.split(",") if isinstance(trusted_proxies, str) else trusted_proxies
+    config = BrokerConfig(default_settings=settings, ui_read_only=ui_read_only,
+                          trusted_proxies=tuple(p.strip() for p in proxies if p.strip()))
     if lease_s is not None:
         config = dataclasses.replace(config, lease_s=lease_s)
     if segment_push_jobs is not None:

@@ -23,8 +23,10 @@ Paths under ``/ui/`` are the web dashboard (:mod:`broker.http.ui`), served by
 its own router after the hot path's check. Every other answer is JSON: an
 unknown path is 404 ``not_found`` (a trailing ``/`` too: no redirects), a
 known path with another method is 405 ``method_not_allowed`` with an
-``Allow`` header. A refused token is logged
-at warning (method, path, client address; never the header).
+``Allow`` header. A refused token is logged at warning (method, path,
+client address; never the header), the refusals of the next minute summed up
+in one line; wrong tokens are throttled per client address, 429 with
+``Retry-After`` (:mod:`broker.http.throttle`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from __future__ import annotations
 import hmac
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, NoReturn, cast
+from typing import Any, cast
 
 import orjson
 from pydantic import BaseModel, ValidationError
@@ -57,6 +59,7 @@ from broker.http import parsers
 from broker.http.route import JSON_OR_STAGED, STAGED, HotHandler, RestHandler, Route
 from broker.http.routes import ROUTES
 from broker.http.schemas import problem
+from broker.http.throttle import Guard
 from broker.http.ui import Ui, build_ui
 from broker.service.coordinator import Broker
 from broker.service.history import History
@@ -70,8 +73,14 @@ _STAGED_TYPE = STAGED_CONTENT_TYPE.encode()
 _INTERNAL = {"error": "internal error", "code": "internal"}
 #: Refusals answered before the body was read (all of it): the connection is
 #: closed after the answer, so the rest of the body is not received for nothing.
-_UNREAD = frozenset({401, 413})
+_UNREAD = frozenset({401, 413, 429})
 _CLOSE = (b"connection", b"close")
+
+
+def retry_after(out: Any) -> bytes | None:
+    """The ``Retry-After`` value of an error body that names one (429), else None."""
+    wait = out.get("retry_after_s") if isinstance(out, dict) else None
+    return None if wait is None else str(wait).encode()
 
 
 def _json(body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
@@ -109,9 +118,11 @@ class App:
     """
 
     def __init__(self, broker: Broker, *, token: str | None = None,
-                 routes: tuple[Route, ...] = ROUTES, ui: Ui | None = None) -> None:
+                 routes: tuple[Route, ...] = ROUTES, ui: Ui | None = None,
+                 guard: Guard | None = None) -> None:
         self.broker = broker
         self.ui = ui
+        self.guard = guard or Guard(broker.config.wrong_tokens_per_min)
         self._expected = f"Bearer {token}".encode() if token else None
         self._limit = broker.config.max_request_bytes
         self.hot: dict[str, Route] = {
@@ -143,6 +154,8 @@ class App:
                            (b"content-length", str(len(body)).encode())]
                 if status in _UNREAD:
                     headers.append(_CLOSE)
+                    if (wait := retry_after(out)) is not None:
+                        headers.append((b"retry-after", wait))
                 await send({"type": "http.response.start", "status": status,
                             "headers": headers})
                 await send({"type": "http.response.body", "body": body})
@@ -153,18 +166,32 @@ class App:
             return
         await self.rest(scope, receive, send)
 
-    def authorized(self, header: bytes | None) -> bool:
+    def authorize(self, scope: Any, header: bytes | None, *, required: bool = True) -> bool:
         """Whether ``header`` (``Authorization``'s value) is the expected bearer
-        token, or no token is required."""
-        return self._expected is None or (
-            header is not None and hmac.compare_digest(header, self._expected))
+        token, or no token is required. A header from a throttled address raises
+        ``TooManyRequests`` before it is looked at; a missing or wrong one is
+        logged (never the header) and raises ``Unauthorized`` if ``required``; a
+        wrong one counts against its address (:mod:`broker.http.throttle`)."""
+        if self._expected is None:
+            return True
+        if header is not None:
+            if self.guard.throttle.blocked:
+                self.guard.check(scope.get("client"))
+            if hmac.compare_digest(header, self._expected):
+                return True
+        if header is not None or required:
+            self.refuse(scope, wrong=header is not None, required=required)
+        return False
 
-    def refuse(self, scope: Any) -> NoReturn:
-        """Log a refused call (never its header) and raise ``Unauthorized``."""
+    def refuse(self, scope: Any, *, wrong: bool, required: bool = True) -> None:
+        """Log a refused token (summed up; never the header); a ``wrong`` one counts
+        against its address. Raises ``Unauthorized`` if ``required``."""
         client = scope.get("client")
-        log.warning("refused %s %s from %s: missing or wrong bearer token", scope["method"],
-                    shown(scope["path"]), f"{client[0]}:{client[1]}" if client else "?")
-        raise Unauthorized("missing or wrong bearer token")
+        self.guard.refused(client, f"refused {scope['method']} {shown(scope['path'])} from "
+                                   f"{f'{client[0]}:{client[1]}' if client else '?'}: missing "
+                                   "or wrong bearer token", wrong=wrong)
+        if required:
+            raise Unauthorized("missing or wrong bearer token")
 
     # -- the hot path ----------------------------------------------------------------
 
@@ -199,8 +226,8 @@ class App:
         """Answer one hot call: ``(status, JSON-able body)``; never raises."""
         try:
             headers = dict(scope["headers"])
-            if route.auth and not self.authorized(headers.get(b"authorization")):
-                self.refuse(scope)
+            if route.auth:
+                self.authorize(scope, headers.get(b"authorization"))
             request = (parsers.parse_request_key(headers.get(b"idempotency-key")),
                        parsers.parse_request_floor(headers.get(b"idempotency-floor")))
             body: Any = await self.read_body(headers, receive)
@@ -236,9 +263,8 @@ class App:
             return _json(out, status)
         try:
             headers = dict(request.scope["headers"])
-            authorized = self.authorized(headers.get(b"authorization"))
-            if route.auth and not authorized:
-                self.refuse(request.scope)
+            authorized = self.authorize(request.scope, headers.get(b"authorization"),
+                                        required=route.auth)
             request.state.authorized = authorized
             body = None
             if route.request is not None:
@@ -249,8 +275,11 @@ class App:
             out = await fn(self.broker, request, body)
             return out if isinstance(out, Response) else _json(out)
         except OsqueueError as exc:
-            return _json(exc.to_dict(), exc.status,
-                         {"connection": "close"} if exc.status in _UNREAD else None)
+            out = exc.to_dict()
+            wait = retry_after(out)
+            return _json(out, exc.status, None if exc.status not in _UNREAD else
+                         {"connection": "close"} if wait is None else
+                         {"connection": "close", "retry-after": wait.decode()})
         except Exception:  # never crash the broker on one request
             log.exception("unexpected error serving %s %s", request.method, request.url.path)
             return _json(_INTERNAL, 500)
@@ -264,5 +293,7 @@ def build_app(broker: Broker, *, token: str | None = None,
     charts draw (default: a new one, sampled only if someone runs it)."""
     if history is None:
         history = History(broker, interval_s=broker.config.history_interval_s)
-    ui = build_ui(broker, history, token=token, read_only=broker.config.ui_read_only)
-    return App(broker, token=token, ui=ui)
+    guard = Guard(broker.config.wrong_tokens_per_min)  # one budget for the API and the dashboard
+    ui = build_ui(broker, history, token=token, read_only=broker.config.ui_read_only,
+                  guard=guard)
+    return App(broker, token=token, ui=ui, guard=guard)

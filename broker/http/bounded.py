@@ -12,8 +12,13 @@ sets no limit). :class:`BoundedHttpProtocol` adds, per connection:
 * a body idle bound: a body may pause at most ``body_timeout_s`` between two
   pieces; past it the client gets 408 (if nothing was answered yet) and the
   connection is closed, and the app's pending read ends as a disconnect;
-* a connection limit: a connection past ``max_connections`` open ones gets
-  503 ``broker_unavailable`` (retryable) and is closed before any of it is read;
+* connection limits: at most ``max_connections`` open ones, at most
+  ``max_per_address`` of them from one client address (a trusted proxy's are
+  not capped); a new connection past either first sheds an idle or unheard
+  one, by the rule of :mod:`broker.http.admission`, and when there is none to
+  shed gets 503 ``broker_unavailable`` (retryable) and is closed before any
+  of it is read; near the limits a new connection must send its first byte
+  within ``BUSY_FIRST_BYTE_S``;
 * a header size limit: more than :data:`broker.limits.MAX_HEADER_BYTES` of
   request line and headers gets 431 and a closed connection.
 
@@ -40,7 +45,10 @@ from broker.errors import (
     RequestError,
     RequestTimeout,
 )
+from broker.http.admission import Book
+from broker.http.peers import NO_PROXIES, TrustedProxies, address_key
 from broker.limits import (
+    BUSY_FIRST_BYTE_S,
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_HEADER_TIMEOUT_S,
     DEFAULT_MAX_CONNECTIONS,
@@ -50,7 +58,7 @@ from broker.limits import (
 log = logging.getLogger("osqueue.http")
 
 _IDLE, _HEADERS, _BODY = 0, 1, 2  # where the connection is in reading a request
-_WARN_EVERY_S = 60.0  # at most one "too many connections" warning a minute
+_WARN_EVERY_S = 60.0  # at most one "too many connections" warning a minute, and one "shed"
 
 
 def error_response(error: OsqueueError) -> bytes:
@@ -71,8 +79,15 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     header_timeout_s: ClassVar[float] = DEFAULT_HEADER_TIMEOUT_S
     body_timeout_s: ClassVar[float] = DEFAULT_BODY_TIMEOUT_S
     max_connections: ClassVar[int] = DEFAULT_MAX_CONNECTIONS
+    max_per_address: ClassVar[int] = DEFAULT_MAX_CONNECTIONS // 2
     max_header_bytes: ClassVar[int] = MAX_HEADER_BYTES
+    trusted: ClassVar[TrustedProxies] = NO_PROXIES
+    #: every open connection of the server (one book per class bounded_protocol makes)
+    book: ClassVar[Book[BoundedHttpProtocol]] = Book(DEFAULT_MAX_CONNECTIONS,
+                                                     DEFAULT_MAX_CONNECTIONS // 2)
     _warned_at: ClassVar[float] = -_WARN_EVERY_S
+    _shed_at: ClassVar[float] = -_WARN_EVERY_S
+    _shed: ClassVar[int] = 0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -80,26 +95,78 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._timer: asyncio.TimerHandle | None = None
         self._header_bytes = 0
         self._body_at = 0.0
+        self._hurried = False  # its first-byte deadline is the short one
 
     # -- connection ----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        if len(self.connections) > self.max_connections:
-            now = time.monotonic()
-            if now - type(self)._warned_at >= _WARN_EVERY_S:
-                type(self)._warned_at = now
-                log.warning("refusing connections past max_connections=%d (503)",
-                            self.max_connections)
-            self._refuse(BrokerUnavailable(
-                f"the broker holds its limit of {self.max_connections} connections; "
-                "retry shortly"))
+        host = self.client[0] if self.client else ""
+        address = address_key(host)
+        verdict = self.book.admit(self, address, self.loop.time(),
+                                  capped=host not in self.trusted)
+        for victim in verdict.shed:
+            victim.shed()
+        if verdict.shed:
+            last = verdict.shed[-1].client
+            self._note_shed(len(verdict.shed), last[0] if last else "")
+        if not verdict.admitted:
+            self._refuse(self._full(verdict.full, host))
             return
-        self._timer = self.loop.call_later(self.header_timeout_s, self._on_timer)
+        self._hurried = verdict.hurry and self.header_timeout_s > BUSY_FIRST_BYTE_S
+        wait = BUSY_FIRST_BYTE_S if self._hurried else self.header_timeout_s
+        self._timer = self.loop.call_later(wait, self._on_timer)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timer()
+        self.book.gone(self)
         super().connection_lost(exc)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing() and self.cycle.response_complete:
+            self.book.answered(self, self.loop.time())  # no request in flight: idle
+
+    def shed(self) -> None:
+        """Close this connection to make room for another (it is unheard or idle):
+        one that is part-way through a request's headers is told 503, retryable."""
+        if self._phase == _HEADERS:
+            self._refuse(BrokerUnavailable("the broker is at its connection limit and closed "
+                                           "this connection, which had not finished its "
+                                           "request's headers; retry"))
+        else:
+            self._cancel_timer()
+            self.transport.close()
+
+    def _full(self, which: str, host: str) -> BrokerUnavailable:
+        """The refusal of a connection no room could be made for (logged once a minute)."""
+        now = time.monotonic()
+        cls = type(self)
+        limit = f"max_connections={self.max_connections}" if which == "total" else \
+            f"max_connections_per_address={self.max_per_address}"
+        if now - cls._warned_at >= _WARN_EVERY_S:
+            cls._warned_at = now
+            log.warning("refusing connections past %s, every connection busy (503); e.g. "
+                        "from %s", limit, host or "?")
+        if which == "total":
+            return BrokerUnavailable(f"the broker holds its limit of {self.max_connections} "
+                                     "connections, all busy; retry shortly")
+        return BrokerUnavailable(f"this client address holds its limit of "
+                                 f"{self.max_per_address} connections, all busy; retry shortly")
+
+    def _note_shed(self, count: int, host: str) -> None:
+        """Count shed connections; a warning at most once a minute says how many."""
+        cls = type(self)
+        cls._shed += count
+        now = time.monotonic()
+        if now - cls._shed_at >= _WARN_EVERY_S:
+            log.warning("closed %d idle or unheard connection(s) to admit new ones (the "
+                        "broker is at max_connections=%d, or an address at "
+                        "max_connections_per_address=%d; the latest from %s); the next "
+                        "such line comes a minute later at the soonest",
+                        cls._shed, self.max_connections, self.max_per_address, host or "?")
+            cls._shed_at = now
+            cls._shed = 0
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
@@ -126,10 +193,14 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self._phase = _HEADERS
         self._header_bytes = 0
+        if self._hurried:  # it spoke in time: its headers get the whole header timeout
+            self._hurried = False
+            self._cancel_timer()
 
     def on_headers_complete(self) -> None:
         self._phase = _BODY
         self._cancel_timer()
+        self.book.heard(self)
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
@@ -189,10 +260,17 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 def bounded_protocol(*, header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
                      body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
                      max_connections: int = DEFAULT_MAX_CONNECTIONS,
-                     max_header_bytes: int = MAX_HEADER_BYTES) -> type[BoundedHttpProtocol]:
+                     max_per_address: int | None = None,
+                     max_header_bytes: int = MAX_HEADER_BYTES,
+                     trusted: TrustedProxies = NO_PROXIES) -> type[BoundedHttpProtocol]:
     """A :class:`BoundedHttpProtocol` class with these bounds (seconds; counts; bytes),
-    to give uvicorn as its ``http`` protocol."""
+    to give uvicorn as its ``http`` protocol; it keeps its own book of connections.
+    ``max_per_address``: None is half of ``max_connections`` (at least 1);
+    ``trusted``: the proxies whose connections are not capped per address."""
+    per_address = max(1, max_connections // 2) if max_per_address is None else max_per_address
     return cast(type[BoundedHttpProtocol], type("BoundedHttpProtocol", (BoundedHttpProtocol,), {
         "header_timeout_s": header_timeout_s, "body_timeout_s": body_timeout_s,
-        "max_connections": max_connections, "max_header_bytes": max_header_bytes,
-        "_warned_at": -_WARN_EVERY_S}))
+        "max_connections": max_connections, "max_per_address": per_address,
+        "max_header_bytes": max_header_bytes, "trusted": trusted,
+        "book": Book(max_connections, per_address),
+        "_warned_at": -_WARN_EVERY_S, "_shed_at": -_WARN_EVERY_S, "_shed": 0}))

@@ -259,6 +259,8 @@ class ErrorBody(Response):
     code: str
     url: str | None = Field(None, description="the owner's URL (not_the_broker)")
     results: list[ItemResult] | None = Field(None, description="per token (stale_token)")
+    retry_after_s: int | None = Field(None, description="whole seconds to wait, as the "
+                                      "Retry-After header says (too_many_requests)")
 
 
 class ItemResult(Response):

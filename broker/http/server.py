@@ -24,9 +24,11 @@ from urllib.parse import urlsplit
 import uvicorn
 
 from broker.gcpause import tune_for_broker_process
+from broker.http.admission import Book
 from broker.http.app import build_app
-from broker.http.bounded import bounded_protocol
+from broker.http.bounded import BoundedHttpProtocol, bounded_protocol
 from broker.http.hosts import is_loopback
+from broker.http.peers import TrustedProxies
 from broker.service.coordinator import Broker
 from broker.service.history import History
 from broker.service.settings import BrokerConfig
@@ -126,12 +128,14 @@ class BrokerServer:
         (:func:`broker.gcpause.tune_for_broker_process`); off for a broker embedded
         in somebody else's process unless its owner asks.
 
-        Raises ``ValueError`` for an ``advertise_url`` that is not http(s), and
+        Raises ``ValueError`` for an ``advertise_url`` that is not http(s) or a
+        ``config.trusted_proxies`` entry that is not an IP address or network, and
         ``OSError`` if ``host:port`` cannot be bound.
         """
         problem = None if advertise_url is None else advertise_url_problem(advertise_url)
         if problem:
             raise ValueError(f"advertise_url {problem}")
+        self._trusted = TrustedProxies.parse((config or BrokerConfig()).trusted_proxies)
         if tune_gc:
             tune_for_broker_process()
         self.store = store
@@ -150,6 +154,9 @@ class BrokerServer:
         self.config.url = self.url
         self.broker = Broker(store, self.config)
         self._server: _Server | None = None
+        #: the open client connections by address and state, once serving (for
+        #: tests and introspection; read-only from other threads)
+        self.connections: Book[BoundedHttpProtocol] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -187,13 +194,18 @@ class BrokerServer:
         cfg = self.config
         protocol = bounded_protocol(header_timeout_s=cfg.header_timeout_s,
                                     body_timeout_s=cfg.body_timeout_s,
-                                    max_connections=cfg.max_connections)
+                                    max_connections=cfg.max_connections,
+                                    max_per_address=cfg.max_connections_per_address,
+                                    trusted=self._trusted)
+        self.connections = protocol.book
         # log_config=None: uvicorn's loggers propagate to the process's handlers (the
-        # broker's JSON lines, broker.logs) instead of printing plain text of their own
+        # broker's JSON lines, broker.logs) instead of printing plain text of their own.
+        # Forwarded headers are believed from the trusted proxies only (none: ignored).
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                                 timeout_graceful_shutdown=max(1, round(self._drain_s)),
                                 http=protocol, ws="none", log_config=None,
-                                timeout_keep_alive=30, proxy_headers=False)
+                                timeout_keep_alive=30, proxy_headers=bool(self._trusted),
+                                forwarded_allow_ips=self._trusted.as_strings() or None)
         self._server = server = _Server(config)
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):

@@ -27,6 +27,14 @@ class BrokerConfig:
     header_timeout_s: float = limits.DEFAULT_HEADER_TIMEOUT_S
     body_timeout_s: float = limits.DEFAULT_BODY_TIMEOUT_S
     max_connections: int = limits.DEFAULT_MAX_CONNECTIONS
+    #: most of them from one client address (None: half of max_connections); idle and
+    #: unheard connections are shed first to make room (see broker.http.admission)
+    max_connections_per_address: int | None = None
+    #: addresses or networks of the proxies whose X-Forwarded-For/-Proto are believed
+    trusted_proxies: tuple[str, ...] = ()
+    #: wrong tokens one client address may present a minute before its requests get
+    #: 429 (0: no limit; see broker.http.throttle)
+    wrong_tokens_per_min: int = limits.DEFAULT_WRONG_TOKENS_PER_MIN
     io_threads: int = 16
     staged_cache_bytes: int = 256 * 1024 * 1024  # staged chunks kept parsed until publish
     #: a segment object no landed head references is swept once this broker has

@@ -19,6 +19,7 @@ from broker.http.server import BrokerServer
 from broker.limits import MAX_HEADER_BYTES
 from broker.service.settings import BrokerConfig
 from broker.storage import FileStore
+from tests.support.broker_process import eventually
 
 HEADER_S = 0.5
 BODY_S = 0.5
@@ -30,7 +31,8 @@ GIVE_UP_S = 10.0
 @pytest.fixture()
 def server(tmp_path: Path) -> Iterator[BrokerServer]:
     config = BrokerConfig(self_test=False, header_timeout_s=HEADER_S, body_timeout_s=BODY_S,
-                          max_connections=MAX_CONNECTIONS)
+                          max_connections=MAX_CONNECTIONS,
+                          max_connections_per_address=MAX_CONNECTIONS)
     with BrokerServer(FileStore(tmp_path), config=config).start_in_thread() as s:
         yield s
 
@@ -56,6 +58,12 @@ def error_of(response: bytes) -> tuple[int, dict[str, str]]:
     head, _, body = response.partition(b"\r\n\r\n")
     assert b"content-type: application/json" in head.lower()
     return int(head.split()[1]), orjson.loads(body)
+
+
+def claims_begun(server: BrokerServer) -> float:
+    """Claims the broker has answered internally: a long poll counts once it waits."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in server.broker.metrics.render()
+               .splitlines() if line.startswith("osqueue_ops_total{") and 'op="claim"' in line)
 
 
 def store_files(root: Path) -> list[str]:
@@ -132,12 +140,22 @@ def test_a_request_that_is_not_http_gets_a_json_400(server: BrokerServer) -> Non
 
 
 def test_connections_past_the_limit_get_503_and_are_closed(server: BrokerServer) -> None:
+    """Every connection busy (a long-poll claim each): there is nothing to shed
+    (broker.http.admission), so one more is refused."""
+    create = b'PUT /v1/queues/q HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}'
+    sock = connect(server)
+    sock.sendall(create)
+    assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+    sock.close()
+    claim = b'{"worker": "w", "wait_s": 30}'
     held = []
     for _ in range(MAX_CONNECTIONS):
         sock = connect(server)
-        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert sock.recv(65536).startswith(b"HTTP/1.1 200")  # served, and kept alive
+        sock.sendall(b"POST /v1/queues/q/claim HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     b"application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(claim), claim))
         held.append(sock)
+    eventually(lambda: claims_begun(server) >= MAX_CONNECTIONS, GIVE_UP_S,
+               "every long poll to begin waiting")
     response, _ = until_closed(connect(server))
     status, error = error_of(response)
     assert status == 503 and error["code"] == "broker_unavailable"

@@ -67,9 +67,11 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerPro
         (outside / name).parent.mkdir(parents=True, exist_ok=True)
         (outside / name).write_bytes(b'\t{"canary": 1}\n')  # what a traversal would find
     root.mkdir()
-    # --lease-s 3600: the broker renews its record after 20 minutes, not during the run
+    # --lease-s 3600: the broker renews its record after 20 minutes, not during the run;
+    # --wrong-tokens-per-min 0: a wrong token is answered 401 every time, not 429
     proc = BrokerProcess(f"file://{root}", "--token-env", "OSQ_FUZZ_TOKEN", "--max-request-mb",
                          str(MAX_REQUEST_MB), "--lease-s", "3600", "--log-level", "info",
+                         "--wrong-tokens-per-min", "0",
                          env={"OSQ_FUZZ_TOKEN": TOKEN, "AWS_ACCESS_KEY_ID": FAKE_KEY_ID,
                               "AWS_SECRET_ACCESS_KEY": FAKE_SECRET})
     with proc:

@@ -10,6 +10,7 @@ changes; :data:`PAGES` is the table of routes.
 
 from __future__ import annotations
 
+from broker.http.throttle import Guard
 from broker.http.ui import actions, pages
 from broker.http.ui.app import Page, Ui
 from broker.http.ui.auth import SESSION_TTL_S
@@ -44,14 +45,15 @@ PAGES: tuple[Page, ...] = (
 
 
 def build_ui(broker: Broker, history: History, *, token: str | None,
-             read_only: bool = False) -> Ui:
+             read_only: bool = False, guard: Guard | None = None) -> Ui:
     """The dashboard of ``broker``, its charts drawn from ``history``; with a
-    ``token``, its sign-outs kept in the store (:mod:`broker.service.signouts`)."""
+    ``token``, its sign-outs kept in the store (:mod:`broker.service.signouts`);
+    ``guard``: the wrong-token throttle it shares with the API (default: its own)."""
     signouts = None if token is None else SignOuts(
         broker.store, broker.store_call, ttl_s=SESSION_TTL_S, clock=broker.clock,
         monotonic=broker.monotonic)
     return Ui(broker, Dashboard(broker, history), PAGES, token=token, read_only=read_only,
-              advertise_url=broker.url, signouts=signouts)
+              advertise_url=broker.url, signouts=signouts, guard=guard)
 
 
 __all__ = ["PAGES", "Page", "Ui", "build_ui"]

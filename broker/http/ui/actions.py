@@ -154,8 +154,10 @@ async def login(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Respo
     if not ui.same_origin(request):
         log.warning("ui: refused login from %s: cross-origin", client)
         raise Refused(403, "refused: this form was not sent from this dashboard")
+    ui.guard.check(request.scope.get("client"))  # throttled: 429, the token is not read
     if not ui.sessions.token_matches(_one(form, "token") or ""):
-        log.warning("ui: refused login from %s: wrong token", client)
+        ui.guard.refused(request.scope.get("client"), f"ui: refused login from {client}: "
+                         "wrong token", wrong=True)
         return ui.page(request, None, "login.html", 401, next=target,
                        error="Wrong token: that is not the bearer token of this broker.")
     response = RedirectResponse(target, 303)

@@ -38,6 +38,7 @@ from starlette.routing import Route, Router
 from broker import timefmt
 from broker.errors import OsqueueError, shown
 from broker.http.hosts import host_name, is_loopback
+from broker.http.throttle import Guard
 from broker.http.ui.auth import (
     COOKIE,
     Sessions,
@@ -234,16 +235,19 @@ class Ui:
     ``read_only``: hide the actions and refuse them; ``advertise_url``: the
     broker's URL, whose host a POST's origin may also name; ``signouts``: the
     store's list of signed-out sessions (with a token: a sign-out lasts, and
-    holds on every broker of the store).
+    holds on every broker of the store); ``guard``: the wrong-token throttle
+    (:mod:`broker.http.throttle`), shared with the API.
     """
 
     def __init__(self, broker: Broker, dashboard: Dashboard, pages: tuple[Page, ...], *,
                  token: str | None, read_only: bool = False,
-                 advertise_url: str = "", signouts: SignOuts | None = None) -> None:
+                 advertise_url: str = "", signouts: SignOuts | None = None,
+                 guard: Guard | None = None) -> None:
         self.broker = broker
         self.dashboard = dashboard
         self.sessions = Sessions(token)
         self.signouts = signouts
+        self.guard = guard or Guard(broker.config.wrong_tokens_per_min)
         self.read_only = read_only
         own = urlsplit(advertise_url).netloc if advertise_url else ""
         self._own = {own} if own else set()
@@ -305,11 +309,13 @@ class Ui:
         client = f"{request.client.host}:{request.client.port}" if request.client else "?"
         auth = request.headers.get("authorization")
         if auth is not None and self.sessions.needs_login:
+            self.guard.check(request.scope.get("client"))  # throttled: 429, token unread
             scheme, _, given = auth.partition(" ")
             if scheme.lower() == "bearer" and self.sessions.token_matches(given.strip()):
                 return Visitor(None, "", "bearer", client), None
-            log.warning("ui: refused %s %s from %s: wrong bearer token", request.method,
-                        shown(request.url.path), client)
+            self.guard.refused(request.scope.get("client"), f"ui: refused {request.method} "
+                               f"{shown(request.url.path)} from {client}: wrong bearer token",
+                               wrong=True)
             raise Refused(401, "wrong bearer token")
         cookie = request.cookies.get(COOKIE)
         nonce = self.sessions.check(cookie)
@@ -355,6 +361,8 @@ class Ui:
         except OsqueueError as exc:
             response = self.page(request, visitor, "error.html", exc.status,
                                  message=exc.message, owner=exc.details.get("url"))
+            if "retry_after_s" in exc.details:  # 429: too many wrong tokens
+                response.headers["retry-after"] = str(exc.details["retry_after_s"])
         except Exception:  # never crash the broker on one request
             log.exception("ui: unexpected error serving %s %s", request.method,
                           shown(request.url.path))

@@ -7,7 +7,8 @@ each call sends the client's floor, below which every call has its answer, so
 the broker drops their receipts at once. A push of several batches is one
 call: batch ``i`` > 0 goes as ``{key}.{i}`` (see :mod:`broker.model.calls`). A
 caller may give a push its own key instead (:func:`push_key` checks it), sent
-without a floor.
+without a floor. What a push that ended part way raises is worded here too
+(:func:`not_this_push`, :func:`partly_pushed`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import threading
 import uuid
 from typing import Any, NamedTuple
 
+from broker.errors import OsqueueError
 from broker.limits import MAX_REQUEST_KEY_CHARS
 from osqueue_spark.args import InvalidArgument
 
@@ -72,3 +74,23 @@ class KeyedCall(NamedTuple):
 
     key: str
     numbering: RequestNumbers | None
+
+
+def not_this_push(key: str, batch: int, answered: int, holds: int) -> str:
+    """The message refusing a repeat under ``key`` whose batch ``batch`` (holding
+    ``holds`` jobs) was answered with ``answered`` ids: the receipt of a batch cut
+    differently, or of other jobs."""
+    return (f"request key {key!r} names an earlier push whose batch {batch} held "
+            f"{answered} job(s); this push's batch {batch} holds {holds}: repeat a push "
+            "with the same jobs, in the same order, with the same batch_size (this batch "
+            "pushed nothing)")
+
+
+def partly_pushed(exc: OsqueueError, ids: list[str]) -> OsqueueError:
+    """``exc``, a refusal of a later batch of a push whose earlier batches landed
+    as ``ids``, saying so: ``details['pushed']`` (how many of the push's first
+    jobs are in the queue) and ``details['ids']`` (theirs); none after them is."""
+    return type(exc)(f"{exc.message}; the first {len(ids)} job(s) of this push were pushed "
+                     "before it (exc.details['pushed'], their ids in exc.details['ids']) and "
+                     "none after them: push the rest, not the whole list again",
+                     **{**exc.details, "pushed": len(ids), "ids": list(ids)})

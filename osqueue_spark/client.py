@@ -71,7 +71,13 @@ from osqueue_spark.bodies import (
     job_staged_line,
     json_default,
 )
-from osqueue_spark.calls import KeyedCall, RequestNumbers, push_key
+from osqueue_spark.calls import (
+    KeyedCall,
+    RequestNumbers,
+    not_this_push,
+    partly_pushed,
+    push_key,
+)
 from osqueue_spark.transport import Transport, Urllib3Transport
 
 #: The headers that carry a call's request key and the client's floor (see
@@ -302,7 +308,13 @@ class QueueClient:
         same jobs, the same ``batch_size`` and ``request_key=exc.request_key``
         within the queue's ``retry_ttl_s`` (default 600 s) answers the ids of the
         batches that landed, creating nothing for them, and pushes the rest
-        (later, it pushes them all again). See docs/guarantees.md.
+        (later, it pushes them all again). A repeat whose batch is answered with
+        another number of ids than it holds (another ``batch_size``, other jobs)
+        raises ``InvalidRequest`` before it pushes anything more.
+        A refusal (``queue_full``, a bad job) after earlier batches landed
+        carries their count and ids, ``exc.details['pushed']`` and
+        ``['ids']``: the jobs before the refused batch are in the queue, the
+        rest are not. See docs/guarantees.md.
         """
         integer("batch_size", batch_size, 1, MAX_ITEMS)
         numbering: RequestNumbers | None = None
@@ -319,9 +331,14 @@ class QueueClient:
                 body = b"".join(map(body_line, chunk))  # the compact body: payloads pass through
                 sent = True
                 part = KeyedCall(key if i == 0 else f"{key}.{i}", numbering)
-                ids.extend(self.request("POST", self._q("push"), body, call=part)["ids"])
+                got = self.request("POST", self._q("push"), body, call=part)["ids"]
+                if len(got) != len(chunk):  # answered from the receipt of another push
+                    raise InvalidRequest(not_this_push(key, i, len(got), len(chunk)))
+                ids.extend(got)
         except OsqueueError as exc:
             if not (sent and exc.retryable):
+                if ids:  # refused after earlier batches landed: say which are in
+                    raise partly_pushed(exc, ids).with_traceback(exc.__traceback__) from None
                 raise
             if numbering is not None:  # the call stays open: its receipts are kept for a repeat
                 self._abandon(numbering)

@@ -39,8 +39,10 @@ has in flight. The floor itself is kept (one small entry a client, for
 ``retry_ttl_s``): a late attempt of a call below it (one the client gave up
 on, delivered after its answer was had) is refused, never applied as new.
 Receipts older than ``retry_ttl_s`` are dropped (those of a client that went
-away), and at most ``retry_keys`` request receipts, ``retry_keys`` settled runs
-and ``retry_keys`` floors are kept, oldest dropped first (settled tokens roll
+away; the parts of one call together, once its youngest is: a push of many
+batches may run longer than that, and its repeat needs them all), and at
+most ``retry_keys`` request receipts, ``retry_keys`` settled runs and
+``retry_keys`` floors are kept, oldest dropped first (settled tokens roll
 into a new bucket every ``retry_keys / 20`` runs, so the bucket receiving
 settlements is never the one dropped). A retry that comes later than that is
 answered as if it were new (a push creates its jobs again, a complete says
@@ -57,7 +59,7 @@ from typing import Any
 import orjson
 
 from broker import timefmt
-from broker.model.calls import CallIndex, client_of
+from broker.model.calls import CallAges, CallIndex, client_of
 
 #: Outcomes of a settled token, as the receipts name them.
 COMPLETED = "completed"
@@ -207,8 +209,8 @@ def _runs(value: Any, what: str) -> list[int]:
 class Receipts:
     """Request receipts (oldest first) and settled-token buckets, with lookups."""
 
-    __slots__ = ("_by_client", "_fence_index", "buckets", "floors", "requests", "settled_runs",
-                 "unwritten_since")
+    __slots__ = ("_ages", "_by_client", "_fence_index", "buckets", "floors", "requests",
+                 "settled_runs", "unwritten_since")
 
     def __init__(self) -> None:
         self.requests: dict[str, Request] = {}  # in time order
@@ -216,6 +218,7 @@ class Receipts:
         self.settled_runs = 0
         self.floors: dict[str, tuple[int, int]] = {}  # client -> (floor, at ms), in time order
         self._by_client = CallIndex()  # the keys of each client's calls
+        self._ages = CallAges()  # each call's youngest receipt
         self._fence_index: list[tuple[int, int, str]] | None = None  # (first, end, outcome)
         #: When a change that needs no write of its own (a floor moved by an empty
         #: claim, a refusal remembered) was first left unwritten; None: none is.
@@ -241,7 +244,7 @@ class Receipts:
                 self.floors.pop(client, None)
                 self.floors[client] = (floor, at)
                 for key in self._by_client.pop_below(client, floor):
-                    self.requests.pop(key, None)
+                    self._drop(key)
                 carried = True
         if carried:
             self.later(now_ms)
@@ -253,9 +256,16 @@ class Receipts:
 
     # -- recording (by transitions) ------------------------------------------------
     def _remember(self, r: Request) -> None:
-        self.requests.pop(r.key, None)
+        self._drop(r.key)
         self.requests[r.key] = r
         self._by_client.add(r.key)
+        self._ages.add(r.key, r.at_ms)
+
+    def _drop(self, key: str) -> None:
+        """Forget the receipt of ``key``, if kept (the client index is the caller's
+        to update)."""
+        if self.requests.pop(key, None) is not None:
+            self._ages.remove(key)
 
     def record(self, key: str, kind: str, data: list[int], now_ms: int) -> None:
         """Remember what the call ``key`` of ``kind`` answered: for a push the job
@@ -282,7 +292,7 @@ class Receipts:
             self.floors[client] = (max(floor, seen[0] if seen else 0), now_ms)
         done = self._by_client.pop_below(client, floor)
         for done_key in done:
-            self.requests.pop(done_key, None)
+            self._drop(done_key)
         return changed or bool(done)
 
     def below_floor(self, key: str) -> bool:
@@ -337,8 +347,16 @@ class Receipts:
         requests = self.requests
         while requests:
             first = next(iter(requests.values()))
-            if first.at_ms >= oldest_ok and len(requests) <= max_items:
-                break
+            if len(requests) <= max_items:
+                if first.at_ms >= oldest_ok:
+                    break
+                youngest = self._ages.youngest(first.key)
+                if youngest is not None and youngest >= oldest_ok:
+                    # a part of a call with a younger part: kept as long as that one
+                    del requests[first.key]
+                    first.at_ms, first.enc = youngest, None
+                    requests[first.key] = first
+                    continue
             self._forget(first.key)
         buckets = self.buckets
         while buckets and (buckets[0].at_ms + _bucket_span(ttl_ms) <= oldest_ok
@@ -353,7 +371,7 @@ class Receipts:
             del floors[client]
 
     def _forget(self, key: str) -> None:
-        del self.requests[key]
+        self._drop(key)
         self._by_client.remove(key)
 
     def rebase(self, now_ms: int) -> None:
@@ -361,6 +379,7 @@ class Receipts:
         written on another broker's clock)."""
         for r in self.requests.values():
             r.at_ms, r.enc = now_ms, None
+        self._ages.rebase(now_ms)
         for b in self.buckets:
             b.at_ms, b.enc = now_ms, None
         self.floors = {c: (f, now_ms) for c, (f, _) in self.floors.items()}

@@ -27,6 +27,7 @@ DEFERRED = {
     ("osqueue_spark/__init__.py", "osqueue_spark.datasource.source"): "needs pyspark",
     ("osqueue_spark/__init__.py", "osqueue_spark"): "needs pyspark (workers)",
     ("osqueue_spark/__init__.py", "osqueue_spark.sink"): "needs pyspark",
+    ("osqueue_spark/datasource/__init__.py", "osqueue_spark.datasource"): "needs pyspark (source)",
     ("osqueue_spark/pipelines/demo.py", "osqueue_spark.pipelines.spark_demo"): "needs pyspark",
     # storage (and its cloud SDKs) only for a client given a store URL to find its broker
     ("osqueue_spark/client.py", "broker.storage"): "optional SDKs",

@@ -81,17 +81,17 @@ def test_all_lists_exactly_what_the_package_imports_and_is_sorted() -> None:
 def test_each_exported_name_imports(name: str) -> None:
     namespace: dict[str, object] = {}
     exec(f"from osqueue_spark import {name}", namespace)
-    assert namespace[name] is getattr(osqueue_spark, name)
-    if isinstance(namespace[name], type) and issubclass(namespace[name], BaseException):
-        assert issubclass(namespace[name], OsqueueError)  # one root to catch
+    value = namespace[name]
+    assert value is getattr(osqueue_spark, name)
+    if isinstance(value, type) and issubclass(value, BaseException):
+        assert issubclass(value, OsqueueError)  # one root to catch
 
 
 def test_every_exported_error_descends_from_the_one_root() -> None:
     errors = [getattr(osqueue_spark, n) for n in osqueue_spark.__all__
               if isinstance(getattr(osqueue_spark, n), type)
               and issubclass(getattr(osqueue_spark, n), BaseException)]
-    assert len(errors) == len(_all_error_classes() - {c for c in _all_error_classes()
-                                                      if c.__name__.startswith("_")})
+    assert len(errors) == len({c for c in _all_error_classes() if not c.__name__.startswith("_")})
     assert all(issubclass(cls, OsqueueError) for cls in errors)
     assert all(isinstance(cls.code, str) and cls.code for cls in errors)
 
@@ -150,7 +150,8 @@ def test_both_packages_ship_py_typed_and_the_license_is_spdx() -> None:
         assert "py.typed" in data[package]
     assert project["project"]["license"] == "Apache-2.0"  # PEP 639: an SPDX expression
     setuptools = next(r for r in project["build-system"]["requires"] if r.startswith("setuptools"))
-    assert int(re.fullmatch(r"setuptools>=(\d+)", setuptools)[1]) >= 77  # reads PEP 639
+    minimum = re.fullmatch(r"setuptools>=(\d+)", setuptools)
+    assert minimum is not None and int(minimum[1]) >= 77  # reads PEP 639
 
 
 USER_SCRIPT = """\

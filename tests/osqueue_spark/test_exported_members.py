@@ -155,7 +155,7 @@ def test_both_packages_ship_py_typed_and_the_license_is_spdx() -> None:
 
 
 USER_SCRIPT = """\
-from osqueue_spark import RESULT_SCHEMA, QueueFull, process, push_partition, register
+from osqueue_spark import RESULT_SCHEMA, QueueFull, __version__, process, push_partition, register
 
 reveal_type(process)
 reveal_type(register)
@@ -165,6 +165,7 @@ try:
     pass
 except QueueFull as exc:
     reveal_type(exc)
+reveal_type(__version__)
 process(len, broker="http://127.0.0.1:8000")  # no queue: a type checker must say so
 """
 
@@ -181,11 +182,12 @@ def test_mypy_strict_on_a_users_script_sees_the_types(tmp_path: Path) -> None:
         capture_output=True, text=True, env=_env(), cwd=tmp_path, timeout=280)
     revealed = re.findall(r'user\.py:\d+: note: Revealed type is "(.*)"', out.stdout)
     errors = re.findall(r"user\.py:(\d+): error: (.*)", out.stdout)
-    assert len(revealed) == 5, out.stdout + out.stderr
+    assert len(revealed) == 6, out.stdout + out.stderr
     assert "Any" not in [t for t in revealed], out.stdout
     assert revealed[0].startswith("def (fn: def (Any) -> Any, *, broker: str, queue: str")
     assert revealed[1].startswith("def (spark:")
     assert revealed[3] in ("str", "builtins.str")  # mypy 2 drops "builtins."
     assert revealed[4] == "broker.errors.QueueFull"
-    assert errors == [("11", 'Missing named argument "queue" for "process"  [call-arg]')], \
+    assert revealed[5] in ("str", "builtins.str")
+    assert errors == [("12", 'Missing named argument "queue" for "process"  [call-arg]')], \
         out.stdout

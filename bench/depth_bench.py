@@ -1,4 +1,5 @@
-"""Depth benchmark: what a small commit costs as the queue gets deep (issue 20, item 7).
+"""Depth benchmark: what a small commit costs as the queue gets deep (with segment objects,
+it should not grow with the depth).
 
     .venv/bin/python bench/depth_bench.py [--depths 1k,100k,1M,10M] [--stores file,s3]
         [--rounds 11] [--drain-jobs 1M] [--quick]
@@ -21,7 +22,7 @@ within rounds; last, the processes drain one after the other. Measured:
   it: then the row says ``refused: queue full`` and measures nothing else.
   Payloads are ``{"doc": i, "path": "s3://bucket/docs/<i>.json"}``.
 * ``head_bytes``: bytes of the last version of the queue object written after
-  filling (today the whole queue; after issue 20 the head object only). For
+  filling (the head object only: the pending jobs of bulk pushes are in segment objects). For
   the file store, ``store_disk_bytes`` adds up every file under the store's
   directory (the file store keeps a second copy of the object).
 * ``commit_ms``: the median time of one small commit, in milliseconds, over

@@ -1,11 +1,11 @@
 """Dashboard benchmark: how fast the web dashboard answers with a million jobs in a queue
-(issue 21: the overview, a queue's page and a page of the job browser, each under 300 ms).
+(the target: the overview, a queue's page and a page of the job browser, each under 300 ms).
 
     .venv/bin/python bench/ui_bench.py [--jobs 1000000] [--rounds 20] [--layout both]
 
 For each layout of a queue's jobs (``--layout``: ``segments``, where a bulk
-push of 10,000 jobs or more goes into segment objects, the broker's default
-since issue 20; ``head``, every job in the queue object, as smaller pushes
+push of 10,000 jobs or more goes into segment objects, the broker's default;
+``head``, every job in the queue object, as smaller pushes
 leave them; ``both`` by default), starts a broker process (this script with
 ``--serve``: a ``BrokerServer`` as ``osqueue-broker`` runs it, GC tuned, a
 file store in a temporary directory, a bearer token) and fills queue ``deep``
@@ -34,8 +34,8 @@ warm-ups, one request at a time:
   archived, the whole table read);
 * ``browser_new_segment``: a page whose cursor lies in a segment object whose
   lines the broker has not loaded yet, a different one each round (a bulk
-  push of 10,000 jobs or more goes into segment objects of up to 65,536 jobs:
-  issue 20), so each round reads one from the store;
+  push of 10,000 jobs or more goes into segment objects of up to 65,536 jobs),
+  so each round reads one from the store;
 * ``job_page``: ``/ui/queues/deep/jobs/j0000500000``.
 
 For comparison, not a dashboard page: ``api_stats`` (``GET /v1/queues/deep/stats``).
@@ -170,7 +170,7 @@ def timed(http: urllib3.PoolManager, url: str, rounds: int, jobs: int) -> dict[s
 
 
 #: The layouts a queue's jobs can have: in segment objects (a bulk push of 10,000 jobs
-#: or more, the broker's default since issue 20), or all in the queue object.
+#: or more, the broker's default), or all in the queue object.
 LAYOUTS = {"segments": 10_000, "head": 0}
 
 

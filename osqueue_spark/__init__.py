@@ -5,30 +5,98 @@
 * :func:`register` adds the ``osqueue`` Spark data source (needs pyspark);
 * :func:`push_partition` and :func:`process` build ``foreachPartition`` and
   ``mapInPandas`` functions.
+
+Every error osqueue raises is importable from here: the tree under
+:class:`OsqueueError` (:mod:`broker.errors`), the client's
+:class:`InvalidArgument` and the data source's :class:`OptionError`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from importlib import metadata as _metadata
+from typing import TYPE_CHECKING, Any
 
-from broker.errors import OsqueueError, StaleToken
+from broker.errors import (
+    BrokerUnavailable,
+    BrokerUnreachable,
+    Conflict,
+    CorruptState,
+    ForeignState,
+    HeadersTooLarge,
+    InvalidRequest,
+    MethodNotAllowed,
+    NewerState,
+    NotFound,
+    NotTheBroker,
+    OsqueueError,
+    OutcomeUnknown,
+    PayloadTooLarge,
+    QueueFull,
+    RequestError,
+    RequestTimeout,
+    SegmentMissing,
+    StaleToken,
+    StateError,
+    StorageError,
+    StorageRefused,
+    StorageUnavailable,
+    Unauthorized,
+    UnknownQueue,
+    UnsafeStore,
+)
+from osqueue_spark.args import InvalidArgument
 from osqueue_spark.client import ClaimedJob, ItemResult, QueueClient
+from osqueue_spark.datasource.options import OptionError
 from osqueue_spark.embedded import start_broker
+
+if TYPE_CHECKING:  # at run time these load on first use (__getattr__ below): they need pyspark
+    from osqueue_spark.datasource.source import register
+    from osqueue_spark.sink import push_partition
+    from osqueue_spark.workers import RESULT_SCHEMA, process
 
 __all__ = [
     "RESULT_SCHEMA",
+    "BrokerUnavailable",
+    "BrokerUnreachable",
     "ClaimedJob",
+    "Conflict",
+    "CorruptState",
+    "ForeignState",
+    "HeadersTooLarge",
+    "InvalidArgument",
+    "InvalidRequest",
     "ItemResult",
+    "MethodNotAllowed",
+    "NewerState",
+    "NotFound",
+    "NotTheBroker",
+    "OptionError",
     "OsqueueError",
+    "OutcomeUnknown",
+    "PayloadTooLarge",
     "QueueClient",
+    "QueueFull",
+    "RequestError",
+    "RequestTimeout",
+    "SegmentMissing",
     "StaleToken",
+    "StateError",
+    "StorageError",
+    "StorageRefused",
+    "StorageUnavailable",
+    "Unauthorized",
+    "UnknownQueue",
+    "UnsafeStore",
     "process",
     "push_partition",
     "register",
     "start_broker",
 ]
 
-__version__ = "0.1.0"
+try:
+    __version__ = _metadata.version("osqueue-spark")
+except _metadata.PackageNotFoundError:  # a source tree on sys.path, never installed
+    __version__ = "0+unknown"
 
 
 #: What the Spark names need: the ``spark`` extra.

@@ -42,7 +42,8 @@ def job_body(job: Any) -> dict[str, Any]:
 
 
 def job_staged_line(job: Any) -> bytes:
-    """A job (as for :meth:`QueueClient.push`) as one staged line (see :mod:`broker.wire`)."""
+    """A job (as for :meth:`osqueue_spark.client.QueueClient.push`) as one staged line
+    (see :mod:`broker.wire`)."""
     return body_line(job_body(job))
 
 

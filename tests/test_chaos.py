@@ -181,8 +181,8 @@ def test_schedule_is_a_function_of_the_seed() -> None:
 
 
 def test_the_checker_counts_the_jobs_segments_still_hold(tmp_path: Path) -> None:
-    """The store check reads each referenced segment's untaken jobs (issue 20's
-    format version 4) and refuses one whose etag is not the reference's."""
+    """The store check reads each referenced segment's untaken jobs (format
+    version 4) and refuses one whose etag is not the reference's."""
     from broker import paths
     from broker.model import codec, segment_format, segments
     from broker.model import transitions as T

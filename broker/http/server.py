@@ -4,7 +4,7 @@
 and the broker can advertise its real URL), starts the broker (self-test,
 load and take over existing queues; a bad queue object stops it here, before
 anything is written), serves until told to stop (SIGTERM/SIGINT in the main
-thread, or :meth:`stop`), then drains: stop accepting, finish in-flight
+thread, or :meth:`BrokerServer.stop`), then drains: stop accepting, finish in-flight
 requests, flush every queue and clear its broker record.
 """
 

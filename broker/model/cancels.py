@@ -33,7 +33,7 @@ Per id, a cancel answers (:class:`~broker.wire.CancelAnswer`):
   one answers ``cancelled``, ok: a repeated cancel gets the first answer);
 * an id no job ever had: ``unknown``, not ok, nothing changes.
 
-A pending job still in a segment object (issue 20: not in the queue object,
+A pending job still in a segment object (not yet in the queue object,
 see :mod:`broker.model.segment_claims`) is cancelled the same way: the jobs of
 its segment from the cursor up to it move into the head as pending, in their
 claim order (:func:`~broker.model.segment_claims.move_in`, as a claim would

@@ -1,23 +1,22 @@
-"""The queue object's bytes: byte templates, the per-job cached encoding, and
-encode/decode.
+"""The queue object's bytes as a whole: encoding, and the change tracking that
+keeps it incremental.
 
-The one module that knows how a state is laid out as bytes (as h11 keeps its
-byte writers in ``_writers.py``, away from its state machine). Every other
-module sees plain operations: :func:`encode_parts` for a commit,
-:func:`decode` for a read, :func:`archive_line` for an archive object, and
+Three modules share the object's layout: :mod:`broker.model.lines` fills one
+job's line into byte templates, this module joins the whole object (header,
+segment references, job lines, key windows, receipts), and
+:mod:`broker.model.decode` reads it back. Every other module sees plain
+operations: :func:`encode_parts` and :func:`stamp` for a commit, and
 :func:`touch` / :func:`added` / :func:`removed` for the change tracking that
 :mod:`broker.model.lifecycle` does on every job change.
 
 Encoding is incremental (``bench/state_encode_bench.py`` measures it): each
 job keeps its line's bytes (``Job._enc``) until it changes, a bulk-pushed job
 is kept as nothing but its line until first touched
-(:func:`new_pending_lines`, :func:`pending_from_line`, :mod:`broker.model.jobtable`),
-and jobs are
-grouped in segments of ``1 << SEGMENT_SHIFT`` seqs whose joined bytes are kept
-too, so a commit after changing 1k of 100k jobs re-encodes those 1k, their
-segments and a join. The common job shapes are filled into byte templates;
-everything else goes through :meth:`broker.model.job.Job.to_dict`, and both give
-the same bytes (the tests compare them). The bytes are the product contract:
+(:func:`broker.model.lines.new_pending_lines`, :mod:`broker.model.jobtable`),
+and jobs are grouped in blocks of ``1 << SEGMENT_SHIFT`` seqs (``segments``
+here, not the segment objects of :mod:`broker.model.segments`) whose joined
+bytes are kept too, so a commit after changing 1k of 100k jobs re-encodes those
+1k, their blocks and a join. The bytes are the product contract:
 ``tests/broker/test_format_golden.py`` pins them.
 """
 

@@ -16,12 +16,13 @@ each while the queue grows (``bench/spark_bench.py``, the write row). A
 million lines cost none.
 
 The table reads as a ``Mapping[int, Job]`` in seq order; reading a job
-through :meth:`get`, ``[]``, :meth:`values` or :meth:`items` makes it a
-``Job`` for good (so a caller may change it). :meth:`peek` and
-:meth:`touched` read without making anything: :meth:`peek` yields throwaway
-``Job`` objects for lines (never to be changed or moved), :meth:`touched`
-skips lines (they are all pending). :attr:`entries` is the dict itself, for
-the codec and the per-job loops of :mod:`broker.model.lifecycle` only.
+through :meth:`JobTable.get`, ``[]``, :meth:`JobTable.values` or
+:meth:`JobTable.items` makes it a ``Job`` for good (so a caller may change it).
+:meth:`JobTable.peek` and :meth:`JobTable.touched` read without making
+anything: ``peek`` yields throwaway ``Job`` objects for lines (never to be
+changed or moved), ``touched`` skips lines (they are all pending).
+:attr:`JobTable.entries` is the dict itself, for the codec and the per-job
+loops of :mod:`broker.model.lifecycle` only.
 """
 
 from __future__ import annotations

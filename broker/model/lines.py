@@ -91,7 +91,8 @@ def plain_token(token: str) -> bool:
 
 def job_line(job: Job) -> bytes:
     """``job``'s line of the object: its JSON, preceded by the ``,\n`` that separates
-    it from the one before, cached on the job until :func:`touch` clears it.
+    it from the one before, cached on the job until :func:`broker.model.codec.touch`
+    clears it.
 
     The common shapes (pending, or claimed, with no key or error) are
     filled into byte templates; everything else goes through

@@ -221,7 +221,7 @@ class ReadStats:
 
 @dataclass(frozen=True, slots=True)
 class ReadJobs:
-    """A page of jobs (see :func:`list_jobs`), read in the commit loop's order;
+    """A page of jobs (see :func:`broker.model.views.list_jobs`), read in the commit loop's order;
     ``raw``: payloads as their stored bytes. A lease shows its worker and
     times; its token only with ``tokens`` (as a client would hold it, see
     :mod:`broker.model.tokens`)."""

@@ -1,5 +1,6 @@
 """Segments: immutable objects of pending jobs that the queue object refers to
-instead of holding their jobs (issue 20: deep queues). Pure: values in,
+instead of holding their jobs, so a commit costs the same at any depth of
+the queue (deep queues). Pure: values in,
 values out; the time is passed in.
 
 A segment object holds pending jobs with consecutive seqs that share a

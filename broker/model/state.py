@@ -103,7 +103,8 @@ from broker.paths import parse_segment_key
 
 FORMAT = "osqueue"
 # 3: completed jobs, commit identities, receipts, publish keys apart, lease_s;
-# 4: "segments", the references to segment objects (issue 20)
+# 4: "segments", the references to segment objects (so a commit's cost does not grow
+#    with the pending jobs)
 VERSION = 4
 
 #: Rough bytes one segment reference costs in the head (its line), whatever
@@ -118,7 +119,8 @@ LINEAGE = 32
 class Settings:
     """Per-queue settings, stored in the queue object.
 
-    Units are in the names; :data:`SETTING_LIMITS` gives each one's range.
+    Units are in the names; :data:`broker.limits.SETTING_LIMITS` gives each one's
+    range.
     ``max_state_bytes`` bounds the whole object: pushes beyond it are
     refused with ``queue_full``. ``dedup_*`` bound the window of idempotency
     keys (and of Spark's publish keys); ``retry_*`` bound the receipts that
@@ -271,7 +273,7 @@ class _Window:
 @dataclass(slots=True)
 class SegmentWindows:
     """Loaded job lines of segment objects, by (key, etag): what the broker read
-    (:func:`broker.model.segments.segment_lines` form, with the leading ``,\\n``)
+    (:func:`broker.model.segment_format.segment_lines` form, with the leading ``,\\n``)
     and has not yet moved into the head. Derived and never stored; one per
     queue, kept across reloads of the head (a segment never changes)."""
 

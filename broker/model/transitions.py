@@ -82,18 +82,12 @@ from broker.model.ops import (
     Claim,
     ClearBroker,
     Complete,
-    CompleteItem,
-    CompleteItems,
     Configure,
     DropArchived,
     Fail,
-    FailItem,
     Heartbeat,
     Inspect,
-    ItemResults,
     LeasedJob,
-    LeasedJobs,
-    NewJob,
     Op,
     Purge,
     Push,
@@ -108,24 +102,12 @@ from broker.model.ops import (
     Result,
     SetPaused,
     TakeOver,
-    push_of,
 )
 from broker.model.segment_claims import attach_refs, claim_merged, purge_pending, reserve
 from broker.model.state import QueueState, Settings
-from broker.model.views import list_jobs, next_wakeup_ms, stats
 from broker.wire import ItemResult
 
-#: What :func:`apply` takes and answers, and the read-only views, under the
-#: names the broker and its tests reach them by (``transitions.Push``, ...).
-__all__ = [
-    "Cancel", "Claim", "ClearBroker", "Complete", "CompleteItem", "CompleteItems", "Configure",
-    "DropArchived", "Fail", "FailItem", "Heartbeat", "Inspect", "ItemResult", "ItemResults",
-    "LeasedJob", "LeasedJobs", "NewJob", "Op", "Purge", "Push",
-    "PushPayloads", "ReadJobs", "ReadStats", "Reclaim", "Redrive", "Release", "RenewBroker",
-    "Result",
-    "SetPaused", "TakeOver", "apply", "backoff_ms", "list_jobs", "live_job", "new_state",
-    "next_wakeup_ms", "push_of", "stats",
-]
+__all__ = ["apply", "backoff_ms", "new_state"]
 
 # -- helpers -------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """Pushes by reference: a bulk push (a Spark publish, a large push of bare
 payloads) whose jobs go into segment objects instead of the queue object.
 
-Three steps, each safe to lose (issue 20):
+Three steps, each safe to lose (what a crash after each leaves: below):
 
 1. a commit :class:`~broker.model.ops.Reserve` hands out the push's seqs
    (the counter only grows, so no other job ever gets them);

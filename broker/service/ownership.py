@@ -6,7 +6,7 @@ watching, and :mod:`broker.service.queue_model`, which writes the records) asks 
 never restates them.
 
 A broker owns a queue while the object's ``broker`` record names it. Its
-record carries a lease length (:data:`BROKER_LEASE_S` unless configured).
+record carries a lease length (:data:`broker.limits.BROKER_LEASE_S` unless configured).
 
 **Renewing.** The owner renews its record once :data:`RENEW_AFTER` of its
 lease has passed on its own clock (:func:`renew_due`, :func:`renew_at_ms`),

@@ -1,4 +1,4 @@
-"""The segment objects of the queues (issue 20, deep queues) in the store:
+"""The segment objects of the queues (deep queues' pending jobs) in the store:
 written once, read a window at a time, deleted once dropped, swept when
 nothing references them. The bytes and the references are
 :mod:`broker.model.segments`' (pure); this module makes the store calls, off
@@ -122,7 +122,7 @@ class SegmentStore:
     async def read_window(self, ref: SegmentRef, start: int | None = None,
                           stop: int | None = None) -> list[bytes]:
         """The job lines (each with its leading ``,\\n``, as
-        :func:`broker.model.segments.segment_lines` gives them) at positions
+        :func:`broker.model.segment_format.segment_lines` gives them) at positions
         ``start`` to ``stop`` of ``ref``'s segment (default: its untaken jobs).
 
         Raises :class:`~broker.errors.SegmentMissing` naming the object if it

@@ -2,7 +2,7 @@
 from storage (no broker).
 
 * ``table=queue`` (default): one row per job, the queue object's own and the
-  pending jobs of its segments (issue 20), one consistent version of the
+  pending jobs of its segment objects, one consistent version of the
   queue read in parallel: a partition for the object's jobs and one per
   segment with untaken jobs (see :class:`QueueReader`);
 * ``table=archive``: completed and cancelled jobs, one partition per

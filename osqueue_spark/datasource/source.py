@@ -3,7 +3,7 @@
 * ``spark.read.format("osqueue").option("store", URL).option("queue", Q).load()``:
   one row per job, read straight from storage (no broker), one consistent
   version of the queue: a partition for the queue object's jobs and one per
-  segment of pending jobs (issue 20's deep queues). ``table=archive``
+  segment of pending jobs (a deep queue's bulk). ``table=archive``
   reads completed jobs, one partition per ``objectsPerPartition`` archive
   objects, pruned by ``since``/``until``. Filters Spark pushes prune nothing
   (``filterPushdown=true`` is accepted and ignored; see

@@ -1,5 +1,5 @@
 """broker.service.by_reference._Writer.write when one of a push's segment
-writes fails while a sibling's is still under way (issue 20).
+writes fails while a sibling's is still under way.
 
 A push by reference writes its slices (at most MAX_SEGMENT_JOBS jobs each) as
 segment objects at once, holds each written key from the sweep

@@ -107,7 +107,7 @@ def test_beyond_loopback_takes_a_token_or_the_insecure_flag(
 
 def test_an_empty_osqueue_token_is_refused_not_served_without_auth(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """OSQUEUE_TOKEN (new in issue 10) set but empty (a secret that did not
+    """OSQUEUE_TOKEN set but empty (a secret that did not
     resolve) gave SecretStr(''), whose bearer() is '' and the app then requires
     no token at all: the broker served every route unauthenticated while its
     operator had asked for a token. ``--token-env`` naming an empty variable is

@@ -1,6 +1,6 @@
-"""The head object's segment references (format version 4, issue 20 step 3a):
-``"segments"`` in the object, :attr:`QueueState.segment_refs` in memory. Nothing
-in the broker makes a reference yet, so these states are made by hand: a queue
+"""The head object's segment references (format version 4):
+``"segments"`` in the object, :attr:`QueueState.segment_refs` in memory. These
+states are made by hand, so each test has exactly the shape it names: a queue
 with jobs inline and two references whose seqs follow them.
 
 Pins that such an object decodes and re-encodes byte for byte, how the field

@@ -1,4 +1,4 @@
-"""Pages of jobs over segment objects (issue 20): broker.model.views.jobs_after
+"""Pages of jobs over segment objects: broker.model.views.jobs_after
 says where a page was cut short (a segment line not loaded), browse.page says
 where to read on and that a job follows; broker.service.job_pages completes
 such a page in steps, so the API's pages and the dashboard's are full unless

@@ -1,5 +1,5 @@
-"""Pages of jobs read while other batches run between their steps (issue 20
-deep queues, broker.service.job_pages): claims moving segment jobs into the
+"""Pages of jobs read while other batches run between their steps (deep
+queues, broker.service.job_pages): claims moving segment jobs into the
 head, fails putting them back, cancels of jobs inside segments. A client
 following ``next_after`` (and the dashboard following ``has_next``) sees each
 job once, in seq order, and never misses one nothing touched. In-process

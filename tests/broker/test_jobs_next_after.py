@@ -1,4 +1,4 @@
-"""GET /v1/queues/{queue}/jobs over a deep queue (issue 20), followed by
+"""GET /v1/queues/{queue}/jobs over a deep queue (segment objects), followed by
 ``next_after`` alone: a page is full or the last, so a client that stops at
 ``next_after: null`` sees every job once, in seq order, even when a page
 spans more segment objects than a broker keeps loaded at once

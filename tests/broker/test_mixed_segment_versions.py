@@ -1,6 +1,6 @@
 """A queue whose head references version-1 segment objects (the old format,
 among them the golden object a broker of that version wrote) and version-2
-ones (issue 20), served end to end by a real broker process over a file
+ones, served end to end by a real broker process over a file
 store: pages of jobs (answered from the stored objects, then by the owner),
 claims in order across both formats, fails (each job's max_attempts and
 created_at as its format holds them), redrives, completions; the archive

@@ -18,7 +18,7 @@ from broker.model import transitions as T
 from broker.model.ops import Claim, Configure, NewJob, PushPayloads
 from broker.model.ratelimit import ClaimGate, ClaimMeter, TokenBucket, effective_burst
 from broker.model.state import Settings
-from broker.model.views import next_wakeup_ms
+from broker.model.views import next_wakeup_ms, stats
 from broker.storage import FileStore
 from tests.support.faults import Clock
 from tests.support.inprocess import run, started, stored
@@ -138,7 +138,7 @@ def test_claims_in_the_model_get_fewer_jobs_or_none_and_a_timer_for_the_next_tok
     assert next_wakeup_ms(state, T0) == T0 + 250
     assert len(T.apply(state, Claim("w", 10, 60_000), T0 + 250).jobs) == 1
     assert len(T.apply(state, Claim("w", 10, 60_000), T0 + 1_250).jobs) == 3  # (capped: burst)
-    figures = T.stats(state, T0 + 1_250)
+    figures = stats(state, T0 + 1_250)
     assert figures["claim_limit_per_s"] == 4.0 and figures["claim_burst"] == 3
     assert figures["claim_tokens"] == 0 and figures["claims_per_s"] == 0.7
     assert figures["settings"]["max_claims_per_s"] == 4.0

@@ -1,4 +1,4 @@
-"""Failure paths of segments (issue 20): each test injects a storage fault or a
+"""Failure paths of segment objects: each test injects a storage fault or a
 crash around a push, publish or claim by reference and then checks the store
 itself: every acknowledged job is in a landed head or a segment it references
 exactly once, and no segment object is left behind once swept or drained."""

@@ -1,5 +1,5 @@
 """The segment sweep against a push by reference whose commit is being retried
-(issue 20; found while sizing the chaos runner's short grace period).
+(found while sizing the chaos runner's short grace period).
 
 A push by reference writes its segment objects, then commits their references.
 While that commit is in flight, the loop's state holds the references and the

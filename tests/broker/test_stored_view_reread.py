@@ -1,5 +1,5 @@
 """Reads of a queue this broker does not serve (broker.service.stored_view)
-while its owner drains segments (issue 20): the head version read may
+while its owner drains segments: the head version read may
 reference a segment the owner has since taken empty, dropped and deleted.
 The read re-reads the head and answers from the newer version; only a
 segment the newest head still references and the store lacks (deleted behind

@@ -1,4 +1,4 @@
-"""Lease tokens bound to their queue (broker.model.tokens; issue 19, item 5).
+"""Lease tokens bound to their queue (broker.model.tokens).
 
 A token was ``j{id}.{fence}``: two new queues handed out the same one, and a
 token of queue qa completed the job with that id in queue qb. Tokens now carry

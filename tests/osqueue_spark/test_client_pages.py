@@ -1,4 +1,4 @@
-"""QueueClient.iter_jobs over a deep queue (issue 20): a page of jobs ends
+"""QueueClient.iter_jobs over a deep queue (segment objects): a page of jobs ends
 before the first segment whose lines the broker has not loaded, so a page
 shorter than asked is not the end of the queue. A real broker over HTTP; the
 store is checked against what the listing shows."""

@@ -1,5 +1,5 @@
 """``spark.read.format("osqueue")`` of a queue whose head references segment
-objects of both formats (issue 20): version 1 (among them the golden object a
+objects of both formats: version 1 (among them the golden object a
 broker of that version wrote) and version 2. Every job once, with the fields
 its format holds (a version-1 line's max_attempts and created_at, a
 version-2 header's), payloads byte for byte; a partition for the head and

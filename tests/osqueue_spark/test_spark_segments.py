@@ -1,4 +1,4 @@
-"""``spark.read.format("osqueue")`` of a deep queue (issue 20 step 4) on a real local
+"""``spark.read.format("osqueue")`` of a deep queue (segment objects) on a real local
 SparkSession: the queue object's jobs and the pending jobs of its segments, one
 partition per segment with jobs left, each job once; a segment object missing
 or of another etag fails the read naming it. On the file store and on S3 (moto).

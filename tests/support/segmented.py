@@ -1,7 +1,8 @@
-"""A deep queue in a store, written as the broker of issue 20 writes one: a queue
+"""A deep queue in a store, written as a broker writes one: a queue
 object of format version 4 that references segment objects of pending jobs.
-(The broker cannot make one yet, so the head is encoded here with the model's
-codec and the segments with :func:`broker.model.segment_format.encode_segment`.)
+(Made here, not by a broker, so a test gets exactly this shape: the head is
+encoded with the model's codec and the segments with
+:func:`broker.model.segment_format.encode_segment`.)
 
 The queue :func:`write_segmented` leaves, seq by seq:
 

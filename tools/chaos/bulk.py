@@ -1,4 +1,4 @@
-"""The producers whose jobs go by reference (issue 20): bulk pushes of bare payloads
+"""The producers whose jobs go by reference (into segment objects): bulk pushes of bare payloads
 and Spark-sized publishes of staged chunks, each of at least the brokers'
 ``--segment-push-jobs`` jobs, so the broker writes them as segment objects.
 

@@ -1,5 +1,5 @@
-"""The segment objects of a run (issue 20): which the brokers wrote, and whether any is
-left behind once the queue is drained.
+"""The segment objects of a run (deep queues' pending jobs): which the brokers wrote,
+and whether any is left behind once the queue is drained.
 
 * :class:`SegmentWatch` lists the queue's segments prefix every ``interval_s``
   during the run (the runner's own reads, no faults): every key it saw and when

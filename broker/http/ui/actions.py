@@ -2,8 +2,8 @@
 signing in and out.
 
 Each action calls the broker operation the HTTP API's route calls
-(:meth:`Broker.redrive`, :meth:`Broker.purge`, :meth:`Broker.cancel`,
-:meth:`Broker.set_paused`), with the form's one-off idempotency key where the
+(:class:`~broker.service.coordinator.Broker`'s ``redrive``, ``purge``, ``cancel``
+and ``set_paused``), with the form's one-off idempotency key where the
 API takes one (a form sent twice is answered what the first one was; a cancel
 takes none, and needs none: cancelling again changes nothing), logs one line
 naming the action, the queue, what it did and who asked (``ui action purge
@@ -116,8 +116,9 @@ async def purge(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Respo
 
 async def cancel(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:
     """Cancel the jobs the form names (``ids``): a pending or delayed job is
-    cancelled, a claimed one marked (see :meth:`Broker.cancel`); the redirect
-    counts the answers by status, which the page tells in words."""
+    cancelled, a claimed one marked (see
+    :meth:`~broker.service.coordinator.Broker.cancel`); the redirect counts the
+    answers by status, which the page tells in words."""
     queue = request.path_params["queue"]
     ids = _ids(form, "cancel")
     answers = await ui.broker.cancel(queue, ids)

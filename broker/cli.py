@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("store", "listen", "advertise_url", "token_env", "endpoint_url", "lease_s",
                  "commit_timeout_s", "max_request_mb", "header_timeout_s", "body_timeout_s",
                  "max_connections", "history_interval_s", "segment_push_jobs",
+                 "segment_push_bytes",
                  "segment_grace_s", "sweep_s", "log_level"):
         field = fields[name]
         default = "" if field.is_required() or field.default is None else \

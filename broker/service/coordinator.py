@@ -111,7 +111,8 @@ class Broker(CancelCalls):
                                max_payload_bytes=self._settings.max_payload_bytes,
                                monotonic=monotonic)
         self.segments = SegmentStore(store, self._io, self._bulk, monotonic=monotonic, grace_s=(
-            self.config.segment_grace_s), push_jobs=self.config.segment_push_jobs)
+            self.config.segment_grace_s), push_jobs=self.config.segment_push_jobs,
+            push_bytes=self.config.segment_push_bytes)
 
     @property
     def url(self) -> str:

@@ -18,7 +18,7 @@ from broker import paths
 from broker.commit.loop import CommitLoop
 from broker.errors import UnknownQueue
 from broker.model import state as S
-from broker.model.ops import Op, PushPayloads, Result, push_of
+from broker.model.ops import Op, Push, PushPayloads, Result, push_of
 from broker.service.archiver import Archiver
 from broker.service.by_reference import (
     StagedPublish,
@@ -74,8 +74,8 @@ class ServedQueue:
         return (await self.loop.submit(op)).view
 
     async def submit(self, op: Op | StagedPublish) -> Result:
-        """Commit ``op`` and answer it (a bulk push large enough, and a publish
-        of staged chunks, go by reference: :mod:`broker.service.by_reference`)."""
+        """Commit ``op`` and answer it (a push large enough in jobs or bytes, and
+        a publish of staged chunks, go by reference: :mod:`broker.service.by_reference`)."""
         if isinstance(op, StagedPublish):
             if self.segments.push_jobs > 0:
                 return await publish_by_reference(self.loop, self.segments, self.name, op,
@@ -84,8 +84,8 @@ class ServedQueue:
             gone = sum(chunk is None for chunk in chunks)
             jobs = [job for chunk in chunks if chunk is not None for job in chunk.jobs]
             return await self.loop.submit(push_of(jobs, op.once, missing=op.missing + gone))
-        if wanted(op, self.segments.push_jobs):
-            assert isinstance(op, PushPayloads)
+        if wanted(op, self.segments.push_jobs, self.segments.push_bytes):
+            assert isinstance(op, Push | PushPayloads)
             return await push_by_reference(self.loop, self.segments, self.name, op,
                                            self._clock, self._monotonic)
         return await self.loop.submit(op)

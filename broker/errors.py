@@ -226,6 +226,13 @@ class UnknownQueue(OsqueueError):
     status = 404
 
 
+class JobNotFound(OsqueueError):
+    """No job has that id in the queue, its segments or its archive."""
+
+    code = "job_not_found"
+    status = 404
+
+
 class StaleToken(OsqueueError):
     code = "stale_token"
     status = 409

@@ -267,6 +267,15 @@ class BrokerUnreachable(BrokerUnavailable):
     code = "broker_unreachable"
 
 
+class TlsFailed(BrokerUnreachable):
+    """A TLS connection to the broker could not be made (it speaks plain HTTP,
+    or its certificate was refused): nothing was sent, and trying again would
+    fail the same way."""
+
+    code = "tls_failed"
+    retryable = False
+
+
 ERRORS_BY_CODE: dict[str, type[OsqueueError]] = {}
 
 

@@ -60,15 +60,15 @@ from broker.retry import retrying
 from broker.wire import STAGED_CONTENT_TYPE, CancelAnswer, ItemResult, loads
 from osqueue_spark.args import InvalidArgument, integer, json_bytes, number, text
 from osqueue_spark.bodies import (
+    BATCH_BYTES,
     CLAIMED_FIELDS,
     ClaimedJob,
-    body_line,
     checked,
-    chunks,
     items_of,
     job_body,
     job_staged_line,
     json_default,
+    line_batches,
 )
 from osqueue_spark.transport import Transport, Urllib3Transport
 
@@ -307,13 +307,18 @@ class QueueClient:
                "max_attempts": max_attempts, "key": key}
         return self.push_many([job])[0]
 
-    def push_many(self, jobs: Iterable[Any], batch_size: int = 1000) -> list[str]:
+    def push_many(self, jobs: Iterable[Any], batch_size: int = 1000, *,
+                  batch_bytes: int = BATCH_BYTES) -> list[str]:
         """Enqueue jobs in batches; each item is a payload or a dict with ``payload`` and
-        optional ``priority``, ``delay_s``, ``max_attempts``, ``key``."""
+        optional ``priority``, ``delay_s``, ``max_attempts``, ``key``. A batch is
+        one request of at most ``batch_size`` jobs and ``batch_bytes`` bytes
+        (8 MiB; a single larger job goes alone): keep it under the broker's
+        request limit (64 MiB by default), past which it is refused (413)."""
         ids: list[str] = []
         integer("batch_size", batch_size, 1, MAX_ITEMS)
-        for chunk in chunks((job_body(j) for j in jobs), batch_size):
-            body = b"".join(map(body_line, chunk))  # the compact body: payloads pass through
+        integer("batch_bytes", batch_bytes, 1, 1 << 40)
+        # the compact body: payloads pass through
+        for body in line_batches((job_body(j) for j in jobs), batch_size, batch_bytes):
             out = self.request("POST", self._q("push"), body, keyed=True)
             ids.extend(out["ids"])
         return ids
@@ -383,6 +388,16 @@ class QueueClient:
         if tokens:
             params.append("tokens=true")
         return list(self.request("GET", self._q("jobs") + "?" + "&".join(params))["jobs"])
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        """One job by id, wherever it is: the queue object, a segment object or the
+        archive (``location`` says which), with its status, payload, result and
+        last error; never a lease token. Raises ``JobNotFound`` if none holds it
+        (no such id, or purged) and ``UnknownQueue`` for a queue that does not
+        exist. The archive is searched by the job's block of the index: a few
+        LISTs and GETs (docs/operations.md)."""
+        text("job_id", job_id, MAX_JOB_ID_CHARS)
+        return dict(self.request("GET", self._q(f"jobs/{quote(job_id, safe='')}")))
 
     def iter_jobs(self, status: str | None = None, page: int = 1000, *,
                   tokens: bool = False) -> Iterator[dict[str, Any]]:

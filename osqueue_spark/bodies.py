@@ -103,22 +103,23 @@ def chunks(items: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str
         yield chunk
 
 
-def line_batches(bodies: Iterable[dict[str, Any]], size: int, max_bytes: int
-                 ) -> Iterator[bytes]:
-    """Job bodies (:func:`job_body`) as push requests: each the staged lines of at
-    most ``size`` jobs and, but for a single larger job, ``max_bytes`` bytes.
-    A job is encoded (and refused: ``InvalidArgument``) as its request is made."""
+def line_chunks(bodies: Iterable[dict[str, Any]], size: int, max_bytes: int
+                ) -> Iterator[list[bytes]]:
+    """Job bodies (:func:`job_body`) as the staged lines of push requests: each
+    list at most ``size`` jobs and, but for a single larger job, ``max_bytes``
+    bytes. A job is encoded (and refused: ``InvalidArgument``) as its request is
+    made, and a full request is handed out before the next job is taken."""
     lines: list[bytes] = []
     total = 0
     for body in bodies:
         line = body_line(body)
         if lines and total + len(line) > max_bytes:
-            yield b"".join(lines)
+            yield lines
             lines, total = [], 0
         lines.append(line)
         total += len(line)
-        if len(lines) >= size:  # (sent before the next job is taken from ``bodies``)
-            yield b"".join(lines)
+        if len(lines) >= size:
+            yield lines
             lines, total = [], 0
     if lines:
-        yield b"".join(lines)
+        yield lines

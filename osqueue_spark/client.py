@@ -68,7 +68,7 @@ from osqueue_spark.bodies import (
     job_body,
     job_staged_line,
     json_default,
-    line_batches,
+    line_chunks,
 )
 from osqueue_spark.transport import Transport, Urllib3Transport
 
@@ -317,8 +317,8 @@ class QueueClient:
         ids: list[str] = []
         integer("batch_size", batch_size, 1, MAX_ITEMS)
         integer("batch_bytes", batch_bytes, 1, 1 << 40)
-        # the compact body: payloads pass through
-        for body in line_batches((job_body(j) for j in jobs), batch_size, batch_bytes):
+        for chunk in line_chunks((job_body(j) for j in jobs), batch_size, batch_bytes):
+            body = b"".join(chunk)  # the compact body: payloads pass through
             out = self.request("POST", self._q("push"), body, keyed=True)
             ids.extend(out["ids"])
         return ids

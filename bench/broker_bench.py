@@ -20,6 +20,12 @@ and this one, interleaved round by round, and prints this tree's figures as a
 fraction of the baseline's (``--only ab``). Injected latency applies to every
 store write here (archive objects included).
 
+``--only bigpush`` (with ``--baseline``): big payloads, both brokers in turn,
+interleaved (does a push large in bytes leave the head small?): 400 jobs of 200 KB pushed with this tree's
+client (requests of at most 8 MiB), then the queue object's bytes and the
+median of 20 single small pushes after them (each one commit rewriting the
+head). Writes bench/results/broker_bigpush.json.
+
 Prints tables and writes bench/results/broker_bench.json (or broker_ab.json).
 """
 
@@ -283,6 +289,54 @@ def ab_compare(baseline: Path, seconds: float, rounds: int) -> None:
     print(f"results written to {path}")
 
 
+def bigpush_run(root: Path, jobs: int = 400, size: int = 200_000) -> dict[str, float]:
+    """``jobs`` payloads of ``size`` bytes pushed to ``root``'s broker, then 20
+    single small pushes: their times and the queue object's bytes after."""
+    from osqueue_spark.client import QueueClient  # (this tree's client, whatever the broker)
+
+    with tempfile.TemporaryDirectory(prefix="osq-bench-") as tmp:
+        server = Server("broker", "--store", f"file://{tmp}", root=root)
+        try:
+            client = QueueClient(server.url, "big", retry_s=30, timeout_s=120)
+            blob = "x" * size
+            t0 = time.perf_counter()
+            client.push_many([{"n": i, "blob": blob} for i in range(jobs)], batch_size=40)
+            push_s = time.perf_counter() - t0
+            head = os.path.getsize(Path(tmp) / "big" / "queue.json")
+            small = []
+            for i in range(20):
+                t1 = time.perf_counter()
+                client.push({"small": i})
+                small.append(time.perf_counter() - t1)
+            client.close()
+        finally:
+            server.stop()
+    return {"push_s": push_s, "head_bytes": head, "small_push_ms": pct(small, 0.5) * 1000}
+
+
+def bigpush_compare(baseline: Path, rounds: int) -> None:
+    """:func:`bigpush_run` on the baseline's broker and this tree's, interleaved."""
+    print(f"== big payloads: this tree ({ROOT}) against {baseline}, {rounds} rounds")
+    runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+    order = [("before", baseline), ("after", ROOT)]
+    for n in range(rounds):
+        for label, root in (order if n % 2 == 0 else order[::-1]):
+            r = bigpush_run(root)
+            runs[label].append(r)
+            print(f"round {n + 1} {label:<6} push 400 x 200 KB {r['push_s']:6.2f} s   "
+                  f"head {r['head_bytes'] / 1e3:10,.1f} KB   later small push "
+                  f"{r['small_push_ms']:7.1f} ms (median of 20)", flush=True)
+    summary = {label: {k: sorted(r[k] for r in rs)[len(rs) // 2] for k in rs[0]}
+               for label, rs in runs.items()}
+    for label, figures in summary.items():
+        print(f"{label:<6} median: push {figures['push_s']:.2f} s, head "
+              f"{figures['head_bytes'] / 1e3:,.1f} KB, small push "
+              f"{figures['small_push_ms']:.1f} ms")
+    path = write_results("broker_bigpush", {"baseline": str(baseline), "rounds": runs,
+                                            "medians": summary})
+    print(f"results written to {path}")
+
+
 def latency_run(latency_ms: float, clients: int, seconds: float) -> dict[str, Any]:
     """The closed-loop cycle with ``latency_ms`` added to every store write."""
     r = broker_run("cycle", clients, seconds, 1, latency_ms=latency_ms)
@@ -301,9 +355,15 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3,
                    help="interleaved rounds of the A/B comparison and of the headline "
                         "figures at 64 clients (default 3)")
-    p.add_argument("--only", choices=["ab", "latency"],
-                   help="ab: only the A/B comparison; latency: only 200 ms at 256 clients")
+    p.add_argument("--only", choices=["ab", "latency", "bigpush"],
+                   help="ab: only the A/B comparison; latency: only 200 ms at 256 clients; "
+                        "bigpush: only big payloads against the baseline")
     args = p.parse_args()
+    if args.only == "bigpush":
+        if args.baseline is None:
+            p.error("--only bigpush compares with --baseline DIR")
+        bigpush_compare(args.baseline.resolve(), args.rounds)
+        return
     if args.baseline is not None:
         ab_compare(args.baseline.resolve(), args.seconds, args.rounds)
         if args.only == "ab":

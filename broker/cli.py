@@ -61,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
                  "commit_timeout_s", "max_request_mb", "header_timeout_s", "body_timeout_s",
                  "max_connections", "max_connections_per_address", "trusted_proxies",
                  "wrong_tokens_per_min", "history_interval_s", "segment_push_jobs",
+                 "segment_push_bytes",
                  "segment_grace_s", "sweep_s", "log_level"):
         field = fields[name]
         default = "" if field.is_required() or field.default is None else \

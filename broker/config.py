@@ -119,9 +119,14 @@ class BrokerSettings(BaseSettings):
                     "dashboard login together) before its requests get 429 (0: no limit)")
     segment_push_jobs: int = Field(
         BrokerConfig.segment_push_jobs, ge=0, le=MAX_ITEMS,
-        description="a push of at least this many jobs with default options (a bulk push, a "
-                    "Spark publish) goes into segment objects the queue object references "
-                    "(0: never)")
+        description="a push of at least this many jobs sharing their options, none with a "
+                    "key (a bulk push, a Spark publish), goes into segment objects the queue "
+                    "object references (0: no push does)")
+    segment_push_bytes: int = Field(
+        BrokerConfig.segment_push_bytes, ge=0, le=1 << 40,
+        description="a push of at least this many bytes of payload, its jobs sharing their "
+                    "options and none with a key, goes into segment objects too, so large "
+                    "payloads never make a large queue object (0: not by size)")
     segment_grace_s: float = Field(
         BrokerConfig.segment_grace_s, gt=0, le=MAX_GRACE_S,
         description="a segment object no landed queue object references is deleted once "
@@ -219,6 +224,7 @@ class BrokerSettings(BaseSettings):
                             ui_read_only=self.ui_read_only,
                             history_interval_s=self.history_interval_s,
                             segment_push_jobs=self.segment_push_jobs,
+                            segment_push_bytes=self.segment_push_bytes,
                             segment_grace_s=self.segment_grace_s, sweep_s=self.sweep_s)
 
     def bearer(self) -> str | None:

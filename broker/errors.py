@@ -235,6 +235,13 @@ class UnknownQueue(OsqueueError):
     status = 404
 
 
+class JobNotFound(OsqueueError):
+    """No job has that id in the queue, its segments or its archive."""
+
+    code = "job_not_found"
+    status = 404
+
+
 class StaleToken(OsqueueError):
     code = "stale_token"
     status = 409
@@ -277,6 +284,15 @@ class BrokerUnreachable(BrokerUnavailable):
     applied."""
 
     code = "broker_unreachable"
+
+
+class TlsFailed(BrokerUnreachable):
+    """A TLS connection to the broker could not be made (it speaks plain HTTP,
+    or its certificate was refused): nothing was sent, and trying again would
+    fail the same way."""
+
+    code = "tls_failed"
+    retryable = False
 
 
 ERRORS_BY_CODE: dict[str, type[OsqueueError]] = {}

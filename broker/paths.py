@@ -1,8 +1,14 @@
 """Where a queue's objects live in a store, and what a valid queue name is.
 
 * ``{queue}/queue.json``: the state (a CAS object);
-* ``{queue}/archive/{YYYY-MM-DDTHH}/{seq:012d}-{commit}.jsonl``: completed
-  jobs, one object per commit that completed any (see :mod:`broker.model.archive`);
+* ``{queue}/archive/{YYYY-MM-DDTHH}/{seq:012d}-{commit}-{first id}-{last id}.jsonl``:
+  finished jobs, one object per commit that finished any, named with the
+  lowest and highest job id in it (see :mod:`broker.model.archive`);
+* ``{queue}/archive-index/b{block:010d}/{YYYY-MM-DDTHH}`` (empty objects): the
+  hours in which jobs of each block of 65,536 seqs were archived, and
+  ``{queue}/archive-index/start/{YYYY-MM-DDTHH}-{clean|legacy}``: when the
+  queue's archive began to be indexed (what a lookup by id reads first:
+  :func:`broker.model.archive.find_job`);
 * ``{queue}/segments/seg-{first seq:010d}-{8 hex}.jsonl``: immutable objects of
   pending jobs (see :mod:`broker.model.segments`), written by pushes and
   publishes by reference (:mod:`broker.service.by_reference`).
@@ -55,9 +61,38 @@ def archive_hour(now_ms: int) -> str:
     return time.strftime("%Y-%m-%dT%H", time.gmtime(now_ms // 1000))
 
 
-def archive_key(queue: str, done_ms: int, commit_seq: int, commit: str) -> str:
-    """The archive object of the completions of commit ``commit_seq`` (id ``commit``)."""
-    return f"{archive_prefix(queue)}{archive_hour(done_ms)}/{commit_seq:012d}-{commit}.jsonl"
+def archive_key(queue: str, done_ms: int, commit_seq: int, commit: str, first_seq: int,
+                last_seq: int) -> str:
+    """The archive object of the jobs finished by commit ``commit_seq`` (id
+    ``commit``), whose lowest and highest job seqs are ``first_seq`` and
+    ``last_seq``: ``{hour}/{commit_seq:012d}-{commit}-j{first:010d}-j{last:010d}.jsonl``
+    (a lookup by id reads only the objects whose range holds it)."""
+    return (f"{archive_prefix(queue)}{archive_hour(done_ms)}/{commit_seq:012d}-{commit}"
+            f"-j{first_seq:010d}-j{last_seq:010d}.jsonl")
+
+
+def archive_index_prefix(queue: str) -> str:
+    """Where a queue's archive index lives (see :mod:`broker.model.archive`)."""
+    return f"{queue}/archive-index/"
+
+
+def archive_block_prefix(queue: str, block: int) -> str:
+    """The index entries of seq block ``block``: one empty object per hour in
+    which jobs of it were archived."""
+    return f"{archive_index_prefix(queue)}b{block:010d}/"
+
+
+def archive_block_key(queue: str, block: int, hour: str) -> str:
+    """The index entry saying that jobs of seq block ``block`` were archived in
+    ``hour`` (``YYYY-MM-DDTHH``, as :func:`archive_hour` spells it)."""
+    return f"{archive_block_prefix(queue, block)}{hour}"
+
+
+def archive_start_prefix(queue: str) -> str:
+    """The index's start markers: ``{hour}-clean`` (nothing was archived before
+    the index) or ``{hour}-legacy`` (objects of that hour and before may be
+    unindexed)."""
+    return f"{archive_index_prefix(queue)}start/"
 
 
 def queue_from_state_key(key: str) -> str | None:

@@ -16,6 +16,10 @@ from broker.errors import StaleToken
 from broker.wire import ItemResult, encode_staged_line
 from osqueue_spark.args import InvalidArgument, job_options, json_bytes
 
+#: Most bytes of job lines one push request carries (a larger job goes alone):
+#: well under the broker's default request limit (64 MiB, ``--max-request-mb``).
+BATCH_BYTES = 8 * 1024 * 1024
+
 
 # NamedTuples, not frozen dataclasses: a worker builds tens of thousands a
 # second, and a frozen dataclass's __init__ costs several times more.
@@ -98,3 +102,25 @@ def chunks(items: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str
             chunk = []
     if chunk:
         yield chunk
+
+
+def line_chunks(bodies: Iterable[dict[str, Any]], size: int, max_bytes: int
+                ) -> Iterator[list[bytes]]:
+    """Job bodies (:func:`job_body`) as the staged lines of push requests: each
+    list at most ``size`` jobs and, but for a single larger job, ``max_bytes``
+    bytes. A job is encoded (and refused: ``InvalidArgument``) as its request is
+    made, and a full request is handed out before the next job is taken."""
+    lines: list[bytes] = []
+    total = 0
+    for body in bodies:
+        line = body_line(body)
+        if lines and total + len(line) > max_bytes:
+            yield lines
+            lines, total = [], 0
+        lines.append(line)
+        total += len(line)
+        if len(lines) >= size:
+            yield lines
+            lines, total = [], 0
+    if lines:
+        yield lines

@@ -82,7 +82,8 @@ def not_this_push(key: str, batch: int, answered: int, holds: int) -> str:
     differently, or of other jobs."""
     return (f"request key {key!r} names an earlier push whose batch {batch} held "
             f"{answered} job(s); this push's batch {batch} holds {holds}: repeat a push "
-            "with the same jobs, in the same order, with the same batch_size (this batch "
+            "with the same jobs, in the same order, with the same batch_size and batch_bytes "
+            "(this batch "
             "pushed nothing)")
 
 

@@ -10,6 +10,18 @@
     osqueue --queue jobs cancel j0000000042 j0000000043
     osqueue --queue jobs configure max_claims_per_s=50 claim_burst=100
     osqueue --queue jobs pause | resume
+    osqueue --queue jobs job j0000000042               # one job, wherever it is (archive too)
+    osqueue --queue jobs claim --max-jobs 2            # one JSON line a job, with its token
+    osqueue --queue jobs complete TOKEN --result '{"ok": true}'
+    osqueue --queue jobs fail TOKEN --error "boom" [--retry-in-s 30]
+    osqueue --queue jobs heartbeat TOKEN [--lease-s 60]
+
+``push --file`` sends requests of at most ``--batch-size`` jobs and
+``--batch-bytes`` bytes (8 MiB: under the broker's request limit, 64 MiB by
+default). ``claim`` prints each job it claimed as one JSON line (id, payload,
+token, attempt, lease_expires_at); ``complete``, ``fail`` and ``heartbeat``
+take those tokens and say per token what happened (exit status 1 if any was
+refused). ``job`` finds a finished job in the archive too.
 
 The broker URL comes from ``--broker`` or ``OSQUEUE_BROKER``; a bearer token
 from ``OSQUEUE_TOKEN``, or from the variable ``--token-env`` names (which must
@@ -21,7 +33,9 @@ reported at once, not retried.
 job), cancel requested (a claimed job: it ends cancelled at its worker's next
 call about it), or why not (finished, unknown: nothing changed; exit status 1).
 ``configure`` sets queue settings (``max_attempts``, ``max_claims_per_s``: the
-dispatch rate limit, 0 for none, ``claim_burst``, ...) and shows them all.
+dispatch rate limit, 0 for none, ``claim_burst``, ...) and shows them all;
+``max_attempts`` applies to jobs pushed from then on. ``--store`` takes a
+store URL or a local directory (``./data`` means ``file:///abs/path/data``).
 Exit status: 0 on success, 1 when the broker refused or cannot be reached, 2
 for bad arguments (a payload that is not JSON, a file that cannot be read, a
 bad broker URL or queue name, an unset token variable, an option out of range or
@@ -31,91 +45,37 @@ not finite), each said in one line.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
-import re
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlsplit
 
-import orjson
-from rich import box
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
-from rich.table import Table
-from rich.text import Text
 
 from broker import wire
-from broker.errors import BrokerUnreachable, InvalidRequest, OsqueueError
-from broker.text import plain, printable
+from broker.errors import BrokerUnreachable, InvalidRequest, OsqueueError, PayloadTooLarge
+from broker.text import plain
+from osqueue_spark import cli_jobs
 from osqueue_spark.args import InvalidArgument
+from osqueue_spark.bodies import BATCH_BYTES
+from osqueue_spark.cli_out import UsageError, console, dump, json_arg, positive, say, table
 from osqueue_spark.client import QueueClient
 from osqueue_spark.transport import Response, Urllib3Transport
 
 
-class UsageError(Exception):
-    """A bad argument: said in one line, exit status 2."""
-
-
-def say(text: str, file: IO[str] | None = None) -> None:
-    """Print one human-readable line (stdout), control characters escaped."""
-    print(printable(text), file=file or sys.stdout)
-
-
-def dump(value: Any) -> None:
-    """Print ``value`` as JSON (``--json``): control characters escaped by the
-    encoder, payload numbers exact (a long decimal or an integer past 64 bits as
-    the broker holds it: :func:`broker.wire.dumps`)."""
-    text = wire.dumps(value, option=orjson.OPT_INDENT_2).decode()
-    print(_NON_ASCII.sub(_json_escape, text))  # (C1 controls, bidi overrides: as escapes)
-
-
-_NON_ASCII = re.compile(r"[^\x00-\x7e]")  # (DEL too)
-
-
-def _json_escape(match: re.Match[str]) -> str:
-    """A character outside ASCII (only ever inside a JSON string) as its \\u escape,
-    as a surrogate pair past U+FFFF."""
-    code = ord(match.group())
-    if code <= 0xFFFF:
-        return f"\\u{code:04x}"
-    code -= 0x10000
-    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
-
-
-def console(file: IO[str] | None = None) -> Console:
-    """A rich console on ``file`` (stdout): plain text, no markup read from data,
-    and lines never wrapped when the output is not a terminal (a pipe, a file)."""
-    out = file or sys.stdout
-    return Console(file=out, highlight=False, width=None if out.isatty() else 100_000)
-
-
-def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> Table:
-    """Rows under a header line, columns aligned; cells shown as plain text."""
-    grid = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    for header in headers:
-        grid.add_column(header, no_wrap=True)
-    for row in rows:
-        grid.add_row(*(Text("" if c is None else printable(str(c))) for c in row))
-    return grid
-
-
-def _json_arg(text: str, what: str) -> Any:
-    try:
-        return wire.loads(text)  # numbers exact; NaN and Infinity refused, as JSON has none
-    except json.JSONDecodeError as exc:
-        shown = text if len(text) <= 40 else text[:37] + "..."
-        raise UsageError(f"osqueue push: {what} is not JSON ({exc.msg}): {shown!r}") from None
-
-
-def _payloads(args: argparse.Namespace) -> tuple[Iterator[Any], int | None]:
+def _payloads(args: argparse.Namespace) -> tuple[Iterator[tuple[Any, int]], int | None]:
+    """Each payload with the length of its text (about its bytes in a request),
+    and how many there are (None: read from stdin, not known ahead)."""
     if args.file is None:
         if not args.payloads:
             raise UsageError("osqueue push: give payloads as arguments or --file FILE "
                              "(- for stdin)")
-        values = [_json_arg(p, f"payload {n}") for n, p in enumerate(args.payloads, 1)]
+        values = [(json_arg(p, f"payload {n}"), len(p)) for n, p in enumerate(args.payloads, 1)]
         return iter(values), len(values)
     stream: IO[str]
     total: int | None = None
@@ -130,11 +90,11 @@ def _payloads(args: argparse.Namespace) -> tuple[Iterator[Any], int | None]:
             raise UsageError(f"osqueue push: cannot read {args.file}: "
                              f"{getattr(exc, 'strerror', None) or exc}") from None
 
-    def lines() -> Iterator[Any]:
+    def lines() -> Iterator[tuple[Any, int]]:
         try:
             for n, line in enumerate(stream, 1):
                 if line.strip():
-                    yield _json_arg(line.strip(), f"line {n}")
+                    yield json_arg(line.strip(), f"line {n}"), len(line)
         finally:
             if stream is not sys.stdin:
                 stream.close()
@@ -153,9 +113,23 @@ def _progress(total: int | None) -> Progress:
 
 
 def cmd_push(client: QueueClient, args: argparse.Namespace) -> int:
+    try:
+        return _push(client, args)
+    except PayloadTooLarge as exc:
+        if "request body" not in exc.message:
+            raise  # (a payload past the queue's max_payload_bytes: said as it is)
+        raise PayloadTooLarge(
+            f"{exc.message}: the broker refused a request of this push as too large; "
+            f"pass a smaller --batch-bytes (now {args.batch_bytes}) or --batch-size "
+            f"(now {args.batch_size}), or start the broker with a larger --max-request-mb. "
+            "Requests sent before it were pushed: re-run with --key-prefix to skip them"
+        ) from None
+
+
+def _push(client: QueueClient, args: argparse.Namespace) -> int:
     payloads, total = _payloads(args)
     batch: list[dict[str, Any]] = []
-    done = 0
+    size = done = 0
     show = total is None or total >= args.batch_size
     bar: Progress | None = _progress(total) if show else None
     shown: AbstractContextManager[Any] = bar if bar is not None else nullcontext()
@@ -163,21 +137,25 @@ def cmd_push(client: QueueClient, args: argparse.Namespace) -> int:
     keep = args.json or (total is not None and total <= 20)
     with shown:
         task = bar.add_task("push", total=total) if bar is not None else None
-        for n, payload in enumerate(payloads):
+        for n, (payload, nbytes) in enumerate(payloads):
             job: dict[str, Any] = {"payload": payload, "priority": args.priority,
                                    "delay_s": args.delay_s}
             if args.key_prefix:
                 job["key"] = f"{args.key_prefix}{n}"
             batch.append(job)
-            if len(batch) >= args.batch_size or (total is not None and n + 1 == total):
-                got = client.push_many(batch, batch_size=args.batch_size)
+            size += nbytes
+            if len(batch) >= args.batch_size or size >= args.batch_bytes or (
+                    total is not None and n + 1 == total):
+                got = client.push_many(batch, batch_size=args.batch_size,
+                                       batch_bytes=args.batch_bytes)
                 ids = [*ids, *got] if keep else got
                 done += len(got)
-                batch = []
+                batch, size = [], 0
                 if bar is not None and task is not None:
                     bar.update(task, completed=done)
         if batch:
-            got = client.push_many(batch, batch_size=args.batch_size)
+            got = client.push_many(batch, batch_size=args.batch_size,
+                                   batch_bytes=args.batch_bytes)
             ids = [*ids, *got] if keep else got
             done += len(got)
             if bar is not None and task is not None:
@@ -201,12 +179,21 @@ def cmd_stats(client: QueueClient, args: argparse.Namespace) -> int:
     if args.json:
         dump(s)
         return 0
-    rows = [(k, v) for k, v in s["counts"].items()]
+    # finished jobs leave the queue once archived: their counts here are the few
+    # awaiting it, never "how many are done" (the totals below say that)
+    rows = [(f"{k} (awaiting archive)" if k in ("completed", "cancelled") else k, v)
+            for k, v in s["counts"].items()]
+    rate = s.get("completed_per_min")
     rows += [("total", s["total"]), ("paused", s["paused"]),
              ("oldest pending age (s)", s["oldest_pending_age_s"]),
-             ("enqueued total", s["enqueued_total"]), ("completed total", s["completed_total"]),
-             ("failed total", s["failed_total"]), ("dead total", s["dead_total"]),
-             ("cancelled total", s["cancelled_total"]),
+             ("enqueued (all time)", s["enqueued_total"]),
+             ("completed (all time)", s["completed_total"]),
+             ("completed / min (last minute)", rate if rate is not None else
+              "n/a (just started)" if s.get("served_by_this_broker") else
+              "n/a (another broker serves the queue)"),
+             ("failed attempts (all time)", s["failed_total"]),
+             ("dead (all time)", s["dead_total"]),
+             ("cancelled (all time)", s["cancelled_total"]),
              ("cancel requested", s["cancel_requested"]),
              ("claims per s (last 10 s)", s["claims_per_s"]),
              ("claim limit per s", s["claim_limit_per_s"] or "none"),
@@ -221,6 +208,10 @@ def cmd_jobs(client: QueueClient, args: argparse.Namespace) -> int:
     if args.json:
         dump(jobs)
         return 0
+    if args.status in ("completed", "cancelled"):
+        say(f"({args.status} jobs leave the queue once archived: these await it. "
+            "'osqueue job ID' finds one in the archive; spark.read.format(\"osqueue\")"
+            ".option(\"table\", \"archive\") reads them all)", sys.stderr)
     rows = []
     for j in jobs:
         payload = json.dumps(j["payload"])
@@ -289,12 +280,21 @@ def _setting(text: str) -> tuple[str, Any]:
     return name, number
 
 
+#: What a changed setting does not change, said when it is set.
+SETTING_NOTES = {"max_attempts": "max_attempts applies to jobs pushed from now on; jobs "
+                                 "already in the queue keep the max_attempts they were "
+                                 "pushed with"}
+
+
 def cmd_configure(client: QueueClient, args: argparse.Namespace) -> int:
     settings = client.create(**dict(args.settings))["settings"]
+    notes = [SETTING_NOTES[name] for name in dict(args.settings) if name in SETTING_NOTES]
     if args.json:
-        dump({"queue": client.queue, "settings": settings})
+        dump({"queue": client.queue, "settings": settings, "notes": notes})
     else:
         console().print(table(sorted(settings.items()), ["queue " + client.queue, "setting"]))
+        for note in notes:
+            say(f"note: {note}")
     return 0
 
 
@@ -330,6 +330,8 @@ class _FailFast:
         try:
             return self._inner.send(method, url, headers, body, timeout_s)
         except BrokerUnreachable as exc:
+            if not exc.retryable:  # (TLS refused: no other way would do better)
+                raise
             self._left -= 1
             if self._left > 0:
                 raise
@@ -343,15 +345,11 @@ class _Unreachable(BrokerUnreachable):
     retryable = False
 
 
-def _positive(text: str) -> int:
-    """An argparse type: a whole number > 0."""
+def _version() -> str:
     try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text[:20]!r}") from None
-    if n <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {n}")
-    return n
+        return importlib.metadata.version("osqueue-spark")
+    except importlib.metadata.PackageNotFoundError:  # (a checkout on the path, not installed)
+        return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -359,6 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="osqueue", description=doc[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="\n".join(doc[2:]))
+    p.add_argument("--version", action="version", version=f"osqueue {_version()}",
+                   help="print the installed version and exit")
     p.add_argument("--broker", default=os.environ.get("OSQUEUE_BROKER"),
                    help="broker URL, or several comma-separated (default: $OSQUEUE_BROKER)")
     p.add_argument("--queue", "-q", default=os.environ.get("OSQUEUE_QUEUE", "default"),
@@ -366,60 +366,87 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--token-env", metavar="VAR",
                    help="variable holding the bearer token, which must be set "
                         "(default: OSQUEUE_TOKEN, if set)")
-    p.add_argument("--store", help="store URL, to find a broker that moved")
+    p.add_argument("--store", help="the store URL (file:///abs/dir, s3://bucket/prefix, ...) "
+                                   "or a local directory: to find the broker serving the "
+                                   "queue when one given cannot be reached")
     p.add_argument("--json", action="store_true", help="print plain JSON (for scripts)")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
         # --json after the command too; SUPPRESS keeps the global one when not given here
-        cmd = sub.add_parser(name, help=help)
+        cmd = sub.add_parser(name, help=help, description=help)
         cmd.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                          help="print plain JSON (for scripts)")
         return cmd
 
     push = command("push", "enqueue JSON payloads")
-    push.add_argument("payloads", nargs="*", help="JSON payloads")
+    push.add_argument("payloads", nargs="*", metavar="PAYLOAD", help="JSON payloads")
     push.add_argument("--file", "-f", help="a file of JSON lines, or - for stdin")
-    push.add_argument("--priority", type=int, default=0)
-    push.add_argument("--delay-s", type=float, default=0.0)
+    push.add_argument("--priority", type=int, default=0,
+                      help="higher is claimed first (default 0)")
+    push.add_argument("--delay-s", type=float, default=0.0,
+                      help="seconds before the jobs may be claimed (default 0)")
     push.add_argument("--key-prefix", help="idempotency keys PREFIX<line number> (safe re-runs)")
-    push.add_argument("--batch-size", type=_positive, default=1000, help="jobs per request")
+    push.add_argument("--batch-size", type=positive, default=1000,
+                      help="most jobs per request (default 1000)")
+    push.add_argument("--batch-bytes", type=positive, default=BATCH_BYTES,
+                      help="most bytes per request (default 8 MiB; keep it under the "
+                           "broker's --max-request-mb)")
     push.set_defaults(fn=cmd_push)
 
     command("stats", "counts and figures").set_defaults(fn=cmd_stats)
+    cli_jobs.add_commands(command)
 
     for name, limit in (("jobs", 100), ("peek", 10)):
-        jp = command(name, "list jobs" if name == "jobs" else "the first few jobs")
+        jp = command(name, "list jobs in enqueue order" if name == "jobs" else
+                     "the first few jobs")
         jp.add_argument("--status",
-                        choices=["pending", "claimed", "dead", "completed", "cancelled"])
-        jp.add_argument("--limit", type=_positive, default=limit)
-        jp.add_argument("--after", help="page after this job id")
+                        choices=["pending", "claimed", "dead", "completed", "cancelled"],
+                        help="only jobs of this status (completed and cancelled: those "
+                             "awaiting their archive object)")
+        jp.add_argument("--limit", type=positive, default=limit,
+                        help=f"most jobs to list (default {limit})")
+        jp.add_argument("--after", metavar="ID", help="page after this job id")
         jp.set_defaults(fn=cmd_jobs)
 
     rd = command("redrive", "return dead jobs (all, or the ids given) to pending")
-    rd.add_argument("ids", nargs="*")
+    rd.add_argument("ids", nargs="*", metavar="ID", help="job ids (default: every dead job)")
     rd.set_defaults(fn=cmd_redrive)
 
     pg = command("purge", "delete jobs by status (default pending and dead)")
     pg.add_argument("--status", action="append",
-                    choices=["pending", "claimed", "dead"])
+                    choices=["pending", "claimed", "dead"],
+                    help="a status to delete (repeat for several); nothing is archived")
     pg.add_argument("--yes", action="store_true", help="really delete")
     pg.set_defaults(fn=cmd_purge)
 
     cn = command("cancel", "cancel jobs by id: pending ones at once, claimed ones when "
                  "their worker next calls about them")
-    cn.add_argument("ids", nargs="+", metavar="ID")
+    cn.add_argument("ids", nargs="+", metavar="ID", help="job ids")
     cn.set_defaults(fn=cmd_cancel)
 
     cf = command("configure", "set queue settings (NAME=NUMBER ...); shows them all")
     cf.add_argument("settings", nargs="+", type=_setting, metavar="NAME=NUMBER",
                     help="e.g. max_claims_per_s=50 (0: no dispatch rate limit), "
-                         "claim_burst=100, max_attempts=5")
+                         "claim_burst=100, max_attempts=5 (for jobs pushed from then on)")
     cf.set_defaults(fn=cmd_configure)
 
     command("pause", "stop handing out jobs").set_defaults(fn=cmd_pause)
     command("resume", "hand out jobs again").set_defaults(fn=cmd_resume)
     return p
+
+
+def _store_url(text: str) -> str:
+    """``--store`` as a store URL: a URL as given, a local directory as
+    ``file:///abs/path``; ``UsageError`` for a directory that is not there."""
+    if "://" in text:
+        return text
+    path = Path(text).expanduser().resolve()
+    if not path.is_dir():
+        raise UsageError(f"osqueue: --store {text[:60]!r} is neither a store URL "
+                         "(file:///abs/dir, s3://bucket/prefix, gs://..., abfss://...) nor "
+                         "an existing directory")
+    return path.as_uri()
 
 
 def _client(args: argparse.Namespace) -> QueueClient:
@@ -443,7 +470,8 @@ def _client(args: argparse.Namespace) -> QueueClient:
         shown = url if len(url) <= 40 else url[:37] + "..."
         raise UsageError(f"osqueue: --broker wants http(s)://host:port, got {shown!r}")
     try:
-        return QueueClient(urls, args.queue, token=token, store=args.store, retry_s=10,
+        store = None if args.store is None else _store_url(args.store)
+        return QueueClient(urls, args.queue, token=token, store=store, retry_s=10,
                            transport=_FailFast(len(urls) + (args.store is not None)))
     except InvalidRequest as exc:
         raise UsageError(f"osqueue: {exc.message}") from None

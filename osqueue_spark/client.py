@@ -61,15 +61,15 @@ from broker.retry import retrying
 from broker.wire import STAGED_CONTENT_TYPE, CancelAnswer, ItemResult, loads
 from osqueue_spark.args import InvalidArgument, integer, json_bytes, number, text
 from osqueue_spark.bodies import (
+    BATCH_BYTES,
     CLAIMED_FIELDS,
     ClaimedJob,
-    body_line,
     checked,
-    chunks,
     items_of,
     job_body,
     job_staged_line,
     json_default,
+    line_chunks,
 )
 from osqueue_spark.calls import (
     KeyedCall,
@@ -294,9 +294,13 @@ class QueueClient:
         return self.push_many([job], request_key=request_key)[0]
 
     def push_many(self, jobs: Iterable[Any], batch_size: int = 1000, *,
-                  request_key: str | None = None) -> list[str]:
+                  request_key: str | None = None,
+                  batch_bytes: int = BATCH_BYTES) -> list[str]:
         """Enqueue jobs in batches; each item is a payload or a dict with ``payload`` and
-        optional ``priority``, ``delay_s``, ``max_attempts``, ``key``.
+        optional ``priority``, ``delay_s``, ``max_attempts``, ``key``. A batch is
+        one request of at most ``batch_size`` jobs and ``batch_bytes`` bytes
+        (8 MiB; a single larger job goes alone): keep it under the broker's
+        request limit (64 MiB by default), past which it is refused (413).
 
         The call has a request key: ``request_key`` (1 to 192 printable ASCII
         characters: :func:`osqueue_spark.calls.push_key`), else one the client
@@ -305,7 +309,8 @@ class QueueClient:
         A retryable error raised once a batch was sent (the outcome is unknown:
         some of the jobs may be in the queue) carries the key as
         ``exc.request_key`` and names it in its message: calling again with the
-        same jobs, the same ``batch_size`` and ``request_key=exc.request_key``
+        same jobs, the same ``batch_size`` and ``batch_bytes``, and
+        ``request_key=exc.request_key``
         within the queue's ``retry_ttl_s`` (default 600 s) answers the ids of the
         batches that landed, creating nothing for them, and pushes the rest
         (later, it pushes them all again). A repeat whose batch is answered with
@@ -317,6 +322,7 @@ class QueueClient:
         rest are not. See docs/guarantees.md.
         """
         integer("batch_size", batch_size, 1, MAX_ITEMS)
+        integer("batch_bytes", batch_bytes, 1, 1 << 40)
         numbering: RequestNumbers | None = None
         if request_key is None:
             numbering = self._requests
@@ -327,8 +333,9 @@ class QueueClient:
         ids: list[str] = []
         sent = False
         try:
-            for i, chunk in enumerate(chunks((job_body(j) for j in jobs), batch_size)):
-                body = b"".join(map(body_line, chunk))  # the compact body: payloads pass through
+            for i, chunk in enumerate(line_chunks((job_body(j) for j in jobs), batch_size,
+                                                  batch_bytes)):
+                body = b"".join(chunk)  # the compact body: payloads pass through
                 sent = True
                 part = KeyedCall(key if i == 0 else f"{key}.{i}", numbering)
                 got = self.request("POST", self._q("push"), body, call=part)["ids"]
@@ -426,6 +433,16 @@ class QueueClient:
         if tokens:
             params.append("tokens=true")
         return list(self.request("GET", self._q("jobs") + "?" + "&".join(params))["jobs"])
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        """One job by id, wherever it is: the queue object, a segment object or the
+        archive (``location`` says which), with its status, payload, result and
+        last error; never a lease token. Raises ``JobNotFound`` if none holds it
+        (no such id, or purged) and ``UnknownQueue`` for a queue that does not
+        exist. The archive is searched by the job's block of the index: a few
+        LISTs and GETs (docs/operations.md)."""
+        text("job_id", job_id, MAX_JOB_ID_CHARS)
+        return dict(self.request("GET", self._q(f"jobs/{quote(job_id, safe='')}")))
 
     def iter_jobs(self, status: str | None = None, page: int = 1000, *,
                   tokens: bool = False) -> Iterator[dict[str, Any]]:

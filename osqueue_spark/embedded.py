@@ -113,9 +113,10 @@ def start_broker(store: str | ObjectStore, host: str | None = None, port: int = 
     ``spark.driver.host`` from instead of this process's SparkContext's.
 
     ``lease_s``: the broker lease (default :data:`broker.limits.BROKER_LEASE_S`).
-    ``segment_push_jobs``: a push or publish of at least this many default-option
-    jobs goes into segment objects (default 10,000; 0: never; see
-    ``docs/architecture.md``).
+    ``segment_push_jobs``: a push or publish of at least this many jobs sharing
+    their options (none with a key) goes into segment objects (default 10,000;
+    0: no push does; so does one of 64 KiB of payload or more, the
+    ``segment_push_bytes`` of ``BrokerConfig``; see ``docs/architecture.md``).
     ``tune_gc``: make this process a broker's for the garbage collector, as
     ``osqueue-broker`` does for its own: higher collection thresholds, and the
     collector paused around bulk work. A bulk publish of a million jobs then

@@ -17,13 +17,14 @@ may have (the client retries both; every call it makes is safe to repeat).
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, Protocol
 
 import orjson
 import urllib3
 
-from broker.errors import BrokerUnavailable, BrokerUnreachable
+from broker.errors import BrokerUnavailable, BrokerUnreachable, TlsFailed
 
 #: Longest wait (s) to open a connection to a broker; the read timeout is per call.
 CONNECT_TIMEOUT_S = 5.0
@@ -86,6 +87,8 @@ class Urllib3Transport:
                 urllib3.exceptions.ConnectTimeoutError) as exc:
             raise BrokerUnreachable(
                 f"cannot reach broker at {_origin(url)}: {_why(exc)}") from None
+        except urllib3.exceptions.SSLError as exc:
+            raise TlsFailed(_tls_why(url, exc)) from None
         except urllib3.exceptions.HTTPError as exc:
             raise BrokerUnavailable(
                 f"request to {_origin(url)} failed after sending: {type(exc).__name__}") from None
@@ -120,6 +123,19 @@ def _why(exc: Exception) -> str:
     cause = exc.__cause__
     reason = cause.strerror if isinstance(cause, OSError) else None
     return f"{reason} ({type(exc).__name__})" if reason else type(exc).__name__
+
+
+def _tls_why(url: str, exc: Exception) -> str:
+    """Why TLS with ``url``'s broker failed, and what to do: a certificate refused
+    (its reason), or an answer that is not TLS (a plain HTTP broker)."""
+    inner = exc.args[0] if exc.args else None
+    if isinstance(inner, ssl.SSLCertVerificationError):
+        return (f"the TLS certificate of the broker at {_origin(url)} was refused: "
+                f"{inner.verify_message or inner.reason}")
+    reason = getattr(inner, "reason", None) or type(inner or exc).__name__
+    plain = "http://" + _origin(url).partition("://")[2]
+    return (f"the broker at {_origin(url)} does not speak TLS (try {plain}): the TLS "
+            f"handshake failed ({reason})")
 
 
 def _origin(url: str) -> str:

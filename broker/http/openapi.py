@@ -24,6 +24,8 @@ REF = "#/components/schemas/{model}"
 
 QUEUE_PARAM = {"name": "queue", "in": "path", "required": True,
                "schema": {"type": "string", "pattern": QUEUE_NAME_PATTERN}}
+JOB_PARAM = {"name": "job_id", "in": "path", "required": True,
+             "schema": {"type": "string", "pattern": "^j[0-9]{10,15}$"}}
 KEY_PARAMS = [
     {"name": "Idempotency-Key", "in": "header", "required": False,
      "description": "The caller's key for this call: a repeat with the same key (while the "
@@ -61,6 +63,8 @@ def _needs_body(model: type[BaseModel]) -> bool:
 
 def _operation(route: Route, refs: dict[type[BaseModel], str]) -> dict[str, Any]:
     params: list[dict[str, Any]] = [QUEUE_PARAM] if "{queue}" in route.path else []
+    if "{job_id}" in route.path:
+        params.append(JOB_PARAM)
     if route.keyed:
         params += KEY_PARAMS
     if route.query is not None:

@@ -142,6 +142,10 @@ async def jobs(broker: Broker, request: Request, body: None) -> Any:
     return {"jobs": page, "next_after": page[-1]["id"] if len(page) == limit else None}
 
 
+async def job(broker: Broker, request: Request, body: None) -> Any:
+    return await broker.job(request.path_params["queue"], request.path_params["job_id"])
+
+
 async def create(broker: Broker, request: Request, body: schemas.CreateRequest) -> Any:
     settings = body.model_dump(exclude_unset=True).get("settings", {})
     return await broker.create_queue(request.path_params["queue"], settings)
@@ -247,6 +251,9 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", f"{Q}/jobs", jobs, "A page of jobs in enqueue order, full unless it is the "
           "last (follow next_after until null); leases show their tokens only with "
           "tokens=true", None, S.JobsPage, query=S.JobsQuery),
+    Route("GET", f"{Q}/jobs/{{job_id}}", job, "One job by id, wherever it is: the queue "
+          "object, a segment object or the archive (404 job_not_found if none holds it: "
+          "no such id, or purged)", None, S.JobFound),
     Route("GET", "/v1/queues", queues, "The queues this broker serves or watches",
           None, S.Queues),
     Route("GET", "/healthz", healthz, "Liveness: ok (503 when not ok); with the token, also "

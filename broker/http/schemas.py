@@ -368,6 +368,9 @@ class Stats(Response):
     claim_tokens: int | None = Field(description="whole tokens left in the bucket: jobs a "
                                      "claim may take now (null: no limit)")
     served_by_this_broker: bool
+    completed_per_min: float | None = Field(None, description="jobs completed a minute over "
+                                            "the last minute, on the broker serving the "
+                                            "queue (null elsewhere, and in its first second)")
     state_bytes: int | None = None
     commits: int | None = None
     conflicts: int | None = None
@@ -388,6 +391,43 @@ class JobsPage(Response):
     next_after: str | None = Field(description="the page's last job id when it is full (pass "
                                    "it as after for the next page, which may be empty); "
                                    "null: no more jobs")
+
+
+class JobLease(Response):
+    worker: str
+    lease_s: float
+    expires_at: str
+    heartbeat_at: str
+
+
+class JobFound(Response):
+    """One job, wherever it is (``location``): the queue object (pending, claimed,
+    dead, or finished and awaiting its archive object), a segment object
+    (pending) or the archive (completed or cancelled). Never a lease token."""
+
+    id: str
+    seq: int
+    status: str = Field(description="pending, claimed, dead, completed or cancelled")
+    priority: int
+    run_at: str
+    attempts: int
+    max_attempts: int
+    created_at: str
+    payload: Any
+    location: Literal["queue", "segment", "archive"]
+    key: str | None = Field(None, description="its idempotency key (not kept in the archive)")
+    last_error: str | None = None
+    lease: JobLease | None = Field(None, description="a claimed job's lease, without its token")
+    cancel_requested_at: str | None = None
+    completed_at: str | None = None
+    cancelled_at: str | None = None
+    result: Any = Field(None, description="a completed job's result")
+    worker: str | None = Field(None, description="who finished it (archive)")
+    commit_seq: int | None = Field(None, description="the queue object version that "
+                                   "recorded its end")
+    commit: str | None = None
+    archive_key: str | None = Field(None, description="the archive object it is in (or, "
+                                    "awaiting it, will be)")
 
 
 class QueueHealth(Response):

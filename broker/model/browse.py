@@ -11,7 +11,10 @@ committed state only, as ``stats`` and ``jobs`` do). A view changes nothing.
   at a million jobs) where ``stats`` reads every line;
 * ``page``: a page of the job browser by seq cursor, each page costing what it
   reads (:meth:`~broker.model.jobtable.JobTable.peek`);
-* ``job``: one job by id, or by its idempotency key while the key is kept.
+* ``job``: one job by id, or by its idempotency key while the key is kept;
+  :func:`archived` shows one the archive holds the same way;
+* ``lookup``: one job by id as the API answers it (``GET /v1/queues/{queue}/jobs/{id}``;
+  the archive is searched by :mod:`broker.service.lookup`).
 
 Lease tokens are never shown: a token lets its holder complete the job.
 """
@@ -27,6 +30,7 @@ import orjson
 
 from broker import paths, timefmt, wire
 from broker.errors import InvalidRequest, shown
+from broker.model.archive import Found
 from broker.model.job import CANCELLED, CLAIMED, COMPLETED, DEAD, PENDING, Job, seq_of
 from broker.model.ops import Inspect, Result
 from broker.model.segment_claims import page_refs
@@ -181,7 +185,7 @@ def segments_to_load(state: QueueState, op: Inspect) -> list[SegmentRef]:
         after = page_start(state, status, after_seq, before_seq, limit)
         return [ref for ref in page_refs(state, after, limit + 1)
                 if windows.peek(ref, max(ref.taken, after + 1 - ref.first_seq), 1) is None]
-    if op.view in ("job", "find"):
+    if op.view in ("job", "find", "lookup"):
         seq = seq_of(op.args[-1])
         ref = None if seq is None else _holder(refs, seq)
         if seq is not None and ref is not None and \
@@ -266,10 +270,64 @@ def job(state: QueueState, now_ms: int, queue: str, job_id: str) -> dict[str, An
             out["completed_at"] = timefmt.fmt(found.done_ms)
             out["result"] = pretty(found.result or b"null")
         if found.done_seq is not None and found.done_commit is not None:
+            seqs = state.completed.get(found.done_seq) or [found.seq]  # (its commit's jobs)
             out["archive_key"] = paths.archive_key(queue, found.done_ms, found.done_seq,
-                                                   found.done_commit)
+                                                   found.done_commit, min(seqs), max(seqs))
     out["redrivable"] = found.status == DEAD
     return out
+
+
+def lookup(state: QueueState, now_ms: int, queue: str, job_id: str) -> dict[str, Any]:
+    """``{"job": ..., "enqueued": n}``: job ``job_id`` as the queue object holds
+    it (or would, for a pending job of a segment whose line is loaded), its
+    lease without its token, with ``location`` (``"queue"`` or ``"segment"``)
+    and, finished and awaiting its archive object, ``archive_key``; None if
+    neither the head nor a loaded segment line holds it. ``enqueued``: the
+    seq counter (no job has a larger seq). ``InvalidRequest`` for a text that
+    is not a job id."""
+    seq = seq_of(job_id)
+    if seq is None:
+        raise InvalidRequest(f"not a job id: {shown(job_id)} (ids are j and ten or more digits)")
+    out: dict[str, Any] | None = None
+    if seq in state.jobs:
+        found: Job | None = next(state.jobs.peek(seq - 1))
+        where = "queue"
+    else:
+        found, where = _segment_job(state, seq), "segment"
+    if found is not None:
+        out = found.to_dict()
+        if "lease" in out:
+            del out["lease"]["token"]  # (it settles the job: never shown here)
+        out["location"] = where
+        if found.done_ms is not None and found.done_seq is not None \
+                and found.done_commit is not None:
+            seqs = state.completed.get(found.done_seq) or [found.seq]
+            out["archive_key"] = paths.archive_key(queue, found.done_ms,
+                                                   found.done_seq, found.done_commit,
+                                                   min(seqs), max(seqs))
+    return {"job": out, "enqueued": state.counters.enqueued}
+
+
+def archived(found: Found) -> dict[str, Any]:
+    """A job the archive holds (:func:`broker.model.archive.find_job`) as
+    :func:`job` shows one, its token left out: finished, so neither
+    cancellable nor redrivable."""
+    record, payload = found.record, found.payload
+    preview = payload[:PREVIEW_CHARS * 4].decode("utf-8", "replace")
+    return {
+        "id": record.get("id"), "seq": record.get("seq"), "status": record.get("status"),
+        "priority": record.get("priority"), "attempts": record.get("attempts"),
+        "max_attempts": record.get("max_attempts"), "run_at": record.get("run_at"),
+        "created_at": record.get("created_at"), "worker": record.get("worker"),
+        "cancel_requested": False, "cancellable": False, "redrivable": False,
+        "last_error": record.get("last_error"),
+        "preview": preview[:PREVIEW_CHARS] + ("…" if len(preview) > PREVIEW_CHARS else ""),
+        "key": None, "payload": pretty(payload), "payload_bytes": len(payload), "lease": None,
+        "archive_key": found.key, "completed_at": record.get("completed_at"),
+        "cancelled_at": record.get("cancelled_at"),
+        "result": None if record.get("status") == CANCELLED else pretty(found.result),
+        "cancel_requested_at": record.get("cancel_requested_at"),
+    }
 
 
 def pretty(data: bytes) -> str:
@@ -286,6 +344,7 @@ def pretty(data: bytes) -> str:
 
 VIEWS: dict[str, Callable[..., Any]] = {
     "counters": counters, "summary": summary, "page": page, "find": find, "job": job,
+    "lookup": lookup,
 }
 
 

@@ -6,6 +6,13 @@ for, one background task writes that commit's archive object (see
 landed, :meth:`Archiver.to_drop` names the seq and the queue's next commit
 drops those jobs. The object is a function of the committed jobs, so a write
 repeated by this broker or another one after a takeover changes nothing.
+
+Before the object go its index entries (an empty object per seq block and
+hour) and, before this archiver's first object, the index's start marker
+unless one is there: so when the jobs leave the queue object, a lookup by id
+finds them (:func:`broker.model.archive.find_job`). Each of these writes is
+repeated identically after a failure or a takeover; the object is written
+only once its entries landed, and the jobs are dropped only once it landed.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 
+from broker import paths
 from broker.commit.offloop import run_io
 from broker.errors import OsqueueError
 from broker.model import archive
@@ -27,12 +35,27 @@ log = logging.getLogger("osqueue.archive")
 
 
 
-def write_commit(store: ObjectStore, queue: str, jobs: Sequence[Job]) -> str:
-    """Write (or rewrite, identically) the archive object of one commit's
-    completions; return its key. Raises the store's errors."""
+def write_commit(store: ObjectStore, queue: str, jobs: Sequence[Job],
+                 indexed: set[str] | None = None) -> str:
+    """Write (or rewrite, identically) the index entries, then the archive object
+    of one commit's completions; return its key. ``indexed``: entries known to
+    be written already (skipped; those written are added). Raises the store's
+    errors (the object is not written unless every entry was)."""
     key, data = archive.commit_object(queue, jobs)
+    for entry in archive.index_keys(queue, jobs):
+        if indexed is None or entry not in indexed:
+            store.put(entry, b"")
+            if indexed is not None:
+                indexed.add(entry)
     store.put(key, data)
     return key
+
+
+def write_start(store: ObjectStore, queue: str, now_ms: int, legacy: bool) -> None:
+    """Write the index's start marker (see :mod:`broker.model.archive`) unless
+    one is there. Raises the store's errors."""
+    if not store.list(paths.archive_start_prefix(queue)):
+        store.put(archive.start_key(queue, now_ms, legacy), b"")
 
 
 #: How soon an idle queue writes the commit that drops archived jobs (s).
@@ -53,11 +76,20 @@ class Archiver:
         self._written: dict[int, float] = {}  # commit seq -> when its object landed
         self.failures = 0
         self.last_error: str | None = None
+        self._indexed: set[str] = set()  # index entries written (a few an hour)
+        # None until the start marker is known to be there; else whether jobs may
+        # have been archived before the index (as the first committed state says)
+        self._legacy: bool | None = None
+        self._started = False
 
     def committed(self, state: QueueState) -> None:
         """``state`` is committed: archive each of its commits with completions
         that is not archived or being archived yet."""
         self._forget_dropped(state)
+        if self._legacy is None and state.completed:
+            # more jobs finished than await their object: some were archived before
+            c = state.counters
+            self._legacy = c.completed + c.cancelled > sum(map(len, state.completed.values()))
         for seq, job_seqs in state.completed.items():
             if seq in self._writing or seq in self._written:
                 continue
@@ -67,10 +99,17 @@ class Archiver:
 
     async def _write(self, seq: int, jobs: list[Job]) -> None:
         delays = backoff_delays(first_s=0.1, cap_s=30.0)
+        if len(self._indexed) > 4096:  # (old hours: written long ago)
+            self._indexed.clear()
         try:
             while True:
                 try:
-                    await run_io(self._executor, write_commit, self.store, self.queue, jobs)
+                    if not self._started:
+                        await run_io(self._executor, write_start, self.store, self.queue,
+                                     jobs[0].done_ms or 0, bool(self._legacy))
+                        self._started = True
+                    await run_io(self._executor, write_commit, self.store, self.queue, jobs,
+                                 self._indexed)
                     break
                 except (OsqueueError, OSError) as exc:
                     self.failures += 1

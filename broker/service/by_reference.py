@@ -1,5 +1,6 @@
-"""Pushes by reference: a bulk push (a Spark publish, a large push of bare
-payloads) whose jobs go into segment objects instead of the queue object.
+"""Pushes by reference: a bulk push (a Spark publish, a push of many jobs or
+of many bytes, whose jobs share their options) whose jobs go into segment
+objects instead of the queue object.
 
 Three steps, each safe to lose (what a crash after each leaves: below):
 
@@ -34,6 +35,7 @@ from typing import cast
 
 from broker.commit.loop import CommitLoop
 from broker.errors import BrokerUnavailable, InvalidRequest
+from broker.limits import MAX_ATTEMPTS, MAX_DELAY_MS, MAX_PRIORITY
 from broker.model import idempotency
 from broker.model.checks import StagedChunk
 from broker.model.job import JobIds
@@ -70,11 +72,35 @@ def chunks(payloads: Sequence[bytes], max_jobs: int = MAX_SEGMENT_JOBS,
     return out
 
 
-def wanted(op: object, min_jobs: int) -> bool:
-    """Whether ``op`` goes by reference: a push of at least ``min_jobs`` bare
-    payloads (0: never), not already a push of refs, with no staged chunk missing."""
-    return (min_jobs > 0 and isinstance(op, PushPayloads) and not op.refs
-            and not op.missing and len(op.payloads) >= min_jobs)
+def wanted(op: object, min_jobs: int, min_bytes: int = 0) -> bool:
+    """Whether ``op`` goes by reference: a push (not already of refs, with no
+    staged chunk missing) of at least ``min_jobs`` jobs (0: no push does) or of
+    payloads of ``min_bytes`` bytes in all (0: not by size), whose jobs all have
+    the same options in range and no idempotency key (a key's job stays in the
+    head: the key window names it there)."""
+    if min_jobs <= 0 or not isinstance(op, Push | PushPayloads) or op.refs or op.missing:
+        return False
+    if isinstance(op, Push):
+        jobs = op.jobs
+        if not jobs or not _uniform(jobs):
+            return False
+        if len(jobs) >= min_jobs:
+            return True
+        return min_bytes > 0 and sum(len(job.payload) for job in jobs) >= min_bytes
+    payloads = op.payloads
+    return len(payloads) >= min_jobs or (
+        min_bytes > 0 and len(payloads) > 0 and sum(map(len, payloads)) >= min_bytes)
+
+
+def _uniform(jobs: Sequence[NewJob]) -> bool:
+    """Whether ``jobs`` share their options, in range (else the push goes into
+    the head, which refuses a bad one), with no idempotency key."""
+    first = jobs[0]
+    options = first[1:]
+    return (first.key is None and -MAX_PRIORITY <= first.priority <= MAX_PRIORITY
+            and 0 <= first.delay_ms <= MAX_DELAY_MS
+            and (first.max_attempts is None or 1 <= first.max_attempts <= MAX_ATTEMPTS)
+            and all(job[1:] == options for job in jobs))
 
 
 Loop = CommitLoop[QueueState, Op, Result]
@@ -123,12 +149,15 @@ class _Writer:
             self.held.append(key)
 
     async def write(self, payloads: list[bytes], largest: int | None = None,
-                    size: int | None = None) -> list[bytes]:
+                    size: int | None = None, *, priority: int = 0, delay_ms: int = 0,
+                    max_attempts: int | None = None) -> list[bytes]:
         """Reserve seqs for ``payloads`` and write their segments (kept in
         :attr:`refs`); return the payloads that go into the head instead: none,
         or all of them if one holds a line break (a segment line holds one job).
         ``largest`` (bytes of the largest payload) and ``size`` (of them all):
         what the caller knows already, else each is a pass over ``payloads``.
+        ``priority``, ``delay_ms`` and ``max_attempts`` (None: the queue's):
+        every job's options.
 
         The segments are written :data:`WRITERS` at once. The first slice that
         fails stops the others (a line break: the payloads are returned; a
@@ -142,7 +171,7 @@ class _Writer:
         assert isinstance(reserved.ids, JobIds) and isinstance(reserved.view, int)
         first = reserved.ids.first
         # (the landed version's: the loop's state may hold a change still in flight)
-        max_attempts = reserved.view
+        attempts = reserved.view if max_attempts is None else max_attempts
         now = self.clock()
         slices = [(0, len(payloads))] if size is not None and size <= SEGMENT_MAX_BYTES \
             and len(payloads) <= MAX_SEGMENT_JOBS else chunks(payloads)
@@ -151,9 +180,9 @@ class _Writer:
 
         async def one(i: int, lo: int, hi: int) -> None:
             async with gate:
-                ref = refs[i] = await self.segments.write(self.queue, first + lo, 0, now,
-                                                          payloads[lo:hi],
-                                                          max_attempts=max_attempts)
+                ref = refs[i] = await self.segments.write(
+                    self.queue, first + lo, priority, now + delay_ms, payloads[lo:hi],
+                    max_attempts=attempts, created_ms=now)
                 self._keep(ref.key)  # (no sweep until this push is answered)
 
         tasks = [asyncio.ensure_future(one(i, lo, hi)) for i, (lo, hi) in enumerate(slices)]
@@ -183,21 +212,30 @@ class _Writer:
         return await self.loop.submit(replace(op, refs=tuple(self.refs)))
 
 
-async def push_by_reference(loop: Loop, segments: SegmentStore, queue: str, op: PushPayloads,
-                            clock: Callable[[], int], monotonic: Callable[[], float]) -> Result:
-    """Push ``op``'s payloads by reference (see the module docstring); answers
-    as the push would. A push already answered (its ``request`` or ``once``
-    is known to the head) goes through the usual path at once, which replays
-    it; so does one with a payload holding a line break."""
+async def push_by_reference(loop: Loop, segments: SegmentStore, queue: str,
+                            op: Push | PushPayloads, clock: Callable[[], int],
+                            monotonic: Callable[[], float]) -> Result:
+    """Push ``op``'s jobs by reference (see the module docstring; a ``Push``:
+    jobs that share their options, as :func:`wanted` checks); answers as the
+    push would. A push already answered (its ``request`` or ``once`` is known
+    to the head) goes through the usual path at once, which replays it; so
+    does one with a payload holding a line break."""
     state = loop.state
     if state is not None and ((op.once is not None and op.once in state.once) or (
             op.request is not None and op.request in state.receipts.requests)):
         return await loop.submit(op)
     writer = _Writer(loop, segments, queue, clock, monotonic)
     try:
-        if await writer.write(list(op.payloads)):
+        if isinstance(op, Push):
+            first = op.jobs[0]
+            inline = await writer.write([job.payload for job in op.jobs],
+                                        priority=first.priority, delay_ms=first.delay_ms,
+                                        max_attempts=first.max_attempts)
+        else:
+            inline = await writer.write(list(op.payloads))
+        if inline:
             return await loop.submit(op)
-        return await writer.commit(replace(op, payloads=()))
+        return await writer.commit(PushPayloads((), op.once, op.request, op.missing, op.floor))
     finally:
         writer.release()
 
@@ -212,7 +250,8 @@ async def publish_by_reference(loop: Loop, segments: SegmentStore, queue: str,
     reference and the jobs with options in one last commit (which checks
     ``once``). Memory: :data:`WRITERS` segments' worth of payloads and the
     chunks read ahead, whatever the size of the write. A publish smaller than
-    ``segments.push_jobs`` goes into the head as before, in its order."""
+    ``segments.push_jobs`` and, in bytes of payload, ``segments.push_bytes``
+    goes into the head as before, in its order."""
     state = loop.state
     once = publish.once
     if publish.missing or (once is not None and state is not None
@@ -230,14 +269,15 @@ async def publish_by_reference(loop: Loop, segments: SegmentStore, queue: str,
     writer = _Writer(loop, segments, queue, clock, monotonic)
     writes: collections.deque[asyncio.Future[list[bytes]]] = collections.deque()
     try:
-        return await _publish(writer, segments.push_jobs, publish, writes)
+        return await _publish(writer, segments.push_jobs, segments.push_bytes, publish,
+                              writes)
     finally:  # (a failed write fails the publish: the others are stopped, not left)
         for task in writes:
             task.cancel()
         writer.release()
 
 
-async def _publish(writer: _Writer, push_jobs: int, publish: StagedPublish,
+async def _publish(writer: _Writer, push_jobs: int, push_bytes: int, publish: StagedPublish,
                    writes: collections.deque[asyncio.Future[list[bytes]]]) -> Result:
     inline: list[NewJob | bytes] = []
     batch: list[bytes] = []
@@ -270,7 +310,7 @@ async def _publish(writer: _Writer, push_jobs: int, publish: StagedPublish,
         batch += bare
         size += chunk.bare_bytes
         largest = max(largest, chunk.largest)
-    if everything is not None and len(batch) < push_jobs:
+    if everything is not None and len(batch) < push_jobs and not 0 < push_bytes <= size:
         return await writer.commit(push_of(everything, publish.once, missing=gone))
     if batch:
         flush()

@@ -67,6 +67,7 @@ from broker.service.cancelling import CancelCalls
 from broker.service.job_pages import full_page
 from broker.service.metrics import Metrics
 from broker.service.ownership import WATCH_INTERVAL_S, Ownership
+from broker.service.reads import ReadCalls
 from broker.service.segment_store import SegmentStore
 from broker.service.served_queue import ServedQueue
 from broker.service.settings import BrokerConfig
@@ -79,7 +80,7 @@ from broker.wire import ItemResult
 
 log = logging.getLogger("osqueue.broker")
 
-class Broker(CancelCalls):
+class Broker(CancelCalls, ReadCalls):
     """Owns the queues of one store. Create it, ``await start()``, then call ops."""
 
     def __init__(self, store: ObjectStore, config: BrokerConfig | None = None, *,
@@ -112,7 +113,8 @@ class Broker(CancelCalls):
                                max_payload_bytes=self._settings.max_payload_bytes,
                                monotonic=monotonic)
         self.segments = SegmentStore(store, self._io, self._bulk, monotonic=monotonic, grace_s=(
-            self.config.segment_grace_s), push_jobs=self.config.segment_push_jobs)
+            self.config.segment_grace_s), push_jobs=self.config.segment_push_jobs,
+            push_bytes=self.config.segment_push_bytes)
 
     @property
     def url(self) -> str:
@@ -446,23 +448,6 @@ class Broker(CancelCalls):
         paths.check_queue_name(queue)
         return await stored_view(functools.partial(self.read_object, queue), queue, op,
                                  self.segments, self.clock())
-
-    async def stats(self, queue: str) -> dict[str, Any]:
-        out: dict[str, Any] = await self._read(queue, ReadStats())
-        q = self._queues.get(queue)
-        loop_stats = q.loop.stats if q is not None and q.loop.active else None
-        out["queue"] = queue
-        out["served_by_this_broker"] = loop_stats is not None
-        if q is not None and loop_stats is not None:
-            out["state_bytes"] = loop_stats.state_bytes
-            out["commits"] = loop_stats.commits
-            out["conflicts"] = loop_stats.conflicts
-            out["unknown_outcomes"] = loop_stats.unknown_outcomes
-            out["last_commit_ms"] = round(loop_stats.last_commit_s * 1000, 3)
-            out["fault"] = q.loop.fault
-            out["archive_writes_pending"] = q.archiver.pending()
-            out["archive_error"] = q.archiver.last_error
-        return out
 
     async def jobs(self, queue: str, status: str | None = None, limit: int = 100,
                    after: str | None = None, *, raw: bool = False,

@@ -75,6 +75,13 @@ class Dashboard:
             return await full_browse_page(step, *args)
         return await q.read(Inspect(name, args))
 
+    async def archived(self, queue: str, job_id: str) -> dict[str, Any] | None:
+        """Job ``job_id`` from the archive of ``queue``, as the ``job`` view shows
+        one (:func:`broker.model.browse.archived`), or None: a finished job that
+        left the queue object. Raises ``InvalidRequest`` for a bad id."""
+        found = await self.broker.archived(queue, job_id)
+        return None if found is None else browse.archived(found)
+
     def serves(self, queue: str) -> bool:
         return self.broker.served(queue) is not None
 

@@ -67,13 +67,16 @@ class SegmentStore:
     likewise with the collector paused (parsing a head); ``grace_s`` is how
     long (s, on ``monotonic``) an unreferenced object is listed before the
     sweep deletes it; ``push_jobs`` how many jobs make a bulk push go by
-    reference (:mod:`broker.service.by_reference`; 0: none does).
+    reference (:mod:`broker.service.by_reference`; 0: none does), and
+    ``push_bytes`` how many bytes of payload do (0: not by size).
     """
 
     def __init__(self, store: ObjectStore, io: IO, bulk: IO, *, grace_s: float,
-                 monotonic: Callable[[], float], push_jobs: int = 0) -> None:
+                 monotonic: Callable[[], float], push_jobs: int = 0,
+                 push_bytes: int = 0) -> None:
         self.store = store
         self.push_jobs = push_jobs  # bulk pushes this large go by reference (0: none)
+        self.push_bytes = push_bytes  # ... or this many bytes of payload (0: not by size)
         self._io = io
         self._bulk = bulk
         self.grace_s = grace_s

@@ -10,6 +10,7 @@ claims waiting for jobs. A broker makes one per queue it loads or serves
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any
@@ -18,7 +19,7 @@ from broker import paths
 from broker.commit.loop import CommitLoop
 from broker.errors import UnknownQueue
 from broker.model import state as S
-from broker.model.ops import Op, PushPayloads, Result, push_of
+from broker.model.ops import Op, Push, PushPayloads, Result, push_of
 from broker.service.archiver import Archiver
 from broker.service.by_reference import (
     StagedPublish,
@@ -33,6 +34,44 @@ from broker.storage import ObjectStore
 
 #: The commit loop of one queue.
 QueueLoop = CommitLoop[S.QueueState, Op, Result]
+
+
+class RecentRate:
+    """How fast a total grows, per minute over the last :data:`WINDOW_S`, from
+    (time, total) samples: one a second at most, taken at commits (the only
+    time a total changes). Bounded: the samples of one window and one before."""
+
+    WINDOW_S = 60.0
+
+    def __init__(self) -> None:
+        self._samples: deque[tuple[float, int]] = deque()
+        self._latest = 0
+
+    def observe(self, at_s: float, total: int) -> None:
+        """The total is ``total`` at ``at_s`` (monotonic seconds)."""
+        self._latest = total
+        samples = self._samples
+        if not samples or at_s - samples[-1][0] >= 1.0:
+            samples.append((at_s, total))
+        self._prune(at_s)
+
+    def _prune(self, now_s: float) -> None:
+        samples = self._samples
+        while len(samples) >= 2 and samples[1][0] <= now_s - self.WINDOW_S:
+            samples.popleft()
+
+    def per_min(self, now_s: float) -> float | None:
+        """The growth per minute over the last :data:`WINDOW_S` (or since the
+        first sample, if later); None before a second of samples."""
+        self._prune(now_s)
+        if not self._samples:
+            return None
+        at, total = self._samples[0]
+        # (before the second sample the total stayed as the first one says)
+        span = min(self.WINDOW_S, now_s - at)
+        if span < 1.0:
+            return None
+        return round((self._latest - total) * 60.0 / span, 3)
 
 
 class ServedQueue:
@@ -50,6 +89,7 @@ class ServedQueue:
         self.name = name
         self.segments, self._clock, self._monotonic = segments, clock, monotonic
         self.jobs_ready = asyncio.Event()
+        self.completions = RecentRate()  # jobs completed, for stats
         self.archiver = Archiver(store, name, executor, self._poke, monotonic=monotonic)
         self.model = QueueModel(name, broker_id, url, lease_ms, settings, ownership,
                                 self.archiver, where=f"{store.url}/{paths.state_key(name)}",
@@ -74,8 +114,8 @@ class ServedQueue:
         return (await self.loop.submit(op)).view
 
     async def submit(self, op: Op | StagedPublish) -> Result:
-        """Commit ``op`` and answer it (a bulk push large enough, and a publish
-        of staged chunks, go by reference: :mod:`broker.service.by_reference`)."""
+        """Commit ``op`` and answer it (a push large enough in jobs or bytes, and
+        a publish of staged chunks, go by reference: :mod:`broker.service.by_reference`)."""
         if isinstance(op, StagedPublish):
             if self.segments.push_jobs > 0:
                 return await publish_by_reference(self.loop, self.segments, self.name, op,
@@ -84,8 +124,8 @@ class ServedQueue:
             gone = sum(chunk is None for chunk in chunks)
             jobs = [job for chunk in chunks if chunk is not None for job in chunk.jobs]
             return await self.loop.submit(push_of(jobs, op.once, missing=op.missing + gone))
-        if wanted(op, self.segments.push_jobs):
-            assert isinstance(op, PushPayloads)
+        if wanted(op, self.segments.push_jobs, self.segments.push_bytes):
+            assert isinstance(op, Push | PushPayloads)
             return await push_by_reference(self.loop, self.segments, self.name, op,
                                            self._clock, self._monotonic)
         return await self.loop.submit(op)
@@ -96,6 +136,7 @@ class ServedQueue:
     def notify(self, state: S.QueueState) -> None:
         """Wake the claims waiting for jobs if ``state`` has some ready, and the
         dispatch rate limit a token (else the timer of the next one wakes them)."""
+        self.completions.observe(self._monotonic(), state.counters.completed)
         if (state.ready or state.segment_refs) and not state.paused and \
                 state.claims.wake(state.settings, self._clock()):
             self.jobs_ready.set()

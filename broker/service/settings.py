@@ -41,9 +41,13 @@ class BrokerConfig:
     #: listed it for this long (longer than any commit takes to land after the
     #: segment write: see :mod:`broker.service.segment_store`)
     segment_grace_s: float = 600.0
-    #: a push of at least this many jobs with default options (a Spark publish)
-    #: goes into segment objects the queue object references (0: never)
+    #: a push of at least this many jobs sharing their options, none with a key (a
+    #: Spark publish, a bulk push) goes into segment objects the queue object
+    #: references (0: no push does)
     segment_push_jobs: int = 10_000
+    #: ... and so does a push of at least this many bytes of payload (0: not by
+    #: size), so that large payloads never make a large queue object
+    segment_push_bytes: int = 64 * 1024
     #: how often this broker sweeps the staging and segment objects of the queues
     #: it serves (an object is deleted at the first sweep past its grace period)
     sweep_s: float = SWEEP_S

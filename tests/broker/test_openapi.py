@@ -110,7 +110,7 @@ def test_every_route_answers_what_its_response_model_says(tmp_path: Path) -> Non
             app = App(broker, token=TOKEN)
             for route in ROUTES:
                 body, ctype, query = body_for(route.method, route.path)
-                path = route.path.replace("{queue}", Q)
+                path = route.path.replace("{queue}", Q).replace("{job_id}", "j0000000001")
                 status, out = await call(app, route.method, path, body, query=query,
                                          content_type=ctype or "application/json")
                 assert status == 200, (route.path, out)

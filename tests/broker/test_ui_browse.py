@@ -191,7 +191,7 @@ def test_a_job_view_shows_a_cancel_mark_and_a_cancelled_jobs_archive_object() ->
     assert cancelled["completed_at"] is None and cancelled["result"] is None
     assert not cancelled["cancellable"] and not cancelled["redrivable"]
     seq = next(iter(state.completed))
-    assert cancelled["archive_key"] == paths.archive_key("q", NOW + 2, seq, "c-cancel")
+    assert cancelled["archive_key"] == paths.archive_key("q", NOW + 2, seq, "c-cancel", 2, 2)
     assert browse.job(state, NOW, "q", "j0000000003")["cancellable"]  # type: ignore[index]
 
 
@@ -224,7 +224,7 @@ def test_a_job_view_shows_its_lease_holder_never_its_token_and_its_archive_objec
     assert done is not None and done["status"] == COMPLETED
     seq = next(iter(state.completed))
     assert done["archive_key"] == paths.archive_key("q", NOW + 2, seq,
-                                                    state.jobs[2].done_commit or "")
+                                                    state.jobs[2].done_commit or "", 2, 2)
     assert browse.job(state, NOW, "q", "j0000000099") is None
     assert browse.job(state, NOW, "q", "bogus") is None
 

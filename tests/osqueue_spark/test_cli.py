@@ -279,7 +279,7 @@ def test_cancel_says_per_id_what_became_of_each_job(broker: BrokerServer,
     assert main([*base, "jobs", "--status", "cancelled", "--json"]) == 0
     assert [j["id"] for j in json.loads(capsys.readouterr().out)] in ([second], [])
     assert main([*base, "stats"]) == 0
-    assert "cancelled total" in capsys.readouterr().out
+    assert "cancelled (all time)" in capsys.readouterr().out
 
 
 def test_configure_sets_the_dispatch_rate_limit(broker: BrokerServer,

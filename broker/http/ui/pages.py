@@ -127,11 +127,12 @@ async def queue_page(ui: Ui, request: Request, visitor: Visitor, form: Form) -> 
     message = None
     if found and info["served"]:
         job_id = await ui.dashboard.view(queue, "find", found[:300])
+        if job_id is None and seq_of(found) is not None:
+            job_id = found  # (not in the queue object: its page looks in the archive)
         if job_id is not None:
             return RedirectResponse(f"/ui/queues/{queue}/jobs/{job_id}", 303)
-        message = (f"No job with id or key {shown(found)} in {queue}: a completed or "
-                   "cancelled job leaves the queue once archived, and a key is kept for the "
-                   "dedup window only.")
+        message = (f"No job with id or key {shown(found)} in {queue}: a key is kept for the "
+                   "dedup window only (a finished job is found by its id).")
     jobs = None
     if info["served"]:
         jobs = await ui.dashboard.view(queue, "page", status, after, before, limit)
@@ -173,6 +174,8 @@ async def job_page(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Re
     job: dict[str, Any] | None = None
     if info["served"]:
         job = await ui.dashboard.view(queue, "job", queue, job_id)
+        if job is None and seq_of(job_id) is not None:
+            job = await ui.dashboard.archived(queue, job_id)  # finished, left the queue
     status = 200 if job is not None or not info["served"] else 404
     return _told(ui, request, ui.page(
         request, visitor, "job.html", status, q=info, queue=queue, job=job,

@@ -1,0 +1,93 @@
+"""What the ``osqueue`` command prints and how it reads its arguments: one-line
+messages and JSON with control characters escaped, tables, and the argument
+types (:mod:`osqueue_spark.cli`, :mod:`osqueue_spark.cli_jobs`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Sequence
+from typing import IO, Any
+
+import orjson
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from broker import wire
+from broker.text import printable
+
+
+class UsageError(Exception):
+    """A bad argument: said in one line, exit status 2."""
+
+
+def say(text: str, file: IO[str] | None = None) -> None:
+    """Print one human-readable line (stdout), control characters escaped."""
+    print(printable(text), file=file or sys.stdout)
+
+
+def dump(value: Any) -> None:
+    """Print ``value`` as JSON (``--json``): control characters escaped by the
+    encoder, payload numbers exact (a long decimal or an integer past 64 bits as
+    the broker holds it: :func:`broker.wire.dumps`)."""
+    text = wire.dumps(value, option=orjson.OPT_INDENT_2).decode()
+    print(NON_ASCII.sub(json_escape, text))  # (C1 controls, bidi overrides: as escapes)
+
+
+NON_ASCII = re.compile(r"[^\x00-\x7e]")  # (DEL too)
+
+
+def json_escape(match: re.Match[str]) -> str:
+    """A character outside ASCII (only ever inside a JSON string) as its \\u escape,
+    as a surrogate pair past U+FFFF."""
+    code = ord(match.group())
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+def console(file: IO[str] | None = None) -> Console:
+    """A rich console on ``file`` (stdout): plain text, no markup read from data,
+    and lines never wrapped when the output is not a terminal (a pipe, a file)."""
+    out = file or sys.stdout
+    return Console(file=out, highlight=False, width=None if out.isatty() else 100_000)
+
+
+def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> Table:
+    """Rows under a header line, columns aligned; cells shown as plain text."""
+    grid = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for header in headers:
+        grid.add_column(header, no_wrap=True)
+    for row in rows:
+        grid.add_row(*(Text("" if c is None else printable(str(c))) for c in row))
+    return grid
+
+
+def json_arg(text: str, what: str, command: str = "push") -> Any:
+    try:
+        return wire.loads(text)  # numbers exact; NaN and Infinity refused, as JSON has none
+    except json.JSONDecodeError as exc:
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        raise UsageError(f"osqueue {command}: {what} is not JSON ({exc.msg}): {shown!r}"
+                         ) from None
+
+
+def json_line(value: Any) -> str:
+    """``value`` as one line of JSON, escaped as :func:`dump` escapes it."""
+    return NON_ASCII.sub(json_escape, wire.dumps(value).decode())
+
+
+def positive(text: str) -> int:
+    """An argparse type: a whole number > 0."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text[:20]!r}") from None
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {n}")
+    return n

@@ -124,7 +124,7 @@ async (q) => {
 class _AttackerPages(BaseHTTPRequestHandler):
     """Serves an empty page at every path: the attack runs in it."""
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:  # (http.server calls it by that name)
         body = b"<!doctype html><title>cute cats</title><body></body>"
         self.send_response(200)
         self.send_header("content-type", "text/html; charset=utf-8")

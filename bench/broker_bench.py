@@ -20,9 +20,9 @@ and this one, interleaved round by round, and prints this tree's figures as a
 fraction of the baseline's (``--only ab``). Injected latency applies to every
 store write here (archive objects included).
 
-``--only bigpush`` (with ``--baseline``): big payloads, both brokers in turn,
-interleaved (does a push large in bytes leave the head small?): 400 jobs of 200 KB pushed with this tree's
-client (requests of at most 8 MiB), then the queue object's bytes and the
+``--only bigpush`` (with ``--baseline``): does a push large in bytes leave the
+head small? Both brokers in turn, interleaved: 400 jobs of 200 KB pushed with
+this tree's client (requests of at most 8 MiB), then the queue object's bytes and the
 median of 20 single small pushes after them (each one commit rewriting the
 head). Writes bench/results/broker_bigpush.json.
 

@@ -69,7 +69,8 @@ class BrokerSettings(BaseSettings):
                         description="HOST:PORT to listen on (port 0 picks a free one)")
     advertise_url: str | None = Field(
         None, description="URL clients and other brokers should use, written into the "
-                          "queue objects this broker owns (default from --listen)")
+                          "queue objects this broker owns (default from --listen); without "
+                          "a token, the API answers only requests to its host or loopback")
     token_env: str | None = Field(
         None, description="name of an environment variable holding the bearer token")
     token: SecretStr | None = Field(None, description="the bearer token clients must send")

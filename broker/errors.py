@@ -25,7 +25,9 @@ Tree::
     │   ├── HeadersTooLarge           headers_too_large 431
     │   ├── RequestTimeout            request_timeout   408
     │   ├── MethodNotAllowed          method_not_allowed 405
-    │   └── Unauthorized              unauthorized      401
+    │   ├── Unauthorized              unauthorized      401
+    │   ├── Forbidden                 forbidden         403
+    │   └── UnsupportedMediaType      unsupported_media_type 415
     ├── UnknownQueue                  unknown_queue     404
     ├── StaleToken                    stale_token       409
     ├── TooManyRequests               too_many_requests 429  retryable
@@ -228,6 +230,23 @@ class MethodNotAllowed(RequestError):
 class Unauthorized(RequestError):
     code = "unauthorized"
     status = 401
+
+
+class Forbidden(RequestError):
+    """A request a web page may have sent (a foreign ``Origin``, ``Sec-Fetch-Site``
+    other than ``same-origin``), or one addressed to a host name a broker without
+    a token does not answer to (DNS rebinding); see ``docs/security.md``."""
+
+    code = "forbidden"
+    status = 403
+
+
+class UnsupportedMediaType(RequestError):
+    """A state-changing request without the JSON (or staged-lines) content type its
+    route takes: a web page cannot send one without a CORS preflight."""
+
+    code = "unsupported_media_type"
+    status = 415
 
 
 class UnknownQueue(OsqueueError):

@@ -21,6 +21,7 @@ from broker.errors import (
     BrokerUnreachable,
     Conflict,
     CorruptState,
+    Forbidden,
     ForeignState,
     HeadersTooLarge,
     InvalidRequest,
@@ -46,6 +47,7 @@ from broker.errors import (
     Unauthorized,
     UnknownQueue,
     UnsafeStore,
+    UnsupportedMediaType,
 )
 from osqueue_spark.args import InvalidArgument
 from osqueue_spark.client import ClaimedJob, ItemResult, QueueClient
@@ -64,6 +66,7 @@ __all__ = [
     "ClaimedJob",
     "Conflict",
     "CorruptState",
+    "Forbidden",
     "ForeignState",
     "HeadersTooLarge",
     "InvalidArgument",
@@ -93,6 +96,7 @@ __all__ = [
     "Unauthorized",
     "UnknownQueue",
     "UnsafeStore",
+    "UnsupportedMediaType",
     "process",
     "push_partition",
     "register",

@@ -19,6 +19,14 @@ and middleware stack (about a third of a request's cost,
 their bodies with the route's model (:mod:`broker.http.schemas`). Every body,
 on every route, is read within ``max_request_bytes`` (413 past it).
 
+Every other request passes :class:`broker.http.gate.Gate` first (403
+``forbidden``: a host name a broker without a token does not answer to, or a
+request a browser sent for another site's page), and a state-changing one
+(not GET or HEAD) must carry its route's content type, ``application/json`` or
+the staged lines' (415 ``unsupported_media_type``): no web page can send
+either without a CORS preflight, which the broker never answers. Both come
+before the token's check (the content type's, after it) and the body.
+
 Paths under ``/ui/`` are the web dashboard (:mod:`broker.http.ui`), served by
 its own router after the hot path's check. Every other answer is JSON: an
 unknown path is 404 ``not_found`` (a trailing ``/`` too: no redirects), a
@@ -45,6 +53,7 @@ from starlette.responses import Response
 from starlette.routing import Route as StarletteRoute
 
 from broker.errors import (
+    Forbidden,
     InvalidRequest,
     MethodNotAllowed,
     NotFound,
@@ -52,11 +61,13 @@ from broker.errors import (
     PayloadTooLarge,
     RequestError,
     Unauthorized,
+    UnsupportedMediaType,
     shown,
 )
 from broker.gcpause import gc_paused_for
 from broker.http import parsers
-from broker.http.route import JSON_OR_STAGED, STAGED, HotHandler, RestHandler, Route
+from broker.http.gate import Gate
+from broker.http.route import JSON, JSON_OR_STAGED, STAGED, HotHandler, RestHandler, Route
 from broker.http.routes import ROUTES
 from broker.http.schemas import problem
 from broker.http.throttle import Guard
@@ -100,6 +111,26 @@ def _http_error(request: Request, exc: Exception) -> Response:
     return _json(error.to_dict(), error.status, exc.headers)
 
 
+#: The gate's refusals and a wrong content type are answered before the body too.
+_UNREAD = _UNREAD | {Forbidden.status, UnsupportedMediaType.status}
+#: A body's kind by its content type (as clients send it, else by its media type).
+_KINDS = {b"application/json": JSON, _STAGED_TYPE: STAGED}
+_TYPE_NAMES = {JSON: "application/json", STAGED: STAGED_CONTENT_TYPE,
+               JSON_OR_STAGED: f"application/json or {STAGED_CONTENT_TYPE}"}
+_READS = frozenset({"GET", "HEAD"})
+
+
+def body_kind(content_type: bytes | None) -> str | None:
+    """``JSON`` or ``STAGED`` by a ``Content-Type`` value (its media type, any case,
+    parameters such as ``charset`` aside), or None for another type or none."""
+    if content_type is None:
+        return None
+    kind = _KINDS.get(content_type)
+    if kind is None:
+        kind = _KINDS.get(content_type.partition(b";")[0].strip().lower())
+    return kind
+
+
 def validated(model: type[BaseModel], raw: bytes) -> BaseModel:
     """``raw`` (JSON; empty means ``{}``) as ``model`` takes it; ``RequestError``
     (400) if it is not JSON, ``InvalidRequest`` (422) naming the field if the
@@ -115,6 +146,8 @@ class App:
 
     ``token``: require ``Authorization: Bearer <token>`` on every route marked
     ``auth`` (it is kept as the expected header only, never logged or shown).
+    Without one, only a loopback ``Host`` or the broker's advertised one is
+    answered (:class:`broker.http.gate.Gate`).
     """
 
     def __init__(self, broker: Broker, *, token: str | None = None,
@@ -125,6 +158,7 @@ class App:
         self.guard = guard or Guard(broker.config.wrong_tokens_per_min)
         self._expected = f"Bearer {token}".encode() if token else None
         self._limit = broker.config.max_request_bytes
+        self.gate = Gate(broker.url, any_host=token is not None)
         self.hot: dict[str, Route] = {
             r.path.removeprefix(_HOT_SUFFIX): r for r in routes if r.hot}
         if any(r.method != "POST" or not r.path.startswith(_HOT_SUFFIX)
@@ -202,6 +236,18 @@ class App:
             raise PayloadTooLarge(f"request body is {length[:20].decode()} bytes; the limit "
                                   f"is {self._limit}")
 
+    def check_type(self, route: Route, headers: dict[bytes, bytes]) -> str:
+        """The kind of body (``JSON`` or ``STAGED``) a state-changing call of
+        ``route`` carries by its content type; ``UnsupportedMediaType`` if the
+        route does not take that type, or there is none."""
+        kind = body_kind(headers.get(b"content-type"))
+        if kind is None or (kind != route.body and route.body != JSON_OR_STAGED):
+            sent = headers.get(b"content-type")
+            raise UnsupportedMediaType(
+                f"{route.method} {route.path} needs Content-Type: {_TYPE_NAMES[route.body]}; "
+                f"got {'none' if sent is None else shown(sent.decode('latin-1'))}")
+        return kind
+
     async def read_body(self, headers: dict[bytes, bytes], receive: Any) -> bytes:
         """The request body: its declared length checked first, then its bytes
         counted as they arrive; ``PayloadTooLarge`` past ``max_request_bytes``,
@@ -225,14 +271,14 @@ class App:
                         scope: Any, receive: Any) -> tuple[int, Any]:
         """Answer one hot call: ``(status, JSON-able body)``; never raises."""
         try:
+            self.gate.check(scope)
             headers = dict(scope["headers"])
             if route.auth:
                 self.authorize(scope, headers.get(b"authorization"))
             request = (parsers.parse_request_key(headers.get(b"idempotency-key")),
                        parsers.parse_request_floor(headers.get(b"idempotency-floor")))
+            raw = self.check_type(route, headers) == STAGED
             body: Any = await self.read_body(headers, receive)
-            raw = route.body == STAGED or (route.body == JSON_OR_STAGED and headers.get(
-                b"content-type", b"").startswith(_STAGED_TYPE))
             if not raw:  # a large body is thousands of small objects, none in a cycle
                 with gc_paused_for(len(body) // 64):
                     body = parse_json(body)
@@ -262,11 +308,14 @@ class App:
                                                request.scope, request.receive)
             return _json(out, status)
         try:
+            self.gate.check(request.scope)
             headers = dict(request.scope["headers"])
             authorized = self.authorize(request.scope, headers.get(b"authorization"),
                                         required=route.auth)
             request.state.authorized = authorized
             body = None
+            if request.method not in _READS:
+                self.check_type(route, headers)
             if route.request is not None:
                 body = validated(route.request, await self.read_body(headers, request.receive))
             else:  # not read, but a declared size past the limit is still refused

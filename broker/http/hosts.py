@@ -1,9 +1,10 @@
 """Which addresses and host names keep a broker to this machine.
 
 The rule of the API (:mod:`broker.config`): a broker without a bearer token
-listens on loopback only, unless told the network is trusted. The dashboard
-(:mod:`broker.http.ui`) keeps the same rule per request: without a token it
-answers loopback clients only, and only under a loopback host name.
+listens on loopback only, unless told the network is trusted. Per request,
+without a token, the API answers only under a loopback host name or the one
+the broker advertises (:mod:`broker.http.gate`), and the dashboard
+(:mod:`broker.http.ui`) loopback clients only, under a loopback host name.
 """
 
 from __future__ import annotations
@@ -14,18 +15,23 @@ from urllib.parse import urlsplit
 
 def is_loopback(host: str) -> bool:
     """Whether listening on ``host`` (an address or ``localhost``) keeps the broker
-    to this machine; also whether a client at address ``host`` is on it."""
-    if host == "localhost":
+    to this machine; also whether a client at address ``host`` is on it, and
+    whether a host name (as :func:`host_name` gives it) names it: ``localhost``
+    (any case, also ``localhost.``), ``127.0.0.0/8``, ``::1``, ``::ffff:127.0.0.1``."""
+    if host.lower() in ("localhost", "localhost."):
         return True
     try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
+        address = ipaddress.ip_address(host.strip("[]"))
     except ValueError:
         return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback  # (not is_loopback itself before 3.13)
+    return address.is_loopback
 
 
 def host_name(host_header: str) -> str:
-    """The host name of a ``Host`` header's value (``[::1]:8765`` -> ``::1``); ""
-    for one that does not parse."""
+    """The host name of a ``Host`` header's value, lower case (``[::1]:8765`` ->
+    ``::1``, ``LocalHost:80`` -> ``localhost``); "" for one that does not parse."""
     try:
         return (urlsplit(f"//{host_header}").hostname or "").lower()
     except ValueError:

@@ -21,6 +21,14 @@ from broker.limits import MAX_REQUEST_KEY_CHARS, QUEUE_NAME_PATTERN
 from broker.wire import STAGED_CONTENT_TYPE
 
 REF = "#/components/schemas/{model}"
+#: What every operation meets besides its own schema (docs/security.md).
+DESCRIPTION = (
+    "A call that changes a queue (every method but GET and HEAD) needs the content type "
+    "its operation lists (application/json, or the staged lines' type): 415 "
+    "unsupported_media_type otherwise. A call a browser sent for another site's or origin's "
+    "page (Sec-Fetch-Site other than same-origin or none; a foreign Origin or Referer) is "
+    "refused 403 forbidden, and so, by a broker without a token, is a call whose Host is "
+    "neither a loopback name nor the broker's advertised host.")
 
 QUEUE_PARAM = {"name": "queue", "in": "path", "required": True,
                "schema": {"type": "string", "pattern": QUEUE_NAME_PATTERN}}
@@ -116,7 +124,7 @@ def document(routes: Iterable[Route]) -> dict[str, Any]:
         paths.setdefault(route.path, {})[route.method.lower()] = _operation(route, refs)
     return {
         "openapi": "3.1.0",
-        "info": {"title": "osqueue broker", "version": "1"},
+        "info": {"title": "osqueue broker", "version": "1", "description": DESCRIPTION},
         "components": {
             "schemas": defs["$defs"],
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},

@@ -114,7 +114,7 @@ def page(state: QueueState, now_ms: int, status: str | None, after_seq: int | No
     position (see the module docstring)."""
     check_status(status)
     if not 1 <= limit <= MAX_PAGE:
-        raise InvalidRequest(f"limit must be 1..{MAX_PAGE}, got {limit}")
+        raise InvalidRequest(f"limit must be 1..{MAX_PAGE}, got {shown(limit)}")
     start = page_start(state, status, after_seq, before_seq, limit)
     ahead, cut = jobs_after(state, status, start, limit + 1)
     jobs = ahead[:limit]

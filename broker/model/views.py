@@ -114,7 +114,7 @@ def list_page(state: QueueState, status: str | None = None, limit: int = 100,
     (see :class:`Page`). ``InvalidRequest`` for a bad status, limit or id."""
     check_status(status)
     if not 1 <= limit <= MAX_PAGE_JOBS:
-        raise InvalidRequest(f"limit must be 1..{MAX_PAGE_JOBS}, got {limit}")
+        raise InvalidRequest(f"limit must be 1..{MAX_PAGE_JOBS}, got {shown(limit)}")
     return jobs_after(state, status, _after_seq(after), limit)
 
 

@@ -89,7 +89,7 @@ def test_a_connection_that_sends_nothing_is_closed(server: BrokerServer) -> None
 def test_a_stalled_body_gets_408_and_a_closed_connection(server: BrokerServer,
                                                          tmp_path: Path) -> None:
     sock = connect(server)
-    sock.sendall(b"POST /v1/queues/q/push HTTP/1.1\r\nHost: x\r\n"
+    sock.sendall(b"POST /v1/queues/q/push HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                  b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
                  b'{"jobs": [{"payload": ')
     response, took = until_closed(sock)
@@ -101,8 +101,8 @@ def test_a_stalled_body_gets_408_and_a_closed_connection(server: BrokerServer,
 
 def test_a_stalled_body_on_a_rest_route_gets_408(server: BrokerServer) -> None:
     sock = connect(server)
-    sock.sendall(b"POST /v1/queues/q/purge HTTP/1.1\r\nHost: x\r\n"
-                 b"Content-Length: 100\r\n\r\n{")
+    sock.sendall(b"POST /v1/queues/q/purge HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                 b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
     response, _ = until_closed(sock)
     assert error_of(response)[0] == 408
 
@@ -112,8 +112,8 @@ def test_a_slow_but_steady_body_is_served(server: BrokerServer) -> None:
     each pause, not on the whole body (the sleeps are the slow client)."""
     body = b'{"jobs": [{"payload": "' + b"x" * 40 + b'"}]}'
     sock = connect(server)
-    sock.sendall(b"POST /v1/queues/q/push HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                 b"Content-Length: %d\r\n\r\n" % len(body))
+    sock.sendall(b"POST /v1/queues/q/push HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                 b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body))
     pieces = [body[i:i + 10] for i in range(0, len(body), 10)]
     for piece in pieces:
         time.sleep(BODY_S / 3)
@@ -142,7 +142,8 @@ def test_a_request_that_is_not_http_gets_a_json_400(server: BrokerServer) -> Non
 def test_connections_past_the_limit_get_503_and_are_closed(server: BrokerServer) -> None:
     """Every connection busy (a long-poll claim each): there is nothing to shed
     (broker.http.admission), so one more is refused."""
-    create = b'PUT /v1/queues/q HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}'
+    create = (b'PUT /v1/queues/q HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n'
+              b'Content-Length: 2\r\n\r\n{}')
     sock = connect(server)
     sock.sendall(create)
     assert sock.recv(65536).startswith(b"HTTP/1.1 200")
@@ -151,7 +152,7 @@ def test_connections_past_the_limit_get_503_and_are_closed(server: BrokerServer)
     held = []
     for _ in range(MAX_CONNECTIONS):
         sock = connect(server)
-        sock.sendall(b"POST /v1/queues/q/claim HTTP/1.1\r\nHost: x\r\nContent-Type: "
+        sock.sendall(b"POST /v1/queues/q/claim HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
                      b"application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(claim), claim))
         held.append(sock)
     eventually(lambda: claims_begun(server) >= MAX_CONNECTIONS, GIVE_UP_S,
@@ -163,7 +164,7 @@ def test_connections_past_the_limit_get_503_and_are_closed(server: BrokerServer)
     deadline = time.monotonic() + GIVE_UP_S
     while True:
         sock = connect(server)
-        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
         response, _ = until_closed(sock)
         if response.startswith(b"HTTP/1.1 200") or time.monotonic() > deadline:
             break
@@ -180,8 +181,8 @@ def test_a_body_refused_unread_closes_the_connection(tmp_path: Path, path: str) 
     config = BrokerConfig(self_test=False, body_timeout_s=3600, max_request_bytes=1024)
     with BrokerServer(FileStore(tmp_path), config=config).start_in_thread() as server:
         sock = connect(server)
-        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\n".encode() +
-                     b"Content-Length: 10485760\r\n\r\n")
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode() +
+                     b"Content-Type: application/json\r\nContent-Length: 10485760\r\n\r\n")
         response, _ = until_closed(sock)
     status, error = error_of(response)
     assert status == 413 and error["code"] == "payload_too_large"

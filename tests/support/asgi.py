@@ -6,15 +6,17 @@ from typing import Any
 
 
 async def call(app: Any, method: str, path: str, body: bytes = b"", *,
-               token: str | None = None, content_type: str = "application/json",
+               token: str | None = None, content_type: str | None = "application/json",
                query: str = "", headers: dict[str, str] | None = None,
                client: tuple[str, int] = ("127.0.0.1", 1)
                ) -> tuple[int, bytes, dict[bytes, bytes]]:
     """``(status, body, headers)`` of one request from ``client``, with ``headers``
     besides the content type and length (and the token's); the body arrives in one
-    piece. Of a header the answer repeats, the last one."""
-    sent_headers = [(b"content-type", content_type.encode()),
-                    (b"content-length", str(len(body)).encode())]
+    piece (``content_type`` None: no such header). Of a header the answer repeats,
+    the last one."""
+    sent_headers = [(b"content-length", str(len(body)).encode())]
+    if content_type is not None:
+        sent_headers.append((b"content-type", content_type.encode()))
     if token:
         sent_headers.append((b"authorization", f"Bearer {token}".encode()))
     sent_headers += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]

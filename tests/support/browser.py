@@ -12,7 +12,8 @@ its own browser context (cookies included).
 Why one per module and not per session: while Playwright's sync API is open it
 keeps an event loop running in this thread, and every later test's
 ``asyncio.run`` would be refused ("cannot be called from a running event
-loop"). The browser tests live in one module, so this is still one browser.
+loop"). Each module of browser tests gets its own; a module may add switches
+with a ``CHROMIUM_ARGS`` list (a host-resolver rule, say).
 """
 
 from __future__ import annotations
@@ -30,14 +31,16 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-f
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
-def launch(playwright: Any) -> Any:
-    """Chromium at :data:`CHROMIUM`, headless, with :data:`ARGS`."""
-    return playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+def launch(playwright: Any, *extra: str) -> Any:
+    """Chromium at :data:`CHROMIUM`, headless, with :data:`ARGS` and ``extra``."""
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=[*ARGS, *extra],
+                                      headless=True)
 
 
 @pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
-    """The module's browser (a Playwright ``Browser``)."""
+def chromium(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The module's browser (a Playwright ``Browser``), with the module's
+    ``CHROMIUM_ARGS`` if it has them."""
     if not os.path.exists(CHROMIUM):
         pytest.fail(f"the dashboard's browser tests need Chromium at {CHROMIUM}: run "
                     "`make test` as root (it installs it), or `sudo apt-get install -y "
@@ -48,7 +51,7 @@ def chromium() -> Iterator[Any]:
         pytest.fail("the dashboard's browser tests need Playwright for Python: "
                     "pip install -e '.[dev]'", pytrace=False)
     with sync_playwright() as playwright:
-        browser = launch(playwright)
+        browser = launch(playwright, *getattr(request.module, "CHROMIUM_ARGS", ()))
         try:
             yield browser
         finally:

@@ -40,8 +40,9 @@ import urllib3
 from pydantic import BaseModel, ValidationError
 
 from broker.http import schemas
-from broker.http.route import STAGED
+from broker.http.route import JSON, JSON_OR_STAGED, STAGED
 from broker.limits import MAX_LEASE_S, MAX_QUEUE_NAME_CHARS
+from broker.wire import STAGED_CONTENT_TYPE
 from tests.support.fuzz_requests import OVERSIZE, SEEDED, VALID_QUEUES, FuzzRequest
 
 #: Longest error message allowed: a bad value may be quoted by a short prefix only.
@@ -53,6 +54,9 @@ _NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_QUEUE_NAME_CHARS - 1}}}"
 #: Hidden version files of the file store's objects (``.name.v-<etag>``).
 _VERSION = re.compile(r"^\.(.+)\.v-[^/]+$")
 _SECRET_WINDOW = 10
+#: The media types each kind of route body takes (the OpenAPI document's).
+_TAKES = {JSON: {"application/json"}, STAGED: {STAGED_CONTENT_TYPE},
+          JSON_OR_STAGED: {"application/json", STAGED_CONTENT_TYPE}}
 
 
 def valid_queue(name: str) -> bool:
@@ -111,6 +115,12 @@ def must_refuse(req: FuzzRequest) -> str | None:
         return "no route serves this method and path"
     if route.auth and req.auth in UNAUTHORISED:
         return f"no valid token ({req.auth})"
+    if any(name == "Origin" for name, _ in req.headers):
+        return "an Origin not the broker's own (a web page's request)"
+    if route.method not in ("GET", "HEAD"):
+        sent = next((v for name, v in req.headers if name == "Content-Type"), None)
+        if sent is None or sent.partition(";")[0].strip().lower() not in _TAKES[route.body]:
+            return f"content type {sent!r}, not one the route takes"
     if req.queue is not None and not valid_queue(req.queue):
         return "invalid queue name"
     if route.request is None:  # takes no body (and reads none)
@@ -286,7 +296,8 @@ class Harness:
             return
         keyed = any(n.lower().startswith("idempotency-") for n, _ in req.headers)
         if status < 300 or keyed:
-            r = self.send("POST", f"/v1/queues/{queue}/pause")
+            r = self.send("POST", f"/v1/queues/{queue}/pause",
+                          headers=(("Content-Type", "application/json"),))
             if r.status == 200 and keyed:  # two writes: each carries the receipts
                 self.call("POST", f"/v1/queues/{queue}/resume")
                 self.call("POST", f"/v1/queues/{queue}/pause")

@@ -85,10 +85,10 @@ class Urllib3Transport:
         except (urllib3.exceptions.NewConnectionError,
                 urllib3.exceptions.ConnectTimeoutError) as exc:
             raise BrokerUnreachable(
-                f"cannot reach broker at {_origin(url)}: {_why(exc)}") from None
+                f"cannot reach broker at {origin(url)}: {_why(exc)}") from None
         except urllib3.exceptions.HTTPError as exc:
             raise BrokerUnavailable(
-                f"request to {_origin(url)} failed after sending: {type(exc).__name__}") from None
+                f"request to {origin(url)} failed after sending: {type(exc).__name__}") from None
         return Response(resp.status, resp.headers, resp.data)
 
     def close(self) -> None:
@@ -122,7 +122,7 @@ def _why(exc: Exception) -> str:
     return f"{reason} ({type(exc).__name__})" if reason else type(exc).__name__
 
 
-def _origin(url: str) -> str:
+def origin(url: str) -> str:
     """``scheme://host:port`` of ``url``: what an error names (no path, no query)."""
     scheme, _, rest = url.partition("://")
     return f"{scheme}://{rest.split('/', 1)[0].rpartition('@')[2]}"

@@ -11,7 +11,7 @@ AZURITE_STAMP := .tools/.azurite-$(AZURITE_VERSION)
 # Playwright's own browser download).
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: demo test lint typecheck unit bench clean java-check chromium-check
+.PHONY: demo test lint typecheck unit bench clean java-check chromium-check wheel
 
 $(STAMP): pyproject.toml
 	@$(PY) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"'
@@ -45,6 +45,16 @@ $(AZURITE_STAMP):
 	npm install --prefix .tools --no-audit --no-fund --loglevel=error azurite@$(AZURITE_VERSION)
 	@touch $@
 
+# The package as a wheel in dist/ (until there is a release), built in a throwaway venv
+# (not .venv): pip install 'dist/osqueue_spark-VERSION-py3-none-any.whl[spark]'.
+WHEEL_VENV := build/wheel-venv
+wheel:
+	@$(PY) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"'
+	rm -rf dist $(WHEEL_VENV)
+	$(PY) -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/pip wheel --quiet --no-deps --wheel-dir dist .
+	@ls dist/*.whl
+
 demo: $(STAMP) java-check
 	$(BIN)/python -m osqueue_spark.pipelines.demo
 
@@ -64,7 +74,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/state_encode_bench.py
 
 clean:
-	rm -rf $(VENV) .tools .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .tools .pytest_cache .mypy_cache .ruff_cache build dist
 
 # The Spark tests under PySpark 4.0-4.3, a venv each under .compat/ (heavy; not part of `make test`).
 # make compat VERSIONS=4.0,4.3 runs a subset; FRESH=1 rebuilds the venvs.

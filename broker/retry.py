@@ -40,11 +40,14 @@ def backoff_delays(first_s: float = FIRST_S, cap_s: float = CAP_S) -> Iterator[f
 
 
 def retrying(*, retry: Any, stop: Any, first_s: float = FIRST_S,
-             cap_s: float = CAP_S) -> Retrying:
+             cap_s: float = CAP_S, before_sleep: Any = None) -> Retrying:
     """A tenacity ``Retrying`` waiting :func:`backoff_delays`' schedule between
-    attempts; the last error is re-raised when ``stop`` says so."""
+    attempts; the last error is re-raised when ``stop`` says so. ``before_sleep``
+    (tenacity's hook, given the ``RetryCallState``) runs before each wait: where
+    a retry is logged."""
 
     def wait(state: RetryCallState) -> float:
         return jittered(backoff_s(state.attempt_number, first_s, cap_s))
 
-    return Retrying(retry=retry, stop=stop, wait=wait, reraise=True)
+    return Retrying(retry=retry, stop=stop, wait=wait, reraise=True,
+                    before_sleep=before_sleep)

@@ -25,12 +25,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-jobs-per-trigger", type=int, default=1000)
     p.add_argument("--available-now", action="store_true",
                    help="drain what the queue holds now, then stop (ignores --seconds)")
+    p.add_argument("--wait-for-queue", action="store_true",
+                   help="a queue not created yet reads as empty until its first push; "
+                        "without it, a missing queue fails the query")
     args = p.parse_args(argv)
     spark = local_session("osqueue-stream", remote=args.remote)
     with broker_for(args) as url:
         reader = (spark.readStream.format("osqueue").option("broker", url)
                   .option("queue", args.queue)
-                  .option("maxJobsPerTrigger", str(args.max_jobs_per_trigger)))
+                  .option("maxJobsPerTrigger", str(args.max_jobs_per_trigger))
+                  .option("waitForQueue", str(args.wait_for_queue).lower()))
         if args.token:
             reader = reader.option("token", args.token)
         writer = (reader.load().writeStream.format("parquet").option("path", args.out)

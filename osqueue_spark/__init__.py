@@ -111,6 +111,9 @@ except _metadata.PackageNotFoundError:  # a source tree on sys.path, never insta
 
 #: What the Spark names need: the ``spark`` extra.
 _SPARK_MODULES = ("pyspark", "pandas", "pyarrow", "py4j")
+#: How to get it (there is no release on PyPI yet: see the README's Install).
+SPARK_EXTRA_HINT = ("install osqueue_spark with [spark] (a checkout or a wheel of it), or "
+                    "pip install 'pyspark[connect]>=4.0,<4.4' 'pandas>=2.2,<3' 'pyarrow>=15'")
 
 
 def __getattr__(name: str) -> Any:
@@ -121,8 +124,7 @@ def __getattr__(name: str) -> Any:
         if (exc.name or "").partition(".")[0] not in _SPARK_MODULES:
             raise
         raise ImportError(f"osqueue_spark.{name} needs the spark extra ({exc.name} is "
-                          "missing): pip install 'osqueue-spark[spark]'",
-                          name=exc.name) from None
+                          f"missing): {SPARK_EXTRA_HINT}", name=exc.name) from None
 
 
 def _spark_name(name: str) -> Any:

@@ -5,14 +5,16 @@ loops. Connections are kept alive in a pool shared by the client's threads.
 
 Retries (tenacity, exponential backoff, for up to ``retry_s``): errors whose
 class is ``retryable`` (connection errors, "outcome unknown", storage or
-broker unavailable, "not the broker") are retried; others are raised at
-once. Every operation is safe to repeat: each push and each claim carries a
-fresh request key (the ``Idempotency-Key`` header), so a repeat after a lost
-answer gets the first answer (the same ids, the same claimed jobs) instead of
-enqueueing twice or stranding jobs; complete, fail and heartbeat are
-idempotent per token; publish is once-keyed. A push whose retries ran out
-raises with its request key (``exc.request_key``): pushing the same jobs again
-with ``request_key=`` it creates nothing twice (:meth:`QueueClient.push_many`).
+broker unavailable, "not the broker") are retried, each retry logged; others
+are raised at once; a broker that never answered is given up on within
+seconds (:mod:`osqueue_spark.retries`). Every operation is safe to repeat:
+each push and each claim carries a fresh request key (the ``Idempotency-Key``
+header), so a repeat after a lost answer gets the first answer (the same ids,
+the same claimed jobs) instead of enqueueing twice or stranding jobs;
+complete, fail and heartbeat are idempotent per token; publish is once-keyed.
+A push whose retries ran out raises with its request key
+(``exc.request_key``): pushing the same jobs again with ``request_key=`` it
+creates nothing twice (:meth:`QueueClient.push_many`).
 
 Transport: how bytes move is :mod:`osqueue_spark.transport`'s (urllib3 by
 default; ``transport=MockTransport(handler)`` in tests).
@@ -35,7 +37,6 @@ from typing import Any
 from urllib.parse import quote
 
 import orjson
-from tenacity import retry_if_exception, stop_after_delay
 
 from broker import paths
 from broker.errors import (
@@ -57,7 +58,6 @@ from broker.limits import (
     MAX_WORKER_CHARS,
     MIN_LEASE_S,
 )
-from broker.retry import retrying
 from broker.wire import STAGED_CONTENT_TYPE, CancelAnswer, ItemResult, loads
 from osqueue_spark.args import InvalidArgument, integer, json_bytes, number, text
 from osqueue_spark.bodies import (
@@ -78,6 +78,7 @@ from osqueue_spark.calls import (
     partly_pushed,
     push_key,
 )
+from osqueue_spark.retries import Attempts, answered
 from osqueue_spark.transport import Transport, Urllib3Transport
 
 #: The headers that carry a call's request key and the client's floor (see
@@ -86,8 +87,6 @@ REQUEST_KEY_HEADER = "idempotency-key"
 REQUEST_FLOOR_HEADER = "idempotency-floor"
 
 
-def _retryable(exc: BaseException) -> bool:
-    return isinstance(exc, OsqueueError) and exc.retryable
 
 
 def _broker_urls(url: str | Sequence[str] | None, store: str | None) -> list[str]:
@@ -202,6 +201,7 @@ class QueueClient:
             with self._lock:
                 self.url = url = url.rstrip("/")
         status, _, answer = self._transport.send(method, url + path, headers, data, timeout_s)
+        answered(url)
         if status == 200:
             return loads(answer) if answer else None  # payloads and results exact
         try:
@@ -261,21 +261,22 @@ class QueueClient:
         n = numbering.begin() if keyed and call is None else None
         if n is not None:
             call = KeyedCall(numbering.key(n), numbering)
+        attempts = Attempts(method, path, self.retry_s, lambda: [self.url, *self.urls])
 
         def once() -> Any:
-            url = self.url
+            url = attempts.url = self.url
             try:
                 return self._send(method, path, body, timeout, call)
             except NotTheBroker as exc:
                 self._discover(url, exc.details.get("url"))
                 raise
-            except BrokerUnavailable:
+            except BrokerUnavailable as exc:
+                attempts.failed(url, exc)
                 self._discover(url, None)
                 raise
 
         try:
-            return retrying(retry=retry_if_exception(_retryable),
-                            stop=stop_after_delay(self.retry_s))(once)
+            return attempts.run(once)
         finally:
             if n is not None:
                 numbering.end(n)
@@ -369,22 +370,29 @@ class QueueClient:
                 self._requests = RequestNumbers()
 
     def claim(self, worker: str, max_jobs: int = 1, lease_s: float = 30.0,
-              wait_s: float = 0.0) -> list[ClaimedJob]:
-        """Claim up to ``max_jobs``; with ``wait_s`` > 0, wait that long for one to appear."""
+              wait_s: float = 0.0, *, wait_for_queue: bool = False) -> list[ClaimedJob]:
+        """Claim up to ``max_jobs``; with ``wait_s`` > 0, wait that long for one to appear.
+
+        Raises ``UnknownQueue`` if the queue does not exist (a mistyped name),
+        unless ``wait_for_queue``: then a queue not created yet (by its first
+        push, or :meth:`create`) gives no jobs, after waiting ``wait_s`` for it.
+        """
         text("worker", worker, MAX_WORKER_CHARS)
         integer("max_jobs", max_jobs, 1, MAX_CLAIM_JOBS)
         number("lease_s", lease_s, MIN_LEASE_S, MAX_LEASE_S)
         number("wait_s", wait_s, 0.0, MAX_WAIT_S)
-        out = self.request("POST", self._q("claim"),
-                           {"worker": worker, "max_jobs": max_jobs, "lease_s": lease_s,
-                            "wait_s": wait_s}, timeout_s=self.timeout_s + wait_s,
-                           keyed=True)
+        body = {"worker": worker, "max_jobs": max_jobs, "lease_s": lease_s, "wait_s": wait_s}
+        if wait_for_queue:  # (only when asked: a broker before it refuses the field)
+            body["wait_for_queue"] = True
+        out = self.request("POST", self._q("claim"), body,
+                           timeout_s=self.timeout_s + wait_s, keyed=True)
         fields, new = CLAIMED_FIELDS, tuple.__new__
         return [new(ClaimedJob, fields(j)) for j in out["jobs"]]
 
     def heartbeat(self, tokens: Sequence[str], lease_s: float = 30.0, *,
                   raise_on_stale: bool = False) -> list[ItemResult]:
-        """Extend the leases of ``tokens`` to ``lease_s`` s from now; refusals as for complete."""
+        """Extend the leases of ``tokens`` to ``lease_s`` s from now; refusals as for complete.
+        Raises ``UnknownQueue`` if the queue does not exist."""
         number("lease_s", lease_s, MIN_LEASE_S, MAX_LEASE_S)
         out = self.request("POST", self._q("heartbeat"),
                            {"tokens": list(tokens), "lease_s": lease_s})

@@ -86,12 +86,12 @@ class Urllib3Transport:
         except (urllib3.exceptions.NewConnectionError,
                 urllib3.exceptions.ConnectTimeoutError) as exc:
             raise BrokerUnreachable(
-                f"cannot reach broker at {_origin(url)}: {_why(exc)}") from None
+                f"cannot reach broker at {origin(url)}: {_why(exc)}") from None
         except urllib3.exceptions.SSLError as exc:
             raise TlsFailed(_tls_why(url, exc)) from None
         except urllib3.exceptions.HTTPError as exc:
             raise BrokerUnavailable(
-                f"request to {_origin(url)} failed after sending: {type(exc).__name__}") from None
+                f"request to {origin(url)} failed after sending: {type(exc).__name__}") from None
         return Response(resp.status, resp.headers, resp.data)
 
     def close(self) -> None:
@@ -130,15 +130,15 @@ def _tls_why(url: str, exc: Exception) -> str:
     (its reason), or an answer that is not TLS (a plain HTTP broker)."""
     inner = exc.args[0] if exc.args else None
     if isinstance(inner, ssl.SSLCertVerificationError):
-        return (f"the TLS certificate of the broker at {_origin(url)} was refused: "
+        return (f"the TLS certificate of the broker at {origin(url)} was refused: "
                 f"{inner.verify_message or inner.reason}")
     reason = getattr(inner, "reason", None) or type(inner or exc).__name__
-    plain = "http://" + _origin(url).partition("://")[2]
-    return (f"the broker at {_origin(url)} does not speak TLS (try {plain}): the TLS "
+    plain = "http://" + origin(url).partition("://")[2]
+    return (f"the broker at {origin(url)} does not speak TLS (try {plain}): the TLS "
             f"handshake failed ({reason})")
 
 
-def _origin(url: str) -> str:
+def origin(url: str) -> str:
     """``scheme://host:port`` of ``url``: what an error names (no path, no query)."""
     scheme, _, rest = url.partition("://")
     return f"{scheme}://{rest.split('/', 1)[0].rpartition('@')[2]}"

@@ -81,6 +81,7 @@ class ProcessConfig:
     max_seconds: float | None = None
     retry_in_s: float | None = None
     worker_prefix: str = "spark"
+    wait_for_queue: bool = False
 
     def __repr__(self) -> str:  # never the token
         return f"ProcessConfig(broker={self.broker!r}, queue={self.queue!r})"
@@ -157,7 +158,8 @@ def _settled_batches(fn: Callable[[Any], Any], cfg: ProcessConfig,
             ThreadPoolExecutor(3, thread_name_prefix="osqueue-worker") as pool:
 
         def claim(want: int) -> list[ClaimedJob]:
-            jobs = client.claim(worker, want, cfg.lease_s, wait_s=cfg.idle_s)
+            jobs = client.claim(worker, want, cfg.lease_s, wait_s=cfg.idle_s,
+                                wait_for_queue=cfg.wait_for_queue)
             hb.add(j.token for j in jobs)  # held from now: keep the leases alive
             return jobs
 
@@ -209,9 +211,14 @@ def _settled_batches(fn: Callable[[Any], Any], cfg: ProcessConfig,
 def process(fn: Callable[[Any], Any], *, broker: str, queue: str, token: str | None = None,
             batch_size: int = 16, lease_s: float = 60.0, idle_s: float = 5.0,
             max_jobs: int | None = None, max_seconds: float | None = None,
-            retry_in_s: float | None = None,
-            worker_prefix: str = "spark") -> Callable[[Iterator[Any]], Iterator[Any]]:
+            retry_in_s: float | None = None, worker_prefix: str = "spark",
+            wait_for_queue: bool = False) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """A ``mapInPandas`` function whose every task processes jobs with ``fn``.
+
+    A queue that does not exist fails every task at its first claim with
+    ``UnknownQueue`` naming it (a mistyped name must not idle for ever);
+    ``wait_for_queue=True`` is for workers started before their producers: a
+    missing queue then counts as an empty one (each claim waits ``idle_s``).
 
     ``fn`` takes a payload (decoded JSON) and returns something JSON can
     encode. Use with ``df.mapInPandas(process(fn, ...), RESULT_SCHEMA)``;
@@ -227,7 +234,7 @@ def process(fn: Callable[[Any], Any], *, broker: str, queue: str, token: str | N
         raise InvalidRequest(f"batch_size must be within [1, {MAX_CLAIM_JOBS}], lease_s within "
                              f"(0, {MAX_LEASE_S:g}] and idle_s >= 0")
     cfg = ProcessConfig(broker, queue, token, batch_size, lease_s, idle_s, max_jobs,
-                        max_seconds, retry_in_s, worker_prefix)
+                        max_seconds, retry_in_s, worker_prefix, wait_for_queue)
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         import pandas as pd
@@ -262,10 +269,12 @@ class JobContext:
 
 @contextlib.contextmanager
 def claim_one(client: QueueClient, worker: str, *, lease_s: float = 60.0,
-              wait_s: float = 0.0) -> Iterator[JobContext | None]:
+              wait_s: float = 0.0, wait_for_queue: bool = False) -> Iterator[JobContext | None]:
     """Claim one job and hold its lease while the block runs.
 
-    Yields None when no job came within ``wait_s``. On a normal exit the job
+    Yields None when no job came within ``wait_s``; raises ``UnknownQueue`` for
+    a queue that does not exist, unless ``wait_for_queue`` (see
+    :meth:`QueueClient.claim`). On a normal exit the job
     is completed with ``ctx.result``; on an exception it is failed with the
     error text and the exception propagates::
 
@@ -273,7 +282,7 @@ def claim_one(client: QueueClient, worker: str, *, lease_s: float = 60.0,
             if ctx is not None:
                 ctx.result = handle(ctx.payload)
     """
-    jobs = client.claim(worker, 1, lease_s, wait_s)
+    jobs = client.claim(worker, 1, lease_s, wait_s, wait_for_queue=wait_for_queue)
     if not jobs:
         yield None
         return

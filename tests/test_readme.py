@@ -90,8 +90,28 @@ print("pyspark" in sys.modules)
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
-        "osqueue_spark.register needs the spark extra (pyspark is missing): "
-        "pip install 'osqueue-spark[spark]'", "False"]
+        "osqueue_spark.register needs the spark extra (pyspark is missing): install "
+        "osqueue_spark with [spark] (a checkout or a wheel of it), or pip install "
+        "'pyspark[connect]>=4.0,<4.4' 'pandas>=2.2,<3' 'pyarrow>=15'", "False"]
+
+
+def test_the_spark_extra_hint_names_what_the_extra_holds() -> None:
+    """The hint's pip line is the spark extra of pyproject.toml, package for package
+    (the extra's name alone, ``osqueue-spark[spark]``, is on no index)."""
+    import tomllib
+
+    from osqueue_spark import SPARK_EXTRA_HINT
+
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]["spark"]
+    assert SPARK_EXTRA_HINT.endswith("pip install " + " ".join(f"'{r}'" for r in extra))
+
+
+def test_the_install_section_names_no_package_index_release() -> None:
+    text = README.read_text(encoding="utf-8")
+    install = text.split("## Install", 1)[1].split("\n## ", 1)[0]
+    assert "osqueue-spark[" not in install and "pip install osqueue-spark" not in install
+    assert "make wheel" in install and "[spark]" in install
 
 
 def test_readme_is_short_and_self_contained() -> None:

@@ -53,7 +53,7 @@ _SIMPLE_DEFAULTS = {"priority": 0, "delay_s": 0, "max_attempts": None, "key": No
 _PUSH_FIELDS = frozenset({"jobs"})
 _STAGE_FIELDS = frozenset({"write_id"})
 _PUBLISH_FIELDS = frozenset({"prefix", "keep", "once"})
-_CLAIM_FIELDS = frozenset({"worker", "max_jobs", "lease_s", "wait_s"})
+_CLAIM_FIELDS = frozenset({"worker", "max_jobs", "lease_s", "wait_s", "wait_for_queue"})
 _HEARTBEAT_FIELDS = frozenset({"tokens", "lease_s"})
 _ITEMS_FIELDS = frozenset({"items"})
 _COMPLETE_FIELDS = frozenset({"token", "result"})
@@ -158,7 +158,18 @@ def parse_claim(body: Any) -> dict[str, Any]:
         "max_jobs": int_field(body, "max_jobs", 1, lo=1, hi=MAX_CLAIM_JOBS),
         "lease_s": number_field(body, "lease_s", DEFAULT_LEASE_S, lo=MIN_LEASE_S, hi=MAX_LEASE_S),
         "wait_s": number_field(body, "wait_s", 0.0, hi=MAX_WAIT_S),
+        "wait_for_queue": _flag(body, "wait_for_queue"),
     }
+
+
+def _flag(body: dict[str, Any], name: str) -> bool:
+    """A true/false field (null or missing: false)."""
+    value = body.get(name)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise InvalidRequest(f"field '{name}' must be true or false")
+    return value
 
 
 def _tokens(values: list[Any], where: str) -> list[str]:

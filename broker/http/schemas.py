@@ -122,6 +122,9 @@ class ClaimRequest(Request):
         ge=0, le=MAX_WAIT_S, description="long-poll for this many seconds, or until the "
         "client disconnects (then any jobs claimed go back to pending, attempt not counted)")
     ] = 0.0
+    wait_for_queue: bool | None = Field(
+        False, description="a queue that does not exist yet answers no jobs (after waiting "
+        "wait_s for it to be created) instead of 404 unknown_queue")
 
 
 class HeartbeatRequest(Request):

@@ -13,8 +13,8 @@ broker takes the queue over by itself. A write sent to a broker that does
 not own the queue is answered ``NotTheBroker`` with the owner's URL. A read
 (stats, jobs) never moves a queue: a broker that does not own it answers
 from the stored object, and a queue that does not exist is answered 404
-with nothing created. A claim on a queue that does not exist returns no jobs
-(after waiting up to ``wait_s`` for it to appear) and creates nothing.
+with nothing created; so is a claim, unless it asks to ``wait_for_queue`` (then
+it returns no jobs, after waiting up to ``wait_s`` for the queue to appear).
 
 :class:`Broker` is a thin coordinator: :mod:`broker.service.served_queue` writes (a commit
 loop over :mod:`broker.service.queue_model` a served queue), :mod:`broker.service.takeover`
@@ -237,8 +237,10 @@ class Broker(CancelCalls, ReadCalls):
         it, ``UnknownQueue`` if it does not exist and ``create`` is false.
         """
         q = self.served(name)
-        if q is not None:
+        if q is not None and (create or not q.missing()):
             return q
+        if q is not None:
+            raise UnknownQueue(f"queue {name!r} does not exist (it is created by its first push)")
         paths.check_queue_name(name)
         if self._stopping:
             raise BrokerUnavailable("broker is shutting down")
@@ -347,11 +349,12 @@ class Broker(CancelCalls, ReadCalls):
     async def claim(self, queue: str, worker: str, max_jobs: int = 1,
                     lease_s: float = DEFAULT_LEASE_S, wait_s: float = 0.0,
                     request: str | None = None, floor: int | None = None,
-                    gone: asyncio.Future[Any] | None = None) -> Sequence[LeasedJob]:
-        """Claim up to ``max_jobs``, waiting up to ``wait_s`` for one. ``request``:
-        the caller's key for this call; a repeat answers at once the jobs still held
-        under the first one's leases. ``gone``: done once the caller left; the wait
-        ends then (jobs claimed all the same go back with :meth:`release`)."""
+                    gone: asyncio.Future[Any] | None = None,
+                    wait_for_queue: bool = False) -> Sequence[LeasedJob]:
+        """Claim up to ``max_jobs``, waiting up to ``wait_s`` for one. ``request``: the
+        caller's key (a repeat answers the jobs still held under the first's leases);
+        ``gone``: done once the caller left (the wait ends; jobs claimed go back with
+        :meth:`release`). A missing queue: ``UnknownQueue``, unless ``wait_for_queue``."""
         if wait_s < 0 or wait_s > self.config.max_wait_s:
             raise InvalidRequest(f"wait_s must be within [0, {self.config.max_wait_s}]")
         op = Claim(worker, max_jobs, round(lease_s * 1000), request, floor)
@@ -364,7 +367,9 @@ class Broker(CancelCalls, ReadCalls):
             created = self._created
             try:
                 result = await self._submit(queue, "claim", op)
-            except UnknownQueue:
+            except UnknownQueue as exc:
+                if not wait_for_queue:
+                    raise UnknownQueue(f"{exc.message}; wait_for_queue waits for it") from None
                 result = Result()
             jobs = result.jobs  # (column-wise from a claim: see broker.model.columns)
             remaining = deadline - self.monotonic()

@@ -107,11 +107,18 @@ class ServedQueue:
         """The answer (``Result.view``) of the read ``op``, through the loop: it
         sees committed state only. Raises ``UnknownQueue`` for a queue that has
         no object and no job (it is created by its first push)."""
-        state = self.loop.state
-        if state is not None and self.loop.etag is None and not state.jobs:
+        if self.missing():
             raise UnknownQueue(f"queue {self.name!r} does not exist "
                                "(it is created by its first push)")
         return (await self.loop.submit(op)).view
+
+    def missing(self) -> bool:
+        """Whether the loop knows the queue has no object and no job: served
+        here (a push that made its loop was refused, say) but never written.
+        False while that is not known (the state not loaded yet, or dropped
+        after a failed batch: the next commit reads it)."""
+        state = self.loop.state
+        return state is not None and self.loop.etag is None and not state.jobs
 
     async def submit(self, op: Op | StagedPublish) -> Result:
         """Commit ``op`` and answer it (a push large enough in jobs or bytes, and

@@ -90,6 +90,17 @@ def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     raise OptionError(f"option '{name}' must be true or false, got {raw!r}")
 
 
+def _choice(options: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    """One of ``choices`` (any case); the first when the option is not set."""
+    raw = _get(options, name)
+    if raw is None:
+        return choices[0]
+    if raw.strip().lower() not in choices:
+        raise OptionError(f"option '{name}' must be one of {', '.join(map(repr, choices))}, "
+                          f"got {raw!r}")
+    return raw.strip().lower()
+
+
 def _time(options: Mapping[str, str], name: str) -> int | None:
     raw = _get(options, name)
     if raw is None:
@@ -118,6 +129,9 @@ class ReadOptions:
     objects_per_partition: int = 8
     payload_schema: str | None = None
     filter_pushdown: bool = False
+    #: ``missingQueue``: a queue with no object fails the read ("error"), or
+    #: reads as no rows ("empty").
+    missing_queue: str = "error"
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -134,6 +148,7 @@ class ReadOptions:
                                        MAX_OBJECTS_PER_PARTITION),
             payload_schema=_get(options, "payloadSchema"),
             filter_pushdown=_bool(options, "filterPushdown", False),
+            missing_queue=_choice(options, "missingQueue", ("error", "empty")),
         )
         if out.since_ms is not None and out.until_ms is not None and out.since_ms > out.until_ms:
             raise OptionError("option 'since' is after option 'until'")
@@ -178,7 +193,9 @@ class StreamReadOptions:
     ``maxJobsPerTrigger`` bounds a micro-batch (PySpark 4.2+ also gets it as the
     source's default ``ReadMaxRows``); ``leaseS`` (seconds) is the lease each
     claim takes and each heartbeat renews; ``rowsPerPartition`` splits a batch
-    into Spark partitions (tasks) of at most that many jobs.
+    into Spark partitions (tasks) of at most that many jobs; ``waitForQueue``
+    (default false: a queue that does not exist fails the query) lets a
+    stream start before its queue's first push, reading it as empty until then.
     """
 
     target: BrokerOptions
@@ -186,6 +203,7 @@ class StreamReadOptions:
     lease_s: float = 120.0
     worker: str = "spark-stream"
     rows_per_partition: int = 500
+    wait_for_queue: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> StreamReadOptions:
@@ -199,6 +217,7 @@ class StreamReadOptions:
             lease_s=_float(options, "leaseS", 120.0, 1.0, MAX_LEASE_S),
             worker=worker,
             rows_per_partition=_int(options, "rowsPerPartition", 500, 1, MAX_CLAIM_JOBS),
+            wait_for_queue=_bool(options, "waitForQueue", False),
         )
 
 

@@ -35,7 +35,7 @@ import orjson
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from broker import paths, timefmt
-from broker.errors import NotFound, OsqueueError, SegmentMissing, StateError
+from broker.errors import NotFound, OsqueueError, SegmentMissing, StateError, UnknownQueue
 from broker.model import archive, segment_format
 from broker.model.decode import decode_state
 from broker.model.job import Job
@@ -137,7 +137,9 @@ class QueueReader(DataSourceReader):
         store = store_from_url(self.opts.store)
         got = _read_head(store, self.opts.queue)
         if got is None:
-            return []  # no queue object: no rows
+            if self.opts.missing_queue == "empty":
+                return []  # no queue object: no rows, as asked
+            raise missing_queue(store, self.opts.queue)
         state = decode_state(got.data, where=_head_where(store, self.opts.queue))
         live = [ref for ref in state.segment_refs if ref.remaining]
         data = got.data if len(got.data) <= MAX_SHIPPED_HEAD_BYTES else None
@@ -194,6 +196,14 @@ class QueueReader(DataSourceReader):
                 "taken); read it again") from None
         for seq, line in enumerate(lines, ref.next_seq):
             yield _job_row(segment_format.segment_job(seq, line, ref), self.extra)
+
+
+def missing_queue(store: ObjectStore, queue: str) -> UnknownQueue:
+    """The error for a read of a queue that has no object in ``store``."""
+    return UnknownQueue(
+        f"queue {queue!r} does not exist in {store.url} (no {paths.state_key(queue)}; a queue "
+        "is created by its first push): check the queue name and the store, or read a queue "
+        "that may not exist yet with .option(\"missingQueue\", \"empty\")")
 
 
 def _head_where(store: ObjectStore, queue: str) -> str:
@@ -266,6 +276,9 @@ class ArchiveReader(DataSourceReader):
                  for i in range(0, len(current), n)]
         if legacy:
             parts.append(InputPartition(ArchivePart(tuple(legacy), legacy=True)))
+        if not parts and self.opts.missing_queue == "error" and \
+                _read_head(store, self.opts.queue) is None:
+            raise missing_queue(store, self.opts.queue)
         return parts
 
     @with_code

@@ -49,6 +49,7 @@ from pyspark.sql.datasource import (
 )
 
 from broker.errors import InvalidRequest
+from osqueue_spark.datasource.driver_errors import install as install_driver_errors
 from osqueue_spark.datasource.errors import with_code
 from osqueue_spark.datasource.options import (
     BrokerOptions,
@@ -56,6 +57,7 @@ from osqueue_spark.datasource.options import (
     StreamReadOptions,
     StreamWriteOptions,
 )
+from osqueue_spark.datasource.python_exec import use_this_python
 from osqueue_spark.datasource.reader import (
     ARCHIVE_SCHEMA,
     FILTER_PUSHDOWN_IGNORED,
@@ -132,5 +134,14 @@ def _say_pushdown_ignored() -> None:
 def register(spark: Any) -> None:
     """Register the ``osqueue`` data source with a SparkSession: a classic one or a
     Spark Connect client (``pyspark.sql.connect.session.SparkSession``), whose
-    server then runs the source in its Python workers."""
+    server then runs the source in its Python workers.
+
+    Before that, on a local classic session whose workers' Python nobody chose,
+    point them at this interpreter (:mod:`.python_exec`: else a script run with
+    a venv's Python, the venv not activated, fails in every task); and make
+    osqueue errors raised inside Spark reach this process as themselves
+    (:mod:`.driver_errors`).
+    """
+    use_this_python(spark)
+    install_driver_errors(spark)
     spark.dataSource.register(OsqueueDataSource)

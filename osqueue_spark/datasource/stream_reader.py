@@ -206,13 +206,17 @@ class QueueStreamReader(DataSourceStreamReader, _AvailableNowHook):
         of a consumer that died (the previous run of this query, say) once
         their leases run out during it. Batches claim until the budget is spent
         or a claim finds nothing, so the run stops even while producers keep
-        pushing. Raises ``OsqueueError`` if the broker is unreachable (the
-        query fails to start; nothing was claimed).
+        pushing. Raises ``OsqueueError`` if the broker is unreachable, and
+        ``UnknownQueue`` if the queue does not exist (unless ``waitForQueue``:
+        then the run has nothing to drain); the query fails to start, nothing
+        claimed.
         """
         try:
             counts = self._connect().stats().get("counts", {})
-        except UnknownQueue:  # not pushed to yet: nothing to drain (claims find nothing)
-            counts = {}
+        except UnknownQueue:
+            if not self.opts.wait_for_queue:
+                raise
+            counts = {}  # not pushed to yet, as waitForQueue allows: nothing to drain
         self._budget = int(counts.get("pending", 0)) + int(counts.get("claimed", 0))
         log.info("osqueue availableNow run: at most %d job(s), %d per batch",
                  self._budget, self.opts.max_jobs_per_trigger)
@@ -255,7 +259,8 @@ class QueueStreamReader(DataSourceStreamReader, _AvailableNowHook):
         jobs: list[Any] = []
         while want is None or len(jobs) < want:
             ask = MAX_CLAIM_JOBS if want is None else min(MAX_CLAIM_JOBS, want - len(jobs))
-            got = client.claim(self.opts.worker, ask, self.opts.lease_s)
+            got = client.claim(self.opts.worker, ask, self.opts.lease_s,
+                               wait_for_queue=self.opts.wait_for_queue)
             if got:
                 self._heartbeater().add(j.token for j in got)
                 jobs.extend(got)

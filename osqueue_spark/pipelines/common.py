@@ -64,11 +64,12 @@ def analyse(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def process_queue(spark: Any, broker: str, queue: str, workers: int, fn: Any = analyse,
-                  token: str | None = None, idle_s: float = 3.0, batch_size: int = 200) -> Any:
+                  token: str | None = None, idle_s: float = 3.0, batch_size: int = 200,
+                  wait_for_queue: bool = False) -> Any:
     """Run ``workers`` mapInPandas tasks over the queue; return the result rows DataFrame."""
 
     f = process(fn, broker=broker, queue=queue, token=token, batch_size=batch_size,
-                idle_s=idle_s, lease_s=60)
+                idle_s=idle_s, lease_s=60, wait_for_queue=wait_for_queue)
     return spark.range(workers, numPartitions=workers).mapInPandas(f, RESULT_SCHEMA)
 
 

@@ -16,6 +16,7 @@ import urllib3
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker import paths
+from broker.errors import UnknownQueue
 from broker.model import archive
 from broker.model.decode import decode_state
 from broker.storage import FileStore, store_from_url
@@ -165,7 +166,7 @@ def test_long_poll_claim_returns_when_a_job_is_pushed(client: QueueClient) -> No
 
     def waiter() -> None:
         started.set()
-        got.extend(client.claim("w", wait_s=30))
+        got.extend(client.claim("w", wait_s=30, wait_for_queue=True))  # (pushed to below)
 
     t = threading.Thread(target=waiter)
     t.start()
@@ -176,9 +177,11 @@ def test_long_poll_claim_returns_when_a_job_is_pushed(client: QueueClient) -> No
     assert [j.id for j in got] == [jid]  # type: ignore[attr-defined]
 
 
-def test_claim_on_missing_queue_is_empty_and_creates_nothing(client: QueueClient,
-                                                             store_dir: Path) -> None:
-    assert client.claim("w") == []
+def test_claim_on_missing_queue_is_refused_and_creates_nothing(client: QueueClient,
+                                                               store_dir: Path) -> None:
+    with pytest.raises(UnknownQueue, match=f"queue {client.queue!r} does not exist"):
+        client.claim("w")
+    assert client.claim("w", wait_for_queue=True) == []  # a worker before its producers
     assert not (store_dir / client.queue).exists()
     r = raw("GET", f"{client.url}/v1/queues/{client.queue}/stats")
     assert r.status == 404 and r.json()["code"] == "unknown_queue"

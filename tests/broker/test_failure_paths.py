@@ -381,7 +381,9 @@ def test_reads_on_a_standby_neither_move_nor_create_queues(tmp_path: Path) -> No
                 await b.stats(name)
             with pytest.raises(UnknownQueue):
                 await b.jobs(name)
-            assert await b.claim(name, "w", 1, 30.0) == []
+            with pytest.raises(UnknownQueue):
+                await b.claim(name, "w", 1, 30.0)
+            assert await b.claim(name, "w", 1, 30.0, wait_for_queue=True) == []
         assert set(b._queues) <= {"q"} and "nope" not in b.metrics.render()
         assert "nope" not in store.list("")[0] and not any("nope" in k for k in store.list(""))
         await b.stop(drain_s=5)

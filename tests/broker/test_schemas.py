@@ -140,9 +140,11 @@ LEASE = nums(MIN_LEASE_S, MAX_LEASE_S)
 
 @RUNS
 @given(obj({"worker": strs(MAX_WORKER_CHARS)}, {
-    "max_jobs": ints(1, MAX_CLAIM_JOBS), "lease_s": LEASE, "wait_s": nums(0, MAX_WAIT_S)}))
+    "max_jobs": ints(1, MAX_CLAIM_JOBS), "lease_s": LEASE, "wait_s": nums(0, MAX_WAIT_S),
+    "wait_for_queue": st.one_of(st.booleans(), JUNK)}))
 def test_claim(body: Any) -> None:
-    check(body, parsers.parse_claim, schemas.ClaimRequest, lambda m: m.model_dump())
+    check(body, parsers.parse_claim, schemas.ClaimRequest,
+          lambda m: {**m.model_dump(), "wait_for_queue": bool(m.wait_for_queue)})
 
 
 @RUNS

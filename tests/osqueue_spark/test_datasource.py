@@ -11,7 +11,7 @@ import orjson
 import pytest
 from pyspark.sql.types import StringType, StructField, StructType
 
-from broker.errors import InvalidRequest
+from broker.errors import InvalidRequest, UnknownQueue
 from osqueue_spark.datasource import source as source_module
 from osqueue_spark.datasource.options import OptionError
 from osqueue_spark.datasource.source import (
@@ -73,8 +73,11 @@ def test_readers_are_chosen_by_table_and_pushdown(tmp_path: Path) -> None:
     assert type(pushed) is ArchiveReader  # (pushed filters prune nothing: see the reader)
     for reader in (queue, plain, pushed):
         assert type(roundtrip(reader)) is type(reader)
-    assert queue.partitions() == []  # no queue object yet: nothing planned,
-    assert list(queue.read(None)) == []  # and Spark's one empty partition gives no rows
+    with pytest.raises(UnknownQueue, match="queue 'q' does not exist in file://"):
+        queue.partitions()  # no queue object yet: a typo is said, not read as empty
+    empty = source(store=store, queue="q", missingQueue="empty").reader(schema(QUEUE_SCHEMA))
+    assert empty.partitions() == []  # asked for: nothing planned,
+    assert list(empty.read(None)) == []  # and Spark's one empty partition gives no rows
 
 
 def test_writers_pickle_without_their_connections() -> None:

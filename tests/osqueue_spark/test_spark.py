@@ -77,16 +77,22 @@ def test_read_bad_options_are_clear(any_spark: Any) -> None:
 
 
 def test_a_connect_client_gets_the_data_source_error_itself(spark_connect: Any) -> None:
-    """Under Spark Connect the error crosses gRPC: the client gets Spark's data
-    source error whose own message is the osqueue error (type, text, code), and
+    """Under Spark Connect the error crosses gRPC: the client gets the osqueue
+    error itself (``[code] message`` first), Spark's data source error kept
+    under it, whose own message is the osqueue error (type, text, code), and
     the server's JVM stack only after it, as a section the user's
     ``spark.sql.connect.serverStacktrace.enabled`` can turn off."""
     from pyspark.errors import AnalysisException
 
-    with pytest.raises(AnalysisException) as caught:
+    from osqueue_spark.datasource.options import OptionError
+
+    with pytest.raises(OptionError) as ours:
         (spark_connect.read.format("osqueue").option("queue", "q")
          .option("token", "s3cret-token").load().collect())
-    err = caught.value
+    assert str(ours.value).startswith("[bad_option] option 'store' is required")
+    assert "s3cret-token" not in "".join([str(ours.value), *ours.value.__notes__])
+    err = ours.value.spark_error  # type: ignore[attr-defined]
+    assert isinstance(err, AnalysisException)
     assert err.getCondition() == "PYTHON_DATA_SOURCE_ERROR"
     msg = err.getMessageParameters()["msg"]
     assert "osqueue_spark.datasource.options.OptionError: option 'store' is required" in msg
@@ -135,7 +141,7 @@ def test_stage_publish_sweep_through_the_broker(broker: BrokerServer, store_dir:
     assert c.stage("w-1/a", [{"payload": 1}, {"payload": 2, "key": "k"}]) == 2
     assert c.stage("w-1/b", [{"payload": 3}]) == 1
     assert c.stage("w-2/x", [{"payload": 4}]) == 1
-    assert c.claim("w") == []  # staged jobs are not in the queue
+    assert c.claim("w", wait_for_queue=True) == []  # staged jobs are not in the queue
     out = c.publish("w-1/", ["w-1/a"], once="write:w-1")
     assert out == {"published": 2, "discarded": 1, "duplicate": False}
     assert c.publish("w-1/", ["w-1/a"], once="write:w-1")["duplicate"]  # a retried commit
@@ -355,7 +361,7 @@ def test_claim_one_context_manager(broker: BrokerServer) -> None:
     stats = c.stats()
     assert stats["completed_total"] == 1 and stats["counts"]["pending"] == 1
     assert "ZeroDivisionError" in c.jobs()[0]["last_error"]
-    with claim_one(QueueClient(broker.url, qname()), "me") as nothing:
+    with claim_one(QueueClient(broker.url, qname()), "me", wait_for_queue=True) as nothing:
         assert nothing is None
 
 

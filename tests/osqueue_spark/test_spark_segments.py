@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from broker import paths
+from broker.errors import UnknownQueue
 from broker.model.decode import decode_state
 from broker.storage import store_from_url
 from tests.support.segmented import put_head, write_segmented
@@ -62,7 +63,9 @@ def test_a_deep_queue_reads_every_job_once_a_partition_per_segment(
         (f"j{seq:010d}", seq, f"d{seq}") for seq in range(3, 11)]
     assert typed.where("status = 'claimed'").count() == 2
     assert typed.where("priority = 5 AND n > 8").count() == 2
-    assert load(spark, store_url, "no-such-queue").count() == 0  # nothing planned: no rows
+    with pytest.raises(UnknownQueue, match="no-such-queue"):
+        load(spark, store_url, "no-such-queue").count()
+    assert load(spark, store_url, "no-such-queue", missingQueue="empty").count() == 0
 
 
 def test_a_missing_or_changed_segment_fails_the_read_naming_it(spark: Any,

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from broker.errors import InvalidRequest, OsqueueError
+from broker.errors import InvalidRequest, OsqueueError, UnknownQueue
 from broker.http.server import BrokerServer
 from broker.model import archive
 from broker.storage import ObjectStore, store_from_url
@@ -149,7 +149,12 @@ def test_available_now_drains_the_jobs_ready_at_start(broker: BrokerServer,
 
 
 def test_available_now_on_an_empty_queue_stops_at_once(broker: BrokerServer) -> None:
-    reader = reader_for(broker.url, qname())
+    q = qname()
+    missing = reader_for(broker.url, q)  # never pushed to: a typo, unless told to wait
+    with pytest.raises(UnknownQueue, match=f"queue {q!r} does not exist"):
+        drive_available_now(missing)
+    missing.stop()
+    reader = reader_for(broker.url, q, waitForQueue="true")
     assert drive_available_now(reader) == []
     reader.stop()
 

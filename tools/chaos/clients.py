@@ -369,7 +369,8 @@ class Workers:
                 started = rec.clock()
                 try:
                     jobs = client.claim(worker, max_jobs=rng.randint(1, args.claim_max),
-                                        lease_s=args.job_lease_s, wait_s=args.claim_wait_s)
+                                        lease_s=args.job_lease_s, wait_s=args.claim_wait_s,
+                                        wait_for_queue=True)  # (may start before producers)
                 except Exception as exc:
                     rec.error("claim", exc)
                     self.stop_consuming.wait(rng.uniform(0.05, 0.3))

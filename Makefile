@@ -16,7 +16,7 @@ CHROMIUM ?= /usr/bin/chromium
 $(STAMP): pyproject.toml
 	@$(PY) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"'
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet --upgrade pip 'setuptools>=77'  # the build's own (pyproject's SPDX license)
 	$(BIN)/pip install --quiet -e '.[spark,dev,azure,gcp]'
 	@touch $(STAMP)
 

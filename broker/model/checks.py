@@ -127,25 +127,36 @@ def list_field(body: dict[str, Any], name: str, max_items: int = MAX_ITEMS) -> l
 
 def number_field(body: dict[str, Any], name: str, default: float | None, *, lo: float = 0.0,
          hi: float = math.inf, where: str = "") -> float | None:
+    """``body[name]`` (``default`` if absent or null) as a float within ``[lo, hi]``;
+    ``InvalidRequest`` naming ``where`` + ``name`` for anything else, quoting the
+    value by its first characters only (:func:`~broker.errors.shown`). A whole
+    number too large for a double (``1`` and 400 zeros) is out of range, not an
+    ``OverflowError``."""
     value = body.get(name, default)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float) or (
+            isinstance(value, float) and not math.isfinite(value)):
         raise InvalidRequest(f"field '{where}{name}' must be a number, got {shown(value)}")
-    if not lo <= value <= hi:
-        raise InvalidRequest(f"field '{where}{name}' must be within [{lo}, {hi}], got {value}")
+    if not lo <= value <= hi:  # (exact for an int of any size)
+        raise InvalidRequest(f"field '{where}{name}' must be within [{lo}, {hi}], "
+                             f"got {shown(value)}")
     return float(value)
 
 
 def int_field(body: dict[str, Any], name: str, default: int | None, *, lo: int, hi: int,
          where: str = "") -> int | None:
+    """``body[name]`` (``default`` if absent or null) as an int within ``[lo, hi]``;
+    ``InvalidRequest`` naming ``where`` + ``name`` for anything else, quoting the
+    value by its first characters only (:func:`~broker.errors.shown`)."""
     value = body.get(name, default)
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidRequest(f"field '{where}{name}' must be an integer, got {shown(value)}")
     if not lo <= value <= hi:
-        raise InvalidRequest(f"field '{where}{name}' must be within [{lo}, {hi}], got {value}")
+        raise InvalidRequest(f"field '{where}{name}' must be within [{lo}, {hi}], "
+                             f"got {shown(value)}")
     return value
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Sequence
 
-from broker.errors import InvalidRequest, PayloadTooLarge, QueueFull
+from broker.errors import InvalidRequest, PayloadTooLarge, QueueFull, shown
 from broker.limits import MAX_ATTEMPTS, MAX_DELAY_MS, MAX_KEY_CHARS, MAX_PRIORITY
 from broker.model import idempotency
 from broker.model.job import JOB_OVERHEAD_BYTES, PENDING, Job, JobIds
@@ -21,19 +21,23 @@ from broker.model.state import QueueState
 
 
 def validate_new(state: QueueState, new: NewJob) -> int:
-    """Check one new job; return its size estimate."""
+    """Check one new job; return its size estimate. ``InvalidRequest`` or
+    ``PayloadTooLarge`` if it breaks a limit, quoting a bad option by its first
+    characters only (:func:`~broker.errors.shown`)."""
     limit = state.settings.max_payload_bytes
     if len(new.payload) > limit:
         raise PayloadTooLarge(
             f"payload is {len(new.payload)} bytes; this queue's limit is {limit} bytes"
         )
     if not -MAX_PRIORITY <= new.priority <= MAX_PRIORITY:
-        raise InvalidRequest(f"priority must be within +-{MAX_PRIORITY}, got {new.priority}")
+        raise InvalidRequest(f"priority must be within +-{MAX_PRIORITY}, "
+                             f"got {shown(new.priority)}")
     if not 0 <= new.delay_ms <= MAX_DELAY_MS:
-        raise InvalidRequest(f"delay must be within [0, {MAX_DELAY_MS // 1000}] s, "
-                             f"got {new.delay_ms / 1000} s")
+        raise InvalidRequest(f"delay must be within [0, {MAX_DELAY_MS}] ms, "
+                             f"got {shown(new.delay_ms)} ms")  # (ms: no float to overflow)
     if new.max_attempts is not None and not 1 <= new.max_attempts <= MAX_ATTEMPTS:
-        raise InvalidRequest(f"max_attempts must be 1..{MAX_ATTEMPTS}, got {new.max_attempts}")
+        raise InvalidRequest(f"max_attempts must be 1..{MAX_ATTEMPTS}, "
+                             f"got {shown(new.max_attempts)}")
     if new.key is not None and not 0 < len(new.key) <= MAX_KEY_CHARS:
         raise InvalidRequest(f"idempotency keys must be 1..{MAX_KEY_CHARS} characters")
     return len(new.payload) + JOB_OVERHEAD_BYTES

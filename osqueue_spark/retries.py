@@ -14,7 +14,11 @@ broker that is not running is said within seconds, as ``BrokerUnreachable``
 ``retry_s`` in silence. Once a broker URL has answered (any HTTP status),
 a broker there that restarts or is taken over is ridden out for the whole
 ``retry_s``. (A process that made no call yet, such as a Spark worker's
-first task, starts without that knowledge.)
+first task, starts without that knowledge.) A call one of whose attempts may
+have reached a broker (the connection was made, the answer never came: a
+broker killed right after it committed the call) is never cut short so: its
+outcome is unknown, and only a repeat answered by a broker tells it (the
+same ids, ``duplicate`` for a publish), so it is retried for ``retry_s``.
 """
 
 from __future__ import annotations
@@ -68,11 +72,14 @@ class Attempts:
         self.method, self.path, self.retry_s, self.brokers = method, path, retry_s, brokers
         self.url = ""  # the URL of the current attempt ("": found from the store)
         self.unreached: list[str] = []  # origins that refused, in order
+        self.reached = False  # an attempt may have reached a broker (outcome unknown)
         self._early = False
 
     def failed(self, url: str, exc: OsqueueError) -> None:
-        """Note the failure ``exc`` of the attempt at ``url``."""
-        if url and isinstance(exc, BrokerUnreachable):
+        """Note the failure ``exc`` (a ``BrokerUnavailable``) of the attempt at ``url``."""
+        if not isinstance(exc, BrokerUnreachable):
+            self.reached = True  # connected: the request may have been received
+        elif url:
             self.unreached.append(origin(url))
 
     def run(self, once: Callable[[], T]) -> T:
@@ -92,7 +99,8 @@ class Attempts:
         if elapsed >= self.retry_s:
             return True
         outcome = state.outcome
-        if (elapsed >= FIRST_CONTACT_S and self.unreached and outcome is not None
+        if (elapsed >= FIRST_CONTACT_S and self.unreached and not self.reached
+                and outcome is not None
                 and isinstance(outcome.exception(), BrokerUnreachable)
                 and not answered_before(self.brokers())):
             self._early = True

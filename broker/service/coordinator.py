@@ -239,15 +239,19 @@ class Broker(CancelCalls, ReadCalls):
         q = self.served(name)
         if q is not None and (create or not q.missing()):
             return q
-        if q is not None:
-            raise UnknownQueue(f"queue {name!r} does not exist (it is created by its first push)")
         paths.check_queue_name(name)
         if self._stopping:
             raise BrokerUnavailable("broker is shutting down")
         async with self.lock(name):
             q = self.served(name)
-            if q is not None:
+            if q is not None and (create or not q.missing()):
                 return q
+            if q is not None:  # never written here: another broker may have created it
+                got = await self.read_object(name)
+                if got is None:
+                    raise UnknownQueue(f"queue {name!r} does not exist "
+                                       "(it is created by its first push)")
+                q.yield_to(got[0])
             exists = await self.takeover.admit(name)  # raises NotTheBroker
             if not exists and not create:
                 raise UnknownQueue(f"queue {name!r} does not exist "
@@ -448,9 +452,9 @@ class Broker(CancelCalls, ReadCalls):
         committed state only, never a batch whose write is in flight), else from
         the stored object (nothing is taken over or created)."""
         q = self._queues.get(queue)
-        if q is not None and q.loop.active:
+        if q is not None and q.loop.active and not q.missing():
             return await q.read(op)
-        paths.check_queue_name(queue)
+        paths.check_queue_name(queue)  # (never written here: the store tells)
         return await stored_view(functools.partial(self.read_object, queue), queue, op,
                                  self.segments, self.clock())
 

@@ -120,6 +120,14 @@ class ServedQueue:
         state = self.loop.state
         return state is not None and self.loop.etag is None and not state.jobs
 
+    def yield_to(self, state: S.QueueState) -> None:
+        """Stop serving a queue this broker never wrote (:meth:`missing`) whose
+        object exists now (``state``: another broker created it since): the loop
+        steps down, answering what it holds ``NotTheBroker`` (retryable: nothing
+        of it was written), so the queue is served, watched and taken over as
+        any other broker's."""
+        self.loop.step_down(self.model.not_owner(state))
+
     async def submit(self, op: Op | StagedPublish) -> Result:
         """Commit ``op`` and answer it (a push large enough in jobs or bytes, and
         a publish of staged chunks, go by reference: :mod:`broker.service.by_reference`)."""

@@ -159,6 +159,13 @@ class Takeover:
                                url=state.broker.url, queue=name)
         return True
 
+    def _serves(self, name: str) -> bool:
+        """Whether this broker serves ``name`` and has written it: a loop made for
+        a refused first push, never written (``missing``), is watched, for another
+        broker may create the queue, and die."""
+        q = self.host.served(name)
+        return q is not None and not q.missing()
+
     async def watch(self) -> None:
         """One round of watching the queues this broker does not serve: a cheap
         ``head`` each; take over those whose owner is gone (see
@@ -170,7 +177,7 @@ class Takeover:
             self.known.update(await self._io(existing_queue_names, self.store))
             self._listed_at = self._monotonic()
         for name in sorted(self.known):
-            if host.stopping or host.served(name) is not None:
+            if host.stopping or self._serves(name):
                 continue
             try:
                 etag = await self._io(self.store.head, paths.state_key(name))
@@ -187,7 +194,7 @@ class Takeover:
             if not self.ownership.worth_reading(name):
                 continue  # the owner wrote within its lease: alive
             async with host.lock(name):
-                if host.stopping or host.served(name) is not None:
+                if host.stopping or self._serves(name):
                     continue  # a request made it ours meanwhile
                 try:
                     got = await host.read_object(name)
@@ -197,6 +204,8 @@ class Takeover:
                 if got is None:
                     continue
                 state, etag = got
+                if (unwritten := host.served(name)) is not None:
+                    unwritten.yield_to(state)
                 self.ownership.observe(name, etag=etag, record=state.broker)
                 if not self.ownership.may_take(name, state.broker):
                     continue

@@ -28,7 +28,7 @@ from broker.limits import (
     MAX_PRIORITY,
     MAX_RECORDED_BROKER_LEASE_S,
 )
-from broker.model.codec import reset_segments
+from broker.model.codec import reset_blocks
 from broker.model.indexes import SEQ_MASK, TIME_MASK, rebuild_indexes
 from broker.model.job import (
     CANCELLED,
@@ -333,7 +333,7 @@ def decode_state(data: bytes, *, where: str = "queue object") -> QueueState:
         raise CorruptState(f"{where} is malformed ({type(exc).__name__}: {exc}); "
                            "refusing to touch it") from None
     rebuild_indexes(state)
-    reset_segments(state)
+    reset_blocks(state)
     return state
 
 

@@ -256,7 +256,7 @@ def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
     ids, payloads, tokens, attempts, expiries = out.columns
     ready, leases, entries = state.ready, state.leases, state.jobs.entries
     get, from_line, splice = entries.get, pending_from_line, first_claim_line
-    counters, dirty, shift = state.counters, state.dirty, codec.SEGMENT_SHIFT
+    counters, dirty, shift = state.counters, state.dirty_blocks, codec.BLOCK_SHIFT
     expires = now_ms + lease_ms
     tail = lease_tail(worker, lease_ms, expires, now_ms)
     heappop, heappush = heapq.heappop, heapq.heappush
@@ -316,7 +316,7 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
     commit_seq = state.seq + 1
     answers = ItemResults()
     answered, oks, reasons, statuses = answers.columns
-    get, dirty, shift = state.jobs.entries.get, state.dirty, codec.SEGMENT_SHIFT
+    get, dirty, shift = state.jobs.entries.get, state.dirty_blocks, codec.BLOCK_SHIFT
     claimed_lines = state.claimed_lines
     done: list[int] = []  # job seqs
     fences: list[int] = []
@@ -363,16 +363,16 @@ def drop_completed(state: QueueState, commit_seq: int) -> int:
     (``bench/broker_bench.py``, cycle rows)."""
     check_move(COMPLETED, GONE)
     check_move(CANCELLED, GONE)
-    jobs, shift = state.jobs.entries, codec.SEGMENT_SHIFT
-    segments: set[int] = set()
+    jobs, shift = state.jobs.entries, codec.BLOCK_SHIFT
+    blocks: set[int] = set()
     freed = dropped = 0
     for seq in state.completed.pop(commit_seq, ()):
         job = jobs.get(seq)
         if isinstance(job, Job) and job.status in FINISHED and job.done_seq == commit_seq:
             del jobs[seq]
-            segments.add(seq >> shift)  # codec.removed(), for the lot below
+            blocks.add(seq >> shift)  # codec.removed(), for the lot below
             freed += job.size_estimate()
             dropped += 1
-    codec.removed_from(state, segments)
+    codec.removed_from(state, blocks)
     state.approx_bytes -= freed
     return dropped

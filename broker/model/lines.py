@@ -6,7 +6,7 @@ into byte templates here; every other shape goes through
 :meth:`broker.model.job.Job.to_dict`, and both give the same bytes (the tests
 compare them). A bulk-pushed job is kept as nothing but its line until first
 touched (:func:`new_pending_lines`, :func:`pending_from_line`,
-:mod:`broker.model.jobtable`). The whole object (header, segments of lines,
+:mod:`broker.model.jobtable`). The whole object (header, blocks of lines,
 key windows) is joined by :mod:`broker.model.codec`. Pure: bytes in, bytes out.
 """
 

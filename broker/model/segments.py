@@ -9,8 +9,6 @@ payload a line) are :mod:`broker.model.segment_format`'s. The broker writes
 them (:mod:`broker.service.by_reference`), takes jobs from them in claim
 order (:mod:`broker.model.segment_claims`), and reads them through
 :func:`~broker.model.segment_format.read_checked`, as the Spark reader does.
-(Not to be confused with the codec's encoding cache, also called segments in
-``QueueState.segments``: runs of 1,024 seqs of the object's own lines.)
 
 The head keeps a :class:`SegmentRef` per segment: where it is, which version
 (etag), its seqs, priority and due time, and a cursor (``taken``): the jobs

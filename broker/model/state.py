@@ -2,7 +2,7 @@
 
 This module holds the queue's data and nothing else. :mod:`broker.model.codec`
 turns a state into the object's bytes and back (byte templates, the per-job
-cached encoding, segments), :mod:`broker.model.indexes` keeps the derived heaps, and
+cached encoding, blocks of 1,024 seqs), :mod:`broker.model.indexes` keeps the derived heaps, and
 :mod:`broker.model.lifecycle` is the one place where a job changes status, keeping
 the model, the heaps and the encoding in step. :mod:`broker.model.transitions` holds
 the rules; it moves jobs only through :mod:`broker.model.lifecycle` and knows
@@ -356,7 +356,7 @@ class QueueState:
     once: dict[str, KeyEntry] = field(default_factory=dict)  # publish keys (Spark writes)
     receipts: Receipts = field(default_factory=Receipts)
     # The head's references to segment objects ("segments" in the object), in
-    # ascending first_seq (not the codec's encoding cache `segments` below).
+    # ascending first_seq.
     segment_refs: list[SegmentRef] = field(default_factory=list)
     # Never stored: refs dropped by changes since this state was loaded or last
     # committed, whose objects go once that commit lands (broker.model.segment_claims),
@@ -384,16 +384,16 @@ class QueueState:
     key_bytes: int = 0  # the idempotency-key and publish-key windows
     # Completed jobs awaiting their archive object: commit seq -> job seqs.
     completed: dict[int, list[int]] = field(default_factory=dict)
-    # Encoding cache by segment (jobs whose seq >> SEGMENT_SHIFT is equal; runs
-    # of the object's own lines, not the segment objects of segment_refs):
-    # each segment's job seqs in order (removed ones are filtered out lazily),
-    # the joined bytes of each clean segment, and the segments to rebuild.
-    # Touched only by broker.model.codec and broker.model.lifecycle (which keeps the
-    # caches in step with every status change; tests/ may look, never write).
-    seg_jobs: dict[int, list[int]] = field(default_factory=dict)
-    segments: dict[int, bytes] = field(default_factory=dict)
-    dirty: set[int] = field(default_factory=set)
-    shrunk: set[int] = field(default_factory=set)  # dirty segments that lost jobs
+    # Encoding cache by block (jobs whose seq >> BLOCK_SHIFT is equal: runs of
+    # the object's own lines): each block's job seqs in order (removed ones are
+    # filtered out lazily), the joined bytes of each clean block, and the blocks
+    # to rebuild. Touched only by broker.model.codec and broker.model.lifecycle
+    # (which keeps the caches in step with every status change; tests/ may
+    # look, never write).
+    block_jobs: dict[int, list[int]] = field(default_factory=dict)
+    blocks: dict[int, bytes] = field(default_factory=dict)
+    dirty_blocks: set[int] = field(default_factory=set)
+    shrunk_blocks: set[int] = field(default_factory=set)  # dirty blocks that lost jobs
     # The lines of jobs completed since the last stamp, as they were while
     # claimed: the completed line is that line with its status and the
     # completion spliced in (broker.model.codec.stamp), not a fresh encode.

@@ -111,7 +111,7 @@ def test_reads_that_must_not_make_jobs_leave_lines_as_lines() -> None:
 
 
 def test_every_job_reads_in_seq_order_whichever_were_touched() -> None:
-    state = _pushed([b"%d" % i for i in range(3000)])  # three segments
+    state = _pushed([b"%d" % i for i in range(3000)])  # three blocks
     transitions.apply(state, Claim("w", 7, 30_000), NOW)
     state.jobs.get(2500)
     assert [j.seq for j in state.jobs.peek()] == list(range(1, 3001))

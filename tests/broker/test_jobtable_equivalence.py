@@ -192,9 +192,9 @@ def test_lines_answer_and_encode_as_jobs_would(seed: int, base: int) -> None:
 
 @pytest.mark.parametrize("first_seq", [1, 1023, 9_999_999_995, 99_999_999_999_998])
 @pytest.mark.parametrize("max_attempts", [1, 1000])
-def test_claimed_lines_across_digit_and_segment_boundaries(
+def test_claimed_lines_across_digit_and_block_boundaries(
         first_seq: int, max_attempts: int) -> None:
-    """A claim from lines whose seqs cross a digit count or a segment boundary
+    """A claim from lines whose seqs cross a digit count or a block boundary (1,024 seqs)
     hands out the payloads and ids pushed, caches lines equal to fresh encodes
     with the queue's max_attempts, and its jobs complete; the written counters
     count every push."""

@@ -42,7 +42,7 @@ def test_the_table_is_the_documented_one() -> None:
 
 
 def _job_in(frm: str) -> tuple[QueueState, Job]:
-    """A queue of two jobs (so segments and heaps hold more than the one under
+    """A queue of two jobs (so blocks and heaps hold more than the one under
     test), the second in status ``frm`` (or made but not added, for NEW)."""
     state = new_queue(NOW)
     T.apply(state, Push((NewJob(b'{"other":1}'),)), NOW)

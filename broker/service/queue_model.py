@@ -48,7 +48,7 @@ PLAN_AHEAD_MS = 1_000
 
 
 class QueueModel:
-    """The :class:`broker.commit.loop.Model` of one queue: ``QueueState`` changed by
+    """The :class:`broker.commit.target.CommitTarget` of one queue: ``QueueState`` changed by
     ``Op`` answering ``Result``."""
 
     def __init__(self, queue: str, broker_id: str, url: str, lease_ms: int,

@@ -6,7 +6,7 @@ A target describes a state of type ``StateT`` (decoded from and encoded to one
 object), operations ``OpT`` that change it and the results ``ResultT`` they
 answer; it also carries the rules that run on every commit (housekeeping),
 who may write (``may_write``) and what follows a commit (``committed``): the
-loop itself holds no business rules. :class:`broker.service.queue_model.QueueModel`
+loop itself holds no business rules. :class:`broker.service.queue_target.QueueTarget`
 is the queue's.
 """
 

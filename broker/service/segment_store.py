@@ -5,7 +5,8 @@ nothing references them. The bytes and the references are
 the event loop (the broker's ``io``: :func:`broker.commit.offloop.run_io`).
 
 Used by pushes and publishes by reference (:mod:`broker.service.by_reference`),
-by the queue's model before each batch (:meth:`broker.service.queue_model.QueueModel.prepare`:
+by the queue's commit target before each batch
+(:meth:`broker.service.queue_target.QueueTarget.prepare`:
 :meth:`SegmentStore.check` and :meth:`SegmentStore.read_window`), and by the
 periodic sweep, with the staging sweep (:meth:`broker.service.coordinator.Broker.sweep_staging`).
 

@@ -47,7 +47,7 @@ from broker.storage import Data
 PLAN_AHEAD_MS = 1_000
 
 
-class QueueModel:
+class QueueTarget:
     """The :class:`broker.commit.target.CommitTarget` of one queue: ``QueueState`` changed by
     ``Op`` answering ``Result``."""
 

@@ -9,7 +9,7 @@ The layers inside, lowest first::
     job, columns, calls            a job and its lease; column-wise results; request keys
     receipts, tokens               answers of recent calls; token tags
     ratelimit                      the dispatch rate limit's token bucket (no model import)
-    lines                          a job's line in the object (byte templates)
+    job_lines                      a job's line in the object (byte templates)
     jobtable, state                the queue: seq -> job, settings, counters, windows
     indexes, segments              heaps; segment objects and the head's refs
     codec, decode                  the object's bytes, written and read

@@ -1,7 +1,7 @@
 """The queue object's bytes as a whole: encoding, and the change tracking that
 keeps it incremental.
 
-Three modules share the object's layout: :mod:`broker.model.lines` fills one
+Three modules share the object's layout: :mod:`broker.model.job_lines` fills one
 job's line into byte templates, this module joins the whole object (header,
 segment references, job lines, key windows, receipts), and
 :mod:`broker.model.decode` reads it back. Every other module sees plain
@@ -12,7 +12,7 @@ operations: :func:`encode_parts` and :func:`stamp` for a commit, and
 Encoding is incremental (``bench/state_encode_bench.py`` measures it): each
 job keeps its line's bytes (``Job._enc``) until it changes, a bulk-pushed job
 is kept as nothing but its line until first touched
-(:func:`broker.model.lines.new_pending_lines`, :mod:`broker.model.jobtable`),
+(:func:`broker.model.job_lines.new_pending_lines`, :mod:`broker.model.jobtable`),
 and jobs are grouped in blocks of ``1 << BLOCK_SHIFT`` seqs whose joined
 bytes are kept too, so a commit after changing 1k of 100k jobs re-encodes those
 1k, their blocks and a join. The bytes are the product contract:
@@ -27,7 +27,7 @@ import orjson
 
 from broker import timefmt
 from broker.model.job import Job
-from broker.model.lines import COMPLETION, job_line
+from broker.model.job_lines import COMPLETION, job_line
 from broker.model.segments import ref_to_json
 from broker.model.state import FORMAT, LINEAGE, VERSION, KeyEntry, QueueState, SegmentRef
 

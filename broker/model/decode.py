@@ -41,7 +41,7 @@ from broker.model.job import (
     Lease,
     job_id_for,
 )
-from broker.model.lines import plain_token
+from broker.model.job_lines import plain_token
 from broker.model.receipts import Receipts, fence_of
 from broker.model.segments import ref_from_json
 from broker.model.state import (

@@ -58,7 +58,12 @@ from broker.model.job import (
     JobIds,
     token_seq,
 )
-from broker.model.lines import first_claim_line, lease_tail, new_pending_lines, pending_from_line
+from broker.model.job_lines import (
+    first_claim_line,
+    lease_tail,
+    new_pending_lines,
+    pending_from_line,
+)
 from broker.model.ops import ItemResults, LeasedJobs
 from broker.model.state import QueueState
 from broker.wire import ItemResult
@@ -190,7 +195,7 @@ def add_pending_bulk(state: QueueState, payloads: Sequence[bytes], now_ms: int) 
     at ``now_ms``; return their ids. The caller has checked sizes and room.
 
     A bulk push of a million jobs comes here: each job's line is filled in
-    from one template per push (:func:`broker.model.lines.new_pending_lines`), the
+    from one template per push (:func:`broker.model.job_lines.new_pending_lines`), the
     jobs are kept as those lines until first touched (see
     :mod:`broker.model.jobtable`), and the ready heap grows by a run of ascending
     keys.

@@ -16,7 +16,7 @@ The payload on line ``k + 2`` (``k`` from 0) is the job of seq ``first_seq + k``
 id ``"j"`` and that seq in ten digits, with no attempts and the header's
 other fields. Reading a window makes each job's line as the queue object
 would hold it (:func:`segment_lines`, from
-:func:`broker.model.lines.pending_format`), so a job taken from a segment
+:func:`broker.model.job_lines.pending_format`), so a job taken from a segment
 enters the head exactly as if it had been pushed inline; writing one is a
 join of its payloads (a million jobs in about 20 ms; each job line written
 out whole cost about 25 times that, and 4 times the bytes:
@@ -46,7 +46,7 @@ from broker.errors import CorruptState, InvalidRequest, SegmentMissing, shown
 from broker.limits import MAX_ATTEMPTS, MAX_PRIORITY
 from broker.model.indexes import SEQ_MASK, TIME_MASK
 from broker.model.job import Job
-from broker.model.lines import pending_format, pending_from_line, stamp_ms
+from broker.model.job_lines import pending_format, pending_from_line, stamp_ms
 from broker.model.state import SegmentRef
 from broker.paths import check_queue_name
 

@@ -21,7 +21,7 @@ from broker.model import browse, codec, views
 from broker.model import transitions as T
 from broker.model.cancels import segments_to_load
 from broker.model.decode import decode_state
-from broker.model.lines import archive_line, job_line
+from broker.model.job_lines import archive_line, job_line
 from broker.model.ops import (
     Cancel,
     Claim,

@@ -23,7 +23,7 @@ from broker.model import state as S
 from broker.model import transitions as T
 from broker.model.decode import decode_state
 from broker.model.job import CANCELLED, CLAIMED, COMPLETED, DEAD, PENDING, job_id_for
-from broker.model.lines import job_line
+from broker.model.job_lines import job_line
 from broker.model.ops import (
     Claim,
     Complete,

@@ -15,7 +15,7 @@ from broker.model import codec, indexes, lifecycle
 from broker.model import state as S
 from broker.model import transitions as T
 from broker.model.job import Job
-from broker.model.lines import archive_line, job_line
+from broker.model.job_lines import archive_line, job_line
 from broker.model.ops import (
     Claim,
     Complete,

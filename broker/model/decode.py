@@ -43,7 +43,7 @@ from broker.model.job import (
 )
 from broker.model.job_lines import plain_token
 from broker.model.receipts import Receipts, fence_of
-from broker.model.segments import ref_from_json
+from broker.model.segment_format import ref_from_json
 from broker.model.state import (
     FORMAT,
     LINEAGE,

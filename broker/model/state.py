@@ -218,11 +218,11 @@ class Counters:
 @dataclass(frozen=True, slots=True)
 class SegmentRef:
     """What the head keeps per segment (``"segments"``; see :mod:`broker.model.segments`,
-    which reads and writes it). ``run_at_ms`` is the due time of all its
+    which keeps the claim order over them). ``run_at_ms`` is the due time of all its
     jobs (ms since the epoch); ``taken`` is the cursor: how many jobs from the
-    start have moved into the head. Made by :func:`broker.model.segments.ref_from_json`
-    (checked) or by the broker after writing the object;
-    :func:`broker.model.segments.take` makes the next one."""
+    start have moved into the head. Made by :func:`broker.model.segment_format.ref_from_json`
+    (checked; :func:`~broker.model.segment_format.ref_to_json` writes it) or by the
+    broker after writing the object; :func:`broker.model.segments.take` makes the next one."""
 
     key: str
     etag: str

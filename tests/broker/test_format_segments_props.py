@@ -23,7 +23,7 @@ from broker.model.ops import (
     Reclaim,
     Redrive,
 )
-from broker.model.segments import SegmentRef
+from broker.model.state import SegmentRef
 from broker.model.views import next_wakeup_ms, stats
 from broker.paths import segment_key, segment_name
 from tests.support.states import committed, new_queue, read_back

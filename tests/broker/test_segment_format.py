@@ -20,7 +20,7 @@ from broker.limits import MAX_PRIORITY
 from broker.model import segment_format as sf
 from broker.model.job import PENDING, Job
 from broker.model.job_lines import job_line, new_pending_lines
-from broker.model.segments import SegmentRef
+from broker.model.state import SegmentRef
 from tests.support.segment_refs import T0, key_of, payloads, ref_for
 from tests.support.segment_v1 import encode_segment_v1
 

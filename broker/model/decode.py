@@ -1,5 +1,5 @@
 """Reading a queue object: its bytes in, a checked :class:`~broker.model.state.QueueState`
-out (:func:`decode_state`; :mod:`broker.model.codec` writes what this reads).
+out (:func:`decode_state`; :mod:`broker.model.format.codec` writes what this reads).
 
 Every invariant the broker relies on is checked here (ids unique and equal to
 their seqs, counters at least the largest seq and lease number in use,
@@ -28,7 +28,7 @@ from broker.limits import (
     MAX_PRIORITY,
     MAX_RECORDED_BROKER_LEASE_S,
 )
-from broker.model.codec import reset_blocks
+from broker.model.format.codec import reset_blocks
 from broker.model.indexes import SEQ_MASK, TIME_MASK, rebuild_indexes
 from broker.model.job import (
     CANCELLED,

@@ -7,7 +7,7 @@ into byte templates here; every other shape goes through
 compare them). A bulk-pushed job is kept as nothing but its line until first
 touched (:func:`new_pending_lines`, :func:`pending_from_line`,
 :mod:`broker.model.jobtable`). The whole object (header, blocks of lines,
-key windows) is joined by :mod:`broker.model.codec`. Pure: bytes in, bytes out.
+key windows) is joined by :mod:`broker.model.format.codec`. Pure: bytes in, bytes out.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def plain_token(token: str) -> bool:
 
 def job_line(job: Job) -> bytes:
     """``job``'s line of the object: its JSON, preceded by the ``,\n`` that separates
-    it from the one before, cached on the job until :func:`broker.model.codec.touch`
+    it from the one before, cached on the job until :func:`broker.model.format.codec.touch`
     clears it.
 
     The common shapes (pending, or claimed, with no key or error) are

@@ -37,7 +37,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable, Sequence
 
-from broker.model import codec
+from broker.model.format import codec
 from broker.model.indexes import (
     SEQ_MASK,
     compact_leases,

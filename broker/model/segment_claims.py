@@ -30,7 +30,7 @@ import itertools
 from collections.abc import Callable, Sequence
 
 from broker.errors import InvalidRequest, PayloadTooLarge
-from broker.model import codec
+from broker.model.format import codec
 from broker.model.indexes import SEQ_MASK, promote_due, ready_key, timed_key
 from broker.model.job import JOB_OVERHEAD_BYTES, PENDING, Job, JobIds
 from broker.model.lifecycle import claim_ready

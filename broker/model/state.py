@@ -1,6 +1,6 @@
 """The queue's in-memory model: jobs, leases, settings, counters, job ids.
 
-This module holds the queue's data and nothing else. :mod:`broker.model.codec`
+This module holds the queue's data and nothing else. :mod:`broker.model.format.codec`
 turns a state into the object's bytes and back (byte templates, the per-job
 cached encoding, blocks of 1,024 seqs), :mod:`broker.model.indexes` keeps the derived heaps, and
 :mod:`broker.model.lifecycle` is the one place where a job changes status, keeping
@@ -79,7 +79,7 @@ encoded line until something first touches them (see :mod:`broker.model.jobtable
 
 Encoding is incremental: each job keeps its encoded bytes until it changes,
 so a commit after changing 1k of 100k jobs re-encodes only those 1k plus a
-join (see :mod:`broker.model.codec` and ``bench/state_encode_bench.py``).
+join (see :mod:`broker.model.format.codec` and ``bench/state_encode_bench.py``).
 
 The derived indexes (ready heap, delayed heap, lease heap) are rebuilt on
 load (:mod:`broker.model.indexes`) and kept by :mod:`broker.model.lifecycle`; they are
@@ -340,7 +340,7 @@ class SegmentWindows:
 @dataclass(slots=True)
 class QueueState:
     """The whole queue. Mutated only by :func:`broker.model.transitions.apply` (through
-    :mod:`broker.model.lifecycle`) and :func:`broker.model.codec.stamp`."""
+    :mod:`broker.model.lifecycle`) and :func:`broker.model.format.codec.stamp`."""
 
     seq: int = 0
     writer: str | None = None
@@ -387,7 +387,7 @@ class QueueState:
     # Encoding cache by block (jobs whose seq >> BLOCK_SHIFT is equal: runs of
     # the object's own lines): each block's job seqs in order (removed ones are
     # filtered out lazily), the joined bytes of each clean block, and the blocks
-    # to rebuild. Touched only by broker.model.codec and broker.model.lifecycle
+    # to rebuild. Touched only by broker.model.format.codec and broker.model.lifecycle
     # (which keeps the caches in step with every status change; tests/ may
     # look, never write).
     block_jobs: dict[int, list[int]] = field(default_factory=dict)
@@ -396,7 +396,7 @@ class QueueState:
     shrunk_blocks: set[int] = field(default_factory=set)  # dirty blocks that lost jobs
     # The lines of jobs completed since the last stamp, as they were while
     # claimed: the completed line is that line with its status and the
-    # completion spliced in (broker.model.codec.stamp), not a fresh encode.
+    # completion spliced in (broker.model.format.codec.stamp), not a fresh encode.
     claimed_lines: dict[int, bytes] = field(default_factory=dict, compare=False, repr=False)
 
     def job(self, job_id: str) -> Job | None:

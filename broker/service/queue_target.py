@@ -19,10 +19,11 @@ import secrets
 from collections.abc import Callable, Sequence
 
 from broker.errors import NotTheBroker, OsqueueError
-from broker.model import browse, cancels, codec, tokens, transitions
+from broker.model import browse, cancels, tokens, transitions
 from broker.model import receipts as R
 from broker.model import state as S
 from broker.model.decode import decode_state
+from broker.model.format import codec
 from broker.model.ops import (
     Cancel,
     Claim,

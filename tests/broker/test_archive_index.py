@@ -9,8 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from broker import paths
-from broker.model import archive, codec
+from broker.model import archive
 from broker.model import transitions as T
+from broker.model.format import codec
 from broker.model.job import Job
 from broker.model.ops import Claim, Complete, CompleteItem, Push, Reserve
 from broker.model.ops import NewJob as N

@@ -17,10 +17,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from broker.errors import CorruptState
-from broker.model import browse, codec, views
+from broker.model import browse, views
 from broker.model import transitions as T
 from broker.model.cancels import segments_to_load
 from broker.model.decode import decode_state
+from broker.model.format import codec
 from broker.model.job_lines import archive_line, job_line
 from broker.model.ops import (
     Cancel,

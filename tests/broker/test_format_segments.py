@@ -18,9 +18,9 @@ import pytest
 
 from broker import paths
 from broker.errors import CorruptState, SegmentMissing
-from broker.model import codec
 from broker.model import transitions as T
 from broker.model.decode import decode_state
+from broker.model.format import codec
 from broker.model.ops import NewJob, PushPayloads
 from broker.model.segment_format import ref_to_json
 from broker.model.state import SEGMENT_REF_BYTES, SegmentRef

@@ -9,9 +9,9 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.model import codec
 from broker.model import transitions as T
 from broker.model.decode import decode_state
+from broker.model.format import codec
 from broker.model.ops import (
     Claim,
     Complete,

@@ -10,8 +10,8 @@ import itertools
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.model import codec
 from broker.model import transitions as T
+from broker.model.format import codec
 from broker.model.indexes import SEQ_MASK, ready_key
 from broker.model.ops import Claim, NewJob, Purge, Push, PushPayloads
 from broker.model.segment_claims import SegmentWindows, claim_refs, plan_windows

@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker import paths
-from broker.model import codec, segment_format
+from broker.model import segment_format
 from broker.model import transitions as T
 from broker.model.decode import decode_state
+from broker.model.format import codec
 from broker.model.job import PENDING
 from broker.model.ops import Claim, Purge, PushPayloads
 from broker.model.state import QueueState, SegmentRef

@@ -184,10 +184,9 @@ def test_the_checker_counts_the_jobs_segments_still_hold(tmp_path: Path) -> None
     """The store check reads each referenced segment's untaken jobs (format
     version 4) and refuses one whose etag is not the reference's."""
     from broker import paths
-    from broker.model import segment_format
     from broker.model import transitions as T
     from broker.model.decode import decode_state
-    from broker.model.format import codec
+    from broker.model.format import codec, segment_format
     from broker.model.state import SegmentRef
     from broker.storage import store_from_url
     from tools.chaos.checker import segment_jobs
@@ -214,8 +213,8 @@ def test_the_checker_counts_a_job_two_segments_hold_once_each(tmp_path: Path) ->
     """A seq held by two references (which no decodable queue object has: a
     defence in depth of the check) is reported as held twice."""
     from broker import paths
-    from broker.model import segment_format
     from broker.model import transitions as T
+    from broker.model.format import segment_format
     from broker.model.state import SegmentRef
     from broker.storage import store_from_url
     from tools.chaos.checker import segment_jobs
@@ -239,9 +238,8 @@ def test_the_checker_counts_a_job_two_segments_hold_once_each(tmp_path: Path) ->
 
 def test_wait_for_sweep_reports_segment_objects_no_head_references(tmp_path: Path) -> None:
     from broker import paths
-    from broker.model import segment_format
     from broker.model import transitions as T
-    from broker.model.format import codec
+    from broker.model.format import codec, segment_format
     from broker.model.state import SegmentRef
     from broker.storage import store_from_url
     from tools.chaos.segments import SegmentWatch, wait_for_sweep

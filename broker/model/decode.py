@@ -29,6 +29,7 @@ from broker.limits import (
     MAX_RECORDED_BROKER_LEASE_S,
 )
 from broker.model.format.codec import reset_blocks
+from broker.model.format.segment_format import ref_from_json
 from broker.model.indexes import SEQ_MASK, TIME_MASK, rebuild_indexes
 from broker.model.job import (
     CANCELLED,
@@ -43,7 +44,6 @@ from broker.model.job import (
 )
 from broker.model.job_lines import plain_token
 from broker.model.receipts import Receipts, fence_of
-from broker.model.segment_format import ref_from_json
 from broker.model.state import (
     FORMAT,
     LINEAGE,

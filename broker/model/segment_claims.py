@@ -31,11 +31,11 @@ from collections.abc import Callable, Sequence
 
 from broker.errors import InvalidRequest, PayloadTooLarge
 from broker.model.format import codec
+from broker.model.format.segment_format import segment_job
 from broker.model.indexes import SEQ_MASK, promote_due, ready_key, timed_key
 from broker.model.job import JOB_OVERHEAD_BYTES, PENDING, Job, JobIds
 from broker.model.lifecycle import claim_ready
 from broker.model.ops import LeasedJobs
-from broker.model.segment_format import segment_job
 from broker.model.segments import INLINE, due_key, next_from, purge_segments, run_from, take
 from broker.model.state import MAX_WINDOWS, QueueState, SegmentRef, SegmentWindows
 

@@ -5,10 +5,10 @@ values out; the time is passed in.
 
 A segment object holds pending jobs with consecutive seqs that share a
 priority and a due time, in seq order; its bytes (a header line, then one
-payload a line) are :mod:`broker.model.segment_format`'s. The broker writes
+payload a line) are :mod:`broker.model.format.segment_format`'s. The broker writes
 them (:mod:`broker.service.by_reference`), takes jobs from them in claim
 order (:mod:`broker.model.segment_claims`), and reads them through
-:func:`~broker.model.segment_format.read_checked`, as the Spark reader does.
+:func:`~broker.model.format.segment_format.read_checked`, as the Spark reader does.
 
 The head keeps a :class:`SegmentRef` per segment: where it is, which version
 (etag), its seqs, priority and due time, and a cursor (``taken``): the jobs
@@ -31,7 +31,7 @@ pending job is being claimed, which moves it into the head first.
 
 Errors: taking more jobs than a reference has left is a ``ValueError``
 naming the segment's key. (A reference's JSON, and the checks of a read one:
-:mod:`broker.model.segment_format`.)
+:mod:`broker.model.format.segment_format`.)
 """
 
 from __future__ import annotations

@@ -220,8 +220,8 @@ class SegmentRef:
     """What the head keeps per segment (``"segments"``; see :mod:`broker.model.segments`,
     which keeps the claim order over them). ``run_at_ms`` is the due time of all its
     jobs (ms since the epoch); ``taken`` is the cursor: how many jobs from the
-    start have moved into the head. Made by :func:`broker.model.segment_format.ref_from_json`
-    (checked; :func:`~broker.model.segment_format.ref_to_json` writes it) or by the
+    start have moved into the head. Made by :func:`broker.model.format.segment_format.ref_from_json`
+    (checked; :func:`~broker.model.format.segment_format.ref_to_json` writes it) or by the
     broker after writing the object; :func:`broker.model.segments.take` makes the next one."""
 
     key: str
@@ -273,7 +273,7 @@ class _Window:
 @dataclass(slots=True)
 class SegmentWindows:
     """Loaded job lines of segment objects, by (key, etag): what the broker read
-    (:func:`broker.model.segment_format.segment_lines` form, with the leading ``,\\n``)
+    (:func:`broker.model.format.segment_format.segment_lines` form, with the leading ``,\\n``)
     and has not yet moved into the head. Derived and never stored; one per
     queue, kept across reloads of the head (a segment never changes)."""
 

@@ -22,6 +22,7 @@ from broker.model import transitions as T
 from broker.model.cancels import segments_to_load
 from broker.model.decode import decode_state
 from broker.model.format import codec
+from broker.model.format.segment_format import encode_segment, segment_lines
 from broker.model.job_lines import archive_line, job_line
 from broker.model.ops import (
     Cancel,
@@ -39,7 +40,6 @@ from broker.model.ops import (
     Release,
     TakeOver,
 )
-from broker.model.segment_format import encode_segment, segment_lines
 from broker.model.state import QueueState, SegmentRef, SegmentWindows
 from broker.paths import segment_key, segment_name
 from broker.storage import FileStore

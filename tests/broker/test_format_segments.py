@@ -21,8 +21,8 @@ from broker.errors import CorruptState, SegmentMissing
 from broker.model import transitions as T
 from broker.model.decode import decode_state
 from broker.model.format import codec
+from broker.model.format.segment_format import ref_to_json
 from broker.model.ops import NewJob, PushPayloads
-from broker.model.segment_format import ref_to_json
 from broker.model.state import SEGMENT_REF_BYTES, SegmentRef
 from broker.model.views import next_wakeup_ms, stats
 from broker.paths import segment_key, segment_name

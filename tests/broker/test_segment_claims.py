@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from broker.model import transitions as T
 from broker.model.format import codec
+from broker.model.format.segment_format import encode_segment, segment_lines
 from broker.model.indexes import SEQ_MASK, ready_key
 from broker.model.ops import Claim, NewJob, Purge, Push, PushPayloads
 from broker.model.segment_claims import SegmentWindows, claim_refs, plan_windows
-from broker.model.segment_format import encode_segment, segment_lines
 from broker.model.state import QueueState, SegmentRef
 from broker.paths import segment_key, segment_name
 from tests.support.states import new_queue, read_back

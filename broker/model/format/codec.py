@@ -26,9 +26,9 @@ from typing import Any
 import orjson
 
 from broker import timefmt
+from broker.model.format.segment_format import ref_to_json
 from broker.model.job import Job
 from broker.model.job_lines import COMPLETION, job_line
-from broker.model.segment_format import ref_to_json
 from broker.model.state import FORMAT, LINEAGE, VERSION, KeyEntry, QueueState, SegmentRef
 
 # -- change tracking (called by broker.model.lifecycle on every job change) ------------

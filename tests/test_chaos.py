@@ -185,8 +185,8 @@ def test_the_checker_counts_the_jobs_segments_still_hold(tmp_path: Path) -> None
     version 4) and refuses one whose etag is not the reference's."""
     from broker import paths
     from broker.model import transitions as T
-    from broker.model.decode import decode_state
     from broker.model.format import codec, segment_format
+    from broker.model.format.decode import decode_state
     from broker.model.state import SegmentRef
     from broker.storage import store_from_url
     from tools.chaos.checker import segment_jobs

@@ -23,8 +23,8 @@ The layers inside, lowest first::
 The names below are the model's public face.
 """
 
-from broker.model.decode import decode_state
 from broker.model.format.codec import encode, stamp
+from broker.model.format.decode import decode_state
 from broker.model.job import Job
 from broker.model.state import QueueState, Settings
 from broker.model.transitions import apply

@@ -65,7 +65,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 import orjson
 
 from broker import paths, wire
-from broker.model.decode import LineSpans, NotOurLayout
+from broker.model.format.decode import LineSpans, NotOurLayout
 from broker.model.job import Job, job_id_for
 from broker.model.job_lines import archive_line
 

@@ -127,7 +127,7 @@ def archive_line(job: Job) -> bytes:
 
     Made from the job's stored fields alone, so every broker that writes
     the archive object of a commit writes the same bytes. Ids and tokens
-    never need escaping (see :mod:`broker.model.decode`), so the line is filled into a
+    never need escaping (see :mod:`broker.model.format.decode`), so the line is filled into a
     byte template. Raises ``ValueError`` for a job that is neither.
     """
     token = job.lease_token

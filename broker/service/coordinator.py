@@ -38,7 +38,7 @@ from broker.errors import BrokerUnavailable, InvalidRequest, NotFound, OsqueueEr
 from broker.limits import DEFAULT_LEASE_S
 from broker.model import state as S
 from broker.model import tokens
-from broker.model.decode import decode_state
+from broker.model.format.decode import decode_state
 from broker.model.job import DEAD, PENDING
 from broker.model.ops import (
     Claim,

@@ -22,8 +22,8 @@ from broker.errors import NotTheBroker, OsqueueError
 from broker.model import browse, cancels, tokens, transitions
 from broker.model import receipts as R
 from broker.model import state as S
-from broker.model.decode import decode_state
 from broker.model.format import codec
+from broker.model.format.decode import decode_state
 from broker.model.ops import (
     Cancel,
     Claim,

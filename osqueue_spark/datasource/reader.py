@@ -37,8 +37,8 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from broker import paths, timefmt
 from broker.errors import NotFound, OsqueueError, SegmentMissing, StateError
 from broker.model import archive
-from broker.model.decode import decode_state
 from broker.model.format import segment_format
+from broker.model.format.decode import decode_state
 from broker.model.job import Job
 from broker.model.state import SegmentRef
 from broker.storage import ObjectStore, Versioned, store_from_url

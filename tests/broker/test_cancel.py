@@ -20,8 +20,8 @@ from broker.errors import CorruptState
 from broker.model import browse, views
 from broker.model import transitions as T
 from broker.model.cancels import segments_to_load
-from broker.model.decode import decode_state
 from broker.model.format import codec
+from broker.model.format.decode import decode_state
 from broker.model.format.segment_format import encode_segment, segment_lines
 from broker.model.job_lines import archive_line, job_line
 from broker.model.ops import (

@@ -14,7 +14,7 @@ import pytest
 from broker import paths
 from broker.commit.loop import CommitLoop
 from broker.errors import InvalidRequest, OsqueueError, StorageUnavailable
-from broker.model.decode import decode_state
+from broker.model.format.decode import decode_state
 from broker.model.ops import NewJob, Push
 from broker.service.coordinator import Broker
 from broker.service.settings import BrokerConfig

@@ -29,8 +29,8 @@ import pytest
 
 from broker.errors import CorruptState, NewerState
 from broker.model import transitions as T
-from broker.model.decode import decode_state
 from broker.model.format import codec
+from broker.model.format.decode import decode_state
 from broker.model.job_lines import archive_line
 from broker.model.ops import (
     Claim,

@@ -19,8 +19,8 @@ import pytest
 from broker import timefmt
 from broker.model import lifecycle, transitions
 from broker.model import state as S
-from broker.model.decode import decode_state
 from broker.model.format import codec
+from broker.model.format.decode import decode_state
 from broker.model.job import CLAIMED, COMPLETED, DEAD, PENDING, Job, seq_of
 from broker.model.job_lines import job_line, line_due_stamp, new_pending_lines, pending_from_line
 from broker.model.jobtable import JobTable

@@ -21,8 +21,8 @@ from broker.errors import OsqueueError
 from broker.model import lifecycle
 from broker.model import state as S
 from broker.model import transitions as T
-from broker.model.decode import decode_state
 from broker.model.format import codec
+from broker.model.format.decode import decode_state
 from broker.model.job import CANCELLED, CLAIMED, COMPLETED, DEAD, PENDING, job_id_for
 from broker.model.job_lines import job_line
 from broker.model.ops import (

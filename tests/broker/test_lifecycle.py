@@ -13,8 +13,8 @@ import pytest
 
 from broker.model import indexes, lifecycle
 from broker.model import transitions as T
-from broker.model.decode import decode_state
 from broker.model.format import codec
+from broker.model.format.decode import decode_state
 from broker.model.job import CANCELLED, CLAIMED, COMPLETED, DEAD, PENDING, STATUSES, Job, Lease
 from broker.model.lifecycle import GONE, MOVES, NEW, IllegalMove
 from broker.model.ops import (

@@ -8,8 +8,8 @@ import pytest
 from broker.errors import InvalidRequest, PayloadTooLarge, QueueFull
 from broker.model import state as S
 from broker.model import transitions as T
-from broker.model.decode import decode_state
 from broker.model.format import codec
+from broker.model.format.decode import decode_state
 from broker.model.job import JOB_OVERHEAD_BYTES, JobIds, job_id_for, seq_of, token_seq
 from broker.model.job_lines import job_line
 from broker.model.ops import (

@@ -18,8 +18,8 @@ from broker.commit.verdict import new_commit_id
 from broker.errors import Conflict, NotFound
 from broker.model import state as S
 from broker.model import tokens, transitions
-from broker.model.decode import decode_state
 from broker.model.format import codec
+from broker.model.format.decode import decode_state
 from broker.model.ops import DropArchived, Op, Result
 from broker.model.views import stats
 from broker.service.archiver import write_commit

@@ -25,8 +25,8 @@ from typing import Any
 
 from broker import paths
 from broker.model import transitions as T
-from broker.model.decode import decode_state
 from broker.model.format import codec, segment_format
+from broker.model.format.decode import decode_state
 from broker.model.job import PENDING
 from broker.model.ops import Claim, Purge, PushPayloads
 from broker.model.state import QueueState, SegmentRef

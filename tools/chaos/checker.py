@@ -14,8 +14,8 @@ from typing import Any, cast
 from broker import paths
 from broker.errors import NotFound, OsqueueError
 from broker.model import archive
-from broker.model.decode import decode_state
 from broker.model.format import segment_format
+from broker.model.format.decode import decode_state
 from broker.model.state import QueueState
 from broker.model.tokens import stored_part
 from broker.storage import ObjectStore

@@ -4,7 +4,7 @@ keeps it incremental.
 Three modules share the object's layout: :mod:`broker.model.job_lines` fills one
 job's line into byte templates, this module joins the whole object (header,
 segment references, job lines, key windows, receipts), and
-:mod:`broker.model.decode` reads it back. Every other module sees plain
+:mod:`broker.model.format.decode` reads it back. Every other module sees plain
 operations: :func:`encode_parts` and :func:`stamp` for a commit, and
 :func:`touch` / :func:`added` / :func:`removed` for the change tracking that
 :mod:`broker.model.lifecycle` does on every job change.

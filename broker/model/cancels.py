@@ -6,7 +6,7 @@ Per id, a cancel answers (:class:`~broker.wire.CancelAnswer`):
 * a **pending or delayed** job: ``cancelled``. It moves to status
   ``cancelled`` in this very commit and, like a completed job, stays in the
   object until its commit's archive object (where it is one line, status
-  ``cancelled``) is written, then leaves (see :mod:`broker.model.archive`).
+  ``cancelled``) is written, then leaves (see :mod:`broker.model.format.archive`).
   Its idempotency key stays in the window: a push with it answers the
   cancelled job's id and creates nothing.
 * a **claimed** job: ``cancel_requested``. It is marked

@@ -43,7 +43,7 @@ _PENDING_BODY = (b'{"id":"j%%010d","seq":%%d,"status":"pending","priority":%d,"r
 
 # A completed job's line in an archive object: the job's fields without lease and
 # key, then who completed it (worker and token), in which commit, when, and its
-# result (see broker.model.archive).
+# result (see broker.model.format.archive).
 _ARCHIVED_JOB = (b'{"id":"j%010d","seq":%d,"status":"completed","priority":%d,"run_at":"%s",'
                  b'"attempts":%d,"max_attempts":%d,"created_at":"%s","payload":%s%s,'
                  b'"worker":%s,"token":"%s","commit_seq":%d,"commit":"%s","completed_at":"%s",'
@@ -123,7 +123,7 @@ def job_line(job: Job) -> bytes:
 
 def archive_line(job: Job) -> bytes:
     """A completed (or cancelled) job's line in its archive object (see
-    :mod:`broker.model.archive`).
+    :mod:`broker.model.format.archive`).
 
     Made from the job's stored fields alone, so every broker that writes
     the archive object of a commit writes the same bytes. Ids and tokens

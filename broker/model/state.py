@@ -57,7 +57,7 @@ did not land (see :mod:`broker.commit.loop`).
 A job's status is pending, claimed, dead, completed or cancelled. A completed
 job stays in the object, with its result, until its archive object is written
 (after the commit that completed it) and a later commit drops it (see
-:mod:`broker.model.archive`); so does a cancelled one. A claimed job whose
+:mod:`broker.model.format.archive`); so does a cancelled one. A claimed job whose
 cancel was asked for carries ``"cancel_requested_at"`` until it ends
 cancelled (see :mod:`broker.model.cancels`). ``receipts`` are what recent
 commits answered, for retried calls (see :mod:`broker.model.receipts`).

@@ -9,9 +9,9 @@ import threading
 from pathlib import Path
 
 from broker import paths, timefmt, wire
-from broker.model import archive, transitions
+from broker.model import transitions
 from broker.model.checks import parse_staged
-from broker.model.format import codec
+from broker.model.format import archive, codec
 from broker.model.format.decode import decode_state
 from broker.model.ops import CompleteItem, NewJob, Push
 from broker.storage import FileStore

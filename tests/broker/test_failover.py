@@ -22,7 +22,7 @@ import pytest
 
 from broker import paths
 from broker.errors import NotTheBroker
-from broker.model import archive
+from broker.model.format import archive
 from broker.model.format.decode import decode_state
 from broker.storage import FileStore
 from osqueue_spark import QueueClient

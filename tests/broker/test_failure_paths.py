@@ -26,8 +26,8 @@ from broker.errors import (
     StorageUnavailable,
     UnknownQueue,
 )
-from broker.model import archive
 from broker.model import state as S
+from broker.model.format import archive
 from broker.model.format.decode import decode_state
 from broker.model.ops import ClearBroker, CompleteItem, FailItem, NewJob, Push, TakeOver
 from broker.model.tokens import stored_part

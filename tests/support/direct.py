@@ -54,7 +54,7 @@ class DirectQueue:
         """Apply ``op`` and write it; on a lost race, re-read and try again.
 
         Completed jobs are archived after the write that completed them (see
-        :mod:`broker.model.archive`), and the write after that drops them. Expired
+        :mod:`broker.model.format.archive`), and the write after that drops them. Expired
         leases are never reclaimed here: leases are judged on a broker's
         clock only.
         """

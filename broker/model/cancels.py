@@ -59,7 +59,7 @@ from broker.model.job import CANCELLED, CLAIMED, PENDING, Job, seq_of
 from broker.model.lifecycle import mark_cancel, move
 from broker.model.ops import Cancel, Result
 from broker.model.segment_claims import move_in
-from broker.model.segments import holding
+from broker.model.segments.refs import holding
 from broker.model.state import QueueState, SegmentRef
 from broker.wire import CANCEL_REQUESTED, CancelAnswer, ItemResult
 

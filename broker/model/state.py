@@ -217,12 +217,12 @@ class Counters:
 
 @dataclass(frozen=True, slots=True)
 class SegmentRef:
-    """What the head keeps per segment (``"segments"``; see :mod:`broker.model.segments`,
+    """What the head keeps per segment (``"segments"``; see :mod:`broker.model.segments.refs`,
     which keeps the claim order over them). ``run_at_ms`` is the due time of all its
     jobs (ms since the epoch); ``taken`` is the cursor: how many jobs from the
     start have moved into the head. Made by :func:`broker.model.format.segment_format.ref_from_json`
     (checked; :func:`~broker.model.format.segment_format.ref_to_json` writes it) or by the
-    broker after writing the object; :func:`broker.model.segments.take` makes the next one."""
+    broker after writing the object; :func:`broker.model.segments.refs.take` makes the next one."""
 
     key: str
     etag: str
@@ -406,7 +406,7 @@ class QueueState:
 
     def count_by_status(self) -> dict[str, int]:
         """How many jobs have each status: the head's, and the segments' pending
-        ones (see ``broker.model.segments.segment_counts``)."""
+        ones (see ``broker.model.segments.refs.segment_counts``)."""
         counts = self.jobs.count_by_status()
         if self.segment_refs:
             counts[PENDING] += sum(ref.remaining for ref in self.segment_refs)

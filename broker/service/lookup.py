@@ -45,7 +45,7 @@ from broker.errors import (
 from broker.model import browse
 from broker.model.format import archive
 from broker.model.job import CANCELLED, seq_of
-from broker.model.segments import holding
+from broker.model.segments.refs import holding
 from broker.model.state import QueueState, SegmentWindows
 from broker.service.segment_store import SegmentStore
 from broker.service.stored_view import REREADS, Head

@@ -1,4 +1,4 @@
-"""broker.model.segments: segment keys, the head's references to segment
+"""broker.model.segments.refs: segment keys, the head's references to segment
 objects (their JSON: broker.model.format.segment_format), claim order across inline
 jobs and segments, purge and stats. Pure: no store, no I/O. (The objects'
 bytes: test_segment_format.py.)"""
@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from broker import paths
 from broker.limits import MAX_PRIORITY
-from broker.model import segments as sg
 from broker.model.format import segment_format as sf
 from broker.model.indexes import ready_key
+from broker.model.segments import refs as sg
 from broker.model.state import SegmentRef
 from tests.support.segment_refs import T0, key_of, ref_for
 

@@ -34,7 +34,7 @@ from broker.model.format.archive import Found
 from broker.model.format.segment_format import segment_job
 from broker.model.job import CANCELLED, CLAIMED, COMPLETED, DEAD, PENDING, Job, seq_of
 from broker.model.ops import Inspect, Result
-from broker.model.segment_claims import page_refs
+from broker.model.segments.claims import page_refs
 from broker.model.segments.refs import holding, next_wakeup, oldest_due, segment_counts
 from broker.model.state import QueueState, SegmentRef
 from broker.model.views import check_status, jobs_after

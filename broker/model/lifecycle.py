@@ -249,7 +249,7 @@ def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
     desc, run-at, seq) under fresh leases of ``lease_ms`` for ``worker``; each
     job's token is answered as ``tag`` makes it (see :mod:`broker.model.tokens`).
     With ``until_key``, stop before the first ready entry at or above it (a
-    segment's next job comes first: :mod:`broker.model.segment_claims`).
+    segment's next job comes first: :mod:`broker.model.segments.claims`).
 
     Per job, what :func:`move` to claimed does, written out: this loop runs
     once per claimed job (``bench/broker_bench.py``, claim rows). The jobs

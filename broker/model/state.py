@@ -359,7 +359,7 @@ class QueueState:
     # ascending first_seq.
     segment_refs: list[SegmentRef] = field(default_factory=list)
     # Never stored: refs dropped by changes since this state was loaded or last
-    # committed, whose objects go once that commit lands (broker.model.segment_claims),
+    # committed, whose objects go once that commit lands (broker.model.segments.claims),
     # and the segment lines the broker loaded for claims (one per queue, shared).
     dropped_refs: list[SegmentRef] = field(default_factory=list, compare=False, repr=False)
     windows: SegmentWindows | None = field(default=None, compare=False, repr=False)

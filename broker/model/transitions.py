@@ -103,7 +103,7 @@ from broker.model.ops import (
     SetPaused,
     TakeOver,
 )
-from broker.model.segment_claims import attach_refs, claim_merged, purge_pending, reserve
+from broker.model.segments.claims import attach_refs, claim_merged, purge_pending, reserve
 from broker.model.state import QueueState, Settings
 from broker.wire import ItemResult
 

@@ -36,8 +36,8 @@ from broker.model.ops import (
     Result,
     TakeOver,
 )
-from broker.model.segment_claims import SegmentWindows, claim_refs, plan_windows
-from broker.model.state import MAX_WINDOWS
+from broker.model.segments.claims import claim_refs, plan_windows
+from broker.model.state import MAX_WINDOWS, SegmentWindows
 from broker.model.views import next_wakeup_ms, page_segments
 from broker.service.archiver import Archiver
 from broker.service.ownership import Ownership, renew_at_ms, renew_due
@@ -87,8 +87,8 @@ class QueueTarget:
         """Before ``ops`` apply to ``state``: check that every segment it
         references exists at its etag (once per reference: what a takeover
         asks, without reading a segment), and load the segment lines the
-        batch's claims may take (:func:`~broker.model.segment_claims.claim_refs`, of them
-        those :func:`~broker.model.segment_claims.plan_windows` says are short).
+        batch's claims may take (:func:`~broker.model.segments.claims.claim_refs`, of them
+        those :func:`~broker.model.segments.claims.plan_windows` says are short).
         Raises ``SegmentMissing`` naming a missing or changed object, and the
         store's errors."""
         refs = state.segment_refs

@@ -10,7 +10,10 @@ segment is never rewritten: taking jobs advances the cursor in the head.
 
 - :mod:`~broker.model.segments.refs`: the head's references: claim order
   across the inline ready heap and the segments, cursors, purge, lookups by
-  seq.
+  seq;
+- :mod:`~broker.model.segments.claims`: jobs moving from segments into the
+  head: the windows a batch plans to load, claims merged with the inline
+  heap, pages, purge, and a push by reference (reserve, then attach).
 
 Not here: a segment's bytes and its reference's JSON
 (:mod:`broker.model.format.segment_format`), and the store calls that

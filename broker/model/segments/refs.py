@@ -7,7 +7,7 @@ A segment object holds pending jobs with consecutive seqs that share a
 priority and a due time, in seq order; its bytes (a header line, then one
 payload a line) are :mod:`broker.model.format.segment_format`'s. The broker writes
 them (:mod:`broker.service.by_reference`), takes jobs from them in claim
-order (:mod:`broker.model.segment_claims`), and reads them through
+order (:mod:`broker.model.segments.claims`), and reads them through
 :func:`~broker.model.format.segment_format.read_checked`, as the Spark reader does.
 
 The head keeps a :class:`SegmentRef` per segment: where it is, which version

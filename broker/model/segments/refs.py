@@ -1,13 +1,10 @@
-"""Segments: immutable objects of pending jobs that the queue object refers to
-instead of holding their jobs, so a commit costs the same at any depth of
-the queue (deep queues). Pure: values in,
-values out; the time is passed in.
+"""The head's references to segment objects: claim order, cursors, purge, and
+which segment holds a seq. Pure: values in, values out; the time is passed in.
 
-A segment object holds pending jobs with consecutive seqs that share a
-priority and a due time, in seq order; its bytes (a header line, then one
-payload a line) are :mod:`broker.model.format.segment_format`'s. The broker writes
-them (:mod:`broker.service.by_reference`), takes jobs from them in claim
-order (:mod:`broker.model.segments.claims`), and reads them through
+What a segment is: :mod:`broker.model.segments`. Its bytes (a header line,
+then one payload a line) are :mod:`broker.model.format.segment_format`'s. The
+broker writes them (:mod:`broker.service.by_reference`), takes jobs from them
+in claim order (:mod:`broker.model.segments.claims`), and reads them through
 :func:`~broker.model.format.segment_format.read_checked`, as the Spark reader does.
 
 The head keeps a :class:`SegmentRef` per segment: where it is, which version

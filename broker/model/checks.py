@@ -17,17 +17,12 @@ from typing import Any, NamedTuple, cast
 
 import orjson
 
+from broker import fields
 from broker.errors import InvalidRequest, PayloadTooLarge, shown
-from broker.limits import (
-    MAX_ATTEMPTS,
-    MAX_DELAY_S,
-    MAX_DEPTH,
-    MAX_ITEMS,
-    MAX_KEY_CHARS,
-    MAX_PRIORITY,
-)
+from broker.fields import JOB_OPTION_FIELDS, JOB_OPTIONS
+from broker.limits import MAX_DEPTH, MAX_ITEMS, MAX_KEY_CHARS
 from broker.model import ops
-from broker.wire import STAGED_OPTION_FIELDS, NonFinite, dumps, parse_json
+from broker.wire import NonFinite, dumps, parse_json
 
 _MISSING = object()
 
@@ -127,46 +122,47 @@ def list_field(body: dict[str, Any], name: str, max_items: int = MAX_ITEMS) -> l
 
 def number_field(body: dict[str, Any], name: str, default: float | None, *, lo: float = 0.0,
          hi: float = math.inf, where: str = "") -> float | None:
+    """``body[name]`` as a float (``default`` if absent or null), checked by
+    :func:`broker.fields.number`."""
     value = body.get(name, default)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidRequest(f"field '{where}{name}' must be a number, got {shown(value)}")
-    if not lo <= value <= hi:
-        raise InvalidRequest(f"field '{where}{name}' must be within [{lo}, {hi}], got {value}")
-    return float(value)
+    return float(fields.number(f"field '{where}{name}'", value, lo, hi))
 
 
 def int_field(body: dict[str, Any], name: str, default: int | None, *, lo: int, hi: int,
          where: str = "") -> int | None:
+    """``body[name]`` (``default`` if absent or null), checked by
+    :func:`broker.fields.integer`."""
     value = body.get(name, default)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidRequest(f"field '{where}{name}' must be an integer, got {shown(value)}")
-    if not lo <= value <= hi:
-        raise InvalidRequest(f"field '{where}{name}' must be within [{lo}, {hi}], got {value}")
-    return value
+    return fields.integer(f"field '{where}{name}'", value, lo, hi)
 
 
 def str_field(body: dict[str, Any], name: str, default: str | None, *, max_len: int = MAX_KEY_CHARS,
          where: str = "") -> str | None:
+    """``body[name]`` (``default`` if absent or null), checked by
+    :func:`broker.fields.text`."""
     value = body.get(name, default)
     if value is None:
         return default
-    if not isinstance(value, str) or not 0 < len(value) <= max_len:
-        raise InvalidRequest(f"field '{where}{name}' must be a string of 1..{max_len} characters")
-    return value
+    return fields.text(f"field '{where}{name}'", value, max_len)
 
 
 def job_options(item: dict[str, Any], where: str) -> tuple[int, int, int | None, str | None]:
-    """A job's options (priority, delay in ms, max_attempts, key), checked."""
-    delay = number_field(item, "delay_s", 0.0, hi=MAX_DELAY_S, where=where) or 0.0
-    return (int_field(item, "priority", 0, lo=-MAX_PRIORITY,
-                 hi=MAX_PRIORITY, where=where) or 0,
-            round(delay * 1000),
-            int_field(item, "max_attempts", None, lo=1, hi=MAX_ATTEMPTS, where=where),
-            str_field(item, "key", None, where=where))
+    """A job's options (priority, delay in ms, max_attempts, key), each checked
+    as :data:`broker.fields.JOB_OPTIONS` says (absent or null: the default)."""
+    delay = _option(item, "delay_s", 0.0, where) or 0.0
+    return (_option(item, "priority", 0, where) or 0, round(delay * 1000),
+            _option(item, "max_attempts", None, where), _option(item, "key", None, where))
+
+
+def _option(item: dict[str, Any], name: str, default: Any, where: str) -> Any:
+    value = item.get(name)
+    if value is None:
+        return default
+    return JOB_OPTIONS[name](f"field '{where}{name}'", value, InvalidRequest)
 
 
 class StagedChunk(NamedTuple):
@@ -241,8 +237,8 @@ def parse_staged_chunk(data: bytes, *, check: bool, max_payload_bytes: int = 0,
             largest = max(largest, len(payload))
             continue
         item = as_object(parse_json(head), f"{where} {i} options")
-        if not item.keys() <= STAGED_OPTION_FIELDS:
-            unknown_field(item, STAGED_OPTION_FIELDS, f"{where} {i}: ")
+        if not item.keys() <= JOB_OPTION_FIELDS:
+            unknown_field(item, JOB_OPTION_FIELDS, f"{where} {i}: ")
         jobs.append(ops.NewJob(payload, *job_options(item, f"{where} {i}: ")))
         all_bare = False
     return StagedChunk(jobs, all_bare, bare_bytes, largest)

@@ -1,8 +1,9 @@
 """Checks shared by every reader of untrusted job input: the HTTP parsers
 (:mod:`broker.http.parsers`) and staging (:mod:`broker.service.staging`).
 
-Field checks name the field they refuse; the staged format's reader
-(:func:`parse_staged`) turns staged lines into jobs. Every problem raises
+Field checks name the field they refuse (the checks themselves are
+:mod:`broker.fields`', which the client runs too); :func:`parse_staged_chunk`
+turns staged lines (the format: :mod:`broker.wire`) into jobs. Every problem raises
 ``InvalidRequest`` (422) or ``PayloadTooLarge`` (413) naming the field or
 line; bodies that are not JSON raise ``RequestError`` (400). A message quotes
 a bad value or an unknown field's name by its first few characters only
@@ -22,7 +23,15 @@ from broker.errors import InvalidRequest, PayloadTooLarge, shown
 from broker.fields import JOB_OPTION_FIELDS, JOB_OPTIONS
 from broker.limits import MAX_DEPTH, MAX_ITEMS, MAX_KEY_CHARS
 from broker.model import ops
-from broker.wire import NonFinite, dumps, parse_json
+from broker.wire import (
+    STAGED_SEP,
+    NonFinite,
+    bare_staged_payloads,
+    check_staged_end,
+    dumps,
+    parse_json,
+    staged_lines,
+)
 
 _MISSING = object()
 
@@ -194,32 +203,28 @@ def parse_staged_chunk(data: bytes, *, check: bool, max_payload_bytes: int = 0,
     ``PayloadTooLarge`` naming the line. Without (lines the broker checked when
     it staged them) only the options are decoded.
     """
-    if data and not data.endswith(b"\n"):
-        raise InvalidRequest(f"{where}s must end with a line break")
+    check_staged_end(data, where)
     loads = orjson.loads
-    if data.startswith(b"\t"):
-        # (one split in C; every line has default options iff the split found
-        # a payload per line break: no payload holds one)
-        payloads = data[1:-1].split(b"\n\t")
-        if len(payloads) == data.count(b"\n"):
-            jobs_ = cast("list[ops.NewJob | bytes]", payloads)  # list is invariant
-            largest = max(map(len, payloads))
-            chunk = StagedChunk(jobs_, True, len(data) - 2 * len(payloads), largest)
-            if not check:
+    payloads = bare_staged_payloads(data)
+    if payloads is not None:
+        jobs_ = cast("list[ops.NewJob | bytes]", payloads)  # list is invariant
+        largest = max(map(len, payloads))
+        # (each line: its payload, a tab and a line break)
+        chunk = StagedChunk(jobs_, True, len(data) - 2 * len(payloads), largest)
+        if not check:
+            return chunk
+        try:  # check them all without a Python loop; the loop below names a bad line
+            if largest <= min(max_payload_bytes, 2 * MAX_DEPTH):
+                deque(map(loads, payloads), maxlen=0)
                 return chunk
-            try:  # check them all without a Python loop; the loop below names a bad line
-                if largest <= min(max_payload_bytes, 2 * MAX_DEPTH):
-                    deque(map(loads, payloads), maxlen=0)
-                    return chunk
-            except orjson.JSONDecodeError:
-                pass
-    lines = data.split(b"\n")
-    del lines[-1]
+        except orjson.JSONDecodeError:
+            pass
     jobs: list[ops.NewJob | bytes] = []
     bare_bytes = largest = 0
     all_bare = True
-    for i, line in enumerate(lines):
-        head, tab, payload = line.partition(b"\t")
+    sep = STAGED_SEP
+    for i, line in enumerate(staged_lines(data)):
+        head, tab, payload = line.partition(sep)
         if not tab:
             raise InvalidRequest(f"{where} {i} has no tab between options and payload")
         if check:

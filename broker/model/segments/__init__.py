@@ -19,8 +19,8 @@ Not here: a segment's bytes and its reference's JSON
 (:mod:`broker.model.format.segment_format`), and the store calls that
 write, read and delete segment objects (:mod:`broker.service.segment_store`,
 :mod:`broker.service.by_reference`). What lives here may import the state,
-the bytes and the job lifecycle, never the rules above it (``views``,
-``cancels``, ``transitions``...): the import contracts ``model-layers`` and
+the bytes, the operations and the job lifecycle, never the rules above it
+(``views``, ``cancels``, ``transitions``...): the import contracts ``model-layers`` and
 ``model-segments`` in ``pyproject.toml``.
 
 Nothing is exported here: import the module that defines a name.

@@ -25,9 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import orjson
 
 from bench._common import interleaved, median_ratio, write_results
-from broker.model import codec, tokens
 from broker.model import state as S
+from broker.model import tokens
 from broker.model import transitions as T
+from broker.model.format import codec
 from broker.model.ops import Claim, NewJob, Push
 
 CHANGED = 1_000

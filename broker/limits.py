@@ -1,7 +1,7 @@
 """Every limit the queue enforces, each under one name.
 
 The rules (:mod:`broker.model.transitions`), the queue object's checks
-(:mod:`broker.model.decode`), the HTTP layer (:mod:`broker.http.parsers`) and the OpenAPI
+(:mod:`broker.model.format.decode`), the HTTP layer (:mod:`broker.http.parsers`) and the OpenAPI
 document all read these names; none restates a number. Units are in the
 names (``_MS`` milliseconds, ``_S`` seconds, ``_CHARS`` characters).
 """

@@ -3,12 +3,12 @@
 * ``{queue}/queue.json``: the state (a CAS object);
 * ``{queue}/archive/{YYYY-MM-DDTHH}/{seq:012d}-{commit}-{first id}-{last id}.jsonl``:
   finished jobs, one object per commit that finished any, named with the
-  lowest and highest job id in it (see :mod:`broker.model.archive`);
+  lowest and highest job id in it (see :mod:`broker.model.format.archive`);
 * ``{queue}/archive-index/b{block:010d}/{YYYY-MM-DDTHH}`` (empty objects): the
   hours in which jobs of each block of 65,536 seqs were archived, and
   ``{queue}/archive-index/start/{YYYY-MM-DDTHH}-{clean|legacy}``: when the
   queue's archive began to be indexed (what a lookup by id reads first:
-  :func:`broker.model.archive.find_job`);
+  :func:`broker.model.format.archive.find_job`);
 * ``{queue}/segments/seg-{first seq:010d}-{8 hex}.jsonl``: immutable objects of
   pending jobs (see :mod:`broker.model.segments`), written by pushes and
   publishes by reference (:mod:`broker.service.by_reference`).
@@ -72,7 +72,7 @@ def archive_key(queue: str, done_ms: int, commit_seq: int, commit: str, first_se
 
 
 def archive_index_prefix(queue: str) -> str:
-    """Where a queue's archive index lives (see :mod:`broker.model.archive`)."""
+    """Where a queue's archive index lives (see :mod:`broker.model.format.archive`)."""
     return f"{queue}/archive-index/"
 
 

@@ -1,15 +1,26 @@
 """What the client and the broker share on the wire: content types, the
-staged-line encoding, and a per-token answer.
+staged-line format, and a per-token answer.
 
-The compact job format (content type ``application/vnd.osqueue.staged``):
-what a Spark task stages (POST /stage), what a staging object holds, and an
-alternative push body. One job a line, ``OPTIONS \t PAYLOAD \n``. OPTIONS is
-empty for default options, else a JSON object with any of priority, delay_s,
-max_attempts, key; PAYLOAD is the job's JSON with no line break in it. A
-stage body starts with one JSON line ``{"write_id": ...}``. Payloads pass
-through as bytes (checked, never decoded and re-encoded), which makes this
-format several times cheaper than a JSON push body. The broker reads it with
-:func:`broker.model.checks.parse_staged`.
+**Staged lines** (content type ``application/vnd.osqueue.staged``), the
+compact job format: what a Spark task stages (POST /stage), what a staging
+object holds, and an alternative push body. This module is the format's one
+home: its definition and constants, its writers (:func:`encode_staged_line`,
+:func:`stage_body`) and its reader's rules (:func:`split_stage_body`,
+:func:`check_staged_end`, :func:`bare_staged_payloads`, :func:`staged_lines`);
+the broker checks what they give and makes jobs of it
+(:func:`broker.model.checks.parse_staged_chunk`), and the Spark write's Arrow
+path (:mod:`osqueue_spark.datasource.rows`) builds lines from these constants.
+
+One job a line, ``OPTIONS \t PAYLOAD \n`` (:data:`STAGED_SEP`,
+:data:`STAGED_END`). OPTIONS is empty for default options, else a compact
+JSON object of a job's options (:data:`broker.fields.JOB_OPTION_FIELDS`);
+compact JSON holds no raw tab or line break, so a line's first tab ends its
+options. PAYLOAD is the job's JSON with no line break in it: JSON allows a raw
+line break only between tokens, so a payload holding one is written again
+compactly, its numbers exact (:func:`staged_payload`); it may hold a raw tab
+(white space). A stage body starts with one JSON line ``{"write_id": ...}``.
+Payloads pass through as bytes (checked, never decoded and re-encoded), which
+makes this format several times cheaper than a JSON push body.
 
 **Numbers are kept exact.** orjson reads an integer beyond 64 bits, or a decimal
 with more digits than a double holds, as the nearest double, and writes that back
@@ -33,10 +44,13 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from broker.errors import RequestError
+from broker.errors import InvalidRequest, RequestError
 
 STAGED_CONTENT_TYPE = "application/vnd.osqueue.staged"
-STAGED_OPTION_FIELDS = frozenset({"priority", "delay_s", "max_attempts", "key"})
+#: Between a staged line's options and its payload; after each line.
+STAGED_SEP, STAGED_END = b"\t", b"\n"
+#: The same, as text (the Spark write builds its lines as text).
+STAGED_SEP_TEXT, STAGED_END_TEXT = STAGED_SEP.decode(), STAGED_END.decode()
 
 
 def parse_json(body: bytes) -> Any:
@@ -285,13 +299,63 @@ def non_finite(value: Any, where: str = "") -> str | None:
     return None
 
 
+# -- staged lines (the format: see the module's docstring) -----------------------------
+
+_STAGED_LINE = b"%s" + STAGED_SEP + b"%s" + STAGED_END
+
+
+def staged_payload(payload: bytes) -> bytes:
+    """``payload`` (a job's JSON) as a staged line holds it: as given, unless it
+    holds a line break (JSON allows one only between tokens), then written again
+    compactly with its numbers exact. ``RequestError`` if it is not JSON."""
+    return dumps(parse_json(payload)) if STAGED_END in payload else payload
+
+
 def encode_staged_line(payload: bytes, options: dict[str, Any] | None = None) -> bytes:
-    """One staged line for a job (``payload``: its JSON bytes; line breaks in it,
-    which JSON allows only between tokens, are removed by re-encoding)."""
-    if b"\n" in payload:
-        payload = dumps(parse_json(payload))
-    head = dumps(options) if options else b""
-    return b"%s\t%s\n" % (head, payload)
+    """One staged line for a job (``payload``: its JSON bytes, see
+    :func:`staged_payload`; ``options``: a job's options, None or empty for the
+    defaults)."""
+    payload = staged_payload(payload)
+    return _STAGED_LINE % (dumps(options) if options else b"", payload)
+
+
+def stage_body(write_id: str, lines: bytes) -> bytes:
+    """The body of a stage request: its header line, then staged ``lines``."""
+    return orjson.dumps({"write_id": write_id}) + STAGED_END + lines
+
+
+def split_stage_body(body: bytes) -> tuple[bytes, bytes]:
+    """A stage body's header line (JSON, without its line break) and the staged
+    lines after it."""
+    header, _, lines = body.partition(STAGED_END)
+    return header, lines
+
+
+def check_staged_end(data: bytes, where: str) -> None:
+    """``InvalidRequest`` (naming ``where``, as in ``"line"``) unless staged lines
+    ``data`` end with a line break (or are empty). Called before the two below."""
+    if data and not data.endswith(STAGED_END):
+        raise InvalidRequest(f"{where}s must end with a line break")
+
+
+def bare_staged_payloads(data: bytes) -> list[bytes] | None:
+    """The payloads of staged lines ``data`` if every line has default options,
+    else None: one split in C (every line is bare iff the split finds a payload
+    per line break, as no payload holds one). Each such line is its payload, a
+    tab and a line break."""
+    if not data.startswith(STAGED_SEP):
+        return None
+    payloads = data[1:-1].split(STAGED_END + STAGED_SEP)
+    return payloads if len(payloads) == data.count(STAGED_END) else None
+
+
+def staged_lines(data: bytes) -> list[bytes]:
+    """Staged lines ``data`` as lines, each without its line break: a line's
+    options end at its first :data:`STAGED_SEP` (``line.partition``), and a line
+    without one is not a staged line."""
+    lines = data.split(STAGED_END)
+    del lines[-1]
+    return lines
 
 
 #: The ``status`` of an answer about a job that was cancelled: a heartbeat,

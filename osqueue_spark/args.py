@@ -6,7 +6,9 @@ names the broker checks against), and a payload or result when it holds a NaN or
 an infinity: JSON has neither, and orjson would write ``null`` (so ``push(nan)``
 stored ``null``, a ``delay_s`` of ``inf`` or ``nan`` meant "now" and a ``lease_s``
 of ``nan`` 30 s). Each refusal is an :class:`InvalidArgument`, one line naming
-the field, with at most a short prefix of the bad value.
+the field, with at most a short prefix of the bad value. The checks are the
+broker's own (:mod:`broker.fields`), so what passes here the broker takes, and
+a refusal reads as the broker's would.
 
 Numbers are written exactly (:func:`broker.wire.dumps`): an integer beyond 64
 bits in full (a ``priority`` of ``2**70`` raised a bare ``TypeError``), a number
@@ -15,14 +17,15 @@ read from JSON (:func:`broker.wire.loads`) as it was spelt.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 import orjson
 
-from broker.errors import InvalidRequest
-from broker.limits import MAX_ATTEMPTS, MAX_DELAY_S, MAX_KEY_CHARS, MAX_PRIORITY
+from broker import fields
+from broker.errors import InvalidRequest, shown
+from broker.fields import JOB_OPTIONS
+from broker.limits import MAX_DELAY_S, MAX_KEY_CHARS, MAX_PRIORITY
 from broker.wire import NonFinite, dumps, non_finite
 
 
@@ -32,49 +35,27 @@ class InvalidArgument(InvalidRequest, ValueError):
     a ``ValueError``."""
 
 
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:37]}..."
-
-
-def number(name: str, value: Any, lo: float, hi: float) -> float:
-    """``value`` if it is a finite number (not a bool) within [lo, hi]."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidArgument(f"{name} must be a number, got {_shown(value)}")
-    if not math.isfinite(value) or not lo <= value <= hi:
-        raise InvalidArgument(f"{name} must be a finite number within [{lo:g}, {hi:g}], "
-                              f"got {_shown(value)}")
-    return value
+def number(name: str, value: Any, lo: float, hi: float) -> Any:
+    """``value`` if it is a finite number (not a bool) within [lo, hi]
+    (:func:`broker.fields.number`, refusing with :class:`InvalidArgument`)."""
+    return fields.number(name, value, lo, hi, InvalidArgument)
 
 
 def integer(name: str, value: Any, lo: int, hi: int) -> int:
-    """``value`` if it is an integer (not a bool) within [lo, hi]."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgument(f"{name} must be an integer, got {_shown(value)}")
-    if not lo <= value <= hi:
-        raise InvalidArgument(f"{name} must be within [{lo}, {hi}], got {_shown(value)}")
-    return value
+    """``value`` if it is an integer (not a bool) within [lo, hi]
+    (:func:`broker.fields.integer`, refusing with :class:`InvalidArgument`)."""
+    return fields.integer(name, value, lo, hi, InvalidArgument)
 
 
 def text(name: str, value: Any, max_chars: int) -> str:
-    """``value`` if it is a string of 1..max_chars characters."""
-    if not isinstance(value, str) or not 0 < len(value) <= max_chars:
-        raise InvalidArgument(f"{name} must be a string of 1..{max_chars} characters, "
-                              f"got {_shown(value)}")
-    return value
-
-
-#: A job's options and their checks (a None option is not sent: the broker's default).
-JOB_OPTIONS: dict[str, Callable[[str, Any], Any]] = {
-    "priority": lambda n, v: integer(n, v, -MAX_PRIORITY, MAX_PRIORITY),
-    "delay_s": lambda n, v: number(n, v, 0.0, MAX_DELAY_S),
-    "max_attempts": lambda n, v: integer(n, v, 1, MAX_ATTEMPTS),
-    "key": lambda n, v: text(n, v, MAX_KEY_CHARS),
-}
+    """``value`` if it is a string of 1..max_chars characters
+    (:func:`broker.fields.text`, refusing with :class:`InvalidArgument`)."""
+    return fields.text(name, value, max_chars, InvalidArgument)
 
 
 def job_options(options: dict[str, Any], where: str = "") -> dict[str, Any]:
-    """``options`` (a job's options, none None) if each is within the broker's limits."""
+    """``options`` (a job's options, none None) if each is within the broker's limits
+    (:data:`broker.fields.JOB_OPTIONS`)."""
     for name, value in options.items():
         # the usual values pass these comparisons (NaN fails every one); a value that
         # does not goes through its check, which says what is wrong
@@ -89,8 +70,8 @@ def job_options(options: dict[str, Any], where: str = "") -> dict[str, Any]:
             continue
         check = JOB_OPTIONS.get(name)
         if check is None:
-            raise InvalidArgument(f"unknown job option {where}{_shown(name)}")
-        check(f"{where}{name}", value)
+            raise InvalidArgument(f"unknown job option {where}{shown(name)}")
+        check(f"{where}{name}", value, InvalidArgument)
     return options
 
 

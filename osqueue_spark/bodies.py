@@ -47,7 +47,7 @@ def job_body(job: Any) -> dict[str, Any]:
 
 def job_staged_line(job: Any) -> bytes:
     """A job (as for :meth:`osqueue_spark.client.QueueClient.push`) as one staged line
-    (see :mod:`broker.wire`)."""
+    (:func:`broker.wire.encode_staged_line`)."""
     return body_line(job_body(job))
 
 

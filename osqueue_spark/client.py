@@ -58,7 +58,7 @@ from broker.limits import (
     MAX_WORKER_CHARS,
     MIN_LEASE_S,
 )
-from broker.wire import STAGED_CONTENT_TYPE, CancelAnswer, ItemResult, loads
+from broker.wire import STAGED_CONTENT_TYPE, CancelAnswer, ItemResult, loads, stage_body
 from osqueue_spark.args import InvalidArgument, integer, json_bytes, number, text
 from osqueue_spark.bodies import (
     BATCH_BYTES,
@@ -507,9 +507,8 @@ class QueueClient:
         return self.stage_lines(write_id, b"".join(map(job_staged_line, jobs)))
 
     def stage_lines(self, write_id: str, lines: bytes) -> int:
-        """Stage jobs already encoded as staged lines (see :mod:`broker.http.parsers`)."""
-        body = orjson.dumps({"write_id": write_id}) + b"\n" + lines
-        return int(self.request("POST", self._q("stage"), body)["staged"])
+        """Stage jobs already encoded as staged lines (see :mod:`broker.wire`)."""
+        return int(self.request("POST", self._q("stage"), stage_body(write_id, lines))["staged"])
 
     def publish(self, prefix: str, keep: Sequence[str], once: str | None = None) -> dict[str, Any]:
         """Enqueue the staged writes ``keep`` in one commit; drop every write under ``prefix``.

@@ -184,9 +184,10 @@ def test_the_checker_counts_the_jobs_segments_still_hold(tmp_path: Path) -> None
     """The store check reads each referenced segment's untaken jobs (format
     version 4) and refuses one whose etag is not the reference's."""
     from broker import paths
-    from broker.model import codec, segment_format, segments
     from broker.model import transitions as T
-    from broker.model.decode import decode_state
+    from broker.model.format import codec, segment_format
+    from broker.model.format.decode import decode_state
+    from broker.model.state import SegmentRef
     from broker.storage import store_from_url
     from tools.chaos.checker import segment_jobs
     from tools.chaos.store import QUEUE, status_counts
@@ -197,13 +198,13 @@ def test_the_checker_counts_the_jobs_segments_still_hold(tmp_path: Path) -> None
         QUEUE, 1, 0, 1_000, [b'{"p":1}', b'{"p":2}', b'{"p":3}'], max_attempts=3))
     state = T.new_state(1_000)
     state.counters.enqueued = 3
-    state.segment_refs = [segments.SegmentRef(key, etag, 1, 3, 0, 1_000, taken=1)]
+    state.segment_refs = [SegmentRef(key, etag, 1, 3, 0, 1_000, taken=1)]
     store.create_if_absent(paths.state_key(QUEUE), codec.encode(state))
     jobs = segment_jobs(store, decode_state(store.read(paths.state_key(QUEUE)).data))
     assert sorted(jobs) == ["j0000000002", "j0000000003"]
     assert jobs["j0000000003"]["status"] == "pending"
     assert status_counts(store) == {"pending": 2}
-    state.segment_refs = [segments.SegmentRef(key, "other", 1, 3, 0, 1_000)]
+    state.segment_refs = [SegmentRef(key, "other", 1, 3, 0, 1_000)]
     with pytest.raises(ValueError, match="etag"):
         segment_jobs(store, state)
 
@@ -212,8 +213,9 @@ def test_the_checker_counts_a_job_two_segments_hold_once_each(tmp_path: Path) ->
     """A seq held by two references (which no decodable queue object has: a
     defence in depth of the check) is reported as held twice."""
     from broker import paths
-    from broker.model import segment_format, segments
     from broker.model import transitions as T
+    from broker.model.format import segment_format
+    from broker.model.state import SegmentRef
     from broker.storage import store_from_url
     from tools.chaos.checker import segment_jobs
     from tools.chaos.store import QUEUE
@@ -225,7 +227,7 @@ def test_the_checker_counts_a_job_two_segments_hold_once_each(tmp_path: Path) ->
         key = paths.segment_key(QUEUE, paths.segment_name(first, salt))
         etag = store.create_if_absent(key, segment_format.encode_segment(
             QUEUE, first, 0, 1_000, lines, max_attempts=3))
-        refs.append(segments.SegmentRef(key, etag, first, len(lines), 0, 1_000))
+        refs.append(SegmentRef(key, etag, first, len(lines), 0, 1_000))
     state = T.new_state(1_000)
     state.segment_refs = refs
     again: list[str] = []
@@ -236,8 +238,9 @@ def test_the_checker_counts_a_job_two_segments_hold_once_each(tmp_path: Path) ->
 
 def test_wait_for_sweep_reports_segment_objects_no_head_references(tmp_path: Path) -> None:
     from broker import paths
-    from broker.model import codec, segment_format, segments
     from broker.model import transitions as T
+    from broker.model.format import codec, segment_format
+    from broker.model.state import SegmentRef
     from broker.storage import store_from_url
     from tools.chaos.segments import SegmentWatch, wait_for_sweep
     from tools.chaos.store import QUEUE
@@ -250,7 +253,7 @@ def test_wait_for_sweep_reports_segment_objects_no_head_references(tmp_path: Pat
             QUEUE, first, 0, 1_000, [b'{"p":1}', b'{"p":2}'], max_attempts=3)))
     state = T.new_state(1_000)
     state.counters.enqueued = 4
-    state.segment_refs = [segments.SegmentRef(keys[1], etags[1], 3, 2, 0, 1_000)]
+    state.segment_refs = [SegmentRef(keys[1], etags[1], 3, 2, 0, 1_000)]
     store.create_if_absent(paths.state_key(QUEUE), codec.encode(state))
     said: list[str] = []
     watch = SegmentWatch(store, lambda: 0.0, 1.0)

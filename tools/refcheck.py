@@ -15,7 +15,7 @@ there is any (0 otherwise); ``tests/test_refcheck.py`` runs the same checks.
   file that exists, every ``#anchor`` (alone or after a ``.md`` file) is the
   GitHub slug of one of the target's headings (or an ``<a id>``), and every
   backticked path that starts with a top-level folder or file of the repository
-  (``broker/model/codec.py``, ``docs/``, ``tests/support/faults.py:120``) exists,
+  (``broker/model/format/codec.py``, ``docs/``, ``tests/support/faults.py:120``) exists,
   with at least that many lines when it gives a line number. Fenced code blocks
   are not read.
 * **No issue numbers for reasons**: "(issue N)" in code, tests or docs says

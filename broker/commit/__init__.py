@@ -1,15 +1,15 @@
-"""The group commit of one compare-and-set object, generic over a model.
+"""The group commit of one compare-and-set object, generic over what it commits.
 
 :class:`~broker.commit.loop.CommitLoop` gathers every operation that arrived
 while the last write was in flight, applies them through a
-:class:`~broker.commit.model.Model`, writes the result with one conditional
+:class:`~broker.commit.target.CommitTarget`, writes the result with one conditional
 write, and answers each caller once that write has landed (or proves it cannot
 land: :mod:`broker.commit.verdict`). Store calls leave the event loop through
 :mod:`broker.commit.offloop`. Imports the storage layer and the leaves, never
-:mod:`broker.model`: the rules come in through the ``Model`` protocol.
+:mod:`broker.model`: the rules come in through the ``CommitTarget`` protocol.
 
 **Answers.** A caller awaiting ``CommitLoop.submit(op)`` gets the op's
-result, or the exception raised: one the model raised to refuse the op, one
+result, or the exception raised: one the target raised to refuse the op, one
 it returned as the op's outcome (a refusal that is written, answered once
 the write landed), or the loop's own (storage, step-down, shutdown,
 ``OutcomeUnknown``).
@@ -26,10 +26,10 @@ the loop goes on. A permanent storage error (``StorageRefused``) is answered
 at once. Any other exception (a corrupt object appearing, a bug) is answered
 to the batch, the state is re-read before the next batch and the condition
 is kept in ``CommitLoop.fault`` for health checks: no exception wedges the
-loop. An idle loop parks until an operation arrives or the model's next
+loop. An idle loop parks until an operation arrives or the target's next
 timer is due.
 
-**Prepare.** Before a batch applies, ``Model.prepare`` loads what its ops
+**Prepare.** Before a batch applies, ``CommitTarget.prepare`` loads what its ops
 need that the pure model cannot read (the queue's segment lines). If it
 refuses (an ``OsqueueError``: a segment object missing, say), the loop
 re-reads the object once, since its state may be behind one that no longer
@@ -38,6 +38,6 @@ needs it, and tries again; a second refusal is the batch's answer
 """
 
 from broker.commit.loop import CommitLoop
-from broker.commit.model import Model
+from broker.commit.target import CommitTarget
 
-__all__ = ["CommitLoop", "Model"]
+__all__ = ["CommitLoop", "CommitTarget"]

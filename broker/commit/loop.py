@@ -5,11 +5,11 @@ buffer; when it lands, everything buffered is applied to the state and goes
 out as the next single CAS write; only then are those callers answered
 ("pessimistic ack": acknowledged means durable).
 
-The loop knows nothing about queues: its :class:`~broker.commit.model.Model`
+The loop knows nothing about queues: its :class:`~broker.commit.target.CommitTarget`
 holds the rules (decode, apply, encode, housekeeping, who may write).
 
 What callers are answered, how open outcomes and storage faults are
-resolved, and what ``Model.prepare`` may refuse: see :mod:`broker.commit`.
+resolved, and what ``CommitTarget.prepare`` may refuse: see :mod:`broker.commit`.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from concurrent.futures import Executor
 from typing import Generic, TypeVar
 
 from broker.commit.linger import idle_floor_s, linger_s
-from broker.commit.model import CommitStats, Model, StateT, apply_batch
 from broker.commit.offloop import Expired, read_retrying, run_io
+from broker.commit.target import CommitStats, CommitTarget, StateT, apply_batch
 from broker.commit.verdict import (
     Attempt,
     Outcome,
@@ -65,7 +65,7 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
         self,
         store: ObjectStore,
         key: str,
-        model: Model[StateT, OpT, ResultT],
+        target: CommitTarget[StateT, OpT, ResultT],
         writer: str,
         executor: Executor,
         *,
@@ -81,7 +81,7 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
     ) -> None:
         self.store = store
         self.key = key
-        self.model = model
+        self.target = target
         self.writer = writer
         self.clock = clock
         self.stats = CommitStats()
@@ -109,7 +109,7 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
         self._closing = False
         self._task: asyncio.Task[None] | None = None
         self._idle_commits = 0  # timer-driven commits in a row (reset by a write)
-        # The state dropped for a re-read: what only it holds (see Model.carry)
+        # The state dropped for a re-read: what only it holds (see CommitTarget.carry)
         # goes into the state read next.
         self._dropped: StateT | None = None
         self._attempted = False  # the current batch has had a write attempt
@@ -145,7 +145,7 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
         return await fut
 
     def poke(self) -> None:
-        """Look at the model's timers again (it has new housekeeping to write,
+        """Look at the target's timers again (it has new housekeeping to write,
         e.g. archived jobs to drop)."""
         self._wake.set()
 
@@ -285,14 +285,14 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
         if self.state is None:
             return self._fault_retry_s if self.fault is not None else None
         now = self.clock()
-        due = self.model.next_timer_ms(self.state, now)
+        due = self.target.next_timer_ms(self.state, now)
         if due is None:
             return None
         return max(idle_floor_s(self._idle_commits), (due - now) / 1000)
 
     def _drop_state(self) -> None:
         """Forget the in-memory state (re-read it next), keeping it for
-        :meth:`Model.carry` until the next read."""
+        :meth:`CommitTarget.carry` until the next read."""
         if self.state is not None:
             self._dropped = self.state
         self.state = None
@@ -303,7 +303,7 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
 
     def _carry(self) -> None:
         if self._dropped is not None and self.state is not None:
-            self.model.carry(self._dropped, self.state, self.clock())
+            self.target.carry(self._dropped, self.state, self.clock())
         self._dropped = None
 
     async def _reload(self, deadline: float) -> None:
@@ -311,14 +311,14 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
         ``deadline``, a ``StateError`` or ``StorageRefused`` at once."""
         got = await read_retrying(self._executor, self.store, self.key, deadline)
         if got is None:
-            self.state, self.etag = self.model.empty(self.clock()), None
+            self.state, self.etag = self.target.empty(self.clock()), None
         else:
-            self.state, self.etag = self.model.decode(got.data), got.etag
+            self.state, self.etag = self.target.decode(got.data), got.etag
             self.stats.state_bytes = len(got.data)
         self.fault = None
         self._carry()
         if got is not None:
-            self.model.committed(self.state)
+            self.target.committed(self.state)
 
     async def _commit(self, batch: list[Waiter[OpT, ResultT]]) -> None:
         deadline = time.monotonic() + self._commit_timeout_s
@@ -338,8 +338,8 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
                     return
             state = self.state
             assert state is not None
-            try:  # (the model loads what the ops need: segment windows)
-                await self.model.prepare(state, [i.op for i in batch], self.clock())
+            try:  # (the target loads what the ops need: segment windows)
+                await self.target.prepare(state, [i.op for i in batch], self.clock())
             except Exception as refusal:  # (an earlier attempt may still land: answer so)
                 exc = refusal if isinstance(refusal, OsqueueError) else StorageUnavailable(
                     f"reading what {self.key}'s batch needs failed: {refusal}")
@@ -354,7 +354,7 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
             now = self.clock()
             exists = self.etag is not None
             with gc_paused():
-                results, changed, bad = apply_batch(self.model, state,
+                results, changed, bad = apply_batch(self.target, state,
                                                     [i.op for i in batch], now, exists)
             if bad is not None:
                 # Answer that call alone; it may have half-applied the state, so
@@ -378,13 +378,13 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
             # written: the write fences that attempt out (both are conditional on
             # the same version), so the answer given is the one that landed.
             commit = new_commit_id()
-            base_commit, _ = self.model.identity(state)
+            base_commit, _ = self.target.identity(state)
             attempt = Attempt(commit, base_commit, self.etag, results)
             attempts.append(attempt)
             self._attempted = True
             started = time.perf_counter()
             with gc_paused():
-                data = self.model.encode(state, self.writer, now, commit)
+                data = self.target.encode(state, self.writer, now, commit)
             try:
                 if attempt.base_etag is None:
                     etag = await run_io(self._executor, self.store.create_if_absent, self.key, data)
@@ -415,8 +415,8 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
                     return
                 fresh = self.state
                 assert fresh is not None
-                _, lineage = self.model.identity(fresh)
-                seq = self.model.seq(fresh)
+                _, lineage = self.target.identity(fresh)
+                seq = self.target.seq(fresh)
                 verdicts = [verdict(a, lineage=lineage, seq=seq, etag=self.etag)
                             for a in attempts]
                 landed = [a for a, v in zip(attempts, verdicts, strict=True)
@@ -461,15 +461,15 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
         for item, result in zip(batch, attempt.outcomes, strict=True):
             answer(item, result)
         if not reread:  # a re-read state was reported by _reload already
-            self.model.committed(state)
+            self.target.committed(state)
         self._check_owner(state, pending=False)
 
     def _check_owner(self, fresh: StateT, *, pending: bool,
                      batch: list[Waiter[OpT, ResultT]] | None = None) -> bool:
         """True if this writer may go on writing over ``fresh``; else step down
         (answering ``batch`` too: with OutcomeUnknown where an attempt may
-        still land, else with the model's error)."""
-        error = self.model.may_write(fresh, self.owned)
+        still land, else with the target's error)."""
+        error = self.target.may_write(fresh, self.owned)
         if error is None:
             return True
         if batch is not None:

@@ -2,7 +2,7 @@
 was open, and how the callers waiting on a batch are answered.
 
 Every write attempt carries its own identity (:func:`new_commit_id`, a fresh
-random id the model stamps into the object, which also keeps the ids of the
+random id the target stamps into the object, which also keeps the ids of the
 last few versions: its lineage). When a write fails in a way that leaves its
 outcome open (a timeout, a 5xx, a dropped reply, or a 409/412 that may be the
 store's own retry of a write that landed) the commit loop re-reads the object

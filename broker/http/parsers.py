@@ -45,7 +45,7 @@ from broker.model.checks import (
     unknown_field,
 )
 from broker.model.columns import plain_rows
-from broker.wire import parse_json
+from broker.wire import parse_json, split_stage_body
 
 _PLAIN_FIELDS = frozenset({"payload"})
 _JOB_FIELDS = frozenset({"payload", "priority", "delay_s", "max_attempts", "key"})
@@ -115,21 +115,12 @@ def parse_push(body: Any) -> list[ops.NewJob | bytes]:
     return parse_new_jobs(object_of(body, _PUSH_FIELDS, "request body"))
 
 
-# -- staged lines ------------------------------------------------------------------
-#
-# The compact job format (content type ``application/vnd.osqueue.staged``):
-# what a Spark task stages (POST /stage), what a staging object holds, and an
-# alternative push body. One job a line, ``OPTIONS \t PAYLOAD \n``. OPTIONS is
-# empty for default options, else a JSON object with any of priority, delay_s,
-# max_attempts, key; PAYLOAD is the job's JSON with no line break in it. A
-# stage body starts with one JSON line ``{"write_id": ...}``. Payloads pass
-# through as bytes (checked, never decoded and re-encoded), which makes this
-# format several times cheaper than a JSON push body.
+# -- staged lines (the format: broker.wire) ------------------------------------------
 
 def parse_stage(body: bytes) -> tuple[str, bytes]:
     """A stage request -> ``(write_id, staged lines)``; the lines are checked by
     :meth:`broker.service.coordinator.Broker.stage`."""
-    first, _, lines = body.partition(b"\n")
+    first, lines = split_stage_body(body)
     header = object_of(parse_json(first), _STAGE_FIELDS, "the first line of the request body")
     write_id = str_field(header, "write_id", None, max_len=MAX_WRITE_ID_CHARS)
     if write_id is None:

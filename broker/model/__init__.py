@@ -4,29 +4,38 @@ No store, no asyncio, no clock: every rule takes the time as an argument
 (``now_ms``), and the bytes are a function of the state (never the reverse).
 Imports only the broker's leaves (errors, limits, paths, timefmt, wire) and itself.
 
-The layers inside, lowest first::
+The layers inside, lowest first (a layer imports only the layers below it;
+the import contract ``model-layers`` in ``pyproject.toml`` holds them, and
+lists every module)::
 
-    job, columns, calls            a job and its lease; column-wise results; request keys
-    receipts, tokens               answers of recent calls; token tags
-    ratelimit                      the dispatch rate limit's token bucket (no model import)
-    lines                          a job's line in the object (byte templates)
-    jobtable, state                the queue: seq -> job, settings, counters, windows
-    indexes, segments              heaps; segment objects and the head's refs
-    codec, decode                  the object's bytes, written and read
-    ops, checks                    the operations and their results; input checks
-    lifecycle                      every status change, in one table
-    segment_claims                 jobs moving from segments into the head
-    idempotency, views, archive    key windows and receipts; stats and pages; archive lines
-    queue_rules, cancels           the queue's own rules; cancelling jobs
-    transitions                    the rules: ``apply(state, op, now_ms)``
+    job, columns, calls, ratelimit      a job and its lease; column-wise results;
+                                        request keys; the dispatch rate limit
+    receipts, tokens, job_lines         answers of recent calls; token tags; a job's
+                                        line in the object (byte templates)
+    jobtable, state                     the queue: seq -> job, settings, counters, windows
+    indexes                             the ready, delayed and lease heaps
+    format/                             the bytes: the head written and read, segment
+                                        objects, archive objects
+    ops; checks, lifecycle              operations and results; input checks; every
+                                        status change, in one table
+    segments/                           segment references and claim order; jobs
+                                        moving from segments into the head
+    idempotency, views                  key windows and receipts; stats and pages
+    inserts, queue_rules, cancels,      new jobs; the queue's own rules; cancelling;
+    browse                              the dashboard's views
+    transitions                         the rules: ``apply(state, op, now_ms)``
 
-The names below are the model's public face.
+The rules sit flat here; the two sub-packages group what has an axis of its
+own: :mod:`broker.model.format` (bytes, which may import the state but never
+the rules) and :mod:`broker.model.segments` (what the head keeps of segment
+objects and how their jobs come into it).
+
+No face: this package exports nothing, and callers import the module that
+defines a name (``from broker.model.format.decode import decode_state``).
+Its callers are the broker's own service and HTTP layers, the Spark reader
+and tools, and between them they use some eighty names of nearly every
+module, down to segment windows and claim planning: a face would be as
+wide as the package, and importing it would load all of it. A caller that
+needs only the bytes (the Spark reader on an executor) loads the format
+and the state, not the rules.
 """
-
-from broker.model.codec import encode, stamp
-from broker.model.decode import decode_state
-from broker.model.job import Job
-from broker.model.state import QueueState, Settings
-from broker.model.transitions import apply
-
-__all__ = ["Job", "QueueState", "Settings", "apply", "decode_state", "encode", "stamp"]

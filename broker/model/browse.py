@@ -30,12 +30,12 @@ import orjson
 
 from broker import paths, timefmt, wire
 from broker.errors import InvalidRequest, shown
-from broker.model.archive import Found
+from broker.model.format.archive import Found
+from broker.model.format.segment_format import segment_job
 from broker.model.job import CANCELLED, CLAIMED, COMPLETED, DEAD, PENDING, Job, seq_of
 from broker.model.ops import Inspect, Result
-from broker.model.segment_claims import page_refs
-from broker.model.segment_format import segment_job
-from broker.model.segments import holding, next_wakeup, oldest_due, segment_counts
+from broker.model.segments.claims import page_refs
+from broker.model.segments.refs import holding, next_wakeup, oldest_due, segment_counts
 from broker.model.state import QueueState, SegmentRef
 from broker.model.views import check_status, jobs_after
 
@@ -309,7 +309,7 @@ def lookup(state: QueueState, now_ms: int, queue: str, job_id: str) -> dict[str,
 
 
 def archived(found: Found) -> dict[str, Any]:
-    """A job the archive holds (:func:`broker.model.archive.find_job`) as
+    """A job the archive holds (:func:`broker.model.format.archive.find_job`) as
     :func:`job` shows one, its token left out: finished, so neither
     cancellable nor redrivable."""
     record, payload = found.record, found.payload

@@ -6,7 +6,7 @@ Per id, a cancel answers (:class:`~broker.wire.CancelAnswer`):
 * a **pending or delayed** job: ``cancelled``. It moves to status
   ``cancelled`` in this very commit and, like a completed job, stays in the
   object until its commit's archive object (where it is one line, status
-  ``cancelled``) is written, then leaves (see :mod:`broker.model.archive`).
+  ``cancelled``) is written, then leaves (see :mod:`broker.model.format.archive`).
   Its idempotency key stays in the window: a push with it answers the
   cancelled job's id and creates nothing.
 * a **claimed** job: ``cancel_requested``. It is marked
@@ -34,9 +34,9 @@ Per id, a cancel answers (:class:`~broker.wire.CancelAnswer`):
 * an id no job ever had: ``unknown``, not ok, nothing changes.
 
 A pending job still in a segment object (not yet in the queue object,
-see :mod:`broker.model.segment_claims`) is cancelled the same way: the jobs of
+see :mod:`broker.model.segments.claims`) is cancelled the same way: the jobs of
 its segment from the cursor up to it move into the head as pending, in their
-claim order (:func:`~broker.model.segment_claims.move_in`, as a claim would
+claim order (:func:`~broker.model.segments.claims.move_in`, as a claim would
 move them), and it is cancelled there. The broker loads those lines before
 the batch applies (:func:`segments_to_load`, called by its ``prepare``); if
 they are not loaded the id is answered not ok, status ``retry``, and nothing
@@ -58,8 +58,8 @@ from broker.model import receipts as R
 from broker.model.job import CANCELLED, CLAIMED, PENDING, Job, seq_of
 from broker.model.lifecycle import mark_cancel, move
 from broker.model.ops import Cancel, Result
-from broker.model.segment_claims import move_in
-from broker.model.segments import holding
+from broker.model.segments.claims import move_in
+from broker.model.segments.refs import holding
 from broker.model.state import QueueState, SegmentRef
 from broker.wire import CANCEL_REQUESTED, CancelAnswer, ItemResult
 

@@ -1,8 +1,9 @@
 """Checks shared by every reader of untrusted job input: the HTTP parsers
 (:mod:`broker.http.parsers`) and staging (:mod:`broker.service.staging`).
 
-Field checks name the field they refuse; the staged format's reader
-(:func:`parse_staged`) turns staged lines into jobs. Every problem raises
+Field checks name the field they refuse (the checks themselves are
+:mod:`broker.fields`', which the client runs too); :func:`parse_staged_chunk`
+turns staged lines (the format: :mod:`broker.wire`) into jobs. Every problem raises
 ``InvalidRequest`` (422) or ``PayloadTooLarge`` (413) naming the field or
 line; bodies that are not JSON raise ``RequestError`` (400). A message quotes
 a bad value or an unknown field's name by its first few characters only
@@ -17,17 +18,20 @@ from typing import Any, NamedTuple, cast
 
 import orjson
 
+from broker import fields
 from broker.errors import InvalidRequest, PayloadTooLarge, shown
-from broker.limits import (
-    MAX_ATTEMPTS,
-    MAX_DELAY_S,
-    MAX_DEPTH,
-    MAX_ITEMS,
-    MAX_KEY_CHARS,
-    MAX_PRIORITY,
-)
+from broker.fields import JOB_OPTION_FIELDS, JOB_OPTIONS
+from broker.limits import MAX_DEPTH, MAX_ITEMS, MAX_KEY_CHARS
 from broker.model import ops
-from broker.wire import STAGED_OPTION_FIELDS, NonFinite, dumps, parse_json
+from broker.wire import (
+    STAGED_SEP,
+    NonFinite,
+    bare_staged_payloads,
+    check_staged_end,
+    dumps,
+    parse_json,
+    staged_lines,
+)
 
 _MISSING = object()
 
@@ -127,57 +131,47 @@ def list_field(body: dict[str, Any], name: str, max_items: int = MAX_ITEMS) -> l
 
 def number_field(body: dict[str, Any], name: str, default: float | None, *, lo: float = 0.0,
          hi: float = math.inf, where: str = "") -> float | None:
-    """``body[name]`` (``default`` if absent or null) as a float within ``[lo, hi]``;
-    ``InvalidRequest`` naming ``where`` + ``name`` for anything else, quoting the
-    value by its first characters only (:func:`~broker.errors.shown`). A whole
-    number too large for a double (``1`` and 400 zeros) is out of range, not an
-    ``OverflowError``."""
+    """``body[name]`` as a float (``default`` if absent or null), checked by
+    :func:`broker.fields.number`."""
     value = body.get(name, default)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or (
-            isinstance(value, float) and not math.isfinite(value)):
-        raise InvalidRequest(f"field '{where}{name}' must be a number, got {shown(value)}")
-    if not lo <= value <= hi:  # (exact for an int of any size)
-        raise InvalidRequest(f"field '{where}{name}' must be within [{lo}, {hi}], "
-                             f"got {shown(value)}")
-    return float(value)
+    return float(fields.number(f"field '{where}{name}'", value, lo, hi))
 
 
 def int_field(body: dict[str, Any], name: str, default: int | None, *, lo: int, hi: int,
          where: str = "") -> int | None:
-    """``body[name]`` (``default`` if absent or null) as an int within ``[lo, hi]``;
-    ``InvalidRequest`` naming ``where`` + ``name`` for anything else, quoting the
-    value by its first characters only (:func:`~broker.errors.shown`)."""
+    """``body[name]`` (``default`` if absent or null), checked by
+    :func:`broker.fields.integer`."""
     value = body.get(name, default)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidRequest(f"field '{where}{name}' must be an integer, got {shown(value)}")
-    if not lo <= value <= hi:
-        raise InvalidRequest(f"field '{where}{name}' must be within [{lo}, {hi}], "
-                             f"got {shown(value)}")
-    return value
+    return fields.integer(f"field '{where}{name}'", value, lo, hi)
 
 
 def str_field(body: dict[str, Any], name: str, default: str | None, *, max_len: int = MAX_KEY_CHARS,
          where: str = "") -> str | None:
+    """``body[name]`` (``default`` if absent or null), checked by
+    :func:`broker.fields.text`."""
     value = body.get(name, default)
     if value is None:
         return default
-    if not isinstance(value, str) or not 0 < len(value) <= max_len:
-        raise InvalidRequest(f"field '{where}{name}' must be a string of 1..{max_len} characters")
-    return value
+    return fields.text(f"field '{where}{name}'", value, max_len)
 
 
 def job_options(item: dict[str, Any], where: str) -> tuple[int, int, int | None, str | None]:
-    """A job's options (priority, delay in ms, max_attempts, key), checked."""
-    delay = number_field(item, "delay_s", 0.0, hi=MAX_DELAY_S, where=where) or 0.0
-    return (int_field(item, "priority", 0, lo=-MAX_PRIORITY,
-                 hi=MAX_PRIORITY, where=where) or 0,
-            round(delay * 1000),
-            int_field(item, "max_attempts", None, lo=1, hi=MAX_ATTEMPTS, where=where),
-            str_field(item, "key", None, where=where))
+    """A job's options (priority, delay in ms, max_attempts, key), each checked
+    as :data:`broker.fields.JOB_OPTIONS` says (absent or null: the default)."""
+    delay = _option(item, "delay_s", 0.0, where) or 0.0
+    return (_option(item, "priority", 0, where) or 0, round(delay * 1000),
+            _option(item, "max_attempts", None, where), _option(item, "key", None, where))
+
+
+def _option(item: dict[str, Any], name: str, default: Any, where: str) -> Any:
+    value = item.get(name)
+    if value is None:
+        return default
+    return JOB_OPTIONS[name](f"field '{where}{name}'", value, InvalidRequest)
 
 
 class StagedChunk(NamedTuple):
@@ -209,32 +203,28 @@ def parse_staged_chunk(data: bytes, *, check: bool, max_payload_bytes: int = 0,
     ``PayloadTooLarge`` naming the line. Without (lines the broker checked when
     it staged them) only the options are decoded.
     """
-    if data and not data.endswith(b"\n"):
-        raise InvalidRequest(f"{where}s must end with a line break")
+    check_staged_end(data, where)
     loads = orjson.loads
-    if data.startswith(b"\t"):
-        # (one split in C; every line has default options iff the split found
-        # a payload per line break: no payload holds one)
-        payloads = data[1:-1].split(b"\n\t")
-        if len(payloads) == data.count(b"\n"):
-            jobs_ = cast("list[ops.NewJob | bytes]", payloads)  # list is invariant
-            largest = max(map(len, payloads))
-            chunk = StagedChunk(jobs_, True, len(data) - 2 * len(payloads), largest)
-            if not check:
+    payloads = bare_staged_payloads(data)
+    if payloads is not None:
+        jobs_ = cast("list[ops.NewJob | bytes]", payloads)  # list is invariant
+        largest = max(map(len, payloads))
+        # (each line: its payload, a tab and a line break)
+        chunk = StagedChunk(jobs_, True, len(data) - 2 * len(payloads), largest)
+        if not check:
+            return chunk
+        try:  # check them all without a Python loop; the loop below names a bad line
+            if largest <= min(max_payload_bytes, 2 * MAX_DEPTH):
+                deque(map(loads, payloads), maxlen=0)
                 return chunk
-            try:  # check them all without a Python loop; the loop below names a bad line
-                if largest <= min(max_payload_bytes, 2 * MAX_DEPTH):
-                    deque(map(loads, payloads), maxlen=0)
-                    return chunk
-            except orjson.JSONDecodeError:
-                pass
-    lines = data.split(b"\n")
-    del lines[-1]
+        except orjson.JSONDecodeError:
+            pass
     jobs: list[ops.NewJob | bytes] = []
     bare_bytes = largest = 0
     all_bare = True
-    for i, line in enumerate(lines):
-        head, tab, payload = line.partition(b"\t")
+    sep = STAGED_SEP
+    for i, line in enumerate(staged_lines(data)):
+        head, tab, payload = line.partition(sep)
         if not tab:
             raise InvalidRequest(f"{where} {i} has no tab between options and payload")
         if check:
@@ -252,8 +242,8 @@ def parse_staged_chunk(data: bytes, *, check: bool, max_payload_bytes: int = 0,
             largest = max(largest, len(payload))
             continue
         item = as_object(parse_json(head), f"{where} {i} options")
-        if not item.keys() <= STAGED_OPTION_FIELDS:
-            unknown_field(item, STAGED_OPTION_FIELDS, f"{where} {i}: ")
+        if not item.keys() <= JOB_OPTION_FIELDS:
+            unknown_field(item, JOB_OPTION_FIELDS, f"{where} {i}: ")
         jobs.append(ops.NewJob(payload, *job_options(item, f"{where} {i}: ")))
         all_bare = False
     return StagedChunk(jobs, all_bare, bare_bytes, largest)

@@ -84,7 +84,7 @@ def compact_leases(state: QueueState) -> None:
 def rebuild_indexes(state: QueueState) -> None:
     """Recompute every derived index from the jobs: the heaps, the completed (and
     cancelled) jobs by commit, and the size estimates (the encoding cache is the codec's, see
-    :func:`broker.model.codec.reset_segments`)."""
+    :func:`broker.model.format.codec.reset_blocks`)."""
     ready: list[int] = []
     delayed: list[int] = []
     leases: list[int] = []

@@ -3,7 +3,7 @@
 A job's status is pending, claimed, dead, completed or cancelled. Ids are the enqueue
 sequence number, zero-padded (``j0000000042``); a lease token is
 ``<job id>.<fence>``. :class:`Job` keeps its lease in its own fields and its
-encoded line in ``_enc``, which only :mod:`broker.model.lines` and
+encoded line in ``_enc``, which only :mod:`broker.model.job_lines` and
 :mod:`broker.model.lifecycle` touch. Pure: no I/O, no clock.
 """
 

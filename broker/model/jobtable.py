@@ -5,7 +5,7 @@ fully described by their line in the object: pending, priority 0, no key, no
 error, due when pushed. :class:`JobTable` keeps each such job as that line
 (``bytes``) until something first asks for the job (a claim, a purge, a
 redrive by id, a page of jobs); only then is a :class:`~broker.model.job.Job` made
-from the line (:func:`broker.model.lines.pending_from_line`) and kept in its place.
+from the line (:func:`broker.model.job_lines.pending_from_line`) and kept in its place.
 
 Why: Python's garbage collector tracks every ``Job`` but no ``bytes``. An
 embedded broker shares the Spark driver's collector (and must leave its
@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from broker.model.job import CLAIMED, PENDING, STATUSES, Job
-from broker.model.lines import line_due_stamp, pending_from_line, stamp_ms
+from broker.model.job_lines import line_due_stamp, pending_from_line, stamp_ms
 
 
 class Tally(NamedTuple):
@@ -247,7 +247,7 @@ class JobTable:
 
     def add_lines(self, first_seq: int, lines: list[bytes]) -> None:
         """Add untouched pending jobs ``first_seq`` onwards, one line each (lines
-        from :func:`broker.model.lines.new_pending_lines`)."""
+        from :func:`broker.model.job_lines.new_pending_lines`)."""
         self.entries.update(zip(range(first_seq, first_seq + len(lines)), lines, strict=True))
 
     def _below(self, seq: int) -> None:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable, Sequence
 
-from broker.model import codec
+from broker.model.format import codec
 from broker.model.indexes import (
     SEQ_MASK,
     compact_leases,
@@ -58,7 +58,12 @@ from broker.model.job import (
     JobIds,
     token_seq,
 )
-from broker.model.lines import first_claim_line, lease_tail, new_pending_lines, pending_from_line
+from broker.model.job_lines import (
+    first_claim_line,
+    lease_tail,
+    new_pending_lines,
+    pending_from_line,
+)
 from broker.model.ops import ItemResults, LeasedJobs
 from broker.model.state import QueueState
 from broker.wire import ItemResult
@@ -190,7 +195,7 @@ def add_pending_bulk(state: QueueState, payloads: Sequence[bytes], now_ms: int) 
     at ``now_ms``; return their ids. The caller has checked sizes and room.
 
     A bulk push of a million jobs comes here: each job's line is filled in
-    from one template per push (:func:`broker.model.lines.new_pending_lines`), the
+    from one template per push (:func:`broker.model.job_lines.new_pending_lines`), the
     jobs are kept as those lines until first touched (see
     :mod:`broker.model.jobtable`), and the ready heap grows by a run of ascending
     keys.
@@ -244,7 +249,7 @@ def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
     desc, run-at, seq) under fresh leases of ``lease_ms`` for ``worker``; each
     job's token is answered as ``tag`` makes it (see :mod:`broker.model.tokens`).
     With ``until_key``, stop before the first ready entry at or above it (a
-    segment's next job comes first: :mod:`broker.model.segment_claims`).
+    segment's next job comes first: :mod:`broker.model.segments.claims`).
 
     Per job, what :func:`move` to claimed does, written out: this loop runs
     once per claimed job (``bench/broker_bench.py``, claim rows). The jobs
@@ -256,7 +261,7 @@ def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
     ids, payloads, tokens, attempts, expiries = out.columns
     ready, leases, entries = state.ready, state.leases, state.jobs.entries
     get, from_line, splice = entries.get, pending_from_line, first_claim_line
-    counters, dirty, shift = state.counters, state.dirty, codec.SEGMENT_SHIFT
+    counters, dirty, shift = state.counters, state.dirty_blocks, codec.BLOCK_SHIFT
     expires = now_ms + lease_ms
     tail = lease_tail(worker, lease_ms, expires, now_ms)
     heappop, heappush = heapq.heappop, heapq.heappush
@@ -316,7 +321,7 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
     commit_seq = state.seq + 1
     answers = ItemResults()
     answered, oks, reasons, statuses = answers.columns
-    get, dirty, shift = state.jobs.entries.get, state.dirty, codec.SEGMENT_SHIFT
+    get, dirty, shift = state.jobs.entries.get, state.dirty_blocks, codec.BLOCK_SHIFT
     claimed_lines = state.claimed_lines
     done: list[int] = []  # job seqs
     fences: list[int] = []
@@ -363,16 +368,16 @@ def drop_completed(state: QueueState, commit_seq: int) -> int:
     (``bench/broker_bench.py``, cycle rows)."""
     check_move(COMPLETED, GONE)
     check_move(CANCELLED, GONE)
-    jobs, shift = state.jobs.entries, codec.SEGMENT_SHIFT
-    segments: set[int] = set()
+    jobs, shift = state.jobs.entries, codec.BLOCK_SHIFT
+    blocks: set[int] = set()
     freed = dropped = 0
     for seq in state.completed.pop(commit_seq, ()):
         job = jobs.get(seq)
         if isinstance(job, Job) and job.status in FINISHED and job.done_seq == commit_seq:
             del jobs[seq]
-            segments.add(seq >> shift)  # codec.removed(), for the lot below
+            blocks.add(seq >> shift)  # codec.removed(), for the lot below
             freed += job.size_estimate()
             dropped += 1
-    codec.removed_from(state, segments)
+    codec.removed_from(state, blocks)
     state.approx_bytes -= freed
     return dropped

@@ -62,7 +62,7 @@ class PushPayloads:
 
     ``refs``: jobs pushed by reference, besides ``payloads``: segment objects
     already written with them, over seqs a :class:`Reserve` handed out (see
-    :func:`broker.model.segment_claims.attach_refs`)."""
+    :func:`broker.model.segments.claims.attach_refs`)."""
 
     payloads: tuple[bytes, ...]
     once: str | None = None

@@ -1,8 +1,8 @@
 """The queue's in-memory model: jobs, leases, settings, counters, job ids.
 
-This module holds the queue's data and nothing else. :mod:`broker.model.codec`
+This module holds the queue's data and nothing else. :mod:`broker.model.format.codec`
 turns a state into the object's bytes and back (byte templates, the per-job
-cached encoding, segments), :mod:`broker.model.indexes` keeps the derived heaps, and
+cached encoding, blocks of 1,024 seqs), :mod:`broker.model.indexes` keeps the derived heaps, and
 :mod:`broker.model.lifecycle` is the one place where a job changes status, keeping
 the model, the heaps and the encoding in step. :mod:`broker.model.transitions` holds
 the rules; it moves jobs only through :mod:`broker.model.lifecycle` and knows
@@ -57,7 +57,7 @@ did not land (see :mod:`broker.commit.loop`).
 A job's status is pending, claimed, dead, completed or cancelled. A completed
 job stays in the object, with its result, until its archive object is written
 (after the commit that completed it) and a later commit drops it (see
-:mod:`broker.model.archive`); so does a cancelled one. A claimed job whose
+:mod:`broker.model.format.archive`); so does a cancelled one. A claimed job whose
 cancel was asked for carries ``"cancel_requested_at"`` until it ends
 cancelled (see :mod:`broker.model.cancels`). ``receipts`` are what recent
 commits answered, for retried calls (see :mod:`broker.model.receipts`).
@@ -79,7 +79,7 @@ encoded line until something first touches them (see :mod:`broker.model.jobtable
 
 Encoding is incremental: each job keeps its encoded bytes until it changes,
 so a commit after changing 1k of 100k jobs re-encodes only those 1k plus a
-join (see :mod:`broker.model.codec` and ``bench/state_encode_bench.py``).
+join (see :mod:`broker.model.format.codec` and ``bench/state_encode_bench.py``).
 
 The derived indexes (ready heap, delayed heap, lease heap) are rebuilt on
 load (:mod:`broker.model.indexes`) and kept by :mod:`broker.model.lifecycle`; they are
@@ -217,12 +217,12 @@ class Counters:
 
 @dataclass(frozen=True, slots=True)
 class SegmentRef:
-    """What the head keeps per segment (``"segments"``; see :mod:`broker.model.segments`,
-    which reads and writes it). ``run_at_ms`` is the due time of all its
+    """What the head keeps per segment (``"segments"``; see :mod:`broker.model.segments.refs`,
+    which keeps the claim order over them). ``run_at_ms`` is the due time of all its
     jobs (ms since the epoch); ``taken`` is the cursor: how many jobs from the
-    start have moved into the head. Made by :func:`broker.model.segments.ref_from_json`
-    (checked) or by the broker after writing the object;
-    :func:`broker.model.segments.take` makes the next one."""
+    start have moved into the head. Made by :func:`broker.model.format.segment_format.ref_from_json`
+    (checked; :func:`~broker.model.format.segment_format.ref_to_json` writes it) or by the
+    broker after writing the object; :func:`broker.model.segments.refs.take` makes the next one."""
 
     key: str
     etag: str
@@ -273,7 +273,7 @@ class _Window:
 @dataclass(slots=True)
 class SegmentWindows:
     """Loaded job lines of segment objects, by (key, etag): what the broker read
-    (:func:`broker.model.segment_format.segment_lines` form, with the leading ``,\\n``)
+    (:func:`broker.model.format.segment_format.segment_lines` form, with the leading ``,\\n``)
     and has not yet moved into the head. Derived and never stored; one per
     queue, kept across reloads of the head (a segment never changes)."""
 
@@ -340,7 +340,7 @@ class SegmentWindows:
 @dataclass(slots=True)
 class QueueState:
     """The whole queue. Mutated only by :func:`broker.model.transitions.apply` (through
-    :mod:`broker.model.lifecycle`) and :func:`broker.model.codec.stamp`."""
+    :mod:`broker.model.lifecycle`) and :func:`broker.model.format.codec.stamp`."""
 
     seq: int = 0
     writer: str | None = None
@@ -356,10 +356,10 @@ class QueueState:
     once: dict[str, KeyEntry] = field(default_factory=dict)  # publish keys (Spark writes)
     receipts: Receipts = field(default_factory=Receipts)
     # The head's references to segment objects ("segments" in the object), in
-    # ascending first_seq (not the codec's encoding cache `segments` below).
+    # ascending first_seq.
     segment_refs: list[SegmentRef] = field(default_factory=list)
     # Never stored: refs dropped by changes since this state was loaded or last
-    # committed, whose objects go once that commit lands (broker.model.segment_claims),
+    # committed, whose objects go once that commit lands (broker.model.segments.claims),
     # and the segment lines the broker loaded for claims (one per queue, shared).
     dropped_refs: list[SegmentRef] = field(default_factory=list, compare=False, repr=False)
     windows: SegmentWindows | None = field(default=None, compare=False, repr=False)
@@ -384,19 +384,19 @@ class QueueState:
     key_bytes: int = 0  # the idempotency-key and publish-key windows
     # Completed jobs awaiting their archive object: commit seq -> job seqs.
     completed: dict[int, list[int]] = field(default_factory=dict)
-    # Encoding cache by segment (jobs whose seq >> SEGMENT_SHIFT is equal; runs
-    # of the object's own lines, not the segment objects of segment_refs):
-    # each segment's job seqs in order (removed ones are filtered out lazily),
-    # the joined bytes of each clean segment, and the segments to rebuild.
-    # Touched only by broker.model.codec and broker.model.lifecycle (which keeps the
-    # caches in step with every status change; tests/ may look, never write).
-    seg_jobs: dict[int, list[int]] = field(default_factory=dict)
-    segments: dict[int, bytes] = field(default_factory=dict)
-    dirty: set[int] = field(default_factory=set)
-    shrunk: set[int] = field(default_factory=set)  # dirty segments that lost jobs
+    # Encoding cache by block (jobs whose seq >> BLOCK_SHIFT is equal: runs of
+    # the object's own lines): each block's job seqs in order (removed ones are
+    # filtered out lazily), the joined bytes of each clean block, and the blocks
+    # to rebuild. Touched only by broker.model.format.codec and broker.model.lifecycle
+    # (which keeps the caches in step with every status change; tests/ may
+    # look, never write).
+    block_jobs: dict[int, list[int]] = field(default_factory=dict)
+    blocks: dict[int, bytes] = field(default_factory=dict)
+    dirty_blocks: set[int] = field(default_factory=set)
+    shrunk_blocks: set[int] = field(default_factory=set)  # dirty blocks that lost jobs
     # The lines of jobs completed since the last stamp, as they were while
     # claimed: the completed line is that line with its status and the
-    # completion spliced in (broker.model.codec.stamp), not a fresh encode.
+    # completion spliced in (broker.model.format.codec.stamp), not a fresh encode.
     claimed_lines: dict[int, bytes] = field(default_factory=dict, compare=False, repr=False)
 
     def job(self, job_id: str) -> Job | None:
@@ -406,7 +406,7 @@ class QueueState:
 
     def count_by_status(self) -> dict[str, int]:
         """How many jobs have each status: the head's, and the segments' pending
-        ones (see ``broker.model.segments.segment_counts``)."""
+        ones (see ``broker.model.segments.refs.segment_counts``)."""
         counts = self.jobs.count_by_status()
         if self.segment_refs:
             counts[PENDING] += sum(ref.remaining for ref in self.segment_refs)

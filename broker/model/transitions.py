@@ -38,7 +38,7 @@ Promises kept here (and checked by the property tests):
 The rules live here; the operations and results are plain values in
 :mod:`broker.model.ops`. Every change of a job's status goes through
 :mod:`broker.model.lifecycle`, which checks it against the table of allowed moves and
-keeps the heaps (:mod:`broker.model.indexes`) and the encoding (:mod:`broker.model.codec`)
+keeps the heaps (:mod:`broker.model.indexes`) and the encoding (:mod:`broker.model.format.codec`)
 in step; nothing here knows how either is laid out.
 """
 
@@ -103,7 +103,7 @@ from broker.model.ops import (
     SetPaused,
     TakeOver,
 )
-from broker.model.segment_claims import attach_refs, claim_merged, purge_pending, reserve
+from broker.model.segments.claims import attach_refs, claim_merged, purge_pending, reserve
 from broker.model.state import QueueState, Settings
 from broker.wire import ItemResult
 

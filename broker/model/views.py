@@ -15,8 +15,8 @@ from broker.limits import MAX_JOB_ID_CHARS, MAX_PAGE_JOBS
 from broker.model import receipts as R
 from broker.model.indexes import key_time
 from broker.model.job import CANCELLED, CLAIMED, COMPLETED, PENDING, STATUSES, Job
-from broker.model.segment_claims import page_refs, segment_page
-from broker.model.segments import next_wakeup, oldest_due, segment_counts
+from broker.model.segments.claims import page_refs, segment_page
+from broker.model.segments.refs import next_wakeup, oldest_due, segment_counts
 from broker.model.state import MAX_WINDOWS, QueueState, SegmentRef
 
 

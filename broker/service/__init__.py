@@ -2,7 +2,7 @@
 
 :class:`~broker.service.coordinator.Broker` owns a
 :class:`~broker.service.served_queue.ServedQueue` per queue it serves (the
-commit loop, the queue's model, its archiver); :mod:`~broker.service.takeover`
+commit loop and its target, the archiver); :mod:`~broker.service.takeover`
 and :mod:`~broker.service.ownership` decide which queues those are;
 :mod:`~broker.service.staging` keeps Spark's staged chunks;
 :mod:`~broker.service.metrics` counts. Imports the model, the commit loop,

@@ -2,7 +2,7 @@
 
 For every commit seq that the last committed version shows completed jobs
 for, one background task writes that commit's archive object (see
-:mod:`broker.model.archive`), retrying with backoff while storage fails. Once it
+:mod:`broker.model.format.archive`), retrying with backoff while storage fails. Once it
 landed, :meth:`Archiver.to_drop` names the seq and the queue's next commit
 drops those jobs. The object is a function of the committed jobs, so a write
 repeated by this broker or another one after a takeover changes nothing.
@@ -10,7 +10,7 @@ repeated by this broker or another one after a takeover changes nothing.
 Before the object go its index entries (an empty object per seq block and
 hour) and, before this archiver's first object, the index's start marker
 unless one is there: so when the jobs leave the queue object, a lookup by id
-finds them (:func:`broker.model.archive.find_job`). Each of these writes is
+finds them (:func:`broker.model.format.archive.find_job`). Each of these writes is
 repeated identically after a failure or a takeover; the object is written
 only once its entries landed, and the jobs are dropped only once it landed.
 """
@@ -25,7 +25,7 @@ from concurrent.futures import Executor
 from broker import paths
 from broker.commit.offloop import run_io
 from broker.errors import OsqueueError
-from broker.model import archive
+from broker.model.format import archive
 from broker.model.job import Job
 from broker.model.state import QueueState
 from broker.retry import backoff_delays
@@ -52,7 +52,7 @@ def write_commit(store: ObjectStore, queue: str, jobs: Sequence[Job],
 
 
 def write_start(store: ObjectStore, queue: str, now_ms: int, legacy: bool) -> None:
-    """Write the index's start marker (see :mod:`broker.model.archive`) unless
+    """Write the index's start marker (see :mod:`broker.model.format.archive`) unless
     one is there. Raises the store's errors."""
     if not store.list(paths.archive_start_prefix(queue)):
         store.put(archive.start_key(queue, now_ms, legacy), b"")

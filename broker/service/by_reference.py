@@ -7,7 +7,7 @@ Three steps, each safe to lose (what a crash after each leaves: below):
 1. a commit :class:`~broker.model.ops.Reserve` hands out the push's seqs
    (the counter only grows, so no other job ever gets them);
 2. the jobs are written as segment objects, at most
-   :data:`~broker.model.segments.MAX_SEGMENT_JOBS` jobs and
+   :data:`~broker.model.format.segment_format.MAX_SEGMENT_JOBS` jobs and
    :data:`SEGMENT_MAX_BYTES` bytes each, under fresh keys;
 3. a commit pushes their references (``PushPayloads.refs``): the push's
    idempotency checks (``request``, ``once``) run there, as for any push.
@@ -38,9 +38,9 @@ from broker.errors import BrokerUnavailable, InvalidRequest
 from broker.limits import MAX_ATTEMPTS, MAX_DELAY_MS, MAX_PRIORITY
 from broker.model import idempotency
 from broker.model.checks import StagedChunk
+from broker.model.format.segment_format import MAX_SEGMENT_JOBS
 from broker.model.job import JobIds
 from broker.model.ops import NewJob, Op, Push, PushPayloads, Reserve, Result, push_of
-from broker.model.segments import MAX_SEGMENT_JOBS
 from broker.model.state import QueueState, SegmentRef
 from broker.service.segment_store import SegmentStore
 
@@ -245,7 +245,7 @@ async def publish_by_reference(loop: Loop, segments: SegmentStore, queue: str,
                                monotonic: Callable[[], float]) -> Result:
     """Publish staged chunks, their bare jobs by reference: read a few chunks
     at a time, gather their bare payloads until a segment's worth
-    (:data:`~broker.model.segments.MAX_SEGMENT_JOBS` or :data:`SEGMENT_MAX_BYTES`),
+    (:data:`~broker.model.format.segment_format.MAX_SEGMENT_JOBS` or :data:`SEGMENT_MAX_BYTES`),
     write that as segments while the next chunks are read, and push every
     reference and the jobs with options in one last commit (which checks
     ``once``). Memory: :data:`WRITERS` segments' worth of payloads and the

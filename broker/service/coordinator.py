@@ -17,7 +17,7 @@ with nothing created; so is a claim, unless it asks to ``wait_for_queue`` (then
 it returns no jobs, after waiting up to ``wait_s`` for the queue to appear).
 
 :class:`Broker` is a thin coordinator: :mod:`broker.service.served_queue` writes (a commit
-loop over :mod:`broker.service.queue_model` a served queue), :mod:`broker.service.takeover`
+loop over :mod:`broker.service.queue_target` a served queue), :mod:`broker.service.takeover`
 watches and takes over (:mod:`broker.service.ownership`), :mod:`broker.service.staging` and
 :mod:`broker.service.segment_store` keep Spark's staged writes and the segment objects.
 """
@@ -38,7 +38,7 @@ from broker.errors import BrokerUnavailable, InvalidRequest, NotFound, OsqueueEr
 from broker.limits import DEFAULT_LEASE_S
 from broker.model import state as S
 from broker.model import tokens
-from broker.model.decode import decode_state
+from broker.model.format.decode import decode_state
 from broker.model.job import DEAD, PENDING
 from broker.model.ops import (
     Claim,
@@ -165,7 +165,7 @@ class Broker(CancelCalls, ReadCalls):
             task.cancel()
 
         async def retire(q: ServedQueue) -> None:
-            q.model.retiring = True
+            q.target.retiring = True
             if q.loop.active and q.loop.etag is not None:
                 await q.archiver.wait(left() / 2)
                 try:

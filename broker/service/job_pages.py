@@ -3,7 +3,7 @@
 The model answers a page from the segment lines the broker has loaded, and
 ends it before the first one it has not (:class:`broker.model.views.Page`).
 A batch loads at most :data:`~broker.model.state.MAX_WINDOWS` segments for a
-page (:meth:`broker.service.queue_model.QueueModel.prepare`), so a page that
+page (:meth:`broker.service.queue_target.QueueTarget.prepare`), so a page that
 spans more of them comes back cut short, saying where to read on. Here such a
 page is completed in steps, each a read of the rest after the last job seen:
 each step loads the next segments (the queue's usual windows, at most

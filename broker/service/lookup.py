@@ -15,7 +15,7 @@ the archive, listed after the head was read, holds it.
 stored object; a pending job of a segment: one GET of that segment (the
 head again, at most :data:`~broker.service.stored_view.REREADS` times, if
 the owner took it and deleted its object meanwhile). The archive
-(:func:`broker.model.archive.find_job`): one LIST of the job's block of the
+(:func:`broker.model.format.archive.find_job`): one LIST of the job's block of the
 index, one LIST per hour in which jobs of that block were archived (in
 order, until found: most jobs end within an hour or two of their
 neighbours), and a GET of each archive object of those hours whose job range
@@ -42,9 +42,10 @@ from broker.errors import (
     UnknownQueue,
     shown,
 )
-from broker.model import archive, browse
+from broker.model import browse
+from broker.model.format import archive
 from broker.model.job import CANCELLED, seq_of
-from broker.model.segments import holding
+from broker.model.segments.refs import holding
 from broker.model.state import QueueState, SegmentWindows
 from broker.service.segment_store import SegmentStore
 from broker.service.stored_view import REREADS, Head

@@ -2,7 +2,7 @@
 
 Every number of the policy is a named constant here, and every decision is a
 function or method here; the broker (:mod:`broker.service.takeover`, which does the
-watching, and :mod:`broker.service.queue_model`, which writes the records) asks and
+watching, and :mod:`broker.service.queue_target`, which writes the records) asks and
 never restates them.
 
 A broker owns a queue while the object's ``broker`` record names it. Its

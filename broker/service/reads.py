@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from broker import paths
-from broker.model import archive
+from broker.model.format import archive
 from broker.model.ops import Inspect, ReadJobs, ReadStats
 from broker.model.state import QueueState
 from broker.service import lookup
@@ -83,7 +83,7 @@ class ReadCalls:
 
     async def archived(self: _Broker, queue: str, job_id: str) -> archive.Found | None:
         """Job ``job_id`` in the archive of ``queue``, or None (the cost:
-        :func:`broker.model.archive.find_job`). Raises ``InvalidRequest`` for a
+        :func:`broker.model.format.archive.find_job`). Raises ``InvalidRequest`` for a
         bad id and the store's errors."""
         seq = lookup.check_id(job_id)
         paths.check_queue_name(queue)

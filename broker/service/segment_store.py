@@ -5,7 +5,8 @@ nothing references them. The bytes and the references are
 the event loop (the broker's ``io``: :func:`broker.commit.offloop.run_io`).
 
 Used by pushes and publishes by reference (:mod:`broker.service.by_reference`),
-by the queue's model before each batch (:meth:`broker.service.queue_model.QueueModel.prepare`:
+by the queue's commit target before each batch
+(:meth:`broker.service.queue_target.QueueTarget.prepare`:
 :meth:`SegmentStore.check` and :meth:`SegmentStore.read_window`), and by the
 periodic sweep, with the staging sweep (:meth:`broker.service.coordinator.Broker.sweep_staging`).
 
@@ -47,7 +48,7 @@ import orjson
 
 from broker import paths
 from broker.errors import Conflict, NotFound, OsqueueError
-from broker.model.segment_format import check_version, encode_segment, read_checked
+from broker.model.format.segment_format import check_version, encode_segment, read_checked
 from broker.model.state import QueueState, SegmentRef
 from broker.storage import ObjectStore
 from broker.storage.base import ListedKeys
@@ -125,7 +126,7 @@ class SegmentStore:
     async def read_window(self, ref: SegmentRef, start: int | None = None,
                           stop: int | None = None) -> list[bytes]:
         """The job lines (each with its leading ``,\\n``, as
-        :func:`broker.model.segment_format.segment_lines` gives them) at positions
+        :func:`broker.model.format.segment_format.segment_lines` gives them) at positions
         ``start`` to ``stop`` of ``ref``'s segment (default: its untaken jobs).
 
         Raises :class:`~broker.errors.SegmentMissing` naming the object if it

@@ -1,4 +1,4 @@
-"""One queue this broker serves: its commit loop, its model, its archiver, and
+"""One queue this broker serves: its commit loop and target, its archiver, and
 the event that wakes the long polls waiting for its jobs.
 
 :class:`ServedQueue` wires them together: the archiver pokes the loop when
@@ -28,7 +28,7 @@ from broker.service.by_reference import (
     wanted,
 )
 from broker.service.ownership import Ownership
-from broker.service.queue_model import QueueModel
+from broker.service.queue_target import QueueTarget
 from broker.service.segment_store import SegmentStore
 from broker.storage import ObjectStore
 
@@ -75,7 +75,7 @@ class RecentRate:
 
 
 class ServedQueue:
-    """One queue's loop, model and archiver, written as broker ``broker_id``.
+    """One queue's loop, target and archiver, written as broker ``broker_id``.
 
     ``lease_ms``: the broker lease its record carries; ``observe(seconds,
     batch, state_bytes)`` is told of every commit (metrics).
@@ -91,11 +91,11 @@ class ServedQueue:
         self.jobs_ready = asyncio.Event()
         self.completions = RecentRate()  # jobs completed, for stats
         self.archiver = Archiver(store, name, executor, self._poke, monotonic=monotonic)
-        self.model = QueueModel(name, broker_id, url, lease_ms, settings, ownership,
-                                self.archiver, where=f"{store.url}/{paths.state_key(name)}",
-                                segments=segments)
+        self.target = QueueTarget(name, broker_id, url, lease_ms, settings, ownership,
+                                  self.archiver, where=f"{store.url}/{paths.state_key(name)}",
+                                  segments=segments)
         self.loop: QueueLoop = CommitLoop(
-            store, paths.state_key(name), self.model, broker_id, executor,
+            store, paths.state_key(name), self.target, broker_id, executor,
             clock=clock,
             on_commit=lambda state, _outcomes: self.notify(state),
             on_timer=self.notify,
@@ -126,7 +126,7 @@ class ServedQueue:
         steps down, answering what it holds ``NotTheBroker`` (retryable: nothing
         of it was written), so the queue is served, watched and taken over as
         any other broker's."""
-        self.loop.step_down(self.model.not_owner(state))
+        self.loop.step_down(self.target.not_owner(state))
 
     async def submit(self, op: Op | StagedPublish) -> Result:
         """Commit ``op`` and answer it (a push large enough in jobs or bytes, and

@@ -64,7 +64,7 @@ class Staging:
 
     # -- stage ------------------------------------------------------------------------
     async def stage(self, queue: str, write_id: str, lines: bytes) -> int:
-        """Store staged lines (see :mod:`broker.http.parsers`) as one staging object; return
+        """Store staged lines (see :mod:`broker.wire`) as one staging object; return
         how many jobs they hold. Staging a write id again replaces what it held
         (one object a write id: the last put wins). Raises ``InvalidRequest`` or
         ``PayloadTooLarge`` (storing nothing) if any line is bad."""

@@ -2,7 +2,7 @@
 the queue (a read never moves a queue: see :mod:`broker.service.coordinator`).
 
 The served path loads the segment lines a page of jobs shows before the page
-is read (:meth:`broker.service.queue_model.QueueModel.prepare`); this is the
+is read (:meth:`broker.service.queue_target.QueueTarget.prepare`); this is the
 same for a stored version: without it a page of a deep queue would end
 before its first segment, empty while the queue holds jobs.
 

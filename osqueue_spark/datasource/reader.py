@@ -36,8 +36,8 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from broker import paths, timefmt
 from broker.errors import NotFound, OsqueueError, SegmentMissing, StateError, UnknownQueue
-from broker.model import archive, segment_format
-from broker.model.decode import decode_state
+from broker.model.format import archive, segment_format
+from broker.model.format.decode import decode_state
 from broker.model.job import Job
 from broker.model.state import SegmentRef
 from broker.storage import ObjectStore, Versioned, store_from_url
@@ -252,10 +252,10 @@ class ArchiveReader(DataSourceReader):
     """Completed and cancelled jobs from the archive objects, pruned by hour
     before reading.
 
-    Each completed or cancelled job is one row (see :mod:`broker.model.archive`): objects written
-    by this version hold each job once; objects of osqueue 0.1 (which may hold
-    orphans) are read together in one partition that keeps the latest
-    completion of each job.
+    Each completed or cancelled job is one row (see
+    :mod:`broker.model.format.archive`): objects written by this version hold
+    each job once; objects of osqueue 0.1 (which may hold orphans) are read
+    together in one partition that keeps the latest completion of each job.
     """
 
     def __init__(self, opts: ReadOptions, schema: Any) -> None:

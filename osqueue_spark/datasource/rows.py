@@ -43,7 +43,7 @@ def row_to_job(row: Any) -> dict[str, Any]:
 
 
 def arrow_staged_lines(batches: Iterator[Any]) -> Iterator[bytes]:
-    """Staged lines (see :mod:`broker.http.parsers`) from Arrow record batches
+    """Staged lines (the format: :mod:`broker.wire`) from Arrow record batches
     (``DataSourceArrowWriter``), one a row.
 
     A string ``payload`` column is checked to be JSON and passed through as
@@ -56,6 +56,7 @@ def arrow_staged_lines(batches: Iterator[Any]) -> Iterator[bytes]:
     import pyarrow as pa
 
     loads, dumps = orjson.loads, orjson.dumps
+    sep, end = wire.STAGED_SEP_TEXT, wire.STAGED_END_TEXT
     for batch in batches:
         names = batch.schema.names
         if "payload" in names and (pa.types.is_string(batch.schema.field("payload").type)
@@ -70,14 +71,14 @@ def arrow_staged_lines(batches: Iterator[Any]) -> Iterator[bytes]:
                     raise InvalidRequest(
                         f"column 'payload' must hold JSON text (or be a struct or map); "
                         f"got {text[:60]!r}: {exc}") from None
-                if "\n" in text:  # a staged payload is one line (its numbers exact)
-                    text = wire.dumps(wire.loads(text)).decode()
+                if end in text:  # a staged payload is one line (its numbers exact)
+                    text = wire.staged_payload(text.encode()).decode()
                 head = ""
                 if options:
                     set_ = {n: values[i] for n, values in options if values[i] is not None}
                     head = dumps(job_options(set_)).decode() if set_ else ""
-                # broker.wire.encode_staged_line's format, inlined: a quarter of its cost
-                yield f"{head}\t{text}\n".encode()
+                # broker.wire.encode_staged_line, inlined: a quarter of its cost
+                yield f"{head}{sep}{text}{end}".encode()
         else:
             maps = {n for n in names if pa.types.is_map(batch.schema.field(n).type)}
             for row in batch.to_pylist():
@@ -109,15 +110,16 @@ def arrow_staged_chunks(batches: Iterator[Any], max_rows: int,
             yield from _row_pieces(batch, max_rows, max_bytes)
             continue
         kind = batch.schema.field(0).type
-        none, tab, eol = (pa.scalar(text, kind) for text in ("", "\t", "\n"))
-        joined = pc.binary_join_element_wise(  # "\t" + text + "\n", each row
+        none, tab, eol = (pa.scalar(text, kind)
+                          for text in ("", wire.STAGED_SEP_TEXT, wire.STAGED_END_TEXT))
+        joined = pc.binary_join_element_wise(  # tab + text + line break, each row
             pc.binary_join_element_wise(none, batch.column(0), tab), none, eol)
         offsets = memoryview(joined.buffers()[1]).cast(
             "q" if pa.types.is_large_string(joined.type) else "i")[
                 joined.offset:joined.offset + len(joined) + 1]
         start = offsets[0]
         data = joined.buffers()[2].slice(start, offsets[-1] - start).to_pybytes()
-        if data.count(b"\n") != len(joined):  # a text spans lines: re-encoded a row at a time
+        if data.count(wire.STAGED_END) != len(joined):  # a text spans lines: a row at a time
             yield from _row_pieces(batch, max_rows, max_bytes)
             continue
         for lo, hi in _pieces(offsets[1:], start, max_rows, max_bytes):

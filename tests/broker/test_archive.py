@@ -1,12 +1,12 @@
-"""Archive objects (broker/model/archive.py) through a broker: what is archived reads
+"""Archive objects (broker/model/format/archive.py) through a broker: what is archived reads
 back, record by record, whatever the payloads hold."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from broker.model import archive
 from broker.model.checks import parse_staged
+from broker.model.format import archive
 from broker.model.ops import CompleteItem
 from broker.storage import FileStore
 from tests.support.inprocess import run, started

@@ -1,4 +1,4 @@
-"""The archive's index and job ranges (broker.model.archive: index_keys,
+"""The archive's index and job ranges (broker.model.format.archive: index_keys,
 seq_range, find_job, list_objects): a lookup by id lists the hours of its
 job's block and reads only the objects whose range holds it; objects named
 before ranges existed are still found (and a commit written under both names
@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from broker import paths
-from broker.model import archive, codec
 from broker.model import transitions as T
+from broker.model.format import archive, codec
 from broker.model.job import Job
 from broker.model.ops import Claim, Complete, CompleteItem, Push, Reserve
 from broker.model.ops import NewJob as N

@@ -13,7 +13,7 @@ import pytest
 
 from broker import paths
 from broker.http.server import is_loopback, primary_address
-from broker.model.decode import decode_state
+from broker.model.format.decode import decode_state
 from broker.storage import FileStore
 from osqueue_spark.client import QueueClient
 from tests.support.broker_process import BrokerProcess

@@ -17,8 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from broker import paths
 from broker.errors import UnknownQueue
-from broker.model import archive
-from broker.model.decode import decode_state
+from broker.model.format import archive
+from broker.model.format.decode import decode_state
 from broker.storage import FileStore, store_from_url
 from osqueue_spark import QueueClient, start_broker
 from tests.support.broker_process import BrokerProcess, eventually

@@ -15,7 +15,7 @@ import pytest
 
 from broker import paths
 from broker.errors import StorageRefused
-from broker.model import segment_format
+from broker.model.format import segment_format
 from broker.model.ops import PushPayloads
 from broker.storage.files import FileStore
 from tests.support.faults import REFUSED, Clock, FaultyStore

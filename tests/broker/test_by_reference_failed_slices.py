@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from broker.errors import StorageRefused
-from broker.model.segments import MAX_SEGMENT_JOBS
+from broker.model.format.segment_format import MAX_SEGMENT_JOBS
 from broker.service.by_reference import _Writer
 from broker.service.coordinator import Broker
 from broker.storage.files import FileStore

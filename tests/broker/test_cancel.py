@@ -17,11 +17,13 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from broker.errors import CorruptState
-from broker.model import browse, codec, views
+from broker.model import browse, views
 from broker.model import transitions as T
 from broker.model.cancels import segments_to_load
-from broker.model.decode import decode_state
-from broker.model.lines import archive_line, job_line
+from broker.model.format import codec
+from broker.model.format.decode import decode_state
+from broker.model.format.segment_format import encode_segment, segment_lines
+from broker.model.job_lines import archive_line, job_line
 from broker.model.ops import (
     Cancel,
     Claim,
@@ -38,7 +40,6 @@ from broker.model.ops import (
     Release,
     TakeOver,
 )
-from broker.model.segment_format import encode_segment, segment_lines
 from broker.model.state import QueueState, SegmentRef, SegmentWindows
 from broker.paths import segment_key, segment_name
 from broker.storage import FileStore

@@ -14,10 +14,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from broker.model import codec
 from broker.model import transitions as T
+from broker.model.format import codec
 from broker.model.job import CLAIMED
-from broker.model.lines import archive_line
+from broker.model.job_lines import archive_line
 from broker.model.ops import Cancel, Claim, DropArchived, Fail, FailItem, Heartbeat, NewJob, Push
 from broker.storage import FileStore
 from broker.wire import CANCEL_REQUESTED, CANCELLED, ItemResult

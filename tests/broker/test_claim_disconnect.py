@@ -20,7 +20,7 @@ import urllib3
 from broker import paths
 from broker.http.app import App
 from broker.model import tokens
-from broker.model.decode import decode_state
+from broker.model.format.decode import decode_state
 from broker.model.ops import CompleteItem
 from broker.model.state import QueueState
 from broker.storage import FileStore, ObjectStore

@@ -1,4 +1,4 @@
-"""The queue object's codec (broker/model/codec.py) on objects it did not write or that
+"""The queue object's codec (broker/model/format/codec.py) on objects it did not write or that
 hold unusual payloads: deep nesting, integers beyond 64 bits beside a payload
 that starts with whitespace, the previous release's layout. Each decodes, keeps
 every payload's bytes verbatim and is served."""
@@ -9,9 +9,10 @@ import threading
 from pathlib import Path
 
 from broker import paths, timefmt, wire
-from broker.model import archive, codec, transitions
+from broker.model import transitions
 from broker.model.checks import parse_staged
-from broker.model.decode import decode_state
+from broker.model.format import archive, codec
+from broker.model.format.decode import decode_state
 from broker.model.ops import CompleteItem, NewJob, Push
 from broker.storage import FileStore
 from tests.support.faults import Clock, FaultyStore

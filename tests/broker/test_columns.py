@@ -16,9 +16,9 @@ import pytest
 
 from broker.errors import InvalidRequest
 from broker.http import parsers, routes
-from broker.model import archive
 from broker.model import transitions as T
 from broker.model.columns import plain_rows
+from broker.model.format import archive
 from broker.model.job import COMPLETED, PENDING, Lease
 from broker.model.ops import (
     Claim,

@@ -14,7 +14,7 @@ import pytest
 from broker import paths
 from broker.commit.loop import CommitLoop
 from broker.errors import InvalidRequest, OsqueueError, StorageUnavailable
-from broker.model.decode import decode_state
+from broker.model.format.decode import decode_state
 from broker.model.ops import NewJob, Push
 from broker.service.coordinator import Broker
 from broker.service.settings import BrokerConfig
@@ -167,7 +167,7 @@ def test_direct_queue_archives_and_survives_races(tmp_path: Path) -> None:
 
 
 class _Tally:
-    """A toy :class:`broker.commit.model.Model`: an int tally in a JSON object.
+    """A toy :class:`broker.commit.target.CommitTarget`: an int tally in a JSON object.
 
     Ops: ``int`` adds it (result: the new total); ``"refuse"`` raises (nothing
     is written); ``"refuse-written"`` writes a note and answers an error once
@@ -234,7 +234,7 @@ class _Tally:
 
 def test_a_caller_gets_its_result_or_the_error_raised() -> None:
     """The loop is generic over state, ops and results, and answers failures as
-    exceptions: raised by the model (nothing written), returned by it as an
+    exceptions: raised by the target (nothing written), returned by it as an
     op's outcome (raised once the write carrying it landed), or a bug (that
     call alone fails; the others of its batch are applied)."""
     store = MemoryStore()
@@ -266,24 +266,24 @@ def test_a_caller_gets_its_result_or_the_error_raised() -> None:
 
 
 def test_a_refused_prepare_rereads_once_then_answers_the_batch() -> None:
-    """Model.prepare refusing a batch: the loop re-reads the object once (its
+    """CommitTarget.prepare refusing a batch: the loop re-reads the object once (its
     state may be behind one that no longer needs it) and tries again; a second
     refusal is the batch's answer, and nothing is written."""
     store = MemoryStore()
-    model = _Tally()
+    target = _Tally()
 
     async def main() -> None:
         executor = ThreadPoolExecutor(2)
         loop: CommitLoop[dict[str, Any], int | str, int] = CommitLoop(
-            store, "t/tally.json", model, "w", executor, clock=lambda: 0)
+            store, "t/tally.json", target, "w", executor, clock=lambda: 0)
         await loop.load()
         loop.reactivate()
         loop.start()
         assert await loop.submit(2) == 2
         before = store.get("t/tally.json")
-        model.refusals, model.prepared = 1, 0
-        assert await loop.submit(3) == 5 and model.prepared == 2  # refused, re-read, applied
-        model.refusals = 2
+        target.refusals, target.prepared = 1, 0
+        assert await loop.submit(3) == 5 and target.prepared == 2  # refused, re-read, applied
+        target.refusals = 2
         with pytest.raises(StorageUnavailable, match="cannot be read"):
             await loop.submit(4)
         assert orjson.loads(store.get("t/tally.json"))["total"] == 5

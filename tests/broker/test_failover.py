@@ -22,8 +22,8 @@ import pytest
 
 from broker import paths
 from broker.errors import NotTheBroker
-from broker.model import archive
-from broker.model.decode import decode_state
+from broker.model.format import archive
+from broker.model.format.decode import decode_state
 from broker.storage import FileStore
 from osqueue_spark import QueueClient
 from tests.support.broker_process import BrokerProcess, eventually

@@ -26,9 +26,9 @@ from broker.errors import (
     StorageUnavailable,
     UnknownQueue,
 )
-from broker.model import archive
 from broker.model import state as S
-from broker.model.decode import decode_state
+from broker.model.format import archive
+from broker.model.format.decode import decode_state
 from broker.model.ops import ClearBroker, CompleteItem, FailItem, NewJob, Push, TakeOver
 from broker.model.tokens import stored_part
 from broker.storage import FileStore

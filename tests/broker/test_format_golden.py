@@ -28,10 +28,10 @@ import orjson
 import pytest
 
 from broker.errors import CorruptState, NewerState
-from broker.model import codec
 from broker.model import transitions as T
-from broker.model.decode import decode_state
-from broker.model.lines import archive_line
+from broker.model.format import codec
+from broker.model.format.decode import decode_state
+from broker.model.job_lines import archive_line
 from broker.model.ops import (
     Claim,
     Complete,

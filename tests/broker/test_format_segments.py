@@ -4,7 +4,7 @@ states are made by hand, so each test has exactly the shape it names: a queue
 with jobs inline and two references whose seqs follow them.
 
 Pins that such an object decodes and re-encodes byte for byte, how the field
-is laid out, and each refusal of :func:`broker.model.decode.decode_state`'s
+is laid out, and each refusal of :func:`broker.model.format.decode.decode_state`'s
 cross-checks (a ``CorruptState`` naming the field, never quoting a payload).
 """
 
@@ -18,12 +18,12 @@ import pytest
 
 from broker import paths
 from broker.errors import CorruptState, SegmentMissing
-from broker.model import codec
 from broker.model import transitions as T
-from broker.model.decode import decode_state
+from broker.model.format import codec
+from broker.model.format.decode import decode_state
+from broker.model.format.segment_format import ref_to_json
 from broker.model.ops import NewJob, PushPayloads
-from broker.model.segments import SegmentRef, ref_to_json
-from broker.model.state import SEGMENT_REF_BYTES
+from broker.model.state import SEGMENT_REF_BYTES, SegmentRef
 from broker.model.views import next_wakeup_ms, stats
 from broker.paths import segment_key, segment_name
 from broker.storage import FileStore

@@ -9,9 +9,9 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.model import codec
 from broker.model import transitions as T
-from broker.model.decode import decode_state
+from broker.model.format import codec
+from broker.model.format.decode import decode_state
 from broker.model.ops import (
     Claim,
     Complete,
@@ -23,7 +23,7 @@ from broker.model.ops import (
     Reclaim,
     Redrive,
 )
-from broker.model.segments import SegmentRef
+from broker.model.state import SegmentRef
 from broker.model.views import next_wakeup_ms, stats
 from broker.paths import segment_key, segment_name
 from tests.support.states import committed, new_queue, read_back

@@ -12,8 +12,8 @@ import orjson
 import pytest
 
 from broker import paths
-from broker.model import codec
-from broker.model.decode import decode_state
+from broker.model.format import codec
+from broker.model.format.decode import decode_state
 from broker.model.ops import CompleteItem
 from broker.storage import FileStore
 from tests.broker.test_format_golden import as_v4

@@ -16,11 +16,10 @@ import pytest
 from broker.errors import BrokerUnavailable
 from broker.model import browse
 from broker.model import transitions as T
+from broker.model.format.segment_format import encode_segment, segment_lines
 from broker.model.job import CLAIMED, PENDING
 from broker.model.ops import JobsView, PushPayloads, ReadJobs
-from broker.model.segment_format import encode_segment, segment_lines
-from broker.model.segments import SegmentRef
-from broker.model.state import MAX_WINDOWS, QueueState, SegmentWindows
+from broker.model.state import MAX_WINDOWS, QueueState, SegmentRef, SegmentWindows
 from broker.model.views import Page, jobs_after, list_page
 from broker.paths import segment_key, segment_name
 from broker.service import job_pages

@@ -17,12 +17,13 @@ import orjson
 import pytest
 
 from broker import timefmt
-from broker.model import codec, lifecycle, transitions
+from broker.model import lifecycle, transitions
 from broker.model import state as S
-from broker.model.decode import decode_state
+from broker.model.format import codec
+from broker.model.format.decode import decode_state
 from broker.model.job import CLAIMED, COMPLETED, DEAD, PENDING, Job, seq_of
+from broker.model.job_lines import job_line, line_due_stamp, new_pending_lines, pending_from_line
 from broker.model.jobtable import JobTable
-from broker.model.lines import job_line, line_due_stamp, new_pending_lines, pending_from_line
 from broker.model.ops import (
     Claim,
     Complete,
@@ -111,7 +112,7 @@ def test_reads_that_must_not_make_jobs_leave_lines_as_lines() -> None:
 
 
 def test_every_job_reads_in_seq_order_whichever_were_touched() -> None:
-    state = _pushed([b"%d" % i for i in range(3000)])  # three segments
+    state = _pushed([b"%d" % i for i in range(3000)])  # three blocks
     transitions.apply(state, Claim("w", 7, 30_000), NOW)
     state.jobs.get(2500)
     assert [j.seq for j in state.jobs.peek()] == list(range(1, 3001))

@@ -18,12 +18,13 @@ import pytest
 
 from broker import paths, timefmt
 from broker.errors import OsqueueError
-from broker.model import codec, lifecycle
+from broker.model import lifecycle
 from broker.model import state as S
 from broker.model import transitions as T
-from broker.model.decode import decode_state
+from broker.model.format import codec
+from broker.model.format.decode import decode_state
 from broker.model.job import CANCELLED, CLAIMED, COMPLETED, DEAD, PENDING, job_id_for
-from broker.model.lines import job_line
+from broker.model.job_lines import job_line
 from broker.model.ops import (
     Claim,
     Complete,
@@ -192,9 +193,9 @@ def test_lines_answer_and_encode_as_jobs_would(seed: int, base: int) -> None:
 
 @pytest.mark.parametrize("first_seq", [1, 1023, 9_999_999_995, 99_999_999_999_998])
 @pytest.mark.parametrize("max_attempts", [1, 1000])
-def test_claimed_lines_across_digit_and_segment_boundaries(
+def test_claimed_lines_across_digit_and_block_boundaries(
         first_seq: int, max_attempts: int) -> None:
-    """A claim from lines whose seqs cross a digit count or a segment boundary
+    """A claim from lines whose seqs cross a digit count or a block boundary (1,024 seqs)
     hands out the payloads and ids pushed, caches lines equal to fresh encodes
     with the queue's max_attempts, and its jobs complete; the written counters
     count every push."""

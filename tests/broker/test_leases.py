@@ -11,11 +11,11 @@ import orjson
 import pytest
 
 from broker.http import parsers
-from broker.model import codec
 from broker.model import transitions as T
-from broker.model.decode import decode_state
+from broker.model.format import codec
+from broker.model.format.decode import decode_state
 from broker.model.job import CLAIMED, COMPLETED, PENDING, Job, Lease
-from broker.model.lines import job_line
+from broker.model.job_lines import job_line
 from broker.model.ops import (
     Claim,
     Complete,

@@ -11,9 +11,10 @@ import itertools
 import orjson
 import pytest
 
-from broker.model import codec, indexes, lifecycle
+from broker.model import indexes, lifecycle
 from broker.model import transitions as T
-from broker.model.decode import decode_state
+from broker.model.format import codec
+from broker.model.format.decode import decode_state
 from broker.model.job import CANCELLED, CLAIMED, COMPLETED, DEAD, PENDING, STATUSES, Job, Lease
 from broker.model.lifecycle import GONE, MOVES, NEW, IllegalMove
 from broker.model.ops import (
@@ -42,7 +43,7 @@ def test_the_table_is_the_documented_one() -> None:
 
 
 def _job_in(frm: str) -> tuple[QueueState, Job]:
-    """A queue of two jobs (so segments and heaps hold more than the one under
+    """A queue of two jobs (so blocks and heaps hold more than the one under
     test), the second in status ``frm`` (or made but not added, for NEW)."""
     state = new_queue(NOW)
     T.apply(state, Push((NewJob(b'{"other":1}'),)), NOW)

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from broker import paths, timefmt, wire
-from broker.model import archive
+from broker.model.format import archive
 from broker.storage import FileStore
 from osqueue_spark import QueueClient
 from osqueue_spark.bodies import ClaimedJob

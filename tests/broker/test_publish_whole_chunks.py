@@ -15,7 +15,7 @@ import pytest
 
 from broker import paths
 from broker.errors import PayloadTooLarge, StorageUnavailable
-from broker.model.segments import MAX_SEGMENT_JOBS
+from broker.model.format.segment_format import MAX_SEGMENT_JOBS
 from broker.service.by_reference import SEGMENT_MAX_BYTES
 from broker.storage import FileStore
 from tests.support.faults import NOT_LANDED, Clock, FaultyStore

@@ -1,4 +1,4 @@
-"""broker.model.segment_claims: claims take segment jobs into the head in the
+"""broker.model.segments.claims: claims take segment jobs into the head in the
 queue's claim order, only from loaded lines, and every write of the result
 decodes (the head never holds a seq twice, nor one in a segment's untaken range).
 Pure: segments are made with encode_segment and "loaded" by hand."""
@@ -10,14 +10,13 @@ import itertools
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.model import codec
 from broker.model import transitions as T
+from broker.model.format import codec
+from broker.model.format.segment_format import encode_segment, segment_lines
 from broker.model.indexes import SEQ_MASK, ready_key
 from broker.model.ops import Claim, NewJob, Purge, Push, PushPayloads
-from broker.model.segment_claims import SegmentWindows, claim_refs, plan_windows
-from broker.model.segment_format import encode_segment, segment_lines
-from broker.model.segments import SegmentRef
-from broker.model.state import QueueState
+from broker.model.segments.claims import claim_refs, plan_windows
+from broker.model.state import QueueState, SegmentRef, SegmentWindows
 from broker.paths import segment_key, segment_name
 from tests.support.states import new_queue, read_back
 

@@ -111,7 +111,7 @@ def test_a_takeover_in_the_middle_of_a_segment(tmp_path: Path) -> None:
         assert {j.id for j in back} == {j.id for j in first[20:]}
         await b.complete("q", [CompleteItem(j.token) for j in back])
         for q in b._queues.values():
-            for task in list(q.model._deleting):
+            for task in list(q.target._deleting):
                 await task
         assert stored(store).segment_refs == [] and segment_objects(store) == []
         assert _ns(store) == list(range(100))

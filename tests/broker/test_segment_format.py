@@ -1,4 +1,4 @@
-"""broker.model.segment_format: a segment object's bytes, written (version 2)
+"""broker.model.format.segment_format: a segment object's bytes, written (version 2)
 and read (versions 1 and 2), and the one check of a read object. Pure: no
 store, no I/O."""
 
@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from broker import timefmt
 from broker.errors import CorruptState, SegmentMissing
 from broker.limits import MAX_PRIORITY
-from broker.model import segment_format as sf
+from broker.model.format import segment_format as sf
 from broker.model.job import PENDING, Job
-from broker.model.lines import job_line, new_pending_lines
-from broker.model.segments import SegmentRef
+from broker.model.job_lines import job_line, new_pending_lines
+from broker.model.state import SegmentRef
 from tests.support.segment_refs import T0, key_of, payloads, ref_for
 from tests.support.segment_v1 import encode_segment_v1
 

@@ -15,8 +15,8 @@ import pytest
 from broker import paths
 from broker.commit.offloop import run_bulk, run_io
 from broker.errors import SegmentMissing, StorageUnavailable
-from broker.model import codec
-from broker.model.segment_format import encode_segment, segment_job
+from broker.model.format import codec
+from broker.model.format.segment_format import encode_segment, segment_job
 from broker.model.state import SegmentRef
 from broker.service.segment_store import SegmentStore
 from broker.storage import FileStore, MemoryStore, ObjectStore

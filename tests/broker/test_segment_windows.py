@@ -1,4 +1,4 @@
-"""broker.service.queue_model.QueueModel.prepare and SegmentWindows: a batch
+"""broker.service.queue_target.QueueTarget.prepare and SegmentWindows: a batch
 whose claims (or page of jobs) reach more segments than a queue keeps windows
 of (MAX_WINDOWS) still gets the jobs of the first ones, in claim (seq) order:
 the windows the batch needs are never evicted by the batch's own loads.

@@ -1,6 +1,7 @@
-"""broker.model.segments: segment keys, the head's references to segment
-objects, claim order across inline jobs and segments, purge and stats. Pure:
-no store, no I/O. (The objects' bytes: test_segment_format.py.)"""
+"""broker.model.segments.refs: segment keys, the head's references to segment
+objects (their JSON: broker.model.format.segment_format), claim order across inline
+jobs and segments, purge and stats. Pure: no store, no I/O. (The objects'
+bytes: test_segment_format.py.)"""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from hypothesis import strategies as st
 
 from broker import paths
 from broker.limits import MAX_PRIORITY
-from broker.model import segments as sg
+from broker.model.format import segment_format as sf
 from broker.model.indexes import ready_key
-from broker.model.segments import SegmentRef
+from broker.model.segments import refs as sg
+from broker.model.state import SegmentRef
 from tests.support.segment_refs import T0, key_of, ref_for
 
 SECRET = b'{"secret":"do-not-quote-me"}'
@@ -68,20 +70,20 @@ def test_segment_key_refuses_a_name_segment_name_does_not_make() -> None:
 
 
 @settings(max_examples=100, deadline=None)
-@given(first_seq=st.integers(1, 10**14), count=st.integers(1, sg.MAX_SEGMENT_JOBS), data=st.data(),
+@given(first_seq=st.integers(1, 10**14), count=st.integers(1, sf.MAX_SEGMENT_JOBS), data=st.data(),
        priority=st.integers(-MAX_PRIORITY, MAX_PRIORITY), run_at=st.integers(0, 2**45),
        etag=st.text(st.characters(min_codepoint=32, max_codepoint=126), min_size=1,
-                    max_size=sg.MAX_ETAG_CHARS))
+                    max_size=sf.MAX_ETAG_CHARS))
 def test_ref_json_round_trips(first_seq: int, count: int, data: st.DataObject,
                               priority: int, run_at: int, etag: str) -> None:
     taken = data.draw(st.integers(0, count))
     ref = SegmentRef(key_of(first_seq), etag, first_seq, count, priority, run_at, taken)
-    raw = json.loads(json.dumps(sg.ref_to_json(ref)))  # through the head's JSON
-    assert sg.ref_from_json(raw, "segments[0]") == ref
+    raw = json.loads(json.dumps(sf.ref_to_json(ref)))  # through the head's JSON
+    assert sf.ref_from_json(raw, "segments[0]") == ref
 
 
 def good_raw(**changes: Any) -> dict[str, Any]:
-    raw = sg.ref_to_json(ref_for(10, 4, 3, T0, taken=1))
+    raw = sf.ref_to_json(ref_for(10, 4, 3, T0, taken=1))
     raw.update(changes)
     return {k: v for k, v in raw.items() if v is not ...}
 
@@ -95,10 +97,10 @@ def good_raw(**changes: Any) -> dict[str, Any]:
     (good_raw(key=key_of(11)), "its key names another"),
     (good_raw(etag=""), "etag"),
     (good_raw(etag=None), "etag"),
-    (good_raw(etag="e" * (sg.MAX_ETAG_CHARS + 1)), "etag"),
+    (good_raw(etag="e" * (sf.MAX_ETAG_CHARS + 1)), "etag"),
     (good_raw(etag="e\n"), "etag"),
     (good_raw(count=0), "count"),
-    (good_raw(count=sg.MAX_SEGMENT_JOBS + 1), "count"),
+    (good_raw(count=sf.MAX_SEGMENT_JOBS + 1), "count"),
     (good_raw(count=-4), "count"),
     (good_raw(count=4.0), "count"),
     (good_raw(first_seq=True), "first_seq"),
@@ -111,7 +113,7 @@ def good_raw(**changes: Any) -> dict[str, Any]:
 ])
 def test_ref_from_json_refuses(raw: Any, match: str) -> None:
     with pytest.raises(ValueError, match=match) as info:
-        sg.ref_from_json(raw, "queue q: segments[3]")
+        sf.ref_from_json(raw, "queue q: segments[3]")
     assert str(info.value).startswith("queue q: segments[3]: ")
 
 

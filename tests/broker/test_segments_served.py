@@ -1,4 +1,4 @@
-"""A broker serving segments (broker.service.by_reference, queue_model.prepare):
+"""A broker serving segments (broker.service.by_reference, queue_target.prepare):
 a bulk push large enough goes into segment objects the head references, claims
 take them in order, a purge drops them, and a segment leaves the store only
 after the commit that dropped it has landed. Real file store, store checked."""
@@ -29,7 +29,7 @@ from tests.support.inprocess import (
 async def _settled(broker: object) -> None:
     """Wait for the segment deletes the last commits started."""
     for q in broker._queues.values():  # type: ignore[attr-defined]
-        await asyncio.gather(*q.model._deleting)
+        await asyncio.gather(*q.target._deleting)
 
 
 def test_by_reference_helpers_split_by_jobs_and_bytes() -> None:

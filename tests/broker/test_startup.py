@@ -25,7 +25,7 @@ from broker.errors import (
     StorageUnavailable,
     UnsafeStore,
 )
-from broker.model.decode import decode_state
+from broker.model.format.decode import decode_state
 from broker.model.ops import NewJob
 from broker.service.coordinator import Broker
 from broker.service.settings import BrokerConfig

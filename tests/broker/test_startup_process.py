@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from broker import paths
-from broker.model.decode import decode_state
+from broker.model.format.decode import decode_state
 from broker.model.ops import NewJob
 from broker.storage import S3Store
 from osqueue_spark.client import QueueClient

@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 
 from broker import paths
-from broker.model import segment_format
+from broker.model.format import segment_format
 from broker.storage import store_from_url
 from tests.support.inprocess import payloads, run, segment_objects, started, stored, until
 

@@ -344,8 +344,8 @@ def test_no_repr_shows_the_key_and_a_bound_state_copies() -> None:
 
 def test_a_malformed_token_key_is_refused_without_quoting_it() -> None:
     from broker.errors import CorruptState
-    from broker.model import codec
-    from broker.model.decode import decode_state
+    from broker.model.format import codec
+    from broker.model.format.decode import decode_state
     from tests.support.states import KEY, queue_of
 
     data = codec.encode(queue_of(1, 0))

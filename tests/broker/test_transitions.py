@@ -6,12 +6,12 @@ import orjson
 import pytest
 
 from broker.errors import InvalidRequest, PayloadTooLarge, QueueFull
-from broker.model import codec
 from broker.model import state as S
 from broker.model import transitions as T
-from broker.model.decode import decode_state
+from broker.model.format import codec
+from broker.model.format.decode import decode_state
 from broker.model.job import JOB_OVERHEAD_BYTES, JobIds, job_id_for, seq_of, token_seq
-from broker.model.lines import job_line
+from broker.model.job_lines import job_line
 from broker.model.ops import (
     Claim,
     Complete,
@@ -128,13 +128,13 @@ def test_bad_push_changes_nothing() -> None:
     assert codec.encode(st_) == before and st_.counters.enqueued == 0
 
 
-def test_bulk_push_across_segments_encodes_like_the_general_path() -> None:
+def test_bulk_push_across_blocks_encodes_like_the_general_path() -> None:
     st_ = new_queue(0)
-    push(st_, 0, *range(1000))  # the bulk push below starts inside a segment
+    push(st_, 0, *range(1000))  # the bulk push below starts inside a block
     payloads = tuple(orjson.dumps({"i": i}) for i in range(2500))
     ids = T.apply(st_, PushPayloads(payloads), 1_700_000_000_123).ids
     assert ids == [job_id_for(seq) for seq in range(1001, 3501)]
-    assert {seg: len(jobs) for seg, jobs in st_.seg_jobs.items()} == {
+    assert {block: len(jobs) for block, jobs in st_.block_jobs.items()} == {
         0: 1023, 1: 1024, 2: 1024, 3: 429}
     data = codec.encode(st_)
     cached = {job.id: job._enc for job in st_.jobs.values()}

@@ -11,11 +11,12 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from broker.model import codec, indexes, lifecycle
+from broker.model import indexes, lifecycle
 from broker.model import state as S
 from broker.model import transitions as T
+from broker.model.format import codec
 from broker.model.job import Job
-from broker.model.lines import archive_line, job_line
+from broker.model.job_lines import archive_line, job_line
 from broker.model.ops import (
     Claim,
     Complete,

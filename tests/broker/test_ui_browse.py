@@ -13,8 +13,9 @@ import pytest
 
 from broker import paths, timefmt
 from broker.errors import InvalidRequest
-from broker.model import browse, codec
+from broker.model import browse
 from broker.model import transitions as T
+from broker.model.format import codec
 from broker.model.job import CANCELLED, CLAIMED, COMPLETED, DEAD, PENDING
 from broker.model.jobtable import PROBE
 from broker.model.ops import (

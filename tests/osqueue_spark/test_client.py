@@ -22,7 +22,7 @@ import urllib3
 from broker import paths
 from broker.errors import BrokerUnavailable, InvalidRequest, OsqueueError
 from broker.http.server import BrokerServer
-from broker.model.decode import decode_state
+from broker.model.format.decode import decode_state
 from broker.storage import FileStore
 from osqueue_spark import QueueClient, start_broker
 from osqueue_spark.calls import RequestNumbers

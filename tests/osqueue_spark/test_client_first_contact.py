@@ -17,7 +17,7 @@ import pytest
 
 from broker import paths
 from broker.errors import BrokerUnreachable, OsqueueError
-from broker.model.decode import decode_state
+from broker.model.format.decode import decode_state
 from broker.storage import FileStore
 from osqueue_spark import QueueClient
 from osqueue_spark.retries import FIRST_CONTACT_S

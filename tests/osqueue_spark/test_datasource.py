@@ -157,8 +157,8 @@ def test_the_queue_reader_reads_v3_and_v4_objects(tmp_path: Path) -> None:
     golden fixture) and of the same queue written as version 4, one partition
     (the head's) each. (Objects with segments: tests/osqueue_spark/test_queue_read.py.)"""
     from broker import paths
-    from broker.model import codec
-    from broker.model.decode import decode_state
+    from broker.model.format import codec
+    from broker.model.format.decode import decode_state
     from broker.storage import store_from_url
 
     fixtures = Path(__file__).parents[1] / "broker" / "fixtures"

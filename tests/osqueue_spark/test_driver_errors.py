@@ -15,7 +15,7 @@ import pytest
 from broker import paths
 from broker.errors import InvalidRequest, NotFound, OsqueueError, PayloadTooLarge, UnknownQueue
 from broker.http.server import BrokerServer
-from broker.model.decode import decode_state
+from broker.model.format.decode import decode_state
 from broker.storage import FileStore
 from osqueue_spark import RESULT_SCHEMA, QueueClient, process, start_broker
 from osqueue_spark.datasource.driver_errors import osqueue_error_in, surfaced

@@ -22,7 +22,7 @@ import pytest
 
 from broker import paths
 from broker.http.server import is_loopback, primary_address
-from broker.model.decode import decode_state
+from broker.model.format.decode import decode_state
 from broker.storage import FileStore
 from osqueue_spark import start_broker
 from osqueue_spark.client import QueueClient

@@ -13,7 +13,7 @@ import pytest
 
 from broker import paths
 from broker.errors import StorageRefused, StorageUnavailable
-from broker.model.decode import decode_state
+from broker.model.format.decode import decode_state
 from broker.storage import S3Store
 from osqueue_spark import QueueClient, start_broker
 from tests.support.faultproxy import FaultConfig, FaultProxy

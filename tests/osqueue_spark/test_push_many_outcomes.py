@@ -26,7 +26,7 @@ import pytest
 
 from broker import paths
 from broker.errors import BrokerUnavailable, InvalidRequest, QueueFull
-from broker.model.decode import decode_state
+from broker.model.format.decode import decode_state
 from broker.storage import FileStore
 from osqueue_spark import QueueClient
 from tests.support.broker_process import BrokerProcess

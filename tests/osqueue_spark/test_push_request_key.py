@@ -28,7 +28,7 @@ from broker.errors import (
     OutcomeUnknown,
     StorageUnavailable,
 )
-from broker.model.decode import decode_state
+from broker.model.format.decode import decode_state
 from broker.storage import FileStore
 from osqueue_spark import QueueClient
 from osqueue_spark.calls import MAX_PUSH_KEY_CHARS

@@ -15,8 +15,8 @@ import pytest
 
 from broker import paths
 from broker.errors import SegmentMissing, StateError
-from broker.model import codec
-from broker.model.decode import decode_state
+from broker.model.format import codec
+from broker.model.format.decode import decode_state
 from broker.storage import ObjectStore, store_from_url
 from osqueue_spark.datasource import reader as reader_module
 from osqueue_spark.datasource.reader import QUEUE_SCHEMA, HeadPart, QueueReader, SegmentPart

@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from broker import paths
-from broker.model.decode import decode_state
+from broker.model.format.decode import decode_state
 from broker.storage import FileStore
 from osqueue_spark import QueueClient
 from osqueue_spark.bodies import job_staged_line

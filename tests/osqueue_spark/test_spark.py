@@ -18,7 +18,7 @@ from chispa import assert_df_equality
 
 from broker import paths
 from broker.http.server import BrokerServer
-from broker.model.decode import decode_state
+from broker.model.format.decode import decode_state
 from broker.storage import FileStore
 from osqueue_spark import RESULT_SCHEMA, QueueClient, process, push_partition, start_broker
 

@@ -28,7 +28,7 @@ def test_archive_read_with_pruning(any_spark: Any, tmp_path: Path) -> None:
     objectsPerPartition objects), prunes objects by since/until from their names;
     with filterPushdown every scan of a DataFrame still reads every object."""
     spark, store = any_spark, FileStore(tmp_path)
-    from broker.model import archive
+    from broker.model.format import archive
 
     hours = ["2026-01-01T10", "2026-01-01T11", "2026-01-02T09"]
     for h_i, hour in enumerate(hours):
@@ -71,7 +71,7 @@ def test_archive_read_shows_each_job_once_with_legacy_orphans(spark: Any,
     """Objects of osqueue 0.1 (named by broker id) may hold an orphan: a job the
     broker archived before a commit that failed, completed again later. The
     reader keeps each job's latest completion; current objects hold each job once."""
-    from broker.model import archive
+    from broker.model.format import archive
 
     store = FileStore(tmp_path)
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from broker.http.server import BrokerServer
-from broker.model import segment_format
+from broker.model.format import segment_format
 from broker.storage import FileStore
 from osqueue_spark import start_broker
 from tests.support.inprocess import segment_payloads, stored

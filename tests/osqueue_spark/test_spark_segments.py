@@ -13,7 +13,7 @@ import pytest
 
 from broker import paths
 from broker.errors import UnknownQueue
-from broker.model.decode import decode_state
+from broker.model.format.decode import decode_state
 from broker.storage import store_from_url
 from tests.support.segmented import put_head, write_segmented
 

@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from broker import paths
-from broker.model.decode import decode_state
+from broker.model.format.decode import decode_state
 from broker.storage import FileStore
 from osqueue_spark.retries import FIRST_CONTACT_S
 from tests.support.broker_process import BrokerProcess

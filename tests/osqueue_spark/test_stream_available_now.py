@@ -20,7 +20,7 @@ import pytest
 
 from broker.errors import InvalidRequest, OsqueueError, UnknownQueue
 from broker.http.server import BrokerServer
-from broker.model import archive
+from broker.model.format import archive
 from broker.storage import ObjectStore, store_from_url
 from osqueue_spark import QueueClient, start_broker
 from osqueue_spark.datasource.options import StreamReadOptions

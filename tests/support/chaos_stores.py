@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from broker import paths
-from broker.model import archive, segment_format
+from broker.model.format import archive, segment_format
 from broker.storage import ObjectStore, store_from_url
 from osqueue_spark import QueueClient, start_broker
 

@@ -16,9 +16,10 @@ from typing import Any
 from broker import paths, timefmt
 from broker.commit.verdict import new_commit_id
 from broker.errors import Conflict, NotFound
-from broker.model import codec, tokens, transitions
 from broker.model import state as S
-from broker.model.decode import decode_state
+from broker.model import tokens, transitions
+from broker.model.format import codec
+from broker.model.format.decode import decode_state
 from broker.model.ops import DropArchived, Op, Result
 from broker.model.views import stats
 from broker.service.archiver import write_commit
@@ -53,7 +54,7 @@ class DirectQueue:
         """Apply ``op`` and write it; on a lost race, re-read and try again.
 
         Completed jobs are archived after the write that completed them (see
-        :mod:`broker.model.archive`), and the write after that drops them. Expired
+        :mod:`broker.model.format.archive`), and the write after that drops them. Expired
         leases are never reclaimed here: leases are judged on a broker's
         clock only.
         """

@@ -10,9 +10,9 @@ from typing import Any, TypeVar
 import orjson
 
 from broker import paths, timefmt
-from broker.model import archive, segment_format
 from broker.model import state as S
-from broker.model.decode import decode_state
+from broker.model.format import archive, segment_format
+from broker.model.format.decode import decode_state
 from broker.service.coordinator import Broker
 from broker.service.settings import BrokerConfig
 from broker.storage import ObjectStore

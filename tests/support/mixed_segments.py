@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker import paths, timefmt
-from broker.model import segment_format
 from broker.model import transitions as T
+from broker.model.format import segment_format
 from broker.model.ops import PushPayloads
 from broker.model.state import SegmentRef
 from broker.storage import ObjectStore

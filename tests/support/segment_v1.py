@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import orjson
 
 from broker import timefmt
-from broker.model.lines import pending_format
+from broker.model.job_lines import pending_format
 
 
 def encode_segment_v1(queue: str, first_seq: int, priority: int, run_at_ms: int,

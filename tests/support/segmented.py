@@ -2,7 +2,7 @@
 object of format version 4 that references segment objects of pending jobs.
 (Made here, not by a broker, so a test gets exactly this shape: the head is
 encoded with the model's codec and the segments with
-:func:`broker.model.segment_format.encode_segment`.)
+:func:`broker.model.format.segment_format.encode_segment`.)
 
 The queue :func:`write_segmented` leaves, seq by seq:
 
@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker import paths
-from broker.model import codec, segment_format
 from broker.model import transitions as T
-from broker.model.decode import decode_state
+from broker.model.format import codec, segment_format
+from broker.model.format.decode import decode_state
 from broker.model.job import PENDING
 from broker.model.ops import Claim, Purge, PushPayloads
 from broker.model.state import QueueState, SegmentRef

@@ -3,9 +3,10 @@ and a state committed as a broker writes it (stamped, encoded, read back)."""
 
 from __future__ import annotations
 
-from broker.model import codec, tokens
+from broker.model import tokens
 from broker.model import transitions as T
-from broker.model.decode import decode_state
+from broker.model.format import codec
+from broker.model.format.decode import decode_state
 from broker.model.ops import PushPayloads
 from broker.model.state import QueueState, Settings
 

@@ -13,8 +13,8 @@ from typing import Any, cast
 
 from broker import paths
 from broker.errors import NotFound, OsqueueError
-from broker.model import archive, segment_format
-from broker.model.decode import decode_state
+from broker.model.format import archive, segment_format
+from broker.model.format.decode import decode_state
 from broker.model.state import QueueState
 from broker.model.tokens import stored_part
 from broker.storage import ObjectStore
@@ -49,7 +49,7 @@ def segment_jobs(store: ObjectStore, state: QueueState,
 
 class _Snapshot:
     """The archive objects of a store, fetched once (in parallel) and served from
-    memory to ``broker.model.archive``'s readers (they need only ``list`` and ``get``)."""
+    memory to ``broker.model.format.archive``'s readers (they need only ``list`` and ``get``)."""
 
     def __init__(self, store: ObjectStore) -> None:
         self.url = store.url
@@ -81,7 +81,7 @@ def check_store(store: ObjectStore, rec: Recorder, samples: int = 20) -> dict[st
     """The total-queue check: what the store holds against what clients were told.
 
     The archive is read twice over the same bytes: line by line across every object
-    ("raw"), and as ``broker.model.archive.read_all`` shows it (the reader's view, which
+    ("raw"), and as ``broker.model.format.archive.read_all`` shows it (the reader's view, which
     may leave out lines it knows to be orphans). Presence, doubles and tokens are
     judged on the reader's view; the raw figures are reported beside them. A job in
     the queue object with status ``completed`` (a layout that archives after the

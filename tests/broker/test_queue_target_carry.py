@@ -1,4 +1,4 @@
-"""QueueModel.carry of receipts marked replayed: a keyed claim's repeat
+"""QueueTarget.carry of receipts marked replayed: a keyed claim's repeat
 that handed its jobs out again is remembered in memory only (``replayed``);
 the commit loop drops its state and re-reads the object after a write whose
 reply was lost, and the mark must survive that, or the first attempt's

@@ -1,16 +1,11 @@
-"""Segments: immutable objects of pending jobs that the queue object refers to
-instead of holding their jobs, so a commit costs the same at any depth of
-the queue (deep queues). Pure: values in,
-values out; the time is passed in.
+"""The head's references to segment objects: claim order, cursors, purge, and
+which segment holds a seq. Pure: values in, values out; the time is passed in.
 
-A segment object holds pending jobs with consecutive seqs that share a
-priority and a due time, in seq order; its bytes (a header line, then one
-payload a line) are :mod:`broker.model.segment_format`'s. The broker writes
-them (:mod:`broker.service.by_reference`), takes jobs from them in claim
-order (:mod:`broker.model.segment_claims`), and reads them through
-:func:`~broker.model.segment_format.read_checked`, as the Spark reader does.
-(Not to be confused with the codec's encoding cache, also called segments in
-``QueueState.segments``: runs of 1,024 seqs of the object's own lines.)
+What a segment is: :mod:`broker.model.segments`. Its bytes (a header line,
+then one payload a line) are :mod:`broker.model.format.segment_format`'s. The
+broker writes them (:mod:`broker.service.by_reference`), takes jobs from them
+in claim order (:mod:`broker.model.segments.claims`), and reads them through
+:func:`~broker.model.format.segment_format.read_checked`, as the Spark reader does.
 
 The head keeps a :class:`SegmentRef` per segment: where it is, which version
 (etag), its seqs, priority and due time, and a cursor (``taken``): the jobs
@@ -31,8 +26,9 @@ or change of single jobs inside a segment is not supported: a segment holds
 pending jobs with default options only, and the only other change to a
 pending job is being claimed, which moves it into the head first.
 
-Errors: every refusal of a reference is a ``ValueError`` naming ``where``
-and the segment's key.
+Errors: taking more jobs than a reference has left is a ``ValueError``
+naming the segment's key. (A reference's JSON, and the checks of a read one:
+:mod:`broker.model.format.segment_format`.)
 """
 
 from __future__ import annotations
@@ -41,64 +37,13 @@ import bisect
 import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from typing import Any
 
-from broker import timefmt
 from broker.errors import shown
-from broker.limits import MAX_PRIORITY
-from broker.model.indexes import SEQ_MASK, ready_key
-from broker.model.segment_format import MAX_SEGMENT_JOBS, check_int, check_time
+from broker.model.indexes import ready_key
 from broker.model.state import SegmentRef  # (defined with the state that holds it)
-from broker.paths import parse_segment_key
 
 #: The claim-order source :func:`next_from` names for the inline ready heap.
 INLINE = -1
-#: Longest etag (or generation) a reference may carry.
-MAX_ETAG_CHARS = 256
-
-_REF_FIELDS = frozenset(
-    {"key", "etag", "first_seq", "count", "priority", "run_at", "taken"})
-
-
-# -- the head's list of references ----------------------------------------------------
-
-
-def ref_to_json(ref: SegmentRef) -> dict[str, Any]:
-    """The ref as the head's ``"segments"`` list holds it (times as text, for jq)."""
-    return {"key": ref.key, "etag": ref.etag, "first_seq": ref.first_seq, "count": ref.count,
-            "priority": ref.priority, "run_at": timefmt.fmt(ref.run_at_ms), "taken": ref.taken}
-
-
-def ref_from_json(raw: Any, where: str) -> SegmentRef:
-    """A ref from its JSON (:func:`ref_to_json`), checked: exactly its fields,
-    a key :func:`broker.paths.segment_key` makes whose seq is ``first_seq``, a
-    short printable etag, counts in range and ``taken <= count``. ``ValueError``
-    naming ``where`` (e.g. ``"queue q: segments[3]"``) otherwise."""
-    if not isinstance(raw, dict):
-        raise ValueError(f"{where}: a segment reference must be an object")
-    if raw.keys() != _REF_FIELDS:
-        odd = sorted(raw.keys() ^ _REF_FIELDS)
-        raise ValueError(f"{where}: segment reference fields {shown(odd)} missing or unknown")
-    key, etag = raw["key"], raw["etag"]
-    parsed = parse_segment_key(key)
-    if parsed is None:
-        raise ValueError(f"{where}: {shown(key)} is not a segment key")
-    if not isinstance(etag, str) or not 0 < len(etag) <= MAX_ETAG_CHARS or \
-            not etag.isprintable():
-        raise ValueError(f"{where}: segment {key} has etag {shown(etag)}; it must be "
-                         f"1-{MAX_ETAG_CHARS} printable characters")
-    count = check_int(raw["count"], f"{where}: segment {key} count", 1, MAX_SEGMENT_JOBS)
-    first_seq = check_int(raw["first_seq"], f"{where}: segment {key} first_seq",
-                     1, SEQ_MASK - count + 1)
-    if first_seq != parsed[1]:
-        raise ValueError(f"{where}: segment {key} has first_seq {first_seq}, "
-                         "but its key names another")
-    return SegmentRef(
-        key=key, etag=etag, first_seq=first_seq, count=count,
-        priority=check_int(raw["priority"], f"{where}: segment {key} priority",
-                      -MAX_PRIORITY, MAX_PRIORITY),
-        run_at_ms=check_time(raw["run_at"], f"{where}: segment {key} run_at"),
-        taken=check_int(raw["taken"], f"{where}: segment {key} taken", 0, count))
 
 
 # -- claim order ----------------------------------------------------------------------

@@ -65,9 +65,9 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 import orjson
 
 from broker import paths, wire
-from broker.model.decode import LineSpans, NotOurLayout
+from broker.model.format.decode import LineSpans, NotOurLayout
 from broker.model.job import Job, job_id_for
-from broker.model.lines import archive_line
+from broker.model.job_lines import archive_line
 
 #: Seqs ``>>`` this is a job's block in the archive index (65,536 seqs a block).
 BLOCK_SHIFT = 16

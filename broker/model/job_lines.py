@@ -6,8 +6,8 @@ into byte templates here; every other shape goes through
 :meth:`broker.model.job.Job.to_dict`, and both give the same bytes (the tests
 compare them). A bulk-pushed job is kept as nothing but its line until first
 touched (:func:`new_pending_lines`, :func:`pending_from_line`,
-:mod:`broker.model.jobtable`). The whole object (header, segments of lines,
-key windows) is joined by :mod:`broker.model.codec`. Pure: bytes in, bytes out.
+:mod:`broker.model.jobtable`). The whole object (header, blocks of lines,
+key windows) is joined by :mod:`broker.model.format.codec`. Pure: bytes in, bytes out.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ _PENDING_BODY = (b'{"id":"j%%010d","seq":%%d,"status":"pending","priority":%d,"r
 
 # A completed job's line in an archive object: the job's fields without lease and
 # key, then who completed it (worker and token), in which commit, when, and its
-# result (see broker.model.archive).
+# result (see broker.model.format.archive).
 _ARCHIVED_JOB = (b'{"id":"j%010d","seq":%d,"status":"completed","priority":%d,"run_at":"%s",'
                  b'"attempts":%d,"max_attempts":%d,"created_at":"%s","payload":%s%s,'
                  b'"worker":%s,"token":"%s","commit_seq":%d,"commit":"%s","completed_at":"%s",'
@@ -91,7 +91,7 @@ def plain_token(token: str) -> bool:
 
 def job_line(job: Job) -> bytes:
     """``job``'s line of the object: its JSON, preceded by the ``,\n`` that separates
-    it from the one before, cached on the job until :func:`broker.model.codec.touch`
+    it from the one before, cached on the job until :func:`broker.model.format.codec.touch`
     clears it.
 
     The common shapes (pending, or claimed, with no key or error) are
@@ -123,11 +123,11 @@ def job_line(job: Job) -> bytes:
 
 def archive_line(job: Job) -> bytes:
     """A completed (or cancelled) job's line in its archive object (see
-    :mod:`broker.model.archive`).
+    :mod:`broker.model.format.archive`).
 
     Made from the job's stored fields alone, so every broker that writes
     the archive object of a commit writes the same bytes. Ids and tokens
-    never need escaping (see :mod:`broker.model.decode`), so the line is filled into a
+    never need escaping (see :mod:`broker.model.format.decode`), so the line is filled into a
     byte template. Raises ``ValueError`` for a job that is neither.
     """
     token = job.lease_token

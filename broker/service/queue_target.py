@@ -19,10 +19,11 @@ import secrets
 from collections.abc import Callable, Sequence
 
 from broker.errors import NotTheBroker, OsqueueError
-from broker.model import browse, cancels, codec, tokens, transitions
+from broker.model import browse, cancels, tokens, transitions
 from broker.model import receipts as R
 from broker.model import state as S
-from broker.model.decode import decode_state
+from broker.model.format import codec
+from broker.model.format.decode import decode_state
 from broker.model.ops import (
     Cancel,
     Claim,
@@ -35,8 +36,8 @@ from broker.model.ops import (
     Result,
     TakeOver,
 )
-from broker.model.segment_claims import SegmentWindows, claim_refs, plan_windows
-from broker.model.state import MAX_WINDOWS
+from broker.model.segments.claims import claim_refs, plan_windows
+from broker.model.state import MAX_WINDOWS, SegmentWindows
 from broker.model.views import next_wakeup_ms, page_segments
 from broker.service.archiver import Archiver
 from broker.service.ownership import Ownership, renew_at_ms, renew_due
@@ -47,8 +48,8 @@ from broker.storage import Data
 PLAN_AHEAD_MS = 1_000
 
 
-class QueueModel:
-    """The :class:`broker.commit.loop.Model` of one queue: ``QueueState`` changed by
+class QueueTarget:
+    """The :class:`broker.commit.target.CommitTarget` of one queue: ``QueueState`` changed by
     ``Op`` answering ``Result``."""
 
     def __init__(self, queue: str, broker_id: str, url: str, lease_ms: int,
@@ -86,8 +87,8 @@ class QueueModel:
         """Before ``ops`` apply to ``state``: check that every segment it
         references exists at its etag (once per reference: what a takeover
         asks, without reading a segment), and load the segment lines the
-        batch's claims may take (:func:`~broker.model.segment_claims.claim_refs`, of them
-        those :func:`~broker.model.segment_claims.plan_windows` says are short).
+        batch's claims may take (:func:`~broker.model.segments.claims.claim_refs`, of them
+        those :func:`~broker.model.segments.claims.plan_windows` says are short).
         Raises ``SegmentMissing`` naming a missing or changed object, and the
         store's errors."""
         refs = state.segment_refs

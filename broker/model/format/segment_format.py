@@ -1,7 +1,8 @@
 """A segment object's bytes: written (:func:`encode_segment`), checked and read
-(:func:`segment_lines`, :func:`read_checked`). Pure: bytes and values in,
-bytes and values out. What a segment is and how the head refers to one:
-:mod:`broker.model.segments`.
+(:func:`segment_lines`, :func:`read_checked`); and the JSON of the head's
+reference to one (:func:`ref_to_json`, :func:`ref_from_json`). Pure: bytes
+and values in, bytes and values out. What a segment is and how the head
+refers to one: :mod:`broker.model.segments`.
 
 A segment object (key from :func:`broker.paths.segment_key`) holds pending jobs
 with consecutive seqs that share a priority, a due time, a creation time and
@@ -16,7 +17,7 @@ The payload on line ``k + 2`` (``k`` from 0) is the job of seq ``first_seq + k``
 id ``"j"`` and that seq in ten digits, with no attempts and the header's
 other fields. Reading a window makes each job's line as the queue object
 would hold it (:func:`segment_lines`, from
-:func:`broker.model.lines.pending_format`), so a job taken from a segment
+:func:`broker.model.job_lines.pending_format`), so a job taken from a segment
 enters the head exactly as if it had been pushed inline; writing one is a
 join of its payloads (a million jobs in about 20 ms; each job line written
 out whole cost about 25 times that, and 4 times the bytes:
@@ -28,7 +29,8 @@ object on its line. It is still read, with every line checked against its
 seq and the header; it is never written.
 
 Errors: every refusal is a ``ValueError`` whose message names the segment's
-key (and the line or field); payloads are never quoted. :func:`read_checked`,
+key (and the line or field; a reference's, ``where`` too); payloads are never
+quoted. :func:`read_checked`,
 the check of a read object that the broker's ``SegmentStore`` and the Spark
 reader share, raises ``SegmentMissing`` and ``CorruptState`` instead.
 """
@@ -46,9 +48,9 @@ from broker.errors import CorruptState, InvalidRequest, SegmentMissing, shown
 from broker.limits import MAX_ATTEMPTS, MAX_PRIORITY
 from broker.model.indexes import SEQ_MASK, TIME_MASK
 from broker.model.job import Job
-from broker.model.lines import pending_format, pending_from_line, stamp_ms
+from broker.model.job_lines import pending_format, pending_from_line, stamp_ms
 from broker.model.state import SegmentRef
-from broker.paths import check_queue_name
+from broker.paths import check_queue_name, parse_segment_key
 
 SEGMENT_FORMAT = "osqueue-segment"
 #: The version this broker writes; it reads 1 too.
@@ -58,6 +60,11 @@ SEGMENT_VERSION = 2
 #: ``broker.service.by_reference.SEGMENT_MAX_BYTES``).
 MAX_SEGMENT_JOBS = 65_536
 
+#: Longest etag (or generation) a reference may carry.
+MAX_ETAG_CHARS = 256
+
+_REF_FIELDS = frozenset(
+    {"key", "etag", "first_seq", "count", "priority", "run_at", "taken"})
 _V1_FIELDS = frozenset(
     {"format", "version", "queue", "first_seq", "count", "priority", "run_at"})
 _HEADER_FIELDS = {1: _V1_FIELDS, 2: _V1_FIELDS | {"created_at", "max_attempts"}}
@@ -330,3 +337,44 @@ def read_checked(ref: SegmentRef, data: bytes | None, etag: str | None, store_ur
         return segment_lines(data, ref, start, stop)
     except ValueError as exc:
         raise CorruptState(f"{store_url}: {exc}") from None
+
+
+# -- the head's references to segments ---------------------------------------------
+
+
+def ref_to_json(ref: SegmentRef) -> dict[str, Any]:
+    """The ref as the head's ``"segments"`` list holds it (times as text, for jq)."""
+    return {"key": ref.key, "etag": ref.etag, "first_seq": ref.first_seq, "count": ref.count,
+            "priority": ref.priority, "run_at": timefmt.fmt(ref.run_at_ms), "taken": ref.taken}
+
+
+def ref_from_json(raw: Any, where: str) -> SegmentRef:
+    """A ref from its JSON (:func:`ref_to_json`), checked: exactly its fields,
+    a key :func:`broker.paths.segment_key` makes whose seq is ``first_seq``, a
+    short printable etag, counts in range and ``taken <= count``. ``ValueError``
+    naming ``where`` (e.g. ``"queue q: segments[3]"``) otherwise."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: a segment reference must be an object")
+    if raw.keys() != _REF_FIELDS:
+        odd = sorted(raw.keys() ^ _REF_FIELDS)
+        raise ValueError(f"{where}: segment reference fields {shown(odd)} missing or unknown")
+    key, etag = raw["key"], raw["etag"]
+    parsed = parse_segment_key(key)
+    if parsed is None:
+        raise ValueError(f"{where}: {shown(key)} is not a segment key")
+    if not isinstance(etag, str) or not 0 < len(etag) <= MAX_ETAG_CHARS or \
+            not etag.isprintable():
+        raise ValueError(f"{where}: segment {key} has etag {shown(etag)}; it must be "
+                         f"1-{MAX_ETAG_CHARS} printable characters")
+    count = check_int(raw["count"], f"{where}: segment {key} count", 1, MAX_SEGMENT_JOBS)
+    first_seq = check_int(raw["first_seq"], f"{where}: segment {key} first_seq",
+                     1, SEQ_MASK - count + 1)
+    if first_seq != parsed[1]:
+        raise ValueError(f"{where}: segment {key} has first_seq {first_seq}, "
+                         "but its key names another")
+    return SegmentRef(
+        key=key, etag=etag, first_seq=first_seq, count=count,
+        priority=check_int(raw["priority"], f"{where}: segment {key} priority",
+                      -MAX_PRIORITY, MAX_PRIORITY),
+        run_at_ms=check_time(raw["run_at"], f"{where}: segment {key} run_at"),
+        taken=check_int(raw["taken"], f"{where}: segment {key} taken", 0, count))

@@ -1,5 +1,5 @@
 """Reading a queue object: its bytes in, a checked :class:`~broker.model.state.QueueState`
-out (:func:`decode_state`; :mod:`broker.model.codec` writes what this reads).
+out (:func:`decode_state`; :mod:`broker.model.format.codec` writes what this reads).
 
 Every invariant the broker relies on is checked here (ids unique and equal to
 their seqs, counters at least the largest seq and lease number in use,
@@ -28,7 +28,8 @@ from broker.limits import (
     MAX_PRIORITY,
     MAX_RECORDED_BROKER_LEASE_S,
 )
-from broker.model.codec import reset_segments
+from broker.model.format.codec import reset_blocks
+from broker.model.format.segment_format import ref_from_json
 from broker.model.indexes import SEQ_MASK, TIME_MASK, rebuild_indexes
 from broker.model.job import (
     CANCELLED,
@@ -41,9 +42,8 @@ from broker.model.job import (
     Lease,
     job_id_for,
 )
-from broker.model.lines import plain_token
+from broker.model.job_lines import plain_token
 from broker.model.receipts import Receipts, fence_of
-from broker.model.segments import ref_from_json
 from broker.model.state import (
     FORMAT,
     LINEAGE,
@@ -333,7 +333,7 @@ def decode_state(data: bytes, *, where: str = "queue object") -> QueueState:
         raise CorruptState(f"{where} is malformed ({type(exc).__name__}: {exc}); "
                            "refusing to touch it") from None
     rebuild_indexes(state)
-    reset_segments(state)
+    reset_blocks(state)
     return state
 
 

@@ -1,10 +1,10 @@
 """The queue object's bytes as a whole: encoding, and the change tracking that
 keeps it incremental.
 
-Three modules share the object's layout: :mod:`broker.model.lines` fills one
+Three modules share the object's layout: :mod:`broker.model.job_lines` fills one
 job's line into byte templates, this module joins the whole object (header,
 segment references, job lines, key windows, receipts), and
-:mod:`broker.model.decode` reads it back. Every other module sees plain
+:mod:`broker.model.format.decode` reads it back. Every other module sees plain
 operations: :func:`encode_parts` and :func:`stamp` for a commit, and
 :func:`touch` / :func:`added` / :func:`removed` for the change tracking that
 :mod:`broker.model.lifecycle` does on every job change.
@@ -12,9 +12,8 @@ operations: :func:`encode_parts` and :func:`stamp` for a commit, and
 Encoding is incremental (``bench/state_encode_bench.py`` measures it): each
 job keeps its line's bytes (``Job._enc``) until it changes, a bulk-pushed job
 is kept as nothing but its line until first touched
-(:func:`broker.model.lines.new_pending_lines`, :mod:`broker.model.jobtable`),
-and jobs are grouped in blocks of ``1 << SEGMENT_SHIFT`` seqs (``segments``
-here, not the segment objects of :mod:`broker.model.segments`) whose joined
+(:func:`broker.model.job_lines.new_pending_lines`, :mod:`broker.model.jobtable`),
+and jobs are grouped in blocks of ``1 << BLOCK_SHIFT`` seqs whose joined
 bytes are kept too, so a commit after changing 1k of 100k jobs re-encodes those
 1k, their blocks and a join. The bytes are the product contract:
 ``tests/broker/test_format_golden.py`` pins them.
@@ -27,87 +26,87 @@ from typing import Any
 import orjson
 
 from broker import timefmt
+from broker.model.format.segment_format import ref_to_json
 from broker.model.job import Job
-from broker.model.lines import COMPLETION, job_line
-from broker.model.segments import ref_to_json
+from broker.model.job_lines import COMPLETION, job_line
 from broker.model.state import FORMAT, LINEAGE, VERSION, KeyEntry, QueueState, SegmentRef
 
 # -- change tracking (called by broker.model.lifecycle on every job change) ------------
 
-SEGMENT_SHIFT = 10  # 1,024 sequence numbers a segment
+BLOCK_SHIFT = 10  # 1,024 sequence numbers a block
 
 
 def touch(state: QueueState, job: Job) -> None:
-    """Record that ``job`` changed: its bytes and its segment's bytes are stale."""
+    """Record that ``job`` changed: its bytes and its block's bytes are stale."""
     job._enc = None
-    state.dirty.add(job.seq >> SEGMENT_SHIFT)
+    state.dirty_blocks.add(job.seq >> BLOCK_SHIFT)
 
 
 def added(state: QueueState, job: Job) -> None:
     """Record a new job (always the highest seq so far, so appending keeps order)."""
-    seg = job.seq >> SEGMENT_SHIFT
-    state.dirty.add(seg)
-    lst = state.seg_jobs.get(seg)
+    block = job.seq >> BLOCK_SHIFT
+    state.dirty_blocks.add(block)
+    lst = state.block_jobs.get(block)
     if lst is None:
-        state.seg_jobs[seg] = [job.seq]
+        state.block_jobs[block] = [job.seq]
     else:
         lst.append(job.seq)
 
 
 def removed(state: QueueState, job: Job) -> None:
-    """Record a removed job; its segment drops it at the next encode."""
-    seg = job.seq >> SEGMENT_SHIFT
-    state.dirty.add(seg)
-    state.shrunk.add(seg)
+    """Record a removed job; its block drops it at the next encode."""
+    block = job.seq >> BLOCK_SHIFT
+    state.dirty_blocks.add(block)
+    state.shrunk_blocks.add(block)
 
 
-def removed_from(state: QueueState, segments: set[int]) -> None:
-    """Record that jobs were removed from ``segments`` (:func:`removed` for many)."""
-    state.dirty |= segments
-    state.shrunk |= segments
+def removed_from(state: QueueState, blocks: set[int]) -> None:
+    """Record that jobs were removed from ``blocks`` (:func:`removed` for many)."""
+    state.dirty_blocks |= blocks
+    state.shrunk_blocks |= blocks
 
 
 
 def added_many(state: QueueState, first: int, count: int) -> None:
     """:func:`added` for ``count`` jobs with consecutive seqs from ``first``, above
     any seq so far."""
-    seg_jobs, dirty = state.seg_jobs, state.dirty
+    block_jobs, dirty = state.block_jobs, state.dirty_blocks
     seq, stop = first, first + count
     while seq < stop:
-        seg = seq >> SEGMENT_SHIFT
-        end = min(stop, (seg + 1) << SEGMENT_SHIFT)  # the next segment's first seq
-        seg_jobs.setdefault(seg, []).extend(range(seq, end))
-        dirty.add(seg)
+        block = seq >> BLOCK_SHIFT
+        end = min(stop, (block + 1) << BLOCK_SHIFT)  # the next block's first seq
+        block_jobs.setdefault(block, []).extend(range(seq, end))
+        dirty.add(block)
         seq = end
 
 
 def inserted_many(state: QueueState, first: int, count: int) -> None:
     """:func:`added_many` for seqs that may lie below others (jobs taken from a
-    segment object): a segment's list is sorted again where they land inside it."""
-    seg_jobs, dirty = state.seg_jobs, state.dirty
+    segment object): a block's list is sorted again where they land inside it."""
+    block_jobs, dirty = state.block_jobs, state.dirty_blocks
     seq, stop = first, first + count
     while seq < stop:
-        seg = seq >> SEGMENT_SHIFT
-        end = min(stop, (seg + 1) << SEGMENT_SHIFT)
-        run = seg_jobs.setdefault(seg, [])
+        block = seq >> BLOCK_SHIFT
+        end = min(stop, (block + 1) << BLOCK_SHIFT)
+        run = block_jobs.setdefault(block, [])
         below = bool(run) and run[-1] > seq
         run.extend(range(seq, end))
         if below:
             run.sort()
-        dirty.add(seg)
+        dirty.add(block)
         seq = end
 
 
-def reset_segments(state: QueueState) -> None:
-    """Forget every cached segment: the next encode joins every job's line again
-    (after a load, when no segment bytes exist yet)."""
-    seg_jobs: dict[int, list[int]] = {}
+def reset_blocks(state: QueueState) -> None:
+    """Forget every cached block: the next encode joins every job's line again
+    (after a load, when no block bytes exist yet)."""
+    block_jobs: dict[int, list[int]] = {}
     for seq in state.jobs:
-        seg_jobs.setdefault(seq >> SEGMENT_SHIFT, []).append(seq)
-    state.seg_jobs = seg_jobs
-    state.segments = {}
-    state.dirty = set(seg_jobs)
-    state.shrunk = set()
+        block_jobs.setdefault(seq >> BLOCK_SHIFT, []).append(seq)
+    state.block_jobs = block_jobs
+    state.blocks = {}
+    state.dirty_blocks = set(block_jobs)
+    state.shrunk_blocks = set()
 
 
 # -- encoding ------------------------------------------------------------------
@@ -154,32 +153,32 @@ def _key_bytes(key: str, entry: KeyEntry) -> bytes:
     return enc
 
 
-def _refresh_segments(state: QueueState) -> None:
-    """Rebuild the bytes of every dirty segment, dropping jobs no longer in the state."""
-    dirty = state.dirty
+def _refresh_blocks(state: QueueState) -> None:
+    """Rebuild the bytes of every dirty block, dropping jobs no longer in the state."""
+    dirty = state.dirty_blocks
     if not dirty:
         return
     entries: dict[int, Any] = state.jobs.entries  # (Job | bytes: see the join below)
     entries_get = entries.__getitem__
-    segments, lists, shrunk = state.segments, state.seg_jobs, state.shrunk
-    for seg in dirty:
-        lst = lists.get(seg)
+    blocks, lists, shrunk = state.blocks, state.block_jobs, state.shrunk_blocks
+    for block in dirty:
+        lst = lists.get(block)
         if lst is None:
             live = []
-        elif seg in shrunk:
+        elif block in shrunk:
             live = [seq for seq in lst if seq in entries]
         else:
             live = lst
         if not live:
-            lists.pop(seg, None)
-            segments.pop(seg, None)
+            lists.pop(block, None)
+            blocks.pop(block, None)
             continue
         if len(live) != len(lst or ()):
-            lists[seg] = live
+            lists[block] = live
         # Each entry is a job, or its line while untouched (see broker.model.jobtable). This
-        # runs once per job of every changed segment: a class test, not isinstance()
+        # runs once per job of every changed block: a class test, not isinstance()
         # (bench/broker_bench.py, cycle rows).
-        segments[seg] = b"".join([e if e.__class__ is bytes else (e._enc or job_line(e))
+        blocks[block] = b"".join([e if e.__class__ is bytes else (e._enc or job_line(e))
                                   for e in map(entries_get, live)])
     dirty.clear()
     shrunk.clear()
@@ -193,17 +192,17 @@ def encode(state: QueueState) -> bytes:
 def encode_parts(state: QueueState) -> list[bytes]:
     """The object's bytes as chunks to write in order, re-encoding only what changed.
 
-    Jobs keep their own bytes and segments of 1,024 jobs keep their joined
-    bytes, so a commit costs the changed jobs, the changed segments and one
-    list of the segments (no copy of the whole object). Each job's bytes start with their ``,\n``
+    Jobs keep their own bytes and blocks of 1,024 jobs keep their joined
+    bytes, so a commit costs the changed jobs, the changed blocks and one
+    list of the blocks (no copy of the whole object). Each job's bytes start with their ``,\n``
     separator; the first one is cut off. The header's fields come first, on one
     line, then the segment references (:func:`_refs_bytes`), then the jobs.
     """
-    _refresh_segments(state)
+    _refresh_blocks(state)
     head = orjson.dumps(_header(state))
     parts: list[bytes] = [head[:-1], _refs_bytes(state.segment_refs), b',\n"jobs":[\n']
-    segments = state.segments
-    jobs = [segments[seg] for seg in sorted(state.seg_jobs)]
+    blocks = state.blocks
+    jobs = [blocks[block] for block in sorted(state.block_jobs)]
     if jobs:
         jobs[0] = jobs[0][2:]
     parts += jobs
@@ -240,14 +239,14 @@ def stamp(state: QueueState, writer: str, now_ms: int, commit: str | None = None
     state.commit = commit
     if commit is not None:
         state.lineage = [*state.lineage[-(LINEAGE - 1):], commit]
-    claimed, jobs, dirty = state.claimed_lines, state.jobs, state.dirty
+    claimed, jobs, dirty = state.claimed_lines, state.jobs, state.dirty_blocks
     commit_bytes = (commit or "").encode()
     times: dict[int | None, bytes] = {}  # the jobs of one complete share their time
     for seq in state.completed.get(state.seq, ()):  # completed by this very commit
         job = jobs[seq]
         job.done_commit = commit
         job._enc = None  # touch(), inlined: its line carries the commit's id
-        dirty.add(seq >> SEGMENT_SHIFT)
+        dirty.add(seq >> BLOCK_SHIFT)
         line = claimed.get(seq)
         if line is not None and commit is not None:
             # job_line()'s bytes, from the claimed line (same fields, one status

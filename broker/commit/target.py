@@ -1,11 +1,12 @@
-"""What the group-commit loop (:mod:`broker.commit.loop`) commits: the :class:`Model`
-protocol an object implements to be committed by it, and the loop's counters.
+"""What the group-commit loop (:mod:`broker.commit.loop`) commits: the
+:class:`CommitTarget` protocol an object implements to be committed by it, and
+the loop's counters.
 
-A model describes a state of type ``StateT`` (decoded from and encoded to one
+A target describes a state of type ``StateT`` (decoded from and encoded to one
 object), operations ``OpT`` that change it and the results ``ResultT`` they
 answer; it also carries the rules that run on every commit (housekeeping),
 who may write (``may_write``) and what follows a commit (``committed``): the
-loop itself holds no business rules. :class:`broker.service.queue_model.QueueModel`
+loop itself holds no business rules. :class:`broker.service.queue_target.QueueTarget`
 is the queue's.
 """
 
@@ -24,7 +25,7 @@ ResultT = TypeVar("ResultT")
 ResultT_co = TypeVar("ResultT_co", covariant=True)
 
 
-class Model(Protocol[StateT, OpT, ResultT_co]):
+class CommitTarget(Protocol[StateT, OpT, ResultT_co]):
     """What the loop needs to know about the object it commits: a state of type
     ``StateT`` changed by operations ``OpT`` that answer ``ResultT``."""
 
@@ -98,10 +99,10 @@ class CommitStats:
     state_bytes: int = 0
 
 
-def apply_batch(model: Model[StateT, OpT, ResultT], state: StateT, ops: Sequence[OpT],
+def apply_batch(target: CommitTarget[StateT, OpT, ResultT], state: StateT, ops: Sequence[OpT],
                 now_ms: int, exists: bool,
                 ) -> tuple[list[ResultT | OsqueueError], bool, tuple[int, Exception] | None]:
-    """Apply the model's housekeeping, then ``ops`` in order, to ``state`` (in
+    """Apply the target's housekeeping, then ``ops`` in order, to ``state`` (in
     place): (each op's outcome, whether the state needs a write, the first op
     whose apply raised anything but an ``OsqueueError`` and what it raised).
 
@@ -112,12 +113,12 @@ def apply_batch(model: Model[StateT, OpT, ResultT], state: StateT, ops: Sequence
     """
     changed = False
     outcomes: list[ResultT | OsqueueError] = []
-    for op in model.housekeeping(state, now_ms, exists):
-        _, did = model.apply(state, op, now_ms)
+    for op in target.housekeeping(state, now_ms, exists):
+        _, did = target.apply(state, op, now_ms)
         changed = changed or (did and exists)
     for index, op in enumerate(ops):
         try:
-            outcome, did = model.apply(state, op, now_ms)
+            outcome, did = target.apply(state, op, now_ms)
         except OsqueueError as exc:
             outcome, did = exc, False
         except Exception as exc:  # a bug, or input no check foresaw

@@ -9,7 +9,7 @@ already loaded. A claim whose next job in claim order lies in a segment with no
 loaded line stops there and answers the jobs it has (never a job out of order).
 
 Claim order is the queue's: :func:`claim_merged` asks
-:func:`broker.model.segments.next_from` where the next job comes from (the
+:func:`broker.model.segments.refs.next_from` where the next job comes from (the
 inline ready heap or a segment), moves a run of a segment's jobs into the head
 as pending (:func:`move_in`: the cursor ``taken`` advances, the reference is
 dropped once exhausted) and lets :func:`broker.model.lifecycle.claim_ready`
@@ -30,13 +30,13 @@ import itertools
 from collections.abc import Callable, Sequence
 
 from broker.errors import InvalidRequest, PayloadTooLarge
-from broker.model import codec
+from broker.model.format import codec
+from broker.model.format.segment_format import segment_job
 from broker.model.indexes import SEQ_MASK, promote_due, ready_key, timed_key
 from broker.model.job import JOB_OVERHEAD_BYTES, PENDING, Job, JobIds
 from broker.model.lifecycle import claim_ready
 from broker.model.ops import LeasedJobs
-from broker.model.segment_format import segment_job
-from broker.model.segments import INLINE, due_key, next_from, purge_segments, run_from, take
+from broker.model.segments.refs import INLINE, due_key, next_from, purge_segments, run_from, take
 from broker.model.state import MAX_WINDOWS, QueueState, SegmentRef, SegmentWindows
 
 __all__ = ["SegmentWindows", "attach_refs", "claim_merged", "claim_refs", "move_in",

@@ -90,8 +90,8 @@ def archive_block_key(queue: str, block: int, hour: str) -> str:
 
 def archive_start_prefix(queue: str) -> str:
     """The index's start markers: ``{hour}-clean`` (nothing was archived before
-    the index) or ``{hour}-legacy`` (objects of that hour and before may be
-    unindexed)."""
+    the index) or ``{hour}-legacy`` (objects archived before may be unindexed;
+    the hour is that of the first commit archived with an index entry)."""
     return f"{archive_index_prefix(queue)}start/"
 
 

@@ -113,20 +113,30 @@ def _progress(total: int | None) -> Progress:
 
 
 def cmd_push(client: QueueClient, args: argparse.Namespace) -> int:
+    pushed = [0]  # jobs of earlier requests, in the queue (set by _push)
     try:
-        return _push(client, args)
+        return _push(client, args, pushed)
     except PayloadTooLarge as exc:
         if "request body" not in exc.message:
             raise  # (a payload past the queue's max_payload_bytes: said as it is)
+        done = pushed[0] + int(exc.details.get("pushed", 0))
+        # (a re-run skips them only by their keys: advising --key-prefix after a run
+        # without it, or another prefix, would push them twice)
+        skip = (f"re-run with the same --key-prefix ({args.key_prefix}) to skip them"
+                if args.key_prefix else "a re-run of the whole input pushes them again: "
+                f"push only the jobs after the first {done}")
         raise PayloadTooLarge(
-            f"{exc.message}: the broker refused a request of this push as too large; "
-            f"pass a smaller --batch-bytes (now {args.batch_bytes}) or --batch-size "
-            f"(now {args.batch_size}), or start the broker with a larger --max-request-mb. "
-            "Requests sent before it were pushed: re-run with --key-prefix to skip them"
+            f"{exc.message}: the broker refused a request of this "
+            f"push as too large; pass a smaller --batch-bytes (now {args.batch_bytes}) or "
+            f"--batch-size (now {args.batch_size}), or start the broker with a larger "
+            f"--max-request-mb. " + (f"The first {done} job(s) of the input were pushed "
+                                     f"before it and none after: {skip}" if done else
+                                     "Nothing was pushed")
         ) from None
 
 
-def _push(client: QueueClient, args: argparse.Namespace) -> int:
+def _push(client: QueueClient, args: argparse.Namespace, pushed: list[int]) -> int:
+    """Push the jobs ``args`` give; ``pushed[0]``: how many are in the queue so far."""
     payloads, total = _payloads(args)
     batch: list[dict[str, Any]] = []
     size = done = 0
@@ -150,6 +160,7 @@ def _push(client: QueueClient, args: argparse.Namespace) -> int:
                                        batch_bytes=args.batch_bytes)
                 ids = [*ids, *got] if keep else got
                 done += len(got)
+                pushed[0] = done
                 batch, size = [], 0
                 if bar is not None and task is not None:
                     bar.update(task, completed=done)

@@ -52,8 +52,11 @@ of it were archived), one LIST per such hour, in order, until the job is
 found, and one GET per archive object of those hours whose job range holds
 it; never the whole archive. Only when that finds nothing and the queue's
 archive began before the index (a ``-legacy`` start marker, or none: an
-archive written only by older brokers) does it list the archive up to that
-hour and read the objects named without a range.
+archive written only by older brokers) does it list the archive and read the
+objects named without a range, whatever their hour: the marker's hour is the
+first commit this version archived, and an older broker may have archived a
+later commit before it (a write that failed for a while keeps an earlier
+commit in the queue object).
 """
 
 from __future__ import annotations
@@ -244,8 +247,8 @@ def find_job(store: ArchiveSource, queue: str, seq: int) -> Found | None:
     LIST per hour it names, in order, until the job is found; a GET of each
     object of those hours whose job range holds ``seq``. When that finds
     nothing: one LIST of the start markers and, only if the archive began
-    before the index, one LIST of the archive's hours up to then and a GET of
-    each object there named without a range. Raises the store's errors."""
+    before the index, one LIST of the archive and a GET of each object named
+    without a range. Raises the store's errors."""
     job_id = job_id_for(seq)
     block_prefix = paths.archive_block_prefix(queue, seq >> BLOCK_SHIFT)
     hours = sorted({key[len(block_prefix):] for key in store.list(block_prefix)})
@@ -261,18 +264,19 @@ def find_job(store: ArchiveSource, queue: str, seq: int) -> Found | None:
 
 
 def _find_unindexed(store: ArchiveSource, queue: str, job_id: str) -> Found | None:
-    """Job ``job_id`` among the archive objects named without a job range, up to
-    the hour the index started (all of them if it never did; none if nothing was
-    archived before it): the latest completion among osqueue 0.1's (see the
-    module docstring), and the first found among the others."""
+    """Job ``job_id`` among the archive objects named without a job range (none
+    if the index's start markers say nothing was archived before it): the
+    latest completion among osqueue 0.1's (see the module docstring), and the
+    first found among the others."""
     start = paths.archive_start_prefix(queue)
     markers = [key[len(start):] for key in store.list(start)]
     if markers and not any(m.endswith("-legacy") for m in markers):
         return None
-    # (the latest: a broker that started later may have found unindexed objects nearer)
-    until = max((m.rsplit("-", 1)[0] for m in markers if m.endswith("-legacy")), default=None)
+    # Every hour, not only up to the marker's: the marker names the first commit
+    # this version archived, and an older broker may have archived (and dropped)
+    # a later one before it. The LIST is of the whole archive either way.
     best: Found | None = None
-    for key in list_objects(store, queue, end_hour=until):
+    for key in list_objects(store, queue):
         if seq_range(key) is not None:
             continue  # (indexed)
         got = find_in(store.get(key), job_id)

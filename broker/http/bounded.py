@@ -12,6 +12,13 @@ sets no limit). :class:`BoundedHttpProtocol` adds, per connection:
 * a body idle bound: a body may pause at most ``body_timeout_s`` between two
   pieces; past it the client gets 408 (if nothing was answered yet) and the
   connection is closed, and the app's pending read ends as a disconnect;
+* a send stall bound: once the answers waiting for a client fill the
+  connection's send buffer (it reads none of them, e.g. pipelined requests
+  whose answers it never takes), the client must take enough of them within
+  ``body_timeout_s`` for the buffer to drain, else the connection is dropped
+  with what it was not sent (an answer being sent keeps a connection busy,
+  and a busy one is never shed: without this bound a client that reads
+  nothing held its connections for ever);
 * connection limits: at most ``max_connections`` open ones, at most
   ``max_per_address`` of them from one client address (a trusted proxy's are
   not capped); a new connection past either first sheds an idle or unheard
@@ -88,6 +95,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     _warned_at: ClassVar[float] = -_WARN_EVERY_S
     _shed_at: ClassVar[float] = -_WARN_EVERY_S
     _shed: ClassVar[int] = 0
+    _stalled_at: ClassVar[float] = -_WARN_EVERY_S
+    _stalled: ClassVar[int] = 0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -96,6 +105,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._header_bytes = 0
         self._body_at = 0.0
         self._hurried = False  # its first-byte deadline is the short one
+        self._send_timer: asyncio.TimerHandle | None = None  # armed while writing is paused
 
     # -- connection ----------------------------------------------------------------
 
@@ -119,6 +129,9 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timer()
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
         self.book.gone(self)
         super().connection_lost(exc)
 
@@ -126,6 +139,27 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         super().on_response_complete()
         if not self.transport.is_closing() and self.cycle.response_complete:
             self.book.answered(self, self.loop.time())  # no request in flight: idle
+
+    def pause_writing(self) -> None:
+        """The send buffer is full: the client has ``body_timeout_s`` to take from it."""
+        super().pause_writing()
+        if self._send_timer is None:
+            self._send_timer = self.loop.call_later(self.body_timeout_s, self._on_send_stall)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+
+    def _on_send_stall(self) -> None:
+        """The client took too little of its answers for ``body_timeout_s``: drop the
+        connection with what it was not sent (closing would wait for it to read, one
+        closing already too)."""
+        self._send_timer = None
+        if self.flow.write_paused:
+            self._note_stall()
+            self.transport.abort()
 
     def shed(self) -> None:
         """Close this connection to make room for another (it is unheard or idle):
@@ -167,6 +201,19 @@ class BoundedHttpProtocol(HttpToolsProtocol):
                         cls._shed, self.max_connections, self.max_per_address, host or "?")
             cls._shed_at = now
             cls._shed = 0
+
+    def _note_stall(self) -> None:
+        """Log a dropped slow reader, at most once a minute (a count of the others)."""
+        cls = type(self)
+        cls._stalled += 1
+        now = time.monotonic()
+        if now - cls._stalled_at >= _WARN_EVERY_S:
+            log.warning("dropped %d connection(s) whose client read none of its answers for "
+                        "body_timeout_s=%g s (the latest from %s); the next such line comes "
+                        "a minute later at the soonest", cls._stalled, self.body_timeout_s,
+                        self.client[0] if self.client else "?")
+            cls._stalled_at = now
+            cls._stalled = 0
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
@@ -273,4 +320,5 @@ def bounded_protocol(*, header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
         "max_connections": max_connections, "max_per_address": per_address,
         "max_header_bytes": max_header_bytes, "trusted": trusted,
         "book": Book(max_connections, per_address),
-        "_warned_at": -_WARN_EVERY_S, "_shed_at": -_WARN_EVERY_S, "_shed": 0}))
+        "_warned_at": -_WARN_EVERY_S, "_shed_at": -_WARN_EVERY_S, "_shed": 0,
+        "_stalled_at": -_WARN_EVERY_S, "_stalled": 0}))

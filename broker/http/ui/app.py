@@ -19,6 +19,7 @@ form) -> Response``.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import logging
@@ -66,6 +67,8 @@ _HEADERS = {"content-security-policy": CSP, "x-frame-options": "DENY",
 _TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
 
 Form = dict[str, list[str]]
+#: Refusals of a form whose body was not read to its end.
+_UNREAD = frozenset({408, 413})
 
 
 class Refused(Exception):
@@ -358,6 +361,8 @@ class Ui:
             response = self.page(request, visitor, "error.html", exc.status,
                                  message=exc.message, owner=None) \
                 if exc.status != 401 or visitor is not None else self.plain(401, exc.message)
+            if exc.status in _UNREAD:  # the rest of the body is not read: close
+                response.headers["connection"] = "close"
         except OsqueueError as exc:
             response = self.page(request, visitor, "error.html", exc.status,
                                  message=exc.message, owner=exc.details.get("url"))
@@ -390,17 +395,27 @@ class Ui:
         return same_origin(request.headers.get("origin"), request.headers.get("referer"), own)
 
     async def _form(self, request: Request) -> Form:
-        """The urlencoded body of a POST (bounded), as name -> values; {} for a GET."""
+        """The urlencoded body of a POST (bounded), as name -> values; {} for a GET.
+
+        The whole form must arrive within the broker's ``header_timeout_s`` (s) of
+        its headers, else ``Refused`` 408: the login form is read before anything
+        is checked, and a connection whose body is being read is never shed, so a
+        client sending it a byte at a time would hold its connection for ever."""
         if request.method != "POST":
             return {}
         length = request.headers.get("content-length", "")
         if length.isdigit() and int(length) > MAX_FORM_BYTES:
             raise Refused(413, f"form is larger than {MAX_FORM_BYTES} bytes")
         body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > MAX_FORM_BYTES:
-                raise Refused(413, f"form is larger than {MAX_FORM_BYTES} bytes")
+        deadline_s = self.broker.config.header_timeout_s
+        try:
+            async with asyncio.timeout(deadline_s):
+                async for chunk in request.stream():
+                    body += chunk
+                    if len(body) > MAX_FORM_BYTES:
+                        raise Refused(413, f"form is larger than {MAX_FORM_BYTES} bytes")
+        except TimeoutError:
+            raise Refused(408, f"the form did not arrive within {deadline_s:g} s") from None
         try:
             pairs = parse_qsl(body.decode(), keep_blank_values=True,
                               max_num_fields=MAX_FORM_FIELDS, strict_parsing=False)

@@ -225,6 +225,12 @@ def text_lines(value: Any) -> Markup:
     return escape(printable(str(value), keep_lines=True))
 
 
+def host_header(request: Request) -> bytes | None:
+    """The request's ``Host`` header as the throttle takes it (None: none)."""
+    host = request.headers.get("host")
+    return None if host is None else host.encode("latin-1")
+
+
 def query_string(**params: Any) -> str:
     """``?a=1&b=2`` of the params that have a value (none: "")."""
     kept = {k: v for k, v in params.items() if v not in (None, "")}
@@ -250,7 +256,8 @@ class Ui:
         self.dashboard = dashboard
         self.sessions = Sessions(token)
         self.signouts = signouts
-        self.guard = guard or Guard(broker.config.wrong_tokens_per_min)
+        self.guard = guard or Guard(broker.config.wrong_tokens_per_min,
+                                    advertise_url=advertise_url)
         self.read_only = read_only
         own = urlsplit(advertise_url).netloc if advertise_url else ""
         self._own = {own} if own else set()
@@ -312,13 +319,15 @@ class Ui:
         client = f"{request.client.host}:{request.client.port}" if request.client else "?"
         auth = request.headers.get("authorization")
         if auth is not None and self.sessions.needs_login:
-            self.guard.check(request.scope.get("client"))  # throttled: 429, token unread
+            host = host_header(request)
+            self.guard.check(request.scope.get("client"), host)  # throttled: 429, token unread
             scheme, _, given = auth.partition(" ")
             if scheme.lower() == "bearer" and self.sessions.token_matches(given.strip()):
+                self.guard.vouch(host)
                 return Visitor(None, "", "bearer", client), None
             self.guard.refused(request.scope.get("client"), f"ui: refused {request.method} "
                                f"{shown(request.url.path)} from {client}: wrong bearer token",
-                               wrong=True)
+                               wrong=True, host=host)
             raise Refused(401, "wrong bearer token")
         cookie = request.cookies.get(COOKIE)
         nonce = self.sessions.check(cookie)

@@ -27,7 +27,9 @@ sets no limit). :class:`BoundedHttpProtocol` adds, per connection:
   of it is read; near the limits a new connection must send its first byte
   within ``BUSY_FIRST_BYTE_S``;
 * a header size limit: more than :data:`broker.limits.MAX_HEADER_BYTES` of
-  request line and headers gets 431 and a closed connection.
+  request line and headers gets 431 and a closed connection;
+* uvicorn's warnings about what a client sent (bytes that are not HTTP, an
+  ``Upgrade`` asked for) at most one line a minute each (:class:`Quiet`).
 
 Every one of these answers, and uvicorn's own 400 for a request that is not
 HTTP, is a JSON error body like the app's. A request whose bytes arrive in
@@ -68,6 +70,48 @@ _IDLE, _HEADERS, _BODY = 0, 1, 2  # where the connection is in reading a request
 _WARN_EVERY_S = 60.0  # at most one "too many connections" warning a minute, and one "shed"
 
 
+class Quiet:
+    """Warnings any client can cause, one line a minute per kind at most.
+
+    ``warning(kind, line)`` logs ``line`` to ``logger`` unless a line of ``kind``
+    (a constant string) was logged less than :data:`_WARN_EVERY_S` ago; the next
+    one logged says how many were left out. A web page or a neighbour sends as
+    many refused requests as it likes; the log must not grow with them.
+    ``clock``: seconds (monotonic).
+    """
+
+    def __init__(self, logger: logging.Logger, clock: Any = time.monotonic) -> None:
+        self.logger = logger
+        self._clock = clock
+        self._logged: dict[str, float] = {}  # kind -> when its last line was written
+        self._left_out: dict[str, int] = {}  # kind -> lines not written since
+
+    def warning(self, kind: str, line: str) -> None:
+        now = self._clock()
+        if now - self._logged.get(kind, -_WARN_EVERY_S) < _WARN_EVERY_S:
+            self._left_out[kind] = self._left_out.get(kind, 0) + 1
+            return
+        self._logged[kind] = now
+        left = self._left_out.pop(kind, 0)
+        self.logger.warning("%s%s", line, f" ({left} more such since the last such line; "
+                            "the next comes a minute later at the soonest)" if left else "")
+
+
+class _QuietUvicorn:
+    """uvicorn's logger for a connection, its warnings (each about what a client
+    sent: not HTTP, an upgrade asked for) through a :class:`Quiet`."""
+
+    def __init__(self, logger: logging.Logger, quiet: Quiet) -> None:
+        self._logger = logger
+        self._quiet = quiet
+
+    def warning(self, msg: str, *args: Any, **kwargs: Any) -> None:
+        self._quiet.warning(msg, msg % args if args else msg)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._logger, name)
+
+
 def error_response(error: OsqueueError) -> bytes:
     """A whole HTTP/1.1 response carrying ``error``'s JSON body, closing the connection."""
     body = orjson.dumps(error.to_dict())
@@ -97,6 +141,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     _shed: ClassVar[int] = 0
     _stalled_at: ClassVar[float] = -_WARN_EVERY_S
     _stalled: ClassVar[int] = 0
+    #: uvicorn's warnings about what clients sent (one Quiet per class bounded_protocol makes)
+    quiet: ClassVar[Quiet] = Quiet(logging.getLogger("uvicorn.error"))
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -106,6 +152,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._body_at = 0.0
         self._hurried = False  # its first-byte deadline is the short one
         self._send_timer: asyncio.TimerHandle | None = None  # armed while writing is paused
+        self.logger = cast(logging.Logger, _QuietUvicorn(self.logger, self.quiet))
 
     # -- connection ----------------------------------------------------------------
 
@@ -321,4 +368,5 @@ def bounded_protocol(*, header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
         "max_header_bytes": max_header_bytes, "trusted": trusted,
         "book": Book(max_connections, per_address),
         "_warned_at": -_WARN_EVERY_S, "_shed_at": -_WARN_EVERY_S, "_shed": 0,
-        "_stalled_at": -_WARN_EVERY_S, "_stalled": 0}))
+        "_stalled_at": -_WARN_EVERY_S, "_stalled": 0,
+        "quiet": Quiet(logging.getLogger("uvicorn.error"))}))

@@ -153,7 +153,7 @@ async def login(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Respo
     target = safe_next(_one(form, "next"))
     client = f"{request.client.host}:{request.client.port}" if request.client else "?"
     if not ui.same_origin(request):
-        log.warning("ui: refused login from %s: cross-origin", client)
+        ui.quiet.warning("login cross-origin", f"ui: refused login from {client}: cross-origin")
         raise Refused(403, "refused: this form was not sent from this dashboard")
     host = host_header(request)
     ui.guard.check(request.scope.get("client"), host)  # throttled: 429, the token is not read

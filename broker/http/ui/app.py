@@ -38,6 +38,7 @@ from starlette.routing import Route, Router
 
 from broker import timefmt
 from broker.errors import OsqueueError, shown
+from broker.http.bounded import Quiet
 from broker.http.hosts import host_name, is_loopback
 from broker.http.throttle import Guard
 from broker.http.ui.auth import (
@@ -258,6 +259,8 @@ class Ui:
         self.signouts = signouts
         self.guard = guard or Guard(broker.config.wrong_tokens_per_min,
                                     advertise_url=advertise_url)
+        #: refusals any page can cause, one line a minute per kind at most
+        self.quiet = Quiet(log)
         self.read_only = read_only
         own = urlsplit(advertise_url).netloc if advertise_url else ""
         self._own = {own} if own else set()
@@ -388,14 +391,14 @@ class Ui:
         if visitor.via == "bearer":
             return
         if not self.same_origin(request):
-            log.warning("ui: refused POST %s from %s: cross-origin (Origin %s)",
-                        shown(request.url.path), visitor.client,
-                        shown(request.headers.get("origin")))
+            self.quiet.warning("cross-origin", f"ui: refused POST {shown(request.url.path)} "
+                               f"from {visitor.client}: cross-origin (Origin "
+                               f"{shown(request.headers.get('origin'))})")
             raise Refused(403, "refused: this form was not sent from this dashboard")
         given = (form.get("csrf") or [request.headers.get("x-csrf-token", "")])[0]
         if visitor.nonce is None or not self.sessions.csrf_matches(visitor.nonce, given):
-            log.warning("ui: refused POST %s from %s: missing or wrong CSRF token",
-                        shown(request.url.path), visitor.client)
+            self.quiet.warning("csrf", f"ui: refused POST {shown(request.url.path)} from "
+                                       f"{visitor.client}: missing or wrong CSRF token")
             raise Refused(403, "refused: the form's CSRF token is missing or stale; "
                                "reload the page and try again")
 

@@ -99,7 +99,8 @@ class BrokerSettings(BaseSettings):
     body_timeout_s: float = Field(
         DEFAULT_BODY_TIMEOUT_S, gt=0, le=MAX_CLIENT_TIMEOUT_S,
         description="longest pause, in seconds, within a request body (408 and the "
-                    "connection closed past it)")
+                    "connection closed past it), and longest a client may leave its "
+                    "send buffer full without reading (the connection dropped past it)")
     max_connections: int = Field(
         DEFAULT_MAX_CONNECTIONS, ge=1, le=MAX_CONNECTIONS,
         description="most open client connections; past it an idle or unheard one is "

@@ -95,7 +95,9 @@ MAX_JOB_ID_CHARS = 16
 #: A client must send a request's line and headers within DEFAULT_HEADER_TIMEOUT_S
 #: of its first byte (or of connecting), and may pause at most
 #: DEFAULT_BODY_TIMEOUT_S between two pieces of a body; past either it gets 408
-#: and its connection is closed. Each is a broker setting within
+#: and its connection is closed (a connection whose send buffer stays full, its
+#: client reading nothing, is dropped after DEFAULT_BODY_TIMEOUT_S too). Each is a
+#: broker setting within
 #: (0, MAX_CLIENT_TIMEOUT_S].
 DEFAULT_HEADER_TIMEOUT_S = 10.0
 DEFAULT_BODY_TIMEOUT_S = 30.0

@@ -155,7 +155,7 @@ class App:
                  guard: Guard | None = None) -> None:
         self.broker = broker
         self.ui = ui
-        self.guard = guard or Guard(broker.config.wrong_tokens_per_min)
+        self.guard = guard or Guard(broker.config.wrong_tokens_per_min, advertise_url=broker.url)
         self._expected = f"Bearer {token}".encode() if token else None
         self._limit = broker.config.max_request_bytes
         self.gate = Gate(broker.url, any_host=token is not None)
@@ -200,30 +200,35 @@ class App:
             return
         await self.rest(scope, receive, send)
 
-    def authorize(self, scope: Any, header: bytes | None, *, required: bool = True) -> bool:
+    def authorize(self, scope: Any, header: bytes | None, *, required: bool = True,
+                  host: bytes | None = None) -> bool:
         """Whether ``header`` (``Authorization``'s value) is the expected bearer
         token, or no token is required. A header from a throttled address raises
         ``TooManyRequests`` before it is looked at; a missing or wrong one is
         logged (never the header) and raises ``Unauthorized`` if ``required``; a
-        wrong one counts against its address (:mod:`broker.http.throttle`)."""
+        wrong one counts against its address, under the request's ``host``
+        (:mod:`broker.http.throttle`), which the right one vouches for."""
         if self._expected is None:
             return True
         if header is not None:
             if self.guard.throttle.blocked:
-                self.guard.check(scope.get("client"))
+                self.guard.check(scope.get("client"), host)
             if hmac.compare_digest(header, self._expected):
+                if host not in self.guard.vouched:
+                    self.guard.vouch(host)
                 return True
         if header is not None or required:
-            self.refuse(scope, wrong=header is not None, required=required)
+            self.refuse(scope, wrong=header is not None, required=required, host=host)
         return False
 
-    def refuse(self, scope: Any, *, wrong: bool, required: bool = True) -> None:
+    def refuse(self, scope: Any, *, wrong: bool, required: bool = True,
+               host: bytes | None = None) -> None:
         """Log a refused token (summed up; never the header); a ``wrong`` one counts
-        against its address. Raises ``Unauthorized`` if ``required``."""
+        against its address (under ``host``). Raises ``Unauthorized`` if ``required``."""
         client = scope.get("client")
         self.guard.refused(client, f"refused {scope['method']} {shown(scope['path'])} from "
                                    f"{f'{client[0]}:{client[1]}' if client else '?'}: missing "
-                                   "or wrong bearer token", wrong=wrong)
+                                   "or wrong bearer token", wrong=wrong, host=host)
         if required:
             raise Unauthorized("missing or wrong bearer token")
 
@@ -274,7 +279,7 @@ class App:
             self.gate.check(scope)
             headers = dict(scope["headers"])
             if route.auth:
-                self.authorize(scope, headers.get(b"authorization"))
+                self.authorize(scope, headers.get(b"authorization"), host=headers.get(b"host"))
             request = (parsers.parse_request_key(headers.get(b"idempotency-key")),
                        parsers.parse_request_floor(headers.get(b"idempotency-floor")))
             raw = self.check_type(route, headers) == STAGED
@@ -311,7 +316,7 @@ class App:
             self.gate.check(request.scope)
             headers = dict(request.scope["headers"])
             authorized = self.authorize(request.scope, headers.get(b"authorization"),
-                                        required=route.auth)
+                                        required=route.auth, host=headers.get(b"host"))
             request.state.authorized = authorized
             body = None
             if request.method not in _READS:
@@ -342,7 +347,8 @@ def build_app(broker: Broker, *, token: str | None = None,
     charts draw (default: a new one, sampled only if someone runs it)."""
     if history is None:
         history = History(broker, interval_s=broker.config.history_interval_s)
-    guard = Guard(broker.config.wrong_tokens_per_min)  # one budget for the API and the dashboard
+    # one budget for the API and the dashboard
+    guard = Guard(broker.config.wrong_tokens_per_min, advertise_url=broker.url)
     ui = build_ui(broker, history, token=token, read_only=broker.config.ui_read_only,
                   guard=guard)
     return App(broker, token=token, ui=ui, guard=guard)

@@ -12,6 +12,13 @@ sets no limit). :class:`BoundedHttpProtocol` adds, per connection:
 * a body idle bound: a body may pause at most ``body_timeout_s`` between two
   pieces; past it the client gets 408 (if nothing was answered yet) and the
   connection is closed, and the app's pending read ends as a disconnect;
+* a send stall bound: once the answers waiting for a client fill the
+  connection's send buffer (it reads none of them, e.g. pipelined requests
+  whose answers it never takes), the client must take enough of them within
+  ``body_timeout_s`` for the buffer to drain, else the connection is dropped
+  with what it was not sent (an answer being sent keeps a connection busy,
+  and a busy one is never shed: without this bound a client that reads
+  nothing held its connections for ever);
 * connection limits: at most ``max_connections`` open ones, at most
   ``max_per_address`` of them from one client address (a trusted proxy's are
   not capped); a new connection past either first sheds an idle or unheard
@@ -20,7 +27,9 @@ sets no limit). :class:`BoundedHttpProtocol` adds, per connection:
   of it is read; near the limits a new connection must send its first byte
   within ``BUSY_FIRST_BYTE_S``;
 * a header size limit: more than :data:`broker.limits.MAX_HEADER_BYTES` of
-  request line and headers gets 431 and a closed connection.
+  request line and headers gets 431 and a closed connection;
+* uvicorn's warnings about what a client sent (bytes that are not HTTP, an
+  ``Upgrade`` asked for) at most one line a minute each (:class:`Quiet`).
 
 Every one of these answers, and uvicorn's own 400 for a request that is not
 HTTP, is a JSON error body like the app's. A request whose bytes arrive in
@@ -61,6 +70,48 @@ _IDLE, _HEADERS, _BODY = 0, 1, 2  # where the connection is in reading a request
 _WARN_EVERY_S = 60.0  # at most one "too many connections" warning a minute, and one "shed"
 
 
+class Quiet:
+    """Warnings any client can cause, one line a minute per kind at most.
+
+    ``warning(kind, line)`` logs ``line`` to ``logger`` unless a line of ``kind``
+    (a constant string) was logged less than :data:`_WARN_EVERY_S` ago; the next
+    one logged says how many were left out. A web page or a neighbour sends as
+    many refused requests as it likes; the log must not grow with them.
+    ``clock``: seconds (monotonic).
+    """
+
+    def __init__(self, logger: logging.Logger, clock: Any = time.monotonic) -> None:
+        self.logger = logger
+        self._clock = clock
+        self._logged: dict[str, float] = {}  # kind -> when its last line was written
+        self._left_out: dict[str, int] = {}  # kind -> lines not written since
+
+    def warning(self, kind: str, line: str) -> None:
+        now = self._clock()
+        if now - self._logged.get(kind, -_WARN_EVERY_S) < _WARN_EVERY_S:
+            self._left_out[kind] = self._left_out.get(kind, 0) + 1
+            return
+        self._logged[kind] = now
+        left = self._left_out.pop(kind, 0)
+        self.logger.warning("%s%s", line, f" ({left} more such since the last such line; "
+                            "the next comes a minute later at the soonest)" if left else "")
+
+
+class _QuietUvicorn:
+    """uvicorn's logger for a connection, its warnings (each about what a client
+    sent: not HTTP, an upgrade asked for) through a :class:`Quiet`."""
+
+    def __init__(self, logger: logging.Logger, quiet: Quiet) -> None:
+        self._logger = logger
+        self._quiet = quiet
+
+    def warning(self, msg: str, *args: Any, **kwargs: Any) -> None:
+        self._quiet.warning(msg, msg % args if args else msg)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._logger, name)
+
+
 def error_response(error: OsqueueError) -> bytes:
     """A whole HTTP/1.1 response carrying ``error``'s JSON body, closing the connection."""
     body = orjson.dumps(error.to_dict())
@@ -88,6 +139,10 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     _warned_at: ClassVar[float] = -_WARN_EVERY_S
     _shed_at: ClassVar[float] = -_WARN_EVERY_S
     _shed: ClassVar[int] = 0
+    _stalled_at: ClassVar[float] = -_WARN_EVERY_S
+    _stalled: ClassVar[int] = 0
+    #: uvicorn's warnings about what clients sent (one Quiet per class bounded_protocol makes)
+    quiet: ClassVar[Quiet] = Quiet(logging.getLogger("uvicorn.error"))
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -96,6 +151,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._header_bytes = 0
         self._body_at = 0.0
         self._hurried = False  # its first-byte deadline is the short one
+        self._send_timer: asyncio.TimerHandle | None = None  # armed while writing is paused
+        self.logger = cast(logging.Logger, _QuietUvicorn(self.logger, self.quiet))
 
     # -- connection ----------------------------------------------------------------
 
@@ -119,6 +176,9 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timer()
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
         self.book.gone(self)
         super().connection_lost(exc)
 
@@ -126,6 +186,27 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         super().on_response_complete()
         if not self.transport.is_closing() and self.cycle.response_complete:
             self.book.answered(self, self.loop.time())  # no request in flight: idle
+
+    def pause_writing(self) -> None:
+        """The send buffer is full: the client has ``body_timeout_s`` to take from it."""
+        super().pause_writing()
+        if self._send_timer is None:
+            self._send_timer = self.loop.call_later(self.body_timeout_s, self._on_send_stall)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+
+    def _on_send_stall(self) -> None:
+        """The client took too little of its answers for ``body_timeout_s``: drop the
+        connection with what it was not sent (closing would wait for it to read, one
+        closing already too)."""
+        self._send_timer = None
+        if self.flow.write_paused:
+            self._note_stall()
+            self.transport.abort()
 
     def shed(self) -> None:
         """Close this connection to make room for another (it is unheard or idle):
@@ -167,6 +248,19 @@ class BoundedHttpProtocol(HttpToolsProtocol):
                         cls._shed, self.max_connections, self.max_per_address, host or "?")
             cls._shed_at = now
             cls._shed = 0
+
+    def _note_stall(self) -> None:
+        """Log a dropped slow reader, at most once a minute (a count of the others)."""
+        cls = type(self)
+        cls._stalled += 1
+        now = time.monotonic()
+        if now - cls._stalled_at >= _WARN_EVERY_S:
+            log.warning("dropped %d connection(s) whose client read none of its answers for "
+                        "body_timeout_s=%g s (the latest from %s); the next such line comes "
+                        "a minute later at the soonest", cls._stalled, self.body_timeout_s,
+                        self.client[0] if self.client else "?")
+            cls._stalled_at = now
+            cls._stalled = 0
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
@@ -273,4 +367,6 @@ def bounded_protocol(*, header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
         "max_connections": max_connections, "max_per_address": per_address,
         "max_header_bytes": max_header_bytes, "trusted": trusted,
         "book": Book(max_connections, per_address),
-        "_warned_at": -_WARN_EVERY_S, "_shed_at": -_WARN_EVERY_S, "_shed": 0}))
+        "_warned_at": -_WARN_EVERY_S, "_shed_at": -_WARN_EVERY_S, "_shed": 0,
+        "_stalled_at": -_WARN_EVERY_S, "_stalled": 0,
+        "quiet": Quiet(logging.getLogger("uvicorn.error"))}))

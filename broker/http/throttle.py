@@ -16,6 +16,18 @@ one NAT address share its budget: a client holding the right token waits out
 a neighbour's wrong guesses (the Python client retries 429 like any
 retryable error). ``per_min`` 0 turns throttling off.
 
+**Host names** (:class:`Guard`). A request sent under a host name that is
+neither a loopback name, nor the advertised URL's, nor one that the right
+token came with before (at most :data:`VOUCHED_HOSTS` of them remembered)
+spends another budget of its address, ``"{address} via another name"``. A
+broker with a token answers any ``Host``, so a DNS-rebinding page (its own
+host name pointed at the broker after it loaded, so same-origin with it)
+may send as many wrong tokens as it likes from a browser on a token
+holder's machine: were they counted against that machine's address, the
+page would have its token holders answered 429 for as long as it kept on.
+A client guessing gets two budgets at most (the broker's names and the
+others), each throttled.
+
 Memory is bounded: at most ``max_addresses`` addresses are remembered, the
 one that failed longest ago forgotten first, and an address whose budget is
 whole again is forgotten.
@@ -37,8 +49,10 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from broker.errors import TooManyRequests
+from broker.http.hosts import host_name, is_loopback
 from broker.http.peers import address_key
 from broker.limits import MAX_THROTTLED_ADDRESSES, REFUSAL_SUMMARY_S
 
@@ -48,6 +62,10 @@ log = logging.getLogger("osqueue.http")
 SHOWN_ADDRESSES = 3
 #: Most distinct addresses one window counts one by one (the rest as "others").
 _TALLIED_ADDRESSES = 1000
+#: Most ``Host`` values the right token came with that a guard remembers.
+VOUCHED_HOSTS = 64
+#: How the budget of an address's requests under other host names is named.
+_OTHER_NAME = " via another name"
 
 
 class Throttle:
@@ -155,40 +173,66 @@ class Guard:
     """The throttle and the log of refused tokens, shared by the API and the dashboard.
 
     ``wrong_per_min``: :class:`Throttle`'s budget (0: no throttling);
-    ``clock``: seconds (monotonic). The summary line of a window is written by a
-    timer on the running event loop, armed when the window opens.
+    ``advertise_url``: the broker's URL, whose host name is one of its own (see
+    "Host names" in the module docstring); ``clock``: seconds (monotonic). The
+    summary line of a window is written by a timer on the running event loop,
+    armed when the window opens. A ``host`` argument is the request's ``Host``
+    header (None: none, or not known; counted as one of the broker's names).
     """
 
-    def __init__(self, wrong_per_min: int, *, window_s: float = REFUSAL_SUMMARY_S,
+    def __init__(self, wrong_per_min: int, *, advertise_url: str = "",
+                 window_s: float = REFUSAL_SUMMARY_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.throttle = Throttle(wrong_per_min)
         self.tally = Tally(window_s)
         self._clock = clock
         self._timer: asyncio.TimerHandle | None = None
+        self._own_name = (urlsplit(advertise_url).hostname or "").rstrip(".")
+        #: ``Host`` values the right token came with (bounded: VOUCHED_HOSTS)
+        self.vouched: set[bytes] = set()
+
+    def vouch(self, host: bytes | None) -> None:
+        """The right token came under ``host``: a name of the broker's from now on."""
+        if host is not None and host not in self.vouched and \
+                len(self.vouched) < VOUCHED_HOSTS:
+            self.vouched.add(host)
+
+    def budget(self, client: Any, host: bytes | None) -> str:
+        """The budget a request from ``client`` under ``host`` spends: its address's,
+        or its address's for other names (module docstring, "Host names")."""
+        address = _address(client)
+        if host is None or host in self.vouched:
+            return address
+        name = host_name(host.decode("latin-1")).rstrip(".")
+        if is_loopback(name) or (name != "" and name == self._own_name):
+            return address
+        return address + _OTHER_NAME
 
     def __repr__(self) -> str:
         return f"Guard(wrong_per_min={self.throttle.per_min})"
 
-    def check(self, client: Any) -> None:
+    def check(self, client: Any, host: bytes | None = None) -> None:
         """Raise ``TooManyRequests`` (with ``retry_after_s``) if ``client`` (an ASGI
-        scope's ``(host, port)``, or None) is throttled; the refusal is tallied."""
+        scope's ``(host, port)``, or None) is throttled under ``host``; the refusal
+        is tallied."""
         if not self.throttle.blocked:
             return
-        address = _address(client)
-        wait = self.throttle.wait_s(address, self._clock())
+        wait = self.throttle.wait_s(self.budget(client, host), self._clock())
         if wait <= 0.0:
             return
         seconds = max(1, math.ceil(wait))
         self.refused(client, f"refused a token from {_shown(client)}: too many wrong "
-                             "tokens from this address (429)", wrong=False, throttled=True)
+                             "tokens from this address (429)", wrong=False, throttled=True,
+                     host=host)
         raise TooManyRequests(f"too many wrong tokens from this address; try again in "
                               f"{seconds} s", retry_after_s=seconds)
 
-    def refused(self, client: Any, line: str, *, wrong: bool, throttled: bool = False) -> None:
+    def refused(self, client: Any, line: str, *, wrong: bool, throttled: bool = False,
+                host: bytes | None = None) -> None:
         """Count a refused request from ``client``: ``line`` is logged if it opens a
         log window (it must not hold the token). ``wrong``: it presented a wrong
-        token, which spends its address's budget."""
-        address, now = _address(client), self._clock()
+        token, which spends its address's budget (under ``host``: :meth:`budget`)."""
+        address, now = self.budget(client, host), self._clock()
         opened = self.tally.opened_at
         if opened is not None and now - opened >= self.tally.window_s:
             self.flush()  # its timer did not run (no event loop): close it now

@@ -25,7 +25,7 @@ from starlette.responses import RedirectResponse, Response
 
 from broker.errors import InvalidRequest, shown
 from broker.http import parsers
-from broker.http.ui.app import Form, Refused, Ui, Visitor
+from broker.http.ui.app import Form, Refused, Ui, Visitor, host_header
 from broker.http.ui.auth import (
     COOKIE,
     NOTICE_COOKIE,
@@ -153,14 +153,16 @@ async def login(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Respo
     target = safe_next(_one(form, "next"))
     client = f"{request.client.host}:{request.client.port}" if request.client else "?"
     if not ui.same_origin(request):
-        log.warning("ui: refused login from %s: cross-origin", client)
+        ui.quiet.warning("login cross-origin", f"ui: refused login from {client}: cross-origin")
         raise Refused(403, "refused: this form was not sent from this dashboard")
-    ui.guard.check(request.scope.get("client"))  # throttled: 429, the token is not read
+    host = host_header(request)
+    ui.guard.check(request.scope.get("client"), host)  # throttled: 429, the token is not read
     if not ui.sessions.token_matches(_one(form, "token") or ""):
         ui.guard.refused(request.scope.get("client"), f"ui: refused login from {client}: "
-                         "wrong token", wrong=True)
+                         "wrong token", wrong=True, host=host)
         return ui.page(request, None, "login.html", 401, next=target,
                        error="Wrong token: that is not the bearer token of this broker.")
+    ui.guard.vouch(host)
     response = RedirectResponse(target, 303)
     value = ui.sessions.issue()
     nonce = ui.sessions.check(value)

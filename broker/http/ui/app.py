@@ -19,6 +19,7 @@ form) -> Response``.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import logging
@@ -37,6 +38,7 @@ from starlette.routing import Route, Router
 
 from broker import timefmt
 from broker.errors import OsqueueError, shown
+from broker.http.bounded import Quiet
 from broker.http.hosts import host_name, is_loopback
 from broker.http.throttle import Guard
 from broker.http.ui.auth import (
@@ -66,6 +68,8 @@ _HEADERS = {"content-security-policy": CSP, "x-frame-options": "DENY",
 _TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
 
 Form = dict[str, list[str]]
+#: Refusals of a form whose body was not read to its end.
+_UNREAD = frozenset({408, 413})
 
 
 class Refused(Exception):
@@ -222,6 +226,12 @@ def text_lines(value: Any) -> Markup:
     return escape(printable(str(value), keep_lines=True))
 
 
+def host_header(request: Request) -> bytes | None:
+    """The request's ``Host`` header as the throttle takes it (None: none)."""
+    host = request.headers.get("host")
+    return None if host is None else host.encode("latin-1")
+
+
 def query_string(**params: Any) -> str:
     """``?a=1&b=2`` of the params that have a value (none: "")."""
     kept = {k: v for k, v in params.items() if v not in (None, "")}
@@ -247,7 +257,10 @@ class Ui:
         self.dashboard = dashboard
         self.sessions = Sessions(token)
         self.signouts = signouts
-        self.guard = guard or Guard(broker.config.wrong_tokens_per_min)
+        self.guard = guard or Guard(broker.config.wrong_tokens_per_min,
+                                    advertise_url=advertise_url)
+        #: refusals any page can cause, one line a minute per kind at most
+        self.quiet = Quiet(log)
         self.read_only = read_only
         own = urlsplit(advertise_url).netloc if advertise_url else ""
         self._own = {own} if own else set()
@@ -309,13 +322,15 @@ class Ui:
         client = f"{request.client.host}:{request.client.port}" if request.client else "?"
         auth = request.headers.get("authorization")
         if auth is not None and self.sessions.needs_login:
-            self.guard.check(request.scope.get("client"))  # throttled: 429, token unread
+            host = host_header(request)
+            self.guard.check(request.scope.get("client"), host)  # throttled: 429, token unread
             scheme, _, given = auth.partition(" ")
             if scheme.lower() == "bearer" and self.sessions.token_matches(given.strip()):
+                self.guard.vouch(host)
                 return Visitor(None, "", "bearer", client), None
             self.guard.refused(request.scope.get("client"), f"ui: refused {request.method} "
                                f"{shown(request.url.path)} from {client}: wrong bearer token",
-                               wrong=True)
+                               wrong=True, host=host)
             raise Refused(401, "wrong bearer token")
         cookie = request.cookies.get(COOKIE)
         nonce = self.sessions.check(cookie)
@@ -358,6 +373,8 @@ class Ui:
             response = self.page(request, visitor, "error.html", exc.status,
                                  message=exc.message, owner=None) \
                 if exc.status != 401 or visitor is not None else self.plain(401, exc.message)
+            if exc.status in _UNREAD:  # the rest of the body is not read: close
+                response.headers["connection"] = "close"
         except OsqueueError as exc:
             response = self.page(request, visitor, "error.html", exc.status,
                                  message=exc.message, owner=exc.details.get("url"))
@@ -374,14 +391,14 @@ class Ui:
         if visitor.via == "bearer":
             return
         if not self.same_origin(request):
-            log.warning("ui: refused POST %s from %s: cross-origin (Origin %s)",
-                        shown(request.url.path), visitor.client,
-                        shown(request.headers.get("origin")))
+            self.quiet.warning("cross-origin", f"ui: refused POST {shown(request.url.path)} "
+                               f"from {visitor.client}: cross-origin (Origin "
+                               f"{shown(request.headers.get('origin'))})")
             raise Refused(403, "refused: this form was not sent from this dashboard")
         given = (form.get("csrf") or [request.headers.get("x-csrf-token", "")])[0]
         if visitor.nonce is None or not self.sessions.csrf_matches(visitor.nonce, given):
-            log.warning("ui: refused POST %s from %s: missing or wrong CSRF token",
-                        shown(request.url.path), visitor.client)
+            self.quiet.warning("csrf", f"ui: refused POST {shown(request.url.path)} from "
+                                       f"{visitor.client}: missing or wrong CSRF token")
             raise Refused(403, "refused: the form's CSRF token is missing or stale; "
                                "reload the page and try again")
 
@@ -390,17 +407,27 @@ class Ui:
         return same_origin(request.headers.get("origin"), request.headers.get("referer"), own)
 
     async def _form(self, request: Request) -> Form:
-        """The urlencoded body of a POST (bounded), as name -> values; {} for a GET."""
+        """The urlencoded body of a POST (bounded), as name -> values; {} for a GET.
+
+        The whole form must arrive within the broker's ``header_timeout_s`` (s) of
+        its headers, else ``Refused`` 408: the login form is read before anything
+        is checked, and a connection whose body is being read is never shed, so a
+        client sending it a byte at a time would hold its connection for ever."""
         if request.method != "POST":
             return {}
         length = request.headers.get("content-length", "")
         if length.isdigit() and int(length) > MAX_FORM_BYTES:
             raise Refused(413, f"form is larger than {MAX_FORM_BYTES} bytes")
         body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > MAX_FORM_BYTES:
-                raise Refused(413, f"form is larger than {MAX_FORM_BYTES} bytes")
+        deadline_s = self.broker.config.header_timeout_s
+        try:
+            async with asyncio.timeout(deadline_s):
+                async for chunk in request.stream():
+                    body += chunk
+                    if len(body) > MAX_FORM_BYTES:
+                        raise Refused(413, f"form is larger than {MAX_FORM_BYTES} bytes")
+        except TimeoutError:
+            raise Refused(408, f"the form did not arrive within {deadline_s:g} s") from None
         try:
             pairs = parse_qsl(body.decode(), keep_blank_values=True,
                               max_num_fields=MAX_FORM_FIELDS, strict_parsing=False)

@@ -59,7 +59,7 @@ from typing import Any
 import orjson
 
 from broker import timefmt
-from broker.model.calls import CallAges, CallIndex, client_of
+from broker.model.calls import CallIndex, client_of
 
 #: Outcomes of a settled token, as the receipts name them.
 COMPLETED = "completed"
@@ -209,16 +209,15 @@ def _runs(value: Any, what: str) -> list[int]:
 class Receipts:
     """Request receipts (oldest first) and settled-token buckets, with lookups."""
 
-    __slots__ = ("_ages", "_by_client", "_fence_index", "buckets", "floors", "requests",
-                 "settled_runs", "unwritten_since")
+    __slots__ = ("_by_client", "_fence_index", "buckets", "floors", "requests", "settled_runs",
+                 "unwritten_since")
 
     def __init__(self) -> None:
         self.requests: dict[str, Request] = {}  # in time order
         self.buckets: list[Bucket] = []  # oldest first
         self.settled_runs = 0
         self.floors: dict[str, tuple[int, int]] = {}  # client -> (floor, at ms), in time order
-        self._by_client = CallIndex()  # the keys of each client's calls
-        self._ages = CallAges()  # each call's youngest receipt
+        self._by_client = CallIndex()  # the keys of each client's calls, and their ages
         self._fence_index: list[tuple[int, int, str]] | None = None  # (first, end, outcome)
         #: When a change that needs no write of its own (a floor moved by an empty
         #: claim, a refusal remembered) was first left unwritten; None: none is.
@@ -244,7 +243,7 @@ class Receipts:
                 self.floors.pop(client, None)
                 self.floors[client] = (floor, at)
                 for key in self._by_client.pop_below(client, floor):
-                    self._drop(key)
+                    self.requests.pop(key, None)
                 carried = True
         if carried:
             self.later(now_ms)
@@ -256,16 +255,9 @@ class Receipts:
 
     # -- recording (by transitions) ------------------------------------------------
     def _remember(self, r: Request) -> None:
-        self._drop(r.key)
+        self.requests.pop(r.key, None)  # (re-inserted at the young end)
         self.requests[r.key] = r
-        self._by_client.add(r.key)
-        self._ages.add(r.key, r.at_ms)
-
-    def _drop(self, key: str) -> None:
-        """Forget the receipt of ``key``, if kept (the client index is the caller's
-        to update)."""
-        if self.requests.pop(key, None) is not None:
-            self._ages.remove(key)
+        self._by_client.add(r.key, r.at_ms)
 
     def record(self, key: str, kind: str, data: list[int], now_ms: int) -> None:
         """Remember what the call ``key`` of ``kind`` answered: for a push the job
@@ -292,7 +284,7 @@ class Receipts:
             self.floors[client] = (max(floor, seen[0] if seen else 0), now_ms)
         done = self._by_client.pop_below(client, floor)
         for done_key in done:
-            self._drop(done_key)
+            self.requests.pop(done_key, None)
         return changed or bool(done)
 
     def below_floor(self, key: str) -> bool:
@@ -350,7 +342,7 @@ class Receipts:
             if len(requests) <= max_items:
                 if first.at_ms >= oldest_ok:
                     break
-                youngest = self._ages.youngest(first.key)
+                youngest = self._by_client.youngest(first.key)
                 if youngest is not None and youngest >= oldest_ok:
                     # a part of a call with a younger part: kept as long as that one
                     del requests[first.key]
@@ -371,7 +363,7 @@ class Receipts:
             del floors[client]
 
     def _forget(self, key: str) -> None:
-        self._drop(key)
+        self.requests.pop(key, None)
         self._by_client.remove(key)
 
     def rebase(self, now_ms: int) -> None:
@@ -379,7 +371,7 @@ class Receipts:
         written on another broker's clock)."""
         for r in self.requests.values():
             r.at_ms, r.enc = now_ms, None
-        self._ages.rebase(now_ms)
+        self._by_client.rebase(now_ms)
         for b in self.buckets:
             b.at_ms, b.enc = now_ms, None
         self.floors = {c: (f, now_ms) for c, (f, _) in self.floors.items()}

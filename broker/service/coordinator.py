@@ -100,7 +100,7 @@ class Broker(CancelCalls, ReadCalls):
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
         try:
-            self._settings = S.Settings.from_dict(self.config.default_settings)
+            self._settings = S.QueueSettings.from_dict(self.config.default_settings)
         except ValueError as exc:
             raise InvalidRequest(f"bad default queue setting: {exc}") from None
         unknown = set(self.config.default_settings) - set(limits.SETTING_LIMITS)

@@ -82,7 +82,7 @@ class ServedQueue:
     """
 
     def __init__(self, name: str, store: ObjectStore, executor: Executor, *,
-                 broker_id: str, url: str, lease_ms: int, settings: S.Settings,
+                 broker_id: str, url: str, lease_ms: int, settings: S.QueueSettings,
                  ownership: Ownership, clock: Callable[[], int],
                  monotonic: Callable[[], float], commit_timeout_s: float,
                  observe: Callable[[float, int, int], None], segments: SegmentStore) -> None:

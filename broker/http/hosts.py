@@ -1,6 +1,6 @@
 """Which addresses and host names keep a broker to this machine.
 
-The rule of the API (:mod:`broker.config`): a broker without a bearer token
+The rule of the API (:mod:`broker.flags`): a broker without a bearer token
 listens on loopback only, unless told the network is trusted. Per request,
 without a token, the API answers only under a loopback host name or the one
 the broker advertises (:mod:`broker.http.gate`), and the dashboard

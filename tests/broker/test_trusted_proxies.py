@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 import pytest
 
 from broker import cli
-from broker.config import BrokerSettings
+from broker.flags import BrokerFlags
 from broker.http.peers import TrustedProxies, address_key
 from broker.http.server import BrokerServer
 from broker.service.settings import BrokerConfig
@@ -118,8 +118,8 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
 
 
-def settings(*argv: str) -> BrokerSettings:
-    return BrokerSettings.load(vars(cli.build_parser().parse_args(list(argv))))
+def settings(*argv: str) -> BrokerFlags:
+    return BrokerFlags.load(vars(cli.build_parser().parse_args(list(argv))))
 
 
 @pytest.mark.usefixtures("clean_env")

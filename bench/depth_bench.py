@@ -95,8 +95,8 @@ from broker import paths
 from broker.errors import QueueFull
 from broker.gcpause import tune_for_broker_process
 from broker.model.ops import CompleteItems
+from broker.service.config import BrokerConfig
 from broker.service.coordinator import Broker
-from broker.service.settings import BrokerConfig
 from broker.storage import Data, ObjectStore, Versioned, data_len, store_from_url
 
 QUEUE = "depth"

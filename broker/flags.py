@@ -1,5 +1,5 @@
 """The standalone broker's flags (:class:`BrokerFlags`): command-line flags over ``OSQUEUE_*``
-variables, which become a :class:`~broker.service.settings.BrokerConfig`.
+variables, which become a :class:`~broker.service.config.BrokerConfig`.
 
 Every flag of ``osqueue-broker`` (:mod:`broker.cli`) can also come from the
 environment: ``--lease-s`` from ``OSQUEUE_LEASE_S``, ``--store`` from
@@ -50,7 +50,7 @@ from broker.limits import (
     MIN_BROKER_LEASE_S,
     MIN_COMMIT_TIMEOUT_S,
 )
-from broker.service.settings import BrokerConfig
+from broker.service.config import BrokerConfig
 
 ENV_PREFIX = "OSQUEUE_"
 

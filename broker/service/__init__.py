@@ -9,7 +9,7 @@ and :mod:`~broker.service.ownership` decide which queues those are;
 storage and the leaves; nothing of HTTP.
 """
 
+from broker.service.config import BrokerConfig
 from broker.service.coordinator import Broker
-from broker.service.settings import BrokerConfig
 
 __all__ = ["Broker", "BrokerConfig"]

@@ -64,13 +64,13 @@ from broker.model.ops import (
 )
 from broker.service.by_reference import Load, StagedPublish
 from broker.service.cancelling import CancelCalls
+from broker.service.config import BrokerConfig
 from broker.service.job_pages import full_page
 from broker.service.metrics import Metrics
 from broker.service.ownership import WATCH_INTERVAL_S, Ownership
 from broker.service.reads import ReadCalls
 from broker.service.segment_store import SegmentStore
 from broker.service.served_queue import ServedQueue
-from broker.service.settings import BrokerConfig
 from broker.service.staging import Staging
 from broker.service.startup import start_up
 from broker.service.stored_view import stored_view

@@ -17,7 +17,7 @@ import pytest
 
 from broker.http.server import BrokerServer
 from broker.limits import MAX_HEADER_BYTES
-from broker.service.settings import BrokerConfig
+from broker.service.config import BrokerConfig
 from broker.storage import FileStore
 from tests.support.broker_process import eventually
 

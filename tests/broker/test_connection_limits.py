@@ -21,7 +21,7 @@ import pytest
 from broker import paths
 from broker.http.server import BrokerServer
 from broker.limits import BUSY_FIRST_BYTE_S
-from broker.service.settings import BrokerConfig
+from broker.service.config import BrokerConfig
 from broker.storage import FileStore
 from tests.support.broker_process import BrokerProcess, eventually
 from tests.support.sockets import (

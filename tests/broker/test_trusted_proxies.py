@@ -19,7 +19,7 @@ from broker import cli
 from broker.flags import BrokerFlags
 from broker.http.peers import TrustedProxies, address_key
 from broker.http.server import BrokerServer
-from broker.service.settings import BrokerConfig
+from broker.service.config import BrokerConfig
 from broker.storage import FileStore
 from tests.support.broker_process import eventually
 from tests.support.sockets import GIVE_UP_S, Answer, ask, connect, request_bytes, until_closed

@@ -1,5 +1,7 @@
-"""A broker's settings (:class:`BrokerConfig`): what ``osqueue-broker``'s flags
-and ``start_broker()``'s arguments become. Times in seconds, sizes in bytes."""
+"""A broker's configuration (:class:`BrokerConfig`): what ``osqueue-broker``'s flags
+(:class:`broker.flags.BrokerFlags`) and ``start_broker()``'s arguments become. Times in
+seconds, sizes in bytes. (A queue's own settings, stored in its object, are
+:class:`broker.model.state.QueueSettings`; ``default_settings`` gives new queues theirs.)"""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from broker.service.staging import SWEEP_S
 
 @dataclass
 class BrokerConfig:
-    """Broker settings. Times in seconds, sizes in bytes."""
+    """One broker's configuration. Times in seconds, sizes in bytes."""
 
     url: str = ""
     broker_id: str = field(default_factory=new_broker_id)

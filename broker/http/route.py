@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel
 from starlette.requests import Request
 
-from broker.service.coordinator import Broker
+from broker.service.broker import Broker
 
 RequestKey = tuple["str | None", "int | None"]  # (Idempotency-Key, Idempotency-Floor)
 #: The ASGI ``receive`` of a request whose body was read: what is left to come is

@@ -29,8 +29,8 @@ from broker.http.app import build_app
 from broker.http.bounded import BoundedHttpProtocol, bounded_protocol
 from broker.http.hosts import is_loopback
 from broker.http.peers import TrustedProxies
+from broker.service.broker import Broker
 from broker.service.config import BrokerConfig
-from broker.service.coordinator import Broker
 from broker.service.history import History
 from broker.storage import ObjectStore
 

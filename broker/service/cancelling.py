@@ -1,4 +1,4 @@
-"""The broker's cancel call: a part of :class:`broker.service.coordinator.Broker`
+"""The broker's cancel call: a part of :class:`broker.service.broker.Broker`
 (which inherits it), kept apart because the coordinator is at its size limit.
 
 The rules are :mod:`broker.model.cancels`'; this only routes the call to the
@@ -24,7 +24,7 @@ class _Broker(Protocol):
 
 
 class CancelCalls:
-    """:meth:`cancel`, for :class:`~broker.service.coordinator.Broker`."""
+    """:meth:`cancel`, for :class:`~broker.service.broker.Broker`."""
 
     async def cancel(self: _Broker, queue: str, ids: Sequence[str]) -> list[CancelAnswer]:
         """Cancel the jobs ``ids`` in one commit; one answer per id, in order,

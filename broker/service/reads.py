@@ -1,9 +1,9 @@
 """The broker's reads besides pages of jobs: a queue's stats, and one job by
-id wherever it is. A part of :class:`broker.service.coordinator.Broker`
+id wherever it is. A part of :class:`broker.service.broker.Broker`
 (which inherits it), kept apart because the coordinator is at its size limit.
 
 A read never moves a queue: a broker that does not serve the queue answers
-from the stored object (see :meth:`Broker._read <broker.service.coordinator.Broker>`
+from the stored object (see :meth:`Broker._read <broker.service.broker.Broker>`
 and :mod:`broker.service.lookup`).
 """
 
@@ -41,7 +41,7 @@ class _Broker(Protocol):
 
 class ReadCalls:
     """:meth:`stats`, :meth:`job` and :meth:`archived`, for
-    :class:`~broker.service.coordinator.Broker`."""
+    :class:`~broker.service.broker.Broker`."""
 
     async def stats(self: _Broker, queue: str) -> dict[str, Any]:
         """Counts and figures of ``queue`` (:func:`broker.model.views.stats`); on

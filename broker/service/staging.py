@@ -10,7 +10,7 @@ timed on its own monotonic clock.
 
 :class:`Staging` owns the staging objects and the :class:`StagedCache` of
 chunks checked at stage time; the commit itself is the caller's (the
-:class:`broker.service.coordinator.Broker` hands it a ``commit`` coroutine), so this
+:class:`broker.service.broker.Broker` hands it a ``commit`` coroutine), so this
 module knows nothing of queue ownership or the commit loop.
 """
 

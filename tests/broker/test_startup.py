@@ -27,8 +27,8 @@ from broker.errors import (
 )
 from broker.model.format.decode import decode_state
 from broker.model.ops import NewJob
+from broker.service.broker import Broker
 from broker.service.config import BrokerConfig
-from broker.service.coordinator import Broker
 from broker.storage import Data, FileStore, ObjectStore, as_bytes
 from tests.support.faults import LOST_REPLY, NOT_LANDED, REFUSED, FaultyStore
 from tests.support.inprocess import run, started

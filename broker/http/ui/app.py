@@ -47,7 +47,7 @@ from broker.http.ui.auth import (
     same_origin,
     session_id,
 )
-from broker.service.coordinator import Broker
+from broker.service.broker import Broker
 from broker.service.dashboard import Dashboard
 from broker.service.signouts import CHECK_EVERY_S, SignOuts, session_key
 from broker.text import printable

@@ -39,12 +39,12 @@ import sys
 from pydantic import ValidationError
 
 from broker import logs
+from broker.display import plain, printable
 from broker.errors import OsqueueError
 from broker.flags import BrokerFlags, env_of, problems
 from broker.gcpause import tune_for_broker_process
 from broker.http.server import BrokerServer
 from broker.storage import shown_url, store_from_url
-from broker.text import plain, printable
 
 log = logging.getLogger("osqueue.cli")
 

@@ -26,7 +26,7 @@ import uvicorn
 from broker.gcpause import tune_for_broker_process
 from broker.http.admission import Book
 from broker.http.app import build_app
-from broker.http.bounded import BoundedHttpProtocol, bounded_protocol
+from broker.http.connections import BoundedHttpProtocol, bounded_protocol
 from broker.http.hosts import is_loopback
 from broker.http.peers import TrustedProxies
 from broker.service.broker import Broker

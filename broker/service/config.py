@@ -23,7 +23,7 @@ class BrokerConfig:
     lease_s: float = BROKER_LEASE_S
     max_wait_s: float = 60.0
     max_request_bytes: int = 64 * 1024 * 1024
-    #: slow clients (see :mod:`broker.http.bounded`): a request's headers must arrive
+    #: slow clients (see :mod:`broker.http.connections`): a request's headers must arrive
     #: within header_timeout_s, a body may pause at most body_timeout_s (408 past
     #: either); at most max_connections open connections (503 past it)
     header_timeout_s: float = limits.DEFAULT_HEADER_TIMEOUT_S

@@ -1,4 +1,4 @@
-"""Slow and greedy clients against a real server on real sockets (broker.http.bounded).
+"""Slow and greedy clients against a real server on real sockets (broker.http.connections).
 
 Each test starts a broker (file store, in a thread) with small bounds and
 waits for the server to close the socket: ``recv`` returning ``b""`` is the

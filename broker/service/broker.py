@@ -41,6 +41,7 @@ from broker.model import tokens
 from broker.model.format.decode import decode_state
 from broker.model.job import DEAD, PENDING
 from broker.model.ops import (
+    Cancel,
     Claim,
     ClearBroker,
     Complete,
@@ -63,7 +64,6 @@ from broker.model.ops import (
     push_of,
 )
 from broker.service.by_reference import Load, StagedPublish
-from broker.service.cancelling import CancelCalls
 from broker.service.config import BrokerConfig
 from broker.service.job_pages import full_page
 from broker.service.metrics import Metrics
@@ -76,11 +76,11 @@ from broker.service.startup import start_up
 from broker.service.stored_view import stored_view
 from broker.service.takeover import Takeover
 from broker.storage import ObjectStore
-from broker.wire import ItemResult
+from broker.wire import CancelAnswer, ItemResult
 
 log = logging.getLogger("osqueue.broker")
 
-class Broker(CancelCalls, ReadCalls):
+class Broker(ReadCalls):
     """Owns the queues of one store. Create it, ``await start()``, then call ops."""
 
     def __init__(self, store: ObjectStore, config: BrokerConfig | None = None, *,
@@ -436,6 +436,18 @@ class Broker(CancelCalls, ReadCalls):
         op = Purge(tuple(statuses) if statuses else (PENDING, DEAD), request, floor)
         await self._existing(queue)
         return int((await self._submit(queue, "purge", op)).count)
+
+    async def cancel(self, queue: str, ids: Sequence[str]) -> list[CancelAnswer]:
+        """Cancel the jobs ``ids`` in one commit; one answer per id, in order,
+        once durable (see :mod:`broker.model.cancels`: a pending or delayed job
+        is cancelled, a claimed one marked, an unknown or finished one left as
+        it is). Raises ``InvalidRequest`` for no ids or more than ``MAX_ITEMS``,
+        ``UnknownQueue`` for a queue with no object, and what the commit raised."""
+        if not 0 < len(ids) <= limits.MAX_ITEMS:
+            raise InvalidRequest(f"cancel needs 1..{limits.MAX_ITEMS} job ids, got {len(ids)}")
+        await self._existing(queue)
+        result = await self._submit(queue, "cancel", Cancel(tuple(ids)))
+        return list(result.view)
 
     async def _existing(self, queue: str) -> None:
         """Raise ``UnknownQueue`` if the queue has no object (a keyed admin call makes none)."""

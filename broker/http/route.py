@@ -1,5 +1,10 @@
 """One route of the API, as the routes table (:mod:`broker.http.routes`) lists it and
-the OpenAPI document (:mod:`broker.http.openapi`) describes it."""
+the OpenAPI document (:mod:`broker.http.openapi`) describes it.
+
+Apart from the table because the table's module imports the modules that need
+these types (:mod:`~broker.http.openapi` the :class:`Route`,
+:mod:`~broker.http.disconnect` ``Receive``): merged into it, they would import
+it back, a cycle."""
 
 from __future__ import annotations
 

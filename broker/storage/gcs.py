@@ -240,7 +240,8 @@ class GCSStore(CloudStore):
         return f"GCSStore({self.url!r})"
 
     def self_test(self) -> None:
-        """:meth:`ObjectStore.self_test`, its refusal naming what GCS must honour."""
+        """:meth:`~broker.storage.base.ObjectStore.self_test`, its refusal naming what GCS
+        must honour."""
         try:
             super().self_test()
         except UnsafeStore as exc:

@@ -17,8 +17,9 @@ with nothing created; so is a claim, unless it asks to ``wait_for_queue`` (then
 it returns no jobs, after waiting up to ``wait_s`` for the queue to appear).
 
 :class:`Broker` is a thin coordinator: :mod:`broker.service.served_queue` writes (a commit
-loop over :mod:`broker.service.queue_target` a served queue), :mod:`broker.service.takeover`
-watches and takes over (:mod:`broker.service.ownership`), :mod:`broker.service.staging` and
+loop over :mod:`broker.service.queue_target` a served queue), :mod:`broker.service.reads`
+reads, :mod:`broker.service.takeover` watches and takes over
+(:mod:`broker.service.ownership`), :mod:`broker.service.staging` and
 :mod:`broker.service.segment_store` keep Spark's staged writes and the segment objects.
 """
 

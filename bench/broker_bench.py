@@ -53,8 +53,8 @@ import orjson  # noqa: E402
 from bench._common import in_rounds, median_ratio, write_results  # noqa: E402
 from bench.loadgen import pct  # noqa: E402
 from broker.model.ops import Claim, Complete, CompleteItem, NewJob, Push  # noqa: E402
-from broker.service.coordinator import Broker  # noqa: E402
-from broker.service.settings import BrokerConfig  # noqa: E402
+from broker.service.broker import Broker  # noqa: E402
+from broker.service.config import BrokerConfig  # noqa: E402
 from broker.storage import FileStore  # noqa: E402
 from tests.support.broker_process import READY  # noqa: E402
 from tests.support.direct import DirectQueue  # noqa: E402

@@ -8,7 +8,7 @@ For each depth and each store (the local-file store, and S3 as a moto server on
 127.0.0.1: ``python -m moto.server`` in a child process, one per depth), side by
 side in one run, a fresh queue in a fresh process (``--one STORE DEPTH``: the
 script re-invokes itself, so the memory figures are that depth's alone) runs an
-in-process :class:`broker.service.coordinator.Broker` (self-test off, GC tuned as
+in-process :class:`broker.service.broker.Broker` (self-test off, GC tuned as
 in a broker's own process unless ``--no-tune-gc``). The processes fill their
 queues one after the other and stay up; the small commits then run in
 interleaved rounds across all of them (each round one claim and one complete in
@@ -95,8 +95,8 @@ from broker import paths
 from broker.errors import QueueFull
 from broker.gcpause import tune_for_broker_process
 from broker.model.ops import CompleteItems
-from broker.service.coordinator import Broker
-from broker.service.settings import BrokerConfig
+from broker.service.broker import Broker
+from broker.service.config import BrokerConfig
 from broker.storage import Data, ObjectStore, Versioned, data_len, store_from_url
 
 QUEUE = "depth"

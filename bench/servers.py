@@ -25,7 +25,7 @@ from broker.storage import Data, FileStore, ObjectStore, store_from_url
 
 try:
     from broker.http.server import BrokerServer
-    from broker.service.settings import BrokerConfig
+    from broker.service.config import BrokerConfig
 except ImportError:  # a baseline from before broker/ had sub-packages (flat modules)
     BrokerServer = importlib.import_module("broker.server").BrokerServer
     BrokerConfig = importlib.import_module("broker.service").BrokerConfig

@@ -76,7 +76,7 @@ def serve(store: str, segment_push_jobs: int) -> None:
     bulk pushes of ``segment_push_jobs`` jobs or more going into segment objects (0:
     never); print its ready line on stderr. (The child process of :func:`start_broker`.)"""
     from broker.http.server import BrokerServer
-    from broker.service.settings import BrokerConfig
+    from broker.service.config import BrokerConfig
     from broker.storage import store_from_url
 
     config = BrokerConfig(segment_push_jobs=segment_push_jobs, max_request_bytes=256 << 20)

@@ -15,7 +15,7 @@ and other brokers reach this one at; it is written into the queue objects it
 owns (default: from ``--listen``, a wildcard address giving this host's name's
 address).
 
-Every flag may come from an ``OSQUEUE_*`` variable instead (see :mod:`broker.config`);
+Every flag may come from an ``OSQUEUE_*`` variable instead (see :mod:`broker.flags`);
 a flag wins over its variable.
 
 Start-up retries transient storage errors (throttling, 5xx, timeouts, connection
@@ -39,12 +39,12 @@ import sys
 from pydantic import ValidationError
 
 from broker import logs
-from broker.config import BrokerSettings, env_of, problems
+from broker.display import plain, printable
 from broker.errors import OsqueueError
+from broker.flags import BrokerFlags, env_of, problems
 from broker.gcpause import tune_for_broker_process
 from broker.http.server import BrokerServer
 from broker.storage import shown_url, store_from_url
-from broker.text import plain, printable
 
 log = logging.getLogger("osqueue.cli")
 
@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="osqueue-broker", description=doc[0],
                                 epilog="\n".join(doc[2:]), argument_default=argparse.SUPPRESS,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    fields = BrokerSettings.model_fields
+    fields = BrokerFlags.model_fields
     for name in ("store", "listen", "advertise_url", "token_env", "endpoint_url", "lease_s",
                  "startup_timeout_s",
                  "commit_timeout_s", "max_request_mb", "header_timeout_s", "body_timeout_s",
@@ -85,20 +85,20 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     tune_for_broker_process()  # this process exists to run a broker: GC tuned for it
     try:
-        settings = BrokerSettings.load(vars(args))
+        flags = BrokerFlags.load(vars(args))
     except ValidationError as exc:
         for line in problems(exc):
             say(line)
         return 2
-    logs.setup(settings.log_level)
-    shown = shown_url(settings.store)
+    logs.setup(flags.log_level)
+    shown = shown_url(flags.store)
     try:
-        store = store_from_url(settings.store, endpoint_url=settings.endpoint_url)
+        store = store_from_url(flags.store, endpoint_url=flags.endpoint_url)
     except OsqueueError as exc:
         return say(f"refusing to start: cannot open store {shown}: {exc.message} [{exc.code}]")
     except OSError as exc:
         return say(f"cannot open store {shown}: {exc}")
-    host, port = settings.host, settings.port
+    host, port = flags.host, flags.port
     ready = False
 
     def on_ready(server: BrokerServer) -> None:
@@ -108,9 +108,9 @@ def main(argv: list[str] | None = None) -> int:
                         f"(store {store.url})"), file=sys.stderr, flush=True)
 
     try:
-        server = BrokerServer(store, host, port, token=settings.bearer(),
-                              config=settings.broker_config(),
-                              advertise_url=settings.advertise_url, on_ready=on_ready)
+        server = BrokerServer(store, host, port, token=flags.bearer(),
+                              config=flags.broker_config(),
+                              advertise_url=flags.advertise_url, on_ready=on_ready)
     except OSError as exc:
         store.close()
         return say(f"cannot listen on {host}:{port}: {exc.strerror or exc}")

@@ -151,7 +151,7 @@ def dedup_cutoff_ms(dedup_ttl_s: float, now_ms: int) -> int:
 MAX_CLAIMS_PER_S = 1_000_000.0
 MAX_CLAIM_BURST = 10_000_000
 
-#: Each setting's type and allowed range (inclusive); see :class:`broker.model.state.Settings`.
+#: Each setting's type and allowed range (inclusive); see :class:`broker.model.state.QueueSettings`.
 SETTING_LIMITS: dict[str, tuple[type, float, float]] = {
     "max_attempts": (int, 1, MAX_ATTEMPTS),
     "backoff_base_s": (float, 0.001, MAX_DELAY_S),

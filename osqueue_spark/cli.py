@@ -58,8 +58,8 @@ from urllib.parse import urlsplit
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 
 from broker import wire
+from broker.display import plain
 from broker.errors import BrokerUnreachable, InvalidRequest, OsqueueError, PayloadTooLarge
-from broker.text import plain
 from osqueue_spark import cli_jobs
 from osqueue_spark.args import InvalidArgument
 from osqueue_spark.bodies import BATCH_BYTES

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from broker import wire
-from broker.text import printable
+from broker.display import printable
 
 
 class UsageError(Exception):

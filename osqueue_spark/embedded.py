@@ -136,7 +136,7 @@ def start_broker(store: str | ObjectStore, host: str | None = None, port: int = 
     none; ``ValueError`` for an entry that is not an IP address or network.
     """
     from broker.http.server import BrokerServer, is_loopback
-    from broker.service.settings import BrokerConfig
+    from broker.service.config import BrokerConfig
     from broker.storage import store_from_url
 
     driver_host = cluster_driver_host(spark_conf)

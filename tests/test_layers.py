@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFERRED = {
     # osqueue_spark reaches the broker's service and server only from here
     ("osqueue_spark/embedded.py", "broker.http.server"): "the embedded broker",
-    ("osqueue_spark/embedded.py", "broker.service.settings"): "the embedded broker",
+    ("osqueue_spark/embedded.py", "broker.service.config"): "the embedded broker",
     ("osqueue_spark/embedded.py", "broker.storage"): "the embedded broker",
     # the package's names that need pyspark (an optional extra) load on first use
     ("osqueue_spark/__init__.py", "osqueue_spark.datasource.source"): "needs pyspark",

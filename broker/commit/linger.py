@@ -1,5 +1,10 @@
 """When the commit loop writes: how long a batch waits for stragglers, and how
-an idle loop backs off a timer that keeps falling due. Pure; times in seconds."""
+an idle loop backs off a timer that keeps falling due. Pure; times in seconds.
+
+Apart from :mod:`broker.commit.loop` as the pure rules are apart from their
+I/O elsewhere: the loop (asyncio, the store, the answers) passes in what it
+measured, and these decide, with nothing to await or mock.
+"""
 
 from __future__ import annotations
 

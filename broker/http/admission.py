@@ -1,5 +1,5 @@
 """Which connections a broker keeps when there are too many: the rule
-:mod:`broker.http.bounded` applies to every new connection. Pure: no I/O,
+:mod:`broker.http.connections` applies to every new connection. Pure: no I/O,
 the time passed in.
 
 Every open connection is in one of three states:

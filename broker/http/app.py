@@ -72,7 +72,7 @@ from broker.http.routes import ROUTES
 from broker.http.schemas import problem
 from broker.http.throttle import Guard
 from broker.http.ui import Ui, build_ui
-from broker.service.coordinator import Broker
+from broker.service.broker import Broker
 from broker.service.history import History
 from broker.wire import STAGED_CONTENT_TYPE, parse_json
 

@@ -3,12 +3,12 @@
 ASGI tells an app that its client left by an ``http.disconnect`` message from
 ``receive()``; once the request body is read, that is the only message still
 to come. :func:`claim_while_connected` watches for it (a task awaiting
-``receive()``) while :meth:`Broker.claim <broker.service.coordinator.Broker.claim>`
+``receive()``) while :meth:`Broker.claim <broker.service.broker.Broker.claim>`
 waits, so that a client that timed out neither keeps a claim waiting for
 ``wait_s`` nor is leased the next job pushed. A claim committed all the same
 (a job arrived as the client left, or its commit was in flight) is handed
 back at once with :meth:`Broker.release
-<broker.service.coordinator.Broker.release>`: its jobs are pending again,
+<broker.service.broker.Broker.release>`: its jobs are pending again,
 the attempt not counted, and their tokens are stale.
 
 Only a claim that may wait (``wait_s`` > 0) is watched: the other hot calls
@@ -31,7 +31,7 @@ from typing import Any
 from broker.errors import OsqueueError
 from broker.http.route import Receive
 from broker.model.ops import LeasedJob, LeasedJobs
-from broker.service.coordinator import Broker
+from broker.service.broker import Broker
 
 log = logging.getLogger("osqueue.http")
 

@@ -1,10 +1,16 @@
 """Which addresses and host names keep a broker to this machine.
 
-The rule of the API (:mod:`broker.config`): a broker without a bearer token
+The rule of the API (:mod:`broker.flags`): a broker without a bearer token
 listens on loopback only, unless told the network is trusted. Per request,
 without a token, the API answers only under a loopback host name or the one
 the broker advertises (:mod:`broker.http.gate`), and the dashboard
 (:mod:`broker.http.ui`) loopback clients only, under a loopback host name.
+
+A module of its own because it is the one definition of "this machine" that
+three places of the edge share: the listen check at start-up
+(:mod:`broker.http.server`, :mod:`broker.flags`), the API's gate and the
+dashboard's. Pure (no I/O, no starlette), so none of them imports another's
+machinery for it.
 """
 
 from __future__ import annotations

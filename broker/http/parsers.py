@@ -119,7 +119,7 @@ def parse_push(body: Any) -> list[ops.NewJob | bytes]:
 
 def parse_stage(body: bytes) -> tuple[str, bytes]:
     """A stage request -> ``(write_id, staged lines)``; the lines are checked by
-    :meth:`broker.service.coordinator.Broker.stage`."""
+    :meth:`broker.service.broker.Broker.stage`."""
     first, lines = split_stage_body(body)
     header = object_of(parse_json(first), _STAGE_FIELDS, "the first line of the request body")
     write_id = str_field(header, "write_id", None, max_len=MAX_WRITE_ID_CHARS)

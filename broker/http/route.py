@@ -1,5 +1,10 @@
 """One route of the API, as the routes table (:mod:`broker.http.routes`) lists it and
-the OpenAPI document (:mod:`broker.http.openapi`) describes it."""
+the OpenAPI document (:mod:`broker.http.openapi`) describes it.
+
+Apart from the table because the table's module imports the modules that need
+these types (:mod:`~broker.http.openapi` the :class:`Route`,
+:mod:`~broker.http.disconnect` ``Receive``): merged into it, they would import
+it back, a cycle."""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 from starlette.requests import Request
 
-from broker.service.coordinator import Broker
+from broker.service.broker import Broker
 
 RequestKey = tuple["str | None", "int | None"]  # (Idempotency-Key, Idempotency-Floor)
 #: The ASGI ``receive`` of a request whose body was read: what is left to come is

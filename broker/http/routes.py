@@ -45,7 +45,7 @@ from broker.http.route import (
 from broker.model.checks import parse_staged
 from broker.model.columns import plain_rows
 from broker.service import metrics
-from broker.service.coordinator import Broker
+from broker.service.broker import Broker
 from broker.wire import STAGED_CONTENT_TYPE, ItemResult
 
 # -- hot handlers ------------------------------------------------------------------

@@ -26,12 +26,12 @@ import uvicorn
 from broker.gcpause import tune_for_broker_process
 from broker.http.admission import Book
 from broker.http.app import build_app
-from broker.http.bounded import BoundedHttpProtocol, bounded_protocol
+from broker.http.connections import BoundedHttpProtocol, bounded_protocol
 from broker.http.hosts import is_loopback
 from broker.http.peers import TrustedProxies
-from broker.service.coordinator import Broker
+from broker.service.broker import Broker
+from broker.service.config import BrokerConfig
 from broker.service.history import History
-from broker.service.settings import BrokerConfig
 from broker.storage import ObjectStore
 
 log = logging.getLogger("osqueue.server")

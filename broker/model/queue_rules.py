@@ -24,7 +24,7 @@ from broker.model.ops import (
     SetPaused,
     TakeOver,
 )
-from broker.model.state import BrokerRecord, QueueState, Settings
+from broker.model.state import BrokerRecord, QueueSettings, QueueState
 from broker.model.views import list_page, stats
 
 
@@ -69,7 +69,7 @@ def configure(state: QueueState, op: Configure, now_ms: int) -> Result:
     if merged["backoff_base_s"] > merged["backoff_max_s"]:
         raise InvalidRequest(f"backoff_base_s ({merged['backoff_base_s']}) must not exceed "
                              f"backoff_max_s ({merged['backoff_max_s']})")
-    state.settings = Settings(**merged)
+    state.settings = QueueSettings(**merged)
     idempotency.trim(state, now_ms)
     return Result(changed=True)
 

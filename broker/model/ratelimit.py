@@ -115,7 +115,7 @@ class ClaimMeter:
 
 
 class Limits(Protocol):
-    """The settings the gate reads (a :class:`broker.model.state.Settings` has them)."""
+    """The settings the gate reads (a :class:`broker.model.state.QueueSettings` has them)."""
 
     max_claims_per_s: float
     claim_burst: int

@@ -116,7 +116,7 @@ LINEAGE = 32
 
 
 @dataclass(slots=True)
-class Settings:
+class QueueSettings:
     """Per-queue settings, stored in the queue object.
 
     Units are in the names; :data:`broker.limits.SETTING_LIMITS` gives each one's
@@ -144,7 +144,7 @@ class Settings:
     claim_burst: int = 0
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Settings:
+    def from_dict(cls, data: dict[str, Any]) -> QueueSettings:
         """Settings from a dict; unknown names are ignored (an older broker's
         object), bad values raise ``ValueError``."""
         known = {f.name for f in fields(cls)}
@@ -164,7 +164,7 @@ class Settings:
 
 #: Settings written only when not at their default (added after version 4's
 #: first objects: a queue that does not use them keeps its bytes; a broker
-#: from before them ignores them, see ``Settings.from_dict``).
+#: from before them ignores them, see ``QueueSettings.from_dict``).
 OPTIONAL_SETTINGS: dict[str, Any] = {"max_claims_per_s": 0.0, "claim_burst": 0}
 
 
@@ -349,7 +349,7 @@ class QueueState:
     updated_ms: int = 0
     broker: BrokerRecord | None = None
     paused: bool = False
-    settings: Settings = field(default_factory=Settings)
+    settings: QueueSettings = field(default_factory=QueueSettings)
     counters: Counters = field(default_factory=Counters)
     jobs: JobTable = field(default_factory=JobTable)  # by seq, see broker.model.jobtable
     keys: dict[str, KeyEntry] = field(default_factory=dict)

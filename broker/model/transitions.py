@@ -104,7 +104,7 @@ from broker.model.ops import (
     TakeOver,
 )
 from broker.model.segments.claims import attach_refs, claim_merged, purge_pending, reserve
-from broker.model.state import QueueState, Settings
+from broker.model.state import QueueSettings, QueueState
 from broker.wire import ItemResult
 
 __all__ = ["apply", "backoff_ms", "new_state"]
@@ -112,7 +112,7 @@ __all__ = ["apply", "backoff_ms", "new_state"]
 # -- helpers -------------------------------------------------------------------
 
 
-def backoff_ms(settings: Settings, attempts: int) -> int:
+def backoff_ms(settings: QueueSettings, attempts: int) -> int:
     """Delay before retry number ``attempts`` (1-based): base * 2**(attempts-1), capped."""
     delay = settings.backoff_base_s * (2 ** max(0, attempts - 1))
     return round(min(delay, settings.backoff_max_s) * 1000)
@@ -467,6 +467,6 @@ def apply(state: QueueState, op: Op, now_ms: int) -> Result:
     return _HANDLERS[type(op)](state, op, now_ms)
 
 
-def new_state(now_ms: int, settings: Settings | None = None) -> QueueState:
+def new_state(now_ms: int, settings: QueueSettings | None = None) -> QueueState:
     """An empty queue."""
-    return QueueState(updated_ms=now_ms, settings=settings or Settings())
+    return QueueState(updated_ms=now_ms, settings=settings or QueueSettings())

@@ -1,6 +1,6 @@
 """One broker: the queues it serves and everything around their commit loops.
 
-:class:`~broker.service.coordinator.Broker` owns a
+:class:`~broker.service.broker.Broker` owns a
 :class:`~broker.service.served_queue.ServedQueue` per queue it serves (the
 commit loop and its target, the archiver); :mod:`~broker.service.takeover`
 and :mod:`~broker.service.ownership` decide which queues those are;
@@ -9,7 +9,7 @@ and :mod:`~broker.service.ownership` decide which queues those are;
 storage and the leaves; nothing of HTTP.
 """
 
-from broker.service.coordinator import Broker
-from broker.service.settings import BrokerConfig
+from broker.service.broker import Broker
+from broker.service.config import BrokerConfig
 
 __all__ = ["Broker", "BrokerConfig"]

@@ -27,7 +27,7 @@ from broker import paths
 from broker.errors import NotTheBroker, OsqueueError, UnknownQueue
 from broker.model import browse
 from broker.model.ops import Inspect
-from broker.service.coordinator import Broker
+from broker.service.broker import Broker
 from broker.service.history import History
 from broker.service.job_pages import full_browse_page
 

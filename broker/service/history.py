@@ -35,7 +35,7 @@ from typing import Any
 from broker import timefmt
 from broker.errors import OsqueueError
 from broker.model.ops import Inspect
-from broker.service.coordinator import Broker
+from broker.service.broker import Broker
 
 log = logging.getLogger("osqueue.history")
 

@@ -53,7 +53,7 @@ class QueueTarget:
     ``Op`` answering ``Result``."""
 
     def __init__(self, queue: str, broker_id: str, url: str, lease_ms: int,
-                 settings: S.Settings, ownership: Ownership, archiver: Archiver,
+                 settings: S.QueueSettings, ownership: Ownership, archiver: Archiver,
                  where: str, segments: SegmentStore,
                  random_bytes: Callable[[int], bytes] = secrets.token_bytes) -> None:
         self.queue = queue

@@ -8,7 +8,7 @@ Used by pushes and publishes by reference (:mod:`broker.service.by_reference`),
 by the queue's commit target before each batch
 (:meth:`broker.service.queue_target.QueueTarget.prepare`:
 :meth:`SegmentStore.check` and :meth:`SegmentStore.read_window`), and by the
-periodic sweep, with the staging sweep (:meth:`broker.service.coordinator.Broker.sweep_staging`).
+periodic sweep, with the staging sweep (:meth:`broker.service.broker.Broker.sweep_staging`).
 
 Lifecycle, crash-safe:
 

@@ -4,7 +4,7 @@ the event that wakes the long polls waiting for its jobs.
 :class:`ServedQueue` wires them together: the archiver pokes the loop when
 archived jobs may be dropped, and every commit (or due timer) wakes the
 claims waiting for jobs. A broker makes one per queue it loads or serves
-(see :meth:`broker.service.coordinator.Broker.make_queue`).
+(see :meth:`broker.service.broker.Broker.make_queue`).
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class ServedQueue:
     """
 
     def __init__(self, name: str, store: ObjectStore, executor: Executor, *,
-                 broker_id: str, url: str, lease_ms: int, settings: S.Settings,
+                 broker_id: str, url: str, lease_ms: int, settings: S.QueueSettings,
                  ownership: Ownership, clock: Callable[[], int],
                  monotonic: Callable[[], float], commit_timeout_s: float,
                  observe: Callable[[float, int, int], None], segments: SegmentStore) -> None:

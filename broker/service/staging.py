@@ -10,7 +10,7 @@ timed on its own monotonic clock.
 
 :class:`Staging` owns the staging objects and the :class:`StagedCache` of
 chunks checked at stage time; the commit itself is the caller's (the
-:class:`broker.service.coordinator.Broker` hands it a ``commit`` coroutine), so this
+:class:`broker.service.broker.Broker` hands it a ``commit`` coroutine), so this
 module knows nothing of queue ownership or the commit loop.
 """
 
@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, cast
 
@@ -25,7 +27,6 @@ from broker import paths
 from broker.errors import InvalidRequest, NotFound, OsqueueError, shown
 from broker.model.checks import StagedChunk, parse_staged_chunk
 from broker.model.ops import Result
-from broker.service.staged_cache import StagedCache
 from broker.storage import ObjectStore
 from broker.storage.base import ListedKeys
 
@@ -41,6 +42,57 @@ IO = Callable[..., Awaitable[Any]]
 #: ``loads`` reading one chunk to keep (None if it is gone by then), ``missing``
 #: counting chunks to keep that were not found; raises what the push raises.
 Commit = Callable[[list[Callable[[], Awaitable[StagedChunk | None]]], int], Awaitable[Result]]
+
+
+_Entry = tuple[StagedChunk, int, str]  # chunk, bytes, etag
+
+
+class StagedCache:
+    """Staged chunks this broker checked, kept in memory until their publish.
+
+    A Spark write stages its chunks through the broker and publishes them a few
+    seconds later through the same broker, so the publish can take the jobs
+    parsed at stage time instead of reading and parsing every staging object
+    again. A write id may be staged again (through another broker, say), so an
+    entry carries the etag its put returned, and is used only while the object's
+    etag (a cheap ``head``) is still that; the store stays the truth, and a chunk
+    not in the cache (evicted, replaced, or staged through another broker) is
+    read from it. Bounded by ``max_bytes`` (of the chunks' staged lines); the
+    oldest entries go first.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def put(self, key: str, chunk: StagedChunk, size: int, etag: str) -> None:
+        """Keep ``chunk`` (parsed from ``size`` bytes, the object's version
+        ``etag``) for ``key``, evicting the oldest."""
+        if size > self.max_bytes:
+            return
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:  # the same write id staged again: it replaces
+                self._bytes -= old[1]
+            self._entries[key] = (chunk, size, etag)
+            self._bytes += size
+            while self._bytes > self.max_bytes:
+                _, (_, dropped, _) = self._entries.popitem(last=False)
+                self._bytes -= dropped
+
+    def pop(self, key: str) -> tuple[StagedChunk, str] | None:
+        """(chunk, etag) of ``key`` if cached (removing them), else None."""
+        with self._lock:
+            entry = self._entries.pop(key, None)
+            if entry is None:
+                return None
+            self._bytes -= entry[1]
+            return entry[0], entry[2]
+
+    def discard(self, key: str) -> None:
+        self.pop(key)
 
 
 class Staging:

@@ -1,5 +1,5 @@
 """Reads answered from a stored queue object, by a broker that does not serve
-the queue (a read never moves a queue: see :mod:`broker.service.coordinator`).
+the queue (a read never moves a queue: see :mod:`broker.service.broker`).
 
 The served path loads the segment lines a page of jobs shows before the page
 is read (:meth:`broker.service.queue_target.QueueTarget.prepare`); this is the

@@ -13,7 +13,7 @@ through transient storage errors: :mod:`broker.service.startup`) and
 queue it does not serve yet (:meth:`Takeover.admit`).
 
 The queues themselves (their commit loops, archivers and locks) belong to the
-:class:`~broker.service.coordinator.Broker`, reached through :class:`Host`.
+:class:`~broker.service.broker.Broker`, reached through :class:`Host`.
 """
 
 from __future__ import annotations

@@ -61,8 +61,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit
 
 from azure.core import MatchConditions
@@ -78,15 +77,8 @@ from broker.errors import (
     StorageRefused,
     StorageUnavailable,
 )
-from broker.storage.base import (
-    Data,
-    ObjectStore,
-    Versioned,
-    as_bytes,
-    check_object_path,
-    prefixed,
-    sdk_call,
-)
+from broker.storage.base import Data, Versioned, as_bytes
+from broker.storage.cloud import CloudStore
 from broker.storage.urlopts import (
     DEFAULT_RETRIES,
     DEFAULT_TIMEOUT_S,
@@ -94,8 +86,6 @@ from broker.storage.urlopts import (
     query_options,
     shown_url,
 )
-
-T = TypeVar("T")
 
 #: Largest object written (and read) in one request (bytes): 256 MiB.
 MAX_SINGLE_PUT = 256 * 1024 * 1024
@@ -191,7 +181,7 @@ def _shown_endpoint(url: str) -> str:
     return f"{parts.scheme}://{host}{parts.path}".rstrip("/")
 
 
-class AzureStore(ObjectStore):
+class AzureStore(CloudStore):
     """Objects under ``az://container/prefix`` in one storage account.
 
     ``account_url`` is the Blob endpoint (``https://ACCOUNT.blob.core.windows.net``
@@ -206,6 +196,7 @@ class AzureStore(ObjectStore):
 
     etags_differ_on_same_bytes = True  # a new ETag per write, whatever the bytes
     shared_across_processes = True
+    failures = (AzureError,)
 
     def __init__(
         self,
@@ -220,13 +211,10 @@ class AzureStore(ObjectStore):
         client: Any | None = None,
     ) -> None:
         self.container = container
-        self.prefix = check_object_path(prefix.strip("/"))
-        self.retries = max(1, retries)
-        self.timeout_s = timeout_s
         options: dict[str, Any] = {
             "connection_timeout": timeout_s,
             "read_timeout": timeout_s,
-            "retry_total": 0,  # tenacity does the retrying (see _call)
+            "retry_total": 0,  # tenacity does the retrying (CloudStore._call)
             "max_single_put_size": MAX_SINGLE_PUT,
             "max_single_get_size": MAX_SINGLE_PUT,
         }
@@ -249,16 +237,11 @@ class AzureStore(ObjectStore):
         self._client = client
         endpoint = _shown_endpoint(str(getattr(client, "url", "") or account_url or ""))
         endpoint = endpoint.removesuffix(f"/{container}")
-        self._where = f"az://{container}"
-        self.url = f"az://{container}/{self.prefix}".rstrip("/") + (
-            f" at {endpoint}" if endpoint else "")
+        super().__init__("az", container, prefix, retries=retries, timeout_s=timeout_s,
+                         endpoint=endpoint or None)
 
-    def _key(self, key: str) -> str:
-        return prefixed(self.prefix, key)  # (keys are checked by ObjectStore)
-
-    def _call(self, key: str, fn: Callable[[], T]) -> T:
-        return sdk_call(fn, (AzureError,), lambda exc: _classify(exc, key, self._where),
-                        self.retries)
+    def _error(self, exc: Exception, key: str) -> StorageError:
+        return _classify(exc, key, self.where)
 
     def _blob(self, key: str) -> Any:
         return self._client.get_blob_client(self._key(key))
@@ -308,16 +291,11 @@ class AzureStore(ObjectStore):
         resp = self._call(key, lambda: self._blob(key).upload_blob(data, overwrite=True))
         return str(resp["etag"])
 
-    def get(self, key: str) -> bytes:
-        return self.read(key).data
-
     def list(self, prefix: str) -> list[str]:
         full = self._key(prefix)
-        strip = len(self._key(""))
 
         def go() -> list[str]:
-            names = self._client.list_blob_names(name_starts_with=full or None)
-            return sorted(name[strip:] for name in names)
+            return self._names(self._client.list_blob_names(name_starts_with=full or None))
 
         return self._call(prefix, go)
 

@@ -78,15 +78,8 @@ from broker.errors import (
     StorageUnavailable,
     UnsafeStore,
 )
-from broker.storage.base import (
-    Data,
-    ObjectStore,
-    Versioned,
-    as_bytes,
-    check_object_path,
-    prefixed,
-    sdk_call,
-)
+from broker.storage.base import Data, Versioned, as_bytes
+from broker.storage.cloud import CloudStore
 from broker.storage.urlopts import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
 
 T = TypeVar("T")
@@ -187,7 +180,7 @@ def _endpoint(endpoint_url: str | None) -> tuple[str | None, bool]:
     return None, False
 
 
-class GCSStore(ObjectStore):
+class GCSStore(CloudStore):
     """Objects under ``gs://bucket/prefix``.
 
     ``endpoint_url`` replaces Google's endpoint (otherwise ``STORAGE_EMULATOR_HOST``
@@ -200,6 +193,7 @@ class GCSStore(ObjectStore):
 
     etags_differ_on_same_bytes = True  # generations never repeat
     shared_across_processes = True
+    failures = _FAILURES
 
     def __init__(
         self,
@@ -212,16 +206,13 @@ class GCSStore(ObjectStore):
         credentials: Credentials | None = None,
     ) -> None:
         self.bucket = bucket
-        self.prefix = check_object_path(prefix.strip("/"))
         endpoint, anonymous = _endpoint(endpoint_url)
         where = urlsplit(endpoint or "")
         #: The endpoint the client talks to (None: Google's), without any user info.
         self.endpoint = (f"{where.scheme}://{where.netloc.rpartition('@')[2]}"
                          if endpoint else None)
-        shown = f" at {where.netloc.rpartition('@')[2]}" if endpoint else ""
-        self.url = f"gs://{bucket}/{self.prefix}".rstrip("/") + shown
-        self.retries = max(1, retries)
-        self.timeout_s = timeout_s
+        super().__init__("gs", bucket, prefix, retries=retries, timeout_s=timeout_s,
+                         endpoint=where.netloc.rpartition("@")[2] if endpoint else None)
         project: str | None = None
         if credentials is None:
             if anonymous:
@@ -249,7 +240,8 @@ class GCSStore(ObjectStore):
         return f"GCSStore({self.url!r})"
 
     def self_test(self) -> None:
-        """:meth:`ObjectStore.self_test`, its refusal naming what GCS must honour."""
+        """:meth:`~broker.storage.base.ObjectStore.self_test`, its refusal naming what GCS
+        must honour."""
         try:
             super().self_test()
         except UnsafeStore as exc:
@@ -259,12 +251,8 @@ class GCSStore(ObjectStore):
                 "PyPI gcp-storage-emulator does not); use real GCS or a server that enforces "
                 "generation preconditions") from None
 
-    def _key(self, key: str) -> str:
-        return prefixed(self.prefix, key)
-
-    def _call(self, key: str, fn: Callable[[], T]) -> T:
-        return sdk_call(fn, _FAILURES, lambda exc: _classify(exc, key, self.bucket),
-                        self.retries)
+    def _error(self, exc: Exception, key: str) -> StorageError:
+        return _classify(exc, key, self.bucket)
 
     def _not_found(self, key: str) -> NotFound | StorageRefused:
         """``NotFound`` for ``key``, or ``StorageRefused`` if the bucket is what is missing."""
@@ -333,17 +321,13 @@ class GCSStore(ObjectStore):
     def put(self, key: str, data: bytes) -> str:
         return self._upload(key, data, None, "application/octet-stream")
 
-    def get(self, key: str) -> bytes:
-        return self.read(key).data
-
     def list(self, prefix: str) -> list[str]:
         full = self._key(prefix)
-        strip = len(self._key(""))
 
         def go() -> list[str]:
             blobs = self._client.list_blobs(self._bucket, prefix=full, timeout=self.timeout_s,
                                             retry=None, fields="items(name),nextPageToken")
-            return sorted(blob.name[strip:] for blob in blobs)
+            return self._names(blob.name for blob in blobs)
 
         return self._missing_bucket(prefix, go)
 

@@ -28,8 +28,7 @@ never a credential.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import boto3
 from botocore.config import Config
@@ -48,19 +47,9 @@ from broker.errors import (
     StorageRefused,
     StorageUnavailable,
 )
-from broker.storage.base import (
-    Data,
-    ObjectStore,
-    Versioned,
-    as_bytes,
-    check_object_path,
-    prefixed,
-    sdk_call,
-)
+from broker.storage.base import Data, Versioned, as_bytes
+from broker.storage.cloud import CloudStore
 from broker.storage.urlopts import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
-
-T = TypeVar("T")
-
 
 _THROTTLE_CODES = frozenset(
     {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "InternalError",
@@ -111,7 +100,7 @@ def _classify(exc: Exception, key: str, bucket: str = "") -> StorageError:
     return StorageUnavailable(f"S3 request for {key!r} failed: {type(exc).__name__}")
 
 
-class S3Store(ObjectStore):
+class S3Store(CloudStore):
     """Objects under ``s3://bucket/prefix``.
 
     ``retries`` is the number of attempts per call (at least 1) for transient
@@ -123,6 +112,7 @@ class S3Store(ObjectStore):
 
     etags_differ_on_same_bytes = False  # the MD5 of the bytes
     shared_across_processes = True
+    failures = (ClientError, BotoCoreError)
 
     def __init__(
         self,
@@ -136,12 +126,9 @@ class S3Store(ObjectStore):
         client: Any | None = None,
     ) -> None:
         self.bucket = bucket
-        self.prefix = check_object_path(prefix.strip("/"))
         endpoint_url = endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None
-        shown = f" at {endpoint_url.split('@')[-1]}" if endpoint_url else ""
-        self.url = f"s3://{bucket}/{self.prefix}".rstrip("/") + shown
-        self.retries = max(1, retries)
-        self.timeout_s = timeout_s
+        super().__init__("s3", bucket, prefix, retries=retries, timeout_s=timeout_s,
+                         endpoint=endpoint_url.split("@")[-1] if endpoint_url else None)
         if client is None:
             region = region_name or os.environ.get("AWS_REGION") or os.environ.get(
                 "AWS_DEFAULT_REGION") or "us-east-1"
@@ -167,12 +154,8 @@ class S3Store(ObjectStore):
                 ) from None
         self._client = client
 
-    def _key(self, key: str) -> str:
-        return prefixed(self.prefix, key)
-
-    def _call(self, key: str, fn: Callable[[], T]) -> T:
-        return sdk_call(fn, (ClientError, BotoCoreError),
-                        lambda exc: _classify(exc, key, self.bucket), self.retries)
+    def _error(self, exc: Exception, key: str) -> StorageError:
+        return _classify(exc, key, self.bucket)
 
     # -- CAS objects -----------------------------------------------------
     def read(self, key: str) -> Versioned:
@@ -244,19 +227,13 @@ class S3Store(ObjectStore):
             Bucket=self.bucket, Key=self._key(key), Body=data))
         return str(resp["ETag"])
 
-    def get(self, key: str) -> bytes:
-        return self.read(key).data
-
     def list(self, prefix: str) -> list[str]:
         full = self._key(prefix)
-        strip = len(self._key(""))
 
         def go() -> list[str]:
-            keys: list[str] = []
             paginator = self._client.get_paginator("list_objects_v2")
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=full):
-                keys.extend(obj["Key"][strip:] for obj in page.get("Contents", []))
-            return sorted(keys)
+            return self._names(obj["Key"] for page in paginator.paginate(
+                Bucket=self.bucket, Prefix=full) for obj in page.get("Contents", []))
 
         return self._call(prefix, go)
 

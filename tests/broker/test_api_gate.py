@@ -28,7 +28,7 @@ from broker.http import schemas
 from broker.http.app import App, build_app
 from broker.http.gate import KNOWN_HOSTS, LOG_EVERY_S, Gate
 from broker.http.hosts import host_name, is_loopback
-from broker.service.coordinator import Broker
+from broker.service.broker import Broker
 from broker.storage import MemoryStore, ObjectStore
 from broker.wire import STAGED_CONTENT_TYPE
 from tests.support.asgi import call

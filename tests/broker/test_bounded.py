@@ -1,4 +1,4 @@
-"""Slow and greedy clients against a real server on real sockets (broker.http.bounded).
+"""Slow and greedy clients against a real server on real sockets (broker.http.connections).
 
 Each test starts a broker (file store, in a thread) with small bounds and
 waits for the server to close the socket: ``recv`` returning ``b""`` is the
@@ -17,7 +17,7 @@ import pytest
 
 from broker.http.server import BrokerServer
 from broker.limits import MAX_HEADER_BYTES
-from broker.service.settings import BrokerConfig
+from broker.service.config import BrokerConfig
 from broker.storage import FileStore
 from tests.support.broker_process import eventually
 

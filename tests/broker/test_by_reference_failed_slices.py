@@ -26,8 +26,8 @@ import pytest
 
 from broker.errors import StorageRefused
 from broker.model.format.segment_format import MAX_SEGMENT_JOBS
+from broker.service.broker import Broker
 from broker.service.by_reference import _Writer
-from broker.service.coordinator import Broker
 from broker.storage.files import FileStore
 from tests.support.faults import REFUSED, Clock, FaultyStore
 from tests.support.inprocess import (

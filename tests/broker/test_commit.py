@@ -16,8 +16,8 @@ from broker.commit.loop import CommitLoop
 from broker.errors import InvalidRequest, OsqueueError, StorageUnavailable
 from broker.model.format.decode import decode_state
 from broker.model.ops import NewJob, Push
-from broker.service.coordinator import Broker
-from broker.service.settings import BrokerConfig
+from broker.service.broker import Broker
+from broker.service.config import BrokerConfig
 from broker.storage import FileStore, MemoryStore
 from tests.support.direct import DirectQueue
 

@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from broker import cli
-from broker.config import BrokerSettings, problems
+from broker.flags import BrokerFlags, problems
 
 TOKEN = "very-s3cret-token-value"
 
@@ -20,8 +20,8 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
 
 
-def settings(*argv: str) -> BrokerSettings:
-    return BrokerSettings.load(vars(cli.build_parser().parse_args(list(argv))))
+def settings(*argv: str) -> BrokerFlags:
+    return BrokerFlags.load(vars(cli.build_parser().parse_args(list(argv))))
 
 
 def test_a_variable_sets_a_value(monkeypatch: pytest.MonkeyPatch) -> None:

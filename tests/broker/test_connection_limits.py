@@ -1,5 +1,5 @@
 """Idle or slow connections from one address cannot starve other clients
-(broker.http.admission, broker.http.bounded), on real sockets.
+(broker.http.admission, broker.http.connections), on real sockets.
 
 The attacker is ``127.0.0.2`` (a socket bound there before it connects; Linux
 routes all of 127/8 to loopback), the worker ``127.0.0.1``. The acceptance
@@ -21,7 +21,7 @@ import pytest
 from broker import paths
 from broker.http.server import BrokerServer
 from broker.limits import BUSY_FIRST_BYTE_S
-from broker.service.settings import BrokerConfig
+from broker.service.config import BrokerConfig
 from broker.storage import FileStore
 from tests.support.broker_process import BrokerProcess, eventually
 from tests.support.sockets import (

@@ -13,7 +13,7 @@ import random
 import pytest
 
 from broker.model.ops import FailItem
-from broker.service.coordinator import Broker
+from broker.service.broker import Broker
 from broker.service.dashboard import Dashboard
 from broker.service.history import History
 from broker.storage import MemoryStore

@@ -68,7 +68,7 @@ TRICKY = [
 
 def _pushed(payloads: list[bytes], now: int = NOW, first_seq: int = 1,
             max_attempts: int = 3) -> S.QueueState:
-    state = new_queue(now, S.Settings(max_attempts=max_attempts))
+    state = new_queue(now, S.QueueSettings(max_attempts=max_attempts))
     state.counters.enqueued = first_seq - 1
     T.apply(state, PushPayloads(tuple(payloads)), now)
     return state

@@ -17,7 +17,7 @@ from broker.errors import InvalidRequest
 from broker.model import transitions as T
 from broker.model.ops import Claim, Configure, NewJob, PushPayloads
 from broker.model.ratelimit import ClaimGate, ClaimMeter, TokenBucket, effective_burst
-from broker.model.state import Settings
+from broker.model.state import QueueSettings
 from broker.model.views import next_wakeup_ms, stats
 from broker.storage import FileStore
 from tests.support.faults import Clock
@@ -89,7 +89,7 @@ def test_a_bucket_starts_full_and_refills_at_its_rate_up_to_its_burst() -> None:
 
 
 def test_the_gate_follows_its_settings() -> None:
-    settings = Settings()
+    settings = QueueSettings()
     gate = ClaimGate()
     assert gate.cap(settings, 50, T0) == 50 and gate.wakeup_ms(settings, T0) is None
     settings.max_claims_per_s, settings.claim_burst = 10.0, 4
@@ -125,7 +125,7 @@ def test_bad_rate_settings_are_refused_and_change_nothing(name: str, value: obje
     state = new_queue(T0)
     with pytest.raises(InvalidRequest, match=name):
         T.apply(state, Configure({name: value}), T0)
-    assert state.settings == Settings()
+    assert state.settings == QueueSettings()
 
 
 def test_claims_in_the_model_get_fewer_jobs_or_none_and_a_timer_for_the_next_token() -> None:

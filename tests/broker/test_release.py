@@ -20,7 +20,7 @@ from broker.model.ops import (
     Reclaim,
     Release,
 )
-from broker.model.state import Settings
+from broker.model.state import QueueSettings
 from tests.support.states import committed, new_queue, queue_of
 
 NOW = 1_767_225_600_000
@@ -57,7 +57,7 @@ def test_a_released_token_is_stale_for_complete_fail_and_heartbeat() -> None:
 def test_release_on_the_last_attempt_keeps_the_job_alive() -> None:
     """A job on its one allowed attempt, released, can be claimed again (a lease
     that expired there would have made it dead)."""
-    state = new_queue(NOW, Settings(max_attempts=1))
+    state = new_queue(NOW, QueueSettings(max_attempts=1))
     T.apply(state, PushPayloads((b"1",)), NOW)
     token = T.apply(state, Claim("gone", 1, 600_000), NOW).jobs[0].token
     T.apply(state, Release((token,)), NOW + 1)

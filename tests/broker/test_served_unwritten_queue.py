@@ -17,7 +17,7 @@ import pytest
 from broker import paths
 from broker.errors import NotTheBroker, PayloadTooLarge, UnknownQueue
 from broker.model.ops import CompleteItem, NewJob
-from broker.service.coordinator import Broker
+from broker.service.broker import Broker
 from broker.storage import FileStore
 from tests.support.faults import Clock
 from tests.support.inprocess import archive_lines, crash, run, started, stored

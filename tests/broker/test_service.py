@@ -1,4 +1,4 @@
-"""The broker service (broker/service/coordinator.py) in-process: one commit loop per queue
+"""The broker service (broker/service/broker.py) in-process: one commit loop per queue
 whatever the order of a watch round and a caller's first read, reads that show
 committed jobs only, and operations on a queue that does not exist creating
 nothing."""

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from broker.model.checks import StagedChunk
 from broker.model.ops import NewJob
-from broker.service.staged_cache import StagedCache
+from broker.service.staging import StagedCache
 from osqueue_spark import QueueClient, start_broker
 
 

@@ -27,8 +27,8 @@ from broker.errors import (
 )
 from broker.model.format.decode import decode_state
 from broker.model.ops import NewJob
-from broker.service.coordinator import Broker
-from broker.service.settings import BrokerConfig
+from broker.service.broker import Broker
+from broker.service.config import BrokerConfig
 from broker.storage import Data, FileStore, ObjectStore, as_bytes
 from tests.support.faults import LOST_REPLY, NOT_LANDED, REFUSED, FaultyStore
 from tests.support.inprocess import run, started
@@ -283,13 +283,13 @@ def test_the_start_up_time_comes_from_its_flag_or_variable(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from broker.cli import main
-    from broker.config import BrokerSettings
+    from broker.flags import BrokerFlags
 
     store = f"file://{tmp_path}"
-    assert BrokerSettings.load({"store": store}).broker_config().startup_timeout_s == 60
+    assert BrokerFlags.load({"store": store}).broker_config().startup_timeout_s == 60
     monkeypatch.setenv("OSQUEUE_STARTUP_TIMEOUT_S", "7.5")
-    assert BrokerSettings.load({"store": store}).broker_config().startup_timeout_s == 7.5
-    assert BrokerSettings.load({"store": store, "startup_timeout_s": "0"}
+    assert BrokerFlags.load({"store": store}).broker_config().startup_timeout_s == 7.5
+    assert BrokerFlags.load({"store": store, "startup_timeout_s": "0"}
                                ).broker_config().startup_timeout_s == 0
     assert main(["--store", store, "--startup-timeout-s", "-1"]) == 2
     assert capsys.readouterr().err.strip() == (

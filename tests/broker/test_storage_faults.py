@@ -23,7 +23,8 @@ from broker.errors import Conflict, NotFound, StorageRefused, StorageUnavailable
 from broker.storage import FileStore, S3Store, Versioned
 from broker.storage import files as files_module
 from tests.support.faultproxy import FaultConfig, FaultProxy
-from tests.support.motoserver import MotoServer, free_port
+from tests.support.motoserver import MotoServer
+from tests.support.serving import free_port
 
 KEY = "q/queue.json"
 

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from broker.errors import StorageRefused, StorageUnavailable
-from broker.service.coordinator import Broker
-from broker.service.settings import BrokerConfig
+from broker.service.broker import Broker
+from broker.service.config import BrokerConfig
 from broker.storage import FileStore
 from broker.storage import files as files_module
 from tests.support.inprocess import run

@@ -283,7 +283,7 @@ def test_bad_gs_urls_are_refused(url: str, named: str) -> None:
 
 
 def test_the_core_does_not_import_the_gcs_client() -> None:
-    code = ("import sys, broker.storage, broker.service.coordinator; "
+    code = ("import sys, broker.storage, broker.service.broker; "
             "print(sorted(m for m in sys.modules if m.startswith('google.cloud')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=Path(__file__).resolve().parents[2])

@@ -1,10 +1,10 @@
-"""broker.text: control characters escaped for terminals; docstrings as plain help text."""
+"""broker.display: control characters escaped for terminals; docstrings as plain help text."""
 
 from __future__ import annotations
 
 import pytest
 
-from broker.text import plain, printable
+from broker.display import plain, printable
 
 
 @pytest.mark.parametrize(("raw", "shown"), [

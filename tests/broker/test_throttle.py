@@ -22,7 +22,7 @@ from broker.errors import TooManyRequests
 from broker.http.app import App, build_app
 from broker.http.server import BrokerServer
 from broker.http.throttle import Guard, Tally, Throttle
-from broker.service.settings import BrokerConfig
+from broker.service.config import BrokerConfig
 from broker.storage import FileStore, MemoryStore, ObjectStore
 from osqueue_spark import QueueClient
 from tests.support.asgi import call

@@ -16,10 +16,10 @@ from urllib.parse import urlencode
 import pytest
 
 from broker import cli
-from broker.config import BrokerSettings
+from broker.flags import BrokerFlags
 from broker.http.peers import TrustedProxies, address_key
 from broker.http.server import BrokerServer
-from broker.service.settings import BrokerConfig
+from broker.service.config import BrokerConfig
 from broker.storage import FileStore
 from tests.support.broker_process import eventually
 from tests.support.sockets import GIVE_UP_S, Answer, ask, connect, request_bytes, until_closed
@@ -118,8 +118,8 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
 
 
-def settings(*argv: str) -> BrokerSettings:
-    return BrokerSettings.load(vars(cli.build_parser().parse_args(list(argv))))
+def settings(*argv: str) -> BrokerFlags:
+    return BrokerFlags.load(vars(cli.build_parser().parse_args(list(argv))))
 
 
 @pytest.mark.usefixtures("clean_env")

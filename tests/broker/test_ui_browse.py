@@ -28,7 +28,7 @@ from broker.model.ops import (
     NewJob,
     Push,
 )
-from broker.model.state import QueueState, Settings
+from broker.model.state import QueueSettings, QueueState
 from broker.model.views import stats
 from broker.service.dashboard import Dashboard
 from broker.service.history import History
@@ -43,7 +43,7 @@ def mixed(n: int, seed: int) -> QueueState:
     """``n`` bulk-pushed jobs, some claimed, some dead, some completed, some gone
     (runs of gaps longer than PROBE included)."""
     rng = random.Random(seed)
-    state = new_queue(NOW, Settings(max_attempts=1))
+    state = new_queue(NOW, QueueSettings(max_attempts=1))
     T.apply(state, T.PushPayloads(tuple(b"%d" % i for i in range(n))), NOW)
     claimed = T.apply(state, Claim("w", n // 3, 60_000), NOW + 1).jobs
     tokens = list(claimed.tokens)

@@ -22,7 +22,7 @@ import pytest
 
 from broker.http.app import App, build_app
 from broker.model.ops import CompleteItem, FailItem
-from broker.service.coordinator import Broker
+from broker.service.broker import Broker
 from broker.storage import MemoryStore, ObjectStore
 from tests.broker.test_ui_gate import TOKEN, URL, csrf, login, post, snapshot, told
 from tests.support.asgi import call

@@ -1,6 +1,6 @@
 """What the dashboard shows of text anyone can write (job keys, worker names,
 errors, payloads, a store's broker URL) has its control characters escaped
-(broker.text.printable, the command-line tools' rule): no NUL, escape sequence or
+(broker.display.printable, the command-line tools' rule): no NUL, escape sequence or
 bidi override reaches the page raw; an error's or a payload's line breaks stay.
 Through the broker's ASGI app in process, over a memory store."""
 

@@ -20,7 +20,7 @@ import pytest
 
 from broker.http.app import App, build_app
 from broker.model.ops import FailItem
-from broker.service.coordinator import Broker
+from broker.service.broker import Broker
 from broker.storage import MemoryStore, ObjectStore
 from tests.support.asgi import call
 from tests.support.inprocess import run, started

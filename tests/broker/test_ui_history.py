@@ -8,7 +8,7 @@ import sys
 from typing import Any, cast
 
 from broker.model.ops import CompleteItem, FailItem
-from broker.service.coordinator import Broker
+from broker.service.broker import Broker
 from broker.service.history import History
 from broker.storage import MemoryStore
 from tests.support.inprocess import run, started

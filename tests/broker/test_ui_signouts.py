@@ -25,7 +25,7 @@ from broker.errors import CorruptState, StorageUnavailable
 from broker.http.app import App, build_app
 from broker.http.ui.auth import Sessions
 from broker.service import signouts
-from broker.service.coordinator import Broker
+from broker.service.broker import Broker
 from broker.service.signouts import (
     SignedOut,
     SignOuts,

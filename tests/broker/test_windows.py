@@ -24,7 +24,7 @@ def test_a_replayed_stream_batch_inside_the_documented_window_adds_nothing() -> 
     and adds nothing. Publish keys were once bounded by a hard-coded 20,000,
     whatever dedup_keys said."""
     now = 1_800_000_000_000
-    st = new_queue(now, S.Settings(dedup_keys=1_000_000))  # 24 h TTL, 1M keys
+    st = new_queue(now, S.QueueSettings(dedup_keys=1_000_000))  # 24 h TTL, 1M keys
     mine = "stream:0123456789abcdef:q-3f1c:41"
     first = T.apply(st, push_of([b'{"order": 1}', b'{"order": 2}'], once=mine), now)
     assert len(first.ids) == 2

@@ -25,7 +25,7 @@ from broker.storage import ObjectStore, store_from_url
 from osqueue_spark import QueueClient, start_broker
 from osqueue_spark.datasource.options import StreamReadOptions
 from osqueue_spark.datasource.stream_reader import QueueStreamReader, rows_allowed
-from tests.support.motoserver import free_port
+from tests.support.serving import free_port
 
 
 @pytest.fixture(scope="module")

@@ -40,7 +40,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tests.support.motoserver import StopSignals, free_port
+from tests.support.serving import StopSignals, free_port
 
 #: The Azurite release the Makefile installs (npm, pinned).
 AZURITE_VERSION = "3.37.0"

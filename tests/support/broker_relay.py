@@ -19,6 +19,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
+from tests.support.serving import ThreadedServer
+
 #: Headers that describe one hop, not the message (never forwarded as they are).
 _HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "te",
                   "trailer", "upgrade", "proxy-connection"})
@@ -91,15 +93,14 @@ class BrokerRelay:
         self.lost_status: int | None = None
         self.lost_at: float | None = None  # time.monotonic() of the loss
         self._stopped = False
-        self._server = self._listen(0)
-        self.port = int(self._server.server_address[1])
+        self._serving = self._listen(0)
+        self.port = self._serving.port
         self.url = f"http://127.0.0.1:{self.port}"
 
-    def _listen(self, port: int) -> _Server:
+    def _listen(self, port: int) -> ThreadedServer:
         server = _Server(("127.0.0.1", port), _Handler)
         server.relay = self
-        threading.Thread(target=server.serve_forever, name=f"relay-{port}", daemon=True).start()
-        return server
+        return ThreadedServer(server, f"relay-{port}").start()
 
     def cut_next(self, method: str, path_end: str, down_s: float) -> None:
         with self._lock:
@@ -118,9 +119,7 @@ class BrokerRelay:
     def lose(self, conn: socket.socket, status: int, down_s: float) -> None:
         """Stop listening, drop ``conn`` unanswered, listen again after ``down_s``."""
         with self._lock:
-            old = self._server
-            old.shutdown()  # (from this handler's thread: serve_forever runs in another)
-            old.server_close()  # refused from now on
+            self._serving.stop()  # refused from now on (stopped from this handler's thread)
             self.lost_status, self.lost_at = status, time.monotonic()
         try:
             conn.shutdown(socket.SHUT_RDWR)
@@ -133,14 +132,13 @@ class BrokerRelay:
         with self._lock:
             if self._stopped:
                 return
-            self._server = self._listen(self.port)
+            self._serving = self._listen(self.port)
         self.back.set()
 
     def stop(self) -> None:
         with self._lock:
             self._stopped = True
-            self._server.shutdown()
-            self._server.server_close()
+            self._serving.stop()
 
     def __enter__(self) -> BrokerRelay:
         return self

@@ -28,7 +28,7 @@ import threading
 import time
 from typing import Any
 
-from tests.support.motoserver import free_port
+from tests.support.serving import free_port
 
 READY = "connectserver ready on "
 

@@ -61,7 +61,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-from tests.support.motoserver import StopSignals
+from tests.support.serving import StopSignals, ThreadedServer
 
 #: Largest page a list request gets (GCS: 1000).
 MAX_PAGE = 1000
@@ -423,27 +423,15 @@ class _Server(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
-class GCSServer:
+class GCSServer(ThreadedServer):
     """The test server on a thread of this process (``port=0``: a free port)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *,
                  ignore_preconditions: bool = False, max_page: int = MAX_PAGE,
                  access_log: bool = False) -> None:
         self.state = GCSState(ignore_preconditions=ignore_preconditions, max_page=max_page)
-        self._server = _Server((host, port), self.state, access_log)
-        self.port = int(self._server.server_port)
+        super().__init__(_Server((host, port), self.state, access_log), "gcsserver")
         self.endpoint = f"http://{host}:{self.port}"
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        name="gcsserver", daemon=True)
-
-    def start(self) -> GCSServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._thread.join(timeout=10)
-        self._server.server_close()
 
     def create_bucket(self, name: str) -> None:
         self.state.create_bucket(name)
@@ -453,12 +441,6 @@ class GCSServer:
         the last step of a resumable upload) with these statuses, changing nothing (tests)."""
         with self.state.lock:
             self.state.faults.extend((status, method) for status in statuses)
-
-    def __enter__(self) -> GCSServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,8 +13,8 @@ from broker import paths, timefmt
 from broker.model import state as S
 from broker.model.format import archive, segment_format
 from broker.model.format.decode import decode_state
-from broker.service.coordinator import Broker
-from broker.service.settings import BrokerConfig
+from broker.service.broker import Broker
+from broker.service.config import BrokerConfig
 from broker.storage import ObjectStore
 from tests.support.faults import Clock
 

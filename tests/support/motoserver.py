@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import socket
 import sys
-import threading
-from types import FrameType
+
+from tests.support.serving import StopSignals, ThreadedServer
 
 DEFAULT_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -32,38 +30,13 @@ DEFAULT_CREDENTIALS = {
 }
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free on ``host`` a moment ago (the kernel's pick)."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
 def set_default_credentials() -> None:
     """Fake AWS credentials and region for moto, unless the environment has some."""
     for name, value in DEFAULT_CREDENTIALS.items():
         os.environ.setdefault(name, value)
 
 
-class StopSignals:
-    """SIGTERM and SIGINT handlers, installed when made (in the main thread, before
-    the server starts, so that no early signal is missed); :meth:`wait` blocks until
-    one of them arrives. The serve-until-signalled loop of the servers' scripts."""
-
-    def __init__(self) -> None:
-        self._stop = threading.Event()
-        signal.signal(signal.SIGTERM, self._on_signal)
-        signal.signal(signal.SIGINT, self._on_signal)
-
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self._stop.set()
-
-    def wait(self) -> None:
-        while not self._stop.wait(1.0):  # a timeout keeps the main thread taking signals
-            pass
-
-
-class MotoServer:
+class MotoServer(ThreadedServer):
     """moto's S3 app served by a NON-threaded werkzeug server.
 
     moto checks If-Match without holding a lock, so a threaded server lets two
@@ -80,32 +53,13 @@ class MotoServer:
         from werkzeug.serving import make_server
 
         app = DomainDispatcherApplication(create_backend_app)
-        self._server = make_server(
-            host, port, app, threaded=False, request_handler=MotoRequestHandler
-        )
-        self.port = int(self._server.server_port)
+        super().__init__(make_server(host, port, app, threaded=False,
+                                     request_handler=MotoRequestHandler), "motoserver")
         self.endpoint = f"http://{host}:{self.port}"
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                         name="motoserver", daemon=True)
-
-    def start(self) -> MotoServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._thread.join(timeout=10)
-        self._server.server_close()
 
     def create_bucket(self, name: str) -> None:
         """Create a bucket (region us-east-1) on this server."""
         create_bucket(self.endpoint, name)
-
-    def __enter__(self) -> MotoServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def create_bucket(endpoint: str, name: str) -> None:

@@ -8,14 +8,14 @@ from broker.model import transitions as T
 from broker.model.format import codec
 from broker.model.format.decode import decode_state
 from broker.model.ops import PushPayloads
-from broker.model.state import QueueState, Settings
+from broker.model.state import QueueSettings, QueueState
 
 #: The pure tests' queue name and token key (any 32 bytes do; a broker draws them).
 QUEUE = "q"
 KEY = bytes(range(32))
 
 
-def new_queue(now: int = 0, settings: Settings | None = None, queue: str = QUEUE,
+def new_queue(now: int = 0, settings: QueueSettings | None = None, queue: str = QUEUE,
               key: bytes = KEY) -> QueueState:
     """An empty queue, as a broker makes one: bound to its token key."""
     state = T.new_state(now, settings)

@@ -14,7 +14,7 @@ from broker.http.throttle import Guard
 from broker.http.ui import actions, pages
 from broker.http.ui.app import Page, Ui
 from broker.http.ui.auth import SESSION_TTL_S
-from broker.service.coordinator import Broker
+from broker.service.broker import Broker
 from broker.service.dashboard import Dashboard
 from broker.service.history import History
 from broker.service.signouts import SignOuts

@@ -2,7 +2,7 @@
 signing in and out.
 
 Each action calls the broker operation the HTTP API's route calls
-(:class:`~broker.service.coordinator.Broker`'s ``redrive``, ``purge``, ``cancel``
+(:class:`~broker.service.broker.Broker`'s ``redrive``, ``purge``, ``cancel``
 and ``set_paused``), with the form's one-off idempotency key where the
 API takes one (a form sent twice is answered what the first one was; a cancel
 takes none, and needs none: cancelling again changes nothing), logs one line
@@ -117,7 +117,7 @@ async def purge(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Respo
 async def cancel(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:
     """Cancel the jobs the form names (``ids``): a pending or delayed job is
     cancelled, a claimed one marked (see
-    :meth:`~broker.service.coordinator.Broker.cancel`); the redirect counts the
+    :meth:`~broker.service.broker.Broker.cancel`); the redirect counts the
     answers by status, which the page tells in words."""
     queue = request.path_params["queue"]
     ids = _ids(form, "cancel")

@@ -37,6 +37,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route, Router
 
 from broker import timefmt
+from broker.display import printable
 from broker.errors import OsqueueError, shown
 from broker.http.bounded import Quiet
 from broker.http.hosts import host_name, is_loopback
@@ -49,10 +50,9 @@ from broker.http.ui.auth import (
     same_origin,
     session_id,
 )
-from broker.service.coordinator import Broker
+from broker.service.broker import Broker
 from broker.service.dashboard import Dashboard
 from broker.service.signouts import CHECK_EVERY_S, SignOuts, session_key
-from broker.text import printable
 
 log = logging.getLogger("osqueue.ui")
 
@@ -213,7 +213,7 @@ def web_url(value: str | None) -> str:
 
 def shown_text(value: Any) -> Any:
     """What a template prints of ``value``: a string with its control characters
-    (NUL, escape sequences, bidi overrides: :func:`broker.text.printable`) written
+    (NUL, escape sequences, bidi overrides: :func:`broker.display.printable`) written
     as visible escapes, then HTML-escaped by Jinja; HTML the templates made
     (``Markup``) as it is. Job keys, worker names, errors, payloads, settings and
     a store's broker URLs are anyone's text: none is shown raw."""

@@ -51,9 +51,9 @@ from broker.model.state import (
     BrokerRecord,
     Counters,
     KeyEntry,
+    QueueSettings,
     QueueState,
     SegmentRef,
-    Settings,
 )
 from broker.model.tokens import check_key
 
@@ -255,12 +255,12 @@ def _job_lines(data: bytes, count: int) -> list[bytes] | None:
     return jobs
 
 
-def _settings_from(raw: Any) -> Settings:
+def _settings_from(raw: Any) -> QueueSettings:
     if raw is None:
-        return Settings()
+        return QueueSettings()
     if not isinstance(raw, dict):
         raise ValueError("settings must be an object")
-    return Settings.from_dict(raw)
+    return QueueSettings.from_dict(raw)
 
 
 def _counters_from(raw: Any) -> Counters:

@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from tests.support.faultproxy import proxy as fp
-from tests.support.motoserver import StopSignals
+from tests.support.serving import StopSignals
 
 
 def main(argv: list[str] | None = None) -> int:

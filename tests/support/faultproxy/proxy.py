@@ -84,6 +84,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from tests.support.faultproxy.storm import Storm
+from tests.support.serving import ThreadedServer
 
 CONTROL_PREFIX = "/__faultproxy__/"
 
@@ -350,7 +351,7 @@ def _xml_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-class FaultProxy:
+class FaultProxy(ThreadedServer):
     """The proxy. ``start()`` serves from daemon threads; ``url`` is its endpoint.
 
     ``upstream``: the S3 server's URL (``http://host:port``); ``seed``: seeds
@@ -377,36 +378,20 @@ class FaultProxy:
         self._counts: dict[str, Any] = {}
         self._storm: Storm | None = None
         self.reset_counts()
-        self._server = _Server((host, port), _Handler)
-        self._server.proxy = self
-        self.port = int(self._server.server_address[1])
+        server = _Server((host, port), _Handler)
+        server.proxy = self
+        super().__init__(server, f"faultproxy-{server.server_address[1]}")
         self.url = f"http://{host}:{self.port}"
-        self._thread: threading.Thread | None = None
         self.request_log = open(request_log, "a", buffering=1) if request_log else None  # noqa: SIM115
 
     # -- lifecycle ----------------------------------------------------------------
-    def start(self) -> FaultProxy:
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        name=f"faultproxy-{self.port}", daemon=True)
-        self._thread.start()
-        return self
-
     def stop(self) -> None:
         self._stopping.set()  # releases delayed requests
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(10)
+        super().stop()
         with self._lock:
             if self.request_log is not None:
                 self.request_log.close()
                 self.request_log = None
-
-    def __enter__(self) -> FaultProxy:
-        return self.start() if self._thread is None else self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # -- run-time control -------------------------------------------------------------
     def set_enabled(self, enabled: bool) -> None:

@@ -1,4 +1,5 @@
-"""The standalone broker's settings: command-line flags over ``OSQUEUE_*`` variables.
+"""The standalone broker's flags (:class:`BrokerFlags`): command-line flags over ``OSQUEUE_*``
+variables, which become a :class:`~broker.service.config.BrokerConfig`.
 
 Every flag of ``osqueue-broker`` (:mod:`broker.cli`) can also come from the
 environment: ``--lease-s`` from ``OSQUEUE_LEASE_S``, ``--store`` from
@@ -16,7 +17,7 @@ owns, from which clients (``store=`` option) and other brokers find the owner:
 give it when the listening address is not what other machines reach (a
 wildcard address, a container, a proxy).
 
-:meth:`BrokerSettings.load` raises ``pydantic.ValidationError`` for bad values;
+:meth:`BrokerFlags.load` raises ``pydantic.ValidationError`` for bad values;
 :func:`problems` words each as one line naming the flag and its variable.
 """
 
@@ -49,7 +50,7 @@ from broker.limits import (
     MIN_BROKER_LEASE_S,
     MIN_COMMIT_TIMEOUT_S,
 )
-from broker.service.settings import BrokerConfig
+from broker.service.config import BrokerConfig
 
 ENV_PREFIX = "OSQUEUE_"
 
@@ -58,7 +59,7 @@ MIB = 1024 * 1024
 MAX_GRACE_S = 30 * 86_400.0
 
 
-class BrokerSettings(BaseSettings):
+class BrokerFlags(BaseSettings):
     """What ``osqueue-broker`` runs with. Times in seconds; request size in MiB."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid",
@@ -178,7 +179,7 @@ class BrokerSettings(BaseSettings):
         return value.lower() if isinstance(value, str) else value
 
     @model_validator(mode="after")
-    def _token_from_named_variable(self) -> BrokerSettings:
+    def _token_from_named_variable(self) -> BrokerFlags:
         if self.token_env:
             value = os.environ.get(self.token_env)
             if not value:
@@ -197,8 +198,8 @@ class BrokerSettings(BaseSettings):
         return self
 
     @classmethod
-    def load(cls, flags: Mapping[str, Any] | None = None) -> BrokerSettings:
-        """The settings from ``flags`` (field name -> value; only the flags given),
+    def load(cls, flags: Mapping[str, Any] | None = None) -> BrokerFlags:
+        """The flags from ``flags`` (field name -> value; only the flags given),
         then ``OSQUEUE_*`` variables, then defaults."""
         return cls(**dict(flags or {}))
 
@@ -211,7 +212,7 @@ class BrokerSettings(BaseSettings):
         return int(self.listen.rpartition(":")[2])
 
     def broker_config(self) -> BrokerConfig:
-        """The :class:`BrokerConfig` these settings describe."""
+        """The :class:`BrokerConfig` these flags describe."""
         return BrokerConfig(lease_s=self.lease_s, self_test=self.self_test,
                             commit_timeout_s=self.commit_timeout_s,
                             startup_timeout_s=self.startup_timeout_s,

@@ -1,5 +1,7 @@
-"""A broker's settings (:class:`BrokerConfig`): what ``osqueue-broker``'s flags
-and ``start_broker()``'s arguments become. Times in seconds, sizes in bytes."""
+"""A broker's configuration (:class:`BrokerConfig`): what ``osqueue-broker``'s flags
+(:class:`broker.flags.BrokerFlags`) and ``start_broker()``'s arguments become. Times in
+seconds, sizes in bytes. (A queue's own settings, stored in its object, are
+:class:`broker.model.state.QueueSettings`; ``default_settings`` gives new queues theirs.)"""
 
 from __future__ import annotations
 
@@ -14,14 +16,14 @@ from broker.service.staging import SWEEP_S
 
 @dataclass
 class BrokerConfig:
-    """Broker settings. Times in seconds, sizes in bytes."""
+    """One broker's configuration. Times in seconds, sizes in bytes."""
 
     url: str = ""
     broker_id: str = field(default_factory=new_broker_id)
     lease_s: float = BROKER_LEASE_S
     max_wait_s: float = 60.0
     max_request_bytes: int = 64 * 1024 * 1024
-    #: slow clients (see :mod:`broker.http.bounded`): a request's headers must arrive
+    #: slow clients (see :mod:`broker.http.connections`): a request's headers must arrive
     #: within header_timeout_s, a body may pause at most body_timeout_s (408 past
     #: either); at most max_connections open connections (503 past it)
     header_timeout_s: float = limits.DEFAULT_HEADER_TIMEOUT_S

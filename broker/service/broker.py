@@ -17,15 +17,15 @@ with nothing created; so is a claim, unless it asks to ``wait_for_queue`` (then
 it returns no jobs, after waiting up to ``wait_s`` for the queue to appear).
 
 :class:`Broker` is a thin coordinator: :mod:`broker.service.served_queue` writes (a commit
-loop over :mod:`broker.service.queue_target` a served queue), :mod:`broker.service.takeover`
-watches and takes over (:mod:`broker.service.ownership`), :mod:`broker.service.staging` and
+loop over :mod:`broker.service.queue_target` a served queue), :mod:`broker.service.reads`
+reads, :mod:`broker.service.takeover` watches and takes over
+(:mod:`broker.service.ownership`), :mod:`broker.service.staging` and
 :mod:`broker.service.segment_store` keep Spark's staged writes and the segment objects.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -34,13 +34,13 @@ from typing import Any
 
 from broker import limits, paths, timefmt
 from broker.commit.offloop import run_bulk, run_io
-from broker.errors import BrokerUnavailable, InvalidRequest, NotFound, OsqueueError, UnknownQueue
+from broker.errors import BrokerUnavailable, InvalidRequest, OsqueueError, UnknownQueue
 from broker.limits import DEFAULT_LEASE_S
 from broker.model import state as S
-from broker.model import tokens
-from broker.model.format.decode import decode_state
+from broker.model.format import archive
 from broker.model.job import DEAD, PENDING
 from broker.model.ops import (
+    Cancel,
     Claim,
     ClearBroker,
     Complete,
@@ -54,8 +54,6 @@ from broker.model.ops import (
     LeasedJobs,
     NewJob,
     Purge,
-    ReadJobs,
-    ReadStats,
     Redrive,
     Release,
     Result,
@@ -63,24 +61,21 @@ from broker.model.ops import (
     push_of,
 )
 from broker.service.by_reference import Load, StagedPublish
-from broker.service.cancelling import CancelCalls
-from broker.service.job_pages import full_page
+from broker.service.config import BrokerConfig
 from broker.service.metrics import Metrics
 from broker.service.ownership import WATCH_INTERVAL_S, Ownership
-from broker.service.reads import ReadCalls
+from broker.service.reads import Reads
 from broker.service.segment_store import SegmentStore
 from broker.service.served_queue import ServedQueue
-from broker.service.settings import BrokerConfig
 from broker.service.staging import Staging
 from broker.service.startup import start_up
-from broker.service.stored_view import stored_view
 from broker.service.takeover import Takeover
 from broker.storage import ObjectStore
-from broker.wire import ItemResult
+from broker.wire import CancelAnswer, ItemResult
 
 log = logging.getLogger("osqueue.broker")
 
-class Broker(CancelCalls, ReadCalls):
+class Broker:
     """Owns the queues of one store. Create it, ``await start()``, then call ops."""
 
     def __init__(self, store: ObjectStore, config: BrokerConfig | None = None, *,
@@ -100,7 +95,7 @@ class Broker(CancelCalls, ReadCalls):
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
         try:
-            self._settings = S.Settings.from_dict(self.config.default_settings)
+            self._settings = S.QueueSettings.from_dict(self.config.default_settings)
         except ValueError as exc:
             raise InvalidRequest(f"bad default queue setting: {exc}") from None
         unknown = set(self.config.default_settings) - set(limits.SETTING_LIMITS)
@@ -115,6 +110,8 @@ class Broker(CancelCalls, ReadCalls):
         self.segments = SegmentStore(store, self._io, self._bulk, monotonic=monotonic, grace_s=(
             self.config.segment_grace_s), push_jobs=self.config.segment_push_jobs,
             push_bytes=self.config.segment_push_bytes)
+        self.reads = Reads(store, self.served, self.segments, self._io, self._bulk,
+                           clock=clock, monotonic=monotonic)
 
     @property
     def url(self) -> str:
@@ -219,15 +216,9 @@ class Broker(CancelCalls, ReadCalls):
         return q
 
     async def read_object(self, name: str) -> tuple[S.QueueState, str] | None:
-        """The stored state of ``name`` and its etag, or None if it does not exist."""
-        try:
-            got = await self._io(self.store.read, paths.state_key(name))
-        except NotFound:
-            return None
-        where = f"{self.store.url}/{paths.state_key(name)}"
-        state = await self._bulk(functools.partial(decode_state, where=where), got.data)
-        tokens.bind(state, name, None)  # a read invents no key: an older object shows no tokens
-        return state, got.etag
+        """The stored state of ``name`` and its etag, or None if it does not exist
+        (:meth:`Reads.read_object <broker.service.reads.Reads.read_object>`)."""
+        return await self.reads.read_object(name)
 
     async def _serving(self, name: str, *, create: bool) -> ServedQueue:
         """The queue's loop if this broker serves it, taking it over if no live
@@ -437,6 +428,18 @@ class Broker(CancelCalls, ReadCalls):
         await self._existing(queue)
         return int((await self._submit(queue, "purge", op)).count)
 
+    async def cancel(self, queue: str, ids: Sequence[str]) -> list[CancelAnswer]:
+        """Cancel the jobs ``ids`` in one commit; one answer per id, in order,
+        once durable (see :mod:`broker.model.cancels`: a pending or delayed job
+        is cancelled, a claimed one marked, an unknown or finished one left as
+        it is). Raises ``InvalidRequest`` for no ids or more than ``MAX_ITEMS``,
+        ``UnknownQueue`` for a queue with no object, and what the commit raised."""
+        if not 0 < len(ids) <= limits.MAX_ITEMS:
+            raise InvalidRequest(f"cancel needs 1..{limits.MAX_ITEMS} job ids, got {len(ids)}")
+        await self._existing(queue)
+        result = await self._submit(queue, "cancel", Cancel(tuple(ids)))
+        return list(result.view)
+
     async def _existing(self, queue: str) -> None:
         """Raise ``UnknownQueue`` if the queue has no object (a keyed admin call makes none)."""
         q = await self._serving(queue, create=False)
@@ -446,27 +449,27 @@ class Broker(CancelCalls, ReadCalls):
     async def set_paused(self, queue: str, paused: bool) -> None:
         await self._submit(queue, "pause" if paused else "resume", SetPaused(paused))
 
-    # -- reads ----------------------------------------------------------------------------
-    async def _read(self, queue: str, op: ReadStats | ReadJobs) -> Any:
-        """A read: through the queue's loop if this broker serves it (so it sees
-        committed state only, never a batch whose write is in flight), else from
-        the stored object (nothing is taken over or created)."""
-        q = self._queues.get(queue)
-        if q is not None and q.loop.active and not q.missing():
-            return await q.read(op)
-        paths.check_queue_name(queue)  # (never written here: the store tells)
-        return await stored_view(functools.partial(self.read_object, queue), queue, op,
-                                 self.segments, self.clock())
-
+    # -- reads (broker.service.reads: a read never moves a queue) ---------------------------
     async def jobs(self, queue: str, status: str | None = None, limit: int = 100,
                    after: str | None = None, *, raw: bool = False,
                    tokens: bool = False) -> list[dict[str, Any]]:
-        """A page of jobs as plain dicts. ``raw``: payloads and results stay their
-        stored JSON bytes (``orjson.Fragment``), passed through verbatim;
-        ``tokens``: leases show their tokens (usable: see :class:`ReadJobs`).
-        Full (``limit`` jobs) unless it is the last (see :mod:`.job_pages`)."""
-        return await full_page(functools.partial(self._read, queue),
-                               ReadJobs(status, limit, after, raw, tokens))
+        """A page of jobs as plain dicts (:meth:`Reads.jobs <broker.service.reads.Reads.jobs>`)."""
+        return await self.reads.jobs(queue, status, limit, after, raw=raw, tokens=tokens)
+
+    async def stats(self, queue: str) -> dict[str, Any]:
+        """Counts and figures of ``queue``, and this broker's if it serves it
+        (:meth:`Reads.stats <broker.service.reads.Reads.stats>`)."""
+        return await self.reads.stats(queue)
+
+    async def job(self, queue: str, job_id: str) -> dict[str, Any]:
+        """Job ``job_id`` of ``queue``, wherever it is
+        (:meth:`Reads.job <broker.service.reads.Reads.job>`)."""
+        return await self.reads.job(queue, job_id)
+
+    async def archived(self, queue: str, job_id: str) -> archive.Found | None:
+        """Job ``job_id`` in the archive of ``queue``, or None
+        (:meth:`Reads.archived <broker.service.reads.Reads.archived>`)."""
+        return await self.reads.archived(queue, job_id)
 
     def queue_names(self) -> list[str]:
         return sorted(self.takeover.known | set(self._queues))

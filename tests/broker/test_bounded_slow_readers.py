@@ -1,5 +1,5 @@
 """A client that reads none of its answers cannot hold a connection for ever
-(broker.http.bounded: the send stall bound), on real sockets.
+(broker.http.connections: the send stall bound), on real sockets.
 
 The attackers hold no token. Each of their connections pipelines many
 requests for a public answer (``GET /openapi.json``) and reads nothing, with
@@ -21,7 +21,7 @@ import orjson
 import pytest
 
 from broker.http.server import BrokerServer
-from broker.service.settings import BrokerConfig
+from broker.service.config import BrokerConfig
 from broker.storage import FileStore
 from tests.support.broker_process import eventually
 from tests.support.sockets import Answer, ask

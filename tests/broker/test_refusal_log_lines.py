@@ -1,5 +1,5 @@
 """What any client can send is logged at most one line a minute per kind
-(broker.http.bounded.Quiet), on real sockets against a broker in a thread.
+(broker.http.connections.Quiet), on real sockets against a broker in a thread.
 
 Before, each of these wrote a warning line of its own, so a web page (a loop
 of ``new WebSocket(...)`` or of ``no-cors`` form posts) or a neighbour on the
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from broker.http.server import BrokerServer
-from broker.service.settings import BrokerConfig
+from broker.service.config import BrokerConfig
 from broker.storage import FileStore
 from tests.support.sockets import ask, connect, until_closed
 

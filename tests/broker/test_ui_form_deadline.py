@@ -22,7 +22,7 @@ import orjson
 import pytest
 
 from broker.http.server import BrokerServer
-from broker.service.settings import BrokerConfig
+from broker.service.config import BrokerConfig
 from broker.storage import FileStore
 from tests.support.broker_process import eventually
 from tests.support.sockets import Answer, ask, connect, until_closed

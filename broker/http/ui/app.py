@@ -39,7 +39,7 @@ from starlette.routing import Route, Router
 from broker import timefmt
 from broker.display import printable
 from broker.errors import OsqueueError, shown
-from broker.http.bounded import Quiet
+from broker.http.connections import Quiet
 from broker.http.hosts import host_name, is_loopback
 from broker.http.throttle import Guard
 from broker.http.ui.auth import (

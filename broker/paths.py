@@ -11,7 +11,12 @@
   :func:`broker.model.format.archive.find_job`);
 * ``{queue}/segments/seg-{first seq:010d}-{8 hex}.jsonl``: immutable objects of
   pending jobs (see :mod:`broker.model.segments`), written by pushes and
-  publishes by reference (:mod:`broker.service.by_reference`).
+  publishes by reference (:mod:`broker.service.by_reference`);
+* ``{queue}/spills/{p|d}-{commit seq:012d}-{8 hex}.jsonl``: immutable objects of
+  pending (``p``) or dead (``d``) jobs taken out of the head by the commit that
+  first references them (so that failed and dead jobs do not grow the head;
+  written through the commit loop's ``before_write`` hook), swept and deleted
+  as segments are (:mod:`broker.service.segment_store`).
 
 Beside the queues, under ``_osqueue/`` (no queue name starts with ``_``): the
 dashboard's signed-out sessions (:data:`SIGNED_OUT_KEY`) and the store
@@ -211,6 +216,70 @@ def parse_segment_key(key: str) -> tuple[str, int] | None:
         return None
     first_seq = int(match.group(1))
     return (queue, first_seq) if first_seq >= 1 else None
+
+
+def spills_prefix(queue: str) -> str:
+    """Where a queue's spill objects live (what a sweep of them lists)."""
+    return f"{queue}/spills/"
+
+
+#: A spill object's kind and the letter its name starts with.
+SPILL_KINDS = {"pending": "p", "dead": "d"}
+_SPILL_KIND_OF = {letter: kind for kind, letter in SPILL_KINDS.items()}
+_SPILL_NAME = re.compile(r"([pd])-([1-9][0-9]{12,14}|[0-9]{12})-[0-9a-f]{8}\.jsonl")
+
+
+def spill_name(kind: str, commit_seq: int, salt: str) -> str:
+    """The name of a spill object of ``kind`` (``"pending"`` or ``"dead"``) first
+    referenced by version ``commit_seq`` of its queue's head (for people: the
+    object's key never changes):
+    ``{p|d}-{commit_seq:012d}-{salt}.jsonl``. ``salt`` is 8 lowercase hex
+    digits, random per write, so an object written again (the same batch
+    re-applied after a CAS conflict) never replaces one a landed head may
+    reference. ``ValueError`` for another kind, a seq outside 1..10**15-1 or
+    another salt."""
+    letter = SPILL_KINDS.get(kind) if isinstance(kind, str) else None
+    if letter is None:
+        raise ValueError(f"spill kind {shown(kind)} is not one of {sorted(SPILL_KINDS)}")
+    if isinstance(commit_seq, bool) or not isinstance(commit_seq, int) \
+            or not 1 <= commit_seq < 10**15:
+        raise ValueError(f"spill commit seq {shown(commit_seq)} is not within 1..10**15-1")
+    if not isinstance(salt, str) or not _SALT.fullmatch(salt):
+        raise ValueError(f"spill salt {shown(salt)} is not 8 lowercase hex digits")
+    return f"{letter}-{commit_seq:012d}-{salt}.jsonl"
+
+
+def spill_key(queue: str, name: str) -> str:
+    """The key of spill object ``name`` (from :func:`spill_name`) of ``queue``;
+    ``ValueError`` if ``name`` is not one :func:`spill_name` makes."""
+    match = _SPILL_NAME.fullmatch(name) if isinstance(name, str) else None
+    if match is None or int(match.group(2)) < 1:
+        raise ValueError(f"invalid spill name {shown(name)}")
+    return f"{spills_prefix(queue)}{name}"
+
+
+def parse_spill_key(key: str) -> tuple[str, str, int] | None:
+    """``(queue, kind, commit seq)`` of a key :func:`spill_key` makes, or None if
+    ``key`` is not one (another spelling of the seq, another kind letter, a bad
+    queue name, a nested directory, another suffix)."""
+    if not isinstance(key, str):
+        return None
+    queue, sep, name = key.rpartition("/spills/")
+    match = _SPILL_NAME.fullmatch(name)
+    if not sep or match is None or not _NAME.fullmatch(queue) or ".." in queue:
+        return None
+    commit_seq = int(match.group(2))
+    return (queue, _SPILL_KIND_OF[match.group(1)], commit_seq) if commit_seq >= 1 else None
+
+
+def job_object_queue(key: str) -> str | None:
+    """The queue whose immutable job object (a segment or a spill object) ``key``
+    names, or None if it names neither (what the sweep lists)."""
+    segment = parse_segment_key(key)
+    if segment is not None:
+        return segment[0]
+    spill = parse_spill_key(key)
+    return spill[0] if spill is not None else None
 
 
 #: The dashboard's list of signed-out sessions (see :mod:`broker.service.signouts`):

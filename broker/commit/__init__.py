@@ -35,6 +35,15 @@ refuses (an ``OsqueueError``: a segment object missing, say), the loop
 re-reads the object once, since its state may be behind one that no longer
 needs it, and tries again; a second refusal is the batch's answer
 (``OutcomeUnknown`` if an earlier attempt of the batch may still land).
+
+**Before the write.** Once a batch has applied and needs a write,
+``CommitTarget.before_write`` may write immutable objects the new version will
+reference (spill objects of jobs taken out of the head), then reference them:
+they land before the version that references them. It runs again for every
+attempt (a CAS conflict re-applies the batch to the re-read object), so the
+objects of an attempt that did not land are left unreferenced for the sweep.
+If it raises, the batch is answered with the error (``OutcomeUnknown`` if an
+earlier attempt may still land) and the state is re-read.
 """
 
 from broker.commit.loop import CommitLoop

@@ -374,6 +374,16 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
                 for item, result in zip(batch, results, strict=True):
                     answer(item, result)
                 return
+            started = time.perf_counter()
+            try:  # (objects the new state references are written before it)
+                await self.target.before_write(state, now)
+            except Exception as failure:  # (objects it wrote are unreferenced: swept)
+                if attempts:  # an earlier attempt of this batch may still land
+                    self._answer_unknown(batch, failure)
+                self._faulted(failure, batch)
+                return
+            if self.state is not state:
+                continue  # reactivated meanwhile: re-read and apply again
             # With an earlier attempt that may still land, even an unchanged state is
             # written: the write fences that attempt out (both are conditional on
             # the same version), so the answer given is the one that landed.
@@ -382,7 +392,6 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
             attempt = Attempt(commit, base_commit, self.etag, results)
             attempts.append(attempt)
             self._attempted = True
-            started = time.perf_counter()
             with gc_paused():
                 data = self.target.encode(state, self.writer, now, commit)
             try:

@@ -5,6 +5,7 @@ the loop's counters.
 A target describes a state of type ``StateT`` (decoded from and encoded to one
 object), operations ``OpT`` that change it and the results ``ResultT`` they
 answer; it also carries the rules that run on every commit (housekeeping),
+the objects a version references that are written before it (``before_write``),
 who may write (``may_write``) and what follows a commit (``committed``): the
 loop itself holds no business rules. :class:`broker.service.queue_target.QueueTarget`
 is the queue's.
@@ -47,6 +48,22 @@ class CommitTarget(Protocol[StateT, OpT, ResultT_co]):
         the pure model cannot read (I/O happens here, never in ``apply``).
         Raise an ``OsqueueError`` to refuse the batch: the loop re-reads the
         object once and tries again, then answers the batch with it."""
+        ...
+
+    async def before_write(self, state: StateT, now_ms: int) -> None:
+        """After a batch applied to ``state`` (at ``now_ms``, ms) and before
+        ``state`` is encoded and written: write the immutable objects the new
+        version will reference (under fresh keys, never replacing one), then
+        reference them in ``state`` (a last pure change). Runs once for each
+        write attempt, so after a CAS conflict the batch applies to the re-read
+        state and this runs again: the objects of the attempt that did not land
+        are left unreferenced, for the sweep.
+
+        Should not raise for a failed object write: leave ``state`` as the batch
+        left it (valid, only larger), for a later batch to try again. Anything
+        it raises fails the whole batch like a storage fault: the state is
+        dropped and re-read, and every caller answered with the error
+        (``OutcomeUnknown`` where an earlier attempt of the batch may land)."""
         ...
 
     def housekeeping(self, state: StateT, now_ms: int, exists: bool) -> list[OpT]:

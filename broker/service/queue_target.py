@@ -121,6 +121,10 @@ class QueueTarget:
         for ref in dict.fromkeys(wanted):  # (each once, in order)
             self.windows.put(ref, ref.taken, await self.segments.read_window(ref), keep)
 
+    async def before_write(self, state: S.QueueState, now_ms: int) -> None:
+        """Nothing yet: the queue's state references no object written with its
+        commit (spill objects of failed and dead jobs will be written here)."""
+
     def apply(self, state: S.QueueState, op: Op,
               now_ms: int) -> tuple[Result | OsqueueError, bool]:
         result = transitions.apply(state, op, now_ms)

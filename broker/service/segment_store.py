@@ -1,8 +1,10 @@
-"""The segment objects of the queues (deep queues' pending jobs) in the store:
-written once, read a window at a time, deleted once dropped, swept when
-nothing references them. The bytes and the references are
-:mod:`broker.model.segments`' (pure); this module makes the store calls, off
-the event loop (the broker's ``io``: :func:`broker.commit.offloop.run_io`).
+"""The immutable job objects of the queues in the store: segment objects (deep
+queues' pending jobs) and spill objects (jobs a commit takes out of the head,
+:func:`broker.paths.spill_key`): written once, read a window at a time
+(segments), deleted once dropped, swept when nothing references them. The
+segments' bytes and references are :mod:`broker.model.segments`' (pure); this
+module makes the store calls, off the event loop (the broker's ``io``:
+:func:`broker.commit.offloop.run_io`).
 
 Used by pushes and publishes by reference (:mod:`broker.service.by_reference`),
 by the queue's commit target before each batch
@@ -12,28 +14,32 @@ periodic sweep, with the staging sweep (:meth:`broker.service.broker.Broker.swee
 
 Lifecycle, crash-safe:
 
-* :meth:`SegmentStore.write` creates the object (``create_if_absent`` under a
-  fresh random salt: never replacing one) BEFORE the commit that references
-  it. A lost reply, a crash or a commit that never lands leaves at worst an
-  object no head references, which the sweep removes.
+* :meth:`SegmentStore.write` (and :meth:`SegmentStore.write_spill`, called by a
+  commit target's ``before_write`` hook, in the commit's own attempt) creates
+  the object (``create_if_absent`` under a fresh random salt: never replacing
+  one) BEFORE the commit that references it. A lost reply, a crash or a
+  commit that never lands leaves at worst an object no head references, which
+  the sweep removes.
 * :meth:`SegmentStore.read_window` refuses (:class:`~broker.errors.SegmentMissing`,
   naming the object) a reference whose object is missing or has another etag:
   a job is never silently skipped.
 * :meth:`SegmentStore.delete_dropped` deletes the objects of the references a
   commit dropped (exhausted or purged), called only after that commit landed;
   a failed delete is logged and left to the sweep.
-* :meth:`SegmentStore.sweep` deletes an object only if (a) this broker has
-  listed it for ``grace_s`` (its own monotonic clock, from the first sweep
-  that listed it: wall clocks of writers do not matter), (b) the caller's
-  in-memory references do not name it, and (c) the landed head, read from the
-  store just before deleting, does not reference it either. The grace period
-  covers the window between a segment's write and the landing of the commit
-  that references it: a commit never references a segment written more than
+* :meth:`SegmentStore.sweep` (listing both prefixes, ``segments/`` and
+  ``spills/``) deletes an object only if (a) this broker has listed it for
+  ``grace_s`` (its own monotonic clock, from the first sweep that listed it:
+  wall clocks of writers do not matter), (b) the caller's in-memory
+  references do not name it, and (c) the landed head, read from the store
+  just before deleting, does not reference it either. The grace period covers
+  the window between an object's write and the landing of the commit that
+  references it: a commit never references a segment written more than
   ``grace_s`` before it lands (:mod:`broker.service.by_reference` refuses to
   commit references to objects it began writing more than half of it ago;
-  a push or publish retried later writes its segments again, under new salts). A reference
-  once dropped never comes back, so deleting after (c) is safe against
-  commits that land meanwhile.
+  a push or publish retried later writes its segments again, under new salts;
+  a spill object is held from its write until its commit is answered). A
+  reference once dropped never comes back, so deleting after (c) is safe
+  against commits that land meanwhile.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ import functools
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -50,19 +56,29 @@ from broker import paths
 from broker.errors import Conflict, NotFound, OsqueueError
 from broker.model.format.segment_format import check_version, encode_segment, read_checked
 from broker.model.state import QueueState, SegmentRef
-from broker.storage import ObjectStore
+from broker.storage import Data, ObjectStore
 from broker.storage.base import ListedKeys
 
 log = logging.getLogger("osqueue.segments")
 
 #: Runs a blocking storage call off the event loop: ``await io(fn, *args)``.
 IO = Callable[..., Awaitable[Any]]
-#: The keys of the segments the landed head references (None: unknown, delete nothing).
+#: The keys of the objects the landed head references (None: unknown, delete nothing).
 Landed = Callable[[], Awaitable[Collection[str] | None]]
+#: The lists of a queue object that reference immutable job objects by ``"key"``.
+REF_LISTS = ("segments", "spills")
+
+
+class ObjectRef(Protocol):
+    """A reference to an immutable job object: what deleting it needs."""
+
+    @property
+    def key(self) -> str: ...
 
 
 class SegmentStore:
-    """The segment objects of one store, seen from one broker.
+    """The immutable job objects (segments and spill objects) of one store, seen
+    from one broker.
 
     ``io`` runs a blocking store call in the broker's I/O threads, ``bulk``
     likewise with the collector paused (parsing a head); ``grace_s`` is how
@@ -84,7 +100,7 @@ class SegmentStore:
         self._monotonic = monotonic
         self._seen: dict[str, dict[str, float]] = {}  # queue -> key -> first listed
         self._busy: dict[str, int] = {}  # key -> pushes still committing a ref to it
-        self._listed = ListedKeys("segment object", log)  # skips keys no store call takes
+        self._listed = ListedKeys("job object", log)  # skips keys no store call takes
 
     # -- write ------------------------------------------------------------------------
     async def write(self, queue: str, first_seq: int, priority: int, run_at_ms: int,
@@ -110,17 +126,40 @@ class SegmentStore:
         data = encode_segment(queue, first_seq, priority, run_at_ms, payloads,
                               max_attempts=max_attempts, created_ms=created_ms)
         key = paths.segment_key(queue, paths.segment_name(first_seq, secrets.token_hex(4)))
+        etag = self._create(key, data)
+        return SegmentRef(key=key, etag=etag, first_seq=first_seq, count=len(payloads),
+                          priority=priority, run_at_ms=run_at_ms)
+
+    async def write_spill(self, queue: str, kind: str, commit_seq: int,
+                          data: Data) -> tuple[str, str]:
+        """Write ``data`` (a spill object's bytes, as the model computed them) as a
+        new spill object of ``queue`` of ``kind`` (``"pending"`` or ``"dead"``),
+        to be referenced first by version ``commit_seq`` of the head; return its
+        ``(key, etag)``. The key is held from the sweep (:meth:`hold`) before the
+        write starts: the caller :meth:`release` s it once its commit is answered.
+
+        ``ValueError`` (nothing written, nothing held) for a kind or seq
+        :func:`broker.paths.spill_name` refuses. The store's errors otherwise:
+        after ``StorageUnavailable`` the object may exist unreferenced (the
+        sweep removes it once released); the caller writes again, which picks
+        a new key.
+        """
+        key = paths.spill_key(queue, paths.spill_name(kind, commit_seq, secrets.token_hex(4)))
+        self.hold([key])
+        etag: str = await self._io(self._create, key, data)
+        return key, etag
+
+    def _create(self, key: str, data: Data) -> str:
+        """Create ``key`` holding ``data`` (never replacing an object); its etag."""
         try:
-            etag = self.store.create_if_absent(key, data)
+            return self.store.create_if_absent(key, data)
         except Conflict:
             # The store client's own retry of a create that landed sees 412: if
             # the object holds these bytes, it is ours (a salt never repeats).
             got = self.store.read(key)
-            if got.data != data:
+            if got.data != (data if isinstance(data, bytes) else b"".join(data)):
                 raise
-            etag = got.etag
-        return SegmentRef(key=key, etag=etag, first_seq=first_seq, count=len(payloads),
-                          priority=priority, run_at_ms=run_at_ms)
+            return got.etag
 
     # -- read -------------------------------------------------------------------------
     async def read_window(self, ref: SegmentRef, start: int | None = None,
@@ -150,13 +189,13 @@ class SegmentStore:
         return read_checked(ref, got.data, got.etag, self.store.url, start, stop)
 
     def hold(self, keys: Iterable[str]) -> None:
-        """Keep the sweep off ``keys`` (written by a push whose commit is not
-        answered yet) until :meth:`release`."""
+        """Keep the sweep off ``keys`` (written by a push, or a commit's
+        ``before_write``, whose commit is not answered yet) until :meth:`release`."""
         for key in keys:
             self._busy[key] = self._busy.get(key, 0) + 1
 
     def release(self, keys: Iterable[str]) -> None:
-        """The push holding ``keys`` is answered: the sweep may judge them again,
+        """The push (or commit) holding ``keys`` is answered: the sweep may judge them again,
         after a whole grace period from now (a write of unknown outcome may
         land that late: the commit loop's timeout is well inside it)."""
         now = self._monotonic()
@@ -166,9 +205,9 @@ class SegmentStore:
                 self._busy[key] = left
                 continue
             self._busy.pop(key, None)
-            parsed = paths.parse_segment_key(key)
-            if parsed is not None and key in self._seen.get(parsed[0], {}):
-                self._seen[parsed[0]][key] = now
+            queue = paths.job_object_queue(key)
+            if queue is not None and key in self._seen.get(queue, {}):
+                self._seen[queue][key] = now
 
     async def check(self, ref: SegmentRef) -> None:
         """Raise :class:`~broker.errors.SegmentMissing` naming the object unless
@@ -184,16 +223,17 @@ class SegmentStore:
         check_version(ref, etag, self.store.url)
 
     # -- delete -----------------------------------------------------------------------
-    async def delete_dropped(self, refs: Iterable[SegmentRef]) -> int:
-        """Delete the objects of ``refs``, which a commit that has LANDED dropped
-        (exhausted or purged); return how many were deleted. A failed delete is
+    async def delete_dropped(self, refs: Iterable[ObjectRef]) -> int:
+        """Delete the objects of ``refs`` (segments or spill objects), which a
+        commit that has LANDED dropped (exhausted or purged); return how many
+        were deleted. A failed delete is
         logged and left to the sweep; never raises a storage error."""
         keys = [ref.key for ref in refs]
         if not keys:
             return 0
         failed: list[tuple[str, str]] = await self._io(self._delete_each, keys)
         for key, why in failed:
-            log.warning("segment %s dropped but not deleted yet (%s); the sweep "
+            log.warning("job object %s dropped but not deleted yet (%s); the sweep "
                         "removes it", key, why)
         return len(keys) - len(failed)
 
@@ -209,7 +249,7 @@ class SegmentStore:
     # -- sweep ------------------------------------------------------------------------
     async def sweep(self, queue: str, referenced: Collection[str], *,
                     landed: Landed | None = None, now: float | None = None) -> int:
-        """Delete the segment objects of ``queue`` that this broker has listed
+        """Delete the segment and spill objects of ``queue`` that this broker has listed
         for at least ``grace_s`` (``now``: this broker's monotonic seconds,
         default its clock), that ``referenced`` (the keys the caller's head
         references) does not name, and that ``landed()`` (awaited only when
@@ -218,15 +258,15 @@ class SegmentStore:
         the listing still starts the objects' grace periods. Returns how many
         were deleted. Listed keys the store refuses are skipped (logged once);
         a failed delete is logged and tried again by the next sweep. Raises
-        the store's errors of the listing.
+        the store's errors of the listings.
         """
         now = self._monotonic() if now is None else now
-        listed = await self._io(self.store.list, paths.segments_prefix(queue))
+        listed = [key for prefix in (paths.segments_prefix(queue), paths.spills_prefix(queue))
+                  for key in await self._io(self.store.list, prefix)]
         before = self._seen.get(queue, {})
         seen: dict[str, float] = {}
         for key in listed:
-            parsed = paths.parse_segment_key(key)
-            if parsed is None or parsed[0] != queue or not self._listed.usable(key):
+            if paths.job_object_queue(key) != queue or not self._listed.usable(key):
                 continue
             seen[key] = before.get(key, now)
         self._seen[queue] = seen
@@ -242,27 +282,29 @@ class SegmentStore:
             return 0
         failed = await self._io(self._delete_each, doomed)
         for key, why in failed:
-            log.warning("unreferenced segment %s not deleted (%s); the next sweep "
+            log.warning("unreferenced job object %s not deleted (%s); the next sweep "
                         "tries again", key, why)
         left = {key for key, _ in failed}  # (kept, with its first-listed time)
         for key in doomed:
             if key not in left:
                 del seen[key]
         removed = len(doomed) - len(failed)
-        log.info("swept %d segment object(s) of %s that no commit references", removed, queue)
+        log.info("swept %d segment or spill object(s) of %s that no commit references",
+                 removed, queue)
         return removed
 
     async def landed_refs(self, queue: str) -> set[str] | None:
-        """The keys of the segments ``queue``'s object in the store references
-        (its ``"segments"``; none before format version 4, or without an
-        object), or None if the object cannot be read as JSON (then nothing is
-        swept). Reads the whole object: the sweep asks only when it has an
-        unreferenced segment past its grace period."""
+        """The keys of the objects ``queue``'s object in the store references
+        (its ``"segments"`` and ``"spills"``, :data:`REF_LISTS`; none before
+        format version 4, or without an object), or None if the object cannot
+        be read as JSON (then nothing is swept). Reads the whole object: the
+        sweep asks only when it has an unreferenced object past its grace
+        period."""
         try:
             got = await self._io(self.store.read, paths.state_key(queue))
         except NotFound:
             return set()
-        return await self._bulk(functools.partial(_segment_keys, where=queue), got.data)
+        return await self._bulk(functools.partial(_referenced_keys, where=queue), got.data)
 
     async def sweep_served(self, queues: Iterable[tuple[str, QueueState | None]]) -> int:
         """:meth:`sweep` each of ``queues`` (name, the state its loop holds, None
@@ -276,25 +318,30 @@ class SegmentStore:
                 removed += await self.sweep(
                     name, referenced, landed=functools.partial(self.landed_refs, name))
             except OsqueueError as exc:
-                log.warning("segment sweep of %s failed (%s); tried again later", name, exc)
+                log.warning("job object sweep of %s failed (%s); tried again later", name, exc)
         return removed
 
 
-def _segment_keys(data: bytes, *, where: str) -> set[str] | None:
-    """The ``"key"`` of every entry of a queue object's ``"segments"`` list, read
-    leniently (a key kept by mistake is only swept later), or None if ``data``
-    is not a JSON object or its ``"segments"`` not a list."""
+def _referenced_keys(data: bytes, *, where: str) -> set[str] | None:
+    """The ``"key"`` of every entry of a queue object's ``"segments"`` and
+    ``"spills"`` lists (each may be absent), read leniently (a key kept by
+    mistake is only swept later), or None if ``data`` is not a JSON object or
+    one of those is not a list."""
     try:
         raw = orjson.loads(data)
     except orjson.JSONDecodeError:
         raw = None
     if not isinstance(raw, dict):
-        log.warning("segment sweep of %s: its queue object is not a JSON object; "
+        log.warning("job object sweep of %s: its queue object is not a JSON object; "
                     "nothing swept", where)
         return None
-    refs = raw.get("segments", [])
-    if not isinstance(refs, list):
-        log.warning("segment sweep of %s: its queue object's segments are not a list; "
-                    "nothing swept", where)
-        return None
-    return {ref["key"] for ref in refs if isinstance(ref, dict) and isinstance(ref.get("key"), str)}
+    keys: set[str] = set()
+    for name in REF_LISTS:
+        refs = raw.get(name, [])
+        if not isinstance(refs, list):
+            log.warning("job object sweep of %s: its queue object's %s are not a list; "
+                        "nothing swept", where, name)
+            return None
+        keys.update(ref["key"] for ref in refs
+                    if isinstance(ref, dict) and isinstance(ref.get("key"), str))
+    return keys

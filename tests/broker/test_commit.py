@@ -204,6 +204,9 @@ class _Tally:
             self.refusals -= 1
             raise StorageUnavailable("injected: what the batch needs cannot be read")
 
+    async def before_write(self, state: dict[str, Any], now_ms: int) -> None:
+        pass
+
     def housekeeping(self, state: dict[str, Any], now_ms: int, exists: bool) -> list[int | str]:
         return []
 

@@ -6,7 +6,7 @@
 
 For each size N and each scenario, a fresh queue on the local-file store in a fresh
 process (``--one SCENARIO N``: the script re-invokes itself, so the memory figures are
-that queue's alone) runs an in-process :class:`broker.service.coordinator.Broker`
+that queue's alone) runs an in-process :class:`broker.service.broker.Broker`
 (self-test off, GC tuned as in a broker's own process). The queue is filled with N jobs
 by bulk pushes of 100,000 (so from 10,000 on, in segment objects: as users get them),
 its ``max_state_bytes`` raised to 1 TiB so that nothing is refused, and then:
@@ -78,8 +78,8 @@ from bench.depth_bench import (
 )
 from broker.gcpause import tune_for_broker_process
 from broker.model.ops import CompleteItems, FailItem
-from broker.service.coordinator import Broker
-from broker.service.settings import BrokerConfig
+from broker.service.broker import Broker
+from broker.service.config import BrokerConfig
 from broker.storage import store_from_url
 
 SCENARIOS = ("pending", "held", "dead")

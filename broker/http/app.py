@@ -193,6 +193,8 @@ class App:
                 await send({"type": "http.response.start", "status": status,
                             "headers": headers})
                 await send({"type": "http.response.body", "body": body})
+                if route.lost is not None:  # (e.g. a claim's jobs, if the answer was lost)
+                    await route.lost(self.broker, queue, status, out, scope)
                 return
         if self.ui is not None and scope["type"] == "http" and (
                 scope["path"] == "/ui" or scope["path"].startswith("/ui/")):

@@ -29,7 +29,12 @@ sets no limit). :class:`BoundedHttpProtocol` adds, per connection:
 * a header size limit: more than :data:`broker.limits.MAX_HEADER_BYTES` of
   request line and headers gets 431 and a closed connection;
 * uvicorn's warnings about what a client sent (bytes that are not HTTP, an
-  ``Upgrade`` asked for) at most one line a minute each (:class:`Quiet`).
+  ``Upgrade`` asked for) at most one line a minute each (:class:`Quiet`);
+* a request whose answer was not wholly written when its connection was lost
+  (dropped by a bound above, or gone on the client's side) is marked
+  (:data:`ANSWER_LOST` in its ASGI scope, set before the app's pending
+  ``send`` returns): uvicorn discards such an answer silently, and a claim
+  hands back the jobs its lost answer held (:mod:`broker.http.disconnect`).
 
 Every one of these answers, and uvicorn's own 400 for a request that is not
 HTTP, is a JSON error body like the app's. A request whose bytes arrive in
@@ -68,6 +73,9 @@ log = logging.getLogger("osqueue.http")
 
 _IDLE, _HEADERS, _BODY = 0, 1, 2  # where the connection is in reading a request
 _WARN_EVERY_S = 60.0  # at most one "too many connections" warning a minute, and one "shed"
+#: The ASGI scope key set (True) on a request whose answer its connection lost
+#: before the answer was wholly written: its client never had all of it.
+ANSWER_LOST = "osqueue.answer_lost"
 
 
 class Quiet:
@@ -175,6 +183,10 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._timer = self.loop.call_later(wait, self._on_timer)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            # (before uvicorn wakes the app's send, which then returns, dropping the answer)
+            cycle.scope[ANSWER_LOST] = True  # type: ignore[literal-required]
         self._cancel_timer()
         if self._send_timer is not None:
             self._send_timer.cancel()

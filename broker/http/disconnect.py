@@ -14,11 +14,16 @@ the attempt not counted, and their tokens are stale.
 Only a claim that may wait (``wait_s`` > 0) is watched: the other hot calls
 answer within one commit and cost no task more.
 
-What cannot be seen: uvicorn drops an answer sent to a connection it knows is
-closed, silently, so the disconnect is looked for once more just before the
-answer is sent; a client that leaves after that (its answer handed to the
-socket, maybe lost in flight) keeps its jobs until their leases expire, as
-any worker that dies holding jobs does.
+uvicorn drops an answer sent to a connection it knows is closed, silently, so
+the disconnect is looked for once more just before the answer is sent; and a
+connection lost while the answer was being written (the client left, or read
+so little that the send stall bound of :mod:`broker.http.connections` dropped
+it) marks the request (:data:`~broker.http.connections.ANSWER_LOST`): then
+:func:`hand_back_lost`, after the send, releases the jobs of any claim (long
+poll or not) whose answer was not wholly written. What cannot be seen: a
+client that leaves after its whole answer was handed to the socket (maybe
+lost in flight) keeps its jobs until their leases expire, as any worker that
+dies holding jobs does.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from broker.errors import OsqueueError
+from broker.http.connections import ANSWER_LOST
+from broker.http.parsers import parse_request_key
 from broker.http.route import Receive
 from broker.model.ops import LeasedJob, LeasedJobs
 from broker.service.broker import Broker
@@ -74,3 +81,27 @@ async def claim_while_connected(broker: Broker, queue: str, receive: Receive,
         return LeasedJobs()
     finally:
         watch.cancel()
+
+
+async def hand_back_lost(broker: Broker, queue: str, status: int, out: Any,
+                         scope: dict[str, Any]) -> None:
+    """After a claim's answer (``status``, ``out``) was sent: if its connection
+    was lost before the answer was wholly written (``scope`` marked
+    :data:`~broker.http.connections.ANSWER_LOST`), its client never had the
+    jobs: release them under the claim's request key (nothing is released if
+    a repeat of the claim was answered them meanwhile). A release that fails
+    is logged: those jobs come back when their leases expire."""
+    if status != 200 or not scope.get(ANSWER_LOST):
+        return
+    tokens = [job["token"] for job in out.get("jobs", ())]
+    if not tokens:
+        return
+    request = parse_request_key(dict(scope["headers"]).get(b"idempotency-key"))
+    try:
+        count = await broker.release(queue, tokens, request)
+    except OsqueueError as exc:
+        log.warning("a claim on %s whose answer was lost unsent could not hand back its %d "
+                    "job(s) (%s); they return when their leases expire", queue, len(tokens), exc)
+        return
+    log.info("a claim on %s whose answer its connection lost unsent handed back %d job(s)",
+             queue, count)

@@ -23,6 +23,9 @@ RequestKey = tuple["str | None", "int | None"]  # (Idempotency-Key, Idempotency-
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 HotHandler = Callable[[Broker, str, Any, RequestKey, "Receive | None"],
                       Awaitable[tuple[int, Any]]]
+#: After a hot call's answer ``(status, body)`` was sent: ``(broker, queue, status,
+#: body, scope)``, what the route does if its connection lost the answer unsent.
+LostHandler = Callable[[Broker, str, int, Any, dict[str, Any]], Awaitable[None]]
 #: ``(broker, request, body)``: ``body`` is the request validated by the route's
 #: ``request`` model (None for a route without one); ``request.state.authorized``
 #: says whether the caller gave the token (or none is required).
@@ -49,3 +52,4 @@ class Route:
     keyed: bool = False  # takes Idempotency-Key and Idempotency-Floor
     query: type[BaseModel] | None = None
     media_type: str = "application/json"
+    lost: LostHandler | None = None  # (hot routes) run after the answer was sent

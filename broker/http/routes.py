@@ -34,7 +34,7 @@ from starlette.responses import Response
 from broker.errors import InvalidRequest, StaleToken
 from broker.gcpause import gc_paused_for
 from broker.http import openapi, parsers, schemas
-from broker.http.disconnect import claim_while_connected
+from broker.http.disconnect import claim_while_connected, hand_back_lost
 from broker.http.route import (
     JSON_OR_STAGED,
     STAGED,
@@ -220,7 +220,7 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", f"{Q}/claim", claim, "Claim jobs (long-poll with wait_s). If the client "
           "disconnects before the answer is sent, the claim stops waiting and hands back any "
           "jobs it got (pending again, the attempt not counted, the tokens stale)",
-          S.ClaimRequest, S.Claimed, hot=True, keyed=True),
+          S.ClaimRequest, S.Claimed, hot=True, keyed=True, lost=hand_back_lost),
     Route("POST", f"{Q}/heartbeat", heartbeat, "Extend leases (409 if any token is stale, "
           "or its job cancelled: status cancelled)",
           S.HeartbeatRequest, S.Results, hot=True),

@@ -10,7 +10,10 @@ calls (a group commit at 64 clients), in a child process per checkout
 (``--baseline DIR``: its ``broker`` package), the two interleaved round by
 round. Besides the time per call (the best round's, and the median of the
 rounds' ratios), it counts the Python function calls per keyed call with
-``cProfile``: a figure the machine's load does not move.
+``cProfile``: a figure the machine's load does not move. In a tree whose
+receipts keep a digest of a push's jobs (``push_digest``) it also times that
+digest, once per keyed push: for one small job, for 1,000, and per MB of
+payload (a request of 8 MiB).
 
     .venv/bin/python bench/receipts_bench.py [--baseline /work/base-session] [--rounds 7]
 
@@ -68,7 +71,30 @@ def child(calls: int) -> dict[str, float]:
     keyed_calls(receipts, calls, 6 * calls)
     profile.disable()
     return {"s_per_call": best / calls,
-            "py_calls_per_call": pstats.Stats(profile).total_calls / calls}
+            "py_calls_per_call": pstats.Stats(profile).total_calls / calls,
+            **digest_costs()}
+
+
+def digest_costs() -> dict[str, float]:
+    """Seconds ``push_digest`` takes (best of 5) of one 8-byte job, of 1,000 jobs
+    of 80 bytes, and per MB of 8 MiB of payload; none in a tree without it."""
+    try:
+        from broker.model.receipts import push_digest
+    except ImportError:
+        return {}
+    out = {}
+    for name, jobs, per in (("digest_s_1_job", [b'{"n":42}'], 1),
+                            ("digest_s_1000_jobs", [b'{"n":%070d}' % i for i in range(1000)], 1),
+                            ("digest_s_per_mb", [b'"' + b"x" * 8190 + b'"'] * 1024, 8)):
+        loops = max(1, 20_000 // len(jobs))
+        best = float("inf")
+        for _ in range(5):
+            start = time.perf_counter()
+            for _ in range(loops):
+                push_digest(jobs)
+            best = min(best, (time.perf_counter() - start) / loops)
+        out[name] = best / per
+    return out
 
 
 def run_child(root: Path, calls: int) -> dict[str, float]:
@@ -108,6 +134,13 @@ def main() -> None:
         print(f"{name:<7} {root!s:<34} best {min(times) * 1e6:6.2f} us/keyed call  "
               f"median {statistics.median(times) * 1e6:6.2f}  "
               f"{rows[name][0]['py_calls_per_call']:.1f} Python calls/keyed call")
+        digests = {k: min(r[k] for r in rows[name]) * 1e6 for k in rows[name][0]
+                   if k.startswith("digest_")}
+        if digests:
+            summary[name]["digest_us"] = digests
+            print(f"        push digest: {digests['digest_s_1_job']:.2f} us for 1 job, "
+                  f"{digests['digest_s_1000_jobs']:.1f} us for 1,000, "
+                  f"{digests['digest_s_per_mb']:.0f} us per MB")
     if "before" in trees:
         before = [r["s_per_call"] for r in rows["before"]]
         after = [r["s_per_call"] for r in rows["after"]]

@@ -26,9 +26,13 @@ from broker.storage import Data, FileStore, ObjectStore, store_from_url
 try:
     from broker.http.server import BrokerServer
     from broker.service.config import BrokerConfig
-except ImportError:  # a baseline from before broker/ had sub-packages (flat modules)
-    BrokerServer = importlib.import_module("broker.server").BrokerServer
-    BrokerConfig = importlib.import_module("broker.service").BrokerConfig
+except ImportError:
+    try:  # a baseline from before service/settings.py was named config.py
+        BrokerServer = importlib.import_module("broker.http.server").BrokerServer
+        BrokerConfig = importlib.import_module("broker.service.settings").BrokerConfig
+    except ImportError:  # a baseline from before broker/ had sub-packages (flat modules)
+        BrokerServer = importlib.import_module("broker.server").BrokerServer
+        BrokerConfig = importlib.import_module("broker.service").BrokerConfig
 
 
 class SlowWrites(FileStore):

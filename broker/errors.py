@@ -21,6 +21,7 @@ Tree::
     │   └── SegmentMissing            segment_missing   500
     ├── RequestError                  bad_request       400
     │   ├── InvalidRequest            invalid_request   422
+    │   │   └── RequestKeyReused      request_key_reused 422
     │   ├── PayloadTooLarge           payload_too_large 413
     │   ├── HeadersTooLarge           headers_too_large 431
     │   ├── RequestTimeout            request_timeout   408
@@ -201,6 +202,15 @@ class RequestError(OsqueueError):
 class InvalidRequest(RequestError):
     code = "invalid_request"
     status = 422
+
+
+class RequestKeyReused(InvalidRequest):
+    """A push under a request key whose receipt holds other jobs (a key reused for
+    new work): nothing was pushed. 422 as for any request that cannot be applied
+    as sent, the status the IETF ``Idempotency-Key`` draft gives a key reused with
+    another payload; an ``InvalidRequest``, so code that catches those catches it."""
+
+    code = "request_key_reused"
 
 
 class PayloadTooLarge(RequestError):

@@ -8,7 +8,7 @@ the broker drops their receipts at once. A push of several batches is one
 call: batch ``i`` > 0 goes as ``{key}.{i}`` (see :mod:`broker.model.calls`). A
 caller may give a push its own key instead (:func:`push_key` checks it), sent
 without a floor. What a push that ended part way raises is worded here too
-(:func:`not_this_push`, :func:`partly_pushed`).
+(:func:`not_this_push`, :func:`reused_in_batch`, :func:`partly_pushed`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import threading
 import uuid
 from typing import Any, NamedTuple
 
-from broker.errors import OsqueueError
+from broker.errors import OsqueueError, RequestKeyReused
 from broker.limits import MAX_REQUEST_KEY_CHARS
 from osqueue_spark.args import InvalidArgument
 
@@ -85,6 +85,15 @@ def not_this_push(key: str, batch: int, answered: int, holds: int) -> str:
             "with the same jobs, in the same order, with the same batch_size and batch_bytes "
             "(this batch "
             "pushed nothing)")
+
+
+def reused_in_batch(exc: RequestKeyReused, key: str, batch: int) -> RequestKeyReused:
+    """``exc``, the broker's refusal of batch ``batch`` of a push under ``key``
+    (its receipt holds other jobs), saying what a repeat must send."""
+    return RequestKeyReused(
+        f"{exc.message} (batch {batch} of this push under request key {key!r}: a repeat "
+        "sends the same jobs in the same order with the same batch_size and batch_bytes)",
+        **exc.details)
 
 
 def partly_pushed(exc: OsqueueError, ids: list[str]) -> OsqueueError:

@@ -18,7 +18,12 @@
 
 ``push --file`` sends requests of at most ``--batch-size`` jobs and
 ``--batch-bytes`` bytes (8 MiB: under the broker's request limit, 64 MiB by
-default). ``claim`` prints each job it claimed as one JSON line (id, payload,
+default). With ``--request-key K`` chunk ``i`` of the input (from 0) is pushed
+under request key ``K-{i}``: a re-run of the same input with the same ``K``,
+``--batch-size`` and ``--batch-bytes``, within the queue's ``retry_ttl_s``
+(600 s by default), is answered the ids of the chunks that landed and pushes
+only the rest (a chunk of other jobs under a key is refused,
+``request_key_reused``). ``claim`` prints each job it claimed as one JSON line (id, payload,
 token, attempt, lease_expires_at); ``complete``, ``fail`` and ``heartbeat``
 take those tokens and say per token what happened (exit status 1 if any was
 refused). ``job`` finds a finished job in the archive too.
@@ -59,10 +64,17 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 
 from broker import wire
 from broker.display import plain
-from broker.errors import BrokerUnreachable, InvalidRequest, OsqueueError, PayloadTooLarge
+from broker.errors import (
+    BrokerUnreachable,
+    InvalidRequest,
+    OsqueueError,
+    PayloadTooLarge,
+    RequestKeyReused,
+)
 from osqueue_spark import cli_jobs
 from osqueue_spark.args import InvalidArgument
 from osqueue_spark.bodies import BATCH_BYTES
+from osqueue_spark.calls import MAX_PUSH_KEY_CHARS, push_key
 from osqueue_spark.cli_out import UsageError, console, dump, json_arg, positive, say, table
 from osqueue_spark.client import QueueClient
 from osqueue_spark.transport import Response, Urllib3Transport
@@ -112,6 +124,21 @@ def _progress(total: int | None) -> Progress:
     return Progress(*columns, console=console(sys.stderr), transient=False)
 
 
+#: Room a ``--request-key`` leaves for its chunk numbers (``-{i}``).
+CHUNK_DIGITS = 12
+
+
+def request_key_arg(text: str) -> str:
+    """An argparse type: a ``--request-key``, short enough for ``-{chunk}`` after it."""
+    try:
+        if len(text) <= MAX_PUSH_KEY_CHARS - CHUNK_DIGITS:
+            return push_key(text)
+    except InvalidArgument:
+        pass
+    raise argparse.ArgumentTypeError(f"must be 1..{MAX_PUSH_KEY_CHARS - CHUNK_DIGITS} "
+                                     "printable ASCII characters, no spaces")
+
+
 def cmd_push(client: QueueClient, args: argparse.Namespace) -> int:
     pushed = [0]  # jobs of earlier requests, in the queue (set by _push)
     try:
@@ -133,6 +160,27 @@ def cmd_push(client: QueueClient, args: argparse.Namespace) -> int:
                                      f"before it and none after: {skip}" if done else
                                      "Nothing was pushed")
         ) from None
+    except RequestKeyReused as exc:
+        if not args.request_key:
+            raise
+        raise RequestKeyReused(
+            f"{exc.message}. --request-key {args.request_key} names one input: a re-run "
+            "pushes the same input with the same --batch-size and --batch-bytes; push "
+            "other jobs under a new --request-key", **exc.details) from None
+    except OsqueueError as exc:
+        # the outcome of the request in flight is unknown (its answer lost, the broker
+        # gone): a re-run under the same keys learns what landed
+        if not args.request_key or not (exc.retryable or isinstance(exc, BrokerUnreachable)):
+            raise
+        # (push_many's advice names its own key, for Python callers)
+        message = exc.message.partition("; the push's request key is ")[0]
+        done = pushed[0] + int(exc.details.get("pushed", 0))
+        raise type(exc)(
+            f"{message}. The first {done} job(s) of the input are in the queue and the "
+            f"request after them may have landed: re-run the same command with --request-key "
+            f"{args.request_key} (the same input, --batch-size and --batch-bytes) within the "
+            "queue's retry_ttl_s (600 s by default); the chunks that landed are answered, "
+            "not pushed again, and the rest are pushed", **exc.details) from None
 
 
 def _push(client: QueueClient, args: argparse.Namespace, pushed: list[int]) -> int:
@@ -145,6 +193,15 @@ def _push(client: QueueClient, args: argparse.Namespace, pushed: list[int]) -> i
     shown: AbstractContextManager[Any] = bar if bar is not None else nullcontext()
     ids: list[str] = []  # every id when they are shown, else the last batch's
     keep = args.json or (total is not None and total <= 20)
+    chunks = 0  # push_many calls made: chunk i goes under request key f"{K}-{i}"
+
+    def push(batch: list[dict[str, Any]]) -> list[str]:
+        nonlocal chunks
+        key = f"{args.request_key}-{chunks}" if args.request_key else None
+        chunks += 1
+        return client.push_many(batch, batch_size=args.batch_size,
+                                batch_bytes=args.batch_bytes, request_key=key)
+
     with shown:
         task = bar.add_task("push", total=total) if bar is not None else None
         for n, (payload, nbytes) in enumerate(payloads):
@@ -156,8 +213,7 @@ def _push(client: QueueClient, args: argparse.Namespace, pushed: list[int]) -> i
             size += nbytes
             if len(batch) >= args.batch_size or size >= args.batch_bytes or (
                     total is not None and n + 1 == total):
-                got = client.push_many(batch, batch_size=args.batch_size,
-                                       batch_bytes=args.batch_bytes)
+                got = push(batch)
                 ids = [*ids, *got] if keep else got
                 done += len(got)
                 pushed[0] = done
@@ -165,8 +221,7 @@ def _push(client: QueueClient, args: argparse.Namespace, pushed: list[int]) -> i
                 if bar is not None and task is not None:
                     bar.update(task, completed=done)
         if batch:
-            got = client.push_many(batch, batch_size=args.batch_size,
-                                   batch_bytes=args.batch_bytes)
+            got = push(batch)
             ids = [*ids, *got] if keep else got
             done += len(got)
             if bar is not None and task is not None:
@@ -398,6 +453,10 @@ def build_parser() -> argparse.ArgumentParser:
     push.add_argument("--delay-s", type=float, default=0.0,
                       help="seconds before the jobs may be claimed (default 0)")
     push.add_argument("--key-prefix", help="idempotency keys PREFIX<line number> (safe re-runs)")
+    push.add_argument("--request-key", type=request_key_arg, metavar="K",
+                      help="push chunk i of the input under request key K-{i}: a re-run of "
+                           "the same input with the same K, --batch-size and --batch-bytes "
+                           "within the queue's retry_ttl_s pushes only what did not land")
     push.add_argument("--batch-size", type=positive, default=1000,
                       help="most jobs per request (default 1000)")
     push.add_argument("--batch-bytes", type=positive, default=BATCH_BYTES,

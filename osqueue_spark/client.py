@@ -45,6 +45,7 @@ from broker.errors import (
     InvalidRequest,
     NotTheBroker,
     OsqueueError,
+    RequestKeyReused,
     from_dict,
 )
 from broker.limits import (
@@ -77,6 +78,7 @@ from osqueue_spark.calls import (
     not_this_push,
     partly_pushed,
     push_key,
+    reused_in_batch,
 )
 from osqueue_spark.retries import Attempts, answered
 from osqueue_spark.transport import Transport, Urllib3Transport
@@ -316,7 +318,9 @@ class QueueClient:
         batches that landed, creating nothing for them, and pushes the rest
         (later, it pushes them all again). A repeat whose batch is answered with
         another number of ids than it holds (another ``batch_size``, other jobs)
-        raises ``InvalidRequest`` before it pushes anything more.
+        raises ``InvalidRequest`` before it pushes anything more; so does a
+        batch whose receipt holds other jobs (``RequestKeyReused``: a key reused
+        for new jobs, a repeat cut differently).
         A refusal (``queue_full``, a bad job) after earlier batches landed
         carries their count and ids, ``exc.details['pushed']`` and
         ``['ids']``: the jobs before the refused batch are in the queue, the
@@ -339,7 +343,10 @@ class QueueClient:
                 body = b"".join(chunk)  # the compact body: payloads pass through
                 sent = True
                 part = KeyedCall(key if i == 0 else f"{key}.{i}", numbering)
-                got = self.request("POST", self._q("push"), body, call=part)["ids"]
+                try:
+                    got = self.request("POST", self._q("push"), body, call=part)["ids"]
+                except RequestKeyReused as exc:  # this batch's receipt holds other jobs
+                    raise reused_in_batch(exc, key, i) from None
                 if len(got) != len(chunk):  # answered from the receipt of another push
                     raise InvalidRequest(not_this_push(key, i, len(got), len(chunk)))
                 ids.extend(got)

@@ -38,7 +38,8 @@ KEY_PARAMS = [
     {"name": "Idempotency-Key", "in": "header", "required": False,
      "description": "The caller's key for this call: a repeat with the same key (while the "
                     "queue keeps its receipt, retry_ttl_s) answers what the first call "
-                    "answered and changes nothing",
+                    "answered and changes nothing (a push under it with other jobs is "
+                    "refused, 422 request_key_reused)",
      "schema": {"type": "string", "minLength": 1, "maxLength": MAX_REQUEST_KEY_CHARS}},
     {"name": "Idempotency-Floor", "in": "header", "required": False,
      "description": "For keys r-{client}-{n}: that client's calls numbered below this have "

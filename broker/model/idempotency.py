@@ -102,20 +102,23 @@ def trim(state: QueueState, now_ms: int) -> None:
 
 
 def earlier(state: QueueState, request: str | None, floor: int | None,
-            kind: str, now_ms: int) -> list[int] | None:
+            kind: str, now_ms: int, digest: str | None = None) -> list[int] | None:
     """What an earlier call with this request key answered (None: none did).
 
     Applies the caller's floor first: it takes effect at once and is written
     with the next write or within :data:`broker.model.receipts.LAZY_WRITE_MS` (a poll
     that claims nothing costs no write of its own). Raises ``InvalidRequest``
     for a late attempt of a call whose answer its client already had (below
-    its floor)."""
+    its floor), and (a push, ``digest`` its jobs') ``RequestKeyReused`` if the
+    key's receipt holds other jobs; either before anything changed."""
     if request is None:
         return None
     receipts = state.receipts
     if receipts.below_floor(request):
         raise InvalidRequest(f"request {request} was answered before (its client has moved "
                              "past it); a late copy of it is not applied")
+    if digest is not None:
+        receipts.check_same_push(request, digest)
     if floor is not None and receipts.answered_below(request, floor, now_ms):
         receipts.later(now_ms)
     return receipts.answered(request, kind)

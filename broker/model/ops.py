@@ -40,7 +40,10 @@ class Push:
     """Enqueue jobs.
 
     ``request``: the caller's key for this call; a repeat while its receipt
-    is kept answers the same ids and creates nothing. ``once``: a key in the
+    is kept answers the same ids and creates nothing. ``digest``: of the jobs
+    (:func:`broker.model.receipts.push_digest`), kept in the receipt: a push
+    under a remembered key with another digest is refused (None: not checked,
+    as a receipt written before digests). ``once``: a key in the
     idempotency window making the push happen at most once: a repeat creates
     nothing and sets ``Result.duplicate`` (Spark publishes staged writes this
     way). ``missing``: staged chunks of a publish that could not be found;
@@ -53,6 +56,7 @@ class Push:
     missing: int = 0
     floor: int | None = None  # the caller's calls below this number were answered
     refs: tuple[SegmentRef, ...] = ()  # as for PushPayloads
+    digest: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +74,7 @@ class PushPayloads:
     missing: int = 0
     floor: int | None = None
     refs: tuple[SegmentRef, ...] = ()
+    digest: str | None = None  # of the jobs, ``refs``' too when given (as for Push)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,14 +91,15 @@ class Reserve:
 
 def push_of(jobs: Sequence[NewJob | bytes], once: str | None = None,
             request: str | None = None, missing: int = 0,
-            floor: int | None = None, refs: tuple[SegmentRef, ...] = ()) -> Push | PushPayloads:
+            floor: int | None = None, refs: tuple[SegmentRef, ...] = (),
+            digest: str | None = None) -> Push | PushPayloads:
     """The push of ``jobs`` (bare bytes: a payload with default options) and of
     the segments ``refs``: the bulk :class:`PushPayloads` when every job is bare."""
     payloads = tuple(job for job in jobs if isinstance(job, bytes))
     if len(payloads) == len(jobs):
-        return PushPayloads(payloads, once, request, missing, floor, refs)
+        return PushPayloads(payloads, once, request, missing, floor, refs, digest)
     return Push(tuple(NewJob(job) if isinstance(job, bytes) else job for job in jobs), once,
-                request, missing, floor, refs)
+                request, missing, floor, refs, digest)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,8 @@ On storage the state is one JSON object (``jq``-readable, one job a line)::
        ...],
      "keys": [["idempotency-key", "j0000000001", "2026-11-22T03:43:47.123Z"], ...],
      "once": [["write:w-5d0e...", "2026-11-22T03:43:47.123Z"], ...],
-     "receipts": {"requests": [["r-3f9a0c2b1d4e-17", "...", "push", 1001, 100], ...],
+     "receipts": {"requests": [["r-3f9a0c2b1d4e-17", "...", "push", 1001, 100,
+                                "9f2c41d07a6be385"], ...],
                   "settled": [["...", {"completed": [5001, 120]}], ...]}}
 
 A **segment** is an immutable JSON-lines object of pending jobs that share a
@@ -66,7 +67,10 @@ Fields added within version 4, written only when in use so that an object
 not using them keeps its bytes: the settings ``max_claims_per_s`` and
 ``claim_burst`` (a broker from before them ignores them: no limit), and the
 counter ``cancelled`` with the jobs' cancel fields (a broker from before them
-refuses the object, an unknown counter, rather than serve it without them).
+refuses the object, an unknown counter, rather than serve it without them),
+and a push receipt's digest of its jobs, last on its line (a broker from
+before digests refuses the object, "must be a non-negative integer", rather
+than answer a push of other jobs from it; see :mod:`broker.model.receipts`).
 
 Payloads and results are kept as the bytes they arrived as: a job's line is
 re-read verbatim (big integers, number spellings and escapes survive a

@@ -145,7 +145,7 @@ def _ids_of(seqs: list[int]) -> Sequence[str]:
 
 
 def _push(state: QueueState, op: Push | PushPayloads, now_ms: int) -> Result:
-    earlier = idempotency.earlier(state, op.request, op.floor, R.PUSH, now_ms)
+    earlier = idempotency.earlier(state, op.request, op.floor, R.PUSH, now_ms, op.digest)
     if earlier is not None:
         if not earlier:  # the first attempt was refused (and that is written): so is this
             return Result(replayed=True, error=QueueFull(
@@ -173,7 +173,7 @@ def _push(state: QueueState, op: Push | PushPayloads, now_ms: int) -> Result:
         # Refused for the state the queue is in, which changes: remember it, written
         # before the caller hears of it (the write also fences out any earlier attempt
         # of this call), so a late copy is refused too, not applied once there is room.
-        state.receipts.record(op.request, R.PUSH, [], now_ms)
+        state.receipts.record(op.request, R.PUSH, [], now_ms, op.digest)
         idempotency.trim(state, now_ms)
         return Result(changed=True, error=exc)
     if op.once is not None:
@@ -181,7 +181,7 @@ def _push(state: QueueState, op: Push | PushPayloads, now_ms: int) -> Result:
     if op.request is not None:
         runs = ([ids.first, len(ids)] if isinstance(ids, JobIds) else ids.runs
                 if isinstance(ids, JobIdRuns) else R.runs_of(seq_of(i) or 0 for i in ids))
-        state.receipts.record(op.request, R.PUSH, runs, now_ms)
+        state.receipts.record(op.request, R.PUSH, runs, now_ms, op.digest)
     idempotency.trim(state, now_ms)
     return Result(changed=True, ids=ids)
 

@@ -60,6 +60,7 @@ from broker.model.ops import (
     SetPaused,
     push_of,
 )
+from broker.model.receipts import push_digest
 from broker.service.by_reference import Load, StagedPublish
 from broker.service.config import BrokerConfig
 from broker.service.metrics import Metrics
@@ -284,11 +285,13 @@ class Broker:
                    request: str | None = None, floor: int | None = None) -> list[str]:
         """Enqueue ``jobs`` (bare bytes: a payload's JSON with default options) in one
         commit; return their ids in order. ``request``: the caller's key for this
-        call, making a repeat of it answer the same ids and create nothing;
-        ``floor``: see :mod:`broker.model.receipts`."""
+        call, making a repeat of it answer the same ids and create nothing (and
+        a push of other jobs under it raise ``RequestKeyReused``: its receipt
+        keeps their digest); ``floor``: see :mod:`broker.model.receipts`."""
         if not jobs:
             raise InvalidRequest("push needs at least one job")
-        op = push_of(jobs, request=request, floor=floor)
+        op = push_of(jobs, request=request, floor=floor,
+                     digest=None if request is None else push_digest(jobs))
         result = await self._submit(queue, "push", op, create=True)
         return list(result.ids)
 

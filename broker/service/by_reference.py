@@ -235,7 +235,8 @@ async def push_by_reference(loop: Loop, segments: SegmentStore, queue: str,
             inline = await writer.write(list(op.payloads))
         if inline:
             return await loop.submit(op)
-        return await writer.commit(PushPayloads((), op.once, op.request, op.missing, op.floor))
+        return await writer.commit(PushPayloads((), op.once, op.request, op.missing, op.floor,
+                                                digest=op.digest))
     finally:
         writer.release()
 

@@ -25,7 +25,7 @@ import orjson
 import pytest
 
 from broker import paths
-from broker.errors import BrokerUnavailable, InvalidRequest, QueueFull
+from broker.errors import BrokerUnavailable, InvalidRequest, QueueFull, RequestKeyReused
 from broker.model.format.decode import decode_state
 from broker.storage import FileStore
 from osqueue_spark import QueueClient
@@ -112,8 +112,8 @@ def test_a_repeat_cut_into_other_batches_is_refused_and_pushes_nothing(
     assert _ns(store_dir) == list(range(6))  # batches 0 and 1 landed, 2 was not sent
     before = FileStore(store_dir).get(paths.state_key("q"))
 
-    for batch_size in (2, 4):  # batch 0 is answered with 3 ids: not this push's
-        with pytest.raises(InvalidRequest, match=r"batch 0 held 3 job") as bad:
+    for batch_size in (2, 4):  # batch 0's receipt holds 3 other jobs: not this push's
+        with pytest.raises(RequestKeyReused, match=r"used for other jobs.*batch 0 ") as bad:
             client.push_many(jobs, batch_size=batch_size, request_key=info.value.request_key)
         assert "batch_size" in bad.value.message
         assert FileStore(store_dir).get(paths.state_key("q")) == before  # nothing pushed
@@ -124,19 +124,17 @@ def test_a_repeat_cut_into_other_batches_is_refused_and_pushes_nothing(
     client.close()
 
 
-@pytest.mark.xfail(strict=True, reason="a receipt keeps a push's ids, not what was pushed: "
-                   "a key reused for other jobs of the same count is answered with the "
-                   "first push's ids and its jobs are never pushed (fix: a digest of each "
-                   "batch's body in its receipt, a repeat with another body refused)")
 def test_a_request_key_reused_for_other_jobs_does_not_drop_them(
         broker: BrokerProcess, store_dir: Path) -> None:
     client = QueueClient(broker.url, "q", retry_s=0)
-    client.push_many([{"n": n} for n in range(3)], request_key="orders-2026-11-28")
-    try:  # the same key for the next day's jobs (docs: "unique per push")
-        client.push_many([{"n": n} for n in range(3, 6)], request_key="orders-2026-11-28")
-    except InvalidRequest:
-        pass  # refused: the caller hears of it, nothing is lost
-    else:
-        assert _ns(store_dir) == list(range(6))  # or pushed: each job once
+    first = client.push_many([{"n": n} for n in range(3)], request_key="orders-2026-11-28")
+    try:  # the same key for the next day's jobs: refused, the caller hears of it
+        with pytest.raises(RequestKeyReused, match="'orders-2026-11-28' was used for other"):
+            client.push_many([{"n": n} for n in range(3, 6)], request_key="orders-2026-11-28")
+        assert _ns(store_dir) == list(range(3))  # nothing pushed, nothing answered falsely
+        # the same jobs again under it: a true repeat, answered the first ids
+        assert client.push_many([{"n": n} for n in range(3)],
+                                request_key="orders-2026-11-28") == first
+        assert _ns(store_dir) == list(range(3))
     finally:
         client.close()

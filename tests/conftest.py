@@ -12,6 +12,34 @@ from tests.support.azurite import azure_container, azure_url, azurite_server  # 
 from tests.support.browser import chromium, ui_page  # noqa: F401
 from tests.support.motoserver import MotoServer, set_default_credentials
 
+#: Fixtures that start this process's JVM (and, for Connect, a second one).
+SPARK_FIXTURES = frozenset({"spark", "spark_connect", "any_spark"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``--dist loadgroup``): every test that takes a SparkSession
+    runs on one worker, so the suite starts one JVM and one Connect server, not one
+    per worker (each costs about half a minute of CPU and a GiB of memory on the
+    2-core machine). That group and the slow tests go first, so the longest work
+    starts at once and the short tests fill the other workers around it. The order
+    is a stable sort, the same in every worker, as xdist requires."""
+    for item in items:
+        if SPARK_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("spark"))
+
+    def rank(item: pytest.Item) -> int:
+        if item.get_closest_marker("xdist_group"):
+            return 0
+        return 1 if item.get_closest_marker("slow") else 2
+
+    # by module, so a serial run still sets each module's fixtures up once
+    first: dict[str, int] = {}
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        first[path] = min(first.get(path, 2), rank(item))
+    items.sort(key=lambda item: first[item.nodeid.split("::")[0]])
+
 
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[MotoServer]:

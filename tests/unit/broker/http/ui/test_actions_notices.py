@@ -12,7 +12,7 @@ import re
 from broker.http.ui.auth import NOTICE_COOKIE, Sessions
 from tests.support.asgi import call
 from tests.support.inprocess import run
-from tests.unit.broker.http.ui.test_ui_gate import (
+from tests.unit.broker.http.ui.test_app_gate import (
     TOKEN,
     csrf,
     dashboard,

@@ -27,7 +27,7 @@ from broker.storage import MemoryStore, ObjectStore
 from tests.support.asgi import call
 from tests.support.faults import NOT_LANDED, Clock, FaultyStore
 from tests.support.inprocess import run, started
-from tests.unit.broker.http.ui.test_ui_gate import TOKEN, URL, csrf, login, post, snapshot, told
+from tests.unit.broker.http.ui.test_app_gate import TOKEN, URL, csrf, login, post, snapshot, told
 
 
 @asynccontextmanager

@@ -37,7 +37,7 @@ def test_spark_test_files_finds_spark_fixtures_outside_the_spark_folder(tmp_path
     assert compat.spark_test_files(tmp_path) == [
         "tests/spark", "tests/broker/test_uses.py", "tests/test_imports.py"]
     chosen = compat.spark_test_files()
-    assert chosen[0] == "tests/spark" and "tests/unit/tools/test_compat_script.py" not in chosen
+    assert chosen[0] == "tests/spark" and "tests/unit/tools/test_compat.py" not in chosen
 
 
 def test_resolve_picks_the_latest_patch_or_an_exact_release() -> None:

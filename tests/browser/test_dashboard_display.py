@@ -23,7 +23,7 @@ import orjson
 import pytest
 
 from osqueue_spark import QueueClient
-from tests.browser.test_ui_browser import snapshot
+from tests.browser.test_dashboard import snapshot
 from tests.support.broker_process import BROKER_ID, BrokerProcess, eventually
 
 pytestmark = pytest.mark.browser

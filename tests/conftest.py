@@ -11,29 +11,28 @@ import pytest
 from tests.support.azurite import azure_container, azure_url, azurite_server  # noqa: F401
 from tests.support.browser import chromium, ui_page  # noqa: F401
 from tests.support.motoserver import MotoServer, set_default_credentials
-
-#: Fixtures that start this process's JVM (and, for Connect, a second one).
-SPARK_FIXTURES = frozenset({"spark", "spark_connect", "any_spark"})
+from tests.support.scheduling import SPARK_FIXTURES, SparkGroupScheduling
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadgroup``: the Spark files on one worker, every other test wherever
+    a worker is free (see :mod:`tests.support.scheduling`)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    return SparkGroupScheduling(config, log, config.rootpath)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``--dist loadgroup``): every test that takes a SparkSession
-    runs on one worker, so the suite starts one JVM and one Connect server, not one
-    per worker (each costs about half a minute of CPU and a GiB of memory on the
-    2-core machine). That group and the slow tests go first, so the longest work
-    starts at once and the short tests fill the other workers around it. The order
-    is a stable sort, the same in every worker, as xdist requires."""
-    for item in items:
-        if SPARK_FIXTURES.intersection(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.xdist_group("spark"))
+    """The Spark tests and the slow tests go first, so the longest work starts at once
+    and the short tests fill the other workers around it. A stable sort by module
+    (a serial run still sets each module's fixtures up once), the same in every
+    worker, as xdist requires."""
 
     def rank(item: pytest.Item) -> int:
-        if item.get_closest_marker("xdist_group"):
+        if SPARK_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             return 0
         return 1 if item.get_closest_marker("slow") else 2
 
-    # by module, so a serial run still sets each module's fixtures up once
     first: dict[str, int] = {}
     for item in items:
         path = item.nodeid.split("::")[0]

@@ -152,6 +152,7 @@ def _random_op(rnd: random.Random, tokens: list[str], base: int) -> Op:
     return Reclaim()
 
 
+@pytest.mark.slow  # about two minutes of CPU: make test runs it, make check does not
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("base", [0, 9_999_999_000])
 def test_lines_answer_and_encode_as_jobs_would(seed: int, base: int) -> None:

@@ -292,7 +292,7 @@ def test_without_the_sdk_the_url_names_the_extra(monkeypatch: pytest.MonkeyPatch
 def test_the_makefile_installs_the_azurite_the_tests_expect() -> None:
     makefile = (ROOT / "Makefile").read_text()
     assert f"AZURITE_VERSION := {AZURITE_VERSION}\n" in makefile
-    assert "unit: $(STAMP) java-check $(AZURITE_STAMP)" in makefile
+    assert "suite: $(STAMP) java-check $(AZURITE_STAMP)" in makefile
 
 
 def test_a_missing_azurite_names_make_test(monkeypatch: pytest.MonkeyPatch,

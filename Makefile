@@ -11,7 +11,13 @@ AZURITE_STAMP := .tools/.azurite-$(AZURITE_VERSION)
 # Playwright's own browser download).
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: demo test lint typecheck unit bench clean java-check chromium-check wheel
+.PHONY: demo test check lint typecheck suite bench clean java-check chromium-check wheel
+
+# Workers for the whole suite (pytest-xdist). Most of the
+# suite's wall time waits on subprocesses, servers, Spark and timeouts, not on the CPU, so
+# more workers than cores pay; `--dist loadgroup` runs the Spark files on one worker
+# (tests/support/scheduling.py).
+JOBS ?= 4
 
 $(STAMP): pyproject.toml
 	@$(PY) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"'
@@ -65,10 +71,18 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP) java-check $(AZURITE_STAMP) chromium-check
-	OSQ_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -q
+# The whole pytest suite, every tier; pyproject's addopts print the 25 slowest tests.
+suite: $(STAMP) java-check $(AZURITE_STAMP) chromium-check
+	OSQ_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -q -n $(JOBS) --dist loadgroup
 
-test: lint typecheck unit
+test: lint typecheck suite
+
+# The one-minute check: lint, import contracts, types, references and the unit tier
+# (tests/unit: no servers, no subprocesses, no Spark, no browser), less its few tests
+# marked slow (long random runs, which make test runs).
+check: lint typecheck
+	$(BIN)/python -m tools.refcheck
+	$(BIN)/python -m pytest -q -n 2 -m "not slow" tests/unit tests/repo/test_tests_layout.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/state_encode_bench.py

@@ -11,6 +11,33 @@ import pytest
 from tests.support.azurite import azure_container, azure_url, azurite_server  # noqa: F401
 from tests.support.browser import chromium, ui_page  # noqa: F401
 from tests.support.motoserver import MotoServer, set_default_credentials
+from tests.support.scheduling import SPARK_FIXTURES, SparkGroupScheduling
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadgroup``: the Spark files on one worker, every other test wherever
+    a worker is free (see :mod:`tests.support.scheduling`)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    return SparkGroupScheduling(config, log, config.rootpath)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The Spark tests and the slow tests go first, so the longest work starts at once
+    and the short tests fill the other workers around it. A stable sort by module
+    (a serial run still sets each module's fixtures up once), the same in every
+    worker, as xdist requires."""
+
+    def rank(item: pytest.Item) -> int:
+        if SPARK_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            return 0
+        return 1 if item.get_closest_marker("slow") else 2
+
+    first: dict[str, int] = {}
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        first[path] = min(first.get(path, 2), rank(item))
+    items.sort(key=lambda item: first[item.nodeid.split("::")[0]])
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ For every version it makes a virtual environment under ``.compat/pyspark-X.Y.Z``
 (git-ignored; kept between runs unless ``--fresh``), installs this project into
 it with ``pyspark[connect]==X.Y.Z`` pinned (``pip install -e '.[spark,dev]'``,
 pandas < 3 from the ``spark`` extra), and runs every Spark test in it: all of
-``tests/osqueue_spark`` plus any other test file that takes a SparkSession
+``tests/spark`` plus any other test file that takes a SparkSession
 fixture (``spark``, ``spark_connect``, ``any_spark``) or imports pyspark. So
 classic and Spark Connect sessions are both exercised, as in ``make test``.
 
@@ -83,11 +83,11 @@ def resolve(spec: str) -> str:
 
 
 def spark_test_files(root: Path = ROOT) -> list[str]:
-    """``tests/osqueue_spark`` and every other test file that uses a SparkSession."""
-    chosen = ["tests/osqueue_spark"]
+    """``tests/spark`` and every other test file that uses a SparkSession."""
+    chosen = ["tests/spark"]
     for path in sorted((root / "tests").rglob("test_*.py")):
         rel = path.relative_to(root).as_posix()
-        if rel.startswith("tests/osqueue_spark/"):
+        if rel.startswith("tests/spark/"):
             continue
         if SPARK_FIXTURE.search(path.read_text(encoding="utf-8", errors="replace")):
             chosen.append(rel)

@@ -1,7 +1,7 @@
 """References that must resolve: docstrings' roles and the docs' paths and anchors.
 
 ``python -m tools.refcheck`` prints one line per broken reference and exits 1 if
-there is any (0 otherwise); ``tests/test_refcheck.py`` runs the same checks.
+there is any (0 otherwise); ``tests/repo/test_refcheck.py`` runs the same checks.
 
 * **Docstrings** (and ``#:`` attribute comments) in ``broker/``, ``osqueue_spark/``
   and ``tools/``: every ``:func:``, ``:class:``, ``:mod:``, ``:meth:``, ``:attr:``,

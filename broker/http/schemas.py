@@ -4,7 +4,7 @@ These models are the one source of the OpenAPI document (:mod:`broker.http.opena
 and state every bound by its name in :mod:`broker.limits`. The hot routes (push,
 claim, heartbeat, complete, fail, stage, publish) are not validated with them:
 the hand parsers in :mod:`broker.http.parsers` do that, several times faster
-(``bench/parse_bench.py``), and ``tests/broker/test_schemas.py`` holds the two
+(``bench/parse_bench.py``), and ``tests/unit/broker/http/test_schemas.py`` holds the two
 equal (same bodies accepted, same values) on generated inputs. The other routes'
 bodies (create, purge, redrive, cancel, pause, resume) are validated with their model
 by :class:`broker.http.app.App`, and :func:`problem` words a refusal.

@@ -17,7 +17,7 @@ the timer stays due until they are woken.
 Exact: the level is an integer count of nano-tokens, refilled at
 ``max_claims_per_s`` rounded *down* to a nano-token a millisecond, so over
 any window of ``T`` ms no more than ``burst + max_claims_per_s * T / 1000``
-jobs are handed out (``tests/broker/test_ratelimit.py`` checks it with
+jobs are handed out (``tests/unit/broker/model/test_ratelimit.py`` checks it with
 hypothesis). A clock that moves back refills nothing until it passes the last
 time seen again.
 

@@ -1,7 +1,7 @@
 """The one small storage interface every backend implements.
 
 **Promises every store keeps** (tested for each by ``StoreContract`` in
-``tests/broker/test_storage.py``):
+``tests/integration/broker/test_storage.py``):
 
 * a conditional write (``write_if_match``, ``create_if_absent``) either lands
   whole or is refused with ``Conflict`` and changes nothing; of writers racing

@@ -14,7 +14,7 @@ accepted and changes nothing; see :data:`FILTER_PUSHDOWN_IGNORED`): up to
 PySpark 4.3 Spark keeps the plan of a relation's last pushdown and hands it to
 every scan of that relation, so a plan pruned for ``df.where(...)`` would also
 serve a later ``df.count()`` or the other side of ``df.where(...).union(df)``,
-dropping rows (tests/osqueue_spark/test_spark_segments.py and
+dropping rows (tests/spark/test_spark_segments.py and
 test_spark_archive.py read one DataFrame so).
 
 The status column shows ``cancelled`` for a job cancelled (in the archive,

@@ -1,5 +1,5 @@
 """Figures of a markdown page against the results files it names (the benchmarks page's
-test, tests/test_benchmarks_doc.py). Reads markdown and JSON only: no benchmark is
+test, tests/repo/test_benchmarks_doc.py). Reads markdown and JSON only: no benchmark is
 imported.
 
 The page is cut into sections at its ``## `` headings (the text before the first is a

@@ -1,5 +1,5 @@
 """Send fuzz requests (:mod:`tests.support.fuzz_requests`) to a real broker and judge
-each answer (the fuzz suite, tests/broker/test_fuzz_http.py).
+each answer (the fuzz suite, tests/integration/broker/test_fuzz_http.py).
 
 :meth:`Harness.check` sends one request over a kept-alive connection and
 returns what it broke, each problem one line:

@@ -1,4 +1,5 @@
-"""Hypothesis strategies for the values in fuzzed request bodies (tests/broker/test_fuzz_http.py).
+"""Hypothesis strategies for the values in fuzzed request bodies
+(tests/integration/broker/test_fuzz_http.py).
 
 Values are built from a request model's JSON schema (:mod:`broker.http.schemas`),
 so a new field or route is fuzzed without a change here. Each field is valid

@@ -40,7 +40,7 @@ from tests.support.segment_v1 import encode_segment_v1
 from tests.support.segmented import put_head
 from tests.support.states import new_queue
 
-GOLDEN_V1 = Path(__file__).parents[1] / "broker" / "fixtures" / "golden_segment_v1.jsonl"
+GOLDEN_V1 = Path(__file__).parents[1] / "fixtures" / "golden_segment_v1.jsonl"
 _PAYLOAD = b'"payload":'
 
 

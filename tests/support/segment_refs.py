@@ -1,5 +1,5 @@
 """Segment keys, references and payloads for the pure tests of segments and
-their objects' bytes (tests/broker/test_segments.py, test_segment_format.py)."""
+their objects' bytes (tests/unit/broker/model/segments/test_refs.py, test_segment_format.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Version-1 segment objects, as brokers before segment format 2 wrote them:
 to test that they are still read (the broker never writes one now). The
-bytes are pinned by ``tests/broker/fixtures/golden_segment_v1.jsonl``, which
+bytes are pinned by ``tests/fixtures/golden_segment_v1.jsonl``, which
 a broker of that version wrote."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ is kept as nothing but its line until first touched
 and jobs are grouped in blocks of ``1 << BLOCK_SHIFT`` seqs whose joined
 bytes are kept too, so a commit after changing 1k of 100k jobs re-encodes those
 1k, their blocks and a join. The bytes are the product contract:
-``tests/broker/test_format_golden.py`` pins them.
+``tests/unit/broker/model/format/test_codec_golden.py`` pins them.
 """
 
 from __future__ import annotations

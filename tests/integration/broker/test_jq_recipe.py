@@ -1,0 +1,53 @@
+"""The jq recipe of docs/architecture.md that lists a queue's pending jobs
+across the head and its segment objects, run as written against a store a
+real broker process wrote (inline jobs, a segment partly claimed): it lists
+exactly the jobs the broker calls pending, field for field."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import orjson
+import pytest
+
+from broker.storage import FileStore
+from osqueue_spark import QueueClient
+from tests.support.broker_process import BrokerProcess
+from tests.support.inprocess import stored
+
+DOC = Path(__file__).resolve().parents[3] / "docs" / "architecture.md"
+
+pytestmark = pytest.mark.skipif(shutil.which("jq") is None, reason="needs the jq command")
+
+
+def recipe() -> str:
+    """The sh block after the recipe's heading, its ``cd`` dropped (run in the store)."""
+    text = DOC.read_text()
+    at = text.index("The pending jobs of a queue, across the head and its segments")
+    block = re.search(r"```sh\n(.*?)```", text[at:], re.S)
+    assert block is not None
+    return "\n".join(line for line in block.group(1).splitlines()
+                     if not line.startswith("cd "))
+
+
+def test_the_docs_jq_recipe_lists_every_pending_job_of_the_head_and_its_segments(
+        tmp_path: Path) -> None:
+    with BrokerProcess(f"file://{tmp_path}", "--segment-push-jobs", "20",
+                       "--lease-s", "3600") as broker:
+        client = QueueClient(broker.url, "q")
+        client.push_many([{"inline": 1}, {"inline": 2}])
+        client.push_many([{"seg": i, "n": 2 ** 40 + i} for i in range(20)])
+        client.push_many([{"seg2": i} for i in range(25)])
+        client.push({"late": True}, priority=3)
+        client.claim("w", max_jobs=4, lease_s=3600)  # the late one, two inline, one of a segment
+        refs = stored(FileStore(tmp_path)).segment_refs
+        assert len(refs) == 2 and refs[0].taken == 1  # (a segment partly claimed)
+        want = list(client.iter_jobs("pending"))
+    out = subprocess.run(["bash", "-c", "set -euo pipefail\n" + recipe()], cwd=tmp_path,
+                         capture_output=True, text=True, check=True, timeout=60).stdout
+    got = [orjson.loads(line) for line in out.splitlines()]
+    assert len(got) == len(want) == 2 + 20 + 25 + 1 - 4
+    assert sorted(got, key=lambda job: job["seq"]) == want

@@ -29,7 +29,8 @@ Error = type[InvalidRequest]
 
 def number(name: str, value: Any, lo: float, hi: float, error: Error = InvalidRequest) -> Any:
     """``value`` if it is a finite number (not a bool) within ``[lo, hi]``."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    # (a tuple: ``int | float`` makes a union object each call, on every claim)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise error(f"{name} must be a number, got {shown(value)}")
     if isinstance(value, float) and not math.isfinite(value):
         raise error(f"{name} must be a finite number, got {shown(value)}")

@@ -20,7 +20,13 @@ call in one entry (``bench/receipts_bench.py`` measures it).
 
 from __future__ import annotations
 
+import functools
 
+
+# Cached: a keyed call's key is read here three times in one operation (its
+# floor, the floor check, its receipt), and once more when its receipt is
+# dropped; a hit costs no Python frame (bench/broker_bench.py, push-b1 rows).
+@functools.lru_cache(maxsize=1024)
 def client_of(key: str) -> tuple[str, int] | None:
     """(client, number) of a request key ``r-{client}-{n}`` or ``r-{client}-{n}.{i}``,
     or None for a key of another form (such keys are kept until their age or count

@@ -20,6 +20,7 @@ made only when read that way. The HTTP layer reads the lists themselves.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import repeat
 from typing import Any, ClassVar, Generic, TypeVar, overload
 
 Row = TypeVar("Row", bound=tuple[Any, ...])
@@ -51,11 +52,12 @@ class Columns(LazySequence[Row], Generic[Row]):
 
     def __init__(self, *columns: list[Any]) -> None:
         width = len(self.row_type._fields)
-        if not columns:
-            columns = tuple([] for _ in range(width))
+        if not columns:  # (in C: every answer of a hot call makes two empty ones)
+            self.columns: tuple[list[Any], ...] = tuple(map(list, repeat((), width)))
+            return
         if len(columns) != width or len({len(c) for c in columns}) > 1:
             raise ValueError(f"{type(self).__name__} takes {width} lists of one length")
-        self.columns: tuple[list[Any], ...] = columns
+        self.columns = columns
 
     @classmethod
     def of(cls, rows: Iterable[Row]) -> Columns[Row]:

@@ -34,8 +34,9 @@ def test_one_loop_per_queue_and_stop_ends_it(tmp_path: Path) -> None:
     gate, entered = threading.Event(), threading.Event()
 
     def slow_first_read(_key: str) -> None:
-        entered.set()
-        gate.wait(10)
+        if not entered.is_set():  # the redirected call's read; the watch's goes through
+            entered.set()
+            gate.wait(10)
 
     async def main() -> tuple[bool, bool]:
         a = await started(inner, "http://a", clock)
@@ -46,9 +47,12 @@ def test_one_loop_per_queue_and_stop_ends_it(tmp_path: Path) -> None:
         store.inject("read", None, key_contains="q/queue.json", before=slow_first_read)
         push = asyncio.create_task(b.push("q", [NewJob(b"2")]))  # a redirected client
         await until(entered.is_set)
-        await b.watch()  # the periodic watch round, meanwhile
-        first = b._queues["q"]
+        watch = asyncio.create_task(b.watch())  # the periodic watch round, meanwhile
+        lock = b.lock("q")
+        await until(lambda: watch.done() or bool(lock._waiters))  # done, or queued behind the call
         gate.set()
+        await watch
+        first = b._queues["q"]
         await push
         second = b._queues["q"]
         same = first is second
@@ -82,8 +86,11 @@ def test_reads_do_not_show_a_push_that_never_committed(tmp_path: Path) -> None:
         store.inject("write_if_match", REFUSED, key_contains="q/queue.json", before=slow)
         push = asyncio.create_task(a.push("q", [NewJob(b'"phantom"')]))
         await until(entered.is_set)
-        seen = [j["id"] for j in await a.jobs("q")]  # a reader, meanwhile
+        reader = asyncio.create_task(a.jobs("q"))  # a reader, meanwhile
+        loop = a._queues["q"].loop
+        await until(lambda: reader.done() or bool(loop._buffer))  # answered, or queued
         gate.set()
+        seen = [j["id"] for j in await reader]
         with pytest.raises(StorageRefused):
             await push
         await a.stop(drain_s=5)

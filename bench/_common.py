@@ -8,6 +8,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import select
 import shlex
 import socket
 import statistics
@@ -192,3 +193,59 @@ def moto_s3(bucket: str, ready_s: float = 60.0) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+class ChildProcess:
+    """A benchmark's child process (``--one``), driven over its stdin and stdout: a
+    command a line, answered by a line that starts with a prefix, then JSON. Kept up
+    between commands, so rounds of several children interleave (depth_bench,
+    wide_bench). ``error`` says why it stopped answering (it is then killed);
+    ``args.child_timeout_s`` (seconds, 0: none) bounds each wait for an answer."""
+
+    def __init__(self, cmd: list[str], args: Any, stack: contextlib.ExitStack,
+                 env: Mapping[str, str] | None = None) -> None:
+        self.args = args
+        self.error: str | None = None
+        self.row: dict[str, Any] = {}
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, env=env)
+        stack.callback(self.kill)
+
+    def answer(self, prefix: str) -> Any:
+        """The child's next line with ``prefix``, decoded; None (and ``error`` set) if it
+        says something else, exits, or says nothing for ``--child-timeout-s``."""
+        assert self.proc.stdout is not None
+        timeout = self.args.child_timeout_s or None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        if line.startswith(prefix):
+            return json.loads(line[len(prefix):])
+        self.error = (f"timed out after {self.args.child_timeout_s:g} s" if not ready else
+                      f"no answer (exit status {self.proc.poll()}; see stderr above)")
+        self.kill()
+        return None
+
+    def command(self, text: str, prefix: str) -> Any:
+        """Send ``text``; its answer (see :meth:`answer`), None if the child is gone."""
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(text + "\n")
+            self.proc.stdin.flush()
+        except OSError:
+            self.error = self.error or "the process went away"
+            return None
+        return self.answer(prefix)
+
+    def result(self, base: dict[str, Any], result_prefix: str) -> dict[str, Any]:
+        """The child's result row (asked for with ``finish``), after ``base``; the
+        error, if any, in it."""
+        if self.error is None:
+            self.row = self.command("finish", result_prefix) or self.row
+            if self.proc.wait(60) != 0 and self.error is None:
+                self.error = f"exit status {self.proc.returncode}"
+        return {**base, **self.row, **({"error": self.error} if self.error else {})}
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()

@@ -74,10 +74,8 @@ import contextlib
 import ctypes
 import json
 import resource
-import select
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -90,7 +88,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import orjson
 
-from bench._common import load, moto_env, moto_s3, write_results
+from bench._common import ChildProcess, load, moto_env, moto_s3, write_results
 from broker import paths
 from broker.errors import QueueFull
 from broker.gcpause import tune_for_broker_process
@@ -379,15 +377,14 @@ async def serve(kind: str, url: str, depth: int, args: argparse.Namespace) -> No
 # -- the parent: one child process per (store, depth) ----------------------------------
 
 
-class Child:
+class Child(ChildProcess):
     """One (store, depth) in its own process (``--one``), kept up between commands;
     its store is a temporary directory, or a moto server of its own."""
 
     def __init__(self, kind: str, depth: int, args: argparse.Namespace,
                  stack: contextlib.ExitStack) -> None:
-        self.kind, self.depth, self.args = kind, depth, args
+        self.kind, self.depth = kind, depth
         self.rounds: list[tuple[float, float]] = []  # (claim_s, complete_s)
-        self.error: str | None = None
         if kind == "file":
             tmp = Path(tempfile.mkdtemp(prefix="depth-bench-"))
             stack.callback(shutil.rmtree, tmp, True)
@@ -405,9 +402,7 @@ class Child:
         if not args.tune_gc:
             cmd.append("--no-tune-gc")
         print(f"== {kind} {label(depth)}", file=sys.stderr, flush=True)
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True, env=env)
-        stack.callback(self.kill)
+        super().__init__(cmd, args, stack, env)
         self.row = self.answer(FILLED_PREFIX) or {}
 
     @property
@@ -418,46 +413,13 @@ class Child:
     def ready(self) -> bool:
         return self.error is None and "fill_s" in self.row
 
-    def answer(self, prefix: str) -> Any:
-        """The child's next line with ``prefix``, decoded; None (and ``error`` set) if it
-        says something else, exits, or says nothing for ``--child-timeout-s``."""
-        assert self.proc.stdout is not None
-        timeout = self.args.child_timeout_s or None
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        line = self.proc.stdout.readline() if ready else ""
-        if line.startswith(prefix):
-            return json.loads(line[len(prefix):])
-        self.error = (f"timed out after {self.args.child_timeout_s:g} s" if not ready else
-                      f"no answer (exit status {self.proc.poll()}; see stderr above)")
-        self.kill()
-        return None
-
-    def command(self, text: str, prefix: str) -> Any:
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.write(text + "\n")
-            self.proc.stdin.flush()
-        except OSError:
-            self.error = self.error or "the process went away"
-            return None
-        return self.answer(prefix)
-
     def round(self) -> None:
         got = self.command("round", ROUND_PREFIX)
         if got is not None:
             self.rounds.append((got[0], got[1]))
 
     def finish(self) -> dict[str, Any]:
-        if self.error is None:
-            self.row = self.command("finish", RESULT_PREFIX) or self.row
-            if self.proc.wait(60) != 0 and self.error is None:
-                self.error = f"exit status {self.proc.returncode}"
-        return {**self.base, **self.row, **({"error": self.error} if self.error else {})}
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        return self.result(self.base, RESULT_PREFIX)
 
 
 def commit_rounds(children: list[Child], rounds: int, budget_s: float) -> list[float]:

@@ -49,11 +49,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
-import select
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -62,7 +59,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import load, write_results
+from bench._common import ChildProcess, load, write_results
 from bench.depth_bench import (
     QUEUE,
     CountingStore,
@@ -201,49 +198,22 @@ async def serve(scenario: str, url: str, size: int, args: argparse.Namespace) ->
 # -- the parent: one child process per (scenario, size) ------------------------------
 
 
-class Child:
+class Child(ChildProcess):
     """One (scenario, size) in its own process (``--one``) on a temporary directory's
     file store, kept up between commands."""
 
     def __init__(self, scenario: str, size: int, args: argparse.Namespace,
                  stack: contextlib.ExitStack) -> None:
-        self.scenario, self.size, self.args = scenario, size, args
+        self.scenario, self.size = scenario, size
         self.rounds: list[list[float]] = []
-        self.error: str | None = None
         tmp = Path(tempfile.mkdtemp(prefix="wide-bench-"))
         stack.callback(shutil.rmtree, tmp, True)
         cmd = [sys.executable, str(Path(__file__).resolve()), "--one", scenario, str(size),
                "--store-url", f"file://{tmp}", "--fill-chunk", str(args.fill_chunk),
                "--claim-batch", str(args.claim_batch)]
         print(f"== {scenario} {label(size)}", file=sys.stderr, flush=True)
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True)
-        stack.callback(self.kill)
+        super().__init__(cmd, args, stack)
         self.row = self.answer(READY_PREFIX) or {}
-
-    def answer(self, prefix: str) -> Any:
-        """The child's next line with ``prefix``, decoded; None (and ``error`` set) if it
-        says something else, exits, or says nothing for ``--child-timeout-s``."""
-        assert self.proc.stdout is not None
-        timeout = self.args.child_timeout_s or None
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        line = self.proc.stdout.readline() if ready else ""
-        if line.startswith(prefix):
-            return json.loads(line[len(prefix):])
-        self.error = (f"timed out after {self.args.child_timeout_s:g} s" if not ready else
-                      f"no answer (exit status {self.proc.poll()}; see stderr above)")
-        self.kill()
-        return None
-
-    def command(self, text: str, prefix: str) -> Any:
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.write(text + "\n")
-            self.proc.stdin.flush()
-        except OSError:
-            self.error = self.error or "the process went away"
-            return None
-        return self.answer(prefix)
 
     def round(self) -> None:
         got = self.command("round", ROUND_PREFIX)
@@ -251,17 +221,8 @@ class Child:
             self.rounds.append(got)
 
     def finish(self) -> dict[str, Any]:
-        if self.error is None:
-            self.row = self.command("finish", RESULT_PREFIX) or self.row
-            if self.proc.wait(60) != 0 and self.error is None:
-                self.error = f"exit status {self.proc.returncode}"
         base = {"scenario": self.scenario, "size": self.size, "label": label(self.size)}
-        return {**base, **self.row, **({"error": self.error} if self.error else {})}
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        return self.result(base, RESULT_PREFIX)
 
 
 def commit_rounds(children: list[Child], rounds: int) -> list[float]:

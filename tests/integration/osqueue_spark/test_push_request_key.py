@@ -12,7 +12,7 @@ the same. Every test reads the store itself afterwards.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +32,9 @@ from broker.model.format.decode import decode_state
 from broker.storage import FileStore
 from osqueue_spark import QueueClient
 from osqueue_spark.calls import MAX_PUSH_KEY_CHARS
-from osqueue_spark.transport import Response, Urllib3Transport
 from tests.support.broker_process import BrokerProcess
 from tests.support.faultproxy import FaultConfig, FaultProxy
+from tests.support.transports import DropReplyOf
 
 JOBS = [{"n": n} for n in range(5)]
 
@@ -94,32 +94,10 @@ def test_a_push_whose_reply_was_dropped_is_repeated_with_its_key(
     client.close()
 
 
-class _DropReplyOf:
-    """A transport that sends the ``nth`` push (1: the first), lets it land, and
-    raises as a dropped connection does (the urllib3 transport's error)."""
-
-    def __init__(self, nth: int) -> None:
-        self.inner = Urllib3Transport()
-        self.nth, self.pushes = nth, 0
-
-    def send(self, method: str, url: str, headers: Mapping[str, str], body: bytes | None,
-             timeout_s: float) -> Response:
-        answer = self.inner.send(method, url, headers, body, timeout_s)
-        if url.endswith("/push"):
-            self.pushes += 1
-            if self.pushes == self.nth:
-                raise BrokerUnavailable(f"request to {url} failed after sending: "
-                                        "ProtocolError (injected: reply dropped)")
-        return answer
-
-    def close(self) -> None:
-        self.inner.close()
-
-
 def test_a_push_of_several_batches_is_repeated_with_its_key(
         broker: BrokerProcess, store_dir: Path) -> None:
     jobs = [{"n": n} for n in range(7)]
-    client = QueueClient(broker.url, "q", retry_s=0, transport=_DropReplyOf(2))
+    client = QueueClient(broker.url, "q", retry_s=0, transport=DropReplyOf(2))
     with pytest.raises(BrokerUnavailable) as info:
         client.push_many(jobs, batch_size=3, request_key="order-batch-17")
     assert info.value.request_key == "order-batch-17"

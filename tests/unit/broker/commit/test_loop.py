@@ -19,6 +19,7 @@ from broker.model.ops import NewJob, Push
 from broker.service.broker import Broker
 from broker.service.config import BrokerConfig
 from broker.storage import FileStore, MemoryStore
+from tests.support.commit_targets import Tally
 from tests.support.direct import DirectQueue
 
 
@@ -166,75 +167,6 @@ def test_direct_queue_archives_and_survives_races(tmp_path: Path) -> None:
     assert q.stats()["total"] == 30
 
 
-class _Tally:
-    """A toy :class:`broker.commit.target.CommitTarget`: an int tally in a JSON object.
-
-    Ops: ``int`` adds it (result: the new total); ``"refuse"`` raises (nothing
-    is written); ``"refuse-written"`` writes a note and answers an error once
-    the write landed; ``"bug"`` raises a non-osqueue exception.
-    """
-
-    def decode(self, data: bytes) -> dict[str, Any]:
-        state: dict[str, Any] = orjson.loads(data)
-        return state
-
-    def empty(self, now_ms: int) -> dict[str, Any]:
-        return {"total": 0, "notes": 0, "seq": 0, "commit": None, "lineage": []}
-
-    def apply(self, state: dict[str, Any], op: int | str,
-              now_ms: int) -> tuple[int | OsqueueError, bool]:
-        if op == "refuse":
-            raise InvalidRequest("refused, nothing written")
-        if op == "refuse-written":
-            state["notes"] += 1
-            return InvalidRequest("refused, and the refusal written"), True
-        if op == "bug":
-            raise ZeroDivisionError("a bug")
-        assert isinstance(op, int)
-        state["total"] += op
-        return state["total"], True
-
-    #: prepare() refuses this many more batches (then lets them apply)
-    refusals = 0
-    prepared = 0
-
-    async def prepare(self, state: dict[str, Any], ops: Any, now_ms: int) -> None:
-        self.prepared += 1
-        if self.refusals:
-            self.refusals -= 1
-            raise StorageUnavailable("injected: what the batch needs cannot be read")
-
-    async def before_write(self, state: dict[str, Any], now_ms: int) -> None:
-        pass
-
-    def housekeeping(self, state: dict[str, Any], now_ms: int, exists: bool) -> list[int | str]:
-        return []
-
-    def encode(self, state: dict[str, Any], writer: str, now_ms: int, commit: str) -> bytes:
-        state["seq"] += 1
-        state["commit"] = commit
-        state["lineage"] = (state["lineage"] + [commit])[-8:]
-        return orjson.dumps(state)
-
-    def identity(self, state: dict[str, Any]) -> tuple[str | None, list[str]]:
-        return state["commit"], state["lineage"]
-
-    def seq(self, state: dict[str, Any]) -> int:
-        return int(state["seq"])
-
-    def may_write(self, state: dict[str, Any], owned: bool) -> OsqueueError | None:
-        return None
-
-    def committed(self, state: dict[str, Any]) -> None:
-        pass
-
-    def carry(self, dropped: dict[str, Any], fresh: dict[str, Any], now_ms: int) -> None:
-        pass
-
-    def next_timer_ms(self, state: dict[str, Any], now_ms: int) -> int | None:
-        return None
-
-
 def test_a_caller_gets_its_result_or_the_error_raised() -> None:
     """The loop is generic over state, ops and results, and answers failures as
     exceptions: raised by the target (nothing written), returned by it as an
@@ -245,7 +177,7 @@ def test_a_caller_gets_its_result_or_the_error_raised() -> None:
     async def main() -> None:
         executor = ThreadPoolExecutor(2)
         loop: CommitLoop[dict[str, Any], int | str, int] = CommitLoop(
-            store, "t/tally.json", _Tally(), "w", executor, clock=lambda: 0)
+            store, "t/tally.json", Tally(), "w", executor, clock=lambda: 0)
         await loop.load()
         loop.reactivate()
         loop.start()
@@ -273,7 +205,7 @@ def test_a_refused_prepare_rereads_once_then_answers_the_batch() -> None:
     state may be behind one that no longer needs it) and tries again; a second
     refusal is the batch's answer, and nothing is written."""
     store = MemoryStore()
-    target = _Tally()
+    target = Tally()
 
     async def main() -> None:
         executor = ThreadPoolExecutor(2)

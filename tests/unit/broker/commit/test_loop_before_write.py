@@ -31,6 +31,7 @@ from broker.errors import OsqueueError, OutcomeUnknown
 from broker.model.format import codec
 from broker.service.segment_store import SegmentStore
 from broker.storage import FileStore, ObjectStore
+from tests.support.commit_targets import Tally
 from tests.support.faults import NOT_LANDED, Clock, FaultyStore
 from tests.support.inprocess import run, started
 
@@ -38,8 +39,9 @@ KEY = paths.state_key("q")
 GRACE_S = 600.0
 
 
-class _Spilling:
-    """A CommitTarget whose versions reference objects written by its hook.
+class _Spilling(Tally):
+    """A :class:`~tests.support.commit_targets.Tally` whose versions reference
+    objects written by its hook.
 
     State: ``{"total", "seq", "commit", "lineage", "spills": [{"key", "etag"}]}``;
     an op (an int) adds to the total. With ``spill`` set, ``before_write`` writes
@@ -58,19 +60,8 @@ class _Spilling:
         self.written: list[str] = []
         self._held: list[str] = []
 
-    def decode(self, data: bytes) -> dict[str, Any]:
-        state: dict[str, Any] = orjson.loads(data)
-        return state
-
     def empty(self, now_ms: int) -> dict[str, Any]:
         return {"total": 0, "seq": 0, "commit": None, "lineage": [], "spills": []}
-
-    def apply(self, state: dict[str, Any], op: int, now_ms: int) -> tuple[int, bool]:
-        state["total"] += op
-        return state["total"], True
-
-    async def prepare(self, state: dict[str, Any], ops: Any, now_ms: int) -> None:
-        pass
 
     async def before_write(self, state: dict[str, Any], now_ms: int) -> None:
         stored = orjson.loads(self.store.get(KEY)) if KEY in self.store.list("q/") else None
@@ -87,33 +78,9 @@ class _Spilling:
         if failure is not None:
             raise failure
 
-    def housekeeping(self, state: dict[str, Any], now_ms: int, exists: bool) -> list[int]:
-        return []
-
-    def encode(self, state: dict[str, Any], writer: str, now_ms: int, commit: str) -> bytes:
-        state["seq"] += 1
-        state["commit"] = commit
-        state["lineage"] = (state["lineage"] + [commit])[-8:]
-        return orjson.dumps(state)
-
-    def identity(self, state: dict[str, Any]) -> tuple[str | None, list[str]]:
-        return state["commit"], state["lineage"]
-
-    def seq(self, state: dict[str, Any]) -> int:
-        return int(state["seq"])
-
-    def may_write(self, state: dict[str, Any], owned: bool) -> OsqueueError | None:
-        return None
-
     def committed(self, state: dict[str, Any]) -> None:
         held, self._held = self._held, []
         self.objects.release(held)
-
-    def carry(self, dropped: dict[str, Any], fresh: dict[str, Any], now_ms: int) -> None:
-        pass
-
-    def next_timer_ms(self, state: dict[str, Any], now_ms: int) -> int | None:
-        return None
 
 
 @pytest.fixture

@@ -36,12 +36,11 @@ import pytest
 from broker.storage import FileStore
 from osqueue_spark import QueueClient
 from tests.support.broker_process import BrokerProcess
+from tests.support.browser import REBINDING_ARGS, run_rebound
 
 pytestmark = pytest.mark.browser
 
-#: evil.example resolves to this machine (the rebinding attacker's DNS, after the page loaded).
-CHROMIUM_ARGS = ["--host-resolver-rules=MAP evil.example 127.0.0.1",
-                 "--disable-features=LocalNetworkAccessChecks,BlockInsecurePrivateNetworkRequests"]
+CHROMIUM_ARGS = REBINDING_ARGS  # evil.example resolves to this machine
 PAYLOAD = "victim-payload-0c9e"
 
 #: What another origin's page fires at the broker; ``{Q}`` is the queue's API URL.
@@ -225,18 +224,7 @@ def test_a_dns_rebinding_page_reads_nothing_and_changes_nothing(
     token = client.jobs(status="claimed", tokens=True)[0]["lease"]["token"]
     before = snapshot(store_dir)
     port = urlsplit(broker.url).port
-    page_url = f"http://evil.example:{port}/"
-    context = chromium.new_context()
-    context.set_default_timeout(15_000)
-    try:
-        page = context.new_page()
-        # the attacker's server answered this page; evil.example now resolves to 127.0.0.1
-        page.route(page_url, lambda route: route.fulfill(
-            status=200, content_type="text/html", body="<!doctype html><title>hi</title>"))
-        page.goto(page_url)
-        out = page.evaluate(REBOUND, client.queue)
-    finally:
-        context.close()
+    out = run_rebound(chromium, port, REBOUND, client.queue)
     assert set(out) == {"jobs", "stats", "queues", "healthz", "metrics", "openapi", "purge",
                         "push", "pause", "settings"}
     for name, (status, text) in out.items():

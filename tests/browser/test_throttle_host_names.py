@@ -28,13 +28,12 @@ from broker.errors import TooManyRequests
 from broker.http.throttle import Guard
 from broker.storage import FileStore
 from tests.support.broker_process import BrokerProcess
+from tests.support.browser import REBINDING_ARGS, run_rebound
 from tests.support.sockets import ask, connect, read_answer
 
 pytestmark = pytest.mark.browser
 
-#: evil.example resolves to this machine (the rebinding attacker's DNS, after the page loaded).
-CHROMIUM_ARGS = ["--host-resolver-rules=MAP evil.example 127.0.0.1",
-                 "--disable-features=LocalNetworkAccessChecks,BlockInsecurePrivateNetworkRequests"]
+CHROMIUM_ARGS = REBINDING_ARGS  # evil.example resolves to this machine
 TOKEN = "rebinding-throttle-token-0123456789"
 
 #: What the rebound page sends: wrong bearer tokens on API calls and wrong logins.
@@ -79,17 +78,7 @@ def test_a_rebinding_page_guessing_tokens_does_not_throttle_the_token_holders(
                  token=TOKEN)
     assert pushed.status == 200, pushed
     before = snapshot(tmp_path)
-    page_url = f"http://evil.example:{port}/"
-    context = chromium.new_context()
-    context.set_default_timeout(15_000)
-    try:
-        page = context.new_page()
-        page.route(page_url, lambda route: route.fulfill(
-            status=200, content_type="text/html", body="<!doctype html><title>hi</title>"))
-        page.goto(page_url)
-        statuses = page.evaluate(GUESSES, queue)
-    finally:
-        context.close()
+    statuses = run_rebound(chromium, port, GUESSES, queue)
     # the page's own guesses are throttled (wrong ones answered 401, then 429)
     assert set(statuses) <= {401, 429} and 429 in statuses, statuses
     assert snapshot(tmp_path) == before

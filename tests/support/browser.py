@@ -67,3 +67,28 @@ def ui_page(chromium: Any) -> Iterator[Any]:
         yield context.new_page()
     finally:
         context.close()
+
+
+#: A module's ``CHROMIUM_ARGS`` for a DNS-rebinding page: evil.example resolves to
+#: this machine (the attacker's DNS, after the page loaded), and Chromium's
+#: local-network protection is off, as a browser without it would be.
+REBINDING_ARGS = ["--host-resolver-rules=MAP evil.example 127.0.0.1",
+                  "--disable-features=LocalNetworkAccessChecks,BlockInsecurePrivateNetworkRequests"]
+
+
+def run_rebound(chromium: Any, port: int, script: str, arg: Any) -> Any:
+    """What ``script`` (a JS function of ``arg``) answers, run in a page served as
+    ``http://evil.example:PORT/`` (a route of the browser's: the attacker's server
+    answered it) once evil.example resolves to 127.0.0.1 (:data:`REBINDING_ARGS`):
+    its requests to relative URLs reach the broker on ``port``, same-origin."""
+    page_url = f"http://evil.example:{port}/"
+    context = chromium.new_context()
+    context.set_default_timeout(15_000)
+    try:
+        page = context.new_page()
+        page.route(page_url, lambda route: route.fulfill(
+            status=200, content_type="text/html", body="<!doctype html><title>hi</title>"))
+        page.goto(page_url)
+        return page.evaluate(script, arg)
+    finally:
+        context.close()

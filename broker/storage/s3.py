@@ -28,6 +28,7 @@ never a credential.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import boto3
@@ -100,6 +101,32 @@ def _classify(exc: Exception, key: str, bucket: str = "") -> StorageError:
     return StorageUnavailable(f"S3 request for {key!r} failed: {type(exc).__name__}")
 
 
+def _stop_region_lookup_loops(**_: Any) -> None:
+    """Refuse a bucket-region lookup nested inside another one.
+
+    botocore answers a redirect that names no region by asking the bucket for
+    its region (a ``HeadBucket``); if that is redirected too, without a region
+    (a proxy or an S3-compatible endpoint that redirects everything), it asks
+    again from inside the first lookup, without end: a ``RecursionError`` after
+    about a thousand requests. Raising here, at the second level, makes the
+    lookup find no region, so the original call fails with its redirect, which
+    ``_classify`` refuses with its hint. Registered on ``before-call`` of
+    ``HeadBucket`` only; costs a walk of a few dozen frames on that call.
+    """
+    depth = 0
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "get_bucket_region":
+            depth += 1
+            if depth >= 2:
+                answer: Any = {
+                    "Error": {"Code": "PermanentRedirect", "Message": "nested region lookup"},
+                    "ResponseMetadata": {"HTTPStatusCode": 301, "HTTPHeaders": {}},
+                }
+                raise ClientError(answer, "HeadBucket")
+        frame = frame.f_back  # type: ignore[assignment]
+
+
 class S3Store(CloudStore):
     """Objects under ``s3://bucket/prefix``.
 
@@ -152,6 +179,7 @@ class S3Store(CloudStore):
                 raise StorageRefused(
                     f"cannot set up the S3 client for s3://{bucket}: {type(exc).__name__}"
                 ) from None
+        client.meta.events.register("before-call.s3.HeadBucket", _stop_region_lookup_loops)
         self._client = client
 
     def _error(self, exc: Exception, key: str) -> StorageError:

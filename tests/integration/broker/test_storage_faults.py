@@ -372,6 +372,29 @@ def test_s3_permanent_errors_are_refused_without_retrying(
     assert _keys(moto_server, s3_bucket) == []  # nothing was written
 
 
+@pytest.mark.parametrize("method", sorted(_S3_CALLS))
+def test_s3_redirect_naming_no_region_is_refused_after_one_bucket_lookup(
+    s3_errors: FaultProxy, moto_server: MotoServer, s3_bucket: str, method: str
+) -> None:
+    # an endpoint that redirects everything and names no region (a proxy sending
+    # http to https, say): botocore asks the bucket for its region, is redirected
+    # again, and without the store's guard asks again inside that lookup until a
+    # RecursionError, about a thousand requests later
+    s3_errors.configure(error_status=301, error_code="PermanentRedirect", error_region=None)
+    store = S3Store(s3_bucket, "p", endpoint_url=s3_errors.url, retries=5)
+    sent: list[str] = []
+    store._client.meta.events.register(
+        "before-send.s3", lambda request, **_: sent.append(request.method))
+    _, call = _S3_CALLS[method]
+    with pytest.raises(StorageRefused, match="redirected the request") as info:
+        call(store)
+    store.close()
+    assert not isinstance(info.value, StorageUnavailable)
+    # the call itself and one HEAD of the bucket, never retried
+    assert len(sent) == 2 and sent[1] == "HEAD", sent
+    assert _keys(moto_server, s3_bucket) == []  # nothing was written
+
+
 @pytest.mark.parametrize(
     ("status", "code"),
     [(503, "SlowDown"), (500, "InternalError"), (429, "TooManyRequests"),

@@ -14,7 +14,7 @@ Answers map to errors thus:
 * Other 3xx/4xx (403 access denied, 400 bad request, 301/307 wrong region or
   endpoint) and missing or partial credentials: :class:`StorageRefused`,
   raised at once: nothing was written.
-* Throttling, 429, 5xx, connection errors and timeouts are retried with
+* Throttling, 408, 429, 5xx, connection errors and timeouts are retried with
   exponential backoff (tenacity); when ``retries`` attempts are used up the
   call raises :class:`StorageUnavailable` and, for a write, the outcome is
   unknown.
@@ -73,7 +73,7 @@ def _classify(exc: Exception, key: str, bucket: str = "") -> StorageError:
             return StorageRefused(f"S3 bucket {where} does not exist ({said})")
         if status == 404 or code in ("NoSuchKey", "NotFound", "404"):
             return NotFound(f"no object {key!r}")
-        if status >= 500 or status == 429 or code in _THROTTLE_CODES:
+        if status >= 500 or status in (408, 429) or code in _THROTTLE_CODES:
             return StorageUnavailable(f"S3 answered {said} for {key!r}")
         if status in (301, 307) or code in ("PermanentRedirect", "TemporaryRedirect"):
             region = meta.get("HTTPHeaders", {}).get("x-amz-bucket-region") or err.get("Region")

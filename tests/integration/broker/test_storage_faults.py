@@ -398,7 +398,9 @@ def test_s3_redirect_naming_no_region_is_refused_after_one_bucket_lookup(
 @pytest.mark.parametrize(
     ("status", "code"),
     [(503, "SlowDown"), (500, "InternalError"), (429, "TooManyRequests"),
-     (400, "RequestTimeout")],
+     (400, "RequestTimeout"),
+     # a proxy's bare 408 (botocore names the code after the status)
+     (408, "408")],
 )
 def test_s3_transient_errors_are_still_retried(
     s3_errors: FaultProxy, moto_server: MotoServer, s3_bucket: str, status: int, code: str

@@ -33,6 +33,10 @@ MAX_ATTEMPTS = 1000
 
 #: A failure's error text is cut to its last MAX_ERROR_CHARS characters.
 MAX_ERROR_CHARS = 4000
+#: Most failures a job's error history keeps: its first attempt's (usually the real
+#: cause) and the ERRORS_KEPT - 1 latest (what is happening now); see
+#: :func:`broker.model.format.spill_format.bounded_errors`.
+ERRORS_KEPT = 8
 
 #: Deepest nesting a payload or result may have: well inside what orjson writes
 #: (254 levels), with room for the documents that carry a payload (a queue

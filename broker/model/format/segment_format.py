@@ -310,13 +310,21 @@ def segment_job(seq: int, line: bytes, ref: SegmentRef) -> Job:
 def check_version(ref: SegmentRef, etag: str | None, store_url: str) -> None:
     """Raise :class:`~broker.errors.SegmentMissing` naming the object unless
     ``etag`` (what the store has under ``ref.key``; None: nothing) is ``ref.etag``."""
-    where = f"{store_url}/{ref.key}"
+    check_object_version("segment", ref.queue, ref.key, ref.etag, etag, store_url)
+
+
+def check_object_version(what: str, queue: str, key: str, want: str, etag: str | None,
+                         store_url: str) -> None:
+    """Raise :class:`~broker.errors.SegmentMissing` naming ``what`` object (e.g.
+    ``"segment"``, ``"spill object"``) ``key`` of ``queue`` unless ``etag`` (what
+    the store has under ``key``; None: nothing) is ``want``, the reference's."""
+    where = f"{store_url}/{key}"
     if etag is None:
-        raise SegmentMissing(f"queue {ref.queue!r} references segment {where}, which is "
+        raise SegmentMissing(f"queue {queue!r} references {what} {where}, which is "
                              "missing (deleted behind the broker's back?)")
-    if etag != ref.etag:
+    if etag != want:
         raise SegmentMissing(
-            f"queue {ref.queue!r} references segment {where} at etag {shown(ref.etag)}, but "
+            f"queue {queue!r} references {what} {where} at etag {shown(want)}, but "
             f"the object has etag {shown(etag)} (rewritten behind the broker's back?)")
 
 

@@ -526,6 +526,8 @@ def main() -> None:
                    help="leave the collector as CPython sets it (an embedded broker's case)")
     p.add_argument("--out", help="results name under bench/results (default depth_bench, "
                    "depth_bench_quick with --quick)")
+    p.add_argument("--note", help="text saved with the results (say which sizes a run "
+                   "left out, and why)")
     p.add_argument("--one", nargs=2, metavar=("KIND", "DEPTH"), help=argparse.SUPPRESS)
     p.add_argument("--store-url", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -561,7 +563,8 @@ def main() -> None:
               "claim_batch": args.claim_batch, "dead_attempts": args.dead_attempts,
               "drain_jobs": args.drain_jobs, "drain_batch": args.drain_batch,
               "fill_chunk": args.fill_chunk, "step_budget_s": args.step_budget_s,
-              "tune_gc": args.tune_gc, "quick": args.quick, "error_text": ERROR}
+              "tune_gc": args.tune_gc, "quick": args.quick, "error_text": ERROR,
+              "note": args.note}
     name = args.out or ("depth_bench_quick" if args.quick else "depth_bench")
     with contextlib.ExitStack() as stack:
         # set up one after the other (each alone on the machine), all kept up

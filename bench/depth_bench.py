@@ -8,8 +8,8 @@ and held, or N jobs dead: the wide-queues issue; today each is a line of the hea
 For each depth N, each kind and each store (the local-file store, and S3 as a
 moto server on 127.0.0.1: ``python -m moto.server`` in a child process, one per
 (store, kind, depth)), side by side in one run, a fresh queue in a fresh process
-(``--one STORE KIND DEPTH``: the script re-invokes itself, so the memory figures
-are that queue's alone) runs an in-process :class:`broker.service.broker.Broker`
+(``--one KIND DEPTH`` with the store's URL: the script re-invokes itself, so the
+memory figures are that queue's alone) runs an in-process :class:`broker.service.broker.Broker`
 (self-test off, GC tuned as in a broker's own process unless ``--no-tune-gc``).
 The queue is filled with N jobs by bulk pushes (from 10,000 on, in segment
 objects: as users get them), and then, by kind:

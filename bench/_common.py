@@ -198,8 +198,8 @@ def moto_s3(bucket: str, ready_s: float = 60.0) -> Iterator[str]:
 class ChildProcess:
     """A benchmark's child process (``--one``), driven over its stdin and stdout: a
     command a line, answered by a line that starts with a prefix, then JSON. Kept up
-    between commands, so rounds of several children interleave (depth_bench,
-    wide_bench). ``error`` says why it stopped answering (it is then killed);
+    between commands, so rounds of several children interleave (depth_bench).
+    ``error`` says why it stopped answering (it is then killed);
     ``args.child_timeout_s`` (seconds, 0: none) bounds each wait for an answer."""
 
     def __init__(self, cmd: list[str], args: Any, stack: contextlib.ExitStack,

@@ -209,6 +209,19 @@ def print_summary(r: dict[str, Any]) -> None:
         f"completions ok/stale/unknown  {f['client_counts'].get('complete_ok', 0)} / "
         f"{f['client_counts'].get('complete_stale', 0)} / "
         f"{f['client_counts'].get('complete_unknown', 0)}",
+        f"wide load              big claims {counts.get('big_claims', 0)} of "
+        f"{counts.get('big_claim_jobs', 0)} jobs (largest {counts.get('big_claim_largest', 0)}"
+        f", {counts.get('claims_of_1000_or_more', 0)} of 1,000 or more), heartbeats "
+        f"{counts.get('heartbeats', 0)} (jobs stale {counts.get('heartbeat_jobs_stale', 0)}); "
+        f"fails retried at once {counts.get('fail_retry_now', 0)}, later "
+        f"{counts.get('fail_retry_later', 0)}, dead {counts.get('fail_dead', 0)}; redrives "
+        f"of all {counts.get('redrive_all_ok', 0)}, by id {counts.get('redrive_ids_ok', 0)} "
+        f"({counts.get('jobs_redriven', 0)} jobs), in the drain {r['drain'].get('redrives', 0)};"
+        f" owner killed around a big claim: before its answer "
+        f"{counts.get('claim_kill_before', 0)}, after {counts.get('claim_kill_after', 0)} "
+        f"({counts.get('claim_kill_jobs', 0)} jobs)",
+        f"died / then completed  {c['died']} / {c['died_then_completed']}  (redriven by id "
+        f"{c['redriven_by_id']}, then completed {c['redriven_by_id_then_completed']})",
         f"owner kills            {f['owner_kills']}  (kills in all {f['kills_total']})",
         f"pauses past the lease  {f['owner_pauses_past_lease']}  (in all "
         f"{f['pauses_total']})",
@@ -244,6 +257,8 @@ def print_summary(r: dict[str, Any]) -> None:
         + (f", PUTs landed {sg['segment_puts_landed']}, deleted {sg['segment_deletes']}"
            if "segment_puts_landed" in sg else "")
         + f"; waited {sg.get('waited_s')}s for the sweep)",
+        f"job objects left once drained {c['objects_left_once_drained']}, claim records "
+        f"left {c['claim_records_left']}",
         f"archived-and-still-queued {c['archived_and_queued']}, stale answers for "
         f"completions that landed {c['stale_answer_but_landed']}, claims of jobs already "
         f"completed ok {f['claimed_after_ok_complete']}, claims answering a payload under "

@@ -46,6 +46,14 @@ What one run does (all times are wall-clock seconds):
    token}``, fail ``--fail-prob`` of them (retried), and let ``--lapse-prob``
    of them lapse (a dead worker; half of those get a late complete with the
    old token after the lease ran out). Every answered complete is recorded.
+   The wide load (tools/chaos/wide.py, off unless asked for: --preset wide)
+   adds ``--big-claimers`` claiming up to ``--big-claim-max`` jobs at a time
+   and heartbeating them while they hold them, failures retried at once and
+   later, jobs failed until they die (``--doom-every``), and the nemesis
+   events ``--redrives`` (a redrive of all the dead, or some by id, with the
+   owner killed or paused while it runs) and ``--claim-kills`` (the owner
+   killed around a claim of ``--big-claim-max`` jobs, before its answer or
+   after it).
    The nemesis runs a schedule drawn from ``--seed`` (printed at start; the
    same seed gives the same schedule): ``--kills`` kill -9 of the broker that
    owns the queue (read from the queue object's ``broker.url``), restarted
@@ -59,10 +67,11 @@ What one run does (all times are wall-clock seconds):
    acknowledged), faults off, SIGCONT everything, competitors stopped, every
    broker slot running.
 4. Drain: consumers keep going (no more fails or lapses) until the queue
-   object holds no pending or claimed job, at most ``--drain-timeout-s``.
-   Then clients stop; the runner waits (at most ``--segment-grace-s`` + 3
-   sweeps + 15 s) until every segment object left is one the queue object
-   references, and brokers get SIGTERM.
+   object holds no pending, claimed or dead job and no claim record (the
+   dead are redriven once nothing else is left), at most
+   ``--drain-timeout-s``. Then clients stop; the runner waits (at most
+   ``--segment-grace-s`` + 3 sweeps + 15 s) until no segment or spill
+   object is left, and brokers get SIGTERM.
 5. Check the store itself (queue object, the segment objects it references
    and the archive objects, read directly):
    * lost: an acknowledged push whose id (a publish: whose payload) is in
@@ -84,7 +93,9 @@ What one run does (all times are wall-clock seconds):
    * archived and queued: a job in the archive and still pending or
      claimed in the queue object; stale answers for completions that
      landed (complete is idempotent per token);
-   * drain: whether the queue emptied (only dead jobs may remain).
+   * job objects left once drained (segments, spill objects), claim
+     records left in the head;
+   * drain: whether the queue emptied (no job pending, claimed or dead).
    The clients' records fail the run too: answers no broker may give
    (anomalies, a job claimed again after a complete of it answered ok, a
    claim answering a payload under another id than its push), and so do the

@@ -151,7 +151,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "wide": {"seconds": 360.0, "kills": 6, "pauses": 2, "competitors": 2, "redrives": 6,
              "claim_kills": 4, "push_rate": 10.0, "bulk_rate": 80.0, "bulk_min": 500,
              "bulk_max": 2000, "max_backlog": 12_000, "big_claimers": 3, "doom_every": 97,
-             "max_attempts": 3, "fault_rate": 0.02, "drain_timeout_s": 300.0},
+             "max_attempts": 3, "fault_rate": 0.02, "drain_timeout_s": 300.0,
+             "require_bar": True, "bar_kills": 10, "bar_pauses": 2},
     "long": {"seconds": 660.0, "kills": 16, "pauses": 6, "competitors": 4, "push_rate": 20.0,
              "bulk_rate": 40.0, "bulk_max": 800, "fault_rate": 0.02, "require_bar": True},
 }
@@ -171,7 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "run, about 8-10 minutes): 360 s, 6 kills, 2 pauses, 2 competitors, "
                         "6 redrives and 4 claim kills, 80 jobs/s of bulk pushes of "
                         "500-2,000 jobs, 3 big claimers of 500-2,000 jobs, every 97th job "
-                        "doomed, max attempts 3, 2%% faults on S3. Explicit options win")
+                        "doomed, max attempts 3, 2%% faults on S3, --require-bar (10 "
+                        "owner kills, 2 pauses, and the wide load's own figures). "
+                        "Explicit options win")
     g.add_argument("--store", choices=["file", "s3", "gcs", "azure"], default="file",
                    help="file: a directory in the run directory; s3: moto behind the fault "
                         "proxy; gcs: our GCS test server (tests/support/gcsserver.py) behind the "

@@ -53,6 +53,7 @@ class Wide:
         self.rec = workers.rec
         self._seq = 0
         self._lock = threading.Lock()
+        self._one_claim_kill = threading.Lock()  # events that overlap take turns
 
     def _client(self) -> QueueClient:
         """A client that retries long enough to outlast a takeover (2 x the broker
@@ -192,10 +193,17 @@ class Wide:
         ``"before"``: ``delay_s`` s after the request went out, whether or not it
         was answered by then (recorded); ``"after"``: once it was answered. The
         claim is then held (heartbeats through the takeover) and settled."""
+        rng = random.Random(f"{self.args.seed}-claim-kill-{when}-{delay_s}")
+        with self._one_claim_kill:
+            self._claim_for_kill(self._client(), when, kill, delay_s, rng, f"ck-{when}",
+                                 self.workers.hold_claims)
+
+    def _claim_for_kill(self, client: QueueClient, when: str, kill: Callable[[], None],
+                        delay_s: float, rng: random.Random, worker: str,
+                        hold: threading.Event) -> None:
+        """:meth:`claim_for_kill` with its client (closed at the end), worker name
+        and the consumers' ``hold`` (set while it waits for depth and its answer)."""
         args, rec = self.args, self.rec
-        rng = random.Random(f"{args.seed}-claim-kill-{when}-{delay_s}")
-        worker = f"ck-{when}"
-        client = self._client()
         got: dict[str, Any] = {}
         answered = threading.Event()
 
@@ -209,7 +217,6 @@ class Wide:
                 got["error"] = exc
             answered.set()
 
-        hold = self.workers.hold_claims
         try:
             hold.set()
             self._wait_for_depth(client, args.big_claim_max)

@@ -74,6 +74,11 @@ def test_wide_chaos_run_on_file_store(tmp_path: Path) -> None:
     assert counts["claim_kill_after_jobs"] >= 500, output
     assert counts["claim_kill_jobs"] >= 2000, output
     assert results["figures"]["owner_kills"] >= 3, output
+    # the bar of the wide load says the same
+    bar = results["bar"]
+    for name in ("fails_retried_at_once_and_later", "died_all_completed",
+                 "redrives_of_all_and_by_id", "owner_killed_before_and_after_a_claim"):
+        assert bar[name][2], f"{name}: {bar[name]}\n{output}"
     assert code == 0, output
 
 

@@ -7,7 +7,7 @@ dead (all, and by id), and claims of thousands with the owner killed around them
   ``--max-attempts``; every consumer obeys it. Once the run drains, doomed
   jobs complete like the rest (the drain redrives the dead, see
   :meth:`Wide.redrive_now`).
-* :func:`big_claim`: ``--big-claimers`` threads claim ``--big-claim-min``..
+* :meth:`Wide.big_claim`: ``--big-claimers`` threads claim ``--big-claim-min``..
   ``--big-claim-max`` jobs at a time (from a queue deep with bulk pushes that
   went to segment objects), hold them ``--big-hold-min-s``..``--big-hold-max-s``
   while heartbeating every ``--heartbeat-s``, then fail ``--big-fail-prob`` of
@@ -44,7 +44,7 @@ DEAD_PAGE = 1000
 
 
 class Wide:
-    """The wide load of one run, on the run's :class:`Workers` (their options,
+    """The wide load of one run, on the run's :class:`tools.chaos.clients.Workers` (their options,
     record and stop events)."""
 
     def __init__(self, workers: Workers) -> None:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import orjson
+
 from broker import paths
 from broker.model.format import archive, segment_format
 from broker.storage import ObjectStore, store_from_url
@@ -88,6 +90,61 @@ class ChaosStore:
             finally:
                 client.close()
         return job_id
+
+    def drop_from_head(self, job_id: str) -> None:
+        """Delete ``job_id``'s line from the queue object (nothing else changes)."""
+        key = paths.state_key(QUEUE)
+        got = self.store.read(key)
+        raw = orjson.loads(got.data)
+        kept = [j for j in raw["jobs"] if j.get("id") != job_id]
+        assert len(kept) == len(raw["jobs"]) - 1, f"{job_id} is not in the queue object"
+        self.store.write_if_match(key, orjson.dumps({**raw, "jobs": kept}), got.etag)
+
+    def die(self, n: int) -> str:
+        """A job of payload ``{"p": 0, "n": n}`` that died: pushed to the queue set to
+        ``max_attempts`` 1, claimed by ``w0`` and failed (the recorder hears the push
+        and the claim, as the runner's clients tell it; the death is the test's to
+        record); its id."""
+        with start_broker(self.url, port=0) as broker:
+            client = QueueClient(broker.url, QUEUE, timeout_s=10, retry_s=10)
+            try:
+                client.create(max_attempts=1)
+                started = self.rec.clock()
+                [job_id] = client.push_many([{"payload": {"p": 0, "n": n}}])
+                self.rec.pushed([f"0:{n}"], [job_id], started)
+                [job] = client.claim("w0", max_jobs=1, lease_s=60)
+                self.rec.claimed([job], "w0", started)
+                [answer] = client.fail_many([(job.token, "chaos: doomed", 0.0)])
+                assert answer.ok and answer.status == "dead", answer
+            finally:
+                client.close()
+        return job_id
+
+    def redrive_and_complete(self, job_id: str) -> str:
+        """Redrive the dead ``job_id`` by id, claim it and complete it as ``w0`` does
+        (the recorder hears the claim and the complete); its token."""
+        with start_broker(self.url, port=0) as broker:
+            client = QueueClient(broker.url, QUEUE, timeout_s=10, retry_s=10)
+            try:
+                assert client.redrive([job_id]) == 1
+                started = self.rec.clock()
+                [job] = client.claim("w0", max_jobs=1, lease_s=60)
+                assert job.id == job_id, job
+                self.rec.claimed([job], "w0", started)
+                [answer] = client.complete_many([(job.token, {"by": "w0", "token": job.token})])
+                assert answer.ok, answer
+                self.rec.completed([(job.token, job.id)], [answer], "w0", started)
+            finally:
+                client.close()
+        self.tokens[job_id] = job.token
+        return job.token
+
+    def leave_spill(self) -> str:
+        """An object under the queue's spills prefix (a spill object's name, one job
+        line) that the queue object does not reference; its key."""
+        key = paths.spill_key(QUEUE, paths.spill_name("dead", 9_000, "0badc0de"))
+        self.store.create_if_absent(key, b'{"id":"j0000009000","payload":{"p":0,"n":9000}}\n')
+        return key
 
     def leave_segment(self) -> str:
         """A segment object (the broker's format) that the queue object does not

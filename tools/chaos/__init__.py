@@ -8,7 +8,9 @@ Modules, in the order a run uses them: ``cli`` (options, presets, main), ``sched
 S3 store and the runner's direct reads), ``brokers`` (broker process slots),
 ``clients`` (producer and consumer threads and their records), ``bulk`` (the
 producers whose jobs go by reference: bulk pushes and Spark-like publishes),
-``segments`` (the segment objects seen, and the wait for the sweep once drained),
+``wide`` (the load of wide queues: big claims, failures, deaths, redrives, the owner
+killed mid-claim), ``segments`` (the segment and spill objects seen, and the wait for
+the sweep once drained),
 ``nemesis`` (carrying out the schedule, outage measurement), ``checker`` (the
 total-queue check),
 ``report`` (figures, the bar, the JSON result, the summary), ``run`` (one run end to

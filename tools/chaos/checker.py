@@ -1,15 +1,24 @@
-"""The total-queue check: the store itself (the queue object, the segment objects and
-every archive object, read directly) against what the clients were told. Its figures
-(each with samples naming the jobs or objects): lost, duplicated, unexpected,
-superseded, double, ids acknowledged for two payloads, ack conflicts, archived and
-still queued, stale answers for completions that landed, segments left behind; the
-runner fails on any of them (:data:`FAILURES`)."""
+"""The total-queue check: the store itself (the queue object, the segment and spill
+objects it references and every archive object, read directly) against what the
+clients were told. Its figures (each with samples naming the jobs or objects): lost,
+duplicated, unexpected, superseded, double, ids acknowledged for two payloads, ack
+conflicts, archived and still queued, stale answers for completions that landed,
+job objects (segments, spill objects) left behind unreferenced, any job object left
+once the queue is drained, claim records left in the head; the runner fails on any of
+them (:data:`FAILURES`). Beside them: the jobs that died and were redriven, and how
+many of them ended completed.
+
+The head is decoded by :mod:`broker.model.format.decode` (whatever version it is),
+and read as plain JSON for what a newer format adds (``"spills"``, ``"claims"``):
+the check needs no lease on a job line."""
 
 from __future__ import annotations
 
 import collections
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
+
+import orjson
 
 from broker import paths
 from broker.errors import NotFound, OsqueueError
@@ -24,7 +33,50 @@ from tools.chaos.store import QUEUE
 #: The figures of :func:`check_store` a run fails on, each a count (0: none found).
 FAILURES = ("lost", "duplicated", "unexpected", "superseded", "double", "ids_acked_twice",
             "ack_conflicts", "archived_and_queued", "stale_answer_but_landed",
-            "segments_left_behind")
+            "segments_left_behind", "objects_left_once_drained", "claim_records_left")
+
+
+def spill_jobs(store: ObjectStore, raw: dict[str, Any],
+               again: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    """The jobs of every spill object the head ``raw`` (plain JSON) references in
+    its ``"spills"`` list (none before version 5), read leniently so that the
+    check does not depend on the spill format's details: every JSON line of the
+    object that is an object with an ``"id"`` is a job (its status the line's, or
+    the object's kind: ``pending`` or ``dead``). A missing object raises
+    ``NotFound``. The id of a job held twice is appended to ``again``."""
+    jobs: dict[str, dict[str, Any]] = {}
+    for ref in raw.get("spills") or []:
+        key = str(ref.get("key")) if isinstance(ref, dict) else str(ref)
+        parsed = paths.parse_spill_key(key)
+        kind = parsed[1] if parsed is not None else "spilled"
+        for line in store.get(key).splitlines():
+            try:
+                job = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(job, dict) and isinstance(job.get("id"), str):
+                if again is not None and job["id"] in jobs:
+                    again.append(job["id"])
+                jobs[job["id"]] = {**job, "status": job.get("status") or kind}
+    return jobs
+
+
+def claim_records_of(raw: dict[str, Any] | None) -> list[Any]:
+    """The claim records of the head ``raw`` (plain JSON): its ``"claims"`` list
+    (version 5; none before, and none once every claimed job is settled)."""
+    claims = (raw or {}).get("claims")
+    return claims if isinstance(claims, list) else []
+
+
+def object_refs(raw: dict[str, Any] | None) -> set[str]:
+    """The keys of the job objects (segments, spill objects) the head ``raw``
+    references, read leniently (a reference is an object with a ``"key"``)."""
+    out: set[str] = set()
+    for name in ("segments", "spills"):
+        for ref in (raw or {}).get(name) or []:
+            if isinstance(ref, dict) and "key" in ref:
+                out.add(str(ref["key"]))
+    return out
 
 
 def segment_jobs(store: ObjectStore, state: QueueState,
@@ -119,8 +171,25 @@ def check_store(store: ObjectStore, rec: Recorder, samples: int = 20) -> dict[st
             out["queue_seq"] = state.seq
             out["queue_broker"] = None if state.broker is None else {
                 "id": state.broker.id, "url": state.broker.url}
-    referenced = set() if state is None else {ref.key for ref in state.segment_refs}
-    left_behind = sorted(set(store.list(paths.segments_prefix(QUEUE))) - referenced)
+    raw_head: dict[str, Any] | None = None
+    if got is not None:
+        try:
+            raw_head = orjson.loads(got.data)
+        except orjson.JSONDecodeError:
+            raw_head = None
+    if state is not None and raw_head is not None:
+        try:  # the failed and dead jobs of spill objects (version 5)
+            held_by_spills = spill_jobs(store, raw_head, twice)
+            twice.extend(sorted(set(held_by_spills) & set(queue_jobs)))
+            queue_jobs.update(held_by_spills)
+            out["spill_jobs"] = len(held_by_spills)
+        except OsqueueError as exc:
+            out["state_error"] = f"a spill object of the queue object: {exc}"
+    claim_records = claim_records_of(raw_head)
+    referenced = object_refs(raw_head)
+    job_objects = sorted({*store.list(paths.segments_prefix(QUEUE)),
+                          *store.list(paths.spills_prefix(QUEUE))})
+    left_behind = sorted(set(job_objects) - referenced)
     snap = _Snapshot(store)
     raw: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
     for key in snap.keys:
@@ -198,9 +267,19 @@ def check_store(store: ObjectStore, rec: Recorder, samples: int = 20) -> dict[st
              for k in published if k not in by_payload and k not in acked]
     # one id answered for pushes of different payloads: at most one of them can be it
     ids_twice = {i: sorted(ks) for i, ks in payloads_of.items() if len(ks) > 1}
+    # every job of the queue that is not completed yet (dead ones too: the drain
+    # redrives them)
     unfinished = sorted(i for i in {*(i for _, i in acks),
                                     *(i for k in published for i in by_payload.get(k, ()))}
-                        if (queue_jobs.get(i) or {}).get("status") in ("pending", "claimed"))
+                        if (queue_jobs.get(i) or {}).get("status") not in (None, "completed"))
+    # once the queue holds no job and no claim, no job object may be left at all
+    drained = state is not None and not claim_records and not any(
+        j.get("status") != "completed" for j in queue_jobs.values())
+    objects_left = job_objects if drained else []
+    # the jobs that died (a fail answered "dead"), and those redriven by id: how many
+    # ended completed in the archive
+    died_done = sorted(i for i in rec.died if i in view)
+    redriven_done = sorted(i for i in rec.redriven if i in view)
     # duplicated: one payload, several jobs
     dup = {k: sorted(ids) for k, ids in by_payload.items() if len(ids) > 1}
     # unexpected: never pushed, or not under an acknowledged id
@@ -243,6 +322,12 @@ def check_store(store: ObjectStore, rec: Recorder, samples: int = 20) -> dict[st
         "acked": len(acked) + len(published - set(acked)),
         "ids_acked_twice": len(ids_twice),
         "segments_left_behind": len(left_behind),
+        "objects_left_once_drained": len(objects_left),
+        "claim_records_left": len(claim_records),
+        "died": len(rec.died),
+        "died_then_completed": len(died_done),
+        "redriven_by_id": len(rec.redriven),
+        "redriven_by_id_then_completed": len(redriven_done),
         "acked_by_push": len(acked),
         "acked_by_publish": len(published),
         "acked_unfinished": len(unfinished),
@@ -278,6 +363,9 @@ def check_store(store: ObjectStore, rec: Recorder, samples: int = 20) -> dict[st
             "ack_conflicts": rec.ack_conflicts[:samples],
             "ids_acked_twice": dict(list(ids_twice.items())[:samples]),
             "segments_left_behind": left_behind[:samples],
+            "objects_left_once_drained": objects_left[:samples],
+            "claim_records_left": [str(r)[:300] for r in claim_records[:samples]],
+            "died_not_completed": sorted(rec.died - set(died_done))[:samples],
         },
     })
     return out

@@ -46,6 +46,14 @@ What one run does (all times are wall-clock seconds):
    token}``, fail ``--fail-prob`` of them (retried), and let ``--lapse-prob``
    of them lapse (a dead worker; half of those get a late complete with the
    old token after the lease ran out). Every answered complete is recorded.
+   The wide load (tools/chaos/wide.py, off unless asked for: --preset wide)
+   adds ``--big-claimers`` claiming up to ``--big-claim-max`` jobs at a time
+   and heartbeating them while they hold them, failures retried at once and
+   later, jobs failed until they die (``--doom-every``), and the nemesis
+   events ``--redrives`` (a redrive of all the dead, or some by id, with the
+   owner killed or paused while it runs) and ``--claim-kills`` (the owner
+   killed around a claim of ``--big-claim-max`` jobs, before its answer or
+   after it).
    The nemesis runs a schedule drawn from ``--seed`` (printed at start; the
    same seed gives the same schedule): ``--kills`` kill -9 of the broker that
    owns the queue (read from the queue object's ``broker.url``), restarted
@@ -59,10 +67,11 @@ What one run does (all times are wall-clock seconds):
    acknowledged), faults off, SIGCONT everything, competitors stopped, every
    broker slot running.
 4. Drain: consumers keep going (no more fails or lapses) until the queue
-   object holds no pending or claimed job, at most ``--drain-timeout-s``.
-   Then clients stop; the runner waits (at most ``--segment-grace-s`` + 3
-   sweeps + 15 s) until every segment object left is one the queue object
-   references, and brokers get SIGTERM.
+   object holds no pending, claimed or dead job and no claim record (the
+   dead are redriven once nothing else is left), at most
+   ``--drain-timeout-s``. Then clients stop; the runner waits (at most
+   ``--segment-grace-s`` + 3 sweeps + 15 s) until no segment or spill
+   object is left, and brokers get SIGTERM.
 5. Check the store itself (queue object, the segment objects it references
    and the archive objects, read directly):
    * lost: an acknowledged push whose id (a publish: whose payload) is in
@@ -84,7 +93,9 @@ What one run does (all times are wall-clock seconds):
    * archived and queued: a job in the archive and still pending or
      claimed in the queue object; stale answers for completions that
      landed (complete is idempotent per token);
-   * drain: whether the queue emptied (only dead jobs may remain).
+   * job objects left once drained (segments, spill objects), claim
+     records left in the head;
+   * drain: whether the queue emptied (no job pending, claimed or dead).
    The clients' records fail the run too: answers no broker may give
    (anomalies, a job claimed again after a complete of it answered ok, a
    claim answering a payload under another id than its push), and so do the
@@ -137,6 +148,11 @@ from tools.chaos.run import Run
 #: (options given on the command line still win).
 PRESETS: dict[str, dict[str, Any]] = {
     "short": {"seconds": 30.0, "kills": 2, "pauses": 1, "competitors": 1},
+    "wide": {"seconds": 360.0, "kills": 6, "pauses": 2, "competitors": 2, "redrives": 6,
+             "claim_kills": 4, "push_rate": 10.0, "bulk_rate": 80.0, "bulk_min": 500,
+             "bulk_max": 2000, "max_backlog": 12_000, "big_claimers": 3, "doom_every": 97,
+             "max_attempts": 3, "fault_rate": 0.02, "drain_timeout_s": 300.0,
+             "require_bar": True, "bar_kills": 10, "bar_pauses": 2},
     "long": {"seconds": 660.0, "kills": 16, "pauses": 6, "competitors": 4, "push_rate": 20.0,
              "bulk_rate": 40.0, "bulk_max": 800, "fault_rate": 0.02, "require_bar": True},
 }
@@ -152,8 +168,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="short: 30 s, 2 kills, 1 pause, 1 competitor. long (the acceptance "
                         "run, about 12-15 minutes): 660 s, 16 kills, 6 pauses, 4 competitors, "
                         "20 jobs/s of single pushes and 40 of bulk pushes and publishes of "
-                        "200-800 jobs, 2%% faults on S3, --require-bar. Explicit options "
-                        "win")
+                        "200-800 jobs, 2%% faults on S3, --require-bar. wide (the wide queues' "
+                        "run, about 6-7 minutes): 360 s, 6 kills, 2 pauses, 2 competitors, "
+                        "6 redrives and 4 claim kills, 80 jobs/s of bulk pushes of "
+                        "500-2,000 jobs, 3 big claimers of 500-2,000 jobs, every 97th job "
+                        "doomed, max attempts 3, 2%% faults on S3, --require-bar (10 "
+                        "owner kills, 2 pauses, and the wide load's own figures). "
+                        "Explicit options win")
     g.add_argument("--store", choices=["file", "s3", "gcs", "azure"], default="file",
                    help="file: a directory in the run directory; s3: moto behind the fault "
                         "proxy; gcs: our GCS test server (tests/support/gcsserver.py) behind the "
@@ -242,6 +263,37 @@ def build_parser() -> argparse.ArgumentParser:
                         "held still lands inside the grace period)")
     g.add_argument("--sweep-s", type=float, default=1.0,
                    help="the brokers' --sweep-s: how often they sweep (default 1)")
+    g = p.add_argument_group("wide queues: big claims, failures, deaths, redrives")
+    g.add_argument("--big-claimers", type=int, default=0,
+                   help="threads claiming --big-claim-min..--big-claim-max jobs at a time, "
+                        "heartbeating them while they hold them (default 0)")
+    g.add_argument("--big-claim-min", type=int, default=500,
+                   help="jobs a big claim asks for, at least (default 500)")
+    g.add_argument("--big-claim-max", type=int, default=2000,
+                   help="jobs a big claim asks for, at most; also the size of the claims "
+                        "of --claim-kills (default 2000)")
+    g.add_argument("--big-hold-min-s", type=float, default=0.5,
+                   help="a big claim is held U(min, max) s before it is settled "
+                        "(default 0.5)")
+    g.add_argument("--big-hold-max-s", type=float, default=3.0, help="(default 3)")
+    g.add_argument("--heartbeat-s", type=float, default=1.0,
+                   help="a held big claim is heartbeated every this many s (default 1)")
+    g.add_argument("--big-fail-prob", type=float, default=0.1,
+                   help="fraction of a big claim's jobs failed (retried) (default 0.1)")
+    g.add_argument("--retry-max-s", type=float, default=2.0,
+                   help="an injected failure retries at once half the time, else after "
+                        "U(0.1, this) s; 0: always at once (default 2)")
+    g.add_argument("--doom-every", type=int, default=0,
+                   help="jobs whose payload n is a multiple of this fail on every attempt "
+                        "in the chaos phase, until they die (--max-attempts); the drain "
+                        "redrives them; 0: none (default 0)")
+    g.add_argument("--redrives", type=int, default=0,
+                   help="nemesis events: a redrive of the dead (all and by id in turn), "
+                        "with the owner killed or paused past its lease while it runs "
+                        "(default 0)")
+    g.add_argument("--claim-kills", type=int, default=0,
+                   help="nemesis events: a claim of --big-claim-max jobs with the owner "
+                        "killed before its answer and, in turn, after it (default 0)")
     g = p.add_argument_group("nemesis")
     g.add_argument("--kills", type=int, default=3, help="kill -9 of the owner (default 3)")
     g.add_argument("--pauses", type=int, default=1,
@@ -324,6 +376,15 @@ def check_args(args: argparse.Namespace) -> None:
         problems.append("--min-acked-share must be within [0, 1]")
     if args.claim_max < 1 or args.max_attempts < 1:
         problems.append("--claim-max and --max-attempts must be >= 1")
+    if args.big_claimers < 0 or not 1 <= args.big_claim_min <= args.big_claim_max <= 10_000:
+        problems.append("--big-claimers must be >= 0 and 1 <= --big-claim-min <= "
+                        "--big-claim-max <= 10000")
+    if min(args.redrives, args.claim_kills, args.doom_every) < 0 or \
+            not 0 <= args.big_fail_prob <= 1 or args.heartbeat_s <= 0 or \
+            args.retry_max_s < 0 or args.big_hold_min_s > args.big_hold_max_s:
+        problems.append("--redrives, --claim-kills, --doom-every, --retry-max-s must be >= 0, "
+                        "--big-fail-prob within [0, 1], --heartbeat-s > 0, "
+                        "--big-hold-min-s <= --big-hold-max-s")
     if args.restart_min_s > args.restart_max_s or \
             args.pause_extra_min_s > args.pause_extra_max_s:
         problems.append("min delays must not exceed max delays")

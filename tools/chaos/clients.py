@@ -78,6 +78,8 @@ class Recorder:
         self.claim_mismatch: list[dict[str, Any]] = []
         self.finished = 0  # ok completions (for the backlog estimate)
         self.push_failures: list[dict[str, Any]] = []
+        self.died: set[str] = set()       # ids a fail answered "dead"
+        self.redriven: set[str] = set()   # ids a redrive by id named (a redrive of all: none)
 
     def progress(self, started: float) -> None:
         self.successes.append((started, self.clock()))  # list.append is atomic
@@ -208,6 +210,46 @@ def payload_key(payload: Any) -> str | None:
     return None
 
 
+def doomed(payload: Any, every: int) -> bool:
+    """True if the job of ``payload`` must fail on every attempt (``every`` > 0 and
+    its ``n`` a multiple of it)."""
+    if every <= 0:
+        return False
+    key = payload_key(payload)
+    return key is not None and int(key.rsplit(":", 1)[1]) % every == 0
+
+
+def retry_delay(rng: random.Random, retry_max_s: float) -> float:
+    """The ``retry_in_s`` of an injected failure: 0 half the time, else up to
+    ``retry_max_s`` s."""
+    return 0.0 if retry_max_s <= 0 or rng.random() < 0.5 else round(
+        rng.uniform(0.1, retry_max_s), 3)
+
+
+def fail_jobs(client: QueueClient, rec: Recorder, jobs: list[tuple[Any, float]],
+              why: str) -> None:
+    """Fail each (job, retry_in_s) of ``jobs``; record the answers: failed (by delay),
+    dead (the job's id kept as died), stale. A call that raised is recorded as an
+    error (the jobs lapse and come back)."""
+    if not jobs:
+        return
+    try:
+        results = client.fail_many([(j.token, why, delay) for j, delay in jobs])
+    except Exception as exc:
+        rec.error("fail", exc)
+        return
+    with rec.lock:
+        for (j, delay), r in zip(jobs, results, strict=True):
+            if not r.ok:
+                rec.counts["fail_stale"] += 1
+            elif r.status == "dead":
+                rec.counts["fail_dead"] += 1
+                rec.died.add(j.id)
+            else:
+                rec.counts["fail_ok"] += 1
+                rec.counts["fail_retry_now" if delay == 0 else "fail_retry_later"] += 1
+
+
 class RateLimiter:
     """Hands out ``rate`` tokens per second (a burst of at most ``burst`` tokens, default
     one second's worth, which it starts with)."""
@@ -247,6 +289,9 @@ class Workers:
         self.stop_producing = threading.Event()
         self.stop_consuming = threading.Event()
         self.draining = threading.Event()
+        # set while a claim the owner is killed around waits for the queue to fill:
+        # the other consumers claim nothing meanwhile
+        self.hold_claims = threading.Event()
         self.limiter = RateLimiter(args.push_rate)
         # bulk pushes and publishes share their own rate; the first goes at once
         self.bulk_limiter = RateLimiter(args.bulk_rate, burst=args.bulk_max)
@@ -258,7 +303,13 @@ class Workers:
                             timeout_s=self.args.client_timeout_s,
                             retry_s=self.args.client_retry_s, start=start)
 
-    def start(self) -> None:
+    def start(self, extra: Sequence[tuple[str, Callable[[int], None], int]] = ()) -> None:
+        """Start every thread; ``extra``: more kinds of thread, (name, function, how
+        many), each called with its index."""
+        for name, fn, n in extra:
+            for i in range(n):
+                self.threads.append(threading.Thread(target=self._guard, args=(fn, i),
+                                                     name=f"{name}-{i}", daemon=True))
         for i in range(self.args.producers):
             self.threads.append(threading.Thread(target=self._guard, args=(self.produce, i),
                                                  name=f"producer-{i}", daemon=True))
@@ -366,6 +417,9 @@ class Workers:
                 if due:
                     late = [(t, j) for t, j in late if t > now]
                     self._complete(client, worker, due, rng, late=True)
+                if self.hold_claims.is_set():
+                    self.stop_consuming.wait(0.05)
+                    continue
                 started = rec.clock()
                 try:
                     jobs = client.claim(worker, max_jobs=rng.randint(1, args.claim_max),
@@ -387,16 +441,22 @@ class Workers:
                             rec.counts["lapsed"] += 1
                         if rng.random() < 0.5:
                             late.append((time.monotonic() + args.job_lease_s + 1.0, j))
+                    elif not draining and doomed(j.payload, args.doom_every):
+                        fails.append((j, 0.0))
                     elif not draining and r < args.lapse_prob + args.fail_prob:
-                        fails.append(j)
+                        fails.append((j, retry_delay(rng, args.retry_max_s)))
                     else:
                         completes.append(j)
                 if completes:
                     self._complete(client, worker, completes, rng)
-                if fails:
-                    self._fail(client, fails, rng)
+                fail_jobs(client, rec, fails, "chaos: injected failure")
         finally:
             client.close()
+
+    def complete(self, client: QueueClient, worker: str, jobs: list[Any],
+                 rng: random.Random) -> None:
+        """Complete ``jobs`` (tried 3 times), as the consumers do; recorded."""
+        self._complete(client, worker, jobs, rng)
 
     def _complete(self, client: QueueClient, worker: str, jobs: list[Any], rng: random.Random,
                   late: bool = False) -> None:
@@ -415,14 +475,3 @@ class Workers:
                 continue
             self.rec.completed(items, list(results), worker, started, late=late)
             return
-
-    def _fail(self, client: QueueClient, jobs: list[Any], rng: random.Random) -> None:
-        try:
-            results = client.fail_many([(j.token, "chaos: injected failure", 0.0)
-                                        for j in jobs])
-        except Exception as exc:
-            self.rec.error("fail", exc)
-            return
-        with self.rec.lock:
-            for r in results:
-                self.rec.counts["fail_ok" if r.ok else "fail_stale"] += 1

@@ -21,6 +21,7 @@ from broker.storage import ObjectStore
 from tools.chaos.brokers import BrokerSlot
 from tools.chaos.schedule import Event
 from tools.chaos.store import read_state_raw
+from tools.chaos.wide import Wide
 
 
 class Nemesis:
@@ -47,6 +48,7 @@ class Nemesis:
         self._helpers: list[threading.Thread] = []
         self._thread: threading.Thread | None = None
         self.crashes: list[str] = []
+        self.wide: Wide | None = None  # the wide load's hooks (redrive, claim_for_kill)
 
     def note(self, action: str, **fields: Any) -> dict[str, Any]:
         """Log and print one action; the log entry."""
@@ -90,7 +92,47 @@ class Nemesis:
             return lambda: self._kill(ev)
         if ev.kind == "pause":
             return lambda: self._pause(ev)
+        if ev.kind == "redrive":
+            return lambda: self._redrive(ev)
+        if ev.kind == "claim_kill":
+            return lambda: self._claim_kill(ev)
         return lambda: self._compete(ev)
+
+    def _helper(self, name: str, fn: Callable[[], None]) -> None:
+        """Run ``fn`` in a thread of its own (joined by :meth:`stop`); a crash is
+        recorded as the nemesis's."""
+        def go() -> None:
+            try:
+                fn()
+            except Exception:
+                self.crashes.append(traceback.format_exc()[-2000:])
+
+        t = threading.Thread(target=go, name=name, daemon=True)
+        self._helpers.append(t)
+        t.start()
+
+    def _redrive(self, ev: Event) -> None:
+        """A redrive of the dead (all, or by id) and, ``after_s`` s into it, a kill
+        or a pause of the owner."""
+        if self.wide is None:
+            self.note("redrive_skipped", reason="no wide load")
+            return
+        mode, wide = ev.params["mode"], self.wide
+        self.note("redrive", mode=mode, then=ev.params["then"])
+        self._helper(f"redrive-{mode}", lambda: wide.redrive_now(mode))
+        self._stop.wait(ev.params["after_s"])
+        (self._kill if ev.params["then"] == "kill" else self._pause)(ev)
+
+    def _claim_kill(self, ev: Event) -> None:
+        """A big claim with the owner killed before its answer or after it."""
+        if self.wide is None:
+            self.note("claim_kill_skipped", reason="no wide load")
+            return
+        when, wide = ev.params["when"], self.wide
+        self.note("claim_kill", when=when)
+        self._helper(f"claim-kill-{when}",
+                     lambda: wide.claim_for_kill(when, lambda: self._kill(ev),
+                                                 float(ev.params["delay_s"])))
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -22,10 +22,16 @@ from tools.chaos.store import StoreSetup
 def acceptance_bar(args: argparse.Namespace, store_kind: str, check: dict[str, Any],
                    owner_kills: int, owner_pauses: int, competitors: int,
                    avail: dict[str, Any], fault_stats: dict[str, Any] | None,
-                   bulk_jobs: int = 0) -> dict[str, list[Any]]:
+                   bulk_jobs: int = 0, counts: dict[str, int] | None = None
+                   ) -> dict[str, list[Any]]:
     """The acceptance figures against ``--bar-*``: name -> [figure, wanted, met]
     (the outage in seconds, the faulted share in %; ``bulk_jobs``: jobs acknowledged
-    by bulk pushes and publishes)."""
+    by bulk pushes and publishes). With the wide load on (``--big-claimers``), also
+    what it must have done, from the clients' ``counts``: a claim of
+    ``--big-claim-max`` jobs, failures retried at once and later, deaths that all
+    ended completed, redrives of all and by id, the owner killed before and after
+    a big claim's answer (each as often as ``--redrives`` and ``--claim-kills``
+    allow, at least once)."""
     drop_landed = (fault_stats or {}).get("faults", {}).get("drop_landed", 0)
     fault_pct = (fault_stats or {}).get("fault_pct", 0.0)
     max_kill = avail["max_outage_after_owner_kill_s"]
@@ -42,6 +48,25 @@ def acceptance_bar(args: argparse.Namespace, store_kind: str, check: dict[str, A
                                     max_kill is not None and
                                     max_kill <= args.lease_s + args.bar_outage_extra_s],
     }
+    if args.big_claimers > 0:
+        n = counts or {}
+
+        def least(name: str, figure: int, wanted: int) -> None:
+            bar[name] = [figure, wanted, figure >= wanted]
+
+        least("largest_claim", n.get("big_claim_largest", 0), args.big_claim_max)
+        least("fails_retried_at_once_and_later", min(n.get("fail_retry_now", 0),
+                                                     n.get("fail_retry_later", 0)), 1)
+        bar["died_all_completed"] = [check["died_then_completed"], check["died"],
+                                     check["died"] >= 1
+                                     and check["died_then_completed"] == check["died"]]
+        least("redrives_of_all_and_by_id", min(n.get("redrive_all_ok", 0),
+                                               n.get("redrive_ids_ok", 0)),
+              min(1, args.redrives // 2))
+        least("owner_killed_before_and_after_a_claim",
+              int(n.get("claim_kill_before_jobs", 0) > 0
+                  and n.get("claim_kill_after_jobs", 0) > 0),
+              min(1, args.claim_kills // 2))
     if store_kind != "file":
         bar["fault_pct"] = [round(fault_pct, 3), args.bar_fault_pct,
                             fault_pct >= args.bar_fault_pct]
@@ -120,7 +145,7 @@ def build_result(args: argparse.Namespace, *, store: StoreSetup, slots: list[Bro
     ok = not any(failures.values()) and drained["finished"]
     bulk_jobs = rec.counts["jobs_acked_by_bulk_push"] + check["acked_by_publish"]
     bar = acceptance_bar(args, store.kind, check, owner_kills, owner_pauses, competitors,
-                         avail, fault_stats, bulk_jobs)
+                         avail, fault_stats, bulk_jobs, dict(rec.counts))
     starts = {s.name: {"starts": s.starts, "start_failures": s.start_failures}
               for s in [*slots, competitor]}
     return {
@@ -209,6 +234,19 @@ def print_summary(r: dict[str, Any]) -> None:
         f"completions ok/stale/unknown  {f['client_counts'].get('complete_ok', 0)} / "
         f"{f['client_counts'].get('complete_stale', 0)} / "
         f"{f['client_counts'].get('complete_unknown', 0)}",
+        f"wide load              big claims {counts.get('big_claims', 0)} of "
+        f"{counts.get('big_claim_jobs', 0)} jobs (largest {counts.get('big_claim_largest', 0)}"
+        f", {counts.get('claims_of_1000_or_more', 0)} of 1,000 or more), heartbeats "
+        f"{counts.get('heartbeats', 0)} (jobs stale {counts.get('heartbeat_jobs_stale', 0)}); "
+        f"fails retried at once {counts.get('fail_retry_now', 0)}, later "
+        f"{counts.get('fail_retry_later', 0)}, dead {counts.get('fail_dead', 0)}; redrives "
+        f"of all {counts.get('redrive_all_ok', 0)}, by id {counts.get('redrive_ids_ok', 0)} "
+        f"({counts.get('jobs_redriven', 0)} jobs), in the drain {r['drain'].get('redrives', 0)};"
+        f" owner killed around a big claim: before its answer "
+        f"{counts.get('claim_kill_before', 0)}, after {counts.get('claim_kill_after', 0)} "
+        f"({counts.get('claim_kill_jobs', 0)} jobs)",
+        f"died / then completed  {c['died']} / {c['died_then_completed']}  (redriven by id "
+        f"{c['redriven_by_id']}, then completed {c['redriven_by_id_then_completed']})",
         f"owner kills            {f['owner_kills']}  (kills in all {f['kills_total']})",
         f"pauses past the lease  {f['owner_pauses_past_lease']}  (in all "
         f"{f['pauses_total']})",
@@ -244,6 +282,8 @@ def print_summary(r: dict[str, Any]) -> None:
         + (f", PUTs landed {sg['segment_puts_landed']}, deleted {sg['segment_deletes']}"
            if "segment_puts_landed" in sg else "")
         + f"; waited {sg.get('waited_s')}s for the sweep)",
+        f"job objects left once drained {c['objects_left_once_drained']}, claim records "
+        f"left {c['claim_records_left']}",
         f"archived-and-still-queued {c['archived_and_queued']}, stale answers for "
         f"completions that landed {c['stale_answer_but_landed']}, claims of jobs already "
         f"completed ok {f['claimed_after_ok_complete']}, claims answering a payload under "

@@ -32,11 +32,16 @@ from tools.chaos.segments import (
     wait_for_sweep,
 )
 from tools.chaos.store import StoreSetup, dump_store, open_store, status_counts
+from tools.chaos.wide import Wide
 
 
 def drain(workers: Workers, direct: ObjectStore, timeout_s: float, clock: Callable[[], float],
-          say: Callable[[str], None]) -> dict[str, Any]:
-    """Let consumers run until no job is pending or claimed; the outcome and timing.
+          say: Callable[[str], None], redrive: Callable[[], None] | None = None
+          ) -> dict[str, Any]:
+    """Let consumers run until no job is pending, claimed or dead and the queue
+    object holds no claim record; the outcome and timing. Dead jobs are redriven
+    (``redrive``, at most once a second) once nothing else is left, so that every
+    job ends completed.
 
     Gives up after ``timeout_s`` s; ``seconds`` in the outcome is how long it took.
     """
@@ -45,20 +50,31 @@ def drain(workers: Workers, direct: ObjectStore, timeout_s: float, clock: Callab
     deadline = time.monotonic() + timeout_s
     last: dict[str, int] | None = None
     last_say = 0.0
+    redrives = 0
     while time.monotonic() < deadline:
         try:
             last = status_counts(direct)
         except OsqueueError as exc:
             say(f"drain: cannot read the queue object: {exc}")
             last = None
-        if last is not None and not last.get("pending") and not last.get("claimed") \
-                and not last.get("staged"):
-            return {"finished": True, "seconds": round(clock() - t0, 3), "left": last}
+        busy = last is None or bool(last.get("pending") or last.get("claimed")
+                                    or last.get("staged") or last.get("claim_records")
+                                    or last.get("spill_refs"))
+        if not busy and last is not None and last.get("dead") and redrive is not None:
+            say(f"drain: redriving {last['dead']} dead job(s)")
+            redrive()
+            redrives += 1
+            time.sleep(1.0)
+            continue
+        if not busy and last is not None and (redrive is None or not last.get("dead")):
+            return {"finished": True, "seconds": round(clock() - t0, 3), "left": last,
+                    "redrives": redrives}
         if time.monotonic() - last_say > 10:
             say(f"drain: {last}")
             last_say = time.monotonic()
         time.sleep(1.0)
-    return {"finished": False, "seconds": round(clock() - t0, 3), "left": last}
+    return {"finished": False, "seconds": round(clock() - t0, 3), "left": last,
+            "redrives": redrives}
 
 
 class Run:
@@ -134,13 +150,15 @@ class Run:
 
         rec = Recorder(self.clock)
         workers = Workers(args, urls, self.store.direct_url, rec, uuid.uuid4().hex[:8])
+        wide = Wide(workers)
         nemesis = Nemesis(args, self.slots, self.competitor, direct, self.clock, self.say)
+        nemesis.wide = wide
         watch = SegmentWatch(direct, self.clock, 0.05 if self.store.kind == "file" else 0.5)
 
         # -- chaos ---------------------------------------------------------------------------
         chaos_start = self.clock()
         watch.start()
-        workers.start()
+        workers.start([("consumer-big", wide.big_claim, args.big_claimers)])
         if self.store.kind != "file":
             self.store.faults(True)
             nemesis.note("faults_on", rate=args.fault_rate)
@@ -179,7 +197,8 @@ class Run:
             self.say(f"warning: producers still pushing after the heal: {producers_left}")
 
         # -- drain ---------------------------------------------------------------------------
-        drained = drain(workers, direct, args.drain_timeout_s, self.clock, self.say)
+        drained = drain(workers, direct, args.drain_timeout_s, self.clock, self.say,
+                        lambda: wide.redrive_now("all"))
         self.say(f"drain: {drained}")
         workers.stop_consuming.set()
         stuck = workers.join(args.client_timeout_s * 4 + args.client_retry_s * 3 + 30)

@@ -1,5 +1,6 @@
-"""The segment objects of a run (deep queues' pending jobs): which the brokers wrote,
-and whether any is left behind once the queue is drained.
+"""The job objects of a run (segment objects of deep queues' pending jobs, and the
+spill objects of failed and dead jobs once the head's format has them): which the
+brokers wrote, and whether any is left behind once the queue is drained.
 
 * :class:`SegmentWatch` lists the queue's segments prefix every ``interval_s``
   during the run (the runner's own reads, no faults): every key it saw and when
@@ -32,16 +33,18 @@ from tools.chaos.store import QUEUE, read_state_raw
 
 
 def segment_keys(store: ObjectStore) -> list[str]:
-    """Every object under the queue's segments prefix."""
-    return store.list(paths.segments_prefix(QUEUE))
+    """Every object under the queue's segments and spills prefixes (the job objects)."""
+    return [*store.list(paths.segments_prefix(QUEUE)), *store.list(paths.spills_prefix(QUEUE))]
 
 
 def head_refs(store: ObjectStore) -> set[str] | None:
-    """The keys of the segments the queue object references (None: no queue object)."""
+    """The keys of the job objects (segments, spill objects) the queue object
+    references (None: no queue object)."""
     raw = read_state_raw(store)
     if raw is None:
         return None
-    return {str(ref.get("key")) for ref in raw.get("segments", []) if isinstance(ref, dict)}
+    return {str(ref.get("key")) for name in ("segments", "spills")
+            for ref in raw.get(name) or [] if isinstance(ref, dict)}
 
 
 class SegmentWatch:
@@ -86,8 +89,9 @@ class SegmentWatch:
 
 def wait_for_sweep(watch: SegmentWatch, timeout_s: float, say: Callable[[str], None]
                    ) -> dict[str, Any]:
-    """Wait (at most ``timeout_s`` s) until every segment object is referenced by the
-    queue object; the outcome: objects listed, referenced, left behind (with samples
+    """Wait (at most ``timeout_s`` s) until no job object is left (the queue is
+    drained: the owner deletes exhausted ones and sweeps unreferenced ones); the
+    outcome: objects listed, referenced, left behind (with samples
     and how long ago the watch first saw each), seconds waited."""
     t0 = time.monotonic()
     last_say = t0
@@ -100,7 +104,8 @@ def wait_for_sweep(watch: SegmentWatch, timeout_s: float, say: Callable[[str], N
             listed, refs = None, set()
         if listed is not None:
             left = sorted(set(listed) - refs)
-            if not left or time.monotonic() - t0 >= timeout_s:
+            # drained: every object goes (exhausted ones deleted, the rest swept)
+            if not listed or time.monotonic() - t0 >= timeout_s:
                 now = watch.clock()
                 return {"objects": len(listed), "referenced": len(refs),
                         "referenced_missing": len(refs - set(listed)),
@@ -110,7 +115,8 @@ def wait_for_sweep(watch: SegmentWatch, timeout_s: float, say: Callable[[str], N
                             for k in left[:20]],
                         "waited_s": round(time.monotonic() - t0, 3)}
             if time.monotonic() - last_say > 5:
-                say(f"segments: {len(left)} object(s) not referenced yet; waiting for a sweep")
+                say(f"segments: {len(listed)} job object(s) left ({len(left)} not "
+                    "referenced); waiting for their delete or a sweep")
                 last_say = time.monotonic()
         elif time.monotonic() - t0 >= timeout_s:
             return {"error": "could not list the segment objects", "left_behind": -1,
@@ -119,7 +125,7 @@ def wait_for_sweep(watch: SegmentWatch, timeout_s: float, say: Callable[[str], N
 
 
 _WRITTEN = re.compile(r"push of \d+ jobs to \S+ by reference: (\d+) segment object")
-_SWEPT = re.compile(r"swept (\d+) segment object")
+_SWEPT = re.compile(r"swept (\d+) segment (?:or spill )?object")
 
 
 def broker_log_counts(run_dir: Path) -> dict[str, int]:

@@ -156,7 +156,10 @@ def read_state_raw(store: ObjectStore) -> dict[str, Any] | None:
 
 def status_counts(store: ObjectStore) -> dict[str, int] | None:
     """How many jobs of the queue object (and its segments) have each status; None if
-    it does not exist."""
+    it does not exist. Read leniently, so that a newer head still drains: the jobs
+    of spill objects (by their references' ``count`` and ``taken`` where given,
+    else ``spill_refs``: how many references) and ``claim_records`` (a version-5
+    head's ``claims``)."""
     raw = read_state_raw(store)
     if raw is None:
         return None
@@ -164,6 +167,16 @@ def status_counts(store: ObjectStore) -> dict[str, int] | None:
                                                            for j in raw.get("jobs", []))
     for ref in raw.get("segments", []):  # (version 4: pending jobs held by segments)
         counts["pending"] += ref["count"] - ref["taken"]
+    for ref in raw.get("spills", []):  # (version 5: failed and dead jobs out of the head)
+        if isinstance(ref, dict) and isinstance(ref.get("count"), int):
+            kind = paths.parse_spill_key(str(ref.get("key", "")))
+            counts["dead" if kind is not None and kind[1] == "dead" else "pending"] += \
+                ref["count"] - int(ref.get("taken") or 0)
+        else:
+            counts["spill_refs"] += 1
+    claims = raw.get("claims")  # (version 5: claim records; none once drained)
+    if isinstance(claims, list) and claims:
+        counts["claim_records"] = len(claims)
     return dict(counts)
 
 

@@ -157,5 +157,5 @@ def test_a_segment_object_no_head_references_is_left_behind(run: ChaosStore) -> 
     key = run.leave_segment()
     assert key.startswith(paths.segments_prefix(QUEUE))
     check = check_store(run.store, run.rec)
-    assert failures(check) == {"segments_left_behind": 1}
+    assert failures(check) == {"segments_left_behind": 1, "objects_left_once_drained": 1}
     assert check["samples"]["segments_left_behind"] == [key]

@@ -156,7 +156,13 @@ class Wide:
                 n = client.redrive(None)
                 ids: list[str] = []
             else:
+                # (a short run may have none dead yet at this moment: wait a little for
+                # the doomed jobs' last attempts, so the event tests what it names)
+                deadline = time.monotonic() + 10.0
                 dead = [j["id"] for j in client.jobs("dead", DEAD_PAGE)]
+                while not dead and time.monotonic() < deadline \
+                        and not self.workers.stop_producing.wait(0.2):
+                    dead = [j["id"] for j in client.jobs("dead", DEAD_PAGE)]
                 if not dead:
                     with rec.lock:
                         rec.counts["redrive_ids_none_dead"] += 1

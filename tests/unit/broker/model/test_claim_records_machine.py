@@ -182,7 +182,7 @@ class ClaimMachine(RuleBasedStateMachine):
             if pos in claim.marked:
                 self._settle(claim, pos, CANCELLED, CANCELLED)
             else:
-                expected.append("j%010d" % claim.seqs[pos])
+                expected.append(f"j{claim.seqs[pos]:010d}")
                 self._settle(claim, pos, PENDING, "released")
         assert list(result.ids) == expected
 
@@ -193,7 +193,7 @@ class ClaimMachine(RuleBasedStateMachine):
         if not seqs:
             return
         seq = data.draw(st.sampled_from(seqs))
-        T.apply(self.state, Cancel(("j%010d" % seq,)), self.now)
+        T.apply(self.state, Cancel((f"j{seq:010d}",)), self.now)
         for claim in self.claims.values():
             for pos, s in enumerate(claim.seqs):
                 if s == seq and pos not in claim.settled:

@@ -103,16 +103,31 @@ class ClaimRecord:
             if self.cancel:
                 cancel = b',"cancel":' + orjson.dumps(
                     [[pos, timefmt.fmt(at)] for pos, at in sorted(self.cancel.items())])
+            seqs = self.seqs
+            runs = b"[%d,1]" % seqs[0] if len(seqs) == 1 else orjson.dumps(seq_runs(seqs))
             enc = self._enc = _RECORD % (
-                self.fence, self.n, orjson.dumps(self.worker), orjson.dumps(self.lease_ms / 1000),
-                timefmt.fmt_bytes(self.expires_ms), timefmt.fmt_bytes(self.heartbeat_ms),
-                orjson.dumps(seq_runs(self.seqs)), settled, cancel)
+                self.fence, len(seqs), _worker_json(self.worker),
+                orjson.dumps(self.lease_ms / 1000), timefmt.fmt_bytes(self.expires_ms),
+                timefmt.fmt_bytes(self.heartbeat_ms), runs, settled, cancel)
         return enc
 
     def to_json(self) -> dict[str, Any]:
         """The record as plain JSON values (what :meth:`encode` writes)."""
         out: dict[str, Any] = orjson.loads(self.encode())
         return out
+
+
+_workers: dict[str, bytes] = {}
+
+
+def _worker_json(worker: str) -> bytes:
+    """``worker`` JSON-encoded (cached: a few workers make every claim)."""
+    enc = _workers.get(worker)
+    if enc is None:
+        if len(_workers) >= 4096:
+            _workers.clear()
+        enc = _workers[worker] = orjson.dumps(worker)
+    return enc
 
 
 def seq_runs(seqs: Sequence[int]) -> list[int]:

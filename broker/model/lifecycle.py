@@ -325,10 +325,10 @@ def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
     get, from_line, splice = entries.get, pending_from_line, first_claim_line
     counters, dirty, shift = state.counters, state.dirty_blocks, codec.BLOCK_SHIFT
     own = record is None
-    if record is None:
-        record = open_claim(state, worker, lease_ms, now_ms)
+    if record is None:  # (open_claim(), inlined)
+        record = ClaimRecord(counters.fence + 1, worker, lease_ms, now_ms + lease_ms, now_ms, [])
     base = record.fence
-    if base + record.n != counters.fence + 1:
+    if base + len(record.seqs) != counters.fence + 1:
         raise IllegalMove(f"claim record {base} is not the last claim")
     expires = record.expires_ms
     tail = claim_tail(base)
@@ -369,8 +369,8 @@ def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
         attempts.append(job.attempts)
         expiries.append(expires)
     record._pos = None
-    if own:
-        close_claim(state, record)
+    if own and held:  # (close_claim(), inlined: its fences end at counters.fence)
+        state.claim_records[base] = record
     return out
 
 
@@ -397,6 +397,8 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
     answered, oks, reasons, statuses = answers.columns
     get, dirty, shift = state.jobs.entries.get, state.dirty_blocks, codec.BLOCK_SHIFT
     claimed_lines = state.claimed_lines
+    records = state.claim_records
+    records_get = records.get
     done: list[int] = []  # job seqs
     fences: list[int] = []
     added_bytes = 0
@@ -413,7 +415,12 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
             answers.append(stale(wire, token))  # (a job kept as its line is pending)
             continue
         assert seq is not None
-        settle(state, job)
+        record = records_get(job.claim)
+        if record is not None and len(record.seqs) == 1:  # settle(), for a claim of one
+            del records[record.fence]
+            job.claim = None
+        else:
+            settle(state, job)
         job.status = COMPLETED
         job.done_ms = now_ms
         job.done_seq = commit_seq

@@ -415,7 +415,7 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
             answers.append(stale(wire, token))  # (a job kept as its line is pending)
             continue
         assert seq is not None
-        record = records_get(job.claim)
+        record = records_get(job.claim or 0)
         if record is not None and len(record.seqs) == 1:  # settle(), for a claim of one
             del records[record.fence]
             job.claim = None

@@ -233,14 +233,18 @@ def _still_held(state: QueueState, first_fence: int, count: int,
     """The jobs still held under the leases numbered ``first_fence`` onwards
     (``count`` of them), in the order they were claimed, with their tokens
     as the claim answered them: the unsettled positions of the claim's record
-    (a claim is one record, whose fence is the claim's first)."""
-    record = state.claim_records.get(first_fence)
+    (a claim is one record, whose fence is the claim's first; a record made
+    from a version-4 head may hold several claims granted together)."""
+    record = lifecycle.record_holding(state, first_fence)
     if record is None or record.expires_ms <= now_ms:
         return []
     tag = tokens.tagger(state).tag
     held = []
+    start = first_fence - record.fence
     for pos in record.unsettled():
-        if pos >= count:
+        if pos < start:
+            continue
+        if pos >= start + count:
             break
         job = state.jobs[record.seqs[pos]]
         token = job.lease_token

@@ -29,7 +29,7 @@ from broker.model.ops import (
     TakeOver,
 )
 from broker.model.tokens import stored_part
-from tests.support.states import committed, new_queue, queue_of
+from tests.support.states import committed, new_queue, queue_of, read_back
 
 NOW = 1_767_225_600_000
 
@@ -204,3 +204,38 @@ def test_decode_refuses_records_that_do_not_hold_and_names_them(edit: object,
     edit(raw)  # type: ignore[operator]
     with pytest.raises(CorruptState, match=named):
         decode_state(orjson.dumps(raw))
+
+
+def _as_v4(raw: dict) -> bytes:  # type: ignore[type-arg]
+    """A version-5 head spelled as version 4 wrote it: each claimed line with its
+    own lease (its record's), no records, no spills."""
+    records = {r["fence"]: r for r in raw.pop("claims")}
+    del raw["spills"]
+    raw["version"] = 4
+    for job in raw["jobs"]:
+        if job["status"] == "claimed":
+            record = records[job.pop("claim")]
+            pos = [s for i in range(0, len(record["parts"][0]["seq"]), 2)
+                   for s in range(record["parts"][0]["seq"][i],
+                                  record["parts"][0]["seq"][i] + record["parts"][0]["seq"][i + 1])
+                   ].index(job["seq"])
+            job["lease"] = {"token": f'{job["id"]}.{record["fence"] + pos}',
+                            **{k: record[k] for k in ("worker", "lease_s", "expires_at",
+                                                      "heartbeat_at")}}
+    return orjson.dumps(raw)
+
+
+def test_a_replayed_claim_inside_a_record_merged_from_v4_answers_its_jobs() -> None:
+    """Two keyed claims granted together (one worker, lease and time) become one
+    record when their version-4 head loads; a repeat of the second claim still
+    answers its own jobs, with the tokens it answered."""
+    state = queue_of(5, NOW)
+    first = T.apply(state, Claim("w", 2, 10_000, request="r-1"), NOW).jobs
+    second = T.apply(state, Claim("w", 2, 10_000, request="r-2"), NOW).jobs
+    back = decode_state(_as_v4(_raw(state)))
+    assert [(r.fence, r.n) for r in back.claim_records.values()] == [(1, 4)]
+    back = read_back(codec.encode(back))
+    again = T.apply(back, Claim("w", 2, 10_000, request="r-2"), NOW + 1)
+    assert again.replayed and [j.token for j in again.jobs] == [j.token for j in second]
+    again = T.apply(back, Claim("w", 2, 10_000, request="r-1"), NOW + 1)
+    assert [j.token for j in again.jobs] == [j.token for j in first]

@@ -12,7 +12,8 @@ lists every module)::
                                         request keys; the dispatch rate limit
     receipts, tokens, job_lines         answers of recent calls; token tags; a job's
                                         line in the object (byte templates)
-    jobtable, state                     the queue: seq -> job, settings, counters, windows
+    jobtable, claim_records             seq -> job; a claim's record (its one lease)
+    state                               the queue: jobs, claims, settings, counters, windows
     indexes                             the ready, delayed and lease heaps
     format/                             the bytes: the head written and read, segment
                                         objects, archive objects

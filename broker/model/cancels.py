@@ -9,8 +9,9 @@ Per id, a cancel answers (:class:`~broker.wire.CancelAnswer`):
   ``cancelled``) is written, then leaves (see :mod:`broker.model.format.archive`).
   Its idempotency key stays in the window: a push with it answers the
   cancelled job's id and creates nothing.
-* a **claimed** job: ``cancel_requested``. It is marked
-  (``"cancel_requested_at"`` in its line) and stays claimed under its lease,
+* a **claimed** job: ``cancel_requested``. It is marked (its position in
+  its claim record's ``"cancel"``, see :mod:`broker.model.claim_records`; the
+  API shows it as ``cancel_requested_at``) and stays claimed under its lease,
   to end ``cancelled`` (archived so, exactly once; never completed, pending
   or dead) at the first of:
 

@@ -158,6 +158,7 @@ class Job:
         "_enc",
         "attempts",
         "cancel_ms",
+        "claim",
         "created_ms",
         "done_commit",
         "done_ms",
@@ -208,6 +209,9 @@ class Job:
         self.lease_ms = self.lease_expires_ms = self.lease_heartbeat_ms = 0
         if lease is not None:
             self.lease = lease
+        # a claimed job's claim record (its base fence: broker.model.claim_records);
+        # the lease_* fields are that record's lease, copied (lifecycle keeps them in step)
+        self.claim: int | None = None
         # when its cancel was asked for: a claimed job marked, or a cancelled job
         self.cancel_ms: int | None = None
         # completed (or cancelled) jobs only: when, in which commit (its seq and

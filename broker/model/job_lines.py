@@ -18,17 +18,21 @@ from collections.abc import Sequence
 import orjson
 
 from broker import timefmt
-from broker.model.job import CANCELLED, COMPLETED, PENDING, Job
+from broker.model.job import CANCELLED, CLAIMED, COMPLETED, PENDING, Job
 
 # ids, statuses and timestamps never need JSON escaping, so they can be spliced
 # in. A job's id is its seq, formatted as job_id_for() does (seq goes in twice).
 _PLAIN_JOB = (b',\n{"id":"j%010d","seq":%d,"status":"%s","priority":%d,"run_at":"%s",'
               b'"attempts":%d,"max_attempts":%d,"created_at":"%s","payload":%s}')
 
-# A claimed job without key or error: the other common shape. Everything in the
-# lease after its token is the same for all the jobs of one claim, so that tail
-# is formatted once (see _lease_tail); the worker name, the one field that may
-# need escaping, goes in JSON-encoded.
+# A claimed job without key or error: the other common shape. Its lease is its
+# claim record's (broker.model.claim_records): the line names the record's fence.
+_CLAIMED_JOB = _PLAIN_JOB.removesuffix(b"}") + b',"claim":%d}'
+# A completed job keeps its lease spelled out (as version 4 wrote it, so archive
+# lines and the jq recipe do not change). Everything in the lease after its token
+# is the same for all the jobs of one claim, so that tail is formatted once (see
+# _lease_tail); the worker name, the one field that may need escaping, goes in
+# JSON-encoded.
 _LEASED_HEAD = _PLAIN_JOB.removesuffix(b"}") + b',"lease":{"token":"%s'
 _LEASE_TAIL = b'","worker":%s,"lease_s":%s,"expires_at":"%s","heartbeat_at":"%s"}}'
 # A completed job awaiting its archive object: the leased line, then the completion.
@@ -70,16 +74,41 @@ def lease_tail(worker: str, lease_ms: int, expires_ms: int, heartbeat_ms: int) -
     return tail
 
 
-def first_claim_line(pending: bytes, token: str, tail: bytes) -> bytes:
+def first_claim_line(pending: bytes, claim: bytes) -> bytes:
     """:func:`job_line` of the job a line of :func:`new_pending_lines` describes,
-    once claimed for the first time under ``token`` (``tail`` from
-    :func:`lease_tail`): that line with its status and attempts spliced and the
-    lease appended, a third of the cost of a fresh encode (``bench/broker_bench.py``,
+    once claimed for the first time in the claim record ``claim`` (its
+    :func:`claim_tail`): that line with its status and attempts spliced and the
+    record named, a third of the cost of a fresh encode (``bench/broker_bench.py``,
     cycle rows). The first ``"status"`` and ``"attempts"`` of such a line are its
     own (nothing before them is a payload); both new values have the old ones' width.
     """
     return pending[:-1].replace(b'"status":"pending"', b'"status":"claimed"', 1).replace(
-        b'"attempts":0,', b'"attempts":1,', 1) + b',"lease":{"token":"' + token.encode() + tail
+        b'"attempts":0,', b'"attempts":1,', 1) + claim
+
+
+def claim_tail(fence: int) -> bytes:
+    """What ends a claimed line of the claim record ``fence``."""
+    return b',"claim":%d}' % fence
+
+
+def completed_from_claimed(claimed: bytes, token: str, tail: bytes) -> bytes:
+    """A claimed line (:data:`_CLAIMED_JOB`'s shape) with its record's name cut
+    and the lease spelled in (``token``, ``tail`` from :func:`lease_tail`), status
+    still claimed and without the closing brace: what a completion is appended to."""
+    return claimed[:claimed.rindex(b',"claim":')] + b',"lease":{"token":"' + token.encode() \
+        + tail[:-1]
+
+
+def stored_dict(job: Job) -> dict[str, object]:
+    """The job as its line holds it: :meth:`Job.to_dict`, but a claimed job
+    names its claim record instead of carrying its lease and cancel mark
+    (both are the record's)."""
+    out = job.to_dict()
+    if job.status == CLAIMED:
+        out.pop("lease", None)
+        out.pop("cancel_requested_at", None)
+        out["claim"] = job.claim
+    return out
 
 
 def plain_token(token: str) -> bool:
@@ -96,17 +125,20 @@ def job_line(job: Job) -> bytes:
 
     The common shapes (pending, or claimed, with no key or error) are
     filled into byte templates; everything else goes through
-    :meth:`Job.to_dict`. Both give the same bytes (the tests compare them).
+    :func:`stored_dict`. Both give the same bytes (the tests compare them).
     """
     enc = job._enc
     if enc is None:
         token = job.lease_token
-        if job.key is None and job.last_error is None and job.cancel_ms is None and (
-                job.done_ms is None or job.done_commit is not None):
+        claimed = job.status == CLAIMED
+        if job.key is None and job.last_error is None and (claimed or job.cancel_ms is None) \
+                and (job.done_ms is None or job.done_commit is not None):
             fields = (job.seq, job.seq, job.status.encode(), job.priority,
                       timefmt.fmt_bytes(job.run_at_ms), job.attempts,
                       job.max_attempts, timefmt.fmt_bytes(job.created_ms), job.payload)
-            if token is None:
+            if claimed:
+                enc = _CLAIMED_JOB % (*fields, job.claim or 0)
+            elif token is None:
                 enc = _PLAIN_JOB % fields
             else:
                 enc = _LEASED_HEAD % (*fields, token.encode()) + _lease_tail(job)
@@ -116,7 +148,7 @@ def job_line(job: Job) -> bytes:
                         (job.done_commit or "").encode(),
                         b"null" if job.result is None else job.result)
         else:
-            enc = b",\n" + orjson.dumps(job.to_dict())
+            enc = b",\n" + orjson.dumps(stored_dict(job))
         job._enc = enc
     return enc
 

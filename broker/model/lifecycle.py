@@ -34,9 +34,11 @@ complete rows) and ``bench/state_encode_bench.py`` are what justify them.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Callable, Iterable, Sequence
 
+from broker.model.claim_records import ClaimRecord
 from broker.model.format import codec
 from broker.model.indexes import (
     SEQ_MASK,
@@ -59,8 +61,8 @@ from broker.model.job import (
     token_seq,
 )
 from broker.model.job_lines import (
+    claim_tail,
     first_claim_line,
-    lease_tail,
     new_pending_lines,
     pending_from_line,
 )
@@ -112,16 +114,21 @@ def move(state: QueueState, job: Job, to: str, now_ms: int) -> None:
     frm = job.status if state.jobs.get(seq) is job else NEW
     check_move(frm, to)
     if to == GONE:
+        if frm == CLAIMED:
+            settle(state, job)
         del state.jobs[seq]
         codec.removed(state, job)
         state.approx_bytes -= job.size_estimate()
         return
     leased = job.lease_token is not None
-    if (to in (CLAIMED, COMPLETED) and not leased) or (to in (PENDING, DEAD) and leased) or \
+    if (to == CLAIMED and job.claim not in state.claim_records) or \
+            (to in (CLAIMED, COMPLETED) and not leased) or (to in (PENDING, DEAD) and leased) or \
             (to in FINISHED) != (job.done_seq is not None) or \
             (job.cancel_ms is not None and to not in (CLAIMED, CANCELLED)) or \
             (to == CANCELLED and job.cancel_ms is None):
         raise IllegalMove(f"job {job.id} moving to {to} has the fields of another status")
+    if frm == CLAIMED:
+        settle(state, job)
     job.status = to
     if frm == NEW:
         state.jobs[seq] = job
@@ -142,32 +149,85 @@ def move(state: QueueState, job: Job, to: str, now_ms: int) -> None:
 # -- changes within a status --------------------------------------------------------
 
 
-def extend_lease(state: QueueState, job: Job, lease_ms: int, now_ms: int) -> None:
-    """Renew a claimed job's lease: ``lease_ms`` from ``now_ms`` (a heartbeat)."""
-    if job.status != CLAIMED or job.lease_token is None:
-        raise IllegalMove(f"job {job.id} is {job.status}; only a claimed job's lease is renewed")
-    job.lease_expires_ms = now_ms + lease_ms
-    job.lease_ms = lease_ms
-    job.lease_heartbeat_ms = now_ms
-    codec.touch(state, job)
-    heapq.heappush(state.leases, timed_key(job.lease_expires_ms, job.seq))
+def settle(state: QueueState, job: Job) -> None:
+    """Mark ``job``'s position in its claim record settled (it leaves claimed,
+    whatever for); a record with every position settled leaves the head. The
+    caller moves the job on (:func:`move` calls this)."""
+    fence = job.claim
+    record = None if fence is None else state.claim_records.get(fence)
+    if record is None or fence is None:
+        raise IllegalMove(f"claimed job {job.id} is in no claim record")
+    pos = record.position(job.seq)
+    record.settled |= 1 << pos
+    record.cancel.pop(pos, None)
+    record._enc = None
+    job.claim = None
+    if record.done:
+        del state.claim_records[fence]
+
+
+def extend_claim(state: QueueState, record: ClaimRecord, lease_ms: int, now_ms: int) -> None:
+    """Renew a claim's lease (a heartbeat): ``lease_ms`` from ``now_ms``, for every
+    job the claim still holds. One edit of the head (the record's line: claimed
+    lines do not carry the lease)."""
+    if record.fence not in state.claim_records:
+        raise IllegalMove(f"claim record {record.fence} is not in the head")
+    record.lease_ms = lease_ms
+    record.expires_ms = expires = now_ms + lease_ms
+    record.heartbeat_ms = now_ms
+    record._enc = None
+    jobs, leases, seqs = state.jobs, state.leases, record.seqs
+    for pos in record.unsettled():
+        seq = seqs[pos]
+        job = jobs[seq]
+        job.lease_ms, job.lease_expires_ms, job.lease_heartbeat_ms = lease_ms, expires, now_ms
+        heapq.heappush(leases, timed_key(expires, seq))
+
+
+def record_holding(state: QueueState, fence: int) -> ClaimRecord | None:
+    """The claim record whose lease numbers include ``fence``, or None."""
+    records = state.claim_records
+    record = records.get(fence)
+    if record is not None:
+        return record
+    bases = list(records)  # (ascending: fences only grow; a replay or a v4 merge comes here)
+    at = bisect.bisect_right(bases, fence) - 1
+    if at >= 0:
+        record = records[bases[at]]
+        if fence < record.fence + len(record.seqs):
+            return record
+    return None
+
+
+def claim_of(state: QueueState, job: Job) -> ClaimRecord:
+    """The claim record of the claimed ``job``."""
+    record = None if job.claim is None else state.claim_records.get(job.claim)
+    if record is None or job.status != CLAIMED:
+        raise IllegalMove(f"job {job.id} is {job.status} and in no claim record")
+    return record
 
 
 def mark_cancel(state: QueueState, job: Job, now_ms: int) -> None:
-    """Mark a claimed job for cancellation at ``now_ms`` (it stays claimed)."""
+    """Mark a claimed job for cancellation at ``now_ms`` (it stays claimed): in its
+    claim record (the head), and on the job."""
     if job.status != CLAIMED or job.cancel_ms is not None:
         raise IllegalMove(f"job {job.id} is {job.status}; only a claimed job is marked, once")
+    record = claim_of(state, job)
+    record.cancel[record.position(job.seq)] = now_ms
+    record._enc = None
     job.cancel_ms = now_ms
-    codec.touch(state, job)
 
 
 def restart_leases(state: QueueState, now_ms: int) -> None:
-    """Give every claimed job a fresh lease of its own length from ``now_ms`` (a
-    new broker's clock: what the old one wrote no longer counts)."""
-    for job in state.jobs.touched():  # (the others are pending)
-        if job.status == CLAIMED and job.lease_token is not None:
-            job.lease_expires_ms = now_ms + job.lease_ms
-            codec.touch(state, job)
+    """Give every claim a fresh lease of its own length from ``now_ms`` (a new
+    broker's clock: what the old one wrote no longer counts): one edit per
+    claim record, copied to its jobs."""
+    jobs = state.jobs
+    for record in state.claim_records.values():
+        record.expires_ms = expires = now_ms + record.lease_ms
+        record._enc = None
+        for pos in record.unsettled():
+            jobs[record.seqs[pos]].lease_expires_ms = expires
     compact_leases(state)
 
 
@@ -242,14 +302,32 @@ def add_pending(state: QueueState, jobs: list[Job], now_ms: int) -> None:
     state.approx_bytes += approx
 
 
+def open_claim(state: QueueState, worker: str, lease_ms: int, now_ms: int) -> ClaimRecord:
+    """A new claim record for a claim by ``worker`` at ``now_ms`` (empty; its
+    fences start after every one granted). :func:`claim_ready` fills it;
+    :func:`close_claim` puts it in the head."""
+    return ClaimRecord(state.counters.fence + 1, worker, lease_ms, now_ms + lease_ms, now_ms)
+
+
+def close_claim(state: QueueState, record: ClaimRecord) -> None:
+    """Put the claim record filled by :func:`claim_ready` in the head (unless it
+    claimed nothing)."""
+    if record.seqs:
+        if record.fence + record.n - 1 != state.counters.fence:
+            raise IllegalMove(f"claim record {record.fence} does not end at the last fence")
+        state.claim_records[record.fence] = record
+
+
 def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
                 now_ms: int, tag: Callable[[str], str],
-                until_key: int | None = None) -> LeasedJobs:
+                until_key: int | None = None, record: ClaimRecord | None = None) -> LeasedJobs:
     """Claim up to ``max_jobs`` runnable pending jobs in claim order (priority
     desc, run-at, seq) under fresh leases of ``lease_ms`` for ``worker``; each
     job's token is answered as ``tag`` makes it (see :mod:`broker.model.tokens`).
     With ``until_key``, stop before the first ready entry at or above it (a
     segment's next job comes first: :mod:`broker.model.segments.claims`).
+    The jobs join ``record`` (from :func:`open_claim`; the caller closes it),
+    or, without one, a claim record of their own, put in the head here.
 
     Per job, what :func:`move` to claimed does, written out: this loop runs
     once per claimed job (``bench/broker_bench.py``, claim rows). The jobs
@@ -262,8 +340,15 @@ def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
     ready, leases, entries = state.ready, state.leases, state.jobs.entries
     get, from_line, splice = entries.get, pending_from_line, first_claim_line
     counters, dirty, shift = state.counters, state.dirty_blocks, codec.BLOCK_SHIFT
-    expires = now_ms + lease_ms
-    tail = lease_tail(worker, lease_ms, expires, now_ms)
+    own = record is None
+    if record is None:  # (open_claim(), inlined)
+        record = ClaimRecord(counters.fence + 1, worker, lease_ms, now_ms + lease_ms, now_ms, [])
+    base = record.fence
+    if base + len(record.seqs) != counters.fence + 1:
+        raise IllegalMove(f"claim record {base} is not the last claim")
+    expires = record.expires_ms
+    tail = claim_tail(base)
+    held = record.seqs
     heappop, heappush = heapq.heappop, heapq.heappush
     while ready and len(ids) < max_jobs and (until_key is None or ready[0] < until_key):
         entry = heappop(ready)
@@ -286,10 +371,12 @@ def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
         token = f"{job_id}.{counters.fence}"
         job.status = CLAIMED
         job.attempts += 1
+        job.claim = base
+        held.append(seq)
         job.lease_token, job.lease_worker, job.lease_ms = token, worker, lease_ms
         job.lease_expires_ms, job.lease_heartbeat_ms = expires, now_ms
         # codec.touch(), inlined; a job fresh from its line gets its new line now
-        job._enc = None if line is None else splice(line, token, tail)
+        job._enc = None if line is None else splice(line, tail)
         dirty.add(seq >> shift)
         heappush(leases, timed_key(expires, seq))
         ids.append(job_id)
@@ -297,6 +384,9 @@ def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
         tokens.append(tag(token))
         attempts.append(job.attempts)
         expiries.append(expires)
+    record._pos = None
+    if own and held:  # (close_claim(), inlined: its fences end at counters.fence)
+        state.claim_records[base] = record
     return out
 
 
@@ -323,6 +413,8 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
     answered, oks, reasons, statuses = answers.columns
     get, dirty, shift = state.jobs.entries.get, state.dirty_blocks, codec.BLOCK_SHIFT
     claimed_lines = state.claimed_lines
+    records = state.claim_records
+    records_get = records.get
     done: list[int] = []  # job seqs
     fences: list[int] = []
     added_bytes = 0
@@ -339,6 +431,12 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
             answers.append(stale(wire, token))  # (a job kept as its line is pending)
             continue
         assert seq is not None
+        record = records_get(job.claim or 0)
+        if record is not None and len(record.seqs) == 1:  # settle(), for a claim of one
+            del records[record.fence]
+            job.claim = None
+        else:
+            settle(state, job)
         job.status = COMPLETED
         job.done_ms = now_ms
         job.done_seq = commit_seq

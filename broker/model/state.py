@@ -10,7 +10,7 @@ nothing of the bytes or the heaps' layout.
 
 On storage the state is one JSON object (``jq``-readable, one job a line)::
 
-    {"format": "osqueue", "version": 4, "seq": 42, "writer": "b-1a2b",
+    {"format": "osqueue", "version": 5, "seq": 42, "writer": "b-1a2b",
      "commit": "c-5d0e...", "lineage": ["c-91aa...", ..., "c-5d0e..."],
      "updated_at": "2026-11-22T03:43:47.123Z",
      "broker": {"id": "b-1a2b", "url": "http://10.0.0.4:8765", "lease_s": 30.0,
@@ -21,6 +21,11 @@ On storage the state is one JSON object (``jq``-readable, one job a line)::
         "first_seq": 1001, "count": 65536, "priority": 0,
         "run_at": "2026-11-22T03:43:47.123Z", "taken": 2000},
        ...],
+     "claims": [
+       {"fence": 5001, "n": 2, "worker": "w-1", "lease_s": 60.0, "expires_at": "...",
+        "heartbeat_at": "...", "parts": [{"seq": [1201, 2]}]},
+       ...],
+     "spills": [],
      "jobs": [
        {"id": "j0000000001", "seq": 1, "status": "pending", "priority": 0, ...},
        ...],
@@ -39,7 +44,17 @@ is the cursor: the jobs before it have moved into ``"jobs"`` (claimed, and
 on from there); the rest are pending in the segment, and no job of the head
 has their seqs. ``"segments"`` is always written (``[]`` for none), so a reader
 can rely on it. A version-3 object (no ``"segments"``) loads with none and is
-written as version 4 by its next write.
+written as version 5 by its next write.
+
+A **claim record** (``"claims"``, see :mod:`broker.model.claim_records`) holds
+the one lease of a claim: worker, length, expiry, last heartbeat, and the
+claim's jobs in claim order; a claimed job's line says ``"claim": <fence>``
+(its record) instead of carrying a lease, and job ``i`` of the claim holds
+lease number ``fence + i``. A heartbeat renews the record, so the whole
+claim. A version-4 object's claimed lines (each with its lease) load as
+records (consecutive lease numbers with the same lease merged into one) and
+are written as version 5 by its next write. ``"spills"`` is always ``[]``
+(spill objects are a later change; a broker refuses a head that names one).
 
 ``token_key`` is the secret that binds the queue's lease tokens to it (see
 :mod:`broker.model.tokens`); an object written before it existed has none
@@ -58,8 +73,9 @@ did not land (see :mod:`broker.commit.loop`).
 A job's status is pending, claimed, dead, completed or cancelled. A completed
 job stays in the object, with its result, until its archive object is written
 (after the commit that completed it) and a later commit drops it (see
-:mod:`broker.model.format.archive`); so does a cancelled one. A claimed job whose
-cancel was asked for carries ``"cancel_requested_at"`` until it ends
+:mod:`broker.model.format.archive`); so does a cancelled one (both keep their
+lease spelled out on their line, as version 4 wrote it). A claimed job whose
+cancel was asked for is marked in its record's ``"cancel"`` until it ends
 cancelled (see :mod:`broker.model.cancels`). ``receipts`` are what recent
 commits answered, for retried calls (see :mod:`broker.model.receipts`).
 
@@ -98,6 +114,7 @@ from typing import Any
 
 from broker.errors import shown
 from broker.limits import check_setting
+from broker.model.claim_records import ClaimRecord
 from broker.model.job import PENDING, Job, seq_of
 from broker.model.jobtable import JobTable
 from broker.model.ratelimit import ClaimGate
@@ -108,12 +125,18 @@ from broker.paths import parse_segment_key
 FORMAT = "osqueue"
 # 3: completed jobs, commit identities, receipts, publish keys apart, lease_s;
 # 4: "segments", the references to segment objects (so a commit's cost does not grow
-#    with the pending jobs)
-VERSION = 4
+#    with the pending jobs);
+# 5: "claims", one record a claim holding its lease (claimed lines say "claim": fence),
+#    and "spills" (always [] so far)
+VERSION = 5
 
 #: Rough bytes one segment reference costs in the head (its line), whatever
 #: the number of jobs its segment holds.
 SEGMENT_REF_BYTES = 200
+
+#: Rough bytes one claim record costs in the head (its line), whatever the
+#: number of jobs its claim holds.
+CLAIM_RECORD_BYTES = 250
 
 #: Commit identities kept in the object (``lineage``), newest last.
 LINEAGE = 32
@@ -362,6 +385,10 @@ class QueueState:
     # The head's references to segment objects ("segments" in the object), in
     # ascending first_seq.
     segment_refs: list[SegmentRef] = field(default_factory=list)
+    # The claim records ("claims" in the object; broker.model.claim_records), by base
+    # fence, in ascending fence: the leases of the claimed jobs. Kept by
+    # broker.model.lifecycle, with each claimed job's copy of its record's lease.
+    claim_records: dict[int, ClaimRecord] = field(default_factory=dict)
     # Never stored: refs dropped by changes since this state was loaded or last
     # committed, whose objects go once that commit lands (broker.model.segments.claims),
     # and the segment lines the broker loaded for claims (one per queue, shared).
@@ -421,7 +448,8 @@ class QueueState:
         references (:data:`SEGMENT_REF_BYTES` each: a segment's jobs are not in
         the object)."""
         return self.approx_bytes + self.key_bytes + self.receipts.size_estimate() \
-            + len(self.segment_refs) * SEGMENT_REF_BYTES
+            + len(self.segment_refs) * SEGMENT_REF_BYTES \
+            + len(self.claim_records) * CLAIM_RECORD_BYTES
 
 
 def key_entry_bytes(key: str) -> int:

@@ -72,8 +72,9 @@ from broker.model.job import (
 )
 from broker.model.lifecycle import (
     GONE,
+    claim_of,
     complete_held,
-    extend_lease,
+    extend_claim,
     live_job,
     move,
 )
@@ -231,22 +232,32 @@ def _still_held(state: QueueState, first_fence: int, count: int,
                 now_ms: int) -> list[LeasedJob]:
     """The jobs still held under the leases numbered ``first_fence`` onwards
     (``count`` of them), in the order they were claimed, with their tokens
-    as the claim answered them. Scans the jobs: only a repeated claim comes here."""
+    as the claim answered them: the unsettled positions of the claim's record
+    (a claim is one record, whose fence is the claim's first; a record made
+    from a version-4 head may hold several claims granted together)."""
+    record = lifecycle.record_holding(state, first_fence)
+    if record is None or record.expires_ms <= now_ms:
+        return []
     tag = tokens.tagger(state).tag
     held = []
-    for job in state.jobs.touched():  # (the others are pending)
-        lease = job.lease
-        if job.status == CLAIMED and lease is not None and lease.expires_ms > now_ms and \
-                first_fence <= lease.fence < first_fence + count:
-            held.append((lease.fence, LeasedJob(job.id, job.payload, tag(lease.token),
-                                                 job.attempts, lease.expires_ms)))
-    return [claimed for _, claimed in sorted(held)]
+    start = first_fence - record.fence
+    for pos in record.unsettled():
+        if pos < start:
+            continue
+        if pos >= start + count:
+            break
+        job = state.jobs[record.seqs[pos]]
+        token = job.lease_token
+        assert job.status == CLAIMED and token is not None
+        held.append(LeasedJob(job.id, job.payload, tag(token), job.attempts, job.lease_expires_ms))
+    return held
 
 
 def _heartbeat(state: QueueState, op: Heartbeat, now_ms: int) -> Result:
     _check_lease(op.lease_ms)
     stored = tokens.checker(state)
     result = Result()
+    renewed: set[int] = set()  # the claims renewed by this call: each once
     for wire in op.tokens:
         token = stored(wire)
         if token is None:  # never looked up
@@ -260,7 +271,10 @@ def _heartbeat(state: QueueState, op: Heartbeat, now_ms: int) -> Result:
         if job.cancel_ms is not None:  # marked: it ends cancelled, and the worker is told
             result.items.append(cancels.end_marked(state, job, wire, now_ms))
             continue
-        extend_lease(state, job, op.lease_ms, now_ms)
+        record = claim_of(state, job)
+        if record.fence not in renewed:  # the lease is the claim's (docs/guarantees.md)
+            renewed.add(record.fence)
+            extend_claim(state, record, op.lease_ms, now_ms)
         result.items.append(ItemResult(wire, True))
     return result
 
@@ -370,11 +384,9 @@ def _reclaim(state: QueueState, op: Reclaim, now_ms: int) -> Result:
 
 
 def _held_fences(state: QueueState) -> Iterator[int]:
-    """The numbers of the leases claimed jobs hold (scans the touched jobs)."""
-    for job in state.jobs.touched():
-        token = job.lease_token
-        if job.status == CLAIMED and token is not None:
-            yield int(token.rpartition(".")[2])
+    """The lowest number of a lease each claim record still holds."""
+    for record in state.claim_records.values():
+        yield record.fence + next(record.unsettled())
 
 
 def _drop_archived(state: QueueState, op: DropArchived, now_ms: int) -> Result:

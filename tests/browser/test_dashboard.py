@@ -240,8 +240,11 @@ def test_a_pending_and_a_claimed_job_cancelled_from_the_dashboard_end_cancelled(
     expect(page.get_by_test_id("job-status")).to_have_text("claimed")
     expect(page.get_by_test_id("job-cancel-requested")).to_be_visible()
     expect(page.get_by_test_id("cancel-job")).to_have_count(0)
-    (line,) = [j for j in stored(store_dir, q)["jobs"] if j["id"] == held.id]
-    assert line["status"] == "claimed" and "cancel_requested_at" in line
+    head = stored(store_dir, q)
+    (line,) = [j for j in head["jobs"] if j["id"] == held.id]
+    assert line["status"] == "claimed" and "cancel_requested_at" not in line
+    (record,) = [r for r in head["claims"] if r["fence"] == line["claim"]]
+    assert len(record["cancel"]) == 1  # (the mark is its claim record's: format 5)
     page.get_by_role("link", name=q, exact=True).click()
     expect(page.get_by_test_id("summary-cancel-requested")).to_have_text("1 cancel requested")
     expect(page.get_by_test_id("summary-cancelled-total")).to_have_text("2")

@@ -26,9 +26,16 @@ from typing import Any
 import orjson
 
 from broker import timefmt
+from broker.model.claim_records import records_bytes
 from broker.model.format.segment_format import ref_to_json
 from broker.model.job import Job
-from broker.model.job_lines import COMPLETION, job_line
+from broker.model.job_lines import (
+    COMPLETION,
+    completed_from_claimed,
+    job_line,
+    lease_tail,
+    stored_dict,
+)
 from broker.model.state import FORMAT, LINEAGE, VERSION, KeyEntry, QueueState, SegmentRef
 
 # -- change tracking (called by broker.model.lifecycle on every job change) ------------
@@ -196,11 +203,15 @@ def encode_parts(state: QueueState) -> list[bytes]:
     bytes, so a commit costs the changed jobs, the changed blocks and one
     list of the blocks (no copy of the whole object). Each job's bytes start with their ``,\n``
     separator; the first one is cut off. The header's fields come first, on one
-    line, then the segment references (:func:`_refs_bytes`), then the jobs.
+    line, then the segment references (:func:`_refs_bytes`), the claim records
+    (:func:`broker.model.claim_records.records_bytes`), the spill references
+    (none yet), then the jobs.
     """
     _refresh_blocks(state)
     head = orjson.dumps(_header(state))
-    parts: list[bytes] = [head[:-1], _refs_bytes(state.segment_refs), b',\n"jobs":[\n']
+    parts: list[bytes] = [head[:-1], _refs_bytes(state.segment_refs),
+                          records_bytes(state.claim_records), b',\n"spills":[]',
+                          b',\n"jobs":[\n']
     blocks = state.blocks
     jobs = [blocks[block] for block in sorted(state.block_jobs)]
     if jobs:
@@ -223,7 +234,9 @@ def encode_full(state: QueueState) -> bytes:
     """Encode without any cached bytes (the baseline the benchmark compares with)."""
     out = dict(_header(state))
     out["segments"] = [ref_to_json(ref) for ref in state.segment_refs]
-    out["jobs"] = [job.to_dict() for job in state.jobs.peek()]
+    out["claims"] = [record.to_json() for record in state.claim_records.values()]
+    out["spills"] = []
+    out["jobs"] = [stored_dict(job) for job in state.jobs.peek()]
     out["keys"] = [[k, e.job_id, timefmt.fmt(e.at_ms)] for k, e in state.keys.items()]
     out["once"] = [[k, timefmt.fmt(e.at_ms)] for k, e in state.once.items()]
     out["receipts"] = state.receipts.to_plain()
@@ -255,7 +268,11 @@ def stamp(state: QueueState, writer: str, now_ms: int, commit: str | None = None
             done = times.get(job.done_ms)
             if done is None:
                 done = times[job.done_ms] = timefmt.fmt_bytes(job.done_ms or 0)
-            job._enc = line.replace(b'"status":"claimed"', b'"status":"completed"', 1)[:-1] \
+            tail = lease_tail(job.lease_worker, job.lease_ms, job.lease_expires_ms,
+                              job.lease_heartbeat_ms)
+            job._enc = completed_from_claimed(
+                line.replace(b'"status":"claimed"', b'"status":"completed"', 1),
+                job.lease_token or "", tail) \
                 + COMPLETION % (done, job.done_seq, commit_bytes,
                                  b"null" if job.result is None else job.result)
     claimed.clear()

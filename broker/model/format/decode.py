@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from broker import timefmt
-from broker.errors import CorruptState, ForeignState, NewerState
+from broker.errors import CorruptState, ForeignState, NewerState, shown
 from broker.limits import (
     BROKER_LEASE_S,
     MAX_ATTEMPTS,
@@ -28,6 +28,7 @@ from broker.limits import (
     MAX_PRIORITY,
     MAX_RECORDED_BROKER_LEASE_S,
 )
+from broker.model.format.claims_format import link, records_from_json, records_from_v4
 from broker.model.format.codec import reset_blocks
 from broker.model.format.segment_format import ref_from_json
 from broker.model.indexes import SEQ_MASK, TIME_MASK, rebuild_indexes
@@ -102,7 +103,7 @@ def _lease_from(raw: Any, job_id: str) -> Lease:
     )
 
 
-def _job_from(raw: Any, spans: LineSpans | None) -> Job:
+def _job_from(raw: Any, spans: LineSpans | None, version: int = VERSION) -> Job:
     if not isinstance(raw, dict):
         raise ValueError("each job must be an object")
     status, job_id = raw.get("status"), raw.get("id")
@@ -139,7 +140,15 @@ def _job_from(raw: Any, spans: LineSpans | None) -> Job:
         last_error=_text(raw.get("last_error"), f"job {job_id!r} last_error", optional=True),
         lease=_lease_from(lease, job_id) if lease is not None else None,
     )
-    if (status in (CLAIMED, COMPLETED) and job.lease is None) or (
+    records = version >= 5  # (a claimed line names its claim record, which holds its lease)
+    if records and status == CLAIMED:
+        if lease is not None or "cancel_requested_at" in raw:
+            raise ValueError(f"claimed job {job_id!r} has a lease or cancel_requested_at of "
+                             "its own; in format version 5 both are its claim record's")
+        job.claim = _count(raw.get("claim"), f"claimed job {job_id!r} claim", 1 << 62)
+    elif "claim" in raw:
+        raise ValueError(f"job {job_id!r} is {status} but names a claim")
+    elif (status in (CLAIMED, COMPLETED) and job.lease is None) or (
             status in (PENDING, DEAD) and job.lease is not None):
         raise ValueError(f"job {job_id!r} is {status} but "
                          + ("has no lease" if job.lease is None else "has a lease"))
@@ -355,13 +364,17 @@ def _decode_fields(raw: dict[str, Any], data: bytes) -> QueueState:
     jobs = raw.get("jobs")
     if not isinstance(jobs, list):
         raise ValueError("jobs must be a list")
-    _add_jobs(state, jobs, _job_lines(data, len(jobs)))
+    version = raw["version"]
+    _add_jobs(state, jobs, _job_lines(data, len(jobs)), version)
+    _claims_from(raw, state, version)
     top_fence = cancels = 0
     for job in state.jobs.values():
         if job.lease is not None:
             top_fence = max(top_fence, job.lease.fence)
         if job.cancel_ms is not None:
             cancels += 1
+    for record in state.claim_records.values():  # (settled positions' fences too)
+        top_fence = max(top_fence, record.fence + record.n - 1)
     keys = raw.get("keys") or []
     if not isinstance(keys, list):
         raise ValueError("keys must be a list")
@@ -417,8 +430,31 @@ def _decode_fields(raw: dict[str, Any], data: bytes) -> QueueState:
 
 
 _TOP_FIELDS = frozenset({"format", "version", "seq", "writer", "commit", "lineage", "updated_at",
-                         "broker", "paused", "settings", "counters", "segments", "jobs", "keys",
-                         "once", "receipts", "token_key", "untagged_fences"})
+                         "broker", "paused", "settings", "counters", "segments", "claims",
+                         "spills", "jobs", "keys", "once", "receipts", "token_key",
+                         "untagged_fences"})
+
+
+def _claims_from(raw: dict[str, Any], state: QueueState, version: int) -> None:
+    """The claim records (``"claims"``, version 5), checked and tied to the
+    claimed lines, or, for an older object, made from its claimed lines (see
+    :mod:`broker.model.format.claims_format`); ``"spills"`` must be empty (this
+    osqueue writes no spill objects and reads none)."""
+    if version < 5:
+        if "claims" in raw or "spills" in raw:
+            raise ValueError(f"claims or spills in an object of format version {version}")
+        records_from_v4(state)
+        return
+    for name in ("claims", "spills"):
+        if name not in raw:
+            raise ValueError(f"{name} is missing (format version 5 always has it)")
+    spills = raw["spills"]
+    if spills != []:
+        if not isinstance(spills, list):
+            raise ValueError("spills must be a list")
+        raise ValueError(f"spills[0] names spill object {shown(str(spills[0]))}; this osqueue "
+                         "reads no spill objects (upgrade osqueue)")
+    link(state, records_from_json(raw["claims"], state.counters.fence))
 
 
 def _refs_from(raw: dict[str, Any], state: QueueState) -> list[SegmentRef]:
@@ -457,12 +493,13 @@ def _refs_from(raw: dict[str, Any], state: QueueState) -> list[SegmentRef]:
     return refs
 
 
-def _add_jobs(state: QueueState, jobs: list[Any], lines: list[bytes] | None) -> None:
+def _add_jobs(state: QueueState, jobs: list[Any], lines: list[bytes] | None,
+              version: int) -> None:
     for i, item in enumerate(jobs):
         try:
-            job = _job_from(item, LineSpans(lines[i]) if lines is not None else None)
+            job = _job_from(item, LineSpans(lines[i]) if lines is not None else None, version)
         except NotOurLayout:  # this line was edited by hand: re-encode what was parsed
-            job = _job_from(item, None)
+            job = _job_from(item, None, version)
         if job.seq in state.jobs:
             raise ValueError(f"job id {job.id!r} appears twice")
         state.jobs[job.seq] = job

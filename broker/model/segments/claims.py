@@ -34,7 +34,7 @@ from broker.model.format import codec
 from broker.model.format.segment_format import segment_job
 from broker.model.indexes import SEQ_MASK, promote_due, ready_key, timed_key
 from broker.model.job import JOB_OVERHEAD_BYTES, PENDING, Job, JobIds
-from broker.model.lifecycle import claim_ready
+from broker.model.lifecycle import claim_ready, close_claim, open_claim
 from broker.model.ops import LeasedJobs
 from broker.model.segments.refs import INLINE, due_key, next_from, purge_segments, run_from, take
 from broker.model.state import MAX_WINDOWS, QueueState, SegmentRef, SegmentWindows
@@ -176,6 +176,7 @@ def claim_merged(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
     if not state.segment_refs:
         return claim_ready(state, worker, max_jobs, lease_ms, now_ms, tag)
     out = LeasedJobs()
+    record = open_claim(state, worker, lease_ms, now_ms)  # (one claim, one record)
     while len(out) < max_jobs:
         promote_due(state, now_ms)
         top = _clean_top(state, now_ms)
@@ -187,16 +188,17 @@ def claim_merged(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
         if source == INLINE:
             until = min((k for ref in refs if (k := due_key(ref, now_ms)) is not None),
                         default=None)
-            got = claim_ready(state, worker, left, lease_ms, now_ms, tag, until)
+            got = claim_ready(state, worker, left, lease_ms, now_ms, tag, until, record)
         else:
             moved = move_in(state, source, min(left, run_from(top, refs, source, now_ms)))
             if not moved:
                 break  # (its lines are not loaded: answer what this claim has)
-            got = claim_ready(state, worker, moved, lease_ms, now_ms, tag)
+            got = claim_ready(state, worker, moved, lease_ms, now_ms, tag, None, record)
         if not got:
             break
         for column, more in zip(out.columns, got.columns, strict=True):
             column.extend(more)
+    close_claim(state, record)
     return out
 
 

@@ -1,7 +1,9 @@
 """The jq recipe of docs/architecture.md that lists a queue's pending jobs
 across the head and its segment objects, run as written against a store a
 real broker process wrote (inline jobs, a segment partly claimed): it lists
-exactly the jobs the broker calls pending, field for field."""
+exactly the jobs the broker calls pending, field for field. The recipe for
+claimed jobs (their lease read from their claim record) lists exactly the
+broker's claimed jobs."""
 
 from __future__ import annotations
 
@@ -23,10 +25,11 @@ DOC = Path(__file__).resolve().parents[3] / "docs" / "architecture.md"
 pytestmark = pytest.mark.skipif(shutil.which("jq") is None, reason="needs the jq command")
 
 
-def recipe() -> str:
+def recipe(heading: str = "The pending jobs of a queue, across the head and its segments"
+           ) -> str:
     """The sh block after the recipe's heading, its ``cd`` dropped (run in the store)."""
     text = DOC.read_text()
-    at = text.index("The pending jobs of a queue, across the head and its segments")
+    at = text.index(heading)
     block = re.search(r"```sh\n(.*?)```", text[at:], re.S)
     assert block is not None
     return "\n".join(line for line in block.group(1).splitlines()
@@ -50,4 +53,23 @@ def test_the_docs_jq_recipe_lists_every_pending_job_of_the_head_and_its_segments
                          capture_output=True, text=True, check=True, timeout=60).stdout
     got = [orjson.loads(line) for line in out.splitlines()]
     assert len(got) == len(want) == 2 + 20 + 25 + 1 - 4
+    assert sorted(got, key=lambda job: job["seq"]) == want
+
+
+def test_the_docs_jq_recipe_lists_every_claimed_job_with_its_claims_lease(
+        tmp_path: Path) -> None:
+    """The claimed jobs of the head (format version 5: their lease in their claim
+    record) with their lease, as the API lists them without tokens."""
+    with BrokerProcess(f"file://{tmp_path}", "--lease-s", "3600") as broker:
+        client = QueueClient(broker.url, "q")
+        client.push_many([{"n": i} for i in range(6)])
+        client.claim("w-1", max_jobs=3, lease_s=3600)
+        client.claim("w-2", max_jobs=2, lease_s=600)
+        want = list(client.iter_jobs("claimed"))
+    out = subprocess.run(["bash", "-c", "set -euo pipefail\n" + recipe(
+        "The claimed jobs with their")], cwd=tmp_path, capture_output=True, text=True,
+        check=True, timeout=60).stdout
+    got = [orjson.loads(line) for line in out.splitlines()]
+    assert len(got) == len(want) == 5
+    assert {j["lease"]["worker"] for j in got} == {"w-1", "w-2"}
     assert sorted(got, key=lambda job: job["seq"]) == want

@@ -79,13 +79,17 @@ def taken_from_b(seg: Segmented, store: ObjectStore, n: int) -> str:
     raw = orjson.loads(codec.encode(seg.state))
     b = raw["segments"][1]
     template = next(job for job in raw["jobs"] if job["status"] == "claimed")
+    lease = next(r for r in raw["claims"] if r["fence"] == template["claim"])
+    base = raw["counters"]["fence"] + 1  # (one claim: one record, its fences from here)
     for seq in range(b["first_seq"], b["first_seq"] + n):
-        fence = raw["counters"]["fence"] = raw["counters"]["fence"] + 1
+        raw["counters"]["fence"] += 1
         raw["jobs"].append({
             **template, "id": f"j{seq:010d}", "seq": seq, "priority": b["priority"],
             "run_at": b["run_at"], "max_attempts": 4,
-            "payload": orjson.loads(b'{"n":%d,"doc":"d%d"}' % (seq, seq)),
-            "lease": {**template["lease"], "token": f"j{seq:010d}.{fence}"}})
+            "payload": orjson.loads(b'{"n":%d,"doc":"d%d"}' % (seq, seq)), "claim": base})
+    lease = {k: v for k, v in lease.items() if k not in ("settled", "cancel")}
+    raw["claims"].append({**lease, "fence": base, "n": n,
+                          "parts": [{"seq": [b["first_seq"], n]}]})
     b["taken"] = n
     raw["seq"] += 1
     return store.write_if_match(paths.state_key("q"), orjson.dumps(raw), seg.etag)

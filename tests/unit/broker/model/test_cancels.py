@@ -23,7 +23,7 @@ from broker.model.cancels import segments_to_load
 from broker.model.format import codec
 from broker.model.format.decode import decode_state
 from broker.model.format.segment_format import encode_segment, segment_lines
-from broker.model.job_lines import archive_line, job_line
+from broker.model.job_lines import archive_line, job_line, stored_dict
 from broker.model.ops import (
     Cancel,
     Claim,
@@ -187,13 +187,17 @@ def test_marked_and_cancelled_lines_read_back_to_the_same_bytes() -> None:
     data = codec.encode(state)
     raw = orjson.loads(data)
     marked, cancelled = raw["jobs"][0], raw["jobs"][1]
-    assert marked["status"] == "claimed" and marked["cancel_requested_at"].endswith("00.001Z")
+    assert marked["status"] == "claimed" and "cancel_requested_at" not in marked  # (the record's)
+    [record] = raw["claims"]
+    assert record["fence"] == marked["claim"] and record["cancel"][0][0] == 0
+    assert record["cancel"][0][1].endswith("00.001Z")
     assert cancelled["status"] == "cancelled" and cancelled["commit"] == "c-1"
     assert raw["counters"]["cancelled"] == 2
     back = decode_state(data)
     assert codec.encode(back) == data
+    assert back.jobs[1].cancel_ms == T0 + 1  # (read from the record)
     for job in back.jobs.values():  # the templates and the generic encoding agree
-        assert job_line(job) == b",\n" + orjson.dumps(job.to_dict())
+        assert job_line(job) == b",\n" + orjson.dumps(stored_dict(job))
 
 
 def test_an_object_without_a_cancel_writes_no_cancel_fields() -> None:
@@ -216,9 +220,12 @@ def _object_with_cancels() -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("edit", "named"), [
-    (lambda raw: raw["jobs"][0].update(status="pending", lease=None), "cancel_requested_at"),
-    (lambda raw: raw["jobs"][0].update(cancel_requested_at=5), "cancel_requested_at"),
-    (lambda raw: raw["jobs"][0].update(cancel_requested_at="yesterday"), "yesterday"),
+    (lambda raw: raw["jobs"][0].update(cancel_requested_at="2026-01-01T00:00:00.001Z"),
+     "cancel_requested_at"),  # (a claimed job's mark is its record's)
+    (lambda raw: raw["claims"][0]["cancel"][0].__setitem__(1, 5), "cancel time"),
+    (lambda raw: raw["claims"][0]["cancel"][0].__setitem__(1, "yesterday"), "yesterday"),
+    (lambda raw: raw["claims"][0]["cancel"][0].__setitem__(0, 1), "cancel position"),
+    (lambda raw: raw["claims"][0].update(cancel=[]), "cancel must be"),
     (lambda raw: raw["jobs"][1].pop("cancel_requested_at"), "cancel_requested_at"),
     (lambda raw: raw["jobs"][1].pop("commit"), "commit"),
     (lambda raw: raw["jobs"][1].pop("cancelled_at"), "cancelled_at"),

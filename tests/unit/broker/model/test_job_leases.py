@@ -15,7 +15,7 @@ from broker.model import transitions as T
 from broker.model.format import codec
 from broker.model.format.decode import decode_state
 from broker.model.job import CLAIMED, COMPLETED, PENDING, Job, Lease
-from broker.model.job_lines import job_line
+from broker.model.job_lines import job_line, stored_dict
 from broker.model.ops import (
     Claim,
     Complete,
@@ -44,27 +44,35 @@ def _lines_agree(state: QueueState) -> None:
         job._enc = None
         fresh = job_line(job)
         assert cached == fresh, (job, cached, fresh)
-        assert orjson.loads(fresh.lstrip(b",\n")) == orjson.loads(orjson.dumps(job.to_dict())), job
+        assert orjson.loads(fresh.lstrip(b",\n")) == \
+            orjson.loads(orjson.dumps(stored_dict(job))), job
 
 
-def test_heartbeat_after_an_encode_rewrites_the_lease_in_the_object() -> None:
-    """A heartbeat after the claimed lines were cached (encoded) rewrites that job's
-    lease in its line: the re-read object has the heartbeated lease for it and the
-    first lease for the others, and a reclaim takes back only the jobs not
-    heartbeated."""
+def test_heartbeat_after_an_encode_renews_the_whole_claim_in_the_object() -> None:
+    """A heartbeat of one token after the claimed lines were cached (encoded)
+    renews its claim's lease, in the claim's record: the re-read object has the
+    heartbeated lease for every job of that claim and the first lease for the
+    job of another claim, and a reclaim takes back only that one."""
     state = queue_of(3, NOW)
-    jobs = T.apply(state, Claim("w", 3, 10_000), NOW).jobs
+    jobs = T.apply(state, Claim("w", 2, 10_000), NOW).jobs
+    other = T.apply(state, Claim("w", 1, 10_000), NOW).jobs
     committed(state, NOW)  # every claimed line is now cached
+    lines = {seq: job_line(job) for seq, job in state.jobs.items()}
     T.apply(state, Heartbeat((jobs[1].token,), 50_000), NOW + 7)
     _lines_agree(state)
+    assert {seq: job_line(job) for seq, job in state.jobs.items()} == lines  # (the record's)
     back = committed(state, NOW + 8, "c-2")
-    lease = back.jobs[2].lease
-    assert lease == Lease(stored_part(jobs[1].token), "w", 50_000, NOW + 50_007, NOW + 7)
-    assert back.jobs[1].lease == Lease(stored_part(jobs[0].token), "w", 10_000, NOW + 10_000, NOW)
-    # and the reloaded queue reclaims the un-heartbeated ones only
+    for held, seq in zip(jobs, (1, 2), strict=True):
+        assert back.jobs[seq].lease == Lease(stored_part(held.token), "w", 50_000,
+                                             NOW + 50_007, NOW + 7)
+    assert back.jobs[3].lease == Lease(stored_part(other[0].token), "w", 10_000, NOW + 10_000,
+                                       NOW)
+    assert [(r.fence, r.n, r.expires_ms) for r in back.claim_records.values()] == \
+        [(1, 2, NOW + 50_007), (3, 1, NOW + 10_000)]
+    # and the reloaded queue reclaims the other claim's job only
     reclaimed = T.apply(back, Reclaim(), NOW + 10_001).ids
-    assert sorted(reclaimed) == ["j0000000001", "j0000000003"]
-    assert back.jobs[2].status == CLAIMED
+    assert sorted(reclaimed) == ["j0000000003"]
+    assert back.jobs[1].status == back.jobs[2].status == CLAIMED
 
 
 def test_complete_after_a_heartbeat_splices_the_heartbeated_line() -> None:
@@ -151,7 +159,11 @@ def test_objects_written_before_the_change_reload_and_reencode(name: str) -> Non
     for job in state.jobs.values():
         assert (job.lease is not None) == (job.status in (CLAIMED, COMPLETED))
         raw = orjson.loads(job_line(job).lstrip(b",\n"))
-        if job.lease is not None:
+        if job.status == CLAIMED:  # (its lease is its claim record's)
+            record = state.claim_records[raw["claim"]]
+            assert f"{job.id}.{record.fence + record.position(job.seq)}" == job.lease_token
+            assert (record.expires_ms, record.worker) == (job.lease_expires_ms, job.lease_worker)
+        elif job.lease is not None:
             assert raw["lease"]["token"] == job.lease.token == job.lease_token
             assert raw["lease"]["expires_at"] == job.to_dict()["lease"]["expires_at"]
     _lines_agree(state)

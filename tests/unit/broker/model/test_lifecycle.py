@@ -81,8 +81,13 @@ def _fit_for(state: QueueState, job: Job, to: str) -> None:
         job.attempts = 0 if to == PENDING else job.attempts
     elif to in (CLAIMED, COMPLETED):
         if job.lease is None:
+            record = lifecycle.open_claim(state, "w", 60_000, NOW)  # (its claim record)
             state.counters.fence += 1
             job.lease = Lease(f"{job.id}.{state.counters.fence}", "w", 60_000, NOW + 60_000, NOW)
+            if to == CLAIMED:
+                record.seqs.append(job.seq)
+                job.claim = record.fence
+                lifecycle.close_claim(state, record)
         if to == COMPLETED:
             job.done_ms, job.done_seq, job.result = NOW, state.seq + 1, b'"ok"'
         else:

@@ -232,7 +232,9 @@ def test_corrupt_foreign_and_newer_objects_are_refused() -> None:
     decode_state(text)
     for bad in (text.replace(b'"j0000000001"', b'"j0000000003"'),  # id is not its seq's
                 text.replace(b'"j0000000001"', b'"x\\"y"'),
-                text.replace(b'"token":"j0000000001.1"', b'"token":"t\\"1"'),
+                text.replace(b'"claim":1}', b'"claim":"t\\"1"}'),  # not a fence
+                text.replace(b'"claim":1}', b'"claim":2}'),  # names no claim record
+                text.replace(b'"fence":1,"n":1', b'"fence":1,"n":2'),  # holds a job twice
                 text.replace(b'"priority":5', b'"priority":1000001'),
                 text.replace(b'"run_at":"1970', b'"run_at":"1969')):
         assert bad != text

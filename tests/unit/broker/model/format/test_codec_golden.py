@@ -16,6 +16,14 @@ token key, the version and that field added (a test checks the derivation).
 The version-3 fixture stays, as an object main wrote before: it must load and
 be written as version 4 with the same content. (References with jobs behind
 them: ``test_format_segments.py``.)
+
+Format version 5 (wide queues) keeps a claim's lease once, in a claim record
+(``"claims"``), and adds ``"spills"`` (``[]``): the same sequence now writes
+``golden_v5_queue.json`` (each step's bytes pinned by ``golden_v5_steps.json``),
+while every answer and every archive line stays the version-3 fixture's (a
+heartbeat renews its whole claim, which changes no answer of the sequence).
+The version-4 golden, as main wrote it, loads and is written as version 5 with
+every job as it was (leases, marks), its claimed lines made into records.
 """
 
 from __future__ import annotations
@@ -27,8 +35,10 @@ from typing import Any
 import orjson
 import pytest
 
+from broker import wire
 from broker.errors import CorruptState, NewerState
 from broker.model import transitions as T
+from broker.model.claim_records import expand_runs
 from broker.model.format import codec
 from broker.model.format.decode import decode_state
 from broker.model.job_lines import archive_line
@@ -58,7 +68,9 @@ from tests.support.states import KEY, new_queue, read_back, tagged
 FIXTURES = Path(__file__).resolve().parents[4] / "fixtures"
 FINAL = FIXTURES / "golden_v3_queue.json"
 FINAL_V4 = FIXTURES / "golden_v4_queue.json"
+FINAL_V5 = FIXTURES / "golden_v5_queue.json"
 STEPS = FIXTURES / "golden_v3_steps.json"
+STEPS_V5 = FIXTURES / "golden_v5_steps.json"
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
@@ -124,7 +136,7 @@ def _run() -> tuple[list[dict[str, Any]], bytes, list[bytes]]:
         codec.stamp(state, "b-writer", now, f"c-{at:06d}")
         done = state.completed.get(state.seq, ())  # completed in this very commit
         archived += [archive_line(state.jobs[seq]) for seq in done]
-        data = as_v3(codec.encode(state))
+        data = codec.encode(state)
         steps.append({"op": type(op).__name__, "result": _summary(result),
                       "sha256": hashlib.sha256(data).hexdigest()})
     return steps, codec.encode(state), archived
@@ -175,24 +187,73 @@ def as_v4(v3: bytes, key: bytes = b"") -> bytes:
     return head.replace(b'"version":3', b'"version":4', 1) + key + NO_SEGMENTS + sep + rest
 
 
-def _regenerate() -> None:  # pragma: no cover (run by hand, see the docstring)
-    steps, final, archived = _run()
-    STEPS.write_bytes(orjson.dumps({"steps": steps, "archive_lines": [
-        line.decode() for line in archived]}, option=orjson.OPT_INDENT_2) + b"\n")
-    FINAL.write_bytes(as_v3(final))
-    FINAL_V4.write_bytes(final)
+def _regenerate_v5() -> None:  # pragma: no cover (run by hand, see the docstring)
+    steps, final, _ = _run()
+    STEPS_V5.write_bytes(orjson.dumps({"sha256": [step["sha256"] for step in steps]},
+                                      option=orjson.OPT_INDENT_2) + b"\n")
+    FINAL_V5.write_bytes(final)
 
 
-def test_a_fixed_op_sequence_writes_the_same_bytes_as_before() -> None:
-    """Every step's object is the fixture's but for what version 4 and the token key
-    add; the last one is the version-4 golden byte for byte."""
+def test_a_fixed_op_sequence_answers_as_before_and_writes_the_v5_golden() -> None:
+    """Every step answers as the version-3 fixture says and archives the same
+    lines; each step's object is the version-5 steps' bytes, the last one the
+    version-5 golden byte for byte."""
     steps, final, archived = _run()
     expected = orjson.loads(STEPS.read_bytes())
-    assert final == FINAL_V4.read_bytes()
-    assert as_v3(final) == FINAL.read_bytes()
+    assert final == FINAL_V5.read_bytes()
     assert [line.decode() for line in archived] == expected["archive_lines"]
     for got, want in zip(steps, expected["steps"], strict=True):
-        assert got == want, got["op"]
+        assert (got["op"], got["result"]) == (want["op"], want["result"]), got["op"]
+    assert [step["sha256"] for step in steps] == orjson.loads(STEPS_V5.read_bytes())["sha256"]
+
+
+def _plain_jobs(data: bytes) -> list[dict[str, Any]]:
+    """The jobs of an object as the API shows them (leases spelled, marks)."""
+    return [job.to_plain() for job in decode_state(data).jobs.values()]
+
+
+def _v4_jobs(data: bytes) -> list[dict[str, Any]]:
+    """The jobs of a version-3 or -4 object as its lines spell them."""
+    jobs: list[dict[str, Any]] = wire.loads(data)["jobs"]
+    return jobs
+
+
+def test_the_v5_golden_holds_one_record_a_claim_and_no_lease_on_claimed_lines() -> None:
+    """Claimed lines name their record and carry no lease; a claim's jobs whose
+    leases were granted together share a record; completed lines keep their
+    lease spelled (archive lines do not change)."""
+    raw = wire.loads(FINAL_V5.read_bytes())
+    assert raw["version"] == 5 and raw["spills"] == [] and raw["segments"] == []
+    claimed = [j for j in raw["jobs"] if j["status"] == "claimed"]
+    assert claimed and all("lease" not in j and "claim" in j for j in claimed)
+    assert all("lease" in j and "claim" not in j for j in raw["jobs"]
+               if j["status"] == "completed")
+    records = {r["fence"]: r for r in raw["claims"]}
+    assert sorted(records) == [r["fence"] for r in raw["claims"]]
+    for job in claimed:
+        record = records[job["claim"]]
+        assert job["seq"] in expand_runs(record["parts"][0]["seq"])
+    assert {j["claim"] for j in claimed} == set(records)
+
+
+def test_the_v4_golden_loads_and_is_written_as_v5_with_every_job_as_it_was() -> None:
+    """The version-4 object main wrote loads; its next bytes are version 5, whose
+    jobs read back exactly as the version-4 lines spelled them (leases, tokens,
+    expiries, heartbeats), with counters and receipts unchanged."""
+    old = FINAL_V4.read_bytes()
+    data = codec.encode(decode_state(old))
+    raw = wire.loads(data)
+    assert raw["version"] == 5 and raw["claims"] and raw["spills"] == []
+    assert _plain_jobs(data) == _v4_jobs(old)
+    v4 = wire.loads(old)
+    for name in ("counters", "receipts", "keys", "once", "settings", "token_key", "segments"):
+        assert raw[name] == v4[name], name
+    assert codec.encode(decode_state(data)) == data
+
+
+def test_the_golden_object_reads_back_to_the_same_bytes() -> None:
+    data = FINAL_V5.read_bytes()
+    assert codec.encode(decode_state(data)) == data
 
 
 def test_the_v4_golden_is_the_v3_golden_plus_version_key_and_segments() -> None:
@@ -203,31 +264,33 @@ def test_the_v4_golden_is_the_v3_golden_plus_version_key_and_segments() -> None:
     assert v3 == v4
 
 
-def test_the_golden_object_reads_back_to_the_same_bytes() -> None:
-    data = FINAL_V4.read_bytes()
-    assert codec.encode(decode_state(data)) == data
-
-
-def test_a_version_3_object_loads_and_is_written_as_version_4() -> None:
+def test_a_version_3_object_loads_and_is_written_as_version_5() -> None:
     """The object main wrote before version 4 loads with no segment references,
-    and its next write is version 4 with ``"segments": []`` and the same content
-    (the bytes: the fixture's with the version and the field)."""
+    and its next write is version 5, as its version-4 spelling's is, with
+    ``"segments": []``, ``"spills": []`` and every job as it was."""
     old = FINAL.read_bytes()
     state = decode_state(old)
     assert state.segment_refs == []
     data = codec.encode(state)
-    assert data == as_v4(old)
-    raw = orjson.loads(data)
-    assert raw["version"] == 4 and raw["segments"] == []
-    assert {**orjson.loads(old), "version": 4, "segments": []} == raw
+    assert data == codec.encode(decode_state(as_v4(old)))
+    raw = wire.loads(data)
+    assert raw["version"] == 5 and raw["segments"] == [] and raw["spills"] == []
+    assert _plain_jobs(data) == _v4_jobs(old)
+    v3 = wire.loads(old)
+    assert {k: v for k, v in raw.items() if k not in ("version", "segments", "claims",
+                                                       "spills", "jobs")} == \
+        {k: v for k, v in v3.items() if k not in ("version", "jobs")}
 
 
 def test_a_version_4_object_without_segments_or_a_newer_version_is_refused() -> None:
     data = FINAL_V4.read_bytes()
     with pytest.raises(CorruptState, match="segments is missing"):
         decode_state(data.replace(NO_SEGMENTS, b"", 1))
-    with pytest.raises(NewerState, match="version 5"):
-        decode_state(data.replace(b'"version":4', b'"version":5', 1))
+    with pytest.raises(NewerState, match="version 6"):
+        decode_state(FINAL_V5.read_bytes().replace(b'"version":5', b'"version":6', 1))
+    for name in (b'"claims"', b'"spills"'):
+        with pytest.raises(CorruptState, match="is missing"):
+            decode_state(FINAL_V5.read_bytes().replace(b',\n' + name + b':[', b',\n"x":[', 1))
 
 
 def test_the_token_key_is_the_headers_last_field_and_reads_back() -> None:
@@ -237,12 +300,14 @@ def test_the_token_key_is_the_headers_last_field_and_reads_back() -> None:
     _, final, _ = _run()
     assert codec.encode(decode_state(final)) == final
     assert decode_state(final).token_key == KEY.hex()
+    head = final.partition(b"\n")[0]
+    assert head.endswith(KEY_FIELD + b",") and head.count(b'"token_key"') == 1
     old = decode_state(FINAL.read_bytes())
     assert old.token_key == "" and old.tagger is None
     bound = read_back(FINAL.read_bytes())
     assert bound.token_key == KEY.hex() and bound.untagged_fences == 20  # (its lease counter)
     data = codec.encode(bound).replace(b',"untagged_fences":20', b"", 1)
-    assert as_v3(data) == FINAL.read_bytes()
+    assert data.replace(KEY_FIELD, b"", 1) == codec.encode(decode_state(FINAL.read_bytes()))
 
 
 def test_untagged_fences_follows_the_token_key_and_reads_back() -> None:
@@ -252,7 +317,7 @@ def test_untagged_fences_follows_the_token_key_and_reads_back() -> None:
     untagged. A value above the lease counter, not a count, or without a key
     is refused."""
     data = codec.encode(read_back(FINAL.read_bytes()))
-    assert (KEY_FIELD + b',"untagged_fences":20' + NO_SEGMENTS + JOBS) in data
+    assert (KEY_FIELD + b',"untagged_fences":20' + NO_SEGMENTS + b',\n"claims":[') in data
     assert codec.encode(decode_state(data)) == data
     again = read_back(data)
     assert (again.token_key, again.untagged_fences) == (KEY.hex(), 20)

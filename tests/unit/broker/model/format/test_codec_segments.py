@@ -67,10 +67,10 @@ def test_the_refs_are_on_lines_of_their_own_between_the_header_and_the_jobs() ->
     data = with_refs()
     lines = data.split(b"\n")
     at = lines.index(b'"segments":[')
-    assert lines[at - 1].startswith(b'{"format":"osqueue","version":4,')
+    assert lines[at - 1].startswith(b'{"format":"osqueue","version":5,')
     assert [orjson.loads(line.rstrip(b",")) for line in lines[at + 1:at + 3]] == \
         [ref_to_json(r) for r in REFS]
-    assert lines[at + 3:at + 5] == [b"],", b'"jobs":[']
+    assert lines[at + 3:at + 7] == [b"],", b'"claims":[],', b'"spills":[],', b'"jobs":[']
     assert orjson.loads(lines[at + 1].rstrip(b",")) == {
         "key": "q/segments/seg-0000000004-0123abcd.jsonl", "etag": '"etag-4"',
         "first_seq": 4, "count": 100, "priority": 0, "run_at": "2026-01-01T00:00:00.000Z",

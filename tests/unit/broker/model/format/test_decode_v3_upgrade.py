@@ -1,7 +1,7 @@
 """Version-3 objects written by the broker before format version 4 (the model
 of ``a2cffd1``, by ``fixtures/v3_a2cffd1/make.py``: every shape it could write)
-load in today's broker, are written as version 4 with the same content, and
-serve every job: nothing lost, duplicated or stranded."""
+load in today's broker, are written as version 5 with the same content (as their
+version-4 spelling is), and serve every job: nothing lost, duplicated or stranded."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from broker import paths
+from broker import paths, wire
 from broker.model.format import codec
 from broker.model.format.decode import decode_state
 from broker.model.ops import CompleteItem
@@ -31,14 +31,16 @@ def test_every_old_shape_is_there() -> None:
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_decode_state_of_an_old_object_writes_it_as_version_4_unchanged(name: str) -> None:
-    """The decoded object's next bytes are the old ones with version 4 and
-    ``"segments":[]`` only, and decode again to the same jobs."""
+def test_decode_state_of_an_old_object_writes_it_as_version_5_unchanged(name: str) -> None:
+    """The decoded object's next bytes are those of its version-4 spelling (the
+    old bytes with version 4 and ``"segments":[]``), with every job as the old
+    lines spelled it, and decode again to the same jobs."""
     old = (OLD / f"{name}.json").read_bytes()
     state = decode_state(old)
     assert state.segment_refs == []
     data = codec.encode(state)
-    assert data == as_v4(old)
+    assert data == codec.encode(decode_state(as_v4(old)))
+    assert [j.to_plain() for j in decode_state(data).jobs.values()] == wire.loads(old)["jobs"]
     again = decode_state(data)
     assert [j.to_plain() for j in again.jobs.values()] == \
         [j.to_plain() for j in state.jobs.values()]
@@ -78,7 +80,7 @@ def test_a_broker_serves_every_job_of_an_old_object_once(name: str, tmp_path: Pa
 
     run(main())
     raw = orjson.loads(store.read(paths.state_key("q")).data)
-    assert raw["version"] == 4 and raw["segments"] == []
+    assert raw["version"] == 5 and raw["segments"] == [] and raw["claims"] == []
     after = stored(store)
     assert after.count_by_status() == dict.fromkeys(after.count_by_status(), 0)
     assert after.counters.enqueued == before.counters.enqueued

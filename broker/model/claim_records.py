@@ -1,0 +1,181 @@
+"""Claim records: one compact record a claim, holding the claim's one lease.
+
+Format version 5 keeps a claim's lease once, in a record of the head's
+``"claims"`` list (one a line, ascending ``fence``), instead of once per
+claimed job::
+
+    {"fence":5001,"n":3,"worker":"w-1","lease_s":60.0,
+     "expires_at":"2026-11-22T03:44:47.123Z","heartbeat_at":"2026-11-22T03:43:47.123Z",
+     "parts":[{"seq":[1201,2,1300,1]}],"settled":[0,1],"cancel":[[2,"2026-11-22T03:43:50.000Z"]]}
+
+Position ``i`` (0-based, in claim order) holds the lease numbered ``fence + i``,
+so a job's token stays ``<job id>.<fence + i>`` (:mod:`broker.model.tokens` is
+unchanged). ``parts`` say where the positions come from: here only ``seq``
+parts (runs ``first, count, ...`` of inline jobs, whose lines say
+``"status":"claimed","claim":<fence>``). ``settled`` (runs of positions, written
+only when not empty) are positions no longer held; ``cancel`` the marked ones
+with the time their cancel was asked for. A record whose positions are all
+settled leaves the head (:mod:`broker.model.lifecycle`).
+
+The record is the stored truth of the lease; a claimed :class:`~broker.model.job.Job`
+keeps a copy of it in its ``lease_*`` fields (and ``cancel_ms``) for the rules
+and the views, which :mod:`broker.model.lifecycle` keeps in step. Pure: values
+and bytes, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from broker import timefmt
+
+# Everything but worker (JSON-encoded) and the runs needs no escaping.
+_RECORD = (b'{"fence":%d,"n":%d,"worker":%s,"lease_s":%s,"expires_at":"%s",'
+           b'"heartbeat_at":"%s","parts":[{"seq":%s}]%s%s}')
+
+
+@dataclass(slots=True, eq=False)
+class ClaimRecord:
+    """One claim: the lease numbers ``fence .. fence + n - 1``, the lease
+    (``lease_ms`` long, expiring at ``expires_ms``, last renewed at
+    ``heartbeat_ms``, all ms), the jobs' seqs in claim order (``seqs``,
+    position -> seq), the settled positions (a bitmask) and the cancel marks
+    (position -> ms)."""
+
+    fence: int
+    worker: str
+    lease_ms: int
+    expires_ms: int
+    heartbeat_ms: int
+    seqs: list[int] = field(default_factory=list)
+    settled: int = 0
+    cancel: dict[int, int] = field(default_factory=dict)
+    _pos: dict[int, int] | None = None  # seq -> position, made when first asked
+    _enc: bytes | None = None  # the record's line, cached until it changes
+
+    @property
+    def n(self) -> int:
+        """How many positions (jobs) the claim has."""
+        return len(self.seqs)
+
+    def position(self, seq: int) -> int:
+        """The position of the job ``seq`` in this claim (``KeyError`` if none)."""
+        pos = self._pos
+        if pos is None:
+            if len(self.seqs) == 1:
+                if self.seqs[0] != seq:
+                    raise KeyError(seq)
+                return 0
+            pos = self._pos = {s: i for i, s in enumerate(self.seqs)}
+        return pos[seq]
+
+    def is_settled(self, pos: int) -> bool:
+        """Whether position ``pos`` is no longer held."""
+        return bool(self.settled >> pos & 1)
+
+    @property
+    def done(self) -> bool:
+        """Whether every position is settled (the record leaves the head)."""
+        return self.settled == (1 << len(self.seqs)) - 1
+
+    def unsettled(self) -> Iterator[int]:
+        """The positions still held, ascending."""
+        settled = self.settled
+        if not settled:
+            yield from range(len(self.seqs))
+            return
+        for pos in range(len(self.seqs)):
+            if not settled >> pos & 1:
+                yield pos
+
+    def encode(self) -> bytes:
+        """The record's line (cached until :attr:`_enc` is cleared)."""
+        enc = self._enc
+        if enc is None:
+            settled = b""
+            if self.settled:
+                settled = b',"settled":' + orjson.dumps(runs_of_bits(self.settled, self.n))
+            cancel = b""
+            if self.cancel:
+                cancel = b',"cancel":' + orjson.dumps(
+                    [[pos, timefmt.fmt(at)] for pos, at in sorted(self.cancel.items())])
+            seqs = self.seqs
+            runs = b"[%d,1]" % seqs[0] if len(seqs) == 1 else orjson.dumps(seq_runs(seqs))
+            enc = self._enc = _RECORD % (
+                self.fence, len(seqs), _worker_json(self.worker),
+                orjson.dumps(self.lease_ms / 1000), timefmt.fmt_bytes(self.expires_ms),
+                timefmt.fmt_bytes(self.heartbeat_ms), runs, settled, cancel)
+        return enc
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as plain JSON values (what :meth:`encode` writes)."""
+        out: dict[str, Any] = orjson.loads(self.encode())
+        return out
+
+
+_workers: dict[str, bytes] = {}
+
+
+def _worker_json(worker: str) -> bytes:
+    """``worker`` JSON-encoded (cached: a few workers make every claim)."""
+    enc = _workers.get(worker)
+    if enc is None:
+        if len(_workers) >= 4096:
+            _workers.clear()
+        enc = _workers[worker] = orjson.dumps(worker)
+    return enc
+
+
+def seq_runs(seqs: Sequence[int]) -> list[int]:
+    """``seqs`` as runs of consecutive values: first, count, first, count, ..."""
+    runs: list[int] = []
+    for seq in seqs:
+        if runs and runs[-2] + runs[-1] == seq:
+            runs[-1] += 1
+        else:
+            runs += (seq, 1)
+    return runs
+
+
+def expand_runs(runs: Sequence[int]) -> list[int]:
+    """The values of runs ``first, count, ...`` (the inverse of :func:`seq_runs`)."""
+    out: list[int] = []
+    for i in range(0, len(runs), 2):
+        out.extend(range(runs[i], runs[i] + runs[i + 1]))
+    return out
+
+
+def runs_of_bits(bits: int, n: int) -> list[int]:
+    """The set bits of ``bits`` below ``n`` as runs of positions: from, count, ..."""
+    runs: list[int] = []
+    pos = 0
+    while pos < n:
+        if bits >> pos & 1:
+            start = pos
+            while pos < n and bits >> pos & 1:
+                pos += 1
+            runs += (start, pos - start)
+        else:
+            pos += 1
+    return runs
+
+
+def bits_of_runs(runs: Sequence[int]) -> int:
+    """The bitmask of runs of positions (the inverse of :func:`runs_of_bits`)."""
+    bits = 0
+    for i in range(0, len(runs), 2):
+        bits |= ((1 << runs[i + 1]) - 1) << runs[i]
+    return bits
+
+
+def records_bytes(records: dict[int, ClaimRecord]) -> bytes:
+    """The head's ``"claims"`` field, one record a line (``[]`` for none), with its
+    leading ``,\\n``; ``records`` in ascending fence."""
+    if not records:
+        return b',\n"claims":[]'
+    return b',\n"claims":[\n' + b",\n".join([r._enc or r.encode() for r in records.values()]) \
+        + b"\n]"

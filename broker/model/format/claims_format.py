@@ -1,0 +1,199 @@
+"""Reading the head's claim records (``"claims"``, format version 5) and making
+them from a version-4 head's claimed lines.
+
+:func:`records_from_json` checks every record on its own and against the others
+(ascending, disjoint fences, each field typed and in range); :func:`link` then
+ties the records to the jobs they hold (every unsettled position an inline
+claimed line naming its record, every claimed line in exactly one record) and
+copies each record's lease onto its jobs. :func:`records_from_v4` makes the
+records of a version-4 head, whose claimed lines each carry their lease:
+consecutive lease numbers with the same worker, length, expiry and heartbeat
+(how a claim of many jobs was granted) make one record, any other claimed job
+a record of its own; lease numbers, so tokens, do not change. Every refusal
+raises ``ValueError`` naming the record (``claims[i]``, its fence) and what is
+wrong; :mod:`broker.model.format.decode` turns it into ``CorruptState``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker import timefmt
+from broker.limits import MAX_CLAIM_JOBS, MAX_LEASE_S
+from broker.model.claim_records import ClaimRecord, bits_of_runs, expand_runs
+from broker.model.indexes import TIME_MASK
+from broker.model.job import CLAIMED, job_id_for
+from broker.model.state import QueueState
+
+_FIELDS = frozenset({"fence", "n", "worker", "lease_s", "expires_at", "heartbeat_at", "parts",
+                     "settled", "cancel"})
+_FENCE_MAX = 1 << 62
+
+
+def _int(raw: Any, what: str, lo: int, hi: int) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int) or not lo <= raw <= hi:
+        raise ValueError(f"{what} must be an integer within [{lo}, {hi}], got {raw!r}")
+    return raw
+
+
+def _time(raw: Any, what: str) -> int:
+    if not isinstance(raw, str):
+        raise ValueError(f"{what} must be a time string, got {raw!r}")
+    try:
+        ms = timefmt.parse(raw)
+    except ValueError:
+        raise ValueError(f"{what} {raw!r} is not a time") from None
+    if not 0 <= ms <= TIME_MASK:
+        raise ValueError(f"{what} {raw!r} is before 1970 or after 9999")
+    return ms
+
+
+def _runs(raw: Any, what: str, lo: int, hi: int) -> list[int]:
+    """Runs ``[from, count, ...]``: counts >= 1, ascending and apart, within ``[lo, hi]``."""
+    if not isinstance(raw, list) or not raw or len(raw) % 2:
+        raise ValueError(f"{what} must be a non-empty list of [from, count] runs, got {raw!r}")
+    end = lo
+    for i in range(0, len(raw), 2):
+        start = _int(raw[i], f"{what} run start", lo, hi)
+        count = _int(raw[i + 1], f"{what} run count", 1, hi - start + 1)
+        if start < end or start + count - 1 > hi:
+            raise ValueError(f"{what} runs must be ascending, apart and within [{lo}, {hi}], "
+                             f"got {raw!r}")
+        end = start + count
+    return list(raw)
+
+
+def record_from_json(raw: Any, where: str) -> ClaimRecord:
+    """One record, checked on its own (``where`` names it: ``claims[i]``)."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where} must be an object")
+    fence = _int(raw.get("fence"), f"{where} fence", 1, _FENCE_MAX)
+    where = f"{where} (fence {fence})"
+    if "done" in raw:
+        raise ValueError(f"{where} has completions from objects (\"done\"), which this "
+                         "osqueue does not read; upgrade osqueue")
+    unknown = set(raw) - _FIELDS
+    if unknown:
+        raise ValueError(f"{where} has unknown fields {sorted(unknown)}")
+    n = _int(raw.get("n"), f"{where} n", 1, MAX_CLAIM_JOBS)
+    worker = raw.get("worker")
+    if not isinstance(worker, str) or not worker:
+        raise ValueError(f"{where} worker must be a non-empty string, got {worker!r}")
+    lease_s = raw.get("lease_s")
+    if isinstance(lease_s, bool) or not isinstance(lease_s, int | float) or \
+            not 0 < lease_s <= MAX_LEASE_S:
+        raise ValueError(f"{where} has lease_s {lease_s!r}; it must be in (0, {MAX_LEASE_S:g}]")
+    parts = raw.get("parts")
+    if not isinstance(parts, list) or not parts:
+        raise ValueError(f"{where} parts must be a non-empty list")
+    seqs: list[int] = []
+    for part in parts:
+        if not isinstance(part, dict) or set(part) != {"seq"}:
+            kind = sorted(part) if isinstance(part, dict) else part
+            raise ValueError(f"{where} has a part {kind!r}; this osqueue reads only "
+                             "{\"seq\": runs} parts (upgrade osqueue for others)")
+        runs = part["seq"]
+        if not isinstance(runs, list) or not runs or len(runs) % 2:
+            raise ValueError(f"{where} seq part must be runs [first, count, ...], got {runs!r}")
+        for i in range(0, len(runs), 2):
+            _int(runs[i], f"{where} seq", 1, _FENCE_MAX)
+            _int(runs[i + 1], f"{where} seq run count", 1, MAX_CLAIM_JOBS)
+        seqs += expand_runs(runs)
+    if len(seqs) != n:
+        raise ValueError(f"{where} has n {n} but its parts hold {len(seqs)} positions")
+    if len(set(seqs)) != n:
+        raise ValueError(f"{where} names a job twice")
+    record = ClaimRecord(
+        fence, worker, round(float(lease_s) * 1000),
+        _time(raw.get("expires_at"), f"{where} expires_at"),
+        _time(raw.get("heartbeat_at"), f"{where} heartbeat_at"), seqs)
+    if "settled" in raw:
+        record.settled = bits_of_runs(_runs(raw["settled"], f"{where} settled", 0, n - 1))
+        if record.done:
+            raise ValueError(f"{where} has every position settled; such a record leaves "
+                             "the head")
+    cancel = raw.get("cancel", [])
+    if "cancel" in raw and (not isinstance(cancel, list) or not cancel):
+        raise ValueError(f"{where} cancel must be a non-empty list of [position, time]")
+    for mark in cancel:
+        if not isinstance(mark, list) or len(mark) != 2:
+            raise ValueError(f"{where} cancel mark {mark!r} is not [position, time]")
+        pos = _int(mark[0], f"{where} cancel position", 0, n - 1)
+        if record.is_settled(pos) or pos in record.cancel:
+            raise ValueError(f"{where} marks position {pos} for cancel, which is settled "
+                             "or marked twice")
+        record.cancel[pos] = _time(mark[1], f"{where} cancel time")
+    return record
+
+
+def records_from_json(raw: Any, top_fence: int) -> dict[int, ClaimRecord]:
+    """The head's ``"claims"``, each checked, fences ascending, disjoint and at
+    most ``top_fence`` (``counters.fence``: else new leases would reuse tokens)."""
+    if not isinstance(raw, list):
+        raise ValueError("claims must be a list")
+    records: dict[int, ClaimRecord] = {}
+    end = 1
+    for i, item in enumerate(raw):
+        record = record_from_json(item, f"claims[{i}]")
+        if record.fence < end:
+            raise ValueError(f"claims[{i}] (fence {record.fence}) overlaps the fences of "
+                             f"claims[{i - 1}]: records must be in ascending, disjoint fences")
+        end = record.fence + record.n
+        if end - 1 > top_fence:
+            raise ValueError(f"claims[{i}] (fence {record.fence}) holds lease numbers up to "
+                             f"{end - 1} but counters.fence is {top_fence}: new leases would "
+                             "reuse tokens")
+        records[record.fence] = record
+    return records
+
+
+def link(state: QueueState, records: dict[int, ClaimRecord]) -> None:
+    """Tie ``records`` to the state's jobs and copy each lease onto its jobs:
+    every unsettled position is an inline claimed line naming its record, and
+    every claimed line is held by one (``ValueError`` naming the record or job
+    otherwise). Sets ``state.claim_records``."""
+    jobs = state.jobs
+    for i, record in enumerate(records.values()):
+        fence = record.fence
+        for pos in record.unsettled():
+            seq = record.seqs[pos]
+            job = jobs.get(seq)
+            if job is None or job.status != CLAIMED or job.claim != fence:
+                found = "not in the head" if job is None else \
+                    f"{job.status}" + (f" in claim {job.claim}" if job.claim else "")
+                raise ValueError(f"claims[{i}] (fence {fence}) holds {job_id_for(seq)} at "
+                                 f"position {pos}, but that job is {found}")
+            if job.lease_token is not None:
+                raise ValueError(f"job {job.id} is held by claims[{i}] (fence {fence}) "
+                                 "and another record")
+            job.lease_token = f"{job.id}.{fence + pos}"
+            job.lease_worker, job.lease_ms = record.worker, record.lease_ms
+            job.lease_expires_ms, job.lease_heartbeat_ms = record.expires_ms, record.heartbeat_ms
+            job.cancel_ms = record.cancel.get(pos)
+    for job in jobs.touched():
+        if job.status == CLAIMED and job.lease_token is None:
+            raise ValueError(f"claimed job {job.id} names claim {job.claim}, which does not "
+                             "hold it at an unsettled position")
+    state.claim_records = records
+
+
+def records_from_v4(state: QueueState) -> None:
+    """Make the claim records of a version-4 state, whose claimed jobs carry their
+    own leases (see the module docstring); each job then names its record."""
+    claimed = sorted(((int((job.lease_token or "").rpartition(".")[2]), job.seq), job)
+                     for job in state.jobs.touched() if job.status == CLAIMED)
+    records: dict[int, ClaimRecord] = {}
+    record: ClaimRecord | None = None
+    for (fence, _), job in claimed:
+        if record is None or fence != record.fence + record.n or record.n == MAX_CLAIM_JOBS or \
+                (job.lease_worker, job.lease_ms, job.lease_expires_ms, job.lease_heartbeat_ms) != \
+                (record.worker, record.lease_ms, record.expires_ms, record.heartbeat_ms):
+            record = ClaimRecord(fence, job.lease_worker, job.lease_ms, job.lease_expires_ms,
+                                 job.lease_heartbeat_ms)
+            records[fence] = record
+        if job.cancel_ms is not None:
+            record.cancel[record.n] = job.cancel_ms
+        record.seqs.append(job.seq)
+        job.claim = record.fence
+        job._enc = None
+    state.claim_records = records

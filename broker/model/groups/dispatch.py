@@ -55,7 +55,7 @@ Derived, never stored; pure: no I/O, no clock (``now_ms`` is passed in).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
 from broker.limits import MAX_PRIORITY
@@ -296,12 +296,22 @@ class Dispatch:
             g = self._record(gid)
         self._update(g, head, dead, now_ms)
 
-    def reconfigure(self, settings: GroupSettings, now_ms: int) -> None:
+    def reconfigure(self, settings: GroupSettings, now_ms: int,
+                    heads: Mapping[int, Head | None] | None = None) -> None:
         """New settings at ``now_ms``: limits, weights, fifo, dead and rates are
         re-derived for every group with a record (O(those groups)); passes are
-        kept. A change of ``group_order`` changes the heads' keys: the caller
-        then sets every group's head again."""
+        kept. ``heads``: the groups' heads under the new settings, where they
+        changed (a change of ``group_order`` changes every grouped head: pass
+        them all here, not after, so that no group is ready in between)."""
         self.advance(now_ms)
+        for head in (heads or {}).values():
+            self._check_head(head)
+        for gid, head in (heads or {}).items():
+            g = self._groups.get(gid)
+            if g is None and head is not None:
+                g = self._record(gid)
+            if g is not None:
+                g.head = head
         self.settings = settings
         rate = settings.rate
         if rate is None:

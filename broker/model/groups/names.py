@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from broker.errors import InvalidRequest, shown
+from broker.errors import InvalidRequest, OsqueueError, shown
 from broker.limits import MAX_GROUP_CHARS
 
 #: The gid of "no group" (a job without a group: its own group in the rotation).
@@ -35,7 +35,7 @@ def valid_group(raw: Any) -> bool:
 
 
 def check_group(raw: Any, where: str,
-                error: type[InvalidRequest] = InvalidRequest) -> str | None:
+                error: type[OsqueueError] = InvalidRequest) -> str | None:
     """``raw`` as a job's group: None for None (no group), the string itself
     for a valid name. Anything else raises ``error`` (``InvalidRequest``: 422
     ``invalid_request``), naming ``where`` (the field as the caller spells it,

@@ -216,7 +216,8 @@ class ReferenceQueue:
             for group, bucket in list(self.buckets.items()):
                 whole = bucket.available(now_ms)
                 fresh = TokenBucket(new[0], new[1], now_ms)
-                fresh.take(new[1] - min(new[1], whole), now_ms)
+                if whole < old[1]:  # (a full bucket stays full, at the new size)
+                    fresh.take(new[1] - min(new[1], whole), now_ms)
                 self.buckets[group] = fresh
 
     def next_wakeup_ms(self, now_ms: int) -> int | None:

@@ -125,12 +125,15 @@ class GroupBuckets:
         return dropped
 
     def reconfigure(self, rate: GroupRate, now_ms: int) -> None:
-        """Change the rate at ``now_ms``: each bucket keeps its whole tokens up to
-        the new size (as the queue-wide limit does on a change of its settings);
-        O(buckets)."""
+        """Change the rate at ``now_ms``: a bucket short of full keeps its whole
+        tokens, up to the new size (as the queue-wide limit does on a change of
+        its settings); a full one is full at the new size, as a missing one
+        (so a swept bucket and an unswept full one stay alike); O(buckets)."""
         if rate == self.rate:
             return
-        levels = {gid: self.available(gid, now_ms) for gid in self._level}
+        cap = self.rate.cap
+        levels = {gid: level // NANO for gid in list(self._level)
+                  if (level := self._refilled(gid, now_ms)) < cap}
         self.rate = rate
         self._level.clear()
         self._at.clear()

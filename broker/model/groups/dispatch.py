@@ -141,7 +141,11 @@ class Dispatch:
 
     ``names`` maps gids to names for the settings; gids must be below
     ``2**32``, and a gid this holds (:meth:`holds`) must not be released.
-    Every method taking ``now_ms`` first wakes the parked groups due by then.
+    Only :meth:`pick` and :meth:`advance` wake parked groups whose time has
+    come; a change (:meth:`set_head`, :meth:`settled`...) derives the group it
+    names at its ``now_ms``. So a caller changes the heads that fell due (its
+    ``promote_due``) before it picks: a group's state then depends on its head
+    at ``now_ms``, not on the order of the wake-ups within one commit.
     Misuse (serving a group that is not ready, more jobs than its limit or
     tokens allow, settling more than it holds) raises ``ValueError`` and
     changes nothing.
@@ -238,7 +242,6 @@ class Dispatch:
     def served(self, gid: int, n: int, head: Head | None, now_ms: int) -> None:
         """``n`` jobs of ready group ``gid`` were claimed at ``now_ms``; ``head``
         is the group's next job now (None: it has none pending)."""
-        self.advance(now_ms)
         g = self._groups.get(gid)
         if g is None or g.state != READY:
             raise ValueError(f"group {gid} is not ready: it cannot be served")
@@ -266,7 +269,6 @@ class Dispatch:
         released, cancelled, reclaimed) at ``now_ms``; ``head``: its next job
         now, if that changed (a failed fifo job waiting for its retry is the
         head again); ``dead``: its count of dead jobs, if that changed."""
-        self.advance(now_ms)
         g = self._groups.get(gid)
         held = 0 if g is None else g.held
         if not 0 <= n <= held:
@@ -286,7 +288,6 @@ class Dispatch:
         """Group ``gid``'s next job is now ``head`` (None: none pending), e.g.
         after a push, a due time, a cancel; ``dead``: its count of dead jobs,
         if that changed (fifo with ``group_dead: "hold"`` stops on them)."""
-        self.advance(now_ms)
         self._check_head(head)
         self._check_dead(dead)
         g = self._groups.get(gid)
@@ -303,7 +304,6 @@ class Dispatch:
         kept. ``heads``: the groups' heads under the new settings, where they
         changed (a change of ``group_order`` changes every grouped head: pass
         them all here, not after, so that no group is ready in between)."""
-        self.advance(now_ms)
         for head in (heads or {}).values():
             self._check_head(head)
         for gid, head in (heads or {}).items():

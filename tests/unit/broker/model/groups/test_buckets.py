@@ -123,6 +123,17 @@ def test_a_rate_change_keeps_whole_tokens_up_to_the_new_size() -> None:
     assert len(buckets) == 0
 
 
+def test_a_full_bucket_is_full_at_a_new_size_as_a_swept_one_is() -> None:
+    kept, swept = GroupBuckets(rate_of(1.0, 2)), GroupBuckets(rate_of(1.0, 2))
+    for buckets in (kept, swept):
+        buckets.take(1, 1, T0)
+    swept.sweep(T0 + 1_000)
+    assert 1 in kept and 1 not in swept  # both full at T0 + 1 s; one swept
+    for buckets in (kept, swept):
+        buckets.reconfigure(rate_of(1.0, 5), T0 + 1_000)
+        assert buckets.available(1, T0 + 1_000) == 5 and 1 not in buckets
+
+
 def test_a_rate_too_small_to_refill_keeps_its_buckets() -> None:
     buckets = GroupBuckets(rate_of(1e-7, 1))
     assert buckets.take(1, 1, T0) == 1

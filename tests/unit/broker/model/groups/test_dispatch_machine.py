@@ -15,7 +15,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from broker.model.groups.dispatch import EMPTY, QUANTUM, READY, STRIDE, Dispatch
 from broker.model.groups.names import GroupNames
@@ -132,7 +132,6 @@ class DispatchMachine(RuleBasedStateMachine):
     @rule(dt=st.sampled_from([0, 1, 10, 60, 250, 1_000]), sweep=st.booleans())
     def tick(self, dt: int, sweep: bool) -> None:
         self.now += dt
-        self.dispatch.advance(self.now)
         if sweep:
             self.dispatch.sweep(self.now)
         for group in GROUPS:  # the caller's promote_due: fair heads change as jobs fall due
@@ -141,6 +140,7 @@ class DispatchMachine(RuleBasedStateMachine):
             head = self.ref.head(group, self.now)
             if (None if view is None else view.head) != head:
                 self.head_changed(group)
+        self.dispatch.advance(self.now)  # (then the wake-ups, as a pick does first)
         self.ref.refresh(self.now)
         self.release_names()
 

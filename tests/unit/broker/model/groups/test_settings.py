@@ -11,7 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.errors import CorruptState, InvalidRequest
-from broker.model.groups.settings import DEFAULT, GROUP_SETTINGS, GroupSettings, parse_group_settings
+from broker.model.groups.names import valid_group
+from broker.model.groups.settings import (
+    DEFAULT,
+    GROUP_SETTINGS,
+    GroupSettings,
+    parse_group_settings,
+)
 
 W = "configure"
 
@@ -50,7 +56,7 @@ def test_every_setting_is_taken_and_stored_back() -> None:
 
 def test_limit_of_reads_the_override_then_the_default_and_no_group_is_never_limited() -> None:
     s = parse_group_settings({"group_limit": 3, "group_limits": {"a": 0, "b": None}}, W)
-    assert (s.limit_of("a"), s.limit_of("b"), s.limit_of("c"), s.limit_of(None)) == (0, None, 3, None)
+    assert [s.limit_of(n) for n in ("a", "b", "c", None)] == [0, None, 3, None]
     assert parse_group_settings({}, W).limit_of("x") is None
 
 
@@ -77,11 +83,13 @@ def test_weights_default_to_1() -> None:
     ({"group_limit": 2.0}, "configure: group_limit must be an integer, got 2.0"),
     ({"group_limit": "2"}, "configure: group_limit must be an integer, got '2'"),
     ({"group_limit": -1}, "configure: group_limit must be within [0, 1000000], got -1"),
-    ({"group_limit": 1_000_001}, "configure: group_limit must be within [0, 1000000], got 1000001"),
+    ({"group_limit": 1_000_001}, "configure: group_limit must be within [0, 1000000], got "
+                                 "1000001"),
     ({"group_limits": [1]}, "configure: group_limits must be an object of group to value, got [1]"),
     ({"group_limits": "a"}, "configure: group_limits must be an object of group to value, got 'a'"),
     ({"group_limits": {"a": 1.5}}, "configure: group_limits['a'] must be an integer, got 1.5"),
-    ({"group_limits": {"a": -2}}, "configure: group_limits['a'] must be within [0, 1000000], got -2"),
+    ({"group_limits": {"a": -2}}, "configure: group_limits['a'] must be within [0, 1000000], "
+                                  "got -2"),
     ({"group_limits": {"": 1}}, "configure: group_limits: group must be a string of 1..128 "
                                 "characters without control characters, got ''"),
     ({"group_limits": {"a\nb": 1}}, "configure: group_limits: group must be a string of 1..128 "
@@ -90,15 +98,18 @@ def test_weights_default_to_1() -> None:
     ({"group_weights": {"a": 1001}}, "configure: group_weights['a'] must be within [1, 1000], "
                                      "got 1001"),
     ({"group_weights": {"a": None}}, "configure: group_weights['a'] must be an integer, got None"),
-    ({"group_weights": {"a": False}}, "configure: group_weights['a'] must be an integer, got False"),
+    ({"group_weights": {"a": False}}, "configure: group_weights['a'] must be an integer, "
+                                      "got False"),
     ({"group_weights": {"x" * 129: 1}}, "configure: group_weights: group must be a string of "
                                         "1..128 characters without control characters, got 'xxx"),
     ({"group_weights": 3}, "configure: group_weights must be an object of group to value, got 3"),
     ({"group_order": "FIFO"}, "configure: group_order must be one of ['fair', 'fifo'], got 'FIFO'"),
     ({"group_order": 1}, "configure: group_order must be one of ['fair', 'fifo'], got 1"),
     ({"group_dead": "drop"}, "configure: group_dead must be one of ['skip', 'hold'], got 'drop'"),
-    ({"group_rate_per_s": math.nan}, "configure: group_rate_per_s must be a finite number, got nan"),
-    ({"group_rate_per_s": math.inf}, "configure: group_rate_per_s must be a finite number, got inf"),
+    ({"group_rate_per_s": math.nan}, "configure: group_rate_per_s must be a finite number, "
+                                     "got nan"),
+    ({"group_rate_per_s": math.inf}, "configure: group_rate_per_s must be a finite number, "
+                                     "got inf"),
     ({"group_rate_per_s": -0.5}, "configure: group_rate_per_s must be within [0, 1000000.0], "
                                  "got -0.5"),
     ({"group_rate_per_s": 1e7}, "configure: group_rate_per_s must be within [0, 1000000.0], "
@@ -151,7 +162,8 @@ def test_the_decoder_may_ask_for_its_own_error() -> None:
         parse_group_settings({"group_limit": -1}, "queue.json settings", CorruptState)
 
 
-names = st.text(st.characters(min_codepoint=32, max_codepoint=0x2FF), min_size=1, max_size=6)
+names = st.text(st.characters(min_codepoint=32, max_codepoint=0x2FF), min_size=1,
+                max_size=6).filter(valid_group)
 
 
 @given(limit=st.none() | st.integers(0, 10**6),
@@ -168,5 +180,5 @@ def test_fair_settings_round_trip_through_their_stored_form(
     assert parse_group_settings(s.stored(), W) == s
     assert s.active == bool(s.stored())
     for name in {*limits, *weights, "other"}:
-        assert s.limit_of(name) == (limits[name] if name in limits else limit)
+        assert s.limit_of(name) == limits.get(name, limit)
         assert s.weight_of(name) == weights.get(name, 1)

@@ -379,38 +379,47 @@ class Dispatch:
     def _derive(self, g: _Group, now_ms: int) -> None:
         """Put ``g`` in the state its head, counts and tokens call for at ``now_ms``."""
         state, wake = self._state(g, now_ms)
-        was = g.state
-        if was == READY:
-            self._ready.discard(g.gid)
-            self._ready_at[g.at_p] -= 1
-        elif g.gid in self._parked:
-            self._parked.discard(g.gid)
-        g.state, g.wake = state, wake
+        was, gid = g.state, g.gid
         if state == READY:
             head = g.head
             assert head is not None  # (READY)
-            p = g.at_p = head.priority
-            g.pass_ = max(g.pass_, self._vtime.get(p, 0))
+            p = head.priority
+            ready_at = self._ready_at
+            if was != READY:
+                self._parked.discard(gid)
+                self._ready.add(gid)
+                ready_at[p] = ready_at.get(p, 0) + 1
+            elif g.at_p != p:
+                ready_at[g.at_p] -= 1
+                ready_at[p] = ready_at.get(p, 0) + 1
+            g.at_p, g.state, g.wake = p, READY, None
+            vtime = self._vtime.get(p, 0)
+            if vtime > g.pass_:
+                g.pass_ = vtime
             key = (((MAX_PRIORITY - p) << _PRIORITY_SHIFT) | (g.pass_ << _PASS_SHIFT)
-                   | (head.order << _ORDER_SHIFT) | g.gid)
-            self._ready.add(g.gid)
-            self._ready_at[p] = self._ready_at.get(p, 0) + 1
+                   | (head.order << _ORDER_SHIFT) | gid)
             if key != g.key or was != READY:
                 g.key = key
-                heapq.heappush(self._heap, key)
-                if len(self._heap) > 2 * len(self._ready) + 64:
+                heap = self._heap
+                heapq.heappush(heap, key)
+                if len(heap) > 2 * len(self._ready) + 64:
                     groups = self._groups
-                    self._heap = [groups[gid].key for gid in self._ready]
+                    self._heap = [groups[r].key for r in self._ready]
                     heapq.heapify(self._heap)
             return
-        g.key = -1
+        if was == READY:
+            self._ready.discard(gid)
+            self._ready_at[g.at_p] -= 1
+        else:
+            self._parked.discard(gid)
+        g.state, g.wake, g.key = state, wake, -1
         if wake is not None:  # (NOT_DUE, NO_TOKENS)
-            self._parked.add(g.gid)
-            heapq.heappush(self._timed, (wake << _GID_BITS) | g.gid)
+            self._parked.add(gid)
+            heapq.heappush(self._timed, (wake << _GID_BITS) | gid)
             if len(self._timed) > 2 * len(self._parked) + 64:
                 groups = self._groups
-                self._timed = [(groups[gid].wake << _GID_BITS) | gid  # type: ignore[operator]
-                               for gid in self._parked]
+                self._timed = [(groups[t].wake << _GID_BITS) | t  # type: ignore[operator]
+                               for t in self._parked]
                 heapq.heapify(self._timed)
         elif state == EMPTY and not g.held and not g.dead:
-            del self._groups[g.gid]
+            del self._groups[gid]

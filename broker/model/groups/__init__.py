@@ -1,4 +1,4 @@
-"""Groups (issue 31): a job's group, per-group limits, fair dispatch between
+"""Groups: a job's group, per-group limits, fair dispatch between
 groups, fifo groups and per-group rates: the pure, derived structures. Pure:
 values in, values out; the time is passed in.
 

@@ -1,5 +1,5 @@
 """Group dispatch (broker.model.groups.dispatch): fairness by weight, the
-tenants case of issue 31 at the dispatch level, parking at the limit without
+ten small tenants behind a large one at the dispatch level, parking at the limit without
 scanning, wake-ups, the quantum, and misuse refused without a change."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from broker.model.groups.dispatch import EMPTY, QUANTUM, READY, STRIDE, Dispatch
 from broker.model.groups.names import GroupNames
@@ -143,6 +143,12 @@ class DispatchMachine(RuleBasedStateMachine):
         self.dispatch.advance(self.now)  # (then the wake-ups, as a pick does first)
         self.ref.refresh(self.now)
         self.release_names()
+
+    @initialize(limit=limits, fifo=st.booleans(), hold=st.booleans(),
+                rate=st.sampled_from([0.0, 0.0, 0.5, 3.0]))
+    def start(self, limit: int | None, fifo: bool, hold: bool, rate: float) -> None:
+        """Start under random settings (fifo with dead hold is otherwise a rare state)."""
+        self.configure(limit, {}, {}, fifo, hold, rate, 0)
 
     @rule(limit=limits, overrides=st.dictionaries(named, limits, max_size=3),
           weights=st.dictionaries(named, st.integers(1, 4), max_size=3),

@@ -155,6 +155,18 @@ def dedup_cutoff_ms(dedup_ttl_s: float, now_ms: int) -> int:
 MAX_CLAIMS_PER_S = 1_000_000.0
 MAX_CLAIM_BURST = 10_000_000
 
+#: Groups (see :mod:`broker.model.groups`): a group's name is 1..MAX_GROUP_CHARS
+#: characters; the settings' bounds (``group_limit``, ``group_limits``,
+#: ``group_weights``, ``group_rate_per_s``, ``group_burst``), the most keys the
+#: two maps hold together, and the most bytes the group settings take as JSON.
+MAX_GROUP_CHARS = 128
+MAX_GROUP_LIMIT = 1_000_000
+MAX_GROUP_WEIGHT = 1_000
+MAX_GROUP_RATE_PER_S = MAX_CLAIMS_PER_S
+MAX_GROUP_BURST = MAX_CLAIM_BURST
+MAX_GROUP_KEYS = 10_000
+MAX_GROUP_SETTINGS_BYTES = 512 * 1024
+
 #: Each setting's type and allowed range (inclusive); see :class:`broker.model.state.QueueSettings`.
 SETTING_LIMITS: dict[str, tuple[type, float, float]] = {
     "max_attempts": (int, 1, MAX_ATTEMPTS),

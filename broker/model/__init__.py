@@ -17,6 +17,8 @@ lists every module)::
     indexes                             the ready, delayed and lease heaps
     format/                             the bytes: the head written and read, segment
                                         objects, archive objects
+    groups/                             groups' derived structures: names, settings,
+                                        per-group buckets, fair dispatch
     ops; checks, lifecycle              operations and results; input checks; every
                                         status change, in one table
     segments/                           segment references and claim order; jobs

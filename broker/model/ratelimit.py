@@ -21,6 +21,9 @@ jobs are handed out (``tests/unit/broker/model/test_ratelimit.py`` checks it wit
 hypothesis). A clock that moves back refills nothing until it passes the last
 time seen again.
 
+The refill itself is two pure functions (:func:`refill`, :func:`next_token_ms`),
+shared with the per-group buckets of :mod:`broker.model.groups.buckets`.
+
 Pure: no I/O, no clock (``now_ms`` is passed in); imports nothing of the model.
 """
 
@@ -41,6 +44,35 @@ def effective_burst(rate_per_s: float, burst: int) -> int:
     return burst if burst > 0 else max(1, math.ceil(rate_per_s))
 
 
+def nano_per_ms(rate_per_s: float) -> int:
+    """Nano-tokens a millisecond at ``rate_per_s`` tokens a second, rounded down:
+    never faster than the setting (0 for a rate below a nano-token a ms)."""
+    return math.floor(rate_per_s * (NANO // 1000))
+
+
+def refill(level: int, at_ms: int, now_ms: int, per_ms: int, cap: int) -> tuple[int, int]:
+    """A bucket of ``level`` nano-tokens at ``at_ms``, refilled at ``per_ms``
+    nano-tokens a ms up to ``cap`` nano-tokens: its ``(level, at_ms)`` at
+    ``now_ms``. A ``now_ms`` not after ``at_ms`` (a clock that moved back)
+    refills nothing and keeps ``at_ms``. Path-independent: refilling to ``t1``
+    and then to ``t2`` gives what refilling to ``t2`` at once gives."""
+    if now_ms > at_ms:
+        return min(cap, level + (now_ms - at_ms) * per_ms), now_ms
+    return level, at_ms
+
+
+def next_token_ms(level: int, at_ms: int, now_ms: int, per_ms: int) -> int | None:
+    """When a bucket of ``level`` nano-tokens at ``at_ms`` (already refilled to
+    ``now_ms``, see :func:`refill`) has a whole token: ``now_ms`` if it has one,
+    None if ``per_ms`` is 0 (it never will)."""
+    short = NANO - level
+    if short <= 0:
+        return now_ms
+    if per_ms == 0:
+        return None
+    return max(now_ms, at_ms) + -(-short // per_ms)
+
+
 class TokenBucket:
     """``rate_per_s`` tokens a second, up to ``burst`` (starts full at ``now_ms``).
 
@@ -55,16 +87,13 @@ class TokenBucket:
                              f"got {rate_per_s!r} and {burst!r}")
         self.rate_per_s = rate_per_s
         self.burst = burst
-        # nano-tokens a millisecond, rounded down: never faster than the setting
-        self._per_ms = math.floor(rate_per_s * (NANO // 1000))
+        self._per_ms = nano_per_ms(rate_per_s)
         self._level = burst * NANO
         self._at_ms = now_ms
 
     def _refill(self, now_ms: int) -> None:
-        if now_ms > self._at_ms:
-            self._level = min(self.burst * NANO,
-                              self._level + (now_ms - self._at_ms) * self._per_ms)
-            self._at_ms = now_ms
+        self._level, self._at_ms = refill(self._level, self._at_ms, now_ms, self._per_ms,
+                                          self.burst * NANO)
 
     def available(self, now_ms: int) -> int:
         """Whole tokens at ``now_ms``."""
@@ -81,12 +110,7 @@ class TokenBucket:
         """When the next whole token is there: ``now_ms`` if one is already, None
         if the rate is too small to ever make one (below a nano-token a ms)."""
         self._refill(now_ms)
-        short = NANO - self._level
-        if short <= 0:
-            return now_ms
-        if self._per_ms == 0:
-            return None
-        return max(now_ms, self._at_ms) + -(-short // self._per_ms)
+        return next_token_ms(self._level, self._at_ms, now_ms, self._per_ms)
 
 
 class ClaimMeter:

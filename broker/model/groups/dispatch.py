@@ -1,0 +1,425 @@
+"""Fair dispatch between groups: which group a claim serves next.
+
+Independent of where jobs live: the caller (the claim, in the segments layer)
+keeps each group's jobs and tells this structure each group's **head**, the
+job the group would hand out next (:class:`Head`: its priority, an opaque
+order key, and when it is due), and what happens to the group (jobs claimed,
+:meth:`Dispatch.served`; claimed jobs settled, :meth:`Dispatch.settled`; dead
+jobs counted for ``group_dead: "hold"``). It answers :meth:`Dispatch.pick`:
+the group to serve next, and how many of its jobs this turn may take.
+
+**Order.** Priority first: a group's turn is at its head's priority. Among
+groups at one priority, stride scheduling (start-time fair queueing with
+integer passes): the group with the smallest *pass* is served, ties broken
+by the head's order key (the oldest job first), then by gid; serving ``n``
+jobs of a group advances its pass by ``n * (STRIDE // weight)``, and the
+priority's virtual time (``vtime``) becomes the pass the group was served at.
+A group that becomes ready (a head after none, a settlement below its
+limit, a due time, tokens, a head at another priority) takes
+``pass = max(pass, vtime[priority])``: no group banks turns while idle or
+parked. So over any stretch in which two groups are both ready at one
+priority, their served jobs stay in the ratio of their weights within one
+turn. A group's record (and pass) is dropped when it has no head, no held
+and no dead job: it comes back as a newcomer at the current virtual time.
+
+**Parking.** A group that may not be served is not in the heap, so skipping
+it costs nothing and its head stays its head. States, first match wins:
+
+- ``EMPTY``: no head;
+- ``AT_LIMIT``: ``held >= limit`` (fifo: ``limit = min(1, configured)``);
+  :meth:`Dispatch.settled` below the limit makes it ready again;
+- ``DEAD_HELD``: fifo order with ``group_dead: "hold"`` and a dead job;
+- ``NOT_DUE``: its head is due later (a fifo head waiting for its retry or
+  delay): woken at the head's due time;
+- ``NO_TOKENS``: out of per-group rate tokens: woken at its next token;
+- ``READY``: in the heap.
+
+Group 0 (no group) takes part like any group, with weight 1, no limit, no
+rate, never fifo.
+
+**Cost.** :meth:`~Dispatch.pick` and every change of a group cost O(log G)
+(G: ready groups), plus the stale heap entries they pop (entries are not
+removed from the heap but go stale when their group's key changes, as the job
+heaps' do; a heap grown past twice its live entries is rebuilt from the live
+ones). Nothing is O(groups) per claim; :meth:`~Dispatch.reconfigure` is
+O(groups with a record).
+
+**Quantum.** A claim that wants ``w`` jobs while fewer than ``w`` groups are
+ready at the top priority takes up to ``q = min(ceil(w / ready), QUANTUM,
+limit - held, tokens)`` jobs of the picked group in one turn (its pass
+advances by ``q`` turns, so fairness holds).
+
+Derived, never stored; pure: no I/O, no clock (``now_ms`` is passed in).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator, Mapping
+from typing import NamedTuple
+
+from broker.limits import MAX_PRIORITY
+from broker.model.groups.buckets import GroupBuckets
+from broker.model.groups.names import GroupNames
+from broker.model.groups.settings import GroupSettings
+
+#: A weight-1 group's pass advances by this much a job (a weight-``w`` group's
+#: by ``STRIDE // w``); large, so the rounding is below a turn in 2**30 turns.
+STRIDE = 1 << 40
+#: The most jobs one turn of a group may take.
+QUANTUM = 16
+
+EMPTY = "empty"
+AT_LIMIT = "at_limit"
+DEAD_HELD = "dead_held"
+NOT_DUE = "not_due"
+NO_TOKENS = "no_tokens"
+READY = "ready"
+#: The parked states that end at a time (the ``timed`` heap).
+TIMED = frozenset({NOT_DUE, NO_TOKENS})
+
+# A heap entry: priority (turned: higher first), pass, order key, gid, in one int.
+_GID_BITS = 32
+_ORDER_BITS = 128
+_PASS_BITS = 96
+_ORDER_SHIFT = _GID_BITS
+_PASS_SHIFT = _ORDER_SHIFT + _ORDER_BITS
+_PRIORITY_SHIFT = _PASS_SHIFT + _PASS_BITS
+_GID_MASK = (1 << _GID_BITS) - 1
+#: The order keys a head may carry: ``0 <= order < ORDER_LIMIT``.
+ORDER_LIMIT = 1 << _ORDER_BITS
+
+
+class Head(NamedTuple):
+    """A group's next job as its caller sees it: its ``priority`` (higher first),
+    an ``order`` key (an int in ``[0, ORDER_LIMIT)``, smaller first: e.g.
+    :func:`broker.model.indexes.ready_key`, or the seq in fifo order), and
+    when it is due (ms; a head due later parks its group until then)."""
+
+    priority: int
+    order: int
+    due_ms: int
+
+
+#: :meth:`Dispatch.settled` leaves the head as it was.
+KEEP: Head = Head(0, -1, 0)
+
+
+class GroupView(NamedTuple):
+    """One group as :meth:`Dispatch.view` shows it (for stats and tests)."""
+
+    state: str
+    held: int
+    dead: int
+    pass_: int
+    weight: int
+    limit: int | None
+    head: Head | None
+    wake_ms: int | None
+
+
+class _Group:
+    __slots__ = ("at_p", "dead", "gid", "head", "held", "key", "limit", "pass_", "state",
+                 "wake", "weight")
+
+    def __init__(self, gid: int, weight: int, limit: int | None) -> None:
+        self.gid = gid
+        self.weight = weight
+        self.limit = limit
+        self.held = 0
+        self.dead = 0
+        self.pass_ = 0
+        self.head: Head | None = None
+        self.state = EMPTY
+        self.key = -1  # its live heap entry while READY
+        self.at_p = 0  # the priority it is counted at in Dispatch._ready_at while READY
+        self.wake: int | None = None  # its wake time while NOT_DUE or NO_TOKENS
+
+
+class Dispatch:
+    """The ready structure of one queue's groups (see the module's docstring).
+
+    ``names`` maps gids to names for the settings; gids must be below
+    ``2**32``, and a gid this holds (:meth:`holds`) must not be released.
+    Only :meth:`pick` and :meth:`advance` wake parked groups whose time has
+    come; a change (:meth:`set_head`, :meth:`settled`...) derives the group it
+    names at its ``now_ms``. So a caller changes the heads that fell due (its
+    ``promote_due``) before it picks: a group's state then depends on its head
+    at ``now_ms``, not on the order of the wake-ups within one commit.
+    Misuse (serving a group that is not ready, more jobs than its limit or
+    tokens allow, settling more than it holds) raises ``ValueError`` and
+    changes nothing.
+    """
+
+    __slots__ = ("_groups", "_heap", "_parked", "_ready", "_ready_at", "_timed", "_vtime",
+                 "buckets", "names", "settings")
+
+    def __init__(self, settings: GroupSettings, names: GroupNames) -> None:
+        self.settings = settings
+        self.names = names
+        rate = settings.rate
+        self.buckets: GroupBuckets | None = None if rate is None else GroupBuckets(rate)
+        self._groups: dict[int, _Group] = {}
+        self._heap: list[int] = []  # READY groups' keys (and stale ones)
+        self._ready: set[int] = set()  # gids READY
+        self._ready_at: dict[int, int] = {}  # priority -> READY groups there
+        self._timed: list[int] = []  # wake_ms << 32 | gid of NOT_DUE, NO_TOKENS (and stale)
+        self._parked: set[int] = set()  # gids NOT_DUE or NO_TOKENS with a wake time
+        self._vtime: dict[int, int] = {}  # priority -> pass of the last group served there
+
+    # -- reading ---------------------------------------------------------------------
+
+    def view(self, gid: int) -> GroupView | None:
+        """Group ``gid``'s record, or None if it has none (no head, held or dead job)."""
+        g = self._groups.get(gid)
+        if g is None:
+            return None
+        return GroupView(g.state, g.held, g.dead, g.pass_, g.weight, g.limit, g.head, g.wake)
+
+    def gids(self) -> Iterator[int]:
+        """The groups with a record (O(groups): for stats and tests, never a claim)."""
+        return iter(list(self._groups))
+
+    def holds(self, gid: int) -> bool:
+        """Whether ``gid`` is in use here (a record or a token bucket): its name
+        must not be released while it is."""
+        return gid in self._groups or (self.buckets is not None and gid in self.buckets)
+
+    def ready_at(self, priority: int) -> int:
+        """How many groups are ready at ``priority``."""
+        return self._ready_at.get(priority, 0)
+
+    def next_wakeup_ms(self) -> int | None:
+        """When the first parked group wakes (a head falls due, a token comes),
+        or None. Drops stale entries from the top of its heap (no other change)."""
+        timed = self._timed
+        while timed:
+            top = timed[0]
+            g = self._groups.get(top & _GID_MASK)
+            if g is not None and g.state in TIMED and g.wake == top >> _GID_BITS:
+                return top >> _GID_BITS
+            heapq.heappop(timed)
+        return None
+
+    # -- changes -----------------------------------------------------------------------
+
+    def advance(self, now_ms: int) -> None:
+        """Wake the parked groups due at ``now_ms`` (amortized O(log) each)."""
+        timed = self._timed
+        while timed and timed[0] >> _GID_BITS <= now_ms:
+            top = heapq.heappop(timed)
+            g = self._groups.get(top & _GID_MASK)
+            if g is not None and g.state in TIMED and g.wake == top >> _GID_BITS:
+                self._derive(g, now_ms)
+
+    def pick(self, now_ms: int, want: int = 1) -> tuple[int, int] | None:
+        """The group to serve next at ``now_ms`` and how many of its jobs this
+        turn may take (at least 1; see the quantum), for a claim that wants
+        ``want`` more jobs; None if no group is ready. Changes nothing but
+        waking due groups and dropping stale entries: the caller then calls
+        :meth:`served` (with 0 jobs if it took none)."""
+        self.advance(now_ms)
+        heap, groups = self._heap, self._groups
+        while heap:
+            top = heap[0]
+            g = groups.get(top & _GID_MASK)
+            if g is None or g.state != READY or g.key != top:
+                heapq.heappop(heap)
+                continue
+            return g.gid, self._quantum(g, want, now_ms)
+        return None
+
+    def _quantum(self, g: _Group, want: int, now_ms: int) -> int:
+        assert g.head is not None  # (READY)
+        ready = self._ready_at[g.head.priority]
+        q = min(QUANTUM, max(1, -(-want // ready)))
+        if g.limit is not None:
+            q = min(q, g.limit - g.held)
+        if self.buckets is not None and g.gid:
+            q = min(q, self.buckets.available(g.gid, now_ms))
+        return q
+
+    def served(self, gid: int, n: int, head: Head | None, now_ms: int) -> None:
+        """``n`` jobs of ready group ``gid`` were claimed at ``now_ms``; ``head``
+        is the group's next job now (None: it has none pending)."""
+        g = self._groups.get(gid)
+        if g is None or g.state != READY:
+            raise ValueError(f"group {gid} is not ready: it cannot be served")
+        if n < 0 or (g.limit is not None and g.held + n > g.limit):
+            raise ValueError(f"group {gid}: {n} jobs would exceed its limit "
+                             f"({g.held} held of {g.limit})")
+        buckets = self.buckets
+        if buckets is not None and gid and buckets.available(gid, now_ms) < n:
+            raise ValueError(f"group {gid}: {n} jobs exceed its tokens")
+        self._check_head(head)
+        if n:
+            assert g.head is not None  # (READY)
+            p = g.head.priority
+            self._vtime[p] = max(self._vtime.get(p, 0), g.pass_)
+            g.pass_ += n * (STRIDE // g.weight)
+            g.held += n
+            if buckets is not None and gid:
+                buckets.take(gid, n, now_ms)
+        g.head = head
+        self._derive(g, now_ms)
+
+    def settled(self, gid: int, n: int, now_ms: int, head: Head | None = KEEP,
+                dead: int | None = None) -> None:
+        """``n`` held jobs of group ``gid`` were settled (completed, failed,
+        released, cancelled, reclaimed) at ``now_ms``; ``head``: its next job
+        now, if that changed (a failed fifo job waiting for its retry is the
+        head again); ``dead``: its count of dead jobs, if that changed."""
+        g = self._groups.get(gid)
+        held = 0 if g is None else g.held
+        if not 0 <= n <= held:
+            raise ValueError(f"group {gid} holds {held} jobs: {n} cannot be settled")
+        self._check_dead(dead)
+        if head is not KEEP:
+            self._check_head(head)
+        if g is None:  # (n == 0)
+            if (head is KEEP or head is None) and not dead:
+                return
+            g = self._record(gid)
+        g.held -= n
+        self._update(g, head, dead, now_ms)
+
+    def set_head(self, gid: int, head: Head | None, now_ms: int,
+                 dead: int | None = None) -> None:
+        """Group ``gid``'s next job is now ``head`` (None: none pending), e.g.
+        after a push, a due time, a cancel; ``dead``: its count of dead jobs,
+        if that changed (fifo with ``group_dead: "hold"`` stops on them)."""
+        self._check_head(head)
+        self._check_dead(dead)
+        g = self._groups.get(gid)
+        if g is None:
+            if head is None and not dead:
+                return
+            g = self._record(gid)
+        self._update(g, head, dead, now_ms)
+
+    def reconfigure(self, settings: GroupSettings, now_ms: int,
+                    heads: Mapping[int, Head | None] | None = None) -> None:
+        """New settings at ``now_ms``: limits, weights, fifo, dead and rates are
+        re-derived for every group with a record (O(those groups)); passes are
+        kept. ``heads``: the groups' heads under the new settings, where they
+        changed (a change of ``group_order`` changes every grouped head: pass
+        them all here, not after, so that no group is ready in between)."""
+        for head in (heads or {}).values():
+            self._check_head(head)
+        for gid, head in (heads or {}).items():
+            g = self._groups.get(gid)
+            if g is None and head is not None:
+                g = self._record(gid)
+            if g is not None:
+                g.head = head
+        self.settings = settings
+        rate = settings.rate
+        if rate is None:
+            self.buckets = None
+        elif self.buckets is None:
+            self.buckets = GroupBuckets(rate)
+        else:
+            self.buckets.reconfigure(rate, now_ms)
+        for g in list(self._groups.values()):
+            name = self.names.name(g.gid)
+            g.weight = settings.weight_of(name)
+            g.limit = settings.limit_of(name)
+            self._derive(g, now_ms)
+
+    def sweep(self, now_ms: int) -> None:
+        """Drop the token buckets that have refilled (once per commit; see
+        :meth:`broker.model.groups.buckets.GroupBuckets.sweep`)."""
+        if self.buckets is not None:
+            self.buckets.sweep(now_ms)
+
+    # -- inside ------------------------------------------------------------------------
+
+    @staticmethod
+    def _check_head(head: Head | None) -> None:
+        if head is not None and not (
+                -MAX_PRIORITY <= head.priority <= MAX_PRIORITY and 0 <= head.order < ORDER_LIMIT):
+            raise ValueError(f"a head needs a priority within +-{MAX_PRIORITY} and an order key "
+                             f"within [0, 2**{_ORDER_BITS}), got {head!r}")
+
+    @staticmethod
+    def _check_dead(dead: int | None) -> None:
+        if dead is not None and dead < 0:
+            raise ValueError(f"a group's dead jobs cannot be {dead}")
+
+    def _record(self, gid: int) -> _Group:
+        if not 0 <= gid <= _GID_MASK:
+            raise ValueError(f"group id {gid} is not within [0, 2**{_GID_BITS})")
+        name = self.names.name(gid)
+        g = self._groups[gid] = _Group(gid, self.settings.weight_of(name),
+                                       self.settings.limit_of(name))
+        return g
+
+    def _update(self, g: _Group, head: Head | None, dead: int | None, now_ms: int) -> None:
+        if head is not KEEP:
+            g.head = head
+        if dead is not None:
+            g.dead = dead
+        self._derive(g, now_ms)
+
+    def _state(self, g: _Group, now_ms: int) -> tuple[str, int | None]:
+        head = g.head
+        if head is None:
+            return EMPTY, None
+        if g.limit is not None and g.held >= g.limit:
+            return AT_LIMIT, None
+        if g.dead and g.gid and self.settings.holds_dead:
+            return DEAD_HELD, None
+        if head.due_ms > now_ms:
+            return NOT_DUE, head.due_ms
+        buckets = self.buckets
+        if buckets is not None and g.gid and buckets.available(g.gid, now_ms) < 1:
+            return NO_TOKENS, buckets.next_token_ms(g.gid, now_ms)
+        return READY, None
+
+    def _derive(self, g: _Group, now_ms: int) -> None:
+        """Put ``g`` in the state its head, counts and tokens call for at ``now_ms``."""
+        state, wake = self._state(g, now_ms)
+        was, gid = g.state, g.gid
+        if state == READY:
+            head = g.head
+            assert head is not None  # (READY)
+            p = head.priority
+            ready_at = self._ready_at
+            if was != READY:
+                self._parked.discard(gid)
+                self._ready.add(gid)
+                ready_at[p] = ready_at.get(p, 0) + 1
+            elif g.at_p != p:
+                ready_at[g.at_p] -= 1
+                ready_at[p] = ready_at.get(p, 0) + 1
+            g.at_p, g.state, g.wake = p, READY, None
+            vtime = self._vtime.get(p, 0)
+            if vtime > g.pass_:
+                g.pass_ = vtime
+            key = (((MAX_PRIORITY - p) << _PRIORITY_SHIFT) | (g.pass_ << _PASS_SHIFT)
+                   | (head.order << _ORDER_SHIFT) | gid)
+            if key != g.key or was != READY:
+                g.key = key
+                heap = self._heap
+                heapq.heappush(heap, key)
+                if len(heap) > 2 * len(self._ready) + 64:
+                    groups = self._groups
+                    self._heap = [groups[r].key for r in self._ready]
+                    heapq.heapify(self._heap)
+            return
+        if was == READY:
+            self._ready.discard(gid)
+            self._ready_at[g.at_p] -= 1
+        else:
+            self._parked.discard(gid)
+        g.state, g.wake, g.key = state, wake, -1
+        if wake is not None:  # (NOT_DUE, NO_TOKENS)
+            self._parked.add(gid)
+            heapq.heappush(self._timed, (wake << _GID_BITS) | gid)
+            if len(self._timed) > 2 * len(self._parked) + 64:
+                groups = self._groups
+                self._timed = [(groups[t].wake << _GID_BITS) | t  # type: ignore[operator]
+                               for t in self._parked]
+                heapq.heapify(self._timed)
+        elif state == EMPTY and not g.held and not g.dead:
+            del self._groups[gid]

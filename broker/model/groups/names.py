@@ -1,0 +1,112 @@
+"""Group names: the one check of a name, and names interned as small ints.
+
+A job's group is a string of 1..:data:`~broker.limits.MAX_GROUP_CHARS`
+characters (code points) without control characters (U+0000-U+001F, U+007F)
+and without lone surrogates (which no UTF-8 object can hold); null or absent
+is "no group". :func:`check_group` is the one place this is checked (push
+bodies, staged lines, the keys of the settings' maps; the decoder turns its
+refusal into ``CorruptState``).
+
+:class:`GroupNames` maps names to small ints (gids) and back, in memory only:
+gid 0 is "no group", ids of released names are reused, so the table is as
+large as the groups the caller still references, not every group ever seen.
+
+Pure: no I/O; imports the broker's errors and limits only.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from broker.errors import InvalidRequest, OsqueueError, shown
+from broker.limits import MAX_GROUP_CHARS
+
+#: The gid of "no group" (a job without a group: its own group in the rotation).
+NO_GROUP = 0
+
+_FORBIDDEN = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
+
+
+def valid_group(raw: Any) -> bool:
+    """Whether ``raw`` is a group name (a string, see the module's rule)."""
+    return (isinstance(raw, str) and 0 < len(raw) <= MAX_GROUP_CHARS
+            and _FORBIDDEN.search(raw) is None)
+
+
+def check_group(raw: Any, where: str,
+                error: type[OsqueueError] = InvalidRequest) -> str | None:
+    """``raw`` as a job's group: None for None (no group), the string itself
+    for a valid name. Anything else raises ``error`` (``InvalidRequest``: 422
+    ``invalid_request``), naming ``where`` (the field as the caller spells it,
+    e.g. ``"jobs[3]"`` or ``"group_limits"``) and quoting the value only by its
+    short prefix (:func:`broker.errors.shown`)."""
+    if raw is None:
+        return None
+    if isinstance(raw, str) and valid_group(raw):
+        return raw
+    raise error(f"{where}: group must be a string of 1..{MAX_GROUP_CHARS} characters "
+                f"without control characters, got {shown(raw)}")
+
+
+class GroupNames:
+    """Group name <-> small int id (gid); gid 0 (:data:`NO_GROUP`) is "no group".
+
+    Ids live in memory only (the head stores names). :meth:`release` frees an
+    id when nothing the caller keeps refers to it any more (no pending, held
+    or dead job of the group, no bucket, no dispatch record); the next new
+    name takes the freed id, so the table's size is the live groups'.
+    """
+
+    __slots__ = ("_free", "_gids", "_names")
+
+    def __init__(self) -> None:
+        self._gids: dict[str, int] = {}
+        self._names: list[str | None] = [None]  # gid -> name; None at 0 and at freed ids
+        self._free: list[int] = []
+
+    def gid(self, name: str | None) -> int:
+        """The id of ``name`` (a checked name, or None: 0), interning it if new."""
+        if name is None:
+            return NO_GROUP
+        gid = self._gids.get(name)
+        if gid is None:
+            if self._free:
+                gid = self._free.pop()
+                self._names[gid] = name
+            else:
+                gid = len(self._names)
+                self._names.append(name)
+            self._gids[name] = gid
+        return gid
+
+    def find(self, name: str | None) -> int | None:
+        """The id of ``name`` if it is interned (0 for None), else None; interns nothing."""
+        return NO_GROUP if name is None else self._gids.get(name)
+
+    def name(self, gid: int) -> str | None:
+        """The name of ``gid`` (None for 0); ``KeyError`` for an id not in use."""
+        if gid == NO_GROUP:
+            return None
+        name = self._names[gid] if 0 < gid < len(self._names) else None
+        if name is None:
+            raise KeyError(f"group id {gid} is not in use")
+        return name
+
+    def release(self, gid: int) -> None:
+        """Free ``gid`` for reuse (0 is never freed: a no-op). ``KeyError`` for
+        an id not in use (released twice: the caller's count is wrong)."""
+        if gid == NO_GROUP:
+            return
+        name = self.name(gid)
+        assert name is not None  # (gid is not 0)
+        del self._gids[name]
+        self._names[gid] = None
+        self._free.append(gid)
+
+    def __len__(self) -> int:
+        """Names interned now (gid 0 not counted)."""
+        return len(self._gids)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._gids

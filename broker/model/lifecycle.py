@@ -34,7 +34,6 @@ complete rows) and ``bench/state_encode_bench.py`` are what justify them.
 
 from __future__ import annotations
 
-import bisect
 import heapq
 from collections.abc import Callable, Iterable, Sequence
 
@@ -182,21 +181,6 @@ def extend_claim(state: QueueState, record: ClaimRecord, lease_ms: int, now_ms: 
         job = jobs[seq]
         job.lease_ms, job.lease_expires_ms, job.lease_heartbeat_ms = lease_ms, expires, now_ms
         heapq.heappush(leases, timed_key(expires, seq))
-
-
-def record_holding(state: QueueState, fence: int) -> ClaimRecord | None:
-    """The claim record whose lease numbers include ``fence``, or None."""
-    records = state.claim_records
-    record = records.get(fence)
-    if record is not None:
-        return record
-    bases = list(records)  # (ascending: fences only grow; a replay or a v4 merge comes here)
-    at = bisect.bisect_right(bases, fence) - 1
-    if at >= 0:
-        record = records[bases[at]]
-        if fence < record.fence + len(record.seqs):
-            return record
-    return None
 
 
 def claim_of(state: QueueState, job: Job) -> ClaimRecord:

@@ -232,24 +232,29 @@ def _still_held(state: QueueState, first_fence: int, count: int,
                 now_ms: int) -> list[LeasedJob]:
     """The jobs still held under the leases numbered ``first_fence`` onwards
     (``count`` of them), in the order they were claimed, with their tokens
-    as the claim answered them: the unsettled positions of the claim's record
-    (a claim is one record, whose fence is the claim's first; a record made
-    from a version-4 head may hold several claims granted together)."""
-    record = lifecycle.record_holding(state, first_fence)
-    if record is None or record.expires_ms <= now_ms:
-        return []
+    as the claim answered them: the unsettled, unexpired positions of the
+    records those lease numbers fall in (a claim is one record, whose fence is
+    the claim's first; a version-4 claim may have become several records, split
+    where its jobs' leases differed or where one had already settled)."""
+    end = first_fence + count
     tag = tokens.tagger(state).tag
     held = []
-    start = first_fence - record.fence
-    for pos in record.unsettled():
-        if pos < start:
-            continue
-        if pos >= start + count:
+    for record in state.claim_records.values():  # (ascending fence; a repeat only)
+        if record.fence >= end:
             break
-        job = state.jobs[record.seqs[pos]]
-        token = job.lease_token
-        assert job.status == CLAIMED and token is not None
-        held.append(LeasedJob(job.id, job.payload, tag(token), job.attempts, job.lease_expires_ms))
+        if record.fence + record.n <= first_fence or record.expires_ms <= now_ms:
+            continue
+        for pos in record.unsettled():
+            fence = record.fence + pos
+            if fence < first_fence:
+                continue
+            if fence >= end:
+                break
+            job = state.jobs[record.seqs[pos]]
+            token = job.lease_token
+            assert job.status == CLAIMED and token is not None
+            held.append(LeasedJob(job.id, job.payload, tag(token), job.attempts,
+                                  job.lease_expires_ms))
     return held
 
 

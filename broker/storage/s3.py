@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import IO, Any, cast
 
 import boto3
 from botocore.config import Config
@@ -48,8 +48,8 @@ from broker.errors import (
     StorageRefused,
     StorageUnavailable,
 )
-from broker.storage.base import Data, Versioned, as_bytes
-from broker.storage.cloud import CloudStore
+from broker.storage.base import Data, Versioned
+from broker.storage.cloud import CloudStore, PartsReader
 from broker.storage.urlopts import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S
 
 _THROTTLE_CODES = frozenset(
@@ -99,6 +99,11 @@ def _classify(exc: Exception, key: str, bucket: str = "") -> StorageError:
     if isinstance(exc, ParamValidationError):
         return StorageRefused(f"invalid S3 request for {key!r}: {str(exc)[:300]}")
     return StorageUnavailable(f"S3 request for {key!r} failed: {type(exc).__name__}")
+
+
+def _body(data: Data) -> IO[bytes]:
+    """A fresh reader of ``data``'s parts for one attempt of a PUT (see PartsReader)."""
+    return cast("IO[bytes]", PartsReader(data))  # a binary file in all but its stub type
 
 
 def _stop_region_lookup_loops(**_: Any) -> None:
@@ -223,11 +228,11 @@ class S3Store(CloudStore):
         return False
 
     def write_if_match(self, key: str, data: Data, etag: str) -> str:
-        body = as_bytes(data)
-
+        # The parts are streamed (a fresh reader per attempt), never joined: see
+        # PartsReader. botocore still sends the body's CRC32, which S3 checks.
         def go() -> str:
             resp = self._client.put_object(
-                Bucket=self.bucket, Key=self._key(key), Body=body, IfMatch=etag,
+                Bucket=self.bucket, Key=self._key(key), Body=_body(data), IfMatch=etag,
                 ContentType="application/json",
             )
             return str(resp["ETag"])
@@ -238,11 +243,9 @@ class S3Store(CloudStore):
             raise Conflict(f"object {key!r} vanished since it was read") from None
 
     def create_if_absent(self, key: str, data: Data) -> str:
-        body = as_bytes(data)
-
         def go() -> str:
             resp = self._client.put_object(
-                Bucket=self.bucket, Key=self._key(key), Body=body, IfNoneMatch="*",
+                Bucket=self.bucket, Key=self._key(key), Body=_body(data), IfNoneMatch="*",
                 ContentType="application/json",
             )
             return str(resp["ETag"])

@@ -33,6 +33,7 @@ class NewJob(NamedTuple):
     delay_ms: int = 0
     max_attempts: int | None = None
     key: str | None = None
+    group: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -134,7 +134,8 @@ def job_line(job: Job) -> bytes:
     if enc is None:
         token = job.lease_token
         claimed = job.status == CLAIMED
-        if job.key is None and job.last_error is None and job.group is None and (claimed or job.cancel_ms is None) \
+        if job.key is None and job.last_error is None and job.group is None \
+                and (claimed or job.cancel_ms is None) \
                 and (job.done_ms is None or job.done_commit is not None):
             fields = (job.seq, job.seq, job.status.encode(), job.priority,
                       timefmt.fmt_bytes(job.run_at_ms), job.attempts,

@@ -103,7 +103,8 @@ def _uniform(jobs: Sequence[NewJob]) -> bool:
     (segments hold no groups yet: a grouped push goes into the head)."""
     first = jobs[0]
     options = first[1:]
-    return (first.key is None and first.group is None and -MAX_PRIORITY <= first.priority <= MAX_PRIORITY
+    return (first.key is None and first.group is None
+            and -MAX_PRIORITY <= first.priority <= MAX_PRIORITY
             and 0 <= first.delay_ms <= MAX_DELAY_MS
             and (first.max_attempts is None or 1 <= first.max_attempts <= MAX_ATTEMPTS)
             and all(job[1:] == options for job in jobs))

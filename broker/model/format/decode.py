@@ -142,7 +142,7 @@ def _job_from(raw: Any, spans: LineSpans | None, version: int = VERSION) -> Job:
         last_error=_text(raw.get("last_error"), f"job {job_id!r} last_error", optional=True),
         lease=_lease_from(lease, job_id) if lease is not None else None,
     )
-    if "group" in raw:
+    if raw.get("group") is not None:  # (null: none, as a push takes it)
         if version < 6:
             raise ValueError(f"job {job_id!r} has a group; groups came in format version 6")
         try:

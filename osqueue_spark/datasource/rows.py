@@ -27,14 +27,16 @@ def group_of(value: Any, column: str, row: int | None = None) -> str | None:
     return fields.group(where, value)
 
 
-def row_to_job(row: Any, group_column: str | None = None) -> dict[str, Any]:
+def row_to_job(row: Any, group_column: str | None = None,
+               index: int | None = None) -> dict[str, Any]:
     """A job body from a Row: its ``payload`` column (JSON text, struct or map),
     or else all its columns but the option columns as a JSON object; its group
-    from the column ``group_column`` (which stays in the payload) if given."""
+    from the column ``group_column`` (which stays in the payload) if given
+    (a bad one refused naming the row's ``index`` in its batch, if given)."""
     data = row.asDict(recursive=True) if hasattr(row, "asDict") else dict(row)
     job: dict[str, Any] = {}
     if group_column is not None:
-        group = group_of(data.get(group_column), group_column)
+        group = group_of(data.get(group_column), group_column, index)
         if group is not None:
             job["group"] = group
     for name in OPTION_COLUMNS:
@@ -100,11 +102,11 @@ def arrow_staged_lines(batches: Iterator[Any],
                 yield f"{head}{sep}{text}{end}".encode()
         else:
             maps = {n for n in names if pa.types.is_map(batch.schema.field(n).type)}
-            for row in batch.to_pylist():
+            for i, row in enumerate(batch.to_pylist()):
                 for n in maps:  # Arrow gives maps as lists of (key, value) pairs
                     if row[n] is not None:
                         row[n] = dict(row[n])
-                yield job_staged_line(row_to_job(row, group_column))
+                yield job_staged_line(row_to_job(row, group_column, i))
 
 
 def arrow_staged_chunks(batches: Iterator[Any], max_rows: int, max_bytes: int,

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from broker.errors import InvalidRequest, shown
-from broker.limits import MAX_ATTEMPTS, MAX_DELAY_S, MAX_KEY_CHARS, MAX_PRIORITY
+from broker.limits import MAX_ATTEMPTS, MAX_DELAY_S, MAX_GROUP_CHARS, MAX_KEY_CHARS, MAX_PRIORITY
 
 Error = type[InvalidRequest]
 
@@ -56,13 +56,28 @@ def text(name: str, value: Any, max_chars: int, error: Error = InvalidRequest) -
     return value
 
 
+#: The characters a group name may not hold: the C0 controls and DEL.
+_CONTROLS = dict.fromkeys([*range(0x20), 0x7F])
+
+
+def group(name: str, value: Any, error: Error = InvalidRequest) -> str:
+    """``value`` if it is a group name: a string of 1..:data:`MAX_GROUP_CHARS`
+    characters without control characters (U+0000-U+001F, U+007F)."""
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_GROUP_CHARS \
+            or len(value.translate(_CONTROLS)) != len(value):
+        raise error(f"{name}: group must be a string of 1..{MAX_GROUP_CHARS} characters "
+                    f"without control characters, got {shown(value)}")
+    return value
+
+
 #: A job's options and the check of each (``check(name, value, error)``); an
 #: option left out (or None) is the queue's default: priority 0, no delay, the
-#: queue's ``max_attempts``, no idempotency key.
+#: queue's ``max_attempts``, no idempotency key, no group.
 JOB_OPTIONS: dict[str, Callable[[str, Any, Error], Any]] = {
     "priority": lambda n, v, e: integer(n, v, -MAX_PRIORITY, MAX_PRIORITY, e),
     "delay_s": lambda n, v, e: number(n, v, 0.0, MAX_DELAY_S, e),
     "max_attempts": lambda n, v, e: integer(n, v, 1, MAX_ATTEMPTS, e),
     "key": lambda n, v, e: text(n, v, MAX_KEY_CHARS, e),
+    "group": group,
 }
 JOB_OPTION_FIELDS = frozenset(JOB_OPTIONS)

@@ -54,6 +54,8 @@ MAX_CLAIM_JOBS = 10_000
 MAX_WAIT_S = 3_600.0
 #: Longest idempotency key of a job, and longest once-key of a publish.
 MAX_KEY_CHARS = 512
+#: The most characters (code points) of a job's group name.
+MAX_GROUP_CHARS = 128
 MAX_ONCE_CHARS = 512
 #: Longest worker name, fencing token, write id and staging prefix.
 MAX_WORKER_CHARS = 200

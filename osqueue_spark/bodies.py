@@ -24,13 +24,15 @@ BATCH_BYTES = 8 * 1024 * 1024
 # NamedTuples, not frozen dataclasses: a worker builds tens of thousands a
 # second, and a frozen dataclass's __init__ costs several times more.
 class ClaimedJob(NamedTuple):
-    """A job this worker holds. ``token`` fences every later call about it."""
+    """A job this worker holds. ``token`` fences every later call about it;
+    ``group``: the job's group, or None."""
 
     id: str
     payload: Any
     token: str
     attempt: int
     lease_expires_at: str
+    group: str | None = None
 
 
 def job_body(job: Any) -> dict[str, Any]:
@@ -38,7 +40,7 @@ def job_body(job: Any) -> dict[str, Any]:
     (a payload, or a dict with ``payload`` and options) as its body; ``InvalidArgument``
     for an unknown field."""
     if isinstance(job, dict) and "payload" in job:
-        unknown = set(job) - {"payload", "priority", "delay_s", "max_attempts", "key"}
+        unknown = set(job) - {"payload", "priority", "delay_s", "max_attempts", "key", "group"}
         if unknown:
             raise InvalidArgument(f"unknown job fields {sorted(unknown)[:5]}")
         return job
@@ -72,7 +74,13 @@ def json_default(value: Any) -> Any:
 
 # NamedTuples built from a tuple of all their fields (half the cost of calling them:
 # workers make one per job).
+# (a claimed job's "group" is there only when it has one: see claimed_job)
 CLAIMED_FIELDS = operator.itemgetter("id", "payload", "token", "attempt", "lease_expires_at")
+
+
+def claimed_job(out: dict[str, Any]) -> ClaimedJob:
+    """A job of a claim's answer as a :class:`ClaimedJob`."""
+    return tuple.__new__(ClaimedJob, (*CLAIMED_FIELDS(out), out.get("group")))
 
 
 def items_of(out: dict[str, Any]) -> list[ItemResult]:

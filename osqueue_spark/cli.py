@@ -62,7 +62,7 @@ from urllib.parse import urlsplit
 
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 
-from broker import wire
+from broker import fields, wire
 from broker.display import plain
 from broker.errors import (
     BrokerUnreachable,
@@ -139,6 +139,14 @@ def request_key_arg(text: str) -> str:
                                      "printable ASCII characters, no spaces")
 
 
+def group_arg(text: str) -> str:
+    """An argparse type: a ``--group`` (:func:`broker.fields.group`)."""
+    try:
+        return fields.group("--group", text, InvalidArgument)
+    except InvalidArgument as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
 def cmd_push(client: QueueClient, args: argparse.Namespace) -> int:
     pushed = [0]  # jobs of earlier requests, in the queue (set by _push)
     try:
@@ -209,6 +217,8 @@ def _push(client: QueueClient, args: argparse.Namespace, pushed: list[int]) -> i
                                    "delay_s": args.delay_s}
             if args.key_prefix:
                 job["key"] = f"{args.key_prefix}{n}"
+            if args.group is not None:
+                job["group"] = args.group
             batch.append(job)
             size += nbytes
             if len(batch) >= args.batch_size or size >= args.batch_bytes or (
@@ -453,6 +463,9 @@ def build_parser() -> argparse.ArgumentParser:
     push.add_argument("--delay-s", type=float, default=0.0,
                       help="seconds before the jobs may be claimed (default 0)")
     push.add_argument("--key-prefix", help="idempotency keys PREFIX<line number> (safe re-runs)")
+    push.add_argument("--group", type=group_arg, metavar="NAME",
+                      help="the jobs' group (1..128 characters without control characters); "
+                           "shown wherever a job is, no effect on claims yet")
     push.add_argument("--request-key", type=request_key_arg, metavar="K",
                       help="push chunk i of the input under request key K-{i}: a re-run of "
                            "the same input with the same K, --batch-size and --batch-bytes "

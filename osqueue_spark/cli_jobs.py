@@ -41,7 +41,9 @@ def _job_of(token: str) -> str:
 
 def cmd_claim(client: QueueClient, args: argparse.Namespace) -> int:
     worker = args.worker or f"osqueue-cli-{socket.gethostname()}-{os.getpid()}"
-    jobs = [j._asdict() for j in client.claim(worker, args.max_jobs, args.lease_s, args.wait_s)]
+    # (a job's group only when it has one, as the broker answers it)
+    jobs = [{k: v for k, v in j._asdict().items() if v is not None or k != "group"}
+            for j in client.claim(worker, args.max_jobs, args.lease_s, args.wait_s)]
     if args.json:
         dump({"queue": client.queue, "worker": worker, "jobs": jobs})
         return 0

@@ -63,9 +63,9 @@ from broker.wire import STAGED_CONTENT_TYPE, CancelAnswer, ItemResult, loads, st
 from osqueue_spark.args import InvalidArgument, integer, json_bytes, number, text
 from osqueue_spark.bodies import (
     BATCH_BYTES,
-    CLAIMED_FIELDS,
     ClaimedJob,
     checked,
+    claimed_job,
     items_of,
     job_body,
     job_staged_line,
@@ -289,18 +289,19 @@ class QueueClient:
     # -- queue operations -------------------------------------------------------------
     def push(self, payload: Any, *, priority: int = 0, delay_s: float = 0.0,
              max_attempts: int | None = None, key: str | None = None,
-             request_key: str | None = None) -> str:
+             request_key: str | None = None, group: str | None = None) -> str:
         """Enqueue one job; return its id once durable. ``request_key``: as for
-        :meth:`push_many`."""
+        :meth:`push_many`; ``group``: the job's group (1..128 characters without
+        control characters; None: none), shown wherever the job is."""
         job = {"payload": payload, "priority": priority, "delay_s": delay_s,
-               "max_attempts": max_attempts, "key": key}
+               "max_attempts": max_attempts, "key": key, "group": group}
         return self.push_many([job], request_key=request_key)[0]
 
     def push_many(self, jobs: Iterable[Any], batch_size: int = 1000, *,
                   request_key: str | None = None,
                   batch_bytes: int = BATCH_BYTES) -> list[str]:
         """Enqueue jobs in batches; each item is a payload or a dict with ``payload`` and
-        optional ``priority``, ``delay_s``, ``max_attempts``, ``key``. A batch is
+        optional ``priority``, ``delay_s``, ``max_attempts``, ``key``, ``group``. A batch is
         one request of at most ``batch_size`` jobs and ``batch_bytes`` bytes
         (8 MiB; a single larger job goes alone): keep it under the broker's
         request limit (64 MiB by default), past which it is refused (413).
@@ -393,8 +394,7 @@ class QueueClient:
             body["wait_for_queue"] = True
         out = self.request("POST", self._q("claim"), body,
                            timeout_s=self.timeout_s + wait_s, keyed=True)
-        fields, new = CLAIMED_FIELDS, tuple.__new__
-        return [new(ClaimedJob, fields(j)) for j in out["jobs"]]
+        return list(map(claimed_job, out["jobs"]))
 
     def heartbeat(self, tokens: Sequence[str], lease_s: float = 30.0, *,
                   raise_on_stale: bool = False) -> list[ItemResult]:

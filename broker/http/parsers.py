@@ -50,8 +50,9 @@ from broker.wire import parse_json, split_stage_body
 #: The bytes a request key is made of: printable ASCII, no space.
 _PRINTABLE = bytes(range(33, 127))
 _PLAIN_FIELDS = frozenset({"payload"})
-_JOB_FIELDS = frozenset({"payload", "priority", "delay_s", "max_attempts", "key"})
-_SIMPLE_DEFAULTS = {"priority": 0, "delay_s": 0, "max_attempts": None, "key": None}
+_JOB_FIELDS = frozenset({"payload", "priority", "delay_s", "max_attempts", "key", "group"})
+_SIMPLE_DEFAULTS = {"priority": 0, "delay_s": 0, "max_attempts": None, "key": None,
+                    "group": None}
 _PUSH_FIELDS = frozenset({"jobs"})
 _STAGE_FIELDS = frozenset({"write_id"})
 _PUBLISH_FIELDS = frozenset({"prefix", "keep", "once"})
@@ -224,13 +225,15 @@ def parse_fail(body: Any) -> list[ops.FailItem]:
 def claimed_to_json(jobs: Sequence[ops.LeasedJob]) -> list[dict[str, Any]]:
     fragment = orjson.Fragment
     times: dict[int, str] = {}  # the jobs of one claim share their expiry
-    out = []
+    out: list[dict[str, Any]] = []
     for job_id, payload, token, attempt, expires_ms in plain_rows(jobs):
         expires = times.get(expires_ms)
         if expires is None:
             expires = times[expires_ms] = timefmt.fmt(expires_ms)
         out.append({"id": job_id, "payload": fragment(payload), "token": token,
                     "attempt": attempt, "lease_expires_at": expires})
+    for i, group in ops.groups_of(jobs).items():  # (only grouped jobs have the field)
+        out[i]["group"] = group
     return out
 
 

@@ -37,6 +37,7 @@ from broker.limits import (
     MAX_ATTEMPTS,
     MAX_CLAIM_JOBS,
     MAX_DELAY_S,
+    MAX_GROUP_CHARS,
     MAX_ITEMS,
     MAX_JOB_ID_CHARS,
     MAX_KEY_CHARS,
@@ -108,6 +109,10 @@ class NewJob(Request):
     max_attempts: Annotated[int | None, Field(ge=1, le=MAX_ATTEMPTS)] = None
     key: Annotated[str | None, Field(min_length=1, max_length=MAX_KEY_CHARS,
                                      description="idempotency key of the job")] = None
+    group: Annotated[str | None, Field(
+        min_length=1, max_length=MAX_GROUP_CHARS, pattern=r"^[^\x00-\x1f\x7f]*$",
+        description="the job's group (null: none); shown wherever the job is. Groups "
+                    "have no effect on claims yet")] = None
 
 
 class PushRequest(Request):
@@ -283,6 +288,7 @@ class ClaimedJobBody(Response):
     token: str
     attempt: int
     lease_expires_at: str = Field(json_schema_extra={"format": "date-time"})
+    group: str | None = Field(None, description="the job's group (absent: none)")
 
 
 class Claimed(Response):
@@ -416,6 +422,7 @@ class JobFound(Response):
     attempts: int
     max_attempts: int
     created_at: str
+    group: str | None = Field(None, description="the job's group (absent: none)")
     payload: Any
     location: Literal["queue", "segment", "archive"]
     key: str | None = Field(None, description="its idempotency key (not kept in the archive)")

@@ -216,6 +216,7 @@ def row(job: Job) -> dict[str, Any]:
         "id": job.id, "seq": job.seq, "status": job.status, "priority": job.priority,
         "attempts": job.attempts, "max_attempts": job.max_attempts,
         "run_at": timefmt.fmt(job.run_at_ms), "created_at": timefmt.fmt(job.created_ms),
+        "group": job.group,
         "worker": job.lease_worker if job.lease_token is not None else None,
         "cancel_requested": job.status == CLAIMED and job.cancel_ms is not None,
         # pending (or delayed), or claimed and not marked yet
@@ -318,7 +319,8 @@ def archived(found: Found) -> dict[str, Any]:
         "id": record.get("id"), "seq": record.get("seq"), "status": record.get("status"),
         "priority": record.get("priority"), "attempts": record.get("attempts"),
         "max_attempts": record.get("max_attempts"), "run_at": record.get("run_at"),
-        "created_at": record.get("created_at"), "worker": record.get("worker"),
+        "created_at": record.get("created_at"), "group": record.get("group"),
+        "worker": record.get("worker"),
         "cancel_requested": False, "cancellable": False, "redrivable": False,
         "last_error": record.get("last_error"),
         "preview": preview[:PREVIEW_CHARS] + ("…" if len(preview) > PREVIEW_CHARS else ""),

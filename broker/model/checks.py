@@ -159,12 +159,21 @@ def str_field(body: dict[str, Any], name: str, default: str | None, *, max_len: 
     return fields.text(f"field '{where}{name}'", value, max_len)
 
 
-def job_options(item: dict[str, Any], where: str) -> tuple[int, int, int | None, str | None]:
-    """A job's options (priority, delay in ms, max_attempts, key), each checked
+def job_options(item: dict[str, Any], where: str,
+                ) -> tuple[int, int, int | None, str | None, str | None]:
+    """A job's options (priority, delay in ms, max_attempts, key, group), each checked
     as :data:`broker.fields.JOB_OPTIONS` says (absent or null: the default)."""
     delay = _option(item, "delay_s", 0.0, where) or 0.0
     return (_option(item, "priority", 0, where) or 0, round(delay * 1000),
-            _option(item, "max_attempts", None, where), _option(item, "key", None, where))
+            _option(item, "max_attempts", None, where), _option(item, "key", None, where),
+            _option(item, "group", None, where))
+
+
+def check_group(raw: Any, where: str) -> str | None:
+    """A job's group as given (None for null or absent), if it is a string of
+    1..128 characters without control characters (:func:`broker.fields.group`);
+    else ``InvalidRequest`` naming ``where`` and quoting the value cut short."""
+    return None if raw is None else fields.group(where, raw)
 
 
 def _option(item: dict[str, Any], name: str, default: Any, where: str) -> Any:

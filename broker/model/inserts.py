@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from broker.errors import InvalidRequest, PayloadTooLarge, QueueFull, shown
 from broker.limits import MAX_ATTEMPTS, MAX_DELAY_MS, MAX_KEY_CHARS, MAX_PRIORITY
 from broker.model import idempotency
+from broker.model.checks import check_group
 from broker.model.job import JOB_OVERHEAD_BYTES, PENDING, Job, JobIds
 from broker.model.lifecycle import add_pending, add_pending_bulk
 from broker.model.ops import NewJob
@@ -40,11 +41,13 @@ def validate_new(state: QueueState, new: NewJob) -> int:
                              f"got {shown(new.max_attempts)}")
     if new.key is not None and not 0 < len(new.key) <= MAX_KEY_CHARS:
         raise InvalidRequest(f"idempotency keys must be 1..{MAX_KEY_CHARS} characters")
+    if new.group is not None:
+        check_group(new.group, "group")
     return len(new.payload) + JOB_OVERHEAD_BYTES
 
 
-_OPTIONS = operator.itemgetter(1, 2, 3, 4)  # NewJob's fields after the payload
-_DEFAULT_OPTIONS = (0, 0, None, None)
+_OPTIONS = operator.itemgetter(1, 2, 3, 4, 5)  # NewJob's fields after the payload
+_DEFAULT_OPTIONS = (0, 0, None, None, None)
 
 
 def insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int) -> Sequence[str]:
@@ -79,6 +82,9 @@ def insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int) -> Seque
         seq = counters.enqueued
         job = Job(seq, new.payload, PENDING, new.priority,
                   now_ms + new.delay_ms, 0, new.max_attempts or settings_max, now_ms, new.key)
+        if new.group is not None:
+            job.group = new.group
+            state.grouped.append(seq)  # (ascending: seqs only grow)
         added.append(job)
         if new.key is not None:
             created[new.key] = job.id

@@ -163,6 +163,7 @@ class Job:
         "done_commit",
         "done_ms",
         "done_seq",
+        "group",
         "key",
         "last_error",
         "lease_expires_ms",
@@ -192,6 +193,7 @@ class Job:
         key: str | None = None,
         last_error: str | None = None,
         lease: Lease | None = None,
+        group: str | None = None,
     ) -> None:
         self.seq = seq
         self.payload = payload
@@ -203,6 +205,7 @@ class Job:
         self.created_ms = created_ms
         self.key = key
         self.last_error = last_error
+        self.group = group  # its group's name (broker.fields.group), or None
         # the lease (see the class docstring); the numbers mean nothing while the token is None
         self.lease_token: str | None = None
         self.lease_worker = ""
@@ -259,8 +262,10 @@ class Job:
             "attempts": self.attempts,
             "max_attempts": self.max_attempts,
             "created_at": timefmt.fmt(self.created_ms),
-            "payload": orjson.Fragment(self.payload),
         }
+        if self.group is not None:  # (before the payload: see broker.model.job_lines)
+            out["group"] = self.group
+        out["payload"] = orjson.Fragment(self.payload)
         if self.key is not None:
             out["key"] = self.key
         if self.last_error is not None:

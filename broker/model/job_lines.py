@@ -47,9 +47,10 @@ _PENDING_BODY = (b'{"id":"j%%010d","seq":%%d,"status":"pending","priority":%d,"r
 
 # A completed job's line in an archive object: the job's fields without lease and
 # key, then who completed it (worker and token), in which commit, when, and its
-# result (see broker.model.format.archive).
+# result (see broker.model.format.archive). A grouped job's group goes before its
+# payload, as on its line in the head.
 _ARCHIVED_JOB = (b'{"id":"j%010d","seq":%d,"status":"completed","priority":%d,"run_at":"%s",'
-                 b'"attempts":%d,"max_attempts":%d,"created_at":"%s","payload":%s%s,'
+                 b'"attempts":%d,"max_attempts":%d,"created_at":"%s"%s,"payload":%s%s,'
                  b'"worker":%s,"token":"%s","commit_seq":%d,"commit":"%s","completed_at":"%s",'
                  b'"result":%s}\n')
 
@@ -123,15 +124,18 @@ def job_line(job: Job) -> bytes:
     it from the one before, cached on the job until :func:`broker.model.format.codec.touch`
     clears it.
 
-    The common shapes (pending, or claimed, with no key or error) are
+    The common shapes (pending, or claimed, with no key, error or group) are
     filled into byte templates; everything else goes through
-    :func:`stored_dict`. Both give the same bytes (the tests compare them).
+    :func:`stored_dict`. Both give the same bytes (the tests compare them). A
+    grouped line carries ``"group"`` right before ``"payload"``: after the fields
+    the byte splices edit (status, attempts), so no group name can pass for one.
     """
     enc = job._enc
     if enc is None:
         token = job.lease_token
         claimed = job.status == CLAIMED
-        if job.key is None and job.last_error is None and (claimed or job.cancel_ms is None) \
+        if job.key is None and job.last_error is None and job.group is None \
+                and (claimed or job.cancel_ms is None) \
                 and (job.done_ms is None or job.done_commit is not None):
             fields = (job.seq, job.seq, job.status.encode(), job.priority,
                       timefmt.fmt_bytes(job.run_at_ms), job.attempts,
@@ -170,9 +174,10 @@ def archive_line(job: Job) -> bytes:
         raise ValueError(f"job {job.id} is not a committed completion")
     error = b"" if job.last_error is None else (
         b',"last_error":' + orjson.dumps(job.last_error))
+    group = b"" if job.group is None else b',"group":' + orjson.dumps(job.group)
     return _ARCHIVED_JOB % (
         job.seq, job.seq, job.priority, timefmt.fmt_bytes(job.run_at_ms),
-        job.attempts, job.max_attempts, timefmt.fmt_bytes(job.created_ms),
+        job.attempts, job.max_attempts, timefmt.fmt_bytes(job.created_ms), group,
         job.payload, error, orjson.dumps(job.lease_worker), token.encode(),
         job.done_seq, job.done_commit.encode(), timefmt.fmt_bytes(job.done_ms),
         b"null" if job.result is None else job.result)
@@ -189,8 +194,10 @@ def _cancelled_line(job: Job) -> bytes:
     line: dict[str, object] = {
         "id": job.id, "seq": job.seq, "status": CANCELLED, "priority": job.priority,
         "run_at": timefmt.fmt(job.run_at_ms), "attempts": job.attempts,
-        "max_attempts": job.max_attempts, "created_at": timefmt.fmt(job.created_ms),
-        "payload": orjson.Fragment(job.payload)}
+        "max_attempts": job.max_attempts, "created_at": timefmt.fmt(job.created_ms)}
+    if job.group is not None:
+        line["group"] = job.group
+    line["payload"] = orjson.Fragment(job.payload)
     if job.last_error is not None:
         line["last_error"] = job.last_error
     line.update(worker=job.lease_worker if job.lease_token is not None else None,

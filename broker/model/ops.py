@@ -33,6 +33,7 @@ class NewJob(NamedTuple):
     delay_ms: int = 0
     max_attempts: int | None = None
     key: str | None = None
+    group: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,10 +316,13 @@ class LeasedJob(NamedTuple):
 
 
 class LeasedJobs(Columns[LeasedJob]):
-    """The jobs of one claim, column-wise (see :mod:`broker.model.columns`)."""
+    """The jobs of one claim, column-wise (see :mod:`broker.model.columns`), and
+    ``groups``: the group of each grouped job, by its index (set only when some
+    job has one: :func:`groups_of` reads it)."""
 
-    __slots__ = ()
+    __slots__ = ("groups",)
     row_type = LeasedJob
+    groups: dict[int, str]
 
     @property
     def ids(self) -> list[str]:
@@ -339,6 +343,12 @@ class LeasedJobs(Columns[LeasedJob]):
     @property
     def lease_expires_ms(self) -> list[int]:
         return self.columns[4]
+
+
+def groups_of(jobs: Sequence[LeasedJob]) -> dict[int, str]:
+    """The groups of a claim's grouped jobs by index (:attr:`LeasedJobs.groups`;
+    none for jobs given as a plain list)."""
+    return getattr(jobs, "groups", None) or {}
 
 
 class ItemResults(Columns[ItemResult]):

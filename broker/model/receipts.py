@@ -132,8 +132,11 @@ def fence_of(token: str) -> int | None:
 #: Bytes of a push digest (written as twice as many hex digits): 64 bits, so two
 #: different pushes under one key pass for each other once in 2**64.
 DIGEST_BYTES = 8
-#: A NewJob's options at their defaults (priority, delay_ms, max_attempts, key).
+#: A NewJob's options at their defaults (priority, delay_ms, max_attempts, key),
+#: without its group: a job's group counts only when it has one, so the digests of
+#: ungrouped pushes are those brokers from before groups kept.
 _DEFAULTS = (0, 0, None, None)
+_DEFAULTS_GROUPLESS = (*_DEFAULTS, None)
 
 
 def push_digest(jobs: Sequence[Any]) -> str:
@@ -153,8 +156,8 @@ def push_digest(jobs: Sequence[Any]) -> str:
     except TypeError:
         payloads = [job if type(job) is bytes else job[0] for job in jobs]
         joined = b"".join(payloads)
-        listed = [None if type(job) is bytes or job[1:] == _DEFAULTS else job[1:]
-                  for job in jobs]
+        listed = [None if type(job) is bytes or job[1:] == _DEFAULTS_GROUPLESS else
+                  job[1:5] if job[5] is None else job[1:] for job in jobs]
         options = orjson.dumps(listed) if any(listed) else b""
         jobs = payloads
     h = hashlib.sha256(array("Q", map(len, jobs)).tobytes())

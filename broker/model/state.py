@@ -127,8 +127,12 @@ FORMAT = "osqueue"
 # 4: "segments", the references to segment objects (so a commit's cost does not grow
 #    with the pending jobs);
 # 5: "claims", one record a claim holding its lease (claimed lines say "claim": fence),
-#    and "spills" (always [] so far)
-VERSION = 5
+#    and "spills" (always [] so far);
+# 6: job groups ("group" on a job's line), written only while a job in the head has
+#    one (broker.model.format.codec.version_of): a queue without groups stays at 5.
+VERSION = 6
+#: The version of a head that uses no groups (what a broker before groups reads).
+UNGROUPED_VERSION = 5
 
 #: Rough bytes one segment reference costs in the head (its line), whatever
 #: the number of jobs its segment holds.
@@ -411,6 +415,9 @@ class QueueState:
     # Derived, never stored: the dispatch rate limit's bucket and the claim rate
     # (broker.model.ratelimit), this broker's, carried across re-reads of the object.
     claims: ClaimGate = field(default_factory=ClaimGate, compare=False, repr=False)
+    # Derived, never stored: a heap of the seqs of the head's grouped jobs, some maybe
+    # gone from it since (dropped lazily by broker.model.format.codec.version_of).
+    grouped: list[int] = field(default_factory=list, compare=False, repr=False)
     approx_bytes: int = 0  # jobs only; see size_estimate()
     key_bytes: int = 0  # the idempotency-key and publish-key windows
     # Completed jobs awaiting their archive object: commit seq -> job seqs.

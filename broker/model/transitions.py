@@ -45,7 +45,7 @@ in step; nothing here knows how either is laid out.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 from broker.errors import InvalidRequest, PayloadTooLarge, QueueFull, shown
 from broker.limits import (
@@ -57,7 +57,7 @@ from broker.limits import (
 )
 from broker.model import browse, cancels, idempotency, lifecycle, queue_rules, tokens
 from broker.model import receipts as R
-from broker.model.columns import plain_rows
+from broker.model.columns import Columns, plain_rows
 from broker.model.indexes import bound_stale_leases, expired_leases, promote_due
 from broker.model.inserts import insert_jobs, insert_payloads
 from broker.model.job import (
@@ -89,6 +89,7 @@ from broker.model.ops import (
     Heartbeat,
     Inspect,
     LeasedJob,
+    LeasedJobs,
     Op,
     Purge,
     Push,
@@ -213,6 +214,8 @@ def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
         receipt = state.receipts.requests.get(op.request or "")
         if held and receipt is not None:  # this repeat holds them now: see _release
             receipt.replayed = True
+        if state.grouped and held:
+            return Result(jobs=_named_groups(state, LeasedJobs.of(held)), replayed=True)
         return Result(jobs=held, replayed=True)
     result = Result()
     if state.paused:
@@ -221,11 +224,27 @@ def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
     first_fence = state.counters.fence + 1
     want = state.claims.cap(state.settings, op.max_jobs, now_ms)  # the dispatch rate limit
     out = result.jobs = claim_merged(state, op.worker, want, op.lease_ms, now_ms, tag)
+    if state.grouped and out:  # (a queue without groups pays nothing here)
+        _named_groups(state, out)
     state.claims.spend(state.settings, len(out), now_ms)
     result.changed = bool(out)
     if out and op.request is not None:
         state.receipts.record(op.request, R.CLAIM, [first_fence, len(out)], now_ms)
     return result
+
+
+def _named_groups(state: QueueState, out: Columns[LeasedJob]) -> LeasedJobs:
+    """``out`` with the group of each of its grouped jobs named (``out.groups``)."""
+    jobs = state.jobs
+    groups = {}
+    claimed = cast("LeasedJobs", out)
+    for i, job_id in enumerate(claimed.ids):
+        job = jobs.get(seq_of(job_id) or 0)
+        if job is not None and job.group is not None:
+            groups[i] = job.group
+    if groups:
+        claimed.groups = groups
+    return claimed
 
 
 def _still_held(state: QueueState, first_fence: int, count: int,

@@ -99,10 +99,12 @@ def wanted(op: object, min_jobs: int, min_bytes: int = 0) -> bool:
 
 def _uniform(jobs: Sequence[NewJob]) -> bool:
     """Whether ``jobs`` share their options, in range (else the push goes into
-    the head, which refuses a bad one), with no idempotency key."""
+    the head, which refuses a bad one), with no idempotency key and no group
+    (segments hold no groups yet: a grouped push goes into the head)."""
     first = jobs[0]
     options = first[1:]
-    return (first.key is None and -MAX_PRIORITY <= first.priority <= MAX_PRIORITY
+    return (first.key is None and first.group is None
+            and -MAX_PRIORITY <= first.priority <= MAX_PRIORITY
             and 0 <= first.delay_ms <= MAX_DELAY_MS
             and (first.max_attempts is None or 1 <= first.max_attempts <= MAX_ATTEMPTS)
             and all(job[1:] == options for job in jobs))

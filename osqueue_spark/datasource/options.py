@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from broker import paths, timefmt
 from broker.errors import InvalidRequest
@@ -157,7 +158,9 @@ class ReadOptions:
 
 @dataclass(frozen=True)
 class BrokerOptions:
-    """Where the broker is, for writes, streams and workers."""
+    """Where the broker is, for writes, streams and workers; for writes,
+    ``group_column`` (``groupColumn``): the string column whose value is each
+    row's group (null: none), which stays in the payload too."""
 
     broker: str
     queue: str
@@ -165,6 +168,7 @@ class BrokerOptions:
     store: str | None = None
     batch_size: int = DEFAULT_WRITE_BATCH_ROWS
     timeout_s: float = 60.0
+    group_column: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> BrokerOptions:
@@ -179,7 +183,22 @@ class BrokerOptions:
             batch_size=_int(options, "batchSize", DEFAULT_WRITE_BATCH_ROWS, 1,
                             MAX_WRITE_BATCH_ROWS),
             timeout_s=_float(options, "timeoutS", 60.0, 1.0, MAX_TIMEOUT_S),
+            group_column=(_get(options, "groupColumn") or "").strip() or None,
         )
+
+    def check_schema(self, schema: Any) -> None:
+        """Refuse, before anything is written, a ``groupColumn`` that is not a
+        string column of ``schema`` (the written DataFrame's)."""
+        name = self.group_column
+        if name is None:
+            return
+        kinds = {f.name: f.dataType.simpleString() for f in schema.fields}
+        if name not in kinds:
+            raise OptionError(f"option 'groupColumn' names {name!r}, which is not a column of "
+                              f"the DataFrame written (its columns: "
+                              f"{', '.join(list(kinds)[:20])})")
+        if kinds[name] != "string":
+            raise OptionError(f"groupColumn {name!r} is {kinds[name]}; cast it to string")
 
     def client(self) -> QueueClient:
         return QueueClient(self.broker, self.queue, token=self.token, store=self.store,

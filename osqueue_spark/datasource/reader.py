@@ -48,13 +48,14 @@ from osqueue_spark.datasource.rows import ts, ts_text
 QUEUE_SCHEMA = (
     "id string, seq long, status string, priority int, payload string, attempts int, "
     "max_attempts int, created_at timestamp, run_at timestamp, worker string, "
-    "lease_expires_at timestamp, last_error string, cancel_requested_at timestamp"
+    "lease_expires_at timestamp, last_error string, cancel_requested_at timestamp, "
+    "group string"  # (last: the columns before it keep their positions)
 )
 ARCHIVE_SCHEMA = (
     "id string, seq long, status string, priority int, payload string, attempts int, "
     "max_attempts int, created_at timestamp, run_at timestamp, completed_at timestamp, "
     "worker string, result string, last_error string, token string, commit_seq long, "
-    "cancelled_at timestamp"
+    "cancelled_at timestamp, group string"
 )
 
 
@@ -238,7 +239,7 @@ def _job_row(job: Job, extra: list[str]) -> tuple[Any, ...]:
         job.id, job.seq, job.status, job.priority, job.payload.decode(), job.attempts,
         job.max_attempts, ts(job.created_ms), ts(job.run_at_ms),
         lease.worker if lease else None, ts(lease.expires_ms) if lease else None,
-        job.last_error, ts(job.cancel_ms), *_extract(payload, extra),
+        job.last_error, ts(job.cancel_ms), job.group, *_extract(payload, extra),
     )
 
 
@@ -307,5 +308,6 @@ class ArchiveReader(DataSourceReader):
                 ts_text(rec["created_at"]), ts_text(rec["run_at"]), ts(done) if completed else None,
                 rec.get("worker"), None if rec.get("result") is None else result.decode(),
                 rec.get("last_error"), rec.get("token"), rec.get("commit_seq"),
-                ts_text(rec.get("cancelled_at")), *_extract(rec["payload"], self.extra),
+                ts_text(rec.get("cancelled_at")), rec.get("group"),
+                *_extract(rec["payload"], self.extra),
             )

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from broker import timefmt, wire
+from broker import fields, timefmt, wire
 from broker.errors import InvalidRequest
 from osqueue_spark.args import job_options
 from osqueue_spark.client import job_staged_line
@@ -18,11 +18,27 @@ from osqueue_spark.client import job_staged_line
 OPTION_COLUMNS = ("priority", "delay_s", "max_attempts", "key")
 
 
-def row_to_job(row: Any) -> dict[str, Any]:
+def group_of(value: Any, column: str, row: int | None = None) -> str | None:
+    """A row's group (``value``, of the ``groupColumn`` ``column``), checked
+    (:func:`broker.fields.group`): ``InvalidRequest`` naming the column and row."""
+    if value is None:
+        return None
+    where = f"column {column!r}" + ("" if row is None else f" in row {row} of a batch")
+    return fields.group(where, value)
+
+
+def row_to_job(row: Any, group_column: str | None = None,
+               index: int | None = None) -> dict[str, Any]:
     """A job body from a Row: its ``payload`` column (JSON text, struct or map),
-    or else all its columns but the option columns as a JSON object."""
+    or else all its columns but the option columns as a JSON object; its group
+    from the column ``group_column`` (which stays in the payload) if given
+    (a bad one refused naming the row's ``index`` in its batch, if given)."""
     data = row.asDict(recursive=True) if hasattr(row, "asDict") else dict(row)
     job: dict[str, Any] = {}
+    if group_column is not None:
+        group = group_of(data.get(group_column), group_column, index)
+        if group is not None:
+            job["group"] = group
     for name in OPTION_COLUMNS:
         value = data.pop(name, None)
         if value is not None:
@@ -42,9 +58,11 @@ def row_to_job(row: Any) -> dict[str, Any]:
     return job
 
 
-def arrow_staged_lines(batches: Iterator[Any]) -> Iterator[bytes]:
+def arrow_staged_lines(batches: Iterator[Any],
+                       group_column: str | None = None) -> Iterator[bytes]:
     """Staged lines (the format: :mod:`broker.wire`) from Arrow record batches
-    (``DataSourceArrowWriter``), one a row.
+    (``DataSourceArrowWriter``), one a row; each row's group from the string
+    column ``group_column`` if given (:func:`row_to_job`).
 
     A string ``payload`` column is checked to be JSON and passed through as
     text (no decode and re-encode); struct and map payloads, or rows without a
@@ -62,6 +80,7 @@ def arrow_staged_lines(batches: Iterator[Any]) -> Iterator[bytes]:
         if "payload" in names and (pa.types.is_string(batch.schema.field("payload").type)
                                    or pa.types.is_large_string(batch.schema.field("payload").type)):
             options = [(n, batch.column(n).to_pylist()) for n in names if n in OPTION_COLUMNS]
+            groups = None if group_column is None else batch.column(group_column).to_pylist()
             for i, text in enumerate(batch.column("payload").to_pylist()):
                 if text is None:
                     raise InvalidRequest(f"column 'payload' is null in row {i} of a batch")
@@ -74,22 +93,24 @@ def arrow_staged_lines(batches: Iterator[Any]) -> Iterator[bytes]:
                 if end in text:  # a staged payload is one line (its numbers exact)
                     text = wire.staged_payload(text.encode()).decode()
                 head = ""
-                if options:
+                if options or groups is not None:
                     set_ = {n: values[i] for n, values in options if values[i] is not None}
+                    if groups is not None and groups[i] is not None:
+                        set_["group"] = group_of(groups[i], group_column or "", i)
                     head = dumps(job_options(set_)).decode() if set_ else ""
                 # broker.wire.encode_staged_line, inlined: a quarter of its cost
                 yield f"{head}{sep}{text}{end}".encode()
         else:
             maps = {n for n in names if pa.types.is_map(batch.schema.field(n).type)}
-            for row in batch.to_pylist():
+            for i, row in enumerate(batch.to_pylist()):
                 for n in maps:  # Arrow gives maps as lists of (key, value) pairs
                     if row[n] is not None:
                         row[n] = dict(row[n])
-                yield job_staged_line(row_to_job(row))
+                yield job_staged_line(row_to_job(row, group_column, i))
 
 
-def arrow_staged_chunks(batches: Iterator[Any], max_rows: int,
-                        max_bytes: int) -> Iterator[tuple[bytes, int]]:
+def arrow_staged_chunks(batches: Iterator[Any], max_rows: int, max_bytes: int,
+                        group_column: str | None = None) -> Iterator[tuple[bytes, int]]:
     """The staged lines of :func:`arrow_staged_lines` for the same batches, in
     pieces of at most ``max_rows`` rows and (but for a single larger line)
     ``max_bytes`` bytes: ``(lines, rows)``, in row order.
@@ -106,8 +127,8 @@ def arrow_staged_chunks(batches: Iterator[Any], max_rows: int,
     import pyarrow.compute as pc
 
     for batch in batches:
-        if not _plain_payloads(batch, pa):
-            yield from _row_pieces(batch, max_rows, max_bytes)
+        if group_column is not None or not _plain_payloads(batch, pa):
+            yield from _row_pieces(batch, max_rows, max_bytes, group_column)
             continue
         kind = batch.schema.field(0).type
         none, tab, eol = (pa.scalar(text, kind)
@@ -120,14 +141,15 @@ def arrow_staged_chunks(batches: Iterator[Any], max_rows: int,
         start = offsets[0]
         data = joined.buffers()[2].slice(start, offsets[-1] - start).to_pybytes()
         if data.count(wire.STAGED_END) != len(joined):  # a text spans lines: a row at a time
-            yield from _row_pieces(batch, max_rows, max_bytes)
+            yield from _row_pieces(batch, max_rows, max_bytes, group_column)
             continue
         for lo, hi in _pieces(offsets[1:], start, max_rows, max_bytes):
             yield data[offsets[lo] - start:offsets[hi] - start], hi - lo
 
 
-def _row_pieces(batch: Any, max_rows: int, max_bytes: int) -> Iterator[tuple[bytes, int]]:
-    lines = list(arrow_staged_lines(iter([batch])))
+def _row_pieces(batch: Any, max_rows: int, max_bytes: int,
+                group_column: str | None = None) -> Iterator[tuple[bytes, int]]:
+    lines = list(arrow_staged_lines(iter([batch]), group_column))
     ends = list(itertools.accumulate(map(len, lines)))
     for lo, hi in _pieces(ends, 0, max_rows, max_bytes):
         yield b"".join(lines[lo:hi]), hi - lo

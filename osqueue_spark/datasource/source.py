@@ -112,11 +112,15 @@ class OsqueueDataSource(DataSource):
     def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
         if overwrite:
             raise InvalidRequest("osqueue only appends: use .mode(\"append\")")
-        return QueueWriter(BrokerOptions.parse(self.options), uuid.uuid4().hex)
+        opts = BrokerOptions.parse(self.options)
+        opts.check_schema(schema)
+        return QueueWriter(opts, uuid.uuid4().hex)
 
     @with_code
     def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
-        return QueueStreamWriter(StreamWriteOptions.parse(self.options))
+        opts = StreamWriteOptions.parse(self.options)
+        opts.target.check_schema(schema)
+        return QueueStreamWriter(opts)
 
     @with_code
     def streamReader(self, schema: Any) -> DataSourceStreamReader:

@@ -126,7 +126,8 @@ def stage_pieces(opts: BrokerOptions, prefix: str,
 
 def stage_rows(opts: BrokerOptions, prefix: str, rows: Iterator[Any], *,
                 fingerprint: bool = False) -> StagedMessage:
-    return stage_lines(opts, prefix, (job_staged_line(row_to_job(row)) for row in rows),
+    column = opts.group_column
+    return stage_lines(opts, prefix, (job_staged_line(row_to_job(row, column)) for row in rows),
                         fingerprint=fingerprint)
 
 
@@ -140,7 +141,7 @@ class QueueWriter(DataSourceArrowWriter):
     @with_code
     def write(self, iterator: Iterator[Any]) -> StagedMessage:
         return stage_pieces(self.opts, self.prefix, arrow_staged_chunks(
-            iterator, self.opts.batch_size, STAGE_CHUNK_BYTES))
+            iterator, self.opts.batch_size, STAGE_CHUNK_BYTES, self.opts.group_column))
 
     @with_code
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:

@@ -21,6 +21,7 @@ bytes are kept too, so a commit after changing 1k of 100k jobs re-encodes those
 
 from __future__ import annotations
 
+import heapq
 from typing import Any
 
 import orjson
@@ -36,7 +37,15 @@ from broker.model.job_lines import (
     lease_tail,
     stored_dict,
 )
-from broker.model.state import FORMAT, LINEAGE, VERSION, KeyEntry, QueueState, SegmentRef
+from broker.model.state import (
+    FORMAT,
+    LINEAGE,
+    UNGROUPED_VERSION,
+    VERSION,
+    KeyEntry,
+    QueueState,
+    SegmentRef,
+)
 
 # -- change tracking (called by broker.model.lifecycle on every job change) ------------
 
@@ -119,11 +128,22 @@ def reset_blocks(state: QueueState) -> None:
 # -- encoding ------------------------------------------------------------------
 
 
+def version_of(state: QueueState) -> int:
+    """The format version ``state`` is written as: :data:`VERSION` while a job in
+    the head has a group, else :data:`UNGROUPED_VERSION` (so a queue that uses no
+    groups keeps the bytes, and the readers, of brokers from before groups).
+    Amortised O(1): each grouped seq leaves the heap once, when it has left the head."""
+    grouped, entries = state.grouped, state.jobs.entries
+    while grouped and grouped[0] not in entries:
+        heapq.heappop(grouped)
+    return VERSION if grouped else UNGROUPED_VERSION
+
+
 def _header(state: QueueState) -> dict[str, Any]:
     broker = state.broker
     header = {
         "format": FORMAT,
-        "version": VERSION,
+        "version": version_of(state),
         "seq": state.seq,
         "writer": state.writer,
         "commit": state.commit,

@@ -12,6 +12,7 @@ never overwritten: the broker says which object and why.
 
 from __future__ import annotations
 
+import heapq
 import json
 from bisect import bisect_left
 from dataclasses import fields
@@ -20,7 +21,8 @@ from typing import Any
 import orjson
 
 from broker import timefmt
-from broker.errors import CorruptState, ForeignState, NewerState, shown
+from broker.errors import CorruptState, ForeignState, InvalidRequest, NewerState, shown
+from broker.fields import group as group_name
 from broker.limits import (
     BROKER_LEASE_S,
     MAX_ATTEMPTS,
@@ -140,6 +142,13 @@ def _job_from(raw: Any, spans: LineSpans | None, version: int = VERSION) -> Job:
         last_error=_text(raw.get("last_error"), f"job {job_id!r} last_error", optional=True),
         lease=_lease_from(lease, job_id) if lease is not None else None,
     )
+    if raw.get("group") is not None:  # (null: none, as a push takes it)
+        if version < 6:
+            raise ValueError(f"job {job_id!r} has a group; groups came in format version 6")
+        try:
+            job.group = group_name(f"job {job_id!r}", raw["group"])
+        except InvalidRequest as exc:
+            raise ValueError(str(exc)) from None
     records = version >= 5  # (a claimed line names its claim record, which holds its lease)
     if records and status == CLAIMED:
         if lease is not None or "cancel_requested_at" in raw:
@@ -503,3 +512,5 @@ def _add_jobs(state: QueueState, jobs: list[Any], lines: list[bytes] | None,
         if job.seq in state.jobs:
             raise ValueError(f"job id {job.id!r} appears twice")
         state.jobs[job.seq] = job
+        if job.group is not None:
+            heapq.heappush(state.grouped, job.seq)

@@ -25,6 +25,7 @@ from broker.limits import (
     MAX_CLAIM_JOBS,
     MAX_DELAY_S,
     MAX_DEPTH,
+    MAX_GROUP_CHARS,
     MAX_KEY_CHARS,
     MAX_LEASE_S,
     MAX_ONCE_CHARS,
@@ -118,7 +119,8 @@ def check(body: Any, hand: Callable[[Any], Any], model: type[BaseModel],
 
 NEW_JOB = obj({"payload": PAYLOADS}, {
     "priority": ints(-MAX_PRIORITY, MAX_PRIORITY), "delay_s": nums(0, MAX_DELAY_S),
-    "max_attempts": ints(1, MAX_ATTEMPTS), "key": strs(MAX_KEY_CHARS)})
+    "max_attempts": ints(1, MAX_ATTEMPTS), "key": strs(MAX_KEY_CHARS),
+    "group": st.one_of(strs(MAX_GROUP_CHARS), st.sampled_from(["a\x00", "\x7f", "t\nx", "\x1f"]))})
 
 
 def _push(body: Any) -> list[NewJob]:
@@ -130,7 +132,7 @@ def _push(body: Any) -> list[NewJob]:
 def test_push(body: Any) -> None:
     def read(m: Any) -> list[NewJob]:
         return [NewJob(orjson.dumps(j.payload), j.priority, round(j.delay_s * 1000),
-                                   j.max_attempts, j.key) for j in m.jobs]
+                                   j.max_attempts, j.key, j.group) for j in m.jobs]
 
     check(body, _push, schemas.PushRequest, read)
 

@@ -286,8 +286,8 @@ def test_a_version_4_object_without_segments_or_a_newer_version_is_refused() -> 
     data = FINAL_V4.read_bytes()
     with pytest.raises(CorruptState, match="segments is missing"):
         decode_state(data.replace(NO_SEGMENTS, b"", 1))
-    with pytest.raises(NewerState, match="version 6"):
-        decode_state(FINAL_V5.read_bytes().replace(b'"version":5', b'"version":6', 1))
+    with pytest.raises(NewerState, match="version 7"):
+        decode_state(FINAL_V5.read_bytes().replace(b'"version":5', b'"version":7', 1))
     for name in (b'"claims"', b'"spills"'):
         with pytest.raises(CorruptState, match="is missing"):
             decode_state(FINAL_V5.read_bytes().replace(b',\n' + name + b':[', b',\n"x":[', 1))

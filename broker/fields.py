@@ -18,13 +18,14 @@ A leaf: imports the broker's errors and limits only.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
-from broker.errors import InvalidRequest, shown
+from broker.errors import InvalidRequest, OsqueueError, shown
 from broker.limits import MAX_ATTEMPTS, MAX_DELAY_S, MAX_GROUP_CHARS, MAX_KEY_CHARS, MAX_PRIORITY
 
-Error = type[InvalidRequest]
+Error = type[OsqueueError]
 
 
 def number(name: str, value: Any, lo: float, hi: float, error: Error = InvalidRequest) -> Any:
@@ -57,14 +58,17 @@ def text(name: str, value: Any, max_chars: int, error: Error = InvalidRequest) -
 
 
 #: The characters a group name may not hold: the C0 controls and DEL.
-_CONTROLS = dict.fromkeys([*range(0x20), 0x7F])
+#: control characters, and lone surrogates (no UTF-8 head could hold them)
+_NOT_IN_GROUPS = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
 
 
 def group(name: str, value: Any, error: Error = InvalidRequest) -> str:
     """``value`` if it is a group name: a string of 1..:data:`MAX_GROUP_CHARS`
-    characters without control characters (U+0000-U+001F, U+007F)."""
+    characters without control characters (U+0000-U+001F, U+007F) or lone
+    surrogates; the one rule, for the client and the broker
+    (:func:`broker.model.groups.names.check_group` applies it)."""
     if not isinstance(value, str) or not 0 < len(value) <= MAX_GROUP_CHARS \
-            or len(value.translate(_CONTROLS)) != len(value):
+            or _NOT_IN_GROUPS.search(value) is not None:
         raise error(f"{name}: group must be a string of 1..{MAX_GROUP_CHARS} characters "
                     f"without control characters, got {shown(value)}")
     return value

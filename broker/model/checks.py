@@ -169,13 +169,6 @@ def job_options(item: dict[str, Any], where: str,
             _option(item, "group", None, where))
 
 
-def check_group(raw: Any, where: str) -> str | None:
-    """A job's group as given (None for null or absent), if it is a string of
-    1..128 characters without control characters (:func:`broker.fields.group`);
-    else ``InvalidRequest`` naming ``where`` and quoting the value cut short."""
-    return None if raw is None else fields.group(where, raw)
-
-
 def _option(item: dict[str, Any], name: str, default: Any, where: str) -> Any:
     value = item.get(name)
     if value is None:

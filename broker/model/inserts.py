@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from broker.errors import InvalidRequest, PayloadTooLarge, QueueFull, shown
 from broker.limits import MAX_ATTEMPTS, MAX_DELAY_MS, MAX_KEY_CHARS, MAX_PRIORITY
 from broker.model import idempotency
-from broker.model.checks import check_group
+from broker.model.groups.names import check_group
 from broker.model.job import JOB_OVERHEAD_BYTES, PENDING, Job, JobIds
 from broker.model.lifecycle import add_pending, add_pending_bulk
 from broker.model.ops import NewJob

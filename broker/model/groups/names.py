@@ -3,35 +3,35 @@
 A job's group is a string of 1..:data:`~broker.limits.MAX_GROUP_CHARS`
 characters (code points) without control characters (U+0000-U+001F, U+007F)
 and without lone surrogates (which no UTF-8 object can hold); null or absent
-is "no group". :func:`check_group` is the one place this is checked (push
-bodies, staged lines, the keys of the settings' maps; the decoder turns its
-refusal into ``CorruptState``).
+is "no group". The rule is :func:`broker.fields.group` (the client's too);
+:func:`check_group` applies it in the model (push bodies, staged lines, the
+keys of the settings' maps; the decoder turns its refusal into ``CorruptState``).
 
 :class:`GroupNames` maps names to small ints (gids) and back, in memory only:
 gid 0 is "no group", ids of released names are reused, so the table is as
 large as the groups the caller still references, not every group ever seen.
 
-Pure: no I/O; imports the broker's errors and limits only.
+Pure: no I/O; imports the broker's errors and fields only.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from broker.errors import InvalidRequest, OsqueueError, shown
-from broker.limits import MAX_GROUP_CHARS
+from broker import fields
+from broker.errors import InvalidRequest, OsqueueError
 
 #: The gid of "no group" (a job without a group: its own group in the rotation).
 NO_GROUP = 0
 
-_FORBIDDEN = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
-
 
 def valid_group(raw: Any) -> bool:
     """Whether ``raw`` is a group name (a string, see the module's rule)."""
-    return (isinstance(raw, str) and 0 < len(raw) <= MAX_GROUP_CHARS
-            and _FORBIDDEN.search(raw) is None)
+    try:
+        fields.group("group", raw)
+    except InvalidRequest:
+        return False
+    return True
 
 
 def check_group(raw: Any, where: str,
@@ -41,12 +41,7 @@ def check_group(raw: Any, where: str,
     ``invalid_request``), naming ``where`` (the field as the caller spells it,
     e.g. ``"jobs[3]"`` or ``"group_limits"``) and quoting the value only by its
     short prefix (:func:`broker.errors.shown`)."""
-    if raw is None:
-        return None
-    if isinstance(raw, str) and valid_group(raw):
-        return raw
-    raise error(f"{where}: group must be a string of 1..{MAX_GROUP_CHARS} characters "
-                f"without control characters, got {shown(raw)}")
+    return None if raw is None else fields.group(where, raw, error)
 
 
 class GroupNames:

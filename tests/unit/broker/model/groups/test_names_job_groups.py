@@ -1,4 +1,4 @@
-"""check_group: a job's group is a string of 1..128 characters (code points)
+"""check_group on jobs: a job's group is a string of 1..128 characters (code points)
 without control characters; null is no group; a refusal names where and
 quotes the value cut short."""
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from broker.errors import SHOWN_CHARS, InvalidRequest
-from broker.model.checks import check_group
+from broker.model.groups.names import check_group
 
 
 @pytest.mark.parametrize("name", ["a", "tenant-42", "é" * 128, "\U0001f600" * 128,

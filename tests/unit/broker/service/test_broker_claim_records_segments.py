@@ -31,7 +31,8 @@ def _every_job_once(store: FileStore, total: int) -> dict[str, str]:
         assert j["id"] not in where, j
         if j["status"] == "claimed":
             rec = fences[j["claim"]]
-            seqs = [s for p in rec["parts"] for s in range(p["seq"][0], p["seq"][1] + 1)]
+            seqs = [s for p in rec["parts"] for k in range(0, len(p["seq"]), 2)
+                    for s in range(p["seq"][k], p["seq"][k] + p["seq"][k + 1])]
             assert j["seq"] in seqs, (j, rec)
         where[j["id"]] = j["status"]
     seg_seqs = [s for r in stored(store).segment_refs

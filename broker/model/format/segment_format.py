@@ -148,20 +148,28 @@ class SegmentHeader:
     max_attempts: int | None = None
 
 
+def header_object(data: bytes, what: str, fmt: str) -> dict[str, Any]:
+    """The first line of an object of format ``fmt`` as a JSON object; ``ValueError``
+    naming ``what`` (the object, as errors name it) if there is no such line, it is
+    not JSON, or it names another format. Shared by segment and spill objects."""
+    end = data.find(b"\n")
+    if end < 0:
+        raise ValueError(f"{what}: no header line (truncated object?)")
+    try:
+        raw = orjson.loads(data[:end])
+    except orjson.JSONDecodeError:
+        raise ValueError(f"{what}: the header line is not JSON") from None
+    if not isinstance(raw, dict) or raw.get("format") != fmt:
+        raise ValueError(f"{what}: not an {fmt} object")
+    return raw
+
+
 def read_header(data: bytes, key: str) -> SegmentHeader:
     """The checked header of segment object ``data`` (read from ``key``, named
     in errors). ``ValueError`` for a first line that is not the header of a
     segment this broker reads (another format, a newer version, a missing,
     extra or mistyped field)."""
-    end = data.find(b"\n")
-    if end < 0:
-        raise ValueError(f"segment {key}: no header line (truncated object?)")
-    try:
-        raw = orjson.loads(data[:end])
-    except orjson.JSONDecodeError:
-        raise ValueError(f"segment {key}: the header line is not JSON") from None
-    if not isinstance(raw, dict) or raw.get("format") != SEGMENT_FORMAT:
-        raise ValueError(f"segment {key}: not an {SEGMENT_FORMAT} object")
+    raw = header_object(data, f"segment {key}", SEGMENT_FORMAT)
     version = raw.get("version")
     fields = _HEADER_FIELDS.get(version) if type(version) is int else None
     if fields is None:

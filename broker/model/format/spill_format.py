@@ -67,6 +67,7 @@ from broker.model.format.segment_format import (
     check_int,
     check_object_version,
     check_time,
+    header_object,
 )
 from broker.model.indexes import SEQ_MASK, TIME_MASK
 from broker.model.job import DEAD, PENDING, Job, job_id_for
@@ -393,15 +394,7 @@ def read_header(data: bytes, key: str) -> SpillHeader:
     errors). ``ValueError`` for a first line that is not the header of a spill
     object this broker reads (another format, a newer version, a missing,
     extra or mistyped field, an error text too long)."""
-    end = data.find(b"\n")
-    if end < 0:
-        raise ValueError(f"spill object {key}: no header line (truncated object?)")
-    try:
-        raw = orjson.loads(data[:end])
-    except orjson.JSONDecodeError:
-        raise ValueError(f"spill object {key}: the header line is not JSON") from None
-    if not isinstance(raw, dict) or raw.get("format") != SPILL_FORMAT:
-        raise ValueError(f"spill object {key}: not an {SPILL_FORMAT} object")
+    raw = header_object(data, f"spill object {key}", SPILL_FORMAT)
     version = raw.get("version")
     if type(version) is not int or version != SPILL_VERSION:
         raise ValueError(f"spill object {key}: version {shown(version)}; this broker reads "

@@ -253,7 +253,13 @@ class SegmentRef:
     jobs (ms since the epoch); ``taken`` is the cursor: how many jobs from the
     start have moved into the head. Made by :func:`broker.model.format.segment_format.ref_from_json`
     (checked; :func:`~broker.model.format.segment_format.ref_to_json` writes it) or by the
-    broker after writing the object; :func:`broker.model.segments.refs.take` makes the next one."""
+    broker after writing the object; :func:`broker.model.segments.refs.take` makes the next one.
+
+    A grouped segment's ref (segment format 3; not yet made by the broker) has
+    ``groups``, its object's number of runs, and ``taken_at``: its taken
+    positions as runs ``(from, count, from, count, ...)``, ascending, disjoint
+    and coalesced, counting ``taken`` (not a prefix: ``next_seq`` means nothing
+    for it; see :func:`broker.model.segments.refs.take_positions`)."""
 
     key: str
     etag: str
@@ -262,6 +268,8 @@ class SegmentRef:
     priority: int
     run_at_ms: int
     taken: int = 0
+    groups: int | None = None
+    taken_at: tuple[int, ...] = ()
 
     @property
     def next_seq(self) -> int:

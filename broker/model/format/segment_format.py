@@ -23,6 +23,25 @@ join of its payloads (a million jobs in about 20 ms; each job line written
 out whole cost about 25 times that, and 4 times the bytes:
 ``bench/spark_bench.py``, the write row).
 
+Version 3 is version 2 with a directory of the jobs' groups in the header,
+written only for a segment in which some job has a group (an ungrouped
+segment is still version 2, byte for byte). The jobs are group-major: each
+group's jobs are one run of consecutive positions, in push order, and
+``"groups"`` lists the runs in position order as ``[group or null, count]``
+(a group at most once, counts at least 1 and summing to ``count``; run ``r``
+starts at the sum of the counts before it)::
+
+    {"format":"osqueue-segment","version":3,...,"max_attempts":3,"groups":[["tenantA",2],[null,1]]}
+
+Version 3 is not yet written by the broker (claims do not yet take grouped
+jobs from segments): this module writes and checks it (:func:`encode_segment`
+with ``groups``, :func:`read_header`, :func:`read_directory`), and a reference
+to a grouped segment (``"groups"``: its number of runs; ``"taken_at"``: its
+taken positions as runs, :func:`check_taken_at`) has its JSON here, but the
+decoder still refuses grouped references and :func:`segment_lines` refuses to read a
+grouped segment's jobs. A broker before version 3 refuses such an object as
+a version it does not read.
+
 Version 1 (written until version 2 came) has a header without
 ``created_at`` and ``max_attempts``, and each job's whole line of the queue
 object on its line. It is still read, with every line checked against its
@@ -45,6 +64,7 @@ import orjson
 
 from broker import timefmt
 from broker.errors import CorruptState, InvalidRequest, SegmentMissing, shown
+from broker.fields import group as group_name
 from broker.limits import MAX_ATTEMPTS, MAX_PRIORITY
 from broker.model.indexes import SEQ_MASK, TIME_MASK
 from broker.model.job import Job
@@ -53,8 +73,15 @@ from broker.model.state import SegmentRef
 from broker.paths import check_queue_name, parse_segment_key
 
 SEGMENT_FORMAT = "osqueue-segment"
-#: The version this broker writes; it reads 1 too.
+#: The version this broker writes for a segment without groups; it reads 1 too.
 SEGMENT_VERSION = 2
+#: The version of a segment with a directory of its jobs' groups (only when
+#: some job has a group); the newest this broker reads.
+GROUPED_SEGMENT_VERSION = 3
+#: Longest header line (bytes, its line break not counted) this broker writes
+#: or reads: a directory of :data:`MAX_SEGMENT_JOBS` runs of long names fits
+#: only this far; a longer line is refused before it is parsed.
+MAX_SEGMENT_HEADER_BYTES = 8 * 1024 * 1024
 #: Most jobs in one segment: a window is at most one segment, so this bounds
 #: what the broker holds per segment it reads (with the byte limit of
 #: ``broker.service.by_reference.SEGMENT_MAX_BYTES``).
@@ -65,9 +92,14 @@ MAX_ETAG_CHARS = 256
 
 _REF_FIELDS = frozenset(
     {"key", "etag", "first_seq", "count", "priority", "run_at", "taken"})
+_GROUPED_REF_FIELDS = _REF_FIELDS | {"groups", "taken_at"}
 _V1_FIELDS = frozenset(
     {"format", "version", "queue", "first_seq", "count", "priority", "run_at"})
 _HEADER_FIELDS = {1: _V1_FIELDS, 2: _V1_FIELDS | {"created_at", "max_attempts"}}
+_HEADER_FIELDS[3] = _HEADER_FIELDS[2] | {"groups"}
+
+#: A segment's directory: its runs in position order, ``(group or None, count)``.
+Runs = tuple[tuple[str | None, int], ...]
 _CREATED = b',"created_at":"'
 _PAYLOAD = b'","payload":'
 _STAMP_CHARS = len(timefmt.fmt(0))
@@ -97,14 +129,23 @@ def check_time(raw: Any, what: str) -> int:
 
 def encode_segment(queue: str, first_seq: int, priority: int, run_at_ms: int,
                    payloads: Sequence[bytes], *, max_attempts: int,
-                   created_ms: int | None = None) -> bytes:
-    """The bytes of a (version 2) segment of ``queue``: a header line, then one
-    payload a line (JSON bytes, as checked at push or staging), seqs
-    ``first_seq`` onwards, due at ``run_at_ms`` and created at ``created_ms``
-    (default: ``run_at_ms``, as a bulk push or publish makes them).
+                   created_ms: int | None = None,
+                   groups: Sequence[tuple[str | None, int]] | None = None) -> bytes:
+    """The bytes of a segment of ``queue``: a header line, then one payload a
+    line (JSON bytes, as checked at push or staging), seqs ``first_seq``
+    onwards, due at ``run_at_ms`` and created at ``created_ms`` (default:
+    ``run_at_ms``, as a bulk push or publish makes them).
+
+    Version 2 without ``groups``; version 3 with them: the directory of the
+    payloads' groups, ``(group or None, count)`` runs in position order (the
+    payloads already group-major: :func:`broker.model.groups.directories.group_major`),
+    checked as :func:`read_header` checks a read one.
 
     ``ValueError`` for no payloads, an empty payload, a payload holding a line
-    break (it would split its line), or a field out of range.
+    break (it would split its line), a field out of range, or a directory
+    :func:`read_header` would refuse (a bad name, a count below 1, a group
+    twice, counts not summing to the jobs, no named group, or a header over
+    :data:`MAX_SEGMENT_HEADER_BYTES`).
     """
     try:
         check_queue_name(queue)
@@ -118,11 +159,19 @@ def encode_segment(queue: str, first_seq: int, priority: int, run_at_ms: int,
     check_int(max_attempts, f"segment of {queue!r}: max_attempts", 1, MAX_ATTEMPTS)
     created = run_at_ms if created_ms is None else check_int(
         created_ms, f"segment of {queue!r}: created_ms", 0, TIME_MASK)
-    header = orjson.dumps({
+    head: dict[str, Any] = {
         "format": SEGMENT_FORMAT, "version": SEGMENT_VERSION, "queue": queue,
         "first_seq": first_seq, "count": count, "priority": priority,
         "run_at": timefmt.fmt(run_at_ms), "created_at": timefmt.fmt(created),
-        "max_attempts": max_attempts})
+        "max_attempts": max_attempts}
+    if groups is not None:
+        runs = check_runs(groups, count, f"segment of {queue!r}: groups")
+        head["version"] = GROUPED_SEGMENT_VERSION
+        head["groups"] = [list(run) for run in runs]
+    header = orjson.dumps(head)
+    if len(header) > MAX_SEGMENT_HEADER_BYTES:
+        raise ValueError(f"segment of {queue!r}: header of {len(header)} bytes is over "
+                         f"{MAX_SEGMENT_HEADER_BYTES} (group names too long for one segment)")
     body = b"\n".join(payloads)
     if body.count(b"\n") != count - 1:  # one pass in C, not one test per payload
         bad = next(i for i, payload in enumerate(payloads) if b"\n" in payload)
@@ -132,11 +181,53 @@ def encode_segment(queue: str, first_seq: int, priority: int, run_at_ms: int,
     return b"".join((header, b"\n", body, b"\n"))
 
 
+def check_runs(raw: Any, count: int, what: str) -> Runs:
+    """``raw`` as a segment's directory of ``count`` jobs (``[group or None,
+    count]`` runs in position order; JSON lists or tuples), checked: a non-empty
+    list of pairs, each name per the one rule (:func:`broker.fields.group`) or
+    None, each count within ``[1, count]``, a group (or None) at most once,
+    the counts summing to ``count``, and some run named (a directory of no
+    group is a version-2 segment). ``ValueError`` naming ``what`` (the object
+    and its field) and the run index; a name is quoted at most by
+    :func:`~broker.errors.shown`."""
+    if not isinstance(raw, (list, tuple)) or not raw:
+        raise ValueError(f"{what} must be a non-empty list of [group, count] runs")
+    runs: list[tuple[str | None, int]] = []
+    first: dict[str | None, int] = {}
+    end = 0
+    for r, run in enumerate(raw):
+        if not isinstance(run, (list, tuple)) or len(run) != 2:
+            raise ValueError(f"{what}[{r}] must be a [group, count] pair")
+        name, n = run
+        if name is not None:
+            try:
+                group_name(f"{what}[{r}]", name)
+            except InvalidRequest as exc:
+                raise ValueError(str(exc)) from None
+        n = check_int(n, f"{what}[{r}] count", 1, count)
+        seen = first.setdefault(name, r)
+        if seen != r:
+            raise ValueError(f"{what}[{r}] names group {shown(name)} again "
+                             f"(first at run {seen}): a group is one run")
+        end += n
+        if end > count:
+            raise ValueError(f"{what}[{r}] ends at position {end}, past the {count} jobs")
+        runs.append((name, n))
+    if end != count:
+        raise ValueError(f"{what}[{len(runs) - 1}] ends at position {end}, "
+                         f"short of the {count} jobs")
+    if list(first) == [None]:
+        raise ValueError(f"{what}[0] is the only run and has no group: a segment "
+                         "without groups is version 2")
+    return tuple(runs)
+
+
 @dataclass(frozen=True, slots=True)
 class SegmentHeader:
     """A segment object's first line, checked (see :func:`read_header`).
     ``created_ms`` and ``max_attempts`` are None in a version-1 header (its
-    lines carry them)."""
+    lines carry them); ``groups`` (the directory, :data:`Runs`) is None below
+    version 3."""
 
     queue: str
     first_seq: int
@@ -146,6 +237,7 @@ class SegmentHeader:
     version: int = SEGMENT_VERSION
     created_ms: int | None = None
     max_attempts: int | None = None
+    groups: Runs | None = None
 
 
 def header_object(data: bytes, what: str, fmt: str) -> dict[str, Any]:
@@ -168,25 +260,32 @@ def read_header(data: bytes, key: str) -> SegmentHeader:
     """The checked header of segment object ``data`` (read from ``key``, named
     in errors). ``ValueError`` for a first line that is not the header of a
     segment this broker reads (another format, a newer version, a missing,
-    extra or mistyped field)."""
+    extra or mistyped field, a header line over :data:`MAX_SEGMENT_HEADER_BYTES`,
+    a version-3 directory :func:`check_runs` refuses). Only the first line
+    is read, so ``data`` may be a prefix of the object that holds it."""
+    end = data.find(b"\n", 0, MAX_SEGMENT_HEADER_BYTES + 1)
+    if end < 0 and len(data) > MAX_SEGMENT_HEADER_BYTES:
+        raise ValueError(f"segment {key}: the header line is over "
+                         f"{MAX_SEGMENT_HEADER_BYTES} bytes")
     raw = header_object(data, f"segment {key}", SEGMENT_FORMAT)
     version = raw.get("version")
-    fields = _HEADER_FIELDS.get(version) if type(version) is int else None
-    if fields is None:
+    names = _HEADER_FIELDS.get(version) if type(version) is int else None
+    if names is None:
         raise ValueError(f"segment {key}: version {shown(version)}; this broker reads "
-                         f"versions 1 to {SEGMENT_VERSION}")
-    if raw.keys() != fields:
-        odd = sorted(raw.keys() ^ fields)
+                         f"versions 1 to {GROUPED_SEGMENT_VERSION}")
+    if raw.keys() != names:
+        odd = sorted(raw.keys() ^ names)
         raise ValueError(f"segment {key}: header fields {shown(odd)} missing or unknown")
     queue = raw["queue"]
     if not isinstance(queue, str):
         raise ValueError(f"segment {key}: header queue must be a string")
     assert isinstance(version, int)
     v2 = version >= 2
+    count = check_int(raw["count"], f"segment {key}: header count", 1, MAX_SEGMENT_JOBS)
     return SegmentHeader(
         queue=queue,
         first_seq=check_int(raw["first_seq"], f"segment {key}: header first_seq", 1, SEQ_MASK),
-        count=check_int(raw["count"], f"segment {key}: header count", 1, MAX_SEGMENT_JOBS),
+        count=count,
         priority=check_int(raw["priority"], f"segment {key}: header priority",
                            -MAX_PRIORITY, MAX_PRIORITY),
         run_at_ms=check_time(raw["run_at"], f"segment {key}: header run_at"),
@@ -194,26 +293,51 @@ def read_header(data: bytes, key: str) -> SegmentHeader:
         created_ms=check_time(raw["created_at"], f"segment {key}: header created_at")
         if v2 else None,
         max_attempts=check_int(raw["max_attempts"], f"segment {key}: header max_attempts",
-                               1, MAX_ATTEMPTS) if v2 else None)
+                               1, MAX_ATTEMPTS) if v2 else None,
+        groups=check_runs(raw["groups"], count, f"segment {key}: header groups")
+        if version >= GROUPED_SEGMENT_VERSION else None)
+
+
+def read_directory(prefix: bytes, key: str, ref: SegmentRef | None = None) -> Runs:
+    """The directory of grouped segment ``key`` from ``prefix``, the start of
+    the object holding at least its header line (a ranged read: up to
+    :data:`MAX_SEGMENT_HEADER_BYTES` and its line break), checked as
+    :func:`read_header` checks it and, given ``ref``, against the reference
+    (the fields :func:`check_segment` compares, and ``ref.groups``, its number
+    of runs). ``ValueError`` naming the key for a prefix without a whole header
+    line (read more), a segment without groups, or any disagreement."""
+    header = read_header(prefix, key)
+    if header.groups is None:
+        raise ValueError(f"segment {key} (version {header.version}) has no group directory")
+    if ref is not None:
+        _check_agrees(header, ref)
+    return header.groups
 
 
 _AGREES_WITH_REF = ("queue", "first_seq", "count", "priority", "run_at_ms")
 
 
+def _check_agrees(header: SegmentHeader, ref: SegmentRef) -> None:
+    expected = (ref.queue, ref.first_seq, ref.count, ref.priority, ref.run_at_ms)
+    odd = [name for name, want in zip(_AGREES_WITH_REF, expected, strict=True)
+           if getattr(header, name) != want]
+    if ref.groups != (None if header.groups is None else len(header.groups)):
+        odd.append("groups")
+    if odd:
+        raise ValueError(f"segment {ref.key}: header disagrees with the queue's reference "
+                         f"on {', '.join(odd)}")
+
+
 def check_segment(data: bytes, ref: SegmentRef) -> SegmentHeader:
     """Check that ``data`` is the segment ``ref`` describes: its header agrees
-    with the ref (queue of the key, first seq, count, priority, due time) and
+    with the ref (queue of the key, first seq, count, priority, due time, and
+    whether it is grouped, with how many runs) and
     it holds exactly ``ref.count`` job lines, each ended by a line break.
     ``ValueError`` naming the key otherwise. (The etag is the store's to check:
     the read that gave ``data`` must be of ``ref.etag``.)"""
     key = ref.key
     header = read_header(data, key)
-    expected = (ref.queue, ref.first_seq, ref.count, ref.priority, ref.run_at_ms)
-    odd = [name for name, want in zip(_AGREES_WITH_REF, expected, strict=True)
-           if getattr(header, name) != want]
-    if odd:
-        raise ValueError(f"segment {key}: header disagrees with the queue's reference "
-                         f"on {', '.join(odd)}")
+    _check_agrees(header, ref)
     lines = data.count(b"\n") - 1
     if not data.endswith(b"\n"):
         raise ValueError(f"segment {key} is truncated: its last line has no line break")
@@ -239,6 +363,9 @@ def segment_lines(data: bytes, ref: SegmentRef, start: int | None = None,
     key and line for any disagreement, or for a window outside ``[0, ref.count]``.
     """
     header = check_segment(data, ref)
+    if header.groups is not None:  # (its lines need each job's group, and skip taken_at)
+        raise ValueError(f"segment {ref.key} is grouped (version 3): this broker does "
+                         "not read its jobs yet")
     lo = ref.taken if start is None else start
     hi = ref.count if stop is None else stop
     if not 0 <= lo <= hi <= ref.count:
@@ -359,20 +486,65 @@ def read_checked(ref: SegmentRef, data: bytes | None, etag: str | None, store_ur
 
 
 def ref_to_json(ref: SegmentRef) -> dict[str, Any]:
-    """The ref as the head's ``"segments"`` list holds it (times as text, for jq)."""
-    return {"key": ref.key, "etag": ref.etag, "first_seq": ref.first_seq, "count": ref.count,
-            "priority": ref.priority, "run_at": timefmt.fmt(ref.run_at_ms), "taken": ref.taken}
+    """The ref as the head's ``"segments"`` list holds it (times as text, for jq).
+    A grouped ref adds ``"groups"`` and, once something is taken, ``"taken_at"``
+    (an ungrouped ref's JSON is as it always was)."""
+    out = {"key": ref.key, "etag": ref.etag, "first_seq": ref.first_seq, "count": ref.count,
+           "priority": ref.priority, "run_at": timefmt.fmt(ref.run_at_ms), "taken": ref.taken}
+    if ref.groups is not None:
+        out["groups"] = ref.groups
+        if ref.taken_at:
+            out["taken_at"] = list(ref.taken_at)
+    return out
 
 
-def ref_from_json(raw: Any, where: str) -> SegmentRef:
+def ref_bytes(ref: SegmentRef) -> bytes:
+    """The ref's line in the head: :func:`ref_to_json`, compact."""
+    return orjson.dumps(ref_to_json(ref))
+
+
+def check_taken_at(raw: Any, count: int, taken: int, what: str) -> tuple[int, ...]:
+    """``raw`` as a grouped ref's ``taken_at`` (its taken positions as runs
+    ``[from, n, from, n, ...]``) of a segment of ``count`` jobs of which
+    ``taken`` are taken, checked: a non-empty list of int pairs, each run
+    within ``[0, count)`` and ``n >= 1``, ascending, disjoint and coalesced (a
+    run starts past the end of the one before, never at it), the ``n`` summing
+    to ``taken``. ``ValueError`` naming ``what`` and the run's index otherwise.
+    (Cost: one pass; the list has at most ``count // 2 + 1`` runs.)"""
+    if not isinstance(raw, list) or not raw or len(raw) % 2:
+        raise ValueError(f"{what} must be a non-empty list of [from, count] pairs, flat")
+    end = -1  # (no run before the first: position 0 may start one)
+    total = 0
+    for i in range(0, len(raw), 2):
+        start = check_int(raw[i], f"{what} run {i // 2} from", 0, count - 1)
+        if start <= end:
+            why = "touches" if start == end else "overlaps or comes before"
+            raise ValueError(f"{what} run {i // 2} {why} the run before it "
+                             "(runs are ascending, disjoint and coalesced)")
+        n = check_int(raw[i + 1], f"{what} run {i // 2} count", 1, count - start)
+        end = start + n
+        total += n
+    if total != taken:
+        raise ValueError(f"{what} counts {total} taken positions, the reference says {taken}")
+    return tuple(raw)
+
+
+def ref_from_json(raw: Any, where: str, *, grouped_ok: bool = False) -> SegmentRef:
     """A ref from its JSON (:func:`ref_to_json`), checked: exactly its fields,
     a key :func:`broker.paths.segment_key` makes whose seq is ``first_seq``, a
     short printable etag, counts in range and ``taken <= count``. ``ValueError``
-    naming ``where`` (e.g. ``"queue q: segments[3]"``) otherwise."""
+    naming ``where`` (e.g. ``"queue q: segments[3]"``) otherwise.
+
+    A grouped ref (``"groups"``, and ``"taken_at"`` while ``taken > 0``:
+    :func:`check_taken_at`) is read only with ``grouped_ok``; without it its
+    fields are unknown, as to a broker before groups."""
     if not isinstance(raw, dict):
         raise ValueError(f"{where}: a segment reference must be an object")
-    if raw.keys() != _REF_FIELDS:
-        odd = sorted(raw.keys() ^ _REF_FIELDS)
+    names = _REF_FIELDS
+    if grouped_ok and ("groups" in raw or "taken_at" in raw):
+        names = _GROUPED_REF_FIELDS if raw.get("taken") != 0 else _REF_FIELDS | {"groups"}
+    if raw.keys() != names:
+        odd = sorted(raw.keys() ^ names)
         raise ValueError(f"{where}: segment reference fields {shown(odd)} missing or unknown")
     key, etag = raw["key"], raw["etag"]
     parsed = parse_segment_key(key)
@@ -388,9 +560,17 @@ def ref_from_json(raw: Any, where: str) -> SegmentRef:
     if first_seq != parsed[1]:
         raise ValueError(f"{where}: segment {key} has first_seq {first_seq}, "
                          "but its key names another")
+    taken = check_int(raw["taken"], f"{where}: segment {key} taken", 0, count)
+    groups: int | None = None
+    taken_at: tuple[int, ...] = ()
+    if "groups" in names:
+        groups = check_int(raw["groups"], f"{where}: segment {key} groups", 1, count)
+        if taken:
+            taken_at = check_taken_at(raw["taken_at"], count, taken,
+                                      f"{where}: segment {key} taken_at")
     return SegmentRef(
         key=key, etag=etag, first_seq=first_seq, count=count,
         priority=check_int(raw["priority"], f"{where}: segment {key} priority",
                       -MAX_PRIORITY, MAX_PRIORITY),
         run_at_ms=check_time(raw["run_at"], f"{where}: segment {key} run_at"),
-        taken=check_int(raw["taken"], f"{where}: segment {key} taken", 0, count))
+        taken=taken, groups=groups, taken_at=taken_at)

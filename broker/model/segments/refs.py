@@ -26,6 +26,12 @@ or change of single jobs inside a segment is not supported: a segment holds
 pending jobs with default options only, and the only other change to a
 pending job is being claimed, which moves it into the head first.
 
+Grouped refs (segment format 3, not yet written by the broker): taken a run's
+prefix at a time, they keep their taken positions as runs (``taken_at``);
+:func:`take_positions`, :func:`untake_positions`, :func:`is_taken`,
+:func:`untaken_spans` and :func:`size_estimate` are the pure operations on
+them the claim, release, pages and stats will use.
+
 Errors: taking more jobs than a reference has left is a ``ValueError``
 naming the segment's key. (A reference's JSON, and the checks of a read one:
 :mod:`broker.model.format.segment_format`.)
@@ -40,7 +46,7 @@ from dataclasses import replace
 
 from broker.errors import shown
 from broker.model.indexes import ready_key
-from broker.model.state import SegmentRef  # (defined with the state that holds it)
+from broker.model.state import SEGMENT_REF_BYTES, SegmentRef  # (defined with the state)
 
 #: The claim-order source :func:`next_from` names for the inline ready heap.
 INLINE = -1
@@ -160,3 +166,211 @@ def next_wakeup(refs: Iterable[SegmentRef], now_ms: int) -> int | None:
     (when a claim may next find one of them due), or None."""
     return min((ref.run_at_ms for ref in refs
                 if ref.taken < ref.count and ref.run_at_ms > now_ms), default=None)
+
+
+# -- grouped refs: taken positions as runs -----------------------------------------------
+#
+# A grouped segment (format 3: its jobs group-major, a directory of runs in its header)
+# is taken a run's prefix at a time, not a prefix of the whole segment, so its ref
+# keeps the taken positions as runs: ``taken_at`` = (from, n, from, n, ...), ascending,
+# disjoint and coalesced (format: segment_format.check_taken_at). Not yet used:
+# nothing makes a grouped ref yet; these are the pure operations the claim, release,
+# pages and stats will use. Positions count from 0, the segment's first job.
+
+#: Rough bytes one ``taken_at`` run adds to a grouped ref's line in the head (at
+#: most ``65535,65536,`` = 12 characters).
+TAKEN_RUN_BYTES = 14
+#: Rough bytes a grouped ref's line has beyond an ungrouped one's, runs aside
+#: (``,"groups":65536,"taken_at":[]``: 29 characters).
+GROUPED_REF_BYTES = 32
+
+
+def size_estimate(refs: Iterable[SegmentRef]) -> int:
+    """Rough bytes the refs' lines cost in the head: :data:`~broker.model.state.SEGMENT_REF_BYTES`
+    each, plus, for a grouped ref, :data:`GROUPED_REF_BYTES` and
+    :data:`TAKEN_RUN_BYTES` a ``taken_at`` run (what ``max_state_bytes`` must see:
+    10,000 runs are ~140 KB)."""
+    total = 0
+    for ref in refs:
+        total += SEGMENT_REF_BYTES
+        if ref.groups is not None:
+            total += GROUPED_REF_BYTES + TAKEN_RUN_BYTES * (len(ref.taken_at) // 2)
+    return total
+
+
+def taken_count(taken_at: Sequence[int]) -> int:
+    """How many positions the runs ``taken_at`` hold."""
+    return sum(taken_at[1::2])
+
+
+def _run_before(taken_at: Sequence[int], pos: int) -> int:
+    """The index (of pairs) of the last run of ``taken_at`` starting at or before
+    ``pos``, or -1. Binary search over the runs' starts."""
+    lo, hi = 0, len(taken_at) // 2
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if taken_at[2 * mid] <= pos:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo - 1
+
+
+def _check_pos(ref: SegmentRef, pos: int) -> None:
+    if isinstance(pos, bool) or not isinstance(pos, int) or not 0 <= pos < ref.count:
+        raise ValueError(f"segment {ref.key}: position {shown(pos)} is outside "
+                         f"[0, {ref.count})")
+
+
+def is_taken(ref: SegmentRef, pos: int) -> bool:
+    """Whether the job at position ``pos`` of ``ref``'s segment is taken (in the
+    head or a claim record): in ``taken_at`` for a grouped ref, before the
+    cursor for another. ``ValueError`` for a position outside the segment."""
+    _check_pos(ref, pos)
+    if ref.groups is None:
+        return pos < ref.taken
+    r = _run_before(ref.taken_at, pos)
+    return r >= 0 and pos < ref.taken_at[2 * r] + ref.taken_at[2 * r + 1]
+
+
+def taken_between(ref: SegmentRef, lo: int, hi: int) -> int:
+    """How many positions in ``[lo, hi)`` of ``ref``'s segment are taken (for a
+    run of the directory: how much of it is taken; a run's next job is its
+    start plus that, while only its prefix is taken)."""
+    if not 0 <= lo <= hi <= ref.count:
+        raise ValueError(f"segment {ref.key}: span [{lo}, {hi}) is outside [0, {ref.count}]")
+    if ref.groups is None:
+        return max(0, min(hi, ref.taken) - lo)
+    taken_at, total = ref.taken_at, 0
+    r = max(0, _run_before(taken_at, lo))
+    while 2 * r < len(taken_at) and taken_at[2 * r] < hi:
+        start = taken_at[2 * r]
+        total += max(0, min(hi, start + taken_at[2 * r + 1]) - max(lo, start))
+        r += 1
+    return total
+
+
+def untaken_spans(ref: SegmentRef, lo: int = 0, hi: int | None = None) -> list[tuple[int, int]]:
+    """The untaken (pending) positions of ``ref``'s segment in ``[lo, hi)``
+    (default: all of it) as ``(from, to)`` spans, ascending: what pages, lookups
+    and the Spark reader read of it."""
+    hi = ref.count if hi is None else hi
+    if not 0 <= lo <= hi <= ref.count:
+        raise ValueError(f"segment {ref.key}: span [{lo}, {hi}) is outside [0, {ref.count}]")
+    if ref.groups is None:
+        start = max(lo, ref.taken)
+        return [(start, hi)] if start < hi else []
+    out, at, taken_at = [], lo, ref.taken_at
+    r = max(0, _run_before(taken_at, lo))
+    while 2 * r < len(taken_at) and taken_at[2 * r] < hi:
+        start, end = taken_at[2 * r], taken_at[2 * r] + taken_at[2 * r + 1]
+        if start > at:
+            out.append((at, start))
+        at = max(at, end)
+        r += 1
+    if at < hi:
+        out.append((at, hi))
+    return out
+
+
+def next_untaken(ref: SegmentRef, pos: int) -> int:
+    """The first untaken position at or after ``pos`` (``ref.count`` if none):
+    a run's cursor past a hole (a cancelled job taken out of its middle)."""
+    spans = untaken_spans(ref, pos) if pos < ref.count else []
+    return spans[0][0] if spans else ref.count
+
+
+def coalesce(spans: Iterable[tuple[int, int]]) -> tuple[int, ...]:
+    """``taken_at`` of ``(from, n)`` spans given in ascending order, disjoint but
+    possibly adjacent (adjacent ones merge; spans of ``n == 0`` are dropped).
+    ``ValueError`` for a negative ``n`` or a span overlapping or before the one
+    before it."""
+    out: list[int] = []
+    end = -1
+    for start, n in spans:
+        if n < 0 or start < end or start < 0:
+            raise ValueError(f"span ({start}, {n}) overlaps or comes before the one before it")
+        if n == 0:
+            continue
+        if start == end:
+            out[-1] += n
+        else:
+            out += (start, n)
+        end = start + n
+    return tuple(out)
+
+
+def _spans_of(positions: Iterable[int]) -> list[tuple[int, int]]:
+    """Sorted distinct ``positions`` as ``(from, n)`` spans of consecutive ones;
+    ``ValueError`` for a position given twice."""
+    spans: list[tuple[int, int]] = []
+    last = -2
+    for pos in sorted(positions):
+        if pos == last:
+            raise ValueError(f"position {pos} is given twice")
+        if pos == last + 1:
+            spans[-1] = (spans[-1][0], spans[-1][1] + 1)
+        else:
+            spans.append((pos, 1))
+        last = pos
+    return spans
+
+
+def _pairs(taken_at: Sequence[int]) -> list[tuple[int, int]]:
+    return list(zip(taken_at[::2], taken_at[1::2], strict=True))
+
+
+def _grouped(ref: SegmentRef, positions: Iterable[int]) -> list[tuple[int, int]]:
+    if ref.groups is None:
+        raise ValueError(f"segment {ref.key} is not grouped: its taken jobs are a "
+                         "prefix (take)")
+    positions = list(positions)
+    for pos in positions:
+        _check_pos(ref, pos)
+    try:
+        return _spans_of(positions)
+    except ValueError as exc:
+        raise ValueError(f"segment {ref.key}: {exc}") from None
+
+
+def take_positions(ref: SegmentRef, positions: Iterable[int]) -> SegmentRef:
+    """Grouped ref ``ref`` with ``positions`` (distinct, untaken, in any order)
+    taken: added to ``taken_at`` (coalesced) and counted in ``taken``. Costs
+    O(runs + k log k) for k positions. ``ValueError`` naming the key for an
+    ungrouped ref, a position outside the segment, given twice or already taken."""
+    new = _grouped(ref, positions)
+    if not new:
+        return ref
+    merged = heapq.merge(_pairs(ref.taken_at), new)
+    try:
+        taken_at = coalesce(merged)
+    except ValueError:
+        pos = next(p for start, n in new for p in range(start, start + n) if is_taken(ref, p))
+        raise ValueError(f"segment {ref.key}: position {pos} is already taken") from None
+    return replace(ref, taken=ref.taken + sum(n for _, n in new), taken_at=taken_at)
+
+
+def untake_positions(ref: SegmentRef, positions: Iterable[int]) -> SegmentRef:
+    """Grouped ref ``ref`` with ``positions`` (distinct, taken) pending again:
+    out of ``taken_at`` and ``taken`` (a release rewinding the end of a run's
+    taken prefix). ``ValueError`` naming the key for an ungrouped ref, a
+    position outside the segment, given twice or not taken."""
+    gone = _grouped(ref, positions)
+    for start, n in gone:
+        if taken_between(ref, start, start + n) != n:
+            bad = next(p for p in range(start, start + n) if not is_taken(ref, p))
+            raise ValueError(f"segment {ref.key}: position {bad} is not taken")
+    out: list[tuple[int, int]] = []
+    cut = iter(gone)
+    nxt = next(cut, None)
+    for start, n in _pairs(ref.taken_at):
+        end = start + n
+        while nxt is not None and nxt[0] < end:
+            if nxt[0] > start:
+                out.append((start, nxt[0] - start))
+            start = nxt[0] + nxt[1]
+            nxt = next(cut, None)
+        if start < end:
+            out.append((start, end - start))
+    removed = sum(n for _, n in gone)
+    return replace(ref, taken=ref.taken - removed, taken_at=coalesce(out))

@@ -142,8 +142,8 @@ def test_a_header_that_disagrees_with_the_ref_is_refused(ref: SegmentRef, field:
     (GOOD + GOOD.splitlines(keepends=True)[-1], "extra lines: 5 job lines"),
     (b"not json\n" + GOOD.split(b"\n", 1)[1], "header line is not JSON"),
     (GOOD.replace(b"osqueue-segment", b"osqueue", 1), "not an osqueue-segment object"),
-    (GOOD.replace(b'"version":2', b'"version":3', 1), "version 3; this broker reads "
-                                                       "versions 1 to 2"),
+    (GOOD.replace(b'"version":2', b'"version":4', 1), "version 4; this broker reads "
+                                                       "versions 1 to 3"),
     (GOOD.replace(b'"version":2', b'"version":true', 1), "version True"),
     (GOOD.replace(b'"version":2', b'"version":2,"extra":0', 1), "'extra'"),
     (GOOD.replace(b',"max_attempts":3', b'', 1), "'max_attempts'"),

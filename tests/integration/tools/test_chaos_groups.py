@@ -78,6 +78,8 @@ def test_groups_chaos_run_logs_claims_and_checks_the_limit(tmp_path: Path) -> No
     # the check ran over the log and the head samples
     assert g["log"]["holds"] == len(grouped) and g["log"]["max_held"] >= 1, output
     assert g["heads"]["samples"] >= 50 and g["heads"]["read_errors"] == 0, output
+    # (the samples read the real head's claimed lines and their groups)
+    assert g["heads"]["max_claimed"] >= 1, output
     # the brokers' expiries agree with the runner's clock (within their 1 ms rounding)
     assert g["lease_margin_s"]["min"] >= -0.002, output
     assert "--- groups ---" in output

@@ -37,7 +37,7 @@ class Recorder(Protocol):
 
     def pushed(self, keys_: list[str], ids: list[str], started: float) -> None: ...
 
-    def claimed(self, jobs: list[Any], worker: str, started: float) -> None: ...
+    def claimed(self, jobs: list[Any], worker: str, started: float, lease_s: float) -> None: ...
 
     def completed(self, items: list[tuple[str, str]], results: list[Any], worker: str,
                   started: float, late: bool = False) -> None: ...
@@ -113,7 +113,7 @@ class ChaosStore:
                 [job_id] = client.push_many([{"payload": {"p": 0, "n": n}}])
                 self.rec.pushed([f"0:{n}"], [job_id], started)
                 [job] = client.claim("w0", max_jobs=1, lease_s=60)
-                self.rec.claimed([job], "w0", started)
+                self.rec.claimed([job], "w0", started, 60)
                 [answer] = client.fail_many([(job.token, "chaos: doomed", 0.0)])
                 assert answer.ok and answer.status == "dead", answer
             finally:
@@ -130,7 +130,7 @@ class ChaosStore:
                 started = self.rec.clock()
                 [job] = client.claim("w0", max_jobs=1, lease_s=60)
                 assert job.id == job_id, job
-                self.rec.claimed([job], "w0", started)
+                self.rec.claimed([job], "w0", started, 60)
                 [answer] = client.complete_many([(job.token, {"by": "w0", "token": job.token})])
                 assert answer.ok, answer
                 self.rec.completed([(job.token, job.id)], [answer], "w0", started)
@@ -170,7 +170,7 @@ def chaos_store(root: Path, rec: Recorder, jobs: int = 4) -> ChaosStore:
             for _ in range(jobs):
                 started = rec.clock()
                 [job] = client.claim("w0", max_jobs=1, lease_s=60)
-                rec.claimed([job], "w0", started)
+                rec.claimed([job], "w0", started, 60)
                 out.heads[job.id] = out.store.read(paths.state_key(QUEUE)).data
                 started = rec.clock()
                 [answer] = client.complete_many([(job.token, {"by": "w0", "token": job.token})])

@@ -9,7 +9,9 @@ S3 store and the runner's direct reads), ``brokers`` (broker process slots),
 ``clients`` (producer and consumer threads and their records), ``bulk`` (the
 producers whose jobs go by reference: bulk pushes and Spark-like publishes),
 ``wide`` (the load of wide queues: big claims, failures, deaths, redrives, the owner
-killed mid-claim), ``segments`` (the segment and spill objects seen, and the wait for
+killed mid-claim), ``groups`` (job groups: the groups pushed jobs get, the log of
+claims and settlements, head samples, and the checks of group limits and fifo
+order), ``segments`` (the segment and spill objects seen, and the wait for
 the sweep once drained),
 ``nemesis`` (carrying out the schedule, outage measurement), ``checker`` (the
 total-queue check),

@@ -27,6 +27,8 @@ import random
 import time
 from typing import TYPE_CHECKING, Any
 
+from tools.chaos.groups import group_of
+
 if TYPE_CHECKING:
     from osqueue_spark import QueueClient
     from tools.chaos.clients import Workers
@@ -53,6 +55,7 @@ def bulk_push(workers: Workers, i: int) -> None:
     """Bulk producer ``i``: push batches of bare payloads, each in one request."""
     args, rec = workers.args, workers.rec
     rng = random.Random(f"{args.seed}-bulk-{i}")
+    grng = random.Random(f"{args.seed}-bulk-groups-{i}")
     p = BULK_P + i
     client = workers.client(args.producers + args.consumers + i)
     counter = 0
@@ -64,9 +67,14 @@ def bulk_push(workers: Workers, i: int) -> None:
             batch = [{"p": p, "n": counter + j} for j in range(n)]
             counter += n
             pkeys = [f"{p}:{job['n']}" for job in batch]
+            # with --groups each job gets its group (a grouped push goes into the head
+            # until segments hold groups)
+            bodies: list[Any] = batch if args.groups <= 0 else [
+                {"payload": pl, "group": group_of(grng, args.groups, args.group_skew)}
+                for pl in batch]
             started = rec.clock()
             try:
-                ids = client.push_many(batch, batch_size=n)
+                ids = client.push_many(bodies, batch_size=n)
             except Exception as exc:
                 rec.error("bulk_push", exc)
                 rec.push_failed(pkeys, exc)
@@ -77,6 +85,7 @@ def bulk_push(workers: Workers, i: int) -> None:
                 rec.push_failed(pkeys)
                 continue
             rec.pushed(pkeys, list(ids), started)
+            rec.grouped_pushed(bodies)
             with rec.lock:
                 rec.counts["bulk_push_ok"] += 1
                 rec.counts["jobs_acked_by_bulk_push"] += n

@@ -54,6 +54,12 @@ What one run does (all times are wall-clock seconds):
    owner killed or paused while it runs) and ``--claim-kills`` (the owner
    killed around a claim of ``--big-claim-max`` jobs, before its answer or
    after it).
+   With ``--groups N`` (``--preset groups``, ``groups-fifo``) single and bulk pushes
+   give every job one of N skewed groups, the queue is created with
+   ``--group-limit`` / ``--group-order`` if the broker accepts them (a refusal is
+   said plainly; the run goes on without them), every claim, heartbeat answered
+   ok and settlement is logged, and a sampler reads the head for the claimed jobs
+   of each group (tools/chaos/groups.py).
    The nemesis runs a schedule drawn from ``--seed`` (printed at start; the
    same seed gives the same schedule): ``--kills`` kill -9 of the broker that
    owns the queue (read from the queue object's ``broker.url``), restarted
@@ -96,6 +102,11 @@ What one run does (all times are wall-clock seconds):
    * job objects left once drained (segments, spill objects), claim
      records left in the head;
    * drain: whether the queue emptied (no job pending, claimed or dead).
+   * with groups and their settings accepted: any moment at which a group held
+     more jobs than its limit (1 for fifo), from the log (each job's surely
+     held interval: claim answer to the earlier of the settlement's send and
+     the lease's end) and from the head samples; with fifo, completions or
+     first claims of a group out of push order.
    The clients' records fail the run too: answers no broker may give
    (anomalies, a job claimed again after a complete of it answered ok, a
    claim answering a payload under another id than its push), and so do the
@@ -153,6 +164,18 @@ PRESETS: dict[str, dict[str, Any]] = {
              "bulk_max": 2000, "max_backlog": 12_000, "big_claimers": 3, "doom_every": 97,
              "max_attempts": 3, "fault_rate": 0.02, "drain_timeout_s": 300.0,
              "require_bar": True, "bar_kills": 10, "bar_pauses": 2},
+    # the acceptance of group limits: 1,000 groups at limit 2, 16 workers, 100,000 jobs, >= 10
+    # takeovers (the owner killed and taken over at random)
+    "groups": {"seconds": 900.0, "kills": 12, "pauses": 2, "competitors": 1,
+               "push_rate": 80.0, "bulk_rate": 120.0, "bulk_max": 800, "consumers": 16,
+               "groups": 1000, "group_limit": 2, "max_backlog": 12_000,
+               "drain_timeout_s": 300.0, "fault_rate": 0.02, "require_bar": True,
+               "bar_acked": 100_000, "bar_kills": 10, "bar_pauses": 2},
+    # the order acceptance: fifo groups, a fifth of the attempts failed
+    "groups-fifo": {"seconds": 300.0, "kills": 6, "pauses": 1, "competitors": 1,
+                    "push_rate": 60.0, "bulk_rate": 60.0, "bulk_max": 800, "consumers": 16,
+                    "groups": 1000, "group_order": "fifo", "fail_prob": 0.2,
+                    "lapse_prob": 0.02, "max_backlog": 12_000, "drain_timeout_s": 300.0},
     "long": {"seconds": 660.0, "kills": 16, "pauses": 6, "competitors": 4, "push_rate": 20.0,
              "bulk_rate": 40.0, "bulk_max": 800, "fault_rate": 0.02, "require_bar": True},
 }
@@ -173,7 +196,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "6 redrives and 4 claim kills, 80 jobs/s of bulk pushes of "
                         "500-2,000 jobs, 3 big claimers of 500-2,000 jobs, every 97th job "
                         "doomed, max attempts 3, 2%% faults on S3, --require-bar (10 "
-                        "owner kills, 2 pauses, and the wide load's own figures). "
+                        "owner kills, 2 pauses, and the wide load's own figures). groups "
+                        "(the group limits' run, about 17-20 minutes): 900 s, 1,000 groups "
+                        "at group_limit 2, 16 consumers, 12 kills, 2 pauses, 80 jobs/s of "
+                        "single pushes and 120 of bulk pushes and publishes, --require-bar "
+                        "with 100,000 acknowledged jobs and 10 owner kills. groups-fifo: "
+                        "300 s, 1,000 fifo groups, 16 consumers, 20%% of attempts failed. "
                         "Explicit options win")
     g.add_argument("--store", choices=["file", "s3", "gcs", "azure"], default="file",
                    help="file: a directory in the run directory; s3: moto behind the fault "
@@ -294,6 +322,24 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--claim-kills", type=int, default=0,
                    help="nemesis events: a claim of --big-claim-max jobs with the owner "
                         "killed before its answer and, in turn, after it (default 0)")
+    g = p.add_argument_group("job groups: per-group limits and fifo order")
+    g.add_argument("--groups", type=int, default=0,
+                   help="give every pushed job (single and bulk pushes; publishes stay "
+                        "ungrouped) one of N groups g00000.., skewed (see --group-skew); "
+                        "0: no groups (default 0)")
+    g.add_argument("--group-skew", type=float, default=2.0,
+                   help="group index = int(N * u ** skew) for a uniform u: 1 is uniform, "
+                        "2 (the default) makes g00000 about 1/sqrt(N) of the jobs")
+    g.add_argument("--group-limit", type=int, default=None,
+                   help="queue setting group_limit, set at start if the broker accepts it "
+                        "(else the run says so and the limit check is not applicable)")
+    g.add_argument("--group-order", choices=["fair", "fifo"], default=None,
+                   help="queue setting group_order, set at start if the broker accepts it; "
+                        "fifo: the checks want at most one job of a group held and its "
+                        "jobs settled in push order")
+    g.add_argument("--group-sample-s", type=float, default=None,
+                   help="read the head this often for the claimed jobs of each group, s "
+                        "(default 0.1 on file, 0.5 elsewhere)")
     g = p.add_argument_group("nemesis")
     g.add_argument("--kills", type=int, default=3, help="kill -9 of the owner (default 3)")
     g.add_argument("--pauses", type=int, default=1,
@@ -385,6 +431,13 @@ def check_args(args: argparse.Namespace) -> None:
         problems.append("--redrives, --claim-kills, --doom-every, --retry-max-s must be >= 0, "
                         "--big-fail-prob within [0, 1], --heartbeat-s > 0, "
                         "--big-hold-min-s <= --big-hold-max-s")
+    if args.groups < 0 or args.group_skew <= 0 or (args.group_limit is not None and not
+                                                    0 <= args.group_limit <= 1_000_000) or \
+            (args.group_sample_s is not None and args.group_sample_s <= 0):
+        problems.append("--groups must be >= 0, --group-skew and --group-sample-s > 0, "
+                        "--group-limit within 0..1000000")
+    if args.groups == 0 and (args.group_limit is not None or args.group_order is not None):
+        problems.append("--group-limit and --group-order need --groups")
     if args.restart_min_s > args.restart_max_s or \
             args.pause_extra_min_s > args.pause_extra_max_s:
         problems.append("min delays must not exceed max delays")

@@ -19,6 +19,7 @@ from typing import Any
 from broker.errors import OsqueueError
 from osqueue_spark import QueueClient
 from tools.chaos.bulk import bulk_push, publish
+from tools.chaos.groups import ClaimLog, group_of
 from tools.chaos.store import QUEUE
 
 
@@ -80,6 +81,8 @@ class Recorder:
         self.push_failures: list[dict[str, Any]] = []
         self.died: set[str] = set()       # ids a fail answered "dead"
         self.redriven: set[str] = set()   # ids a redrive by id named (a redrive of all: none)
+        # every claim, ok heartbeat and settlement, for the checks of groups
+        self.log = ClaimLog(time.time() - clock())
 
     def progress(self, started: float) -> None:
         self.successes.append((started, self.clock()))  # list.append is atomic
@@ -103,6 +106,14 @@ class Recorder:
             self.counts["push_ok"] += 1
             self.counts["jobs_acked_answers"] += len(ids)
         self.progress(started)
+
+    def grouped_pushed(self, jobs: list[Any]) -> None:
+        """Count the acknowledged jobs of ``jobs`` (push bodies) that have a group."""
+        n = sum(1 for j in jobs if isinstance(j, dict) and j.get("group") is not None)
+        if n:
+            with self.lock:
+                self.counts["grouped_jobs_acked"] += n
+                self.counts["grouped_pushes_ok"] += 1
 
     def push_failed(self, keys_: list[str], exc: BaseException | None = None) -> None:
         with self.lock:
@@ -159,11 +170,13 @@ class Recorder:
     def backlog(self) -> int:
         return self.acked_count() - self.finished
 
-    def claimed(self, jobs: list[Any], worker: str, started: float) -> None:
+    def claimed(self, jobs: list[Any], worker: str, started: float, lease_s: float) -> None:
+        """A claim sent at ``started`` answered ``jobs``, each leased ``lease_s`` s."""
         with self.lock:
             self.counts["claims_with_jobs"] += 1
             self.counts["jobs_claimed"] += len(jobs)
             t = self.clock()
+            self.counts["grouped_jobs_claimed"] += sum(1 for j in jobs if j.group is not None)
             for j in jobs:
                 self.claims.setdefault(j.id, []).append((j.token, worker, t))
                 if j.id in self.ok_completed and len(self.claimed_after_complete) < 1000:
@@ -173,6 +186,7 @@ class Recorder:
                 if k is not None and k in self.acked and self.acked[k] != j.id:
                     self.claim_mismatch.append({"job": j.id, "payload": k,
                                                 "acked_id": self.acked[k]})
+        self.log.claimed(jobs, worker, started, t, lease_s)
         self.progress(started)
 
     def completed(self, items: list[tuple[str, str]], results: list[Any], worker: str,
@@ -233,11 +247,15 @@ def fail_jobs(client: QueueClient, rec: Recorder, jobs: list[tuple[Any, float]],
     error (the jobs lapse and come back)."""
     if not jobs:
         return
+    tokens = [j.token for j, _ in jobs]
+    started = rec.clock()
     try:
         results = client.fail_many([(j.token, why, delay) for j, delay in jobs])
     except Exception as exc:
         rec.error("fail", exc)
+        rec.log.settled("fail", tokens, started, None, None)
         return
+    rec.log.settled("fail", tokens, started, rec.clock(), results)
     with rec.lock:
         for (j, delay), r in zip(jobs, results, strict=True):
             if not r.ok:
@@ -354,6 +372,7 @@ class Workers:
     def produce(self, i: int) -> None:
         args, rec = self.args, self.rec
         rng = random.Random(f"{args.seed}-producer-{i}")
+        grng = random.Random(f"{args.seed}-producer-groups-{i}")
         client = self.client(i)
         pad = "x" * args.pad_bytes if args.pad_bytes > 0 else None
         counter = 0
@@ -378,6 +397,8 @@ class Workers:
                         job: dict[str, Any] = {"payload": payload}
                         if args.push_keys:
                             job["key"] = f"{self.run_tag}-{i}-{counter}"
+                        if args.groups > 0:
+                            job["group"] = group_of(grng, args.groups, args.group_skew)
                         batch.append(job)
                         counter += 1
                     tries = 0
@@ -400,6 +421,7 @@ class Workers:
                     rec.push_failed(pkeys)
                     continue
                 rec.pushed(pkeys, list(ids), started)
+                rec.grouped_pushed(batch)
         finally:
             client.close()
 
@@ -431,7 +453,7 @@ class Workers:
                     continue
                 if not jobs:
                     continue
-                rec.claimed(jobs, worker, started)
+                rec.claimed(jobs, worker, started, args.job_lease_s)
                 draining = self.draining.is_set()
                 completes, fails = [], []
                 for j in jobs:
@@ -462,6 +484,8 @@ class Workers:
                   late: bool = False) -> None:
         items = [(j.token, j.id) for j in jobs]
         body = [(j.token, {"by": worker, "token": j.token}) for j in jobs]
+        tokens = [j.token for j in jobs]
+        first_sent = self.rec.clock()
         for attempt in range(3):
             started = self.rec.clock()
             try:
@@ -470,8 +494,10 @@ class Workers:
                 self.rec.error("complete", exc)
                 if attempt == 2 or self.stop_consuming.is_set():
                     self.rec.complete_failed(items, worker)
+                    self.rec.log.settled("complete", tokens, first_sent, None, None)
                     return
                 self.stop_consuming.wait(rng.uniform(0.05, 0.3))
                 continue
+            self.rec.log.settled("complete", tokens, first_sent, self.rec.clock(), results)
             self.rec.completed(items, list(results), worker, started, late=late)
             return

@@ -92,12 +92,15 @@ def minimum_work(args: argparse.Namespace) -> dict[str, int]:
             out["bulk_push_ok"] = 1
         if args.publishers > 0:
             out["publish_ok"] = 1
+    if getattr(args, "groups", 0) > 0:  # grouped jobs pushed and claimed (logged)
+        out["grouped_jobs_acked"] = 1
+        out["grouped_jobs_claimed"] = 1
     return out
 
 
 def run_failures(check: dict[str, Any], segments: dict[str, Any], rec: Recorder,
-                 problems: dict[str, list[str]], minimum: dict[str, int]
-                 ) -> dict[str, int]:
+                 problems: dict[str, list[str]], minimum: dict[str, int],
+                 groups: dict[str, Any] | None = None) -> dict[str, int]:
     """What fails a run, each a count (the run passes when all are 0 and the drain
     finished): every figure of the store check (:data:`tools.chaos.checker.FAILURES`),
     segment objects left behind or missing, answers no broker may give (anomalies,
@@ -106,7 +109,9 @@ def run_failures(check: dict[str, Any], segments: dict[str, Any], rec: Recorder,
     (a client thread or a nemesis action that crashed, a thread stuck at the end:
     the run did not do what it says, so its checks prove less than they claim),
     and too little acknowledged work (``minimum``, see :func:`minimum_work`: the count is
-    how many of its minima were missed)."""
+    how many of its minima were missed); with groups, a group above its limit or
+    settled out of order (``groups["failures"]``, see
+    :func:`tools.chaos.groups.group_checks`: 0 where not applicable)."""
     failures = {name: int(check[name]) for name in FAILURES}
     watched = int(segments["left_behind"])  # what the wait for the sweep saw; -1: unlisted
     failures["segments_left_behind"] = max(failures["segments_left_behind"], abs(watched))
@@ -120,6 +125,8 @@ def run_failures(check: dict[str, Any], segments: dict[str, Any], rec: Recorder,
         failures[name] = len(found)
     done = {"jobs": check["acked"], **{k: rec.counts.get(k, 0) for k in minimum if k != "jobs"}}
     failures["too_little_work"] = sum(1 for k, least in minimum.items() if done[k] < least)
+    if groups is not None:
+        failures.update(groups["failures"])
     return failures
 
 
@@ -128,7 +135,8 @@ def build_result(args: argparse.Namespace, *, store: StoreSetup, slots: list[Bro
                  rec: Recorder, check: dict[str, Any], drained: dict[str, Any],
                  fault_stats: dict[str, Any] | None, avail: dict[str, Any],
                  timeline_s: dict[str, float], stuck: list[str], client_crashes: list[str],
-                 run_dir: Path, segments: dict[str, Any]) -> dict[str, Any]:
+                 run_dir: Path, segments: dict[str, Any],
+                 groups: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything a run found, as written by ``--out``; ``ok``: no failure (see
     :func:`run_failures`) and the drain finished. Marks ``drained`` unfinished when
     the check found acknowledged jobs still pending or claimed."""
@@ -138,7 +146,7 @@ def build_result(args: argparse.Namespace, *, store: StoreSetup, slots: list[Bro
     problems = {"stuck_threads": stuck, "client_crashes": client_crashes,
                 "nemesis_crashes": nemesis.crashes}
     minimum = minimum_work(args)
-    failures = run_failures(check, segments, rec, problems, minimum)
+    failures = run_failures(check, segments, rec, problems, minimum, groups)
     drained["acked_unfinished_at_check"] = check["acked_unfinished"]
     if check["acked_unfinished"]:
         drained["finished"] = False
@@ -179,6 +187,7 @@ def build_result(args: argparse.Namespace, *, store: StoreSetup, slots: list[Bro
         "check": check,
         "segments": segments,
         "anomalies": rec.anomalies[:50],
+        "groups": groups,
         "bar": bar,
         "broker_starts": starts,
         "runner_problems": problems,
@@ -211,6 +220,8 @@ def write_records(run_dir: Path, rec: Recorder) -> None:
             "push_failures": rec.push_failures,
             "claimed_after_complete": rec.claimed_after_complete,
             "claim_mismatch": rec.claim_mismatch[:1000],
+            # the log of claims, ok heartbeats and settlements (tools/chaos/groups.py)
+            "claim_log": rec.log.as_json(), "wall_at_zero": rec.log.wall_at_zero,
         }))
 
 
@@ -295,6 +306,8 @@ def print_summary(r: dict[str, Any]) -> None:
     ]
     if "state_error" in c:
         lines.append(f"QUEUE OBJECT UNREADABLE: {c['state_error']}")
+    if r.get("groups"):
+        lines += group_lines(r["groups"], counts)
     lines.append("--- bar (figure, wanted, met) ---")
     for name, (value, want, met) in r["bar"].items():
         lines.append(f"{name:28s} {value!s:>10} {want!s:>10} {'yes' if met else 'NO'}")
@@ -312,3 +325,35 @@ def print_summary(r: dict[str, Any]) -> None:
                  + ("" if r["drain"]["finished"] else " (drain not finished)"))
     print("\n".join(lines), flush=True)
 
+
+def group_lines(g: dict[str, Any], counts: dict[str, int]) -> list[str]:
+    """The summary's lines about groups (see :func:`tools.chaos.groups.group_checks`)."""
+    log, heads, order = g["log"], g["heads"] or {}, g["order_by_log"]
+    out = ["--- groups ---",
+           f"settings               limit {g['limit']}, order {g['order']}: "
+           + ("applied" if g["applied"] else "NOT APPLIED"
+              + (f" (the broker refused them: {g['settings_refused']})"
+                 if g.get("settings_refused") else " (none asked for)")),
+           f"grouped jobs           acknowledged {counts.get('grouped_jobs_acked', 0)}, "
+           f"claimed {counts.get('grouped_jobs_claimed', 0)}; log: {g['claims_logged']} "
+           f"claims, {g['heartbeats_logged']} ok heartbeats, {g['settlements_logged']} "
+           f"settlements; lease margin {g['lease_margin_s']}s",
+           f"limit check ({g['limit_check']})  from the log: {log['holds']} holds in "
+           f"{log['groups']} groups ({log['ended_by_lease']} ended by their lease), most "
+           f"held at once {log['max_held']}, moments above the limit {log['violations']}; "
+           f"head samples: {heads.get('samples', 0)}, most claimed at once "
+           f"{heads.get('max_claimed', 0)}, above the limit {heads.get('violations', 0)}, "
+           f"positions not attributed {heads.get('unattributed_positions_max', 0)}",
+           f"order check ({g['order_check']})  {order['completed']} completions, "
+           f"{order['completion_violations']} out of push order; {order['claimed']} first "
+           f"claims, {order['claim_violations']} out of order; dead left out "
+           f"{order['died_left_out']}"]
+    limits_on, order_on = g["limit_check"] == "applied", g["order_check"] == "applied"
+    for name, on, found in (
+            ("above the limit (log)", limits_on, log["samples"]),
+            ("above the limit (head)", limits_on, heads.get("violation_samples", [])),
+            ("settled out of order", order_on, order["completion_samples"]),
+            ("claimed out of order", order_on, order["claim_samples"])):
+        for v in found[:5] if on else []:
+            out.append(f"GROUP VIOLATION, {name}: {v}")
+    return out

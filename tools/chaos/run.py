@@ -18,10 +18,12 @@ from typing import Any
 
 from broker.errors import OsqueueError
 from broker.storage import ObjectStore
+from osqueue_spark import QueueClient
 from tools.chaos.brokers import BrokerSlot, pick_ports
 from tools.chaos.checker import check_store
 from tools.chaos.children import CHILDREN
 from tools.chaos.clients import Recorder, Workers, queue_client
+from tools.chaos.groups import HeadSampler, HeadSamples, effective_limit, group_checks
 from tools.chaos.nemesis import Nemesis, availability
 from tools.chaos.report import bar_met, build_result, print_summary, write_records
 from tools.chaos.schedule import make_schedule
@@ -31,7 +33,13 @@ from tools.chaos.segments import (
     s3_segment_requests,
     wait_for_sweep,
 )
-from tools.chaos.store import StoreSetup, dump_store, open_store, status_counts
+from tools.chaos.store import (
+    StoreSetup,
+    dump_store,
+    open_store,
+    read_state_raw,
+    status_counts,
+)
 from tools.chaos.wide import Wide
 
 
@@ -93,6 +101,7 @@ class Run:
         self.competitor: BrokerSlot | None = None
         self.store = StoreSetup(args, self.run_dir)
         self.result: dict[str, Any] = {}
+        self.groups_refused: str | None = None  # the broker's answer to group settings
 
     def clock(self) -> float:
         """Seconds since the run started."""
@@ -145,7 +154,7 @@ class Run:
         self.say(f"brokers ready: {urls} on {self.store.broker_url}")
         admin = queue_client(urls, store=self.store.direct_url,
                              timeout_s=args.client_timeout_s, retry_s=30.0)
-        admin.create(max_attempts=args.max_attempts, backoff_base_s=0.2, backoff_max_s=2.0)
+        groups_applied = self.create_queue(admin)
         admin.close()
 
         rec = Recorder(self.clock)
@@ -154,6 +163,14 @@ class Run:
         nemesis = Nemesis(args, self.slots, self.competitor, direct, self.clock, self.say)
         nemesis.wide = wide
         watch = SegmentWatch(direct, self.clock, 0.05 if self.store.kind == "file" else 0.5)
+        heads: HeadSamples | None = None
+        sampler: HeadSampler | None = None
+        if args.groups > 0:
+            heads = HeadSamples(effective_limit(args.group_limit, args.group_order))
+            sampler = HeadSampler(lambda: read_state_raw(direct), heads, self.clock,
+                                  args.group_sample_s or (
+                                      0.1 if self.store.kind == "file" else 0.5))
+            sampler.start()
 
         # -- chaos ---------------------------------------------------------------------------
         chaos_start = self.clock()
@@ -202,6 +219,8 @@ class Run:
         self.say(f"drain: {drained}")
         workers.stop_consuming.set()
         stuck = workers.join(args.client_timeout_s * 4 + args.client_retry_s * 3 + 30)
+        if sampler is not None:
+            sampler.stop()
         watch.stop()
         # the owner deletes exhausted segments and sweeps unreferenced ones past the
         # grace period: wait for that while the brokers still run
@@ -228,6 +247,12 @@ class Run:
         fault_stats = self.store.fault_stats()
         avail = availability(rec.successes, chaos_start, chaos_end, nemesis.kills,
                              nemesis.pauses)
+        groups = None
+        if args.groups > 0:
+            groups = group_checks(rec.log.as_json(), rec.log.wall_at_zero, heads,
+                                  limit=args.group_limit, order=args.group_order,
+                                  applied=groups_applied, died=set(rec.died))
+            groups["settings_refused"] = self.groups_refused
         # -- figures -------------------------------------------------------------------------
         timeline_s = {"chaos_start": round(chaos_start, 3), "chaos_end": round(chaos_end, 3),
                       "healed": round(heal_t, 3), "stopped": round(stopped_t, 3),
@@ -238,7 +263,7 @@ class Run:
             fault_stats=fault_stats, avail=avail, timeline_s=timeline_s, stuck=stuck,
             segments={**segs, **broker_log_counts(self.run_dir),
                       **(s3_segment_requests(self.run_dir) or {})},
-            client_crashes=workers.crashes, run_dir=self.run_dir)
+            client_crashes=workers.crashes, run_dir=self.run_dir, groups=groups)
         ok = bool(self.result["ok"])
         write_records(self.run_dir, rec)
         if self.store.kind != "file" and (args.dump_store == "always"
@@ -252,6 +277,36 @@ class Run:
         if args.require_bar and not bar_met(self.result["bar"]):
             return 4
         return 0
+
+    def create_queue(self, admin: QueueClient) -> bool:
+        """Create the queue with ``--max-attempts``, short retry backoffs and, if
+        given, ``--group-limit`` and ``--group-order``; whether the group settings
+        were accepted. A broker that refuses them (one before group settings) is
+        said plainly, its answer kept in ``groups_refused``, and the queue created
+        without them: the run goes on, and its checks of limits and order are then
+        not applicable."""
+        args = self.args
+        base: dict[str, Any] = {"max_attempts": args.max_attempts, "backoff_base_s": 0.2,
+                                "backoff_max_s": 2.0}
+        wanted: dict[str, Any] = {}
+        if args.group_limit is not None:
+            wanted["group_limit"] = args.group_limit
+        if args.group_order is not None:
+            wanted["group_order"] = args.group_order
+        if wanted:
+            try:
+                admin.create(**base, **wanted)
+                self.say(f"group settings set: {wanted}")
+                return True
+            except OsqueueError as exc:
+                if exc.retryable:
+                    raise
+                self.groups_refused = f"{exc.code}: {exc}"[:500]
+                self.say(f"THE BROKER REFUSED THE GROUP SETTINGS {wanted} "
+                         f"({self.groups_refused}); running the load without them: the "
+                         "limit and order checks are NOT APPLICABLE in this run")
+        admin.create(**base)
+        return False
 
     def cleanup(self, passed: bool) -> None:
         """Stop every child; delete a temporary run directory after a passing run."""

@@ -84,11 +84,13 @@ class Wide:
                 break
             if time.monotonic() >= until:
                 break
+            sent = rec.clock()
             try:
                 answers = client.heartbeat(tokens, lease_s=args.job_lease_s)
             except Exception as exc:
                 rec.error("heartbeat", exc)
                 continue
+            rec.log.heartbeat(tokens, [a.ok for a in answers], sent, args.job_lease_s)
             with rec.lock:
                 rec.counts["heartbeats"] += 1
                 rec.counts["heartbeat_jobs_ok"] += sum(1 for a in answers if a.ok)
@@ -136,7 +138,7 @@ class Wide:
             client.close()
 
     def _claimed(self, jobs: list[Any], worker: str, started: float) -> None:
-        self.rec.claimed(jobs, worker, started)
+        self.rec.claimed(jobs, worker, started, self.args.job_lease_s)
         with self.rec.lock:
             self.rec.counts["big_claims"] += 1
             self.rec.counts["big_claim_jobs"] += len(jobs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ from chispa import assert_df_equality
 from broker import paths
 from broker.http.server import BrokerServer
 from broker.model.format.decode import decode_state
+from broker.model.state import QueueSettings
 from broker.storage import FileStore
 from osqueue_spark import RESULT_SCHEMA, QueueClient, process, push_partition, start_broker
 
@@ -153,15 +155,24 @@ def test_stage_publish_sweep_through_the_broker(broker: BrokerServer, store_dir:
     import asyncio
 
     async def sweep() -> int:
+        # Only this queue's ttl, on its own copy of the settings: a new queue's state
+        # holds the broker's default QueueSettings object, so setting the field in
+        # place would give every later queue of this module's broker a ttl of 0 (a
+        # periodic sweep then deletes the staged chunks of a live streaming write).
         inner = broker.broker
-        for q_ in inner._queues.values():
-            if q_.loop.state is not None:
-                q_.loop.state.settings.staged_ttl_s = 0.0
+        state = inner._queues[q].loop.state
+        assert state is not None
+        state.settings = dataclasses.replace(state.settings, staged_ttl_s=0.0)
         return await inner.sweep_staging()
 
     fut = asyncio.run_coroutine_threadsafe(sweep(), broker._loop)  # type: ignore[arg-type]
     assert fut.result(30) == 1  # w-2's chunk: its writer vanished
     assert FileStore(store_dir).list(f"{q}/staging/") == []
+    # a queue made afterwards keeps the default ttl: the sweep above was this queue's only
+    later = qname()
+    QueueClient(broker.url, later).push({"n": 1})
+    settings = decode_state(FileStore(store_dir).read(paths.state_key(later)).data).settings
+    assert settings.staged_ttl_s == QueueSettings().staged_ttl_s
 
 
 def test_write_without_payload_column_uses_all_columns(spark: Any, broker: BrokerServer) -> None:

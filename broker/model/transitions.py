@@ -45,6 +45,7 @@ in step; nothing here knows how either is laid out.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any, cast
 
 from broker.errors import InvalidRequest, PayloadTooLarge, QueueFull, shown
@@ -504,5 +505,7 @@ def apply(state: QueueState, op: Op, now_ms: int) -> Result:
 
 
 def new_state(now_ms: int, settings: QueueSettings | None = None) -> QueueState:
-    """An empty queue."""
-    return QueueState(updated_ms=now_ms, settings=settings or QueueSettings())
+    """An empty queue. Its settings are a copy of ``settings``: a caller's default
+    (the broker's, shared by every queue it creates) never becomes the queue's own."""
+    return QueueState(updated_ms=now_ms,
+                      settings=replace(settings) if settings else QueueSettings())

@@ -249,3 +249,13 @@ def test_corrupt_foreign_and_newer_objects_are_refused() -> None:
         decode_state(b'{"format":"other","version":1}')
     with pytest.raises(NewerState):
         decode_state(b'{"format":"osqueue","version":99}')
+
+
+def test_a_new_queue_gets_its_own_copy_of_the_default_settings() -> None:
+    """The broker passes one default settings object to every queue it creates: a
+    change to one queue's settings must not reach the default or the next queue."""
+    default = S.QueueSettings()
+    first = T.new_state(0, default)
+    first.settings.staged_ttl_s = 1.0
+    assert default.staged_ttl_s == S.QueueSettings().staged_ttl_s
+    assert T.new_state(0, default).settings.staged_ttl_s == S.QueueSettings().staged_ttl_s

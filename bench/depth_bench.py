@@ -21,14 +21,8 @@ objects: as users get them), and then, by kind:
   no retry delay until they are dead (``--dead-attempts``, the queue's
   ``max_attempts``: 1 by default, so one claim and one fail a job; a bad deploy,
   after it);
-* ``grouped`` (issue 31): filled as ``pending`` but each job in group ``g{i % groups}``
-  (``--groups``, 10,000), pushed as the API takes grouped jobs (by reference into
-  segment objects where the broker does that for grouped pushes, else into the queue
-  object), and left pending; its rounds push 1 grouped job (group ``g0``). Its rows add
-  ``grouped_commit_ms``, ``grouped_commit_vs_ungrouped_1k`` (the median over rounds of
-  its round over the same store's ``pending`` 1k round, in the same round: a run with
-  ``grouped`` adds that ``pending`` 1k row when it was not asked for),
-  ``grouped_head_bytes`` and ``grouped_rss_after_bytes``.
+* ``grouped`` (``--kinds grouped``, ``--groups``): N pending jobs in groups, and its
+  columns beside the ungrouped 1k's (``bench/_groups_depth.py``).
 
 The processes are set up one after the other and stay up; the small commits then
 run in interleaved rounds across all of them (the order turning each round), so
@@ -112,6 +106,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import orjson
 
+from bench import _groups_depth as grouped
 from bench._common import ChildProcess, load, moto_env, moto_s3, write_results
 from bench._measure import CountingStore, peak_rss_bytes, progress, rss_bytes, trimmed_rss_bytes
 from broker.errors import QueueFull
@@ -124,7 +119,6 @@ from broker.storage import store_from_url
 QUEUE = "depth"
 STORES = ("file", "s3")
 KINDS = ("pending", "held", "dead", "grouped")
-#: the kinds a run measures unless --kinds says otherwise (grouped: only when asked)
 DEFAULT_KINDS = KINDS[:3]
 DEFAULT_DEPTHS = "1k,100k,1M"
 QUICK_DEPTHS = "1k,10k"
@@ -157,9 +151,7 @@ NOTES = {
     "drain; held, claimed + drained; dead, claimed and failed until dead",
     "fill_s": "seconds to fill the queue with bulk pushes of fill_chunk jobs",
     "setup_s": "seconds to claim (and fail) the jobs once filled",
-    "grouped_commit_vs_ungrouped_1k": "grouped: median over rounds of the round's commits "
-    "over the same store's pending 1k round, in the same round (issue 31: <= 2.0)",
-    "grouped_head_bytes": "grouped: head_bytes (issue 31: < 1 MB)",
+    **grouped.NOTES,
 }
 
 
@@ -199,24 +191,6 @@ async def fill(broker: Broker, depth: int, chunk: int, tag: str) -> float:
         if time.perf_counter() - last > 10 and done < depth:
             last = time.perf_counter()
             progress(f"{tag}: filled {done:,} of {depth:,} jobs in {last - start:.0f} s")
-    return time.perf_counter() - start
-
-
-async def fill_grouped(broker: Broker, depth: int, chunk: int, groups: int,
-                       tag: str) -> float:
-    """:func:`fill` with job ``i`` in group ``g{i % groups}``, pushed as the API takes
-    grouped jobs; seconds taken. Raises ``QueueFull`` as the broker does."""
-    start = last = time.perf_counter()
-    done = 0
-    while done < depth:
-        n = min(chunk, depth - done)
-        await broker.push(QUEUE, [NewJob(p, group=f"g{i % groups}") for i, p in
-                                  enumerate(payloads(done, done + n), start=done)])
-        done += n
-        if time.perf_counter() - last > 10 and done < depth:
-            last = time.perf_counter()
-            progress(f"{tag}: filled {done:,} of {depth:,} grouped jobs in "
-                     f"{last - start:.0f} s")
     return time.perf_counter() - start
 
 
@@ -319,11 +293,9 @@ async def set_up(broker: Broker, store: CountingStore, row: dict[str, Any], kind
     ``row``; the tokens of the held jobs. Raises ``QueueFull`` as the broker does."""
     depth = row["depth"]
     written0 = store.written
-    row["fill_s"] = await (fill_grouped(broker, depth, args.fill_chunk, args.groups, tag)
+    row["fill_s"] = await (grouped.fill_grouped(broker, QUEUE, row, args, payloads, tag)
                            if kind == "grouped" else fill(broker, depth, args.fill_chunk, tag))
     row["fill_bytes_written"] = store.written - written0
-    if kind == "grouped":
-        row["groups"] = args.groups
     held: list[str] = []
     if kind not in ("pending", "grouped"):
         written0 = store.written
@@ -377,8 +349,7 @@ async def serve(kind: str, url: str, depth: int, args: argparse.Namespace) -> No
         while True:
             command = (await asyncio.to_thread(sys.stdin.readline)).strip()
             if command == "round" and "refused" not in row:
-                samples.append(await one_round(broker, NewJob(b'{"probe":1}', group="g0")
-                                               if kind == "grouped" else b'{"probe":1}'))
+                samples.append(await one_round(broker, grouped.probe(kind)))
                 await settle_archive(broker)  # untimed: every round sees the same queue
                 say(ROUND_PREFIX, samples[-1])
                 continue
@@ -504,25 +475,6 @@ def compare(children: list[Child], rows: list[dict[str, Any]]) -> None:
             sum(child.rounds[i]) / sum(first.rounds[i]) for i in range(n))
 
 
-def compare_grouped(children: list[Child], rows: list[dict[str, Any]]) -> None:
-    """Set each grouped row's ``grouped_*`` columns: its commit, head and RSS figures,
-    and ``grouped_commit_vs_ungrouped_1k``, the median over the rounds of its round
-    over the same store's ``pending`` 1k round, in the same round."""
-    for child, row in zip(children, rows, strict=True):
-        if child.kind != "grouped":
-            continue
-        row.update(grouped_commit_ms=row.get("commit_ms"),
-                   grouped_head_bytes=row.get("head_bytes"),
-                   grouped_rss_after_bytes=row.get("rss_after_fill_bytes"))
-        ref = next((c for c in children if (c.store, c.kind, c.depth)
-                    == (child.store, "pending", 1_000) and c.rounds), None)
-        if ref is None or not child.rounds:
-            continue
-        n = min(len(ref.rounds), len(child.rounds))
-        row["grouped_commit_vs_ungrouped_1k"] = statistics.median(
-            sum(child.rounds[i]) / sum(ref.rounds[i]) for i in range(n))
-
-
 def fmt(value: Any, spec: str, scale: float = 1.0) -> str:
     return "-" if value is None else format(value / scale, spec)
 
@@ -554,20 +506,13 @@ def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
           f" of {args.drain_batch:,} + completes (the commit pattern of process(), in-process);"
           " held, its claims + completing the held jobs; dead, its claims and fails;"
           " *: the drain stopped at --step-budget-s")
-    for r in rows:
-        if r["kind"] == "grouped" and "grouped_commit_ms" in r:
-            print(f"grouped {r['store']} {r['label']}: commit"
-                  f" {fmt(r['grouped_commit_ms'], '.2f')} ms,"
-                  f" {fmt(r.get('grouped_commit_vs_ungrouped_1k'), '.2f')}x the ungrouped"
-                  f" pending 1k's; head {fmt(r['grouped_head_bytes'], ',.3f', 1e6)} MB"
-                  f" ({r.get('groups', '?')} groups)")
+    grouped.print_grouped(rows)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--depths", help=f"comma-separated counts (default {DEFAULT_DEPTHS})")
-    p.add_argument("--kinds", default=",".join(DEFAULT_KINDS),
-                   help="pending,held,dead (the default), grouped, or some of them")
+    p.add_argument("--kinds", default=",".join(DEFAULT_KINDS), help="pending,held,dead,grouped")
     p.add_argument("--stores", default=",".join(STORES), help="file,s3 or one of them")
     p.add_argument("--rounds", type=int, help="rounds of small commits (default 11)")
     p.add_argument("--claim-batch", type=int, default=2_000,
@@ -598,8 +543,8 @@ def main() -> None:
     args.rounds = args.rounds or (5 if args.quick else 11)
     if args.rounds < 1 or args.drain_batch < 1 or args.dead_attempts < 1 \
             or not 1 <= args.claim_batch <= 10_000 or args.groups < 1:
-        p.error("--rounds, --drain-batch and --dead-attempts must be at least 1 and "
-                "--claim-batch within 1..10000 (and --groups at least 1)")
+        p.error("--rounds, --drain-batch, --dead-attempts and --groups must be at least 1 and "
+                "--claim-batch within 1..10000")
 
     if args.one:  # the child: one (store, kind, depth), driven over stdin (see serve())
         if args.tune_gc:
@@ -632,10 +577,8 @@ def main() -> None:
     name = args.out or ("depth_bench_quick" if args.quick else "depth_bench")
     with contextlib.ExitStack() as stack:
         # set up one after the other (each alone on the machine), all kept up
-        cases = [(kind, depth, store) for kind in kinds for depth in depths for store in stores]
-        if "grouped" in kinds:  # the grouped rows' reference: ungrouped pending 1k
-            cases[:0] = [("pending", 1_000, store) for store in stores
-                         if ("pending", 1_000, store) not in cases]
+        cases = grouped.with_reference([(k, d, s) for k in kinds for d in depths for s in stores],
+                                       stores)  # with a grouped row's ungrouped 1k
         children = [Child(store, kind, depth, args, stack) for kind, depth, store in cases]
         progress(f"all set up; {args.rounds} interleaved rounds of small commits")
         loads = commit_rounds(children, args.rounds, args.step_budget_s)
@@ -646,7 +589,7 @@ def main() -> None:
             write_results(name, {"config": config, "notes": NOTES, "finished": False,
                                  "load_rounds": loads, "rows": rows})
         compare(children, rows)
-        compare_grouped(children, rows)
+        grouped.compare_grouped(children, rows)
     print_table(rows, args)
     path = write_results(name, {"config": config, "notes": NOTES, "finished": True,
                                 "load_rounds": loads, "rows": rows})

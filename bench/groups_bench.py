@@ -1,4 +1,4 @@
-"""Fairness benchmark (issue 31): how long small tenants' jobs wait behind one
+"""Fairness benchmark (job groups): how long small tenants' jobs wait behind one
 tenant's backlog.
 
     .venv/bin/python bench/groups_bench.py [--backlog 100000] [--rounds 3] [--weights]

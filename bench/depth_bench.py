@@ -3,7 +3,7 @@ with segment objects it should not grow with N), and as it gets wide (N jobs cla
 and held, or N jobs dead: the wide-queues issue; today each is a line of the head).
 
     .venv/bin/python bench/depth_bench.py [--depths 1k,100k,1M] [--kinds pending,held,dead]
-        [--stores file,s3] [--rounds 11] [--drain-jobs 1M] [--quick]
+        [--groups 10000] [--stores file,s3] [--rounds 11] [--drain-jobs 1M] [--quick]
 
 For each depth N, each kind and each store (the local-file store, and S3 as a
 moto server on 127.0.0.1: ``python -m moto.server`` in a child process, one per
@@ -20,7 +20,9 @@ objects: as users get them), and then, by kind:
 * ``dead``: claimed in claims of 2,000 and each claim's jobs failed at once with
   no retry delay until they are dead (``--dead-attempts``, the queue's
   ``max_attempts``: 1 by default, so one claim and one fail a job; a bad deploy,
-  after it).
+  after it);
+* ``grouped`` (``--kinds grouped``, ``--groups``): N pending jobs in groups, and its
+  columns beside the ungrouped 1k's (``bench/_groups_depth.py``).
 
 The processes are set up one after the other and stay up; the small commits then
 run in interleaved rounds across all of them (the order turning each round), so
@@ -104,18 +106,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import orjson
 
+from bench import _groups_depth as grouped
 from bench._common import ChildProcess, load, moto_env, moto_s3, write_results
 from bench._measure import CountingStore, peak_rss_bytes, progress, rss_bytes, trimmed_rss_bytes
 from broker.errors import QueueFull
 from broker.gcpause import tune_for_broker_process
-from broker.model.ops import CompleteItems, FailItem
+from broker.model.ops import CompleteItems, FailItem, NewJob
 from broker.service.broker import Broker
 from broker.service.config import BrokerConfig
 from broker.storage import store_from_url
 
 QUEUE = "depth"
 STORES = ("file", "s3")
-KINDS = ("pending", "held", "dead")
+KINDS = ("pending", "held", "dead", "grouped")
+DEFAULT_KINDS = KINDS[:3]
 DEFAULT_DEPTHS = "1k,100k,1M"
 QUICK_DEPTHS = "1k,10k"
 MIN_ROUNDS, _SUFFIXES = 3, {"k": 1_000, "m": 1_000_000}
@@ -147,6 +151,7 @@ NOTES = {
     "drain; held, claimed + drained; dead, claimed and failed until dead",
     "fill_s": "seconds to fill the queue with bulk pushes of fill_chunk jobs",
     "setup_s": "seconds to claim (and fail) the jobs once filled",
+    **grouped.NOTES,
 }
 
 
@@ -213,10 +218,10 @@ async def claim_all(broker: Broker, batch: int, fail: bool,
             progress(f"{tag}: {'claimed and failed' if fail else 'claimed'} {done:,} jobs")
 
 
-async def one_round(broker: Broker) -> list[float]:
-    """Push 1 job, claim 1, complete it; the seconds of each commit."""
+async def one_round(broker: Broker, probe: NewJob | bytes = b'{"probe":1}') -> list[float]:
+    """Push 1 job (``probe``), claim 1, complete it; the seconds of each commit."""
     t0 = time.perf_counter()
-    await broker.push(QUEUE, [b'{"probe":1}'])
+    await broker.push(QUEUE, [probe])
     t1 = time.perf_counter()
     jobs = await broker.claim(QUEUE, "bench-probe", 1, lease_s=LEASE_S)
     t2 = time.perf_counter()
@@ -288,10 +293,11 @@ async def set_up(broker: Broker, store: CountingStore, row: dict[str, Any], kind
     ``row``; the tokens of the held jobs. Raises ``QueueFull`` as the broker does."""
     depth = row["depth"]
     written0 = store.written
-    row["fill_s"] = await fill(broker, depth, args.fill_chunk, tag)
+    row["fill_s"] = await (grouped.fill_grouped(broker, QUEUE, row, args, payloads, tag)
+                           if kind == "grouped" else fill(broker, depth, args.fill_chunk, tag))
     row["fill_bytes_written"] = store.written - written0
     held: list[str] = []
-    if kind != "pending":
+    if kind not in ("pending", "grouped"):
         written0 = store.written
         start = time.perf_counter()
         held = await claim_all(broker, args.claim_batch, kind == "dead", tag)
@@ -343,7 +349,7 @@ async def serve(kind: str, url: str, depth: int, args: argparse.Namespace) -> No
         while True:
             command = (await asyncio.to_thread(sys.stdin.readline)).strip()
             if command == "round" and "refused" not in row:
-                samples.append(await one_round(broker))
+                samples.append(await one_round(broker, grouped.probe(kind)))
                 await settle_archive(broker)  # untimed: every round sees the same queue
                 say(ROUND_PREFIX, samples[-1])
                 continue
@@ -413,7 +419,7 @@ class Child(ChildProcess):
                "--drain-batch", str(args.drain_batch), "--fill-chunk", str(args.fill_chunk),
                "--claim-batch", str(args.claim_batch),
                "--dead-attempts", str(args.dead_attempts),
-               "--step-budget-s", str(args.step_budget_s)]
+               "--step-budget-s", str(args.step_budget_s), "--groups", str(args.groups)]
         if not args.tune_gc:
             cmd.append("--no-tune-gc")
         print(f"== {store} {kind} {label(depth)}", file=sys.stderr, flush=True)
@@ -500,16 +506,19 @@ def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
           f" of {args.drain_batch:,} + completes (the commit pattern of process(), in-process);"
           " held, its claims + completing the held jobs; dead, its claims and fails;"
           " *: the drain stopped at --step-budget-s")
+    grouped.print_grouped(rows)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--depths", help=f"comma-separated counts (default {DEFAULT_DEPTHS})")
-    p.add_argument("--kinds", default=",".join(KINDS), help="pending,held,dead or some of them")
+    p.add_argument("--kinds", default=",".join(DEFAULT_KINDS), help="pending,held,dead,grouped")
     p.add_argument("--stores", default=",".join(STORES), help="file,s3 or one of them")
     p.add_argument("--rounds", type=int, help="rounds of small commits (default 11)")
     p.add_argument("--claim-batch", type=int, default=2_000,
                    help="jobs a setup claim takes (held and dead)")
+    p.add_argument("--groups", type=int, default=10_000,
+                   help="grouped: the jobs' groups, g0.. (default 10,000)")
     p.add_argument("--dead-attempts", type=int, default=1,
                    help="the dead kind's max_attempts: claims and fails a job takes to die")
     p.add_argument("--drain-jobs", type=parse_count, default=1_000_000,
@@ -533,8 +542,8 @@ def main() -> None:
     args = p.parse_args()
     args.rounds = args.rounds or (5 if args.quick else 11)
     if args.rounds < 1 or args.drain_batch < 1 or args.dead_attempts < 1 \
-            or not 1 <= args.claim_batch <= 10_000:
-        p.error("--rounds, --drain-batch and --dead-attempts must be at least 1 and "
+            or not 1 <= args.claim_batch <= 10_000 or args.groups < 1:
+        p.error("--rounds, --drain-batch, --dead-attempts and --groups must be at least 1 and "
                 "--claim-batch within 1..10000")
 
     if args.one:  # the child: one (store, kind, depth), driven over stdin (see serve())
@@ -564,12 +573,13 @@ def main() -> None:
               "drain_jobs": args.drain_jobs, "drain_batch": args.drain_batch,
               "fill_chunk": args.fill_chunk, "step_budget_s": args.step_budget_s,
               "tune_gc": args.tune_gc, "quick": args.quick, "error_text": ERROR,
-              "note": args.note}
+              "note": args.note, **({"groups": args.groups} if "grouped" in kinds else {})}
     name = args.out or ("depth_bench_quick" if args.quick else "depth_bench")
     with contextlib.ExitStack() as stack:
         # set up one after the other (each alone on the machine), all kept up
-        children = [Child(store, kind, depth, args, stack)
-                    for kind in kinds for depth in depths for store in stores]
+        cases = grouped.with_reference([(k, d, s) for k in kinds for d in depths for s in stores],
+                                       stores)  # with a grouped row's ungrouped 1k
+        children = [Child(store, kind, depth, args, stack) for kind, depth, store in cases]
         progress(f"all set up; {args.rounds} interleaved rounds of small commits")
         loads = commit_rounds(children, args.rounds, args.step_budget_s)
         rows: list[dict[str, Any]] = []
@@ -579,6 +589,7 @@ def main() -> None:
             write_results(name, {"config": config, "notes": NOTES, "finished": False,
                                  "load_rounds": loads, "rows": rows})
         compare(children, rows)
+        grouped.compare_grouped(children, rows)
     print_table(rows, args)
     path = write_results(name, {"config": config, "notes": NOTES, "finished": True,
                                 "load_rounds": loads, "rows": rows})

@@ -73,8 +73,7 @@ def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
             "lease_s": state.broker.lease_ms / 1000,
             "lease_expires_at": timefmt.fmt(state.broker.expires_ms),
         },
-        "settings": {name: getattr(state.settings, name)
-                     for name in state.settings.__slots__},
+        "settings": state.settings.shown(),
         # the dispatch rate limit: claims_per_s, claim_limit_per_s, claim_burst, claim_tokens
         **state.claims.figures(state.settings, now_ms),
     }

@@ -172,7 +172,8 @@ def next_wakeup_ms(state: QueueState, now_ms: int) -> int | None:
         times.append(key_time(state.leases[0]))
     if state.delayed:
         times.append(key_time(state.delayed[0]))
-    if (state.ready or state.segment_refs) and not state.paused:
+    if (state.ready or state.segment_refs or (
+            state.groups is not None and state.groups.runnable(now_ms))) and not state.paused:
         token = state.claims.wakeup_ms(state.settings, now_ms)
         if token is not None:
             times.append(token)

@@ -13,6 +13,7 @@ import pytest
 from broker.errors import InvalidRequest
 from broker.model import transitions as T
 from broker.model.format import codec
+from broker.model.format.segment_format import encode_segment, segment_lines
 from broker.model.groups.counts import held_by_group
 from broker.model.ops import (
     Claim,
@@ -27,7 +28,8 @@ from broker.model.ops import (
     Release,
     TakeOver,
 )
-from broker.model.state import QueueState
+from broker.model.state import QueueState, SegmentRef, SegmentWindows
+from broker.paths import segment_key, segment_name
 from tests.support.states import committed, new_queue
 
 T0 = 1_767_225_600_000
@@ -176,3 +178,41 @@ def test_a_settings_change_applies_to_the_next_claim() -> None:
     assert seqs(claim(state, 4)) == [2, 3]
     T.apply(state, Configure({"group_limit": None}), T0)
     assert seqs(claim(state, 4)) == [4]
+
+
+def _segment(state: QueueState, n: int, due_ms: int, load: int | None = None) -> SegmentRef:
+    """Reserve n seqs, "write" an ungrouped segment of them, reference it, load
+    ``load`` of its lines (all by default)."""
+    first = state.counters.enqueued + 1
+    data = encode_segment("q", first, 0, due_ms, [b"%d" % (first + i) for i in range(n)],
+                          max_attempts=3)
+    ref = SegmentRef(segment_key("q", segment_name(first, "0123abcd")), f'"e{first}"',
+                     first, n, 0, due_ms)
+    state.counters.enqueued += n
+    state.segment_refs.append(ref)
+    if state.windows is None:
+        state.windows = SegmentWindows()
+    lines = segment_lines(data, ref)
+    state.windows.put(ref, 0, lines if load is None else lines[:load])
+    return ref
+
+
+def test_ungrouped_segment_jobs_are_one_group_with_the_inline_ones() -> None:
+    state = new_queue(T0)
+    T.apply(state, Configure({"group_limit": 1}), T0)
+    _segment(state, 5, T0 - 1_000)
+    T.apply(state, Push((*[NewJob(b"a", group="a")] * 3, NewJob(b"x"))), T0)
+    order = [seq for _ in range(8) for seq in seqs(claim(state, 1))]
+    # group 0 (the segment's jobs, older, then job 9) and a (one: its limit) in turns
+    assert order == [1, 6, 2, 3, 4, 5, 9]
+    assert held(state) == {None: 6, "a": 1} and not state.segment_refs
+
+
+def test_a_claim_ends_at_a_segment_line_not_loaded() -> None:
+    state = new_queue(T0)
+    T.apply(state, Configure({"group_limit": 1}), T0)
+    _segment(state, 5, T0 - 1_000, load=2)
+    T.apply(state, Push((NewJob(b"a", group="a"),)), T0)
+    got = claim(state, 20)
+    assert sorted(seqs(got)) == [1, 2, 6]  # never job 3 before its line is loaded
+    assert state.segment_refs[0].taken == 2

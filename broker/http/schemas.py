@@ -366,6 +366,27 @@ class BrokerRecord(Response):
     lease_expires_at: str
 
 
+class GroupRow(Response):
+    group: str | None = Field(description="the group (null: the jobs without one)")
+    claimed: int = Field(description="its jobs claimed now")
+    pending: int = Field(description="its ready pending jobs (due ones)")
+    limit: int | None = Field(description="its limit (null: unlimited)")
+    weight: int
+    state: str = Field(description="ready, at_limit, empty...")
+
+
+class GroupHeldBack(Response):
+    jobs: int = Field(description="ready pending jobs of groups at their limit")
+    groups_at_limit: int
+
+
+class GroupStats(Response):
+    known: int = Field(description="groups with ready pending or claimed jobs")
+    claimed: int = Field(description="jobs claimed now, in all groups")
+    held_back: GroupHeldBack
+    busiest: list[GroupRow] = Field(description="at most 10, by claimed then pending")
+
+
 class Stats(Response):
     queue: str
     counts: dict[str, int]
@@ -397,6 +418,8 @@ class Stats(Response):
     claim_tokens: int | None = Field(description="whole tokens left in the bucket: jobs a "
                                      "claim may take now (null: no limit)")
     served_by_this_broker: bool
+    groups: GroupStats | None = Field(None, description="only while the queue uses job "
+                                      "groups (a group setting, or grouped jobs)")
     completed_per_min: float | None = Field(None, description="jobs completed a minute over "
                                             "the last minute, on the broker serving the "
                                             "queue (null elsewhere, and in its first second)")

@@ -158,7 +158,8 @@ def settle(state: QueueState, job: Job) -> None:
     if record is None or fence is None:
         raise IllegalMove(f"claimed job {job.id} is in no claim record")
     pos = record.position(job.seq)
-    settle_hook(state.groups, job)  # (its group holds one fewer)
+    if state.groups is not None:  # (its group holds one fewer)
+        settle_hook(state.groups, job)
     record.settled |= 1 << pos
     record.cancel.pop(pos, None)
     record._enc = None
@@ -419,7 +420,8 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
         assert seq is not None
         record = records_get(job.claim or 0)
         if record is not None and len(record.seqs) == 1:  # settle(), for a claim of one
-            settle_hook(state.groups, job)
+            if state.groups is not None:
+                settle_hook(state.groups, job)
             del records[record.fence]
             job.claim = None
         else:

@@ -23,11 +23,13 @@ Pure: no I/O, time passed in. Imports the claim records and the job table
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable
+from typing import Any
 
 from broker.limits import MAX_PRIORITY
 from broker.model.claim_records import ClaimRecord
-from broker.model.groups.dispatch import Dispatch, Head
+from broker.model.groups.dispatch import AT_LIMIT, Dispatch, Head
 from broker.model.groups.names import NO_GROUP, GroupNames
 from broker.model.groups.settings import GroupSettings
 from broker.model.job import Job
@@ -95,6 +97,34 @@ class GroupState:
     def runnable(self, now_ms: int) -> bool:
         """Whether a claim at ``now_ms`` would find a group to serve."""
         return self.dispatch.pick(now_ms) is not None
+
+    def stats(self, busiest: int = 10) -> dict[str, Any]:
+        """The groups as stats show them: how many have a record (pending ready
+        jobs or held ones), the jobs held in all, the ready jobs held back by a
+        limit (``held_back``: jobs, groups at their limit), and the ``busiest``
+        groups by (claimed, ready pending). O(groups in memory), never O(jobs);
+        a group's ready count may include jobs cancelled or purged since it was
+        last served (their entries go when it is)."""
+        dispatch, heaps, names = self.dispatch, self.heaps, self.names
+        rows = []
+        claimed = back = at_limit = 0
+        for gid in dispatch.gids():
+            view = dispatch.view(gid)
+            assert view is not None
+            pending = len(heaps.get(gid, ()))
+            claimed += view.held
+            if view.state == AT_LIMIT:
+                at_limit += 1
+                back += pending
+            rows.append((view.held, pending, gid, view))
+        top = heapq.nlargest(busiest, rows, key=lambda row: (row[0], row[1], -row[2]))
+        return {
+            "known": len(rows), "claimed": claimed,
+            "held_back": {"jobs": back, "groups_at_limit": at_limit},
+            "busiest": [{"group": names.name(gid), "claimed": held, "pending": pending,
+                         "limit": view.limit, "weight": view.weight, "state": view.state}
+                        for held, pending, gid, view in top],
+        }
 
     def settle(self, name: str | None) -> None:
         """A held job of group ``name`` was settled (see :func:`settle_hook`)."""

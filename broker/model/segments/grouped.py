@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
+from typing import Any
 
 from broker.errors import CorruptState, InvalidRequest
 from broker.model.groups.counts import GroupState, held_by_group, priority_of
@@ -43,7 +44,7 @@ from broker.model.ops import LeasedJobs
 from broker.model.segments.refs import due_key, run_from
 from broker.model.state import QueueState
 
-__all__ = ["claim_grouped", "dissolve", "group_state", "uses_groups"]
+__all__ = ["claim_grouped", "dissolve", "group_state", "group_stats", "uses_groups"]
 
 
 def uses_groups(state: QueueState) -> bool:
@@ -225,3 +226,15 @@ def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, 
             column.extend(more)
     close_claim(state, record)
     return out
+
+
+def group_stats(state: QueueState, now_ms: int) -> dict[str, Any] | None:
+    """The ``groups`` block of stats (:meth:`GroupState.stats`), or None while
+    the queue uses no groups. Takes the ready heap's new jobs into their groups
+    first, as a claim would (derived structures only: the head is unchanged)."""
+    if not uses_groups(state):
+        return None
+    groups = group_state(state, now_ms)
+    promote_due(state, now_ms)
+    _absorb(state, groups, now_ms)
+    return groups.stats()

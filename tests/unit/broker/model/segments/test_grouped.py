@@ -24,6 +24,7 @@ from broker.model.ops import (
     FailItem,
     NewJob,
     Push,
+    ReadStats,
     Reclaim,
     Release,
     TakeOver,
@@ -216,3 +217,16 @@ def test_a_claim_ends_at_a_segment_line_not_loaded() -> None:
     got = claim(state, 20)
     assert sorted(seqs(got)) == [1, 2, 6]  # never job 3 before its line is loaded
     assert state.segment_refs[0].taken == 2
+
+
+def test_stats_show_what_the_limits_hold_back_and_the_busiest_groups() -> None:
+    state = queue(["a"] * 5 + ["b"] * 2 + [None], group_limit=2)
+    assert "groups" not in T.apply(new_queue(T0), ReadStats(), T0).view
+    claim(state, 10)
+    T.apply(state, Push((NewJob(b"late", group="c"),)), T0)
+    block = T.apply(state, ReadStats(), T0).view["groups"]
+    assert block["claimed"] == 5 and block["known"] == 4
+    assert block["held_back"] == {"jobs": 3, "groups_at_limit": 1}  # (b has none waiting)
+    assert block["busiest"][0] == {"group": "a", "claimed": 2, "pending": 3, "limit": 2,
+                                   "weight": 1, "state": "at_limit"}
+    assert [row["group"] for row in block["busiest"]] == ["a", "b", None, "c"]

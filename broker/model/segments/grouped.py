@@ -39,7 +39,7 @@ from broker.model.groups.settings import parse_group_settings
 from broker.model.indexes import SEQ_MASK, promote_due, ready_key, timed_key
 from broker.model.job import PENDING
 from broker.model.job_lines import pending_from_line
-from broker.model.lifecycle import claim_ready, close_claim, open_claim
+from broker.model.lifecycle import IllegalMove, claim_ready
 from broker.model.ops import LeasedJobs
 from broker.model.segments.refs import due_key, run_from
 from broker.model.state import QueueState
@@ -168,15 +168,14 @@ def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, 
     dispatch, heaps = groups.dispatch, groups.heaps
     promote_due(state, now_ms)  # (so claim_ready below finds nothing more to promote)
     _absorb(state, groups, now_ms)
-    out = LeasedJobs()
-    record = open_claim(state, worker, lease_ms, now_ms)
-    while len(out) < max_jobs:
+    chosen: list[int] = []  # the ready keys of the jobs picked, turn by turn
+    while len(chosen) < max_jobs:
         seg = _segment_next(state, now_ms) if state.segment_refs else None
         if seg is not None or NO_GROUP in heaps:  # (group 0: its inline jobs and the segments)
             top = _live_top(state, heaps.get(NO_GROUP), now_ms)
             dispatch.set_head(NO_GROUP, _head(top if seg is None or (
                 top is not None and top < seg[0]) else seg[0]), now_ms)
-        picked = dispatch.pick(now_ms, max_jobs - len(out))
+        picked = dispatch.pick(now_ms, max_jobs - len(chosen))
         if picked is None:
             break
         gid, q = picked
@@ -194,22 +193,19 @@ def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, 
                 top = _live_top(state, heap, now_ms)
             after = _segment_next(state, now_ms)
             until = None if after is None else after[0]
-        take: list[int] = []
-        # (one turn takes jobs of its head's priority only: priority comes first)
-        p = None if top is None else priority_of(top)
-        while heap and len(take) < q:
-            entry = _live_top(state, heap, now_ms)
-            if entry is None or (until is not None and entry > until) or \
-                    priority_of(entry) != p:
-                break
-            take.append(heapq.heappop(heap))
-        got = LeasedJobs()
-        if take:
-            saved, state.ready = state.ready, take  # (ascending: a heap of these jobs only)
-            try:
-                got = claim_ready(state, worker, len(take), lease_ms, now_ms, tag, None, record)
-            finally:
-                state.ready = saved
+        taken = 0
+        if heap and top is not None:
+            # (one turn takes jobs of its head's priority only: priority comes first)
+            p = priority_of(top)
+            chosen.append(heapq.heappop(heap))
+            taken = 1
+            while heap and taken < q:
+                entry = _live_top(state, heap, now_ms)
+                if entry is None or (until is not None and entry > until) or \
+                        priority_of(entry) != p:
+                    break
+                chosen.append(heapq.heappop(heap))
+                taken += 1
         head = _live_top(state, heap, now_ms)
         if not heap:
             heaps.pop(gid, None)
@@ -217,14 +213,20 @@ def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, 
             seg = _segment_next(state, now_ms)
             if seg is not None and (head is None or seg[0] < head):
                 head = seg[0]
-        dispatch.served(gid, len(got), _head(head), now_ms)
-        if not got:
-            if take:
-                break  # (cannot happen: the entries were live)
-            continue
-        for column, more in zip(out.columns, got.columns, strict=True):
-            column.extend(more)
-    close_claim(state, record)
+        dispatch.served(gid, taken, _head(head), now_ms)
+    if not chosen:
+        return LeasedJobs()
+    # One claim of the jobs picked, answered in claim order (priority, run-at, seq):
+    # which jobs a claim takes is fair; their order within one answer is the queue's.
+    heapq.heapify(chosen)
+    picked_n = len(chosen)
+    saved, state.ready = state.ready, chosen
+    try:
+        out = claim_ready(state, worker, picked_n, lease_ms, now_ms, tag)
+    finally:
+        state.ready = saved
+    if len(out) != picked_n:  # (the held counts went up by picked_n: a bug, not a refusal)
+        raise IllegalMove(f"a grouped claim picked {picked_n} jobs but claimed {len(out)}")
     return out
 
 

@@ -289,7 +289,7 @@ def ab_compare(baseline: Path, seconds: float, rounds: int) -> None:
     print(f"results written to {path}")
 
 
-#: Grouped rows (issue 31): (batch, clients, loadgen's group options), each beside its
+#: Grouped rows (job groups): (batch, clients, loadgen's group options), each beside its
 #: ungrouped twin (no options) on this tree: cycles of push, claim, complete.
 GROUP_SCENARIOS = [
     (1, 64, ("--groups", "1000")),

@@ -359,16 +359,12 @@ def _setting(text: str) -> tuple[str, Any]:
 
 
 def _settings_of(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``NAME=VALUE`` pairs as settings: ``group_limits.GROUP=N`` (or
-    ``group_weights.GROUP=N``) sets one entry of that map (the map is sent whole:
-    entries named here only)."""
+    """``NAME=VALUE`` pairs as settings; ``group_limits.GROUP=N`` is an entry of that map."""
     out: dict[str, Any] = {}
     for name, value in pairs:
         base, dot, key = name.partition(".")
         if dot and base in ("group_limits", "group_weights"):
-            entries = out.get(base)
-            out[base] = entries = entries if isinstance(entries, dict) else {}
-            entries[key] = value
+            out[base] = {**(out.get(base) or {}), key: value}  # (a map is sent whole)
         else:
             out[name] = value
     return out

@@ -6,8 +6,7 @@ record (:mod:`broker.model.claim_records`), and its group is on its line. So
 :func:`held_by_group` rebuilds the counts exactly from any head, and a
 :class:`GroupState` built on load (or after a takeover) starts from what the
 landed head holds: a limit holds across takeovers. From then on the counts
-move with the claims (:meth:`GroupState.claimed`, through
-:meth:`~broker.model.groups.dispatch.Dispatch.served`) and with the one settle
+move with the claims (:meth:`~broker.model.groups.dispatch.Dispatch.served`) and with the one settle
 function (:func:`broker.model.lifecycle.settle` calls :func:`settle_hook`),
 so no path that ends a claim can forget its count.
 

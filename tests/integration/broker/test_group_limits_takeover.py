@@ -30,8 +30,11 @@ LEASE_S = 2.0
 
 
 def _files(root: Path) -> dict[str, bytes]:
+    """The store's objects and their bytes (not the file store's own hidden files:
+    superseded versions of the head go some time after the write that replaced them)."""
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file()}
+            if p.is_file() and not any(part.startswith(".") for part in
+                                       p.relative_to(root).parts)}
 
 
 def _head(root: Path):  # type: ignore[no-untyped-def]

@@ -127,3 +127,19 @@ def test_the_cli_configures_group_settings(broker: BrokerProcess, tmp_path: Path
     head = (tmp_path / "q" / "queue.json").read_bytes()
     assert head.startswith(b'{"format":"osqueue","version":6,')
     assert b'"group_limits":{"a":5,"b":null}' in head
+
+
+def test_stats_and_metrics_show_what_the_limit_holds_back(broker: BrokerProcess) -> None:
+    client = QueueClient(broker.url, "q")
+    client.create(group_limit=1)
+    client.push_many([{"payload": i, "group": "a"} for i in range(3)] +
+                     [{"payload": 9, "group": "b"}])
+    assert sorted(j.group or "" for j in client.claim("w", 10)) == ["a", "b"]
+    block = client.stats()["groups"]
+    assert block["claimed"] == 2
+    assert block["held_back"] == {"jobs": 2, "groups_at_limit": 1}
+    assert block["busiest"][0] == {"group": "a", "claimed": 1, "pending": 2, "limit": 1,
+                                   "weight": 1, "state": "at_limit"}
+    metrics = urllib3.request("GET", f"{broker.url}/metrics").data.decode()
+    assert 'osqueue_group_held_back_jobs{queue="q"} 2.0' in metrics
+    assert 'osqueue_groups_at_limit{queue="q"} 1.0' in metrics

@@ -96,11 +96,11 @@ class Server:
 
 
 def loadgen(url: str, mode: str, clients: int, seconds: float, batch: int = 1,
-            body: str = "json") -> dict[str, Any]:
+            body: str = "json", extra: tuple[str, ...] = ()) -> dict[str, Any]:
     out = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "loadgen.py"), url, "--mode", mode,
          "--clients", str(clients), "--seconds", str(seconds), "--batch", str(batch),
-         "--body", body],
+         "--body", body, *extra],
         capture_output=True, text=True, check=True, timeout=seconds * 10 + 120)
     result: dict[str, Any] = json.loads(out.stdout)
     if result["errors"]:
@@ -110,7 +110,7 @@ def loadgen(url: str, mode: str, clients: int, seconds: float, batch: int = 1,
 
 def broker_run(mode: str, clients: int, seconds: float, batch: int = 1,
                latency_ms: float = 0.0, body: str = "json",
-               root: Path = ROOT) -> dict[str, Any]:
+               root: Path = ROOT, extra: tuple[str, ...] = ()) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="osq-bench-") as tmp:
         args = ["broker", "--store", f"file://{tmp}"]
         if latency_ms:
@@ -118,7 +118,7 @@ def broker_run(mode: str, clients: int, seconds: float, batch: int = 1,
         server = Server(*args, root=root)
         try:
             cpu0, wall0 = server.cpu_s(), time.perf_counter()
-            result = loadgen(server.url, mode, clients, seconds, batch, body)
+            result = loadgen(server.url, mode, clients, seconds, batch, body, extra)
             cpu1, wall = server.cpu_s(), time.perf_counter() - wall0
         finally:
             server.stop()
@@ -289,6 +289,45 @@ def ab_compare(baseline: Path, seconds: float, rounds: int) -> None:
     print(f"results written to {path}")
 
 
+#: Grouped rows (job groups): (batch, clients, loadgen's group options), each beside its
+#: ungrouped twin (no options) on this tree: cycles of push, claim, complete.
+GROUP_SCENARIOS = [
+    (1, 64, ("--groups", "1000")),
+    (100, 16, ("--groups", "1000")),
+    (100, 16, ("--groups", "100")),
+    (100, 16, ("--groups", "1000", "--group-limit", "2")),
+]
+
+
+def groups_compare(seconds: float, rounds: int) -> None:
+    """Cycles of grouped jobs against their ungrouped twins on this tree, interleaved,
+    medians of ``rounds``; the bar (design-31 §10.5): grouped >= 0.8 of ungrouped."""
+    print(f"== groups: grouped cycles against ungrouped ones, {rounds} interleaved rounds")
+    table: dict[str, dict[str, list[float]]] = {}
+    for n in range(rounds):
+        for batch, clients, options in GROUP_SCENARIOS:
+            name = f"cycle-b{batch}-c{clients}{''.join(options).replace('--', '-')}"
+            cell = table.setdefault(name, {"ungrouped": [], "grouped": []})
+            order = [("ungrouped", ()), ("grouped", options)]
+            for label, extra in (order if n % 2 == 0 else order[::-1]):
+                r = broker_run("cycle", clients, seconds, batch, extra=extra)
+                cell[label].append(r["claim"]["jobs_per_s"] if "claim" in r else 0.0)
+            print(f"round {n + 1} {name:<44} claims/s ungrouped {cell['ungrouped'][-1]:>9,.0f}"
+                  f"   grouped {cell['grouped'][-1]:>9,.0f}   ratio "
+                  f"{cell['grouped'][-1] / max(cell['ungrouped'][-1], 1e-9):.3f}", flush=True)
+    summary = {}
+    for name, cell in table.items():
+        u = sorted(cell["ungrouped"])[len(cell["ungrouped"]) // 2]
+        g = sorted(cell["grouped"])[len(cell["grouped"]) // 2]
+        summary[name] = {"ungrouped_claims_per_s": u, "grouped_claims_per_s": g,
+                         "grouped_over_ungrouped": g / u if u else None,
+                         "rounds_ungrouped": cell["ungrouped"], "rounds_grouped": cell["grouped"]}
+        print(f"{name:<44} ungrouped {u:>9,.0f}  grouped {g:>9,.0f}  "
+              f"grouped_over_ungrouped {g / u if u else float('nan'):.3f}")
+    path = write_results("broker_groups", {"seconds": seconds, "results": summary})
+    print(f"results written to {path}")
+
+
 def bigpush_run(root: Path, jobs: int = 400, size: int = 200_000) -> dict[str, float]:
     """``jobs`` payloads of ``size`` bytes pushed to ``root``'s broker, then 20
     single small pushes: their times and the queue object's bytes after."""
@@ -355,10 +394,13 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3,
                    help="interleaved rounds of the A/B comparison and of the headline "
                         "figures at 64 clients (default 3)")
-    p.add_argument("--only", choices=["ab", "latency", "bigpush"],
+    p.add_argument("--only", choices=["ab", "latency", "bigpush", "groups"],
                    help="ab: only the A/B comparison; latency: only 200 ms at 256 clients; "
                         "bigpush: only big payloads against the baseline")
     args = p.parse_args()
+    if args.only == "groups":
+        groups_compare(args.seconds, args.rounds)
+        return
     if args.only == "bigpush":
         if args.baseline is None:
             p.error("--only bigpush compares with --baseline DIR")

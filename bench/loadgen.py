@@ -64,7 +64,8 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def run(url: str, mode: str, clients: int, seconds: float, batch: int,
-              queue: str, body: str = "json", keys: bool = True) -> dict[str, object]:
+              queue: str, body: str = "json", keys: bool = True, groups: int = 0,
+              group_limit: int | None = None) -> dict[str, object]:
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     base = f"/v1/queues/{queue}"
@@ -78,6 +79,11 @@ async def run(url: str, mode: str, clients: int, seconds: float, batch: int,
         push_type = "application/vnd.osqueue.staged"
     else:
         push_body = orjson.dumps({"jobs": [{"payload": p} for p in payloads]})
+        push_type = "application/json"
+    if groups:  # each client's pushes spread over the groups (JSON bodies)
+        push_bodies = [orjson.dumps({"jobs": [
+            {"payload": p, "group": f"g{(n * batch + i) % groups:05d}"}
+            for i, p in enumerate(payloads)]}) for n in range(clients)]
         push_type = "application/json"
     noop_body = orjson.dumps({"jobs": [{"payload": {"n": 0, "doc": "doc-0"}}]})
     start_gate = asyncio.Event()
@@ -112,7 +118,7 @@ async def run(url: str, mode: str, clients: int, seconds: float, batch: int,
                 if await timed(conn, "noop", "/noop", noop_body) is not None and measuring[0]:
                     jobs_done["noop"] += 1
                 continue
-            if await timed(conn, "push", f"{base}/push", push_body,
+            if await timed(conn, "push", f"{base}/push", push_bodies[n] if groups else push_body,
                            push_type) is not None and measuring[0]:
                 jobs_done["push"] += batch
             if mode == "push":
@@ -132,6 +138,13 @@ async def run(url: str, mode: str, clients: int, seconds: float, batch: int,
                 jobs_done["complete"] += len(items)
         writer.close()
 
+    if group_limit is not None:
+        reader, writer = await asyncio.open_connection(host, port)
+        status, data = await Conn(reader, writer, f"{host}:{port}").post(
+            base, orjson.dumps({"settings": {"group_limit": group_limit}}))
+        writer.close()
+        if status != 200:
+            errors.append(f"settings: {status} {data[:120]!r}")
     tasks = [asyncio.create_task(client(n)) for n in range(clients)]
     await asyncio.sleep(0.2)  # connections open
     warmup = min(1.0, seconds / 4)
@@ -166,6 +179,10 @@ def main() -> None:
                    help="send no Idempotency-Key with pushes and claims")
     p.add_argument("--body", choices=["json", "lines"], default="json",
                    help="push body: JSON, or the compact staged lines QueueClient sends")
+    p.add_argument("--groups", type=int, default=0,
+                   help="push jobs into this many groups (g00000...), JSON bodies")
+    p.add_argument("--group-limit", type=int, default=None,
+                   help="set the queue's group_limit before the run")
     args = p.parse_args()
     try:
         import uvloop
@@ -174,7 +191,8 @@ def main() -> None:
     except ImportError:
         pass
     result = asyncio.run(run(args.url, args.mode, args.clients, args.seconds, args.batch,
-                             args.queue, args.body, not args.no_keys))
+                             args.queue, args.body, not args.no_keys, args.groups,
+                             args.group_limit))
     json.dump(result, sys.stdout)
 
 

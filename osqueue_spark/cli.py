@@ -351,9 +351,23 @@ def _setting(text: str) -> tuple[str, Any]:
         number = json.loads(value)
     except json.JSONDecodeError:
         number = None
+    if name.startswith("group_") and (number is None or isinstance(number, dict)):
+        return name, number  # (group settings: null for the default, maps as JSON)
     if isinstance(number, bool) or not isinstance(number, int | float):
         raise argparse.ArgumentTypeError(f"{name[:40]}: not a number: {value[:20]!r}")
     return name, number
+
+
+def _settings_of(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``NAME=VALUE`` pairs as settings; ``group_limits.GROUP=N`` is an entry of that map."""
+    out: dict[str, Any] = {}
+    for name, value in pairs:
+        base, dot, key = name.partition(".")
+        if dot and base in ("group_limits", "group_weights"):
+            out[base] = {**(out.get(base) or {}), key: value}  # (a map is sent whole)
+        else:
+            out[name] = value
+    return out
 
 
 #: What a changed setting does not change, said when it is set.
@@ -363,7 +377,7 @@ SETTING_NOTES = {"max_attempts": "max_attempts applies to jobs pushed from now o
 
 
 def cmd_configure(client: QueueClient, args: argparse.Namespace) -> int:
-    settings = client.create(**dict(args.settings))["settings"]
+    settings = client.create(**_settings_of(args.settings))["settings"]
     notes = [SETTING_NOTES[name] for name in dict(args.settings) if name in SETTING_NOTES]
     if args.json:
         dump({"queue": client.queue, "settings": settings, "notes": notes})
@@ -511,7 +525,9 @@ def build_parser() -> argparse.ArgumentParser:
     cf = command("configure", "set queue settings (NAME=NUMBER ...); shows them all")
     cf.add_argument("settings", nargs="+", type=_setting, metavar="NAME=NUMBER",
                     help="e.g. max_claims_per_s=50 (0: no dispatch rate limit), "
-                         "claim_burst=100, max_attempts=5 (for jobs pushed from then on)")
+                         "claim_burst=100, max_attempts=5 (for jobs pushed from then on), "
+                         "group_limit=2 (null: unlimited), group_limits.tenantA=5, "
+                         "group_weights.tenantB=3 (a map is sent whole)")
     cf.set_defaults(fn=cmd_configure)
 
     command("pause", "stop handing out jobs").set_defaults(fn=cmd_pause)

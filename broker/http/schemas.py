@@ -227,10 +227,29 @@ class NoBody(Request):
     """No fields: an empty body or ``{}``."""
 
 
+#: The group settings a queue may set (docs/operations.md, "Job groups").
+GROUP_SETTING_TEXTS = {
+    "group_limit": "null (unlimited, the default) or an int 0..1,000,000: the most jobs of "
+                   "one group claimed at once (0: none)",
+    "group_limits": "an object {group: int 0..1,000,000 or null}: per-group overrides of "
+                    "group_limit (replaced whole)",
+    "group_weights": "an object {group: int 1..1,000}: turns per round of a group (default 1; "
+                     "replaced whole)",
+    "group_order": "not yet supported (refused)",
+    "group_dead": "not yet supported (refused)",
+    "group_rate_per_s": "not yet supported (refused)",
+    "group_burst": "not yet supported (refused)",
+}
+
+
 def _settings_model() -> type[BaseModel]:
     fields: dict[str, Any] = {
         name: (Annotated[kind | None, Field(ge=lo, le=hi)], None)
         for name, (kind, lo, hi) in SETTING_LIMITS.items()}
+    # The group settings are checked whole by the broker (broker.model.groups.settings:
+    # one place for their rules); null sets one back to its default.
+    fields.update({name: (Annotated[Any, Field(description=text)], None)
+                   for name, text in GROUP_SETTING_TEXTS.items()})
     return create_model("QueueSettings", __config__=ConfigDict(
         strict=True, extra="forbid", allow_inf_nan=False), **fields)
 
@@ -347,6 +366,27 @@ class BrokerRecord(Response):
     lease_expires_at: str
 
 
+class GroupRow(Response):
+    group: str | None = Field(description="the group (null: the jobs without one)")
+    claimed: int = Field(description="its jobs claimed now")
+    pending: int = Field(description="its ready pending jobs (due ones)")
+    limit: int | None = Field(description="its limit (null: unlimited)")
+    weight: int
+    state: str = Field(description="ready, at_limit, empty...")
+
+
+class GroupHeldBack(Response):
+    jobs: int = Field(description="ready pending jobs of groups at their limit")
+    groups_at_limit: int
+
+
+class GroupStats(Response):
+    known: int = Field(description="groups with ready pending or claimed jobs")
+    claimed: int = Field(description="jobs claimed now, in all groups")
+    held_back: GroupHeldBack
+    busiest: list[GroupRow] = Field(description="at most 10, by claimed then pending")
+
+
 class Stats(Response):
     queue: str
     counts: dict[str, int]
@@ -368,7 +408,8 @@ class Stats(Response):
     receipts: int
     settled_runs: int
     broker: BrokerRecord | None
-    settings: dict[str, float]
+    settings: dict[str, Any] = Field(description="every setting (numbers; the group "
+                                     "settings only when set)")
     claims_per_s: float = Field(description="jobs claimed a second over the last 10 s, on "
                                 "this broker (0 when read from the store)")
     claim_limit_per_s: float | None = Field(description="the dispatch rate limit "
@@ -377,6 +418,8 @@ class Stats(Response):
     claim_tokens: int | None = Field(description="whole tokens left in the bucket: jobs a "
                                      "claim may take now (null: no limit)")
     served_by_this_broker: bool
+    groups: GroupStats | None = Field(None, description="only while the queue uses job "
+                                      "groups (a group setting, or grouped jobs)")
     completed_per_min: float | None = Field(None, description="jobs completed a minute over "
                                             "the last minute, on the broker serving the "
                                             "queue (null elsewhere, and in its first second)")

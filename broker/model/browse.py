@@ -94,7 +94,7 @@ def summary(state: QueueState, now_ms: int) -> dict[str, Any]:
             "lease_expires_at": timefmt.fmt(record.expires_ms)},
         "counters": counters(state, now_ms),
         "approx_state_bytes": state.size_estimate(),
-        "settings": {name: getattr(state.settings, name) for name in state.settings.__slots__},
+        "settings": state.settings.shown(),
         **state.claims.figures(state.settings, now_ms),
     }
 

@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from broker.model.claim_records import ClaimRecord
 from broker.model.format import codec
+from broker.model.groups.counts import settle_hook
 from broker.model.indexes import (
     SEQ_MASK,
     compact_leases,
@@ -157,6 +158,8 @@ def settle(state: QueueState, job: Job) -> None:
     if record is None or fence is None:
         raise IllegalMove(f"claimed job {job.id} is in no claim record")
     pos = record.position(job.seq)
+    if state.groups is not None:  # (its group holds one fewer)
+        settle_hook(state.groups, job)
     record.settled |= 1 << pos
     record.cancel.pop(pos, None)
     record._enc = None
@@ -417,6 +420,8 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
         assert seq is not None
         record = records_get(job.claim or 0)
         if record is not None and len(record.seqs) == 1:  # settle(), for a claim of one
+            if state.groups is not None:
+                settle_hook(state.groups, job)
             del records[record.fence]
             job.claim = None
         else:

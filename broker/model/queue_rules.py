@@ -12,6 +12,7 @@ from typing import Any
 from broker.errors import InvalidRequest
 from broker.limits import check_setting
 from broker.model import idempotency
+from broker.model.groups.settings import GROUP_SETTINGS, parse_group_settings
 from broker.model.lifecycle import restart_leases
 from broker.model.ops import (
     ClearBroker,
@@ -24,6 +25,7 @@ from broker.model.ops import (
     SetPaused,
     TakeOver,
 )
+from broker.model.segments.grouped import dissolve
 from broker.model.state import BrokerRecord, QueueSettings, QueueState
 from broker.model.views import list_page, stats
 
@@ -58,10 +60,16 @@ def set_paused(state: QueueState, op: SetPaused, now_ms: int) -> Result:
 
 
 def configure(state: QueueState, op: Configure, now_ms: int) -> Result:
-    """Change settings; ``InvalidRequest`` (changing nothing) for a bad one."""
+    """Change settings; ``InvalidRequest`` (changing nothing) for a bad one. The
+    group settings (``group_*``) are checked together by
+    :func:`broker.model.groups.settings.parse_group_settings`; a null one goes
+    back to its default."""
     merged: dict[str, Any] = {name: getattr(state.settings, name)
                               for name in state.settings.__slots__}
+    merged["groups"] = _group_settings(state.settings.groups, op.settings)
     for name, value in op.settings.items():
+        if name in GROUP_SETTINGS:
+            continue
         try:
             merged[name] = check_setting(name, value)
         except ValueError as exc:
@@ -69,9 +77,31 @@ def configure(state: QueueState, op: Configure, now_ms: int) -> Result:
     if merged["backoff_base_s"] > merged["backoff_max_s"]:
         raise InvalidRequest(f"backoff_base_s ({merged['backoff_base_s']}) must not exceed "
                              f"backoff_max_s ({merged['backoff_max_s']})")
+    if merged["groups"] != state.settings.groups:
+        dissolve(state)  # (the next claim builds them again under the new settings)
     state.settings = QueueSettings(**merged)
     idempotency.trim(state, now_ms)
     return Result(changed=True)
+
+
+#: The group settings that a later phase of groups brings (refused until then).
+NOT_YET = ("group_order", "group_dead", "group_rate_per_s", "group_burst")
+
+
+def _group_settings(current: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """The group settings as stored after ``changes`` (checked whole), or
+    ``InvalidRequest``."""
+    asked = {name: value for name, value in changes.items() if name in GROUP_SETTINGS}
+    if not asked:
+        return current
+    for name in NOT_YET:
+        if name in asked:
+            raise InvalidRequest(f"configure: {name} is not yet supported by this broker "
+                                 "(group_limit, group_limits and group_weights are)")
+    raw = {**current, **asked}
+    stored = parse_group_settings(raw, "configure").stored()
+    return {name: dict(sorted(value.items())) if isinstance(value, dict) else value
+            for name, value in stored.items()}  # (maps by key: the same bytes each time)
 
 
 def take_over(state: QueueState, op: TakeOver, now_ms: int) -> Result:

@@ -173,14 +173,20 @@ class QueueSettings:
     # when set (OPTIONAL_SETTINGS), so an object without a limit keeps its bytes.
     max_claims_per_s: float = 0.0
     claim_burst: int = 0
+    # The group settings not at their default, as stored ("group_limit"...): checked
+    # by broker.model.groups.settings (configure, and the claim that first uses them),
+    # which this module may not import (the layers); empty for a queue without them.
+    groups: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> QueueSettings:
         """Settings from a dict; unknown names are ignored (an older broker's
-        object), bad values raise ``ValueError``."""
-        known = {f.name for f in fields(cls)}
+        object), bad values raise ``ValueError``. Names beginning ``group_`` are
+        kept as they are, in ``groups``."""
+        known = {f.name for f in fields(cls)} - {"groups"}
         checked: dict[str, Any] = {k: check_setting(k, v) for k, v in data.items() if k in known}
-        return cls(**checked)
+        groups = {k: v for k, v in data.items() if k.startswith("group_") and v is not None}
+        return cls(**checked, groups=groups)
 
     def stored(self) -> dict[str, Any]:
         """The settings as the object holds them: every one, but those of
@@ -190,6 +196,14 @@ class QueueSettings:
         for name, default in OPTIONAL_SETTINGS.items():
             if out[name] == default:
                 del out[name]
+        out.update(out.pop("groups"))
+        return out
+
+    def shown(self) -> dict[str, Any]:
+        """Every setting by name, as stats show them (the group settings only
+        when set)."""
+        out = {name: getattr(self, name) for name in self.__slots__}
+        out.update(out.pop("groups"))
         return out
 
 
@@ -426,6 +440,11 @@ class QueueState:
     # Derived, never stored: a heap of the seqs of the head's grouped jobs, some maybe
     # gone from it since (dropped lazily by broker.model.format.codec.version_of).
     grouped: list[int] = field(default_factory=list, compare=False, repr=False)
+    # Derived, never stored: the claims' per-group structures while the queue uses
+    # groups (a broker.model.groups.counts.GroupState: held counts from the claim
+    # records, the groups' ready jobs, fair dispatch), None otherwise and until a
+    # claim builds it (broker.model.segments.grouped).
+    groups: Any = field(default=None, compare=False, repr=False)
     approx_bytes: int = 0  # jobs only; see size_estimate()
     key_bytes: int = 0  # the idempotency-key and publish-key windows
     # Completed jobs awaiting their archive object: commit seq -> job seqs.

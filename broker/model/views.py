@@ -16,6 +16,7 @@ from broker.model import receipts as R
 from broker.model.indexes import key_time
 from broker.model.job import CANCELLED, CLAIMED, COMPLETED, PENDING, STATUSES, Job
 from broker.model.segments.claims import page_refs, segment_page
+from broker.model.segments.grouped import group_stats
 from broker.model.segments.refs import next_wakeup, oldest_due, segment_counts
 from broker.model.state import MAX_WINDOWS, QueueState, SegmentRef
 
@@ -73,11 +74,18 @@ def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
             "lease_s": state.broker.lease_ms / 1000,
             "lease_expires_at": timefmt.fmt(state.broker.expires_ms),
         },
-        "settings": {name: getattr(state.settings, name)
-                     for name in state.settings.__slots__},
+        "settings": state.settings.shown(),
         # the dispatch rate limit: claims_per_s, claim_limit_per_s, claim_burst, claim_tokens
         **state.claims.figures(state.settings, now_ms),
+        **_groups(state, now_ms),
     }
+
+
+def _groups(state: QueueState, now_ms: int) -> dict[str, Any]:
+    """``{"groups": ...}`` while the queue uses groups (see
+    :func:`broker.model.segments.grouped.group_stats`), else nothing."""
+    block = group_stats(state, now_ms)
+    return {} if block is None else {"groups": block}
 
 
 def _after_seq(after: str | None) -> int:
@@ -173,7 +181,8 @@ def next_wakeup_ms(state: QueueState, now_ms: int) -> int | None:
         times.append(key_time(state.leases[0]))
     if state.delayed:
         times.append(key_time(state.delayed[0]))
-    if (state.ready or state.segment_refs) and not state.paused:
+    if (state.ready or state.segment_refs or (
+            state.groups is not None and state.groups.runnable(now_ms))) and not state.paused:
         token = state.claims.wakeup_ms(state.settings, now_ms)
         if token is not None:
             times.append(token)

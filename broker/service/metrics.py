@@ -18,6 +18,10 @@ platform and garbage-collector collectors on it (``process_*``,
   on this broker; ``osqueue_claim_limit_per_s{queue}``: the dispatch rate
   limit (0: none); ``osqueue_claim_tokens{queue}``: whole tokens left in its
   bucket (only with a limit);
+* ``osqueue_groups_known{queue}``, ``osqueue_groups_at_limit{queue}``,
+  ``osqueue_group_held_back_jobs{queue}``: while a served queue's claims go by
+  groups, its groups with ready or claimed jobs, those at their limit, and
+  their ready jobs held back (no per-group label: group names are unbounded);
 * ``osqueue_serving{queue}``: 1 while this broker owns the queue;
 * ``osqueue_commits_total``, ``osqueue_conflicts_total``,
   ``osqueue_unknown_outcomes_total``, ``osqueue_answered_unknown_total``,
@@ -59,6 +63,9 @@ HELP = {
     "osqueue_claims_per_s": "Jobs claimed a second, over the last 10 s on this broker.",
     "osqueue_claim_limit_per_s": "The queue's dispatch rate limit in jobs a second (0: none).",
     "osqueue_claim_tokens": "Whole tokens left in the dispatch rate limit's bucket.",
+    "osqueue_groups_known": "Job groups with ready or claimed jobs.",
+    "osqueue_groups_at_limit": "Job groups holding as many claimed jobs as their limit.",
+    "osqueue_group_held_back_jobs": "Ready jobs of groups at their limit.",
     "osqueue_serving": "1 while this broker owns the queue, else 0.",
     "osqueue_commits_total": "Batches written to the queue object.",
     "osqueue_conflicts_total": "Conditional writes that lost to another writer.",
@@ -135,6 +142,17 @@ class Metrics:
             self.gauge("osqueue_claim_tokens", figures["claim_tokens"], queue=queue)
         else:  # (a limit lifted: its bucket's figure goes)
             self.drop_gauge("osqueue_claim_tokens", queue=queue)
+        groups = state.groups  # (built by the claims of a queue that uses groups)
+        if groups is not None:
+            block = groups.stats(busiest=0)  # O(groups with ready or claimed jobs)
+            self.gauge("osqueue_groups_known", block["known"], queue=queue)
+            self.gauge("osqueue_groups_at_limit", block["held_back"]["groups_at_limit"],
+                       queue=queue)
+            self.gauge("osqueue_group_held_back_jobs", block["held_back"]["jobs"], queue=queue)
+        else:
+            for name in ("osqueue_groups_known", "osqueue_groups_at_limit",
+                         "osqueue_group_held_back_jobs"):
+                self.drop_gauge(name, queue=queue)
 
     def exposition(self) -> bytes:
         """Every metric in the Prometheus text format (:data:`CONTENT_TYPE`)."""

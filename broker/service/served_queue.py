@@ -152,7 +152,8 @@ class ServedQueue:
         """Wake the claims waiting for jobs if ``state`` has some ready, and the
         dispatch rate limit a token (else the timer of the next one wakes them)."""
         self.completions.observe(self._monotonic(), state.counters.completed)
-        if (state.ready or state.segment_refs) and not state.paused and \
-                state.claims.wake(state.settings, self._clock()):
+        if (state.ready or state.segment_refs or (  # (groups: their ready jobs, a freed place)
+                state.groups is not None and state.groups.runnable(self._clock()))) and \
+                not state.paused and state.claims.wake(state.settings, self._clock()):
             self.jobs_ready.set()
             self.jobs_ready = asyncio.Event()

@@ -143,7 +143,7 @@ def _header(state: QueueState) -> dict[str, Any]:
     broker = state.broker
     header = {
         "format": FORMAT,
-        "version": version_of(state),
+        "version": VERSION if state.settings.groups else version_of(state),  # (v6: groups)
         "seq": state.seq,
         "writer": state.writer,
         "commit": state.commit,

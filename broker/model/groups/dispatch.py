@@ -283,6 +283,19 @@ class Dispatch:
         g.held -= n
         self._update(g, head, dead, now_ms)
 
+    def hold(self, gid: int, n: int, now_ms: int) -> None:
+        """``n`` more jobs of group ``gid`` are held, found rather than served (the
+        counts rebuilt from the claim records on load): its pass does not move."""
+        if n < 0:
+            raise ValueError(f"group {gid} cannot hold {n} more jobs")
+        g = self._groups.get(gid)
+        if g is None:
+            if not n:
+                return
+            g = self._record(gid)
+        g.held += n
+        self._derive(g, now_ms)
+
     def set_head(self, gid: int, head: Head | None, now_ms: int,
                  dead: int | None = None) -> None:
         """Group ``gid``'s next job is now ``head`` (None: none pending), e.g.

@@ -36,6 +36,7 @@ from broker.model.indexes import SEQ_MASK, promote_due, ready_key, timed_key
 from broker.model.job import JOB_OVERHEAD_BYTES, PENDING, Job, JobIds
 from broker.model.lifecycle import claim_ready, close_claim, open_claim
 from broker.model.ops import LeasedJobs
+from broker.model.segments.grouped import claim_grouped, dissolve, uses_groups
 from broker.model.segments.refs import INLINE, due_key, next_from, purge_segments, run_from, take
 from broker.model.state import MAX_WINDOWS, QueueState, SegmentRef, SegmentWindows
 
@@ -172,7 +173,13 @@ def move_in(state: QueueState, i: int, n: int) -> int:
 def claim_merged(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
                  now_ms: int, tag: Callable[[str], str]) -> LeasedJobs:
     """:func:`broker.model.lifecycle.claim_ready` over the inline jobs and the
-    segments' loaded lines together, in claim order (see the module docstring)."""
+    segments' loaded lines together, in claim order (see the module docstring);
+    by groups (limits, fair turns) while the queue uses them
+    (:mod:`broker.model.segments.grouped`)."""
+    if state.settings.groups or state.grouped or state.groups is not None:
+        if uses_groups(state):
+            return claim_grouped(state, worker, max_jobs, lease_ms, now_ms, tag, move_in)
+        dissolve(state)
     if not state.segment_refs:
         return claim_ready(state, worker, max_jobs, lease_ms, now_ms, tag)
     out = LeasedJobs()

@@ -1,6 +1,6 @@
 """A claim's answer names the group of each grouped job it hands out (the
-jobs without one have none), a replayed claim too; groups change nothing
-about which jobs a claim takes (phase G1: stored and shown only)."""
+jobs without one have none), a replayed claim too; within one group the
+claim order is the queue's (the turns between groups: test_grouped.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def test_a_claim_names_the_groups_of_its_grouped_jobs() -> None:
     T.apply(state, Push((NewJob(b"1", group="a"), NewJob(b"2"), NewJob(b"3", group="b"))), T0)
     out = T.apply(state, Claim("w", 10, 30_000), T0).jobs
     assert [job.id for job in out] == ["j0000000001", "j0000000002", "j0000000003",
-                                       "j0000000004"]
+                                       "j0000000004"]  # (one answer: in claim order)
     assert groups_of(out) == {1: "a", 3: "b"}
 
 
@@ -28,12 +28,11 @@ def test_a_claim_of_ungrouped_jobs_names_none() -> None:
     assert len(out) == 2 and groups_of(out) == {}
 
 
-def test_groups_do_not_change_the_claim_order() -> None:
+def test_one_group_keeps_the_claim_order() -> None:
     plain, grouped = new_queue(T0), new_queue(T0)
     jobs = [(b"%d" % i, i % 3) for i in range(9)]
     T.apply(plain, Push(tuple(NewJob(p, priority=pr) for p, pr in jobs)), T0)
-    T.apply(grouped, Push(tuple(NewJob(p, priority=pr, group=f"g{i % 2}")
-                                for i, (p, pr) in enumerate(jobs))), T0)
+    T.apply(grouped, Push(tuple(NewJob(p, priority=pr, group="g") for p, pr in jobs)), T0)
     a = T.apply(plain, Claim("w", 5, 30_000), T0).jobs
     b = T.apply(grouped, Claim("w", 5, 30_000), T0).jobs
     assert [j.id for j in a] == [j.id for j in b]

@@ -1,0 +1,144 @@
+"""Held counts per group, derived from the claim records, and the groups'
+ready jobs: what a claim of a queue that uses groups works on.
+
+The head never stores a count: every held job is a position of a claim
+record (:mod:`broker.model.claim_records`), and its group is on its line. So
+:func:`held_by_group` rebuilds the counts exactly from any head, and a
+:class:`GroupState` built on load (or after a takeover) starts from what the
+landed head holds: a limit holds across takeovers. From then on the counts
+move with the claims (:meth:`~broker.model.groups.dispatch.Dispatch.served`) and with the one settle
+function (:func:`broker.model.lifecycle.settle` calls :func:`settle_hook`),
+so no path that ends a claim can forget its count.
+
+The ready jobs of each group are a heap of ready-heap keys
+(:func:`broker.model.indexes.ready_key`: priority desc, run-at, seq) per gid,
+filled from the queue's ready heap by the claim (the segments layer,
+:mod:`broker.model.segments.grouped`); entries go stale as the ready heap's
+do and are checked on use.
+
+Pure: no I/O, time passed in. Imports the claim records and the job table
+(below it), never the state.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+from typing import Any
+
+from broker.limits import MAX_PRIORITY
+from broker.model.claim_records import ClaimRecord
+from broker.model.groups.dispatch import AT_LIMIT, Dispatch, Head
+from broker.model.groups.names import NO_GROUP, GroupNames
+from broker.model.groups.settings import GroupSettings
+from broker.model.job import Job
+from broker.model.jobtable import JobTable
+
+# The priority's place in a ready-heap key (broker.model.indexes: 48 bits of seq,
+# 48 of time; this module may not import the indexes, which import the state).
+_PRIORITY_SHIFT = 96
+
+
+def priority_of(key: int) -> int:
+    """The priority of a ready-heap key."""
+    return MAX_PRIORITY - (key >> _PRIORITY_SHIFT)
+
+
+def held_by_group(records: Iterable[ClaimRecord], jobs: JobTable) -> dict[str | None, int]:
+    """How many claimed positions each group holds (None: jobs without a group),
+    from the claim records and the claimed jobs' lines: O(held positions).
+    Groups holding none are left out. ``KeyError`` if a record names a job the
+    table does not hold as a claimed :class:`Job` (a corrupt head: decode refuses it)."""
+    out: dict[str | None, int] = {}
+    for record in records:
+        seqs = record.seqs
+        for pos in record.unsettled():
+            job = jobs.get(seqs[pos])
+            if not isinstance(job, Job):
+                raise KeyError(f"claim record {record.fence} names job seq {seqs[pos]}, "
+                               "which is not a claimed job of the head")
+            out[job.group] = out.get(job.group, 0) + 1
+    return out
+
+
+class GroupState:
+    """One queue's groups while it uses them: names, fair dispatch (with the
+    held counts) and each group's ready jobs. Derived, never stored."""
+
+    __slots__ = ("dispatch", "heaps", "names", "settings")
+
+    def __init__(self, settings: GroupSettings, held: dict[str | None, int],
+                 now_ms: int) -> None:
+        self.settings = settings
+        self.names = GroupNames()
+        self.dispatch = Dispatch(settings, self.names)
+        self.heaps: dict[int, list[int]] = {}  # gid -> its ready jobs' ready keys (a heap)
+        for name, n in held.items():
+            self.dispatch.hold(self.names.gid(name), n, now_ms)
+
+    def head_of(self, gid: int, now_ms: int) -> None:
+        """Tell dispatch group ``gid``'s head: the top of its heap (which the
+        caller has checked is live), or none."""
+        heap = self.heaps.get(gid)
+        if heap:
+            key = heap[0]
+            self.dispatch.set_head(gid, Head(priority_of(key), key, 0), now_ms)
+        else:
+            self.heaps.pop(gid, None)
+            self.dispatch.set_head(gid, None, now_ms)
+
+    def held(self, name: str | None) -> int:
+        """How many jobs of group ``name`` are claimed now."""
+        gid = self.names.find(name)
+        view = None if gid is None else self.dispatch.view(gid)
+        return 0 if view is None else view.held
+
+    def runnable(self, now_ms: int) -> bool:
+        """Whether a claim at ``now_ms`` would find a group to serve."""
+        return self.dispatch.pick(now_ms) is not None
+
+    def stats(self, busiest: int = 10) -> dict[str, Any]:
+        """The groups as stats show them: how many have a record (pending ready
+        jobs or held ones), the jobs held in all, the ready jobs held back by a
+        limit (``held_back``: jobs, groups at their limit), and the ``busiest``
+        groups by (claimed, ready pending). O(groups in memory), never O(jobs);
+        a group's ready count may include jobs cancelled or purged since it was
+        last served (their entries go when it is)."""
+        dispatch, heaps, names = self.dispatch, self.heaps, self.names
+        rows = []
+        claimed = back = at_limit = 0
+        for gid in dispatch.gids():
+            view = dispatch.view(gid)
+            assert view is not None
+            pending = len(heaps.get(gid, ()))
+            claimed += view.held
+            if view.state == AT_LIMIT:
+                at_limit += 1
+                back += pending
+            rows.append((view.held, pending, gid, view))
+        top = heapq.nlargest(busiest, rows, key=lambda row: (row[0], row[1], -row[2]))
+        return {
+            "known": len(rows), "claimed": claimed,
+            "held_back": {"jobs": back, "groups_at_limit": at_limit},
+            "busiest": [{"group": names.name(gid), "claimed": held, "pending": pending,
+                         "limit": view.limit, "weight": view.weight, "state": view.state}
+                        for held, pending, gid, view in top],
+        }
+
+    def settle(self, name: str | None) -> None:
+        """A held job of group ``name`` was settled (see :func:`settle_hook`)."""
+        gid = self.names.find(name)
+        if gid is None:
+            raise ValueError(f"a job of group {name!r:.60} was settled, but none is held")
+        # (no per-group rate nor fifo yet: a group's state does not depend on the time)
+        self.dispatch.settled(gid, 1, 0)
+
+
+def settle_hook(groups: GroupState | None, job: Job) -> None:
+    """``job`` leaves claimed (completed, failed, released, cancelled at its end,
+    reclaimed, purged): its group holds one fewer. A no-op without groups."""
+    if groups is not None:
+        groups.settle(job.group)
+
+
+__all__ = ["NO_GROUP", "GroupState", "held_by_group", "priority_of", "settle_hook"]

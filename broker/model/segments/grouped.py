@@ -1,0 +1,242 @@
+"""Claims of a queue that uses groups: limits and fair dispatch between groups.
+
+:func:`broker.model.segments.claims.claim_merged` comes here (one branch) while
+the queue uses groups (:func:`uses_groups`: a group setting is set, or a job
+of the head has a group); a queue that uses none takes today's code, unchanged.
+
+The order (docs/operations.md, "Job groups"): priority first; among the
+groups whose next job has the top priority, turns by stride scheduling
+(:mod:`broker.model.groups.dispatch`: weights, the quantum); within a group,
+the queue's usual order (priority desc, run-at, seq). A group holding as many
+claimed jobs as its limit is parked: the claim takes the next eligible job of
+another group instead, and the group's jobs stay pending ("held back") until a
+settlement frees a place. Jobs without a group are one group of their own
+(gid 0), never limited; the jobs of ungrouped segments belong to it and are
+moved into the head as they are claimed (``move_in``, as ungrouped claims do).
+
+The per-group structures (:class:`~broker.model.groups.counts.GroupState`)
+are derived: built by the first claim after a load or a takeover, the held
+counts from the claim records (so a limit holds across takeovers), the ready
+jobs taken over from the queue's ready heap; kept by the claims here and by
+the settle function (:func:`broker.model.lifecycle.settle`). A settings change
+(or the queue no longer using groups) gives the ready jobs back
+(:func:`dissolve`) and the next claim builds them again.
+
+Pure: no I/O, time passed in.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from typing import Any
+
+from broker.errors import CorruptState, InvalidRequest
+from broker.model.groups.counts import GroupState, held_by_group, priority_of
+from broker.model.groups.dispatch import Head
+from broker.model.groups.names import NO_GROUP
+from broker.model.groups.settings import parse_group_settings
+from broker.model.indexes import SEQ_MASK, promote_due, ready_key, timed_key
+from broker.model.job import PENDING
+from broker.model.job_lines import pending_from_line
+from broker.model.lifecycle import IllegalMove, claim_ready
+from broker.model.ops import LeasedJobs
+from broker.model.segments.refs import due_key, run_from
+from broker.model.state import QueueState
+
+__all__ = ["claim_grouped", "dissolve", "group_state", "group_stats", "uses_groups"]
+
+
+def uses_groups(state: QueueState) -> bool:
+    """Whether claims of ``state`` go by groups: a group setting is set, or a
+    job of the head has (or lately had) a group."""
+    return bool(state.settings.groups) or bool(state.grouped)
+
+
+def group_state(state: QueueState, now_ms: int) -> GroupState:
+    """The queue's :class:`GroupState`, built if it has none (the settings
+    checked, the held counts rebuilt from the claim records). ``CorruptState``
+    (nothing changed) for group settings in the head that do not check out."""
+    groups: GroupState | None = state.groups
+    if groups is not None:
+        return groups
+    try:
+        settings = parse_group_settings(state.settings.groups, "the queue's settings")
+    except InvalidRequest as exc:
+        raise CorruptState(str(exc)) from None
+    try:
+        held = held_by_group(state.claim_records.values(), state.jobs)
+    except KeyError as exc:
+        raise CorruptState(str(exc.args[0])) from None
+    groups = state.groups = GroupState(settings, held, now_ms)
+    return groups
+
+
+def dissolve(state: QueueState) -> None:
+    """Give the groups' ready jobs back to the queue's ready heap and drop the
+    per-group structures (a settings change; the queue no longer uses groups)."""
+    groups: GroupState | None = state.groups
+    if groups is None:
+        return
+    ready = state.ready
+    for heap in groups.heaps.values():
+        ready.extend(heap)
+    heapq.heapify(ready)
+    state.groups = None
+
+
+def _absorb(state: QueueState, groups: GroupState, now_ms: int) -> None:
+    """Move the ready heap's live entries into their groups' heaps (each entry
+    once: amortized O(log) a job) and tell dispatch the changed heads."""
+    ready, entries = state.ready, state.jobs.entries
+    if not ready:
+        return
+    gid_of, heaps = groups.names.gid, groups.heaps
+    touched = set()
+    while ready:
+        entry = heapq.heappop(ready)
+        seq = entry & SEQ_MASK
+        job = entries.get(seq)
+        if isinstance(job, bytes):  # (a bulk push's line: its one entry is live)
+            group = pending_from_line(seq, job).group if b'"group":' in job else None
+        elif job is None or job.status != PENDING or ready_key(
+                job.priority, job.run_at_ms, seq) != entry:
+            continue
+        elif job.run_at_ms > now_ms:
+            heapq.heappush(state.delayed, timed_key(job.run_at_ms, seq))
+            continue
+        else:
+            group = job.group
+        gid = gid_of(group)
+        heap = heaps.get(gid)
+        if heap is None:
+            heaps[gid] = [entry]
+        else:
+            heapq.heappush(heap, entry)
+        touched.add(gid)
+    for gid in touched:
+        groups.head_of(gid, now_ms)
+
+
+def _live_top(state: QueueState, heap: list[int] | None, now_ms: int) -> int | None:
+    """The first live, due entry of a group's heap (stale ones popped, early ones
+    moved to the delayed heap), or None."""
+    entries = state.jobs.entries
+    while heap:
+        entry = heap[0]
+        seq = entry & SEQ_MASK
+        job = entries.get(seq)
+        if isinstance(job, bytes):
+            return entry
+        if job is None or job.status != PENDING or ready_key(
+                job.priority, job.run_at_ms, seq) != entry:
+            heapq.heappop(heap)
+            continue
+        if job.run_at_ms > now_ms:
+            heapq.heappop(heap)
+            heapq.heappush(state.delayed, timed_key(job.run_at_ms, seq))
+            continue
+        return entry
+    return None
+
+
+def _segment_next(state: QueueState, now_ms: int) -> tuple[int, int] | None:
+    """The ungrouped segments' next job in claim order: (its key, the ref's index)."""
+    best = None
+    for i, ref in enumerate(state.segment_refs):
+        key = due_key(ref, now_ms)
+        if key is not None and (best is None or key < best[0]):
+            best = (key, i)
+    return best
+
+
+def _head(key: int | None) -> Head | None:
+    return None if key is None else Head(priority_of(key), key, 0)
+
+
+def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, now_ms: int,
+                  tag: Callable[[str], str],
+                  move_in: Callable[[QueueState, int, int], int]) -> LeasedJobs:
+    """Claim up to ``max_jobs`` jobs in the order of the module's docstring, as
+    :func:`broker.model.lifecycle.claim_ready` claims (one claim record,
+    fresh leases of ``lease_ms`` for ``worker``, tokens made by ``tag``).
+    ``move_in`` is :func:`broker.model.segments.claims.move_in` (moves a
+    segment's next jobs into the head as pending). A claim whose next job lies
+    in a segment with no loaded line ends there (never out of order).
+    ``CorruptState`` (nothing changed) for bad group settings in the head."""
+    groups = group_state(state, now_ms)
+    dispatch, heaps = groups.dispatch, groups.heaps
+    promote_due(state, now_ms)  # (so claim_ready below finds nothing more to promote)
+    _absorb(state, groups, now_ms)
+    chosen: list[int] = []  # the ready keys of the jobs picked, turn by turn
+    while len(chosen) < max_jobs:
+        seg = _segment_next(state, now_ms) if state.segment_refs else None
+        if seg is not None or NO_GROUP in heaps:  # (group 0: its inline jobs and the segments)
+            top = _live_top(state, heaps.get(NO_GROUP), now_ms)
+            dispatch.set_head(NO_GROUP, _head(top if seg is None or (
+                top is not None and top < seg[0]) else seg[0]), now_ms)
+        picked = dispatch.pick(now_ms, max_jobs - len(chosen))
+        if picked is None:
+            break
+        gid, q = picked
+        heap = heaps.get(gid)
+        top = _live_top(state, heap, now_ms)
+        until = None
+        if gid == NO_GROUP and seg is not None:
+            if top is None or seg[0] < top:
+                moved = move_in(state, seg[1], min(q, run_from(top, state.segment_refs,
+                                                              seg[1], now_ms)))
+                if not moved:
+                    break  # (its lines are not loaded: answer what this claim has)
+                _absorb(state, groups, now_ms)  # (the moved jobs: group 0's, first)
+                heap = heaps.get(gid)
+                top = _live_top(state, heap, now_ms)
+            after = _segment_next(state, now_ms)
+            until = None if after is None else after[0]
+        taken = 0
+        if heap and top is not None:
+            # (one turn takes jobs of its head's priority only: priority comes first)
+            p = priority_of(top)
+            chosen.append(heapq.heappop(heap))
+            taken = 1
+            while heap and taken < q:
+                entry = _live_top(state, heap, now_ms)
+                if entry is None or (until is not None and entry > until) or \
+                        priority_of(entry) != p:
+                    break
+                chosen.append(heapq.heappop(heap))
+                taken += 1
+        head = _live_top(state, heap, now_ms)
+        if not heap:
+            heaps.pop(gid, None)
+        if gid == NO_GROUP and state.segment_refs:
+            seg = _segment_next(state, now_ms)
+            if seg is not None and (head is None or seg[0] < head):
+                head = seg[0]
+        dispatch.served(gid, taken, _head(head), now_ms)
+    if not chosen:
+        return LeasedJobs()
+    # One claim of the jobs picked, answered in claim order (priority, run-at, seq):
+    # which jobs a claim takes is fair; their order within one answer is the queue's.
+    heapq.heapify(chosen)
+    picked_n = len(chosen)
+    saved, state.ready = state.ready, chosen
+    try:
+        out = claim_ready(state, worker, picked_n, lease_ms, now_ms, tag)
+    finally:
+        state.ready = saved
+    if len(out) != picked_n:  # (the held counts went up by picked_n: a bug, not a refusal)
+        raise IllegalMove(f"a grouped claim picked {picked_n} jobs but claimed {len(out)}")
+    return out
+
+
+def group_stats(state: QueueState, now_ms: int) -> dict[str, Any] | None:
+    """The ``groups`` block of stats (:meth:`GroupState.stats`), or None while
+    the queue uses no groups. Takes the ready heap's new jobs into their groups
+    first, as a claim would (derived structures only: the head is unchanged)."""
+    if not uses_groups(state):
+        return None
+    groups = group_state(state, now_ms)
+    promote_due(state, now_ms)
+    _absorb(state, groups, now_ms)
+    return groups.stats()

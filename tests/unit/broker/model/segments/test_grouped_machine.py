@@ -1,0 +1,167 @@
+"""Claims of a queue that uses groups (broker.model.segments.grouped), wired
+through broker.model.transitions, under random steps: pushes into groups with
+priorities and delays, claims, completions, failures (retried or dead),
+releases, reclaims of expired leases, limit changes, and takeovers (the head
+encoded, decoded, taken over: the counts rebuilt from the claim records).
+
+After every claim: no group got a job while at its limit (never more held
+than the limit); the claim stopped early only if no group below its limit had
+a due pending job; priority first (no job claimed below the priority of an
+eligible job left pending); oldest first within a group. After every step:
+the broker's held counts equal the ones rebuilt from the head's claim
+records (broker.model.groups.counts.held_by_group), and the head decodes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from broker.model import transitions as T
+from broker.model.groups.counts import held_by_group
+from broker.model.groups.settings import parse_group_settings
+from broker.model.job import CLAIMED, PENDING
+from broker.model.ops import (
+    Claim,
+    Complete,
+    CompleteItem,
+    Configure,
+    Fail,
+    FailItem,
+    NewJob,
+    Push,
+    Reclaim,
+    Release,
+    TakeOver,
+)
+from tests.support.states import committed, new_queue
+
+T0 = 1_767_225_600_000
+LEASE_MS = 5_000
+GROUPS: list[str | None] = [None, "a", "b", "c"]
+limits = st.none() | st.integers(0, 3)
+
+
+class GroupedClaims(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = T0
+        self.state = new_queue(T0)
+        T.apply(self.state, Configure({"group_limit": 2}), T0)
+        self.tokens: list[str] = []  # tokens claims answered (some stale since)
+        self.owner = 0
+
+    # -- helpers -------------------------------------------------------------------
+
+    def limit(self, group: str | None) -> int | None:
+        return parse_group_settings(self.state.settings.groups, "t").limit_of(group)
+
+    def held(self) -> dict[str | None, int]:
+        return held_by_group(self.state.claim_records.values(), self.state.jobs)
+
+    def live(self) -> list[str]:
+        state, out = self.state, []
+        assert state.tagger is not None
+        for token in self.tokens:
+            job = state.jobs.get(int(token[1:11]))
+            if job is not None and job.status == CLAIMED and job.lease_token is not None \
+                    and state.tagger.tag(job.lease_token) == token:
+                out.append(token)
+        self.tokens = out
+        return out
+
+    def eligible(self) -> list[Any]:
+        """The due pending jobs of groups below their limit."""
+        held = self.held()
+        out = []
+        for job in self.state.jobs.values():
+            if job.status == PENDING and job.run_at_ms <= self.now:
+                limit = self.limit(job.group)
+                if limit is None or held.get(job.group, 0) < limit:
+                    out.append(job)
+        return out
+
+    # -- rules -----------------------------------------------------------------------
+
+    @rule(jobs=st.lists(st.tuples(st.sampled_from(GROUPS), st.integers(0, 2),
+                                  st.sampled_from([0, 0, 0, 2])), min_size=1, max_size=8))
+    def push(self, jobs: list[tuple[str | None, int, int]]) -> None:
+        T.apply(self.state, Push(tuple(NewJob(b"%d" % i, priority=p, delay_ms=d * 1000, group=g)
+                                       for i, (g, p, d) in enumerate(jobs))), self.now)
+
+    @rule(n=st.integers(1, 6))
+    def claim(self, n: int) -> None:
+        before = self.held()
+        out = list(T.apply(self.state, Claim("w", n, LEASE_MS), self.now).jobs)
+        self.tokens += [job.token for job in out]
+        jobs = [self.state.jobs[int(job.id[1:])] for job in out]
+        got: dict[str | None, int] = {}
+        for job in jobs:
+            got[job.group] = got.get(job.group, 0) + 1
+        for group, k in got.items():
+            limit = self.limit(group)
+            assert limit is None or before.get(group, 0) + k <= limit, (group, before, got)
+        left = self.eligible()
+        if len(out) < n:
+            assert left == [], "the claim stopped while a group below its limit had a job"
+        for job in jobs:
+            for other in left:
+                assert job.priority >= other.priority, "a lower priority came first"
+                if other.group == job.group and other.priority == job.priority:
+                    assert (job.run_at_ms, job.seq) < (other.run_at_ms, other.seq), \
+                        "not oldest first within a group"
+
+    @rule(data=st.data())
+    def complete(self, data: st.DataObject) -> None:
+        live = self.live()
+        if live:
+            token = data.draw(st.sampled_from(live))
+            assert T.apply(self.state, Complete((CompleteItem(token),)), self.now).items[0].ok
+
+    @rule(data=st.data(), retry=st.sampled_from([0, 1_000]))
+    def fail(self, data: st.DataObject, retry: int) -> None:
+        live = self.live()
+        if live:
+            token = data.draw(st.sampled_from(live))
+            T.apply(self.state, Fail((FailItem(token, "boom", retry_in_ms=retry),)), self.now)
+
+    @rule(data=st.data())
+    def release(self, data: st.DataObject) -> None:
+        live = self.live()
+        if live:
+            T.apply(self.state, Release((data.draw(st.sampled_from(live)),)), self.now)
+
+    @rule(ms=st.sampled_from([1, 1_000, 2_500, LEASE_MS + 1]))
+    def reclaim(self, ms: int) -> None:
+        self.now += ms
+        T.apply(self.state, Reclaim(), self.now)
+
+    @rule(limit=limits, a=limits, weight=st.integers(1, 3))
+    def configure(self, limit: int | None, a: int | None, weight: int) -> None:
+        T.apply(self.state, Configure({"group_limit": limit, "group_limits": {"a": a},
+                                       "group_weights": {"b": weight}}), self.now)
+
+    @rule()
+    def takeover(self) -> None:
+        self.now += 1
+        self.state = committed(self.state, self.now)
+        self.owner += 1
+        T.apply(self.state, TakeOver(f"b-{self.owner}", "http://b", 30_000), self.now)
+
+    # -- invariants ------------------------------------------------------------------
+
+    @invariant()
+    def counts_equal_the_records(self) -> None:
+        groups = self.state.groups
+        if groups is not None:
+            held = self.held()
+            for group in GROUPS:
+                assert groups.held(group) == held.get(group, 0), (group, held)
+
+
+GroupedClaims.TestCase.settings = settings(
+    max_examples=150, stateful_step_count=40, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow])
+TestGroupedClaims = GroupedClaims.TestCase

@@ -18,11 +18,7 @@ from broker.model.ops import NewJob
 from broker.storage import FileStore
 from osqueue_spark import start_broker
 from tests.support.inprocess import run, started
-
-
-def files(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file()}
+from tests.support.store_files import store_files
 
 
 @pytest.fixture()
@@ -38,7 +34,7 @@ def post(url: str, body: object) -> urllib3.BaseHTTPResponse:
 
 def test_claim_and_heartbeat_of_a_missing_queue_are_404_and_write_nothing(
         broker_url: str, tmp_path: Path) -> None:
-    before = files(tmp_path)  # (no queue: no head whose lease the broker renews)
+    before = store_files(tmp_path)  # (no queue: no head whose lease the broker renews)
     for wait_s in (0, 0.2):  # a long poll too: a typo must not idle for wait_s
         r = post(f"{broker_url}/v1/queues/reel/claim", {"worker": "w", "wait_s": wait_s})
         assert r.status == 404, r.data
@@ -48,19 +44,19 @@ def test_claim_and_heartbeat_of_a_missing_queue_are_404_and_write_nothing(
         assert "wait_for_queue" in body["error"]
     r = post(f"{broker_url}/v1/queues/reel/heartbeat", {"tokens": ["t"]})
     assert r.status == 404 and r.json()["code"] == "unknown_queue"
-    assert files(tmp_path) == before
+    assert store_files(tmp_path) == before
 
 
 def test_a_claim_that_waits_for_its_queue_gets_no_jobs_and_writes_nothing(
         broker_url: str, tmp_path: Path) -> None:
-    before = files(tmp_path)
+    before = store_files(tmp_path)
     r = post(f"{broker_url}/v1/queues/later/claim",
              {"worker": "w", "wait_s": 0.2, "wait_for_queue": True})
     assert r.status == 200 and r.json() == {"jobs": []}
-    assert files(tmp_path) == before
+    assert store_files(tmp_path) == before
     r = post(f"{broker_url}/v1/queues/later/claim", {"worker": "w", "wait_for_queue": "yes"})
     assert r.status == 422 and "wait_for_queue" in r.json()["error"]
-    assert files(tmp_path) == before
+    assert store_files(tmp_path) == before
 
 
 def test_queues_that_exist_answer_claims(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from osqueue_spark import QueueClient, start_broker
 from tests.support.broker_process import BrokerProcess
+from tests.support.store_files import store_files
 
 SECRET = "S3cr3tV4lue"
 
@@ -24,11 +25,6 @@ def refused(store: str, *args: str) -> str:
     return proc.output
 
 
-def files(root: Path) -> dict[str, bytes]:
-    """Every file under ``root`` (links followed) and its bytes; superseded version
-    files left out (the broker deletes them in the background after a write)."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and not (p.name.startswith(".") and ".v-" in p.name)}
 
 
 @pytest.mark.parametrize("store", [
@@ -55,14 +51,14 @@ def test_an_address_in_use_is_a_listen_error_and_the_store_is_untouched(tmp_path
     store = f"file://{tmp_path}"
     with start_broker(store) as broker:
         QueueClient(broker.url, "q").push({"n": 1})
-    before = files(tmp_path)
+    before = store_files(tmp_path)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         line = refused(store, "--listen", f"127.0.0.1:{port}")
     assert line == f"osqueue-broker: cannot listen on 127.0.0.1:{port}: Address already in use\n"
-    assert files(tmp_path) == before
+    assert store_files(tmp_path) == before
 
 
 @pytest.mark.parametrize("where", ["store", "token_env"])

@@ -25,16 +25,11 @@ from broker.model.groups.counts import held_by_group
 from broker.storage import FileStore
 from osqueue_spark import QueueClient
 from tests.support.broker_process import BrokerProcess, eventually
+from tests.support.store_files import store_files
 
 LEASE_S = 2.0
 
 
-def _files(root: Path) -> dict[str, bytes]:
-    """The store's objects and their bytes (not the file store's own hidden files:
-    superseded versions of the head go some time after the write that replaced them)."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and not any(part.startswith(".") for part in
-                                       p.relative_to(root).parts)}
 
 
 def _head(root: Path):  # type: ignore[no-untyped-def]
@@ -104,13 +99,13 @@ def test_a_bad_group_setting_is_refused_and_changes_nothing(
     client = QueueClient(broker.url, "q")
     client.create(group_limit=3, group_weights={"b": 2})
     client.push_many([{"payload": 1, "group": "b"}, 2])
-    before = _files(tmp_path)
+    before = store_files(tmp_path)
     r = urllib3.request("PUT", f"{broker.url}/v1/queues/q", retries=False,
                         body=orjson.dumps({"settings": settings}),
                         headers={"content-type": "application/json"})
     assert r.status == 422, r.data
     assert r.json()["code"] == "invalid_request" and says in r.json()["error"], r.data
-    assert _files(tmp_path) == before
+    assert store_files(tmp_path) == before
     assert client.stats()["settings"]["group_limit"] == 3
 
 

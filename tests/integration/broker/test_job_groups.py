@@ -20,11 +20,7 @@ from broker.storage import FileStore
 from osqueue_spark import QueueClient
 from tests.support.broker_process import BrokerProcess, eventually
 from tests.support.inprocess import archive_lines, stored
-
-
-def _files(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file()}
+from tests.support.store_files import store_files
 
 
 def _post(url: str, body: bytes) -> urllib3.BaseHTTPResponse:
@@ -82,7 +78,7 @@ def test_a_bad_group_is_refused_and_changes_nothing(broker: BrokerProcess, tmp_p
                                                     group: object) -> None:
     client = QueueClient(broker.url, "q")
     client.push_many([{"payload": 1, "group": "ok"}, 2])
-    before = _files(tmp_path)
+    before = store_files(tmp_path)
     body = orjson.dumps({"jobs": [{"payload": 3, "group": "fine"},
                                   {"payload": 4, "group": group}]})
     r = _post(f"{broker.url}/v1/queues/q/push", body)
@@ -96,7 +92,7 @@ def test_a_bad_group_is_refused_and_changes_nothing(broker: BrokerProcess, tmp_p
     assert r.status == 422 and r.json()["code"] == "invalid_request", r.data
     with pytest.raises(InvalidRequest, match="group"):
         client.push(5, group=group)  # type: ignore[arg-type]
-    assert _files(tmp_path) == before
+    assert store_files(tmp_path) == before
 
 
 def test_the_cli_pushes_with_a_group_and_refuses_a_bad_one(broker: BrokerProcess) -> None:

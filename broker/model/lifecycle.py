@@ -138,7 +138,8 @@ def move(state: QueueState, job: Job, to: str, now_ms: int) -> None:
     if to == PENDING:
         schedule(state, job, now_ms)
     elif to == CLAIMED:
-        heapq.heappush(state.leases, timed_key(job.lease_expires_ms, seq))
+        assert job.claim is not None  # (checked above)
+        heapq.heappush(state.leases, timed_key(job.lease_expires_ms, job.claim))
     elif to in FINISHED:
         assert job.done_seq is not None
         state.completed.setdefault(job.done_seq, []).append(seq)
@@ -175,12 +176,11 @@ def extend_claim(state: QueueState, record: ClaimRecord, lease_ms: int, now_ms: 
     record.expires_ms = expires = now_ms + lease_ms
     record.heartbeat_ms = now_ms
     record._enc = None
-    jobs, leases, seqs = state.jobs, state.leases, record.seqs
+    heapq.heappush(state.leases, timed_key(expires, record.fence))
+    jobs, seqs = state.jobs, record.seqs
     for pos in record.unsettled():
-        seq = seqs[pos]
-        job = jobs[seq]
+        job = jobs[seqs[pos]]
         job.lease_ms, job.lease_expires_ms, job.lease_heartbeat_ms = lease_ms, expires, now_ms
-        heapq.heappush(leases, timed_key(expires, seq))
 
 
 def claim_of(state: QueueState, job: Job) -> ClaimRecord:
@@ -295,11 +295,12 @@ def open_claim(state: QueueState, worker: str, lease_ms: int, now_ms: int) -> Cl
 
 def close_claim(state: QueueState, record: ClaimRecord) -> None:
     """Put the claim record filled by :func:`claim_ready` in the head (unless it
-    claimed nothing)."""
+    claimed nothing), its lease in the lease heap."""
     if record.seqs:
         if record.fence + record.n - 1 != state.counters.fence:
             raise IllegalMove(f"claim record {record.fence} does not end at the last fence")
         state.claim_records[record.fence] = record
+        heapq.heappush(state.leases, timed_key(record.expires_ms, record.fence))
 
 
 def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
@@ -321,7 +322,7 @@ def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
     promote_due(state, now_ms)
     out = LeasedJobs()
     ids, payloads, tokens, attempts, expiries = out.columns
-    ready, leases, entries = state.ready, state.leases, state.jobs.entries
+    ready, entries = state.ready, state.jobs.entries
     get, from_line, splice = entries.get, pending_from_line, first_claim_line
     counters, dirty, shift = state.counters, state.dirty_blocks, codec.BLOCK_SHIFT
     own = record is None
@@ -362,7 +363,6 @@ def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
         # codec.touch(), inlined; a job fresh from its line gets its new line now
         job._enc = None if line is None else splice(line, tail)
         dirty.add(seq >> shift)
-        heappush(leases, timed_key(expires, seq))
         ids.append(job_id)
         payloads.append(job.payload)
         tokens.append(tag(token))
@@ -371,6 +371,7 @@ def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
     record._pos = None
     if own and held:  # (close_claim(), inlined: its fences end at counters.fence)
         state.claim_records[base] = record
+        heappush(state.leases, timed_key(expires, base))
     return out
 
 

@@ -139,6 +139,7 @@ def move(state: QueueState, job: Job, to: str, now_ms: int) -> None:
         schedule(state, job, now_ms)
     elif to == CLAIMED:
         assert job.claim is not None  # (checked above)
+        job.rec = state.claim_records[job.claim]  # (the lease is the record's from now on)
         heapq.heappush(state.leases, timed_key(job.lease_expires_ms, job.claim))
     elif to in FINISHED:
         assert job.done_seq is not None
@@ -161,6 +162,7 @@ def settle(state: QueueState, job: Job) -> None:
     record.settled |= 1 << pos
     record.cancel.pop(pos, None)
     record._enc = None
+    job.unlink()
     job.claim = None
     if record.done:
         del state.claim_records[fence]
@@ -169,7 +171,8 @@ def settle(state: QueueState, job: Job) -> None:
 def extend_claim(state: QueueState, record: ClaimRecord, lease_ms: int, now_ms: int) -> None:
     """Renew a claim's lease (a heartbeat): ``lease_ms`` from ``now_ms``, for every
     job the claim still holds. One edit of the head (the record's line: claimed
-    lines do not carry the lease)."""
+    lines do not carry the lease) and O(1) in memory: the jobs read their lease
+    through the record (:attr:`Job.rec`), and the lease heap gets one entry."""
     if record.fence not in state.claim_records:
         raise IllegalMove(f"claim record {record.fence} is not in the head")
     record.lease_ms = lease_ms
@@ -177,10 +180,6 @@ def extend_claim(state: QueueState, record: ClaimRecord, lease_ms: int, now_ms: 
     record.heartbeat_ms = now_ms
     record._enc = None
     heapq.heappush(state.leases, timed_key(expires, record.fence))
-    jobs, seqs = state.jobs, record.seqs
-    for pos in record.unsettled():
-        job = jobs[seqs[pos]]
-        job.lease_ms, job.lease_expires_ms, job.lease_heartbeat_ms = lease_ms, expires, now_ms
 
 
 def claim_of(state: QueueState, job: Job) -> ClaimRecord:
@@ -205,13 +204,10 @@ def mark_cancel(state: QueueState, job: Job, now_ms: int) -> None:
 def restart_leases(state: QueueState, now_ms: int) -> None:
     """Give every claim a fresh lease of its own length from ``now_ms`` (a new
     broker's clock: what the old one wrote no longer counts): one edit per
-    claim record, copied to its jobs."""
-    jobs = state.jobs
+    claim record (its jobs read it through)."""
     for record in state.claim_records.values():
-        record.expires_ms = expires = now_ms + record.lease_ms
+        record.expires_ms = now_ms + record.lease_ms
         record._enc = None
-        for pos in record.unsettled():
-            jobs[record.seqs[pos]].lease_expires_ms = expires
     compact_leases(state)
 
 
@@ -358,8 +354,8 @@ def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
         job.attempts += 1
         job.claim = base
         held.append(seq)
-        job.lease_token, job.lease_worker, job.lease_ms = token, worker, lease_ms
-        job.lease_expires_ms, job.lease_heartbeat_ms = expires, now_ms
+        job.lease_token = token
+        job.rec = record  # (worker, length, expiry, heartbeat: the record's)
         # codec.touch(), inlined; a job fresh from its line gets its new line now
         job._enc = None if line is None else splice(line, tail)
         dirty.add(seq >> shift)
@@ -419,6 +415,7 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
         record = records_get(job.claim or 0)
         if record is not None and len(record.seqs) == 1:  # settle(), for a claim of one
             del records[record.fence]
+            job.unlink()
             job.claim = None
         else:
             settle(state, job)

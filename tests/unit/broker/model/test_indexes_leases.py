@@ -88,3 +88,23 @@ def test_a_re_read_and_a_compaction_keep_one_entry_a_record() -> None:
     assert _entries(back) == [(NOW + LEASE, 1), (NOW + LEASE, 2_001)]
     compact_leases(back)
     assert _entries(back) == [(NOW + LEASE, 1), (NOW + LEASE, 2_001)]
+
+
+def test_the_jobs_of_a_claim_read_their_lease_through_its_one_record() -> None:
+    """A heartbeat renews one object (the record) for the 2,000 jobs of a claim;
+    a job completed before keeps the lease it had, not the renewed one."""
+    state = queue_of(2_000, NOW)
+    got = T.apply(state, Claim("w", 2_000, LEASE), NOW).jobs
+    (record,) = state.claim_records.values()
+    assert all(state.jobs[seq].rec is record for seq in record.seqs)
+    T.apply(state, Complete(CompleteItems.of([CompleteItem(got[0].token, None)])), NOW + 1)
+    T.apply(state, Heartbeat((got[1].token,), 2 * LEASE), NOW + 2)
+    done = state.jobs[1]
+    assert done.rec is None and (done.lease_ms, done.lease_expires_ms) == (LEASE, NOW + LEASE)
+    held = [state.jobs[seq] for seq in range(2, 2_001)]
+    assert {(j.lease_ms, j.lease_expires_ms, j.lease_heartbeat_ms) for j in held} == \
+        {(2 * LEASE, NOW + 2 + 2 * LEASE, NOW + 2)}
+    codec.stamp(state, "w", NOW + 2, "c-1")
+    back = read_back(codec.encode(state))  # (the written bytes say the same)
+    assert back.jobs[1].lease == done.lease
+    assert [back.jobs[j.seq].lease for j in held] == [j.lease for j in held]

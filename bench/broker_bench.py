@@ -234,8 +234,11 @@ def row(label: str, r: dict[str, Any]) -> str:
 
 
 #: The happy-path scenarios of the A/B comparison: (mode, batch, clients, body).
+#: ``process``: process() with claims of 2,000 (claim 2,000 from a deep queue,
+#: complete them, 8 clients; see bench/loadgen.py).
 AB_SCENARIOS = [("push", 1, 64, "json"), ("cycle", 1, 64, "json"), ("cycle", 1, 1, "json"),
-                ("push", 100, 64, "lines"), ("cycle", 100, 16, "json")]
+                ("push", 100, 64, "lines"), ("cycle", 100, 16, "json"),
+                ("process", 2000, 8, "json")]
 
 
 def ab_compare(baseline: Path, seconds: float, rounds: int) -> None:

@@ -406,8 +406,9 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
             continue
         seq = token_seq(token)
         job = None if seq is None else get(seq)
-        if job is None or isinstance(job, bytes) or job.status != CLAIMED or \
-                job.lease_token != token or job.lease_expires_ms <= now_ms or \
+        if job is None or isinstance(job, bytes) or (lease := job.rec) is None or \
+                job.status != CLAIMED or job.lease_token != token or \
+                lease.expires_ms <= now_ms or \
                 job.cancel_ms is not None:  # (a marked job ends cancelled: see stale)
             answers.append(stale(wire, token))  # (a job kept as its line is pending)
             continue

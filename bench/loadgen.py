@@ -10,12 +10,14 @@ sends the next. Modes:
   request; latencies are kept per operation.
 
     python bench/loadgen.py URL --mode cycle --clients 64 --seconds 3 [--batch 1]
-    python bench/loadgen.py URL --mode process --clients 8 --batch 2000 [--fill 400000]
+    python bench/loadgen.py URL --mode fill [--fill 400000]
+    python bench/loadgen.py URL --mode process --clients 8 --batch 2000 [--fill 0]
 
 ``process`` is what ``process()`` workers do to a deep queue: the queue is
-filled first (``--fill`` jobs, pushes of 10,000 compact lines, not measured),
-then each client claims ``--batch`` and completes them, without pushing, until
-the time is up or the queue is empty.
+filled first (``--fill`` jobs, pushes of 10,000 compact lines, not measured;
+``--mode fill`` does only that, so a caller measuring the broker's CPU can
+leave it out), then each client claims ``--batch`` and completes them, without
+pushing, until the time is up or the queue is empty.
 
 Prints one JSON object: per operation the count, requests/s, jobs/s, p50 and
 p99 latency (ms). The same generator drives every server in a run.
@@ -142,8 +144,10 @@ async def run(url: str, mode: str, clients: int, seconds: float, batch: int,
                 jobs_done["complete"] += len(items)
         writer.close()
 
-    if mode == "process":
+    if mode in ("process", "fill"):
         await _fill(host, port, base, fill)
+    if mode == "fill":
+        return {"mode": mode, "filled": fill, "errors": []}
     tasks = [asyncio.create_task(client(n)) for n in range(clients)]
     await asyncio.sleep(0.2)  # connections open
     warmup = min(1.0, seconds / 4)
@@ -184,7 +188,7 @@ async def _fill(host: str, port: int, base: str, jobs: int) -> None:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("url")
-    p.add_argument("--mode", choices=["noop", "push", "cycle", "process"], default="cycle")
+    p.add_argument("--mode", choices=["noop", "push", "cycle", "process", "fill"], default="cycle")
     p.add_argument("--clients", type=int, default=64)
     p.add_argument("--seconds", type=float, default=3.0)
     p.add_argument("--batch", type=int, default=1)

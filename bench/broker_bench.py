@@ -96,11 +96,11 @@ class Server:
 
 
 def loadgen(url: str, mode: str, clients: int, seconds: float, batch: int = 1,
-            body: str = "json", extra: tuple[str, ...] = ()) -> dict[str, Any]:
+            body: str = "json", extra: tuple[str, ...] = (), fill: int = 0) -> dict[str, Any]:
     out = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "loadgen.py"), url, "--mode", mode,
          "--clients", str(clients), "--seconds", str(seconds), "--batch", str(batch),
-         "--body", body, *extra],
+         "--body", body, "--fill", str(fill), *extra],
         capture_output=True, text=True, check=True, timeout=seconds * 10 + 120)
     result: dict[str, Any] = json.loads(out.stdout)
     if result["errors"]:
@@ -117,6 +117,8 @@ def broker_run(mode: str, clients: int, seconds: float, batch: int = 1,
             args += ["--write-latency-ms", str(latency_ms)]
         server = Server(*args, root=root)
         try:
+            if mode == "process":  # (the deep queue, filled before the broker's CPU is read)
+                loadgen(server.url, "fill", 1, seconds, fill=PROCESS_FILL)
             cpu0, wall0 = server.cpu_s(), time.perf_counter()
             result = loadgen(server.url, mode, clients, seconds, batch, body, extra)
             cpu1, wall = server.cpu_s(), time.perf_counter() - wall0
@@ -233,9 +235,16 @@ def row(label: str, r: dict[str, Any]) -> str:
     return "  ".join(cells)
 
 
+#: Jobs in the queue before the ``process`` scenario starts (more than 8 clients
+#: drain in its seconds).
+PROCESS_FILL = 400_000
+
 #: The happy-path scenarios of the A/B comparison: (mode, batch, clients, body).
+#: ``process``: process() with claims of 2,000 (claim 2,000 from a deep queue,
+#: complete them, 8 clients; see bench/loadgen.py).
 AB_SCENARIOS = [("push", 1, 64, "json"), ("cycle", 1, 64, "json"), ("cycle", 1, 1, "json"),
-                ("push", 100, 64, "lines"), ("cycle", 100, 16, "json")]
+                ("push", 100, 64, "lines"), ("cycle", 100, 16, "json"),
+                ("process", 2000, 8, "json")]
 
 
 def ab_compare(baseline: Path, seconds: float, rounds: int) -> None:

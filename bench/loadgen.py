@@ -10,6 +10,14 @@ sends the next. Modes:
   request; latencies are kept per operation.
 
     python bench/loadgen.py URL --mode cycle --clients 64 --seconds 3 [--batch 1]
+    python bench/loadgen.py URL --mode fill [--fill 400000]
+    python bench/loadgen.py URL --mode process --clients 8 --batch 2000 [--fill 0]
+
+``process`` is what ``process()`` workers do to a deep queue: the queue is
+filled first (``--fill`` jobs, pushes of 10,000 compact lines, not measured;
+``--mode fill`` does only that, so a caller measuring the broker's CPU can
+leave it out), then each client claims ``--batch`` and completes them, without
+pushing, until the time is up or the queue is empty.
 
 Prints one JSON object: per operation the count, requests/s, jobs/s, p50 and
 p99 latency (ms). The same generator drives every server in a run.
@@ -65,7 +73,7 @@ def pct(values: list[float], q: float) -> float:
 
 async def run(url: str, mode: str, clients: int, seconds: float, batch: int,
               queue: str, body: str = "json", keys: bool = True, groups: int = 0,
-              group_limit: int | None = None) -> dict[str, object]:
+              group_limit: int | None = None, fill: int = 0) -> dict[str, object]:
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     base = f"/v1/queues/{queue}"
@@ -118,8 +126,9 @@ async def run(url: str, mode: str, clients: int, seconds: float, batch: int,
                 if await timed(conn, "noop", "/noop", noop_body) is not None and measuring[0]:
                     jobs_done["noop"] += 1
                 continue
-            if await timed(conn, "push", f"{base}/push", push_bodies[n] if groups else push_body,
-                           push_type) is not None and measuring[0]:
+            if mode != "process" and await timed(
+                    conn, "push", f"{base}/push", push_bodies[n] if groups else push_body,
+                    push_type) is not None and measuring[0]:
                 jobs_done["push"] += batch
             if mode == "push":
                 continue
@@ -131,6 +140,8 @@ async def run(url: str, mode: str, clients: int, seconds: float, batch: int,
             if measuring[0]:
                 jobs_done["claim"] += len(claimed)
             if not claimed:
+                if mode == "process":
+                    break  # (the filled queue is drained)
                 continue
             items = [{"token": j["token"], "result": next(counter)} for j in claimed]
             if await timed(conn, "complete", f"{base}/complete",
@@ -145,6 +156,10 @@ async def run(url: str, mode: str, clients: int, seconds: float, batch: int,
         writer.close()
         if status != 200:
             errors.append(f"settings: {status} {data[:120]!r}")
+    if mode in ("process", "fill"):
+        await _fill(host, port, base, fill)
+    if mode == "fill":
+        return {"mode": mode, "filled": fill, "errors": []}
     tasks = [asyncio.create_task(client(n)) for n in range(clients)]
     await asyncio.sleep(0.2)  # connections open
     warmup = min(1.0, seconds / 4)
@@ -167,16 +182,33 @@ async def run(url: str, mode: str, clients: int, seconds: float, batch: int,
     return out
 
 
+async def _fill(host: str, port: int, base: str, jobs: int) -> None:
+    """Push ``jobs`` small jobs (compact lines, 10,000 a request), unmeasured."""
+    reader, writer = await asyncio.open_connection(host, port)
+    conn = Conn(reader, writer, f"{host}:{port}")
+    chunk = 10_000
+    for first in range(0, jobs, chunk):
+        body = b"".join(b"\t" + orjson.dumps({"n": i, "doc": f"doc-{i}"}) + b"\n"
+                        for i in range(first, min(jobs, first + chunk)))
+        status, data = await conn.post(f"{base}/push", body, "application/vnd.osqueue.staged",
+                                       None)
+        if status != 200:
+            raise SystemExit(f"fill: push answered {status} {data[:200]!r}")
+    writer.close()
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("url")
-    p.add_argument("--mode", choices=["noop", "push", "cycle"], default="cycle")
+    p.add_argument("--mode", choices=["noop", "push", "cycle", "process", "fill"], default="cycle")
     p.add_argument("--clients", type=int, default=64)
     p.add_argument("--seconds", type=float, default=3.0)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--queue", default="bench")
     p.add_argument("--no-keys", action="store_true",
                    help="send no Idempotency-Key with pushes and claims")
+    p.add_argument("--fill", type=int, default=400_000,
+                   help="process mode: jobs pushed before the clients start")
     p.add_argument("--body", choices=["json", "lines"], default="json",
                    help="push body: JSON, or the compact staged lines QueueClient sends")
     p.add_argument("--groups", type=int, default=0,
@@ -192,7 +224,7 @@ def main() -> None:
         pass
     result = asyncio.run(run(args.url, args.mode, args.clients, args.seconds, args.batch,
                              args.queue, args.body, not args.no_keys, args.groups,
-                             args.group_limit))
+                             args.group_limit, args.fill))
     json.dump(result, sys.stdout)
 
 

@@ -17,10 +17,12 @@ only when not empty) are positions no longer held; ``cancel`` the marked ones
 with the time their cancel was asked for. A record whose positions are all
 settled leaves the head (:mod:`broker.model.lifecycle`).
 
-The record is the stored truth of the lease; a claimed :class:`~broker.model.job.Job`
-keeps a copy of it in its ``lease_*`` fields (and ``cancel_ms``) for the rules
-and the views, which :mod:`broker.model.lifecycle` keeps in step. Pure: values
-and bytes, no clock.
+The record is the stored truth of the lease, and the only one in memory: a
+claimed :class:`~broker.model.job.Job` reads its ``lease_*`` numbers through
+its record (``Job.rec``), so a heartbeat of a claim of 2,000 jobs edits one
+object; the job keeps its own token and a copy of its cancel mark
+(``cancel_ms``), which :mod:`broker.model.lifecycle` keeps in step. Pure:
+values and bytes, no clock.
 """
 
 from __future__ import annotations

@@ -8,10 +8,13 @@ entry against its job.
 
 * ``state.ready``: :func:`ready_key` of pending jobs that may be runnable;
 * ``state.delayed``: :func:`timed_key` (run-at, seq) of pending jobs due later;
-* ``state.leases``: :func:`timed_key` (lease expiry, seq) of claimed jobs.
+* ``state.leases``: :func:`timed_key` (lease expiry, fence) of claim records:
+  one entry a claim (:mod:`broker.model.claim_records`), however many jobs it
+  holds, so a claim of 2,000 jobs or its heartbeat pushes one entry, not 2,000.
 
 Each entry is one int, not a tuple: a heap of ints pops about three times
-faster (``bench/broker_bench.py``, claim rows). Low bits: the job's seq; above
+faster (``bench/broker_bench.py``, claim rows). Low bits: the job's seq (the
+record's fence in the lease heap); above
 them a time in ms; above that (ready heap only) the priority, turned so that
 higher pops first.
 """
@@ -38,12 +41,12 @@ def ready_key(priority: int, run_at_ms: int, seq: int) -> int:
 
 
 def timed_key(at_ms: int, seq: int) -> int:
-    """Delayed- or lease-heap entry: (time, seq) in one int."""
+    """Delayed- or lease-heap entry: (time, seq or fence) in one int."""
     return (at_ms << SEQ_BITS) | seq
 
 
 def key_seq(key: int) -> int:
-    """The job seq of a heap entry."""
+    """The job seq (lease heap: the record's fence) of a heap entry."""
     return key & SEQ_MASK
 
 
@@ -72,13 +75,15 @@ def promote_due(state: QueueState, now_ms: int) -> None:
 
 
 def compact_leases(state: QueueState) -> None:
-    """Rebuild the lease heap from the claimed jobs, dropping stale entries."""
-    state.leases = [
-        timed_key(j.lease_expires_ms, j.seq)
-        for j in state.jobs.touched()  # (the others are pending)
-        if j.status == CLAIMED and j.lease_token is not None
-    ]
-    heapq.heapify(state.leases)
+    """Rebuild the lease heap from the claim records, dropping stale entries."""
+    state.leases = _record_leases(state)
+
+
+def _record_leases(state: QueueState) -> list[int]:
+    """The lease heap of the state's claim records: one entry a record."""
+    leases = [timed_key(r.expires_ms, r.fence) for r in state.claim_records.values()]
+    heapq.heapify(leases)
+    return leases
 
 
 def rebuild_indexes(state: QueueState) -> None:
@@ -87,20 +92,16 @@ def rebuild_indexes(state: QueueState) -> None:
     :func:`broker.model.format.codec.reset_blocks`)."""
     ready: list[int] = []
     delayed: list[int] = []
-    leases: list[int] = []
     completed: dict[int, list[int]] = {}
     approx = 0
     for job in state.jobs.values():
         approx += job.size_estimate()
         if job.status == PENDING:
             ready.append(ready_key(job.priority, job.run_at_ms, job.seq))
-        elif job.status == CLAIMED and job.lease_token is not None:
-            leases.append(timed_key(job.lease_expires_ms, job.seq))
         elif job.status in FINISHED and job.done_seq is not None:
             completed.setdefault(job.done_seq, []).append(job.seq)
     heapq.heapify(ready)
-    heapq.heapify(leases)
-    state.ready, state.delayed, state.leases = ready, delayed, leases
+    state.ready, state.delayed, state.leases = ready, delayed, _record_leases(state)
     state.completed = completed
     state.approx_bytes = approx
     state.key_bytes = sum(map(key_entry_bytes, state.keys)) + sum(
@@ -108,28 +109,33 @@ def rebuild_indexes(state: QueueState) -> None:
 
 
 def expired_leases(state: QueueState, now_ms: int) -> Iterator[Job]:
-    """The claimed jobs whose lease expired by ``now_ms``, popping their entries.
+    """The claimed jobs whose claim's lease expired by ``now_ms``, popping their
+    records' entries; a record's jobs in claim order.
 
-    Lazy: each entry is checked against its job when reached, so a job the
-    caller moves on is not yielded again by another entry of the same lease.
+    Lazy: each entry is checked against its record when reached (an old entry
+    of a record since renewed or gone is skipped), and each job against the
+    record, so a job the caller moves on is not yielded again by another entry
+    of the same lease.
     """
-    leases, jobs = state.leases, state.jobs
+    leases, jobs, records = state.leases, state.jobs, state.claim_records
     while leases and key_time(leases[0]) <= now_ms:
         entry = heapq.heappop(leases)
-        seq, expires = key_seq(entry), key_time(entry)
-        job = jobs.get(seq)
-        if job is None or job.status != CLAIMED or job.lease_token is None or \
-                job.lease_expires_ms != expires:
-            continue  # an old entry: the job moved on or its lease was extended
-        yield job
+        fence, expires = key_seq(entry), key_time(entry)
+        record = records.get(fence)
+        if record is None or record.expires_ms != expires:
+            continue  # an old entry: the claim settled or its lease was extended
+        held = [jobs[record.seqs[pos]] for pos in record.unsettled()]  # (the caller settles)
+        for job in held:
+            if job.status == CLAIMED and job.claim == fence and job.lease_token is not None:
+                yield job
 
 
 def bound_stale_leases(state: QueueState) -> None:
-    """Compact the lease heap once it outgrows the whole queue twice over.
+    """Compact the lease heap once it outgrows the claim records twice over.
 
-    Stale entries (completed jobs, extended leases) wait for their time to
-    come; compacting only then bounds them without counting claimed jobs on
+    Stale entries (settled claims, extended leases) wait for their time to
+    come; compacting only then bounds them without walking the records on
     every commit.
     """
-    if len(state.leases) > 64 + 2 * len(state.jobs):
+    if len(state.leases) > 64 + 2 * len(state.claim_records):
         compact_leases(state)

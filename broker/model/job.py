@@ -10,7 +10,7 @@ encoded line in ``_enc``, which only :mod:`broker.model.job_lines` and
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, NamedTuple, overload
+from typing import Any, NamedTuple, Protocol, overload
 
 import orjson
 
@@ -125,6 +125,16 @@ def token_seq(token: str) -> int | None:
 
 
 
+class LeaseHolder(Protocol):
+    """What a claimed job reads its lease's numbers from: its claim record
+    (:class:`broker.model.claim_records.ClaimRecord`, a layer above)."""
+
+    worker: str
+    lease_ms: int
+    expires_ms: int
+    heartbeat_ms: int
+
+
 class Lease(NamedTuple):
     """A claimed (or completed) job's lease, as a value: :attr:`Job.lease` makes
     one when asked; the job itself keeps the fields (see :class:`Job`)."""
@@ -152,10 +162,20 @@ class Job:
     driver's collector, whose full passes cost in proportion to both;
     ``bench/spark_bench.py``). :attr:`lease` reads and writes them as one
     :class:`Lease` value.
+
+    A claimed job's worker, length, expiry and heartbeat are its claim
+    record's (``rec``, :mod:`broker.model.claim_records`), read through: a
+    heartbeat renewing a claim of 2,000 jobs edits one record, not 2,000 jobs.
+    When the job leaves its claim (:func:`broker.model.lifecycle.settle`) they
+    are copied into its own fields, which a completed job keeps.
     """
 
     __slots__ = (
         "_enc",
+        "_lease_expires_ms",
+        "_lease_heartbeat_ms",
+        "_lease_ms",
+        "_lease_worker",
         "attempts",
         "cancel_ms",
         "claim",
@@ -166,14 +186,11 @@ class Job:
         "group",
         "key",
         "last_error",
-        "lease_expires_ms",
-        "lease_heartbeat_ms",
-        "lease_ms",
         "lease_token",
-        "lease_worker",
         "max_attempts",
         "payload",
         "priority",
+        "rec",
         "result",
         "run_at_ms",
         "seq",
@@ -208,12 +225,13 @@ class Job:
         self.group = group  # its group's name (broker.fields.group), or None
         # the lease (see the class docstring); the numbers mean nothing while the token is None
         self.lease_token: str | None = None
-        self.lease_worker = ""
-        self.lease_ms = self.lease_expires_ms = self.lease_heartbeat_ms = 0
+        self.rec: LeaseHolder | None = None  # a claimed job's record: the lease numbers' home
+        self._lease_worker = ""
+        self._lease_ms = self._lease_expires_ms = self._lease_heartbeat_ms = 0
         if lease is not None:
             self.lease = lease
         # a claimed job's claim record (its base fence: broker.model.claim_records);
-        # the lease_* fields are that record's lease, copied (lifecycle keeps them in step)
+        # the lease_* fields read that record's lease through ``rec`` while it holds the job
         self.claim: int | None = None
         # when its cancel was asked for: a claimed job marked, or a cancelled job
         self.cancel_ms: int | None = None
@@ -224,6 +242,55 @@ class Job:
         self.done_commit: str | None = None
         self.result: bytes | None = None
         self._enc: bytes | None = None  # the line's bytes, cached (codec, lines and lifecycle only)
+
+    @property
+    def lease_worker(self) -> str:
+        """The worker holding the lease (its record's while claimed)."""
+        rec = self.rec
+        return self._lease_worker if rec is None else rec.worker
+
+    @lease_worker.setter
+    def lease_worker(self, worker: str) -> None:
+        self._lease_worker = worker
+
+    @property
+    def lease_ms(self) -> int:
+        """The lease's length in ms (its record's while claimed)."""
+        rec = self.rec
+        return self._lease_ms if rec is None else rec.lease_ms
+
+    @lease_ms.setter
+    def lease_ms(self, ms: int) -> None:
+        self._lease_ms = ms
+
+    @property
+    def lease_expires_ms(self) -> int:
+        """When the lease expires, ms since the epoch (its record's while claimed)."""
+        rec = self.rec
+        return self._lease_expires_ms if rec is None else rec.expires_ms
+
+    @lease_expires_ms.setter
+    def lease_expires_ms(self, ms: int) -> None:
+        self._lease_expires_ms = ms
+
+    @property
+    def lease_heartbeat_ms(self) -> int:
+        """When the lease was last renewed, ms since the epoch (its record's while claimed)."""
+        rec = self.rec
+        return self._lease_heartbeat_ms if rec is None else rec.heartbeat_ms
+
+    @lease_heartbeat_ms.setter
+    def lease_heartbeat_ms(self, ms: int) -> None:
+        self._lease_heartbeat_ms = ms
+
+    def unlink(self) -> None:
+        """Copy the record's lease into the job's own fields and stop reading
+        through it (the job leaves its claim; a completed job keeps the lease)."""
+        rec = self.rec
+        if rec is not None:
+            self._lease_worker, self._lease_ms = rec.worker, rec.lease_ms
+            self._lease_expires_ms, self._lease_heartbeat_ms = rec.expires_ms, rec.heartbeat_ms
+            self.rec = None
 
     @property
     def lease(self) -> Lease | None:
@@ -237,13 +304,14 @@ class Job:
 
     @lease.setter
     def lease(self, lease: Lease | None) -> None:
+        self.rec = None
         if lease is None:
             self.lease_token = None
-            self.lease_worker = ""
-            self.lease_ms = self.lease_expires_ms = self.lease_heartbeat_ms = 0
+            self._lease_worker = ""
+            self._lease_ms = self._lease_expires_ms = self._lease_heartbeat_ms = 0
         else:
-            (self.lease_token, self.lease_worker, self.lease_ms, self.lease_expires_ms,
-             self.lease_heartbeat_ms) = lease
+            (self.lease_token, self._lease_worker, self._lease_ms, self._lease_expires_ms,
+             self._lease_heartbeat_ms) = lease
 
     @property
     def id(self) -> str:

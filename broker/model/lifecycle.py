@@ -139,7 +139,9 @@ def move(state: QueueState, job: Job, to: str, now_ms: int) -> None:
     if to == PENDING:
         schedule(state, job, now_ms)
     elif to == CLAIMED:
-        heapq.heappush(state.leases, timed_key(job.lease_expires_ms, seq))
+        assert job.claim is not None  # (checked above)
+        job.rec = state.claim_records[job.claim]  # (the lease is the record's from now on)
+        heapq.heappush(state.leases, timed_key(job.lease_expires_ms, job.claim))
     elif to in FINISHED:
         assert job.done_seq is not None
         state.completed.setdefault(job.done_seq, []).append(seq)
@@ -163,6 +165,7 @@ def settle(state: QueueState, job: Job) -> None:
     record.settled |= 1 << pos
     record.cancel.pop(pos, None)
     record._enc = None
+    job.unlink()
     job.claim = None
     if record.done:
         del state.claim_records[fence]
@@ -171,19 +174,15 @@ def settle(state: QueueState, job: Job) -> None:
 def extend_claim(state: QueueState, record: ClaimRecord, lease_ms: int, now_ms: int) -> None:
     """Renew a claim's lease (a heartbeat): ``lease_ms`` from ``now_ms``, for every
     job the claim still holds. One edit of the head (the record's line: claimed
-    lines do not carry the lease)."""
+    lines do not carry the lease) and O(1) in memory: the jobs read their lease
+    through the record (:attr:`Job.rec`), and the lease heap gets one entry."""
     if record.fence not in state.claim_records:
         raise IllegalMove(f"claim record {record.fence} is not in the head")
     record.lease_ms = lease_ms
     record.expires_ms = expires = now_ms + lease_ms
     record.heartbeat_ms = now_ms
     record._enc = None
-    jobs, leases, seqs = state.jobs, state.leases, record.seqs
-    for pos in record.unsettled():
-        seq = seqs[pos]
-        job = jobs[seq]
-        job.lease_ms, job.lease_expires_ms, job.lease_heartbeat_ms = lease_ms, expires, now_ms
-        heapq.heappush(leases, timed_key(expires, seq))
+    heapq.heappush(state.leases, timed_key(expires, record.fence))
 
 
 def claim_of(state: QueueState, job: Job) -> ClaimRecord:
@@ -208,13 +207,10 @@ def mark_cancel(state: QueueState, job: Job, now_ms: int) -> None:
 def restart_leases(state: QueueState, now_ms: int) -> None:
     """Give every claim a fresh lease of its own length from ``now_ms`` (a new
     broker's clock: what the old one wrote no longer counts): one edit per
-    claim record, copied to its jobs."""
-    jobs = state.jobs
+    claim record (its jobs read it through)."""
     for record in state.claim_records.values():
-        record.expires_ms = expires = now_ms + record.lease_ms
+        record.expires_ms = now_ms + record.lease_ms
         record._enc = None
-        for pos in record.unsettled():
-            jobs[record.seqs[pos]].lease_expires_ms = expires
     compact_leases(state)
 
 
@@ -298,11 +294,12 @@ def open_claim(state: QueueState, worker: str, lease_ms: int, now_ms: int) -> Cl
 
 def close_claim(state: QueueState, record: ClaimRecord) -> None:
     """Put the claim record filled by :func:`claim_ready` in the head (unless it
-    claimed nothing)."""
+    claimed nothing), its lease in the lease heap."""
     if record.seqs:
         if record.fence + record.n - 1 != state.counters.fence:
             raise IllegalMove(f"claim record {record.fence} does not end at the last fence")
         state.claim_records[record.fence] = record
+        heapq.heappush(state.leases, timed_key(record.expires_ms, record.fence))
 
 
 def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
@@ -324,7 +321,7 @@ def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
     promote_due(state, now_ms)
     out = LeasedJobs()
     ids, payloads, tokens, attempts, expiries = out.columns
-    ready, leases, entries = state.ready, state.leases, state.jobs.entries
+    ready, entries = state.ready, state.jobs.entries
     get, from_line, splice = entries.get, pending_from_line, first_claim_line
     counters, dirty, shift = state.counters, state.dirty_blocks, codec.BLOCK_SHIFT
     own = record is None
@@ -360,12 +357,11 @@ def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
         job.attempts += 1
         job.claim = base
         held.append(seq)
-        job.lease_token, job.lease_worker, job.lease_ms = token, worker, lease_ms
-        job.lease_expires_ms, job.lease_heartbeat_ms = expires, now_ms
+        job.lease_token = token
+        job.rec = record  # (worker, length, expiry, heartbeat: the record's)
         # codec.touch(), inlined; a job fresh from its line gets its new line now
         job._enc = None if line is None else splice(line, tail)
         dirty.add(seq >> shift)
-        heappush(leases, timed_key(expires, seq))
         ids.append(job_id)
         payloads.append(job.payload)
         tokens.append(tag(token))
@@ -374,6 +370,7 @@ def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
     record._pos = None
     if own and held:  # (close_claim(), inlined: its fences end at counters.fence)
         state.claim_records[base] = record
+        heappush(state.leases, timed_key(expires, base))
     return out
 
 
@@ -412,8 +409,9 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
             continue
         seq = token_seq(token)
         job = None if seq is None else get(seq)
-        if job is None or isinstance(job, bytes) or job.status != CLAIMED or \
-                job.lease_token != token or job.lease_expires_ms <= now_ms or \
+        if job is None or isinstance(job, bytes) or (lease := job.rec) is None or \
+                job.status != CLAIMED or job.lease_token != token or \
+                lease.expires_ms <= now_ms or \
                 job.cancel_ms is not None:  # (a marked job ends cancelled: see stale)
             answers.append(stale(wire, token))  # (a job kept as its line is pending)
             continue
@@ -423,6 +421,7 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
             if state.groups is not None:
                 settle_hook(state.groups, job)
             del records[record.fence]
+            job.unlink()
             job.claim = None
         else:
             settle(state, job)

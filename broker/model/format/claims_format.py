@@ -5,7 +5,7 @@ them from a version-4 head's claimed lines.
 (ascending, disjoint fences, each field typed and in range); :func:`link` then
 ties the records to the jobs they hold (every unsettled position an inline
 claimed line naming its record, every claimed line in exactly one record) and
-copies each record's lease onto its jobs. :func:`records_from_v4` makes the
+points each job at its record for its lease. :func:`records_from_v4` makes the
 records of a version-4 head, whose claimed lines each carry their lease:
 consecutive lease numbers with the same worker, length, expiry and heartbeat
 (how a claim of many jobs was granted) make one record, any other claimed job
@@ -148,7 +148,8 @@ def records_from_json(raw: Any, top_fence: int) -> dict[int, ClaimRecord]:
 
 
 def link(state: QueueState, records: dict[int, ClaimRecord]) -> None:
-    """Tie ``records`` to the state's jobs and copy each lease onto its jobs:
+    """Tie ``records`` to the state's jobs (each job reads its lease through its
+    record, :attr:`broker.model.job.Job.rec`):
     every unsettled position is an inline claimed line naming its record, and
     every claimed line is held by one (``ValueError`` naming the record or job
     otherwise). Sets ``state.claim_records``."""
@@ -167,8 +168,7 @@ def link(state: QueueState, records: dict[int, ClaimRecord]) -> None:
                 raise ValueError(f"job {job.id} is held by claims[{i}] (fence {fence}) "
                                  "and another record")
             job.lease_token = f"{job.id}.{fence + pos}"
-            job.lease_worker, job.lease_ms = record.worker, record.lease_ms
-            job.lease_expires_ms, job.lease_heartbeat_ms = record.expires_ms, record.heartbeat_ms
+            job.rec = record  # (the lease's numbers: read through the record)
             job.cancel_ms = record.cancel.get(pos)
     for job in jobs.touched():
         if job.status == CLAIMED and job.lease_token is None:
@@ -195,5 +195,6 @@ def records_from_v4(state: QueueState) -> None:
             record.cancel[record.n] = job.cancel_ms
         record.seqs.append(job.seq)
         job.claim = record.fence
+        job.rec = record  # (the same numbers as the job's own fields)
         job._enc = None
     state.claim_records = records

@@ -4,7 +4,8 @@ claims (each claim: its first fence, its jobs in order, one expiry, settled
 positions, marks). Claim, heartbeat, complete, fail, release, cancel, reclaim,
 a takeover on a skewed clock and repeats of every settling call; after every
 step the head's records equal the model's, every claimed job's lease is its
-record's, and the object decodes to the same records and bytes. No I/O."""
+record's (read through it; the lease heap has the record's expiry), and the
+object decodes to the same records and bytes. No I/O."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from broker.model import transitions as T
 from broker.model.claim_records import runs_of_bits
 from broker.model.format import codec
+from broker.model.indexes import key_seq, key_time
 from broker.model.job import CANCELLED, CLAIMED, COMPLETED, DEAD, PENDING
 from broker.model.ops import (
     Cancel,
@@ -247,6 +249,16 @@ class ClaimMachine(RuleBasedStateMachine):
                 assert job.lease_token == stored_part(claim.tokens[pos])
                 assert job.lease_expires_ms == claim.expires
                 assert (job.cancel_ms is not None) == (pos in claim.marked)
+
+    @invariant()
+    def the_lease_heap_has_each_held_claims_expiry_and_only_claimed_jobs_read_a_record(
+            self) -> None:
+        entries = {(key_time(k), key_seq(k)) for k in self.state.leases}
+        for fence, record in self.state.claim_records.items():
+            assert (record.expires_ms, fence) in entries
+        for job in self.state.jobs.touched():
+            record = self.state.claim_records.get(job.claim or 0)
+            assert job.rec is (record if job.status == CLAIMED else None), job
 
     @invariant()
     def statuses_are_the_models(self) -> None:

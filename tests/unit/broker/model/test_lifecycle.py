@@ -109,7 +109,8 @@ def test_every_allowed_move_updates_status_heaps_and_encoding(frm: str, to: str)
             assert indexes.ready_key(job.priority, NOW, job.seq) in state.ready
         elif to == CLAIMED:
             assert job.lease is not None
-            assert indexes.timed_key(job.lease.expires_ms, job.seq) in state.leases
+            assert job.claim is not None  # (its record holds the lease, one entry a record)
+            assert indexes.timed_key(job.lease.expires_ms, job.claim) in state.leases
         elif to in (COMPLETED, CANCELLED):
             assert job.seq in state.completed[state.seq + 1]
     codec.stamp(state, "w", NOW, "c-2")

@@ -8,15 +8,15 @@ entry against its job.
 
 * ``state.ready``: :func:`ready_key` of pending jobs that may be runnable;
 * ``state.delayed``: :func:`timed_key` (run-at, seq) of pending jobs due later;
-* ``state.leases``: :func:`timed_key` (lease expiry, fence) of claim records:
+* ``state.leases``: :func:`lease_key` (lease expiry, fence) of claim records:
   one entry a claim (:mod:`broker.model.claim_records`), however many jobs it
   holds, so a claim of 2,000 jobs or its heartbeat pushes one entry, not 2,000.
 
 Each entry is one int, not a tuple: a heap of ints pops about three times
-faster (``bench/broker_bench.py``, claim rows). Low bits: the job's seq (the
-record's fence in the lease heap); above
+faster (``bench/broker_bench.py``, claim rows). Low bits: the job's seq; above
 them a time in ms; above that (ready heap only) the priority, turned so that
-higher pops first.
+higher pops first. The lease heap's low bits are a record's fence, which has
+:data:`FENCE_BITS` (lease numbers go up to ``2**62``, past a seq's 48 bits).
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ TIME_BITS = 48  # ms since the epoch: beyond the year 9999
 SEQ_MASK = (1 << SEQ_BITS) - 1
 TIME_MASK = (1 << TIME_BITS) - 1
 _PRIORITY_SHIFT = SEQ_BITS + TIME_BITS
+FENCE_BITS = 63  # a lease number: up to 2**62 (broker.model.format.decode's bound)
+FENCE_MASK = (1 << FENCE_BITS) - 1
 
 
 def ready_key(priority: int, run_at_ms: int, seq: int) -> int:
@@ -41,18 +43,34 @@ def ready_key(priority: int, run_at_ms: int, seq: int) -> int:
 
 
 def timed_key(at_ms: int, seq: int) -> int:
-    """Delayed- or lease-heap entry: (time, seq or fence) in one int."""
+    """Delayed-heap entry: (time, seq) in one int."""
     return (at_ms << SEQ_BITS) | seq
 
 
 def key_seq(key: int) -> int:
-    """The job seq (lease heap: the record's fence) of a heap entry."""
+    """The job seq of a ready- or delayed-heap entry."""
     return key & SEQ_MASK
 
 
 def key_time(key: int) -> int:
-    """The time (ms) of a heap entry."""
+    """The time (ms) of a ready- or delayed-heap entry."""
     return (key >> SEQ_BITS) & TIME_MASK
+
+
+def lease_key(expires_ms: int, fence: int) -> int:
+    """Lease-heap entry: (a claim record's expiry, its fence) in one int. Not
+    :func:`timed_key`: a fence may need more bits than a seq has."""
+    return (expires_ms << FENCE_BITS) | fence
+
+
+def lease_fence(key: int) -> int:
+    """The claim record's fence of a lease-heap entry."""
+    return key & FENCE_MASK
+
+
+def lease_time(key: int) -> int:
+    """The expiry (ms) of a lease-heap entry."""
+    return key >> FENCE_BITS
 
 
 def schedule(state: QueueState, job: Job, now_ms: int) -> None:
@@ -81,7 +99,7 @@ def compact_leases(state: QueueState) -> None:
 
 def _record_leases(state: QueueState) -> list[int]:
     """The lease heap of the state's claim records: one entry a record."""
-    leases = [timed_key(r.expires_ms, r.fence) for r in state.claim_records.values()]
+    leases = [lease_key(r.expires_ms, r.fence) for r in state.claim_records.values()]
     heapq.heapify(leases)
     return leases
 
@@ -118,9 +136,9 @@ def expired_leases(state: QueueState, now_ms: int) -> Iterator[Job]:
     of the same lease.
     """
     leases, jobs, records = state.leases, state.jobs, state.claim_records
-    while leases and key_time(leases[0]) <= now_ms:
+    while leases and lease_time(leases[0]) <= now_ms:
         entry = heapq.heappop(leases)
-        fence, expires = key_seq(entry), key_time(entry)
+        fence, expires = lease_fence(entry), lease_time(entry)
         record = records.get(fence)
         if record is None or record.expires_ms != expires:
             continue  # an old entry: the claim settled or its lease was extended

@@ -43,6 +43,7 @@ from broker.model.groups.counts import settle_hook
 from broker.model.indexes import (
     SEQ_MASK,
     compact_leases,
+    lease_key,
     promote_due,
     ready_key,
     schedule,
@@ -141,7 +142,7 @@ def move(state: QueueState, job: Job, to: str, now_ms: int) -> None:
     elif to == CLAIMED:
         assert job.claim is not None  # (checked above)
         job.rec = state.claim_records[job.claim]  # (the lease is the record's from now on)
-        heapq.heappush(state.leases, timed_key(job.lease_expires_ms, job.claim))
+        heapq.heappush(state.leases, lease_key(job.lease_expires_ms, job.claim))
     elif to in FINISHED:
         assert job.done_seq is not None
         state.completed.setdefault(job.done_seq, []).append(seq)
@@ -182,7 +183,7 @@ def extend_claim(state: QueueState, record: ClaimRecord, lease_ms: int, now_ms: 
     record.expires_ms = expires = now_ms + lease_ms
     record.heartbeat_ms = now_ms
     record._enc = None
-    heapq.heappush(state.leases, timed_key(expires, record.fence))
+    heapq.heappush(state.leases, lease_key(expires, record.fence))
 
 
 def claim_of(state: QueueState, job: Job) -> ClaimRecord:
@@ -299,7 +300,7 @@ def close_claim(state: QueueState, record: ClaimRecord) -> None:
         if record.fence + record.n - 1 != state.counters.fence:
             raise IllegalMove(f"claim record {record.fence} does not end at the last fence")
         state.claim_records[record.fence] = record
-        heapq.heappush(state.leases, timed_key(record.expires_ms, record.fence))
+        heapq.heappush(state.leases, lease_key(record.expires_ms, record.fence))
 
 
 def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
@@ -370,7 +371,7 @@ def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
     record._pos = None
     if own and held:  # (close_claim(), inlined: its fences end at counters.fence)
         state.claim_records[base] = record
-        heappush(state.leases, timed_key(expires, base))
+        heappush(state.leases, lease_key(expires, base))
     return out
 
 

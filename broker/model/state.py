@@ -429,7 +429,7 @@ class QueueState:
     untagged_fences: int = 0
     # Derived, never stored, kept by broker.model.lifecycle: heaps of ready_key
     # (pending and runnable), timed_key(run_at) (pending, later) and
-    # timed_key(lease expiry, fence) (one a claim record). Entries go stale instead
+    # lease_key(lease expiry, fence) (one a claim record). Entries go stale instead
     # of being removed; readers check them against the job (or record).
     ready: list[int] = field(default_factory=list)
     delayed: list[int] = field(default_factory=list)

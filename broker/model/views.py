@@ -13,7 +13,7 @@ from broker import timefmt
 from broker.errors import InvalidRequest, shown
 from broker.limits import MAX_JOB_ID_CHARS, MAX_PAGE_JOBS
 from broker.model import receipts as R
-from broker.model.indexes import key_time
+from broker.model.indexes import key_time, lease_time
 from broker.model.job import CANCELLED, CLAIMED, COMPLETED, PENDING, STATUSES, Job
 from broker.model.segments.claims import page_refs, segment_page
 from broker.model.segments.grouped import group_stats
@@ -178,7 +178,7 @@ def next_wakeup_ms(state: QueueState, now_ms: int) -> int | None:
     if state.receipts.unwritten_since is not None and state.seq > 0:  # (no object: nothing)
         times.append(state.receipts.unwritten_since + R.LAZY_WRITE_MS)
     if state.leases:
-        times.append(key_time(state.leases[0]))
+        times.append(lease_time(state.leases[0]))
     if state.delayed:
         times.append(key_time(state.delayed[0]))
     if (state.ready or state.segment_refs or (

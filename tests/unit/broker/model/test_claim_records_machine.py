@@ -18,7 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from broker.model import transitions as T
 from broker.model.claim_records import runs_of_bits
 from broker.model.format import codec
-from broker.model.indexes import key_seq, key_time
+from broker.model.indexes import lease_fence, lease_time
 from broker.model.job import CANCELLED, CLAIMED, COMPLETED, DEAD, PENDING
 from broker.model.ops import (
     Cancel,
@@ -253,7 +253,7 @@ class ClaimMachine(RuleBasedStateMachine):
     @invariant()
     def the_lease_heap_has_each_held_claims_expiry_and_only_claimed_jobs_read_a_record(
             self) -> None:
-        entries = {(key_time(k), key_seq(k)) for k in self.state.leases}
+        entries = {(lease_time(k), lease_fence(k)) for k in self.state.leases}
         for fence, record in self.state.claim_records.items():
             assert (record.expires_ms, fence) in entries
         for job in self.state.jobs.touched():

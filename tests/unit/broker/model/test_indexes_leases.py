@@ -8,7 +8,7 @@ from __future__ import annotations
 from broker.model import transitions as T
 from broker.model.format import codec
 from broker.model.format.segment_format import encode_segment, segment_lines
-from broker.model.indexes import compact_leases, key_seq, key_time
+from broker.model.indexes import compact_leases, lease_fence, lease_time
 from broker.model.ops import Claim, Complete, CompleteItem, CompleteItems, Heartbeat, Reclaim
 from broker.model.state import QueueState, SegmentRef, SegmentWindows
 from broker.paths import segment_key, segment_name
@@ -20,7 +20,7 @@ LEASE = 10_000
 
 def _entries(state: QueueState) -> list[tuple[int, int]]:
     """The lease heap's entries as (expiry ms, fence), sorted."""
-    return sorted((key_time(k), key_seq(k)) for k in state.leases)
+    return sorted((lease_time(k), lease_fence(k)) for k in state.leases)
 
 
 def _segment_queue(n: int) -> QueueState:

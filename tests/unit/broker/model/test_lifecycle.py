@@ -110,7 +110,7 @@ def test_every_allowed_move_updates_status_heaps_and_encoding(frm: str, to: str)
         elif to == CLAIMED:
             assert job.lease is not None
             assert job.claim is not None  # (its record holds the lease, one entry a record)
-            assert indexes.timed_key(job.lease.expires_ms, job.claim) in state.leases
+            assert indexes.lease_key(job.lease.expires_ms, job.claim) in state.leases
         elif to in (COMPLETED, CANCELLED):
             assert job.seq in state.completed[state.seq + 1]
     codec.stamp(state, "w", NOW, "c-2")

@@ -71,7 +71,7 @@ from broker.errors import (
     PayloadTooLarge,
     RequestKeyReused,
 )
-from osqueue_spark import cli_jobs
+from osqueue_spark import cli_jobs, cli_out
 from osqueue_spark.args import InvalidArgument
 from osqueue_spark.bodies import BATCH_BYTES
 from osqueue_spark.calls import MAX_PUSH_KEY_CHARS, push_key
@@ -275,6 +275,7 @@ def cmd_stats(client: QueueClient, args: argparse.Namespace) -> int:
              ("claim limit per s", s["claim_limit_per_s"] or "none"),
              ("state bytes", s["state_bytes"]), ("commit seq", s["seq"]),
              ("broker", (s.get("broker") or {}).get("url"))]
+    rows += cli_out.group_rows(s.get("groups"))  # (only while the queue uses groups)
     console().print(table(rows, ["queue " + client.queue, "value"]))
     return 0
 
@@ -349,8 +350,8 @@ def _setting(text: str) -> tuple[str, Any]:
         raise argparse.ArgumentTypeError(f"not NAME=VALUE: {text[:40]!r}")
     try:
         number = json.loads(value)
-    except json.JSONDecodeError:
-        number = None
+    except json.JSONDecodeError:  # (never sent as null: that would reset a group setting)
+        raise argparse.ArgumentTypeError(f"{name[:40]}: not a number: {value[:20]!r}") from None
     if name.startswith("group_") and (number is None or isinstance(number, dict)):
         return name, number  # (group settings: null for the default, maps as JSON)
     if isinstance(number, bool) or not isinstance(number, int | float):

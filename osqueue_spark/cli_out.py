@@ -8,7 +8,7 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 import orjson
@@ -66,6 +66,23 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> Table:
     for row in rows:
         grid.add_row(*(Text("" if c is None else printable(str(c))) for c in row))
     return grid
+
+
+def group_rows(groups: Mapping[str, Any] | None) -> list[tuple[str, Any]]:
+    """``osqueue stats`` rows of the stats' ``groups`` block (none without it:
+    the queue uses no groups): what the limits hold back, the busiest groups."""
+    if groups is None:
+        return []
+    held = groups["held_back"]
+    rows: list[tuple[str, Any]] = [
+        ("groups (ready or claimed jobs)", groups["known"]),
+        ("held back by group limits", held["jobs"]),
+        ("groups at their limit", held["groups_at_limit"])]
+    for row in groups["busiest"]:
+        limit = "none" if row["limit"] is None else row["limit"]
+        rows.append((f"group {'(none)' if row['group'] is None else row['group']}",
+                     f"{row['claimed']} claimed / limit {limit}, {row['pending']} pending"))
+    return rows
 
 
 def json_arg(text: str, what: str, command: str = "push") -> Any:

@@ -106,6 +106,22 @@ class Dashboard:
                                    "(it is created by its first push)")
         return self.standby(queue)
 
+    async def groups(self, queue: str) -> dict[str, Any] | None:
+        """The job groups of a queue this broker serves, as its stats answer them
+        (:meth:`Broker.stats`: the same read as ``GET /v1/queues/{queue}/stats``):
+        ``settings``, the group settings set (``group_limit``...), and ``groups``,
+        the stats' ``groups`` block. None for a queue that uses no groups, or that
+        this broker does not serve (its owner's dashboard shows them: a read here
+        would fetch its object). Raises ``UnknownQueue`` and what the loop raises."""
+        if self.broker.served(queue) is None:
+            return None
+        stats = await self.broker.stats(queue)
+        block = stats.get("groups")
+        if block is None:
+            return None
+        settings = {k: v for k, v in stats["settings"].items() if k.startswith("group_")}
+        return {"settings": settings, "groups": block}
+
     async def about(self, queue: str) -> dict[str, Any]:
         """:meth:`summary` without the counts for a queue served here (``s`` is
         None): whether it is served here, and for one served elsewhere what is

@@ -28,6 +28,7 @@ PAGES: tuple[Page, ...] = (
     Page("GET", "/ui/fragments/queues", pages.queue_rows),
     Page("GET", Q, pages.queue_page),
     Page("GET", f"{Q}/summary", pages.summary),
+    Page("GET", f"{Q}/groups", pages.groups),
     Page("GET", f"{Q}/table", pages.job_table),
     Page("GET", f"{Q}/history.json", pages.history),
     Page("GET", f"{Q}/jobs/{{job_id}}", pages.job_page),

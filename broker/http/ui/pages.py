@@ -136,8 +136,10 @@ async def queue_page(ui: Ui, request: Request, visitor: Visitor, form: Form) -> 
     jobs = None
     if info["served"]:
         jobs = await ui.dashboard.view(queue, "page", status, after, before, limit)
+    groups = await ui.dashboard.groups(queue)
     return _told(ui, request, ui.page(
-        request, visitor, "queue.html", q=info, queue=queue, jobs=jobs, shown_status=status,
+        request, visitor, "queue.html", q=info, queue=queue, jobs=jobs, groups=groups,
+        shown_status=status,
         statuses=STATUSES, limit=limit, after=after, before=before, find=found,
         message=message, done=_done(ui, request, visitor), request_key=request_key(),
         purgeable=PURGEABLE, history=ui.dashboard.history,
@@ -161,6 +163,14 @@ async def summary(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Res
     queue = request.path_params["queue"]
     info = await ui.dashboard.summary(queue)
     return ui.page(request, visitor, "_summary.html", q=info, queue=queue)
+
+
+async def groups(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:
+    """The queue page's Groups panel (empty while the queue uses no groups), which
+    the page fetches again every 5 s."""
+    queue = paths.check_queue_name(request.path_params["queue"])
+    return ui.page(request, visitor, "_groups.html", queue=queue,
+                   groups=await ui.dashboard.groups(queue))
 
 
 async def history(ui: Ui, request: Request, visitor: Visitor, form: Form) -> Response:

@@ -33,10 +33,10 @@ from typing import Any
 
 from broker.errors import CorruptState, InvalidRequest
 from broker.model.groups.counts import GroupState, held_by_group, priority_of
-from broker.model.groups.dispatch import Head
+from broker.model.groups.dispatch import Dispatch, Head
 from broker.model.groups.names import NO_GROUP
 from broker.model.groups.settings import parse_group_settings
-from broker.model.indexes import SEQ_MASK, promote_due, ready_key, timed_key
+from broker.model.indexes import SEQ_MASK, key_time, promote_due, ready_key, timed_key
 from broker.model.job import PENDING
 from broker.model.job_lines import pending_from_line
 from broker.model.lifecycle import IllegalMove, claim_ready
@@ -98,6 +98,9 @@ def _absorb(state: QueueState, groups: GroupState, now_ms: int) -> None:
         seq = entry & SEQ_MASK
         job = entries.get(seq)
         if isinstance(job, bytes):  # (a bulk push's line: its one entry is live)
+            if key_time(entry) > now_ms:  # (not due yet: the clock stepped back)
+                heapq.heappush(state.delayed, timed_key(key_time(entry), seq))
+                continue
             group = pending_from_line(seq, job).group if b'"group":' in job else None
         elif job is None or job.status != PENDING or ready_key(
                 job.priority, job.run_at_ms, seq) != entry:
@@ -127,7 +130,11 @@ def _live_top(state: QueueState, heap: list[int] | None, now_ms: int) -> int | N
         seq = entry & SEQ_MASK
         job = entries.get(seq)
         if isinstance(job, bytes):
-            return entry
+            if key_time(entry) <= now_ms:
+                return entry
+            heapq.heappop(heap)  # (its line's one entry: due later, as claim_ready does)
+            heapq.heappush(state.delayed, timed_key(key_time(entry), seq))
+            continue
         if job is None or job.status != PENDING or ready_key(
                 job.priority, job.run_at_ms, seq) != entry:
             heapq.heappop(heap)
@@ -148,6 +155,12 @@ def _segment_next(state: QueueState, now_ms: int) -> tuple[int, int] | None:
         if key is not None and (best is None or key < best[0]):
             best = (key, i)
     return best
+
+
+def _told(dispatch: Dispatch, gid: int) -> int | None:
+    """The order key of the head dispatch holds for group ``gid`` (None: none)."""
+    view = dispatch.view(gid)
+    return None if view is None or view.head is None else view.head.order
 
 
 def _head(key: int | None) -> Head | None:
@@ -181,6 +194,11 @@ def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, 
         gid, q = picked
         heap = heaps.get(gid)
         top = _live_top(state, heap, now_ms)
+        if gid != NO_GROUP and top is not None and _told(dispatch, gid) != top:
+            # (its head went stale, cancelled or purged: picked at that job's priority
+            # and age, it must compete again at its live next job's)
+            dispatch.served(gid, 0, _head(top), now_ms)
+            continue
         until = None
         if gid == NO_GROUP and seg is not None:
             if top is None or seg[0] < top:

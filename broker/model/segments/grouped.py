@@ -32,11 +32,11 @@ from collections.abc import Callable
 from typing import Any
 
 from broker.errors import CorruptState, InvalidRequest
+from broker.limits import MAX_PRIORITY
 from broker.model.groups.counts import GroupState, held_by_group, priority_of
 from broker.model.groups.dispatch import Head
 from broker.model.groups.names import NO_GROUP
 from broker.model.groups.settings import parse_group_settings
-from broker.limits import MAX_PRIORITY
 from broker.model.indexes import SEQ_BITS, SEQ_MASK, TIME_BITS, promote_due, ready_key, timed_key
 from broker.model.job import PENDING
 from broker.model.job_lines import pending_from_line

@@ -37,7 +37,7 @@ from broker.model.groups.counts import GroupState, held_by_group, priority_of
 from broker.model.groups.dispatch import Head
 from broker.model.groups.names import NO_GROUP
 from broker.model.groups.settings import parse_group_settings
-from broker.model.indexes import SEQ_BITS, SEQ_MASK, TIME_BITS, promote_due, ready_key, timed_key
+from broker.model.indexes import SEQ_BITS, SEQ_MASK, TIME_BITS, promote_due, timed_key
 from broker.model.job import PENDING
 from broker.model.job_lines import pending_from_line
 from broker.model.lifecycle import IllegalMove, claim_ready
@@ -101,21 +101,27 @@ def _absorb(state: QueueState, groups: GroupState, now_ms: int) -> None:
     # update per group whose head changed, not per group touched
     # (bench/groups_cpu_bench.py). Group 0's head may be a segment's: always told.
     touched: dict[int, int | None] = {}
-    while ready:
-        entry = heapq.heappop(ready)
+    gids: dict[str | None, int] = {}  # (names.gid() once per group, not per job)
+    # Every entry leaves the ready heap: sorted (in C) and read in order rather than
+    # popped one by one, so each group's heap grows by ascending pushes that sift nothing.
+    ready.sort()
+    for entry in ready:
         seq = entry & SEQ_MASK
         job = entries.get(seq)
         if isinstance(job, bytes):  # (a bulk push's line: its one entry is live)
             group = pending_from_line(seq, job).group if b'"group":' in job else None
-        elif job is None or job.status != PENDING or ready_key(
-                job.priority, job.run_at_ms, seq) != entry:
+        elif job is None or job.status != PENDING or (
+                ((MAX_PRIORITY - job.priority) << _READY_PRIORITY_SHIFT)
+                | (job.run_at_ms << SEQ_BITS) | seq) != entry:  # (ready_key(), inlined)
             continue
         elif job.run_at_ms > now_ms:
             heapq.heappush(state.delayed, timed_key(job.run_at_ms, seq))
             continue
         else:
             group = job.group
-        gid = gid_of(group)
+        gid = gids.get(group)
+        if gid is None:
+            gid = gids[group] = gid_of(group)
         heap = heaps.get(gid)
         if heap is None:
             heaps[gid] = [entry]
@@ -124,6 +130,7 @@ def _absorb(state: QueueState, groups: GroupState, now_ms: int) -> None:
             if gid not in touched:
                 touched[gid] = heap[0] if gid and heap else None
             heapq.heappush(heap, entry)
+    ready.clear()
     for gid, top in touched.items():
         if top is None or heaps[gid][0] != top:
             groups.head_of(gid, now_ms)

@@ -131,7 +131,7 @@ class GroupState:
         if gid is None:
             raise ValueError(f"a job of group {name!r:.60} was settled, but none is held")
         # (no per-group rate nor fifo yet: a group's state does not depend on the time)
-        self.dispatch.settled(gid, 1, 0)
+        self.dispatch.settled_one(gid, 0)
 
 
 def settle_hook(groups: GroupState | None, job: Job) -> None:

@@ -283,6 +283,24 @@ class Dispatch:
         g.held -= n
         self._update(g, head, dead, now_ms)
 
+    def settled_one(self, gid: int, now_ms: int) -> None:
+        """:meth:`settled` of one job with head and dead count unchanged: what
+        every settled job of a claim asks (``bench/groups_cpu_bench.py``). A group
+        whose state one fewer held cannot change (empty; or ready, so below its
+        limit, at a pass its priority's virtual time has not passed) only counts
+        it here; any other goes through :meth:`settled`: the same result either way."""
+        g = self._groups.get(gid)
+        if g is not None and g.held:
+            if g.state == EMPTY:
+                g.held -= 1
+                if not g.held and not g.dead:
+                    del self._groups[gid]
+                return
+            if g.state == READY and self._vtime.get(g.at_p, 0) <= g.pass_:
+                g.held -= 1
+                return
+        self.settled(gid, 1, now_ms)
+
     def hold(self, gid: int, n: int, now_ms: int) -> None:
         """``n`` more jobs of group ``gid`` are held, found rather than served (the
         counts rebuilt from the claim records on load): its pass does not move."""

@@ -32,17 +32,21 @@ from collections.abc import Callable
 from typing import Any
 
 from broker.errors import CorruptState, InvalidRequest
+from broker.limits import MAX_PRIORITY
 from broker.model.groups.counts import GroupState, held_by_group, priority_of
 from broker.model.groups.dispatch import Dispatch, Head
 from broker.model.groups.names import NO_GROUP
 from broker.model.groups.settings import parse_group_settings
-from broker.model.indexes import SEQ_MASK, key_time, promote_due, ready_key, timed_key
+from broker.model.indexes import (SEQ_BITS, SEQ_MASK, TIME_BITS, key_time, promote_due,
+                                       timed_key)
 from broker.model.job import PENDING
 from broker.model.job_lines import pending_from_line
 from broker.model.lifecycle import IllegalMove, claim_ready
 from broker.model.ops import LeasedJobs
 from broker.model.segments.refs import due_key, run_from
 from broker.model.state import QueueState
+
+_READY_PRIORITY_SHIFT = SEQ_BITS + TIME_BITS  # (a ready key's priority: see ready_key)
 
 __all__ = ["claim_grouped", "dissolve", "group_state", "group_stats", "uses_groups"]
 
@@ -92,9 +96,17 @@ def _absorb(state: QueueState, groups: GroupState, now_ms: int) -> None:
     if not ready:
         return
     gid_of, heaps = groups.names.gid, groups.heaps
-    touched = set()
-    while ready:
-        entry = heapq.heappop(ready)
+    # gid -> its heap's top before (None: a new heap). Dispatch holds a group's
+    # heap top as its head (served() and head_of() set it so, and only this module
+    # changes the heaps), so a group whose top stays is told nothing: one dispatch
+    # update per group whose head changed, not per group touched
+    # (bench/groups_cpu_bench.py). Group 0's head may be a segment's: always told.
+    touched: dict[int, int | None] = {}
+    gids: dict[str | None, int] = {}  # (names.gid() once per group, not per job)
+    # Every entry leaves the ready heap: sorted (in C) and read in order rather than
+    # popped one by one, so each group's heap grows by ascending pushes that sift nothing.
+    ready.sort()
+    for entry in ready:
         seq = entry & SEQ_MASK
         job = entries.get(seq)
         if isinstance(job, bytes):  # (a bulk push's line: its one entry is live)
@@ -102,23 +114,30 @@ def _absorb(state: QueueState, groups: GroupState, now_ms: int) -> None:
                 heapq.heappush(state.delayed, timed_key(key_time(entry), seq))
                 continue
             group = pending_from_line(seq, job).group if b'"group":' in job else None
-        elif job is None or job.status != PENDING or ready_key(
-                job.priority, job.run_at_ms, seq) != entry:
+        elif job is None or job.status != PENDING or (
+                ((MAX_PRIORITY - job.priority) << _READY_PRIORITY_SHIFT)
+                | (job.run_at_ms << SEQ_BITS) | seq) != entry:  # (ready_key(), inlined)
             continue
         elif job.run_at_ms > now_ms:
             heapq.heappush(state.delayed, timed_key(job.run_at_ms, seq))
             continue
         else:
             group = job.group
-        gid = gid_of(group)
+        gid = gids.get(group)
+        if gid is None:
+            gid = gids[group] = gid_of(group)
         heap = heaps.get(gid)
         if heap is None:
             heaps[gid] = [entry]
+            touched[gid] = None
         else:
+            if gid not in touched:
+                touched[gid] = heap[0] if gid and heap else None
             heapq.heappush(heap, entry)
-        touched.add(gid)
-    for gid in touched:
-        groups.head_of(gid, now_ms)
+    ready.clear()
+    for gid, top in touched.items():
+        if top is None or heaps[gid][0] != top:
+            groups.head_of(gid, now_ms)
 
 
 def _live_top(state: QueueState, heap: list[int] | None, now_ms: int) -> int | None:
@@ -135,8 +154,10 @@ def _live_top(state: QueueState, heap: list[int] | None, now_ms: int) -> int | N
             heapq.heappop(heap)  # (its line's one entry: due later, as claim_ready does)
             heapq.heappush(state.delayed, timed_key(key_time(entry), seq))
             continue
-        if job is None or job.status != PENDING or ready_key(
-                job.priority, job.run_at_ms, seq) != entry:
+        # (ready_key(), inlined: twice per job claimed, bench/groups_cpu_bench.py)
+        if job is None or job.status != PENDING or (
+                ((MAX_PRIORITY - job.priority) << _READY_PRIORITY_SHIFT)
+                | (job.run_at_ms << SEQ_BITS) | seq) != entry:
             heapq.heappop(heap)
             continue
         if job.run_at_ms > now_ms:

@@ -10,7 +10,7 @@ child process, and counts the process's CPU seconds: 16 clients, each 40 times
 push 100 jobs (JSON jobs, spread over the row's groups as the load generator
 spreads them), claim 100, complete them. Every grouped row runs beside the
 ungrouped twin in interleaved rounds; a row's figure is the median of the
-rounds' grouped / ungrouped jobs per CPU second (the bar, issue 31: >= 0.8).
+rounds' grouped / ungrouped jobs per CPU second (the bar of job groups' cost: >= 0.8).
 ``--profile ROW`` runs one row once under cProfile and prints the top functions
 (tottime). Writes bench/results/groups_cpu.json.
 """

@@ -37,8 +37,7 @@ from broker.model.groups.counts import GroupState, held_by_group, priority_of
 from broker.model.groups.dispatch import Dispatch, Head
 from broker.model.groups.names import NO_GROUP
 from broker.model.groups.settings import parse_group_settings
-from broker.model.indexes import (SEQ_BITS, SEQ_MASK, TIME_BITS, key_time, promote_due,
-                                       timed_key)
+from broker.model.indexes import SEQ_BITS, SEQ_MASK, TIME_BITS, key_time, promote_due, timed_key
 from broker.model.job import PENDING
 from broker.model.job_lines import pending_from_line
 from broker.model.lifecycle import IllegalMove, claim_ready

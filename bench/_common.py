@@ -111,6 +111,17 @@ def command() -> str:
     return " ".join([".venv/bin/python", *map(shlex.quote, argv)])
 
 
+def child_output(script: str, root: Path, *args: str, timeout_s: float = 600) -> str:
+    """Run ``script`` (a bench's own ``__file__``) with ``args`` in a child process
+    whose ``PYTHONPATH`` and working directory are ``root`` (the tree under test:
+    its broker is the one the child imports). Its stdout; raises CalledProcessError
+    if it fails, TimeoutExpired past ``timeout_s`` seconds."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run([sys.executable, script, *args], env=env, cwd=root,
+                          capture_output=True, text=True, check=True,
+                          timeout=timeout_s).stdout
+
+
 def write_results(name: str, payload: dict[str, Any]) -> Path:
     """Write ``payload`` to ``bench/results/<name>.json`` with the command that made
     it, the machine (:func:`machine`) and its load averages at the start of the run

@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -74,10 +72,8 @@ async def _run(mode: str, clients: int, pushes: int, tmp: str) -> float:
 
 
 def _child(root: Path, row: str) -> float:
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    out = subprocess.run([sys.executable, __file__, "--child", row], env=env, cwd=root,
-                         capture_output=True, text=True, check=True, timeout=600)
-    return float(out.stdout.split()[-1])
+    from bench._common import child_output
+    return float(child_output(__file__, root, "--child", row).split()[-1])
 
 
 def main() -> None:

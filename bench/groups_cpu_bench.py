@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -69,10 +67,8 @@ async def _run(groups: int, limit: int | None, tmp: str) -> float:
 
 
 def _child(row: str) -> float:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, __file__, "--child", row], env=env, cwd=ROOT,
-                         capture_output=True, text=True, check=True, timeout=600)
-    return float(out.stdout.split()[-1])
+    from bench._common import child_output
+    return float(child_output(__file__, ROOT, "--child", row).split()[-1])
 
 
 def main() -> None:

@@ -29,6 +29,7 @@ import bisect
 import collections
 import itertools
 import logging
+from array import array
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import cast
@@ -39,7 +40,8 @@ from broker.limits import MAX_ATTEMPTS, MAX_DELAY_MS, MAX_PRIORITY
 from broker.model import idempotency
 from broker.model.checks import StagedChunk
 from broker.model.format.segment_format import MAX_SEGMENT_JOBS
-from broker.model.job import JobIds
+from broker.model.groups.directories import GroupMajor, group_major
+from broker.model.job import JobIds, PermutedJobIds, seq_of
 from broker.model.ops import NewJob, Op, Push, PushPayloads, Reserve, Result, push_of
 from broker.model.state import QueueState, SegmentRef
 from broker.service.segment_store import SegmentStore
@@ -75,12 +77,13 @@ def chunks(payloads: Sequence[bytes], max_jobs: int = MAX_SEGMENT_JOBS,
 _PUSHES = (Push, PushPayloads)
 
 
-def wanted(op: object, min_jobs: int, min_bytes: int = 0) -> bool:
+def wanted(op: object, min_jobs: int, min_bytes: int = 0, grouped: bool = False) -> bool:
     """Whether ``op`` goes by reference: a push (not already of refs, with no
     staged chunk missing) of at least ``min_jobs`` jobs (0: no push does) or of
     payloads of ``min_bytes`` bytes in all (0: not by size), whose jobs all have
     the same options in range and no idempotency key (a key's job stays in the
-    head: the key window names it there)."""
+    head: the key window names it there); with groups only if ``grouped``
+    (grouped segments, format 3, are written)."""
     # (a tuple, not ``Push | PushPayloads``: that makes a union object each call, and
     # every push passes here; bench/broker_bench.py, push-b1 rows)
     if min_jobs <= 0 or not isinstance(op, _PUSHES) or op.refs or op.missing:
@@ -90,24 +93,63 @@ def wanted(op: object, min_jobs: int, min_bytes: int = 0) -> bool:
         return len(payloads) >= min_jobs or (
             min_bytes > 0 and len(payloads) > 0 and sum(map(len, payloads)) >= min_bytes)
     jobs = op.jobs
-    if not jobs or not _uniform(jobs):
+    if not jobs or not _uniform(jobs, grouped):
         return False
     if len(jobs) >= min_jobs:
         return True
     return min_bytes > 0 and sum(len(job.payload) for job in jobs) >= min_bytes
 
 
-def _uniform(jobs: Sequence[NewJob]) -> bool:
+def _uniform(jobs: Sequence[NewJob], grouped: bool = False) -> bool:
     """Whether ``jobs`` share their options, in range (else the push goes into
-    the head, which refuses a bad one), with no idempotency key and no group
-    (segments hold no groups yet: a grouped push goes into the head)."""
+    the head, which refuses a bad one), with no idempotency key, and no group
+    unless ``grouped`` (groups may then differ: grouped segments hold them)."""
     first = jobs[0]
+    if grouped:
+        common = first[1:5]  # (all but the group)
+        return (first.key is None
+                and -MAX_PRIORITY <= first.priority <= MAX_PRIORITY
+                and 0 <= first.delay_ms <= MAX_DELAY_MS
+                and (first.max_attempts is None or 1 <= first.max_attempts <= MAX_ATTEMPTS)
+                and all(job[1:5] == common for job in jobs))
     options = first[1:]
     return (first.key is None and first.group is None
             and -MAX_PRIORITY <= first.priority <= MAX_PRIORITY
             and 0 <= first.delay_ms <= MAX_DELAY_MS
             and (first.max_attempts is None or 1 <= first.max_attempts <= MAX_ATTEMPTS)
             and all(job[1:] == options for job in jobs))
+
+
+def grouped_layout(payloads: Sequence[bytes],
+                   groups: Sequence[str | None]) -> list[tuple[int, GroupMajor]]:
+    """How a grouped push lays out its jobs: per segment (``chunks`` of the
+    request, in request order), its first index in the request and its jobs
+    group-major (:func:`~broker.model.groups.directories.group_major`).
+    Deterministic, so a repeat of the push (its receipt answers ids in seq
+    order) maps its ids back the same way (:func:`request_order`)."""
+    return [(lo, group_major(payloads[lo:hi], groups[lo:hi])) for lo, hi in chunks(payloads)]
+
+
+def request_order(layout: Sequence[tuple[int, GroupMajor]]) -> Sequence[int] | None:
+    """``offsets[i]``: the seq offset (from the push's first seq) of request job
+    ``i`` under ``layout``; None when no job moved (the seqs are in request order)."""
+    if all(isinstance(gm.order, range) for _, gm in layout):
+        return None
+    offsets = array("I", bytes(4 * sum(len(gm.order) for _, gm in layout)))
+    for lo, gm in layout:
+        for pos, i in enumerate(gm.order):
+            offsets[lo + i] = lo + pos
+    return offsets
+
+
+def _permuted(result: Result, offsets: Sequence[int] | None) -> Result:
+    """``result`` of a grouped push by reference with its ids in request order."""
+    ids = result.ids
+    if offsets is None or ids is None or len(ids) != len(offsets) or not len(ids):
+        return result
+    first = seq_of(ids[0])
+    assert first is not None
+    return replace(result, ids=PermutedJobIds(first, offsets))
 
 
 Loop = CommitLoop[QueueState, Op, Result]
@@ -157,14 +199,17 @@ class _Writer:
 
     async def write(self, payloads: list[bytes], largest: int | None = None,
                     size: int | None = None, *, priority: int = 0, delay_ms: int = 0,
-                    max_attempts: int | None = None) -> list[bytes]:
+                    max_attempts: int | None = None,
+                    layout: Sequence[tuple[int, GroupMajor]] | None = None) -> list[bytes]:
         """Reserve seqs for ``payloads`` and write their segments (kept in
         :attr:`refs`); return the payloads that go into the head instead: none,
         or all of them if one holds a line break (a segment line holds one job).
         ``largest`` (bytes of the largest payload) and ``size`` (of them all):
         what the caller knows already, else each is a pass over ``payloads``.
         ``priority``, ``delay_ms`` and ``max_attempts`` (None: the queue's):
-        every job's options.
+        every job's options. ``layout``: a grouped push's
+        (:func:`grouped_layout`): each slice written group-major as a grouped
+        segment (format 3; one without groups as format 2).
 
         The segments are written :data:`WRITERS` at once. The first slice that
         fails stops the others (a line break: the payloads are returned; a
@@ -180,16 +225,21 @@ class _Writer:
         # (the landed version's: the loop's state may hold a change still in flight)
         attempts = reserved.view if max_attempts is None else max_attempts
         now = self.clock()
-        slices = [(0, len(payloads))] if size is not None and size <= SEGMENT_MAX_BYTES \
-            and len(payloads) <= MAX_SEGMENT_JOBS else chunks(payloads)
+        if layout is not None:
+            slices = [(lo, lo + len(gm.order)) for lo, gm in layout]
+        else:
+            slices = [(0, len(payloads))] if size is not None and size <= SEGMENT_MAX_BYTES \
+                and len(payloads) <= MAX_SEGMENT_JOBS else chunks(payloads)
         refs: list[SegmentRef | None] = [None] * len(slices)
         gate = asyncio.Semaphore(WRITERS)
 
         async def one(i: int, lo: int, hi: int) -> None:
+            part, runs = (payloads[lo:hi], None) if layout is None else (
+                layout[i][1].payloads, layout[i][1].runs)
             async with gate:
                 ref = refs[i] = await self.segments.write(
-                    self.queue, first + lo, priority, now + delay_ms, payloads[lo:hi],
-                    max_attempts=attempts, created_ms=now)
+                    self.queue, first + lo, priority, now + delay_ms, part,
+                    max_attempts=attempts, created_ms=now, groups=runs)
                 self._keep(ref.key)  # (no sweep until this push is answered)
 
         tasks = [asyncio.ensure_future(one(i, lo, hi)) for i, (lo, hi) in enumerate(slices)]
@@ -227,23 +277,28 @@ async def push_by_reference(loop: Loop, segments: SegmentStore, queue: str,
     push would. A push already answered (its ``request`` or ``once`` is known
     to the head) goes through the usual path at once, which replays it; so
     does one with a payload holding a line break."""
+    layout = offsets = None
+    if isinstance(op, Push) and any(job.group is not None for job in op.jobs):
+        layout = grouped_layout([job.payload for job in op.jobs],
+                                [job.group for job in op.jobs])
+        offsets = request_order(layout)
     state = loop.state
     if state is not None and ((op.once is not None and op.once in state.once) or (
             op.request is not None and op.request in state.receipts.requests)):
-        return await loop.submit(op)
+        return _permuted(await loop.submit(op), offsets)
     writer = _Writer(loop, segments, queue, clock, monotonic)
     try:
         if isinstance(op, Push):
             first = op.jobs[0]
             inline = await writer.write([job.payload for job in op.jobs],
                                         priority=first.priority, delay_ms=first.delay_ms,
-                                        max_attempts=first.max_attempts)
+                                        max_attempts=first.max_attempts, layout=layout)
         else:
             inline = await writer.write(list(op.payloads))
         if inline:
             return await loop.submit(op)
-        return await writer.commit(PushPayloads((), op.once, op.request, op.missing, op.floor,
-                                                digest=op.digest))
+        return _permuted(await writer.commit(PushPayloads(
+            (), op.once, op.request, op.missing, op.floor, digest=op.digest)), offsets)
     finally:
         writer.release()
 

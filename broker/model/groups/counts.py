@@ -28,6 +28,7 @@ from typing import Any
 
 from broker.limits import MAX_PRIORITY
 from broker.model.claim_records import ClaimRecord
+from broker.model.groups.directories import Directory
 from broker.model.groups.dispatch import AT_LIMIT, Dispatch, Head
 from broker.model.groups.names import NO_GROUP, GroupNames
 from broker.model.groups.settings import GroupSettings
@@ -65,7 +66,7 @@ class GroupState:
     """One queue's groups while it uses them: names, fair dispatch (with the
     held counts) and each group's ready jobs. Derived, never stored."""
 
-    __slots__ = ("dispatch", "heaps", "names", "settings")
+    __slots__ = ("dirs", "dispatch", "heaps", "names", "settings")
 
     def __init__(self, settings: GroupSettings, held: dict[str | None, int],
                  now_ms: int) -> None:
@@ -73,6 +74,9 @@ class GroupState:
         self.names = GroupNames()
         self.dispatch = Dispatch(settings, self.names)
         self.heaps: dict[int, list[int]] = {}  # gid -> its ready jobs' ready keys (a heap)
+        # (key, etag) -> the directory of a grouped segment whose runs are in the heaps
+        # (each run by the ready key of its next untaken position: broker.model.segments.grouped)
+        self.dirs: dict[tuple[str, str], Directory] = {}
         for name, n in held.items():
             self.dispatch.hold(self.names.gid(name), n, now_ms)
 

@@ -46,7 +46,12 @@ from dataclasses import replace
 
 from broker.errors import shown
 from broker.model.indexes import ready_key
-from broker.model.state import SEGMENT_REF_BYTES, SegmentRef  # (defined with the state)
+from broker.model.state import (  # (defined with the state)
+    GROUPED_REF_BYTES,
+    SEGMENT_REF_BYTES,
+    TAKEN_RUN_BYTES,
+    SegmentRef,
+)
 
 #: The claim-order source :func:`next_from` names for the inline ready heap.
 INLINE = -1
@@ -57,8 +62,9 @@ INLINE = -1
 
 def due_key(ref: SegmentRef, now_ms: int) -> int | None:
     """The ready-heap key (:func:`broker.model.indexes.ready_key`) of the ref's
-    next job, or None if it is exhausted or not due at ``now_ms``."""
-    if ref.taken >= ref.count or ref.run_at_ms > now_ms:
+    next job, or None if it is exhausted or not due at ``now_ms``, or grouped
+    (its jobs are taken by group, not from a cursor)."""
+    if ref.taken >= ref.count or ref.run_at_ms > now_ms or ref.groups is not None:
         return None
     return ready_key(ref.priority, ref.run_at_ms, ref.first_seq + ref.taken)
 
@@ -144,9 +150,16 @@ def purge_segments(refs: Sequence[SegmentRef]) -> tuple[list[SegmentRef], int]:
 
 def holding(refs: Sequence[SegmentRef], seq: int) -> int | None:
     """The index in ``refs`` (in ascending first seq, as the head keeps them) of
-    the segment whose untaken part holds ``seq``, or None."""
+    the segment whose untaken part holds ``seq`` (of a grouped one: a position
+    not in its ``taken_at``), or None."""
     at = bisect.bisect_right(refs, seq, key=lambda ref: ref.first_seq) - 1
-    if at >= 0 and refs[at].next_seq <= seq < refs[at].first_seq + refs[at].count:
+    if at < 0:
+        return None
+    ref = refs[at]
+    if ref.groups is not None:
+        pos = seq - ref.first_seq
+        return at if pos < ref.count and not is_taken(ref, pos) else None
+    if ref.next_seq <= seq < ref.first_seq + ref.count:
         return at
     return None
 
@@ -177,12 +190,6 @@ def next_wakeup(refs: Iterable[SegmentRef], now_ms: int) -> int | None:
 # nothing makes a grouped ref yet; these are the pure operations the claim, release,
 # pages and stats will use. Positions count from 0, the segment's first job.
 
-#: Rough bytes one ``taken_at`` run adds to a grouped ref's line in the head (at
-#: most ``65535,65536,`` = 12 characters).
-TAKEN_RUN_BYTES = 14
-#: Rough bytes a grouped ref's line has beyond an ungrouped one's, runs aside
-#: (``,"groups":65536,"taken_at":[]``: 29 characters).
-GROUPED_REF_BYTES = 32
 
 
 def size_estimate(refs: Iterable[SegmentRef]) -> int:

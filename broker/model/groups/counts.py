@@ -23,7 +23,7 @@ Pure: no I/O, time passed in. Imports the claim records and the job table
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from broker.limits import MAX_PRIORITY
@@ -101,20 +101,22 @@ class GroupState:
         """Whether a claim at ``now_ms`` would find a group to serve."""
         return self.dispatch.pick(now_ms) is not None
 
-    def stats(self, busiest: int = 10) -> dict[str, Any]:
+    def stats(self, busiest: int = 10, more: Mapping[int, int] | None = None) -> dict[str, Any]:
         """The groups as stats show them: how many have a record (pending ready
         jobs or held ones), the jobs held in all, the ready jobs held back by a
         limit (``held_back``: jobs, groups at their limit), and the ``busiest``
         groups by (claimed, ready pending). O(groups in memory), never O(jobs);
         a group's ready count may include jobs cancelled or purged since it was
-        last served (their entries go when it is)."""
+        last served (their entries go when it is). ``more``: gid -> pending jobs
+        its heap does not count one by one (those of grouped segments' runs)."""
         dispatch, heaps, names = self.dispatch, self.heaps, self.names
+        more = more or {}
         rows = []
         claimed = back = at_limit = 0
         for gid in dispatch.gids():
             view = dispatch.view(gid)
             assert view is not None
-            pending = len(heaps.get(gid, ()))
+            pending = len(heaps.get(gid, ())) + more.get(gid, 0)
             claimed += view.held
             if view.state == AT_LIMIT:
                 at_limit += 1

@@ -45,6 +45,8 @@ from broker.model.segments.refs import (
     run_from,
     take,
     take_positions,
+    taken_between,
+    untaken_spans,
 )
 from broker.model.state import MAX_WINDOWS, QueueState, SegmentRef, SegmentWindows
 
@@ -96,10 +98,15 @@ def page_refs(state: QueueState, after_seq: int, limit: int) -> list[SegmentRef]
     for ref in state.segment_refs:  # (in ascending first_seq)
         if budget <= 0:
             break
-        start = max(ref.next_seq, after_seq + 1)
-        if start < ref.first_seq + ref.count:
-            out.append(ref)
-            budget -= ref.first_seq + ref.count - start
+        start = max(ref.next_seq if ref.groups is None else ref.first_seq, after_seq + 1)
+        end = ref.first_seq + ref.count
+        if start < end:
+            shown = end - start
+            if ref.groups is not None:  # (its taken positions are not shown)
+                shown -= taken_between(ref, start - ref.first_seq, ref.count)
+            if shown > 0:
+                out.append(ref)
+                budget -= shown
     return out
 
 
@@ -110,6 +117,13 @@ def segment_page(state: QueueState, after_seq: int, limit: int) -> tuple[list[Jo
     jobs: list[Job] = []
     windows = state.windows
     for ref in page_refs(state, after_seq, limit):
+        if ref.groups is not None:
+            unloaded = _grouped_page(ref, windows, after_seq, limit, jobs)
+            if unloaded is not None:
+                return jobs, unloaded
+            if len(jobs) >= limit:
+                break
+            continue
         start = max(ref.next_seq, after_seq + 1)
         want = min(limit - len(jobs), ref.first_seq + ref.count - start)
         lines = windows.peek(ref, start - ref.first_seq, want) \
@@ -122,6 +136,25 @@ def segment_page(state: QueueState, after_seq: int, limit: int) -> tuple[list[Jo
         if len(jobs) >= limit:
             break
     return jobs, None
+
+
+def _grouped_page(ref: SegmentRef, windows: SegmentWindows | None, after_seq: int,
+                  limit: int, jobs: list[Job]) -> int | None:
+    """:func:`segment_page`'s part for grouped ``ref``: its untaken jobs after
+    ``after_seq`` appended to ``jobs`` up to ``limit``; the first seq whose
+    line is not loaded, or None."""
+    first = ref.first_seq
+    for lo, hi in untaken_spans(ref, max(0, after_seq + 1 - first)):
+        want = min(limit - len(jobs), hi - lo)
+        if want <= 0:
+            return None
+        lines = windows.peek(ref, lo, want) if windows is not None else None
+        if lines is None:
+            return first + lo
+        jobs += [segment_job(seq, line, ref) for seq, line in enumerate(lines, first + lo)]
+        if len(lines) < want:
+            return first + lo + len(lines)
+    return None
 
 
 def _clean_top(state: QueueState, now_ms: int) -> int | None:

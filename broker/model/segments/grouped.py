@@ -61,7 +61,7 @@ from broker.model.job import PENDING, Job
 from broker.model.job_lines import pending_from_line
 from broker.model.lifecycle import IllegalMove, claim_ready
 from broker.model.ops import LeasedJobs
-from broker.model.segments.refs import due_key, holding, next_untaken, run_from
+from broker.model.segments.refs import due_key, holding, next_untaken, run_from, taken_between
 from broker.model.state import QueueState
 
 _READY_PRIORITY_SHIFT = SEQ_BITS + TIME_BITS  # (a ready key's priority: see ready_key)
@@ -389,4 +389,16 @@ def group_stats(state: QueueState, now_ms: int) -> dict[str, Any] | None:
     groups = group_state(state, now_ms)
     promote_due(state, now_ms)
     _absorb(state, groups, now_ms)
-    return groups.stats()
+    more: dict[int, int] = {}
+    if state.segment_refs and grouped_refs(state):
+        _register(state, groups, now_ms)
+        for ref in state.segment_refs:  # (O(runs of the loaded grouped segments))
+            d = groups.dirs.get((ref.key, ref.etag))
+            if d is None:
+                continue
+            starts, gids = d.starts, d.gids
+            for r in range(d.runs):
+                n = starts[r + 1] - starts[r] - taken_between(ref, starts[r], starts[r + 1])
+                if n > 1:  # (the run's next job is its one entry in its group's heap)
+                    more[gids[r]] = more.get(gids[r], 0) + n - 1
+    return groups.stats(more=more)

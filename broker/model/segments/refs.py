@@ -41,7 +41,8 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Iterable, Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 
 from broker.errors import shown
@@ -278,6 +279,19 @@ def untaken_spans(ref: SegmentRef, lo: int = 0, hi: int | None = None) -> list[t
     if at < hi:
         out.append((at, hi))
     return out
+
+
+def pending_lines(ref: SegmentRef, lines: Sequence[bytes]) -> Iterator[tuple[int, bytes]]:
+    """``(seq, line)`` of the untaken (pending) jobs of ``ref``'s segment, given
+    ``lines``: what :func:`~broker.model.format.segment_format.segment_lines`
+    reads of it by default (the untaken ones from the cursor on; of a grouped
+    segment, every line, of which those at ``taken_at`` are skipped here). For
+    the readers of whole segments (the Spark reader, the chaos checker)."""
+    if ref.groups is None:
+        return zip(itertools.count(ref.next_seq), lines)
+    first = ref.first_seq
+    return ((first + pos, lines[pos]) for lo, hi in untaken_spans(ref)
+            for pos in range(lo, hi))
 
 
 def next_untaken(ref: SegmentRef, pos: int) -> int:

@@ -200,7 +200,8 @@ class _Writer:
     async def write(self, payloads: list[bytes], largest: int | None = None,
                     size: int | None = None, *, priority: int = 0, delay_ms: int = 0,
                     max_attempts: int | None = None,
-                    layout: Sequence[tuple[int, GroupMajor]] | None = None) -> list[bytes]:
+                    layout: Sequence[tuple[int, GroupMajor]] | None = None,
+                    ) -> list[NewJob | bytes]:
         """Reserve seqs for ``payloads`` and write their segments (kept in
         :attr:`refs`); return the payloads that go into the head instead: none,
         or all of them if one holds a line break (a segment line holds one job).
@@ -249,7 +250,10 @@ class _Writer:
             log.info("%d jobs pushed to %s go into the queue object (a payload holds a "
                      "line break); the seqs reserved for them stay unused",
                      len(payloads), self.queue)
-            return payloads
+            if layout is not None:  # (with their groups: position order, group-major)
+                return [NewJob(payload, group=group) for _, gm in layout
+                        for payload, group in zip(gm.payloads, _groups_of(gm), strict=True)]
+            return list[NewJob | bytes](payloads)
         finally:  # (a failed slice fails them all: the others are stopped, not left to hold)
             for task in tasks:
                 task.cancel()
@@ -330,10 +334,10 @@ async def publish_by_reference(loop: Loop, segments: SegmentStore, queue: str,
             if publish.missing:
                 raise
     writer = _Writer(loop, segments, queue, clock, monotonic)
-    writes: collections.deque[asyncio.Future[list[bytes]]] = collections.deque()
+    writes: collections.deque[asyncio.Future[list[NewJob | bytes]]] = collections.deque()
     try:
         return await _publish(writer, segments.push_jobs, segments.push_bytes, publish,
-                              writes)
+                              writes, segments.grouped)
     finally:  # (a failed write fails the publish: the others are stopped, not left)
         for task in writes:
             task.cancel()
@@ -341,17 +345,22 @@ async def publish_by_reference(loop: Loop, segments: SegmentStore, queue: str,
 
 
 async def _publish(writer: _Writer, push_jobs: int, push_bytes: int, publish: StagedPublish,
-                   writes: collections.deque[asyncio.Future[list[bytes]]]) -> Result:
+                   writes: collections.deque[asyncio.Future[list[NewJob | bytes]]],
+                   grouped: bool = False) -> Result:
+    """(``grouped``: jobs whose only option is a group go into grouped segments
+    with the bare ones, group-major per segment; else into the head.)"""
     inline: list[NewJob | bytes] = []
     batch: list[bytes] = []
+    groups: list[str | None] | None = None  # (the batch's, once one of its jobs has a group)
     size = largest = gone = 0
     # every job in order, until a segment is written: a small publish keeps its order
     everything: list[NewJob | bytes] | None = []
 
     def flush() -> None:
-        nonlocal batch, size, largest, everything
-        writes.append(asyncio.ensure_future(writer.write(batch, largest, size)))
-        batch, size, largest, everything = [], 0, 0, None
+        nonlocal batch, groups, size, largest, everything
+        layout = None if groups is None else grouped_layout(batch, groups)
+        writes.append(asyncio.ensure_future(writer.write(batch, largest, size, layout=layout)))
+        batch, groups, size, largest, everything = [], None, 0, 0, None
 
     async for chunk in _read_ahead(publish.loads):
         if chunk is None:
@@ -361,18 +370,34 @@ async def _publish(writer: _Writer, push_jobs: int, push_bytes: int, publish: St
         if everything is not None:
             everything += jobs
         bare = cast("list[bytes]", jobs)
+        named: list[str | None] | None = None
+        more = chunk.bare_bytes
+        top = chunk.largest
         if not chunk.all_bare:  # jobs with options go into the head
-            bare = [job for job in jobs if isinstance(job, bytes)]
-            inline += [job for job in jobs if not isinstance(job, bytes)]
+            if grouped:  # (but for a group, default options: to the segments, with it)
+                plain = [job for job in jobs if isinstance(job, bytes) or _only_grouped(job)]
+                inline += [job for job in jobs
+                           if not isinstance(job, bytes) and not _only_grouped(job)]
+                bare = [job if isinstance(job, bytes) else job.payload for job in plain]
+                named = [None if isinstance(job, bytes) else job.group for job in plain]
+                more += sum(len(job.payload) for job in plain if not isinstance(job, bytes))
+                top = max(map(len, bare), default=0)
+            else:
+                bare = [job for job in jobs if isinstance(job, bytes)]
+                inline += [job for job in jobs if not isinstance(job, bytes)]
         # whole chunks to a segment, within its limits (sizes known: no pass here)
         if batch and (len(batch) + len(bare) > MAX_SEGMENT_JOBS
-                      or size + chunk.bare_bytes > SEGMENT_MAX_BYTES):
+                      or size + more > SEGMENT_MAX_BYTES):
             flush()
             while len(writes) >= WRITERS:
                 inline += await writes.popleft()
+        if named is not None and any(g is not None for g in named) and groups is None:
+            groups = [None] * len(batch)
+        if groups is not None:
+            groups += named if named is not None else [None] * len(bare)
         batch += bare
-        size += chunk.bare_bytes
-        largest = max(largest, chunk.largest)
+        size += more
+        largest = max(largest, top)
     if everything is not None and len(batch) < push_jobs and not 0 < push_bytes <= size:
         return await writer.commit(push_of(everything, publish.once, missing=gone))
     if batch:
@@ -380,6 +405,19 @@ async def _publish(writer: _Writer, push_jobs: int, push_bytes: int, publish: St
     while writes:
         inline += await writes.popleft()
     return await writer.commit(push_of(inline, publish.once, missing=gone))
+
+
+def _groups_of(gm: GroupMajor) -> list[str | None]:
+    """The group of each position of ``gm``."""
+    if gm.runs is None:
+        return [None] * len(gm.order)
+    return [group for group, n in gm.runs for _ in range(n)]
+
+
+def _only_grouped(job: NewJob) -> bool:
+    """Whether ``job``'s only option is its group (a grouped segment holds it)."""
+    return (job.group is not None and job.key is None and job.priority == 0
+            and job.delay_ms == 0 and job.max_attempts is None)
 
 
 async def _read_ahead(loads: Sequence[Load]) -> AsyncIterator[StagedChunk | None]:

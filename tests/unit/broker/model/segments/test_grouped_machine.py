@@ -24,8 +24,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from broker.model import transitions as T
 from broker.model.format.segment_format import encode_segment, segment_lines
-from broker.model.groups.directories import group_major
 from broker.model.groups.counts import held_by_group
+from broker.model.groups.directories import group_major
 from broker.model.groups.settings import parse_group_settings
 from broker.model.job import CLAIMED, PENDING
 from broker.model.ops import (

@@ -15,11 +15,12 @@ import orjson
 import pytest
 
 from broker import paths
+from broker.errors import OsqueueError
 from broker.model.format import segment_format
 from broker.model.ops import CompleteItem, LeasedJob, NewJob
 from broker.model.segments.refs import untaken_spans
 from broker.storage.files import FileStore
-from tests.support.faults import LOST_REPLY, NOT_LANDED, Clock, FaultyStore
+from tests.support.faults import LOST_REPLY, NOT_LANDED, REFUSED, Clock, FaultyStore
 from tests.support.inprocess import crash, run, segment_objects, started, stored, successor
 
 QUEUE_KEY = paths.state_key("q")
@@ -183,6 +184,39 @@ def test_a_commit_lost_after_a_grouped_segment_was_written(tmp_path: Path, fault
         await a.sweep_staging()
         assert segment_objects(store) == sorted(r.key for r in stored(store).segment_refs)
         assert sorted(n for _, n in pending_in_segments(store).values()) == list(range(50))
+        await a.stop()
+
+    run(go())
+
+
+@pytest.mark.parametrize(("method", "key"), [
+    ("write_if_match", QUEUE_KEY),  # the refs' commit refused, the segment written
+    ("create_if_absent", "/segments/"),  # the grouped segment's write refused
+])
+def test_a_refused_write_of_a_grouped_push_leaves_nothing_referenced_and_a_retry_pushes_once(
+        tmp_path: Path, method: str, key: str) -> None:
+    clock = Clock()
+    store = FaultyStore(FileStore(tmp_path))
+
+    async def go() -> None:
+        a = await started(store, clock=clock, segment_push_jobs=10, grouped_segments=True)
+        await a.push("q", [b'{"n":-1}'])
+        before = stored(store)
+        store.inject(method, REFUSED, nth=2 if method == "write_if_match" else 1,
+                     key_contains=key)
+        with pytest.raises(OsqueueError):
+            await a.push("q", grouped_jobs(50), request="r-1")
+        assert [k for _, k, _ in store.injected] == [REFUSED]
+        assert stored(store).segment_refs == [] and pending_in_segments(store) == {}
+        assert len(stored(store).jobs) == len(before.jobs) == 1  # (nothing acknowledged)
+        ids = await a.push("q", grouped_jobs(50), request="r-1")  # the caller's retry
+        pending = pending_in_segments(store)
+        assert [pending[int(i[1:])] for i in ids] == [(f"g{i % GROUPS}", i) for i in range(50)]
+        await a.sweep_staging()
+        clock.advance(601)
+        await a.sweep_staging()  # (the refused push's segment, if written, is swept)
+        assert segment_objects(store) == sorted(r.key for r in stored(store).segment_refs)
+        assert len(segment_objects(store)) == 1
         await a.stop()
 
     run(go())

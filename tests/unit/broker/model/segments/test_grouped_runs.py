@@ -22,6 +22,7 @@ from broker.model.ops import (
     Complete,
     CompleteItem,
     Configure,
+    Inspect,
     NewJob,
     Push,
     PushPayloads,
@@ -143,3 +144,27 @@ def test_a_decoded_head_rebuilds_runs_and_counts_from_taken_at_and_records() -> 
     taken = Counter(groups[n] for n in names(first) + names(more))
     assert taken == {f"g{g}": 2 for g in range(3)}  # the limit held across the reload
     assert not set(names(first)) & set(names(more))
+
+
+def test_the_dashboards_pages_skip_taken_positions_both_ways() -> None:
+    """broker.model.browse's pages over a grouped segment partly taken: forward,
+    and back from the end (before_seq), they show its untaken jobs only, each
+    once, in seq order."""
+    state = new_queue(T0)
+    groups = [f"g{i % 3}" for i in range(12)]
+    ref = grouped_segment(state, groups)
+    taken = claim(state, 3)  # (the first job of each group's run)
+    claimed = {int(j.id[1:]) for j in taken}
+    pending = [s for s in range(ref.first_seq, ref.first_seq + 12) if s not in claimed]
+    seen: list[int] = []
+    after = None
+    while True:
+        view = T.apply(state, Inspect("page", ("pending", after, None, 4)), T0).view
+        seen += [int(r["id"][1:]) for r in view["rows"]]
+        if not view["has_next"]:
+            break
+        after = seen[-1]
+    assert seen == pending
+    last = T.apply(state, Inspect("page", ("pending", None, ref.first_seq + 12, 4)), T0).view
+    assert [int(r["id"][1:]) for r in last["rows"]] == pending[-4:]
+    assert last["has_prev"]

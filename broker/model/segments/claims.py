@@ -44,7 +44,7 @@ from broker.model.segments.refs import (
     purge_segments,
     run_from,
     take,
-    take_positions,
+    take_position,
     taken_between,
     untaken_spans,
 )
@@ -232,7 +232,7 @@ def move_in_position(state: QueueState, i: int, pos: int) -> Job | None:
     state.approx_bytes += job.size_estimate()
     if job.group is not None:
         heapq.heappush(state.grouped, seq)  # (the head is written as version 6)
-    taken = take_positions(ref, (pos,))
+    taken = take_position(ref, pos)
     if taken.exhausted:
         del refs[i]
         state.dropped_refs.append(taken)

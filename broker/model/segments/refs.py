@@ -296,9 +296,41 @@ def pending_lines(ref: SegmentRef, lines: Sequence[bytes]) -> Iterator[tuple[int
 
 def next_untaken(ref: SegmentRef, pos: int) -> int:
     """The first untaken position at or after ``pos`` (``ref.count`` if none):
-    a run's cursor past a hole (a cancelled job taken out of its middle)."""
-    spans = untaken_spans(ref, pos) if pos < ref.count else []
-    return spans[0][0] if spans else ref.count
+    a run's cursor past a hole (a cancelled job taken out of its middle).
+    O(log runs): ``taken_at`` is coalesced, so the position after a taken run
+    is untaken."""
+    if pos >= ref.count:
+        return ref.count
+    if ref.groups is None:
+        return max(pos, ref.taken)
+    taken_at = ref.taken_at
+    r = _run_before(taken_at, pos)
+    if r >= 0 and pos < taken_at[2 * r] + taken_at[2 * r + 1]:
+        pos = taken_at[2 * r] + taken_at[2 * r + 1]
+    return min(pos, ref.count)
+
+
+def take_position(ref: SegmentRef, pos: int) -> SegmentRef:
+    """:func:`take_positions` of the one position ``pos``: O(log runs) to find
+    its place in ``taken_at`` and one copy of it (what every job a claim takes
+    from a grouped segment costs). ``ValueError`` as :func:`take_positions`."""
+    _grouped(ref, (pos,))
+    taken_at = ref.taken_at
+    r = _run_before(taken_at, pos)
+    i = 2 * r
+    if r >= 0 and pos < taken_at[i] + taken_at[i + 1]:
+        raise ValueError(f"segment {ref.key}: position {pos} is already taken")
+    left = r >= 0 and taken_at[i] + taken_at[i + 1] == pos
+    right = i + 2 < len(taken_at) and taken_at[i + 2] == pos + 1
+    if left and right:
+        out = (*taken_at[:i + 1], taken_at[i + 1] + 1 + taken_at[i + 3], *taken_at[i + 4:])
+    elif left:
+        out = (*taken_at[:i + 1], taken_at[i + 1] + 1, *taken_at[i + 2:])
+    elif right:
+        out = (*taken_at[:i + 2], pos, taken_at[i + 3] + 1, *taken_at[i + 4:])
+    else:
+        out = (*taken_at[:i + 2], pos, 1, *taken_at[i + 2:])
+    return replace(ref, taken=ref.taken + 1, taken_at=out)
 
 
 def coalesce(spans: Iterable[tuple[int, int]]) -> tuple[int, ...]:

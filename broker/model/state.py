@@ -518,10 +518,10 @@ class QueueState:
         the object; a grouped one's ``taken_at`` runs :data:`TAKEN_RUN_BYTES`
         each besides)."""
         refs = self.segment_refs
+        grouped = sum(GROUPED_REF_BYTES + TAKEN_RUN_BYTES * (len(ref.taken_at) // 2)
+                      for ref in refs if ref.groups is not None) if refs else 0
         return self.approx_bytes + self.key_bytes + self.receipts.size_estimate() \
-            + len(refs) * SEGMENT_REF_BYTES \
-            + sum(GROUPED_REF_BYTES + TAKEN_RUN_BYTES * (len(ref.taken_at) // 2)
-                  for ref in refs if ref.groups is not None) \
+            + len(refs) * SEGMENT_REF_BYTES + grouped \
             + len(self.claim_records) * CLAIM_RECORD_BYTES
 
 

@@ -282,7 +282,8 @@ async def push_by_reference(loop: Loop, segments: SegmentStore, queue: str,
     to the head) goes through the usual path at once, which replays it; so
     does one with a payload holding a line break."""
     layout = offsets = None
-    if isinstance(op, Push) and any(job.group is not None for job in op.jobs):
+    if isinstance(op, Push) and segments.grouped and any(
+            job.group is not None for job in op.jobs):
         layout = grouped_layout([job.payload for job in op.jobs],
                                 [job.group for job in op.jobs])
         offsets = request_order(layout)

@@ -325,7 +325,7 @@ async def serve(kind: str, url: str, depth: int, args: argparse.Namespace) -> No
     store_kind = "file" if url.startswith("file://") else "s3"
     tag = f"{store_kind} {kind} {label(depth)}"
     store = CountingStore(store_from_url(url), QUEUE)
-    broker = Broker(store, BrokerConfig(self_test=False))
+    broker = Broker(store, BrokerConfig(self_test=False, grouped_segments=kind == "grouped"))
     await broker.start()
     row: dict[str, Any] = {"store": store_kind, "kind": kind, "depth": depth,
                            "label": label(depth), "rss_before_fill_bytes": rss_bytes()}

@@ -97,7 +97,9 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """One scenario on a fresh store, queue and broker; its row (see the module doc)."""
     tmp = Path(tempfile.mkdtemp(prefix="groups-bench-"))
     loop = Loop()
-    broker = Broker(store_from_url(f"file://{tmp}"), BrokerConfig(self_test=False))
+    # (A's backlog goes by reference into grouped segments, not into the head)
+    broker = Broker(store_from_url(f"file://{tmp}"), BrokerConfig(
+        self_test=False, grouped_segments=True))
     row: dict[str, Any] = {"scenario": name}
     try:
         loop.call(broker.start())

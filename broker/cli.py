@@ -75,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ui-read-only", dest="ui_read_only", action="store_const", const=True,
                    help=f"the web dashboard (/ui/) shows the queues and refuses every action "
                         f"(env {env_of('ui_read_only')}=true)")
+    p.add_argument("--grouped-segments", dest="grouped_segments", action="store_const",
+                   const=True, help=f"a bulk push whose jobs have groups goes into grouped "
+                                    f"segment objects too (env {env_of('grouped_segments')}"
+                                    f"=true)")
     p.add_argument("--no-self-test", dest="self_test", action="store_const", const=False,
                    help=f"skip the conditional-write self-test at start-up "
                         f"(env {env_of('self_test')}=false)")

@@ -144,6 +144,11 @@ class BrokerFlags(BaseSettings):
     ui_read_only: bool = Field(
         False, description="the web dashboard (/ui/) shows the queues and refuses every "
                            "action")
+    grouped_segments: bool = Field(
+        BrokerConfig.grouped_segments,
+        description="a bulk push whose jobs have groups goes into grouped segment objects "
+                    "(format 3) like any bulk push, not into the queue object (off by "
+                    "default while grouped segments are being completed)")
     history_interval_s: float = Field(
         BrokerConfig.history_interval_s, ge=0.1, le=600.0,
         description="seconds between the samples of the dashboard's charts (an hour kept)")
@@ -225,6 +230,7 @@ class BrokerFlags(BaseSettings):
                                                                 "").split(","))),
                             wrong_tokens_per_min=self.wrong_tokens_per_min,
                             ui_read_only=self.ui_read_only,
+                            grouped_segments=self.grouped_segments,
                             history_interval_s=self.history_interval_s,
                             segment_push_jobs=self.segment_push_jobs,
                             segment_push_bytes=self.segment_push_bytes,

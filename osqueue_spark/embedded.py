@@ -84,6 +84,7 @@ def start_broker(store: str | ObjectStore, host: str | None = None, port: int = 
                  segment_push_jobs: int | None = None, ui_read_only: bool = False,
                  startup_timeout_s: float | None = None,
                  trusted_proxies: str | Sequence[str] = (),
+                 grouped_segments: bool = False,
                  **settings: Any) -> BrokerServer:
     """Start a broker with its HTTP server in a background thread of this process.
 
@@ -125,6 +126,8 @@ def start_broker(store: str | ObjectStore, host: str | None = None, port: int = 
     only in a driver that exists to feed or drain the queue. Off by default:
     an embedded broker leaves the collector as it found it.
     ``ui_read_only``: the dashboard shows the queues and refuses every action.
+    ``grouped_segments``: a bulk push or publish whose jobs have groups goes
+    into grouped segment objects too (``BrokerConfig.grouped_segments``).
     ``startup_timeout_s``: how long start-up rides out transient storage errors
     (throttling, 5xx, timeouts, connection errors: each retry is logged at
     warning on the ``osqueue.broker`` logger) before it raises the last one
@@ -150,6 +153,7 @@ def start_broker(store: str | ObjectStore, host: str | None = None, port: int = 
     obj = store_from_url(store) if isinstance(store, str) else store
     proxies = trusted_proxies.split(",") if isinstance(trusted_proxies, str) else trusted_proxies
     config = BrokerConfig(default_settings=settings, ui_read_only=ui_read_only,
+                          grouped_segments=grouped_segments,
                           trusted_proxies=tuple(p.strip() for p in proxies if p.strip()))
     if lease_s is not None:
         config = dataclasses.replace(config, lease_s=lease_s)

@@ -35,7 +35,14 @@ from broker.model.format.segment_format import segment_job
 from broker.model.job import CANCELLED, CLAIMED, COMPLETED, DEAD, PENDING, Job, seq_of
 from broker.model.ops import Inspect, Result
 from broker.model.segments.claims import page_refs
-from broker.model.segments.refs import holding, next_wakeup, oldest_due, segment_counts
+from broker.model.segments.refs import (
+    holding,
+    next_untaken,
+    next_wakeup,
+    oldest_due,
+    segment_counts,
+    untaken_spans,
+)
 from broker.model.state import QueueState, SegmentRef
 from broker.model.views import check_status, jobs_after
 
@@ -158,6 +165,11 @@ def _segment_seqs_before(refs: Sequence[SegmentRef], before_seq: int) -> Iterato
     """The seqs of the segments' pending jobs below ``before_seq``, descending."""
     for ref in reversed(refs):  # (refs ascend by first_seq, their ranges disjoint)
         top = min(before_seq, ref.first_seq + ref.count) - 1
+        if ref.groups is not None:  # (a grouped one's taken positions are not pending)
+            if top >= ref.first_seq:
+                for lo, hi in reversed(untaken_spans(ref, 0, top - ref.first_seq + 1)):
+                    yield from range(ref.first_seq + hi - 1, ref.first_seq + lo - 1, -1)
+            continue
         yield from range(top, ref.next_seq - 1, -1)
 
 
@@ -166,8 +178,13 @@ def _first_seq(state: QueueState, status: str | None, after_seq: int) -> int | N
     found = next(state.jobs.peek(after_seq, status), None)
     seqs = [] if found is None else [found.seq]
     if status in (None, PENDING):
-        seqs += [max(ref.next_seq, after_seq + 1) for ref in state.segment_refs
-                 if max(ref.next_seq, after_seq + 1) < ref.first_seq + ref.count]
+        for ref in state.segment_refs:
+            start = max(ref.next_seq, after_seq + 1)
+            if ref.groups is not None:  # (its first untaken position from there)
+                start = ref.first_seq + next_untaken(
+                    ref, min(ref.count, max(0, after_seq + 1 - ref.first_seq)))
+            if start < ref.first_seq + ref.count:
+                seqs.append(start)
     return min(seqs, default=None)
 
 

@@ -38,7 +38,9 @@ A pending job still in a segment object (not yet in the queue object,
 see :mod:`broker.model.segments.claims`) is cancelled the same way: the jobs of
 its segment from the cursor up to it move into the head as pending, in their
 claim order (:func:`~broker.model.segments.claims.move_in`, as a claim would
-move them), and it is cancelled there. The broker loads those lines before
+move them), and it is cancelled there; of a grouped segment (format 3) only
+it moves (:func:`~broker.model.segments.claims.move_in_position`: a hole in
+its group's run, kept in the ref's ``taken_at``). The broker loads those lines before
 the batch applies (:func:`segments_to_load`, called by its ``prepare``); if
 they are not loaded the id is answered not ok, status ``retry``, and nothing
 is cancelled.
@@ -59,7 +61,8 @@ from broker.model import receipts as R
 from broker.model.job import CANCELLED, CLAIMED, PENDING, Job, seq_of
 from broker.model.lifecycle import mark_cancel, move
 from broker.model.ops import Cancel, Result
-from broker.model.segments.claims import move_in
+from broker.model.segments.claims import move_in, move_in_position
+from broker.model.segments.grouped import dissolve
 from broker.model.segments.refs import holding
 from broker.model.state import QueueState, SegmentRef
 from broker.wire import CANCEL_REQUESTED, CancelAnswer, ItemResult
@@ -123,7 +126,10 @@ def segments_to_load(state: QueueState, ids: Iterable[str]) -> list[SegmentRef]:
         if at is None or seq is None:
             continue
         ref = state.segment_refs[at]
-        if (windows is None or windows.loaded(ref) < seq - ref.next_seq + 1) and ref not in out:
+        short = windows is None or (
+            windows.line_at(ref, seq - ref.first_seq) is None if ref.groups is not None
+            else windows.loaded(ref) < seq - ref.next_seq + 1)
+        if short and ref not in out:
             out.append(ref)
     return out
 
@@ -134,6 +140,12 @@ def _move_in_through(state: QueueState, at: int, seq: int) -> tuple[Job | None, 
     not loaded; those before it that were loaded moved all the same) and how
     many moved."""
     ref = state.segment_refs[at]
+    if ref.groups is not None:  # (only it moves: a hole in its run, in taken_at)
+        job = move_in_position(state, at, seq - ref.first_seq)
+        if job is not None:
+            # (its run's cursor may have been it: the claims' groups are rebuilt)
+            dissolve(state)
+        return job, int(job is not None)
     want = seq - ref.next_seq + 1
     moved = move_in(state, at, want)
     return (state.jobs.get(seq) if moved == want else None), moved

@@ -9,7 +9,7 @@ encoded line in ``_enc``, which only :mod:`broker.model.job_lines` and
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple, Protocol, overload
 
 import orjson
@@ -117,6 +117,40 @@ class JobIdRuns(LazySequence[str]):
 
     def __repr__(self) -> str:
         return f"JobIdRuns({self.runs})"
+
+
+class PermutedJobIds(LazySequence[str]):
+    """The ids of jobs with consecutive seqs from ``first``, in an order other
+    than theirs: id ``i`` is the job of seq ``first + offsets[i]`` (a grouped
+    push by reference, whose segments hold each group's jobs together, answers
+    the ids in the order of its request). ``offsets``: an ``array('I')``."""
+
+    __slots__ = ("first", "offsets")
+
+    def __init__(self, first: int, offsets: Sequence[int]) -> None:
+        self.first = first
+        self.offsets = offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            return [job_id_for(self.first + at) for at in self.offsets[index]]
+        return job_id_for(self.first + self.offsets[index])
+
+    def __iter__(self) -> Iterator[str]:
+        first = self.first
+        return (job_id_for(first + at) for at in self.offsets)
+
+    def __repr__(self) -> str:
+        return f"PermutedJobIds({self.first}, {len(self.offsets)} ids)"
 
 
 def token_seq(token: str) -> int | None:

@@ -137,6 +137,12 @@ UNGROUPED_VERSION = 5
 #: Rough bytes one segment reference costs in the head (its line), whatever
 #: the number of jobs its segment holds.
 SEGMENT_REF_BYTES = 200
+#: Rough bytes one ``taken_at`` run adds to a grouped ref's line in the head (at
+#: most ``65535,65536,`` = 12 characters).
+TAKEN_RUN_BYTES = 14
+#: Rough bytes a grouped ref's line has beyond an ungrouped one's, runs aside
+#: (``,"groups":65536,"taken_at":[]``: 29 characters).
+GROUPED_REF_BYTES = 32
 
 #: Rough bytes one claim record costs in the head (its line), whatever the
 #: number of jobs its claim holds.
@@ -331,6 +337,12 @@ class SegmentWindows:
     queue, kept across reloads of the head (a segment never changes)."""
 
     windows: dict[tuple[str, str], _Window] = field(default_factory=dict)
+    #: The directories of grouped segments (their runs: ``(group or None, count)``
+    #: in position order), kept while the head references them; a grouped
+    #: segment's window is always the whole object (its taken positions are
+    #: ``taken_at``, not a prefix).
+    runs: dict[tuple[str, str], tuple[tuple[str | None, int], ...]] = field(
+        default_factory=dict)
 
     def put(self, ref: SegmentRef, start: int, lines: list[bytes],
             keep: Collection[tuple[str, str]] = ()) -> None:
@@ -346,11 +358,32 @@ class SegmentWindows:
             for old in spare[:len(self.windows) - MAX_WINDOWS]:
                 del self.windows[old]
 
+    def put_grouped(self, ref: SegmentRef, lines: list[bytes],
+                    runs: tuple[tuple[str | None, int], ...],
+                    keep: Collection[tuple[str, str]] = ()) -> None:
+        """Keep the whole of grouped segment ``ref``'s ``lines`` and its
+        directory ``runs`` (as :meth:`put`, which may evict other windows;
+        the directory stays while the head references the segment)."""
+        self.runs[(ref.key, ref.etag)] = runs
+        self.put(ref, 0, lines, keep)
+
+    def line_at(self, ref: SegmentRef, pos: int) -> bytes | None:
+        """The loaded line of position ``pos`` of ``ref``'s segment, or None."""
+        window = self.windows.get((ref.key, ref.etag))
+        if window is None:
+            return None
+        at = pos - window.start
+        return window.lines[at] if window.offset <= at < len(window.lines) else None
+
     def loaded(self, ref: SegmentRef) -> int:
-        """How many of the ref's untaken jobs, from its cursor on, are loaded."""
+        """How many of the ref's untaken jobs, from its cursor on, are loaded
+        (of a grouped ref: all of them, or none)."""
         window = self.windows.get((ref.key, ref.etag))
         if window is None:
             return 0
+        if ref.groups is not None:
+            whole = window.start == window.offset == 0 and len(window.lines) == ref.count
+            return ref.remaining if whole else 0
         at = window.start + window.offset
         end = window.start + len(window.lines)
         return max(0, end - ref.taken) if at <= ref.taken else 0
@@ -388,6 +421,8 @@ class SegmentWindows:
         live = {(ref.key, ref.etag) for ref in refs}
         for name in [name for name in self.windows if name not in live]:
             del self.windows[name]
+        for name in [name for name in self.runs if name not in live]:
+            del self.runs[name]
 
 
 @dataclass(slots=True)
@@ -480,9 +515,13 @@ class QueueState:
     def size_estimate(self) -> int:
         """Rough bytes of the object: jobs, key windows, receipts and segment
         references (:data:`SEGMENT_REF_BYTES` each: a segment's jobs are not in
-        the object)."""
+        the object; a grouped one's ``taken_at`` runs :data:`TAKEN_RUN_BYTES`
+        each besides)."""
+        refs = self.segment_refs
+        grouped = sum(GROUPED_REF_BYTES + TAKEN_RUN_BYTES * (len(ref.taken_at) // 2)
+                      for ref in refs if ref.groups is not None) if refs else 0
         return self.approx_bytes + self.key_bytes + self.receipts.size_estimate() \
-            + len(self.segment_refs) * SEGMENT_REF_BYTES \
+            + len(refs) * SEGMENT_REF_BYTES + grouped \
             + len(self.claim_records) * CLAIM_RECORD_BYTES
 
 

@@ -110,7 +110,7 @@ class Broker:
                                monotonic=monotonic)
         self.segments = SegmentStore(store, self._io, self._bulk, monotonic=monotonic, grace_s=(
             self.config.segment_grace_s), push_jobs=self.config.segment_push_jobs,
-            push_bytes=self.config.segment_push_bytes)
+            push_bytes=self.config.segment_push_bytes, grouped=self.config.grouped_segments)
         self.reads = Reads(store, self.served, self.segments, self._io, self._bulk,
                            clock=clock, monotonic=monotonic)
 

@@ -29,6 +29,7 @@ import bisect
 import collections
 import itertools
 import logging
+from array import array
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import cast
@@ -39,7 +40,8 @@ from broker.limits import MAX_ATTEMPTS, MAX_DELAY_MS, MAX_PRIORITY
 from broker.model import idempotency
 from broker.model.checks import StagedChunk
 from broker.model.format.segment_format import MAX_SEGMENT_JOBS
-from broker.model.job import JobIds
+from broker.model.groups.directories import GroupMajor, group_major
+from broker.model.job import JobIds, PermutedJobIds, seq_of
 from broker.model.ops import NewJob, Op, Push, PushPayloads, Reserve, Result, push_of
 from broker.model.state import QueueState, SegmentRef
 from broker.service.segment_store import SegmentStore
@@ -75,12 +77,13 @@ def chunks(payloads: Sequence[bytes], max_jobs: int = MAX_SEGMENT_JOBS,
 _PUSHES = (Push, PushPayloads)
 
 
-def wanted(op: object, min_jobs: int, min_bytes: int = 0) -> bool:
+def wanted(op: object, min_jobs: int, min_bytes: int = 0, grouped: bool = False) -> bool:
     """Whether ``op`` goes by reference: a push (not already of refs, with no
     staged chunk missing) of at least ``min_jobs`` jobs (0: no push does) or of
     payloads of ``min_bytes`` bytes in all (0: not by size), whose jobs all have
     the same options in range and no idempotency key (a key's job stays in the
-    head: the key window names it there)."""
+    head: the key window names it there); with groups only if ``grouped``
+    (grouped segments, format 3, are written)."""
     # (a tuple, not ``Push | PushPayloads``: that makes a union object each call, and
     # every push passes here; bench/broker_bench.py, push-b1 rows)
     if min_jobs <= 0 or not isinstance(op, _PUSHES) or op.refs or op.missing:
@@ -90,24 +93,63 @@ def wanted(op: object, min_jobs: int, min_bytes: int = 0) -> bool:
         return len(payloads) >= min_jobs or (
             min_bytes > 0 and len(payloads) > 0 and sum(map(len, payloads)) >= min_bytes)
     jobs = op.jobs
-    if not jobs or not _uniform(jobs):
+    if not jobs or not _uniform(jobs, grouped):
         return False
     if len(jobs) >= min_jobs:
         return True
     return min_bytes > 0 and sum(len(job.payload) for job in jobs) >= min_bytes
 
 
-def _uniform(jobs: Sequence[NewJob]) -> bool:
+def _uniform(jobs: Sequence[NewJob], grouped: bool = False) -> bool:
     """Whether ``jobs`` share their options, in range (else the push goes into
-    the head, which refuses a bad one), with no idempotency key and no group
-    (segments hold no groups yet: a grouped push goes into the head)."""
+    the head, which refuses a bad one), with no idempotency key, and no group
+    unless ``grouped`` (groups may then differ: grouped segments hold them)."""
     first = jobs[0]
+    if grouped:
+        common = first[1:5]  # (all but the group)
+        return (first.key is None
+                and -MAX_PRIORITY <= first.priority <= MAX_PRIORITY
+                and 0 <= first.delay_ms <= MAX_DELAY_MS
+                and (first.max_attempts is None or 1 <= first.max_attempts <= MAX_ATTEMPTS)
+                and all(job[1:5] == common for job in jobs))
     options = first[1:]
     return (first.key is None and first.group is None
             and -MAX_PRIORITY <= first.priority <= MAX_PRIORITY
             and 0 <= first.delay_ms <= MAX_DELAY_MS
             and (first.max_attempts is None or 1 <= first.max_attempts <= MAX_ATTEMPTS)
             and all(job[1:] == options for job in jobs))
+
+
+def grouped_layout(payloads: Sequence[bytes],
+                   groups: Sequence[str | None]) -> list[tuple[int, GroupMajor]]:
+    """How a grouped push lays out its jobs: per segment (``chunks`` of the
+    request, in request order), its first index in the request and its jobs
+    group-major (:func:`~broker.model.groups.directories.group_major`).
+    Deterministic, so a repeat of the push (its receipt answers ids in seq
+    order) maps its ids back the same way (:func:`request_order`)."""
+    return [(lo, group_major(payloads[lo:hi], groups[lo:hi])) for lo, hi in chunks(payloads)]
+
+
+def request_order(layout: Sequence[tuple[int, GroupMajor]]) -> Sequence[int] | None:
+    """``offsets[i]``: the seq offset (from the push's first seq) of request job
+    ``i`` under ``layout``; None when no job moved (the seqs are in request order)."""
+    if all(isinstance(gm.order, range) for _, gm in layout):
+        return None
+    offsets = array("I", bytes(4 * sum(len(gm.order) for _, gm in layout)))
+    for lo, gm in layout:
+        for pos, i in enumerate(gm.order):
+            offsets[lo + i] = lo + pos
+    return offsets
+
+
+def _permuted(result: Result, offsets: Sequence[int] | None) -> Result:
+    """``result`` of a grouped push by reference with its ids in request order."""
+    ids = result.ids
+    if offsets is None or ids is None or len(ids) != len(offsets) or not len(ids):
+        return result
+    first = seq_of(ids[0])
+    assert first is not None
+    return replace(result, ids=PermutedJobIds(first, offsets))
 
 
 Loop = CommitLoop[QueueState, Op, Result]
@@ -157,14 +199,18 @@ class _Writer:
 
     async def write(self, payloads: list[bytes], largest: int | None = None,
                     size: int | None = None, *, priority: int = 0, delay_ms: int = 0,
-                    max_attempts: int | None = None) -> list[bytes]:
+                    max_attempts: int | None = None,
+                    layout: Sequence[tuple[int, GroupMajor]] | None = None,
+                    ) -> list[NewJob | bytes]:
         """Reserve seqs for ``payloads`` and write their segments (kept in
         :attr:`refs`); return the payloads that go into the head instead: none,
         or all of them if one holds a line break (a segment line holds one job).
         ``largest`` (bytes of the largest payload) and ``size`` (of them all):
         what the caller knows already, else each is a pass over ``payloads``.
         ``priority``, ``delay_ms`` and ``max_attempts`` (None: the queue's):
-        every job's options.
+        every job's options. ``layout``: a grouped push's
+        (:func:`grouped_layout`): each slice written group-major as a grouped
+        segment (format 3; one without groups as format 2).
 
         The segments are written :data:`WRITERS` at once. The first slice that
         fails stops the others (a line break: the payloads are returned; a
@@ -180,16 +226,21 @@ class _Writer:
         # (the landed version's: the loop's state may hold a change still in flight)
         attempts = reserved.view if max_attempts is None else max_attempts
         now = self.clock()
-        slices = [(0, len(payloads))] if size is not None and size <= SEGMENT_MAX_BYTES \
-            and len(payloads) <= MAX_SEGMENT_JOBS else chunks(payloads)
+        if layout is not None:
+            slices = [(lo, lo + len(gm.order)) for lo, gm in layout]
+        else:
+            slices = [(0, len(payloads))] if size is not None and size <= SEGMENT_MAX_BYTES \
+                and len(payloads) <= MAX_SEGMENT_JOBS else chunks(payloads)
         refs: list[SegmentRef | None] = [None] * len(slices)
         gate = asyncio.Semaphore(WRITERS)
 
         async def one(i: int, lo: int, hi: int) -> None:
+            part, runs = (payloads[lo:hi], None) if layout is None else (
+                layout[i][1].payloads, layout[i][1].runs)
             async with gate:
                 ref = refs[i] = await self.segments.write(
-                    self.queue, first + lo, priority, now + delay_ms, payloads[lo:hi],
-                    max_attempts=attempts, created_ms=now)
+                    self.queue, first + lo, priority, now + delay_ms, part,
+                    max_attempts=attempts, created_ms=now, groups=runs)
                 self._keep(ref.key)  # (no sweep until this push is answered)
 
         tasks = [asyncio.ensure_future(one(i, lo, hi)) for i, (lo, hi) in enumerate(slices)]
@@ -199,7 +250,10 @@ class _Writer:
             log.info("%d jobs pushed to %s go into the queue object (a payload holds a "
                      "line break); the seqs reserved for them stay unused",
                      len(payloads), self.queue)
-            return payloads
+            if layout is not None:  # (with their groups: position order, group-major)
+                return [NewJob(payload, group=group) for _, gm in layout
+                        for payload, group in zip(gm.payloads, _groups_of(gm), strict=True)]
+            return list[NewJob | bytes](payloads)
         finally:  # (a failed slice fails them all: the others are stopped, not left to hold)
             for task in tasks:
                 task.cancel()
@@ -227,23 +281,29 @@ async def push_by_reference(loop: Loop, segments: SegmentStore, queue: str,
     push would. A push already answered (its ``request`` or ``once`` is known
     to the head) goes through the usual path at once, which replays it; so
     does one with a payload holding a line break."""
+    layout = offsets = None
+    if isinstance(op, Push) and segments.grouped and any(
+            job.group is not None for job in op.jobs):
+        layout = grouped_layout([job.payload for job in op.jobs],
+                                [job.group for job in op.jobs])
+        offsets = request_order(layout)
     state = loop.state
     if state is not None and ((op.once is not None and op.once in state.once) or (
             op.request is not None and op.request in state.receipts.requests)):
-        return await loop.submit(op)
+        return _permuted(await loop.submit(op), offsets)
     writer = _Writer(loop, segments, queue, clock, monotonic)
     try:
         if isinstance(op, Push):
             first = op.jobs[0]
             inline = await writer.write([job.payload for job in op.jobs],
                                         priority=first.priority, delay_ms=first.delay_ms,
-                                        max_attempts=first.max_attempts)
+                                        max_attempts=first.max_attempts, layout=layout)
         else:
             inline = await writer.write(list(op.payloads))
         if inline:
             return await loop.submit(op)
-        return await writer.commit(PushPayloads((), op.once, op.request, op.missing, op.floor,
-                                                digest=op.digest))
+        return _permuted(await writer.commit(PushPayloads(
+            (), op.once, op.request, op.missing, op.floor, digest=op.digest)), offsets)
     finally:
         writer.release()
 
@@ -275,10 +335,10 @@ async def publish_by_reference(loop: Loop, segments: SegmentStore, queue: str,
             if publish.missing:
                 raise
     writer = _Writer(loop, segments, queue, clock, monotonic)
-    writes: collections.deque[asyncio.Future[list[bytes]]] = collections.deque()
+    writes: collections.deque[asyncio.Future[list[NewJob | bytes]]] = collections.deque()
     try:
         return await _publish(writer, segments.push_jobs, segments.push_bytes, publish,
-                              writes)
+                              writes, segments.grouped)
     finally:  # (a failed write fails the publish: the others are stopped, not left)
         for task in writes:
             task.cancel()
@@ -286,17 +346,22 @@ async def publish_by_reference(loop: Loop, segments: SegmentStore, queue: str,
 
 
 async def _publish(writer: _Writer, push_jobs: int, push_bytes: int, publish: StagedPublish,
-                   writes: collections.deque[asyncio.Future[list[bytes]]]) -> Result:
+                   writes: collections.deque[asyncio.Future[list[NewJob | bytes]]],
+                   grouped: bool = False) -> Result:
+    """(``grouped``: jobs whose only option is a group go into grouped segments
+    with the bare ones, group-major per segment; else into the head.)"""
     inline: list[NewJob | bytes] = []
     batch: list[bytes] = []
+    groups: list[str | None] | None = None  # (the batch's, once one of its jobs has a group)
     size = largest = gone = 0
     # every job in order, until a segment is written: a small publish keeps its order
     everything: list[NewJob | bytes] | None = []
 
     def flush() -> None:
-        nonlocal batch, size, largest, everything
-        writes.append(asyncio.ensure_future(writer.write(batch, largest, size)))
-        batch, size, largest, everything = [], 0, 0, None
+        nonlocal batch, groups, size, largest, everything
+        layout = None if groups is None else grouped_layout(batch, groups)
+        writes.append(asyncio.ensure_future(writer.write(batch, largest, size, layout=layout)))
+        batch, groups, size, largest, everything = [], None, 0, 0, None
 
     async for chunk in _read_ahead(publish.loads):
         if chunk is None:
@@ -306,18 +371,34 @@ async def _publish(writer: _Writer, push_jobs: int, push_bytes: int, publish: St
         if everything is not None:
             everything += jobs
         bare = cast("list[bytes]", jobs)
+        named: list[str | None] | None = None
+        more = chunk.bare_bytes
+        top = chunk.largest
         if not chunk.all_bare:  # jobs with options go into the head
-            bare = [job for job in jobs if isinstance(job, bytes)]
-            inline += [job for job in jobs if not isinstance(job, bytes)]
+            if grouped:  # (but for a group, default options: to the segments, with it)
+                plain = [job for job in jobs if isinstance(job, bytes) or _only_grouped(job)]
+                inline += [job for job in jobs
+                           if not isinstance(job, bytes) and not _only_grouped(job)]
+                bare = [job if isinstance(job, bytes) else job.payload for job in plain]
+                named = [None if isinstance(job, bytes) else job.group for job in plain]
+                more += sum(len(job.payload) for job in plain if not isinstance(job, bytes))
+                top = max(map(len, bare), default=0)
+            else:
+                bare = [job for job in jobs if isinstance(job, bytes)]
+                inline += [job for job in jobs if not isinstance(job, bytes)]
         # whole chunks to a segment, within its limits (sizes known: no pass here)
         if batch and (len(batch) + len(bare) > MAX_SEGMENT_JOBS
-                      or size + chunk.bare_bytes > SEGMENT_MAX_BYTES):
+                      or size + more > SEGMENT_MAX_BYTES):
             flush()
             while len(writes) >= WRITERS:
                 inline += await writes.popleft()
+        if named is not None and any(g is not None for g in named) and groups is None:
+            groups = [None] * len(batch)
+        if groups is not None:
+            groups += named if named is not None else [None] * len(bare)
         batch += bare
-        size += chunk.bare_bytes
-        largest = max(largest, chunk.largest)
+        size += more
+        largest = max(largest, top)
     if everything is not None and len(batch) < push_jobs and not 0 < push_bytes <= size:
         return await writer.commit(push_of(everything, publish.once, missing=gone))
     if batch:
@@ -325,6 +406,19 @@ async def _publish(writer: _Writer, push_jobs: int, push_bytes: int, publish: St
     while writes:
         inline += await writes.popleft()
     return await writer.commit(push_of(inline, publish.once, missing=gone))
+
+
+def _groups_of(gm: GroupMajor) -> list[str | None]:
+    """The group of each position of ``gm``."""
+    if gm.runs is None:
+        return [None] * len(gm.order)
+    return [group for group, n in gm.runs for _ in range(n)]
+
+
+def _only_grouped(job: NewJob) -> bool:
+    """Whether ``job``'s only option is its group (a grouped segment holds it)."""
+    return (job.group is not None and job.key is None and job.priority == 0
+            and job.delay_ms == 0 and job.max_attempts is None)
 
 
 async def _read_ahead(loads: Sequence[Load]) -> AsyncIterator[StagedChunk | None]:

@@ -119,6 +119,10 @@ class QueueTarget:
         # every window the batch needs stays while the others are read
         keep = {(ref.key, ref.etag) for ref in needed}
         for ref in dict.fromkeys(wanted):  # (each once, in order)
+            if ref.groups is not None:  # (whole, with its directory: claims take by run)
+                lines, runs = await self.segments.read_grouped(ref)
+                self.windows.put_grouped(ref, lines, runs, keep)
+                continue
             self.windows.put(ref, ref.taken, await self.segments.read_window(ref), keep)
 
     async def before_write(self, state: S.QueueState, now_ms: int) -> None:

@@ -53,8 +53,14 @@ from typing import Any, Protocol
 import orjson
 
 from broker import paths
-from broker.errors import Conflict, NotFound, OsqueueError
-from broker.model.format.segment_format import check_version, encode_segment, read_checked
+from broker.errors import Conflict, CorruptState, NotFound, OsqueueError
+from broker.model.format.segment_format import (
+    Runs,
+    check_version,
+    encode_segment,
+    read_checked,
+    read_header,
+)
 from broker.model.state import QueueState, SegmentRef
 from broker.storage import Data, ObjectStore
 from broker.storage.base import ListedKeys
@@ -85,15 +91,18 @@ class SegmentStore:
     long (s, on ``monotonic``) an unreferenced object is listed before the
     sweep deletes it; ``push_jobs`` how many jobs make a bulk push go by
     reference (:mod:`broker.service.by_reference`; 0: none does), and
-    ``push_bytes`` how many bytes of payload do (0: not by size).
+    ``push_bytes`` how many bytes of payload do (0: not by size);
+    ``grouped``: whether a bulk push whose jobs have groups goes by reference
+    too, into grouped segments (format 3), or into the head.
     """
 
     def __init__(self, store: ObjectStore, io: IO, bulk: IO, *, grace_s: float,
                  monotonic: Callable[[], float], push_jobs: int = 0,
-                 push_bytes: int = 0) -> None:
+                 push_bytes: int = 0, grouped: bool = False) -> None:
         self.store = store
         self.push_jobs = push_jobs  # bulk pushes this large go by reference (0: none)
         self.push_bytes = push_bytes  # ... or this many bytes of payload (0: not by size)
+        self.grouped = grouped  # ... grouped ones too (else they go into the head)
         self._io = io
         self._bulk = bulk
         self.grace_s = grace_s
@@ -105,11 +114,14 @@ class SegmentStore:
     # -- write ------------------------------------------------------------------------
     async def write(self, queue: str, first_seq: int, priority: int, run_at_ms: int,
                     payloads: Sequence[bytes], *, max_attempts: int,
-                    created_ms: int | None = None) -> SegmentRef:
+                    created_ms: int | None = None,
+                    groups: Runs | None = None) -> SegmentRef:
         """Write a new segment object of ``queue`` holding ``payloads`` (JSON
         bytes, checked already) as pending jobs with seqs from ``first_seq``,
         due at ``run_at_ms`` (ms); return its reference (``taken`` 0), to be
-        committed in the head afterwards.
+        committed in the head afterwards. ``groups``: the directory of a
+        grouped segment (``payloads`` group-major; format 3, its ref counting
+        the runs), None for format 2.
 
         ``ValueError`` (nothing written) for input :func:`encode_segment`
         refuses. The store's errors otherwise: after ``StorageUnavailable``
@@ -117,18 +129,19 @@ class SegmentStore:
         writes again, which picks a new key.
         """
         ref: SegmentRef = await self._io(self._write, queue, first_seq, priority, run_at_ms,
-                                         payloads, max_attempts, created_ms)
+                                         payloads, max_attempts, created_ms, groups)
         return ref
 
     def _write(self, queue: str, first_seq: int, priority: int, run_at_ms: int,
                payloads: Sequence[bytes], max_attempts: int,
-               created_ms: int | None) -> SegmentRef:
+               created_ms: int | None, groups: Runs | None = None) -> SegmentRef:
         data = encode_segment(queue, first_seq, priority, run_at_ms, payloads,
-                              max_attempts=max_attempts, created_ms=created_ms)
+                              max_attempts=max_attempts, created_ms=created_ms, groups=groups)
         key = paths.segment_key(queue, paths.segment_name(first_seq, secrets.token_hex(4)))
         etag = self._create(key, data)
         return SegmentRef(key=key, etag=etag, first_seq=first_seq, count=len(payloads),
-                          priority=priority, run_at_ms=run_at_ms)
+                          priority=priority, run_at_ms=run_at_ms,
+                          groups=None if groups is None else len(groups))
 
     async def write_spill(self, queue: str, kind: str, commit_seq: int,
                           data: Data) -> tuple[str, str]:
@@ -173,13 +186,33 @@ class SegmentStore:
         bytes disagree with the reference, ``ValueError`` for a window outside
         ``[0, ref.count]`` (nothing read), and the store's errors. Reads only.
         """
-        lo = ref.taken if start is None else start
+        lo = (ref.taken if ref.groups is None else 0) if start is None else start
         hi = ref.count if stop is None else stop
         if not 0 <= lo <= hi <= ref.count:
             raise ValueError(f"segment {ref.key}: window [{lo}, {hi}) is outside "
                              f"[0, {ref.count}]")
         lines: list[bytes] = await self._io(self._read_window, ref, lo, hi)
         return lines
+
+    async def read_grouped(self, ref: SegmentRef) -> tuple[list[bytes], Runs]:
+        """The whole of grouped segment ``ref``'s job lines (as :meth:`read_window`
+        gives them) and its directory, from one read; refused as :meth:`read_window`
+        refuses (a directory that disagrees with ``ref.groups``: ``CorruptState``
+        naming the key)."""
+        got: tuple[list[bytes], Runs] = await self._io(self._read_grouped, ref)
+        return got
+
+    def _read_grouped(self, ref: SegmentRef) -> tuple[list[bytes], Runs]:
+        try:
+            got = self.store.read(ref.key)
+        except NotFound:
+            read_checked(ref, None, None, self.store.url)  # (refuses: SegmentMissing)
+            raise
+        lines = read_checked(ref, got.data, got.etag, self.store.url, 0, ref.count)
+        runs = read_header(got.data, ref.key).groups
+        if runs is None:  # (read_checked compared ref.groups with the header's)
+            raise CorruptState(f"{self.store.url}: segment {ref.key} has no directory")
+        return lines, runs
 
     def _read_window(self, ref: SegmentRef, start: int, stop: int) -> list[bytes]:
         try:

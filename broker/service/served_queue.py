@@ -139,7 +139,8 @@ class ServedQueue:
             gone = sum(chunk is None for chunk in chunks)
             jobs = [job for chunk in chunks if chunk is not None for job in chunk.jobs]
             return await self.loop.submit(push_of(jobs, op.once, missing=op.missing + gone))
-        if wanted(op, self.segments.push_jobs, self.segments.push_bytes):
+        if wanted(op, self.segments.push_jobs, self.segments.push_bytes,
+                  self.segments.grouped):
             assert isinstance(op, Push | PushPayloads)
             return await push_by_reference(self.loop, self.segments, self.name, op,
                                            self._clock, self._monotonic)

@@ -98,7 +98,9 @@ async def _step(state: QueueState, part: ReadJobs, segments: SegmentStore, now_m
     windows = state.windows = SegmentWindows()
     for ref in page_segments(state, part.status, part.after, part.limit):
         try:
-            windows.put(ref, ref.taken, await segments.read_window(ref))
+            # (a grouped segment's window is the whole object: see read_window)
+            windows.put(ref, ref.taken if ref.groups is None else 0,
+                        await segments.read_window(ref))
         except SegmentMissing as missing:
             return ref, missing
     got: JobsView = transitions.apply(state, part, now_ms).view

@@ -39,6 +39,7 @@ from broker.errors import NotFound, OsqueueError, SegmentMissing, StateError, Un
 from broker.model.format import archive, segment_format
 from broker.model.format.decode import decode_state
 from broker.model.job import Job
+from broker.model.segments.refs import pending_lines
 from broker.model.state import SegmentRef
 from broker.storage import ObjectStore, Versioned, store_from_url
 from osqueue_spark.datasource.errors import with_code
@@ -195,7 +196,7 @@ class QueueReader(DataSourceReader):
                 "changed, and the queue no longer references it: the queue moved on since "
                 "this read was planned (the broker deletes a segment once its jobs are all "
                 "taken); read it again") from None
-        for seq, line in enumerate(lines, ref.next_seq):
+        for seq, line in pending_lines(ref, lines):  # (a grouped one's: untaken positions)
             yield _job_row(segment_format.segment_job(seq, line, ref), self.extra)
 
 

@@ -127,7 +127,14 @@ def arrow_staged_chunks(batches: Iterator[Any], max_rows: int, max_bytes: int,
     import pyarrow.compute as pc
 
     for batch in batches:
-        if group_column is not None or not _plain_payloads(batch, pa):
+        if group_column is not None:
+            # each group's rows together, in row order (a stable sort): the broker
+            # writes them group-major as they come (broker.model.groups.directories)
+            order = pc.sort_indices(batch, sort_keys=[(group_column, "ascending")],
+                                    null_placement="at_end")
+            yield from _row_pieces(batch.take(order), max_rows, max_bytes, group_column)
+            continue
+        if not _plain_payloads(batch, pa):
             yield from _row_pieces(batch, max_rows, max_bytes, group_column)
             continue
         kind = batch.schema.field(0).type

@@ -13,6 +13,7 @@ from broker import paths, timefmt
 from broker.model import state as S
 from broker.model.format import archive, segment_format
 from broker.model.format.decode import decode_state
+from broker.model.segments.refs import pending_lines
 from broker.service.broker import Broker
 from broker.service.config import BrokerConfig
 from broker.storage import ObjectStore
@@ -96,7 +97,7 @@ def segment_payloads(store: ObjectStore, state: S.QueueState) -> list[Any]:
     for ref in state.segment_refs:
         got = store.read(ref.key)
         assert got.etag == ref.etag, f"segment {ref.key} changed behind the head"
-        for seq, line in enumerate(segment_format.segment_lines(got.data, ref), ref.next_seq):
+        for seq, line in pending_lines(ref, segment_format.segment_lines(got.data, ref)):
             out.append(orjson.loads(segment_format.segment_job(seq, line, ref).payload))
     return out
 

@@ -24,6 +24,7 @@ from broker import paths
 from broker.errors import NotFound, OsqueueError
 from broker.model.format import archive, segment_format
 from broker.model.format.decode import decode_state
+from broker.model.segments.refs import pending_lines
 from broker.model.state import QueueState
 from broker.model.tokens import stored_part
 from broker.storage import ObjectStore
@@ -91,7 +92,7 @@ def segment_jobs(store: ObjectStore, state: QueueState,
         if got.etag != ref.etag:
             raise ValueError(f"segment {ref.key} has etag {got.etag!r}, "
                              f"the queue object refers to {ref.etag!r}")
-        for seq, line in enumerate(segment_format.segment_lines(got.data, ref), ref.next_seq):
+        for seq, line in pending_lines(ref, segment_format.segment_lines(got.data, ref)):
             plain = segment_format.segment_job(seq, line, ref).to_plain()
             if again is not None and str(plain["id"]) in jobs:
                 again.append(str(plain["id"]))

@@ -130,12 +130,15 @@ def reset_blocks(state: QueueState) -> None:
 
 def version_of(state: QueueState) -> int:
     """The format version ``state`` is written as: :data:`VERSION` while a job in
-    the head has a group, else :data:`UNGROUPED_VERSION` (so a queue that uses no
-    groups keeps the bytes, and the readers, of brokers from before groups).
+    the head has a group or a segment ref is grouped, else :data:`UNGROUPED_VERSION`
+    (so a queue that uses no groups keeps the bytes, and the readers, of brokers
+    from before groups).
     Amortised O(1): each grouped seq leaves the heap once, when it has left the head."""
     grouped, entries = state.grouped, state.jobs.entries
     while grouped and grouped[0] not in entries:
         heapq.heappop(grouped)
+    if not grouped and any(ref.groups is not None for ref in state.segment_refs):
+        return VERSION  # (a grouped segment's ref: an older broker must not take it)
     return VERSION if grouped else UNGROUPED_VERSION
 
 

@@ -479,7 +479,9 @@ def _refs_from(raw: dict[str, Any], state: QueueState) -> list[SegmentRef]:
     items = raw["segments"]
     if not isinstance(items, list):
         raise ValueError("segments must be a list")
-    refs = [ref_from_json(item, f"segments[{i}]") for i, item in enumerate(items)]
+    grouped_ok = raw["version"] >= 6  # (grouped refs came with groups, in version 6)
+    refs = [ref_from_json(item, f"segments[{i}]", grouped_ok=grouped_ok)
+            for i, item in enumerate(items)]
     if not refs:
         return refs
     enqueued, end = state.counters.enqueued, 1
@@ -494,12 +496,31 @@ def _refs_from(raw: dict[str, Any], state: QueueState) -> list[SegmentRef]:
                              f"counters.enqueued is {enqueued}: new jobs would reuse ids")
     seqs = sorted(state.jobs)
     for i, ref in enumerate(refs):
+        if ref.groups is not None:
+            _check_grouped_ref(i, ref, seqs)
+            continue
         at = bisect_left(seqs, ref.next_seq)
         if at < len(seqs) and seqs[at] < ref.first_seq + ref.count:
             raise ValueError(f"segments[{i}] ({ref.key}) still holds seq {seqs[at]} "
                              f"(taken {ref.taken} of {ref.count}), but the jobs list has it "
                              "too: a job is in the head or in its segment, never both")
     return refs
+
+
+def _check_grouped_ref(i: int, ref: SegmentRef, seqs: list[int]) -> None:
+    """A grouped ref's taken positions (``taken_at``) against the head's jobs:
+    a job of the head within its seqs must be at a taken position (moved into
+    the head), never at a pending one. O(head jobs in its range + log)."""
+    taken_at, r = ref.taken_at, 0
+    stop = ref.first_seq + ref.count
+    for seq in seqs[bisect_left(seqs, ref.first_seq):bisect_left(seqs, stop)]:
+        pos = seq - ref.first_seq
+        while r < len(taken_at) and taken_at[r] + taken_at[r + 1] <= pos:
+            r += 2
+        if r >= len(taken_at) or taken_at[r] > pos:
+            raise ValueError(f"segments[{i}] ({ref.key}) still holds seq {seq} (position "
+                             f"{pos} is not in its taken_at), but the jobs list has it "
+                             "too: a job is in the head or in its segment, never both")
 
 
 def _add_jobs(state: QueueState, jobs: list[Any], lines: list[bytes] | None,

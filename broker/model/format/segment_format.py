@@ -351,11 +351,12 @@ def check_segment(data: bytes, ref: SegmentRef) -> SegmentHeader:
 def segment_lines(data: bytes, ref: SegmentRef, start: int | None = None,
                   stop: int | None = None) -> list[bytes]:
     """The lines of the jobs at positions ``start`` to ``stop`` (0 is the first
-    job; default: the untaken ones, ``ref.taken`` to ``ref.count``) of segment
-    ``data`` (either version), checked (:func:`check_segment`; no empty line; a
-    version-1 line must be the pending job line of its expected seq with the
+    job; default: the untaken ones, ``ref.taken`` on; of a grouped segment all:
+    the caller skips ``ref.taken_at``, :func:`~broker.model.segments.refs.untaken_spans`)
+    of segment ``data`` (any version), checked (:func:`check_segment`; no empty
+    line; a version-1 line must be the pending job line of its expected seq with the
     ref's priority and due time), in the head's form: with the leading
-    ``,\\n`` of a line of the queue object.
+    ``,\\n`` of a line of the queue object (a grouped job's with its ``"group"``).
 
     Reads lazily: the object is split only up to ``stop``. Payload bytes are
     not parsed: they were checked when pushed or staged, and the etag vouches
@@ -363,10 +364,7 @@ def segment_lines(data: bytes, ref: SegmentRef, start: int | None = None,
     key and line for any disagreement, or for a window outside ``[0, ref.count]``.
     """
     header = check_segment(data, ref)
-    if header.groups is not None:  # (its lines need each job's group, and skip taken_at)
-        raise ValueError(f"segment {ref.key} is grouped (version 3): this broker does "
-                         "not read its jobs yet")
-    lo = ref.taken if start is None else start
+    lo = (ref.taken if header.groups is None else 0) if start is None else start
     hi = ref.count if stop is None else stop
     if not 0 <= lo <= hi <= ref.count:
         raise ValueError(f"segment {ref.key}: window [{lo}, {hi}) is outside [0, {ref.count}]")
@@ -383,8 +381,26 @@ def segment_lines(data: bytes, ref: SegmentRef, start: int | None = None,
     assert header.created_ms is not None and header.max_attempts is not None
     line = b",\n" + pending_format(ref.priority, ref.run_at_ms, header.created_ms,
                                    header.max_attempts)
-    seqs = range(first, first + len(parts))
-    return list(map(line.__mod__, zip(seqs, seqs, parts, strict=True)))
+    if header.groups is None:
+        seqs = range(first, first + len(parts))
+        return list(map(line.__mod__, zip(seqs, seqs, parts, strict=True)))
+    out: list[bytes] = []
+    at = 0
+    for name, n in header.groups:  # (a run's lines share their template)
+        a, b = max(lo, at), min(hi, at + n)
+        if a < b:
+            fmt = line if name is None else line.replace(_PAYLOAD_FIELD, b',"group":' + (
+                orjson.dumps(name).replace(b"%", b"%%")) + _PAYLOAD_FIELD, 1)
+            seqs = range(ref.first_seq + a, ref.first_seq + b)
+            out += map(fmt.__mod__, zip(seqs, seqs, parts[a - lo:b - lo], strict=True))
+        at += n
+        if at >= hi:
+            break
+    return out
+
+
+_PAYLOAD_FIELD = b',"payload":'
+_GROUP_AFTER_STAMP = b'","group":'
 
 
 def _v1_lines(parts: list[bytes], first: int, ref: SegmentRef) -> list[bytes]:
@@ -435,9 +451,17 @@ def segment_job(seq: int, line: bytes, ref: SegmentRef) -> Job:
     """The pending :class:`~broker.model.job.Job` of seq ``seq`` that a line of
     :func:`segment_lines` for ``ref`` describes, with the line as its cached
     encoding (it is the job's line as it stands)."""
-    job = pending_from_line(seq, line)  # (priority 0, created when due: set below)
-    job.priority = ref.priority
     at = line.index(_CREATED, 30) + len(_CREATED)
+    after = at + _STAMP_CHARS
+    if line.startswith(_GROUP_AFTER_STAMP, after):  # (a grouped segment's: the group spliced)
+        # (a JSON string holds no bare '","payload":': its quotes are escaped)
+        end = line.index(_PAYLOAD_FIELD, after)
+        job = pending_from_line(seq, line[:after + 1] + line[end:])
+        job.group = orjson.loads(line[after + len(_GROUP_AFTER_STAMP):end])
+        job._enc = line
+    else:
+        job = pending_from_line(seq, line)  # (priority 0, created when due: set below)
+    job.priority = ref.priority
     job.created_ms = stamp_ms(line[at:at + _STAMP_CHARS])
     return job
 

@@ -23,11 +23,12 @@ Pure: no I/O, time passed in. Imports the claim records and the job table
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from broker.limits import MAX_PRIORITY
 from broker.model.claim_records import ClaimRecord
+from broker.model.groups.directories import Directory
 from broker.model.groups.dispatch import AT_LIMIT, Dispatch, Head
 from broker.model.groups.names import NO_GROUP, GroupNames
 from broker.model.groups.settings import GroupSettings
@@ -65,7 +66,7 @@ class GroupState:
     """One queue's groups while it uses them: names, fair dispatch (with the
     held counts) and each group's ready jobs. Derived, never stored."""
 
-    __slots__ = ("dispatch", "heaps", "names", "settings")
+    __slots__ = ("dirs", "dispatch", "heaps", "names", "settings")
 
     def __init__(self, settings: GroupSettings, held: dict[str | None, int],
                  now_ms: int) -> None:
@@ -73,6 +74,9 @@ class GroupState:
         self.names = GroupNames()
         self.dispatch = Dispatch(settings, self.names)
         self.heaps: dict[int, list[int]] = {}  # gid -> its ready jobs' ready keys (a heap)
+        # (key, etag) -> the directory of a grouped segment whose runs are in the heaps
+        # (each run by the ready key of its next untaken position: broker.model.segments.grouped)
+        self.dirs: dict[tuple[str, str], Directory] = {}
         for name, n in held.items():
             self.dispatch.hold(self.names.gid(name), n, now_ms)
 
@@ -97,20 +101,22 @@ class GroupState:
         """Whether a claim at ``now_ms`` would find a group to serve."""
         return self.dispatch.pick(now_ms) is not None
 
-    def stats(self, busiest: int = 10) -> dict[str, Any]:
+    def stats(self, busiest: int = 10, more: Mapping[int, int] | None = None) -> dict[str, Any]:
         """The groups as stats show them: how many have a record (pending ready
         jobs or held ones), the jobs held in all, the ready jobs held back by a
         limit (``held_back``: jobs, groups at their limit), and the ``busiest``
         groups by (claimed, ready pending). O(groups in memory), never O(jobs);
         a group's ready count may include jobs cancelled or purged since it was
-        last served (their entries go when it is)."""
+        last served (their entries go when it is). ``more``: gid -> pending jobs
+        its heap does not count one by one (those of grouped segments' runs)."""
         dispatch, heaps, names = self.dispatch, self.heaps, self.names
+        more = more or {}
         rows = []
         claimed = back = at_limit = 0
         for gid in dispatch.gids():
             view = dispatch.view(gid)
             assert view is not None
-            pending = len(heaps.get(gid, ()))
+            pending = len(heaps.get(gid, ())) + more.get(gid, 0)
             claimed += view.held
             if view.state == AT_LIMIT:
                 at_limit += 1

@@ -36,12 +36,22 @@ from broker.model.indexes import SEQ_MASK, promote_due, ready_key, timed_key
 from broker.model.job import JOB_OVERHEAD_BYTES, PENDING, Job, JobIds
 from broker.model.lifecycle import claim_ready, close_claim, open_claim
 from broker.model.ops import LeasedJobs
-from broker.model.segments.grouped import claim_grouped, dissolve, uses_groups
-from broker.model.segments.refs import INLINE, due_key, next_from, purge_segments, run_from, take
+from broker.model.segments.grouped import claim_grouped, dissolve, grouped_refs, uses_groups
+from broker.model.segments.refs import (
+    INLINE,
+    due_key,
+    next_from,
+    purge_segments,
+    run_from,
+    take,
+    take_position,
+    taken_between,
+    untaken_spans,
+)
 from broker.model.state import MAX_WINDOWS, QueueState, SegmentRef, SegmentWindows
 
 __all__ = ["SegmentWindows", "attach_refs", "claim_merged", "claim_refs", "move_in",
-           "plan_windows", "purge_pending", "reserve"]
+           "move_in_position", "plan_windows", "purge_pending", "reserve"]
 
 
 def claim_refs(state: QueueState, budget: int, now_ms: int) -> list[tuple[SegmentRef, int]]:
@@ -61,6 +71,10 @@ def claim_refs(state: QueueState, budget: int, now_ms: int) -> list[tuple[Segmen
         need = min(budget, ref.remaining)
         budget -= need
         out.append((ref, need))
+    # Grouped segments: a claim takes by group, from any of their runs (fair turns),
+    # so every due one is held whole (its window and directory: see grouped.py).
+    out += [(ref, ref.remaining) for ref in state.segment_refs
+            if ref.groups is not None and ref.remaining and ref.run_at_ms <= now_ms]
     return out
 
 
@@ -84,10 +98,15 @@ def page_refs(state: QueueState, after_seq: int, limit: int) -> list[SegmentRef]
     for ref in state.segment_refs:  # (in ascending first_seq)
         if budget <= 0:
             break
-        start = max(ref.next_seq, after_seq + 1)
-        if start < ref.first_seq + ref.count:
-            out.append(ref)
-            budget -= ref.first_seq + ref.count - start
+        start = max(ref.next_seq if ref.groups is None else ref.first_seq, after_seq + 1)
+        end = ref.first_seq + ref.count
+        if start < end:
+            shown = end - start
+            if ref.groups is not None:  # (its taken positions are not shown)
+                shown -= taken_between(ref, start - ref.first_seq, ref.count)
+            if shown > 0:
+                out.append(ref)
+                budget -= shown
     return out
 
 
@@ -98,6 +117,13 @@ def segment_page(state: QueueState, after_seq: int, limit: int) -> tuple[list[Jo
     jobs: list[Job] = []
     windows = state.windows
     for ref in page_refs(state, after_seq, limit):
+        if ref.groups is not None:
+            unloaded = _grouped_page(ref, windows, after_seq, limit, jobs)
+            if unloaded is not None:
+                return jobs, unloaded
+            if len(jobs) >= limit:
+                break
+            continue
         start = max(ref.next_seq, after_seq + 1)
         want = min(limit - len(jobs), ref.first_seq + ref.count - start)
         lines = windows.peek(ref, start - ref.first_seq, want) \
@@ -110,6 +136,25 @@ def segment_page(state: QueueState, after_seq: int, limit: int) -> tuple[list[Jo
         if len(jobs) >= limit:
             break
     return jobs, None
+
+
+def _grouped_page(ref: SegmentRef, windows: SegmentWindows | None, after_seq: int,
+                  limit: int, jobs: list[Job]) -> int | None:
+    """:func:`segment_page`'s part for grouped ``ref``: its untaken jobs after
+    ``after_seq`` appended to ``jobs`` up to ``limit``; the first seq whose
+    line is not loaded, or None."""
+    first = ref.first_seq
+    for lo, hi in untaken_spans(ref, max(0, after_seq + 1 - first)):
+        want = min(limit - len(jobs), hi - lo)
+        if want <= 0:
+            return None
+        lines = windows.peek(ref, lo, want) if windows is not None else None
+        if lines is None:
+            return first + lo
+        jobs += [segment_job(seq, line, ref) for seq, line in enumerate(lines, first + lo)]
+        if len(lines) < want:
+            return first + lo + len(lines)
+    return None
 
 
 def _clean_top(state: QueueState, now_ms: int) -> int | None:
@@ -170,15 +215,43 @@ def move_in(state: QueueState, i: int, n: int) -> int:
     return count
 
 
+def move_in_position(state: QueueState, i: int, pos: int) -> Job | None:
+    """Move the job at position ``pos`` of grouped segment ref ``i`` (untaken)
+    into the head as pending, its position added to the ref's ``taken_at`` (the
+    grouped twin of :func:`move_in`); the ref is dropped once exhausted. The
+    job, or None if its line is not loaded (nothing changed)."""
+    refs, windows = state.segment_refs, state.windows
+    ref = refs[i]
+    line = windows.line_at(ref, pos) if windows is not None else None
+    if line is None:
+        return None
+    seq = ref.first_seq + pos
+    job = segment_job(seq, line, ref)
+    state.jobs.insert(seq, job)
+    codec.inserted_many(state, seq, 1)
+    state.approx_bytes += job.size_estimate()
+    if job.group is not None:
+        heapq.heappush(state.grouped, seq)  # (the head is written as version 6)
+    taken = take_position(ref, pos)
+    if taken.exhausted:
+        del refs[i]
+        state.dropped_refs.append(taken)
+    else:
+        refs[i] = taken
+    return job
+
+
 def claim_merged(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
                  now_ms: int, tag: Callable[[str], str]) -> LeasedJobs:
     """:func:`broker.model.lifecycle.claim_ready` over the inline jobs and the
     segments' loaded lines together, in claim order (see the module docstring);
     by groups (limits, fair turns) while the queue uses them
     (:mod:`broker.model.segments.grouped`)."""
-    if state.settings.groups or state.grouped or state.groups is not None:
+    if state.settings.groups or state.grouped or state.groups is not None or (
+            state.segment_refs and grouped_refs(state)):
         if uses_groups(state):
-            return claim_grouped(state, worker, max_jobs, lease_ms, now_ms, tag, move_in)
+            return claim_grouped(state, worker, max_jobs, lease_ms, now_ms, tag, move_in,
+                                 move_in_position)
         dissolve(state)
     if not state.segment_refs:
         return claim_ready(state, worker, max_jobs, lease_ms, now_ms, tag)

@@ -14,6 +14,16 @@ settlement frees a place. Jobs without a group are one group of their own
 (gid 0), never limited; the jobs of ungrouped segments belong to it and are
 moved into the head as they are claimed (``move_in``, as ungrouped claims do).
 
+Grouped segments (format 3: each group's jobs one run of positions) are
+sources of their groups: once a due one's directory is loaded, each run
+with an untaken position puts the ready key of its next untaken position in
+its group's heap (one entry a run, not a job). A claim taking that entry
+moves the one job into the head by position (``move_in_position``: its
+position joins the ref's ``taken_at``) and puts the run's following untaken
+position in the heap. A run's next job whose line is not loaded ends the
+claim (never out of order); while a due grouped segment's directory is not
+loaded, claims take nothing (the broker loads it before the batch).
+
 The per-group structures (:class:`~broker.model.groups.counts.GroupState`)
 are derived: built by the first claim after a load or a takeover, the held
 counts from the claim records (so a limit holds across takeovers), the ready
@@ -34,15 +44,24 @@ from typing import Any
 from broker.errors import CorruptState, InvalidRequest
 from broker.limits import MAX_PRIORITY
 from broker.model.groups.counts import GroupState, held_by_group, priority_of
+from broker.model.groups.directories import directory_of, run_at
 from broker.model.groups.dispatch import Dispatch, Head
 from broker.model.groups.names import NO_GROUP
 from broker.model.groups.settings import parse_group_settings
-from broker.model.indexes import SEQ_BITS, SEQ_MASK, TIME_BITS, key_time, promote_due, timed_key
-from broker.model.job import PENDING
+from broker.model.indexes import (
+    SEQ_BITS,
+    SEQ_MASK,
+    TIME_BITS,
+    key_time,
+    promote_due,
+    ready_key,
+    timed_key,
+)
+from broker.model.job import PENDING, Job
 from broker.model.job_lines import pending_from_line
 from broker.model.lifecycle import IllegalMove, claim_ready
 from broker.model.ops import LeasedJobs
-from broker.model.segments.refs import due_key, run_from
+from broker.model.segments.refs import due_key, holding, next_untaken, run_from, taken_between
 from broker.model.state import QueueState
 
 _READY_PRIORITY_SHIFT = SEQ_BITS + TIME_BITS  # (a ready key's priority: see ready_key)
@@ -52,8 +71,81 @@ __all__ = ["claim_grouped", "dissolve", "group_state", "group_stats", "uses_grou
 
 def uses_groups(state: QueueState) -> bool:
     """Whether claims of ``state`` go by groups: a group setting is set, or a
-    job of the head has (or lately had) a group."""
-    return bool(state.settings.groups) or bool(state.grouped)
+    job of the head has (or lately had) a group, or a segment is grouped."""
+    return bool(state.settings.groups) or bool(state.grouped) or grouped_refs(state)
+
+
+def grouped_refs(state: QueueState) -> bool:
+    """Whether the head references a grouped segment (format 3)."""
+    return any(ref.groups is not None for ref in state.segment_refs)
+
+
+def _virtual_at(state: QueueState, seq: int) -> int | None:
+    """The index of the grouped ref holding ``seq`` at an untaken position (a
+    run's next job, not yet in the head), or None."""
+    at = holding(state.segment_refs, seq)
+    return at if at is not None and state.segment_refs[at].groups is not None else None
+
+
+def _register(state: QueueState, groups: GroupState, now_ms: int) -> bool:
+    """Put the runs of the due grouped segments not yet known to ``groups``
+    into their groups' heaps (see the module docstring); False if one's
+    directory is not loaded (its groups' next jobs are unknown)."""
+    runs_of = state.windows.runs if state.windows is not None else {}
+    heaps, ok = groups.heaps, True
+    touched: set[int] = set()
+    for ref in state.segment_refs:
+        if ref.groups is None or ref.run_at_ms > now_ms or ref.exhausted:
+            continue
+        name = (ref.key, ref.etag)
+        if name in groups.dirs:
+            continue
+        runs = runs_of.get(name)
+        if runs is None:
+            ok = False
+            continue
+        d = groups.dirs[name] = directory_of(runs, groups.names)
+        base = ready_key(ref.priority, ref.run_at_ms, ref.first_seq)
+        starts, gids = d.starts, d.gids
+        for r in range(d.runs):
+            nxt = next_untaken(ref, starts[r])
+            if nxt < starts[r + 1]:
+                gid = gids[r]
+                heapq.heappush(heaps.setdefault(gid, []), base + nxt)
+                touched.add(gid)
+    for gid in touched:
+        if gid != NO_GROUP:  # (group 0's head is set by the claim, segments and all)
+            _live_top(state, heaps.get(gid), now_ms)
+            groups.head_of(gid, now_ms)
+    return ok
+
+
+def _take(state: QueueState, groups: GroupState, heap: list[int], chosen: list[int],
+          move_in_position: Callable[[QueueState, int, int], Job | None]) -> bool:
+    """Take the live top of ``heap`` into ``chosen``: an inline job, or a run's
+    next job, moved into the head first (its run's following untaken position
+    takes its place in the heap). False (nothing changed) if that job's line
+    is not loaded."""
+    entry = heap[0]
+    seq = entry & SEQ_MASK
+    if seq in state.jobs.entries:
+        chosen.append(heapq.heappop(heap))
+        return True
+    at = _virtual_at(state, seq)
+    assert at is not None  # (_live_top found it live)
+    ref = state.segment_refs[at]
+    d = groups.dirs.get((ref.key, ref.etag))
+    pos = seq - ref.first_seq
+    if d is None or move_in_position(state, at, pos) is None:
+        return False
+    chosen.append(heapq.heappop(heap))
+    if not ref.exhausted and ref.taken + 1 < ref.count:
+        after = state.segment_refs[at]  # (the ref with pos taken: not dropped)
+        end = d.starts[run_at(d, pos) + 1]
+        nxt = next_untaken(after, pos + 1)
+        if nxt < end:
+            heapq.heappush(heap, entry + nxt - pos)  # (a run's keys: consecutive seqs)
+    return True
 
 
 def group_state(state: QueueState, now_ms: int) -> GroupState:
@@ -147,6 +239,15 @@ def _live_top(state: QueueState, heap: list[int] | None, now_ms: int) -> int | N
         entry = heap[0]
         seq = entry & SEQ_MASK
         job = entries.get(seq)
+        if job is None:  # (a grouped segment run's next job, or gone)
+            at = _virtual_at(state, seq)
+            if at is not None:
+                ref = state.segment_refs[at]
+                if ref.run_at_ms <= now_ms and entry == ready_key(
+                        ref.priority, ref.run_at_ms, seq):
+                    return entry
+            heapq.heappop(heap)
+            continue
         if isinstance(job, bytes):
             if key_time(entry) <= now_ms:
                 return entry
@@ -189,18 +290,26 @@ def _head(key: int | None) -> Head | None:
 
 def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, now_ms: int,
                   tag: Callable[[str], str],
-                  move_in: Callable[[QueueState, int, int], int]) -> LeasedJobs:
+                  move_in: Callable[[QueueState, int, int], int],
+                  move_in_position: Callable[[QueueState, int, int], Job | None] | None = None,
+                  ) -> LeasedJobs:
     """Claim up to ``max_jobs`` jobs in the order of the module's docstring, as
     :func:`broker.model.lifecycle.claim_ready` claims (one claim record,
     fresh leases of ``lease_ms`` for ``worker``, tokens made by ``tag``).
     ``move_in`` is :func:`broker.model.segments.claims.move_in` (moves a
-    segment's next jobs into the head as pending). A claim whose next job lies
+    segment's next jobs into the head as pending), ``move_in_position`` its
+    grouped twin (:func:`broker.model.segments.claims.move_in_position`; None:
+    the queue has no grouped segment). A claim whose next job lies
     in a segment with no loaded line ends there (never out of order).
     ``CorruptState`` (nothing changed) for bad group settings in the head."""
     groups = group_state(state, now_ms)
     dispatch, heaps = groups.dispatch, groups.heaps
     promote_due(state, now_ms)  # (so claim_ready below finds nothing more to promote)
     _absorb(state, groups, now_ms)
+    if state.segment_refs and grouped_refs(state) and (
+            move_in_position is None or not _register(state, groups, now_ms)):
+        return LeasedJobs()  # (a due grouped segment's directory is not loaded yet)
+    assert move_in_position is not None or not groups.dirs
     chosen: list[int] = []  # the ready keys of the jobs picked, turn by turn
     while len(chosen) < max_jobs:
         seg = _segment_next(state, now_ms) if state.segment_refs else None
@@ -232,18 +341,19 @@ def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, 
             after = _segment_next(state, now_ms)
             until = None if after is None else after[0]
         taken = 0
+        blocked = False  # (a run's next job is not loaded: the claim ends here)
         if heap and top is not None:
             # (one turn takes jobs of its head's priority only: priority comes first)
             p = priority_of(top)
-            chosen.append(heapq.heappop(heap))
-            taken = 1
-            while heap and taken < q:
+            blocked = not _take(state, groups, heap, chosen, move_in_position)  # type: ignore[arg-type]
+            taken = 0 if blocked else 1
+            while heap and taken < q and not blocked:
                 entry = _live_top(state, heap, now_ms)
                 if entry is None or (until is not None and entry > until) or \
                         priority_of(entry) != p:
                     break
-                chosen.append(heapq.heappop(heap))
-                taken += 1
+                blocked = not _take(state, groups, heap, chosen, move_in_position)  # type: ignore[arg-type]
+                taken += 1 - blocked
         head = _live_top(state, heap, now_ms)
         if not heap:
             heaps.pop(gid, None)
@@ -252,6 +362,8 @@ def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, 
             if seg is not None and (head is None or seg[0] < head):
                 head = seg[0]
         dispatch.served(gid, taken, _head(head), now_ms)
+        if blocked:
+            break
     if not chosen:
         return LeasedJobs()
     # One claim of the jobs picked, answered in claim order (priority, run-at, seq):
@@ -277,4 +389,16 @@ def group_stats(state: QueueState, now_ms: int) -> dict[str, Any] | None:
     groups = group_state(state, now_ms)
     promote_due(state, now_ms)
     _absorb(state, groups, now_ms)
-    return groups.stats()
+    more: dict[int, int] = {}
+    if state.segment_refs and grouped_refs(state):
+        _register(state, groups, now_ms)
+        for ref in state.segment_refs:  # (O(runs of the loaded grouped segments))
+            d = groups.dirs.get((ref.key, ref.etag))
+            if d is None:
+                continue
+            starts, gids = d.starts, d.gids
+            for r in range(d.runs):
+                n = starts[r + 1] - starts[r] - taken_between(ref, starts[r], starts[r + 1])
+                if n > 1:  # (the run's next job is its one entry in its group's heap)
+                    more[gids[r]] = more.get(gids[r], 0) + n - 1
+    return groups.stats(more=more)

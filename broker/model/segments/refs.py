@@ -41,12 +41,18 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Iterable, Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 
 from broker.errors import shown
 from broker.model.indexes import ready_key
-from broker.model.state import SEGMENT_REF_BYTES, SegmentRef  # (defined with the state)
+from broker.model.state import (  # (defined with the state)
+    GROUPED_REF_BYTES,
+    SEGMENT_REF_BYTES,
+    TAKEN_RUN_BYTES,
+    SegmentRef,
+)
 
 #: The claim-order source :func:`next_from` names for the inline ready heap.
 INLINE = -1
@@ -57,8 +63,9 @@ INLINE = -1
 
 def due_key(ref: SegmentRef, now_ms: int) -> int | None:
     """The ready-heap key (:func:`broker.model.indexes.ready_key`) of the ref's
-    next job, or None if it is exhausted or not due at ``now_ms``."""
-    if ref.taken >= ref.count or ref.run_at_ms > now_ms:
+    next job, or None if it is exhausted or not due at ``now_ms``, or grouped
+    (its jobs are taken by group, not from a cursor)."""
+    if ref.taken >= ref.count or ref.run_at_ms > now_ms or ref.groups is not None:
         return None
     return ready_key(ref.priority, ref.run_at_ms, ref.first_seq + ref.taken)
 
@@ -144,9 +151,16 @@ def purge_segments(refs: Sequence[SegmentRef]) -> tuple[list[SegmentRef], int]:
 
 def holding(refs: Sequence[SegmentRef], seq: int) -> int | None:
     """The index in ``refs`` (in ascending first seq, as the head keeps them) of
-    the segment whose untaken part holds ``seq``, or None."""
+    the segment whose untaken part holds ``seq`` (of a grouped one: a position
+    not in its ``taken_at``), or None."""
     at = bisect.bisect_right(refs, seq, key=lambda ref: ref.first_seq) - 1
-    if at >= 0 and refs[at].next_seq <= seq < refs[at].first_seq + refs[at].count:
+    if at < 0:
+        return None
+    ref = refs[at]
+    if ref.groups is not None:
+        pos = seq - ref.first_seq
+        return at if pos < ref.count and not is_taken(ref, pos) else None
+    if ref.next_seq <= seq < ref.first_seq + ref.count:
         return at
     return None
 
@@ -177,12 +191,6 @@ def next_wakeup(refs: Iterable[SegmentRef], now_ms: int) -> int | None:
 # nothing makes a grouped ref yet; these are the pure operations the claim, release,
 # pages and stats will use. Positions count from 0, the segment's first job.
 
-#: Rough bytes one ``taken_at`` run adds to a grouped ref's line in the head (at
-#: most ``65535,65536,`` = 12 characters).
-TAKEN_RUN_BYTES = 14
-#: Rough bytes a grouped ref's line has beyond an ungrouped one's, runs aside
-#: (``,"groups":65536,"taken_at":[]``: 29 characters).
-GROUPED_REF_BYTES = 32
 
 
 def size_estimate(refs: Iterable[SegmentRef]) -> int:
@@ -273,11 +281,56 @@ def untaken_spans(ref: SegmentRef, lo: int = 0, hi: int | None = None) -> list[t
     return out
 
 
+def pending_lines(ref: SegmentRef, lines: Sequence[bytes]) -> Iterator[tuple[int, bytes]]:
+    """``(seq, line)`` of the untaken (pending) jobs of ``ref``'s segment, given
+    ``lines``: what :func:`~broker.model.format.segment_format.segment_lines`
+    reads of it by default (the untaken ones from the cursor on; of a grouped
+    segment, every line, of which those at ``taken_at`` are skipped here). For
+    the readers of whole segments (the Spark reader, the chaos checker)."""
+    if ref.groups is None:
+        return zip(itertools.count(ref.next_seq), lines)
+    first = ref.first_seq
+    return ((first + pos, lines[pos]) for lo, hi in untaken_spans(ref)
+            for pos in range(lo, hi))
+
+
 def next_untaken(ref: SegmentRef, pos: int) -> int:
     """The first untaken position at or after ``pos`` (``ref.count`` if none):
-    a run's cursor past a hole (a cancelled job taken out of its middle)."""
-    spans = untaken_spans(ref, pos) if pos < ref.count else []
-    return spans[0][0] if spans else ref.count
+    a run's cursor past a hole (a cancelled job taken out of its middle).
+    O(log runs): ``taken_at`` is coalesced, so the position after a taken run
+    is untaken."""
+    if pos >= ref.count:
+        return ref.count
+    if ref.groups is None:
+        return max(pos, ref.taken)
+    taken_at = ref.taken_at
+    r = _run_before(taken_at, pos)
+    if r >= 0 and pos < taken_at[2 * r] + taken_at[2 * r + 1]:
+        pos = taken_at[2 * r] + taken_at[2 * r + 1]
+    return min(pos, ref.count)
+
+
+def take_position(ref: SegmentRef, pos: int) -> SegmentRef:
+    """:func:`take_positions` of the one position ``pos``: O(log runs) to find
+    its place in ``taken_at`` and one copy of it (what every job a claim takes
+    from a grouped segment costs). ``ValueError`` as :func:`take_positions`."""
+    _grouped(ref, (pos,))
+    taken_at = ref.taken_at
+    r = _run_before(taken_at, pos)
+    i = 2 * r
+    if r >= 0 and pos < taken_at[i] + taken_at[i + 1]:
+        raise ValueError(f"segment {ref.key}: position {pos} is already taken")
+    left = r >= 0 and taken_at[i] + taken_at[i + 1] == pos
+    right = i + 2 < len(taken_at) and taken_at[i + 2] == pos + 1
+    if left and right:
+        out = (*taken_at[:i + 1], taken_at[i + 1] + 1 + taken_at[i + 3], *taken_at[i + 4:])
+    elif left:
+        out = (*taken_at[:i + 1], taken_at[i + 1] + 1, *taken_at[i + 2:])
+    elif right:
+        out = (*taken_at[:i + 2], pos, taken_at[i + 3] + 1, *taken_at[i + 4:])
+    else:
+        out = (*taken_at[:i + 2], pos, 1, *taken_at[i + 2:])
+    return replace(ref, taken=ref.taken + 1, taken_at=out)
 
 
 def coalesce(spans: Iterable[tuple[int, int]]) -> tuple[int, ...]:

@@ -73,3 +73,25 @@ def test_the_docs_jq_recipe_lists_every_claimed_job_with_its_claims_lease(
     assert len(got) == len(want) == 5
     assert {j["lease"]["worker"] for j in got} == {"w-1", "w-2"}
     assert sorted(got, key=lambda job: job["seq"]) == want
+
+
+def test_the_docs_jq_recipe_skips_a_grouped_segments_taken_positions(tmp_path: Path) -> None:
+    """A grouped segment (format 3) partly claimed by group: its taken jobs are
+    positions in ``taken_at``, not a prefix; the recipe lists the others, each
+    with its group from the segment's directory."""
+    with BrokerProcess(f"file://{tmp_path}", "--segment-push-jobs", "20",
+                       "--grouped-segments", "--lease-s", "3600") as broker:
+        client = QueueClient(broker.url, "q")
+        client.create(group_limit=2)
+        client.push_many([{"payload": {"n": i}, "group": f"g{i % 3}" if i % 5 else None}
+                          for i in range(30)])
+        client.claim("w", max_jobs=8, lease_s=3600)  # (fair turns: two of each group)
+        [ref] = stored(FileStore(tmp_path)).segment_refs
+        assert ref.groups == 4 and len(ref.taken_at) > 2  # (holes, not a prefix)
+        want = list(client.iter_jobs("pending"))
+    out = subprocess.run(["bash", "-c", "set -euo pipefail\n" + recipe()], cwd=tmp_path,
+                         capture_output=True, text=True, check=True, timeout=60).stdout
+    got = [orjson.loads(line) for line in out.splitlines()]
+    assert len(got) == len(want) == 30 - ref.taken
+    assert {job.get("group") for job in got} == {"g0", "g1", "g2", None}
+    assert sorted(got, key=lambda job: job["seq"]) == want

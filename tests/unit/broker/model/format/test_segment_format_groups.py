@@ -18,6 +18,7 @@ from broker import timefmt
 from broker.errors import CorruptState
 from broker.limits import MAX_GROUP_CHARS
 from broker.model.format import segment_format as sf
+from broker.model.job_lines import job_line
 from broker.model.state import SegmentRef
 from tests.support.segment_refs import T0, key_of, payloads, ref_for
 
@@ -221,12 +222,32 @@ def test_a_directory_read_against_a_ref_must_agree_with_it() -> None:
             sf.read_directory(line, KEY, ref)
 
 
-def test_a_grouped_segments_jobs_are_not_read_yet() -> None:
+def test_a_grouped_segments_lines_carry_their_runs_groups_as_the_head_writes_them() -> None:
+    """Each job's line has its group from the directory, spliced as the head's
+    own grouped lines are (job_line of the job read back gives the same bytes);
+    a window reads any positions; the default is the whole segment."""
     data = GOLDEN_V3.read_bytes()
     assert sf.check_segment(data, GOLDEN_REF).groups == tuple(golden_args()["groups"])
-    with pytest.raises(CorruptState, match=rf"segment {KEY} is grouped \(version 3\): this "
-                                           "broker does not read its jobs yet"):
-        sf.read_checked(GOLDEN_REF, data, "etag-1", "file:///store", 0, 5)
+    lines = sf.read_checked(GOLDEN_REF, data, "etag-1", "file:///store", 0, 5)
+    assert sf.segment_lines(data, GOLDEN_REF) == lines
+    jobs = [sf.segment_job(seq, line, GOLDEN_REF) for seq, line in enumerate(lines, 1001)]
+    assert [job.group for job in jobs] == ['tenant\u00e9 "A"'] * 2 + ["b/1"] * 2 + [None]
+    assert [job.payload for job in jobs] == golden_args()["payloads"]
+    assert {(job.priority, job.max_attempts, job.created_ms) for job in jobs} == {
+        (2, 5, golden_args()["created_ms"])}
+    for job, line in zip(jobs, lines, strict=True):
+        job._enc = None
+        assert job_line(job) == line
+    assert sf.segment_lines(data, GOLDEN_REF, 1, 3) == lines[1:3]
+
+
+def test_a_group_name_holding_a_percent_sign_is_not_a_format() -> None:
+    args = {**golden_args(), "groups": [("100%s %d", 4), (None, 1)]}
+    data = sf.encode_segment(**args)
+    ref = replace(GOLDEN_REF, groups=2)
+    lines = sf.segment_lines(data, ref)
+    assert [sf.segment_job(seq, line, ref).group
+            for seq, line in enumerate(lines, 1001)] == ["100%s %d"] * 4 + [None]
 
 
 def test_read_directory_needs_the_whole_header_line_of_a_grouped_segment() -> None:

@@ -1,6 +1,8 @@
 """Claims of a queue that uses groups (broker.model.segments.grouped), wired
 through broker.model.transitions, under random steps: pushes into groups with
-priorities and delays, claims, completions, failures (retried or dead),
+priorities and delays, pushes by reference into segments (grouped ones, format
+3, group-major; or ungrouped ones when no job has a group), claims, cancels of
+jobs still pending in a segment, completions, failures (retried or dead),
 releases, reclaims of expired leases, limit changes, and takeovers (the head
 encoded, decoded, taken over: the counts rebuilt from the claim records).
 
@@ -13,17 +15,21 @@ records (broker.model.groups.counts.held_by_group), and the head decodes."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from broker.model import transitions as T
+from broker.model.format.segment_format import encode_segment, segment_lines
 from broker.model.groups.counts import held_by_group
+from broker.model.groups.directories import group_major
 from broker.model.groups.settings import parse_group_settings
 from broker.model.job import CLAIMED, PENDING
 from broker.model.ops import (
+    Cancel,
     Claim,
     Complete,
     CompleteItem,
@@ -32,11 +38,16 @@ from broker.model.ops import (
     FailItem,
     NewJob,
     Push,
+    PushPayloads,
     Reclaim,
     Release,
+    Reserve,
     TakeOver,
 )
-from tests.support.states import committed, new_queue
+from broker.model.segments.refs import is_taken
+from broker.model.state import SegmentRef, SegmentWindows
+from broker.paths import segment_key, segment_name
+from tests.support.states import QUEUE, committed, new_queue
 
 T0 = 1_767_225_600_000
 LEASE_MS = 5_000
@@ -52,6 +63,9 @@ class GroupedClaims(RuleBasedStateMachine):
         T.apply(self.state, Configure({"group_limit": 2}), T0)
         self.tokens: list[str] = []  # tokens claims answered (some stale since)
         self.owner = 0
+        self.windows = SegmentWindows()  # (the segments' lines, "loaded" when written)
+        self.state.windows = self.windows
+        self.seg_groups: dict[int, list[str | None]] = {}  # first seq -> group a position
 
     # -- helpers -------------------------------------------------------------------
 
@@ -81,6 +95,15 @@ class GroupedClaims(RuleBasedStateMachine):
                 limit = self.limit(job.group)
                 if limit is None or held.get(job.group, 0) < limit:
                     out.append(job)
+        for ref in self.state.segment_refs:  # (their untaken jobs are pending too)
+            if ref.run_at_ms > self.now:
+                continue
+            for pos, group in enumerate(self.seg_groups[ref.first_seq]):
+                limit = self.limit(group)
+                if not is_taken(ref, pos) and (limit is None or held.get(group, 0) < limit):
+                    out.append(SimpleNamespace(group=group, priority=ref.priority,
+                                               run_at_ms=ref.run_at_ms,
+                                               seq=ref.first_seq + pos))
         return out
 
     # -- rules -----------------------------------------------------------------------
@@ -90,6 +113,39 @@ class GroupedClaims(RuleBasedStateMachine):
     def push(self, jobs: list[tuple[str | None, int, int]]) -> None:
         T.apply(self.state, Push(tuple(NewJob(b"%d" % i, priority=p, delay_ms=d * 1000, group=g)
                                        for i, (g, p, d) in enumerate(jobs))), self.now)
+
+    @precondition(lambda self: len(self.seg_groups) < 6)  # (all windows stay loaded)
+    @rule(groups=st.lists(st.sampled_from(GROUPS), min_size=1, max_size=10))
+    def push_segment(self, groups: list[str | None]) -> None:
+        """A push by reference: seqs reserved, the segment "written" (group-major,
+        format 3 if a job has a group), its ref pushed, its lines loaded."""
+        state = self.state
+        first = T.apply(state, Reserve(len(groups), 8), self.now).ids.first
+        gm = group_major([b"%d" % (100 + i) for i in range(len(groups))], groups)
+        data = encode_segment(QUEUE, first, 0, self.now, gm.payloads, max_attempts=3,
+                              groups=gm.runs)
+        ref = SegmentRef(segment_key(QUEUE, segment_name(first, "0123abcd")), f'"e{first}"',
+                         first, len(groups), 0, self.now,
+                         groups=None if gm.runs is None else len(gm.runs))
+        T.apply(state, PushPayloads((), refs=(ref,)), self.now)
+        lines = segment_lines(data, ref)
+        if gm.runs is None:
+            self.windows.put(ref, 0, lines)
+        else:
+            self.windows.put_grouped(ref, lines, gm.runs)
+        self.seg_groups[first] = [group for group, k in gm.runs or [(None, len(groups))]
+                                  for _ in range(k)]
+
+    @rule(data=st.data())
+    def cancel_in_segment(self, data: st.DataObject) -> None:
+        refs = self.state.segment_refs
+        if refs:
+            ref = data.draw(st.sampled_from(refs))
+            pos = data.draw(st.integers(0, ref.count - 1))
+            if not is_taken(ref, pos):
+                [answer] = T.apply(self.state, Cancel((f"j{ref.first_seq + pos:010d}",)),
+                                   self.now).view
+                assert answer.ok
 
     @rule(n=st.integers(1, 6))
     def claim(self, n: int) -> None:
@@ -147,6 +203,7 @@ class GroupedClaims(RuleBasedStateMachine):
     def takeover(self) -> None:
         self.now += 1
         self.state = committed(self.state, self.now)
+        self.state.windows = self.windows  # (the new owner loads the segments again)
         self.owner += 1
         T.apply(self.state, TakeOver(f"b-{self.owner}", "http://b", 30_000), self.now)
 

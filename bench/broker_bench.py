@@ -247,13 +247,21 @@ AB_SCENARIOS = [("push", 1, 64, "json"), ("cycle", 1, 64, "json"), ("cycle", 1, 
                 ("process", 2000, 8, "json")]
 
 
-def ab_compare(baseline: Path, seconds: float, rounds: int) -> None:
-    """This tree's broker against ``baseline``'s, interleaved, medians of ``rounds``."""
+def ab_name(mode: str, batch: int, clients: int, body: str) -> str:
+    """An A/B row's name, e.g. ``cycle-b1-c64-json``."""
+    return f"{mode}-b{batch}-c{clients}-{body}"
+
+
+def ab_compare(baseline: Path, seconds: float, rounds: int,
+               rows: frozenset[str] | None = None, results: str = "broker_ab") -> None:
+    """This tree's broker against ``baseline``'s, interleaved, medians of ``rounds``;
+    only the rows named in ``rows`` (None: all); figures in ``bench/results/<results>.json``."""
     print(f"== A/B: this tree ({ROOT}) against {baseline}, {rounds} interleaved rounds")
     table: dict[str, dict[str, list[float]]] = {}
+    scenarios = [s for s in AB_SCENARIOS if rows is None or ab_name(*s) in rows]
     for n in range(rounds):
-        for mode, batch, clients, body in AB_SCENARIOS:
-            name = f"{mode}-b{batch}-c{clients}-{body}"
+        for mode, batch, clients, body in scenarios:
+            name = ab_name(mode, batch, clients, body)
             cell = table.setdefault(name, {"before": [], "after": [], "cpu_before": [],
                                            "cpu_after": []})
             order = [("before", baseline), ("after", ROOT)]
@@ -293,8 +301,8 @@ def ab_compare(baseline: Path, seconds: float, rounds: int) -> None:
             cpu = f"   broker CPU/job {cb:.1f} -> {ca:.1f} us (cpu ratio {cb / ca:.3f})"
         print(f"{name:<26} before {before:>9,.0f}  after {after:>9,.0f}  "
               f"ratio {after / before:.3f} (median of round ratios {median(ratios):.3f}){cpu}")
-    path = write_results("broker_ab", {"seconds": seconds, "baseline": str(baseline),
-                                       "results": summary})
+    path = write_results(results, {"seconds": seconds, "baseline": str(baseline),
+                                   "results": summary})
     print(f"results written to {path}")
 
 
@@ -403,6 +411,9 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3,
                    help="interleaved rounds of the A/B comparison and of the headline "
                         "figures at 64 clients (default 3)")
+    p.add_argument("--rows", help="with --baseline: only these A/B rows, comma-separated "
+                   f"(of {', '.join(ab_name(*s) for s in AB_SCENARIOS)}), figures written "
+                   "to bench/results/broker_ab_rows.json (broker_ab.json keeps the full A/B)")
     p.add_argument("--only", choices=["ab", "latency", "bigpush", "groups"],
                    help="ab: only the A/B comparison; latency: only 200 ms at 256 clients; "
                         "bigpush: only big payloads against the baseline")
@@ -416,7 +427,11 @@ def main() -> None:
         bigpush_compare(args.baseline.resolve(), args.rounds)
         return
     if args.baseline is not None:
-        ab_compare(args.baseline.resolve(), args.seconds, args.rounds)
+        rows = None if args.rows is None else frozenset(args.rows.split(","))
+        if rows is not None and not rows <= {ab_name(*s) for s in AB_SCENARIOS}:
+            p.error(f"--rows: no such A/B row among {sorted(rows)}")
+        ab_compare(args.baseline.resolve(), args.seconds, args.rounds, rows,
+                   "broker_ab" if rows is None else "broker_ab_rows")
         if args.only == "ab":
             return
     if args.only == "latency":

@@ -57,8 +57,7 @@ _ARCHIVED_JOB = (b'{"id":"j%010d","seq":%d,"status":"completed","priority":%d,"r
 
 def _lease_tail(job: Job) -> bytes:
     """The encoded lease after its token, shared by the leases of one claim."""
-    return lease_tail(job.lease_worker, job.lease_ms, job.lease_expires_ms,
-                      job.lease_heartbeat_ms)
+    return lease_tail(*job.lease_numbers())
 
 
 def lease_tail(worker: str, lease_ms: int, expires_ms: int, heartbeat_ms: int) -> bytes:

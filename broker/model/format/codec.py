@@ -291,8 +291,7 @@ def stamp(state: QueueState, writer: str, now_ms: int, commit: str | None = None
             done = times.get(job.done_ms)
             if done is None:
                 done = times[job.done_ms] = timefmt.fmt_bytes(job.done_ms or 0)
-            tail = lease_tail(job.lease_worker, job.lease_ms, job.lease_expires_ms,
-                              job.lease_heartbeat_ms)
+            tail = lease_tail(*job.lease_numbers())
             job._enc = completed_from_claimed(
                 line.replace(b'"status":"claimed"', b'"status":"completed"', 1),
                 job.lease_token or "", tail) \

@@ -67,8 +67,8 @@ def bulk_push(workers: Workers, i: int) -> None:
             batch = [{"p": p, "n": counter + j} for j in range(n)]
             counter += n
             pkeys = [f"{p}:{job['n']}" for job in batch]
-            # with --groups each job gets its group (a grouped push goes into the head
-            # until segments hold groups)
+            # with --groups each job gets its group (a grouped push goes into the head,
+            # or into grouped segments with --grouped-segments)
             bodies: list[Any] = batch if args.groups <= 0 else [
                 {"payload": pl, "group": group_of(grng, args.groups, args.group_skew)}
                 for pl in batch]

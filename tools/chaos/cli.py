@@ -59,7 +59,8 @@ What one run does (all times are wall-clock seconds):
    ``--group-limit`` / ``--group-order`` if the broker accepts them (a refusal is
    said plainly; the run goes on without them), every claim, heartbeat answered
    ok and settlement is logged, and a sampler reads the head for the claimed jobs
-   of each group (tools/chaos/groups.py).
+   of each group (tools/chaos/groups.py). ``--grouped-segments`` runs the
+   brokers with grouped segments: grouped bulk pushes become segment objects.
    The nemesis runs a schedule drawn from ``--seed`` (printed at start; the
    same seed gives the same schedule): ``--kills`` kill -9 of the broker that
    owns the queue (read from the queue object's ``broker.url``), restarted
@@ -337,6 +338,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="queue setting group_order, set at start if the broker accepts it; "
                         "fifo: the checks want at most one job of a group held and its "
                         "jobs settled in push order")
+    g.add_argument("--grouped-segments", action="store_true", default=False,
+                   help="run the brokers with --grouped-segments: bulk pushes of grouped jobs "
+                        "(at least --segment-push-jobs) go into grouped segment objects "
+                        "rather than the head (default off, as the broker's)")
     g.add_argument("--group-sample-s", type=float, default=None,
                    help="read the head this often for the claimed jobs of each group, s "
                         "(default 0.1 on file, 0.5 elsewhere)")

@@ -134,6 +134,8 @@ class Run:
         segment_flags = ["--segment-push-jobs", str(args.segment_push_jobs),
                          "--segment-grace-s", str(args.segment_grace_s),
                          "--sweep-s", str(args.sweep_s)]
+        if args.grouped_segments:
+            segment_flags.append("--grouped-segments")
         self.slots = [BrokerSlot(f"b{i}", ports[i], self.store.broker_url, args.lease_s,
                                  args.broker_log_level, self.run_dir, self.clock, self.say,
                                  segment_flags)

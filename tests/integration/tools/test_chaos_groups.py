@@ -103,6 +103,7 @@ def test_groups_chaos_run_logs_claims_and_checks_the_limit(tmp_path: Path) -> No
 def test_group_options_default_off_and_are_checked() -> None:
     args = chaos.parse_args([])
     assert (args.groups, args.group_limit, args.group_order) == (0, None, None)
+    assert args.grouped_segments is False
     acceptance = chaos.parse_args(["--preset", "groups"])
     assert (acceptance.groups, acceptance.group_limit, acceptance.consumers) == (1000, 2, 16)
     assert acceptance.kills >= 10 and acceptance.bar_kills >= 10
@@ -115,3 +116,23 @@ def test_group_options_default_off_and_are_checked() -> None:
         with pytest.raises(SystemExit):
             chaos.check_args(chaos.parse_args(bad))
     chaos.check_args(chaos.parse_args(["--groups", "5", "--group-limit", "0"]))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_groups_chaos_run_with_grouped_segments(tmp_path: Path) -> None:
+    """With --grouped-segments the brokers write grouped bulk pushes into segment
+    objects (no publishers: every segment of the run is a grouped push's), and the
+    same checks hold: every job once, no group above its limit, nothing left."""
+    code, results, output = run_groups(tmp_path, "--grouped-segments", "--publishers", "0")
+    assert results, f"no results written:\n{output}"
+    check, g, seg = results["check"], results["groups"], results["segments"]
+    for name in ("lost", "duplicated", "unexpected", "superseded", "double"):
+        assert check[name] == 0, f"{name}: {check['samples']}\n{output}"
+    assert results["drain"]["finished"] and results["figures"]["owner_kills"] >= 1, output
+    # without the flag a grouped push stays in the head: these are grouped segments
+    assert seg["segments_written_logged"] >= 1 and seg["objects_seen"] >= 1, output
+    assert seg["left_behind"] == 0 and seg["referenced_missing"] == 0, output
+    assert g["limit_check"] == "applied", output
+    assert g["log"]["max_held"] <= 2 and g["heads"]["max_claimed"] <= 2, output
+    assert code == 0, output

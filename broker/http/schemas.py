@@ -237,8 +237,10 @@ GROUP_SETTING_TEXTS = {
                      "replaced whole)",
     "group_order": "not yet supported (refused)",
     "group_dead": "not yet supported (refused)",
-    "group_rate_per_s": "not yet supported (refused)",
-    "group_burst": "not yet supported (refused)",
+    "group_rate_per_s": "a number 0..1,000,000: claims a second of each group, a token bucket "
+                        "per group on the owning broker's clock (0, the default: no rate)",
+    "group_burst": "an int 0..10,000,000: each group's bucket size (0, the default: one "
+                   "second's worth, at least 1)",
 }
 
 

@@ -85,7 +85,7 @@ def configure(state: QueueState, op: Configure, now_ms: int) -> Result:
 
 
 #: The group settings that a later phase of groups brings (refused until then).
-NOT_YET = ("group_order", "group_dead", "group_rate_per_s", "group_burst")
+NOT_YET = ("group_order", "group_dead")
 
 
 def _group_settings(current: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
@@ -97,7 +97,8 @@ def _group_settings(current: dict[str, Any], changes: dict[str, Any]) -> dict[st
     for name in NOT_YET:
         if name in asked:
             raise InvalidRequest(f"configure: {name} is not yet supported by this broker "
-                                 "(group_limit, group_limits and group_weights are)")
+                                 "(group_limit, group_limits, group_weights, "
+                                 "group_rate_per_s and group_burst are)")
     raw = {**current, **asked}
     stored = parse_group_settings(raw, "configure").stored()
     return {name: dict(sorted(value.items())) if isinstance(value, dict) else value

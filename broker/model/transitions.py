@@ -385,6 +385,9 @@ def _release(state: QueueState, op: Release, now_ms: int) -> Result:
 def _reclaim(state: QueueState, op: Reclaim, now_ms: int) -> Result:
     result = Result()
     promote_due(state, now_ms)  # so the delayed heap's head is always in the future
+    if state.groups is not None:  # groups parked until a due time or a token: woken
+        state.groups.dispatch.advance(now_ms)
+        state.groups.dispatch.sweep(now_ms)  # (full token buckets dropped: bounded memory)
     reclaimed: list[str] = []
     result.ids = reclaimed
     for job in expired_leases(state, now_ms):

@@ -169,8 +169,10 @@ def jobs_after(state: QueueState, status: str | None, after_seq: int, n: int) ->
 def next_wakeup_ms(state: QueueState, now_ms: int) -> int | None:
     """When the earliest lease expires or delayed job (inline, or of a segment:
     after ``now_ms``) becomes due, lazily kept receipts are to be written, or
-    (ready jobs held back by the dispatch rate limit) the next token comes:
-    the commit loop's idle timer, whose due commit wakes the long polls."""
+    (ready jobs held back by the dispatch rate limit) the next token comes, or
+    a group parked by its own rate gets its next token (never before
+    ``now_ms + 1``): the commit loop's idle timer, whose due commit wakes the
+    long polls."""
     times = []
     later = next_wakeup(state.segment_refs, now_ms) if state.segment_refs else None
     if later is not None:
@@ -181,6 +183,10 @@ def next_wakeup_ms(state: QueueState, now_ms: int) -> int | None:
         times.append(lease_time(state.leases[0]))
     if state.delayed:
         times.append(key_time(state.delayed[0]))
+    if state.groups is not None and not state.paused:  # (a group's next token, a due head)
+        parked = state.groups.dispatch.next_wakeup_ms()
+        if parked is not None:
+            times.append(max(parked, now_ms + 1))
     if (state.ready or state.segment_refs or (
             state.groups is not None and state.groups.runnable(now_ms))) and not state.paused:
         token = state.claims.wakeup_ms(state.settings, now_ms)

@@ -92,7 +92,9 @@ def broker(tmp_path: Path):  # type: ignore[no-untyped-def]
     ({"group_weights": {"a": 0}}, "group_weights"),
     ({"group_weights": {"\u0001": 2}}, "group_weights"),
     ({"group_order": "fifo"}, "not yet supported"),
-    ({"group_rate_per_s": 1}, "not yet supported"),
+    ({"group_dead": "hold"}, "not yet supported"),
+    ({"group_rate_per_s": -1}, "group_rate_per_s"),
+    ({"group_burst": 2.5}, "group_burst"),
 ])
 def test_a_bad_group_setting_is_refused_and_changes_nothing(
         broker: BrokerProcess, tmp_path: Path, settings: dict[str, object], says: str) -> None:

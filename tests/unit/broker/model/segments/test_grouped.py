@@ -156,8 +156,10 @@ def test_a_queue_with_group_settings_is_written_as_version_6_and_back() -> None:
     ({"group_weights": {"a": None}}, "group_weights"),
     ({"group_order": "fifo"}, "not yet supported"),
     ({"group_dead": "hold"}, "not yet supported"),
-    ({"group_rate_per_s": 5}, "not yet supported"),
-    ({"group_burst": 5}, "not yet supported"),
+    ({"group_rate_per_s": -5}, "group_rate_per_s"),
+    ({"group_rate_per_s": 10_000_000}, "group_rate_per_s"),
+    ({"group_burst": -1}, "group_burst"),
+    ({"group_burst": "5"}, "group_burst"),
     ({"group_size": 5}, "unknown setting"),
     ({"group_limit": 2, "max_attempts": 0}, "max_attempts"),
 ])

@@ -301,6 +301,13 @@ async def push_by_reference(loop: Loop, segments: SegmentStore, queue: str,
         else:
             inline = await writer.write(list(op.payloads))
         if inline:
+            if layout is not None and offsets is not None:
+                # (a grouped push that goes into the head after all takes its seqs in
+                # the layout's order too, so its answer and a repeat's, which maps
+                # the receipt's ids through ``offsets``, are the same)
+                assert isinstance(op, Push)
+                return _permuted(await loop.submit(replace(op, jobs=tuple(
+                    op.jobs[lo + i] for lo, gm in layout for i in gm.order))), offsets)
             return await loop.submit(op)
         return _permuted(await writer.commit(PushPayloads(
             (), op.once, op.request, op.missing, op.floor, digest=op.digest)), offsets)

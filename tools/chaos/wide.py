@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 
 #: how many dead jobs a redrive by id lists at most (one page)
 DEAD_PAGE = 1000
+#: the payloads' "p" of the jobs :meth:`Wide._wait_for_depth` pushes (past the
+#: producers' 0..99, the bulk producers' 100.. and the publishers' 200..)
+TOPUP_P = 300
 
 
 class Wide:
@@ -52,6 +55,7 @@ class Wide:
         self.args = workers.args
         self.rec = workers.rec
         self._seq = 0
+        self._topped = 0  # jobs pushed by _top_up so far
         self._lock = threading.Lock()
         self._one_claim_kill = threading.Lock()  # events that overlap take turns
 
@@ -185,15 +189,42 @@ class Wide:
     def _wait_for_depth(self, client: QueueClient, jobs: int) -> None:
         """Wait (at most 2 x the broker lease + 10 s) until the queue holds ``jobs``
         pending jobs, so that the claim the owner dies around is a big one (the
-        other consumers claim nothing while ``hold_claims`` is set)."""
+        other consumers claim nothing while ``hold_claims`` is set). When the
+        producers were too slow for that (a busy machine), push the rest here, in
+        one acknowledged bulk push of payloads ``{"p": TOPUP_P, "n": N}``."""
         deadline = time.monotonic() + 2 * self.args.lease_s + 10.0
-        while time.monotonic() < deadline and not self.workers.stop_producing.is_set():
+        pending = 0
+        while not self.workers.stop_producing.is_set():
             try:
-                if int(client.stats()["counts"].get("pending", 0)) >= jobs:
-                    return
+                pending = int(client.stats()["counts"].get("pending", 0))
             except Exception as exc:
                 self.rec.error("stats", exc)
+            if pending >= jobs:
+                return
+            if time.monotonic() >= deadline:
+                break
             self.workers.stop_producing.wait(0.1)
+        self._top_up(client, jobs - pending)
+
+    def _top_up(self, client: QueueClient, n: int) -> None:
+        """Push ``n`` more jobs (payloads ``{"p": TOPUP_P, "n": N}``, unique per run),
+        recorded as any acknowledged push is."""
+        if n <= 0:
+            return
+        with self._lock:
+            first, self._topped = self._topped, self._topped + n
+        keys = [f"{TOPUP_P}:{first + j}" for j in range(n)]
+        started = self.rec.clock()
+        try:
+            ids = client.push_many([{"p": TOPUP_P, "n": first + j} for j in range(n)],
+                                   batch_size=n)
+        except Exception as exc:
+            self.rec.error("claim_kill_top_up", exc)
+            self.rec.push_failed(keys, exc)
+            return
+        self.rec.pushed(keys, list(ids), started)
+        with self.rec.lock:
+            self.rec.counts["claim_kill_topped_up_jobs"] += n
 
     def claim_for_kill(self, when: str, kill: Callable[[], None], delay_s: float) -> None:
         """Claim ``--big-claim-max`` jobs (once the queue holds that many, or after a

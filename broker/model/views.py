@@ -181,6 +181,10 @@ def next_wakeup_ms(state: QueueState, now_ms: int) -> int | None:
         times.append(lease_time(state.leases[0]))
     if state.delayed:
         times.append(key_time(state.delayed[0]))
+    if state.groups is not None and not state.paused:  # (a fifo head due, a group's token)
+        wake = state.groups.dispatch.next_wakeup_ms()
+        if wake is not None:
+            times.append(wake)
     if (state.ready or state.segment_refs or (
             state.groups is not None and state.groups.runnable(now_ms))) and not state.paused:
         token = state.claims.wakeup_ms(state.settings, now_ms)

@@ -135,6 +135,8 @@ def test_fifo_groups_processed_in_push_order(spark: Any, broker: BrokerServer,
     """``process()`` workers on a fifo queue, with a function that fails each job's
     first attempt (retried at once): per group the jobs complete in push order,
     and no two jobs of one group ever run at once."""
+    from itertools import pairwise
+
     import orjson
 
     from osqueue_spark import RESULT_SCHEMA, process
@@ -163,5 +165,5 @@ def test_fifo_groups_processed_in_push_order(spark: Any, broker: BrokerServer,
         mine = sorted((r for r in rows if group_of[r["id"]] == g), key=lambda r: r["started"])
         done = [orjson.loads(r["result"]) for r in mine if r["status"] == "completed"]
         assert done == list(range(6)), (g, done)  # push order
-        for before, after in zip(mine, mine[1:], strict=False):
+        for before, after in pairwise(mine):
             assert before["finished"] <= after["started"], (g, before, after)  # one at a time

@@ -348,11 +348,12 @@ def _setting(text: str) -> tuple[str, Any]:
     name, eq, value = text.partition("=")
     if not eq or not name:
         raise argparse.ArgumentTypeError(f"not NAME=VALUE: {text[:40]!r}")
-    try:
-        number = json.loads(value)
+    try:  # (group_order and group_dead take a word: fifo, hold; or null)
+        word = name in ("group_order", "group_dead") and value != "null"
+        number = value if word else json.loads(value)
     except json.JSONDecodeError:  # (never sent as null: that would reset a group setting)
         raise argparse.ArgumentTypeError(f"{name[:40]}: not a number: {value[:20]!r}") from None
-    if name.startswith("group_") and (number is None or isinstance(number, dict)):
+    if name.startswith("group_") and (number is None or isinstance(number, dict | str)):
         return name, number  # (group settings: null for the default, maps as JSON)
     if isinstance(number, bool) or not isinstance(number, int | float):
         raise argparse.ArgumentTypeError(f"{name[:40]}: not a number: {value[:20]!r}")
@@ -525,10 +526,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     cf = command("configure", "set queue settings (NAME=NUMBER ...); shows them all")
     cf.add_argument("settings", nargs="+", type=_setting, metavar="NAME=NUMBER",
-                    help="e.g. max_claims_per_s=50 (0: no dispatch rate limit), "
-                         "claim_burst=100, max_attempts=5 (for jobs pushed from then on), "
-                         "group_limit=2 (null: unlimited), group_limits.tenantA=5, "
-                         "group_weights.tenantB=3 (a map is sent whole)")
+                    help="e.g. max_claims_per_s=50 (0: no rate limit), claim_burst=100, "
+                         "max_attempts=5 (for jobs pushed from then on), group_limit=2 (null: "
+                         "unlimited), group_limits.tenantA=5, group_weights.tenantB=3 (a map is "
+                         "sent whole), group_order=fifo, group_dead=hold, group_rate_per_s=10")
     cf.set_defaults(fn=cmd_configure)
 
     command("pause", "stop handing out jobs").set_defaults(fn=cmd_pause)

@@ -235,11 +235,13 @@ GROUP_SETTING_TEXTS = {
                     "group_limit (replaced whole)",
     "group_weights": "an object {group: int 1..1,000}: turns per round of a group (default 1; "
                      "replaced whole)",
-    "group_order": "not yet supported (refused)",
-    "group_dead": "not yet supported (refused)",
-    "group_rate_per_s": "a number 0..1,000,000: claims a second of each group, a token bucket "
-                        "per group on the owning broker's clock (0, the default: no rate)",
-    "group_burst": "an int 0..10,000,000: each group's bucket size (0, the default: one "
+    "group_order": '"fair" (the default: groups in turn) or "fifo" (one claimed job a group, '
+                   "its jobs claimed in push order; refused with a group limit above 1)",
+    "group_dead": '"skip" (the default: a dead job leaves its fifo group\'s order) or "hold" '
+                  "(a fifo group stops while it has a dead job); ignored in fair order",
+    "group_rate_per_s": "a number 0..1,000,000: jobs a second each group may be claimed at "
+                        "(a token bucket per group; 0, the default: no per-group rate)",
+    "group_burst": "an int 0..10,000,000: a group's bucket size (0, the default: one "
                    "second's worth, at least 1)",
 }
 

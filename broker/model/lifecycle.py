@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from broker.model.claim_records import ClaimRecord
 from broker.model.format import codec
-from broker.model.groups.counts import settle_hook
+from broker.model.groups.counts import moved_hook, settle_hook
 from broker.model.indexes import (
     SEQ_MASK,
     compact_leases,
@@ -120,6 +120,8 @@ def move(state: QueueState, job: Job, to: str, now_ms: int) -> None:
         del state.jobs[seq]
         codec.removed(state, job)
         state.approx_bytes -= job.size_estimate()
+        if state.groups is not None and job.group is not None:  # (a fifo group's head, dead)
+            moved_hook(state.groups, job, frm, to, now_ms)
         return
     leased = job.lease_token is not None
     if (to == CLAIMED and job.claim not in state.claim_records) or \
@@ -147,6 +149,8 @@ def move(state: QueueState, job: Job, to: str, now_ms: int) -> None:
         assert job.done_seq is not None
         state.completed.setdefault(job.done_seq, []).append(seq)
         state.approx_bytes += len(job.result or b"")
+    if state.groups is not None and job.group is not None:  # (a fifo group's head, dead)
+        moved_hook(state.groups, job, frm, to, now_ms)
 
 
 # -- changes within a status --------------------------------------------------------
@@ -281,6 +285,8 @@ def add_pending(state: QueueState, jobs: list[Job], now_ms: int) -> None:
         job.status = PENDING
         all_jobs[job.seq] = job
         schedule(state, job, now_ms)
+        if job.group is not None and state.groups is not None:
+            moved_hook(state.groups, job, NEW, PENDING, now_ms)
         approx += job.size_estimate()
     codec.added_many(state, jobs[0].seq, len(jobs))
     state.approx_bytes += approx

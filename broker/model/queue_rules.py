@@ -84,21 +84,12 @@ def configure(state: QueueState, op: Configure, now_ms: int) -> Result:
     return Result(changed=True)
 
 
-#: The group settings that a later phase of groups brings (refused until then).
-NOT_YET = ("group_order", "group_dead")
-
-
 def _group_settings(current: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
     """The group settings as stored after ``changes`` (checked whole), or
     ``InvalidRequest``."""
     asked = {name: value for name, value in changes.items() if name in GROUP_SETTINGS}
     if not asked:
         return current
-    for name in NOT_YET:
-        if name in asked:
-            raise InvalidRequest(f"configure: {name} is not yet supported by this broker "
-                                 "(group_limit, group_limits, group_weights, "
-                                 "group_rate_per_s and group_burst are)")
     raw = {**current, **asked}
     stored = parse_group_settings(raw, "configure").stored()
     return {name: dict(sorted(value.items())) if isinstance(value, dict) else value

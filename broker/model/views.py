@@ -183,10 +183,10 @@ def next_wakeup_ms(state: QueueState, now_ms: int) -> int | None:
         times.append(lease_time(state.leases[0]))
     if state.delayed:
         times.append(key_time(state.delayed[0]))
-    if state.groups is not None and not state.paused:  # (a group's next token, a due head)
-        parked = state.groups.dispatch.next_wakeup_ms()
-        if parked is not None:
-            times.append(max(parked, now_ms + 1))
+    if state.groups is not None and not state.paused:  # (a fifo head due, a group's token)
+        wake = state.groups.dispatch.next_wakeup_ms()
+        if wake is not None:
+            times.append(max(wake, now_ms + 1))
     if (state.ready or state.segment_refs or (
             state.groups is not None and state.groups.runnable(now_ms))) and not state.paused:
         token = state.claims.wakeup_ms(state.settings, now_ms)

@@ -128,3 +128,42 @@ def test_a_bad_group_value_fails_the_write_and_nothing_lands(
     store = FileStore(store_dir)
     assert not store.list(f"{q}/queue.json") or not stored(store, q).jobs
     assert store.list(f"{q}/staging/") == []
+
+
+def test_fifo_groups_processed_in_push_order(spark: Any, broker: BrokerServer,
+                                             tmp_path: Path) -> None:
+    """``process()`` workers on a fifo queue, with a function that fails each job's
+    first attempt (retried at once): per group the jobs complete in push order,
+    and no two jobs of one group ever run at once."""
+    from itertools import pairwise
+
+    import orjson
+
+    from osqueue_spark import RESULT_SCHEMA, process
+
+    q = f"gf-{uuid.uuid4().hex[:8]}"
+    client = QueueClient(broker.url, q)
+    client.create(group_order="fifo")
+    groups = ["g0", "g1", "g2"]
+    ids = client.push_many([{"payload": {"g": g, "i": i, "dir": str(tmp_path)}, "group": g}
+                            for i in range(6) for g in groups])
+    group_of = {job_id: groups[k % 3] for k, job_id in enumerate(ids)}
+
+    def first_attempt_fails(payload: dict[str, Any]) -> int:
+        marker = Path(payload["dir"]) / f"{payload['g']}-{payload['i']}"
+        if not marker.exists():
+            marker.touch()
+            raise RuntimeError("the first attempt fails")
+        return int(payload["i"])
+
+    rows = (spark.range(2).repartition(2)
+            .mapInPandas(process(first_attempt_fails, broker=broker.url, queue=q, batch_size=4,
+                                 idle_s=3, retry_in_s=0), RESULT_SCHEMA)
+            .collect())
+    assert Counter(r["status"] for r in rows) == {"failed": len(ids), "completed": len(ids)}
+    for g in groups:
+        mine = sorted((r for r in rows if group_of[r["id"]] == g), key=lambda r: r["started"])
+        done = [orjson.loads(r["result"]) for r in mine if r["status"] == "completed"]
+        assert done == list(range(6)), (g, done)  # push order
+        for before, after in pairwise(mine):
+            assert before["finished"] <= after["started"], (g, before, after)  # one at a time

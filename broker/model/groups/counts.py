@@ -23,7 +23,7 @@ Pure: no I/O, time passed in. Imports the claim records and the job table
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from broker.limits import MAX_PRIORITY
@@ -32,12 +32,31 @@ from broker.model.groups.directories import Directory
 from broker.model.groups.dispatch import AT_LIMIT, Dispatch, Head
 from broker.model.groups.names import NO_GROUP, GroupNames
 from broker.model.groups.settings import GroupSettings
-from broker.model.job import Job
+from broker.model.job import DEAD, PENDING, Job
 from broker.model.jobtable import JobTable
 
 # The priority's place in a ready-heap key (broker.model.indexes: 48 bits of seq,
 # 48 of time; this module may not import the indexes, which import the state).
 _PRIORITY_SHIFT = 96
+_TIME_SHIFT = 48
+
+
+def ready_key_of(priority: int, run_at_ms: int, seq: int) -> int:
+    """:func:`broker.model.indexes.ready_key` (priority desc, run-at, seq), here
+    for the reason above; ``tests/unit/broker/model/groups`` holds them equal."""
+    return ((MAX_PRIORITY - priority) << _PRIORITY_SHIFT) | (run_at_ms << _TIME_SHIFT) | seq
+
+
+def source_key(fifo: bool, gid: int, priority: int, run_at_ms: int, seq: int) -> int:
+    """The key of a job (or of a grouped segment run's next job) in its group's
+    heap: in fifo order (``fifo``, a group other than 0) its seq, so a group's
+    head is its oldest pending job whether due or not; else its ready key
+    (priority desc, run-at, seq), due jobs only. Either way ``key & SEQ_MASK``
+    is the seq and a run's consecutive positions have consecutive keys. The one
+    place the choice is made (claims, grouped segment runs, the fifo hook)."""
+    if fifo and gid != NO_GROUP:
+        return seq
+    return ready_key_of(priority, run_at_ms, seq)
 
 
 def priority_of(key: int) -> int:
@@ -66,17 +85,30 @@ class GroupState:
     """One queue's groups while it uses them: names, fair dispatch (with the
     held counts) and each group's ready jobs. Derived, never stored."""
 
-    __slots__ = ("dirs", "dispatch", "heaps", "names", "settings")
+    __slots__ = ("dead", "dirs", "dispatch", "early", "heaps", "names", "now_ms", "refresh",
+                 "settings")
 
     def __init__(self, settings: GroupSettings, held: dict[str | None, int],
                  now_ms: int) -> None:
         self.settings = settings
         self.names = GroupNames()
         self.dispatch = Dispatch(settings, self.names)
-        self.heaps: dict[int, list[int]] = {}  # gid -> its ready jobs' ready keys (a heap)
+        # gid -> its jobs' keys (source_key; fair: the due ones, fifo: every pending one)
+        self.heaps: dict[int, list[int]] = {}
+        # gid -> its dead jobs in the head (fifo order only: group_dead "hold" stops on them)
+        self.dead: dict[int, int] = {}
+        # the latest time a claim or change was seen at: a settlement's (the settle
+        # function is not told the time; a group parked a little early is woken by the
+        # next pick, which advances the clock: never served early)
+        self.now_ms = now_ms
+        # fifo order: sets group gid's head (and dead count) from its heap top, checked
+        # live against the state (set by broker.model.segments.grouped, which knows it)
+        self.refresh: Callable[[int, int], None] | None = None
         # (key, etag) -> the directory of a grouped segment whose runs are in the heaps
         # (each run by the ready key of its next untaken position: broker.model.segments.grouped)
         self.dirs: dict[tuple[str, str], Directory] = {}
+        # of those, the ones not yet due (fifo order): their group 0 runs go in when due
+        self.early: set[tuple[str, str]] = set()
         for name, n in held.items():
             self.dispatch.hold(self.names.gid(name), n, now_ms)
 
@@ -136,8 +168,28 @@ class GroupState:
         gid = self.names.find(name)
         if gid is None:
             raise ValueError(f"a job of group {name!r:.60} was settled, but none is held")
-        # (no per-group rate nor fifo yet: a group's state does not depend on the time)
-        self.dispatch.settled_one(gid, 0)
+        self.dispatch.settled_one(gid, self.now_ms)
+
+    def moved(self, job: Job, frm: str, to: str, now_ms: int) -> None:
+        """Grouped ``job`` moved from status ``frm`` to ``to`` at ``now_ms`` (see
+        :func:`moved_hook`). In fifo order its group's heap gets it when it is
+        pending (due or not: a retry-waiting job is the head and holds its group),
+        the group's dead count follows it, and its head is set again; in fair
+        order nothing (due jobs reach their groups through the ready heap)."""
+        if not self.settings.fifo or job.group is None:
+            return
+        self.now_ms = max(self.now_ms, now_ms)
+        gid = self.names.gid(job.group)
+        if to == DEAD or frm == DEAD:
+            n = self.dead.get(gid, 0) + (1 if to == DEAD else -1)
+            if n > 0:
+                self.dead[gid] = n
+            else:
+                self.dead.pop(gid, None)
+        if to == PENDING:
+            heapq.heappush(self.heaps.setdefault(gid, []), job.seq)
+        if self.refresh is not None:
+            self.refresh(gid, now_ms)
 
 
 def settle_hook(groups: GroupState | None, job: Job) -> None:
@@ -147,4 +199,13 @@ def settle_hook(groups: GroupState | None, job: Job) -> None:
         groups.settle(job.group)
 
 
-__all__ = ["NO_GROUP", "GroupState", "held_by_group", "priority_of", "settle_hook"]
+def moved_hook(groups: GroupState | None, job: Job, frm: str, to: str, now_ms: int) -> None:
+    """``job`` (with a group) moved from ``frm`` to ``to`` (a push: from ``"new"``)
+    at ``now_ms``: what a fifo group's head and dead count follow
+    (:meth:`GroupState.moved`). A no-op without groups."""
+    if groups is not None:
+        groups.moved(job, frm, to, now_ms)
+
+
+__all__ = ["NO_GROUP", "GroupState", "held_by_group", "moved_hook", "priority_of",
+           "ready_key_of", "settle_hook", "source_key"]

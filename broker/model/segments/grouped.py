@@ -39,11 +39,18 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from broker.errors import CorruptState, InvalidRequest
 from broker.limits import MAX_PRIORITY
-from broker.model.groups.counts import GroupState, held_by_group, priority_of
+from broker.model.groups.counts import (
+    GroupState,
+    held_by_group,
+    priority_of,
+    ready_key_of,
+    source_key,
+)
 from broker.model.groups.directories import directory_of, run_at
 from broker.model.groups.dispatch import Dispatch, Head
 from broker.model.groups.names import NO_GROUP
@@ -57,7 +64,7 @@ from broker.model.indexes import (
     ready_key,
     timed_key,
 )
-from broker.model.job import PENDING, Job
+from broker.model.job import DEAD, PENDING, Job
 from broker.model.job_lines import pending_from_line
 from broker.model.lifecycle import IllegalMove, claim_ready
 from broker.model.ops import LeasedJobs
@@ -90,46 +97,64 @@ def _virtual_at(state: QueueState, seq: int) -> int | None:
 def _register(state: QueueState, groups: GroupState, now_ms: int) -> bool:
     """Put the runs of the due grouped segments not yet known to ``groups``
     into their groups' heaps (see the module docstring); False if one's
-    directory is not loaded (its groups' next jobs are unknown)."""
+    directory is not loaded (its groups' next jobs are unknown). In fifo order
+    the runs of a segment not yet due are put in too (a group's head is its
+    oldest job, due or not), but for group 0's (fair: due jobs only), which
+    are put in once it is due."""
     runs_of = state.windows.runs if state.windows is not None else {}
     heaps, ok = groups.heaps, True
+    fifo = groups.settings.fifo
     touched: set[int] = set()
     for ref in state.segment_refs:
-        if ref.groups is None or ref.run_at_ms > now_ms or ref.exhausted:
+        due = ref.run_at_ms <= now_ms
+        if ref.groups is None or (not due and not fifo) or ref.exhausted:
             continue
         name = (ref.key, ref.etag)
-        if name in groups.dirs:
-            continue
-        runs = runs_of.get(name)
-        if runs is None:
-            ok = False
-            continue
-        d = groups.dirs[name] = directory_of(runs, groups.names)
-        base = ready_key(ref.priority, ref.run_at_ms, ref.first_seq)
+        only: int | None = None  # (the one gid whose runs go in now, if not all)
+        d = groups.dirs.get(name)
+        if d is not None:
+            if not due or name not in groups.early:
+                continue
+            groups.early.discard(name)  # (due now: its group 0 runs go in)
+            only = NO_GROUP
+        else:
+            runs = runs_of.get(name)
+            if runs is None:
+                ok = False
+                continue
+            d = groups.dirs[name] = directory_of(runs, groups.names)
+            if not due:
+                groups.early.add(name)
         starts, gids = d.starts, d.gids
         for r in range(d.runs):
+            gid = gids[r]
+            if (only is not None and gid != only) or (not due and gid == NO_GROUP):
+                continue
             nxt = next_untaken(ref, starts[r])
             if nxt < starts[r + 1]:
-                gid = gids[r]
-                heapq.heappush(heaps.setdefault(gid, []), base + nxt)
+                heapq.heappush(heaps.setdefault(gid, []), source_key(
+                    fifo, gid, ref.priority, ref.run_at_ms, ref.first_seq + nxt))
                 touched.add(gid)
     for gid in touched:
         if gid != NO_GROUP:  # (group 0's head is set by the claim, segments and all)
-            _live_top(state, heaps.get(gid), now_ms)
-            groups.head_of(gid, now_ms)
+            _refresh(state, groups, gid, now_ms)
     return ok
 
 
 def _take(state: QueueState, groups: GroupState, heap: list[int], chosen: list[int],
-          move_in_position: Callable[[QueueState, int, int], Job | None]) -> bool:
-    """Take the live top of ``heap`` into ``chosen``: an inline job, or a run's
-    next job, moved into the head first (its run's following untaken position
-    takes its place in the heap). False (nothing changed) if that job's line
-    is not loaded."""
+          move_in_position: Callable[[QueueState, int, int], Job | None],
+          fifo: bool = False) -> bool:
+    """Take the live top of ``heap`` into ``chosen`` (as a ready key; ``fifo``:
+    the heap's keys are seqs): an inline job, or a run's next job, moved into
+    the head first (its run's following untaken position takes its place in
+    the heap). False (nothing changed) if that job's line is not loaded."""
     entry = heap[0]
     seq = entry & SEQ_MASK
     if seq in state.jobs.entries:
-        chosen.append(heapq.heappop(heap))
+        heapq.heappop(heap)
+        while heap and heap[0] == entry:  # (a job indexed twice, e.g. after a settings change)
+            heapq.heappop(heap)
+        chosen.append(_ready_entry(state, seq) if fifo else entry)
         return True
     at = _virtual_at(state, seq)
     assert at is not None  # (_live_top found it live)
@@ -138,7 +163,8 @@ def _take(state: QueueState, groups: GroupState, heap: list[int], chosen: list[i
     pos = seq - ref.first_seq
     if d is None or move_in_position(state, at, pos) is None:
         return False
-    chosen.append(heapq.heappop(heap))
+    heapq.heappop(heap)
+    chosen.append(_ready_entry(state, seq) if fifo else entry)
     if not ref.exhausted and ref.taken + 1 < ref.count:
         after = state.segment_refs[at]  # (the ref with pos taken: not dropped)
         end = d.starts[run_at(d, pos) + 1]
@@ -164,7 +190,74 @@ def group_state(state: QueueState, now_ms: int) -> GroupState:
     except KeyError as exc:
         raise CorruptState(str(exc.args[0])) from None
     groups = state.groups = GroupState(settings, held, now_ms)
+    if settings.fifo:
+        _build_fifo(state, groups, now_ms)
     return groups
+
+
+def _build_fifo(state: QueueState, groups: GroupState, now_ms: int) -> None:
+    """Fill a fifo queue's group heaps with every pending grouped job of the
+    head, due or not, and count each group's dead jobs (O(grouped jobs in the
+    head), once a build); from then on :meth:`GroupState.moved` keeps them."""
+    groups.refresh = partial(_refresh, state, groups)
+    entries, gid_of, heaps, dead = state.jobs.entries, groups.names.gid, groups.heaps, groups.dead
+    for seq in state.grouped:  # (every grouped job's seq in the head; some stale)
+        job = entries.get(seq)
+        if isinstance(job, bytes):
+            job = pending_from_line(seq, job)
+        if job is None or job.group is None:
+            continue
+        if job.status == PENDING:
+            heaps.setdefault(gid_of(job.group), []).append(seq)
+        elif job.status == DEAD:
+            gid = gid_of(job.group)
+            dead[gid] = dead.get(gid, 0) + 1
+    for gid in set(heaps) | set(dead):
+        heap = heaps.get(gid)
+        if heap is not None:
+            heapq.heapify(heap)
+        _refresh(state, groups, gid, now_ms)
+
+
+def _ready_entry(state: QueueState, seq: int) -> int:
+    """The ready key of pending job ``seq`` of the head (a fifo group's pick)."""
+    job = state.jobs.entries[seq]
+    if isinstance(job, bytes):
+        job = pending_from_line(seq, job)
+    return ready_key(job.priority, job.run_at_ms, seq)
+
+
+def _head_at(state: QueueState, entry: int | None, fifo: bool) -> Head | None:
+    """The head dispatch is told for a group whose heap's live top is ``entry``:
+    fair, its priority and ready key (due); fifo (``entry`` a seq), the job's
+    priority, ready key and run-at (a head not due parks its group)."""
+    if entry is None:
+        return None
+    if not fifo:
+        return Head(priority_of(entry), entry, 0)
+    job = state.jobs.entries.get(entry)
+    if job is None:  # (a grouped segment run's next job)
+        at = _virtual_at(state, entry)
+        assert at is not None  # (_live_top found it live)
+        ref = state.segment_refs[at]
+        priority, run_at = ref.priority, ref.run_at_ms
+    else:
+        if isinstance(job, bytes):
+            job = pending_from_line(entry, job)
+        priority, run_at = job.priority, job.run_at_ms
+    return Head(priority, ready_key_of(priority, run_at, entry), run_at)
+
+
+def _refresh(state: QueueState, groups: GroupState, gid: int, now_ms: int) -> None:
+    """Tell dispatch group ``gid``'s head (its heap's live top, stale entries
+    dropped) and, in fifo order, its dead count."""
+    fifo = groups.settings.fifo and gid != NO_GROUP
+    heap = groups.heaps.get(gid)
+    head = _head_at(state, _live_top(state, heap, now_ms, fifo), fifo)
+    if not heap:
+        groups.heaps.pop(gid, None)
+    groups.dispatch.set_head(gid, head, now_ms,
+                             dead=groups.dead.get(gid, 0) if groups.settings.fifo else None)
 
 
 def dissolve(state: QueueState) -> None:
@@ -173,9 +266,16 @@ def dissolve(state: QueueState) -> None:
     groups: GroupState | None = state.groups
     if groups is None:
         return
-    ready = state.ready
-    for heap in groups.heaps.values():
-        ready.extend(heap)
+    ready, entries = state.ready, state.jobs.entries
+    fifo = groups.settings.fifo
+    for gid, heap in groups.heaps.items():
+        if not fifo or gid == NO_GROUP:
+            ready.extend(heap)
+            continue
+        for seq in set(heap):  # (seqs: their pending jobs' ready keys; runs are registered again)
+            job = entries.get(seq)
+            if isinstance(job, bytes) or (job is not None and job.status == PENDING):
+                ready.append(_ready_entry(state, seq))
     heapq.heapify(ready)
     state.groups = None
 
@@ -187,6 +287,7 @@ def _absorb(state: QueueState, groups: GroupState, now_ms: int) -> None:
     if not ready:
         return
     gid_of, heaps = groups.names.gid, groups.heaps
+    fifo = groups.settings.fifo  # (then a grouped job goes to its group's heap by seq, due or not)
     # gid -> its heap's top before (None: a new heap). Dispatch holds a group's
     # heap top as its head (served() and head_of() set it so, and only this module
     # changes the heaps), so a group whose top stays is told nothing: one dispatch
@@ -201,15 +302,15 @@ def _absorb(state: QueueState, groups: GroupState, now_ms: int) -> None:
         seq = entry & SEQ_MASK
         job = entries.get(seq)
         if isinstance(job, bytes):  # (a bulk push's line: its one entry is live)
-            if key_time(entry) > now_ms:  # (not due yet: the clock stepped back)
-                heapq.heappush(state.delayed, timed_key(key_time(entry), seq))
-                continue
             group = pending_from_line(seq, job).group if b'"group":' in job else None
+            if key_time(entry) > now_ms and not (fifo and group is not None):
+                heapq.heappush(state.delayed, timed_key(key_time(entry), seq))  # (clock back)
+                continue
         elif job is None or job.status != PENDING or (
                 ((MAX_PRIORITY - job.priority) << _READY_PRIORITY_SHIFT)
                 | (job.run_at_ms << SEQ_BITS) | seq) != entry:  # (ready_key(), inlined)
             continue
-        elif job.run_at_ms > now_ms:
+        elif job.run_at_ms > now_ms and not (fifo and job.group is not None):
             heapq.heappush(state.delayed, timed_key(job.run_at_ms, seq))
             continue
         else:
@@ -217,6 +318,8 @@ def _absorb(state: QueueState, groups: GroupState, now_ms: int) -> None:
         gid = gids.get(group)
         if gid is None:
             gid = gids[group] = gid_of(group)
+        if fifo and gid != NO_GROUP:
+            entry = seq  # (source_key in fifo order)
         heap = heaps.get(gid)
         if heap is None:
             heaps[gid] = [entry]
@@ -228,13 +331,27 @@ def _absorb(state: QueueState, groups: GroupState, now_ms: int) -> None:
     ready.clear()
     for gid, top in touched.items():
         if top is None or heaps[gid][0] != top:
-            groups.head_of(gid, now_ms)
+            if fifo and gid != NO_GROUP:
+                _refresh(state, groups, gid, now_ms)
+            else:
+                groups.head_of(gid, now_ms)
 
 
-def _live_top(state: QueueState, heap: list[int] | None, now_ms: int) -> int | None:
+def _live_top(state: QueueState, heap: list[int] | None, now_ms: int,
+              fifo: bool = False) -> int | None:
     """The first live, due entry of a group's heap (stale ones popped, early ones
-    moved to the delayed heap), or None."""
+    moved to the delayed heap), or None. ``fifo`` (a fifo group: keys are seqs):
+    the first pending job's, due or not."""
     entries = state.jobs.entries
+    if fifo:
+        while heap:
+            seq = heap[0]
+            job = entries.get(seq)
+            if isinstance(job, bytes) or (job is not None and job.status == PENDING) or (
+                    job is None and _virtual_at(state, seq) is not None):
+                return seq
+            heapq.heappop(heap)
+        return None
     while heap:
         entry = heap[0]
         seq = entry & SEQ_MASK
@@ -304,6 +421,9 @@ def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, 
     ``CorruptState`` (nothing changed) for bad group settings in the head."""
     groups = group_state(state, now_ms)
     dispatch, heaps = groups.dispatch, groups.heaps
+    groups.now_ms = max(groups.now_ms, now_ms)
+    dispatch.sweep(now_ms)  # (per-group token buckets that refilled: dropped)
+    fifo_order = groups.settings.fifo
     promote_due(state, now_ms)  # (so claim_ready below finds nothing more to promote)
     _absorb(state, groups, now_ms)
     if state.segment_refs and grouped_refs(state) and (
@@ -322,8 +442,15 @@ def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, 
             break
         gid, q = picked
         heap = heaps.get(gid)
-        top = _live_top(state, heap, now_ms)
-        if gid != NO_GROUP and top is not None and _told(dispatch, gid) != top:
+        fifo = fifo_order and gid != NO_GROUP
+        top = _live_top(state, heap, now_ms, fifo)
+        if fifo and top is not None:
+            now_head = _head_at(state, top, fifo)
+            view = dispatch.view(gid)
+            if view is None or view.head != now_head:  # (as below; or its run-at moved)
+                dispatch.served(gid, 0, now_head, now_ms)
+                continue
+        elif gid != NO_GROUP and top is not None and _told(dispatch, gid) != top:
             # (its head went stale, cancelled or purged: picked at that job's priority
             # and age, it must compete again at its live next job's)
             dispatch.served(gid, 0, _head(top), now_ms)
@@ -345,23 +472,24 @@ def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, 
         if heap and top is not None:
             # (one turn takes jobs of its head's priority only: priority comes first)
             p = priority_of(top)
-            blocked = not _take(state, groups, heap, chosen, move_in_position)  # type: ignore[arg-type]
+            blocked = not _take(state, groups, heap, chosen, move_in_position,  # type: ignore[arg-type]
+                                fifo)
             taken = 0 if blocked else 1
-            while heap and taken < q and not blocked:
+            while not fifo and heap and taken < q and not blocked:  # (fifo: one a turn)
                 entry = _live_top(state, heap, now_ms)
                 if entry is None or (until is not None and entry > until) or \
                         priority_of(entry) != p:
                     break
                 blocked = not _take(state, groups, heap, chosen, move_in_position)  # type: ignore[arg-type]
                 taken += 1 - blocked
-        head = _live_top(state, heap, now_ms)
+        head = _live_top(state, heap, now_ms, fifo)
         if not heap:
             heaps.pop(gid, None)
         if gid == NO_GROUP and state.segment_refs:
             seg = _segment_next(state, now_ms)
             if seg is not None and (head is None or seg[0] < head):
                 head = seg[0]
-        dispatch.served(gid, taken, _head(head), now_ms)
+        dispatch.served(gid, taken, _head_at(state, head, fifo), now_ms)
         if blocked:
             break
     if not chosen:

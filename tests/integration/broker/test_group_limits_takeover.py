@@ -91,8 +91,11 @@ def broker(tmp_path: Path):  # type: ignore[no-untyped-def]
     ({"group_limits": {"a": 1.5}}, "group_limits"),
     ({"group_weights": {"a": 0}}, "group_weights"),
     ({"group_weights": {"\u0001": 2}}, "group_weights"),
-    ({"group_order": "fifo"}, "not yet supported"),
-    ({"group_dead": "hold"}, "not yet supported"),
+    ({"group_order": "fifo"}, "group_order fifo allows one claimed job per group; group_limit"),
+    ({"group_order": "fifo", "group_limit": 1, "group_limits": {"a": 4}}, "group_limits"),
+    ({"group_dead": "never"}, "group_dead"),
+    ({"group_rate_per_s": "1"}, "group_rate_per_s"),
+    ({"group_burst": -1}, "group_burst"),
     ({"group_rate_per_s": -1}, "group_rate_per_s"),
     ({"group_burst": 2.5}, "group_burst"),
 ])

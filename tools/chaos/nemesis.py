@@ -190,6 +190,9 @@ class Nemesis:
         return rng.choice(live), False, url
 
     def _kill(self, ev: Event) -> None:
+        if self._stop.is_set():  # (a helper's kill after the chaos phase: nothing would restart it)
+            self.note("kill_skipped", reason="the chaos phase is over")
+            return
         slot, is_owner, url = self._target("kill")
         if slot is None:
             self.note("kill_skipped", reason="no live broker", owner_url=url)
@@ -207,6 +210,9 @@ class Nemesis:
         self._restart_later(slot, ev.params["restart_after_s"], "after kill")
 
     def _pause(self, ev: Event) -> None:
+        if self._stop.is_set():  # (its resume would never run: the heal resumes, later)
+            self.note("pause_skipped", reason="the chaos phase is over")
+            return
         slot, is_owner, url = self._target("pause")
         if slot is None:
             self.note("pause_skipped", reason="no live broker", owner_url=url)

@@ -44,6 +44,9 @@ DEAD_PAGE = 1000
 #: the payloads' "p" of the jobs :meth:`Wide._wait_for_depth` pushes (past the
 #: producers' 0..99, the bulk producers' 100.. and the publishers' 200..)
 TOPUP_P = 300
+#: how long (s) a claim around an owner kill waits for the producers to fill the
+#: queue before it pushes the rest itself
+DEPTH_WAIT_S = 2.0
 
 
 class Wide:
@@ -187,12 +190,13 @@ class Wide:
             rec.redriven.update(ids)
 
     def _wait_for_depth(self, client: QueueClient, jobs: int) -> None:
-        """Wait (at most 2 x the broker lease + 10 s) until the queue holds ``jobs``
-        pending jobs, so that the claim the owner dies around is a big one (the
-        other consumers claim nothing while ``hold_claims`` is set). When the
-        producers were too slow for that (a busy machine), push the rest here, in
-        one acknowledged bulk push of payloads ``{"p": TOPUP_P, "n": N}``."""
-        deadline = time.monotonic() + 2 * self.args.lease_s + 10.0
+        """Wait (at most DEPTH_WAIT_S) until the queue holds ``jobs`` pending jobs,
+        so that the claim the owner dies around is a big one (the other consumers
+        claim nothing while ``hold_claims`` is set); then push what is missing
+        here, in one acknowledged bulk push of payloads ``{"p": TOPUP_P, "n": N}``.
+        (Waiting for the producers instead took up to 16 s on a busy machine, so
+        the kill could fall after the chaos phase, when nothing restarts it.)"""
+        deadline = time.monotonic() + DEPTH_WAIT_S
         pending = 0
         while not self.workers.stop_producing.is_set():
             try:

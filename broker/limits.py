@@ -165,6 +165,10 @@ MAX_GROUP_CHARS = 128
 MAX_GROUP_LIMIT = 1_000_000
 MAX_GROUP_WEIGHT = 1_000
 MAX_GROUP_RATE_PER_S = MAX_CLAIMS_PER_S
+#: The smallest rate other than 0 that ``max_claims_per_s`` and ``group_rate_per_s``
+#: take (a token every 1,000 s): the buckets count whole nano-tokens a ms, so a
+#: rate below 0.000001 a second would never refill and strand the jobs it gates.
+MIN_RATE_PER_S = 0.001
 MAX_GROUP_BURST = MAX_CLAIM_BURST
 MAX_GROUP_KEYS = 10_000
 MAX_GROUP_SETTINGS_BYTES = 512 * 1024

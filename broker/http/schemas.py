@@ -239,8 +239,9 @@ GROUP_SETTING_TEXTS = {
                    "its jobs claimed in push order; refused with a group limit above 1)",
     "group_dead": '"skip" (the default: a dead job leaves its fifo group\'s order) or "hold" '
                   "(a fifo group stops while it has a dead job); ignored in fair order",
-    "group_rate_per_s": "a number 0..1,000,000: jobs a second each group may be claimed at "
-                        "(a token bucket per group; 0, the default: no per-group rate)",
+    "group_rate_per_s": "a number, 0 or 0.001..1,000,000: jobs a second each group may be "
+                        "claimed at (a token bucket per group; 0, the default: no per-group "
+                        "rate)",
     "group_burst": "an int 0..10,000,000: a group's bucket size (0, the default: one "
                    "second's worth, at least 1)",
 }

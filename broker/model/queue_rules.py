@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker.errors import InvalidRequest
-from broker.limits import check_setting
+from broker.limits import MIN_RATE_PER_S, check_setting
 from broker.model import idempotency
 from broker.model.groups.settings import GROUP_SETTINGS, parse_group_settings
 from broker.model.lifecycle import restart_leases
@@ -64,6 +64,7 @@ def configure(state: QueueState, op: Configure, now_ms: int) -> Result:
     group settings (``group_*``) are checked together by
     :func:`broker.model.groups.settings.parse_group_settings`; a null one goes
     back to its default."""
+    _check_rates(op.settings)
     merged: dict[str, Any] = {name: getattr(state.settings, name)
                               for name in state.settings.__slots__}
     merged["groups"] = _group_settings(state.settings.groups, op.settings)
@@ -82,6 +83,19 @@ def configure(state: QueueState, op: Configure, now_ms: int) -> Result:
     state.settings = QueueSettings(**merged)
     idempotency.trim(state, now_ms)
     return Result(changed=True)
+
+
+def _check_rates(changes: dict[str, Any]) -> None:
+    """``InvalidRequest`` for a rate (``max_claims_per_s``, ``group_rate_per_s``)
+    above 0 but below :data:`~broker.limits.MIN_RATE_PER_S`, which would never
+    refill. Checked when set, not when an object is loaded (an older broker may
+    have stored one: its queue still loads)."""
+    for name in ("max_claims_per_s", "group_rate_per_s"):
+        value = changes.get(name)
+        if isinstance(value, int | float) and not isinstance(value, bool) \
+                and 0 < value < MIN_RATE_PER_S:
+            raise InvalidRequest(f"configure: {name} must be 0 (none) or at least "
+                                 f"{MIN_RATE_PER_S:g} a second, got {value!r:.60}")
 
 
 def _group_settings(current: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:

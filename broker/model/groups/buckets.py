@@ -13,8 +13,9 @@ a bucket is kept only while it is short of full. :meth:`GroupBuckets.sweep`
 exactly one entry per bucket (its full time; re-pushed, later, when the bucket
 was taken from since). Memory is O(groups that took a token within the last
 ``burst / rate`` seconds), never O(groups ever seen). (A rate below a
-nano-token a millisecond, 0.000001 a second, never refills: such buckets are
-kept until the rate changes.)
+nano-token a millisecond, 0.000001 a second, would never refill: configure
+refuses rates below ``MIN_RATE_PER_S``; an object an older broker stored with
+one keeps its buckets until the rate changes.)
 
 Pure: no I/O, no clock (``now_ms`` is passed in).
 """

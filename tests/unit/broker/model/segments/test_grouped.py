@@ -160,6 +160,7 @@ def test_a_queue_with_group_settings_is_written_as_version_6_and_back() -> None:
     ({"group_rate_per_s": -1}, "group_rate_per_s"),
     ({"group_burst": 1.5}, "group_burst"),
     ({"group_rate_per_s": -5}, "group_rate_per_s"),
+    ({"group_rate_per_s": 1e-7}, "group_rate_per_s must be 0 \\(none\\) or at least 0.001"),
     ({"group_rate_per_s": 10_000_000}, "group_rate_per_s"),
     ({"group_burst": -1}, "group_burst"),
     ({"group_burst": "5"}, "group_burst"),

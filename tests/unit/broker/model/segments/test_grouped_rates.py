@@ -8,15 +8,21 @@ group's next token; the housekeeping commit drops full buckets."""
 
 from __future__ import annotations
 
+import re
+import secrets
 from collections import Counter
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker.errors import InvalidRequest
+from broker.model import tokens
 from broker.model import transitions as T
 from broker.model import views as V
 from broker.model.format import codec
+from broker.model.format.decode import decode_state
 from broker.model.ops import Claim, Configure, NewJob, Push, Reclaim
 from broker.model.state import QueueState
 from tests.support.states import new_queue
@@ -96,3 +102,22 @@ def test_no_window_grants_a_group_more_than_its_bucket(
         for end, _ in granted[i:]:
             got = sum(n for t, n in granted if start <= t <= end)
             assert got <= size + rate * (end - start) / 1000 + 1e-9, (start, end, got)
+
+
+@pytest.mark.parametrize("name", ["group_rate_per_s", "max_claims_per_s"])
+def test_a_rate_that_would_never_refill_is_refused_when_set_but_loads_when_stored(
+        name: str) -> None:
+    state = queue(["a"] * 3, group_rate_per_s=1)
+    before = b"".join(codec.encode_parts(state))
+    with pytest.raises(InvalidRequest, match=f"{name} must be 0 \\(none\\) or at least 0.001"):
+        T.apply(state, Configure({name: 5e-7}), T0)
+    assert b"".join(codec.encode_parts(state)) == before
+    T.apply(state, Configure({name: 0.001}), T0)  # (the smallest: a token every 1,000 s)
+    # an object that an older broker wrote with such a rate still loads and serves
+    stored = re.sub(rb'"group_rate_per_s":[0-9.]+', b'"group_rate_per_s":5e-7', before) \
+        if name == "group_rate_per_s" else before.replace(
+            b'"settings":{', b'"settings":{"max_claims_per_s":5e-7,', 1)
+    assert stored != before
+    loaded = decode_state(stored)
+    tokens.bind(loaded, "q", secrets.token_bytes)
+    assert sum(claim(loaded, 3, T0).values()) == 1  # (the burst: one token)

@@ -48,12 +48,17 @@ def validate_new(state: QueueState, new: NewJob) -> int:
 
 _OPTIONS = operator.itemgetter(1, 2, 3, 4, 5)  # NewJob's fields after the payload
 _DEFAULT_OPTIONS = (0, 0, None, None, None)
+_OPTIONS_BUT_GROUP = operator.itemgetter(1, 2, 3, 4)
+_DEFAULT_BUT_GROUP = (0, 0, None, None)
 
 
 def insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int) -> Sequence[str]:
     """Validate all, then create all (or raise having created nothing)."""
-    if jobs and set(map(_OPTIONS, jobs)) == {_DEFAULT_OPTIONS}:
-        return insert_payloads(state, [new[0] for new in jobs], now_ms)
+    if jobs and set(map(_OPTIONS_BUT_GROUP, jobs)) == {_DEFAULT_BUT_GROUP}:
+        if set(map(_OPTIONS, jobs)) == {_DEFAULT_OPTIONS}:
+            return insert_payloads(state, [new[0] for new in jobs], now_ms)
+        return insert_payloads(state, [new[0] for new in jobs], now_ms,
+                               [new.group for new in jobs])
     seen = idempotency.seen_keys(state, now_ms)
     fresh: dict[str, int] = {}
     incoming = 0
@@ -102,13 +107,19 @@ def check_room(state: QueueState, incoming: int) -> None:
         )
 
 
-def insert_payloads(state: QueueState, payloads: Sequence[bytes], now_ms: int) -> JobIds:
-    """:func:`insert_jobs` for jobs with default options (the bulk path)."""
+def insert_payloads(state: QueueState, payloads: Sequence[bytes], now_ms: int,
+                    groups: Sequence[str | None] | None = None) -> JobIds:
+    """:func:`insert_jobs` for jobs with default options (the bulk path), each
+    with its group from ``groups`` (None: none has one)."""
     if not payloads:
         return JobIds(0, 0)
     limit = state.settings.max_payload_bytes
     sizes = list(map(len, payloads))
     if max(sizes) > limit:
         raise PayloadTooLarge(f"payload is {max(sizes)} bytes; this queue's limit is {limit} bytes")
+    if groups is not None:
+        for group in set(groups):
+            if group is not None:
+                check_group(group, "group")
     check_room(state, sum(sizes) + JOB_OVERHEAD_BYTES * len(payloads))
-    return add_pending_bulk(state, payloads, now_ms)
+    return add_pending_bulk(state, payloads, now_ms, groups)

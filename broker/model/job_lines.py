@@ -240,6 +240,33 @@ def new_pending_lines(first_seq: int, payloads: Sequence[bytes], now_ms: int,
     return [line % (seq, seq, payload) for seq, payload in enumerate(payloads, first_seq)]
 
 
+def new_grouped_pending_lines(first_seq: int, payloads: Sequence[bytes],
+                              groups: Sequence[str | None], now_ms: int,
+                              max_attempts: int) -> list[bytes]:
+    """:func:`new_pending_lines` for jobs of which some have a group (``groups``,
+    one per payload, None for none): a grouped job's line is :func:`job_line`'s
+    (the group spliced before the payload, as :func:`_with_group` does), filled
+    from one template per push (``bench/groups_cpu_bench.py``)."""
+    line = b",\n" + pending_format(0, now_ms, now_ms, max_attempts)
+    grouped = line.replace(b',"payload":', b',"group":%b,"payload":', 1)
+    out = []
+    fields = _group_json
+    for seq, (payload, group) in enumerate(zip(payloads, groups, strict=True), first_seq):
+        if group is None:
+            out.append(line % (seq, seq, payload))
+            continue
+        field = fields.get(group)
+        if field is None:
+            if len(fields) >= 4096:  # the groups of a few pushes are all that is reused
+                fields.clear()
+            field = fields[group] = orjson.dumps(group)
+        out.append(grouped % (seq, seq, field, payload))
+    return out
+
+
+_group_json: dict[str, bytes] = {}
+
+
 def pending_format(priority: int, run_at_ms: int, created_ms: int, max_attempts: int) -> bytes:
     """A pending job's line without key, error or the leading ``,\\n``, as a
     %-format of ``(seq, seq, payload)``: the rest is filled in here, once.
@@ -292,10 +319,46 @@ def pending_from_line(seq: int, line: bytes) -> Job:
         fields = _shared_fields[shared] = (stamp_ms(shared[:_STAMP_CHARS]),
                                            int(shared[_TO_MAX_ATTEMPTS:]))
     due_ms, max_attempts = fields
-    job = Job(seq, line[end + _TO_PAYLOAD:-1], PENDING, 0, due_ms, 0, max_attempts, due_ms)
+    at = end + _TO_PAYLOAD
+    if line[at - _AFTER_STAMP:at] == _STAMP_PAYLOAD:
+        job = Job(seq, line[at:-1], PENDING, 0, due_ms, 0, max_attempts, due_ms)
+    else:  # (a grouped push's line: the group spliced before the payload)
+        # (a JSON string holds no bare ',"payload":': its quotes are escaped)
+        group_at = at - _AFTER_STAMP + len(_STAMP_GROUP)
+        payload_at = line.index(_PAYLOAD_FIELD, group_at)
+        job = Job(seq, line[payload_at + len(_PAYLOAD_FIELD):-1], PENDING, 0, due_ms, 0,
+                  max_attempts, due_ms)
+        job.group = group_of_field(line[group_at:payload_at])
     job._enc = line
     return job
 
 
+def line_group(line: bytes) -> str | None:
+    """The group of the job a line of :func:`new_pending_lines` or
+    :func:`new_grouped_pending_lines` describes (None: none), read without
+    making its ``Job`` (a third of :func:`pending_from_line`'s cost)."""
+    at = line.index(_RUN_AT, 30) + len(_RUN_AT) + _TO_MAX_ATTEMPTS
+    at = line.index(b",", at) + _TO_PAYLOAD - _AFTER_STAMP
+    if line.startswith(_STAMP_PAYLOAD, at):
+        return None
+    at += len(_STAMP_GROUP)
+    return group_of_field(line[at:line.index(_PAYLOAD_FIELD, at)])
+
+
+def group_of_field(field: bytes) -> str:
+    """The group that ``field`` (its JSON string, as a line spells it) names."""
+    group = _groups_read.get(field)
+    if group is None:
+        if len(_groups_read) >= 4096:  # the groups of a few pushes are all that is reused
+            _groups_read.clear()
+        group = _groups_read[field] = orjson.loads(field)
+    return group
+
+
 _shared_fields: dict[bytes, tuple[int, int]] = {}
+_groups_read: dict[bytes, str] = {}
+_PAYLOAD_FIELD = b',"payload":'
+_STAMP_PAYLOAD = b'"' + _PAYLOAD_FIELD  # (what follows created_at's stamp: a payload,
+_STAMP_GROUP = b'","group":'  # or a group)
+_AFTER_STAMP = len(_STAMP_PAYLOAD)
 

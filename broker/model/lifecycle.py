@@ -64,6 +64,7 @@ from broker.model.job import (
 from broker.model.job_lines import (
     claim_tail,
     first_claim_line,
+    new_grouped_pending_lines,
     new_pending_lines,
     pending_from_line,
 )
@@ -238,9 +239,11 @@ def live_job(state: QueueState, token: str, now_ms: int) -> Job | None:
 # -- the per-job loops of large calls (see the module docstring) ----------------------
 
 
-def add_pending_bulk(state: QueueState, payloads: Sequence[bytes], now_ms: int) -> JobIds:
+def add_pending_bulk(state: QueueState, payloads: Sequence[bytes], now_ms: int,
+                     groups: Sequence[str | None] | None = None) -> JobIds:
     """Add a pending job with default options for each payload (JSON bytes), due
-    at ``now_ms``; return their ids. The caller has checked sizes and room.
+    at ``now_ms``, each in its group of ``groups`` if given (None: no group);
+    return their ids. The caller has checked sizes, groups and room.
 
     A bulk push of a million jobs comes here: each job's line is filled in
     from one template per push (:func:`broker.model.job_lines.new_pending_lines`), the
@@ -253,7 +256,13 @@ def add_pending_bulk(state: QueueState, payloads: Sequence[bytes], now_ms: int) 
     check_move(NEW, PENDING)
     counters = state.counters
     first = counters.enqueued + 1
-    lines = new_pending_lines(first, payloads, now_ms, state.settings.max_attempts)
+    if groups is None:
+        lines = new_pending_lines(first, payloads, now_ms, state.settings.max_attempts)
+    else:  # (their groups' heaps take them from the ready heap: segments/grouped.py)
+        lines = new_grouped_pending_lines(first, payloads, groups, now_ms,
+                                          state.settings.max_attempts)
+        state.grouped.extend(seq for seq, group in enumerate(groups, first)
+                             if group is not None)  # (ascending: still a heap)
     count = len(lines)
     counters.enqueued += count
     state.jobs.add_lines(first, lines)

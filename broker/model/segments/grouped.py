@@ -65,7 +65,7 @@ from broker.model.indexes import (
     timed_key,
 )
 from broker.model.job import DEAD, PENDING, Job
-from broker.model.job_lines import pending_from_line
+from broker.model.job_lines import line_group, pending_from_line
 from broker.model.lifecycle import IllegalMove, claim_ready
 from broker.model.ops import LeasedJobs
 from broker.model.segments.refs import due_key, holding, next_untaken, run_from, taken_between
@@ -302,7 +302,7 @@ def _absorb(state: QueueState, groups: GroupState, now_ms: int) -> None:
         seq = entry & SEQ_MASK
         job = entries.get(seq)
         if isinstance(job, bytes):  # (a bulk push's line: its one entry is live)
-            group = pending_from_line(seq, job).group if b'"group":' in job else None
+            group = line_group(job)
             if key_time(entry) > now_ms and not (fifo and group is not None):
                 heapq.heappush(state.delayed, timed_key(key_time(entry), seq))  # (clock back)
                 continue

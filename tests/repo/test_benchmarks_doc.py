@@ -65,3 +65,13 @@ def test_a_page_with_an_unsourced_figure_fails(tmp_path: Path) -> None:
     (results / "x.json").write_text(json.dumps(record))
     assert "## A: bench/results/x.json does not record ['cpu_model']" in unsourced(
         page, tmp_path)
+
+
+def test_every_figure_of_a_chaos_run_is_in_the_results_file_its_section_names() -> None:
+    # (docs/chaos.md also describes the runner with numbers of its own, its options'
+    # defaults: a section that names no results file is not a measurement)
+    problems = [p for p in unsourced(ROOT / "docs" / "chaos.md", ROOT)
+                if not p.endswith("but no bench/results file")]
+    assert not problems, "\n".join(problems)
+    measured = [s for s in sections((ROOT / "docs" / "chaos.md").read_text()) if s.files]
+    assert len(measured) >= 3, [s.heading for s in measured]

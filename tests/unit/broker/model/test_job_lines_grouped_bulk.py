@@ -22,7 +22,7 @@ from broker.model.job_lines import (
     new_grouped_pending_lines,
     pending_from_line,
 )
-from broker.model.ops import Claim, Configure, NewJob, Push
+from broker.model.ops import Claim, Complete, CompleteItem, Configure, NewJob, Push
 from tests.support.states import committed, new_queue, read_back
 
 T0 = 1_767_225_600_000
@@ -68,6 +68,9 @@ def test_a_grouped_push_stays_lines_and_its_groups_limit_holds() -> None:
     got = T.apply(state, Claim("w", 10, 30_000), T0).jobs
     assert sorted(state.jobs[int(j.id[1:])].group or "-" for j in got) == ["-", "a", "b"]
     assert T.apply(state, Claim("w", 10, 30_000), T0).jobs == []  # (a and b at their limit)
+    T.apply(state, Complete(tuple(CompleteItem(j.token) for j in got)), T0)  # (settled by group)
+    again = T.apply(state, Claim("w", 10, 30_000), T0).jobs
+    assert sorted(state.jobs[int(j.id[1:])].group or "-" for j in again) == ["a", "b"]
 
 
 def test_a_grouped_bulk_push_survives_encode_and_decode_byte_for_byte() -> None:

@@ -176,6 +176,13 @@ class Dispatch:
             return None
         return GroupView(g.state, g.held, g.dead, g.pass_, g.weight, g.limit, g.head, g.wake)
 
+    def head(self, gid: int) -> Head | None:
+        """Group ``gid``'s head as told (None: none, or no record): :meth:`view`'s
+        ``head`` without building the view, once a claim's turn
+        (``bench/groups_cpu_bench.py``)."""
+        g = self._groups.get(gid)
+        return None if g is None else g.head
+
     def gids(self) -> Iterator[int]:
         """The groups with a record (O(groups): for stats and tests, never a claim)."""
         return iter(list(self._groups))

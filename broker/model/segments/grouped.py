@@ -397,8 +397,8 @@ def _segment_next(state: QueueState, now_ms: int) -> tuple[int, int] | None:
 
 def _told(dispatch: Dispatch, gid: int) -> int | None:
     """The order key of the head dispatch holds for group ``gid`` (None: none)."""
-    view = dispatch.view(gid)
-    return None if view is None or view.head is None else view.head.order
+    head = dispatch.head(gid)
+    return None if head is None else head.order
 
 
 def _head(key: int | None) -> Head | None:
@@ -446,8 +446,7 @@ def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, 
         top = _live_top(state, heap, now_ms, fifo)
         if fifo and top is not None:
             now_head = _head_at(state, top, fifo)
-            view = dispatch.view(gid)
-            if view is None or view.head != now_head:  # (as below; or its run-at moved)
+            if dispatch.head(gid) != now_head:  # (as below; or its run-at moved)
                 dispatch.served(gid, 0, now_head, now_ms)
                 continue
         elif gid != NO_GROUP and top is not None and _told(dispatch, gid) != top:

@@ -26,10 +26,12 @@ from osqueue_spark.client import QueueClient, job_staged_line
 from osqueue_spark.datasource.rows import row_to_job
 
 
-def content_keys(rows: Iterable[Any], prefix: str) -> Iterator[dict[str, Any]]:
+def content_keys(rows: Iterable[Any], prefix: str,
+                 group_column: str | None = None) -> Iterator[dict[str, Any]]:
     """Jobs (as for :meth:`QueueClient.push_many`) from ``rows``, each keyed by its
     content and occurrence number (see the module docstring); a row's own ``key``
-    column wins.
+    column wins. ``group_column``: the string column whose value is each row's
+    group (as ``groupColumn`` of ``df.write``; it stays in the payload).
 
     Memory: one entry (under 100 bytes) per distinct content, for as long as the
     iteration runs. Raises ``InvalidRequest`` for a row that cannot be a job
@@ -41,7 +43,7 @@ def content_keys(rows: Iterable[Any], prefix: str) -> Iterator[dict[str, Any]]:
     seen: dict[bytes, int] = {}
     blake2b = hashlib.blake2b
     for row in rows:
-        job = row_to_job(row)
+        job = row_to_job(row, group_column)
         if job.get("key") is None:
             digest = blake2b(job_staged_line(job), digest_size=8).digest()
             k = seen.get(digest, 0)
@@ -51,15 +53,17 @@ def content_keys(rows: Iterable[Any], prefix: str) -> Iterator[dict[str, Any]]:
 
 
 def push_partition(*, broker: str, queue: str, token: str | None = None,
-                   key_prefix: str | None = None,
-                   batch_size: int = 1000) -> Callable[[Iterable[Any]], None]:
+                   key_prefix: str | None = None, batch_size: int = 1000,
+                   group_column: str | None = None) -> Callable[[Iterable[Any]], None]:
     """A function for ``df.foreachPartition`` that pushes every row as a job.
 
     Rows map to jobs as in ``df.write.format("osqueue")``: a ``payload``
     column (JSON string, struct or map) or all columns as a JSON object, and
     optional ``priority``, ``delay_s``, ``max_attempts``, ``key`` columns.
     ``key_prefix`` (default: random, fixed by this call) names the write;
-    ``batch_size`` is rows per push request.
+    ``batch_size`` is rows per push request; ``group_column`` names the string
+    column whose value is each row's group (``groupColumn`` of ``df.write``;
+    null: no group; a value that is not a group name fails the task naming it).
 
     Retries do not duplicate jobs: keys are stable per (partition id, row
     content, occurrence), so any order of the same rows gives the same keys.
@@ -89,7 +93,8 @@ def push_partition(*, broker: str, queue: str, token: str | None = None,
         part = ctx.partitionId() if ctx is not None else 0
         client = QueueClient(broker, queue, token=token)
         try:
-            client.push_many(content_keys(rows, f"{prefix}:{part}"), batch_size=batch_size)
+            client.push_many(content_keys(rows, f"{prefix}:{part}", group_column),
+                             batch_size=batch_size)
         finally:
             client.close()
 

@@ -93,6 +93,35 @@ def test_a_grouped_write_lands_each_row_once_with_its_group_and_reads_back(
         Counter(TENANTS[n % 4] for n in range(rows))
 
 
+def test_a_foreach_partition_push_with_a_group_column_lands_each_row_once_in_its_group(
+        spark: Any, broker: BrokerServer, store_dir: Path, tmp_path: Path) -> None:
+    """``push_partition(group_column=)``: partition 0's first attempt pushes half
+    its rows and dies; its retry pushes them all again. Every row is a job once,
+    in its group, with the column kept in its payload."""
+    from osqueue_spark import push_partition
+
+    q = f"gp-{uuid.uuid4().hex[:8]}"
+    marker = tmp_path / "died"
+    push = push_partition(broker=broker.url, queue=q, batch_size=40, group_column="tenant")
+
+    def flaky(rows: Any) -> None:
+        from pyspark import TaskContext
+
+        rows = list(rows)
+        ctx = TaskContext.get()
+        if ctx.partitionId() == 0 and ctx.attemptNumber() == 0:
+            push(iter(rows[:len(rows) // 2]))
+            marker.touch()
+            raise RuntimeError("injected failure halfway through the push")
+        push(iter(rows))
+
+    rows = [(n, TENANTS[n % 4]) for n in range(300)]
+    spark.sparkContext.parallelize(rows, 3).toDF("n long, tenant string").foreachPartition(flaky)
+    assert marker.exists()
+    got = Counter((job.group, job.payload) for job in stored(FileStore(store_dir), q).jobs.values())
+    assert got == Counter((TENANTS[n % 4], _payload(n)) for n in range(300))
+
+
 def _payload(n: int) -> bytes:
     import orjson
 

@@ -367,6 +367,28 @@ class SegmentWindows:
         self.runs[(ref.key, ref.etag)] = runs
         self.put(ref, 0, lines, keep)
 
+    def put_directory(self, ref: SegmentRef,
+                      runs: tuple[tuple[str | None, int], ...]) -> None:
+        """Keep grouped segment ``ref``'s directory ``runs`` without its lines
+        (what a claim needs to know its groups' runs; the lines of the runs a
+        batch reaches are loaded whole, :meth:`put_grouped`)."""
+        self.runs[(ref.key, ref.etag)] = runs
+
+    def has_directory(self, ref: SegmentRef) -> bool:
+        """Whether grouped segment ``ref``'s directory is held."""
+        return (ref.key, ref.etag) in self.runs
+
+    def touch(self, refs: Sequence[SegmentRef]) -> None:
+        """Mark the windows of ``refs`` (those held) as the latest used, in
+        that order: eviction beyond :data:`MAX_WINDOWS` takes the least
+        lately used first."""
+        windows = self.windows
+        for ref in refs:
+            name = (ref.key, ref.etag)
+            window = windows.pop(name, None)
+            if window is not None:
+                windows[name] = window
+
     def line_at(self, ref: SegmentRef, pos: int) -> bytes | None:
         """The loaded line of position ``pos`` of ``ref``'s segment, or None."""
         window = self.windows.get((ref.key, ref.etag))

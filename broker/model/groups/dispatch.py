@@ -201,6 +201,31 @@ class Dispatch:
             heapq.heappop(timed)
         return None
 
+    def peek(self, n: int) -> list[int]:
+        """The gids of the first ``n`` ready groups in pick order, as they stand
+        (without waking parked groups; changes nothing). A best-first walk of
+        the heap from its root with a small heap of candidates: O(n log n)
+        plus the stale entries met, never O(ready groups). For planning which
+        sources a batch of claims may reach (each group once: a group served
+        again in the batch is not foreseen)."""
+        heap, groups = self._heap, self._groups
+        out: list[int] = []
+        if n <= 0 or not heap:
+            return out
+        frontier = [(heap[0], 0)]
+        size = len(heap)
+        seen: set[int] = set()  # (a head changed and back leaves its key twice)
+        while frontier and len(out) < n:
+            key, i = heapq.heappop(frontier)
+            g = groups.get(key & _GID_MASK)
+            if g is not None and g.state == READY and g.key == key and g.gid not in seen:
+                seen.add(g.gid)
+                out.append(g.gid)
+            for child in (2 * i + 1, 2 * i + 2):  # (a stale entry's children may be live)
+                if child < size:
+                    heapq.heappush(frontier, (heap[child], child))
+        return out
+
     # -- changes -----------------------------------------------------------------------
 
     def advance(self, now_ms: int) -> None:

@@ -108,6 +108,7 @@ never stored.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -364,15 +365,17 @@ class SegmentWindows:
         """Keep the whole of grouped segment ``ref``'s ``lines`` and its
         directory ``runs`` (as :meth:`put`, which may evict other windows;
         the directory stays while the head references the segment)."""
-        self.runs[(ref.key, ref.etag)] = runs
+        self.put_directory(ref, runs)
         self.put(ref, 0, lines, keep)
 
     def put_directory(self, ref: SegmentRef,
                       runs: tuple[tuple[str | None, int], ...]) -> None:
         """Keep grouped segment ``ref``'s directory ``runs`` without its lines
         (what a claim needs to know its groups' runs; the lines of the runs a
-        batch reaches are loaded whole, :meth:`put_grouped`)."""
-        self.runs[(ref.key, ref.etag)] = runs
+        batch reaches are loaded whole, :meth:`put_grouped`). Names are
+        interned: the same groups run through every segment of a push."""
+        self.runs[(ref.key, ref.etag)] = tuple(
+            (None if name is None else sys.intern(name), n) for name, n in runs)
 
     def has_directory(self, ref: SegmentRef) -> bool:
         """Whether grouped segment ``ref``'s directory is held."""

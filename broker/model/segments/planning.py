@@ -20,7 +20,7 @@ at the claim's own time).
 
 from __future__ import annotations
 
-from broker.model.indexes import SEQ_MASK
+from broker.model.indexes import SEQ_MASK, ready_key
 from broker.model.segments.refs import holding
 from broker.model.state import MAX_WINDOWS, QueueState, SegmentRef
 
@@ -43,12 +43,15 @@ def claim_sources(state: QueueState, budget: int, now_ms: int) -> list[SegmentRe
     ``budget`` jobs in all may reach at ``now_ms``, in pick order, at most
     :data:`MAX_WINDOWS` of them: the segments holding the next job of each of
     the first ``budget`` groups dispatch would pick (a best-first peek of its
-    heap, :meth:`~broker.model.groups.dispatch.Dispatch.peek`: O(budget log
-    budget), never O(groups)), then the first grouped segment whose runs no
-    claim has registered yet (after a load, a takeover, or a push by reference:
-    the groups' heads are in the earliest segments, each group consuming its
-    segments in order). A group served more than once in the batch may reach
-    a segment not planned: that claim ends there."""
+    heap and of the parked groups a pick at ``now_ms`` wakes,
+    :meth:`~broker.model.groups.dispatch.Dispatch.peek`: O(budget log
+    budget), never O(groups)), then the first in claim order (due, priority,
+    run-at, seq) of the grouped segments whose runs no claim has registered
+    yet (after a load, a takeover, or a push by reference: the groups' heads
+    are in the earliest segments, each group consuming its segments in
+    order). A group served more than once in the batch, or freed by a
+    settlement of the same batch, may reach a segment not planned: that claim
+    ends there, and the next batch plans it."""
     if budget <= 0:
         return []
     refs = state.segment_refs
@@ -56,7 +59,7 @@ def claim_sources(state: QueueState, budget: int, now_ms: int) -> list[SegmentRe
     groups = state.groups
     if groups is not None:
         heaps, entries = groups.heaps, state.jobs.entries
-        for gid in groups.dispatch.peek(budget):
+        for gid in groups.dispatch.peek(budget, now_ms):
             heap = heaps.get(gid)
             if not heap:
                 continue
@@ -72,9 +75,10 @@ def claim_sources(state: QueueState, budget: int, now_ms: int) -> list[SegmentRe
                 return list(out.values())
     fifo = state.settings.groups.get("group_order") == "fifo"
     known = groups.dirs if groups is not None else {}
-    for ref in refs:  # (in seq order)
-        if ref.groups is not None and ref.remaining and (ref.run_at_ms <= now_ms or fifo) \
-                and (ref.key, ref.etag) not in known:
-            out.setdefault(ref.key, ref)
-            break
+    first = min(((ref.run_at_ms > now_ms, ready_key(ref.priority, ref.run_at_ms, ref.first_seq),
+                  i) for i, ref in enumerate(refs)
+                 if ref.groups is not None and ref.remaining and (ref.run_at_ms <= now_ms or fifo)
+                 and (ref.key, ref.etag) not in known), default=None)
+    if first is not None:  # (the first in claim order: due, then priority, run-at, seq)
+        out.setdefault(refs[first[2]].key, refs[first[2]])
     return list(out.values())

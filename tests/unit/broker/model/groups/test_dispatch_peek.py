@@ -62,3 +62,17 @@ def test_peek_of_many_groups_names_the_oldest_heads_first() -> None:
     got = d.peek(3)
     assert [names.name(gid) for gid in got] == ["g9999", "g9998", "g9997"]
     assert d.peek(0) == []
+
+
+def test_peek_at_a_time_names_the_parked_groups_a_pick_then_wakes() -> None:
+    names = GroupNames()
+    d = Dispatch(parse_group_settings({}, "test"), names)
+    ready, later, much_later = names.gid("ready"), names.gid("later"), names.gid("much")
+    d.set_head(ready, Head(0, 5, T0), T0)
+    d.set_head(later, Head(0, 1, T0 + 100), T0)  # (not due: parked until T0 + 100)
+    d.set_head(much_later, Head(0, 2, T0 + 900), T0)
+    assert d.peek(5) == [ready] and d.peek(5, T0 + 99) == [ready]
+    assert d.peek(5, T0 + 100) == [later, ready]
+    assert d.peek(1, T0 + 100) == [later]
+    assert d.view(later).state == "not_due"  # type: ignore[union-attr]  # (nothing woken)
+    assert d.pick(T0 + 100) == (later, 1)  # (the pick wakes it, and serves it first)

@@ -23,17 +23,18 @@ T0 = 1_767_225_600_000
 
 
 def grouped_segment(state: QueueState, groups: list[str | None], *, lines: bool,
-                    delay_ms: int = -1_000) -> tuple[SegmentRef, list[bytes], Any]:
+                    delay_ms: int = -1_000, priority: int = 0
+                    ) -> tuple[SegmentRef, list[bytes], Any]:
     """Reserve seqs for jobs ``b"<seq>"`` in ``groups[i]``, write them
     group-major as a v3 segment and reference it; its directory is loaded,
     its lines only if ``lines``. The ref, its lines and its runs."""
     first = state.counters.enqueued + 1
     gm = group_major([b"%d" % (first + i) for i in range(len(groups))], groups)
     assert gm.runs is not None
-    data = encode_segment("q", first, 0, T0 + delay_ms, gm.payloads, max_attempts=3,
+    data = encode_segment("q", first, priority, T0 + delay_ms, gm.payloads, max_attempts=3,
                           groups=gm.runs)
     ref = SegmentRef(segment_key("q", segment_name(first, "0123abcd")), f'"e{first}"',
-                     first, len(groups), 0, T0 + delay_ms, groups=len(gm.runs))
+                     first, len(groups), priority, T0 + delay_ms, groups=len(gm.runs))
     state.counters.enqueued += len(groups)
     state.segment_refs.append(ref)
     if state.windows is None:
@@ -75,6 +76,17 @@ def test_at_most_max_windows_segments_however_many_groups_head_elsewhere() -> No
     assert claim(state, 50) == []
     assert [r.key for r in claim_sources(state, 50, T0)] == [r.key for r in
                                                              refs[:MAX_WINDOWS]]
+
+
+def test_before_any_claim_the_first_segment_in_claim_order() -> None:
+    state = new_queue(T0)
+    low, _, _ = grouped_segment(state, ["a", "b"], lines=False)
+    grouped_segment(state, ["c"], lines=False, delay_ms=60_000, priority=9)  # (not due)
+    high, _, _ = grouped_segment(state, ["d"], lines=False, priority=5)
+    assert claim_sources(state, 10, T0) == [high]  # (priority first, as a claim takes)
+    assert claim(state, 1) == []  # (its lines are not loaded: the claim ends at once)
+    assert claim_sources(state, 1, T0) == [high]  # d's head: the first pick
+    assert claim_sources(state, 10, T0) == [high, low]
 
 
 def test_directories_of_due_segments_or_in_fifo_order_of_every_one() -> None:

@@ -47,6 +47,9 @@ from broker.storage import Data
 
 #: How far ahead of now a batch plans its segment windows (ms).
 PLAN_AHEAD_MS = 1_000
+#: Grouped segments whose directories prepare reads at once (each read is of
+#: the whole object, its lines dropped: this bounds the memory it takes).
+DIRECTORY_READS = 4
 
 
 class QueueTarget:
@@ -108,8 +111,12 @@ class QueueTarget:
         claims = claim_refs(state, budget, ahead)
         # grouped segments: every due one's directory (claims and stats), once; the
         # lines of those the batch's claims may reach, whole
-        for ref in directories_wanted(state, ahead):
-            self.windows.put_directory(ref, await self.segments.read_directory(ref))
+        dirs = directories_wanted(state, ahead)
+        for at in range(0, len(dirs), DIRECTORY_READS):  # (a few whole reads at a time)
+            some = dirs[at:at + DIRECTORY_READS]
+            got = await asyncio.gather(*(self.segments.read_directory(ref) for ref in some))
+            for ref, runs in zip(some, got, strict=True):
+                self.windows.put_directory(ref, runs)
         claims += [(ref, ref.remaining) for ref in claim_sources(state, budget, now_ms)]
         needed = [ref for ref, _ in claims]
         wanted = [ref for ref, _ in plan_windows(state.windows, claims)]

@@ -120,3 +120,34 @@ def test_a_successor_whose_segment_reads_fail_changes_nothing_then_drains_each_j
         await b.stop()
 
     run(go())
+
+
+def test_groups_heading_in_more_segments_than_it_holds_are_drained_within_max_windows(
+        tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+
+    async def go() -> None:
+        a = await started(store, segment_push_jobs=10, grouped_segments=True)
+        for s in range(SEGMENTS):  # segment s holds group s's jobs only
+            await a.push("q", [NewJob(orjson.dumps({"n": n}), group=f"s{s}")
+                               for n in range(s * PER_SEGMENT, (s + 1) * PER_SEGMENT)])
+        windows = windows_of(a)
+        seen: list[int] = []
+        ends = 0
+        while len(seen) < SEGMENTS * PER_SEGMENT:
+            got = await a.claim("q", "w", max_jobs=4 * SEGMENTS, lease_s=60)
+            assert got, f"a claim found nothing with {len(seen)} jobs claimed"
+            assert len(windows.windows) <= MAX_WINDOWS
+            ends += len(got) < min(4 * SEGMENTS, SEGMENTS * PER_SEGMENT - len(seen))
+            seen += [orjson.loads(j.payload)["n"] for j in got]
+            await a.complete("q", [CompleteItem(j.token) for j in got])
+        assert ends >= 1  # (some claim reached a segment beyond the windows held, and ended)
+        assert sorted(seen) == list(range(SEGMENTS * PER_SEGMENT))  # each job once
+        for s in range(SEGMENTS):  # each group in push order
+            mine = [n for n in seen if n // PER_SEGMENT == s]
+            assert mine == sorted(mine)
+        head = stored(store)
+        assert head.segment_refs == [] and head.counters.completed == SEGMENTS * PER_SEGMENT
+        await a.stop()
+
+    run(go())

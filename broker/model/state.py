@@ -109,7 +109,8 @@ never stored.
 from __future__ import annotations
 
 import sys
-from collections.abc import Collection, Sequence
+from array import array
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -323,6 +324,29 @@ _COMPACT_AT = 8192
 MAX_WINDOWS = 8
 
 
+@dataclass(frozen=True, slots=True)
+class HeldRuns:
+    """A grouped segment's directory as :class:`SegmentWindows` holds it: its
+    names, interned (the same groups run through every segment of a push),
+    and its counts in an ``array('I')``: about 12 bytes a run, not the 80 of
+    a tuple a run. Iterates as the ``(name, count)`` pairs it was made of."""
+
+    names: tuple[str | None, ...]
+    counts: array
+
+    @classmethod
+    def of(cls, runs: Iterable[tuple[str | None, int]]) -> HeldRuns:
+        pairs = list(runs)
+        return cls(tuple(None if name is None else sys.intern(name) for name, _ in pairs),
+                   array("I", [n for _, n in pairs]))
+
+    def __iter__(self) -> Iterator[tuple[str | None, int]]:
+        return zip(self.names, self.counts, strict=True)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
 @dataclass(slots=True)
 class _Window:
     start: int  # the position (0 = the segment's first job) of lines[offset]
@@ -342,7 +366,7 @@ class SegmentWindows:
     #: in position order), kept while the head references them; a grouped
     #: segment's window is always the whole object (its taken positions are
     #: ``taken_at``, not a prefix).
-    runs: dict[tuple[str, str], tuple[tuple[str | None, int], ...]] = field(
+    runs: dict[tuple[str, str], Iterable[tuple[str | None, int]]] = field(
         default_factory=dict)
 
     def put(self, ref: SegmentRef, start: int, lines: list[bytes],
@@ -372,10 +396,10 @@ class SegmentWindows:
                       runs: tuple[tuple[str | None, int], ...]) -> None:
         """Keep grouped segment ``ref``'s directory ``runs`` without its lines
         (what a claim needs to know its groups' runs; the lines of the runs a
-        batch reaches are loaded whole, :meth:`put_grouped`). Names are
-        interned: the same groups run through every segment of a push."""
-        self.runs[(ref.key, ref.etag)] = tuple(
-            (None if name is None else sys.intern(name), n) for name, n in runs)
+        batch reaches are loaded whole, :meth:`put_grouped`), as
+        :class:`HeldRuns`: a deep grouped queue holds the directories of all
+        its due segments."""
+        self.runs[(ref.key, ref.etag)] = HeldRuns.of(runs)
 
     def has_directory(self, ref: SegmentRef) -> bool:
         """Whether grouped segment ``ref``'s directory is held."""

@@ -77,8 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
                         f"(env {env_of('ui_read_only')}=true)")
     p.add_argument("--grouped-segments", dest="grouped_segments", action="store_const",
                    const=True, help=f"a bulk push whose jobs have groups goes into grouped "
-                                    f"segment objects too (env {env_of('grouped_segments')}"
-                                    f"=true)")
+                                    f"segment objects too: the default (env "
+                                    f"{env_of('grouped_segments')}=true)")
+    p.add_argument("--no-grouped-segments", dest="grouped_segments", action="store_const",
+                   const=False, help=f"a bulk push whose jobs have groups goes into the queue "
+                                     f"object (env {env_of('grouped_segments')}=false)")
     p.add_argument("--no-self-test", dest="self_test", action="store_const", const=False,
                    help=f"skip the conditional-write self-test at start-up "
                         f"(env {env_of('self_test')}=false)")

@@ -147,8 +147,8 @@ class BrokerFlags(BaseSettings):
     grouped_segments: bool = Field(
         BrokerConfig.grouped_segments,
         description="a bulk push whose jobs have groups goes into grouped segment objects "
-                    "(format 3) like any bulk push, not into the queue object (off by "
-                    "default while grouped segments are being completed)")
+                    "(format 3) like any bulk push, not into the queue object (on by "
+                    "default; off, such pushes go into the queue object)")
     history_interval_s: float = Field(
         BrokerConfig.history_interval_s, ge=0.1, le=600.0,
         description="seconds between the samples of the dashboard's charts (an hour kept)")

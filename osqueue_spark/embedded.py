@@ -84,7 +84,7 @@ def start_broker(store: str | ObjectStore, host: str | None = None, port: int = 
                  segment_push_jobs: int | None = None, ui_read_only: bool = False,
                  startup_timeout_s: float | None = None,
                  trusted_proxies: str | Sequence[str] = (),
-                 grouped_segments: bool = False,
+                 grouped_segments: bool = True,
                  **settings: Any) -> BrokerServer:
     """Start a broker with its HTTP server in a background thread of this process.
 
@@ -127,7 +127,8 @@ def start_broker(store: str | ObjectStore, host: str | None = None, port: int = 
     an embedded broker leaves the collector as it found it.
     ``ui_read_only``: the dashboard shows the queues and refuses every action.
     ``grouped_segments``: a bulk push or publish whose jobs have groups goes
-    into grouped segment objects too (``BrokerConfig.grouped_segments``).
+    into grouped segment objects too (``BrokerConfig.grouped_segments``; on by
+    default, False puts them into the queue object).
     ``startup_timeout_s``: how long start-up rides out transient storage errors
     (throttling, 5xx, timeouts, connection errors: each retry is logged at
     warning on the ``osqueue.broker`` logger) before it raises the last one

@@ -108,7 +108,9 @@ never stored.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import sys
+from array import array
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -322,6 +324,29 @@ _COMPACT_AT = 8192
 MAX_WINDOWS = 8
 
 
+@dataclass(frozen=True, slots=True)
+class HeldRuns:
+    """A grouped segment's directory as :class:`SegmentWindows` holds it: its
+    names, interned (the same groups run through every segment of a push),
+    and its counts in an ``array('I')``: about 12 bytes a run, not the 80 of
+    a tuple a run. Iterates as the ``(name, count)`` pairs it was made of."""
+
+    names: tuple[str | None, ...]
+    counts: array
+
+    @classmethod
+    def of(cls, runs: Iterable[tuple[str | None, int]]) -> HeldRuns:
+        pairs = list(runs)
+        return cls(tuple(None if name is None else sys.intern(name) for name, _ in pairs),
+                   array("I", [n for _, n in pairs]))
+
+    def __iter__(self) -> Iterator[tuple[str | None, int]]:
+        return zip(self.names, self.counts, strict=True)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
 @dataclass(slots=True)
 class _Window:
     start: int  # the position (0 = the segment's first job) of lines[offset]
@@ -341,7 +366,7 @@ class SegmentWindows:
     #: in position order), kept while the head references them; a grouped
     #: segment's window is always the whole object (its taken positions are
     #: ``taken_at``, not a prefix).
-    runs: dict[tuple[str, str], tuple[tuple[str | None, int], ...]] = field(
+    runs: dict[tuple[str, str], Iterable[tuple[str | None, int]]] = field(
         default_factory=dict)
 
     def put(self, ref: SegmentRef, start: int, lines: list[bytes],
@@ -364,8 +389,32 @@ class SegmentWindows:
         """Keep the whole of grouped segment ``ref``'s ``lines`` and its
         directory ``runs`` (as :meth:`put`, which may evict other windows;
         the directory stays while the head references the segment)."""
-        self.runs[(ref.key, ref.etag)] = runs
+        self.put_directory(ref, runs)
         self.put(ref, 0, lines, keep)
+
+    def put_directory(self, ref: SegmentRef,
+                      runs: tuple[tuple[str | None, int], ...]) -> None:
+        """Keep grouped segment ``ref``'s directory ``runs`` without its lines
+        (what a claim needs to know its groups' runs; the lines of the runs a
+        batch reaches are loaded whole, :meth:`put_grouped`), as
+        :class:`HeldRuns`: a deep grouped queue holds the directories of all
+        its due segments."""
+        self.runs[(ref.key, ref.etag)] = HeldRuns.of(runs)
+
+    def has_directory(self, ref: SegmentRef) -> bool:
+        """Whether grouped segment ``ref``'s directory is held."""
+        return (ref.key, ref.etag) in self.runs
+
+    def touch(self, refs: Sequence[SegmentRef]) -> None:
+        """Mark the windows of ``refs`` (those held) as the latest used, in
+        that order: eviction beyond :data:`MAX_WINDOWS` takes the least
+        lately used first."""
+        windows = self.windows
+        for ref in refs:
+            name = (ref.key, ref.etag)
+            window = windows.pop(name, None)
+            if window is not None:
+                windows[name] = window
 
     def line_at(self, ref: SegmentRef, pos: int) -> bytes | None:
         """The loaded line of position ``pos`` of ``ref``'s segment, or None."""

@@ -51,9 +51,8 @@ class BrokerConfig:
     #: size), so that large payloads never make a large queue object
     segment_push_bytes: int = 64 * 1024
     #: ... and such a push whose jobs have groups goes into grouped segment objects
-    #: (format 3) too; off, it goes into the queue object. Off by default until
-    #: every reader and claim of grouped segments is in (see docs/groups.md)
-    grouped_segments: bool = False
+    #: (format 3) too; off, it goes into the queue object (see docs/groups.md)
+    grouped_segments: bool = True
     #: how often this broker sweeps the staging and segment objects of the queues
     #: it serves (an object is deleted at the first sweep past its grace period)
     sweep_s: float = SWEEP_S

@@ -37,6 +37,7 @@ from broker.model.ops import (
     TakeOver,
 )
 from broker.model.segments.claims import claim_refs, plan_windows
+from broker.model.segments.planning import claim_sources, directories_wanted
 from broker.model.state import MAX_WINDOWS, SegmentWindows
 from broker.model.views import next_wakeup_ms, page_segments
 from broker.service.archiver import Archiver
@@ -46,6 +47,9 @@ from broker.storage import Data
 
 #: How far ahead of now a batch plans its segment windows (ms).
 PLAN_AHEAD_MS = 1_000
+#: Grouped segments whose directories prepare reads at once (each read is of
+#: the whole object, its lines dropped: this bounds the memory it takes).
+DIRECTORY_READS = 4
 
 
 class QueueTarget:
@@ -88,7 +92,9 @@ class QueueTarget:
         references exists at its etag (once per reference: what a takeover
         asks, without reading a segment), and load the segment lines the
         batch's claims may take (:func:`~broker.model.segments.claims.claim_refs`, of them
-        those :func:`~broker.model.segments.claims.plan_windows` says are short).
+        those :func:`~broker.model.segments.claims.plan_windows` says are short; of
+        grouped segments, the directory of every due one and the lines of those
+        :func:`~broker.model.segments.planning.claim_sources` plans).
         Raises ``SegmentMissing`` naming a missing or changed object, and the
         store's errors."""
         refs = state.segment_refs
@@ -103,6 +109,15 @@ class QueueTarget:
         # (a segment falling due while the batch lingers is planned for too)
         ahead = now_ms + PLAN_AHEAD_MS
         claims = claim_refs(state, budget, ahead)
+        # grouped segments: every due one's directory (claims and stats), once; the
+        # lines of those the batch's claims may reach, whole
+        dirs = directories_wanted(state, ahead)
+        for at in range(0, len(dirs), DIRECTORY_READS):  # (a few whole reads at a time)
+            some = dirs[at:at + DIRECTORY_READS]
+            got = await asyncio.gather(*(self.segments.read_directory(ref) for ref in some))
+            for ref, runs in zip(some, got, strict=True):
+                self.windows.put_directory(ref, runs)
+        claims += [(ref, ref.remaining) for ref in claim_sources(state, budget, now_ms)]
         needed = [ref for ref, _ in claims]
         wanted = [ref for ref, _ in plan_windows(state.windows, claims)]
         for op in ops:  # a page of jobs shows the segments' too (ending before an unloaded one)
@@ -116,8 +131,10 @@ class QueueTarget:
                 cancels.segments_to_load(state, op.ids) if isinstance(op, Cancel) else []
             needed += more[:MAX_WINDOWS]  # (ids beyond: answered "retry", nothing changed)
             wanted += more[:MAX_WINDOWS]
-        # every window the batch needs stays while the others are read
+        # every window the batch needs stays while the others are read; the
+        # least lately needed go first beyond MAX_WINDOWS
         keep = {(ref.key, ref.etag) for ref in needed}
+        self.windows.touch(needed)
         for ref in dict.fromkeys(wanted):  # (each once, in order)
             if ref.groups is not None:  # (whole, with its directory: claims take by run)
                 lines, runs = await self.segments.read_grouped(ref)

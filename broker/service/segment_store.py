@@ -59,6 +59,7 @@ from broker.model.format.segment_format import (
     check_version,
     encode_segment,
     read_checked,
+    read_directory,
     read_header,
 )
 from broker.model.state import QueueState, SegmentRef
@@ -213,6 +214,30 @@ class SegmentStore:
         if runs is None:  # (read_checked compared ref.groups with the header's)
             raise CorruptState(f"{self.store.url}: segment {ref.key} has no directory")
         return lines, runs
+
+    async def read_directory(self, ref: SegmentRef) -> Runs:
+        """Grouped segment ``ref``'s directory only (its lines are not kept:
+        what a claim needs of every due grouped segment, while only the
+        segments a batch reaches are held whole). ``SegmentMissing`` naming the
+        object if it is missing or not at ``ref.etag``, ``CorruptState`` naming
+        the key for a header that disagrees with the reference, and the
+        store's errors. Reads only."""
+        got: Runs = await self._io(self._read_directory, ref)
+        return got
+
+    def _read_directory(self, ref: SegmentRef) -> Runs:
+        try:
+            got = self.store.read(ref.key)
+        except NotFound:
+            check_version(ref, None, self.store.url)  # (refuses: SegmentMissing)
+            raise
+        check_version(ref, got.etag, self.store.url)
+        # (the whole object is read and dropped: stores here have no ranged read;
+        # the header line is all that stays)
+        try:
+            return read_directory(got.data, ref.key, ref)
+        except ValueError as exc:
+            raise CorruptState(f"{self.store.url}: {exc}") from None
 
     def _read_window(self, ref: SegmentRef, start: int, stop: int) -> list[bytes]:
         try:

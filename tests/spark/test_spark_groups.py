@@ -36,7 +36,9 @@ def store_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def broker(store_dir: Path) -> Iterator[BrokerServer]:
-    with start_broker(f"file://{store_dir}", lease_s=30) as b:
+    # (grouped rows into the queue object: the path of a broker run with
+    # --no-grouped-segments; tests/spark/test_spark_grouped_segments.py has the default's)
+    with start_broker(f"file://{store_dir}", lease_s=30, grouped_segments=False) as b:
         yield b
 
 

@@ -341,7 +341,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--grouped-segments", action="store_true", default=False,
                    help="run the brokers with --grouped-segments: bulk pushes of grouped jobs "
                         "(at least --segment-push-jobs) go into grouped segment objects "
-                        "rather than the head (default off, as the broker's)")
+                        "rather than the head (default off: the runner passes "
+                        "--no-grouped-segments, whatever the brokers' default)")
     g.add_argument("--group-sample-s", type=float, default=None,
                    help="read the head this often for the claimed jobs of each group, s "
                         "(default 0.1 on file, 0.5 elsewhere)")

@@ -134,8 +134,9 @@ class Run:
         segment_flags = ["--segment-push-jobs", str(args.segment_push_jobs),
                          "--segment-grace-s", str(args.segment_grace_s),
                          "--sweep-s", str(args.sweep_s)]
-        if args.grouped_segments:
-            segment_flags.append("--grouped-segments")
+        # (explicit either way: the brokers' default is on)
+        segment_flags.append("--grouped-segments" if args.grouped_segments
+                             else "--no-grouped-segments")
         self.slots = [BrokerSlot(f"b{i}", ports[i], self.store.broker_url, args.lease_s,
                                  args.broker_log_level, self.run_dir, self.clock, self.say,
                                  segment_flags)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -51,7 +51,7 @@ class Directory:
         return len(self.gids)
 
 
-def directory_of(runs: Runs, names: GroupNames) -> Directory:
+def directory_of(runs: Iterable[tuple[str | None, int]], names: GroupNames) -> Directory:
     """The :class:`Directory` of a checked directory ``runs`` (from
     :func:`~broker.model.format.segment_format.read_header` or
     :func:`~broker.model.format.segment_format.read_directory`, or made by

@@ -118,6 +118,24 @@ class GroupView(NamedTuple):
     wake_ms: int | None
 
 
+def _smallest(heap: list[int], n: int, below: int | None) -> Iterator[int]:
+    """The entries of ``heap`` in ascending order (those below ``below``, if
+    given), read without changing it: a best-first walk from the root. The
+    caller stops it; each entry costs O(log) of the entries met."""
+    if n <= 0 or not heap:
+        return
+    frontier = [(heap[0], 0)]
+    size = len(heap)
+    while frontier:
+        key, i = heapq.heappop(frontier)
+        if below is not None and key >= below:
+            return
+        yield key
+        for child in (2 * i + 1, 2 * i + 2):  # (a stale entry's children may be live)
+            if child < size:
+                heapq.heappush(frontier, (heap[child], child))
+
+
 class _Group:
     __slots__ = ("at_p", "dead", "gid", "head", "held", "key", "limit", "pass_", "state",
                  "wake", "weight")
@@ -207,6 +225,35 @@ class Dispatch:
                 return top >> _GID_BITS
             heapq.heappop(timed)
         return None
+
+    def peek(self, n: int, now_ms: int | None = None) -> list[int]:
+        """The gids of the first ``n`` ready groups in pick order, as they stand
+        (changes nothing), after, given ``now_ms``, the parked groups a pick at
+        ``now_ms`` would wake (their place among the others is not foreseen).
+        Best-first walks of the heaps from their roots with a small heap of
+        candidates: O(n log n) plus the stale entries met, never O(groups).
+        For planning which sources a batch of claims may reach (each group
+        once: a group served again in the batch is not foreseen)."""
+        groups = self._groups
+        out: list[int] = []
+        seen: set[int] = set()  # (a head changed and back leaves its key twice)
+        if now_ms is not None:
+            for key in _smallest(self._timed, n, (now_ms + 1) << _GID_BITS):
+                if len(out) >= n:
+                    break
+                g = groups.get(key & _GID_MASK)
+                if g is not None and g.state in TIMED and g.wake == key >> _GID_BITS \
+                        and g.gid not in seen:
+                    seen.add(g.gid)
+                    out.append(g.gid)
+        for key in _smallest(self._heap, n, None):
+            if len(out) >= n:
+                break
+            g = groups.get(key & _GID_MASK)
+            if g is not None and g.state == READY and g.key == key and g.gid not in seen:
+                seen.add(g.gid)
+                out.append(g.gid)
+        return out
 
     # -- changes -----------------------------------------------------------------------
 

@@ -71,12 +71,8 @@ def claim_refs(state: QueueState, budget: int, now_ms: int) -> list[tuple[Segmen
         need = min(budget, ref.remaining)
         budget -= need
         out.append((ref, need))
-    # Grouped segments: a claim takes by group, from any of their runs (fair turns),
-    # so every due one is held whole (its window and directory: see grouped.py);
-    # in fifo order every one (a run not due is its group's head all the same).
-    fifo = state.settings.groups.get("group_order") == "fifo"
-    out += [(ref, ref.remaining) for ref in state.segment_refs
-            if ref.groups is not None and ref.remaining and (ref.run_at_ms <= now_ms or fifo)]
+    # (grouped segments are taken by group, not from a cursor: the ones a batch
+    # may reach are planned by broker.model.segments.planning)
     return out
 
 

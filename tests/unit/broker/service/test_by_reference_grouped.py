@@ -87,7 +87,7 @@ def test_without_the_flag_a_grouped_push_stays_in_the_head_and_a_plain_one_write
     store = FileStore(tmp_path)
 
     async def go() -> None:
-        a = await started(store, segment_push_jobs=10)
+        a = await started(store, segment_push_jobs=10, grouped_segments=False)
         await a.push("q", grouped_jobs(50))
         assert segment_objects(store) == [] and len(stored(store).jobs) == 50
         b = await started(FileStore(tmp_path / "b"), segment_push_jobs=10,

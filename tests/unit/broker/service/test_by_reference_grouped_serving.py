@@ -105,7 +105,8 @@ def test_a_successor_without_the_flag_serves_the_grouped_segments(tmp_path: Path
         first = await a.claim("q", "wa", max_jobs=7, lease_s=60)
         await a.complete("q", [CompleteItem(j.token) for j in first[:3]])
         await crash(a)
-        b = await started(store, "http://b", clock, segment_push_jobs=10)  # (flag off)
+        b = await started(store, "http://b", clock, segment_push_jobs=10,
+                          grouped_segments=False)
         clock.advance(31)
         await b.watch()
         clock.advance(61)  # the 4 jobs a still held: leases out, pending again

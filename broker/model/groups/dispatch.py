@@ -226,6 +226,11 @@ class Dispatch:
             if g is None or g.state != READY or g.key != top:
                 heapq.heappop(heap)
                 continue
+            assert g.head is not None  # (READY)
+            if g.head.due_ms > now_ms:  # (made ready at a later time: the clock stepped back)
+                heapq.heappop(heap)
+                self._derive(g, now_ms)  # (parked until its head is due)
+                continue
             return g.gid, self._quantum(g, want, now_ms)
         return None
 

@@ -216,8 +216,9 @@ class Dispatch:
         """The group to serve next at ``now_ms`` and how many of its jobs this
         turn may take (at least 1; see the quantum), for a claim that wants
         ``want`` more jobs; None if no group is ready. Changes nothing but
-        waking due groups and dropping stale entries: the caller then calls
-        :meth:`served` (with 0 jobs if it took none)."""
+        waking due groups, parking a ready one whose head is not due at
+        ``now_ms`` (the clock stepped back since) and dropping stale entries:
+        the caller then calls :meth:`served` (with 0 jobs if it took none)."""
         self.advance(now_ms)
         heap, groups = self._heap, self._groups
         while heap:

@@ -62,7 +62,7 @@ from broker.model.job import CANCELLED, CLAIMED, PENDING, Job, seq_of
 from broker.model.lifecycle import mark_cancel, move
 from broker.model.ops import Cancel, Result
 from broker.model.segments.claims import move_in, move_in_position
-from broker.model.segments.grouped import dissolve
+from broker.model.segments.grouped import taken_out
 from broker.model.segments.refs import holding
 from broker.model.state import QueueState, SegmentRef
 from broker.wire import CANCEL_REQUESTED, CancelAnswer, ItemResult
@@ -83,7 +83,7 @@ def cancel(state: QueueState, op: Cancel, now_ms: int) -> Result:
         seq = seq_of(job_id)
         job = None if seq is None else state.jobs.get(seq)
         if job is None and seq is not None and (at := holding(state.segment_refs, seq)) is not None:
-            job, moved = _move_in_through(state, at, seq)
+            job, moved = _move_in_through(state, at, seq, now_ms)
             changed = changed or moved > 0
             if job is None:
                 answers.append(CancelAnswer(job_id, False, "its segment's jobs are not "
@@ -134,7 +134,8 @@ def segments_to_load(state: QueueState, ids: Iterable[str]) -> list[SegmentRef]:
     return out
 
 
-def _move_in_through(state: QueueState, at: int, seq: int) -> tuple[Job | None, int]:
+def _move_in_through(state: QueueState, at: int, seq: int,
+                     now_ms: int) -> tuple[Job | None, int]:
     """Move segment ``at``'s jobs from its cursor through ``seq`` into the head
     (pending, as a claim moves them): the job of ``seq`` (None if its line is
     not loaded; those before it that were loaded moved all the same) and how
@@ -143,8 +144,8 @@ def _move_in_through(state: QueueState, at: int, seq: int) -> tuple[Job | None, 
     if ref.groups is not None:  # (only it moves: a hole in its run, in taken_at)
         job = move_in_position(state, at, seq - ref.first_seq)
         if job is not None:
-            # (its run's cursor may have been it: the claims' groups are rebuilt)
-            dissolve(state)
+            # (its run's cursor may have been it: the run's next takes its place)
+            taken_out(state, (ref.key, ref.etag), seq - ref.first_seq, now_ms)
         return job, int(job is not None)
     want = seq - ref.next_seq + 1
     moved = move_in(state, at, want)

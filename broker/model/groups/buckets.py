@@ -17,6 +17,9 @@ nano-token a millisecond, 0.000001 a second, would never refill: configure
 refuses rates below ``MIN_RATE_PER_S``; an object an older broker stored with
 one keeps its buckets until the rate changes.)
 
+A clock that steps back refills nothing: a bucket refills from its own latest
+time on, and a new one starts at the latest time any was asked at.
+
 Pure: no I/O, no clock (``now_ms`` is passed in).
 """
 
@@ -60,10 +63,14 @@ class GroupBuckets:
     the bucket.
     """
 
-    __slots__ = ("_at", "_due", "_level", "rate")
+    __slots__ = ("_at", "_due", "_latest", "_level", "rate")
 
     def __init__(self, rate: GroupRate) -> None:
         self.rate = rate
+        # The latest time (ms) asked at: a new bucket starts there, never earlier, so
+        # a clock that steps back refills nothing twice (a bucket first taken from
+        # after the step would else refill the stretch back to the latest time again).
+        self._latest = 0
         self._level: dict[int, int] = {}  # gid -> nano-tokens (short of full)
         self._at: dict[int, int] = {}  # gid -> the time (ms) of that level
         self._due: list[int] = []  # full_at_ms << 32 | gid, one per bucket (see sweep)
@@ -87,25 +94,32 @@ class GroupBuckets:
         if full_at is not None:
             heapq.heappush(self._due, (full_at << _GID_BITS) | gid)
 
+    def _seen(self, now_ms: int) -> None:
+        if now_ms > self._latest:
+            self._latest = now_ms
+
     def available(self, gid: int, now_ms: int) -> int:
         """Whole tokens group ``gid`` has at ``now_ms``."""
+        self._seen(now_ms)
         return self._refilled(gid, now_ms) // NANO
 
     def take(self, gid: int, n: int, now_ms: int) -> int:
         """Take up to ``n`` whole tokens of group ``gid`` at ``now_ms``; how many were granted."""
+        self._seen(now_ms)
         level = self._refilled(gid, now_ms)
         granted = min(max(0, n), level // NANO)
         if granted:
             fresh = gid not in self._level
             self._level[gid] = level - granted * NANO
-            if fresh:
-                self._at[gid] = now_ms
+            if fresh:  # (from the latest time seen: the clock may have stepped back)
+                self._at[gid] = self._latest
                 self._schedule(gid)
         return granted
 
     def next_token_ms(self, gid: int, now_ms: int) -> int | None:
         """When group ``gid`` has a whole token: ``now_ms`` if it has one now,
         None if the rate never makes one (below a nano-token a millisecond)."""
+        self._seen(now_ms)
         level = self._refilled(gid, now_ms)
         at = self._at.get(gid, now_ms)
         return next_token_ms(level, at, now_ms, self.rate.per_ms)
@@ -113,6 +127,7 @@ class GroupBuckets:
     def sweep(self, now_ms: int) -> int:
         """Drop the buckets that are full at ``now_ms`` (they equal no bucket);
         how many were dropped. O(log buckets) a bucket popped."""
+        self._seen(now_ms)
         due, dropped = self._due, 0
         while due and (due[0] >> _GID_BITS) <= now_ms:
             gid = heapq.heappop(due) & _GID_MASK
@@ -132,6 +147,7 @@ class GroupBuckets:
         (so a swept bucket and an unswept full one stay alike); O(buckets)."""
         if rate == self.rate:
             return
+        self._seen(now_ms)
         cap = self.rate.cap
         levels = {gid: level // NANO for gid in list(self._level)
                   if (level := self._refilled(gid, now_ms)) < cap}
@@ -142,7 +158,7 @@ class GroupBuckets:
         for gid, tokens in levels.items():
             level = min(rate.burst, tokens) * NANO
             if level < rate.cap:
-                self._level[gid], self._at[gid] = level, now_ms
+                self._level[gid], self._at[gid] = level, self._latest
                 self._schedule(gid)
 
     def __len__(self) -> int:

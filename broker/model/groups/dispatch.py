@@ -270,8 +270,9 @@ class Dispatch:
         """The group to serve next at ``now_ms`` and how many of its jobs this
         turn may take (at least 1; see the quantum), for a claim that wants
         ``want`` more jobs; None if no group is ready. Changes nothing but
-        waking due groups and dropping stale entries: the caller then calls
-        :meth:`served` (with 0 jobs if it took none)."""
+        waking due groups, parking a ready one whose head is not due at
+        ``now_ms`` (the clock stepped back since) and dropping stale entries:
+        the caller then calls :meth:`served` (with 0 jobs if it took none)."""
         self.advance(now_ms)
         heap, groups = self._heap, self._groups
         while heap:
@@ -279,6 +280,11 @@ class Dispatch:
             g = groups.get(top & _GID_MASK)
             if g is None or g.state != READY or g.key != top:
                 heapq.heappop(heap)
+                continue
+            assert g.head is not None  # (READY)
+            if g.head.due_ms > now_ms:  # (made ready at a later time: the clock stepped back)
+                heapq.heappop(heap)
+                self._derive(g, now_ms)  # (parked until its head is due)
                 continue
             return g.gid, self._quantum(g, want, now_ms)
         return None

@@ -73,7 +73,7 @@ from broker.model.state import QueueState
 
 _READY_PRIORITY_SHIFT = SEQ_BITS + TIME_BITS  # (a ready key's priority: see ready_key)
 
-__all__ = ["claim_grouped", "dissolve", "group_state", "group_stats", "uses_groups"]
+__all__ = ["claim_grouped", "dissolve", "group_state", "group_stats", "taken_out", "uses_groups"]
 
 
 def uses_groups(state: QueueState) -> bool:
@@ -172,6 +172,28 @@ def _take(state: QueueState, groups: GroupState, heap: list[int], chosen: list[i
         if nxt < end:
             heapq.heappush(heap, entry + nxt - pos)  # (a run's keys: consecutive seqs)
     return True
+
+
+def taken_out(state: QueueState, key: tuple[str, str], pos: int, now_ms: int) -> None:
+    """Position ``pos`` of grouped segment ``key`` (its key and etag) was moved
+    into the head outside a claim (a cancel). If the queue's groups know the
+    segment, its run's next untaken position takes the run's place in its
+    group's heap when ``pos`` held it, and the group's head is set again: the
+    groups, their turns and token buckets are kept (never rebuilt)."""
+    groups: GroupState | None = state.groups
+    d = None if groups is None else groups.dirs.get(key)
+    if groups is None or d is None:
+        return  # (not registered yet: the claim registers the run as it stands)
+    r = run_at(d, pos)
+    gid = d.gids[r]
+    ref = next((ref for ref in state.segment_refs if (ref.key, ref.etag) == key), None)
+    if ref is not None and not (gid == NO_GROUP and key in groups.early):
+        nxt = next_untaken(ref, d.starts[r])
+        if pos < nxt < d.starts[r + 1]:  # (pos was the run's entry: its next goes in)
+            heapq.heappush(groups.heaps.setdefault(gid, []), source_key(
+                groups.settings.fifo, gid, ref.priority, ref.run_at_ms, ref.first_seq + nxt))
+    if gid != NO_GROUP:  # (group 0's head is set by the claim, segments and all)
+        _refresh(state, groups, gid, now_ms)
 
 
 def group_state(state: QueueState, now_ms: int) -> GroupState:

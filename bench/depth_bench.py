@@ -325,7 +325,8 @@ async def serve(kind: str, url: str, depth: int, args: argparse.Namespace) -> No
     store_kind = "file" if url.startswith("file://") else "s3"
     tag = f"{store_kind} {kind} {label(depth)}"
     store = CountingStore(store_from_url(url), QUEUE)
-    broker = Broker(store, BrokerConfig(self_test=False, grouped_segments=kind == "grouped"))
+    broker = Broker(store, BrokerConfig(self_test=False, grouped_segments=kind == "grouped",
+                                        held_in_records=args.held_in_records))
     await broker.start()
     row: dict[str, Any] = {"store": store_kind, "kind": kind, "depth": depth,
                            "label": label(depth), "rss_before_fill_bytes": rss_bytes()}
@@ -422,6 +423,8 @@ class Child(ChildProcess):
                "--step-budget-s", str(args.step_budget_s), "--groups", str(args.groups)]
         if not args.tune_gc:
             cmd.append("--no-tune-gc")
+        if args.held_in_records:
+            cmd.append("--held-in-records")
         print(f"== {store} {kind} {label(depth)}", file=sys.stderr, flush=True)
         super().__init__(cmd, args, stack, env)
         self.row = self.answer(FILLED_PREFIX) or {}
@@ -533,6 +536,9 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="depths 1k and 10k, 5 rounds")
     p.add_argument("--no-tune-gc", dest="tune_gc", action="store_false",
                    help="leave the collector as CPython sets it (an embedded broker's case)")
+    p.add_argument("--held-in-records", action="store_true",
+                   help="the broker's held_in_records: claims from segments name their jobs "
+                        "in their claim records instead of moving them into the head")
     p.add_argument("--out", help="results name under bench/results (default depth_bench, "
                    "depth_bench_quick with --quick)")
     p.add_argument("--note", help="text saved with the results (say which sizes a run "
@@ -573,6 +579,7 @@ def main() -> None:
               "drain_jobs": args.drain_jobs, "drain_batch": args.drain_batch,
               "fill_chunk": args.fill_chunk, "step_budget_s": args.step_budget_s,
               "tune_gc": args.tune_gc, "quick": args.quick, "error_text": ERROR,
+              "held_in_records": args.held_in_records,
               "note": args.note, **({"groups": args.groups} if "grouped" in kinds else {})}
     name = args.out or ("depth_bench_quick" if args.quick else "depth_bench")
     with contextlib.ExitStack() as stack:

@@ -174,6 +174,29 @@ def settle(state: QueueState, job: Job) -> None:
     job.claim = None
     if record.done:
         del state.claim_records[fence]
+        if record.segs:
+            unname(state, record)
+
+
+def unname(state: QueueState, record: ClaimRecord) -> None:
+    """``record`` left the head: the segments it named lose a name, and one that
+    is exhausted and named by no record is dropped (its object is deleted once
+    the commit without it lands); its held lines are forgotten."""
+    names = state.seg_names
+    for key in record.seg_keys():
+        left = names.get(key, 1) - 1
+        if left > 0:
+            names[key] = left
+            continue
+        names.pop(key, None)
+        refs = state.segment_refs
+        for i, ref in enumerate(refs):
+            if ref.key == key:
+                if ref.exhausted:
+                    del refs[i]
+                    state.dropped_refs.append(ref)
+                break
+    state.held.forget(record.fence)
 
 
 def extend_claim(state: QueueState, record: ClaimRecord, lease_ms: int, now_ms: int) -> None:
@@ -424,7 +447,7 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
             continue
         assert seq is not None
         record = records_get(job.claim or 0)
-        if record is not None and len(record.seqs) == 1:  # settle(), for a claim of one
+        if record is not None and len(record.seqs) == 1 and not record.segs:  # settle(), inlined
             if state.groups is not None:
                 settle_hook(state.groups, job)
             del records[record.fence]

@@ -108,6 +108,7 @@ never stored.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -115,7 +116,7 @@ from typing import Any
 from broker.errors import shown
 from broker.limits import check_setting
 from broker.model.claim_records import ClaimRecord
-from broker.model.job import PENDING, Job, seq_of
+from broker.model.job import CLAIMED, PENDING, Job, seq_of
 from broker.model.jobtable import JobTable
 from broker.model.ratelimit import ClaimGate
 from broker.model.receipts import Receipts
@@ -425,6 +426,67 @@ class SegmentWindows:
             del self.runs[name]
 
 
+#: A claim record's segment span: (first position in the record, count, segment
+#: key, first position in the segment); see broker.model.claim_records.
+Span = tuple[int, int, str, int]
+
+
+class HeldJobs:
+    """The source lines of jobs held at ``seg`` parts of claim records, per
+    record fence and :data:`Span` (which names its source, so lines put by an
+    attempt that never landed are never taken for another record's with the
+    same fence): the segment ref, the lines joined in one ``bytes`` and an
+    ``array`` of offsets, never an object per job. Derived, one per queue,
+    filled at claim and by the broker's ``prepare``. Beyond ``limit_bytes`` the
+    oldest parts go, never a pinned record's (a running batch needs them)."""
+
+    __slots__ = ("limit_bytes", "parts", "pinned", "size")
+
+    def __init__(self, limit_bytes: int = 256 << 20) -> None:
+        self.limit_bytes = limit_bytes
+        self.parts: dict[tuple[int, Span], tuple[SegmentRef, bytes, array[int]]] = {}
+        self.pinned: set[int] = set()  # record fences a running batch needs
+        self.size = 0
+
+    def put(self, fence: int, span: Span, ref: SegmentRef, lines: Sequence[bytes]) -> None:
+        """Keep ``lines``, the jobs of record ``fence``'s segment part ``span``
+        (consecutive positions of ``ref``'s segment)."""
+        offsets = array("I", [0])
+        end = 0
+        for line in lines:
+            end += len(line)
+            offsets.append(end)
+        blob = b"".join(lines)
+        old = self.parts.pop((fence, span), None)
+        if old is not None:
+            self.size -= len(old[1])
+        self.parts[(fence, span)] = (ref, blob, offsets)
+        self.size += len(blob)
+        if self.size > self.limit_bytes:
+            for name in [n for n in self.parts if n[0] not in self.pinned and n[0] != fence]:
+                if self.size <= self.limit_bytes:
+                    break
+                self.size -= len(self.parts.pop(name)[1])
+
+    def line(self, fence: int, span: Span, i: int) -> tuple[SegmentRef, bytes] | None:
+        """The ref and line of the ``i``-th job of record ``fence``'s segment part
+        ``span``, or None if it is not loaded."""
+        part = self.parts.get((fence, span))
+        if part is None or not 0 <= i < len(part[2]) - 1:
+            return None
+        ref, blob, offsets = part
+        return ref, blob[offsets[i]:offsets[i + 1]]
+
+    def has(self, fence: int, span: Span) -> bool:
+        """Whether record ``fence``'s segment part ``span`` is loaded."""
+        return (fence, span) in self.parts
+
+    def forget(self, fence: int) -> None:
+        """Drop the parts of record ``fence`` (it left the head)."""
+        for name in [n for n in self.parts if n[0] == fence]:
+            self.size -= len(self.parts.pop(name)[1])
+
+
 @dataclass(slots=True)
 class QueueState:
     """The whole queue. Mutated only by :func:`broker.model.transitions.apply` (through
@@ -455,6 +517,12 @@ class QueueState:
     # and the segment lines the broker loaded for claims (one per queue, shared).
     dropped_refs: list[SegmentRef] = field(default_factory=list, compare=False, repr=False)
     windows: SegmentWindows | None = field(default=None, compare=False, repr=False)
+    # Never stored: the lines of jobs held at records' segment parts (shared like
+    # windows), whether claims take segment jobs so (BrokerConfig.held_in_records),
+    # and how many records name each segment (a named ref stays; derived on load).
+    held: HeldJobs = field(default_factory=HeldJobs, compare=False, repr=False)
+    held_in_records: bool = field(default=False, compare=False, repr=False)
+    seg_names: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
     # The secret of the queue's lease tokens (hex; "" until made) and what tags and
     # checks them with it (see broker.model.tokens); neither is ever shown.
     token_key: str = field(default="", repr=False)
@@ -510,6 +578,8 @@ class QueueState:
         counts = self.jobs.count_by_status()
         if self.segment_refs:
             counts[PENDING] += sum(ref.remaining for ref in self.segment_refs)
+        if self.seg_names:  # (jobs held at records' segment parts: no line of their own)
+            counts[CLAIMED] += sum(r.held_seg() for r in self.claim_records.values() if r.segs)
         return counts
 
     def size_estimate(self) -> int:

@@ -1,0 +1,196 @@
+"""broker.model.segments.claims with ``held_in_records``: a claim from an
+ungrouped segment names its jobs in its claim record (a ``seg`` part) and
+writes no job line; the answer's payloads come from the loaded window; the
+ref stays while a record names it and is dropped (to ``dropped_refs``) once
+exhausted and unnamed; settlements materialize the job from the held-jobs
+cache; every write decodes to the same state. Pure: segments are made with
+encode_segment and "loaded" by hand."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from broker.errors import CorruptState
+from broker.model import tokens
+from broker.model import transitions as T
+from broker.model.format import codec
+from broker.model.format.segment_format import encode_segment, segment_lines
+from broker.model.job import CANCELLED, CLAIMED, COMPLETED, DEAD, PENDING
+from broker.model.ops import (
+    Cancel,
+    Claim,
+    Complete,
+    CompleteItem,
+    DropArchived,
+    Fail,
+    FailItem,
+    Heartbeat,
+    Reclaim,
+    Release,
+)
+from broker.model.state import HeldJobs, QueueState, SegmentRef, SegmentWindows
+from broker.paths import segment_key, segment_name
+from tests.support.states import new_queue, read_back
+
+NOW = 1_767_225_600_000
+LATER = NOW + 1_000
+
+
+def _queue(n: int, *, load: bool = True) -> tuple[QueueState, SegmentRef, list[bytes]]:
+    """A queue holding one segment of ``n`` jobs (loaded), claims held in records."""
+    state = new_queue(NOW)
+    tokens.bind(state, "q", lambda k: b"k" * k)
+    state.windows = SegmentWindows()
+    state.held_in_records = True
+    first = state.counters.enqueued + 1
+    payloads = [b'{"n":%d}' % (first + i) for i in range(n)]
+    data = encode_segment("q", first, 0, NOW, payloads, max_attempts=2)
+    ref = SegmentRef(segment_key("q", segment_name(first, "0123abcd")), '"e1"', first, n, 0, NOW)
+    state.counters.enqueued += n
+    state.segment_refs.append(ref)
+    if load:
+        state.windows.put(ref, 0, segment_lines(data, ref))
+    return state, ref, payloads
+
+
+def _write(state: QueueState) -> tuple[bytes, QueueState]:
+    """The head as written now, and what it decodes to (its held lines carried
+    over, as the broker's cache is: one per queue)."""
+    codec.stamp(state, "b", LATER, "c-x")
+    data = codec.encode(state)
+    again = read_back(data)
+    again.windows, again.held, again.held_in_records = state.windows, state.held, True
+    tokens.bind(again, "q", lambda k: b"k" * k)
+    return data, again
+
+
+def test_a_claim_of_2000_from_a_segment_adds_one_record_and_no_job_line() -> None:
+    state, ref, payloads = _queue(2_000)
+    before = len(codec.encode(state))
+    got = T.apply(state, Claim("w", 2_000, 60_000), LATER).jobs
+    assert list(got.payloads) == payloads
+    assert list(got.attempts) == [1] * 2_000
+    assert len(state.jobs) == 0
+    data, again = _write(state)
+    head = orjson.loads(data)
+    assert head["jobs"] == []
+    [record] = head["claims"]
+    assert record["n"] == 2_000
+    assert record["parts"] == [{"seg": ref.key, "at": [0, 2_000]}]
+    assert head["segments"][0]["taken"] == 2_000  # (exhausted, still named)
+    assert len(data) - before < 600
+    assert again.count_by_status()[CLAIMED] == 2_000
+    assert again.seg_names == {ref.key: 1}
+
+
+def test_complete_of_held_jobs_archives_them_and_drops_the_ref_after_the_last() -> None:
+    state, ref, payloads = _queue(3)
+    got = T.apply(state, Claim("w", 3, 60_000), LATER).jobs
+    _, state = _write(state)
+    done = T.apply(state, Complete((CompleteItem(got.tokens[0], b'{"r":1}'),)), LATER)
+    assert done.items[0].ok and done.items[0].status == COMPLETED
+    job = state.jobs[ref.first_seq]
+    assert job.status == COMPLETED and job.payload == payloads[0] and job.attempts == 1
+    assert [(r.key, r.taken) for r in state.segment_refs] == [(ref.key, 3)]
+    assert not state.dropped_refs
+    _, state = _write(state)
+    # a repeat of the complete answers completed (from the completed line)
+    again = T.apply(state, Complete((CompleteItem(got.tokens[0], b'{"r":1}'),)), LATER)
+    assert again.items[0].ok and again.items[0].status == COMPLETED
+    T.apply(state, Complete(tuple(CompleteItem(t) for t in got.tokens[1:])), LATER)
+    assert [r.key for r in state.dropped_refs] == [ref.key]  # the last record left
+    assert state.segment_refs == [] and not state.claim_records
+    _, state = _write(state)
+    assert sorted(j.seq for j in state.jobs.touched() if j.status == COMPLETED) == [1, 2, 3]
+    T.apply(state, DropArchived(tuple(state.completed)), LATER)
+    data, _ = _write(state)
+    assert orjson.loads(data)["jobs"] == []
+
+
+def test_a_segment_outlives_its_last_record_only_while_named() -> None:
+    state, ref, _ = _queue(4)
+    first = T.apply(state, Claim("w", 2, 60_000), LATER).jobs
+    second = T.apply(state, Claim("w", 2, 60_000), LATER).jobs
+    _, state = _write(state)
+    assert state.seg_names == {ref.key: 2}
+    T.apply(state, Complete(tuple(CompleteItem(t) for t in first.tokens)), LATER)
+    assert len(state.segment_refs) == 1 and not state.dropped_refs
+    T.apply(state, Complete(tuple(CompleteItem(t) for t in second.tokens)), LATER)
+    assert not state.segment_refs and [r.key for r in state.dropped_refs] == [ref.key]
+
+
+def test_fail_release_and_reclaim_materialize_held_jobs_from_the_cache() -> None:
+    state, ref, payloads = _queue(6)
+    got = T.apply(state, Claim("w", 6, 60_000), LATER).jobs
+    _, state = _write(state)
+    failed = T.apply(state, Fail((FailItem(got.tokens[0], "boom", 0),)), LATER)
+    assert failed.items[0].ok and failed.items[0].status == PENDING
+    job = state.jobs[ref.first_seq]
+    assert job.status == PENDING and job.payload == payloads[0] and job.attempts == 1
+    assert job.last_error == "boom"
+    released = T.apply(state, Release((got.tokens[1],)), LATER)
+    assert released.count == 1 and state.jobs[ref.first_seq + 1].attempts == 0
+    _, state = _write(state)
+    # the rest expire: a reclaim makes them pending lines again
+    T.apply(state, Reclaim(), LATER + 61_000)
+    assert {state.jobs[s].status for s in range(1, 7)} == {PENDING}
+    assert [state.jobs[s].payload for s in range(1, 7)] == payloads
+    assert not state.claim_records and not state.segment_refs
+    _, state = _write(state)
+    # the jobs are claimed again (second attempts) as inline jobs
+    again = T.apply(state, Claim("w", 6, 60_000), LATER + 62_000).jobs
+    assert sorted(again.payloads) == sorted(payloads)
+
+
+def test_a_reclaim_without_the_held_lines_leaves_the_record_for_a_later_batch() -> None:
+    state, _, _ = _queue(2)
+    T.apply(state, Claim("w", 2, 60_000), LATER)
+    _, state = _write(state)
+    state.held = HeldJobs()  # a new owner: nothing cached
+    T.apply(state, Reclaim(), LATER + 61_000)
+    assert len(state.claim_records) == 1 and len(state.jobs) == 0
+    _, state = _write(state)  # (and it still decodes)
+
+
+def test_heartbeat_renews_the_record_and_cancel_marks_it() -> None:
+    state, ref, _ = _queue(2)
+    got = T.apply(state, Claim("w", 2, 60_000), LATER).jobs
+    beat = T.apply(state, Heartbeat((got.tokens[0],), 120_000), LATER + 10)
+    assert beat.items[0].ok
+    [record] = state.claim_records.values()
+    assert record.expires_ms == LATER + 10 + 120_000
+    answer = T.apply(state, Cancel((got.ids[1],)), LATER + 20).view
+    assert answer[0].ok
+    data, state = _write(state)
+    assert orjson.loads(data)["claims"][0]["cancel"][0][0] == 1
+    ended = T.apply(state, Heartbeat((got.tokens[1],), 120_000), LATER + 30)
+    assert not ended.items[0].ok and ended.items[0].status == CANCELLED
+    assert state.jobs[ref.first_seq + 1].status == CANCELLED
+    _write(state)
+
+
+def test_fail_of_the_last_attempt_makes_a_dead_line() -> None:
+    state, _, payloads = _queue(1)
+    got = T.apply(state, Claim("w", 1, 60_000), LATER).jobs
+    T.apply(state, Fail((FailItem(got.tokens[0], "x", 0),)), LATER)
+    got = T.apply(state, Claim("w", 1, 60_000), LATER).jobs
+    assert list(got.attempts) == [2]
+    T.apply(state, Fail((FailItem(got.tokens[0], "y", 0),)), LATER)
+    assert state.jobs[1].status == DEAD and state.jobs[1].payload == payloads[0]
+
+
+def test_a_record_naming_a_segment_the_head_lacks_or_has_not_taken_is_refused() -> None:
+    state, ref, _ = _queue(2)
+    T.apply(state, Claim("w", 2, 60_000), LATER)
+    codec.stamp(state, "b", LATER, "c-x")
+    head = orjson.loads(codec.encode(state))
+    head["segments"] = []
+    with pytest.raises(CorruptState, match=f"seg part naming segment {ref.key}"):
+        read_back(orjson.dumps(head))
+    head = orjson.loads(codec.encode(state))
+    head["claims"][0]["parts"] = [{"seg": ref.key, "at": [0, 5]}]
+    head["claims"][0]["n"] = 5
+    head["counters"]["fence"] = 5
+    with pytest.raises(CorruptState, match="has taken only 2"):
+        read_back(orjson.dumps(head))

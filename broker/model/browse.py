@@ -32,6 +32,7 @@ from broker import paths, timefmt, wire
 from broker.errors import InvalidRequest, shown
 from broker.model.format.archive import Found
 from broker.model.format.segment_format import segment_job
+from broker.model.held import done_entries, held_by_seq, view_at
 from broker.model.job import CANCELLED, CLAIMED, COMPLETED, DEAD, PENDING, Job, seq_of
 from broker.model.ops import Inspect, Result
 from broker.model.segments.claims import page_refs
@@ -288,7 +289,9 @@ def job(state: QueueState, now_ms: int, queue: str, job_id: str) -> dict[str, An
             out["completed_at"] = timefmt.fmt(found.done_ms)
             out["result"] = pretty(found.result or b"null")
         if found.done_seq is not None and found.done_commit is not None:
-            seqs = state.completed.get(found.done_seq) or [found.seq]  # (its commit's jobs)
+            seqs = [*state.completed.get(found.done_seq, ()), *(
+                r.seqs[p] for r, e in done_entries(state, found.done_seq) for p in e.pos)] \
+                or [found.seq]  # (its commit's jobs)
             out["archive_key"] = paths.archive_key(queue, found.done_ms, found.done_seq,
                                                    found.done_commit, min(seqs), max(seqs))
     out["redrivable"] = found.status == DEAD
@@ -310,6 +313,8 @@ def lookup(state: QueueState, now_ms: int, queue: str, job_id: str) -> dict[str,
     if seq in state.jobs:
         found: Job | None = next(state.jobs.peek(seq - 1))
         where = "queue"
+    elif (held := held_by_seq(state, seq, done=True)) is not None:  # (in a claim record)
+        found, where = view_at(state, *held), "segment"
     else:
         found, where = _segment_job(state, seq), "segment"
     if found is not None:

@@ -43,6 +43,28 @@ _RECORD_PARTS = (b'{"fence":%d,"n":%d,"worker":%s,"lease_s":%s,"expires_at":"%s"
 
 
 @dataclass(slots=True, eq=False)
+class Done:
+    """One commit's completions of a record's segment-part positions (``"done"``):
+    the commit's seq, its id (set when the commit is stamped), its time (ms),
+    the positions completed and their results (JSON bytes or None), aligned.
+    No payload: the archive object reads it from the segment."""
+
+    commit_seq: int
+    commit: str | None
+    at_ms: int
+    pos: list[int] = field(default_factory=list)
+    results: list[bytes | None] = field(default_factory=list)
+
+    def encode(self) -> bytes:
+        """The entry as the record's ``"done"`` holds it."""
+        commit = b"null" if self.commit is None else orjson.dumps(self.commit)
+        results = b",".join([b"null" if r is None else r for r in self.results])
+        return b'{"commit_seq":%d,"commit":%s,"at":"%s","pos":%s,"results":[%s]}' % (
+            self.commit_seq, commit, timefmt.fmt_bytes(self.at_ms),
+            orjson.dumps(seq_runs(self.pos)), results)
+
+
+@dataclass(slots=True, eq=False)
 class ClaimRecord:
     """One claim: the lease numbers ``fence .. fence + n - 1``, the lease
     (``lease_ms`` long, expiring at ``expires_ms``, last renewed at
@@ -62,6 +84,9 @@ class ClaimRecord:
     # (first position in the record, count, segment key, first position in the
     # segment), ascending; the other positions are inline jobs (``seq`` parts).
     segs: list[tuple[int, int, str, int]] | None = None
+    # Completions of segment-part positions awaiting their archive object, one a
+    # commit (``"done"``): the record stays until the last one is dropped.
+    completions: list[Done] | None = None
     _pos: dict[int, int] | None = None  # seq -> position, made when first asked
     _enc: bytes | None = None  # the record's line, cached until it changes
 
@@ -87,8 +112,15 @@ class ClaimRecord:
 
     @property
     def done(self) -> bool:
-        """Whether every position is settled (the record leaves the head)."""
+        """Whether every position is settled (the record leaves the head, once
+        no completion of it awaits its archive object)."""
         return self.settled == (1 << len(self.seqs)) - 1
+
+    @property
+    def gone(self) -> bool:
+        """Whether the record leaves the head: every position settled and no
+        completion awaiting its archive object."""
+        return not self.completions and self.settled == (1 << len(self.seqs)) - 1
 
     def unsettled(self) -> Iterator[int]:
         """The positions still held, ascending."""
@@ -183,6 +215,8 @@ class ClaimRecord:
         if self.cancel:
             cancel = b',"cancel":' + orjson.dumps(
                 [[pos, timefmt.fmt(at)] for pos, at in sorted(self.cancel.items())])
+        if self.completions:
+            cancel += b',"done":[' + b",".join([d.encode() for d in self.completions]) + b"]"
         return _RECORD_PARTS % (
             self.fence, len(self.seqs), _worker_json(self.worker),
             orjson.dumps(self.lease_ms / 1000), timefmt.fmt_bytes(self.expires_ms),

@@ -13,11 +13,32 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 
-from broker.model.claim_records import ClaimRecord
+from broker.model.claim_records import ClaimRecord, Done
 from broker.model.format import codec
 from broker.model.format.segment_format import segment_job
-from broker.model.job import CLAIMED, Job, token_seq
-from broker.model.state import QueueState
+from broker.model.job import CLAIMED, COMPLETED, Job, token_seq
+from broker.model.state import QueueState, SegmentRef, Span
+
+
+def unname(state: QueueState, record: ClaimRecord) -> None:
+    """``record`` left the head: the segments it named lose a name, and one that
+    is exhausted and named by no record is dropped (its object is deleted once
+    the commit without it lands); its held lines are forgotten."""
+    names = state.seg_names
+    for key in record.seg_keys():
+        left = names.get(key, 1) - 1
+        if left > 0:
+            names[key] = left
+            continue
+        names.pop(key, None)
+        refs = state.segment_refs
+        for i, ref in enumerate(refs):
+            if ref.key == key:
+                if ref.exhausted:
+                    del refs[i]
+                    state.dropped_refs.append(ref)
+                break
+    state.held.forget(record.fence)
 
 
 def held_position(state: QueueState, token: str,
@@ -45,17 +66,41 @@ def held_position(state: QueueState, token: str,
     return record, pos
 
 
-def held_by_seq(state: QueueState, seq: int) -> tuple[ClaimRecord, int] | None:
+def held_by_seq(state: QueueState, seq: int,
+                done: bool = False) -> tuple[ClaimRecord, int] | None:
     """The claim record and position holding job ``seq`` at a segment part, not
-    settled, or None. O(records with segment parts)."""
+    settled (or, with ``done``, completed in a done entry), or None.
+    O(records with segment parts)."""
     if not state.seg_names:
         return None
     for record in state.claim_records.values():
         for pos0, count, _, _ in record.segs or ():
             pos = pos0 + seq - record.seqs[pos0]
-            if pos0 <= pos < pos0 + count and not record.is_settled(pos):
+            if pos0 <= pos < pos0 + count and (not record.is_settled(pos) or (
+                    done and _done_at(record, pos) is not None)):
                 return record, pos
     return None
+
+
+def _done_at(record: ClaimRecord, pos: int) -> tuple[Done, int] | None:
+    """The done entry completing position ``pos`` of ``record``, and its index there."""
+    for entry in record.completions or ():
+        at = bisect.bisect_left(entry.pos, pos)
+        if at < len(entry.pos) and entry.pos[at] == pos:
+            return entry, at
+    return None
+
+
+def view_at(state: QueueState, record: ClaimRecord, pos: int) -> Job | None:
+    """The job at segment-part position ``pos`` of ``record`` as a throwaway
+    :class:`Job`: claimed (:func:`held_view`) or completed awaiting its archive
+    object (:func:`done_job`); None if its line is not loaded or it is neither."""
+    if not record.is_settled(pos):
+        return held_view(state, record, pos)
+    done, span = _done_at(record, pos), record.seg_span(pos)
+    got = None if done is None or span is None else state.held.line(
+        record.fence, span, pos - span[0])
+    return None if got is None or done is None else done_job(record, done[0], done[1], *got)
 
 
 def mark_held_cancel(record: ClaimRecord, pos: int, now_ms: int) -> bool:
@@ -69,6 +114,64 @@ def mark_held_cancel(record: ClaimRecord, pos: int, now_ms: int) -> bool:
     return True
 
 
+def held_view(state: QueueState, record: ClaimRecord, pos: int) -> Job | None:
+    """The claimed job held at segment-part position ``pos`` of ``record``, as a
+    throwaway :class:`Job` reading its lease through the record (for a page or a
+    lookup; :func:`materialize` adds it to the head), or None if its line is not
+    loaded."""
+    span = record.seg_span(pos)
+    got = None if span is None else state.held.line(record.fence, span, pos - span[0])
+    if got is None:
+        return None
+    ref, line = got
+    job = segment_job(record.seqs[pos], line, ref)
+    job.status = CLAIMED
+    job.attempts += 1
+    job.claim = record.fence
+    job.lease_token = f"{job.id}.{record.fence + pos}"
+    job.rec = record
+    job.cancel_ms = record.cancel.get(pos)
+    job._enc = None
+    return job
+
+
+def page_held(state: QueueState, after_seq: int, n: int,
+              status: str | None = None) -> list[tuple[int, ClaimRecord, int, Span]]:
+    """The first ``n`` jobs of segment parts with a seq above ``after_seq``, in
+    seq order: ``(seq, record, position, span)``; held ones (claimed) and, for
+    ``status`` None or completed, those of done entries. O(spans x n)."""
+    out: list[tuple[int, ClaimRecord, int, Span]] = []
+    for record in state.claim_records.values():
+        done = {p for e in record.completions or () for p in e.pos} \
+            if status in (None, COMPLETED) else set()
+        held = status in (None, CLAIMED)
+        for span in record.segs or ():
+            pos0, count = span[0], span[1]
+            first = record.seqs[pos0]
+            pos = pos0 + max(0, after_seq + 1 - first)
+            got = 0
+            while pos < pos0 + count and got < n:
+                if (held and not record.is_settled(pos)) or pos in done:
+                    out.append((first + pos - pos0, record, pos, span))
+                    got += 1
+                pos += 1
+    out.sort(key=lambda item: item[0])
+    return out[:n]
+
+
+def held_page(state: QueueState, after_seq: int, n: int,
+              status: str | None = None) -> tuple[list[Job], int | None]:
+    """:func:`page_held` as throwaway jobs (:func:`view_at`), and the seq of the
+    first one whose line is not loaded (the page ends before it), or None."""
+    jobs: list[Job] = []
+    for seq, record, pos, _ in page_held(state, after_seq, n, status):
+        job = view_at(state, record, pos)
+        if job is None:
+            return jobs, seq
+        jobs.append(job)
+    return jobs, None
+
+
 def materialize(state: QueueState, record: ClaimRecord, pos: int) -> Job | None:
     """Give the job held at segment-part position ``pos`` of ``record`` (not
     settled) a claimed line of its own in the head, built from its held source
@@ -78,19 +181,10 @@ def materialize(state: QueueState, record: ClaimRecord, pos: int) -> Job | None:
     span = record.seg_span(pos)
     if span is None or record.is_settled(pos):
         return None
-    got = state.held.line(record.fence, span, pos - span[0])
-    if got is None:
+    job = held_view(state, record, pos)
+    if job is None:
         return None
-    ref, line = got
-    seq = record.seqs[pos]
-    job = segment_job(seq, line, ref)
-    job.status = CLAIMED
-    job.attempts += 1
-    job.claim = record.fence
-    job.lease_token = f"{job.id}.{record.fence + pos}"
-    job.rec = record
-    job.cancel_ms = record.cancel.get(pos)
-    job._enc = None
+    seq = job.seq
     state.jobs.insert(seq, job)
     codec.inserted_many(state, seq, 1)
     state.approx_bytes += job.size_estimate()
@@ -130,3 +224,80 @@ def materialize_expired(state: QueueState, now_ms: int) -> None:
                 for pos in range(pos0, pos0 + count):
                     if not record.is_settled(pos):
                         materialize(state, record, pos)
+
+
+def complete_position(state: QueueState, record: ClaimRecord, pos: int,
+                      result: bytes | None, now_ms: int) -> None:
+    """Complete the job held at segment-part position ``pos`` of ``record`` in the
+    commit after ``state.seq``: its position settled and added, with
+    ``result``, to that commit's ``done`` entry of the record (no line, no
+    payload: the archive object reads it from the segment)."""
+    commit_seq = state.seq + 1
+    record.settled |= 1 << pos
+    record.cancel.pop(pos, None)
+    entries = record.completions
+    if entries is None:
+        entries = record.completions = []
+    if not entries or entries[-1].commit_seq != commit_seq:
+        entries.append(Done(commit_seq, None, now_ms))
+        state.done_commits.setdefault(commit_seq, []).append(record.fence)
+    entry = entries[-1]  # (positions ascending, results aligned: runs on disk)
+    at = bisect.bisect(entry.pos, pos)
+    entry.pos.insert(at, pos)
+    entry.results.insert(at, result)
+    record._enc = None
+
+
+def drop_done(state: QueueState, commit_seq: int) -> int:
+    """Drop the done entries of commit ``commit_seq`` (its archive object landed);
+    a record with every position settled and none left leaves the head.
+    Returns how many completions went."""
+    dropped = 0
+    records = state.claim_records
+    for fence in state.done_commits.pop(commit_seq, ()):
+        record = records.get(fence)
+        if record is None or not record.completions:
+            continue
+        kept = [e for e in record.completions if e.commit_seq != commit_seq]
+        dropped += sum(len(e.pos) for e in record.completions) - sum(len(e.pos) for e in kept)
+        record.completions = kept or None
+        record._enc = None
+        if record.gone:
+            del records[fence]
+            unname(state, record)
+    return dropped
+
+
+def done_entries(state: QueueState, commit_seq: int) -> list[tuple[ClaimRecord, Done]]:
+    """The records' done entries of commit ``commit_seq``, in fence order."""
+    records = state.claim_records
+    out = []
+    for fence in sorted(state.done_commits.get(commit_seq, ())):
+        record = records.get(fence)
+        if record is None:
+            continue
+        out += [(record, e) for e in record.completions or () if e.commit_seq == commit_seq]
+    return out
+
+
+def done_job(record: ClaimRecord, entry: Done, i: int, ref: SegmentRef, line: bytes) -> Job:
+    """The completed job of ``entry``'s ``i``-th position, its source ``line`` of
+    ``ref``'s segment: what its archive line is made from (the record's worker,
+    its token, the entry's commit and time, its result: no clock, no cache, so
+    every broker makes the same bytes)."""
+    pos = entry.pos[i]
+    job = segment_job(record.seqs[pos], line, ref)
+    job.status = COMPLETED
+    job.attempts += 1
+    job.lease_token = f"{job.id}.{record.fence + pos}"
+    job.rec = record
+    job.unlink()
+    job.done_ms, job.done_seq, job.done_commit = entry.at_ms, entry.commit_seq, entry.commit
+    job.result = entry.results[i]
+    job._enc = None
+    return job
+
+
+def done_count(state: QueueState) -> int:
+    """How many completions the records' done entries hold (awaiting archive)."""
+    return sum(len(e.pos) for r in state.claim_records.values() for e in r.completions or ())

@@ -108,6 +108,7 @@ never stored.
 
 from __future__ import annotations
 
+import itertools
 from array import array
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, fields
@@ -116,7 +117,7 @@ from typing import Any
 from broker.errors import shown
 from broker.limits import check_setting
 from broker.model.claim_records import ClaimRecord
-from broker.model.job import CLAIMED, PENDING, Job, seq_of
+from broker.model.job import CLAIMED, COMPLETED, PENDING, Job, seq_of
 from broker.model.jobtable import JobTable
 from broker.model.ratelimit import ClaimGate
 from broker.model.receipts import Receipts
@@ -451,11 +452,7 @@ class HeldJobs:
     def put(self, fence: int, span: Span, ref: SegmentRef, lines: Sequence[bytes]) -> None:
         """Keep ``lines``, the jobs of record ``fence``'s segment part ``span``
         (consecutive positions of ``ref``'s segment)."""
-        offsets = array("I", [0])
-        end = 0
-        for line in lines:
-            end += len(line)
-            offsets.append(end)
+        offsets = array("I", itertools.accumulate(map(len, lines), initial=0))
         blob = b"".join(lines)
         old = self.parts.pop((fence, span), None)
         if old is not None:
@@ -523,6 +520,8 @@ class QueueState:
     held: HeldJobs = field(default_factory=HeldJobs, compare=False, repr=False)
     held_in_records: bool = field(default=False, compare=False, repr=False)
     seg_names: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+    # Derived: commit seq -> fences of the records with a completion ("done") of it.
+    done_commits: dict[int, list[int]] = field(default_factory=dict, compare=False, repr=False)
     # The secret of the queue's lease tokens (hex; "" until made) and what tags and
     # checks them with it (see broker.model.tokens); neither is ever shown.
     token_key: str = field(default="", repr=False)
@@ -578,8 +577,9 @@ class QueueState:
         counts = self.jobs.count_by_status()
         if self.segment_refs:
             counts[PENDING] += sum(ref.remaining for ref in self.segment_refs)
-        if self.seg_names:  # (jobs held at records' segment parts: no line of their own)
-            counts[CLAIMED] += sum(r.held_seg() for r in self.claim_records.values() if r.segs)
+        for r in self.claim_records.values() if self.seg_names else ():  # (held in records)
+            counts[CLAIMED] += r.held_seg()
+            counts[COMPLETED] += sum(len(e.pos) for e in r.completions or ())
         return counts
 
     def size_estimate(self) -> int:

@@ -60,11 +60,19 @@ from broker.model import browse, cancels, idempotency, lifecycle, queue_rules, t
 from broker.model import receipts as R
 from broker.model.columns import Columns, plain_rows
 from broker.model.format.segment_format import segment_job
-from broker.model.held import held_position, materialize, materialize_expired, materialize_live
+from broker.model.held import (
+    complete_position,
+    drop_done,
+    held_position,
+    materialize,
+    materialize_expired,
+    materialize_live,
+)
 from broker.model.indexes import bound_stale_leases, expired_leases, promote_due
 from broker.model.inserts import insert_jobs, insert_payloads
 from broker.model.job import (
     CLAIMED,
+    COMPLETED,
     DEAD,
     PENDING,
     Job,
@@ -338,7 +346,27 @@ def _complete(state: QueueState, op: Complete, now_ms: int) -> Result:
     stored = tokens.checker(state)
     result = Result()
     ended: list[str] = []
-    materialize_live(state, (stored(t) for t, _ in plain_rows(op.items)), now_ms)
+    fences_held: list[int] = []
+    records = list(state.claim_records) if state.seg_names else []
+
+    def held(wire: str, token: str, value: bytes | None) -> ItemResult | None:
+        found = held_position(state, token, records) if records else None
+        if found is None:
+            return None
+        record, pos = found
+        if any(pos in e.pos for e in record.completions or ()):  # a repeat: its done entry
+            return ItemResult(wire, True, None, COMPLETED)
+        if record.is_settled(pos) or record.expires_ms <= now_ms:
+            return None  # (answered as any token that holds nothing)
+        if pos in record.cancel:  # marked: ends cancelled, from a line of its own
+            job = materialize(state, record, pos)
+            if job is None:
+                return None
+            ended.append(wire)
+            return cancels.end_marked(state, job, wire, now_ms)
+        complete_position(state, record, pos, value, now_ms)
+        fences_held.append(record.fence + pos)
+        return ItemResult(wire, True, None, COMPLETED)
 
     def unheld(wire: str, token: str | None) -> ItemResult:
         job = None if token is None else live_job(state, token, now_ms)
@@ -347,7 +375,9 @@ def _complete(state: QueueState, op: Complete, now_ms: int) -> Result:
             return cancels.end_marked(state, job, wire, now_ms)
         return idempotency.repeat_answer(state, wire, token, R.COMPLETED)
 
-    result.items, fences = complete_held(state, plain_rows(op.items), now_ms, stored, unheld)
+    result.items, fences = complete_held(state, plain_rows(op.items), now_ms, stored, unheld,
+                                         held if records else None)
+    fences += fences_held
     result.changed = bool(ended)
     if fences:
         state.receipts.record_settled(R.COMPLETED, fences, now_ms, idempotency.retry_ttl_ms(state),
@@ -448,7 +478,8 @@ def _held_fences(state: QueueState) -> Iterator[int]:
 
 
 def _drop_archived(state: QueueState, op: DropArchived, now_ms: int) -> Result:
-    dropped = sum(lifecycle.drop_completed(state, commit_seq) for commit_seq in op.seqs)
+    dropped = sum(lifecycle.drop_completed(state, commit_seq) + drop_done(state, commit_seq)
+                  for commit_seq in op.seqs)
     return Result(changed=bool(dropped), count=dropped)
 
 

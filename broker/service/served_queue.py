@@ -91,7 +91,8 @@ class ServedQueue:
         self.segments, self._clock, self._monotonic = segments, clock, monotonic
         self.jobs_ready = asyncio.Event()
         self.completions = RecentRate()  # jobs completed, for stats
-        self.archiver = Archiver(store, name, executor, self._poke, monotonic=monotonic)
+        self.archiver = Archiver(store, name, executor, self._poke, monotonic=monotonic,
+                                 segments=segments)
         self.target = QueueTarget(name, broker_id, url, lease_ms, settings, ownership,
                                   self.archiver, where=f"{store.url}/{paths.state_key(name)}",
                                   segments=segments, held_in_records=held_in_records,

@@ -18,16 +18,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from broker import timefmt
 from broker.limits import MAX_CLAIM_JOBS, MAX_LEASE_S
-from broker.model.claim_records import ClaimRecord, bits_of_runs, expand_runs
+from broker.model.claim_records import ClaimRecord, Done, bits_of_runs, expand_runs, seq_runs
 from broker.model.format.segment_format import MAX_SEGMENT_JOBS
 from broker.model.indexes import TIME_MASK
 from broker.model.job import CLAIMED, job_id_for
 from broker.model.state import QueueState
 
 _FIELDS = frozenset({"fence", "n", "worker", "lease_s", "expires_at", "heartbeat_at", "parts",
-                     "settled", "cancel"})
+                     "settled", "cancel", "done"})
+_DONE_FIELDS = frozenset({"commit_seq", "commit", "at", "pos", "results"})
 _FENCE_MAX = 1 << 62
 
 
@@ -70,9 +73,6 @@ def record_from_json(raw: Any, where: str) -> ClaimRecord:
         raise ValueError(f"{where} must be an object")
     fence = _int(raw.get("fence"), f"{where} fence", 1, _FENCE_MAX)
     where = f"{where} (fence {fence})"
-    if "done" in raw:
-        raise ValueError(f"{where} has completions from objects (\"done\"), which this "
-                         "osqueue does not read; upgrade osqueue")
     unknown = set(raw) - _FIELDS
     if unknown:
         raise ValueError(f"{where} has unknown fields {sorted(unknown)}")
@@ -123,9 +123,11 @@ def record_from_json(raw: Any, where: str) -> ClaimRecord:
     record.segs = segs or None
     if "settled" in raw:
         record.settled = bits_of_runs(_runs(raw["settled"], f"{where} settled", 0, n - 1))
-        if record.done:
-            raise ValueError(f"{where} has every position settled; such a record leaves "
-                             "the head")
+    if "done" in raw:
+        record.completions = _done_from(raw["done"], record, where)
+    if record.gone:
+        raise ValueError(f"{where} has every position settled; such a record leaves "
+                         "the head")
     cancel = raw.get("cancel", [])
     if "cancel" in raw and (not isinstance(cancel, list) or not cancel):
         raise ValueError(f"{where} cancel must be a non-empty list of [position, time]")
@@ -138,6 +140,38 @@ def record_from_json(raw: Any, where: str) -> ClaimRecord:
                              "or marked twice")
         record.cancel[pos] = _time(mark[1], f"{where} cancel time")
     return record
+
+
+def _done_from(raw: Any, record: ClaimRecord, where: str) -> list[Done]:
+    """A record's ``"done"``: completions of settled segment-part positions, one
+    entry a commit, ascending commit seqs, each position at most once."""
+    if not isinstance(raw, list) or not raw:
+        raise ValueError(f"{where} done must be a non-empty list of completions")
+    out: list[Done] = []
+    seen = 0
+    for i, item in enumerate(raw):
+        what = f"{where} done[{i}]"
+        if not isinstance(item, dict) or set(item) != _DONE_FIELDS:
+            raise ValueError(f"{what} must be an object with {sorted(_DONE_FIELDS)}")
+        commit_seq = _int(item["commit_seq"], f"{what} commit_seq", 1, _FENCE_MAX)
+        if out and commit_seq <= out[-1].commit_seq:
+            raise ValueError(f"{what} commit_seq must be above the entry before it")
+        commit = item["commit"]
+        if not isinstance(commit, str) or not commit:
+            raise ValueError(f"{what} commit must be a commit id, got {commit!r}")
+        pos = expand_runs(_runs(item["pos"], f"{what} pos", 0, record.n - 1))
+        results = item["results"]
+        if not isinstance(results, list) or len(results) != len(pos):
+            raise ValueError(f"{what} results must be a list of one result a position")
+        bits = bits_of_runs(seq_runs(pos))
+        if bits & seen or bits & ~record.settled or any(
+                record.seg_span(p) is None for p in pos):
+            raise ValueError(f"{what} names a position twice, one not settled or one "
+                             "not held at a segment part")
+        seen |= bits
+        out.append(Done(commit_seq, commit, _time(item["at"], f"{what} at"), pos,
+                        [None if r is None else orjson.dumps(r) for r in results]))
+    return out
 
 
 def records_from_json(raw: Any, top_fence: int) -> dict[int, ClaimRecord]:
@@ -249,6 +283,11 @@ def link_segments(state: QueueState) -> None:
             raise ValueError(f"{where} names a job twice")
         for key in record.seg_keys():
             names[key] = names.get(key, 0) + 1
+        for entry in record.completions or ():
+            if entry.commit_seq > state.seq:
+                raise ValueError(f"{where} has a completion of commit {entry.commit_seq}, "
+                                 f"after this version ({state.seq})")
+            state.done_commits.setdefault(entry.commit_seq, []).append(record.fence)
     for key in names:
         if not any(ref.key == key for ref in state.segment_refs):
             raise ValueError(f"a claim record names segment {key}, which is not referenced")

@@ -34,9 +34,9 @@ from broker.model import receipts as R
 from broker.model.claim_records import ClaimRecord
 from broker.model.format import codec
 from broker.model.format.segment_format import segment_job
-from broker.model.held import held_position
+from broker.model.held import held_by_seq, held_position, page_held
 from broker.model.indexes import SEQ_MASK, promote_due, ready_key, timed_key
-from broker.model.job import JOB_OVERHEAD_BYTES, PENDING, Job, JobIds
+from broker.model.job import CLAIMED, COMPLETED, JOB_OVERHEAD_BYTES, PENDING, Job, JobIds, seq_of
 from broker.model.lifecycle import (
     IllegalMove,
     claim_ready,
@@ -48,8 +48,10 @@ from broker.model.ops import (
     Complete,
     Fail,
     Heartbeat,
+    Inspect,
     LeasedJobs,
     Op,
+    ReadJobs,
     Reclaim,
     Release,
 )
@@ -333,6 +335,14 @@ def held_loads(state: QueueState, ops: Sequence[Op],
         elif isinstance(op, Reclaim):
             wanted.update((r.fence, r) for r in records.values()
                           if r.segs and r.expires_ms <= ahead_ms)
+        elif isinstance(op, ReadJobs) and op.status in (None, CLAIMED, COMPLETED):
+            page = page_held(state, seq_of(op.after or "") or 0, op.limit, op.status)
+            wanted.update((r.fence, r) for _, r, _, _ in page)
+        elif isinstance(op, Inspect) and op.view in ("job", "find", "lookup") and op.args:
+            seq = seq_of(str(op.args[-1]))
+            found = None if seq is None else held_by_seq(state, seq, done=True)
+            if found is not None:
+                wanted[found[0].fence] = found[0]
         elif isinstance(op, Claim) and op.request is not None:
             answered = state.receipts.answered(op.request, R.CLAIM)
             if answered:

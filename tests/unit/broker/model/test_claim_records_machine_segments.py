@@ -15,9 +15,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, rule
 
+from broker.model import transitions as T
 from broker.model.format.segment_format import encode_segment, segment_lines
 from broker.model.job import CLAIMED, PENDING
-from broker.model.ops import Reclaim
+from broker.model.ops import DropArchived, Reclaim
 from broker.model.segments.claims import held_loads
 from broker.model.state import HeldJobs, QueueState, SegmentRef, SegmentWindows
 from broker.model.tokens import stored_part
@@ -65,12 +66,25 @@ class SegmentClaimMachine(ClaimMachine):
             lo = span[3]
             state.held.put(fence, span, ref, self.lines[ref.key][lo:lo + span[1]])
 
+    @rule()
+    def archive_lands(self) -> None:
+        """Every commit's archive object landed: its completions leave the head
+        (inline lines and records' done entries alike)."""
+        seqs = tuple(sorted({*self.state.completed, *self.state.done_commits}))
+        T.apply(self.state, DropArchived(seqs), self.now)
+        assert not self.state.done_commits
+        assert all(not r.completions for r in self.state.claim_records.values())
+
     @invariant()
     def records_are_the_models_claims(self) -> None:
         held = {f: c for f, c in self.claims.items() if len(c.settled) < len(c.seqs)}
         records = self.state.claim_records
-        assert list(records) == sorted(held)
+        # (a record whose every position settled stays while a done entry awaits archive)
+        assert list(records) == sorted({*held, *(
+            f for f, r in records.items() if r.done and r.completions)})
         for fence, record in records.items():
+            if fence not in held:
+                continue
             claim = held[fence]
             assert record.seqs == claim.seqs
             assert record.expires_ms == claim.expires and record.lease_ms == claim.lease

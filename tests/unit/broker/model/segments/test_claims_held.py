@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from broker.errors import CorruptState
-from broker.model import tokens
+from broker.model import browse, tokens, views
 from broker.model import transitions as T
 from broker.model.format import codec
 from broker.model.format.segment_format import encode_segment, segment_lines
@@ -26,9 +26,11 @@ from broker.model.ops import (
     Fail,
     FailItem,
     Heartbeat,
+    ReadJobs,
     Reclaim,
     Release,
 )
+from broker.model.segments.claims import held_loads
 from broker.model.state import HeldJobs, QueueState, SegmentRef, SegmentWindows
 from broker.paths import segment_key, segment_name
 from tests.support.states import new_queue, read_back
@@ -84,28 +86,33 @@ def test_a_claim_of_2000_from_a_segment_adds_one_record_and_no_job_line() -> Non
     assert again.seg_names == {ref.key: 1}
 
 
-def test_complete_of_held_jobs_archives_them_and_drops_the_ref_after_the_last() -> None:
-    state, ref, payloads = _queue(3)
+def test_complete_writes_a_done_entry_and_the_ref_goes_after_the_last_drop() -> None:
+    state, ref, _ = _queue(3)
     got = T.apply(state, Claim("w", 3, 60_000), LATER).jobs
     _, state = _write(state)
-    done = T.apply(state, Complete((CompleteItem(got.tokens[0], b'{"r":1}'),)), LATER)
-    assert done.items[0].ok and done.items[0].status == COMPLETED
-    job = state.jobs[ref.first_seq]
-    assert job.status == COMPLETED and job.payload == payloads[0] and job.attempts == 1
-    assert [(r.key, r.taken) for r in state.segment_refs] == [(ref.key, 3)]
-    assert not state.dropped_refs
+    done = T.apply(state, Complete((CompleteItem(got.tokens[1], b'{"r":1}'),
+                                    CompleteItem(got.tokens[0], None))), LATER)
+    assert [(a.ok, a.status) for a in done.items] == [(True, COMPLETED)] * 2
+    assert len(state.jobs) == 0  # (no line: the record's done entry)
+    data, state = _write(state)
+    [record] = orjson.loads(data)["claims"]
+    assert record["settled"] == [0, 2]
+    assert record["done"] == [{"commit_seq": 2, "commit": "c-x", "at": "2026-01-01T00:00:01.000Z",
+                               "pos": [0, 2], "results": [None, {"r": 1}]}]
+    assert state.count_by_status()[COMPLETED] == 2
+    # a repeat (its reply was lost) answers completed, from the done entry
+    again = T.apply(state, Complete((CompleteItem(got.tokens[0], None),)), LATER)
+    assert (again.items[0].ok, again.items[0].status) == (True, COMPLETED)
+    T.apply(state, Complete((CompleteItem(got.tokens[2]),)), LATER)
+    assert [r.key for r in state.segment_refs] == [ref.key] and not state.dropped_refs
     _, state = _write(state)
-    # a repeat of the complete answers completed (from the completed line)
-    again = T.apply(state, Complete((CompleteItem(got.tokens[0], b'{"r":1}'),)), LATER)
-    assert again.items[0].ok and again.items[0].status == COMPLETED
-    T.apply(state, Complete(tuple(CompleteItem(t) for t in got.tokens[1:])), LATER)
-    assert [r.key for r in state.dropped_refs] == [ref.key]  # the last record left
-    assert state.segment_refs == [] and not state.claim_records
-    _, state = _write(state)
-    assert sorted(j.seq for j in state.jobs.touched() if j.status == COMPLETED) == [1, 2, 3]
-    T.apply(state, DropArchived(tuple(state.completed)), LATER)
+    T.apply(state, DropArchived((2,)), LATER)
+    assert len(state.claim_records) == 1 and not state.dropped_refs  # (commit 3's awaits)
+    T.apply(state, DropArchived((3,)), LATER)
+    assert not state.claim_records and not state.segment_refs
+    assert [r.key for r in state.dropped_refs] == [ref.key]  # (deleted once this lands)
     data, _ = _write(state)
-    assert orjson.loads(data)["jobs"] == []
+    assert orjson.loads(data)["claims"] == [] and orjson.loads(data)["segments"] == []
 
 
 def test_a_segment_outlives_its_last_record_only_while_named() -> None:
@@ -115,8 +122,10 @@ def test_a_segment_outlives_its_last_record_only_while_named() -> None:
     _, state = _write(state)
     assert state.seg_names == {ref.key: 2}
     T.apply(state, Complete(tuple(CompleteItem(t) for t in first.tokens)), LATER)
+    T.apply(state, DropArchived((state.seq + 1,)), LATER)
     assert len(state.segment_refs) == 1 and not state.dropped_refs
     T.apply(state, Complete(tuple(CompleteItem(t) for t in second.tokens)), LATER)
+    T.apply(state, DropArchived((state.seq + 1,)), LATER)
     assert not state.segment_refs and [r.key for r in state.dropped_refs] == [ref.key]
 
 
@@ -194,3 +203,45 @@ def test_a_record_naming_a_segment_the_head_lacks_or_has_not_taken_is_refused() 
     head["counters"]["fence"] = 5
     with pytest.raises(CorruptState, match="has taken only 2"):
         read_back(orjson.dumps(head))
+
+
+def test_pages_and_lookup_show_held_jobs_as_claimed_with_their_record_lease() -> None:
+    state, ref, payloads = _queue(5)
+    T.apply(state, Claim("w-1", 3, 60_000), LATER)
+    _, state = _write(state)
+    page = views.list_page(state, None, 10)
+    assert [(j.seq, j.status) for j in page.jobs] == [
+        (1, CLAIMED), (2, CLAIMED), (3, CLAIMED), (4, PENDING), (5, PENDING)]
+    assert [j.payload for j in page.jobs] == payloads
+    assert page.cut is None
+    held = views.list_page(state, CLAIMED, 2, "j0000000001").jobs
+    assert [(j.seq, j.lease_worker, j.lease_expires_ms, j.attempts) for j in held] == [
+        (2, "w-1", LATER + 60_000, 1), (3, "w-1", LATER + 60_000, 1)]
+    seen = browse.lookup(state, LATER, "q", "j0000000002")["job"]
+    assert seen["status"] == CLAIMED and seen["location"] == "segment"
+    assert seen["lease"]["worker"] == "w-1" and "token" not in seen["lease"]
+    # a broker without the lines (a reader of the stored head): the page ends
+    # before the first held job and the lookup finds nothing until they are loaded
+    state.held = HeldJobs()
+    page = views.list_page(state, None, 10)
+    assert [j.seq for j in page.jobs] == [] and page.cut == 1
+    assert browse.lookup(state, LATER, "q", "j0000000002")["job"] is None
+    loads = held_loads(state, [ReadJobs(None, 10)], LATER)
+    assert [(r.key, span) for r, _, span in loads] == [(ref.key, (0, 3, ref.key, 0))]
+
+
+def test_completions_in_done_entries_are_read_as_completed_until_dropped() -> None:
+    state, _, payloads = _queue(3)
+    got = T.apply(state, Claim("w-1", 3, 60_000), LATER).jobs
+    T.apply(state, Complete((CompleteItem(got.tokens[1], b'{"r":2}'),)), LATER)
+    _, state = _write(state)
+    rows = views.list_page(state, None, 10).jobs
+    assert [(j.seq, j.status) for j in rows] == [(1, CLAIMED), (2, COMPLETED), (3, CLAIMED)]
+    assert rows[1].payload == payloads[1] and rows[1].result == b'{"r":2}'
+    assert [j.seq for j in views.list_page(state, COMPLETED, 10).jobs] == [2]
+    seen = browse.lookup(state, LATER, "q", "j0000000002")["job"]
+    assert (seen["status"], seen["location"]) == (COMPLETED, "segment")
+    assert seen["archive_key"].startswith("q/archive/")
+    T.apply(state, DropArchived((state.seq,)), LATER)
+    assert [j.seq for j in views.list_page(state, None, 10).jobs] == [1, 3]
+    assert browse.lookup(state, LATER, "q", "j0000000002")["job"] is None  # (archived)

@@ -121,18 +121,7 @@ def held_view(state: QueueState, record: ClaimRecord, pos: int) -> Job | None:
     loaded."""
     span = record.seg_span(pos)
     got = None if span is None else state.held.line(record.fence, span, pos - span[0])
-    if got is None:
-        return None
-    ref, line = got
-    job = segment_job(record.seqs[pos], line, ref)
-    job.status = CLAIMED
-    job.attempts += 1
-    job.claim = record.fence
-    job.lease_token = f"{job.id}.{record.fence + pos}"
-    job.rec = record
-    job.cancel_ms = record.cancel.get(pos)
-    job._enc = None
-    return job
+    return None if got is None else job_at(record, pos, got[0], got[1])
 
 
 def page_held(state: QueueState, after_seq: int, n: int,
@@ -301,3 +290,40 @@ def done_job(record: ClaimRecord, entry: Done, i: int, ref: SegmentRef, line: by
 def done_count(state: QueueState) -> int:
     """How many completions the records' done entries hold (awaiting archive)."""
     return sum(len(e.pos) for r in state.claim_records.values() for e in r.completions or ())
+
+
+def segment_slices(state: QueueState,
+                   ref: SegmentRef) -> tuple[tuple[int, ClaimRecord, int], ...]:
+    """``(position in ref's segment, record, position in the record)`` of each
+    job that a claim record of ``state`` holds at a segment part of ``ref`` (not
+    settled) or names in a done entry, by segment position: for the readers of
+    whole segments (the Spark reader, the chaos checker). A settled position in
+    no done entry is elsewhere (a line of the head, or the archive): left out."""
+    if ref.key not in state.seg_names:
+        return ()
+    out = []
+    for record in state.claim_records.values():
+        done = {p for e in record.completions or () for p in e.pos}
+        for pos0, count, key, at0 in record.segs or ():
+            if key == ref.key:
+                out += [(at0 + i, record, pos0 + i) for i in range(count)
+                        if not record.is_settled(pos0 + i) or pos0 + i in done]
+    return tuple(sorted(out, key=lambda item: item[0]))
+
+
+def job_at(record: ClaimRecord, pos: int, ref: SegmentRef, line: bytes) -> Job:
+    """The job at segment-part position ``pos`` of ``record``, from its source
+    ``line`` of ``ref``'s segment: completed if a done entry names it
+    (:func:`done_job`), else claimed, reading its lease through the record."""
+    done = _done_at(record, pos)
+    if done is not None:
+        return done_job(record, done[0], done[1], ref, line)
+    job = segment_job(record.seqs[pos], line, ref)
+    job.status = CLAIMED
+    job.attempts += 1
+    job.claim = record.fence
+    job.lease_token = f"{job.id}.{record.fence + pos}"
+    job.rec = record
+    job.cancel_ms = record.cancel.get(pos)
+    job._enc = None
+    return job

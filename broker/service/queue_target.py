@@ -24,6 +24,7 @@ from broker.model import receipts as R
 from broker.model import state as S
 from broker.model.format import codec
 from broker.model.format.decode import decode_state
+from broker.model.job import job_id_for
 from broker.model.ops import (
     Cancel,
     Claim,
@@ -104,7 +105,8 @@ class QueueTarget:
                 await self.segments.check(ref)
                 self._checked.add((ref.key, ref.etag))
         if state.seg_names:  # jobs held at claim records' segment parts the batch may settle
-            loads = held_loads(state, ops, now_ms + PLAN_AHEAD_MS)
+            pages = [_as_page(state, op) for op in ops if isinstance(op, Inspect)]
+            loads = held_loads(state, [*ops, *filter(None, pages)], now_ms + PLAN_AHEAD_MS)
             self.held.pinned = {fence for _, fence, _ in loads}
             for ref, fence, span in loads:
                 lines = await self.segments.read_window(ref, span[3], span[3] + span[1])
@@ -225,3 +227,16 @@ class QueueTarget:
         if drop_in is not None:
             times.append(now_ms + round(drop_in * 1000))
         return min(times) if times else None
+
+
+def _as_page(state: S.QueueState, op: Inspect) -> ReadJobs | None:
+    """The page of jobs the dashboard's page view ``op`` reads (for planning its
+    loads), or None (another view, or one the view itself refuses)."""
+    if op.view != "page":
+        return None
+    try:
+        status, _, _, limit = op.args
+        start = browse.page_start(state, *op.args)
+    except (OsqueueError, TypeError, ValueError):
+        return None
+    return ReadJobs(status, limit + 1, job_id_for(max(0, start)))

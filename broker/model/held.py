@@ -77,12 +77,12 @@ def held_by_seq(state: QueueState, seq: int,
         for pos0, count, _, _ in record.segs or ():
             pos = pos0 + seq - record.seqs[pos0]
             if pos0 <= pos < pos0 + count and (not record.is_settled(pos) or (
-                    done and _done_at(record, pos) is not None)):
+                    done and done_at(record, pos) is not None)):
                 return record, pos
     return None
 
 
-def _done_at(record: ClaimRecord, pos: int) -> tuple[Done, int] | None:
+def done_at(record: ClaimRecord, pos: int) -> tuple[Done, int] | None:
     """The done entry completing position ``pos`` of ``record``, and its index there."""
     for entry in record.completions or ():
         at = bisect.bisect_left(entry.pos, pos)
@@ -97,7 +97,7 @@ def view_at(state: QueueState, record: ClaimRecord, pos: int) -> Job | None:
     object (:func:`done_job`); None if its line is not loaded or it is neither."""
     if not record.is_settled(pos):
         return held_view(state, record, pos)
-    done, span = _done_at(record, pos), record.seg_span(pos)
+    done, span = done_at(record, pos), record.seg_span(pos)
     got = None if done is None or span is None else state.held.line(
         record.fence, span, pos - span[0])
     return None if got is None or done is None else done_job(record, done[0], done[1], *got)
@@ -315,7 +315,7 @@ def job_at(record: ClaimRecord, pos: int, ref: SegmentRef, line: bytes) -> Job:
     """The job at segment-part position ``pos`` of ``record``, from its source
     ``line`` of ``ref``'s segment: completed if a done entry names it
     (:func:`done_job`), else claimed, reading its lease through the record."""
-    done = _done_at(record, pos)
+    done = done_at(record, pos)
     if done is not None:
         return done_job(record, done[0], done[1], ref, line)
     job = segment_job(record.seqs[pos], line, ref)

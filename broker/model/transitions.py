@@ -62,6 +62,7 @@ from broker.model.columns import Columns, plain_rows
 from broker.model.format.segment_format import segment_job
 from broker.model.held import (
     complete_position,
+    done_at,
     drop_done,
     held_position,
     materialize,
@@ -354,9 +355,9 @@ def _complete(state: QueueState, op: Complete, now_ms: int) -> Result:
         if found is None:
             return None
         record, pos = found
-        if any(pos in e.pos for e in record.completions or ()):  # a repeat: its done entry
-            return ItemResult(wire, True, None, COMPLETED)
-        if record.is_settled(pos) or record.expires_ms <= now_ms:
+        if record.is_settled(pos):  # a repeat answered from its done entry, if one has it
+            return ItemResult(wire, True, None, COMPLETED) if done_at(record, pos) else None
+        if record.expires_ms <= now_ms:
             return None  # (answered as any token that holds nothing)
         if pos in record.cancel:  # marked: ends cancelled, from a line of its own
             job = materialize(state, record, pos)

@@ -475,7 +475,8 @@ def _reclaim(state: QueueState, op: Reclaim, now_ms: int) -> Result:
 def _held_fences(state: QueueState) -> Iterator[int]:
     """The lowest number of a lease each claim record still holds."""
     for record in state.claim_records.values():
-        yield record.fence + next(record.unsettled())
+        if not record.done:  # (one whose every position settled awaits only its archive)
+            yield record.fence + next(record.unsettled())
 
 
 def _drop_archived(state: QueueState, op: DropArchived, now_ms: int) -> Result:

@@ -17,6 +17,7 @@ from hypothesis.stateful import invariant, rule
 
 from broker.model import transitions as T
 from broker.model.format.segment_format import encode_segment, segment_lines
+from broker.model.indexes import lease_fence, lease_time
 from broker.model.job import CLAIMED, PENDING
 from broker.model.ops import DropArchived, Reclaim
 from broker.model.segments.claims import held_loads
@@ -96,6 +97,18 @@ class SegmentClaimMachine(ClaimMachine):
                     continue
                 assert job is not None and job.status == CLAIMED and job.claim == fence
                 assert job.lease_token == stored_part(claim.tokens[pos])
+
+    @invariant()
+    def the_lease_heap_has_each_held_claims_expiry_and_only_claimed_jobs_read_a_record(
+            self) -> None:
+        """(The base machine's, for the records with a position still held: one whose
+        every position settled stays only for its done entries, and holds no lease.)"""
+        entries = {(lease_time(k), lease_fence(k)) for k in self.state.leases}
+        for fence, record in self.state.claim_records.items():
+            assert record.done or (record.expires_ms, fence) in entries
+        for job in self.state.jobs.touched():
+            record = self.state.claim_records.get(job.claim or 0)
+            assert job.rec is (record if job.status == CLAIMED else None), job
 
     @invariant()
     def a_named_segment_stays_and_an_exhausted_unnamed_one_goes(self) -> None:

@@ -230,6 +230,7 @@ def complete_position(state: QueueState, record: ClaimRecord, pos: int,
     if not entries or entries[-1].commit_seq != commit_seq:
         entries.append(Done(commit_seq, None, now_ms))
         state.done_commits.setdefault(commit_seq, []).append(record.fence)
+    state.approx_bytes += len(result or b"") + 8  # (results are in the head until archived)
     entry = entries[-1]  # (positions ascending, results aligned: runs on disk)
     at = bisect.bisect(entry.pos, pos)
     entry.pos.insert(at, pos)
@@ -248,6 +249,8 @@ def drop_done(state: QueueState, commit_seq: int) -> int:
         if record is None or not record.completions:
             continue
         kept = [e for e in record.completions if e.commit_seq != commit_seq]
+        state.approx_bytes -= sum(len(r or b"") + 8 for e in record.completions
+                                  if e.commit_seq == commit_seq for r in e.results)
         dropped += sum(len(e.pos) for e in record.completions) - sum(len(e.pos) for e in kept)
         record.completions = kept or None
         record._enc = None
@@ -327,3 +330,24 @@ def job_at(record: ClaimRecord, pos: int, ref: SegmentRef, line: bytes) -> Job:
     job.cancel_ms = record.cancel.get(pos)
     job._enc = None
     return job
+
+
+def purge_held(state: QueueState) -> int:
+    """A purge of claimed jobs, for those held at segment parts: every such
+    position not settled is settled (gone, as a purge keeps nothing of a job);
+    a record left with none held and no done entry leaves the head. Returns how
+    many jobs went."""
+    purged = 0
+    records = state.claim_records
+    for record in [r for r in records.values() if r.segs]:
+        for pos0, count, _, _ in record.segs or ():
+            for pos in range(pos0, pos0 + count):
+                if not record.is_settled(pos):
+                    record.settled |= 1 << pos
+                    record.cancel.pop(pos, None)
+                    purged += 1
+        record._enc = None
+        if record.gone:
+            del records[record.fence]
+            unname(state, record)
+    return purged

@@ -121,7 +121,9 @@ def rebuild_indexes(state: QueueState) -> None:
     heapq.heapify(ready)
     state.ready, state.delayed, state.leases = ready, delayed, _record_leases(state)
     state.completed = completed
-    state.approx_bytes = approx
+    state.approx_bytes = approx + sum(  # (results of claim records' done entries)
+        len(r or b"") + 8 for rec in state.claim_records.values()
+        for e in rec.completions or () for r in e.results)
     state.key_bytes = sum(map(key_entry_bytes, state.keys)) + sum(
         map(key_entry_bytes, state.once))
 

@@ -68,6 +68,7 @@ from broker.model.held import (
     materialize,
     materialize_expired,
     materialize_live,
+    purge_held,
 )
 from broker.model.indexes import bound_stale_leases, expired_leases, promote_due
 from broker.model.inserts import insert_jobs, insert_payloads
@@ -520,7 +521,8 @@ def _purge(state: QueueState, op: Purge, now_ms: int) -> Result:
     doomed = [j for j in jobs if j.status in statuses]
     for job in doomed:
         move(state, job, GONE, now_ms)
-    count = len(doomed) + (purge_pending(state) if PENDING in statuses else 0)
+    count = len(doomed) + (purge_held(state) if CLAIMED in statuses and state.seg_names else 0)
+    count += purge_pending(state) if PENDING in statuses else 0
     if op.request is not None:
         state.receipts.record(op.request, R.PURGE, [count], now_ms)
     return Result(changed=bool(count) or op.request is not None, count=count)

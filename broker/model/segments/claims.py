@@ -28,6 +28,7 @@ import bisect
 import heapq
 import itertools
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from broker.errors import InvalidRequest, PayloadTooLarge
 from broker.model import receipts as R
@@ -411,8 +412,9 @@ def purge_pending(state: QueueState) -> int:
     pending jobs went with them. Their objects are deleted once the commit
     without them has landed."""
     dropped, count = purge_segments(state.segment_refs)
-    state.segment_refs = []
-    state.dropped_refs.extend(dropped)
+    named = state.seg_names  # (a ref a claim record names stays, exhausted: its jobs are held)
+    state.segment_refs = [replace(ref, taken=ref.count) for ref in dropped if ref.key in named]
+    state.dropped_refs.extend(ref for ref in dropped if ref.key not in named)
     return count
 
 

@@ -26,6 +26,7 @@ from broker.model.ops import (
     Fail,
     FailItem,
     Heartbeat,
+    Purge,
     ReadJobs,
     Reclaim,
     Release,
@@ -245,3 +246,20 @@ def test_completions_in_done_entries_are_read_as_completed_until_dropped() -> No
     T.apply(state, DropArchived((state.seq,)), LATER)
     assert [j.seq for j in views.list_page(state, None, 10).jobs] == [1, 3]
     assert browse.lookup(state, LATER, "q", "j0000000002")["job"] is None  # (archived)
+
+
+def test_purges_take_held_jobs_and_keep_the_refs_records_name() -> None:
+    state, ref, _ = _queue(6)
+    T.apply(state, Claim("w", 3, 60_000), LATER)
+    # a purge of pending jobs: the 3 untaken go; the ref stays, exhausted, while named
+    assert T.apply(state, Purge((PENDING,)), LATER).count == 3
+    assert [(r.key, r.taken) for r in state.segment_refs] == [(ref.key, 6)]
+    assert not state.dropped_refs
+    _, state = _write(state)  # (and the head still decodes)
+    assert state.count_by_status()[CLAIMED] == 3
+    # a purge of claimed jobs: the held ones go, their record and then the ref
+    assert T.apply(state, Purge((CLAIMED,)), LATER).count == 3
+    assert not state.claim_records and not state.segment_refs
+    assert [r.key for r in state.dropped_refs] == [ref.key]
+    data, state = _write(state)
+    assert state.count_by_status()[CLAIMED] == 0 and orjson.loads(data)["claims"] == []

@@ -263,3 +263,14 @@ def test_purges_take_held_jobs_and_keep_the_refs_records_name() -> None:
     assert [r.key for r in state.dropped_refs] == [ref.key]
     data, state = _write(state)
     assert state.count_by_status()[CLAIMED] == 0 and orjson.loads(data)["claims"] == []
+
+
+def test_stats_count_held_jobs_their_marks_and_done_entries() -> None:
+    state, _, _ = _queue(5)
+    got = T.apply(state, Claim("w", 4, 60_000), LATER).jobs
+    T.apply(state, Cancel((got.ids[0],)), LATER)
+    T.apply(state, Complete((CompleteItem(got.tokens[1]),)), LATER)
+    _, state = _write(state)
+    seen = views.stats(state, LATER)
+    assert (seen["counts"]["claimed"], seen["counts"]["completed"],
+            seen["counts"]["pending"], seen["cancel_requested"]) == (3, 1, 1, 1)

@@ -32,7 +32,7 @@ from broker import paths, timefmt, wire
 from broker.errors import InvalidRequest, shown
 from broker.model.format.archive import Found
 from broker.model.format.segment_format import segment_job
-from broker.model.held import done_entries, held_by_seq, view_at
+from broker.model.held import done_entries, held_by_seq, held_seqs_before, page_held, view_at
 from broker.model.job import CANCELLED, CLAIMED, COMPLETED, DEAD, PENDING, Job, seq_of
 from broker.model.ops import Inspect, Result
 from broker.model.segments.claims import page_refs
@@ -158,6 +158,9 @@ def page_start(state: QueueState, status: str | None, after_seq: int | None,
     if state.segment_refs and status in (None, PENDING):
         seqs = heapq.merge(inline, _segment_seqs_before(state.segment_refs, before_seq),
                            reverse=True)
+    held = held_seqs_before(state, before_seq, limit, status)
+    if held:  # (jobs of claim records' segment parts)
+        seqs = heapq.merge(seqs, held, reverse=True)
     back = list(itertools.islice(seqs, limit))
     return (back[-1] if back else before_seq) - 1
 
@@ -186,6 +189,8 @@ def _first_seq(state: QueueState, status: str | None, after_seq: int) -> int | N
                     ref, min(ref.count, max(0, after_seq + 1 - ref.first_seq)))
             if start < ref.first_seq + ref.count:
                 seqs.append(start)
+    if state.seg_names and status in (None, CLAIMED, COMPLETED):  # (in claim records)
+        seqs += [seq for seq, _, _, _ in page_held(state, after_seq, 1, status)]
     return min(seqs, default=None)
 
 

@@ -351,3 +351,26 @@ def purge_held(state: QueueState) -> int:
             del records[record.fence]
             unname(state, record)
     return purged
+
+
+def held_seqs_before(state: QueueState, before_seq: int, n: int,
+                     status: str | None) -> list[int]:
+    """The last ``n`` seqs below ``before_seq`` of the jobs of segment parts a
+    page of ``status`` shows (held: claimed; in done entries: completed),
+    descending: for the dashboard's paging back. O(spans x n)."""
+    if not state.seg_names or status not in (None, CLAIMED, COMPLETED):
+        return []
+    out: list[int] = []
+    for record in state.claim_records.values():
+        done = {p for e in record.completions or () for p in e.pos} \
+            if status in (None, COMPLETED) else set()
+        held = status in (None, CLAIMED)
+        for pos0, count, _, _ in record.segs or ():
+            first = record.seqs[pos0]
+            pos, got = pos0 + min(count, before_seq - first) - 1, 0
+            while pos >= pos0 and got < n:
+                if (held and not record.is_settled(pos)) or pos in done:
+                    out.append(first + pos - pos0)
+                    got += 1
+                pos -= 1
+    return sorted(out, reverse=True)[:n]

@@ -12,10 +12,9 @@ import orjson
 import pytest
 
 from broker.errors import CorruptState
-from broker.model import browse, tokens, views
+from broker.model import browse, views
 from broker.model import transitions as T
 from broker.model.format import codec
-from broker.model.format.segment_format import encode_segment, segment_lines
 from broker.model.job import CANCELLED, CLAIMED, COMPLETED, DEAD, PENDING
 from broker.model.ops import (
     Cancel,
@@ -32,50 +31,19 @@ from broker.model.ops import (
     Release,
 )
 from broker.model.segments.claims import held_loads
-from broker.model.state import HeldJobs, QueueState, SegmentRef, SegmentWindows
-from broker.paths import segment_key, segment_name
-from tests.support.states import new_queue, read_back
-
-NOW = 1_767_225_600_000
-LATER = NOW + 1_000
-
-
-def _queue(n: int, *, load: bool = True) -> tuple[QueueState, SegmentRef, list[bytes]]:
-    """A queue holding one segment of ``n`` jobs (loaded), claims held in records."""
-    state = new_queue(NOW)
-    tokens.bind(state, "q", lambda k: b"k" * k)
-    state.windows = SegmentWindows()
-    state.held_in_records = True
-    first = state.counters.enqueued + 1
-    payloads = [b'{"n":%d}' % (first + i) for i in range(n)]
-    data = encode_segment("q", first, 0, NOW, payloads, max_attempts=2)
-    ref = SegmentRef(segment_key("q", segment_name(first, "0123abcd")), '"e1"', first, n, 0, NOW)
-    state.counters.enqueued += n
-    state.segment_refs.append(ref)
-    if load:
-        state.windows.put(ref, 0, segment_lines(data, ref))
-    return state, ref, payloads
-
-
-def _write(state: QueueState) -> tuple[bytes, QueueState]:
-    """The head as written now, and what it decodes to (its held lines carried
-    over, as the broker's cache is: one per queue)."""
-    codec.stamp(state, "b", LATER, "c-x")
-    data = codec.encode(state)
-    again = read_back(data)
-    again.windows, again.held, again.held_in_records = state.windows, state.held, True
-    tokens.bind(again, "q", lambda k: b"k" * k)
-    return data, again
+from broker.model.state import HeldJobs
+from tests.support.held_records import LATER, held_queue, write_back
+from tests.support.states import read_back
 
 
 def test_a_claim_of_2000_from_a_segment_adds_one_record_and_no_job_line() -> None:
-    state, ref, payloads = _queue(2_000)
+    state, ref, payloads = held_queue(2_000)
     before = len(codec.encode(state))
     got = T.apply(state, Claim("w", 2_000, 60_000), LATER).jobs
     assert list(got.payloads) == payloads
     assert list(got.attempts) == [1] * 2_000
     assert len(state.jobs) == 0
-    data, again = _write(state)
+    data, again = write_back(state)
     head = orjson.loads(data)
     assert head["jobs"] == []
     [record] = head["claims"]
@@ -88,14 +56,14 @@ def test_a_claim_of_2000_from_a_segment_adds_one_record_and_no_job_line() -> Non
 
 
 def test_complete_writes_a_done_entry_and_the_ref_goes_after_the_last_drop() -> None:
-    state, ref, _ = _queue(3)
+    state, ref, _ = held_queue(3)
     got = T.apply(state, Claim("w", 3, 60_000), LATER).jobs
-    _, state = _write(state)
+    _, state = write_back(state)
     done = T.apply(state, Complete((CompleteItem(got.tokens[1], b'{"r":1}'),
                                     CompleteItem(got.tokens[0], None))), LATER)
     assert [(a.ok, a.status) for a in done.items] == [(True, COMPLETED)] * 2
     assert len(state.jobs) == 0  # (no line: the record's done entry)
-    data, state = _write(state)
+    data, state = write_back(state)
     [record] = orjson.loads(data)["claims"]
     assert record["settled"] == [0, 2]
     assert record["done"] == [{"commit_seq": 2, "commit": "c-x", "at": "2026-01-01T00:00:01.000Z",
@@ -106,21 +74,21 @@ def test_complete_writes_a_done_entry_and_the_ref_goes_after_the_last_drop() -> 
     assert (again.items[0].ok, again.items[0].status) == (True, COMPLETED)
     T.apply(state, Complete((CompleteItem(got.tokens[2]),)), LATER)
     assert [r.key for r in state.segment_refs] == [ref.key] and not state.dropped_refs
-    _, state = _write(state)
+    _, state = write_back(state)
     T.apply(state, DropArchived((2,)), LATER)
     assert len(state.claim_records) == 1 and not state.dropped_refs  # (commit 3's awaits)
     T.apply(state, DropArchived((3,)), LATER)
     assert not state.claim_records and not state.segment_refs
     assert [r.key for r in state.dropped_refs] == [ref.key]  # (deleted once this lands)
-    data, _ = _write(state)
+    data, _ = write_back(state)
     assert orjson.loads(data)["claims"] == [] and orjson.loads(data)["segments"] == []
 
 
 def test_a_segment_outlives_its_last_record_only_while_named() -> None:
-    state, ref, _ = _queue(4)
+    state, ref, _ = held_queue(4)
     first = T.apply(state, Claim("w", 2, 60_000), LATER).jobs
     second = T.apply(state, Claim("w", 2, 60_000), LATER).jobs
-    _, state = _write(state)
+    _, state = write_back(state)
     assert state.seg_names == {ref.key: 2}
     T.apply(state, Complete(tuple(CompleteItem(t) for t in first.tokens)), LATER)
     T.apply(state, DropArchived((state.seq + 1,)), LATER)
@@ -131,9 +99,9 @@ def test_a_segment_outlives_its_last_record_only_while_named() -> None:
 
 
 def test_fail_release_and_reclaim_materialize_held_jobs_from_the_cache() -> None:
-    state, ref, payloads = _queue(6)
+    state, ref, payloads = held_queue(6)
     got = T.apply(state, Claim("w", 6, 60_000), LATER).jobs
-    _, state = _write(state)
+    _, state = write_back(state)
     failed = T.apply(state, Fail((FailItem(got.tokens[0], "boom", 0),)), LATER)
     assert failed.items[0].ok and failed.items[0].status == PENDING
     job = state.jobs[ref.first_seq]
@@ -141,30 +109,30 @@ def test_fail_release_and_reclaim_materialize_held_jobs_from_the_cache() -> None
     assert job.last_error == "boom"
     released = T.apply(state, Release((got.tokens[1],)), LATER)
     assert released.count == 1 and state.jobs[ref.first_seq + 1].attempts == 0
-    _, state = _write(state)
+    _, state = write_back(state)
     # the rest expire: a reclaim makes them pending lines again
     T.apply(state, Reclaim(), LATER + 61_000)
     assert {state.jobs[s].status for s in range(1, 7)} == {PENDING}
     assert [state.jobs[s].payload for s in range(1, 7)] == payloads
     assert not state.claim_records and not state.segment_refs
-    _, state = _write(state)
+    _, state = write_back(state)
     # the jobs are claimed again (second attempts) as inline jobs
     again = T.apply(state, Claim("w", 6, 60_000), LATER + 62_000).jobs
     assert sorted(again.payloads) == sorted(payloads)
 
 
 def test_a_reclaim_without_the_held_lines_leaves_the_record_for_a_later_batch() -> None:
-    state, _, _ = _queue(2)
+    state, _, _ = held_queue(2)
     T.apply(state, Claim("w", 2, 60_000), LATER)
-    _, state = _write(state)
+    _, state = write_back(state)
     state.held = HeldJobs()  # a new owner: nothing cached
     T.apply(state, Reclaim(), LATER + 61_000)
     assert len(state.claim_records) == 1 and len(state.jobs) == 0
-    _, state = _write(state)  # (and it still decodes)
+    _, state = write_back(state)  # (and it still decodes)
 
 
 def test_heartbeat_renews_the_record_and_cancel_marks_it() -> None:
-    state, ref, _ = _queue(2)
+    state, ref, _ = held_queue(2)
     got = T.apply(state, Claim("w", 2, 60_000), LATER).jobs
     beat = T.apply(state, Heartbeat((got.tokens[0],), 120_000), LATER + 10)
     assert beat.items[0].ok
@@ -172,16 +140,16 @@ def test_heartbeat_renews_the_record_and_cancel_marks_it() -> None:
     assert record.expires_ms == LATER + 10 + 120_000
     answer = T.apply(state, Cancel((got.ids[1],)), LATER + 20).view
     assert answer[0].ok
-    data, state = _write(state)
+    data, state = write_back(state)
     assert orjson.loads(data)["claims"][0]["cancel"][0][0] == 1
     ended = T.apply(state, Heartbeat((got.tokens[1],), 120_000), LATER + 30)
     assert not ended.items[0].ok and ended.items[0].status == CANCELLED
     assert state.jobs[ref.first_seq + 1].status == CANCELLED
-    _write(state)
+    write_back(state)
 
 
 def test_fail_of_the_last_attempt_makes_a_dead_line() -> None:
-    state, _, payloads = _queue(1)
+    state, _, payloads = held_queue(1)
     got = T.apply(state, Claim("w", 1, 60_000), LATER).jobs
     T.apply(state, Fail((FailItem(got.tokens[0], "x", 0),)), LATER)
     got = T.apply(state, Claim("w", 1, 60_000), LATER).jobs
@@ -191,7 +159,7 @@ def test_fail_of_the_last_attempt_makes_a_dead_line() -> None:
 
 
 def test_a_record_naming_a_segment_the_head_lacks_or_has_not_taken_is_refused() -> None:
-    state, ref, _ = _queue(2)
+    state, ref, _ = held_queue(2)
     T.apply(state, Claim("w", 2, 60_000), LATER)
     codec.stamp(state, "b", LATER, "c-x")
     head = orjson.loads(codec.encode(state))
@@ -207,9 +175,9 @@ def test_a_record_naming_a_segment_the_head_lacks_or_has_not_taken_is_refused() 
 
 
 def test_pages_and_lookup_show_held_jobs_as_claimed_with_their_record_lease() -> None:
-    state, ref, payloads = _queue(5)
+    state, ref, payloads = held_queue(5)
     T.apply(state, Claim("w-1", 3, 60_000), LATER)
-    _, state = _write(state)
+    _, state = write_back(state)
     page = views.list_page(state, None, 10)
     assert [(j.seq, j.status) for j in page.jobs] == [
         (1, CLAIMED), (2, CLAIMED), (3, CLAIMED), (4, PENDING), (5, PENDING)]
@@ -232,10 +200,10 @@ def test_pages_and_lookup_show_held_jobs_as_claimed_with_their_record_lease() ->
 
 
 def test_completions_in_done_entries_are_read_as_completed_until_dropped() -> None:
-    state, _, payloads = _queue(3)
+    state, _, payloads = held_queue(3)
     got = T.apply(state, Claim("w-1", 3, 60_000), LATER).jobs
     T.apply(state, Complete((CompleteItem(got.tokens[1], b'{"r":2}'),)), LATER)
-    _, state = _write(state)
+    _, state = write_back(state)
     rows = views.list_page(state, None, 10).jobs
     assert [(j.seq, j.status) for j in rows] == [(1, CLAIMED), (2, COMPLETED), (3, CLAIMED)]
     assert rows[1].payload == payloads[1] and rows[1].result == b'{"r":2}'
@@ -249,28 +217,28 @@ def test_completions_in_done_entries_are_read_as_completed_until_dropped() -> No
 
 
 def test_purges_take_held_jobs_and_keep_the_refs_records_name() -> None:
-    state, ref, _ = _queue(6)
+    state, ref, _ = held_queue(6)
     T.apply(state, Claim("w", 3, 60_000), LATER)
     # a purge of pending jobs: the 3 untaken go; the ref stays, exhausted, while named
     assert T.apply(state, Purge((PENDING,)), LATER).count == 3
     assert [(r.key, r.taken) for r in state.segment_refs] == [(ref.key, 6)]
     assert not state.dropped_refs
-    _, state = _write(state)  # (and the head still decodes)
+    _, state = write_back(state)  # (and the head still decodes)
     assert state.count_by_status()[CLAIMED] == 3
     # a purge of claimed jobs: the held ones go, their record and then the ref
     assert T.apply(state, Purge((CLAIMED,)), LATER).count == 3
     assert not state.claim_records and not state.segment_refs
     assert [r.key for r in state.dropped_refs] == [ref.key]
-    data, state = _write(state)
+    data, state = write_back(state)
     assert state.count_by_status()[CLAIMED] == 0 and orjson.loads(data)["claims"] == []
 
 
 def test_stats_count_held_jobs_their_marks_and_done_entries() -> None:
-    state, _, _ = _queue(5)
+    state, _, _ = held_queue(5)
     got = T.apply(state, Claim("w", 4, 60_000), LATER).jobs
     T.apply(state, Cancel((got.ids[0],)), LATER)
     T.apply(state, Complete((CompleteItem(got.tokens[1]),)), LATER)
-    _, state = _write(state)
+    _, state = write_back(state)
     seen = views.stats(state, LATER)
     assert (seen["counts"]["claimed"], seen["counts"]["completed"],
             seen["counts"]["pending"], seen["cancel_requested"]) == (3, 1, 1, 1)

@@ -45,7 +45,8 @@ def held_position(state: QueueState, token: str,
                   fences: list[int] | None = None) -> tuple[ClaimRecord, int] | None:
     """The claim record and position that the stored ``token`` names at a segment
     part (no line of its own in the head), live or not, or None. ``fences``: the
-    records' fences, ascending (made here when not given)."""
+    records' fences, ascending (made here when not given; one made before a
+    record left the head still does: a token of a record gone is held by none)."""
     seq = token_seq(token)
     if seq is None or seq in state.jobs.entries:
         return None
@@ -59,7 +60,9 @@ def held_position(state: QueueState, token: str,
     at = bisect.bisect_right(fences, fence) - 1
     if at < 0:
         return None
-    record = records[fences[at]]
+    record = records.get(fences[at])  # (``fences`` may name records gone since: none holds it)
+    if record is None:
+        return None
     pos = fence - record.fence
     if pos >= record.n or record.seqs[pos] != seq or record.seg_span(pos) is None:
         return None

@@ -26,6 +26,7 @@ from broker.model.ops import (
     FailItem,
     Heartbeat,
     Purge,
+    PushPayloads,
     ReadJobs,
     Reclaim,
     Release,
@@ -242,3 +243,18 @@ def test_stats_count_held_jobs_their_marks_and_done_entries() -> None:
     seen = views.stats(state, LATER)
     assert (seen["counts"]["claimed"], seen["counts"]["completed"],
             seen["counts"]["pending"], seen["cancel_requested"]) == (3, 1, 1, 1)
+
+
+def test_a_complete_whose_record_leaves_mid_call_answers_its_later_tokens() -> None:
+    """One call completes the last job of an inline claim (its record leaves the
+    head) and then names a token of that claim settled and archived earlier:
+    answered stale, not looked up in the record that left."""
+    state = held_queue(1)[0]
+    T.apply(state, PushPayloads((b"1", b"2")), LATER)
+    T.apply(state, Claim("w", 1, 60_000), LATER)  # the segment's job, held in a record
+    inline = T.apply(state, Claim("w", 2, 60_000), LATER).jobs
+    T.apply(state, Complete((CompleteItem(inline.tokens[1]),)), LATER)
+    T.apply(state, DropArchived((state.seq + 1,)), LATER)
+    answers = T.apply(state, Complete((CompleteItem(inline.tokens[0]),
+                                       CompleteItem(inline.tokens[1]))), LATER).items
+    assert [(a.ok, a.status) for a in answers] == [(True, COMPLETED), (True, COMPLETED)]

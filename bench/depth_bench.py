@@ -1,6 +1,5 @@
-"""Depth benchmark: what a small commit costs as a queue gets deep (N jobs pending:
-with segment objects it should not grow with N), and as it gets wide (N jobs claimed
-and held, or N jobs dead: the wide-queues issue; today each is a line of the head).
+"""Depth benchmark: what a small commit costs as a queue gets deep (N jobs pending, in
+segment objects) and wide (N jobs claimed and held, or dead: the wide-queues issue).
 
     .venv/bin/python bench/depth_bench.py [--depths 1k,100k,1M] [--kinds pending,held,dead]
         [--groups 10000] [--stores file,s3] [--rounds 11] [--drain-jobs 1M] [--quick]
@@ -16,7 +15,7 @@ objects: as users get them), and then, by kind:
 
 * ``pending``: left as it is (N jobs pending: the deep queue);
 * ``held``: claimed in claims of ``--claim-batch`` (2,000) jobs with a lease of an
-  hour, none completed (a cluster holding N jobs: 250 tasks of 2,000 hold 500,000);
+  hour, none completed (250 tasks of 2,000 hold 500,000; ``--held-in-records``: in records);
 * ``dead``: claimed in claims of 2,000 and each claim's jobs failed at once with
   no retry delay until they are dead (``--dead-attempts``, the queue's
   ``max_attempts``: 1 by default, so one claim and one fail a job; a bad deploy,
@@ -325,7 +324,8 @@ async def serve(kind: str, url: str, depth: int, args: argparse.Namespace) -> No
     store_kind = "file" if url.startswith("file://") else "s3"
     tag = f"{store_kind} {kind} {label(depth)}"
     store = CountingStore(store_from_url(url), QUEUE)
-    broker = Broker(store, BrokerConfig(self_test=False, grouped_segments=kind == "grouped"))
+    broker = Broker(store, BrokerConfig(self_test=False, grouped_segments=kind == "grouped",
+                                        held_in_records=args.held_in_records))
     await broker.start()
     row: dict[str, Any] = {"store": store_kind, "kind": kind, "depth": depth,
                            "label": label(depth), "rss_before_fill_bytes": rss_bytes()}
@@ -420,8 +420,7 @@ class Child(ChildProcess):
                "--claim-batch", str(args.claim_batch),
                "--dead-attempts", str(args.dead_attempts),
                "--step-budget-s", str(args.step_budget_s), "--groups", str(args.groups)]
-        if not args.tune_gc:
-            cmd.append("--no-tune-gc")
+        cmd += ["--no-tune-gc"] * (not args.tune_gc) + ["--held-in-records"] * args.held_in_records
         print(f"== {store} {kind} {label(depth)}", file=sys.stderr, flush=True)
         super().__init__(cmd, args, stack, env)
         self.row = self.answer(FILLED_PREFIX) or {}
@@ -533,6 +532,7 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="depths 1k and 10k, 5 rounds")
     p.add_argument("--no-tune-gc", dest="tune_gc", action="store_false",
                    help="leave the collector as CPython sets it (an embedded broker's case)")
+    p.add_argument("--held-in-records", action="store_true", help="BrokerConfig.held_in_records")
     p.add_argument("--out", help="results name under bench/results (default depth_bench, "
                    "depth_bench_quick with --quick)")
     p.add_argument("--note", help="text saved with the results (say which sizes a run "

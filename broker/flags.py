@@ -149,6 +149,15 @@ class BrokerFlags(BaseSettings):
         description="a bulk push whose jobs have groups goes into grouped segment objects "
                     "(format 3) like any bulk push, not into the queue object (on by "
                     "default; off, such pushes go into the queue object)")
+    held_in_records: bool = Field(
+        BrokerConfig.held_in_records,
+        description="a claim from a segment object names its jobs in its claim record "
+                    "instead of moving them into the queue object (off by default while "
+                    "the readers of such jobs are being completed)")
+    held_cache_mb: int = Field(
+        BrokerConfig.held_cache_mb, ge=1, le=65_536,
+        description="MiB of held segment jobs' lines kept per queue (a miss is read again "
+                    "from the segment)")
     history_interval_s: float = Field(
         BrokerConfig.history_interval_s, ge=0.1, le=600.0,
         description="seconds between the samples of the dashboard's charts (an hour kept)")
@@ -231,6 +240,8 @@ class BrokerFlags(BaseSettings):
                             wrong_tokens_per_min=self.wrong_tokens_per_min,
                             ui_read_only=self.ui_read_only,
                             grouped_segments=self.grouped_segments,
+                            held_in_records=self.held_in_records,
+                            held_cache_mb=self.held_cache_mb,
                             history_interval_s=self.history_interval_s,
                             segment_push_jobs=self.segment_push_jobs,
                             segment_push_bytes=self.segment_push_bytes,

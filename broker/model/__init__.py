@@ -19,8 +19,9 @@ lists every module)::
                                         objects, archive objects
     groups/                             groups' derived structures: names, settings,
                                         per-group buckets, fair dispatch
-    ops; checks, lifecycle              operations and results; input checks; every
-                                        status change, in one table
+    ops                                 operations and results
+    held                                jobs held at claim records' segment parts
+    checks, lifecycle                   input checks; every status change, in one table
     segments/                           segment references and claim order; jobs
                                         moving from segments into the head
     idempotency, views                  key windows and receipts; stats and pages

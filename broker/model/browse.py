@@ -32,6 +32,7 @@ from broker import paths, timefmt, wire
 from broker.errors import InvalidRequest, shown
 from broker.model.format.archive import Found
 from broker.model.format.segment_format import segment_job
+from broker.model.held import done_entries, held_by_seq, held_seqs_before, page_held, view_at
 from broker.model.job import CANCELLED, CLAIMED, COMPLETED, DEAD, PENDING, Job, seq_of
 from broker.model.ops import Inspect, Result
 from broker.model.segments.claims import page_refs
@@ -157,6 +158,9 @@ def page_start(state: QueueState, status: str | None, after_seq: int | None,
     if state.segment_refs and status in (None, PENDING):
         seqs = heapq.merge(inline, _segment_seqs_before(state.segment_refs, before_seq),
                            reverse=True)
+    held = held_seqs_before(state, before_seq, limit, status)
+    if held:  # (jobs of claim records' segment parts)
+        seqs = heapq.merge(seqs, held, reverse=True)
     back = list(itertools.islice(seqs, limit))
     return (back[-1] if back else before_seq) - 1
 
@@ -185,6 +189,8 @@ def _first_seq(state: QueueState, status: str | None, after_seq: int) -> int | N
                     ref, min(ref.count, max(0, after_seq + 1 - ref.first_seq)))
             if start < ref.first_seq + ref.count:
                 seqs.append(start)
+    if state.seg_names and status in (None, CLAIMED, COMPLETED):  # (in claim records)
+        seqs += [seq for seq, _, _, _ in page_held(state, after_seq, 1, status)]
     return min(seqs, default=None)
 
 
@@ -288,7 +294,9 @@ def job(state: QueueState, now_ms: int, queue: str, job_id: str) -> dict[str, An
             out["completed_at"] = timefmt.fmt(found.done_ms)
             out["result"] = pretty(found.result or b"null")
         if found.done_seq is not None and found.done_commit is not None:
-            seqs = state.completed.get(found.done_seq) or [found.seq]  # (its commit's jobs)
+            seqs = [*state.completed.get(found.done_seq, ()), *(
+                r.seqs[p] for r, e in done_entries(state, found.done_seq) for p in e.pos)] \
+                or [found.seq]  # (its commit's jobs)
             out["archive_key"] = paths.archive_key(queue, found.done_ms, found.done_seq,
                                                    found.done_commit, min(seqs), max(seqs))
     out["redrivable"] = found.status == DEAD
@@ -310,6 +318,8 @@ def lookup(state: QueueState, now_ms: int, queue: str, job_id: str) -> dict[str,
     if seq in state.jobs:
         found: Job | None = next(state.jobs.peek(seq - 1))
         where = "queue"
+    elif (held := held_by_seq(state, seq, done=True)) is not None:  # (in a claim record)
+        found, where = view_at(state, *held), "segment"
     else:
         found, where = _segment_job(state, seq), "segment"
     if found is not None:

@@ -58,6 +58,7 @@ from collections.abc import Iterable
 
 from broker.model import idempotency
 from broker.model import receipts as R
+from broker.model.held import held_by_seq, mark_held_cancel
 from broker.model.job import CANCELLED, CLAIMED, PENDING, Job, seq_of
 from broker.model.lifecycle import mark_cancel, move
 from broker.model.ops import Cancel, Result
@@ -89,6 +90,12 @@ def cancel(state: QueueState, op: Cancel, now_ms: int) -> Result:
                 answers.append(CancelAnswer(job_id, False, "its segment's jobs are not "
                                             "loaded; cancel it again", RETRY))
                 continue
+        if job is None and seq is not None and (held := held_by_seq(state, seq)) is not None:
+            if mark_held_cancel(held[0], held[1], now_ms):  # (it has no line: its record's mark)
+                state.counters.cancelled += 1
+                changed = True
+            answers.append(CancelAnswer(job_id, True, None, CANCEL_REQUESTED))
+            continue
         if job is None:
             if seq is not None and seq <= state.counters.enqueued:
                 answers.append(CancelAnswer(job_id, False, "job is gone (completed, cancelled "

@@ -38,6 +38,30 @@ from broker import timefmt
 # Everything but worker (JSON-encoded) and the runs needs no escaping.
 _RECORD = (b'{"fence":%d,"n":%d,"worker":%s,"lease_s":%s,"expires_at":"%s",'
            b'"heartbeat_at":"%s","parts":[{"seq":%s}]%s%s}')
+_RECORD_PARTS = (b'{"fence":%d,"n":%d,"worker":%s,"lease_s":%s,"expires_at":"%s",'
+                 b'"heartbeat_at":"%s","parts":%s%s%s}')
+
+
+@dataclass(slots=True, eq=False)
+class Done:
+    """One commit's completions of a record's segment-part positions (``"done"``):
+    the commit's seq, its id (set when the commit is stamped), its time (ms),
+    the positions completed and their results (JSON bytes or None), aligned.
+    No payload: the archive object reads it from the segment."""
+
+    commit_seq: int
+    commit: str | None
+    at_ms: int
+    pos: list[int] = field(default_factory=list)
+    results: list[bytes | None] = field(default_factory=list)
+
+    def encode(self) -> bytes:
+        """The entry as the record's ``"done"`` holds it."""
+        commit = b"null" if self.commit is None else orjson.dumps(self.commit)
+        results = b",".join([b"null" if r is None else r for r in self.results])
+        return b'{"commit_seq":%d,"commit":%s,"at":"%s","pos":%s,"results":[%s]}' % (
+            self.commit_seq, commit, timefmt.fmt_bytes(self.at_ms),
+            orjson.dumps(seq_runs(self.pos)), results)
 
 
 @dataclass(slots=True, eq=False)
@@ -56,6 +80,13 @@ class ClaimRecord:
     seqs: list[int] = field(default_factory=list)
     settled: int = 0
     cancel: dict[int, int] = field(default_factory=dict)
+    # The positions held at segment parts (``{"seg": key, "at": runs}``), as spans
+    # (first position in the record, count, segment key, first position in the
+    # segment), ascending; the other positions are inline jobs (``seq`` parts).
+    segs: list[tuple[int, int, str, int]] | None = None
+    # Completions of segment-part positions awaiting their archive object, one a
+    # commit (``"done"``): the record stays until the last one is dropped.
+    completions: list[Done] | None = None
     _pos: dict[int, int] | None = None  # seq -> position, made when first asked
     _enc: bytes | None = None  # the record's line, cached until it changes
 
@@ -81,8 +112,15 @@ class ClaimRecord:
 
     @property
     def done(self) -> bool:
-        """Whether every position is settled (the record leaves the head)."""
+        """Whether every position is settled (the record leaves the head, once
+        no completion of it awaits its archive object)."""
         return self.settled == (1 << len(self.seqs)) - 1
+
+    @property
+    def gone(self) -> bool:
+        """Whether the record leaves the head: every position settled and no
+        completion awaiting its archive object."""
+        return not self.completions and self.settled == (1 << len(self.seqs)) - 1
 
     def unsettled(self) -> Iterator[int]:
         """The positions still held, ascending."""
@@ -94,9 +132,65 @@ class ClaimRecord:
             if not settled >> pos & 1:
                 yield pos
 
+    def seg_span(self, pos: int) -> tuple[int, int, str, int] | None:
+        """The segment span holding position ``pos``, or None (an inline job's)."""
+        for span in self.segs or ():
+            if span[0] <= pos < span[0] + span[1]:
+                return span
+        return None
+
+    def add_seg(self, pos0: int, count: int, key: str, at0: int) -> bool:
+        """Hold positions ``pos0 ..`` (``count``) at positions ``at0 ..`` of segment
+        ``key``; whether the record did not name ``key`` before."""
+        segs = self.segs
+        if segs is None:
+            segs = self.segs = []
+        new = all(span[2] != key for span in segs)
+        segs.append((pos0, count, key, at0))
+        self._enc = None
+        return new
+
+    def seg_keys(self) -> set[str]:
+        """The segments the record's parts name."""
+        return {span[2] for span in self.segs or ()}
+
+    def held_seg(self) -> int:
+        """How many positions held at segment parts are not settled."""
+        settled = self.settled
+        held = 0
+        for pos0, count, _, _ in self.segs or ():
+            mask = ((1 << count) - 1) << pos0
+            held += count - (settled & mask).bit_count()
+        return held
+
+    def _parts(self) -> bytes:
+        """The ``"parts"`` list: runs of seqs of inline positions and runs of
+        segment positions, in claim order (consecutive spans of one segment in
+        one part)."""
+        parts: list[Any] = []
+        seqs, cur = self.seqs, 0
+        for pos0, count, key, at0 in self.segs or ():
+            if pos0 > cur:
+                parts.append({"seq": seq_runs(seqs[cur:pos0])})
+            last = parts[-1] if parts else None
+            if last is not None and last.get("seg") == key:
+                runs = last["at"]
+                if runs[-2] + runs[-1] == at0:
+                    runs[-1] += count
+                else:
+                    runs += (at0, count)
+            else:
+                parts.append({"seg": key, "at": [at0, count]})
+            cur = pos0 + count
+        if cur < len(seqs):
+            parts.append({"seq": seq_runs(seqs[cur:])})
+        return orjson.dumps(parts)
+
     def encode(self) -> bytes:
         """The record's line (cached until :attr:`_enc` is cleared)."""
         enc = self._enc
+        if enc is None and self.segs:
+            enc = self._enc = self._encode_parts(self._parts())
         if enc is None:
             settled = b""
             if self.settled:
@@ -112,6 +206,21 @@ class ClaimRecord:
                 orjson.dumps(self.lease_ms / 1000), timefmt.fmt_bytes(self.expires_ms),
                 timefmt.fmt_bytes(self.heartbeat_ms), runs, settled, cancel)
         return enc
+
+    def _encode_parts(self, parts: bytes) -> bytes:
+        settled = b""
+        if self.settled:
+            settled = b',"settled":' + orjson.dumps(runs_of_bits(self.settled, self.n))
+        cancel = b""
+        if self.cancel:
+            cancel = b',"cancel":' + orjson.dumps(
+                [[pos, timefmt.fmt(at)] for pos, at in sorted(self.cancel.items())])
+        if self.completions:
+            cancel += b',"done":[' + b",".join([d.encode() for d in self.completions]) + b"]"
+        return _RECORD_PARTS % (
+            self.fence, len(self.seqs), _worker_json(self.worker),
+            orjson.dumps(self.lease_ms / 1000), timefmt.fmt_bytes(self.expires_ms),
+            timefmt.fmt_bytes(self.heartbeat_ms), parts, settled, cancel)
 
     def to_json(self) -> dict[str, Any]:
         """The record as plain JSON values (what :meth:`encode` writes)."""

@@ -121,7 +121,9 @@ def rebuild_indexes(state: QueueState) -> None:
     heapq.heapify(ready)
     state.ready, state.delayed, state.leases = ready, delayed, _record_leases(state)
     state.completed = completed
-    state.approx_bytes = approx
+    state.approx_bytes = approx + sum(  # (results of claim records' done entries)
+        len(r or b"") + 8 for rec in state.claim_records.values()
+        for e in rec.completions or () for r in e.results)
     state.key_bytes = sum(map(key_entry_bytes, state.keys)) + sum(
         map(key_entry_bytes, state.once))
 
@@ -136,16 +138,24 @@ def expired_leases(state: QueueState, now_ms: int) -> Iterator[Job]:
     of the same lease.
     """
     leases, jobs, records = state.leases, state.jobs, state.claim_records
+    later: list[int] = []  # records with jobs held at segment parts not materialized
     while leases and lease_time(leases[0]) <= now_ms:
         entry = heapq.heappop(leases)
         fence, expires = lease_fence(entry), lease_time(entry)
         record = records.get(fence)
         if record is None or record.expires_ms != expires:
             continue  # an old entry: the claim settled or its lease was extended
-        held = [jobs[record.seqs[pos]] for pos in record.unsettled()]  # (the caller settles)
+        # (the caller settles; a job held at a segment part and not materialized,
+        # see broker.model.held.materialize_expired, waits for a later batch)
+        held = [jobs.get(record.seqs[pos]) for pos in record.unsettled()]
+        if None in held:
+            later.append(entry)
         for job in held:
-            if job.status == CLAIMED and job.claim == fence and job.lease_token is not None:
+            if job is not None and job.status == CLAIMED and job.claim == fence and \
+                    job.lease_token is not None:
                 yield job
+    for entry in later:
+        heapq.heappush(leases, entry)
 
 
 def bound_stale_leases(state: QueueState) -> None:

@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable, Sequence
 from broker.model.claim_records import ClaimRecord
 from broker.model.format import codec
 from broker.model.groups.counts import moved_hook, settle_hook
+from broker.model.held import unname
 from broker.model.indexes import (
     SEQ_MASK,
     compact_leases,
@@ -173,8 +174,10 @@ def settle(state: QueueState, job: Job) -> None:
     record._enc = None
     job.unlink()
     job.claim = None
-    if record.done:
+    if record.gone:
         del state.claim_records[fence]
+        if record.segs:
+            unname(state, record)
 
 
 def extend_claim(state: QueueState, record: ClaimRecord, lease_ms: int, now_ms: int) -> None:
@@ -393,15 +396,18 @@ def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
 def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], now_ms: int,
                   stored: Callable[[str], str | None],
                   stale: Callable[[str, str | None], ItemResult],
+                  held: Callable[[str, str, bytes | None], ItemResult | None] | None = None,
                   ) -> tuple[ItemResults, list[int]]:
     """Complete the job each live token holds, with its result (JSON bytes or
     None), in the commit after ``state.seq``. Each item's token is a client's:
     ``stored(token)`` is the stored token it stands for, or None if its tag
     does not verify. Answers ``stale(token, stored token or None)`` for the
     tokens that hold no live lease, and for those whose job is marked for
-    cancellation (``stale`` ends such a job cancelled). Returns the answers in order (column-wise,
-    see :mod:`broker.model.columns`, each with the client's token) and the
-    lease numbers completed.
+    cancellation (``stale`` ends such a job cancelled). ``held(wire, token,
+    result)``, for a token whose job has no line, answers it if a claim record
+    holds it at a segment part (:mod:`broker.model.held`), else None. Returns
+    the answers in order (column-wise, see :mod:`broker.model.columns`, each
+    with the client's token) and the lease numbers completed.
 
     Per job, what :func:`live_job` and :func:`move` to completed do, written
     out: this loop runs once per completed job (``bench/broker_bench.py``,
@@ -425,6 +431,9 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
             continue
         seq = token_seq(token)
         job = None if seq is None else get(seq)
+        if job is None and held is not None and (answer := held(wire, token, value)) is not None:
+            answers.append(answer)  # (held at a segment part: its record's done entry)
+            continue
         if job is None or isinstance(job, bytes) or (lease := job.rec) is None or \
                 job.status != CLAIMED or job.lease_token != token or \
                 lease.expires_ms <= now_ms or \
@@ -433,7 +442,7 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
             continue
         assert seq is not None
         record = records_get(job.claim or 0)
-        if record is not None and len(record.seqs) == 1:  # settle(), for a claim of one
+        if record is not None and len(record.seqs) == 1 and not record.segs:  # settle(), inlined
             if state.groups is not None:
                 settle_hook(state.groups, job)
             del records[record.fence]

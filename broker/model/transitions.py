@@ -59,10 +59,22 @@ from broker.limits import (
 from broker.model import browse, cancels, idempotency, lifecycle, queue_rules, tokens
 from broker.model import receipts as R
 from broker.model.columns import Columns, plain_rows
+from broker.model.format.segment_format import segment_job
+from broker.model.held import (
+    complete_position,
+    done_at,
+    drop_done,
+    held_position,
+    materialize,
+    materialize_expired,
+    materialize_live,
+    purge_held,
+)
 from broker.model.indexes import bound_stale_leases, expired_leases, promote_due
 from broker.model.inserts import insert_jobs, insert_payloads
 from broker.model.job import (
     CLAIMED,
+    COMPLETED,
     DEAD,
     PENDING,
     Job,
@@ -270,7 +282,16 @@ def _still_held(state: QueueState, first_fence: int, count: int,
                 continue
             if fence >= end:
                 break
-            job = state.jobs[record.seqs[pos]]
+            job = state.jobs.get(record.seqs[pos])
+            if job is None:  # held at a segment part: its line from the held-jobs cache
+                span = record.seg_span(pos)
+                got = None if span is None else state.held.line(record.fence, span, pos - span[0])
+                if got is None:
+                    continue  # (not loaded: left to its lease)
+                job = segment_job(record.seqs[pos], got[1], got[0])
+                held.append(LeasedJob(job.id, job.payload, tag(f"{job.id}.{fence}"),
+                                      job.attempts + 1, record.expires_ms))
+                continue
             token = job.lease_token
             assert job.status == CLAIMED and token is not None
             held.append(LeasedJob(job.id, job.payload, tag(token), job.attempts,
@@ -283,12 +304,27 @@ def _heartbeat(state: QueueState, op: Heartbeat, now_ms: int) -> Result:
     stored = tokens.checker(state)
     result = Result()
     renewed: set[int] = set()  # the claims renewed by this call: each once
+    fences = list(state.claim_records) if state.seg_names else []
     for wire in op.tokens:
         token = stored(wire)
         if token is None:  # never looked up
             result.items.append(ItemResult(wire, False, tokens.NOT_VALID))
             continue
         job = live_job(state, token, now_ms)
+        if job is None and fences:  # held at a segment part: its record renews it
+            found = held_position(state, token, fences)
+            if found is not None and not found[0].is_settled(found[1]) and \
+                    found[0].expires_ms > now_ms:
+                record, pos = found
+                if pos in record.cancel:  # marked: it ends cancelled (from its own line)
+                    job = materialize(state, record, pos)
+                else:
+                    result.changed = True
+                    if record.fence not in renewed:
+                        renewed.add(record.fence)
+                        extend_claim(state, record, op.lease_ms, now_ms)
+                    result.items.append(ItemResult(wire, True))
+                    continue
         if job is None or job.lease is None:
             result.items.append(idempotency.unheld_answer(state, wire, token))
             continue
@@ -312,6 +348,27 @@ def _complete(state: QueueState, op: Complete, now_ms: int) -> Result:
     stored = tokens.checker(state)
     result = Result()
     ended: list[str] = []
+    fences_held: list[int] = []
+    records = list(state.claim_records) if state.seg_names else []
+
+    def held(wire: str, token: str, value: bytes | None) -> ItemResult | None:
+        found = held_position(state, token, records) if records else None
+        if found is None:
+            return None
+        record, pos = found
+        if record.is_settled(pos):  # a repeat answered from its done entry, if one has it
+            return ItemResult(wire, True, None, COMPLETED) if done_at(record, pos) else None
+        if record.expires_ms <= now_ms:
+            return None  # (answered as any token that holds nothing)
+        if pos in record.cancel:  # marked: ends cancelled, from a line of its own
+            job = materialize(state, record, pos)
+            if job is None:
+                return None
+            ended.append(wire)
+            return cancels.end_marked(state, job, wire, now_ms)
+        complete_position(state, record, pos, value, now_ms)
+        fences_held.append(record.fence + pos)
+        return ItemResult(wire, True, None, COMPLETED)
 
     def unheld(wire: str, token: str | None) -> ItemResult:
         job = None if token is None else live_job(state, token, now_ms)
@@ -320,7 +377,9 @@ def _complete(state: QueueState, op: Complete, now_ms: int) -> Result:
             return cancels.end_marked(state, job, wire, now_ms)
         return idempotency.repeat_answer(state, wire, token, R.COMPLETED)
 
-    result.items, fences = complete_held(state, plain_rows(op.items), now_ms, stored, unheld)
+    result.items, fences = complete_held(state, plain_rows(op.items), now_ms, stored, unheld,
+                                         held if records else None)
+    fences += fences_held
     result.changed = bool(ended)
     if fences:
         state.receipts.record_settled(R.COMPLETED, fences, now_ms, idempotency.retry_ttl_ms(state),
@@ -337,6 +396,7 @@ def _fail(state: QueueState, op: Fail, now_ms: int) -> Result:
                                  f"got {item.retry_in_ms / 1000}")
     stored = tokens.checker(state)
     result = Result()
+    materialize_live(state, (stored(item.token) for item in op.items), now_ms)
     for item in op.items:
         token = stored(item.token)
         job = None if token is None else live_job(state, token, now_ms)
@@ -366,6 +426,7 @@ def _release(state: QueueState, op: Release, now_ms: int) -> Result:
     stored = tokens.checker(state)
     released: list[str] = []
     ended = False
+    materialize_live(state, map(stored, op.tokens), now_ms)
     for wire in op.tokens:  # the tokens the claim answered, tagged
         token = stored(wire)
         job = None if token is None else live_job(state, token, now_ms)
@@ -390,6 +451,7 @@ def _reclaim(state: QueueState, op: Reclaim, now_ms: int) -> Result:
         state.groups.dispatch.sweep(now_ms)  # (full token buckets dropped: bounded memory)
     reclaimed: list[str] = []
     result.ids = reclaimed
+    materialize_expired(state, now_ms)
     for job in expired_leases(state, now_ms):
         assert job.lease is not None
         if job.cancel_ms is not None:  # marked: ends cancelled, never pending again
@@ -414,11 +476,13 @@ def _reclaim(state: QueueState, op: Reclaim, now_ms: int) -> Result:
 def _held_fences(state: QueueState) -> Iterator[int]:
     """The lowest number of a lease each claim record still holds."""
     for record in state.claim_records.values():
-        yield record.fence + next(record.unsettled())
+        if not record.done:  # (one whose every position settled awaits only its archive)
+            yield record.fence + next(record.unsettled())
 
 
 def _drop_archived(state: QueueState, op: DropArchived, now_ms: int) -> Result:
-    dropped = sum(lifecycle.drop_completed(state, commit_seq) for commit_seq in op.seqs)
+    dropped = sum(lifecycle.drop_completed(state, commit_seq) + drop_done(state, commit_seq)
+                  for commit_seq in op.seqs)
     return Result(changed=bool(dropped), count=dropped)
 
 
@@ -457,7 +521,8 @@ def _purge(state: QueueState, op: Purge, now_ms: int) -> Result:
     doomed = [j for j in jobs if j.status in statuses]
     for job in doomed:
         move(state, job, GONE, now_ms)
-    count = len(doomed) + (purge_pending(state) if PENDING in statuses else 0)
+    count = len(doomed) + (purge_held(state) if CLAIMED in statuses and state.seg_names else 0)
+    count += purge_pending(state) if PENDING in statuses else 0
     if op.request is not None:
         state.receipts.record(op.request, R.PURGE, [count], now_ms)
     return Result(changed=bool(count) or op.request is not None, count=count)

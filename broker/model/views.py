@@ -13,6 +13,7 @@ from broker import timefmt
 from broker.errors import InvalidRequest, shown
 from broker.limits import MAX_JOB_ID_CHARS, MAX_PAGE_JOBS
 from broker.model import receipts as R
+from broker.model.held import held_page
 from broker.model.indexes import key_time, lease_time
 from broker.model.job import CANCELLED, CLAIMED, COMPLETED, PENDING, STATUSES, Job
 from broker.model.segments.claims import page_refs, segment_page
@@ -37,6 +38,9 @@ def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
             pending.append((job.run_at_ms, job.created_ms))
         elif job.cancel_ms is not None and job.status == CLAIMED:
             marked += 1
+    if state.seg_names:  # (jobs held at records' segment parts: marked in their record)
+        marked += sum(1 for r in state.claim_records.values() if r.segs
+                      for pos in r.cancel if r.seg_span(pos) is not None)
     # untouched bulk-pushed jobs (see broker.model.jobtable) were created when due
     pending += [(at, at) for at in state.jobs.untouched_due_times()]
     if refs:
@@ -157,9 +161,16 @@ def jobs_after(state: QueueState, status: str | None, after_seq: int, n: int) ->
     head's, and the segments' pending ones up to the first whose line is not
     loaded (the page is cut there: see :class:`Page`)."""
     inline = state.jobs.peek(after_seq, status)
-    if not state.segment_refs or status not in (None, PENDING):
+    held = state.seg_names and status in (None, CLAIMED, COMPLETED)  # (in claim records)
+    if not held and (not state.segment_refs or status not in (None, PENDING)):
         return Page(list(itertools.islice(inline, n)))
-    from_segments, unloaded = segment_page(state, after_seq, n)
+    from_segments, unloaded = segment_page(state, after_seq, n) \
+        if status in (None, PENDING) else ([], None)
+    if held:
+        from_records, cut = held_page(state, after_seq, n, status)
+        from_segments = list(heapq.merge(from_segments, from_records, key=lambda job: job.seq))
+        if cut is not None:
+            unloaded = cut if unloaded is None else min(unloaded, cut)
     merged = heapq.merge(inline, from_segments, key=lambda job: job.seq)
     jobs = [job for job in itertools.islice(merged, n)
             if unloaded is None or job.seq < unloaded]

@@ -25,10 +25,13 @@ from concurrent.futures import Executor
 from broker import paths
 from broker.commit.offloop import run_io
 from broker.errors import OsqueueError
+from broker.model import held
+from broker.model.claim_records import ClaimRecord, Done
 from broker.model.format import archive
 from broker.model.job import Job
-from broker.model.state import QueueState
+from broker.model.state import QueueState, Span
 from broker.retry import backoff_delays
+from broker.service.segment_store import SegmentStore
 from broker.storage import ObjectStore
 
 log = logging.getLogger("osqueue.archive")
@@ -66,8 +69,10 @@ class Archiver:
     """Archive writes of one queue. ``poke`` wakes the queue's commit loop."""
 
     def __init__(self, store: ObjectStore, queue: str, executor: Executor,
-                 poke: Callable[[], None], *, monotonic: Callable[[], float]) -> None:
+                 poke: Callable[[], None], *, monotonic: Callable[[], float],
+                 segments: SegmentStore | None = None) -> None:
         self.store = store
+        self.segments = segments  # reads the lines of completions held in claim records
         self.queue = queue
         self._executor = executor
         self._poke = poke
@@ -86,24 +91,57 @@ class Archiver:
         """``state`` is committed: archive each of its commits with completions
         that is not archived or being archived yet."""
         self._forget_dropped(state)
-        if self._legacy is None and state.completed:
+        if self._legacy is None and (state.completed or state.done_commits):
             # more jobs finished than await their object: some were archived before
             c = state.counters
-            self._legacy = c.completed + c.cancelled > sum(map(len, state.completed.values()))
-        for seq, job_seqs in state.completed.items():
+            self._legacy = c.completed + c.cancelled > sum(
+                map(len, state.completed.values())) + held.done_count(state)
+        for seq in [*state.completed, *state.done_commits]:
             if seq in self._writing or seq in self._written:
                 continue
-            jobs = [state.jobs[s] for s in job_seqs]
+            jobs = [state.jobs[s] for s in state.completed.get(seq, ())]
+            done = held.done_entries(state, seq) if state.done_commits else []
             self._writing[seq] = asyncio.get_running_loop().create_task(
-                self._write(seq, jobs), name=f"archive {self.queue} {seq}")
+                self._write(seq, jobs, done, state), name=f"archive {self.queue} {seq}")
 
-    async def _write(self, seq: int, jobs: list[Job]) -> None:
+    async def _done_jobs(self, done: list[tuple[ClaimRecord, Done]],
+                         state: QueueState) -> list[Job]:
+        """The completed jobs of ``done`` (records' done entries), their lines from
+        the held-jobs cache or, when it lacks them (after a takeover), read from
+        their segments: the same jobs, so the same archive bytes, either way.
+        Raises the store's errors and ``SegmentMissing``."""
+        refs = {ref.key: ref for ref in state.segment_refs}
+        out: list[Job] = []
+        read: dict[tuple[int, Span], list[bytes]] = {}
+        for record, entry in done:
+            for i, pos in enumerate(entry.pos):
+                span = record.seg_span(pos)
+                if span is None:
+                    raise ValueError(f"claim {record.fence} completed position {pos}, "
+                                     "which is not held at a segment part")
+                got = state.held.line(record.fence, span, pos - span[0])
+                if got is None:
+                    lines = read.get((record.fence, span))
+                    ref = refs[span[2]]
+                    if lines is None:
+                        if self.segments is None:
+                            raise ValueError("no segment store to read completions from")
+                        lines = read[(record.fence, span)] = await self.segments.read_window(
+                            ref, span[3], span[3] + span[1])
+                    got = ref, lines[pos - span[0]]
+                out.append(held.done_job(record, entry, i, got[0], got[1]))
+        return out
+
+    async def _write(self, seq: int, jobs: list[Job],
+                     done: list[tuple[ClaimRecord, Done]], state: QueueState) -> None:
         delays = backoff_delays(first_s=0.1, cap_s=30.0)
         if len(self._indexed) > 4096:  # (old hours: written long ago)
             self._indexed.clear()
         try:
             while True:
                 try:
+                    if done:  # (completions held in claim records: their lines first)
+                        jobs, done = jobs + await self._done_jobs(done, state), []
                     if not self._started:
                         await run_io(self._executor, write_start, self.store, self.queue,
                                      jobs[0].done_ms or 0, bool(self._legacy))
@@ -125,7 +163,8 @@ class Archiver:
             self._writing.pop(seq, None)
 
     def _forget_dropped(self, state: QueueState) -> None:
-        for seq in [s for s in self._written if s not in state.completed]:
+        for seq in [s for s in self._written
+                    if s not in state.completed and s not in state.done_commits]:
             del self._written[seq]
 
     def to_drop(self, state: QueueState) -> tuple[int, ...]:

@@ -212,7 +212,8 @@ class Broker:
                         lease_ms=round(self.config.lease_s * 1000), settings=self._settings,
                         ownership=self.ownership, clock=self.clock, monotonic=self.monotonic,
                         commit_timeout_s=self.config.commit_timeout_s, observe=observe,
-                        segments=self.segments)
+                        segments=self.segments, held_in_records=self.config.held_in_records,
+                        held_cache_bytes=self.config.held_cache_mb << 20)
         self._queues[name] = q
         return q
 

@@ -45,6 +45,8 @@ from broker.errors import (
 from broker.model import browse
 from broker.model.format import archive
 from broker.model.job import CANCELLED, seq_of
+from broker.model.ops import Inspect
+from broker.model.segments.claims import held_loads
 from broker.model.segments.refs import holding
 from broker.model.state import QueueState, SegmentWindows
 from broker.service.segment_store import SegmentStore
@@ -132,6 +134,17 @@ async def stored(read_head: Callable[[], Awaitable[Head | None]], queue: str, jo
                 continue
             state.windows = SegmentWindows()
             state.windows.put(ref, pos, lines)
+        held = held_loads(state, [Inspect("lookup", (queue, job_id))], now_ms)
+        if held:  # (held at a claim record's segment part: its line from the segment)
+            ref, fence, span = held[0]
+            if missing is not None and lost == (ref.key, ref.etag):
+                raise missing
+            try:
+                lines = await segments.read_window(ref, span[3], span[3] + span[1])
+            except SegmentMissing as exc:
+                missing, lost = exc, (ref.key, ref.etag)
+                continue
+            state.held.put(fence, span, ref, lines)
         view: View = browse.lookup(state, now_ms, queue, job_id)
         return view
     raise BrokerUnavailable(f"queue {queue!r} moved on {REREADS} times while job {job_id} "

@@ -24,6 +24,7 @@ from broker.model import receipts as R
 from broker.model import state as S
 from broker.model.format import codec
 from broker.model.format.decode import decode_state
+from broker.model.job import job_id_for
 from broker.model.ops import (
     Cancel,
     Claim,
@@ -36,7 +37,7 @@ from broker.model.ops import (
     Result,
     TakeOver,
 )
-from broker.model.segments.claims import claim_refs, plan_windows
+from broker.model.segments.claims import claim_refs, held_loads, plan_windows
 from broker.model.segments.planning import claim_sources, directories_wanted
 from broker.model.state import MAX_WINDOWS, SegmentWindows
 from broker.model.views import next_wakeup_ms, page_segments
@@ -59,7 +60,8 @@ class QueueTarget:
     def __init__(self, queue: str, broker_id: str, url: str, lease_ms: int,
                  settings: S.QueueSettings, ownership: Ownership, archiver: Archiver,
                  where: str, segments: SegmentStore,
-                 random_bytes: Callable[[int], bytes] = secrets.token_bytes) -> None:
+                 random_bytes: Callable[[int], bytes] = secrets.token_bytes,
+                 held_in_records: bool = False, held_cache_bytes: int = 256 << 20) -> None:
         self.queue = queue
         self.broker_id = broker_id
         self.url = url
@@ -72,6 +74,8 @@ class QueueTarget:
         self.retiring = False  # set while shutting down: never take the queue (back) over
         self.segments = segments
         self.windows = SegmentWindows()  # (shared by every state of this queue)
+        self.held = S.HeldJobs(held_cache_bytes)  # (likewise: jobs held at segment parts)
+        self.held_in_records = held_in_records
         self._checked: set[tuple[str, str]] = set()  # refs whose object was seen at its etag
         self._deleting: set[asyncio.Task[int]] = set()
 
@@ -79,12 +83,14 @@ class QueueTarget:
         state = decode_state(data, where=self.where)
         tokens.bind(state, self.queue, self.random_bytes)  # (an older object: a key now)
         state.windows = self.windows
+        state.held, state.held_in_records = self.held, self.held_in_records
         return state
 
     def empty(self, now_ms: int) -> S.QueueState:
         state = transitions.new_state(now_ms, self.settings)
         tokens.bind(state, self.queue, self.random_bytes)
         state.windows = self.windows
+        state.held, state.held_in_records = self.held, self.held_in_records
         return state
 
     async def prepare(self, state: S.QueueState, ops: Sequence[Op], now_ms: int) -> None:
@@ -104,6 +110,13 @@ class QueueTarget:
             if (ref.key, ref.etag) not in self._checked:
                 await self.segments.check(ref)
                 self._checked.add((ref.key, ref.etag))
+        if state.seg_names:  # jobs held at claim records' segment parts the batch may settle
+            pages = [_as_page(state, op) for op in ops if isinstance(op, Inspect)]
+            loads = held_loads(state, [*ops, *filter(None, pages)], now_ms + PLAN_AHEAD_MS)
+            self.held.pinned = {fence for _, fence, _ in loads}
+            for ref, fence, span in loads:
+                lines = await self.segments.read_window(ref, span[3], span[3] + span[1])
+                self.held.put(fence, span, ref, lines)
         self.windows.keep_only(refs)
         budget = sum(op.max_jobs for op in ops if isinstance(op, Claim))
         # (a segment falling due while the batch lingers is planned for too)
@@ -231,3 +244,16 @@ class QueueTarget:
         if drop_in is not None:
             times.append(now_ms + round(drop_in * 1000))
         return min(times) if times else None
+
+
+def _as_page(state: S.QueueState, op: Inspect) -> ReadJobs | None:
+    """The page of jobs the dashboard's page view ``op`` reads (for planning its
+    loads), or None (another view, or one the view itself refuses)."""
+    if op.view != "page":
+        return None
+    try:
+        status, _, _, limit = op.args
+        start = browse.page_start(state, *op.args)
+    except (OsqueueError, TypeError, ValueError):
+        return None
+    return ReadJobs(status, limit + 1, job_id_for(max(0, start)))

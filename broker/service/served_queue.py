@@ -85,15 +85,18 @@ class ServedQueue:
                  broker_id: str, url: str, lease_ms: int, settings: S.QueueSettings,
                  ownership: Ownership, clock: Callable[[], int],
                  monotonic: Callable[[], float], commit_timeout_s: float,
-                 observe: Callable[[float, int, int], None], segments: SegmentStore) -> None:
+                 observe: Callable[[float, int, int], None], segments: SegmentStore,
+                 held_in_records: bool = False, held_cache_bytes: int = 256 << 20) -> None:
         self.name = name
         self.segments, self._clock, self._monotonic = segments, clock, monotonic
         self.jobs_ready = asyncio.Event()
         self.completions = RecentRate()  # jobs completed, for stats
-        self.archiver = Archiver(store, name, executor, self._poke, monotonic=monotonic)
+        self.archiver = Archiver(store, name, executor, self._poke, monotonic=monotonic,
+                                 segments=segments)
         self.target = QueueTarget(name, broker_id, url, lease_ms, settings, ownership,
                                   self.archiver, where=f"{store.url}/{paths.state_key(name)}",
-                                  segments=segments)
+                                  segments=segments, held_in_records=held_in_records,
+                                  held_cache_bytes=held_cache_bytes)
         self.loop: QueueLoop = CommitLoop(
             store, paths.state_key(name), self.target, broker_id, executor,
             clock=clock,

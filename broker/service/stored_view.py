@@ -25,6 +25,7 @@ from typing import Any
 from broker.errors import BrokerUnavailable, SegmentMissing, UnknownQueue
 from broker.model import transitions
 from broker.model.ops import JobsView, ReadJobs, ReadStats
+from broker.model.segments.claims import held_loads
 from broker.model.state import QueueState, SegmentRef, SegmentWindows
 from broker.model.views import page_segments
 from broker.service.job_pages import full_page
@@ -103,5 +104,11 @@ async def _step(state: QueueState, part: ReadJobs, segments: SegmentStore, now_m
                         await segments.read_window(ref))
         except SegmentMissing as missing:
             return ref, missing
+    for ref, fence, span in held_loads(state, [part], now_ms):  # (jobs held at records' parts)
+        try:
+            lines = await segments.read_window(ref, span[3], span[3] + span[1])
+        except SegmentMissing as missing:
+            return ref, missing
+        state.held.put(fence, span, ref, lines)
     got: JobsView = transitions.apply(state, part, now_ms).view
     return got

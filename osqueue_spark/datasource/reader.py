@@ -36,8 +36,10 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from broker import paths, timefmt
 from broker.errors import NotFound, OsqueueError, SegmentMissing, StateError, UnknownQueue
+from broker.model.claim_records import ClaimRecord
 from broker.model.format import archive, segment_format
 from broker.model.format.decode import decode_state
+from broker.model.held import job_at, segment_slices
 from broker.model.job import Job
 from broker.model.segments.refs import pending_lines
 from broker.model.state import SegmentRef
@@ -109,9 +111,13 @@ class HeadPart:
 @dataclass(frozen=True)
 class SegmentPart:
     """A segment partition: the untaken jobs of ``ref``'s segment (positions
-    ``ref.taken`` to ``ref.count``), as the planned version of the head has it."""
+    ``ref.taken`` to ``ref.count``), as the planned version of the head has it,
+    and ``held``: its positions that claim records of that version hold
+    (claimed) or completed awaiting their archive object
+    (:func:`broker.model.held.segment_slices`)."""
 
     ref: SegmentRef
+    held: tuple[tuple[int, ClaimRecord, int], ...] = ()
 
 
 class QueueReader(DataSourceReader):
@@ -143,10 +149,10 @@ class QueueReader(DataSourceReader):
                 return []  # no queue object: no rows, as asked
             raise missing_queue(store, self.opts.queue)
         state = decode_state(got.data, where=_head_where(store, self.opts.queue))
-        live = [ref for ref in state.segment_refs if ref.remaining]
+        live = [ref for ref in state.segment_refs if ref.remaining or ref.key in state.seg_names]
         data = got.data if len(got.data) <= MAX_SHIPPED_HEAD_BYTES else None
         return [InputPartition(HeadPart(got.etag, data, len(live))),
-                *(InputPartition(SegmentPart(ref)) for ref in live)]
+                *(InputPartition(SegmentPart(ref, segment_slices(state, ref))) for ref in live)]
 
     @with_code
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
@@ -156,7 +162,7 @@ class QueueReader(DataSourceReader):
             return
         store = store_from_url(self.opts.store)
         if isinstance(part, SegmentPart):
-            yield from self._segment_rows(store, part.ref)
+            yield from self._segment_rows(store, part.ref, part.held)
             return
         where = _head_where(store, self.opts.queue)
         refs: list[SegmentRef] = []
@@ -172,13 +178,16 @@ class QueueReader(DataSourceReader):
                 return  # deleted since planned, and nothing else was planned
             state = decode_state(got.data, where=where)
             if not part.segments:  # this version is read by this task alone
-                refs = [ref for ref in state.segment_refs if ref.remaining]
+                refs = [ref for ref in state.segment_refs
+                        if ref.remaining or ref.key in state.seg_names]
         for job in state.jobs.values():
             yield _job_row(job, self.extra)
         for ref in refs:
-            yield from self._segment_rows(store, ref)
+            yield from self._segment_rows(store, ref, segment_slices(state, ref))
 
-    def _segment_rows(self, store: ObjectStore, ref: SegmentRef) -> Iterator[tuple[Any, ...]]:
+    def _segment_rows(self, store: ObjectStore, ref: SegmentRef,
+                      held: tuple[tuple[int, ClaimRecord, int], ...] = (),
+                      ) -> Iterator[tuple[Any, ...]]:
         data: bytes | None = None
         etag: str | None = None
         try:
@@ -186,8 +195,9 @@ class QueueReader(DataSourceReader):
             data, etag = got.data, got.etag
         except NotFound:
             pass  # (read_checked refuses it, naming the object)
+        start = min(ref.taken, held[0][0]) if held else None  # (held lines lie before the cursor)
         try:
-            lines = segment_format.read_checked(ref, data, etag, store.url)
+            lines = segment_format.read_checked(ref, data, etag, store.url, start)
         except SegmentMissing:
             if not _dropped(store, self.opts.queue, ref):
                 raise
@@ -196,6 +206,10 @@ class QueueReader(DataSourceReader):
                 "changed, and the queue no longer references it: the queue moved on since "
                 "this read was planned (the broker deletes a segment once its jobs are all "
                 "taken); read it again") from None
+        if start is not None:
+            for at, record, pos in held:
+                yield _job_row(job_at(record, pos, ref, lines[at - start]), self.extra)
+            lines = lines[ref.taken - start:]
         for seq, line in pending_lines(ref, lines):  # (a grouped one's: untaken positions)
             yield _job_row(segment_format.segment_job(seq, line, ref), self.extra)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 #: The model's rules and segment claims: nothing a reader of the bytes needs.
-RULES = ("ops", "checks", "lifecycle", "segments", "idempotency", "views", "inserts",
+RULES = ("ops", "checks", "lifecycle", "held", "segments", "idempotency", "views", "inserts",
          "queue_rules", "cancels", "browse", "transitions")
 
 

@@ -24,6 +24,7 @@ from broker import paths
 from broker.errors import NotFound, OsqueueError
 from broker.model.format import archive, segment_format
 from broker.model.format.decode import decode_state
+from broker.model.held import job_at, segment_slices
 from broker.model.segments.refs import pending_lines
 from broker.model.state import QueueState
 from broker.model.tokens import stored_part
@@ -83,6 +84,7 @@ def object_refs(raw: dict[str, Any] | None) -> set[str]:
 def segment_jobs(store: ObjectStore, state: QueueState,
                  again: list[str] | None = None) -> dict[str, dict[str, Any]]:
     """The untaken jobs of every segment ``state`` refers to (id -> the job, plain),
+    and those claim records hold there (claimed) or completed (done entries),
     read and checked against their references (``ValueError`` naming the object
     for one missing from the store's answer, truncated or not matching). The id of
     a job held by two segments is appended to ``again``."""
@@ -92,8 +94,16 @@ def segment_jobs(store: ObjectStore, state: QueueState,
         if got.etag != ref.etag:
             raise ValueError(f"segment {ref.key} has etag {got.etag!r}, "
                              f"the queue object refers to {ref.etag!r}")
-        for seq, line in pending_lines(ref, segment_format.segment_lines(got.data, ref)):
-            plain = segment_format.segment_job(seq, line, ref).to_plain()
+        held = segment_slices(state, ref)  # (held by claim records, or done awaiting archive)
+        start = min(ref.taken, held[0][0]) if held else None
+        lines = segment_format.segment_lines(got.data, ref, start)
+        plains = [job_at(record, pos, ref, lines[at - (start or 0)]).to_plain()
+                  for at, record, pos in held]
+        if start is not None:
+            lines = lines[ref.taken - start:]
+        plains += [segment_format.segment_job(seq, line, ref).to_plain()
+                   for seq, line in pending_lines(ref, lines)]
+        for plain in plains:
             if again is not None and str(plain["id"]) in jobs:
                 again.append(str(plain["id"]))
             jobs[str(plain["id"])] = plain

@@ -18,15 +18,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from broker import timefmt
 from broker.limits import MAX_CLAIM_JOBS, MAX_LEASE_S
-from broker.model.claim_records import ClaimRecord, bits_of_runs, expand_runs
+from broker.model.claim_records import ClaimRecord, Done, bits_of_runs, expand_runs, seq_runs
+from broker.model.format.segment_format import MAX_SEGMENT_JOBS
 from broker.model.indexes import TIME_MASK
 from broker.model.job import CLAIMED, job_id_for
 from broker.model.state import QueueState
 
 _FIELDS = frozenset({"fence", "n", "worker", "lease_s", "expires_at", "heartbeat_at", "parts",
-                     "settled", "cancel"})
+                     "settled", "cancel", "done"})
+_DONE_FIELDS = frozenset({"commit_seq", "commit", "at", "pos", "results"})
 _FENCE_MAX = 1 << 62
 
 
@@ -69,9 +73,6 @@ def record_from_json(raw: Any, where: str) -> ClaimRecord:
         raise ValueError(f"{where} must be an object")
     fence = _int(raw.get("fence"), f"{where} fence", 1, _FENCE_MAX)
     where = f"{where} (fence {fence})"
-    if "done" in raw:
-        raise ValueError(f"{where} has completions from objects (\"done\"), which this "
-                         "osqueue does not read; upgrade osqueue")
     unknown = set(raw) - _FIELDS
     if unknown:
         raise ValueError(f"{where} has unknown fields {sorted(unknown)}")
@@ -87,11 +88,22 @@ def record_from_json(raw: Any, where: str) -> ClaimRecord:
     if not isinstance(parts, list) or not parts:
         raise ValueError(f"{where} parts must be a non-empty list")
     seqs: list[int] = []
+    segs: list[tuple[int, int, str, int]] = []
     for part in parts:
+        if isinstance(part, dict) and set(part) == {"seg", "at"}:
+            key = part["seg"]
+            if not isinstance(key, str) or not key:
+                raise ValueError(f"{where} seg part must name a segment key, got {key!r}")
+            runs = _runs(part["at"], f"{where} seg part at", 0, MAX_SEGMENT_JOBS - 1)
+            for i in range(0, len(runs), 2):
+                segs.append((len(seqs), runs[i + 1], key, runs[i]))
+                seqs += [0] * runs[i + 1]  # (its seqs: link_segments, from the ref)
+            continue
         if not isinstance(part, dict) or set(part) != {"seq"}:
             kind = sorted(part) if isinstance(part, dict) else part
             raise ValueError(f"{where} has a part {kind!r}; this osqueue reads only "
-                             "{\"seq\": runs} parts (upgrade osqueue for others)")
+                             "{\"seq\": runs} and {\"seg\": key, \"at\": runs} parts "
+                             "(upgrade osqueue for others)")
         runs = part["seq"]
         if not isinstance(runs, list) or not runs or len(runs) % 2:
             raise ValueError(f"{where} seq part must be runs [first, count, ...], got {runs!r}")
@@ -101,17 +113,21 @@ def record_from_json(raw: Any, where: str) -> ClaimRecord:
         seqs += expand_runs(runs)
     if len(seqs) != n:
         raise ValueError(f"{where} has n {n} but its parts hold {len(seqs)} positions")
-    if len(set(seqs)) != n:
+    inline = len(seqs) - sum(span[1] for span in segs)
+    if len({seq for seq in seqs if seq}) != inline:
         raise ValueError(f"{where} names a job twice")
     record = ClaimRecord(
         fence, worker, round(float(lease_s) * 1000),
         _time(raw.get("expires_at"), f"{where} expires_at"),
         _time(raw.get("heartbeat_at"), f"{where} heartbeat_at"), seqs)
+    record.segs = segs or None
     if "settled" in raw:
         record.settled = bits_of_runs(_runs(raw["settled"], f"{where} settled", 0, n - 1))
-        if record.done:
-            raise ValueError(f"{where} has every position settled; such a record leaves "
-                             "the head")
+    if "done" in raw:
+        record.completions = _done_from(raw["done"], record, where)
+    if record.gone:
+        raise ValueError(f"{where} has every position settled; such a record leaves "
+                         "the head")
     cancel = raw.get("cancel", [])
     if "cancel" in raw and (not isinstance(cancel, list) or not cancel):
         raise ValueError(f"{where} cancel must be a non-empty list of [position, time]")
@@ -124,6 +140,38 @@ def record_from_json(raw: Any, where: str) -> ClaimRecord:
                              "or marked twice")
         record.cancel[pos] = _time(mark[1], f"{where} cancel time")
     return record
+
+
+def _done_from(raw: Any, record: ClaimRecord, where: str) -> list[Done]:
+    """A record's ``"done"``: completions of settled segment-part positions, one
+    entry a commit, ascending commit seqs, each position at most once."""
+    if not isinstance(raw, list) or not raw:
+        raise ValueError(f"{where} done must be a non-empty list of completions")
+    out: list[Done] = []
+    seen = 0
+    for i, item in enumerate(raw):
+        what = f"{where} done[{i}]"
+        if not isinstance(item, dict) or set(item) != _DONE_FIELDS:
+            raise ValueError(f"{what} must be an object with {sorted(_DONE_FIELDS)}")
+        commit_seq = _int(item["commit_seq"], f"{what} commit_seq", 1, _FENCE_MAX)
+        if out and commit_seq <= out[-1].commit_seq:
+            raise ValueError(f"{what} commit_seq must be above the entry before it")
+        commit = item["commit"]
+        if not isinstance(commit, str) or not commit:
+            raise ValueError(f"{what} commit must be a commit id, got {commit!r}")
+        pos = expand_runs(_runs(item["pos"], f"{what} pos", 0, record.n - 1))
+        results = item["results"]
+        if not isinstance(results, list) or len(results) != len(pos):
+            raise ValueError(f"{what} results must be a list of one result a position")
+        bits = bits_of_runs(seq_runs(pos))
+        if bits & seen or bits & ~record.settled or any(
+                record.seg_span(p) is None for p in pos):
+            raise ValueError(f"{what} names a position twice, one not settled or one "
+                             "not held at a segment part")
+        seen |= bits
+        out.append(Done(commit_seq, commit, _time(item["at"], f"{what} at"), pos,
+                        [None if r is None else orjson.dumps(r) for r in results]))
+    return out
 
 
 def records_from_json(raw: Any, top_fence: int) -> dict[int, ClaimRecord]:
@@ -157,6 +205,8 @@ def link(state: QueueState, records: dict[int, ClaimRecord]) -> None:
     for i, record in enumerate(records.values()):
         fence = record.fence
         for pos in record.unsettled():
+            if record.segs and record.seg_span(pos) is not None:
+                continue  # (held at a segment part: no line; see link_segments)
             seq = record.seqs[pos]
             job = jobs.get(seq)
             if job is None or job.status != CLAIMED or job.claim != fence:
@@ -173,7 +223,7 @@ def link(state: QueueState, records: dict[int, ClaimRecord]) -> None:
     for job in jobs.touched():
         if job.status == CLAIMED and job.lease_token is None:
             raise ValueError(f"claimed job {job.id} names claim {job.claim}, which does not "
-                             "hold it at an unsettled position")
+                             "hold it at an unsettled position of its seq parts")
     state.claim_records = records
 
 
@@ -198,3 +248,47 @@ def records_from_v4(state: QueueState) -> None:
         job.rec = record  # (the same numbers as the job's own fields)
         job._enc = None
     state.claim_records = records
+
+
+def link_segments(state: QueueState) -> None:
+    """Tie the records' segment parts to the head's segment references (read
+    after the records): each names an ungrouped ref of ``"segments"`` at taken
+    positions, its jobs' seqs follow from the ref, no job is named twice, and
+    no job held there has a line of the head too (``ValueError`` naming the
+    record otherwise). Counts the records naming each segment
+    (``state.seg_names``: a named ref stays in the head)."""
+    refs = {ref.key: ref for ref in state.segment_refs}
+    names: dict[str, int] = {}
+    jobs = state.jobs.entries
+    for i, record in enumerate(state.claim_records.values()):
+        if not record.segs:
+            continue
+        where = f"claims[{i}] (fence {record.fence})"
+        seqs = record.seqs
+        for pos0, count, key, at0 in record.segs:
+            ref = refs.get(key)
+            if ref is None or ref.groups is not None:
+                raise ValueError(f"{where} has a seg part naming segment {key}, which the "
+                                 "head does not reference" + (
+                                     "" if ref is None else " ungrouped"))
+            if at0 + count > ref.taken:
+                raise ValueError(f"{where} holds positions {at0}..{at0 + count - 1} of "
+                                 f"segment {key}, which has taken only {ref.taken}")
+            seqs[pos0:pos0 + count] = range(ref.first_seq + at0, ref.first_seq + at0 + count)
+            for pos in range(pos0, pos0 + count):
+                if not record.is_settled(pos) and seqs[pos] in jobs:
+                    raise ValueError(f"{where} holds {job_id_for(seqs[pos])} at segment "
+                                     f"{key}, but the jobs list has it too")
+        if len(set(seqs)) != len(seqs):
+            raise ValueError(f"{where} names a job twice")
+        for key in record.seg_keys():
+            names[key] = names.get(key, 0) + 1
+        for entry in record.completions or ():
+            if entry.commit_seq > state.seq:
+                raise ValueError(f"{where} has a completion of commit {entry.commit_seq}, "
+                                 f"after this version ({state.seq})")
+            state.done_commits.setdefault(entry.commit_seq, []).append(record.fence)
+    for key in names:
+        if not any(ref.key == key for ref in state.segment_refs):
+            raise ValueError(f"a claim record names segment {key}, which is not referenced")
+    state.seg_names = names

@@ -298,4 +298,11 @@ def stamp(state: QueueState, writer: str, now_ms: int, commit: str | None = None
                 + COMPLETION % (done, job.done_seq, commit_bytes,
                                  b"null" if job.result is None else job.result)
     claimed.clear()
+    if state.done_commits:  # completions held in claim records: their done entries
+        for fence in state.done_commits.get(state.seq, ()):
+            record = state.claim_records[fence]
+            for entry in record.completions or ():
+                if entry.commit_seq == state.seq:
+                    entry.commit = commit
+                    record._enc = None
     state.receipts.unwritten_since = None  # this write carries them

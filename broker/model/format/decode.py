@@ -30,7 +30,12 @@ from broker.limits import (
     MAX_PRIORITY,
     MAX_RECORDED_BROKER_LEASE_S,
 )
-from broker.model.format.claims_format import link, records_from_json, records_from_v4
+from broker.model.format.claims_format import (
+    link,
+    link_segments,
+    records_from_json,
+    records_from_v4,
+)
 from broker.model.format.codec import reset_blocks
 from broker.model.format.segment_format import ref_from_json
 from broker.model.indexes import SEQ_MASK, TIME_MASK, rebuild_indexes
@@ -435,6 +440,7 @@ def _decode_fields(raw: dict[str, Any], data: bytes) -> QueueState:
     if unknown:
         raise ValueError(f"unknown fields {sorted(unknown)}")
     state.segment_refs = _refs_from(raw, state)
+    link_segments(state)  # (the records' segment parts, now that the refs are read)
     return state
 
 

@@ -74,6 +74,9 @@ def held_by_group(records: Iterable[ClaimRecord], jobs: JobTable) -> dict[str | 
         seqs = record.seqs
         for pos in record.unsettled():
             job = jobs.get(seqs[pos])
+            if job is None and record.seg_span(pos) is not None:  # (an ungrouped segment's)
+                out[None] = out.get(None, 0) + 1
+                continue
             if not isinstance(job, Job):
                 raise KeyError(f"claim record {record.fence} names job seq {seqs[pos]}, "
                                "which is not a claimed job of the head")

@@ -28,14 +28,34 @@ import bisect
 import heapq
 import itertools
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from broker.errors import InvalidRequest, PayloadTooLarge
+from broker.model import receipts as R
+from broker.model.claim_records import ClaimRecord
 from broker.model.format import codec
 from broker.model.format.segment_format import segment_job
+from broker.model.held import held_by_seq, held_position, page_held
 from broker.model.indexes import SEQ_MASK, promote_due, ready_key, timed_key
-from broker.model.job import JOB_OVERHEAD_BYTES, PENDING, Job, JobIds
-from broker.model.lifecycle import claim_ready, close_claim, open_claim
-from broker.model.ops import LeasedJobs
+from broker.model.job import CLAIMED, COMPLETED, JOB_OVERHEAD_BYTES, PENDING, Job, JobIds, seq_of
+from broker.model.lifecycle import (
+    IllegalMove,
+    claim_ready,
+    close_claim,
+    open_claim,
+)
+from broker.model.ops import (
+    Claim,
+    Complete,
+    Fail,
+    Heartbeat,
+    Inspect,
+    LeasedJobs,
+    Op,
+    ReadJobs,
+    Reclaim,
+    Release,
+)
 from broker.model.segments.grouped import claim_grouped, dissolve, grouped_refs, uses_groups
 from broker.model.segments.refs import (
     INLINE,
@@ -48,7 +68,7 @@ from broker.model.segments.refs import (
     taken_between,
     untaken_spans,
 )
-from broker.model.state import MAX_WINDOWS, QueueState, SegmentRef, SegmentWindows
+from broker.model.state import MAX_WINDOWS, QueueState, SegmentRef, SegmentWindows, Span
 
 __all__ = ["SegmentWindows", "attach_refs", "claim_merged", "claim_refs", "move_in",
            "move_in_position", "plan_windows", "purge_pending", "reserve"]
@@ -239,6 +259,104 @@ def move_in_position(state: QueueState, i: int, pos: int) -> Job | None:
     return job
 
 
+def hold_in(state: QueueState, i: int, n: int, record: ClaimRecord,
+            tag: Callable[[str], str], out: LeasedJobs) -> int:
+    """Claim up to ``n`` loaded jobs of (ungrouped) segment ref ``i`` from its
+    cursor on into ``record`` as a segment part (design 1.2): no line enters the
+    head, the cursor advances (the ref stays while a record names it), the
+    lines go to the held-jobs cache and the jobs are answered in ``out``.
+    Returns how many (0 if none of them is loaded)."""
+    refs, windows = state.segment_refs, state.windows
+    ref = refs[i]
+    lines = windows.take(ref, n) if windows is not None else []
+    if not lines:
+        return 0
+    count, first = len(lines), ref.next_seq
+    counters = state.counters
+    pos0 = len(record.seqs)
+    if record.fence + pos0 != counters.fence + 1:
+        raise IllegalMove(f"claim record {record.fence} is not the last claim")
+    span = (pos0, count, ref.key, ref.taken)
+    if record.add_seg(*span):
+        state.seg_names[ref.key] = state.seg_names.get(ref.key, 0) + 1
+    record.seqs.extend(range(first, first + count))
+    record._pos = None
+    state.held.put(record.fence, span, ref, lines)
+    refs[i] = take(refs, i, count)  # (named by the record: never dropped here)
+    ids, payloads, tokens, attempts, expiries = out.columns
+    expires, fence = record.expires_ms, record.fence + pos0
+    for k, line in enumerate(lines):
+        job = segment_job(first + k, line, ref)
+        ids.append(job.id)
+        payloads.append(job.payload)
+        tokens.append(tag(f"{job.id}.{fence + k}"))
+        attempts.append(job.attempts + 1)
+        expiries.append(expires)
+    counters.fence += count
+    return count
+
+
+def held_loads(state: QueueState, ops: Sequence[Op],
+               ahead_ms: int) -> list[tuple[SegmentRef, int, Span]]:
+    """The jobs held at records' segment parts that a batch of ``ops`` may
+    materialize and whose lines the held-jobs cache lacks (design 3.3): those of
+    the tokens of completes, fails and releases, of heartbeats' marked ones, of
+    the records whose lease runs out by ``ahead_ms`` (a reclaim) and of a
+    claim's repeat. As ``(ref, fence, span)``: record ``fence``'s segment part
+    ``span`` (positions ``span[3] ..`` of ``ref``'s segment). The broker reads
+    them before the batch applies and pins their records."""
+    if not state.seg_names:
+        return []
+    records = state.claim_records
+    fences = list(records)
+    wanted: dict[int, ClaimRecord] = {}
+
+    def by_token(wire: str, marked_only: bool = False) -> None:
+        found = held_position(state, wire.partition("-")[0], fences)
+        if found is not None and (not marked_only or found[1] in found[0].cancel):
+            wanted[found[0].fence] = found[0]
+
+    for op in ops:
+        if isinstance(op, Complete):
+            for item in op.items:
+                by_token(item[0])
+        elif isinstance(op, Fail):
+            for fail in op.items:
+                by_token(fail.token)
+        elif isinstance(op, Release):
+            for wire in op.tokens:
+                by_token(wire)
+        elif isinstance(op, Heartbeat):
+            for wire in op.tokens:
+                by_token(wire, marked_only=True)
+        elif isinstance(op, Reclaim):
+            wanted.update((r.fence, r) for r in records.values()
+                          if r.segs and r.expires_ms <= ahead_ms)
+        elif isinstance(op, ReadJobs) and op.status in (None, CLAIMED, COMPLETED):
+            page = page_held(state, seq_of(op.after or "") or 0, op.limit, op.status)
+            wanted.update((r.fence, r) for _, r, _, _ in page)
+        elif isinstance(op, Inspect) and op.view in ("job", "find", "lookup") and op.args:
+            seq = seq_of(str(op.args[-1]))
+            found = None if seq is None else held_by_seq(state, seq, done=True)
+            if found is not None:
+                wanted[found[0].fence] = found[0]
+        elif isinstance(op, Claim) and op.request is not None:
+            answered = state.receipts.answered(op.request, R.CLAIM)
+            if answered:
+                first, end = answered[0], answered[0] + answered[1]
+                wanted.update((r.fence, r) for r in records.values()
+                              if r.segs and r.fence < end and first < r.fence + r.n)
+    refs = {ref.key: ref for ref in state.segment_refs}
+    held = state.held
+    out = []
+    for fence, record in wanted.items():
+        for span in record.segs or ():
+            ref = refs.get(span[2])
+            if ref is not None and not held.has(fence, span):
+                out.append((ref, fence, span))
+    return out
+
+
 def claim_merged(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
                  now_ms: int, tag: Callable[[str], str]) -> LeasedJobs:
     """:func:`broker.model.lifecycle.claim_ready` over the inline jobs and the
@@ -267,6 +385,11 @@ def claim_merged(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
             until = min((k for ref in refs if (k := due_key(ref, now_ms)) is not None),
                         default=None)
             got = claim_ready(state, worker, left, lease_ms, now_ms, tag, until, record)
+        elif state.held_in_records:
+            if not hold_in(state, source, min(left, run_from(top, refs, source, now_ms)),
+                           record, tag, out):
+                break  # (its lines are not loaded: answer what this claim has)
+            continue
         else:
             moved = move_in(state, source, min(left, run_from(top, refs, source, now_ms)))
             if not moved:
@@ -285,8 +408,9 @@ def purge_pending(state: QueueState) -> int:
     pending jobs went with them. Their objects are deleted once the commit
     without them has landed."""
     dropped, count = purge_segments(state.segment_refs)
-    state.segment_refs = []
-    state.dropped_refs.extend(dropped)
+    named = state.seg_names  # (a ref a claim record names stays, exhausted: its jobs are held)
+    state.segment_refs = [replace(ref, taken=ref.count) for ref in dropped if ref.key in named]
+    state.dropped_refs.extend(ref for ref in dropped if ref.key not in named)
     return count
 
 

@@ -95,3 +95,26 @@ def test_the_docs_jq_recipe_skips_a_grouped_segments_taken_positions(tmp_path: P
     assert len(got) == len(want) == 30 - ref.taken
     assert {job.get("group") for job in got} == {"g0", "g1", "g2", None}
     assert sorted(got, key=lambda job: job["seq"]) == want
+
+
+def test_the_docs_jq_recipe_lists_claimed_jobs_held_in_claim_records(tmp_path: Path) -> None:
+    """With ``held_in_records``, claims from a segment write no job line: the
+    recipe's second half reads them from the segment through their record's
+    ``seg`` part (a completed one, in a done entry, is left out)."""
+    with BrokerProcess(f"file://{tmp_path}", "--segment-push-jobs", "20", "--lease-s", "3600",
+                       env={"OSQUEUE_HELD_IN_RECORDS": "true"}) as broker:
+        client = QueueClient(broker.url, "q")
+        client.push_many([{"inline": 1}])
+        client.push_many([{"seg": i, "n": 2 ** 40 + i} for i in range(20)])
+        jobs = client.claim("w-1", max_jobs=6, lease_s=3600)  # the inline one, 5 of the segment
+        client.claim("w-2", max_jobs=3, lease_s=600)
+        assert client.complete(jobs[2].token).ok  # (a done entry: not claimed any more)
+        head = orjson.loads((tmp_path / "q" / "queue.json").read_bytes())
+        assert any("seg" in part for c in head["claims"] for part in c["parts"])
+        want = list(client.iter_jobs("claimed"))
+    out = subprocess.run(["bash", "-c", "set -euo pipefail\n" + recipe(
+        "The claimed jobs with their")], cwd=tmp_path, capture_output=True, text=True,
+        check=True, timeout=60).stdout
+    got = [orjson.loads(line) for line in out.splitlines()]
+    assert len(got) == len(want) == 8
+    assert sorted(got, key=lambda job: job["seq"]) == want

@@ -89,7 +89,7 @@ class GroupState:
     held counts) and each group's ready jobs. Derived, never stored."""
 
     __slots__ = ("dead", "dirs", "dispatch", "early", "heaps", "names", "now_ms", "refresh",
-                 "settings")
+                 "seen_ms", "settings")
 
     def __init__(self, settings: GroupSettings, held: dict[str | None, int],
                  now_ms: int) -> None:
@@ -104,6 +104,9 @@ class GroupState:
         # function is not told the time; a group parked a little early is woken by the
         # next pick, which advances the clock: never served early)
         self.now_ms = now_ms
+        # the latest time a claim was made at: a claim at an earlier one (the owner's
+        # clock stepped back) rebuilds these (broker.model.segments.grouped.claim_grouped)
+        self.seen_ms = now_ms
         # fifo order: sets group gid's head (and dead count) from its heap top, checked
         # live against the state (set by broker.model.segments.grouped, which knows it)
         self.refresh: Callable[[int, int], None] | None = None

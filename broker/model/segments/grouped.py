@@ -441,9 +441,16 @@ def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, 
     the queue has no grouped segment). A claim whose next job lies
     in a segment with no loaded line ends there (never out of order).
     ``CorruptState`` (nothing changed) for bad group settings in the head."""
+    if state.groups is not None and now_ms < state.groups.seen_ms:
+        # The owner's clock stepped back: the heaps hold runs and heads found due at a
+        # later time (a run's next job not due now would be dropped from its group's
+        # heap, its run stranded until a rebuild). Rebuilt from the head at this time
+        # (the buckets start full again: at most one more burst, as after a takeover).
+        dissolve(state)
     groups = group_state(state, now_ms)
     dispatch, heaps = groups.dispatch, groups.heaps
     groups.now_ms = max(groups.now_ms, now_ms)
+    groups.seen_ms = now_ms
     dispatch.sweep(now_ms)  # (per-group token buckets that refilled: dropped)
     fifo_order = groups.settings.fifo
     promote_due(state, now_ms)  # (so claim_ready below finds nothing more to promote)

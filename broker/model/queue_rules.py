@@ -80,6 +80,8 @@ def configure(state: QueueState, op: Configure, now_ms: int) -> Result:
                              f"backoff_max_s ({merged['backoff_max_s']})")
     if merged["groups"] != state.settings.groups:
         dissolve(state)  # (the next claim builds them again under the new settings)
+        if parse_group_settings(merged["groups"], "configure").rate is None:
+            state.group_buckets = None  # (no rate: a later one starts every bucket full)
     state.settings = QueueSettings(**merged)
     idempotency.trim(state, now_ms)
     return Result(changed=True)

@@ -332,6 +332,12 @@ class QueueState:
     # records, the groups' ready jobs, fair dispatch), None otherwise and until a
     # claim builds it (broker.model.segments.grouped).
     groups: Any = field(default=None, compare=False, repr=False)
+    # Derived, never stored: the per-group token buckets (and the group names their
+    # gids stand for) of a ``groups`` given up by a rebuild on this broker (a settings
+    # change, a stepped-back clock), for the next ``groups`` to keep: a rebuild hands
+    # out no fresh burst (broker.model.segments.grouped.dissolve). A takeover loads a
+    # new state: its buckets start full.
+    group_buckets: Any = field(default=None, compare=False, repr=False)
     approx_bytes: int = 0  # jobs only; see size_estimate()
     key_bytes: int = 0  # the idempotency-key and publish-key windows
     # Completed jobs awaiting their archive object: commit seq -> job seqs.

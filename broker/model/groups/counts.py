@@ -28,6 +28,7 @@ from typing import Any
 
 from broker.limits import MAX_PRIORITY
 from broker.model.claim_records import ClaimRecord
+from broker.model.groups.buckets import GroupBuckets
 from broker.model.groups.directories import Directory
 from broker.model.groups.dispatch import AT_LIMIT, Dispatch, Head
 from broker.model.groups.names import NO_GROUP, GroupNames
@@ -92,10 +93,16 @@ class GroupState:
                  "seen_ms", "settings")
 
     def __init__(self, settings: GroupSettings, held: dict[str | None, int],
-                 now_ms: int) -> None:
+                 now_ms: int, kept: tuple[GroupNames, GroupBuckets] | None = None) -> None:
         self.settings = settings
-        self.names = GroupNames()
+        self.names = GroupNames() if kept is None else kept[0]
         self.dispatch = Dispatch(settings, self.names)
+        if kept is not None and settings.rate is not None:
+            # (the buckets of the structures this one replaces on the same broker: a
+            # rebuild grants no fresh burst; a new rate or burst caps what is left)
+            buckets = kept[1]
+            buckets.reconfigure(settings.rate, now_ms)
+            self.dispatch.buckets = buckets
         # gid -> its jobs' keys (source_key; fair: the due ones, fifo: every pending one)
         self.heaps: dict[int, list[int]] = {}
         # gid -> its dead jobs in the head (fifo order only: group_dead "hold" stops on them)

@@ -211,7 +211,8 @@ def group_state(state: QueueState, now_ms: int) -> GroupState:
         held = held_by_group(state.claim_records.values(), state.jobs)
     except KeyError as exc:
         raise CorruptState(str(exc.args[0])) from None
-    groups = state.groups = GroupState(settings, held, now_ms)
+    kept, state.group_buckets = state.group_buckets, None
+    groups = state.groups = GroupState(settings, held, now_ms, kept)
     if settings.fifo:
         _build_fifo(state, groups, now_ms)
     return groups
@@ -299,6 +300,9 @@ def dissolve(state: QueueState) -> None:
             if isinstance(job, bytes) or (job is not None and job.status == PENDING):
                 ready.append(_ready_entry(state, seq))
     heapq.heapify(ready)
+    buckets = groups.dispatch.buckets
+    if buckets is not None:  # (kept, see group_state; also empty: the latest time it saw)
+        state.group_buckets = (groups.names, buckets)
     state.groups = None
 
 

@@ -8,8 +8,6 @@ the same stretch."""
 
 from __future__ import annotations
 
-import pytest
-
 from broker.model import transitions as T
 from broker.model.format import codec
 from broker.model.job import PENDING
@@ -45,11 +43,6 @@ def test_a_claim_after_the_clock_stepped_back_takes_no_job_before_its_run_at() -
 
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a claim at a time before the last one rebuilds the group state (so that no grouped "
-    "segment run is stranded: test_grouped_clock_back_runs.py), and the rebuilt buckets "
-    "refill from the earlier time; the fix carries the buckets across the rebuild, rekeyed "
-    "by name (branches adv-g4 and adv-g4b)"))
 def test_a_rate_limited_group_gets_no_extra_token_after_the_clock_stepped_back() -> None:
     state = new_queue(T0)
     T.apply(state, Configure({"group_rate_per_s": 2, "group_burst": 2}), T0)

@@ -12,9 +12,9 @@ grouped job claimed was its group's oldest pending job (inline or in a
 segment), due, its group holding none and (``group_dead: "hold"``) no dead
 job; priority first among the groups' heads; the claim stopped early only if
 no group was eligible. In either order each group's claims fit its token
-bucket (a model :class:`broker.model.ratelimit.TokenBucket` per group, full
-again whenever the broker's group structures are rebuilt: a takeover, a
-settings change). After every step the broker's held counts equal the ones
+bucket (a model :class:`broker.model.ratelimit.TokenBucket` per group, kept
+across rebuilds of the broker's group structures, full again after a takeover
+or a rate of 0, capped by a new rate). After every step the broker's held counts equal the ones
 rebuilt from the head's claim records."""
 
 from __future__ import annotations
@@ -143,10 +143,29 @@ class FifoClaims(RuleBasedStateMachine):
         return out
 
     def after(self) -> None:
-        """The broker's group structures rebuilt (dropped by a takeover, a settings
-        change, a cancel in a grouped segment): its buckets start full again."""
-        if self.state.groups is None:
+        """The broker's group structures may have been rebuilt (a settings change, a
+        cancel in a grouped segment): its buckets are kept (only a takeover, or a
+        rate of 0, starts them full: see ``takeover`` and ``configure``)."""
+
+    def rerate(self, rate: float, burst: int) -> None:
+        """The model's buckets under a new rate, as GroupBuckets.reconfigure: a
+        bucket short of full keeps its whole tokens, up to the new size."""
+        s = self.settings()
+        if not rate > 0:
             self.buckets = {}
+            return
+        size = effective_burst(rate, burst)
+        if (rate, size) == (s.rate_per_s, effective_burst(s.rate_per_s, s.burst)) \
+                or not s.rate_per_s > 0:
+            return
+        kept = {}
+        for group, bucket in self.buckets.items():
+            tokens = bucket.available(self.now)
+            if tokens < bucket.burst and min(size, tokens) < size:
+                fresh = TokenBucket(rate, size, self.now)
+                fresh.take(size - tokens, self.now)
+                kept[group] = fresh
+        self.buckets = kept
 
     # -- rules -----------------------------------------------------------------------
 
@@ -249,6 +268,7 @@ class FifoClaims(RuleBasedStateMachine):
     @rule(order=st.sampled_from(["fifo", "fifo", "fair"]), dead=st.sampled_from(["skip", "hold"]),
           rate=st.sampled_from([0, 0, 2, 5]), burst=st.integers(0, 2))
     def configure(self, order: str, dead: str, rate: int, burst: int) -> None:
+        self.rerate(rate, burst)
         T.apply(self.state, Configure({"group_order": order, "group_dead": dead,
                                        "group_rate_per_s": rate, "group_burst": burst}),
                 self.now)
@@ -261,7 +281,7 @@ class FifoClaims(RuleBasedStateMachine):
         self.state.windows = self.windows
         self.owner += 1
         T.apply(self.state, TakeOver(f"b-{self.owner}", "http://b", 30_000), self.now)
-        self.after()
+        self.buckets = {}  # (a broker taking over starts every bucket full)
 
     # -- invariants ------------------------------------------------------------------
 

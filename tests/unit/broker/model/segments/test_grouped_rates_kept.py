@@ -1,0 +1,89 @@
+"""Per-group token buckets (broker.model.segments.grouped, groups/buckets)
+across the changes that rebuild a queue's group structures on one broker: a
+change of another group setting (a weight, a limit) and a cancel of a job still
+in a grouped segment object. The rebuild must not hand out a fresh burst: over
+any window of ``T`` ms a group gets at most ``burst + rate * T / 1000`` jobs
+from one owner (only a takeover starts the buckets full)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from broker.model import transitions as T
+from broker.model.format.segment_format import encode_segment, segment_lines
+from broker.model.groups.directories import group_major
+from broker.model.ops import (
+    Cancel,
+    Claim,
+    Configure,
+    NewJob,
+    Push,
+    PushPayloads,
+    Reserve,
+)
+from broker.model.state import QueueState, SegmentRef, SegmentWindows
+from broker.paths import segment_key, segment_name
+from tests.support.states import QUEUE, new_queue
+
+T0 = 1_767_225_600_000
+LEASE_MS = 600_000
+
+
+def queue(groups: list[str | None], **group_settings: Any) -> QueueState:
+    state = new_queue(T0)
+    T.apply(state, Configure(group_settings), T0)
+    T.apply(state, Push(tuple(NewJob(b"%d" % i, group=g) for i, g in enumerate(groups))), T0)
+    return state
+
+
+def claim(state: QueueState, n: int, now: int) -> Counter[str | None]:
+    got = T.apply(state, Claim("w", n, LEASE_MS), now).jobs
+    return Counter(state.jobs[int(job.id[1:])].group for job in got)
+
+
+def push_segment(state: QueueState, groups: list[str | None], now: int) -> int:
+    """A grouped segment pushed by reference (its lines loaded); its first seq."""
+    first = T.apply(state, Reserve(len(groups), 8), now).ids.first
+    gm = group_major([b"%d" % (100 + i) for i in range(len(groups))], groups)
+    assert gm.runs is not None
+    data = encode_segment(QUEUE, first, 0, now, gm.payloads, max_attempts=3,
+                          groups=gm.runs)
+    ref = SegmentRef(segment_key(QUEUE, segment_name(first, "0123abcd")), f'"e{first}"',
+                     first, len(groups), 0, now, groups=len(gm.runs))
+    if state.windows is None:
+        state.windows = SegmentWindows()
+    T.apply(state, PushPayloads((), refs=(ref,)), now)
+    state.windows.put_grouped(ref, segment_lines(data, ref), gm.runs)
+    return first
+
+
+def test_a_change_of_another_group_setting_keeps_the_buckets() -> None:
+    state = queue(["a"] * 10, group_rate_per_s=1, group_burst=2)
+    assert claim(state, 10, T0) == {"a": 2}  # (the burst)
+    T.apply(state, Configure({"group_weights": {"b": 3}}), T0 + 1)
+    T.apply(state, Configure({"group_limit": 5}), T0 + 2)
+    assert claim(state, 10, T0 + 3) == {}  # (no token yet: 3 ms at 1 a second)
+    assert claim(state, 10, T0 + 1000) == {"a": 1}
+    assert [j.group for j in state.jobs.values() if j.status == "pending"] == ["a"] * 7
+
+
+def test_a_lower_rate_caps_the_tokens_left() -> None:
+    state = queue(["a"] * 10, group_rate_per_s=10, group_burst=10)
+    assert claim(state, 4, T0) == {"a": 4}  # (6 tokens left)
+    T.apply(state, Configure({"group_rate_per_s": 1, "group_burst": 2}), T0)
+    assert claim(state, 10, T0) == {"a": 2}  # (the new burst, not a fresh 10)
+    assert claim(state, 10, T0 + 999) == {}
+
+
+def test_a_cancel_in_a_grouped_segment_keeps_the_buckets() -> None:
+    state = new_queue(T0)
+    T.apply(state, Configure({"group_rate_per_s": 1, "group_burst": 1}), T0)
+    first = push_segment(state, ["a", "a", "a", "b", "b", "b"], T0)
+    assert claim(state, 10, T0) == {"a": 1, "b": 1}  # (each group's burst)
+    # a pending job in the middle of b's run: its position becomes a hole
+    [answer] = T.apply(state, Cancel((f"j{first + 5:010d}",)), T0 + 1).view
+    assert answer.ok
+    assert claim(state, 10, T0 + 2) == {}  # (no group has a token 2 ms on)
+    assert claim(state, 10, T0 + 1000) == {"a": 1, "b": 1}
+

@@ -9,17 +9,13 @@ from __future__ import annotations
 from collections import Counter
 
 from broker.model import transitions as T
-from broker.model.format.segment_format import encode_segment, segment_lines
-from broker.model.groups.directories import group_major
 from broker.model.ops import (
     Claim,
     Configure,
-    PushPayloads,
-    Reserve,
 )
-from broker.model.state import QueueState, SegmentRef, SegmentWindows
-from broker.paths import segment_key, segment_name
-from tests.support.states import QUEUE, new_queue
+from broker.model.state import QueueState
+from tests.support.segment_refs import push_grouped_segment as push_segment
+from tests.support.states import new_queue
 
 T0 = 1_767_225_600_000
 LEASE_MS = 600_000
@@ -28,22 +24,6 @@ LEASE_MS = 600_000
 def claim(state: QueueState, n: int, now: int) -> Counter[str | None]:
     got = T.apply(state, Claim("w", n, LEASE_MS), now).jobs
     return Counter(state.jobs[int(job.id[1:])].group for job in got)
-
-
-def push_segment(state: QueueState, groups: list[str | None], now: int) -> int:
-    """A grouped segment pushed by reference (its lines loaded); its first seq."""
-    first = T.apply(state, Reserve(len(groups), 8), now).ids.first
-    gm = group_major([b"%d" % (100 + i) for i in range(len(groups))], groups)
-    assert gm.runs is not None
-    data = encode_segment(QUEUE, first, 0, now, gm.payloads, max_attempts=3,
-                          groups=gm.runs)
-    ref = SegmentRef(segment_key(QUEUE, segment_name(first, "0123abcd")), f'"e{first}"',
-                     first, len(groups), 0, now, groups=len(gm.runs))
-    if state.windows is None:
-        state.windows = SegmentWindows()
-    T.apply(state, PushPayloads((), refs=(ref,)), now)
-    state.windows.put_grouped(ref, segment_lines(data, ref), gm.runs)
-    return first
 
 
 def test_a_clock_stepped_back_1_ms_strands_no_fair_segment_run() -> None:

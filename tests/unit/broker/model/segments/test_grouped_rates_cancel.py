@@ -7,28 +7,13 @@ other jobs are still claimed, in order."""
 from __future__ import annotations
 
 from broker.model import transitions as T
-from broker.model.format.segment_format import encode_segment, segment_lines
-from broker.model.groups.directories import group_major
-from broker.model.ops import Cancel, Claim, Configure, NewJob, Push, PushPayloads, Reserve
+from broker.model.ops import Cancel, Claim, Configure, NewJob, Push
 from broker.model.segments.grouped import group_stats
-from broker.model.state import QueueState, SegmentRef, SegmentWindows
-from broker.paths import segment_key, segment_name
-from tests.support.states import QUEUE, new_queue
+from broker.model.state import SegmentWindows
+from tests.support.segment_refs import push_grouped_segment
+from tests.support.states import new_queue
 
 T0 = 1_767_225_600_000
-
-
-def push_segment(state: QueueState, groups: list[str | None], now: int) -> int:
-    first = T.apply(state, Reserve(len(groups), 8), now).ids.first
-    gm = group_major([b"%d" % (100 + i) for i in range(len(groups))], groups)
-    assert gm.runs is not None
-    data = encode_segment(QUEUE, first, 0, now, gm.payloads, max_attempts=2, groups=gm.runs)
-    ref = SegmentRef(segment_key(QUEUE, segment_name(first, "0123abcd")), f'"e{first}"',
-                     first, len(groups), 0, now, groups=len(gm.runs))
-    T.apply(state, PushPayloads((), refs=(ref,)), now)
-    assert state.windows is not None
-    state.windows.put_grouped(ref, segment_lines(data, ref), gm.runs)
-    return first
 
 
 def test_a_cancel_in_a_grouped_segment_refills_no_groups_bucket() -> None:
@@ -36,7 +21,7 @@ def test_a_cancel_in_a_grouped_segment_refills_no_groups_bucket() -> None:
     state.windows = SegmentWindows()
     T.apply(state, Configure({"group_rate_per_s": 1, "group_burst": 1}), T0)
     T.apply(state, Push(tuple(NewJob(b"{}", group="a", max_attempts=1) for _ in range(3))), T0)
-    first = push_segment(state, ["b", "b"], T0)
+    first = push_grouped_segment(state, ["b", "b"], T0, max_attempts=2)
     assert [j.id for j in T.apply(state, Claim("w", 1, 60_000), T0).jobs] == ["j0000000001"]
     [answer] = T.apply(state, Cancel((f"j{first:010d}",)), T0).view
     assert answer.ok
@@ -49,7 +34,7 @@ def test_a_cancel_of_a_runs_next_job_leaves_the_rest_of_the_run_claimable_in_ord
         state = new_queue(T0)
         state.windows = SegmentWindows()
         T.apply(state, Configure({"group_order": order}), T0)
-        first = push_segment(state, ["b", "b", "b", None, "c"], T0)
+        first = push_grouped_segment(state, ["b", "b", "b", None, "c"], T0, max_attempts=2)
         assert group_stats(state, T0) is not None  # (the runs are registered)
         assert state.groups is not None and state.groups.dirs
         [answer] = T.apply(state, Cancel((f"j{first:010d}",)), T0).view  # b's next job

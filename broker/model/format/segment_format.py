@@ -400,7 +400,6 @@ def segment_lines(data: bytes, ref: SegmentRef, start: int | None = None,
 
 
 _PAYLOAD_FIELD = b',"payload":'
-_GROUP_AFTER_STAMP = b'","group":'
 
 
 def _v1_lines(parts: list[bytes], first: int, ref: SegmentRef) -> list[bytes]:
@@ -452,15 +451,7 @@ def segment_job(seq: int, line: bytes, ref: SegmentRef) -> Job:
     :func:`segment_lines` for ``ref`` describes, with the line as its cached
     encoding (it is the job's line as it stands)."""
     at = line.index(_CREATED, 30) + len(_CREATED)
-    after = at + _STAMP_CHARS
-    if line.startswith(_GROUP_AFTER_STAMP, after):  # (a grouped segment's: the group spliced)
-        # (a JSON string holds no bare '","payload":': its quotes are escaped)
-        end = line.index(_PAYLOAD_FIELD, after)
-        job = pending_from_line(seq, line[:after + 1] + line[end:])
-        job.group = orjson.loads(line[after + len(_GROUP_AFTER_STAMP):end])
-        job._enc = line
-    else:
-        job = pending_from_line(seq, line)  # (priority 0, created when due: set below)
+    job = pending_from_line(seq, line)  # (its group too; priority 0, created when due: set below)
     job.priority = ref.priority
     job.created_ms = stamp_ms(line[at:at + _STAMP_CHARS])
     return job

@@ -38,6 +38,7 @@ from broker.model.ops import (
     TakeOver,
 )
 from broker.model.segments.claims import claim_refs, held_loads, plan_windows
+from broker.model.segments.grouped import carry_buckets
 from broker.model.segments.planning import claim_sources, directories_wanted
 from broker.model.state import MAX_WINDOWS, SegmentWindows
 from broker.model.views import next_wakeup_ms, page_segments
@@ -212,6 +213,7 @@ class QueueTarget:
     def carry(self, dropped: S.QueueState, fresh: S.QueueState, now_ms: int) -> None:
         fresh.receipts.carry_unwritten(dropped.receipts, now_ms)
         fresh.claims = dropped.claims  # this broker's rate limit bucket and claim rate
+        carry_buckets(dropped, fresh)  # and its groups' token buckets
         # A claim's repeat that handed its jobs out again is marked in memory only;
         # without the mark the first attempt's release would take them back from the
         # client holding them (transitions._release). One too many only leaves jobs

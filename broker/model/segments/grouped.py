@@ -283,9 +283,30 @@ def _refresh(state: QueueState, groups: GroupState, gid: int, now_ms: int) -> No
                              dead=groups.dead.get(gid, 0) if groups.settings.fifo else None)
 
 
+def _stash_buckets(groups: GroupState) -> tuple[Any, Any] | None:
+    """The groups' token buckets with the names of their gids, for the next
+    build to keep (:func:`group_state`); None without a per-group rate."""
+    buckets = groups.dispatch.buckets
+    # (kept also when empty: they hold the latest time they saw)
+    return None if buckets is None else (groups.names, buckets)
+
+
+def carry_buckets(dropped: QueueState, fresh: QueueState) -> None:
+    """The commit loop dropped its state and re-read the head (a write whose
+    reply was lost): ``fresh`` keeps the per-group token buckets ``dropped``
+    had, this broker's like the queue-wide bucket. Without them each re-read
+    handed every group a fresh burst (more than ``burst + rate * T`` claims in
+    a window T). Tokens spent by a batch that did not land stay spent: the
+    limit errs towards fewer claims, never more."""
+    groups: GroupState | None = dropped.groups
+    fresh.group_buckets = (dropped.group_buckets if groups is None
+                           else _stash_buckets(groups))
+
+
 def dissolve(state: QueueState) -> None:
     """Give the groups' ready jobs back to the queue's ready heap and drop the
-    per-group structures (a settings change; the queue no longer uses groups)."""
+    per-group structures (a settings change; the queue no longer uses groups).
+    Their token buckets are kept for the next build (:func:`group_state`)."""
     groups: GroupState | None = state.groups
     if groups is None:
         return
@@ -300,9 +321,7 @@ def dissolve(state: QueueState) -> None:
             if isinstance(job, bytes) or (job is not None and job.status == PENDING):
                 ready.append(_ready_entry(state, seq))
     heapq.heapify(ready)
-    buckets = groups.dispatch.buckets
-    if buckets is not None:  # (kept, see group_state; also empty: the latest time it saw)
-        state.group_buckets = (groups.names, buckets)
+    state.group_buckets = _stash_buckets(groups)
     state.groups = None
 
 

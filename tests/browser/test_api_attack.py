@@ -33,10 +33,10 @@ from urllib.parse import urlsplit
 import orjson
 import pytest
 
-from broker.storage import FileStore
 from osqueue_spark import QueueClient
 from tests.support.broker_process import BrokerProcess
 from tests.support.browser import REBINDING_ARGS, run_rebound
+from tests.support.store_files import snapshot_dir
 
 pytestmark = pytest.mark.browser
 
@@ -170,23 +170,13 @@ def victim(broker: BrokerProcess) -> QueueClient:
     return client
 
 
-def snapshot(store_dir: Path) -> dict[str, tuple[str, bytes]]:
-    """Every object of the store: its etag and bytes."""
-    store = FileStore(str(store_dir))
-    out = {}
-    for key in store.list(""):
-        got = store.read(key)
-        out[key] = (got.etag, bytes(got.data))
-    return out
-
-
 @pytest.mark.parametrize("origin", ["http://localhost:{port}", "http://127.0.0.1:{port}"],
                          ids=["cross-site", "same-site"])
 def test_another_origins_page_cannot_push_purge_pause_or_change_settings(
         chromium: Any, broker: BrokerProcess, store_dir: Path, attacker: int,
         origin: str) -> None:
     client = victim(broker)
-    before = snapshot(store_dir)
+    before = snapshot_dir(store_dir)
     context = chromium.new_context()
     context.set_default_timeout(15_000)
     try:
@@ -213,7 +203,7 @@ def test_another_origins_page_cannot_push_purge_pause_or_change_settings(
                                   + [("POST", f"{q}/pause")] * 3 + [("POST", q),
                                                                     ("POST", f"{q}/claim")]), sent
     assert [status for _, _, status in answers] == [403] * len(answers), answers
-    assert snapshot(store_dir) == before
+    assert snapshot_dir(store_dir) == before
     stats = client.stats()
     assert stats["paused"] is False and stats["counts"]["pending"] == 2, stats
 
@@ -222,7 +212,7 @@ def test_a_dns_rebinding_page_reads_nothing_and_changes_nothing(
         chromium: Any, broker: BrokerProcess, store_dir: Path) -> None:
     client = victim(broker)
     token = client.jobs(status="claimed", tokens=True)[0]["lease"]["token"]
-    before = snapshot(store_dir)
+    before = snapshot_dir(store_dir)
     port = urlsplit(broker.url).port
     out = run_rebound(chromium, port, REBOUND, client.queue)
     assert set(out) == {"jobs", "stats", "queues", "healthz", "metrics", "openapi", "purge",
@@ -232,6 +222,6 @@ def test_a_dns_rebinding_page_reads_nothing_and_changes_nothing(
         assert orjson.loads(text)["code"] == "forbidden", (name, text)
         for secret in (PAYLOAD, token, client.queue, broker.url):
             assert secret not in text, (name, secret, text)
-    assert snapshot(store_dir) == before
+    assert snapshot_dir(store_dir) == before
     counts = client.stats()["counts"]
     assert counts["pending"] == 2 and counts["claimed"] == 1, counts

@@ -25,6 +25,7 @@ from broker import paths
 from broker.storage import FileStore
 from osqueue_spark import QueueClient
 from tests.support.broker_process import BrokerProcess, eventually
+from tests.support.store_files import store_files
 
 pytestmark = pytest.mark.browser
 
@@ -269,12 +270,6 @@ def test_a_pending_and_a_claimed_job_cancelled_from_the_dashboard_end_cancelled(
     assert f"ui action cancel queue={q} ids={pending[0]} cancelled=1 " in broker.output
 
 
-def snapshot(root: Path) -> dict[str, bytes]:
-    """Every live object under the store (superseded version files left out)."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and not (p.name.startswith(".") and ".v-" in p.name)}
-
-
 def test_a_read_only_dashboard_shows_no_action_and_refuses_every_one(
         ui_page: Any, tmp_path: Path) -> None:
     from playwright.sync_api import expect
@@ -301,7 +296,7 @@ def test_a_read_only_dashboard_shows_no_action_and_refuses_every_one(
         expect(page.get_by_test_id("job-status")).to_have_text("pending")
         expect(page.get_by_test_id("cancel-job")).to_have_count(0)
         csrf = page.locator('input[name="csrf"]').first.get_attribute("value")
-        before = snapshot(tmp_path)
+        before = store_files(tmp_path)
         for action, form in [("pause", {}), ("resume", {}), ("redrive", {"all": "yes"}),
                              ("redrive", {"ids": "j0000000001"}),
                              ("purge", {"status": "dead", "confirm": "yes"}),
@@ -311,5 +306,5 @@ def test_a_read_only_dashboard_shows_no_action_and_refuses_every_one(
                                        headers={"origin": broker.url}, max_redirects=0)
             assert answer.status == 403, (action, answer.status)
             assert "read-only" in answer.text()
-        assert snapshot(tmp_path) == before
+        assert store_files(tmp_path) == before
         assert "ui action" not in broker.output

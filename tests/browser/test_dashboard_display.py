@@ -14,53 +14,21 @@ began) on the queue's page and in the overview's totals.
 from __future__ import annotations
 
 import re
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from osqueue_spark import QueueClient
-from tests.browser.test_dashboard import snapshot
 from tests.support.broker_process import BROKER_ID, BrokerProcess, eventually
+from tests.support.dashboard_broker import broker, fresh, sign_in, store_dir, ui_broker
+from tests.support.store_files import store_files
 
 pytestmark = pytest.mark.browser
+__all__ = ["broker", "store_dir"]  # (the module fixtures, shared)
 
-TOKEN = "browser-display-token-7d21"
 #: Default text colour and the dead count's red (dashboard.css).
 PLAIN, RED = "rgb(29, 35, 48)", "rgb(176, 37, 37)"
-
-
-def _broker(store_dir: Path, *args: str) -> BrokerProcess:
-    # a lease of an hour: no renewal writes while a test compares the store
-    return BrokerProcess(f"file://{store_dir}", "--token-env", "OSQ_UI_TOKEN",
-                         "--lease-s", "3600", "--log-level", "info", *args,
-                         env={"OSQ_UI_TOKEN": TOKEN})
-
-
-@pytest.fixture(scope="module")
-def store_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("ui-display-store")
-
-
-@pytest.fixture(scope="module")
-def broker(store_dir: Path) -> Iterator[BrokerProcess]:
-    with _broker(store_dir, "--history-interval-s", "0.5") as proc:
-        yield proc
-
-
-def fresh(broker: BrokerProcess, **settings: Any) -> QueueClient:
-    client = QueueClient(broker.url, f"q-{uuid.uuid4().hex[:8]}", token=TOKEN)
-    client.create(max_attempts=1, **settings)
-    return client
-
-
-def sign_in(page: Any, broker: BrokerProcess, path: str = "/ui/") -> None:
-    page.goto(broker.url + path)
-    page.get_by_test_id("token").fill(TOKEN)
-    page.get_by_test_id("sign-in").click()
 
 
 def color(page: Any, test_id: str) -> str:
@@ -101,12 +69,12 @@ def test_only_an_action_makes_its_notice(ui_page: Any, broker: BrokerProcess,
     q = client.queue
     page = ui_page
     sign_in(page, broker, f"/ui/queues/{q}")
-    before = snapshot(store_dir / q)
+    before = store_files(store_dir / q)
     for query in ("did=purge&n=99999999999", "did=pause", "did=cancel&cancelled=3"):
         page.goto(f"{broker.url}/ui/queues/{q}?{query}")
         expect(page.get_by_test_id("summary-pending")).to_have_text("3")
         expect(page.get_by_test_id("done")).to_have_count(0)
-    assert snapshot(store_dir / q) == before
+    assert store_files(store_dir / q) == before
     page.get_by_test_id("pause").click()
     expect(page.get_by_test_id("done")).to_have_text(
         "Paused: no job is handed out until resumed.")
@@ -118,7 +86,7 @@ def test_only_an_action_makes_its_notice(ui_page: Any, broker: BrokerProcess,
 def test_a_new_queue_says_why_its_charts_are_empty(ui_page: Any, tmp_path: Path) -> None:
     from playwright.sync_api import expect
 
-    with _broker(tmp_path, "--history-interval-s", "60") as broker:
+    with ui_broker(tmp_path, "--history-interval-s", "60") as broker:
         client = fresh(broker)
         page = ui_page
         sign_in(page, broker, f"/ui/queues/{client.queue}")

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.browser.test_dashboard_display import broker, fresh, sign_in, store_dir
 from tests.support.broker_process import BrokerProcess
+from tests.support.dashboard_broker import broker, fresh, sign_in, store_dir
 
 pytestmark = pytest.mark.browser
 

@@ -26,10 +26,10 @@ import pytest
 
 from broker.errors import TooManyRequests
 from broker.http.throttle import Guard
-from broker.storage import FileStore
 from tests.support.broker_process import BrokerProcess
 from tests.support.browser import REBINDING_ARGS, run_rebound
 from tests.support.sockets import ask, connect, read_answer
+from tests.support.store_files import snapshot_dir
 
 pytestmark = pytest.mark.browser
 
@@ -60,15 +60,6 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
         yield proc
 
 
-def snapshot(root: Path) -> dict[str, tuple[str, bytes]]:
-    store = FileStore(str(root))
-    out = {}
-    for key in store.list(""):
-        got = store.read(key)
-        out[key] = (got.etag, bytes(got.data))
-    return out
-
-
 def test_a_rebinding_page_guessing_tokens_does_not_throttle_the_token_holders(
         chromium: Any, broker: BrokerProcess, tmp_path: Path) -> None:
     port = urlsplit(broker.url).port
@@ -77,11 +68,11 @@ def test_a_rebinding_page_guessing_tokens_does_not_throttle_the_token_holders(
     pushed = ask(port, "POST", f"/v1/queues/{queue}/push", b'{"jobs": [{"payload": 1}]}',
                  token=TOKEN)
     assert pushed.status == 200, pushed
-    before = snapshot(tmp_path)
+    before = snapshot_dir(tmp_path)
     statuses = run_rebound(chromium, port, GUESSES, queue)
     # the page's own guesses are throttled (wrong ones answered 401, then 429)
     assert set(statuses) <= {401, 429} and 429 in statuses, statuses
-    assert snapshot(tmp_path) == before
+    assert snapshot_dir(tmp_path) == before
     # a token holder on the same machine is answered (before: 429 for a minute)
     for host in ("127.0.0.1", f"127.0.0.1:{port}", f"localhost:{port}"):
         with connect(port) as sock:

@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.readme import block_after
+
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 MAX_WORDS = 1100
@@ -33,15 +35,6 @@ class NoPyspark:
 sys.meta_path.insert(0, NoPyspark())
 runpy.run_path(sys.argv[1], run_name="__main__")
 """
-
-
-def block_after(marker: str, lang: str) -> str:
-    """The fenced ``lang`` block that directly follows the HTML comment ``marker``."""
-    text = README.read_text(encoding="utf-8")
-    pattern = re.escape(f"<!-- {marker} -->") + r"\n```" + re.escape(lang) + r"\n(.*?)\n```"
-    found = re.findall(pattern, text, flags=re.DOTALL)
-    assert len(found) == 1, f"README.md needs exactly one ```{lang} block after <!-- {marker} -->"
-    return found[0] + "\n"
 
 
 def test_five_minute_example_runs_twice_as_it_says(tmp_path: Path) -> None:
@@ -63,6 +56,8 @@ def test_five_minute_example_runs_twice_as_it_says(tmp_path: Path) -> None:
 #: ModuleNotFoundError a missing package raises (naming it).
 PYSPARK_MISSING = """
 import sys
+
+from tests.support.readme import block_after
 
 class Missing:
     def find_spec(self, name, path=None, target=None):

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_readme import block_after
+from tests.support.readme import block_after
 
 # The fixture's install counts against pytest-timeout's 300 s too (about 2.5 min of it
 # with four xdist workers busy beside it, then 2.5 min for the four runs): the one test

@@ -104,3 +104,37 @@ def test_the_purity_check_sees_imports_and_fixtures(tmp_path: Path) -> None:
                     "import json\n\ndef test_a(tmp_path, s3_url):\n    pass\n")
     assert impure(path) == ["subprocess", "osqueue_spark.start_broker",
                             "tests.support.broker_process.BrokerProcess", "fixture s3_url"]
+
+
+#: Test modules another test module still imports from (to move to tests/support).
+SHARED_TEST_MODULES = {
+    "tests/unit/broker/model/test_claim_records_machine_segments.py":
+        "tests.unit.broker.model.test_claim_records_machine",
+}
+
+
+def imported_test_modules(path: Path) -> list[str]:
+    """The test modules (``tests.<tier>...test_*``) a file imports from."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = [a.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+             for a in node.names]
+    names += [node.module for node in ast.walk(tree)
+              if isinstance(node, ast.ImportFrom) and node.module]
+    return [n for n in names
+            if n.startswith("tests.") and n.rpartition(".")[2].startswith("test_")]
+
+
+def test_no_test_module_imports_another() -> None:
+    """Shared helpers and fixtures live in tests/support: a test module imported by
+    another runs its module-level set-up twice and ties two files' fates."""
+    found = {path.relative_to(ROOT).as_posix(): imported_test_modules(path)
+             for path in sorted((ROOT / "tests").rglob("test_*.py"))}
+    found = {path: mods for path, mods in found.items() if mods}
+    assert found == {path: [mod] for path, mod in SHARED_TEST_MODULES.items()}
+
+
+def test_the_import_check_sees_test_modules_only(tmp_path: Path) -> None:
+    path = tmp_path / "test_x.py"
+    path.write_text("import tests.unit.test_a\nfrom tests.e2e.test_readme import block_after\n"
+                    "from tests.support.readme import block_after\nimport json\n")
+    assert imported_test_modules(path) == ["tests.unit.test_a", "tests.e2e.test_readme"]

@@ -1,4 +1,4 @@
-"""The objects of a file store as its users see them, for "changes nothing" checks.
+"""The objects of a store as its users see them, for "changes nothing" checks.
 
 The file store keeps each object's versions as hidden files (``.name.v-<etag>``,
 :mod:`broker.storage.files`) and removes old ones some time after a write, so a
@@ -8,6 +8,23 @@ byte-identical check that read them would flake on that cleanup: they are skippe
 from __future__ import annotations
 
 from pathlib import Path
+
+from broker.storage import FileStore, ObjectStore
+
+
+def snapshot(store: ObjectStore) -> dict[str, tuple[str, bytes]]:
+    """Every object of ``store``: key -> (etag, bytes). Equal before and after a
+    refused request means nothing was written, not even the same bytes again."""
+    out = {}
+    for key in store.list(""):
+        got = store.read(key)
+        out[key] = (got.etag, bytes(got.data))
+    return out
+
+
+def snapshot_dir(root: Path) -> dict[str, tuple[str, bytes]]:
+    """:func:`snapshot` of the file store at ``root`` (a broker process's store)."""
+    return snapshot(FileStore(str(root)))
 
 
 def store_files(root: Path) -> dict[str, bytes]:

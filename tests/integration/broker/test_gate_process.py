@@ -21,6 +21,7 @@ from broker.http.server import BrokerServer
 from broker.storage import FileStore
 from osqueue_spark import QueueClient
 from tests.support.broker_process import BrokerProcess
+from tests.support.store_files import snapshot_dir
 
 PAYLOAD = "process-gate-payload-51b2"
 
@@ -35,15 +36,6 @@ def broker(store_dir: Path) -> Iterator[BrokerProcess]:
     # no token; an hour's broker lease: no renewal writes while a test compares the store
     with BrokerProcess(f"file://{store_dir}", "--lease-s", "3600") as proc:
         yield proc
-
-
-def snapshot(store_dir: Path) -> dict[str, tuple[str, bytes]]:
-    store = FileStore(str(store_dir))
-    out = {}
-    for key in store.list(""):
-        got = store.read(key)
-        out[key] = (got.etag, bytes(got.data))
-    return out
 
 
 def raw(url: str, method: str, path: str, host: str, body: bytes | None = None,
@@ -79,7 +71,7 @@ def test_a_rebinding_host_gets_403_and_no_data_on_every_route(broker: BrokerProc
     q = f"/v1/queues/{client.queue}"
     status, body, _ = raw(broker.url, "GET", f"{q}/jobs?tokens=true", f"127.0.0.1:{port}")
     assert status == 200 and PAYLOAD.encode() in body and token.encode() in body  # (control)
-    before = snapshot(store_dir)
+    before = snapshot_dir(store_dir)
     for host in (f"evil.example:{port}", "evil.example", f"attacker.127.0.0.1.nip.io:{port}"):
         for method, path, body in [
                 ("GET", f"{q}/jobs?tokens=true", None), ("GET", f"{q}/stats", None),
@@ -94,7 +86,7 @@ def test_a_rebinding_host_gets_403_and_no_data_on_every_route(broker: BrokerProc
             assert headers["connection"] == "close"
             for secret in (PAYLOAD, token, client.queue, "j0000000001", broker.url):
                 assert secret.encode() not in answer, (host, path, secret)
-    assert snapshot(store_dir) == before
+    assert snapshot_dir(store_dir) == before
     assert "refused GET" in broker.output and "Host 'evil.example:" in broker.output
 
 
@@ -103,7 +95,7 @@ def test_a_change_without_the_json_content_type_gets_415(broker: BrokerProcess,
     client, _ = victim(broker)
     port = urlsplit(broker.url).port
     q = f"/v1/queues/{client.queue}"
-    before = snapshot(store_dir)
+    before = snapshot_dir(store_dir)
     for content_type in (None, "text/plain;charset=UTF-8", "application/x-www-form-urlencoded"):
         for path, body in [(f"{q}/purge", b'{"all": true}'), (f"{q}/pause", b""),
                            (f"{q}/push", b'{"jobs": [{"payload": 1}]}')]:
@@ -112,7 +104,7 @@ def test_a_change_without_the_json_content_type_gets_415(broker: BrokerProcess,
             assert status == 415, (content_type, path, answer[:200])
             assert orjson.loads(answer)["code"] == "unsupported_media_type"
             assert headers["connection"] == "close"
-    assert snapshot(store_dir) == before
+    assert snapshot_dir(store_dir) == before
     assert client.stats()["paused"] is False
 
 

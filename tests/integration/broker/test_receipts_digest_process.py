@@ -28,6 +28,7 @@ from broker.wire import STAGED_CONTENT_TYPE
 from osqueue_spark import QueueClient
 from osqueue_spark.bodies import job_staged_line
 from tests.support.broker_process import BrokerProcess
+from tests.support.store_files import snapshot_dir
 from tests.support.transports import DropReplyOf
 
 
@@ -41,16 +42,6 @@ def broker(store_dir: Path) -> Iterator[BrokerProcess]:
     with BrokerProcess(f"file://{store_dir}", "--lease-s", "3600",
                        "--segment-push-jobs", "5") as proc:
         yield proc
-
-
-def snapshot(store_dir: Path) -> dict[str, tuple[str, bytes]]:
-    """Every object of the store: its etag and bytes."""
-    store = FileStore(str(store_dir))
-    out = {}
-    for key in store.list(""):
-        got = store.read(key)
-        out[key] = (got.etag, bytes(got.data))
-    return out
 
 
 def payloads(store_dir: Path, queue: str) -> list[Any]:
@@ -102,12 +93,12 @@ def test_a_key_reused_for_other_jobs_is_refused_and_a_true_repeat_answered(
     by_reference = bool(decode_state(FileStore(str(store_dir)).read(
         paths.state_key(queue)).data).segment_refs)
     assert by_reference == (count >= 5)
-    before = snapshot(store_dir)
+    before = snapshot_dir(store_dir)
 
     status, refused = post(broker.url, queue, body(tuesday), "orders", content_type)
     assert status == 422 and refused["code"] == "request_key_reused", refused
     assert "'orders' was used for other jobs" in refused["error"]
-    assert snapshot(store_dir) == before  # nothing written, no segment object either
+    assert snapshot_dir(store_dir) == before  # nothing written, no segment object either
 
     status, again = post(broker.url, queue, body(monday), "orders", content_type)
     assert (status, again) == (200, first)

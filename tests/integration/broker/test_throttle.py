@@ -30,6 +30,7 @@ from tests.support.broker_process import BrokerProcess
 from tests.support.faults import Clock
 from tests.support.inprocess import run, started
 from tests.support.sockets import ask
+from tests.support.store_files import snapshot
 
 TOKEN = "throttle-test-token-0123456789"
 WRONG = "wrong-token-never-logged"
@@ -106,10 +107,6 @@ def test_the_tally_says_how_many_from_how_many_addresses() -> None:
 
 
 # -- through the app -------------------------------------------------------------
-
-def snapshot(store: ObjectStore) -> dict[str, tuple[str, bytes]]:
-    return {key: (got.etag, bytes(got.data)) for key in store.list("")
-            for got in [store.read(key)]}
 
 
 @asynccontextmanager

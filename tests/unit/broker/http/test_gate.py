@@ -33,6 +33,7 @@ from broker.storage import MemoryStore, ObjectStore
 from broker.wire import STAGED_CONTENT_TYPE
 from tests.support.asgi import call
 from tests.support.inprocess import run, started
+from tests.support.store_files import snapshot
 
 TOKEN = "api-gate-test-token-4d1e"
 URL = "http://127.0.0.1:8765"
@@ -78,14 +79,6 @@ async def api(token: str | None = None, url: str = URL
         yield broker, build_app(broker, token=token), store
     finally:
         await broker.stop(5)
-
-
-def snapshot(store: ObjectStore) -> dict[str, tuple[str, bytes]]:
-    out = {}
-    for key in store.list(""):
-        got = store.read(key)
-        out[key] = (got.etag, bytes(got.data))
-    return out
 
 
 def refused(status: int, out: bytes, code: str) -> schemas.ErrorBody:

@@ -21,11 +21,12 @@ from broker.http.app import App
 from broker.model.checks import int_field, number_field
 from broker.model.inserts import validate_new
 from broker.model.ops import NewJob
-from broker.storage import MemoryStore, ObjectStore
+from broker.storage import MemoryStore
 from broker.wire import STAGED_CONTENT_TYPE
 from tests.support.asgi import call
 from tests.support.inprocess import run, started
 from tests.support.states import queue_of
+from tests.support.store_files import snapshot
 
 #: Whole numbers past a double's range (about 309 digits), below and near the
 #: 4,300 digits Python converts to an int, and negative.
@@ -49,15 +50,6 @@ CALLS: list[tuple[str, str, str, str, str]] = [
     ("fail retry_in_s", "fail", "items[0].retry_in_s",
      '{"items": [{"token": "t", "error": "e", "retry_in_s": VALUE}]}', JSON),
 ]
-
-
-def snapshot(store: ObjectStore) -> dict[str, tuple[str, bytes]]:
-    """Every object of ``store``: its etag and bytes."""
-    out = {}
-    for key in store.list(""):
-        got = store.read(key)
-        out[key] = (got.etag, bytes(got.data))
-    return out
 
 
 def assert_quoted_short(message: str, value: str, field: str) -> None:

@@ -36,7 +36,7 @@ from broker.storage import MemoryStore, ObjectStore
 from tests.support.asgi import call
 from tests.support.faults import LOST_REPLY, NOT_LANDED, REFUSED, Clock, FaultyStore
 from tests.support.inprocess import run, started
-from tests.unit.broker.http.ui.test_app_gate import TOKEN, URL, csrf, login, post
+from tests.support.ui_forms import TOKEN, URL, csrf, login, post
 
 TTL_S = 12 * 3600
 

@@ -27,7 +27,8 @@ from broker.storage import MemoryStore, ObjectStore
 from tests.support.asgi import call
 from tests.support.faults import NOT_LANDED, Clock, FaultyStore
 from tests.support.inprocess import run, started
-from tests.unit.broker.http.ui.test_app_gate import TOKEN, URL, csrf, login, post, snapshot, told
+from tests.support.store_files import snapshot
+from tests.support.ui_forms import TOKEN, URL, csrf, login, post, told
 
 
 @asynccontextmanager

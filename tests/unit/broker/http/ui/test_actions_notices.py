@@ -12,15 +12,8 @@ import re
 from broker.http.ui.auth import NOTICE_COOKIE, Sessions
 from tests.support.asgi import call
 from tests.support.inprocess import run
-from tests.unit.broker.http.ui.test_app_gate import (
-    TOKEN,
-    csrf,
-    dashboard,
-    login,
-    post,
-    snapshot,
-    told,
-)
+from tests.support.store_files import snapshot
+from tests.support.ui_forms import TOKEN, csrf, dashboard, login, post, told
 
 
 async def shown(app: object, cookie: str, query: str = "", notice: str | None = None,

@@ -13,7 +13,7 @@ from broker.model.ops import FailItem, NewJob
 from broker.storage import MemoryStore
 from tests.support.asgi import call
 from tests.support.inprocess import run, started
-from tests.unit.broker.http.ui.test_app_gate import TOKEN, URL
+from tests.support.ui_forms import TOKEN, URL
 
 #: A right-to-left override, a NUL, an escape sequence and a C1 control.
 NASTY = "\u202e\x00\x1b[2J\x9b"

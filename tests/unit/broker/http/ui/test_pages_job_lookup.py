@@ -11,7 +11,7 @@ from broker.model.ops import CompleteItem
 from broker.storage import MemoryStore
 from tests.support.asgi import call
 from tests.support.inprocess import run, started, stored, until
-from tests.unit.broker.http.ui.test_app_gate import TOKEN, URL, login
+from tests.support.ui_forms import TOKEN, URL, login
 
 
 def test_a_finished_jobs_page_shows_it_from_the_archive() -> None:

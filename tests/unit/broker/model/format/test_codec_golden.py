@@ -63,6 +63,7 @@ from broker.model.ops import (
     TakeOver,
 )
 from broker.model.tokens import stored_part
+from tests.support.old_formats import JOBS, NO_SEGMENTS, as_v4
 from tests.support.states import KEY, new_queue, read_back, tagged
 
 FIXTURES = Path(__file__).resolve().parents[4] / "fixtures"
@@ -163,11 +164,6 @@ def untagged(token: str) -> str:
 KEY_FIELD = b',"token_key":"%s"' % KEY.hex().encode()
 
 
-#: What version 4 adds after the header when the queue has no segments.
-NO_SEGMENTS = b',\n"segments":[]'
-JOBS = b',\n"jobs":['
-
-
 def as_v3(data: bytes) -> bytes:
     """A version-4 object's bytes (of a queue without segments) as the version-3
     fixtures have them: without its token key (the header's last field), its
@@ -177,14 +173,6 @@ def as_v3(data: bytes) -> bytes:
     assert head.endswith(KEY_FIELD) and head.count(b'"token_key"') == 1
     head = head.replace(b'"version":4', b'"version":3', 1).removesuffix(KEY_FIELD)
     return head + JOBS + rest
-
-
-def as_v4(v3: bytes, key: bytes = b"") -> bytes:
-    """A version-3 object's bytes as version 4 writes the same queue: version 4,
-    ``key`` (a token key field, or nothing) and ``"segments":[]`` after the header."""
-    head, sep, rest = v3.partition(JOBS)
-    assert sep and head.startswith(b'{"format":"osqueue","version":3,'), head[:40]
-    return head.replace(b'"version":3', b'"version":4', 1) + key + NO_SEGMENTS + sep + rest
 
 
 def _regenerate_v5() -> None:  # pragma: no cover (run by hand, see the docstring)

@@ -18,7 +18,7 @@ from broker.model.ops import CompleteItem
 from broker.storage import FileStore
 from tests.support.faults import Clock
 from tests.support.inprocess import archive_lines, run, started, stored
-from tests.unit.broker.model.format.test_codec_golden import as_v4
+from tests.support.old_formats import as_v4
 
 OLD = Path(__file__).resolve().parents[4] / "fixtures" / "v3_a2cffd1"
 NAMES = sorted(p.stem for p in OLD.glob("*.json"))

@@ -80,8 +80,13 @@ def configure(state: QueueState, op: Configure, now_ms: int) -> Result:
                              f"backoff_max_s ({merged['backoff_max_s']})")
     if merged["groups"] != state.settings.groups:
         dissolve(state)  # (the next claim builds them again under the new settings)
-        if parse_group_settings(merged["groups"], "configure").rate is None:
+        rate = parse_group_settings(merged["groups"], "configure").rate
+        if rate is None:
             state.group_buckets = None  # (no rate: a later one starts every bucket full)
+        elif state.group_buckets is not None:
+            # the new rate from now, not from the next claim's build: the result is the
+            # same whether a claim came between two changes or not
+            state.group_buckets[1].reconfigure(rate, now_ms)
     state.settings = QueueSettings(**merged)
     idempotency.trim(state, now_ms)
     return Result(changed=True)

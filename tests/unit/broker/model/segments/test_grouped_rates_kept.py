@@ -67,3 +67,21 @@ def test_a_cancel_in_a_grouped_segment_keeps_the_buckets() -> None:
     assert claim(state, 10, T0 + 2) == {}  # (no group has a token 2 ms on)
     assert claim(state, 10, T0 + 1000) == {"a": 1, "b": 1}
 
+
+
+def test_a_new_rate_counts_from_its_change_not_from_the_next_claim() -> None:
+    """Tokens refill at the old rate until the change and at the new one after,
+    whether or not a claim rebuilt the groups in between: at 5 a second, burst
+    1, the burst is taken; the rate becomes 2 a second (burst 0: one second's
+    worth, 2); 400 ms later a group has 0.8 of a token, not the 2 the old rate
+    would have refilled by then."""
+    state = queue(["a"] * 4, group_rate_per_s=5, group_burst=1)
+    assert claim(state, 4, T0) == {"a": 1}
+    T.apply(state, Configure({"group_rate_per_s": 2, "group_burst": 0}), T0)
+    assert claim(state, 4, T0 + 400) == {}
+    assert claim(state, 4, T0 + 500) == {"a": 1}  # (1.0 token at 2 a second)
+    T.apply(state, Configure({"group_rate_per_s": 1, "group_weights": {"b": 2}}), T0 + 500)
+    # 0.5 token by then; a change keeps whole tokens only: 0, refilled at 4 a second
+    T.apply(state, Configure({"group_rate_per_s": 4}), T0 + 1000)
+    assert claim(state, 4, T0 + 1249) == {}
+    assert claim(state, 4, T0 + 1250) == {"a": 1}

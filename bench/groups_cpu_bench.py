@@ -12,7 +12,7 @@ spreads them), claim 100, complete them. Every grouped row runs beside the
 ungrouped twin in interleaved rounds; a row's figure is the median of the
 rounds' grouped / ungrouped jobs per CPU second (the bar of job groups' cost: >= 0.8).
 ``--profile ROW`` runs one row once under cProfile and prints the top functions
-(tottime). Writes bench/results/groups_cpu.json.
+(tottime). Writes bench/results/groups_cpu.json (or ``--out NAME``: NAME.json).
 """
 
 from __future__ import annotations
@@ -74,6 +74,8 @@ def _child(row: str) -> float:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--out", default="groups_cpu",
+                   help="the results file's name under bench/results/ (default %(default)s)")
     p.add_argument("--child", choices=list(ROWS), help=argparse.SUPPRESS)
     p.add_argument("--profile", choices=list(ROWS), help="profile one run of this row")
     args = p.parse_args()
@@ -112,7 +114,7 @@ def main() -> None:
             summary[row]["grouped_over_ungrouped"] = statistics.median(ratios[row])
             line += f"  grouped_over_ungrouped {summary[row]['grouped_over_ungrouped']:.3f}"
         print(line)
-    path = write_results("groups_cpu", {"rounds": args.rounds, "results": summary})
+    path = write_results(args.out, {"rounds": args.rounds, "results": summary})
     print(f"results written to {path}")
 
 

@@ -55,7 +55,7 @@ Derived, never stored; pure: no I/O, no clock (``now_ms`` is passed in).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import NamedTuple
 
 from broker.limits import MAX_PRIORITY
@@ -322,6 +322,84 @@ class Dispatch:
                 buckets.take(gid, n, now_ms)
         g.head = head
         self._derive(g, now_ms)
+
+    def serve_turns(self, now_ms: int, want: int,
+                    take: Callable[[int, int, Head], tuple[int, Head | None]]) -> int:
+        """Serve turns at ``now_ms`` until ``want`` jobs are taken or no group is
+        ready: the turns a loop of :meth:`pick` and :meth:`served` makes, in the
+        same order, to the same state, in one call (a claim of many groups with
+        a job or two each spends most of its time between those calls:
+        ``bench/groups_cpu_bench.py``). Each turn calls ``take(gid, q, head)``:
+        take up to ``q`` (at least 1) of ready group ``gid``'s jobs, whose head
+        dispatch holds is ``head``; it answers ``(n, next)``, ``n`` jobs taken
+        (0 when its live head is no longer ``head``: the group competes again at
+        ``next``) and the group's next head (None: none pending), as
+        :meth:`served` is told. Returns the jobs taken in all. Only without
+        per-group rates (``buckets`` None) and with heads due when told (fair
+        order); ``ValueError`` otherwise, and for a ``take`` answering more than
+        ``q`` jobs or a bad head (the turns before it stand)."""
+        if self.buckets is not None:
+            raise ValueError("serve_turns serves no groups with a per-group rate: "
+                             "use pick and served")
+        self.advance(now_ms)  # (a turn parks no group due by now_ms: once is enough)
+        heap, groups, ready_at, vtime = self._heap, self._groups, self._ready_at, self._vtime
+        got = 0
+        while got < want:
+            if not heap:
+                break
+            top = heap[0]
+            g = groups.get(top & _GID_MASK)
+            if g is None or g.state != READY or g.key != top:
+                heapq.heappop(heap)
+                continue
+            head = g.head
+            assert head is not None  # (READY)
+            if head.due_ms > now_ms:  # (as pick: parked until its head is due)
+                heapq.heappop(heap)
+                self._derive(g, now_ms)
+                continue
+            p = head.priority
+            q = -(-(want - got) // ready_at[p])  # (_quantum, inlined)
+            q = QUANTUM if q > QUANTUM else q
+            limit = g.limit
+            if limit is not None and q > limit - g.held:
+                q = limit - g.held
+            gid = g.gid
+            n, nxt = take(gid, q, head)
+            if not 0 <= n <= q or (not n and nxt == head):
+                raise ValueError(f"group {gid}: {n} jobs taken in a turn of at most {q}"
+                                 + ("" if n else ", its head unchanged"))
+            if nxt is not None and not (-MAX_PRIORITY <= nxt.priority <= MAX_PRIORITY
+                                        and 0 <= nxt.order < ORDER_LIMIT):
+                self._check_head(nxt)  # (raises)
+            if n:
+                v = vtime.get(p)
+                if v is None or v < g.pass_:
+                    vtime[p] = g.pass_
+                g.pass_ += n * (STRIDE // g.weight)
+                g.held += n
+                got += n
+            g.head = nxt
+            if nxt is None or (limit is not None and g.held >= limit) or nxt.due_ms > now_ms \
+                    or (g.dead and gid and self.settings.holds_dead):
+                self._derive(g, now_ms)  # (it leaves the heap)
+                continue
+            # (_derive of a ready group staying ready, inlined)
+            np = nxt.priority
+            if np != p:
+                ready_at[p] -= 1
+                ready_at[np] = ready_at.get(np, 0) + 1
+                g.at_p = np
+            pass_ = g.pass_
+            v = vtime.get(np, 0)
+            if v > pass_:
+                g.pass_ = pass_ = v
+            key = (((MAX_PRIORITY - np) << _PRIORITY_SHIFT) | (pass_ << _PASS_SHIFT)
+                   | (nxt.order << _ORDER_SHIFT) | gid)
+            if key != top:
+                g.key = key
+                heapq.heapreplace(heap, key)  # (its old entry is the top: replaced, not left stale)
+        return got
 
     def settled(self, gid: int, n: int, now_ms: int, head: Head | None = KEEP,
                 dead: int | None = None) -> None:

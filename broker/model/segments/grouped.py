@@ -368,12 +368,20 @@ def _absorb(state: QueueState, groups: GroupState, now_ms: int) -> None:
                 touched[gid] = heap[0] if gid and heap else None
             heapq.heappush(heap, entry)
     ready.clear()
+    if fifo:
+        for gid, top in touched.items():
+            if top is None or heaps[gid][0] != top:
+                if gid != NO_GROUP:
+                    _refresh(state, groups, gid, now_ms)
+                else:
+                    groups.head_of(gid, now_ms)
+        return
+    heads = []  # (groups.head_of() of each, told at once: their heaps are not empty)
     for gid, top in touched.items():
-        if top is None or heaps[gid][0] != top:
-            if fifo and gid != NO_GROUP:
-                _refresh(state, groups, gid, now_ms)
-            else:
-                groups.head_of(gid, now_ms)
+        key = heaps[gid][0]
+        if top is None or key != top:
+            heads.append((gid, Head(MAX_PRIORITY - (key >> _READY_PRIORITY_SHIFT), key, 0)))
+    groups.dispatch.set_heads(heads, now_ms)
 
 
 def _segment_next(state: QueueState, now_ms: int) -> tuple[int, int] | None:

@@ -337,9 +337,9 @@ def line_group(line: bytes) -> str | None:
     """The group of the job a line of :func:`new_pending_lines` or
     :func:`new_grouped_pending_lines` describes (None: none), read without
     making its ``Job`` (a third of :func:`pending_from_line`'s cost)."""
-    at = line.index(_RUN_AT, 30) + len(_RUN_AT) + _TO_MAX_ATTEMPTS
-    at = line.index(b",", at) + _TO_PAYLOAD - _AFTER_STAMP
-    if line.startswith(_STAMP_PAYLOAD, at):
+    # (one search: the first created_at marker is the line's own, as _RUN_AT is above)
+    at = line.index(_CREATED_AT, 30) + _CREATED_TO_GROUP
+    if not line.startswith(_STAMP_GROUP, at):
         return None
     at += len(_STAMP_GROUP)
     return group_of_field(line[at:line.index(_PAYLOAD_FIELD, at)])
@@ -361,4 +361,6 @@ _PAYLOAD_FIELD = b',"payload":'
 _STAMP_PAYLOAD = b'"' + _PAYLOAD_FIELD  # (what follows created_at's stamp: a payload,
 _STAMP_GROUP = b'","group":'  # or a group)
 _AFTER_STAMP = len(_STAMP_PAYLOAD)
+_CREATED_AT = b',"created_at":"'
+_CREATED_TO_GROUP = len(_CREATED_AT) + _STAMP_CHARS  # (to the '",' after its stamp)
 

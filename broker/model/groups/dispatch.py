@@ -380,7 +380,15 @@ class Dispatch:
                 g.held += n
                 got += n
             g.head = nxt
-            if nxt is None or (limit is not None and g.held >= limit) or nxt.due_ms > now_ms \
+            if nxt is None:  # (READY -> EMPTY: _derive(), inlined)
+                heapq.heappop(heap)  # (its entry, still the top)
+                self._ready.discard(gid)
+                ready_at[g.at_p] -= 1
+                g.state, g.wake, g.key = EMPTY, None, -1
+                if not g.held and not g.dead:
+                    del groups[gid]
+                continue
+            if (limit is not None and g.held >= limit) or nxt.due_ms > now_ms \
                     or (g.dead and gid and self.settings.holds_dead):
                 self._derive(g, now_ms)  # (it leaves the heap)
                 continue

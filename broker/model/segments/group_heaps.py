@@ -108,8 +108,8 @@ def fair_turns(state: QueueState, groups: GroupState, chosen: list[int], want: i
         heap = heaps.get(gid)
         # (live_top, with a bulk push's due line, the common top, read inline)
         top = heap[0] if heap else None
-        if top is None or entries.get(top & SEQ_MASK).__class__ is not bytes \
-                or (top >> SEQ_BITS) & TIME_MASK > now_ms:
+        if top is not None and (entries.get(top & SEQ_MASK).__class__ is not bytes
+                                or (top >> SEQ_BITS) & TIME_MASK > now_ms):
             top = live_top(state, heap, now_ms)
         n = 0
         if top == head.order:
@@ -122,8 +122,8 @@ def fair_turns(state: QueueState, groups: GroupState, chosen: list[int], want: i
                 append(top)
                 n += 1
                 top = heap[0] if heap else None
-                if top is None or entries.get(top & SEQ_MASK).__class__ is not bytes \
-                        or (top >> SEQ_BITS) & TIME_MASK > now_ms:
+                if top is not None and (entries.get(top & SEQ_MASK).__class__ is not bytes
+                                        or (top >> SEQ_BITS) & TIME_MASK > now_ms):
                     top = live_top(state, heap, now_ms)
                 if top is None or n >= q or MAX_PRIORITY - (top >> _READY_PRIORITY_SHIFT) != p:
                     break

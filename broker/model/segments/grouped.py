@@ -59,13 +59,14 @@ from broker.model.indexes import (
     SEQ_BITS,
     SEQ_MASK,
     TIME_BITS,
+    TIME_MASK,
     key_time,
     promote_due,
     ready_key,
     timed_key,
 )
 from broker.model.job import DEAD, PENDING, Job
-from broker.model.job_lines import line_group, pending_from_line
+from broker.model.job_lines import group_of_field, line_group_field, pending_from_line
 from broker.model.lifecycle import IllegalMove, claim_ready
 from broker.model.ops import LeasedJobs
 from broker.model.segments.group_heaps import fair_turns, live_top, virtual_at
@@ -334,6 +335,8 @@ def _absorb(state: QueueState, groups: GroupState, now_ms: int) -> None:
     # (bench/groups_cpu_bench.py). Group 0's head may be a segment's: always told.
     touched: dict[int, int | None] = {}
     gids: dict[str | None, int] = {}  # (names.gid() once per group, not per job)
+    spelt: dict[bytes | None, int] = {}  # (and once per group as lines spell it)
+    push = heapq.heappush
     # Every entry leaves the ready heap: sorted (in C) and read in order rather than
     # popped one by one, so each group's heap grows by ascending pushes that sift nothing.
     ready.sort()
@@ -341,22 +344,25 @@ def _absorb(state: QueueState, groups: GroupState, now_ms: int) -> None:
         seq = entry & SEQ_MASK
         job = entries.get(seq)
         if isinstance(job, bytes):  # (a bulk push's line: its one entry is live)
-            group = line_group(job)
-            if key_time(entry) > now_ms and not (fifo and group is not None):
-                heapq.heappush(state.delayed, timed_key(key_time(entry), seq))  # (clock back)
+            field = line_group_field(job)
+            if (entry >> SEQ_BITS) & TIME_MASK > now_ms and not (fifo and field is not None):
+                push(state.delayed, timed_key(key_time(entry), seq))  # (clock back)
                 continue
+            gid = spelt.get(field)
+            if gid is None:
+                gid = spelt[field] = gid_of(None if field is None else group_of_field(field))
         elif job is None or job.status != PENDING or (
                 ((MAX_PRIORITY - job.priority) << _READY_PRIORITY_SHIFT)
                 | (job.run_at_ms << SEQ_BITS) | seq) != entry:  # (ready_key(), inlined)
             continue
         elif job.run_at_ms > now_ms and not (fifo and job.group is not None):
-            heapq.heappush(state.delayed, timed_key(job.run_at_ms, seq))
+            push(state.delayed, timed_key(job.run_at_ms, seq))
             continue
         else:
             group = job.group
-        gid = gids.get(group)
-        if gid is None:
-            gid = gids[group] = gid_of(group)
+            gid = gids.get(group)
+            if gid is None:
+                gid = gids[group] = gid_of(group)
         if fifo and gid != NO_GROUP:
             entry = seq  # (source_key in fifo order)
         heap = heaps.get(gid)
@@ -366,7 +372,7 @@ def _absorb(state: QueueState, groups: GroupState, now_ms: int) -> None:
         else:
             if gid not in touched:
                 touched[gid] = heap[0] if gid and heap else None
-            heapq.heappush(heap, entry)
+            push(heap, entry)
     ready.clear()
     if fifo:
         for gid, top in touched.items():

@@ -102,7 +102,7 @@ def fair_turns(state: QueueState, groups: GroupState, chosen: list[int], want: i
         top = live_top(state, heaps[NO_GROUP], now_ms)
         dispatch.set_head(NO_GROUP, None if top is None else Head(
             MAX_PRIORITY - (top >> _READY_PRIORITY_SHIFT), top, 0), now_ms)
-    append, pop = chosen.append, heapq.heappop
+    append, pop, new = chosen.append, heapq.heappop, tuple.__new__
 
     def take(gid: int, q: int, head: Head) -> tuple[int, Head | None]:
         heap = heaps.get(gid)
@@ -127,9 +127,10 @@ def fair_turns(state: QueueState, groups: GroupState, chosen: list[int], want: i
                     top = live_top(state, heap, now_ms)
                 if top is None or n >= q or MAX_PRIORITY - (top >> _READY_PRIORITY_SHIFT) != p:
                     break
-        if not heap:
+        if top is None:  # (its heap is empty)
             heaps.pop(gid, None)
-        return n, None if top is None else Head(
-            MAX_PRIORITY - (top >> _READY_PRIORITY_SHIFT), top, 0)
+            return n, None
+        # (Head(...) without its Python-level __new__: once a turn, bench/groups_cpu_bench.py)
+        return n, new(Head, (MAX_PRIORITY - (top >> _READY_PRIORITY_SHIFT), top, 0))
 
     dispatch.serve_turns(now_ms, want, take)

@@ -335,7 +335,8 @@ def _absorb(state: QueueState, groups: GroupState, now_ms: int) -> None:
     # (bench/groups_cpu_bench.py). Group 0's head may be a segment's: always told.
     touched: dict[int, int | None] = {}
     gids: dict[str | None, int] = {}  # (names.gid() once per group, not per job)
-    spelt: dict[bytes | None, int] = {}  # (and once per group as lines spell it)
+    names = groups.names
+    spelt = names.spelt  # (and as lines spell them: once per group met lately)
     push = heapq.heappush
     # Every entry leaves the ready heap: sorted (in C) and read in order rather than
     # popped one by one, so each group's heap grows by ascending pushes that sift nothing.
@@ -350,7 +351,8 @@ def _absorb(state: QueueState, groups: GroupState, now_ms: int) -> None:
                 continue
             gid = spelt.get(field)
             if gid is None:
-                gid = spelt[field] = gid_of(None if field is None else group_of_field(field))
+                assert field is not None  # (spelt holds None)
+                gid = names.gid_spelt(field, group_of_field(field))
         elif job is None or job.status != PENDING or (
                 ((MAX_PRIORITY - job.priority) << _READY_PRIORITY_SHIFT)
                 | (job.run_at_ms << SEQ_BITS) | seq) != entry:  # (ready_key(), inlined)
@@ -383,10 +385,11 @@ def _absorb(state: QueueState, groups: GroupState, now_ms: int) -> None:
                     groups.head_of(gid, now_ms)
         return
     heads = []  # (groups.head_of() of each, told at once: their heaps are not empty)
+    new = tuple.__new__  # (Head(...) without its Python-level __new__: once a group)
     for gid, top in touched.items():
         key = heaps[gid][0]
         if top is None or key != top:
-            heads.append((gid, Head(MAX_PRIORITY - (key >> _READY_PRIORITY_SHIFT), key, 0)))
+            heads.append((gid, new(Head, (MAX_PRIORITY - (key >> _READY_PRIORITY_SHIFT), key, 0))))
     groups.dispatch.set_heads(heads, now_ms)
 
 

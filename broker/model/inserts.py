@@ -46,8 +46,6 @@ def validate_new(state: QueueState, new: NewJob) -> int:
     return len(new.payload) + JOB_OVERHEAD_BYTES
 
 
-_OPTIONS = operator.itemgetter(1, 2, 3, 4, 5)  # NewJob's fields after the payload
-_DEFAULT_OPTIONS = (0, 0, None, None, None)
 _OPTIONS_BUT_GROUP = operator.itemgetter(1, 2, 3, 4)
 _DEFAULT_BUT_GROUP = (0, 0, None, None)
 
@@ -55,10 +53,9 @@ _DEFAULT_BUT_GROUP = (0, 0, None, None)
 def insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int) -> Sequence[str]:
     """Validate all, then create all (or raise having created nothing)."""
     if jobs and set(map(_OPTIONS_BUT_GROUP, jobs)) == {_DEFAULT_BUT_GROUP}:
-        if set(map(_OPTIONS, jobs)) == {_DEFAULT_OPTIONS}:
-            return insert_payloads(state, [new[0] for new in jobs], now_ms)
+        groups = [new.group for new in jobs]
         return insert_payloads(state, [new[0] for new in jobs], now_ms,
-                               [new.group for new in jobs])
+                               None if groups.count(None) == len(groups) else groups)
     seen = idempotency.seen_keys(state, now_ms)
     fresh: dict[str, int] = {}
     incoming = 0

@@ -328,7 +328,9 @@ def pending_from_line(seq: int, line: bytes) -> Job:
         payload_at = line.index(_PAYLOAD_FIELD, group_at)
         job = Job(seq, line[payload_at + len(_PAYLOAD_FIELD):-1], PENDING, 0, due_ms, 0,
                   max_attempts, due_ms)
-        job.group = group_of_field(line[group_at:payload_at])
+        field = line[group_at:payload_at]
+        group = _groups_read.get(field)  # (group_of_field(), inlined: once a grouped job claimed)
+        job.group = group_of_field(field) if group is None else group
     job._enc = line
     return job
 

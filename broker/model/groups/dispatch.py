@@ -42,7 +42,11 @@ rate, never fifo.
 removed from the heap but go stale when their group's key changes, as the job
 heaps' do; a heap grown past twice its live entries is rebuilt from the live
 ones). Nothing is O(groups) per claim; :meth:`~Dispatch.reconfigure` is
-O(groups with a record).
+O(groups with a record). Without per-group rates a claim's turns run in one
+call (:meth:`~Dispatch.serve_turns`) and the heads of the groups its new jobs
+reached are told at once (:meth:`~Dispatch.set_heads`): the same turns and
+states as :meth:`~Dispatch.pick`, :meth:`~Dispatch.served` and
+:meth:`~Dispatch.set_head` one by one, a few calls a job fewer.
 
 **Quantum.** A claim that wants ``w`` jobs while fewer than ``w`` groups are
 ready at the top priority takes up to ``q = min(ceil(w / ready), QUANTUM,

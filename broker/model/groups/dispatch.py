@@ -489,14 +489,17 @@ class Dispatch:
         before it stand)."""
         groups, settings, heap, ready = self._groups, self.settings, self._heap, self._ready
         ready_at, vtime = self._ready_at, self._vtime
-        plain = not settings.weights and not settings.limits  # (every named group alike)
-        plain_limit = settings.limit if plain and not settings.fifo else -1
+        if self.buckets is not None or settings.weights or settings.limits or settings.fifo:
+            for gid, head in heads:  # (groups not all alike, or tokens: the general way)
+                self.set_head(gid, head, now_ms)
+            return
+        plain_limit, push, get = settings.limit, heapq.heappush, groups.get
         for gid, head in heads:
-            g = groups.get(gid)
+            g = get(gid)
             if head is None or (g is not None and g.state != EMPTY) or head.due_ms > now_ms \
-                    or self.buckets is not None or not gid or plain_limit == -1 \
-                    or not (-MAX_PRIORITY <= head.priority <= MAX_PRIORITY
-                            and 0 <= head.order < ORDER_LIMIT) or gid > _GID_MASK:
+                    or not 0 < gid <= _GID_MASK or not (
+                        -MAX_PRIORITY <= head.priority <= MAX_PRIORITY
+                        and 0 <= head.order < ORDER_LIMIT):
                 self.set_head(gid, head, now_ms)
                 continue
             if g is None:  # (_record(), for a queue whose settings name no group)
@@ -515,7 +518,7 @@ class Dispatch:
                 g.pass_ = v
             g.key = key = (((MAX_PRIORITY - p) << _PRIORITY_SHIFT) | (g.pass_ << _PASS_SHIFT)
                            | (head.order << _ORDER_SHIFT) | gid)
-            heapq.heappush(heap, key)
+            push(heap, key)
         if len(heap) > 2 * len(ready) + 64:
             self._heap = [groups[r].key for r in ready]
             heapq.heapify(self._heap)

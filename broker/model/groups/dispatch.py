@@ -392,8 +392,13 @@ class Dispatch:
                 if not g.held and not g.dead:
                     del groups[gid]
                 continue
-            if (limit is not None and g.held >= limit) or nxt.due_ms > now_ms \
-                    or (g.dead and gid and self.settings.holds_dead):
+            if limit is not None and g.held >= limit:  # (READY -> AT_LIMIT: _derive(), inlined)
+                heapq.heappop(heap)  # (its entry, still the top)
+                self._ready.discard(gid)
+                ready_at[g.at_p] -= 1
+                g.state, g.wake, g.key = AT_LIMIT, None, -1
+                continue
+            if nxt.due_ms > now_ms or (g.dead and gid and self.settings.holds_dead):
                 self._derive(g, now_ms)  # (it leaves the heap)
                 continue
             # (_derive of a ready group staying ready, inlined)
@@ -438,7 +443,9 @@ class Dispatch:
         every settled job of a claim asks (``bench/groups_cpu_bench.py``). A group
         whose state one fewer held cannot change (empty; or ready, so below its
         limit, at a pass its priority's virtual time has not passed) only counts
-        it here; any other goes through :meth:`settled`: the same result either way."""
+        it here; any other with a held job is re-derived as :meth:`settled` would
+        (head and dead count kept), one without goes through it (which refuses):
+        the same result either way."""
         g = self._groups.get(gid)
         if g is not None and g.held:
             if g.state == EMPTY:
@@ -449,6 +456,9 @@ class Dispatch:
             if g.state == READY and self._vtime.get(g.at_p, 0) <= g.pass_:
                 g.held -= 1
                 return
+            g.held -= 1  # (settled()'s checks hold: a held job, head and dead count kept)
+            self._derive(g, now_ms)
+            return
         self.settled(gid, 1, now_ms)
 
     def hold(self, gid: int, n: int, now_ms: int) -> None:

@@ -17,7 +17,7 @@ threads included), so another engineer's load moves it much less:
 
 Rounds interleave the trees (the order flips each round); a row's ratio is the
 median of the rounds' ratios (after / before, jobs per CPU second: above 1 is
-better). Writes bench/results/broker_cpu_ab.json.
+better). Writes bench/results/broker_cpu_ab.json (or ``--out NAME``: NAME.json).
 """
 
 from __future__ import annotations
@@ -80,6 +80,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--baseline", type=Path, help="the checkout to compare with")
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--out", default="broker_cpu_ab",
+                   help="the results file's name under bench/results/ (default %(default)s)")
     p.add_argument("--child", choices=list(ROWS), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:  # one run, in this process: print jobs per CPU second
@@ -109,7 +111,7 @@ def main() -> None:
                         "rounds_after": cell["after"]}
         print(f"{row:<22} before {summary[row]['before_jobs_per_cpu_s']:>9,.0f}  after "
               f"{summary[row]['after_jobs_per_cpu_s']:>9,.0f}  ratio {ratio:.3f}")
-    path = write_results("broker_cpu_ab", {"baseline": str(args.baseline), "results": summary})
+    path = write_results(args.out, {"baseline": str(args.baseline), "results": summary})
     print(f"results written to {path}")
 
 

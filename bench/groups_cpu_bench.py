@@ -1,6 +1,6 @@
 """Grouped claims' broker CPU against ungrouped, in-process: no HTTP, no load generator.
 
-    .venv/bin/python bench/groups_cpu_bench.py [--rounds 5] [--profile ROW]
+    .venv/bin/python bench/groups_cpu_bench.py [--rounds 5] [--profile ROW] [--baseline DIR]
 
 ``bench/broker_bench.py --only groups`` measures claims/s over loopback with a
 load generator beside the broker; on a shared two-core machine its rounds swing
@@ -12,7 +12,9 @@ spreads them), claim 100, complete them. Every grouped row runs beside the
 ungrouped twin in interleaved rounds; a row's figure is the median of the
 rounds' grouped / ungrouped jobs per CPU second (the bar of job groups' cost: >= 0.8).
 ``--profile ROW`` runs one row once under cProfile and prints the top functions
-(tottime). Writes bench/results/groups_cpu.json.
+(tottime). ``--baseline DIR``: every row also runs DIR's broker (another
+checkout), in the same interleaved rounds: its figures go in the results as
+``before``. Writes bench/results/groups_cpu.json (or ``--out NAME``: NAME.json).
 """
 
 from __future__ import annotations
@@ -66,16 +68,22 @@ async def _run(groups: int, limit: int | None, tmp: str) -> float:
     return CLIENTS * ROUNDS_EACH * BATCH / cpu
 
 
-def _child(row: str) -> float:
+def _child(row: str, root: Path = ROOT) -> float:
+    """One run of ``row`` in a child process importing the broker of ``root``."""
     from bench._common import child_output
-    return float(child_output(__file__, ROOT, "--child", row).split()[-1])
+    return float(child_output(__file__, root, "--child", row).split()[-1])
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--out", default="groups_cpu",
+                   help="the results file's name under bench/results/ (default %(default)s)")
     p.add_argument("--child", choices=list(ROWS), help=argparse.SUPPRESS)
     p.add_argument("--profile", choices=list(ROWS), help="profile one run of this row")
+    p.add_argument("--baseline", type=Path,
+                   help="another checkout whose broker runs every row too, in the same "
+                        "interleaved rounds (before and after, one run)")
     args = p.parse_args()
     if args.child or args.profile:
         with tempfile.TemporaryDirectory(prefix="osq-groups-cpu-") as tmp:
@@ -93,26 +101,34 @@ def main() -> None:
         return
     sys.path.insert(0, str(ROOT))
     from bench._common import write_results
-    runs: dict[str, list[float]] = {row: [] for row in ROWS}
-    ratios: dict[str, list[float]] = {row: [] for row in ROWS if row != "ungrouped"}
+    trees = {"after": ROOT} if args.baseline is None else {"before": args.baseline, "after": ROOT}
+    runs = {tree: {row: [] for row in ROWS} for tree in trees}
+    ratios = {tree: {row: [] for row in ROWS if row != "ungrouped"} for tree in trees}
     for n in range(args.rounds):
-        order = list(ROWS) if n % 2 == 0 else list(ROWS)[::-1]
-        for row in order:
-            runs[row].append(_child(row))
-        for row in ratios:
-            ratios[row].append(runs[row][-1] / runs["ungrouped"][-1])
-        print(f"round {n + 1} " + "  ".join(f"{row} {runs[row][-1]:,.0f}" for row in ROWS)
-              + " jobs/cpu-s", flush=True)
-    summary = {}
+        order = [(tree, row) for row in ROWS for tree in trees]
+        for tree, row in order if n % 2 == 0 else order[::-1]:
+            runs[tree][row].append(_child(row, trees[tree]))
+        for tree in trees:
+            for row in ratios[tree]:
+                ratios[tree][row].append(runs[tree][row][-1] / runs[tree]["ungrouped"][-1])
+            print(f"round {n + 1} {tree:<6} " + "  ".join(
+                f"{row} {runs[tree][row][-1]:,.0f}" for row in ROWS) + " jobs/cpu-s", flush=True)
+    summaries: dict[str, dict[str, dict[str, object]]] = {}
     print("== summary (jobs per CPU second; ratio: median of the rounds' grouped / ungrouped)")
-    for row in ROWS:
-        summary[row] = {"jobs_per_cpu_s": statistics.median(runs[row]), "rounds": runs[row]}
-        line = f"{row:<20} {summary[row]['jobs_per_cpu_s']:>9,.0f} jobs/cpu-s"
-        if row in ratios:
-            summary[row]["grouped_over_ungrouped"] = statistics.median(ratios[row])
-            line += f"  grouped_over_ungrouped {summary[row]['grouped_over_ungrouped']:.3f}"
-        print(line)
-    path = write_results("groups_cpu", {"rounds": args.rounds, "results": summary})
+    for tree in trees:
+        summary = summaries[tree] = {}
+        for row in ROWS:
+            summary[row] = {"jobs_per_cpu_s": statistics.median(runs[tree][row]),
+                            "rounds": runs[tree][row]}
+            line = f"{tree:<6} {row:<20} {summary[row]['jobs_per_cpu_s']:>9,.0f} jobs/cpu-s"
+            if row in ratios[tree]:
+                summary[row]["grouped_over_ungrouped"] = statistics.median(ratios[tree][row])
+                line += f"  grouped_over_ungrouped {summary[row]['grouped_over_ungrouped']:.3f}"
+            print(line)
+    payload: dict[str, object] = {"rounds": args.rounds, "results": summaries["after"]}
+    if args.baseline is not None:
+        payload.update(baseline=str(args.baseline), before=summaries["before"])
+    path = write_results(args.out, payload)
     print(f"results written to {path}")
 
 

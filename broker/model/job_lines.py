@@ -328,7 +328,9 @@ def pending_from_line(seq: int, line: bytes) -> Job:
         payload_at = line.index(_PAYLOAD_FIELD, group_at)
         job = Job(seq, line[payload_at + len(_PAYLOAD_FIELD):-1], PENDING, 0, due_ms, 0,
                   max_attempts, due_ms)
-        job.group = group_of_field(line[group_at:payload_at])
+        field = line[group_at:payload_at]
+        group = _groups_read.get(field)  # (group_of_field(), inlined: once a grouped job claimed)
+        job.group = group_of_field(field) if group is None else group
     job._enc = line
     return job
 
@@ -337,12 +339,19 @@ def line_group(line: bytes) -> str | None:
     """The group of the job a line of :func:`new_pending_lines` or
     :func:`new_grouped_pending_lines` describes (None: none), read without
     making its ``Job`` (a third of :func:`pending_from_line`'s cost)."""
-    at = line.index(_RUN_AT, 30) + len(_RUN_AT) + _TO_MAX_ATTEMPTS
-    at = line.index(b",", at) + _TO_PAYLOAD - _AFTER_STAMP
-    if line.startswith(_STAMP_PAYLOAD, at):
+    field = line_group_field(line)
+    return None if field is None else group_of_field(field)
+
+
+def line_group_field(line: bytes) -> bytes | None:
+    """:func:`line_group` as the line spells it (its JSON string; None: no group):
+    for a caller that maps the spellings it meets to its own ids."""
+    # (one search: the first created_at marker is the line's own, as _RUN_AT is above)
+    at = line.index(_CREATED_AT, 30) + _CREATED_TO_GROUP
+    if not line.startswith(_STAMP_GROUP, at):
         return None
     at += len(_STAMP_GROUP)
-    return group_of_field(line[at:line.index(_PAYLOAD_FIELD, at)])
+    return line[at:line.index(_PAYLOAD_FIELD, at)]
 
 
 def group_of_field(field: bytes) -> str:
@@ -361,4 +370,6 @@ _PAYLOAD_FIELD = b',"payload":'
 _STAMP_PAYLOAD = b'"' + _PAYLOAD_FIELD  # (what follows created_at's stamp: a payload,
 _STAMP_GROUP = b'","group":'  # or a group)
 _AFTER_STAMP = len(_STAMP_PAYLOAD)
+_CREATED_AT = b',"created_at":"'
+_CREATED_TO_GROUP = len(_CREATED_AT) + _STAMP_CHARS  # (to the '",' after its stamp)
 

@@ -264,8 +264,9 @@ def add_pending_bulk(state: QueueState, payloads: Sequence[bytes], now_ms: int,
     else:  # (their groups' heaps take them from the ready heap: segments/grouped.py)
         lines = new_grouped_pending_lines(first, payloads, groups, now_ms,
                                           state.settings.max_attempts)
-        state.grouped.extend(seq for seq, group in enumerate(groups, first)
-                             if group is not None)  # (ascending: still a heap)
+        state.grouped.extend(  # (ascending: still a heap)
+            range(first, first + len(groups)) if None not in groups else
+            (seq for seq, group in enumerate(groups, first) if group is not None))
     count = len(lines)
     counters.enqueued += count
     state.jobs.add_lines(first, lines)

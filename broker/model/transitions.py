@@ -248,12 +248,12 @@ def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
 
 def _named_groups(state: QueueState, out: Columns[LeasedJob]) -> LeasedJobs:
     """``out`` with the group of each of its grouped jobs named (``out.groups``)."""
-    jobs = state.jobs
+    entries = state.jobs.entries  # (a held job is a Job, never a line)
     groups = {}
     claimed = cast("LeasedJobs", out)
     for i, job_id in enumerate(claimed.ids):
-        job = jobs.get(seq_of(job_id) or 0)
-        if job is not None and job.group is not None:
+        job = entries.get(int(job_id[1:]))  # (ids the broker spelled: seq_of's checks not needed)
+        if job is not None and not isinstance(job, bytes) and job.group is not None:
             groups[i] = job.group
     if groups:
         claimed.groups = groups

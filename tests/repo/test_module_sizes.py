@@ -21,7 +21,10 @@ SOFT_CAP = 600
 PACKAGES = ("broker", "osqueue_spark", "tests", "tools", "bench", "jobs", "notebooks")
 #: Module path (from the repository root) -> why it stays over the cap. Reviewed:
 #: add a line only with a reason a reader would accept for not splitting it.
-ALLOWED: dict[str, str] = {}
+ALLOWED: dict[str, str] = {
+    "broker/model/groups/dispatch.py": "one structure (Dispatch): its claim-time fast paths "
+    "(serve_turns, set_heads) are its own state derivation inlined, and must read its internals",
+}
 
 
 def line_counts(root: Path, packages: tuple[str, ...]) -> dict[str, int]:

@@ -42,7 +42,11 @@ rate, never fifo.
 removed from the heap but go stale when their group's key changes, as the job
 heaps' do; a heap grown past twice its live entries is rebuilt from the live
 ones). Nothing is O(groups) per claim; :meth:`~Dispatch.reconfigure` is
-O(groups with a record).
+O(groups with a record). Without per-group rates a claim's turns run in one
+call (:meth:`~Dispatch.serve_turns`) and the heads of the groups its new jobs
+reached are told at once (:meth:`~Dispatch.set_heads`): the same turns and
+states as :meth:`~Dispatch.pick`, :meth:`~Dispatch.served` and
+:meth:`~Dispatch.set_head` one by one, a few calls a job fewer.
 
 **Quantum.** A claim that wants ``w`` jobs while fewer than ``w`` groups are
 ready at the top priority takes up to ``q = min(ceil(w / ready), QUANTUM,
@@ -55,7 +59,7 @@ Derived, never stored; pure: no I/O, no clock (``now_ms`` is passed in).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import NamedTuple
 
 from broker.limits import MAX_PRIORITY
@@ -323,6 +327,97 @@ class Dispatch:
         g.head = head
         self._derive(g, now_ms)
 
+    def serve_turns(self, now_ms: int, want: int,
+                    take: Callable[[int, int, Head], tuple[int, Head | None]]) -> int:
+        """Serve turns at ``now_ms`` until ``want`` jobs are taken or no group is
+        ready: the turns a loop of :meth:`pick` and :meth:`served` makes, in the
+        same order, to the same state, in one call (a claim of many groups with
+        a job or two each spends most of its time between those calls:
+        ``bench/groups_cpu_bench.py``). Each turn calls ``take(gid, q, head)``:
+        take up to ``q`` (at least 1) of ready group ``gid``'s jobs, whose head
+        dispatch holds is ``head``; it answers ``(n, next)``, ``n`` jobs taken
+        (0 when its live head is no longer ``head``: the group competes again at
+        ``next``) and the group's next head (None: none pending), as
+        :meth:`served` is told. Returns the jobs taken in all. Only without
+        per-group rates (``buckets`` None) and with heads due when told (fair
+        order); ``ValueError`` otherwise, and for a ``take`` answering more than
+        ``q`` jobs or a bad head (the turns before it stand)."""
+        if self.buckets is not None:
+            raise ValueError("serve_turns serves no groups with a per-group rate: "
+                             "use pick and served")
+        self.advance(now_ms)  # (a turn parks no group due by now_ms: once is enough)
+        heap, groups, ready_at, vtime = self._heap, self._groups, self._ready_at, self._vtime
+        got = 0
+        while got < want:
+            if not heap:
+                break
+            top = heap[0]
+            g = groups.get(top & _GID_MASK)
+            if g is None or g.state != READY or g.key != top:
+                heapq.heappop(heap)
+                continue
+            head = g.head
+            assert head is not None  # (READY)
+            if head.due_ms > now_ms:  # (as pick: parked until its head is due)
+                heapq.heappop(heap)
+                self._derive(g, now_ms)
+                continue
+            p = head.priority
+            q = -(-(want - got) // ready_at[p])  # (_quantum, inlined)
+            q = QUANTUM if q > QUANTUM else q
+            limit = g.limit
+            if limit is not None and q > limit - g.held:
+                q = limit - g.held
+            gid = g.gid
+            n, nxt = take(gid, q, head)
+            if not 0 <= n <= q or (not n and nxt == head):
+                raise ValueError(f"group {gid}: {n} jobs taken in a turn of at most {q}"
+                                 + ("" if n else ", its head unchanged"))
+            if nxt is not None and not (-MAX_PRIORITY <= nxt.priority <= MAX_PRIORITY
+                                        and 0 <= nxt.order < ORDER_LIMIT):
+                self._check_head(nxt)  # (raises)
+            if n:
+                v = vtime.get(p)
+                if v is None or v < g.pass_:
+                    vtime[p] = g.pass_
+                g.pass_ += n * (STRIDE // g.weight)
+                g.held += n
+                got += n
+            g.head = nxt
+            if nxt is None:  # (READY -> EMPTY: _derive(), inlined)
+                heapq.heappop(heap)  # (its entry, still the top)
+                self._ready.discard(gid)
+                ready_at[g.at_p] -= 1
+                g.state, g.wake, g.key = EMPTY, None, -1
+                if not g.held and not g.dead:
+                    del groups[gid]
+                continue
+            if limit is not None and g.held >= limit:  # (READY -> AT_LIMIT: _derive(), inlined)
+                heapq.heappop(heap)  # (its entry, still the top)
+                self._ready.discard(gid)
+                ready_at[g.at_p] -= 1
+                g.state, g.wake, g.key = AT_LIMIT, None, -1
+                continue
+            if nxt.due_ms > now_ms or (g.dead and gid and self.settings.holds_dead):
+                self._derive(g, now_ms)  # (it leaves the heap)
+                continue
+            # (_derive of a ready group staying ready, inlined)
+            np = nxt.priority
+            if np != p:
+                ready_at[p] -= 1
+                ready_at[np] = ready_at.get(np, 0) + 1
+                g.at_p = np
+            pass_ = g.pass_
+            v = vtime.get(np, 0)
+            if v > pass_:
+                g.pass_ = pass_ = v
+            key = (((MAX_PRIORITY - np) << _PRIORITY_SHIFT) | (pass_ << _PASS_SHIFT)
+                   | (nxt.order << _ORDER_SHIFT) | gid)
+            if key != top:
+                g.key = key
+                heapq.heapreplace(heap, key)  # (its old entry is the top: replaced, not left stale)
+        return got
+
     def settled(self, gid: int, n: int, now_ms: int, head: Head | None = KEEP,
                 dead: int | None = None) -> None:
         """``n`` held jobs of group ``gid`` were settled (completed, failed,
@@ -348,7 +443,9 @@ class Dispatch:
         every settled job of a claim asks (``bench/groups_cpu_bench.py``). A group
         whose state one fewer held cannot change (empty; or ready, so below its
         limit, at a pass its priority's virtual time has not passed) only counts
-        it here; any other goes through :meth:`settled`: the same result either way."""
+        it here; any other with a held job is re-derived as :meth:`settled` would
+        (head and dead count kept), one without goes through it (which refuses):
+        the same result either way."""
         g = self._groups.get(gid)
         if g is not None and g.held:
             if g.state == EMPTY:
@@ -359,6 +456,9 @@ class Dispatch:
             if g.state == READY and self._vtime.get(g.at_p, 0) <= g.pass_:
                 g.held -= 1
                 return
+            g.held -= 1  # (settled()'s checks hold: a held job, head and dead count kept)
+            self._derive(g, now_ms)
+            return
         self.settled(gid, 1, now_ms)
 
     def hold(self, gid: int, n: int, now_ms: int) -> None:
@@ -387,6 +487,51 @@ class Dispatch:
                 return
             g = self._record(gid)
         self._update(g, head, dead, now_ms)
+
+    def set_heads(self, heads: Iterable[tuple[int, Head]], now_ms: int) -> None:
+        """:meth:`set_head` of each ``(gid, head)`` in turn (a head, never None;
+        dead counts unchanged): what a claim tells of the groups its new jobs
+        reached. A group without a record or with no head before that becomes
+        ready is made so here, without the general re-derivation (one such
+        group for each group with new jobs after a claim emptied them:
+        ``bench/groups_cpu_bench.py``); any other goes through :meth:`set_head`,
+        the same result either way. ``ValueError`` for a bad head (the heads
+        before it stand)."""
+        groups, settings, heap, ready = self._groups, self.settings, self._heap, self._ready
+        ready_at, vtime = self._ready_at, self._vtime
+        if self.buckets is not None or settings.weights or settings.limits or settings.fifo:
+            for gid, head in heads:  # (groups not all alike, or tokens: the general way)
+                self.set_head(gid, head, now_ms)
+            return
+        plain_limit, push, get = settings.limit, heapq.heappush, groups.get
+        for gid, head in heads:
+            g = get(gid)
+            if head is None or (g is not None and g.state != EMPTY) or head.due_ms > now_ms \
+                    or not 0 < gid <= _GID_MASK or not (
+                        -MAX_PRIORITY <= head.priority <= MAX_PRIORITY
+                        and 0 <= head.order < ORDER_LIMIT):
+                self.set_head(gid, head, now_ms)
+                continue
+            if g is None:  # (_record(), for a queue whose settings name no group)
+                g = groups[gid] = _Group(gid, 1, plain_limit)
+            if (g.limit is not None and g.held >= g.limit) or (g.dead and settings.holds_dead):
+                self.set_head(gid, head, now_ms)  # (not ready: parked as _derive parks)
+                continue
+            # (EMPTY -> READY: _derive(), inlined)
+            p = head.priority
+            g.head = head
+            ready.add(gid)
+            ready_at[p] = ready_at.get(p, 0) + 1
+            g.at_p, g.state = p, READY
+            v = vtime.get(p, 0)
+            if v > g.pass_:
+                g.pass_ = v
+            g.key = key = (((MAX_PRIORITY - p) << _PRIORITY_SHIFT) | (g.pass_ << _PASS_SHIFT)
+                           | (head.order << _ORDER_SHIFT) | gid)
+            push(heap, key)
+        if len(heap) > 2 * len(ready) + 64:
+            self._heap = [groups[r].key for r in ready]
+            heapq.heapify(self._heap)
 
     def reconfigure(self, settings: GroupSettings, now_ms: int,
                     heads: Mapping[int, Head | None] | None = None) -> None:

@@ -53,12 +53,26 @@ class GroupNames:
     name takes the freed id, so the table's size is the live groups'.
     """
 
-    __slots__ = ("_free", "_gids", "_names")
+    __slots__ = ("_free", "_gids", "_names", "spelt")
 
     def __init__(self) -> None:
         self._gids: dict[str, int] = {}
         self._names: list[str | None] = [None]  # gid -> name; None at 0 and at freed ids
         self._free: list[int] = []
+        #: A name as a job's line spells it (its JSON string) -> its gid, for the
+        #: names met lately (None -> 0): read it; :meth:`gid_spelt` fills it. A
+        #: grouped claim finds its new jobs' groups so (``bench/groups_cpu_bench.py``).
+        self.spelt: dict[bytes | None, int] = {None: NO_GROUP}
+
+    def gid_spelt(self, spelt: bytes, name: str) -> int:
+        """:meth:`gid` of ``name``, which a line spells ``spelt``, kept in
+        :attr:`spelt` (emptied past 16,384 spellings, and when an id is released)."""
+        gid = self.gid(name)
+        if len(self.spelt) >= 16_384:
+            self.spelt.clear()
+            self.spelt[None] = NO_GROUP
+        self.spelt[spelt] = gid
+        return gid
 
     def gid(self, name: str | None) -> int:
         """The id of ``name`` (a checked name, or None: 0), interning it if new."""
@@ -98,6 +112,8 @@ class GroupNames:
         del self._gids[name]
         self._names[gid] = None
         self._free.append(gid)
+        self.spelt.clear()  # (a spelling of the name would find its id, reused)
+        self.spelt[None] = NO_GROUP
 
     def __len__(self) -> int:
         """Names interned now (gid 0 not counted)."""

@@ -59,16 +59,18 @@ from broker.model.indexes import (
     SEQ_BITS,
     SEQ_MASK,
     TIME_BITS,
+    TIME_MASK,
     key_time,
     promote_due,
     ready_key,
     timed_key,
 )
 from broker.model.job import DEAD, PENDING, Job
-from broker.model.job_lines import line_group, pending_from_line
+from broker.model.job_lines import group_of_field, line_group_field, pending_from_line
 from broker.model.lifecycle import IllegalMove, claim_ready
 from broker.model.ops import LeasedJobs
-from broker.model.segments.refs import due_key, holding, next_untaken, run_from, taken_between
+from broker.model.segments.group_heaps import fair_turns, live_top, virtual_at
+from broker.model.segments.refs import due_key, next_untaken, run_from, taken_between
 from broker.model.state import QueueState
 
 _READY_PRIORITY_SHIFT = SEQ_BITS + TIME_BITS  # (a ready key's priority: see ready_key)
@@ -85,13 +87,6 @@ def uses_groups(state: QueueState) -> bool:
 def grouped_refs(state: QueueState) -> bool:
     """Whether the head references a grouped segment (format 3)."""
     return any(ref.groups is not None for ref in state.segment_refs)
-
-
-def _virtual_at(state: QueueState, seq: int) -> int | None:
-    """The index of the grouped ref holding ``seq`` at an untaken position (a
-    run's next job, not yet in the head), or None."""
-    at = holding(state.segment_refs, seq)
-    return at if at is not None and state.segment_refs[at].groups is not None else None
 
 
 def _register(state: QueueState, groups: GroupState, now_ms: int) -> bool:
@@ -156,8 +151,8 @@ def _take(state: QueueState, groups: GroupState, heap: list[int], chosen: list[i
             heapq.heappop(heap)
         chosen.append(_ready_entry(state, seq) if fifo else entry)
         return True
-    at = _virtual_at(state, seq)
-    assert at is not None  # (_live_top found it live)
+    at = virtual_at(state, seq)
+    assert at is not None  # (live_top found it live)
     ref = state.segment_refs[at]
     d = groups.dirs.get((ref.key, ref.etag))
     pos = seq - ref.first_seq
@@ -260,8 +255,8 @@ def _head_at(state: QueueState, entry: int | None, fifo: bool) -> Head | None:
         return Head(priority_of(entry), entry, 0)
     job = state.jobs.entries.get(entry)
     if job is None:  # (a grouped segment run's next job)
-        at = _virtual_at(state, entry)
-        assert at is not None  # (_live_top found it live)
+        at = virtual_at(state, entry)
+        assert at is not None  # (live_top found it live)
         ref = state.segment_refs[at]
         priority, run_at = ref.priority, ref.run_at_ms
     else:
@@ -276,7 +271,7 @@ def _refresh(state: QueueState, groups: GroupState, gid: int, now_ms: int) -> No
     dropped) and, in fifo order, its dead count."""
     fifo = groups.settings.fifo and gid != NO_GROUP
     heap = groups.heaps.get(gid)
-    head = _head_at(state, _live_top(state, heap, now_ms, fifo), fifo)
+    head = _head_at(state, live_top(state, heap, now_ms, fifo), fifo)
     if not heap:
         groups.heaps.pop(gid, None)
     groups.dispatch.set_head(gid, head, now_ms,
@@ -340,6 +335,9 @@ def _absorb(state: QueueState, groups: GroupState, now_ms: int) -> None:
     # (bench/groups_cpu_bench.py). Group 0's head may be a segment's: always told.
     touched: dict[int, int | None] = {}
     gids: dict[str | None, int] = {}  # (names.gid() once per group, not per job)
+    names = groups.names
+    spelt = names.spelt  # (and as lines spell them: once per group met lately)
+    push = heapq.heappush
     # Every entry leaves the ready heap: sorted (in C) and read in order rather than
     # popped one by one, so each group's heap grows by ascending pushes that sift nothing.
     ready.sort()
@@ -347,22 +345,26 @@ def _absorb(state: QueueState, groups: GroupState, now_ms: int) -> None:
         seq = entry & SEQ_MASK
         job = entries.get(seq)
         if isinstance(job, bytes):  # (a bulk push's line: its one entry is live)
-            group = line_group(job)
-            if key_time(entry) > now_ms and not (fifo and group is not None):
-                heapq.heappush(state.delayed, timed_key(key_time(entry), seq))  # (clock back)
+            field = line_group_field(job)
+            if (entry >> SEQ_BITS) & TIME_MASK > now_ms and not (fifo and field is not None):
+                push(state.delayed, timed_key(key_time(entry), seq))  # (clock back)
                 continue
+            gid = spelt.get(field)
+            if gid is None:
+                assert field is not None  # (spelt holds None)
+                gid = names.gid_spelt(field, group_of_field(field))
         elif job is None or job.status != PENDING or (
                 ((MAX_PRIORITY - job.priority) << _READY_PRIORITY_SHIFT)
                 | (job.run_at_ms << SEQ_BITS) | seq) != entry:  # (ready_key(), inlined)
             continue
         elif job.run_at_ms > now_ms and not (fifo and job.group is not None):
-            heapq.heappush(state.delayed, timed_key(job.run_at_ms, seq))
+            push(state.delayed, timed_key(job.run_at_ms, seq))
             continue
         else:
             group = job.group
-        gid = gids.get(group)
-        if gid is None:
-            gid = gids[group] = gid_of(group)
+            gid = gids.get(group)
+            if gid is None:
+                gid = gids[group] = gid_of(group)
         if fifo and gid != NO_GROUP:
             entry = seq  # (source_key in fifo order)
         heap = heaps.get(gid)
@@ -372,62 +374,23 @@ def _absorb(state: QueueState, groups: GroupState, now_ms: int) -> None:
         else:
             if gid not in touched:
                 touched[gid] = heap[0] if gid and heap else None
-            heapq.heappush(heap, entry)
+            push(heap, entry)
     ready.clear()
-    for gid, top in touched.items():
-        if top is None or heaps[gid][0] != top:
-            if fifo and gid != NO_GROUP:
-                _refresh(state, groups, gid, now_ms)
-            else:
-                groups.head_of(gid, now_ms)
-
-
-def _live_top(state: QueueState, heap: list[int] | None, now_ms: int,
-              fifo: bool = False) -> int | None:
-    """The first live, due entry of a group's heap (stale ones popped, early ones
-    moved to the delayed heap), or None. ``fifo`` (a fifo group: keys are seqs):
-    the first pending job's, due or not."""
-    entries = state.jobs.entries
     if fifo:
-        while heap:
-            seq = heap[0]
-            job = entries.get(seq)
-            if isinstance(job, bytes) or (job is not None and job.status == PENDING) or (
-                    job is None and _virtual_at(state, seq) is not None):
-                return seq
-            heapq.heappop(heap)
-        return None
-    while heap:
-        entry = heap[0]
-        seq = entry & SEQ_MASK
-        job = entries.get(seq)
-        if job is None:  # (a grouped segment run's next job, or gone)
-            at = _virtual_at(state, seq)
-            if at is not None:
-                ref = state.segment_refs[at]
-                if ref.run_at_ms <= now_ms and entry == ready_key(
-                        ref.priority, ref.run_at_ms, seq):
-                    return entry
-            heapq.heappop(heap)
-            continue
-        if isinstance(job, bytes):
-            if key_time(entry) <= now_ms:
-                return entry
-            heapq.heappop(heap)  # (its line's one entry: due later, as claim_ready does)
-            heapq.heappush(state.delayed, timed_key(key_time(entry), seq))
-            continue
-        # (ready_key(), inlined: twice per job claimed, bench/groups_cpu_bench.py)
-        if job is None or job.status != PENDING or (
-                ((MAX_PRIORITY - job.priority) << _READY_PRIORITY_SHIFT)
-                | (job.run_at_ms << SEQ_BITS) | seq) != entry:
-            heapq.heappop(heap)
-            continue
-        if job.run_at_ms > now_ms:
-            heapq.heappop(heap)
-            heapq.heappush(state.delayed, timed_key(job.run_at_ms, seq))
-            continue
-        return entry
-    return None
+        for gid, top in touched.items():
+            if top is None or heaps[gid][0] != top:
+                if gid != NO_GROUP:
+                    _refresh(state, groups, gid, now_ms)
+                else:
+                    groups.head_of(gid, now_ms)
+        return
+    heads = []  # (groups.head_of() of each, told at once: their heaps are not empty)
+    new = tuple.__new__  # (Head(...) without its Python-level __new__: once a group)
+    for gid, top in touched.items():
+        key = heaps[gid][0]
+        if top is None or key != top:
+            heads.append((gid, new(Head, (MAX_PRIORITY - (key >> _READY_PRIORITY_SHIFT), key, 0))))
+    groups.dispatch.set_heads(heads, now_ms)
 
 
 def _segment_next(state: QueueState, now_ms: int) -> tuple[int, int] | None:
@@ -448,6 +411,13 @@ def _told(dispatch: Dispatch, gid: int) -> int | None:
 
 def _head(key: int | None) -> Head | None:
     return None if key is None else Head(priority_of(key), key, 0)
+
+
+def _in_bulk(state: QueueState, groups: GroupState) -> bool:
+    """Whether a claim's turns go by :func:`fair_turns` (fair order, no per-group
+    rate, no segment), not by the loop of :func:`claim_grouped`: the same turns."""
+    return not groups.settings.fifo and groups.dispatch.buckets is None \
+        and not state.segment_refs
 
 
 def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, now_ms: int,
@@ -483,10 +453,13 @@ def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, 
         return LeasedJobs()  # (a due grouped segment's directory is not loaded yet)
     assert move_in_position is not None or not groups.dirs
     chosen: list[int] = []  # the ready keys of the jobs picked, turn by turn
-    while len(chosen) < max_jobs:
+    in_bulk = _in_bulk(state, groups)
+    if in_bulk:
+        fair_turns(state, groups, chosen, max_jobs, now_ms)
+    while not in_bulk and len(chosen) < max_jobs:
         seg = _segment_next(state, now_ms) if state.segment_refs else None
         if seg is not None or NO_GROUP in heaps:  # (group 0: its inline jobs and the segments)
-            top = _live_top(state, heaps.get(NO_GROUP), now_ms)
+            top = live_top(state, heaps.get(NO_GROUP), now_ms)
             dispatch.set_head(NO_GROUP, _head(top if seg is None or (
                 top is not None and top < seg[0]) else seg[0]), now_ms)
         picked = dispatch.pick(now_ms, max_jobs - len(chosen))
@@ -495,7 +468,7 @@ def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, 
         gid, q = picked
         heap = heaps.get(gid)
         fifo = fifo_order and gid != NO_GROUP
-        top = _live_top(state, heap, now_ms, fifo)
+        top = live_top(state, heap, now_ms, fifo)
         if fifo and top is not None:
             now_head = _head_at(state, top, fifo)
             if dispatch.head(gid) != now_head:  # (as below; or its run-at moved)
@@ -515,7 +488,7 @@ def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, 
                     break  # (its lines are not loaded: answer what this claim has)
                 _absorb(state, groups, now_ms)  # (the moved jobs: group 0's, first)
                 heap = heaps.get(gid)
-                top = _live_top(state, heap, now_ms)
+                top = live_top(state, heap, now_ms)
             after = _segment_next(state, now_ms)
             until = None if after is None else after[0]
         taken = 0
@@ -527,13 +500,13 @@ def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, 
                                 fifo)
             taken = 0 if blocked else 1
             while not fifo and heap and taken < q and not blocked:  # (fifo: one a turn)
-                entry = _live_top(state, heap, now_ms)
+                entry = live_top(state, heap, now_ms)
                 if entry is None or (until is not None and entry > until) or \
                         priority_of(entry) != p:
                     break
                 blocked = not _take(state, groups, heap, chosen, move_in_position)  # type: ignore[arg-type]
                 taken += 1 - blocked
-        head = _live_top(state, heap, now_ms, fifo)
+        head = live_top(state, heap, now_ms, fifo)
         if not heap:
             heaps.pop(gid, None)
         if gid == NO_GROUP and state.segment_refs:

@@ -1,0 +1,136 @@
+"""Each group's heap of its jobs' keys, as a grouped claim reads and takes them
+(:mod:`broker.model.segments.grouped` keeps the heaps in the queue's
+:class:`~broker.model.groups.counts.GroupState`): a heap's live top (stale
+entries dropped, early ones moved to the delayed heap), and the turns of a
+claim in fair order served in one call (:func:`fair_turns`).
+
+Pure: no I/O, time passed in.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from broker.limits import MAX_PRIORITY
+from broker.model.groups.counts import GroupState
+from broker.model.groups.dispatch import Head
+from broker.model.groups.names import NO_GROUP
+from broker.model.indexes import (
+    SEQ_BITS,
+    SEQ_MASK,
+    TIME_BITS,
+    TIME_MASK,
+    key_time,
+    ready_key,
+    timed_key,
+)
+from broker.model.job import PENDING
+from broker.model.segments.refs import holding
+from broker.model.state import QueueState
+
+_READY_PRIORITY_SHIFT = SEQ_BITS + TIME_BITS  # (a ready key's priority: see ready_key)
+
+__all__ = ["fair_turns", "live_top", "virtual_at"]
+
+
+def virtual_at(state: QueueState, seq: int) -> int | None:
+    """The index of the grouped ref holding ``seq`` at an untaken position (a
+    run's next job, not yet in the head), or None."""
+    at = holding(state.segment_refs, seq)
+    return at if at is not None and state.segment_refs[at].groups is not None else None
+
+
+def live_top(state: QueueState, heap: list[int] | None, now_ms: int,
+             fifo: bool = False) -> int | None:
+    """The first live, due entry of a group's heap (stale ones popped, early ones
+    moved to the delayed heap), or None. ``fifo`` (a fifo group: keys are seqs):
+    the first pending job's, due or not."""
+    entries = state.jobs.entries
+    if fifo:
+        while heap:
+            seq = heap[0]
+            job = entries.get(seq)
+            if isinstance(job, bytes) or (job is not None and job.status == PENDING) or (
+                    job is None and virtual_at(state, seq) is not None):
+                return seq
+            heapq.heappop(heap)
+        return None
+    while heap:
+        entry = heap[0]
+        seq = entry & SEQ_MASK
+        job = entries.get(seq)
+        if job is None:  # (a grouped segment run's next job, or gone)
+            at = virtual_at(state, seq)
+            if at is not None:
+                ref = state.segment_refs[at]
+                if ref.run_at_ms <= now_ms and entry == ready_key(
+                        ref.priority, ref.run_at_ms, seq):
+                    return entry
+            heapq.heappop(heap)
+            continue
+        if isinstance(job, bytes):
+            if key_time(entry) <= now_ms:
+                return entry
+            heapq.heappop(heap)  # (its line's one entry: due later, as claim_ready does)
+            heapq.heappush(state.delayed, timed_key(key_time(entry), seq))
+            continue
+        # (ready_key(), inlined: twice per job claimed, bench/groups_cpu_bench.py)
+        if job is None or job.status != PENDING or (
+                ((MAX_PRIORITY - job.priority) << _READY_PRIORITY_SHIFT)
+                | (job.run_at_ms << SEQ_BITS) | seq) != entry:
+            heapq.heappop(heap)
+            continue
+        if job.run_at_ms > now_ms:
+            heapq.heappop(heap)
+            heapq.heappush(state.delayed, timed_key(job.run_at_ms, seq))
+            continue
+        return entry
+    return None
+
+
+def fair_turns(state: QueueState, groups: GroupState, chosen: list[int], want: int,
+               now_ms: int) -> None:
+    """Up to ``want`` jobs of a claim in fair order without per-group rates or
+    segments, their ready keys appended to ``chosen``: every turn in one call of
+    :meth:`~broker.model.groups.dispatch.Dispatch.serve_turns`, each turn's jobs
+    taken here as the loop of :func:`broker.model.segments.grouped.claim_grouped`
+    takes them (the group's told head checked live first; up to ``q`` jobs of its
+    priority). The same turns as that loop, a few calls a job fewer
+    (``bench/groups_cpu_bench.py``)."""
+    heaps, entries, dispatch = groups.heaps, state.jobs.entries, groups.dispatch
+    if NO_GROUP in heaps:  # (group 0's head, as the loop sets it before a pick)
+        top = live_top(state, heaps[NO_GROUP], now_ms)
+        dispatch.set_head(NO_GROUP, None if top is None else Head(
+            MAX_PRIORITY - (top >> _READY_PRIORITY_SHIFT), top, 0), now_ms)
+    append, pop, new = chosen.append, heapq.heappop, tuple.__new__
+
+    def take(gid: int, q: int, head: Head) -> tuple[int, Head | None]:
+        heap = heaps.get(gid)
+        # (live_top, with a bulk push's due line, the common top, read inline)
+        top = heap[0] if heap else None
+        if top is not None and (entries.get(top & SEQ_MASK).__class__ is not bytes
+                                or (top >> SEQ_BITS) & TIME_MASK > now_ms):
+            top = live_top(state, heap, now_ms)
+        n = 0
+        if top == head.order:
+            assert heap is not None  # (a live top)
+            p = head.priority
+            while True:
+                pop(heap)
+                while heap and heap[0] == top:  # (a job indexed twice, as grouped._take drops it)
+                    pop(heap)
+                append(top)
+                n += 1
+                top = heap[0] if heap else None
+                if top is not None and (entries.get(top & SEQ_MASK).__class__ is not bytes
+                                        or (top >> SEQ_BITS) & TIME_MASK > now_ms):
+                    top = live_top(state, heap, now_ms)
+                if top is None or n >= q or MAX_PRIORITY - (top >> _READY_PRIORITY_SHIFT) != p:
+                    break
+        if top is None:  # (its heap is empty)
+            heaps.pop(gid, None)
+            return n, None
+        # (Head(...) without its Python-level __new__: once a turn, bench/groups_cpu_bench.py)
+        return n, new(Head, (MAX_PRIORITY - (top >> _READY_PRIORITY_SHIFT), top, 0))
+
+    dispatch.serve_turns(now_ms, want, take)

@@ -53,8 +53,10 @@ claim's jobs in claim order; a claimed job's line says ``"claim": <fence>``
 lease number ``fence + i``. A heartbeat renews the record, so the whole
 claim. A version-4 object's claimed lines (each with its lease) load as
 records (consecutive lease numbers with the same lease merged into one) and
-are written as version 5 by its next write. ``"spills"`` is always ``[]``
-(spill objects are a later change; a broker refuses a head that names one).
+are written as version 5 by its next write. ``"spills"`` lists the head's
+references to spill objects (:mod:`broker.model.format.spill_refs`: failed
+and dead jobs a commit took out of the head; none while the broker's
+``spill_jobs`` is 0); a broker from before them refuses a head that names one.
 
 ``token_key`` is the secret that binds the queue's lease tokens to it (see
 :mod:`broker.model.tokens`); an object written before it existed has none
@@ -110,12 +112,12 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Protocol
 
 from broker.errors import shown
 from broker.limits import check_setting
 from broker.model.claim_records import ClaimRecord
-from broker.model.job import PENDING, Job, seq_of
+from broker.model.job import DEAD, PENDING, Job, seq_of
 from broker.model.jobtable import JobTable
 from broker.model.ratelimit import ClaimGate
 from broker.model.receipts import Receipts
@@ -127,7 +129,8 @@ FORMAT = "osqueue"
 # 4: "segments", the references to segment objects (so a commit's cost does not grow
 #    with the pending jobs);
 # 5: "claims", one record a claim holding its lease (claimed lines say "claim": fence),
-#    and "spills" (always [] so far);
+#    and "spills", the references to spill objects (a broker from before them refuses
+#    a head with one: no version of its own);
 # 6: job groups ("group" on a job's line), written only while a job in the head has
 #    one (broker.model.format.codec.version_of): a queue without groups stays at 5.
 VERSION = 6
@@ -264,6 +267,28 @@ class Counters:
             if not out[name]:
                 del out[name]
         return out
+
+
+#: Rough bytes of one spill reference in the object (one line of ``"spills"``).
+SPILL_REF_BYTES = 240
+
+
+class SpillRefLike(Protocol):
+    """What the state asks of a reference to a spill object (the one kind is
+    :class:`broker.model.format.spill_refs.SpillRef`, a layer above): its key,
+    etag, kind (``"pending"`` or ``"dead"``) and how many jobs it still holds."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def etag(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def live(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -446,6 +471,8 @@ class QueueState:
     # The head's references to segment objects ("segments" in the object), in
     # ascending first_seq.
     segment_refs: list[SegmentRef] = field(default_factory=list)
+    # The head's references to spill objects ("spills"), in the object's order.
+    spill_refs: list[SpillRefLike] = field(default_factory=list)
     # The claim records ("claims" in the object; broker.model.claim_records), by base
     # fence, in ascending fence: the leases of the claimed jobs. Kept by
     # broker.model.lifecycle, with each claimed job's copy of its record's lease.
@@ -505,11 +532,14 @@ class QueueState:
         return None if seq is None else self.jobs.get(seq)
 
     def count_by_status(self) -> dict[str, int]:
-        """How many jobs have each status: the head's, and the segments' pending
-        ones (see ``broker.model.segments.refs.segment_counts``)."""
+        """How many jobs have each status: the head's, the segments' pending
+        ones (see ``broker.model.segments.refs.segment_counts``) and the spill
+        objects' (pending or dead, from their references: O(references))."""
         counts = self.jobs.count_by_status()
         if self.segment_refs:
             counts[PENDING] += sum(ref.remaining for ref in self.segment_refs)
+        for spill in self.spill_refs:
+            counts[PENDING if spill.kind == PENDING else DEAD] += spill.live
         return counts
 
     def size_estimate(self) -> int:
@@ -522,7 +552,8 @@ class QueueState:
                       for ref in refs if ref.groups is not None) if refs else 0
         return self.approx_bytes + self.key_bytes + self.receipts.size_estimate() \
             + len(refs) * SEGMENT_REF_BYTES + grouped \
-            + len(self.claim_records) * CLAIM_RECORD_BYTES
+            + len(self.claim_records) * CLAIM_RECORD_BYTES \
+            + len(self.spill_refs) * SPILL_REF_BYTES
 
 
 def key_entry_bytes(key: str) -> int:

@@ -89,8 +89,12 @@ class QueueTarget:
         asks, without reading a segment), and load the segment lines the
         batch's claims may take (:func:`~broker.model.segments.claims.claim_refs`, of them
         those :func:`~broker.model.segments.claims.plan_windows` says are short).
-        Raises ``SegmentMissing`` naming a missing or changed object, and the
-        store's errors."""
+        Raises ``SegmentMissing`` naming a missing or changed object (a
+        segment or a spill object), and the store's errors."""
+        for spill in state.spill_refs:
+            if (spill.key, spill.etag) not in self._checked:
+                await self.segments.check_spill(spill)
+                self._checked.add((spill.key, spill.etag))
         refs = state.segment_refs
         if not refs:
             return

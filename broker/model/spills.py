@@ -20,7 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from broker.model.format.spill_format import EncodedSpill, ErrorEntry, SpilledJob, encode_spills
+from broker.model.format.spill_refs import SpillRef
 from broker.model.job import DEAD, Job
+from broker.model.lifecycle import GONE, move
 from broker.model.state import QueueState
 
 #: Bytes a spilled job's line costs besides its payload, key and error text
@@ -41,8 +43,10 @@ NOTHING = SpillPlan((), ())
 
 
 def spillable(job: Job) -> bool:
-    """Whether ``job`` is a candidate: dead, its payload free of raw line breaks."""
-    return job.status == DEAD and b"\n" not in job.payload
+    """Whether ``job`` is a candidate: dead, its payload free of raw line
+    breaks, of no group (a fifo group's dead head holds its group, which its
+    groups' state reads from the head: it stays inline)."""
+    return job.status == DEAD and job.group is None and b"\n" not in job.payload
 
 
 def estimated_bytes(job: Job) -> int:
@@ -80,3 +84,24 @@ def plan_dead(state: QueueState, queue: str, spill_jobs: int, spill_bytes: int,
         return NOTHING
     objects = encode_spills(queue, DEAD, [spilled(job, now_ms) for job in candidates])
     return SpillPlan(tuple(job.seq for job in candidates), tuple(objects))
+
+
+def attach(state: QueueState, plan: SpillPlan, refs: list[SpillRef], now_ms: int) -> None:
+    """The commit's final change once every object of ``plan`` was written:
+    its jobs leave the head (their heap entries go stale; the size estimate
+    drops) and ``refs`` (one per object of ``plan``, in its order) join
+    ``"spills"``. Spilling moves jobs, it changes no status: counts stay as
+    they were (a ref's jobs are counted from it). ``ValueError``, having
+    changed nothing, if ``refs`` do not match ``plan``'s objects or a job of
+    the plan is no longer a dead job of the head."""
+    if len(refs) != len(plan.objects) or any(
+            ref.kind != DEAD or ref.count != obj.count or ref.seqs != obj.seqs
+            for ref, obj in zip(refs, plan.objects, strict=True)):
+        raise ValueError("the spill references do not match the planned objects")
+    jobs = [state.jobs.get(seq) for seq in plan.seqs]
+    if any(job is None or not spillable(job) for job in jobs):
+        raise ValueError("a planned job is no longer a dead job of the head")
+    for job in jobs:
+        assert job is not None
+        move(state, job, GONE, now_ms)
+    state.spill_refs.extend(refs)

@@ -4,7 +4,13 @@ never with spill_jobs 0) and the objects that hold them, read back whole."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
+
 from broker.model import spills, transitions
+from broker.model.format import codec
+from broker.model.format.decode import decode_state
 from broker.model.format.spill_format import spill_jobs as read_spill
 from broker.model.format.spill_refs import new_ref
 from broker.model.job import DEAD, PENDING, Job
@@ -22,6 +28,9 @@ def _state(dead: int, payload: bytes = b'{"n":1}', pending: int = 2) -> QueueSta
                               attempts=1, max_attempts=1 if status == DEAD else 3,
                               created_ms=T0, key=f"k{seq}" if seq % 2 else None,
                               last_error="ValueError: boom" if status == DEAD else None)
+    state.approx_bytes = sum(job.size_estimate() for job in state.jobs.values())
+    state.counters.enqueued = dead + pending
+    codec.reset_blocks(state)  # (as a decoded state: jobs added by hand)
     return state
 
 
@@ -62,3 +71,39 @@ def test_a_payload_with_a_raw_line_break_stays_inline() -> None:
     plan = spills.plan_dead(state, "q", 10, 1 << 20, NOW)
     assert 4 not in plan.seqs and len(plan.seqs) == 19
     assert sum(obj.count for obj in plan.objects) == 19
+
+
+def test_a_dead_job_of_a_group_stays_inline() -> None:
+    state = _state(20)
+    state.jobs[5].group = "g"
+    assert 5 not in spills.plan_dead(state, "q", 10, 1 << 20, NOW).seqs
+
+
+def test_attach_moves_the_jobs_out_and_keeps_the_counts() -> None:
+    state = _state(11)
+    counts = state.count_by_status()
+    size = state.size_estimate()
+    plan = spills.plan_dead(state, "q", 10, 1 << 20, NOW)
+    (obj,) = plan.objects
+    spills.attach(state, plan, [new_ref(obj, spill_key(DEAD), ETAG)], NOW)
+    assert state.jobs.count_by_status()[DEAD] == 0
+    assert state.count_by_status() == counts
+    assert len(state.spill_refs) == 1 and state.size_estimate() < size
+    back = decode_state(codec.encode(state))
+    assert back.count_by_status() == counts
+    assert not any(job.status == DEAD for job in back.jobs.values())
+
+
+def test_attach_refuses_refs_that_do_not_match_and_changes_nothing() -> None:
+    state = _state(11)
+    before = codec.encode(state)
+    plan = spills.plan_dead(state, "q", 10, 1 << 20, NOW)
+    (obj,) = plan.objects
+    ref = new_ref(obj, spill_key(DEAD), ETAG)
+    with pytest.raises(ValueError, match="do not match"):
+        spills.attach(state, plan, [replace(ref, count=ref.count - 1)], NOW)
+    del state.jobs[3]
+    with pytest.raises(ValueError, match="no longer a dead job"):
+        spills.attach(state, plan, [ref], NOW)
+    state.jobs[3] = decode_state(before).jobs[3]
+    assert codec.encode(state) == before

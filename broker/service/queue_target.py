@@ -102,8 +102,12 @@ class QueueTarget:
         those :func:`~broker.model.segments.claims.plan_windows` says are short; of
         grouped segments, the directory of every due one and the lines of those
         :func:`~broker.model.segments.planning.claim_sources` plans).
-        Raises ``SegmentMissing`` naming a missing or changed object, and the
-        store's errors."""
+        Raises ``SegmentMissing`` naming a missing or changed object (a
+        segment or a spill object), and the store's errors."""
+        for spill in state.spill_refs:
+            if (spill.key, spill.etag) not in self._checked:
+                await self.segments.check_spill(spill)
+                self._checked.add((spill.key, spill.etag))
         refs = state.segment_refs
         if not refs:
             return

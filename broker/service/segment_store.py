@@ -56,13 +56,14 @@ from broker import paths
 from broker.errors import Conflict, CorruptState, NotFound, OsqueueError
 from broker.model.format.segment_format import (
     Runs,
+    check_object_version,
     check_version,
     encode_segment,
     read_checked,
     read_directory,
     read_header,
 )
-from broker.model.state import QueueState, SegmentRef
+from broker.model.state import QueueState, SegmentRef, SpillRefLike
 from broker.storage import Data, ObjectStore
 from broker.storage.base import ListedKeys
 
@@ -273,6 +274,20 @@ class SegmentStore:
         store has one: what a takeover asks of every reference it loads)."""
         await self._io(self._check, ref)
 
+    async def check_spill(self, ref: SpillRefLike) -> None:
+        """Raise :class:`~broker.errors.SegmentMissing` naming the spill object
+        unless ``ref``'s object exists at ``ref.etag`` (as :meth:`check`)."""
+        await self._io(self._check_spill, ref)
+
+    def _check_spill(self, ref: SpillRefLike) -> None:
+        try:
+            etag = self.store.head(ref.key)
+        except NotFound:
+            etag = None
+        parsed = paths.parse_spill_key(ref.key)
+        check_object_version("spill object", parsed[0] if parsed else "?", ref.key, ref.etag,
+                             etag, self.store.url)
+
     def _check(self, ref: SegmentRef) -> None:
         try:
             etag = self.store.head(ref.key)
@@ -371,7 +386,8 @@ class SegmentStore:
         others are swept. Returns how many objects were deleted."""
         removed = 0
         for name, state in list(queues):
-            referenced = {ref.key for ref in state.segment_refs} if state is not None else set()
+            referenced = {ref.key for ref in state.segment_refs} \
+                | {ref.key for ref in state.spill_refs} if state is not None else set()
             try:
                 removed += await self.sweep(
                     name, referenced, landed=functools.partial(self.landed_refs, name))

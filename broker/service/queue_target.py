@@ -45,6 +45,7 @@ from broker.model.views import next_wakeup_ms, page_segments
 from broker.service.archiver import Archiver
 from broker.service.ownership import Ownership, renew_at_ms, renew_due
 from broker.service.segment_store import SegmentStore
+from broker.service.spill_writer import SpillWriter
 from broker.storage import Data
 
 #: How far ahead of now a batch plans its segment windows (ms).
@@ -62,7 +63,8 @@ class QueueTarget:
                  settings: S.QueueSettings, ownership: Ownership, archiver: Archiver,
                  where: str, segments: SegmentStore,
                  random_bytes: Callable[[int], bytes] = secrets.token_bytes,
-                 held_in_records: bool = False, held_cache_bytes: int = 256 << 20) -> None:
+                 held_in_records: bool = False, held_cache_bytes: int = 256 << 20,
+                 spill: tuple[int, int] = (0, 0)) -> None:
         self.queue = queue
         self.broker_id = broker_id
         self.url = url
@@ -79,6 +81,8 @@ class QueueTarget:
         self.held_in_records = held_in_records
         self._checked: set[tuple[str, str]] = set()  # refs whose object was seen at its etag
         self._deleting: set[asyncio.Task[int]] = set()
+        # dead jobs off the head (spill_jobs, spill_bytes; 0 jobs: never)
+        self.spills = SpillWriter(queue, segments, *spill)
 
     def decode(self, data: bytes) -> S.QueueState:
         state = decode_state(data, where=self.where)
@@ -104,6 +108,7 @@ class QueueTarget:
         :func:`~broker.model.segments.planning.claim_sources` plans).
         Raises ``SegmentMissing`` naming a missing or changed object (a
         segment or a spill object), and the store's errors."""
+        self.spills.release()  # (the batch of the last before_write is answered)
         for spill in state.spill_refs:
             if (spill.key, spill.etag) not in self._checked:
                 await self.segments.check_spill(spill)
@@ -161,8 +166,15 @@ class QueueTarget:
             self.windows.put(ref, ref.taken, await self.segments.read_window(ref), keep)
 
     async def before_write(self, state: S.QueueState, now_ms: int) -> None:
-        """Nothing yet: the queue's state references no object written with its
-        commit (spill objects of failed and dead jobs will be written here)."""
+        """Past the broker's ``spill_jobs`` (or ``spill_bytes``), write the
+        head's dead jobs into spill objects and reference them instead
+        (:class:`~broker.service.spill_writer.SpillWriter`: a failed write
+        leaves them inline, logged). Nothing with ``spill_jobs`` 0."""
+        if not self.spills.spill_jobs:
+            return
+        before = len(state.spill_refs)
+        await self.spills.spill(state, now_ms)
+        self._checked.update((ref.key, ref.etag) for ref in state.spill_refs[before:])
 
     def apply(self, state: S.QueueState, op: Op,
               now_ms: int) -> tuple[Result | OsqueueError, bool]:
@@ -229,6 +241,7 @@ class QueueTarget:
                 mine.replayed = True
 
     def committed(self, state: S.QueueState) -> None:
+        self.spills.release()
         if state.dropped_refs:  # the commit that dropped them landed: they may go
             dropped, state.dropped_refs = state.dropped_refs, []
             self._checked.difference_update((ref.key, ref.etag) for ref in dropped)

@@ -154,14 +154,18 @@ class SegmentStore:
         write starts: the caller :meth:`release` s it once its commit is answered.
 
         ``ValueError`` (nothing written, nothing held) for a kind or seq
-        :func:`broker.paths.spill_name` refuses. The store's errors otherwise:
-        after ``StorageUnavailable`` the object may exist unreferenced (the
-        sweep removes it once released); the caller writes again, which picks
-        a new key.
+        :func:`broker.paths.spill_name` refuses. The store's errors otherwise
+        (the key then released): after ``StorageUnavailable`` the object may
+        exist unreferenced (the sweep removes it after the grace); the caller
+        writes again, which picks a new key.
         """
         key = paths.spill_key(queue, paths.spill_name(kind, commit_seq, secrets.token_hex(4)))
         self.hold([key])
-        etag: str = await self._io(self._create, key, data)
+        try:
+            etag: str = await self._io(self._create, key, data)
+        except BaseException:  # (it may exist: unreferenced, swept after the grace)
+            self.release([key])
+            raise
         return key, etag
 
     def _create(self, key: str, data: Data) -> str:

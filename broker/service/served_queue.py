@@ -86,7 +86,8 @@ class ServedQueue:
                  ownership: Ownership, clock: Callable[[], int],
                  monotonic: Callable[[], float], commit_timeout_s: float,
                  observe: Callable[[float, int, int], None], segments: SegmentStore,
-                 held_in_records: bool = False, held_cache_bytes: int = 256 << 20) -> None:
+                 held_in_records: bool = False, held_cache_bytes: int = 256 << 20,
+                 spill: tuple[int, int] = (0, 0)) -> None:
         self.name = name
         self.segments, self._clock, self._monotonic = segments, clock, monotonic
         self.jobs_ready = asyncio.Event()
@@ -96,7 +97,7 @@ class ServedQueue:
         self.target = QueueTarget(name, broker_id, url, lease_ms, settings, ownership,
                                   self.archiver, where=f"{store.url}/{paths.state_key(name)}",
                                   segments=segments, held_in_records=held_in_records,
-                                  held_cache_bytes=held_cache_bytes)
+                                  held_cache_bytes=held_cache_bytes, spill=spill)
         self.loop: QueueLoop = CommitLoop(
             store, paths.state_key(name), self.target, broker_id, executor,
             clock=clock,

@@ -10,24 +10,39 @@ one dead object (split at :data:`~broker.model.format.spill_format.MAX_SPILL_JOB
 jobs / :data:`~broker.model.format.spill_format.MAX_SPILL_BYTES`); below both
 they stay inline. ``spill_jobs`` 0 turns spilling off.
 
+Redrive and purge of spilled dead jobs (:func:`redrive_spilled`,
+:func:`purge_dead`): a purge drops every dead ref (its object deleted once
+the commit landed, as a segment's); a redrive copies the jobs of the dead
+objects the broker loaded for the batch (:func:`redrive_loads`: at most
+:data:`REDRIVE_JOBS` jobs a commit, within the queue's ``max_state_bytes``)
+back into the head as pending, attempts 0, due now, their last error kept;
+an object all of whose jobs went back is dropped, one that a redrive by id
+took some jobs of keeps them as ``out`` positions. (Not yet by reference:
+the design's pending ref with ``reset_at`` needs spill refs as claim
+sources.)
+
 (Retry-waiting pending jobs are candidates too in the design; this module
-plans dead ones only so far. The plan is not yet called by the commit's
-``before_write``: see docs/architecture.md, "Spill objects".)
+plans dead ones only so far. The plan is called by the commit's
+``before_write``: :mod:`broker.service.spill_writer`.)
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from broker.model.format.spill_format import EncodedSpill, ErrorEntry, SpilledJob, encode_spills
-from broker.model.format.spill_refs import SpillRef
-from broker.model.job import DEAD, Job
+from broker.model.format.spill_refs import SpillRef, is_out, live_count, with_out
+from broker.model.job import DEAD, PENDING, Job, seq_of
 from broker.model.lifecycle import GONE, move
-from broker.model.state import QueueState
+from broker.model.state import MAX_WINDOWS, QueueState
 
 #: Bytes a spilled job's line costs besides its payload, key and error text
 #: (its fields' names and numbers; an estimate for the rule, not a bound).
 LINE_OVERHEAD = 160
+#: Most jobs one redrive (of every dead job) copies back from spill objects into
+#: the head in one commit (at least one object's); a later redrive takes the rest.
+REDRIVE_JOBS = 65_536
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,3 +120,83 @@ def attach(state: QueueState, plan: SpillPlan, refs: list[SpillRef], now_ms: int
         assert job is not None
         move(state, job, GONE, now_ms)
     state.spill_refs.extend(refs)
+
+
+# -- redrive and purge ----------------------------------------------------------------
+
+
+def _dead_refs(state: QueueState) -> list[SpillRef]:
+    return [ref for ref in state.spill_refs
+            if isinstance(ref, SpillRef) and ref.kind == DEAD]
+
+
+def redrive_loads(state: QueueState, ids: Sequence[str] | None) -> list[SpillRef]:
+    """The dead spill refs whose jobs a redrive of ``ids`` (None: every dead
+    job) reads: for all, the refs in the head's order up to
+    :data:`REDRIVE_JOBS` live jobs (at least one ref); for ids, those whose
+    ``seqs`` bounds hold one of them, at most :data:`~broker.model.state.MAX_WINDOWS`
+    (an id beyond is not redriven by this call)."""
+    dead = _dead_refs(state)
+    if ids is None:
+        out: list[SpillRef] = []
+        total = 0
+        for ref in dead:
+            if out and total + ref.live > REDRIVE_JOBS:
+                break
+            out.append(ref)
+            total += ref.live
+        return out
+    seqs = [seq for seq in map(seq_of, ids) if seq is not None]
+    return [ref for ref in dead
+            if any(ref.seqs[0] <= seq <= ref.seqs[1] for seq in seqs)][:MAX_WINDOWS]
+
+
+def redrive_spilled(state: QueueState, ids: Sequence[str] | None, now_ms: int) -> list[Job]:
+    """Redrive the spilled dead jobs of ``ids`` (None: all) whose objects are
+    loaded (``state.spill_windows``, by :func:`redrive_loads`): each back in
+    the head as pending with no attempts, due at ``now_ms``, its last error
+    kept. A ref all of whose live jobs went back is dropped (its object
+    deleted once this commit landed); else the jobs taken are its ``out``.
+    Stops before an object whose jobs would pass the queue's
+    ``max_state_bytes`` (a later redrive takes them). Returns the jobs
+    redriven, in the refs' order."""
+    wanted = None if ids is None else {seq for seq in map(seq_of, ids) if seq is not None}
+    room = state.settings.max_state_bytes - state.size_estimate()
+    moved: list[Job] = []
+    refs: list[SpillRef] = []
+    for ref in list(state.spill_refs):
+        assert isinstance(ref, SpillRef)
+        jobs = state.spill_windows.get((ref.key, ref.etag)) if ref.kind == DEAD else None
+        if jobs is None or len(jobs) != ref.count:
+            refs.append(ref)
+            continue
+        picks = [pos for pos in range(ref.count) if not is_out(ref, pos)
+                 and (wanted is None or jobs[pos].seq in wanted)]
+        back = [jobs[pos].redriven(now_ms).to_job(PENDING) for pos in picks]
+        cost = sum(job.size_estimate() for job in back)
+        if not picks or cost > room:
+            refs.append(ref)
+            continue
+        room -= cost
+        for job in back:
+            move(state, job, PENDING, now_ms)
+        moved += back
+        for pos in picks:
+            ref = with_out(ref, pos)
+        if live_count(ref):
+            refs.append(ref)
+        else:
+            state.dropped_refs.append(ref)
+    state.spill_refs[:] = refs
+    return moved
+
+
+def purge_dead(state: QueueState) -> int:
+    """Drop every dead spill ref (their objects deleted once this commit
+    landed); how many live jobs they held."""
+    dead = _dead_refs(state)
+    if not dead:
+        return 0
+    state.spill_refs[:] = [ref for ref in state.spill_refs if ref.kind != DEAD]
+    state.dropped_refs.extend(dead)
+    return sum(ref.live for ref in dead)

@@ -324,8 +324,14 @@ class QueueState:
     # Never stored: refs dropped by changes since this state was loaded or last
     # committed, whose objects go once that commit lands (broker.model.segments.claims),
     # and the segment lines the broker loaded for claims (one per queue, shared).
-    dropped_refs: list[SegmentRef] = field(default_factory=list, compare=False, repr=False)
+    dropped_refs: list[SegmentRef | SpillRefLike] = field(default_factory=list, compare=False,
+                                                          repr=False)
     windows: SegmentWindows | None = field(default=None, compare=False, repr=False)
+    # Never stored: the jobs of spill objects the broker read for this batch (a
+    # redrive or a purge copies or counts them; broker.model.spills), by (key, etag):
+    # lists of broker.model.format.spill_format.SpilledJob, shared like windows.
+    spill_windows: dict[tuple[str, str], list[Any]] = field(default_factory=dict,
+                                                            compare=False, repr=False)
     # Never stored: the lines of jobs held at records' segment parts (shared like
     # windows), whether claims take segment jobs so (BrokerConfig.held_in_records),
     # and how many records name each segment (a named ref stays; derived on load).

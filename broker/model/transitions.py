@@ -119,6 +119,7 @@ from broker.model.ops import (
     TakeOver,
 )
 from broker.model.segments.claims import attach_refs, claim_merged, purge_pending, reserve
+from broker.model.spills import purge_dead, redrive_spilled
 from broker.model.state import QueueSettings, QueueState
 from broker.wire import ItemResult
 
@@ -501,6 +502,8 @@ def _redrive(state: QueueState, op: Redrive, now_ms: int) -> Result:
         job.attempts = 0
         job.run_at_ms = now_ms
         move(state, job, PENDING, now_ms)
+    if state.spill_refs:  # (dead jobs in spill objects the broker loaded)
+        targets += redrive_spilled(state, op.ids, now_ms)
     if op.request is not None:
         state.receipts.record(op.request, R.REDRIVE, [len(targets)], now_ms)
     return Result(changed=bool(targets) or op.request is not None,
@@ -523,6 +526,7 @@ def _purge(state: QueueState, op: Purge, now_ms: int) -> Result:
         move(state, job, GONE, now_ms)
     count = len(doomed) + (purge_held(state) if CLAIMED in statuses and state.seg_names else 0)
     count += purge_pending(state) if PENDING in statuses else 0
+    count += purge_dead(state) if DEAD in statuses else 0
     if op.request is not None:
         state.receipts.record(op.request, R.PURGE, [count], now_ms)
     return Result(changed=bool(count) or op.request is not None, count=count)

@@ -24,6 +24,7 @@ from broker.model import receipts as R
 from broker.model import state as S
 from broker.model.format import codec
 from broker.model.format.decode import decode_state
+from broker.model.format.spill_format import SpilledJob
 from broker.model.job import job_id_for
 from broker.model.ops import (
     Cancel,
@@ -33,6 +34,7 @@ from broker.model.ops import (
     Op,
     ReadJobs,
     Reclaim,
+    Redrive,
     RenewBroker,
     Result,
     TakeOver,
@@ -40,6 +42,7 @@ from broker.model.ops import (
 from broker.model.segments.claims import claim_refs, held_loads, plan_windows
 from broker.model.segments.grouped import carry_buckets
 from broker.model.segments.planning import claim_sources, directories_wanted
+from broker.model.spills import redrive_loads
 from broker.model.state import MAX_WINDOWS, SegmentWindows
 from broker.model.views import next_wakeup_ms, page_segments
 from broker.service.archiver import Archiver
@@ -77,6 +80,7 @@ class QueueTarget:
         self.retiring = False  # set while shutting down: never take the queue (back) over
         self.segments = segments
         self.windows = SegmentWindows()  # (shared by every state of this queue)
+        self.spill_windows: dict[tuple[str, str], list[SpilledJob]] = {}  # (likewise)
         self.held = S.HeldJobs(held_cache_bytes)  # (likewise: jobs held at segment parts)
         self.held_in_records = held_in_records
         self._checked: set[tuple[str, str]] = set()  # refs whose object was seen at its etag
@@ -87,14 +91,14 @@ class QueueTarget:
     def decode(self, data: bytes) -> S.QueueState:
         state = decode_state(data, where=self.where)
         tokens.bind(state, self.queue, self.random_bytes)  # (an older object: a key now)
-        state.windows = self.windows
+        state.windows, state.spill_windows = self.windows, self.spill_windows
         state.held, state.held_in_records = self.held, self.held_in_records
         return state
 
     def empty(self, now_ms: int) -> S.QueueState:
         state = transitions.new_state(now_ms, self.settings)
         tokens.bind(state, self.queue, self.random_bytes)
-        state.windows = self.windows
+        state.windows, state.spill_windows = self.windows, self.spill_windows
         state.held, state.held_in_records = self.held, self.held_in_records
         return state
 
@@ -113,6 +117,7 @@ class QueueTarget:
             if (spill.key, spill.etag) not in self._checked:
                 await self.segments.check_spill(spill)
                 self._checked.add((spill.key, spill.etag))
+        await self._load_spills(state, ops)
         refs = state.segment_refs
         if not refs:
             return
@@ -164,6 +169,18 @@ class QueueTarget:
                 self.windows.put_grouped(ref, lines, runs, keep)
                 continue
             self.windows.put(ref, ref.taken, await self.segments.read_window(ref), keep)
+
+    async def _load_spills(self, state: S.QueueState, ops: Sequence[Op]) -> None:
+        """Read the jobs of the dead spill objects the batch's redrives copy back
+        (:func:`~broker.model.spills.redrive_loads`), forgetting the others."""
+        wanted = [ref for op in ops if isinstance(op, Redrive)
+                  for ref in redrive_loads(state, op.ids)] if state.spill_refs else []
+        names = {(ref.key, ref.etag) for ref in wanted}
+        for name in [name for name in self.spill_windows if name not in names]:
+            del self.spill_windows[name]
+        for ref in dict.fromkeys(wanted):
+            if (ref.key, ref.etag) not in self.spill_windows:
+                self.spill_windows[(ref.key, ref.etag)] = await self.segments.read_spill(ref)
 
     async def before_write(self, state: S.QueueState, now_ms: int) -> None:
         """Past the broker's ``spill_jobs`` (or ``spill_bytes``), write the

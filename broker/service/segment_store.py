@@ -63,6 +63,8 @@ from broker.model.format.segment_format import (
     read_directory,
     read_header,
 )
+from broker.model.format.spill_format import SpilledJob, SpillSource
+from broker.model.format.spill_format import read_checked as spill_read_checked
 from broker.model.state import QueueState, SegmentRef, SpillRefLike
 from broker.storage import Data, ObjectStore
 from broker.storage.base import ListedKeys
@@ -271,6 +273,23 @@ class SegmentStore:
             queue = paths.job_object_queue(key)
             if queue is not None and key in self._seen.get(queue, {}):
                 self._seen[queue][key] = now
+
+    async def read_spill(self, ref: SpillSource) -> list[SpilledJob]:
+        """Every job of spill object ``ref`` (taken-out positions included: the
+        caller skips them), read through the one check
+        (:func:`~broker.model.format.spill_format.read_checked`):
+        ``SegmentMissing`` naming the object if it is missing or not at
+        ``ref.etag``, ``CorruptState`` naming it if its bytes disagree with
+        ``ref``, and the store's errors. Reads only."""
+        jobs: list[SpilledJob] = await self._io(self._read_spill, ref)
+        return jobs
+
+    def _read_spill(self, ref: SpillSource) -> list[SpilledJob]:
+        try:
+            got = self.store.read(ref.key)
+        except NotFound:
+            return spill_read_checked(ref, None, None, self.store.url, 0, ref.count)
+        return spill_read_checked(ref, got.data, got.etag, self.store.url, 0, ref.count)
 
     async def check(self, ref: SegmentRef) -> None:
         """Raise :class:`~broker.errors.SegmentMissing` naming the object unless

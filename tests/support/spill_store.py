@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from broker import paths
 from broker.model.format.spill_format import read_checked
+from broker.model.format.spill_refs import SpillRef, is_out
 from broker.model.job import DEAD
 from broker.storage import ObjectStore
 from tests.support.inprocess import stored
@@ -19,14 +20,17 @@ def spill_keys(store: ObjectStore, queue: str = "q") -> list[str]:
 
 def spilled_ids(store: ObjectStore, queue: str = "q", kind: str = DEAD) -> list[str]:
     """The ids of the jobs in the spill objects the landed head references
-    with refs of ``kind``, each read through the broker's one check (so a
-    missing or changed object fails), with repeats, sorted."""
+    with refs of ``kind`` (but those taken ``out``), each read through the
+    broker's one check (so a missing or changed object fails), with repeats,
+    sorted."""
     ids = []
     for ref in stored(store, queue).spill_refs:
         if ref.kind != kind:
             continue
+        assert isinstance(ref, SpillRef)
         got = store.read(ref.key)
-        ids += [job.id for job in read_checked(ref, got.data, got.etag, store.url)]  # type: ignore[arg-type]
+        jobs = read_checked(ref, got.data, got.etag, store.url, 0, ref.count)
+        ids += [job.id for pos, job in enumerate(jobs) if not is_out(ref, pos)]
     return sorted(ids)
 
 

@@ -460,7 +460,8 @@ class JobLease(Response):
 class JobFound(Response):
     """One job, wherever it is (``location``): the queue object (pending, claimed,
     dead, or finished and awaiting its archive object), a segment object
-    (pending) or the archive (completed or cancelled). Never a lease token."""
+    (pending), a spill object (dead, off the queue object) or the archive
+    (completed or cancelled). Never a lease token."""
 
     id: str
     seq: int
@@ -472,7 +473,7 @@ class JobFound(Response):
     created_at: str
     group: str | None = Field(None, description="the job's group (absent: none)")
     payload: Any
-    location: Literal["queue", "segment", "archive"]
+    location: Literal["queue", "segment", "spill", "archive"]
     key: str | None = Field(None, description="its idempotency key (not kept in the archive)")
     last_error: str | None = None
     lease: JobLease | None = Field(None, description="a claimed job's lease, without its token")

@@ -44,6 +44,7 @@ from broker.model.segments.refs import (
     segment_counts,
     untaken_spans,
 )
+from broker.model.spills import spilled_job
 from broker.model.state import QueueState, SegmentRef
 from broker.model.views import check_status, jobs_after
 
@@ -274,7 +275,7 @@ def job(state: QueueState, now_ms: int, queue: str, job_id: str) -> dict[str, An
     if seq in state.jobs:
         found: Job | None = next(state.jobs.peek(seq - 1))  # (a line: a throwaway Job)
     else:
-        found = _segment_job(state, seq)
+        found = _segment_job(state, seq) or spilled_job(state, seq)
     if found is None:
         return None
     out = row(found)
@@ -322,6 +323,8 @@ def lookup(state: QueueState, now_ms: int, queue: str, job_id: str) -> dict[str,
         found, where = view_at(state, *held), "segment"
     else:
         found, where = _segment_job(state, seq), "segment"
+        if found is None:
+            found, where = spilled_job(state, seq), "spill"
     if found is not None:
         out = found.to_dict()
         if "lease" in out:

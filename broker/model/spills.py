@@ -35,6 +35,7 @@ from broker.model.format.spill_format import EncodedSpill, ErrorEntry, SpilledJo
 from broker.model.format.spill_refs import SpillRef, is_out, live_count, with_out
 from broker.model.job import DEAD, PENDING, Job, seq_of
 from broker.model.lifecycle import GONE, move
+from broker.model.ops import Inspect, ReadJobs, Redrive
 from broker.model.state import MAX_WINDOWS, QueueState
 
 #: Bytes a spilled job's line costs besides its payload, key and error text
@@ -200,3 +201,83 @@ def purge_dead(state: QueueState) -> int:
     state.spill_refs[:] = [ref for ref in state.spill_refs if ref.kind != DEAD]
     state.dropped_refs.extend(dead)
     return sum(ref.live for ref in dead)
+
+
+# -- reads: pages and lookups over spilled dead jobs --------------------------------
+
+
+def _loaded(state: QueueState, ref: SpillRef) -> list[SpilledJob] | None:
+    jobs = state.spill_windows.get((ref.key, ref.etag))
+    return jobs if jobs is not None and len(jobs) == ref.count else None
+
+
+def page_refs(state: QueueState, status: str | None, after_seq: int) -> list[SpillRef]:
+    """The dead spill refs a page of jobs (of ``status``) after seq
+    ``after_seq`` may show jobs of, by the lowest seq each may show."""
+    if status not in (None, DEAD):
+        return []
+    refs = [ref for ref in _dead_refs(state) if ref.seqs[1] > after_seq]
+    refs.sort(key=lambda ref: max(ref.seqs[0], after_seq + 1))
+    return refs
+
+
+def spill_page(state: QueueState, status: str | None, after_seq: int,
+               n: int) -> tuple[list[Job], int | None]:
+    """Up to ``n`` spilled dead jobs (of ``status``: none but for None or
+    dead) after seq ``after_seq`` in seq order, as throwaway jobs, from the
+    loaded objects of :func:`page_refs`, and the seq a page must end before:
+    the lowest seq the first unloaded one may show (None if all are loaded).
+    Positions taken out are not shown."""
+    jobs: list[Job] = []
+    cut: int | None = None
+    for ref in page_refs(state, status, after_seq):
+        loaded = _loaded(state, ref)
+        if loaded is None:
+            cut = max(ref.seqs[0], after_seq + 1)
+            break
+        jobs += [job.to_job(DEAD) for pos, job in enumerate(loaded)
+                 if job.seq > after_seq and not is_out(ref, pos)]
+    jobs.sort(key=lambda job: job.seq)
+    if cut is not None:
+        jobs = [job for job in jobs if job.seq < cut]
+    return jobs[:n], cut
+
+
+def holders(state: QueueState, seq: int) -> list[SpillRef]:
+    """The dead spill refs whose seq bounds hold ``seq`` (at most
+    :data:`~broker.model.state.MAX_WINDOWS`): where a lookup reads."""
+    return [ref for ref in _dead_refs(state)
+            if ref.seqs[0] <= seq <= ref.seqs[1]][:MAX_WINDOWS]
+
+
+def spilled_job(state: QueueState, seq: int) -> Job | None:
+    """Dead job ``seq`` of a loaded spill object (a throwaway job), or None
+    (not in one, taken out, or its object not loaded)."""
+    for ref in holders(state, seq):
+        for pos, job in enumerate(_loaded(state, ref) or ()):
+            if job.seq == seq:
+                return None if is_out(ref, pos) else job.to_job(DEAD)
+    return None
+
+
+def spill_loads(state: QueueState, op: object) -> list[SpillRef]:
+    """The spill refs whose jobs ``op`` reads (the broker loads them before it
+    applies, at most :data:`~broker.model.state.MAX_WINDOWS` of them but for
+    a redrive): a redrive's (:func:`redrive_loads`), a page's of jobs
+    (:class:`~broker.model.ops.ReadJobs`), a lookup's of one job
+    (:class:`~broker.model.ops.Inspect` ``job``, ``find``, ``lookup``)."""
+    if not state.spill_refs:
+        return []
+    if isinstance(op, Redrive):
+        return redrive_loads(state, op.ids)
+    if isinstance(op, ReadJobs):
+        text = op.after
+        if text is not None and not (isinstance(text, str) and text[:1] == "j"
+                                     and text[1:].isdecimal() and len(text) < 20):
+            return []  # (the page itself is refused)
+        after = -1 if text is None else int(text[1:])
+        return page_refs(state, op.status, after)[:MAX_WINDOWS]
+    if isinstance(op, Inspect) and op.view in ("job", "find", "lookup") and op.args:
+        seq = seq_of(op.args[-1]) if isinstance(op.args[-1], str) else None
+        return [] if seq is None else holders(state, seq)
+    return []

@@ -34,7 +34,6 @@ from broker.model.ops import (
     Op,
     ReadJobs,
     Reclaim,
-    Redrive,
     RenewBroker,
     Result,
     TakeOver,
@@ -42,7 +41,7 @@ from broker.model.ops import (
 from broker.model.segments.claims import claim_refs, held_loads, plan_windows
 from broker.model.segments.grouped import carry_buckets
 from broker.model.segments.planning import claim_sources, directories_wanted
-from broker.model.spills import redrive_loads
+from broker.model.spills import spill_loads
 from broker.model.state import MAX_WINDOWS, SegmentWindows
 from broker.model.views import next_wakeup_ms, page_segments
 from broker.service.archiver import Archiver
@@ -172,9 +171,11 @@ class QueueTarget:
 
     async def _load_spills(self, state: S.QueueState, ops: Sequence[Op]) -> None:
         """Read the jobs of the dead spill objects the batch's redrives copy back
-        (:func:`~broker.model.spills.redrive_loads`), forgetting the others."""
-        wanted = [ref for op in ops if isinstance(op, Redrive)
-                  for ref in redrive_loads(state, op.ids)] if state.spill_refs else []
+        and its pages and lookups show (:func:`~broker.model.spills.spill_loads`),
+        forgetting the others."""
+        pages = [_as_page(state, op) for op in ops if isinstance(op, Inspect)]
+        wanted = [ref for op in [*ops, *filter(None, pages)]
+                  for ref in spill_loads(state, op)] if state.spill_refs else []
         names = {(ref.key, ref.etag) for ref in wanted}
         for name in [name for name in self.spill_windows if name not in names]:
             del self.spill_windows[name]

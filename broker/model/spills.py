@@ -10,16 +10,16 @@ one dead object (split at :data:`~broker.model.format.spill_format.MAX_SPILL_JOB
 jobs / :data:`~broker.model.format.spill_format.MAX_SPILL_BYTES`); below both
 they stay inline. ``spill_jobs`` 0 turns spilling off.
 
-Redrive and purge of spilled dead jobs (:func:`redrive_spilled`,
-:func:`purge_dead`): a purge drops every dead ref (its object deleted once
-the commit landed, as a segment's); a redrive copies the jobs of the dead
-objects the broker loaded for the batch (:func:`redrive_loads`: at most
-:data:`REDRIVE_JOBS` jobs a commit, within the queue's ``max_state_bytes``)
-back into the head as pending, attempts 0, due now, their last error kept;
-an object all of whose jobs went back is dropped, one that a redrive by id
-took some jobs of keeps them as ``out`` positions. (Not yet by reference:
-the design's pending ref with ``reset_at`` needs spill refs as claim
-sources.)
+Redrive and purge **by reference** (:func:`redrive_spilled`,
+:func:`purge_spilled`): a redrive of every dead job turns each dead ref
+into a pending one (:func:`~broker.model.format.spill_refs.redriven`: its
+jobs pending, attempts 0, due now, errors kept; one edit a ref, nothing read
+or copied); a claim then moves the next jobs of the due, loaded pending refs
+into the head, in claim order, as a segment's (:func:`move_in`), and a ref
+whose jobs are all taken is dropped. A purge drops the refs of its statuses
+(their objects deleted once that commit landed, as a segment's). A redrive
+by id copies the job back into the head (its object loaded by the broker
+first: :func:`spill_loads`) and takes its position ``out`` of the ref.
 
 (Retry-waiting pending jobs are candidates too in the design; this module
 plans dead ones only so far. The plan is called by the commit's
@@ -28,22 +28,28 @@ plans dead ones only so far. The plan is called by the commit's
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import heapq
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 
+from broker.model.format import codec
 from broker.model.format.spill_format import EncodedSpill, ErrorEntry, SpilledJob, encode_spills
-from broker.model.format.spill_refs import SpillRef, is_out, live_count, with_out
+from broker.model.format.spill_refs import (
+    SpillRef,
+    claim_key,
+    is_out,
+    redriven,
+    with_out,
+)
+from broker.model.indexes import ready_key, schedule
 from broker.model.job import DEAD, PENDING, Job, seq_of
 from broker.model.lifecycle import GONE, move
-from broker.model.ops import Inspect, ReadJobs, Redrive
+from broker.model.ops import Claim, Inspect, ReadJobs, Redrive
 from broker.model.state import MAX_WINDOWS, QueueState
 
 #: Bytes a spilled job's line costs besides its payload, key and error text
 #: (its fields' names and numbers; an estimate for the rule, not a bound).
 LINE_OVERHEAD = 160
-#: Most jobs one redrive (of every dead job) copies back from spill objects into
-#: the head in one commit (at least one object's); a later redrive takes the rest.
-REDRIVE_JOBS = 65_536
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,68 +129,74 @@ def attach(state: QueueState, plan: SpillPlan, refs: list[SpillRef], now_ms: int
     state.spill_refs.extend(refs)
 
 
-# -- redrive and purge ----------------------------------------------------------------
+# -- redrive, purge, claims -----------------------------------------------------------
 
 
-def _dead_refs(state: QueueState) -> list[SpillRef]:
+def _refs(state: QueueState, kind: str | None = None) -> list[SpillRef]:
+    """The head's spill refs (of ``kind``: dead or pending; None: both)."""
     return [ref for ref in state.spill_refs
-            if isinstance(ref, SpillRef) and ref.kind == DEAD]
+            if isinstance(ref, SpillRef) and (kind is None or ref.kind == kind)]
+
+
+def window_name(ref: SpillRef) -> tuple[str, str]:
+    """The name of ``ref``'s loaded jobs in ``state.spill_windows``: its key and
+    etag, and for a redriven ref its reset time too (its jobs are loaded as it
+    shows them: pending, attempts 0, due then)."""
+    return (ref.key, ref.etag if ref.reset_ms is None else f"{ref.etag} {ref.reset_ms}")
+
+
+def _loaded(state: QueueState, ref: SpillRef) -> list[SpilledJob] | None:
+    jobs = state.spill_windows.get(window_name(ref))
+    return jobs if jobs is not None and len(jobs) == ref.count else None
+
+
+def _shown(ref: SpillRef, jobs: list[SpilledJob]) -> Iterator[tuple[int, SpilledJob]]:
+    """The (position, job) pairs ``ref`` still holds: a dead ref's all, a
+    pending ref's from its cursor on, less those taken out."""
+    lo = ref.taken if ref.kind == PENDING else 0
+    return ((pos, jobs[pos]) for pos in range(lo, ref.count) if not is_out(ref, pos))
 
 
 def redrive_loads(state: QueueState, ids: Sequence[str] | None) -> list[SpillRef]:
-    """The dead spill refs whose jobs a redrive of ``ids`` (None: every dead
-    job) reads: for all, the refs in the head's order up to
-    :data:`REDRIVE_JOBS` live jobs (at least one ref); for ids, those whose
-    ``seqs`` bounds hold one of them, at most :data:`~broker.model.state.MAX_WINDOWS`
+    """The dead spill refs whose jobs a redrive of ``ids`` reads: none for a
+    redrive of every dead job (by reference); for ids, those whose ``seqs``
+    bounds hold one of them, at most :data:`~broker.model.state.MAX_WINDOWS`
     (an id beyond is not redriven by this call)."""
-    dead = _dead_refs(state)
     if ids is None:
-        out: list[SpillRef] = []
-        total = 0
-        for ref in dead:
-            if out and total + ref.live > REDRIVE_JOBS:
-                break
-            out.append(ref)
-            total += ref.live
-        return out
+        return []
     seqs = [seq for seq in map(seq_of, ids) if seq is not None]
-    return [ref for ref in dead
+    return [ref for ref in _refs(state, DEAD)
             if any(ref.seqs[0] <= seq <= ref.seqs[1] for seq in seqs)][:MAX_WINDOWS]
 
 
-def redrive_spilled(state: QueueState, ids: Sequence[str] | None, now_ms: int) -> list[Job]:
-    """Redrive the spilled dead jobs of ``ids`` (None: all) whose objects are
-    loaded (``state.spill_windows``, by :func:`redrive_loads`): each back in
-    the head as pending with no attempts, due at ``now_ms``, its last error
-    kept. A ref all of whose live jobs went back is dropped (its object
-    deleted once this commit landed); else the jobs taken are its ``out``.
-    Stops before an object whose jobs would pass the queue's
-    ``max_state_bytes`` (a later redrive takes them). Returns the jobs
-    redriven, in the refs' order."""
-    wanted = None if ids is None else {seq for seq in map(seq_of, ids) if seq is not None}
-    room = state.settings.max_state_bytes - state.size_estimate()
-    moved: list[Job] = []
+def redrive_spilled(state: QueueState, ids: Sequence[str] | None, now_ms: int) -> int:
+    """Redrive the spilled dead jobs of ``ids`` (None: all); how many.
+
+    All: by reference, every dead ref becomes a pending ref due at
+    ``now_ms`` (nothing read or copied; its jobs come back by :func:`move_in`).
+    By id: each job found in a loaded object (:func:`redrive_loads`) is copied
+    into the head as pending with no attempts, due at ``now_ms``, its last
+    error kept, and its position taken ``out`` of its ref (a ref left with
+    no job is dropped: its object deleted once this commit landed); an id
+    whose object is not loaded is not redriven."""
+    if ids is None:
+        count = 0
+        for i, ref in enumerate(state.spill_refs):
+            if isinstance(ref, SpillRef) and ref.kind == DEAD:
+                count += ref.live
+                state.spill_refs[i] = redriven(ref, now_ms)
+        return count
+    wanted = {seq for seq in map(seq_of, ids) if seq is not None}
+    moved = 0
     refs: list[SpillRef] = []
-    for ref in list(state.spill_refs):
-        assert isinstance(ref, SpillRef)
-        jobs = state.spill_windows.get((ref.key, ref.etag)) if ref.kind == DEAD else None
-        if jobs is None or len(jobs) != ref.count:
-            refs.append(ref)
-            continue
-        picks = [pos for pos in range(ref.count) if not is_out(ref, pos)
-                 and (wanted is None or jobs[pos].seq in wanted)]
-        back = [jobs[pos].redriven(now_ms).to_job(PENDING) for pos in picks]
-        cost = sum(job.size_estimate() for job in back)
-        if not picks or cost > room:
-            refs.append(ref)
-            continue
-        room -= cost
-        for job in back:
-            move(state, job, PENDING, now_ms)
-        moved += back
-        for pos in picks:
-            ref = with_out(ref, pos)
-        if live_count(ref):
+    for ref in _refs(state):
+        jobs = _loaded(state, ref) if ref.kind == DEAD else None
+        for pos, job in _shown(ref, jobs) if jobs is not None else ():
+            if job.seq in wanted:
+                _insert_pending(state, job.redriven(now_ms).to_job(PENDING), now_ms)
+                ref = with_out(ref, pos)
+                moved += 1
+        if ref.live:
             refs.append(ref)
         else:
             state.dropped_refs.append(ref)
@@ -192,42 +204,113 @@ def redrive_spilled(state: QueueState, ids: Sequence[str] | None, now_ms: int) -
     return moved
 
 
-def purge_dead(state: QueueState) -> int:
-    """Drop every dead spill ref (their objects deleted once this commit
-    landed); how many live jobs they held."""
-    dead = _dead_refs(state)
-    if not dead:
+def purge_spilled(state: QueueState, statuses: Sequence[str]) -> int:
+    """Drop every spill ref of ``statuses`` (dead, pending: a redriven ref's
+    untaken jobs); their objects go once this commit landed. How many live
+    jobs they held."""
+    doomed = [ref for ref in _refs(state) if ref.kind in statuses]
+    if not doomed:
         return 0
-    state.spill_refs[:] = [ref for ref in state.spill_refs if ref.kind != DEAD]
-    state.dropped_refs.extend(dead)
-    return sum(ref.live for ref in dead)
+    state.spill_refs[:] = [ref for ref in state.spill_refs if ref not in doomed]
+    state.dropped_refs.extend(doomed)
+    return sum(ref.live for ref in doomed)
 
 
-# -- reads: pages and lookups over spilled dead jobs --------------------------------
+def claim_refs(state: QueueState, now_ms: int) -> list[SpillRef]:
+    """The pending spill refs due at ``now_ms``, in claim order of their next
+    jobs, at most :data:`~broker.model.state.MAX_WINDOWS`: whose jobs the
+    broker loads before a batch of claims (:func:`move_in` takes from them)."""
+    due = [(key, i, ref) for i, ref in enumerate(_refs(state, PENDING))
+           if ref.next is not None and ref.next[0] <= now_ms
+           and (key := claim_key(ref)) is not None]
+    return [ref for _, _, ref in sorted(due)[:MAX_WINDOWS]]
 
 
-def _loaded(state: QueueState, ref: SpillRef) -> list[SpilledJob] | None:
-    jobs = state.spill_windows.get((ref.key, ref.etag))
-    return jobs if jobs is not None and len(jobs) == ref.count else None
+def move_in(state: QueueState, budget: int, now_ms: int) -> bool:
+    """Before a claim of up to ``budget`` jobs: move the best ``budget`` jobs,
+    in claim order, of the due pending refs whose jobs are loaded into the
+    head as pending jobs (the claim then takes the best of them and the
+    head's own); each ref's cursor advances past what it gave, and a ref
+    with no job left is dropped (its object deleted once this commit
+    landed). Whether anything moved."""
+    streams = []
+    for ref in claim_refs(state, now_ms):
+        jobs = _loaded(state, ref)
+        if jobs is not None:
+            streams.append(_keyed(ref, jobs))
+    if not streams or budget <= 0:
+        return False
+    upto: dict[str, int] = {}
+    for _, pos, key, job in _first(heapq.merge(*streams, key=lambda item: item[:3]), budget):
+        _insert_pending(state, job.to_job(PENDING), now_ms)
+        upto[key] = pos + 1
+    refs: list[SpillRef] = []
+    for ref in _refs(state):
+        if ref.key in upto:
+            ref = _advanced(ref, upto[ref.key], _loaded(state, ref) or [])
+        if ref.live or ref.kind != PENDING:
+            refs.append(ref)
+        else:
+            state.dropped_refs.append(ref)
+    state.spill_refs[:] = refs
+    return bool(upto)
+
+
+def _insert_pending(state: QueueState, job: Job, now_ms: int) -> None:
+    """Put pending ``job`` of a spill object into the head (its seq may lie
+    below others': as a job moved in from a segment), indexed as due."""
+    state.jobs.insert(job.seq, job)
+    codec.inserted_many(state, job.seq, 1)
+    state.approx_bytes += job.size_estimate()
+    schedule(state, job, now_ms)
+
+
+def _keyed(ref: SpillRef, jobs: list[SpilledJob]) -> Iterator[tuple[int, int, str, SpilledJob]]:
+    """``ref``'s jobs from its cursor on as (claim key, position, its key, job)."""
+    for pos, job in _shown(ref, jobs):
+        yield ready_key(job.priority, job.run_at_ms, job.seq), pos, ref.key, job
+
+
+def _first(items: Iterator[tuple[int, int, str, SpilledJob]],
+           n: int) -> Iterator[tuple[int, int, str, SpilledJob]]:
+    for i, item in enumerate(items):
+        if i >= n:
+            return
+        yield item
+
+
+def _advanced(ref: SpillRef, taken: int, jobs: list[SpilledJob]) -> SpillRef:
+    """Pending ``ref`` with its cursor at ``taken``: ``next``, ``priority`` and
+    ``due_min`` its cursor line's (None once every job is taken)."""
+    if taken >= ref.count:
+        return replace(ref, taken=ref.count, next=None, due_min=None)
+    line = jobs[taken]
+    return replace(ref, taken=taken, priority=line.priority,
+                   next=(line.run_at_ms, line.seq),
+                   due_min=min(ref.due_min or line.run_at_ms, line.run_at_ms))
+
+
+# -- reads: pages and lookups over spilled jobs -------------------------------------
 
 
 def page_refs(state: QueueState, status: str | None, after_seq: int) -> list[SpillRef]:
-    """The dead spill refs a page of jobs (of ``status``) after seq
-    ``after_seq`` may show jobs of, by the lowest seq each may show."""
-    if status not in (None, DEAD):
-        return []
-    refs = [ref for ref in _dead_refs(state) if ref.seqs[1] > after_seq]
+    """The spill refs a page of jobs (of ``status``) after seq ``after_seq``
+    may show jobs of (dead refs for dead, pending ones for pending), by the
+    lowest seq each may show."""
+    kinds = [kind for kind in (DEAD, PENDING) if status in (None, kind)]
+    refs = [ref for ref in _refs(state) if ref.kind in kinds and ref.live
+            and ref.seqs[1] > after_seq]
     refs.sort(key=lambda ref: max(ref.seqs[0], after_seq + 1))
     return refs
 
 
 def spill_page(state: QueueState, status: str | None, after_seq: int,
                n: int) -> tuple[list[Job], int | None]:
-    """Up to ``n`` spilled dead jobs (of ``status``: none but for None or
-    dead) after seq ``after_seq`` in seq order, as throwaway jobs, from the
-    loaded objects of :func:`page_refs`, and the seq a page must end before:
-    the lowest seq the first unloaded one may show (None if all are loaded).
-    Positions taken out are not shown."""
+    """Up to ``n`` spilled jobs (of ``status``) after seq ``after_seq`` in seq
+    order, as throwaway jobs, from the loaded objects of :func:`page_refs`,
+    and the seq a page must end before: the lowest seq the first unloaded
+    one may show (None if all are loaded). Jobs a ref no longer holds (taken
+    by its cursor, or out) are not shown."""
     jobs: list[Job] = []
     cut: int | None = None
     for ref in page_refs(state, status, after_seq):
@@ -235,8 +318,7 @@ def spill_page(state: QueueState, status: str | None, after_seq: int,
         if loaded is None:
             cut = max(ref.seqs[0], after_seq + 1)
             break
-        jobs += [job.to_job(DEAD) for pos, job in enumerate(loaded)
-                 if job.seq > after_seq and not is_out(ref, pos)]
+        jobs += [job.to_job(ref.kind) for _, job in _shown(ref, loaded) if job.seq > after_seq]
     jobs.sort(key=lambda job: job.seq)
     if cut is not None:
         jobs = [job for job in jobs if job.seq < cut]
@@ -244,30 +326,33 @@ def spill_page(state: QueueState, status: str | None, after_seq: int,
 
 
 def holders(state: QueueState, seq: int) -> list[SpillRef]:
-    """The dead spill refs whose seq bounds hold ``seq`` (at most
+    """The spill refs still holding jobs whose seq bounds hold ``seq`` (at most
     :data:`~broker.model.state.MAX_WINDOWS`): where a lookup reads."""
-    return [ref for ref in _dead_refs(state)
-            if ref.seqs[0] <= seq <= ref.seqs[1]][:MAX_WINDOWS]
+    return [ref for ref in _refs(state)
+            if ref.live and ref.seqs[0] <= seq <= ref.seqs[1]][:MAX_WINDOWS]
 
 
 def spilled_job(state: QueueState, seq: int) -> Job | None:
-    """Dead job ``seq`` of a loaded spill object (a throwaway job), or None
-    (not in one, taken out, or its object not loaded)."""
+    """Job ``seq`` of a loaded spill object that its ref still holds (a
+    throwaway job, dead or pending as its ref), or None."""
     for ref in holders(state, seq):
-        for pos, job in enumerate(_loaded(state, ref) or ()):
+        for _, job in _shown(ref, _loaded(state, ref) or []):
             if job.seq == seq:
-                return None if is_out(ref, pos) else job.to_job(DEAD)
+                return job.to_job(ref.kind)
     return None
 
 
-def spill_loads(state: QueueState, op: object) -> list[SpillRef]:
+def spill_loads(state: QueueState, op: object, now_ms: int) -> list[SpillRef]:
     """The spill refs whose jobs ``op`` reads (the broker loads them before it
-    applies, at most :data:`~broker.model.state.MAX_WINDOWS` of them but for
-    a redrive): a redrive's (:func:`redrive_loads`), a page's of jobs
-    (:class:`~broker.model.ops.ReadJobs`), a lookup's of one job
-    (:class:`~broker.model.ops.Inspect` ``job``, ``find``, ``lookup``)."""
+    applies, at most :data:`~broker.model.state.MAX_WINDOWS` each): a claim's
+    (:func:`claim_refs`, due at ``now_ms``), a redrive by id's
+    (:func:`redrive_loads`), a page's of jobs (:class:`~broker.model.ops.ReadJobs`),
+    a lookup's of one job (:class:`~broker.model.ops.Inspect` ``job``,
+    ``find``, ``lookup``)."""
     if not state.spill_refs:
         return []
+    if isinstance(op, Claim):
+        return claim_refs(state, now_ms)
     if isinstance(op, Redrive):
         return redrive_loads(state, op.ids)
     if isinstance(op, ReadJobs):

@@ -160,10 +160,11 @@ class Page(NamedTuple):
 
 def jobs_after(state: QueueState, status: str | None, after_seq: int, n: int) -> Page:
     """Up to ``n`` jobs (of ``status``) after seq ``after_seq``, in seq order: the
-    head's, the segments' pending ones and the spill objects' dead ones, up to
+    head's, the segments' pending ones and the spill objects' (dead, or
+    pending once redriven by reference), up to
     the first whose line is not loaded (the page is cut there: see :class:`Page`)."""
     page = _jobs_after(state, status, after_seq, n)
-    if not state.spill_refs or status not in (None, DEAD):
+    if not state.spill_refs or status not in (None, DEAD, PENDING):
         return page
     spilled, cut = spill_page(state, status, after_seq, n)
     if page.cut is not None:

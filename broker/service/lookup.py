@@ -50,6 +50,7 @@ from broker.model.ops import Inspect
 from broker.model.segments.claims import held_loads
 from broker.model.segments.refs import holding
 from broker.model.spills import holders as spill_holders
+from broker.model.spills import window_name
 from broker.model.state import QueueState, SegmentWindows
 from broker.service.segment_store import SegmentStore
 from broker.service.stored_view import REREADS, Head
@@ -152,7 +153,7 @@ async def stored(read_head: Callable[[], Awaitable[Head | None]], queue: str, jo
                 if missing is not None and lost == (spill.key, spill.etag):
                     raise missing
                 lost = (spill.key, spill.etag)
-                state.spill_windows[lost] = await segments.read_spill(spill)
+                state.spill_windows[window_name(spill)] = await segments.read_spill(spill)
         except SegmentMissing as exc:
             if exc is missing:
                 raise

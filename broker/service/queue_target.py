@@ -41,7 +41,8 @@ from broker.model.ops import (
 from broker.model.segments.claims import claim_refs, held_loads, plan_windows
 from broker.model.segments.grouped import carry_buckets
 from broker.model.segments.planning import claim_sources, directories_wanted
-from broker.model.spills import spill_loads
+from broker.model.spills import claim_refs as spill_claim_refs
+from broker.model.spills import spill_loads, window_name
 from broker.model.state import MAX_WINDOWS, SegmentWindows
 from broker.model.views import next_wakeup_ms, page_segments
 from broker.service.archiver import Archiver
@@ -116,7 +117,7 @@ class QueueTarget:
             if (spill.key, spill.etag) not in self._checked:
                 await self.segments.check_spill(spill)
                 self._checked.add((spill.key, spill.etag))
-        await self._load_spills(state, ops)
+        await self._load_spills(state, ops, now_ms)
         refs = state.segment_refs
         if not refs:
             return
@@ -169,19 +170,21 @@ class QueueTarget:
                 continue
             self.windows.put(ref, ref.taken, await self.segments.read_window(ref), keep)
 
-    async def _load_spills(self, state: S.QueueState, ops: Sequence[Op]) -> None:
-        """Read the jobs of the dead spill objects the batch's redrives copy back
-        and its pages and lookups show (:func:`~broker.model.spills.spill_loads`),
-        forgetting the others."""
+    async def _load_spills(self, state: S.QueueState, ops: Sequence[Op], now_ms: int) -> None:
+        """Read the jobs of the spill objects the batch's claims take from, its
+        redrives by id copy back and its pages and lookups show
+        (:func:`~broker.model.spills.spill_loads`), forgetting the others."""
         pages = [_as_page(state, op) for op in ops if isinstance(op, Inspect)]
+        ahead = now_ms + PLAN_AHEAD_MS
         wanted = [ref for op in [*ops, *filter(None, pages)]
-                  for ref in spill_loads(state, op)] if state.spill_refs else []
-        names = {(ref.key, ref.etag) for ref in wanted}
+                  for ref in spill_loads(state, op, ahead)] if state.spill_refs else []
+        # (kept too: the windows the next claims take from, as segment windows are)
+        names = {window_name(ref) for ref in [*wanted, *spill_claim_refs(state, ahead)]}
         for name in [name for name in self.spill_windows if name not in names]:
             del self.spill_windows[name]
         for ref in dict.fromkeys(wanted):
-            if (ref.key, ref.etag) not in self.spill_windows:
-                self.spill_windows[(ref.key, ref.etag)] = await self.segments.read_spill(ref)
+            if window_name(ref) not in self.spill_windows:
+                self.spill_windows[window_name(ref)] = await self.segments.read_spill(ref)
 
     async def before_write(self, state: S.QueueState, now_ms: int) -> None:
         """Past the broker's ``spill_jobs`` (or ``spill_bytes``), write the

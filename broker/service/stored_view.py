@@ -26,7 +26,7 @@ from broker.errors import BrokerUnavailable, SegmentMissing, UnknownQueue
 from broker.model import transitions
 from broker.model.ops import JobsView, ReadJobs, ReadStats
 from broker.model.segments.claims import held_loads
-from broker.model.spills import spill_loads
+from broker.model.spills import spill_loads, window_name
 from broker.model.state import QueueState, SegmentRef, SegmentWindows, SpillRefLike
 from broker.model.views import page_segments
 from broker.service.job_pages import full_page
@@ -113,9 +113,9 @@ async def _step(state: QueueState, part: ReadJobs, segments: SegmentStore, now_m
         except SegmentMissing as missing:
             return ref, missing
         state.held.put(fence, span, ref, lines)
-    for spill in spill_loads(state, part):  # (dead jobs in spill objects)
+    for spill in spill_loads(state, part, now_ms):  # (jobs in spill objects)
         try:
-            state.spill_windows[(spill.key, spill.etag)] = await segments.read_spill(spill)
+            state.spill_windows[window_name(spill)] = await segments.read_spill(spill)
         except SegmentMissing as missing:
             return spill, missing
     got: JobsView = transitions.apply(state, part, now_ms).view

@@ -72,3 +72,23 @@ def test_a_missing_spill_object_fails_the_read_naming_it(spark: Any, tmp_path: P
     with pytest.raises(Exception, match=r"spill object") as err:
         load(spark, f"file://{tmp_path}").collect()
     assert key in str(err.value)
+
+
+def test_a_redriven_spill_object_reads_as_pending_from_its_cursor(
+        spark: Any, tmp_path: Path) -> None:
+    dead, pending, _ = _queue_with_spills(tmp_path)
+    store = FileStore(tmp_path)
+
+    async def go() -> list[str]:
+        a = await started(store, spill_jobs=10)
+        assert await a.redrive("q") == len(dead)
+        got = [j.id for j in await a.claim("q", "w", max_jobs=10)]
+        await a.stop()
+        return got
+
+    claimed = run(go())
+    assert {ref.kind for ref in stored(store).spill_refs} == {"pending"}
+    rows = load(spark, f"file://{tmp_path}").selectExpr("id", "status", "attempts").collect()
+    assert len(rows) == len({r["id"] for r in rows}) == len(dead) + len(pending)
+    assert sorted(r["id"] for r in rows if r["status"] == "claimed") == sorted(claimed)
+    assert all(r["attempts"] == 0 for r in rows if r["status"] == "pending")

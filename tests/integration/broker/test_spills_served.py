@@ -2,8 +2,9 @@
 process over HTTP on the file store: a fail of 2,000 claimed jobs with one
 attempt writes one spill object and no dead line in the queue object (under
 1 MB); pages, lookups and stats show them from the object; a redrive of all
-brings every job back once (the object deleted after the landed drop), the
-claims get each exactly once and the archive holds each once."""
+is one small commit (by reference), the claims then get each job exactly
+once (the object deleted once drained and dropped) and the archive holds
+each once."""
 
 from __future__ import annotations
 
@@ -64,10 +65,12 @@ def test_a_fail_of_2000_spills_once_and_a_redrive_serves_each_job_once(
         assert (found["location"], found["status"]) == ("spill", "dead")
         assert found["last_error"] == f"boom {ids[7]}"
 
-        assert client.redrive() == N
-        eventually(lambda: _spills(tmp_path) == [], 30, "the redriven object deleted")
+        size = len(_raw(tmp_path))
+        assert client.redrive() == N  # by reference: one small commit
         raw = orjson.loads(_raw(tmp_path))
-        assert raw["spills"] == []
+        assert [(r["kind"], r["taken"]) for r in raw["spills"]] == [("pending", 0)]
+        assert "reset_at" in raw["spills"][0] and len(_raw(tmp_path)) - size < 500
+        assert client.stats()["counts"]["pending"] == N
         claimed = []
         for _ in range(N // 500):
             got = client.claim("w2", 500, lease_s=300)
@@ -77,6 +80,8 @@ def test_a_fail_of_2000_spills_once_and_a_redrive_serves_each_job_once(
             assert all(a.ok for a in answers)
         assert client.claim("w2", 500, lease_s=300) == []
         assert sorted(j.id for j in claimed) == sorted(ids)  # each exactly once
+        assert orjson.loads(_raw(tmp_path))["spills"] == []  # (exhausted: dropped)
+        eventually(lambda: _spills(tmp_path) == [], 30, "the drained object deleted")
 
         def all_archived() -> list[dict] | None:  # type: ignore[type-arg]
             rows = list(archive.read_all(FileStore(tmp_path), "q"))

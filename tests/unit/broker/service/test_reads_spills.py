@@ -132,3 +132,22 @@ def test_stats_count_the_spilled_jobs_from_their_refs(tmp_path: Path) -> None:
         await a.stop()
 
     run(go())
+
+
+def test_redriven_jobs_show_as_pending_until_claimed(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+
+    async def go() -> None:
+        a = await started(store, spill_jobs=10)
+        dead, pending = await _spilled(a)
+        assert await a.redrive("q") == N
+        assert await _pages(a, "dead", 10) == []
+        rows = await _pages(a, "pending", 7)
+        assert [r["id"] for r in rows] == sorted([*dead, *pending])
+        assert all(r["attempts"] == 0 for r in rows)
+        taken = {j.id for j in await a.claim("q", "w", max_jobs=10)}
+        rows = await _pages(a, None, 9)
+        assert len(rows) == N + 3 and {r["id"] for r in rows if r["status"] == "claimed"} == taken
+        await a.stop()
+
+    run(go())

@@ -290,6 +290,14 @@ def _advanced(ref: SpillRef, taken: int, jobs: list[SpilledJob]) -> SpillRef:
                    due_min=min(ref.due_min or line.run_at_ms, line.run_at_ms))
 
 
+def pending_times(state: QueueState) -> list[tuple[int, int]]:
+    """(earliest due, earliest created) of each pending spill ref with jobs
+    left (ms): for stats' oldest pending age (an upper bound: the object's
+    earliest creation) and next delayed run."""
+    return [(ref.due_min, ref.created_min) for ref in _refs(state, PENDING)
+            if ref.due_min is not None and ref.live]
+
+
 # -- reads: pages and lookups over spilled jobs -------------------------------------
 
 

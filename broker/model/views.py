@@ -19,7 +19,7 @@ from broker.model.job import CANCELLED, CLAIMED, COMPLETED, DEAD, PENDING, STATU
 from broker.model.segments.claims import page_refs, segment_page
 from broker.model.segments.grouped import group_stats
 from broker.model.segments.refs import next_wakeup, oldest_due, segment_counts
-from broker.model.spills import spill_page
+from broker.model.spills import pending_times, spill_page
 from broker.model.state import MAX_WINDOWS, QueueState, SegmentRef
 
 
@@ -47,6 +47,7 @@ def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
     if refs:
         due, later = oldest_due(refs), next_wakeup(refs, now_ms)
         pending += [(at, at) for at in (due, later) if at is not None]
+    pending += pending_times(state) if state.spill_refs else []
     for run_at, created in pending:
         if run_at <= now_ms:
             oldest = created if oldest is None else min(oldest, created)

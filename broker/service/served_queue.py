@@ -19,6 +19,7 @@ from broker import paths
 from broker.commit.loop import CommitLoop
 from broker.errors import UnknownQueue
 from broker.model import state as S
+from broker.model.job import PENDING
 from broker.model.ops import Op, Push, PushPayloads, Result, push_of
 from broker.service.archiver import Archiver
 from broker.service.by_reference import (
@@ -157,7 +158,8 @@ class ServedQueue:
         """Wake the claims waiting for jobs if ``state`` has some ready, and the
         dispatch rate limit a token (else the timer of the next one wakes them)."""
         self.completions.observe(self._monotonic(), state.counters.completed)
-        if (state.ready or state.segment_refs or (  # (groups: their ready jobs, a freed place)
+        redriven = any(ref.kind == PENDING and ref.live for ref in state.spill_refs)
+        if (state.ready or state.segment_refs or redriven or (  # (groups: ready jobs, a place)
                 state.groups is not None and state.groups.runnable(self._clock()))) and \
                 not state.paused and state.claims.wake(state.settings, self._clock()):
             self.jobs_ready.set()

@@ -9,6 +9,7 @@ dropped it landed; a redrive by id takes one job out of its object."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import orjson
@@ -215,6 +216,24 @@ def test_counts_stay_exact_across_spill_redrive_and_purge(tmp_path: Path) -> Non
         assert await a.redrive("q") == 55
         counts = (await a.stats("q"))["counts"]
         assert (counts[DEAD], counts[PENDING]) == (0, 55)
+        await a.stop()
+
+    run(go())
+
+
+def test_a_waiting_claim_wakes_when_a_redrive_by_reference_lands(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+
+    async def go() -> None:
+        a = await started(store, spill_jobs=10)
+        ids = await _dead(a, 25)
+        q = a.served("q")
+        assert q is not None
+        waiter = asyncio.create_task(a.claim("q", "w2", max_jobs=5, wait_s=30))
+        await until(lambda: bool(q.jobs_ready._waiters))  # (it waits: nothing pending)
+        assert await a.redrive("q") == 25
+        got = await asyncio.wait_for(waiter, 10)  # (well before its 30 s)
+        assert [j.id for j in got] == sorted(ids)[:5]
         await a.stop()
 
     run(go())

@@ -44,7 +44,7 @@ from broker.model.format.spill_refs import (
 from broker.model.indexes import ready_key, schedule
 from broker.model.job import DEAD, PENDING, Job, seq_of
 from broker.model.lifecycle import GONE, move
-from broker.model.ops import Claim, Inspect, ReadJobs, Redrive
+from broker.model.ops import Cancel, Claim, Inspect, ReadJobs, Redrive
 from broker.model.state import MAX_WINDOWS, QueueState
 
 #: Bytes a spilled job's line costs besides its payload, key and error text
@@ -290,6 +290,38 @@ def _advanced(ref: SpillRef, taken: int, jobs: list[SpilledJob]) -> SpillRef:
                    due_min=min(ref.due_min or line.run_at_ms, line.run_at_ms))
 
 
+#: What :func:`take_out` found of a seq: its object not loaded, or nothing.
+UNLOADED = "unloaded"
+
+
+def take_out(state: QueueState, seq: int, now_ms: int) -> Job | str | None:
+    """Job ``seq`` of a spill object, for a cancel: a pending one (of a
+    redriven ref) is moved into the head as pending (its position taken
+    ``out`` of the ref; a ref left with no job is dropped) and returned; a dead
+    one is returned as a throwaway job (nothing changed). :data:`UNLOADED` if
+    an object that may hold it is not loaded, None if none holds it."""
+    for ref in holders(state, seq):
+        jobs = _loaded(state, ref)
+        if jobs is None:
+            return UNLOADED
+        for pos, job in _shown(ref, jobs):
+            if job.seq != seq:
+                continue
+            if ref.kind == DEAD:
+                return job.to_job(DEAD)
+            moved = job.to_job(PENDING)
+            _insert_pending(state, moved, now_ms)
+            at = state.spill_refs.index(ref)
+            left = with_out(ref, pos)
+            if left.live:
+                state.spill_refs[at] = left
+            else:
+                del state.spill_refs[at]
+                state.dropped_refs.append(left)
+            return moved
+    return None
+
+
 def pending_times(state: QueueState) -> list[tuple[int, int]]:
     """(earliest due, earliest created) of each pending spill ref with jobs
     left (ms): for stats' oldest pending age (an upper bound: the object's
@@ -354,7 +386,8 @@ def spill_loads(state: QueueState, op: object, now_ms: int) -> list[SpillRef]:
     """The spill refs whose jobs ``op`` reads (the broker loads them before it
     applies, at most :data:`~broker.model.state.MAX_WINDOWS` each): a claim's
     (:func:`claim_refs`, due at ``now_ms``), a redrive by id's
-    (:func:`redrive_loads`), a page's of jobs (:class:`~broker.model.ops.ReadJobs`),
+    (:func:`redrive_loads`), a cancel's (:func:`take_out`), a page's of jobs
+    (:class:`~broker.model.ops.ReadJobs`),
     a lookup's of one job (:class:`~broker.model.ops.Inspect` ``job``,
     ``find``, ``lookup``)."""
     if not state.spill_refs:
@@ -363,6 +396,10 @@ def spill_loads(state: QueueState, op: object, now_ms: int) -> list[SpillRef]:
         return claim_refs(state, now_ms)
     if isinstance(op, Redrive):
         return redrive_loads(state, op.ids)
+    if isinstance(op, Cancel):
+        seqs = [seq for seq in map(seq_of, op.ids) if seq is not None]
+        return list(dict.fromkeys(ref for seq in seqs for ref in holders(state, seq)))[
+            :MAX_WINDOWS]
     if isinstance(op, ReadJobs):
         text = op.after
         if text is not None and not (isinstance(text, str) and text[:1] == "j"

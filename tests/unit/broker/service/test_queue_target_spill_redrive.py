@@ -237,3 +237,27 @@ def test_a_waiting_claim_wakes_when_a_redrive_by_reference_lands(tmp_path: Path)
         await a.stop()
 
     run(go())
+
+
+def test_a_cancel_inside_a_spill_object_takes_the_pending_job_out_or_answers_finished(
+        tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+
+    async def go() -> None:
+        a = await started(store, spill_jobs=10)
+        ids = await _dead(a, 25)
+        before = store.read("q/queue.json").data
+        answer, = await a.cancel("q", [ids[2]])  # dead in its object
+        assert (answer.ok, answer.status) == (False, "finished")
+        assert store.read("q/queue.json").data == before  # (nothing changed)
+        assert await a.redrive("q") == 25
+        answer, = await a.cancel("q", [ids[2]])  # pending now: out of the object
+        assert (answer.ok, answer.status) == (True, "cancelled")
+        ref, = stored(store).spill_refs
+        assert ref.live == 24 and ref.out
+        counts = (await a.stats("q"))["counts"]
+        assert (counts[PENDING], counts["cancelled"]) == (24, 1)
+        assert await _claim_all(a, 25) == sorted(set(ids) - {ids[2]})
+        await a.stop()
+
+    run(go())

@@ -39,6 +39,7 @@ The state keeps them (``QueueState.spill_refs``); the codec writes them
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -145,8 +146,11 @@ def ref_to_json(ref: SpillRef) -> dict[str, Any]:
     return out
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def ref_bytes(ref: SpillRef) -> bytes:
-    """The ref's line in the head: :func:`ref_to_json`, compact."""
+    """The ref's line in the head: :func:`ref_to_json`, compact. Cached (a ref
+    is a frozen value): every commit writes every ref, and 500 of them took
+    1.5 ms a commit to spell out again."""
     return orjson.dumps(ref_to_json(ref))
 
 

@@ -226,3 +226,24 @@ async def _sweep_past_grace(broker: Broker, clock: Clock, grace_s: float) -> Non
     await broker.sweep_staging()
     clock.advance(grace_s + 1)
     await broker.sweep_staging()
+
+
+def test_dead_jobs_claimed_from_a_segment_held_in_records_spill_and_come_back_once(
+        tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+
+    async def go() -> None:
+        a = await started(store, spill_jobs=10, held_in_records=True, segment_push_jobs=10)
+        await a.create_queue("q", {"max_attempts": 1})
+        ids = await a.push("q", [b'{"n":%d}' % i for i in range(50)])
+        assert len(stored(store).segment_refs) == 1
+        got = await a.claim("q", "w", max_jobs=50)
+        assert all(x.ok for x in await a.fail("q", [FailItem(j.token, "boom", 0) for j in got]))
+        state = stored(store)
+        assert [(ref.count, ref.kind) for ref in state.spill_refs] == [(50, DEAD)]
+        assert not state.claim_records and dead_everywhere(store) == sorted(ids)
+        assert await a.redrive("q") == 50
+        assert sorted(j.id for j in await a.claim("q", "w", max_jobs=100)) == sorted(ids)
+        await a.stop()
+
+    run(go())

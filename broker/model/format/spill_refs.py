@@ -39,9 +39,8 @@ The state keeps them (``QueueState.spill_refs``); the codec writes them
 from __future__ import annotations
 
 import bisect
-import functools
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -86,6 +85,8 @@ class SpillRef:
     first: tuple[int, int] | None = None
     reset_ms: int | None = None
     out: tuple[tuple[int, int], ...] = ()
+    #: its line in the head once spelled out (:func:`ref_bytes`; never compared)
+    line: bytes | None = field(default=None, init=False, compare=False, repr=False)
 
     @property
     def queue(self) -> str:
@@ -146,12 +147,15 @@ def ref_to_json(ref: SpillRef) -> dict[str, Any]:
     return out
 
 
-@functools.lru_cache(maxsize=1 << 14)
 def ref_bytes(ref: SpillRef) -> bytes:
-    """The ref's line in the head: :func:`ref_to_json`, compact. Cached (a ref
-    is a frozen value): every commit writes every ref, and 500 of them took
-    1.5 ms a commit to spell out again."""
-    return orjson.dumps(ref_to_json(ref))
+    """The ref's line in the head: :func:`ref_to_json`, compact. Kept on the
+    ref (a frozen value; a changed ref is a new one): every commit writes
+    every ref, and 500 of them took 1.5 ms a commit to spell out again."""
+    line = ref.line
+    if line is None:
+        line = orjson.dumps(ref_to_json(ref))
+        object.__setattr__(ref, "line", line)
+    return line
 
 
 def _pair(raw: Any, what: str, first: tuple[int, int], second: tuple[int, int]) -> tuple[int, int]:

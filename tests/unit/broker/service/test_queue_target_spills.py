@@ -5,6 +5,7 @@ one serves its counts from the reference."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -29,7 +30,7 @@ def _dead_spill(store: FaultyStore, seqs: range, *, write: bool) -> SpillRef:
     if not write:
         return ref
     etag = store.inner.create_if_absent(ref.key, obj.data)
-    return SpillRef(**{**{f: getattr(ref, f) for f in ref.__slots__}, "etag": etag})
+    return replace(ref, etag=etag)
 
 
 def _reference(store: FaultyStore, refs: list[SpillRef]) -> None:
@@ -53,8 +54,7 @@ def test_a_missing_spill_object_is_refused_at_load_naming_it(tmp_path: Path) -> 
         await crash(a)
         present = _dead_spill(store, range(100, 110), write=True)
         missing = _dead_spill(store, range(200, 205), write=False)
-        missing = SpillRef(**{**{f: getattr(missing, f) for f in missing.__slots__},
-                              "key": missing.key.replace("-000000000042-", "-000000000043-")})
+        missing = replace(missing, key=missing.key.replace("-000000000042-", "-000000000043-"))
         _reference(store, [present, missing])
         before = store.read(QUEUE_KEY).data
         b = await successor(store, clock)

@@ -407,6 +407,10 @@ class Stats(Response):
     cancelled_total: int = Field(description="cancels that took: jobs cancelled, and claimed "
                                  "jobs marked")
     cancel_requested: int = Field(description="claimed jobs marked for cancellation")
+    in_spills: dict[str, int] = Field(description="jobs in spill objects, off the queue "
+                                      "object: {pending (redriven), dead}")
+    spill_objects: dict[str, int] = Field(description="the spill objects referenced: "
+                                          "{pending (redriven), dead}")
     seq: int
     approx_state_bytes: int
     dedup_keys: int

@@ -330,6 +330,16 @@ def pending_times(state: QueueState) -> list[tuple[int, int]]:
             if ref.due_min is not None and ref.live]
 
 
+def spill_figures(state: QueueState) -> dict[str, dict[str, int]]:
+    """Stats' ``in_spills`` (jobs the refs hold) and ``spill_objects`` (refs),
+    each by kind (pending: redriven; dead): O(refs)."""
+    jobs, objects = {PENDING: 0, DEAD: 0}, {PENDING: 0, DEAD: 0}
+    for ref in state.spill_refs:
+        jobs[ref.kind] += ref.live
+        objects[ref.kind] += 1
+    return {"in_spills": jobs, "spill_objects": objects}
+
+
 # -- reads: pages and lookups over spilled jobs -------------------------------------
 
 

@@ -19,7 +19,7 @@ from broker.model.job import CANCELLED, CLAIMED, COMPLETED, DEAD, PENDING, STATU
 from broker.model.segments.claims import page_refs, segment_page
 from broker.model.segments.grouped import group_stats
 from broker.model.segments.refs import next_wakeup, oldest_due, segment_counts
-from broker.model.spills import pending_times, spill_page
+from broker.model.spills import pending_times, spill_figures, spill_page
 from broker.model.state import MAX_WINDOWS, QueueState, SegmentRef
 
 
@@ -68,6 +68,7 @@ def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
         "reclaimed_total": state.counters.reclaimed,
         "cancelled_total": state.counters.cancelled,
         "cancel_requested": marked,
+        **spill_figures(state),
         "seq": state.seq,
         "approx_state_bytes": state.size_estimate(),
         "dedup_keys": len(state.keys),

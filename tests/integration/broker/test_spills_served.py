@@ -50,7 +50,9 @@ def test_a_fail_of_2000_spills_once_and_a_redrive_serves_each_job_once(
         assert [line for line in raw["jobs"] if line.get("status") == "dead"] == []
         assert len(data) < 1_000_000
         assert _spills(tmp_path) == [raw["spills"][0]["key"]]
-        assert client.stats()["counts"]["dead"] == N
+        stats = client.stats()
+        assert stats["counts"]["dead"] == N and stats["in_spills"]["dead"] == N
+        assert stats["spill_objects"] == {"dead": 1, "pending": 0}
 
         seen: list[str] = []
         after = None

@@ -129,6 +129,12 @@ def test_stats_count_the_spilled_jobs_from_their_refs(tmp_path: Path) -> None:
         got = await a.stats("q")
         assert got["counts"][DEAD] == N
         assert got["total"] == N + 3
+        assert got["in_spills"] == {DEAD: N, PENDING: 0}
+        assert got["spill_objects"] == {DEAD: 2, PENDING: 0}
+        assert await a.redrive("q") == N
+        got = await a.stats("q")
+        assert (got["in_spills"], got["spill_objects"]) == ({DEAD: 0, PENDING: N},
+                                                            {DEAD: 0, PENDING: 2})
         await a.stop()
 
     run(go())

@@ -39,3 +39,30 @@ def test_the_docs_jq_recipe_lists_every_dead_job_inline_and_spilled(tmp_path: Pa
     got = [orjson.loads(line) for line in out.splitlines()]
     assert len(got) == len(want) == 15 + 12 + 4 - 1
     assert sorted(got, key=lambda job: job["seq"]) == want
+
+
+def test_the_docs_jq_recipe_lists_the_pending_jobs_of_redriven_spill_objects(
+        tmp_path: Path) -> None:
+    with BrokerProcess(f"file://{tmp_path}", env={"OSQUEUE_SPILL_JOBS": "10"}) as broker:
+        client = QueueClient(broker.url, "q")
+        client.create(max_attempts=1)
+        for n in (15, 12):  # two spill objects
+            client.push_many([{"n": i, "big": 2 ** 40 + i} for i in range(n)])
+            jobs = client.claim("w", max_jobs=n)
+            client.fail_many([(j.token, f"boom {j.id}", None) for j in jobs])
+        out_id = client.jobs("dead", 20)[17]["id"]  # (in the second object)
+        assert client.redrive([out_id]) == 1
+        assert client.redrive() == 26
+        client.claim("w", max_jobs=4)  # (4 of the first object moved into the head)
+        pending = list(client.iter_jobs("pending"))
+    raw = orjson.loads((tmp_path / "q" / "queue.json").read_bytes())
+    assert [(r["kind"], r["taken"]) for r in raw["spills"]] == [("pending", 4), ("pending", 0)]
+    assert raw["spills"][1]["out"]
+    inline = {line["id"] for line in raw["jobs"]}  # (listed by the head's recipe)
+    want = [job for job in pending if job["id"] not in inline]
+    out = subprocess.run(["bash", "-c", "set -euo pipefail\n" + sh_block(
+        "The pending jobs of dead objects redriven by reference")], cwd=tmp_path,
+        capture_output=True, text=True, check=True, timeout=60).stdout
+    got = [orjson.loads(line) for line in out.splitlines()]
+    assert len(got) == len(want) == 15 + 12 - 1 - 4 and len(pending) == len(want) + 1
+    assert sorted(got, key=lambda job: job["seq"]) == want

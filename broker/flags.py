@@ -165,6 +165,10 @@ class BrokerFlags(BaseSettings):
     spill_bytes: int = Field(
         BrokerConfig.spill_bytes, ge=1, le=1 << 30,
         description="... or past this many bytes of their lines (with spill_jobs above 0)")
+    spill_pending: bool = Field(
+        BrokerConfig.spill_pending,
+        description="with spill_jobs above 0, pending job objects (retry-waiting, released) "
+                    "spill too, into pending spill objects claims take from (off by default)")
     history_interval_s: float = Field(
         BrokerConfig.history_interval_s, ge=0.1, le=600.0,
         description="seconds between the samples of the dashboard's charts (an hour kept)")
@@ -250,6 +254,7 @@ class BrokerFlags(BaseSettings):
                             held_in_records=self.held_in_records,
                             held_cache_mb=self.held_cache_mb,
                             spill_jobs=self.spill_jobs, spill_bytes=self.spill_bytes,
+                            spill_pending=self.spill_pending,
                             history_interval_s=self.history_interval_s,
                             segment_push_jobs=self.segment_push_jobs,
                             segment_push_bytes=self.segment_push_bytes,

@@ -64,11 +64,14 @@ class SpillPlan:
 NOTHING = SpillPlan((), ())
 
 
-def spillable(job: Job) -> bool:
-    """Whether ``job`` is a candidate: dead, its payload free of raw line
-    breaks, of no group (a fifo group's dead head holds its group, which its
-    groups' state reads from the head: it stays inline)."""
-    return job.status == DEAD and job.group is None and b"\n" not in job.payload
+def spillable(job: Job, pending: bool = False) -> bool:
+    """Whether ``job`` is a candidate: dead (or, with ``pending``, pending and
+    kept as a job object: retried, released, pushed with options), its
+    payload free of raw line breaks, of no group (a fifo group's dead head
+    holds its group, which its groups' state reads from the head: it stays
+    inline)."""
+    return (job.status == DEAD or (pending and job.status == PENDING)) \
+        and job.group is None and b"\n" not in job.payload
 
 
 def estimated_bytes(job: Job) -> int:
@@ -91,21 +94,30 @@ def spilled(job: Job, now_ms: int) -> SpilledJob:
 
 
 def plan_dead(state: QueueState, queue: str, spill_jobs: int, spill_bytes: int,
-              now_ms: int) -> SpillPlan:
-    """The dead jobs of ``state`` (of ``queue``) that leave the head in this
+              now_ms: int, pending: bool = False) -> SpillPlan:
+    """The dead jobs of ``state`` (of ``queue``; with ``pending`` its pending
+    job objects too: retry-waiting, released) that leave the head in this
     commit and their objects, by the rule (module docstring): :data:`NOTHING`
     when ``spill_jobs`` is 0 (nothing scanned) or the candidates hold no more
-    than ``spill_jobs`` jobs and ``spill_bytes`` bytes. O(the head's job
-    objects: untouched pushed lines are never dead). Never raises for a
-    valid state."""
+    than ``spill_jobs`` jobs and ``spill_bytes`` bytes. Dead ones go into dead
+    objects, pending ones into pending objects, one or more per priority
+    (sorted by run-at: claims take them in order). O(the head's job objects:
+    untouched pushed lines are never candidates). Never raises for a valid
+    state."""
     if spill_jobs <= 0:
         return NOTHING
-    candidates = [job for job in state.jobs.touched() if spillable(job)]
+    candidates = [job for job in state.jobs.touched() if spillable(job, pending)]
     if len(candidates) <= spill_jobs and \
             sum(map(estimated_bytes, candidates)) <= spill_bytes:
         return NOTHING
-    objects = encode_spills(queue, DEAD, [spilled(job, now_ms) for job in candidates])
-    return SpillPlan(tuple(job.seq for job in candidates), tuple(objects))
+    objects: list[EncodedSpill] = []
+    seqs: list[int] = []
+    for kind in (DEAD, PENDING):
+        jobs = [job for job in candidates if job.status == kind]
+        if jobs:
+            objects += encode_spills(queue, kind, [spilled(job, now_ms) for job in jobs])
+            seqs += [job.seq for job in jobs]
+    return SpillPlan(tuple(seqs), tuple(objects))
 
 
 def attach(state: QueueState, plan: SpillPlan, refs: list[SpillRef], now_ms: int) -> None:
@@ -117,12 +129,12 @@ def attach(state: QueueState, plan: SpillPlan, refs: list[SpillRef], now_ms: int
     changed nothing, if ``refs`` do not match ``plan``'s objects or a job of
     the plan is no longer a dead job of the head."""
     if len(refs) != len(plan.objects) or any(
-            ref.kind != DEAD or ref.count != obj.count or ref.seqs != obj.seqs
+            ref.kind != obj.kind or ref.count != obj.count or ref.seqs != obj.seqs
             for ref, obj in zip(refs, plan.objects, strict=True)):
         raise ValueError("the spill references do not match the planned objects")
     jobs = [state.jobs.get(seq) for seq in plan.seqs]
-    if any(job is None or not spillable(job) for job in jobs):
-        raise ValueError("a planned job is no longer a dead job of the head")
+    if any(job is None or not spillable(job, True) for job in jobs):
+        raise ValueError("a planned job is no longer a dead job (or a pending one) of the head")
     for job in jobs:
         assert job is not None
         move(state, job, GONE, now_ms)
@@ -237,7 +249,7 @@ def move_in(state: QueueState, budget: int, now_ms: int) -> bool:
     for ref in claim_refs(state, now_ms):
         jobs = _loaded(state, ref)
         if jobs is not None:
-            streams.append(_keyed(ref, jobs))
+            streams.append(_keyed(ref, jobs, now_ms))
     if not streams or budget <= 0:
         return False
     upto: dict[str, int] = {}
@@ -265,9 +277,14 @@ def _insert_pending(state: QueueState, job: Job, now_ms: int) -> None:
     schedule(state, job, now_ms)
 
 
-def _keyed(ref: SpillRef, jobs: list[SpilledJob]) -> Iterator[tuple[int, int, str, SpilledJob]]:
-    """``ref``'s jobs from its cursor on as (claim key, position, its key, job)."""
+def _keyed(ref: SpillRef, jobs: list[SpilledJob],
+           now_ms: int) -> Iterator[tuple[int, int, str, SpilledJob]]:
+    """``ref``'s jobs from its cursor on as (claim key, position, its key, job),
+    up to the first not due at ``now_ms`` (a pending object's lines are by
+    run-at: none after it is due either)."""
     for pos, job in _shown(ref, jobs):
+        if job.run_at_ms > now_ms:
+            return
         yield ready_key(job.priority, job.run_at_ms, job.seq), pos, ref.key, job
 
 
@@ -284,10 +301,9 @@ def _advanced(ref: SpillRef, taken: int, jobs: list[SpilledJob]) -> SpillRef:
     ``due_min`` its cursor line's (None once every job is taken)."""
     if taken >= ref.count:
         return replace(ref, taken=ref.count, next=None, due_min=None)
-    line = jobs[taken]
+    line = jobs[taken]  # (the earliest due of the rest: lines are by run-at)
     return replace(ref, taken=taken, priority=line.priority,
-                   next=(line.run_at_ms, line.seq),
-                   due_min=min(ref.due_min or line.run_at_ms, line.run_at_ms))
+                   next=(line.run_at_ms, line.seq), due_min=line.run_at_ms)
 
 
 #: What :func:`take_out` found of a seq: its object not loaded, or nothing.
@@ -320,6 +336,19 @@ def take_out(state: QueueState, seq: int, now_ms: int) -> Job | str | None:
                 state.dropped_refs.append(left)
             return moved
     return None
+
+
+def next_due_ms(state: QueueState, now_ms: int) -> int | None:
+    """When the next job of a pending spill ref not due at ``now_ms`` falls
+    due (the commit loop's timer wakes the claims then), or None."""
+    later = [ref.next[0] for ref in _refs(state, PENDING)
+             if ref.next is not None and ref.next[0] > now_ms]
+    return min(later, default=None)
+
+
+def has_due(state: QueueState, now_ms: int) -> bool:
+    """Whether a pending spill ref has a job due at ``now_ms``."""
+    return any(ref.next is not None and ref.next[0] <= now_ms for ref in _refs(state, PENDING))
 
 
 def pending_times(state: QueueState) -> list[tuple[int, int]]:

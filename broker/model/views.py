@@ -19,7 +19,7 @@ from broker.model.job import CANCELLED, CLAIMED, COMPLETED, DEAD, PENDING, STATU
 from broker.model.segments.claims import page_refs, segment_page
 from broker.model.segments.grouped import group_stats
 from broker.model.segments.refs import next_wakeup, oldest_due, segment_counts
-from broker.model.spills import pending_times, spill_figures, spill_page
+from broker.model.spills import next_due_ms, pending_times, spill_figures, spill_page
 from broker.model.state import MAX_WINDOWS, QueueState, SegmentRef
 
 
@@ -205,6 +205,9 @@ def next_wakeup_ms(state: QueueState, now_ms: int) -> int | None:
     later = next_wakeup(state.segment_refs, now_ms) if state.segment_refs else None
     if later is not None:
         times.append(later)
+    due = next_due_ms(state, now_ms) if state.spill_refs else None  # (pending spill objects)
+    if due is not None:
+        times.append(due)
     if state.receipts.unwritten_since is not None and state.seq > 0:  # (no object: nothing)
         times.append(state.receipts.unwritten_since + R.LAZY_WRITE_MS)
     if state.leases:

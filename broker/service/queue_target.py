@@ -67,7 +67,7 @@ class QueueTarget:
                  where: str, segments: SegmentStore,
                  random_bytes: Callable[[int], bytes] = secrets.token_bytes,
                  held_in_records: bool = False, held_cache_bytes: int = 256 << 20,
-                 spill: tuple[int, int] = (0, 0)) -> None:
+                 spill: tuple[int, int, bool] = (0, 0, False)) -> None:
         self.queue = queue
         self.broker_id = broker_id
         self.url = url
@@ -85,7 +85,7 @@ class QueueTarget:
         self.held_in_records = held_in_records
         self._checked: set[tuple[str, str]] = set()  # refs whose object was seen at its etag
         self._deleting: set[asyncio.Task[int]] = set()
-        # dead jobs off the head (spill_jobs, spill_bytes; 0 jobs: never)
+        # dead (and pending) jobs off the head (spill_jobs, spill_bytes, spill_pending)
         self.spills = SpillWriter(queue, segments, *spill)
 
     def decode(self, data: bytes) -> S.QueueState:

@@ -19,8 +19,8 @@ from broker import paths
 from broker.commit.loop import CommitLoop
 from broker.errors import UnknownQueue
 from broker.model import state as S
-from broker.model.job import PENDING
 from broker.model.ops import Op, Push, PushPayloads, Result, push_of
+from broker.model.spills import has_due
 from broker.service.archiver import Archiver
 from broker.service.by_reference import (
     StagedPublish,
@@ -88,7 +88,7 @@ class ServedQueue:
                  monotonic: Callable[[], float], commit_timeout_s: float,
                  observe: Callable[[float, int, int], None], segments: SegmentStore,
                  held_in_records: bool = False, held_cache_bytes: int = 256 << 20,
-                 spill: tuple[int, int] = (0, 0)) -> None:
+                 spill: tuple[int, int, bool] = (0, 0, False)) -> None:
         self.name = name
         self.segments, self._clock, self._monotonic = segments, clock, monotonic
         self.jobs_ready = asyncio.Event()
@@ -158,8 +158,8 @@ class ServedQueue:
         """Wake the claims waiting for jobs if ``state`` has some ready, and the
         dispatch rate limit a token (else the timer of the next one wakes them)."""
         self.completions.observe(self._monotonic(), state.counters.completed)
-        redriven = any(ref.kind == PENDING and ref.live for ref in state.spill_refs)
-        if (state.ready or state.segment_refs or redriven or (  # (groups: ready jobs, a place)
+        spilled = bool(state.spill_refs) and has_due(state, self._clock())  # (pending spills)
+        if (state.ready or state.segment_refs or spilled or (  # (groups: ready jobs, a place)
                 state.groups is not None and state.groups.runnable(self._clock()))) and \
                 not state.paused and state.claims.wake(state.settings, self._clock()):
             self.jobs_ready.set()

@@ -44,6 +44,7 @@ class SpillWriter:
     segments: SegmentStore
     spill_jobs: int = 0
     spill_bytes: int = 256 * 1024
+    pending: bool = False  # (pending job objects too: retry-waiting, released)
     held: list[str] = field(default_factory=list)
     #: what it has done, for stats and tests: objects written, jobs they took,
     #: spills that failed (their jobs left inline)
@@ -57,7 +58,8 @@ class SpillWriter:
         change. All or nothing: if any object's write fails, none is attached
         (those written are left to the sweep) and the jobs stay inline. Raises
         only what is not a storage error (a bug)."""
-        plan = spills.plan_dead(state, self.queue, self.spill_jobs, self.spill_bytes, now_ms)
+        plan = spills.plan_dead(state, self.queue, self.spill_jobs, self.spill_bytes, now_ms,
+                                self.pending)
         if not plan.objects:
             return
         commit_seq = state.seq + 1  # (the version that first references them)
@@ -78,7 +80,7 @@ class SpillWriter:
                 raise exc
         if failed:
             self.failures += 1
-            log.warning("queue %s: spilling %d dead job(s) failed (%s); they stay in the "
+            log.warning("queue %s: spilling %d job(s) failed (%s); they stay in the "
                         "queue object and a later commit tries again", self.queue,
                         len(plan.seqs), failed[0])
             return
@@ -88,7 +90,7 @@ class SpillWriter:
         spills.attach(state, plan, refs, now_ms)
         self.written += len(refs)
         self.jobs += len(plan.seqs)
-        log.info("queue %s: %d dead job(s) moved into %d spill object(s)", self.queue,
+        log.info("queue %s: %d job(s) moved into %d spill object(s)", self.queue,
                  len(plan.seqs), len(refs))
 
     def release(self) -> None:

@@ -61,8 +61,30 @@ def test_the_docs_jq_recipe_lists_the_pending_jobs_of_redriven_spill_objects(
     inline = {line["id"] for line in raw["jobs"]}  # (listed by the head's recipe)
     want = [job for job in pending if job["id"] not in inline]
     out = subprocess.run(["bash", "-c", "set -euo pipefail\n" + sh_block(
-        "The pending jobs of dead objects redriven by reference")], cwd=tmp_path,
+        "The pending jobs of spill objects (retry-waiting jobs")], cwd=tmp_path,
         capture_output=True, text=True, check=True, timeout=60).stdout
     got = [orjson.loads(line) for line in out.splitlines()]
     assert len(got) == len(want) == 15 + 12 - 1 - 4 and len(pending) == len(want) + 1
     assert sorted(got, key=lambda job: job["seq"]) == want
+
+
+def test_the_docs_jq_recipe_lists_the_retry_waiting_jobs_of_pending_spill_objects(
+        tmp_path: Path) -> None:
+    env = {"OSQUEUE_SPILL_JOBS": "10", "OSQUEUE_SPILL_PENDING": "true"}
+    with BrokerProcess(f"file://{tmp_path}", env=env) as broker:
+        client = QueueClient(broker.url, "q")
+        client.create(max_attempts=3)
+        client.push_many([{"n": i} for i in range(15)])
+        jobs = client.claim("w", max_jobs=15)
+        client.fail_many([(j.token, f"boom {j.id}", 0.0) for j in jobs])
+        client.claim("w", max_jobs=4)
+        pending = list(client.iter_jobs("pending"))
+    raw = orjson.loads((tmp_path / "q" / "queue.json").read_bytes())
+    assert [(r["kind"], r["taken"], "reset_at" in r) for r in raw["spills"]] == [
+        ("pending", 4, False)]
+    out = subprocess.run(["bash", "-c", "set -euo pipefail\n" + sh_block(
+        "The pending jobs of spill objects (retry-waiting jobs")], cwd=tmp_path,
+        capture_output=True, text=True, check=True, timeout=60).stdout
+    got = [orjson.loads(line) for line in out.splitlines()]
+    assert len(got) == len(pending) == 11 and all(job["attempts"] == 1 for job in got)
+    assert sorted(got, key=lambda job: job["seq"]) == pending

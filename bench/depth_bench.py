@@ -16,10 +16,9 @@ objects: as users get them), and then, by kind:
 * ``pending``: left as it is (N jobs pending: the deep queue);
 * ``held``: claimed in claims of ``--claim-batch`` (2,000) jobs with a lease of an
   hour, none completed (250 tasks of 2,000 hold 500,000; ``--held-in-records``: in records);
-* ``dead``: claimed in claims of 2,000 and each claim's jobs failed at once with
-  no retry delay until they are dead (``--dead-attempts``, the queue's
-  ``max_attempts``: 1 by default, so one claim and one fail a job; a bad deploy,
-  after it);
+* ``dead``: claimed in claims of 2,000 and each claim's jobs failed at once, no retry
+  delay, until dead (``--dead-attempts``, ``max_attempts``: 1 by default; a bad
+  deploy, after it; ``--spill-jobs``: into spill objects past that many dead);
 * ``grouped`` (``--kinds grouped``, ``--groups``): N pending jobs in groups, and its
   columns beside the ungrouped 1k's (``bench/_groups_depth.py``).
 
@@ -306,8 +305,8 @@ async def set_up(broker: Broker, store: CountingStore, row: dict[str, Any], kind
         row["written_per_dead_job" if kind == "dead" else "written_per_claimed_job"] = per_job
         if kind == "dead":
             row.update(written_per_settled_job=per_job, settle_path="fail-then-dead")
-    row["counts"] = (await broker.stats(QUEUE))["counts"]
-    row["head_bytes"] = store.head_bytes
+    row["counts"], row["head_bytes"] = (await broker.stats(QUEUE))["counts"], store.head_bytes
+    row["spill_objects"] = len(store.list(f"{QUEUE}/spills/"))
     if url.startswith("file://"):
         row["store_disk_bytes"] = disk_bytes(Path(url.removeprefix("file://")))
     row["rss_after_fill_bytes"] = rss_bytes()
@@ -325,7 +324,8 @@ async def serve(kind: str, url: str, depth: int, args: argparse.Namespace) -> No
     tag = f"{store_kind} {kind} {label(depth)}"
     store = CountingStore(store_from_url(url), QUEUE)
     broker = Broker(store, BrokerConfig(self_test=False, grouped_segments=kind == "grouped",
-                                        held_in_records=args.held_in_records))
+                                        held_in_records=args.held_in_records,
+                                        spill_jobs=args.spill_jobs))
     await broker.start()
     row: dict[str, Any] = {"store": store_kind, "kind": kind, "depth": depth,
                            "label": label(depth), "rss_before_fill_bytes": rss_bytes()}
@@ -417,7 +417,7 @@ class Child(ChildProcess):
         cmd = [sys.executable, str(Path(__file__).resolve()), "--one", kind, str(depth),
                "--store-url", url, "--drain-jobs", str(args.drain_jobs),
                "--drain-batch", str(args.drain_batch), "--fill-chunk", str(args.fill_chunk),
-               "--claim-batch", str(args.claim_batch),
+               "--claim-batch", str(args.claim_batch), "--spill-jobs", str(args.spill_jobs),
                "--dead-attempts", str(args.dead_attempts),
                "--step-budget-s", str(args.step_budget_s), "--groups", str(args.groups)]
         cmd += ["--no-tune-gc"] * (not args.tune_gc) + ["--held-in-records"] * args.held_in_records
@@ -533,10 +533,10 @@ def main() -> None:
     p.add_argument("--no-tune-gc", dest="tune_gc", action="store_false",
                    help="leave the collector as CPython sets it (an embedded broker's case)")
     p.add_argument("--held-in-records", action="store_true", help="BrokerConfig.held_in_records")
+    p.add_argument("--spill-jobs", type=int, default=0, help="BrokerConfig.spill_jobs (dead)")
     p.add_argument("--out", help="results name under bench/results (default depth_bench, "
                    "depth_bench_quick with --quick)")
-    p.add_argument("--note", help="text saved with the results (say which sizes a run "
-                   "left out, and why)")
+    p.add_argument("--note", help="text saved with the results (which sizes were left out)")
     p.add_argument("--one", nargs=2, metavar=("KIND", "DEPTH"), help=argparse.SUPPRESS)
     p.add_argument("--store-url", help=argparse.SUPPRESS)
     args = p.parse_args()

@@ -158,6 +158,17 @@ class BrokerFlags(BaseSettings):
         BrokerConfig.held_cache_mb, ge=1, le=65_536,
         description="MiB of held segment jobs' lines kept per queue (a miss is read again "
                     "from the segment)")
+    spill_jobs: int = Field(
+        BrokerConfig.spill_jobs, ge=0, le=1 << 20,
+        description="past this many dead jobs in a queue object, a commit moves them into "
+                    "a spill object the queue object references (0, the default: never)")
+    spill_bytes: int = Field(
+        BrokerConfig.spill_bytes, ge=1, le=1 << 30,
+        description="... or past this many bytes of their lines (with spill_jobs above 0)")
+    spill_pending: bool = Field(
+        BrokerConfig.spill_pending,
+        description="with spill_jobs above 0, pending job objects (retry-waiting, released) "
+                    "spill too, into pending spill objects claims take from (off by default)")
     history_interval_s: float = Field(
         BrokerConfig.history_interval_s, ge=0.1, le=600.0,
         description="seconds between the samples of the dashboard's charts (an hour kept)")
@@ -242,6 +253,8 @@ class BrokerFlags(BaseSettings):
                             grouped_segments=self.grouped_segments,
                             held_in_records=self.held_in_records,
                             held_cache_mb=self.held_cache_mb,
+                            spill_jobs=self.spill_jobs, spill_bytes=self.spill_bytes,
+                            spill_pending=self.spill_pending,
                             history_interval_s=self.history_interval_s,
                             segment_push_jobs=self.segment_push_jobs,
                             segment_push_bytes=self.segment_push_bytes,

@@ -275,7 +275,7 @@ def cmd_stats(client: QueueClient, args: argparse.Namespace) -> int:
              ("claim limit per s", s["claim_limit_per_s"] or "none"),
              ("state bytes", s["state_bytes"]), ("commit seq", s["seq"]),
              ("broker", (s.get("broker") or {}).get("url"))]
-    rows += cli_out.group_rows(s.get("groups"))  # (only while the queue uses groups)
+    rows += cli_out.group_rows(s.get("groups")) + cli_out.spill_rows(s)  # (only while used)
     console().print(table(rows, ["queue " + client.queue, "value"]))
     return 0
 

@@ -68,6 +68,17 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> Table:
     return grid
 
 
+def spill_rows(stats: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """The ``osqueue stats`` row of the jobs in spill objects (none while there
+    are none: a broker with spills off, or nothing spilled)."""
+    objects = stats.get("spill_objects") or {}
+    if not sum(objects.values()):
+        return []
+    jobs = stats.get("in_spills") or {}
+    return [("in spill objects", f"{jobs.get('dead', 0)} dead, {jobs.get('pending', 0)} "
+             f"redriven, in {sum(objects.values())} object(s)")]
+
+
 def group_rows(groups: Mapping[str, Any] | None) -> list[tuple[str, Any]]:
     """``osqueue stats`` rows of the stats' ``groups`` block (none without it:
     the queue uses no groups): what the limits hold back, the busiest groups."""

@@ -407,6 +407,10 @@ class Stats(Response):
     cancelled_total: int = Field(description="cancels that took: jobs cancelled, and claimed "
                                  "jobs marked")
     cancel_requested: int = Field(description="claimed jobs marked for cancellation")
+    in_spills: dict[str, int] = Field(description="jobs in spill objects, off the queue "
+                                      "object: {pending (redriven), dead}")
+    spill_objects: dict[str, int] = Field(description="the spill objects referenced: "
+                                          "{pending (redriven), dead}")
     seq: int
     approx_state_bytes: int
     dedup_keys: int
@@ -460,7 +464,8 @@ class JobLease(Response):
 class JobFound(Response):
     """One job, wherever it is (``location``): the queue object (pending, claimed,
     dead, or finished and awaiting its archive object), a segment object
-    (pending) or the archive (completed or cancelled). Never a lease token."""
+    (pending), a spill object (dead, off the queue object) or the archive
+    (completed or cancelled). Never a lease token."""
 
     id: str
     seq: int
@@ -472,7 +477,7 @@ class JobFound(Response):
     created_at: str
     group: str | None = Field(None, description="the job's group (absent: none)")
     payload: Any
-    location: Literal["queue", "segment", "archive"]
+    location: Literal["queue", "segment", "spill", "archive"]
     key: str | None = Field(None, description="its idempotency key (not kept in the archive)")
     last_error: str | None = None
     lease: JobLease | None = Field(None, description="a claimed job's lease, without its token")

@@ -44,6 +44,7 @@ from broker.model.segments.refs import (
     segment_counts,
     untaken_spans,
 )
+from broker.model.spills import pending_times, spilled_job
 from broker.model.state import QueueState, SegmentRef
 from broker.model.views import check_status, jobs_after
 
@@ -57,14 +58,16 @@ MAX_PRETTY_BYTES = 256 * 1024
 
 def counters(state: QueueState, now_ms: int) -> dict[str, Any]:
     """Totals since the queue began and its depth now (jobs not finished:
-    pending, claimed or dead, in the head or its segments), in O(1)."""
+    pending, claimed or dead, in the head, its segments or its spill objects),
+    in O(1) (O(spill refs))."""
     c = state.counters
     # completed or cancelled, unarchived
     awaiting = sum(len(seqs) for seqs in state.completed.values())
     return {"seq": state.seq, "enqueued": c.enqueued, "completed": c.completed,
             "failed": c.failed, "dead": c.dead, "reclaimed": c.reclaimed,
             "cancelled": c.cancelled,
-            "depth": len(state.jobs) + segment_counts(state.segment_refs) - awaiting,
+            "depth": len(state.jobs) + segment_counts(state.segment_refs) - awaiting
+            + sum(ref.live for ref in state.spill_refs),
             "paused": state.paused}
 
 
@@ -88,6 +91,11 @@ def summary(state: QueueState, now_ms: int) -> dict[str, Any]:
         wake = next_wakeup(refs, now_ms)
         if wake is not None:
             later = wake if later is None else min(later, wake)
+    for spill in state.spill_refs:  # (jobs of spill objects: counted from their refs)
+        counts[PENDING if spill.kind == PENDING else DEAD] += spill.live
+    for due, created in pending_times(state) if state.spill_refs else ():
+        if due <= now_ms:
+            oldest = created if oldest is None else min(oldest, created)
     record = state.broker
     return {
         "counts": counts,
@@ -274,7 +282,7 @@ def job(state: QueueState, now_ms: int, queue: str, job_id: str) -> dict[str, An
     if seq in state.jobs:
         found: Job | None = next(state.jobs.peek(seq - 1))  # (a line: a throwaway Job)
     else:
-        found = _segment_job(state, seq)
+        found = _segment_job(state, seq) or spilled_job(state, seq)
     if found is None:
         return None
     out = row(found)
@@ -322,6 +330,8 @@ def lookup(state: QueueState, now_ms: int, queue: str, job_id: str) -> dict[str,
         found, where = view_at(state, *held), "segment"
     else:
         found, where = _segment_job(state, seq), "segment"
+        if found is None:
+            found, where = spilled_job(state, seq), "spill"
     if found is not None:
         out = found.to_dict()
         if "lease" in out:

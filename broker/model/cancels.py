@@ -45,6 +45,12 @@ the batch applies (:func:`segments_to_load`, called by its ``prepare``); if
 they are not loaded the id is answered not ok, status ``retry``, and nothing
 is cancelled.
 
+A pending job of a spill object (a dead object redriven by reference, see
+:mod:`broker.model.spills`) is moved into the head alone and cancelled there,
+its position taken ``out`` of the ref (:func:`~broker.model.spills.take_out`;
+the broker loads the object first, else ``retry``); a dead one answers
+``finished`` as a dead job in the head does.
+
 ``counters.cancelled`` counts the cancels that took (jobs cancelled, and
 claimed jobs marked).
 
@@ -65,6 +71,7 @@ from broker.model.ops import Cancel, Result
 from broker.model.segments.claims import move_in, move_in_position
 from broker.model.segments.grouped import taken_out
 from broker.model.segments.refs import holding
+from broker.model.spills import UNLOADED, take_out
 from broker.model.state import QueueState, SegmentRef
 from broker.wire import CANCEL_REQUESTED, CancelAnswer, ItemResult
 
@@ -90,6 +97,14 @@ def cancel(state: QueueState, op: Cancel, now_ms: int) -> Result:
                 answers.append(CancelAnswer(job_id, False, "its segment's jobs are not "
                                             "loaded; cancel it again", RETRY))
                 continue
+        if job is None and seq is not None and state.spill_refs:  # (in a spill object)
+            found = take_out(state, seq, now_ms)
+            if found == UNLOADED:
+                answers.append(CancelAnswer(job_id, False, "its spill object's jobs are not "
+                                            "loaded; cancel it again", RETRY))
+                continue
+            job = found if isinstance(found, Job) else None
+            changed = changed or (job is not None and job.status == PENDING)
         if job is None and seq is not None and (held := held_by_seq(state, seq)) is not None:
             if mark_held_cancel(held[0], held[1], now_ms):  # (it has no line: its record's mark)
                 state.counters.cancelled += 1

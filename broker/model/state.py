@@ -53,8 +53,10 @@ claim's jobs in claim order; a claimed job's line says ``"claim": <fence>``
 lease number ``fence + i``. A heartbeat renews the record, so the whole
 claim. A version-4 object's claimed lines (each with its lease) load as
 records (consecutive lease numbers with the same lease merged into one) and
-are written as version 5 by its next write. ``"spills"`` is always ``[]``
-(spill objects are a later change; a broker refuses a head that names one).
+are written as version 5 by its next write. ``"spills"`` lists the head's
+references to spill objects (:mod:`broker.model.format.spill_refs`: failed
+and dead jobs a commit took out of the head; none while the broker's
+``spill_jobs`` is 0); a broker from before them refuses a head that names one.
 
 ``token_key`` is the secret that binds the queue's lease tokens to it (see
 :mod:`broker.model.tokens`); an object written before it existed has none
@@ -109,11 +111,11 @@ never stored.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Protocol
 
 from broker.limits import check_setting
 from broker.model.claim_records import ClaimRecord
-from broker.model.job import CLAIMED, COMPLETED, PENDING, Job, seq_of
+from broker.model.job import CLAIMED, COMPLETED, DEAD, PENDING, Job, seq_of
 from broker.model.jobtable import JobTable
 from broker.model.ratelimit import ClaimGate
 from broker.model.receipts import Receipts
@@ -130,7 +132,8 @@ FORMAT = "osqueue"
 # 4: "segments", the references to segment objects (so a commit's cost does not grow
 #    with the pending jobs);
 # 5: "claims", one record a claim holding its lease (claimed lines say "claim": fence),
-#    and "spills" (always [] so far);
+#    and "spills", the references to spill objects (a broker from before them refuses
+#    a head with one: no version of its own);
 # 6: job groups ("group" on a job's line), written only while a job in the head has
 #    one (broker.model.format.codec.version_of): a queue without groups stays at 5.
 VERSION = 6
@@ -269,6 +272,28 @@ class Counters:
         return out
 
 
+#: Rough bytes of one spill reference in the object (one line of ``"spills"``).
+SPILL_REF_BYTES = 240
+
+
+class SpillRefLike(Protocol):
+    """What the state asks of a reference to a spill object (the one kind is
+    :class:`broker.model.format.spill_refs.SpillRef`, a layer above): its key,
+    etag, kind (``"pending"`` or ``"dead"``) and how many jobs it still holds."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def etag(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def live(self) -> int: ...
+
+
 @dataclass(slots=True)
 class QueueState:
     """The whole queue. Mutated only by :func:`broker.model.transitions.apply` (through
@@ -290,6 +315,8 @@ class QueueState:
     # The head's references to segment objects ("segments" in the object), in
     # ascending first_seq.
     segment_refs: list[SegmentRef] = field(default_factory=list)
+    # The head's references to spill objects ("spills"), in the object's order.
+    spill_refs: list[SpillRefLike] = field(default_factory=list)
     # The claim records ("claims" in the object; broker.model.claim_records), by base
     # fence, in ascending fence: the leases of the claimed jobs. Kept by
     # broker.model.lifecycle, with each claimed job's copy of its record's lease.
@@ -297,8 +324,14 @@ class QueueState:
     # Never stored: refs dropped by changes since this state was loaded or last
     # committed, whose objects go once that commit lands (broker.model.segments.claims),
     # and the segment lines the broker loaded for claims (one per queue, shared).
-    dropped_refs: list[SegmentRef] = field(default_factory=list, compare=False, repr=False)
+    dropped_refs: list[SegmentRef | SpillRefLike] = field(default_factory=list, compare=False,
+                                                          repr=False)
     windows: SegmentWindows | None = field(default=None, compare=False, repr=False)
+    # Never stored: the jobs of spill objects the broker read for this batch (a
+    # redrive or a purge copies or counts them; broker.model.spills), by (key, etag):
+    # lists of broker.model.format.spill_format.SpilledJob, shared like windows.
+    spill_windows: dict[tuple[str, str], list[Any]] = field(default_factory=dict,
+                                                            compare=False, repr=False)
     # Never stored: the lines of jobs held at records' segment parts (shared like
     # windows), whether claims take segment jobs so (BrokerConfig.held_in_records),
     # and how many records name each segment (a named ref stays; derived on load).
@@ -363,14 +396,17 @@ class QueueState:
         return None if seq is None else self.jobs.get(seq)
 
     def count_by_status(self) -> dict[str, int]:
-        """How many jobs have each status: the head's, and the segments' pending
-        ones (see ``broker.model.segments.refs.segment_counts``)."""
+        """How many jobs have each status: the head's, the segments' pending
+        ones (see ``broker.model.segments.refs.segment_counts``) and the spill
+        objects' (pending or dead, from their references: O(references))."""
         counts = self.jobs.count_by_status()
         if self.segment_refs:
             counts[PENDING] += sum(ref.remaining for ref in self.segment_refs)
         for r in self.claim_records.values() if self.seg_names else ():  # (held in records)
             counts[CLAIMED] += r.held_seg()
             counts[COMPLETED] += sum(len(e.pos) for e in r.completions or ())
+        for spill in self.spill_refs:
+            counts[PENDING if spill.kind == PENDING else DEAD] += spill.live
         return counts
 
     def size_estimate(self) -> int:
@@ -383,7 +419,8 @@ class QueueState:
                       for ref in refs if ref.groups is not None) if refs else 0
         return self.approx_bytes + self.key_bytes + self.receipts.size_estimate() \
             + len(refs) * SEGMENT_REF_BYTES + grouped \
-            + len(self.claim_records) * CLAIM_RECORD_BYTES
+            + len(self.claim_records) * CLAIM_RECORD_BYTES \
+            + len(self.spill_refs) * SPILL_REF_BYTES
 
 
 def key_entry_bytes(key: str) -> int:

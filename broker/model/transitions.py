@@ -119,6 +119,7 @@ from broker.model.ops import (
     TakeOver,
 )
 from broker.model.segments.claims import attach_refs, claim_merged, purge_pending, reserve
+from broker.model.spills import move_in, purge_spilled, redrive_spilled
 from broker.model.state import QueueSettings, QueueState
 from broker.wire import ItemResult
 
@@ -236,11 +237,13 @@ def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
     tag = tokens.tagger(state).tag  # (raises before anything changed)
     first_fence = state.counters.fence + 1
     want = state.claims.cap(state.settings, op.max_jobs, now_ms)  # the dispatch rate limit
+    # (jobs of redriven spill objects join the head's, the best of them first)
+    moved = move_in(state, want, now_ms) if state.spill_refs else False
     out = result.jobs = claim_merged(state, op.worker, want, op.lease_ms, now_ms, tag)
     if state.grouped and out:  # (a queue without groups pays nothing here)
         _named_groups(state, out)
     state.claims.spend(state.settings, len(out), now_ms)
-    result.changed = bool(out)
+    result.changed = bool(out) or moved
     if out and op.request is not None:
         state.receipts.record(op.request, R.CLAIM, [first_fence, len(out)], now_ms)
     return result
@@ -501,10 +504,12 @@ def _redrive(state: QueueState, op: Redrive, now_ms: int) -> Result:
         job.attempts = 0
         job.run_at_ms = now_ms
         move(state, job, PENDING, now_ms)
+    # (dead jobs in spill objects: all by reference, by id from loaded objects)
+    count = len(targets) + (redrive_spilled(state, op.ids, now_ms) if state.spill_refs else 0)
     if op.request is not None:
-        state.receipts.record(op.request, R.REDRIVE, [len(targets)], now_ms)
-    return Result(changed=bool(targets) or op.request is not None,
-                  ids=[j.id for j in targets], count=len(targets))
+        state.receipts.record(op.request, R.REDRIVE, [count], now_ms)
+    return Result(changed=bool(count) or op.request is not None,
+                  ids=[j.id for j in targets], count=count)
 
 
 def _purge(state: QueueState, op: Purge, now_ms: int) -> Result:
@@ -523,6 +528,8 @@ def _purge(state: QueueState, op: Purge, now_ms: int) -> Result:
         move(state, job, GONE, now_ms)
     count = len(doomed) + (purge_held(state) if CLAIMED in statuses and state.seg_names else 0)
     count += purge_pending(state) if PENDING in statuses else 0
+    count += purge_spilled(state, [s for s in (DEAD, PENDING) if s in statuses]) \
+        if state.spill_refs else 0
     if op.request is not None:
         state.receipts.record(op.request, R.PURGE, [count], now_ms)
     return Result(changed=bool(count) or op.request is not None, count=count)

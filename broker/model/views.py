@@ -15,10 +15,11 @@ from broker.limits import MAX_JOB_ID_CHARS, MAX_PAGE_JOBS
 from broker.model import receipts as R
 from broker.model.held import held_page
 from broker.model.indexes import key_time, lease_time
-from broker.model.job import CANCELLED, CLAIMED, COMPLETED, PENDING, STATUSES, Job
+from broker.model.job import CANCELLED, CLAIMED, COMPLETED, DEAD, PENDING, STATUSES, Job
 from broker.model.segments.claims import page_refs, segment_page
 from broker.model.segments.grouped import group_stats
 from broker.model.segments.refs import next_wakeup, oldest_due, segment_counts
+from broker.model.spills import next_due_ms, pending_times, spill_figures, spill_page
 from broker.model.state import MAX_WINDOWS, QueueState, SegmentRef
 
 
@@ -46,6 +47,7 @@ def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
     if refs:
         due, later = oldest_due(refs), next_wakeup(refs, now_ms)
         pending += [(at, at) for at in (due, later) if at is not None]
+    pending += pending_times(state) if state.spill_refs else []
     for run_at, created in pending:
         if run_at <= now_ms:
             oldest = created if oldest is None else min(oldest, created)
@@ -54,7 +56,8 @@ def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
     return {
         "counts": counts,
         # completed and cancelled ones only await the archive
-        "total": len(state.jobs) + in_segments - counts[COMPLETED] - counts[CANCELLED],
+        "total": len(state.jobs) + in_segments - counts[COMPLETED] - counts[CANCELLED]
+        + sum(ref.live for ref in state.spill_refs),
         "paused": state.paused,
         "oldest_pending_age_s": None if oldest is None else (now_ms - oldest) / 1000,
         "next_delayed_run_at": None if next_run is None else timefmt.fmt(next_run),
@@ -65,6 +68,7 @@ def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
         "reclaimed_total": state.counters.reclaimed,
         "cancelled_total": state.counters.cancelled,
         "cancel_requested": marked,
+        **spill_figures(state),
         "seq": state.seq,
         "approx_state_bytes": state.size_estimate(),
         "dedup_keys": len(state.keys),
@@ -158,8 +162,21 @@ class Page(NamedTuple):
 
 def jobs_after(state: QueueState, status: str | None, after_seq: int, n: int) -> Page:
     """Up to ``n`` jobs (of ``status``) after seq ``after_seq``, in seq order: the
-    head's, and the segments' pending ones up to the first whose line is not
-    loaded (the page is cut there: see :class:`Page`)."""
+    head's, the segments' pending ones and the spill objects' (dead, or
+    pending once redriven by reference), up to
+    the first whose line is not loaded (the page is cut there: see :class:`Page`)."""
+    page = _jobs_after(state, status, after_seq, n)
+    if not state.spill_refs or status not in (None, DEAD, PENDING):
+        return page
+    spilled, cut = spill_page(state, status, after_seq, n)
+    if page.cut is not None:
+        cut = page.cut if cut is None else min(cut, page.cut)
+    merged = heapq.merge(page.jobs, spilled, key=lambda job: job.seq)
+    jobs = [job for job in itertools.islice(merged, n) if cut is None or job.seq < cut]
+    return Page(jobs, cut if len(jobs) < n else None)
+
+
+def _jobs_after(state: QueueState, status: str | None, after_seq: int, n: int) -> Page:
     inline = state.jobs.peek(after_seq, status)
     held = state.seg_names and status in (None, CLAIMED, COMPLETED)  # (in claim records)
     if not held and (not state.segment_refs or status not in (None, PENDING)):
@@ -188,6 +205,9 @@ def next_wakeup_ms(state: QueueState, now_ms: int) -> int | None:
     later = next_wakeup(state.segment_refs, now_ms) if state.segment_refs else None
     if later is not None:
         times.append(later)
+    due = next_due_ms(state, now_ms) if state.spill_refs else None  # (pending spill objects)
+    if due is not None:
+        times.append(due)
     if state.receipts.unwritten_since is not None and state.seq > 0:  # (no object: nothing)
         times.append(state.receipts.unwritten_since + R.LAZY_WRITE_MS)
     if state.leases:

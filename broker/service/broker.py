@@ -213,7 +213,9 @@ class Broker:
                         ownership=self.ownership, clock=self.clock, monotonic=self.monotonic,
                         commit_timeout_s=self.config.commit_timeout_s, observe=observe,
                         segments=self.segments, held_in_records=self.config.held_in_records,
-                        held_cache_bytes=self.config.held_cache_mb << 20)
+                        held_cache_bytes=self.config.held_cache_mb << 20,
+                        spill=(self.config.spill_jobs, self.config.spill_bytes,
+                               self.config.spill_pending))
         self._queues[name] = q
         return q
 

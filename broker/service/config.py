@@ -59,6 +59,14 @@ class BrokerConfig:
     #: default until every reader of held segment jobs is in (docs/architecture.md)
     held_in_records: bool = False
     held_cache_mb: int = 256
+    #: past this many dead jobs in a queue object (or ``spill_bytes`` of their
+    #: estimated lines), a commit writes them all into an immutable spill object the
+    #: object references instead (0: never; docs/architecture.md, "Spill objects")
+    spill_jobs: int = 0
+    spill_bytes: int = 256 * 1024
+    #: ... and their pending job objects too (retry-waiting, released: pending
+    #: spill objects claims take from); off by default while it is new
+    spill_pending: bool = False
     #: how often this broker sweeps the staging and segment objects of the queues
     #: it serves (an object is deleted at the first sweep past its grace period)
     sweep_s: float = SWEEP_S

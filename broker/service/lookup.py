@@ -3,7 +3,8 @@ references, or the archive (``GET /v1/queues/{queue}/jobs/{id}``,
 ``QueueClient.job``, ``osqueue job``, the dashboard's job page).
 
 **Where a job is.** A pending, claimed or dead job is in the head, or pending
-in a segment; a completed or cancelled one stays in the head until its
+in a segment, or dead in a spill object (one GET of each whose seq bounds
+hold it); a completed or cancelled one stays in the head until its
 archive object and index entries are written, then only in the archive. A
 lookup reads the head first (through the queue's commit loop on the owner,
 from the stored object on any other broker: a read never moves a queue),
@@ -48,6 +49,8 @@ from broker.model.job import CANCELLED, seq_of
 from broker.model.ops import Inspect
 from broker.model.segments.claims import held_loads
 from broker.model.segments.refs import holding
+from broker.model.spills import holders as spill_holders
+from broker.model.spills import window_name
 from broker.model.state import QueueState, SegmentWindows
 from broker.service.segment_store import SegmentStore
 from broker.service.stored_view import REREADS, Head
@@ -145,6 +148,17 @@ async def stored(read_head: Callable[[], Awaitable[Head | None]], queue: str, jo
                 missing, lost = exc, (ref.key, ref.etag)
                 continue
             state.held.put(fence, span, ref, lines)
+        try:  # (dead in a spill object: read the ones whose seq bounds hold it)
+            for spill in spill_holders(state, seq):
+                if missing is not None and lost == (spill.key, spill.etag):
+                    raise missing
+                lost = (spill.key, spill.etag)
+                state.spill_windows[window_name(spill)] = await segments.read_spill(spill)
+        except SegmentMissing as exc:
+            if exc is missing:
+                raise
+            missing = exc
+            continue
         view: View = browse.lookup(state, now_ms, queue, job_id)
         return view
     raise BrokerUnavailable(f"queue {queue!r} moved on {REREADS} times while job {job_id} "

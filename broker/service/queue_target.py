@@ -24,6 +24,7 @@ from broker.model import receipts as R
 from broker.model import state as S
 from broker.model.format import codec
 from broker.model.format.decode import decode_state
+from broker.model.format.spill_format import SpilledJob
 from broker.model.job import job_id_for
 from broker.model.ops import (
     Cancel,
@@ -40,11 +41,14 @@ from broker.model.ops import (
 from broker.model.segments.claims import claim_refs, held_loads, plan_windows
 from broker.model.segments.grouped import carry_buckets
 from broker.model.segments.planning import claim_sources, directories_wanted
+from broker.model.spills import claim_refs as spill_claim_refs
+from broker.model.spills import spill_loads, window_name
 from broker.model.state import MAX_WINDOWS, SegmentWindows
 from broker.model.views import next_wakeup_ms, page_segments
 from broker.service.archiver import Archiver
 from broker.service.ownership import Ownership, renew_at_ms, renew_due
 from broker.service.segment_store import SegmentStore
+from broker.service.spill_writer import SpillWriter
 from broker.storage import Data
 
 #: How far ahead of now a batch plans its segment windows (ms).
@@ -62,7 +66,8 @@ class QueueTarget:
                  settings: S.QueueSettings, ownership: Ownership, archiver: Archiver,
                  where: str, segments: SegmentStore,
                  random_bytes: Callable[[int], bytes] = secrets.token_bytes,
-                 held_in_records: bool = False, held_cache_bytes: int = 256 << 20) -> None:
+                 held_in_records: bool = False, held_cache_bytes: int = 256 << 20,
+                 spill: tuple[int, int, bool] = (0, 0, False)) -> None:
         self.queue = queue
         self.broker_id = broker_id
         self.url = url
@@ -75,22 +80,25 @@ class QueueTarget:
         self.retiring = False  # set while shutting down: never take the queue (back) over
         self.segments = segments
         self.windows = SegmentWindows()  # (shared by every state of this queue)
+        self.spill_windows: dict[tuple[str, str], list[SpilledJob]] = {}  # (likewise)
         self.held = S.HeldJobs(held_cache_bytes)  # (likewise: jobs held at segment parts)
         self.held_in_records = held_in_records
         self._checked: set[tuple[str, str]] = set()  # refs whose object was seen at its etag
         self._deleting: set[asyncio.Task[int]] = set()
+        # dead (and pending) jobs off the head (spill_jobs, spill_bytes, spill_pending)
+        self.spills = SpillWriter(queue, segments, *spill)
 
     def decode(self, data: bytes) -> S.QueueState:
         state = decode_state(data, where=self.where)
         tokens.bind(state, self.queue, self.random_bytes)  # (an older object: a key now)
-        state.windows = self.windows
+        state.windows, state.spill_windows = self.windows, self.spill_windows
         state.held, state.held_in_records = self.held, self.held_in_records
         return state
 
     def empty(self, now_ms: int) -> S.QueueState:
         state = transitions.new_state(now_ms, self.settings)
         tokens.bind(state, self.queue, self.random_bytes)
-        state.windows = self.windows
+        state.windows, state.spill_windows = self.windows, self.spill_windows
         state.held, state.held_in_records = self.held, self.held_in_records
         return state
 
@@ -102,8 +110,14 @@ class QueueTarget:
         those :func:`~broker.model.segments.claims.plan_windows` says are short; of
         grouped segments, the directory of every due one and the lines of those
         :func:`~broker.model.segments.planning.claim_sources` plans).
-        Raises ``SegmentMissing`` naming a missing or changed object, and the
-        store's errors."""
+        Raises ``SegmentMissing`` naming a missing or changed object (a
+        segment or a spill object), and the store's errors."""
+        self.spills.release()  # (the batch of the last before_write is answered)
+        for spill in state.spill_refs:
+            if (spill.key, spill.etag) not in self._checked:
+                await self.segments.check_spill(spill)
+                self._checked.add((spill.key, spill.etag))
+        await self._load_spills(state, ops, now_ms)
         refs = state.segment_refs
         if not refs:
             return
@@ -156,9 +170,32 @@ class QueueTarget:
                 continue
             self.windows.put(ref, ref.taken, await self.segments.read_window(ref), keep)
 
+    async def _load_spills(self, state: S.QueueState, ops: Sequence[Op], now_ms: int) -> None:
+        """Read the jobs of the spill objects the batch's claims take from, its
+        redrives by id copy back and its pages and lookups show
+        (:func:`~broker.model.spills.spill_loads`), forgetting the others."""
+        pages = [_as_page(state, op) for op in ops if isinstance(op, Inspect)]
+        ahead = now_ms + PLAN_AHEAD_MS
+        wanted = [ref for op in [*ops, *filter(None, pages)]
+                  for ref in spill_loads(state, op, ahead)] if state.spill_refs else []
+        # (kept too: the windows the next claims take from, as segment windows are)
+        names = {window_name(ref) for ref in [*wanted, *spill_claim_refs(state, ahead)]}
+        for name in [name for name in self.spill_windows if name not in names]:
+            del self.spill_windows[name]
+        for ref in dict.fromkeys(wanted):
+            if window_name(ref) not in self.spill_windows:
+                self.spill_windows[window_name(ref)] = await self.segments.read_spill(ref)
+
     async def before_write(self, state: S.QueueState, now_ms: int) -> None:
-        """Nothing yet: the queue's state references no object written with its
-        commit (spill objects of failed and dead jobs will be written here)."""
+        """Past the broker's ``spill_jobs`` (or ``spill_bytes``), write the
+        head's dead jobs into spill objects and reference them instead
+        (:class:`~broker.service.spill_writer.SpillWriter`: a failed write
+        leaves them inline, logged). Nothing with ``spill_jobs`` 0."""
+        if not self.spills.spill_jobs:
+            return
+        before = len(state.spill_refs)
+        await self.spills.spill(state, now_ms)
+        self._checked.update((ref.key, ref.etag) for ref in state.spill_refs[before:])
 
     def apply(self, state: S.QueueState, op: Op,
               now_ms: int) -> tuple[Result | OsqueueError, bool]:
@@ -225,6 +262,7 @@ class QueueTarget:
                 mine.replayed = True
 
     def committed(self, state: S.QueueState) -> None:
+        self.spills.release()
         if state.dropped_refs:  # the commit that dropped them landed: they may go
             dropped, state.dropped_refs = state.dropped_refs, []
             self._checked.difference_update((ref.key, ref.etag) for ref in dropped)

@@ -56,13 +56,16 @@ from broker import paths
 from broker.errors import Conflict, CorruptState, NotFound, OsqueueError
 from broker.model.format.segment_format import (
     Runs,
+    check_object_version,
     check_version,
     encode_segment,
     read_checked,
     read_directory,
     read_header,
 )
-from broker.model.state import QueueState, SegmentRef
+from broker.model.format.spill_format import SpilledJob, SpillSource
+from broker.model.format.spill_format import read_checked as spill_read_checked
+from broker.model.state import QueueState, SegmentRef, SpillRefLike
 from broker.storage import Data, ObjectStore
 from broker.storage.base import ListedKeys
 
@@ -153,14 +156,18 @@ class SegmentStore:
         write starts: the caller :meth:`release` s it once its commit is answered.
 
         ``ValueError`` (nothing written, nothing held) for a kind or seq
-        :func:`broker.paths.spill_name` refuses. The store's errors otherwise:
-        after ``StorageUnavailable`` the object may exist unreferenced (the
-        sweep removes it once released); the caller writes again, which picks
-        a new key.
+        :func:`broker.paths.spill_name` refuses. The store's errors otherwise
+        (the key then released): after ``StorageUnavailable`` the object may
+        exist unreferenced (the sweep removes it after the grace); the caller
+        writes again, which picks a new key.
         """
         key = paths.spill_key(queue, paths.spill_name(kind, commit_seq, secrets.token_hex(4)))
         self.hold([key])
-        etag: str = await self._io(self._create, key, data)
+        try:
+            etag: str = await self._io(self._create, key, data)
+        except BaseException:  # (it may exist: unreferenced, swept after the grace)
+            self.release([key])
+            raise
         return key, etag
 
     def _create(self, key: str, data: Data) -> str:
@@ -267,11 +274,42 @@ class SegmentStore:
             if queue is not None and key in self._seen.get(queue, {}):
                 self._seen[queue][key] = now
 
+    async def read_spill(self, ref: SpillSource) -> list[SpilledJob]:
+        """Every job of spill object ``ref`` (taken-out positions included: the
+        caller skips them), read through the one check
+        (:func:`~broker.model.format.spill_format.read_checked`):
+        ``SegmentMissing`` naming the object if it is missing or not at
+        ``ref.etag``, ``CorruptState`` naming it if its bytes disagree with
+        ``ref``, and the store's errors. Reads only."""
+        jobs: list[SpilledJob] = await self._io(self._read_spill, ref)
+        return jobs
+
+    def _read_spill(self, ref: SpillSource) -> list[SpilledJob]:
+        try:
+            got = self.store.read(ref.key)
+        except NotFound:
+            return spill_read_checked(ref, None, None, self.store.url, 0, ref.count)
+        return spill_read_checked(ref, got.data, got.etag, self.store.url, 0, ref.count)
+
     async def check(self, ref: SegmentRef) -> None:
         """Raise :class:`~broker.errors.SegmentMissing` naming the object unless
         ``ref``'s segment exists at ``ref.etag`` (a metadata lookup where the
         store has one: what a takeover asks of every reference it loads)."""
         await self._io(self._check, ref)
+
+    async def check_spill(self, ref: SpillRefLike) -> None:
+        """Raise :class:`~broker.errors.SegmentMissing` naming the spill object
+        unless ``ref``'s object exists at ``ref.etag`` (as :meth:`check`)."""
+        await self._io(self._check_spill, ref)
+
+    def _check_spill(self, ref: SpillRefLike) -> None:
+        try:
+            etag = self.store.head(ref.key)
+        except NotFound:
+            etag = None
+        parsed = paths.parse_spill_key(ref.key)
+        check_object_version("spill object", parsed[0] if parsed else "?", ref.key, ref.etag,
+                             etag, self.store.url)
 
     def _check(self, ref: SegmentRef) -> None:
         try:
@@ -371,7 +409,8 @@ class SegmentStore:
         others are swept. Returns how many objects were deleted."""
         removed = 0
         for name, state in list(queues):
-            referenced = {ref.key for ref in state.segment_refs} if state is not None else set()
+            referenced = {ref.key for ref in state.segment_refs} \
+                | {ref.key for ref in state.spill_refs} if state is not None else set()
             try:
                 removed += await self.sweep(
                     name, referenced, landed=functools.partial(self.landed_refs, name))

@@ -20,6 +20,7 @@ from broker.commit.loop import CommitLoop
 from broker.errors import UnknownQueue
 from broker.model import state as S
 from broker.model.ops import Op, Push, PushPayloads, Result, push_of
+from broker.model.spills import has_due
 from broker.service.archiver import Archiver
 from broker.service.by_reference import (
     StagedPublish,
@@ -86,7 +87,8 @@ class ServedQueue:
                  ownership: Ownership, clock: Callable[[], int],
                  monotonic: Callable[[], float], commit_timeout_s: float,
                  observe: Callable[[float, int, int], None], segments: SegmentStore,
-                 held_in_records: bool = False, held_cache_bytes: int = 256 << 20) -> None:
+                 held_in_records: bool = False, held_cache_bytes: int = 256 << 20,
+                 spill: tuple[int, int, bool] = (0, 0, False)) -> None:
         self.name = name
         self.segments, self._clock, self._monotonic = segments, clock, monotonic
         self.jobs_ready = asyncio.Event()
@@ -96,7 +98,7 @@ class ServedQueue:
         self.target = QueueTarget(name, broker_id, url, lease_ms, settings, ownership,
                                   self.archiver, where=f"{store.url}/{paths.state_key(name)}",
                                   segments=segments, held_in_records=held_in_records,
-                                  held_cache_bytes=held_cache_bytes)
+                                  held_cache_bytes=held_cache_bytes, spill=spill)
         self.loop: QueueLoop = CommitLoop(
             store, paths.state_key(name), self.target, broker_id, executor,
             clock=clock,
@@ -156,7 +158,8 @@ class ServedQueue:
         """Wake the claims waiting for jobs if ``state`` has some ready, and the
         dispatch rate limit a token (else the timer of the next one wakes them)."""
         self.completions.observe(self._monotonic(), state.counters.completed)
-        if (state.ready or state.segment_refs or (  # (groups: their ready jobs, a freed place)
+        spilled = bool(state.spill_refs) and has_due(state, self._clock())  # (pending spills)
+        if (state.ready or state.segment_refs or spilled or (  # (groups: ready jobs, a place)
                 state.groups is not None and state.groups.runnable(self._clock()))) and \
                 not state.paused and state.claims.wake(state.settings, self._clock()):
             self.jobs_ready.set()

@@ -26,7 +26,8 @@ from broker.errors import BrokerUnavailable, SegmentMissing, UnknownQueue
 from broker.model import transitions
 from broker.model.ops import JobsView, ReadJobs, ReadStats
 from broker.model.segments.claims import held_loads
-from broker.model.state import QueueState, SegmentRef, SegmentWindows
+from broker.model.spills import spill_loads, window_name
+from broker.model.state import QueueState, SegmentRef, SegmentWindows, SpillRefLike
 from broker.model.views import page_segments
 from broker.service.job_pages import full_page
 from broker.service.segment_store import SegmentStore
@@ -72,8 +73,9 @@ async def stored_view(read_head: Callable[[], Awaitable[Head | None]], queue: st
                 return got
             lost, error = got
             newer = await _read(read_head, queue)
-            if any(ref.key == lost.key and ref.etag == lost.etag
-                   for ref in newer[0].segment_refs):
+            named = {(ref.key, ref.etag) for ref in newer[0].segment_refs} \
+                | {(ref.key, ref.etag) for ref in newer[0].spill_refs}
+            if (lost.key, lost.etag) in named:
                 raise error  # the newest version needs it, and it is gone: lost
             if rereads >= REREADS:
                 raise BrokerUnavailable(
@@ -93,9 +95,10 @@ async def _read(read_head: Callable[[], Awaitable[Head | None]], queue: str) -> 
 
 
 async def _step(state: QueueState, part: ReadJobs, segments: SegmentStore, now_ms: int
-                ) -> JobsView | tuple[SegmentRef, SegmentMissing]:
-    """One step of a page over ``state``, or the first segment it needs that
-    the store lacks (at ``state``'s etag) and the error saying so."""
+                ) -> JobsView | tuple[SegmentRef | SpillRefLike, SegmentMissing]:
+    """One step of a page over ``state``, or the first segment (or spill
+    object: dead jobs) it needs that the store lacks (at ``state``'s etag) and
+    the error saying so."""
     windows = state.windows = SegmentWindows()
     for ref in page_segments(state, part.status, part.after, part.limit):
         try:
@@ -110,5 +113,10 @@ async def _step(state: QueueState, part: ReadJobs, segments: SegmentStore, now_m
         except SegmentMissing as missing:
             return ref, missing
         state.held.put(fence, span, ref, lines)
+    for spill in spill_loads(state, part, now_ms):  # (jobs in spill objects)
+        try:
+            state.spill_windows[window_name(spill)] = await segments.read_spill(spill)
+        except SegmentMissing as missing:
+            return spill, missing
     got: JobsView = transitions.apply(state, part, now_ms).view
     return got

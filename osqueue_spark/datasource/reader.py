@@ -1,10 +1,11 @@
 """Batch reads of ``format("osqueue")``: the queue object and the archive, straight
 from storage (no broker).
 
-* ``table=queue`` (default): one row per job, the queue object's own and the
-  pending jobs of its segment objects, one consistent version of the
-  queue read in parallel: a partition for the object's jobs and one per
-  segment with untaken jobs (see :class:`QueueReader`);
+* ``table=queue`` (default): one row per job, the queue object's own, the
+  pending jobs of its segment objects and the dead jobs of its spill
+  objects, one consistent version of the queue read in parallel: a
+  partition for the object's jobs, one per segment with untaken jobs and
+  one per spill object (see :class:`QueueReader`);
 * ``table=archive``: completed and cancelled jobs, one partition per
   ``objectsPerPartition`` archive objects, pruned by ``since``/``until`` (on
   when a job ended: ``completed_at``, or ``cancelled_at``).
@@ -37,12 +38,13 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from broker import paths, timefmt
 from broker.errors import NotFound, OsqueueError, SegmentMissing, StateError, UnknownQueue
 from broker.model.claim_records import ClaimRecord
-from broker.model.format import archive, segment_format
+from broker.model.format import archive, segment_format, spill_format
 from broker.model.format.decode import decode_state
+from broker.model.format.spill_refs import SpillRef, is_out
 from broker.model.held import job_at, segment_slices
-from broker.model.job import Job
+from broker.model.job import PENDING, Job
 from broker.model.segments.refs import pending_lines
-from broker.model.state import SegmentRef
+from broker.model.state import QueueState, SegmentRef
 from broker.storage import ObjectStore, Versioned, store_from_url
 from osqueue_spark.datasource.errors import with_code
 from osqueue_spark.datasource.options import ReadOptions
@@ -109,6 +111,15 @@ class HeadPart:
 
 
 @dataclass(frozen=True)
+class SpillPart:
+    """A spill partition: the jobs of ``ref``'s spill object (dead ones, or
+    pending from its cursor on), but those taken out, as the planned version
+    of the head has them."""
+
+    ref: SpillRef
+
+
+@dataclass(frozen=True)
 class SegmentPart:
     """A segment partition: the untaken jobs of ``ref``'s segment (positions
     ``ref.taken`` to ``ref.count``), as the planned version of the head has it,
@@ -150,9 +161,11 @@ class QueueReader(DataSourceReader):
             raise missing_queue(store, self.opts.queue)
         state = decode_state(got.data, where=_head_where(store, self.opts.queue))
         live = [ref for ref in state.segment_refs if ref.remaining or ref.key in state.seg_names]
+        spills = _live_spills(state)
         data = got.data if len(got.data) <= MAX_SHIPPED_HEAD_BYTES else None
-        return [InputPartition(HeadPart(got.etag, data, len(live))),
-                *(InputPartition(SegmentPart(ref, segment_slices(state, ref))) for ref in live)]
+        return [InputPartition(HeadPart(got.etag, data, len(live) + len(spills))),
+                *(InputPartition(SegmentPart(ref, segment_slices(state, ref))) for ref in live),
+                *(InputPartition(SpillPart(ref)) for ref in spills)]
 
     @with_code
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
@@ -164,8 +177,12 @@ class QueueReader(DataSourceReader):
         if isinstance(part, SegmentPart):
             yield from self._segment_rows(store, part.ref, part.held)
             return
+        if isinstance(part, SpillPart):
+            yield from self._spill_rows(store, part.ref)
+            return
         where = _head_where(store, self.opts.queue)
         refs: list[SegmentRef] = []
+        spills: list[SpillRef] = []
         if part.data is not None:
             state = decode_state(part.data, where=where)
         else:
@@ -180,10 +197,40 @@ class QueueReader(DataSourceReader):
             if not part.segments:  # this version is read by this task alone
                 refs = [ref for ref in state.segment_refs
                         if ref.remaining or ref.key in state.seg_names]
+                spills = _live_spills(state)
         for job in state.jobs.values():
             yield _job_row(job, self.extra)
         for ref in refs:
             yield from self._segment_rows(store, ref, segment_slices(state, ref))
+        for spill in spills:
+            yield from self._spill_rows(store, spill)
+
+    def _spill_rows(self, store: ObjectStore, ref: SpillRef) -> Iterator[tuple[Any, ...]]:
+        """The rows of ``ref``'s spill object, read through the broker's one
+        check (a missing or changed object fails the read, naming it: the
+        queue moved on if it no longer references it)."""
+        data: bytes | None = None
+        etag: str | None = None
+        try:
+            got = store.read(ref.key)
+            data, etag = got.data, got.etag
+        except NotFound:
+            pass  # (read_checked refuses it, naming the object)
+        try:
+            jobs = spill_format.read_checked(ref, data, etag, store.url, 0, ref.count)
+        except SegmentMissing:
+            if not _dropped(store, self.opts.queue, ref):
+                raise
+            raise SegmentMissing(
+                f"spill object {store.url}/{ref.key} of queue {self.opts.queue!r} is gone or "
+                "changed, and the queue no longer references it: the queue moved on since "
+                "this read was planned (its jobs were redriven or purged); read it "
+                "again") from None
+        status = ref.kind
+        lo = ref.taken if status == PENDING else 0
+        for pos, job in enumerate(jobs):
+            if pos >= lo and not is_out(ref, pos):
+                yield _job_row(job.to_job(status), self.extra)
 
     def _segment_rows(self, store: ObjectStore, ref: SegmentRef,
                       held: tuple[tuple[int, ClaimRecord, int], ...] = (),
@@ -233,7 +280,12 @@ def _read_head(store: ObjectStore, queue: str) -> Versioned | None:
         return None
 
 
-def _dropped(store: ObjectStore, queue: str, ref: SegmentRef) -> bool:
+def _live_spills(state: QueueState) -> list[SpillRef]:
+    """The head's spill refs that still hold jobs."""
+    return [ref for ref in state.spill_refs if isinstance(ref, SpillRef) and ref.live]
+
+
+def _dropped(store: ObjectStore, queue: str, ref: SegmentRef | SpillRef) -> bool:
     """Whether the queue object in the store no longer references ``ref``'s
     object at ``ref``'s etag (or is gone): its segment is then missing because
     the queue moved on. False if that cannot be told."""
@@ -244,7 +296,9 @@ def _dropped(store: ObjectStore, queue: str, ref: SegmentRef) -> bool:
         state = decode_state(got.data, where=_head_where(store, queue))
     except OsqueueError:
         return False
-    return not any(r.key == ref.key and r.etag == ref.etag for r in state.segment_refs)
+    named = {(r.key, r.etag) for r in state.segment_refs} \
+        | {(r.key, r.etag) for r in state.spill_refs}
+    return (ref.key, ref.etag) not in named
 
 
 def _job_row(job: Job, extra: list[str]) -> tuple[Any, ...]:

@@ -50,10 +50,11 @@ async def crash(broker: Broker) -> None:
 
 
 async def successor(store: ObjectStore, clock: Clock, url: str = "http://b",
-                    lease_s: float = 30.0) -> Broker:
+                    lease_s: float = 30.0, **config: Any) -> Broker:
     """A broker that takes the queues of a crashed one over, once it has watched
-    them for a broker lease (on its own, injected, monotonic clock)."""
-    b = await started(store, url, clock)
+    them for a broker lease (on its own, injected, monotonic clock); ``config``
+    as :func:`started`'s."""
+    b = await started(store, url, clock, **config)
     clock.advance(lease_s + 1)
     await b.watch()
     return b

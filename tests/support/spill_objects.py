@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from broker import paths
 from broker.limits import MAX_ERROR_CHARS
 from broker.model.format.spill_format import EncodedSpill, ErrorEntry, SpilledJob, encode_spills
-from broker.model.segments.spills import SpillRef, new_ref
+from broker.model.format.spill_refs import SpillRef, new_ref
 
 #: A time (ms): 2023-11-14T22:13:20.123Z.
 T0 = 1_700_000_000_123

@@ -43,23 +43,34 @@ def spill_jobs(store: ObjectStore, raw: dict[str, Any],
     """The jobs of every spill object the head ``raw`` (plain JSON) references in
     its ``"spills"`` list (none before version 5), read leniently so that the
     check does not depend on the spill format's details: every JSON line of the
-    object that is an object with an ``"id"`` is a job (its status the line's, or
-    the object's kind: ``pending`` or ``dead``). A missing object raises
-    ``NotFound``. The id of a job held twice is appended to ``again``."""
+    object (after a first line with no ``"id"``, its header) that is an object
+    with an ``"id"`` is a job, its
+    status the ref's ``kind`` (``pending`` for a dead object redriven by
+    reference), but those the ref no longer holds: positions before a pending
+    ref's ``taken`` (moved into the head by claims) and those taken ``out``.
+    A missing object raises ``NotFound``. The id of a job held twice is
+    appended to ``again``."""
     jobs: dict[str, dict[str, Any]] = {}
     for ref in raw.get("spills") or []:
-        key = str(ref.get("key")) if isinstance(ref, dict) else str(ref)
+        ref = ref if isinstance(ref, dict) else {"key": str(ref)}
+        key = str(ref.get("key"))
         parsed = paths.parse_spill_key(key)
-        kind = parsed[1] if parsed is not None else "spilled"
-        for line in store.get(key).splitlines():
+        kind = str(ref.get("kind") or (parsed[1] if parsed is not None else "spilled"))
+        skip = set(range(int(ref.get("taken") or 0)))
+        for run in ref.get("out") or []:
+            skip.update(range(int(run[0]), int(run[0]) + int(run[1])))
+        lines = store.get(key).splitlines()
+        if lines and b'"id"' not in lines[0]:
+            lines = lines[1:]  # (the header: positions count from the line after it)
+        for pos, line in enumerate(lines):
             try:
                 job = orjson.loads(line)
             except orjson.JSONDecodeError:
                 continue
-            if isinstance(job, dict) and isinstance(job.get("id"), str):
+            if pos not in skip and isinstance(job, dict) and isinstance(job.get("id"), str):
                 if again is not None and job["id"] in jobs:
                     again.append(job["id"])
-                jobs[job["id"]] = {**job, "status": job.get("status") or kind}
+                jobs[job["id"]] = {**job, "status": kind}
     return jobs
 
 

@@ -9,15 +9,18 @@
   the JSON of the head's reference to one;
 - :mod:`~broker.model.format.spill_format`: a spill object's bytes (failed
   or dead jobs taken out of the head), and the one check of a read one;
+- :mod:`~broker.model.format.spill_refs`: the head's references to spill
+  objects (``"spills"``): their JSON, claim order, a dead object's redrive
+  by reference, jobs taken out one by one;
 - :mod:`~broker.model.format.archive`: archive objects' names and lines, and
   finding a job among them.
 
 What lives here turns a state into bytes and bytes into a state. It imports
 the state (``job``, ``job_lines``, ``jobtable``, ``state``, ``indexes``,
 ``receipts``, ``tokens``) and, inside, archive -> decode -> codec ->
-spill_format -> segment_format; never the rules (``ops``, ``lifecycle``, ``transitions``...)
-nor :mod:`broker.model.segments` (the import contracts ``model-layers`` and
-``model-format`` in ``pyproject.toml``). A job's own line
+spill_refs -> spill_format -> segment_format; never the rules (``ops``,
+``lifecycle``, ``transitions``...) nor :mod:`broker.model.segments` (the
+import contracts ``model-layers`` and ``model-format`` in ``pyproject.toml``). A job's own line
 (:mod:`broker.model.job_lines`) is not here: the state keeps bulk-pushed jobs
 as their lines, so it sits below the state.
 

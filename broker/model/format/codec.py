@@ -22,13 +22,15 @@ bytes are kept too, so a commit after changing 1k of 100k jobs re-encodes those
 from __future__ import annotations
 
 import heapq
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
 from broker import timefmt
 from broker.model.claim_records import records_bytes
 from broker.model.format.segment_format import ref_to_json
+from broker.model.format.spill_refs import SpillRef, refs_bytes
+from broker.model.format.spill_refs import ref_to_json as spill_json
 from broker.model.job import Job
 from broker.model.job_lines import (
     COMPLETION,
@@ -214,6 +216,11 @@ def _refresh_blocks(state: QueueState) -> None:
     shrunk.clear()
 
 
+def _spills(state: QueueState) -> list[SpillRef]:
+    # (the state types them by what it asks of them: it sits below this module)
+    return cast("list[SpillRef]", state.spill_refs)
+
+
 def encode(state: QueueState) -> bytes:
     """The object's bytes (see :func:`encode_parts`)."""
     return b"".join(encode_parts(state))
@@ -228,12 +235,13 @@ def encode_parts(state: QueueState) -> list[bytes]:
     separator; the first one is cut off. The header's fields come first, on one
     line, then the segment references (:func:`_refs_bytes`), the claim records
     (:func:`broker.model.claim_records.records_bytes`), the spill references
-    (none yet), then the jobs.
+    (:func:`broker.model.format.spill_refs.refs_bytes`), then the jobs.
     """
     _refresh_blocks(state)
     head = orjson.dumps(_header(state))
     parts: list[bytes] = [head[:-1], _refs_bytes(state.segment_refs),
-                          records_bytes(state.claim_records), b',\n"spills":[]',
+                          records_bytes(state.claim_records),
+                          refs_bytes(_spills(state)),
                           b',\n"jobs":[\n']
     blocks = state.blocks
     jobs = [blocks[block] for block in sorted(state.block_jobs)]
@@ -258,7 +266,7 @@ def encode_full(state: QueueState) -> bytes:
     out = dict(_header(state))
     out["segments"] = [ref_to_json(ref) for ref in state.segment_refs]
     out["claims"] = [record.to_json() for record in state.claim_records.values()]
-    out["spills"] = []
+    out["spills"] = [spill_json(ref) for ref in _spills(state)]
     out["jobs"] = [stored_dict(job) for job in state.jobs.peek()]
     out["keys"] = [[k, e.job_id, timefmt.fmt(e.at_ms)] for k, e in state.keys.items()]
     out["once"] = [[k, timefmt.fmt(e.at_ms)] for k, e in state.once.items()]

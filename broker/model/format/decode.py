@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from broker import timefmt
-from broker.errors import CorruptState, ForeignState, InvalidRequest, NewerState, shown
+from broker.errors import CorruptState, ForeignState, InvalidRequest, NewerState
 from broker.fields import group as group_name
 from broker.limits import (
     BROKER_LEASE_S,
@@ -38,6 +38,7 @@ from broker.model.format.claims_format import (
 )
 from broker.model.format.codec import reset_blocks
 from broker.model.format.segment_format import ref_from_json
+from broker.model.format.spill_refs import refs_from
 from broker.model.indexes import SEQ_MASK, TIME_MASK, rebuild_indexes
 from broker.model.job import (
     CANCELLED,
@@ -453,8 +454,8 @@ _TOP_FIELDS = frozenset({"format", "version", "seq", "writer", "commit", "lineag
 def _claims_from(raw: dict[str, Any], state: QueueState, version: int) -> None:
     """The claim records (``"claims"``, version 5), checked and tied to the
     claimed lines, or, for an older object, made from its claimed lines (see
-    :mod:`broker.model.format.claims_format`); ``"spills"`` must be empty (this
-    osqueue writes no spill objects and reads none)."""
+    :mod:`broker.model.format.claims_format`), and the references to spill
+    objects (``"spills"``, :func:`broker.model.format.spill_refs.refs_from`)."""
     if version < 5:
         if "claims" in raw or "spills" in raw:
             raise ValueError(f"claims or spills in an object of format version {version}")
@@ -463,12 +464,7 @@ def _claims_from(raw: dict[str, Any], state: QueueState, version: int) -> None:
     for name in ("claims", "spills"):
         if name not in raw:
             raise ValueError(f"{name} is missing (format version 5 always has it)")
-    spills = raw["spills"]
-    if spills != []:
-        if not isinstance(spills, list):
-            raise ValueError("spills must be a list")
-        raise ValueError(f"spills[0] names spill object {shown(str(spills[0]))}; this osqueue "
-                         "reads no spill objects (upgrade osqueue)")
+    state.spill_refs = list(refs_from(raw["spills"]))
     link(state, records_from_json(raw["claims"], state.counters.fence))
 
 

@@ -2,7 +2,7 @@
 (:func:`encode_spills`), checked and read a window at a time
 (:func:`spill_jobs`, :func:`read_checked`). Pure: bytes and values in, bytes
 and values out. What the head keeps per spill object, and the rules over it:
-:mod:`broker.model.segments.spills`.
+:mod:`broker.model.format.spill_refs`.
 
 A spill object (key from :func:`broker.paths.spill_key`) holds jobs a commit
 took out of the head: failed jobs waiting for their retry (kind
@@ -351,7 +351,7 @@ def _object(queue: str, kind: str, priority: int | None, jobs: list[SpilledJob],
 
 class SpillSource(Protocol):
     """What the readers need of a spill object's reference (a
-    :class:`broker.model.segments.spills.SpillRef` is one): its key and etag,
+    :class:`broker.model.format.spill_refs.SpillRef` is one): its key and etag,
     its kind (``"pending"`` for a dead object redriven by reference, whose
     ``reset_ms`` is then set), a pending object's ``priority``, its job
     count and cursor (``taken``), its lowest and highest seq, and line 0's
@@ -528,7 +528,7 @@ def spill_jobs(data: bytes, ref: SpillSource, start: int | None = None,
     with the ref's ``first``), as the ref describes them: a dead object's
     jobs redriven by reference are pending, with no attempts, due at its
     ``reset_ms``. Positions the ref took ``out`` are included: skipping them
-    is the caller's (:mod:`broker.model.segments.spills`).
+    is the caller's (:mod:`broker.model.format.spill_refs`).
 
     Reads lazily: the object is split only up to ``stop``. ``ValueError``
     naming the key and line for any disagreement, or for a window outside

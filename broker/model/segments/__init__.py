@@ -14,9 +14,6 @@ segment is never rewritten: taking jobs advances the cursor in the head.
 - :mod:`~broker.model.segments.claims`: jobs moving from segments into the
   head: the windows a batch plans to load, claims merged with the inline
   heap, pages, purge, and a push by reference (reserve, then attach).
-- :mod:`~broker.model.segments.spills`: the head's references to spill
-  objects (failed or dead jobs taken out of the head): their JSON, claim
-  order, a dead object's redrive by reference, jobs taken out one by one.
 
 Not here: a segment's bytes and its reference's JSON
 (:mod:`broker.model.format.segment_format`), and the store calls that

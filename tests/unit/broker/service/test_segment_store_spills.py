@@ -159,11 +159,11 @@ def test_a_spill_write_whose_retry_got_412_is_the_written_object(
     assert inner.read(key).etag == etag and inner.get(key) == BODY
 
 
-def test_a_spill_write_whose_reply_is_lost_is_swept_once_released_and_past_the_grace(
+def test_a_spill_write_whose_reply_is_lost_is_released_and_swept_past_the_grace(
         executor: ThreadPoolExecutor) -> None:
-    """The object landed, the caller never learned its etag and never referenced
-    it: once the commit holding it is answered (released), the sweep removes it
-    after the grace, and leaves the head alone."""
+    """The object landed, the caller never learned its key nor its etag and never
+    referenced it: the failed write releases its hold itself (the caller could
+    not), so the sweep removes it once past the grace, and leaves the head alone."""
     inner = MemoryStore()
     store = FaultyStore(inner)
     clock = Clock()
@@ -173,11 +173,9 @@ def test_a_spill_write_whose_reply_is_lost_is_swept_once_released_and_past_the_g
     with pytest.raises(StorageUnavailable):
         run(objs.write_spill("q", "dead", 9, BODY))
     [orphan] = spill_keys(inner)
+    assert orphan not in objs._busy
     landed = functools.partial(objs.landed_refs, "q")
-    run(objs.sweep("q", set(), landed=landed))
-    clock.advance(GRACE_S)
-    assert run(objs.sweep("q", set(), landed=landed)) == 0  # still held by its commit
-    objs.release([orphan])
+    assert run(objs.sweep("q", set(), landed=landed)) == 0  # (listed: its grace starts)
     clock.advance(GRACE_S - 1)
     assert run(objs.sweep("q", set(), landed=landed)) == 0
     clock.advance(1)

@@ -19,8 +19,8 @@ from broker.errors import CorruptState, SegmentMissing
 from broker.limits import ERRORS_KEPT, MAX_ERROR_CHARS
 from broker.model.format import spill_format as sf
 from broker.model.format.spill_format import ErrorEntry, SpilledJob
+from broker.model.format.spill_refs import SpillRef, redriven
 from broker.model.job import DEAD, PENDING
-from broker.model.segments.spills import SpillRef, redriven
 from tests.support.spill_objects import ETAG, STORE, T0, spill_key, spilled, spilled_jobs, written
 
 SECRET = b'{"secret":"do-not-quote-me"}'

@@ -1,4 +1,4 @@
-"""broker.model.segments.spills: the head's references to spill objects: their
+"""broker.model.format.spill_refs: the head's references to spill objects: their
 JSON and its checked parse, claim-order keys, the redrive of a dead object by
 reference, and jobs taken out one by one (``out``). Pure."""
 
@@ -14,11 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker import timefmt
+from broker.model.format import spill_refs as sp
 from broker.model.format.spill_format import read_checked
+from broker.model.format.spill_refs import SpillRef
 from broker.model.indexes import ready_key
 from broker.model.job import DEAD, PENDING
-from broker.model.segments import spills as sp
-from broker.model.segments.spills import SpillRef
 from tests.support.spill_objects import ETAG, STORE, T0, spill_key, spilled, written
 
 WHERE = "queue q: spills[3]"

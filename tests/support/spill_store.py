@@ -1,0 +1,41 @@
+"""What a store holds of a queue's dead jobs, wherever they are (inline in the
+head or in the spill objects it references), for the tests of spill objects
+through a broker (tests/unit/broker/service/test_spill_writer.py and the
+integration tests)."""
+
+from __future__ import annotations
+
+from broker import paths
+from broker.model.format.spill_format import read_checked
+from broker.model.format.spill_refs import SpillRef, is_out
+from broker.model.job import DEAD
+from broker.storage import ObjectStore
+from tests.support.inprocess import stored
+
+
+def spill_keys(store: ObjectStore, queue: str = "q") -> list[str]:
+    """The keys of every spill object of ``queue`` in the store, sorted."""
+    return sorted(store.list(paths.spills_prefix(queue)))
+
+
+def spilled_ids(store: ObjectStore, queue: str = "q", kind: str = DEAD) -> list[str]:
+    """The ids of the jobs in the spill objects the landed head references
+    with refs of ``kind`` (but those taken ``out``), each read through the
+    broker's one check (so a missing or changed object fails), with repeats,
+    sorted."""
+    ids = []
+    for ref in stored(store, queue).spill_refs:
+        if ref.kind != kind:
+            continue
+        assert isinstance(ref, SpillRef)
+        got = store.read(ref.key)
+        jobs = read_checked(ref, got.data, got.etag, store.url, 0, ref.count)
+        ids += [job.id for pos, job in enumerate(jobs) if not is_out(ref, pos)]
+    return sorted(ids)
+
+
+def dead_everywhere(store: ObjectStore, queue: str = "q") -> list[str]:
+    """The ids of ``queue``'s dead jobs, inline and in the landed head's dead
+    spill objects, with repeats (a job twice shows twice), sorted."""
+    inline = [job.id for job in stored(store, queue).jobs.touched() if job.status == DEAD]
+    return sorted(inline + spilled_ids(store, queue))

@@ -299,14 +299,23 @@ def hold_in(state: QueueState, i: int, n: int, record: ClaimRecord,
 def held_loads(state: QueueState, ops: Sequence[Op],
                ahead_ms: int) -> list[tuple[SegmentRef, int, Span]]:
     """The jobs held at records' segment parts that a batch of ``ops`` may
-    materialize and whose lines the held-jobs cache lacks (design 3.3): those of
-    the tokens of completes, fails and releases, of heartbeats' marked ones, of
-    the records whose lease runs out by ``ahead_ms`` (a reclaim) and of a
-    claim's repeat. As ``(ref, fence, span)``: record ``fence``'s segment part
-    ``span`` (positions ``span[3] ..`` of ``ref``'s segment). The broker reads
-    them before the batch applies and pins their records."""
+    materialize and whose lines the held-jobs cache lacks (design 3.3), of the
+    records :func:`held_wanted` names. As ``(ref, fence, span)``: record
+    ``fence``'s segment part ``span`` (positions ``span[3] ..`` of ``ref``'s
+    segment). The broker reads them before the batch applies."""
+    return held_missing(state, held_wanted(state, ops, ahead_ms))
+
+
+def held_wanted(state: QueueState, ops: Sequence[Op],
+                ahead_ms: int) -> dict[int, ClaimRecord]:
+    """The claim records, by fence, with jobs held at segment parts that a batch
+    of ``ops`` may materialize: those of the tokens of completes, fails and
+    releases, of heartbeats' marked ones, of the records whose lease runs out by
+    ``ahead_ms`` (a reclaim) and of a claim's repeat. The broker pins every one
+    in the held-jobs cache for the batch, loaded already or not: a line loaded
+    for one must never push out another's the same batch settles."""
     if not state.seg_names:
-        return []
+        return {}
     records = state.claim_records
     fences = list(records)
     wanted: dict[int, ClaimRecord] = {}
@@ -346,6 +355,13 @@ def held_loads(state: QueueState, ops: Sequence[Op],
                 first, end = answered[0], answered[0] + answered[1]
                 wanted.update((r.fence, r) for r in records.values()
                               if r.segs and r.fence < end and first < r.fence + r.n)
+    return wanted
+
+
+def held_missing(state: QueueState,
+                 wanted: dict[int, ClaimRecord]) -> list[tuple[SegmentRef, int, Span]]:
+    """The segment parts of the records ``wanted`` whose lines the held-jobs
+    cache lacks, as :func:`held_loads` gives them."""
     refs = {ref.key: ref for ref in state.segment_refs}
     held = state.held
     out = []

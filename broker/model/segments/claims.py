@@ -225,7 +225,7 @@ def move_in(state: QueueState, i: int, n: int) -> int:
         len(str(seq)) for seq in range(first, first + count))
     state.approx_bytes += payload_bytes + JOB_OVERHEAD_BYTES * count
     taken = take(refs, i, count)
-    if taken.exhausted:
+    if taken.exhausted and taken.key not in state.seg_names:  # (named: its held jobs' lines)
         del refs[i]
         state.dropped_refs.append(taken)
     else:
@@ -251,7 +251,7 @@ def move_in_position(state: QueueState, i: int, pos: int) -> Job | None:
     if job.group is not None:
         heapq.heappush(state.grouped, seq)  # (the head is written as version 6)
     taken = take_position(ref, pos)
-    if taken.exhausted:
+    if taken.exhausted and taken.key not in state.seg_names:  # (named: see move_in)
         del refs[i]
         state.dropped_refs.append(taken)
     else:

@@ -13,11 +13,22 @@ from pathlib import Path
 from broker.model.ops import FailItem
 from broker.storage import FileStore
 from tests.support.faults import Clock, FaultyStore
-from tests.support.inprocess import run, segment_payloads, started, stored
+from tests.support.inprocess import (
+    archive_lines,
+    run,
+    segment_objects,
+    segment_payloads,
+    started,
+    stored,
+    successor,
+    until,
+)
 
 #: a cache of 1 MiB, claims of ~600 KiB each: the second claim's lines push the first's out
 CONFIG = {"held_in_records": True, "segment_push_jobs": 10, "held_cache_mb": 1}
 PAD = "x" * 1000
+#: the cache large enough for every claim
+SMALL = {"held_in_records": True, "segment_push_jobs": 10}
 
 
 def _bodies(n: int) -> list[bytes]:
@@ -79,5 +90,77 @@ def test_a_claim_batched_with_a_fail_keeps_the_failed_records_line(tmp_path: Pat
                 j.id for j in first[:3])
         finally:
             await a.stop(5)
+
+    run(main())
+
+
+def test_a_cancel_that_takes_a_segments_last_jobs_keeps_it_while_a_record_names_it(
+        tmp_path: Path) -> None:
+    """Half a segment claimed (held in the record), then a cancel of its last job
+    moves the rest into the head, exhausting the ref: the ref and its object stay
+    while the record names the segment, so a successor with an empty cache fails
+    the held jobs back to pending; once every job is settled the object goes."""
+    clock = Clock()
+    store = FaultyStore(FileStore(tmp_path))
+
+    async def main() -> None:
+        a = await started(store, clock=clock, **SMALL)
+        ids = await a.push("q", [b'{"n":%d}' % i for i in range(10)])
+        jobs = await a.claim("q", "w", 5, lease_s=600)
+        [answer] = await a.cancel("q", [ids[-1]])
+        assert answer.status == "cancelled"
+        head = stored(store)
+        [ref] = head.segment_refs  # (exhausted, named by the claim's record)
+        assert ref.exhausted and set(head.seg_names) == {ref.key}
+        await a.stop(5)
+        assert segment_objects(store) == [ref.key]  # (its held jobs' lines are there)
+        b = await successor(store, clock)
+        try:
+            got = await b.fail("q", [FailItem(j.token, "boom", 0) for j in jobs])
+            assert [(x.ok, x.status) for x in got] == [(True, "pending")] * 5, got
+            head = stored(store)
+            assert sorted(j.id for j in head.jobs.values()) == ids[:-1]
+            assert {j.status for j in head.jobs.values()} == {"pending"}
+            await until(lambda: [r["id"] for r in archive_lines(store)] == ids[-1:])
+            assert archive_lines(store)[0]["status"] == "cancelled"
+            assert not head.claim_records and not head.segment_refs
+            await until(lambda: segment_objects(store) == [])
+        finally:
+            await b.stop(5)
+
+    run(main())
+
+
+def test_a_broker_without_held_in_records_claims_the_rest_of_a_half_held_segment(
+        tmp_path: Path) -> None:
+    """A head with a record holding half a segment, served by a broker with the
+    flag off (a rollback): its claims move the rest into the head, exhausting the
+    ref, which stays while the record names it; the held jobs fail back to
+    pending through it, each job once, and the object goes once none is held."""
+    clock = Clock()
+    store = FaultyStore(FileStore(tmp_path))
+
+    async def main() -> None:
+        a = await started(store, clock=clock, **SMALL)
+        ids = await a.push("q", [b'{"n":%d}' % i for i in range(10)])
+        held = await a.claim("q", "w", 5, lease_s=600)
+        await a.stop(5)
+        b = await started(store, url="http://b", clock=clock, segment_push_jobs=10)
+        try:
+            rest = await b.claim("q", "w", 10, lease_s=600)
+            assert sorted(j.id for j in rest) == ids[5:]
+            head = stored(store)
+            assert [r.key for r in head.segment_refs] == list(head.seg_names)
+            assert segment_objects(store) == list(head.seg_names)
+            got = await b.fail("q", [FailItem(j.token, "boom", 0) for j in held])
+            assert [(x.ok, x.status) for x in got] == [(True, "pending")] * 5, got
+            head = stored(store)
+            assert sorted(j.id for j in head.jobs.values()) == ids
+            assert head.count_by_status()["pending"] == 5
+            assert head.count_by_status()["claimed"] == 5
+            assert not head.segment_refs and not head.seg_names
+            await until(lambda: segment_objects(store) == [])
+        finally:
+            await b.stop(5)
 
     run(main())

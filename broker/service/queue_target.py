@@ -113,7 +113,9 @@ class QueueTarget:
                 self._checked.add((ref.key, ref.etag))
         if state.seg_names:  # jobs held at claim records' segment parts the batch may settle
             pages = [_as_page(state, op) for op in ops if isinstance(op, Inspect)]
-            holding = held_wanted(state, [*ops, *filter(None, pages)], now_ms + PLAN_AHEAD_MS)
+            # (with the housekeeping's Reclaim: every batch reclaims, named by no op)
+            holding = held_wanted(state, [*ops, Reclaim(), *filter(None, pages)],
+                                  now_ms + PLAN_AHEAD_MS)
             self.held.pinned = set(holding)  # (loaded or not: a load must not push one out)
             loads = held_missing(state, holding)
             for ref, fence, span in loads:

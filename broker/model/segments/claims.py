@@ -340,7 +340,7 @@ def held_wanted(state: QueueState, ops: Sequence[Op],
                 by_token(wire, marked_only=True)
         elif isinstance(op, Reclaim):
             wanted.update((r.fence, r) for r in records.values()
-                          if r.segs and r.expires_ms <= ahead_ms)
+                          if r.segs and r.expires_ms <= ahead_ms and not r.done)
         elif isinstance(op, ReadJobs) and op.status in (None, CLAIMED, COMPLETED):
             page = page_held(state, seq_of(op.after or "") or 0, op.limit, op.status)
             wanted.update((r.fence, r) for _, r, _, _ in page)

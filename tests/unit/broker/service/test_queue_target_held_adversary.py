@@ -15,6 +15,7 @@ from broker.storage import FileStore
 from tests.support.faults import Clock, FaultyStore
 from tests.support.inprocess import (
     archive_lines,
+    crash,
     run,
     segment_objects,
     segment_payloads,
@@ -159,6 +160,41 @@ def test_a_broker_without_held_in_records_claims_the_rest_of_a_half_held_segment
             assert head.count_by_status()["pending"] == 5
             assert head.count_by_status()["claimed"] == 5
             assert not head.segment_refs and not head.seg_names
+            await until(lambda: segment_objects(store) == [])
+        finally:
+            await b.stop(5)
+
+    run(main())
+
+
+def test_a_successor_reclaims_the_held_jobs_of_a_dead_owners_expired_claim(
+        tmp_path: Path) -> None:
+    """The owner claims 200 jobs (held in one record) and dies; the successor,
+    its cache empty, takes the queue over while the leases still run (so it
+    loads nothing for them), and once they run out its own housekeeping, with
+    no client naming a token, reclaims them: prepare loads the lines an
+    expiring record's reclaim needs. Every job back to pending once, claimable
+    again; the segment gone once none is held."""
+    clock = Clock()
+    store = FaultyStore(FileStore(tmp_path))
+
+    async def main() -> None:
+        a = await started(store, clock=clock, **SMALL)
+        ids = await a.push("q", [b'{"n":%d}' % i for i in range(200)])
+        assert len(await a.claim("q", "w", 200, lease_s=600)) == 200
+        await crash(a)
+        b = await successor(store, clock)
+        try:
+            clock.advance(601)  # (past every lease, the takeover's fresh ones too)
+            assert await b.push("q", [b'{"n":200}']) == ["j0000000201"]  # (a batch)
+            head = stored(store)
+            assert head.count_by_status()["pending"] == 201, head.count_by_status()
+            assert sorted(j.id for j in head.jobs.values()) == [*ids, "j0000000201"]
+            assert all(j.attempts == 1 and "lease expired" in (j.last_error or "")
+                       for j in head.jobs.values() if j.id != "j0000000201")
+            assert not head.claim_records and not head.segment_refs
+            again = await b.claim("q", "w2", 300, lease_s=600)
+            assert sorted(j.id for j in again) == [*ids, "j0000000201"]
             await until(lambda: segment_objects(store) == [])
         finally:
             await b.stop(5)

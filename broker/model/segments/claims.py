@@ -36,7 +36,7 @@ from broker.model.claim_records import ClaimRecord
 from broker.model.format import codec
 from broker.model.format.segment_format import segment_job
 from broker.model.held import held_by_seq, held_position, page_held
-from broker.model.indexes import SEQ_MASK, promote_due, ready_key, timed_key
+from broker.model.indexes import SEQ_MASK, lease_time, promote_due, ready_key, timed_key
 from broker.model.job import CLAIMED, COMPLETED, JOB_OVERHEAD_BYTES, PENDING, Job, JobIds, seq_of
 from broker.model.lifecycle import (
     IllegalMove,
@@ -339,8 +339,10 @@ def held_wanted(state: QueueState, ops: Sequence[Op],
             for wire in op.tokens:
                 by_token(wire, marked_only=True)
         elif isinstance(op, Reclaim):
-            wanted.update((r.fence, r) for r in records.values()
-                          if r.segs and r.expires_ms <= ahead_ms and not r.done)
+            leases = state.leases  # (every batch reclaims: a walk only once one runs out)
+            if leases and lease_time(leases[0]) <= ahead_ms:
+                wanted.update((r.fence, r) for r in records.values()
+                              if r.segs and r.expires_ms <= ahead_ms and not r.done)
         elif isinstance(op, ReadJobs) and op.status in (None, CLAIMED, COMPLETED):
             page = page_held(state, seq_of(op.after or "") or 0, op.limit, op.status)
             wanted.update((r.fence, r) for _, r, _, _ in page)

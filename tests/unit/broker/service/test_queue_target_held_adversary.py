@@ -10,9 +10,10 @@ import asyncio
 from collections import Counter
 from pathlib import Path
 
-from broker.model.ops import FailItem
+from broker import paths
+from broker.model.ops import CompleteItem, FailItem
 from broker.storage import FileStore
-from tests.support.faults import Clock, FaultyStore
+from tests.support.faults import NOT_LANDED, Clock, FaultyStore
 from tests.support.inprocess import (
     archive_lines,
     crash,
@@ -28,6 +29,7 @@ from tests.support.inprocess import (
 #: a cache of 1 MiB, claims of ~600 KiB each: the second claim's lines push the first's out
 CONFIG = {"held_in_records": True, "segment_push_jobs": 10, "held_cache_mb": 1}
 PAD = "x" * 1000
+ARCHIVE = paths.archive_prefix("q")
 #: the cache large enough for every claim
 SMALL = {"held_in_records": True, "segment_push_jobs": 10}
 
@@ -195,6 +197,46 @@ def test_a_successor_reclaims_the_held_jobs_of_a_dead_owners_expired_claim(
             assert not head.claim_records and not head.segment_refs
             again = await b.claim("q", "w2", 300, lease_s=600)
             assert sorted(j.id for j in again) == [*ids, "j0000000201"]
+            await until(lambda: segment_objects(store) == [])
+        finally:
+            await b.stop(5)
+
+    run(main())
+
+
+def test_half_a_record_completed_and_the_other_half_reclaimed_each_job_once(
+        tmp_path: Path) -> None:
+    """Half a held claim completed while its archive object cannot land, the
+    owner dies, the successor's leases run out: the other half is reclaimed
+    (pending lines), the stale tokens of it are refused, the done half archived
+    once (by the successor, from the segment) and the segment deleted once the
+    record is gone."""
+    clock = Clock()
+    store = FaultyStore(FileStore(tmp_path))
+
+    async def main() -> None:
+        a = await started(store, clock=clock, **SMALL)
+        ids = await a.push("q", [b'{"n":%d}' % i for i in range(40)])
+        jobs = await a.claim("q", "w", 40, lease_s=600)
+        store.inject("put", NOT_LANDED, times=None, key_contains=ARCHIVE)
+        got = await a.complete("q", [CompleteItem(j.token, b'{"r":1}') for j in jobs[:20]])
+        assert [(x.ok, x.status) for x in got] == [(True, "completed")] * 20
+        await crash(a)
+        store.heal()
+        b = await successor(store, clock)
+        try:
+            clock.advance(601)
+            await b.push("q", [b'{"n":40}'])
+            stale = await b.complete("q", [CompleteItem(j.token, None) for j in jobs[20:]])
+            assert not any(x.ok for x in stale)
+            again = await b.complete("q", [CompleteItem(j.token, None) for j in jobs[:20]])
+            assert all(x.ok and x.status == "completed" for x in again)  # (repeats)
+            await until(lambda: not stored(store).claim_records)
+            head = stored(store)
+            assert sorted(j.id for j in head.jobs.values()) == [*ids[20:], "j0000000041"]
+            assert {j.status for j in head.jobs.values()} == {"pending"}
+            assert Counter(r["id"] for r in archive_lines(store)) == Counter(ids[:20])
+            assert not head.segment_refs
             await until(lambda: segment_objects(store) == [])
         finally:
             await b.stop(5)

@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 from broker import paths
-from broker.model.ops import CompleteItem, FailItem
+from broker.model.ops import CompleteItem, FailItem, NewJob
 from broker.storage import FileStore
 from tests.support.faults import NOT_LANDED, Clock, FaultyStore
 from tests.support.inprocess import (
@@ -237,6 +237,47 @@ def test_half_a_record_completed_and_the_other_half_reclaimed_each_job_once(
             assert {j.status for j in head.jobs.values()} == {"pending"}
             assert Counter(r["id"] for r in archive_lines(store)) == Counter(ids[:20])
             assert not head.segment_refs
+            await until(lambda: segment_objects(store) == [])
+        finally:
+            await b.stop(5)
+
+    run(main())
+
+
+def test_a_queue_that_takes_up_groups_claims_the_rest_of_a_half_held_segment(
+        tmp_path: Path) -> None:
+    """A third of an ungrouped segment held in a record, then the queue gets a
+    group setting and grouped jobs: its claims move the ungrouped rest into the
+    head (exhausting the ref, kept while named) beside the grouped segment's;
+    every job, held, moved in or grouped, is settled once (a successor claims and
+    completes what is left) and both segments are deleted once drained."""
+    clock = Clock()
+    store = FaultyStore(FileStore(tmp_path))
+
+    async def main() -> None:
+        a = await started(store, clock=clock, **SMALL)
+        ids = await a.push("q", [b'{"n":%d}' % i for i in range(30)])
+        held = await a.claim("q", "w", 10, lease_s=600)
+        await a.create_queue("q", {"group_limit": 2})
+        gids = await a.push("q", [NewJob(b'{"g":%d}' % i, group=f"g{i % 3}")
+                                  for i in range(30)])
+        moved = await a.claim("q", "w", 100, lease_s=600)
+        assert Counter(j.id in ids for j in moved) == {True: 20, False: 6}
+        head = stored(store)  # (decodes: the held segment's ref stays, exhausted)
+        assert set(head.seg_names) <= {r.key for r in head.segment_refs}
+        got = await a.fail("q", [FailItem(j.token, "boom", 0) for j in held])
+        assert [(x.ok, x.status) for x in got] == [(True, "pending")] * 10
+        await a.complete("q", [CompleteItem(j.token, None) for j in moved])
+        await crash(a)
+        b = await successor(store, clock)
+        try:
+            while got := await b.claim("q", "w", 100, lease_s=600):
+                await b.complete("q", [CompleteItem(j.token, None) for j in got])
+            await until(lambda: not stored(store).claim_records
+                        and stored(store).count_by_status()["completed"] == 0)
+            head = stored(store)
+            assert sum(head.count_by_status().values()) == 0
+            assert Counter(r["id"] for r in archive_lines(store)) == Counter(ids + gids)
             await until(lambda: segment_objects(store) == [])
         finally:
             await b.stop(5)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from broker.errors import InvalidRequest, PayloadTooLarge
@@ -296,6 +296,12 @@ def hold_in(state: QueueState, i: int, n: int, record: ClaimRecord,
     return count
 
 
+#: At most this many jobs held at records' segment parts are loaded by one batch
+#: for a reclaim (with the lines of the claims the batch's ops name): a fleet of
+#: workers gone at once is reclaimed over a few commits, in bounded memory.
+RECLAIM_HELD_JOBS = 20_000
+
+
 def held_loads(state: QueueState, ops: Sequence[Op],
                ahead_ms: int) -> list[tuple[SegmentRef, int, Span]]:
     """The jobs held at records' segment parts that a batch of ``ops`` may
@@ -341,8 +347,7 @@ def held_wanted(state: QueueState, ops: Sequence[Op],
         elif isinstance(op, Reclaim):
             leases = state.leases  # (every batch reclaims: a walk only once one runs out)
             if leases and lease_time(leases[0]) <= ahead_ms:
-                wanted.update((r.fence, r) for r in records.values()
-                              if r.segs and r.expires_ms <= ahead_ms and not r.done)
+                wanted.update(_reclaimed_first(records.values(), ahead_ms))
         elif isinstance(op, ReadJobs) and op.status in (None, CLAIMED, COMPLETED):
             page = page_held(state, seq_of(op.after or "") or 0, op.limit, op.status)
             wanted.update((r.fence, r) for _, r, _, _ in page)
@@ -358,6 +363,25 @@ def held_wanted(state: QueueState, ops: Sequence[Op],
                 wanted.update((r.fence, r) for r in records.values()
                               if r.segs and r.fence < end and first < r.fence + r.n)
     return wanted
+
+
+def _reclaimed_first(records: Iterable[ClaimRecord],
+                     ahead_ms: int) -> list[tuple[int, ClaimRecord]]:
+    """``(fence, record)`` of the records with jobs still held at segment parts
+    whose lease runs out by ``ahead_ms``, soonest first, as many as hold at most
+    :data:`RECLAIM_HELD_JOBS` such jobs together (at least one): a batch loads
+    no more lines than that for a reclaim (the rest are reclaimed by the next
+    batches: their lease entries stay due)."""
+    due = sorted((r for r in records if r.segs and r.expires_ms <= ahead_ms and not r.done),
+                 key=lambda r: r.expires_ms)
+    out: list[tuple[int, ClaimRecord]] = []
+    total = 0
+    for record in due:
+        total += record.held_seg()
+        if out and total > RECLAIM_HELD_JOBS:
+            break
+        out.append((record.fence, record))
+    return out
 
 
 def held_missing(state: QueueState,

@@ -10,8 +10,11 @@ import asyncio
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from broker import paths
 from broker.model.ops import CompleteItem, FailItem, NewJob
+from broker.model.segments import claims
 from broker.storage import FileStore
 from tests.support.faults import NOT_LANDED, Clock, FaultyStore
 from tests.support.inprocess import (
@@ -279,6 +282,41 @@ def test_a_queue_that_takes_up_groups_claims_the_rest_of_a_half_held_segment(
             assert sum(head.count_by_status().values()) == 0
             assert Counter(r["id"] for r in archive_lines(store)) == Counter(ids + gids)
             await until(lambda: segment_objects(store) == [])
+        finally:
+            await b.stop(5)
+
+    run(main())
+
+
+def test_a_mass_expiry_is_reclaimed_over_batches_of_bounded_loads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three held claims of 200 run out at once on a successor with an empty
+    cache, while a batch may load the lines of at most 250 held jobs for a
+    reclaim: the first batch reclaims one claim, the next ones (the leases
+    still due) the others; every job pending once, no record left."""
+    monkeypatch.setattr(claims, "RECLAIM_HELD_JOBS", 250)
+    clock = Clock()
+    store = FaultyStore(FileStore(tmp_path))
+
+    async def main() -> None:
+        a = await started(store, clock=clock, **SMALL)
+        ids = await a.push("q", [b'{"n":%d}' % i for i in range(600)])
+        for _ in range(3):
+            assert len(await a.claim("q", "w", 200, lease_s=600)) == 200
+        await crash(a)
+        b = await successor(store, clock)
+        try:
+            held: list[int] = []  # claim records in each head written from now on
+            store.inject("write_if_match", None, times=None, key_contains="q/queue.json",
+                         after=lambda _: held.append(len(stored(store).claim_records)))
+            clock.advance(601)
+            await b.push("q", [b'{"n":600}'])  # (a batch: its reclaim loads one claim)
+            await until(lambda: not stored(store).claim_records)
+            assert [n for i, n in enumerate(held) if i == 0 or n != held[i - 1]] == [2, 1, 0]
+            head = stored(store)
+            assert head.count_by_status()["pending"] == 601
+            assert sorted(j.id for j in head.jobs.values())[:600] == ids
+            assert all(j.attempts == 1 for j in head.jobs.values() if j.id in set(ids))
         finally:
             await b.stop(5)
 

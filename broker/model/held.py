@@ -227,6 +227,7 @@ def complete_position(state: QueueState, record: ClaimRecord, pos: int,
     commit_seq = state.seq + 1
     record.settled |= 1 << pos
     record.cancel.pop(pos, None)
+    _left_held(state)
     entries = record.completions
     if entries is None:
         entries = record.completions = []
@@ -239,6 +240,14 @@ def complete_position(state: QueueState, record: ClaimRecord, pos: int,
     entry.pos.insert(at, pos)
     entry.results.insert(at, result)
     record._enc = None
+
+
+def _left_held(state: QueueState) -> None:
+    """A job held at a segment part was settled without a line of its own (as
+    :func:`broker.model.lifecycle.settle` tells the groups of one with a line):
+    an ungrouped segment's, so the jobs without a group hold one fewer."""
+    if state.groups is not None:
+        state.groups.settle(None)
 
 
 def drop_done(state: QueueState, commit_seq: int) -> int:
@@ -348,6 +357,7 @@ def purge_held(state: QueueState) -> int:
                 if not record.is_settled(pos):
                     record.settled |= 1 << pos
                     record.cancel.pop(pos, None)
+                    _left_held(state)
                     purged += 1
         record._enc = None
         if record.gone:

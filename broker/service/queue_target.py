@@ -38,7 +38,7 @@ from broker.model.ops import (
     Result,
     TakeOver,
 )
-from broker.model.segments.claims import claim_refs, held_loads, plan_windows
+from broker.model.segments.claims import claim_refs, held_missing, held_wanted, plan_windows
 from broker.model.segments.grouped import carry_buckets
 from broker.model.segments.planning import claim_sources, directories_wanted
 from broker.model.spills import claim_refs as spill_claim_refs
@@ -127,8 +127,11 @@ class QueueTarget:
                 self._checked.add((ref.key, ref.etag))
         if state.seg_names:  # jobs held at claim records' segment parts the batch may settle
             pages = [_as_page(state, op) for op in ops if isinstance(op, Inspect)]
-            loads = held_loads(state, [*ops, *filter(None, pages)], now_ms + PLAN_AHEAD_MS)
-            self.held.pinned = {fence for _, fence, _ in loads}
+            # (with the housekeeping's Reclaim: every batch reclaims, named by no op)
+            holding = held_wanted(state, [*ops, Reclaim(), *filter(None, pages)],
+                                  now_ms + PLAN_AHEAD_MS)
+            self.held.pinned = set(holding)  # (loaded or not: a load must not push one out)
+            loads = held_missing(state, holding)
             for ref, fence, span in loads:
                 lines = await self.segments.read_window(ref, span[3], span[3] + span[1])
                 self.held.put(fence, span, ref, lines)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from broker.errors import InvalidRequest, PayloadTooLarge
@@ -36,7 +36,7 @@ from broker.model.claim_records import ClaimRecord
 from broker.model.format import codec
 from broker.model.format.segment_format import segment_job
 from broker.model.held import held_by_seq, held_position, page_held
-from broker.model.indexes import SEQ_MASK, promote_due, ready_key, timed_key
+from broker.model.indexes import SEQ_MASK, lease_time, promote_due, ready_key, timed_key
 from broker.model.job import CLAIMED, COMPLETED, JOB_OVERHEAD_BYTES, PENDING, Job, JobIds, seq_of
 from broker.model.lifecycle import (
     IllegalMove,
@@ -225,7 +225,7 @@ def move_in(state: QueueState, i: int, n: int) -> int:
         len(str(seq)) for seq in range(first, first + count))
     state.approx_bytes += payload_bytes + JOB_OVERHEAD_BYTES * count
     taken = take(refs, i, count)
-    if taken.exhausted:
+    if taken.exhausted and taken.key not in state.seg_names:  # (named: its held jobs' lines)
         del refs[i]
         state.dropped_refs.append(taken)
     else:
@@ -251,7 +251,7 @@ def move_in_position(state: QueueState, i: int, pos: int) -> Job | None:
     if job.group is not None:
         heapq.heappush(state.grouped, seq)  # (the head is written as version 6)
     taken = take_position(ref, pos)
-    if taken.exhausted:
+    if taken.exhausted and taken.key not in state.seg_names:  # (named: see move_in)
         del refs[i]
         state.dropped_refs.append(taken)
     else:
@@ -296,17 +296,32 @@ def hold_in(state: QueueState, i: int, n: int, record: ClaimRecord,
     return count
 
 
+#: At most this many jobs held at records' segment parts are loaded by one batch
+#: for a reclaim (with the lines of the claims the batch's ops name): a fleet of
+#: workers gone at once is reclaimed over a few commits, in bounded memory.
+RECLAIM_HELD_JOBS = 20_000
+
+
 def held_loads(state: QueueState, ops: Sequence[Op],
                ahead_ms: int) -> list[tuple[SegmentRef, int, Span]]:
     """The jobs held at records' segment parts that a batch of ``ops`` may
-    materialize and whose lines the held-jobs cache lacks (design 3.3): those of
-    the tokens of completes, fails and releases, of heartbeats' marked ones, of
-    the records whose lease runs out by ``ahead_ms`` (a reclaim) and of a
-    claim's repeat. As ``(ref, fence, span)``: record ``fence``'s segment part
-    ``span`` (positions ``span[3] ..`` of ``ref``'s segment). The broker reads
-    them before the batch applies and pins their records."""
+    materialize and whose lines the held-jobs cache lacks (design 3.3), of the
+    records :func:`held_wanted` names. As ``(ref, fence, span)``: record
+    ``fence``'s segment part ``span`` (positions ``span[3] ..`` of ``ref``'s
+    segment). The broker reads them before the batch applies."""
+    return held_missing(state, held_wanted(state, ops, ahead_ms))
+
+
+def held_wanted(state: QueueState, ops: Sequence[Op],
+                ahead_ms: int) -> dict[int, ClaimRecord]:
+    """The claim records, by fence, with jobs held at segment parts that a batch
+    of ``ops`` may materialize: those of the tokens of completes, fails and
+    releases, of heartbeats' marked ones, of the records whose lease runs out by
+    ``ahead_ms`` (a reclaim) and of a claim's repeat. The broker pins every one
+    in the held-jobs cache for the batch, loaded already or not: a line loaded
+    for one must never push out another's the same batch settles."""
     if not state.seg_names:
-        return []
+        return {}
     records = state.claim_records
     fences = list(records)
     wanted: dict[int, ClaimRecord] = {}
@@ -330,8 +345,9 @@ def held_loads(state: QueueState, ops: Sequence[Op],
             for wire in op.tokens:
                 by_token(wire, marked_only=True)
         elif isinstance(op, Reclaim):
-            wanted.update((r.fence, r) for r in records.values()
-                          if r.segs and r.expires_ms <= ahead_ms)
+            leases = state.leases  # (every batch reclaims: a walk only once one runs out)
+            if leases and lease_time(leases[0]) <= ahead_ms:
+                wanted.update(_reclaimed_first(records.values(), ahead_ms))
         elif isinstance(op, ReadJobs) and op.status in (None, CLAIMED, COMPLETED):
             page = page_held(state, seq_of(op.after or "") or 0, op.limit, op.status)
             wanted.update((r.fence, r) for _, r, _, _ in page)
@@ -346,6 +362,32 @@ def held_loads(state: QueueState, ops: Sequence[Op],
                 first, end = answered[0], answered[0] + answered[1]
                 wanted.update((r.fence, r) for r in records.values()
                               if r.segs and r.fence < end and first < r.fence + r.n)
+    return wanted
+
+
+def _reclaimed_first(records: Iterable[ClaimRecord],
+                     ahead_ms: int) -> list[tuple[int, ClaimRecord]]:
+    """``(fence, record)`` of the records with jobs still held at segment parts
+    whose lease runs out by ``ahead_ms``, soonest first, as many as hold at most
+    :data:`RECLAIM_HELD_JOBS` such jobs together (at least one): a batch loads
+    no more lines than that for a reclaim (the rest are reclaimed by the next
+    batches: their lease entries stay due)."""
+    due = sorted((r for r in records if r.segs and r.expires_ms <= ahead_ms and not r.done),
+                 key=lambda r: r.expires_ms)
+    out: list[tuple[int, ClaimRecord]] = []
+    total = 0
+    for record in due:
+        total += record.held_seg()
+        if out and total > RECLAIM_HELD_JOBS:
+            break
+        out.append((record.fence, record))
+    return out
+
+
+def held_missing(state: QueueState,
+                 wanted: dict[int, ClaimRecord]) -> list[tuple[SegmentRef, int, Span]]:
+    """The segment parts of the records ``wanted`` whose lines the held-jobs
+    cache lacks, as :func:`held_loads` gives them."""
     refs = {ref.key: ref for ref in state.segment_refs}
     held = state.held
     out = []

@@ -389,7 +389,7 @@ def spill_loads(state: QueueState, op: object, now_ms: int) -> list[SpillRef]:
     (:func:`redrive_loads`), a cancel's (:func:`take_out`), a page's of jobs
     (:class:`~broker.model.ops.ReadJobs`),
     a lookup's of one job (:class:`~broker.model.ops.Inspect` ``job``,
-    ``find``, ``lookup``)."""
+    ``find``, ``lookup``; a ``find`` by idempotency key, its job's)."""
     if not state.spill_refs:
         return []
     if isinstance(op, Claim):
@@ -408,6 +408,10 @@ def spill_loads(state: QueueState, op: object, now_ms: int) -> list[SpillRef]:
         after = -1 if text is None else int(text[1:])
         return page_refs(state, op.status, after)[:MAX_WINDOWS]
     if isinstance(op, Inspect) and op.view in ("job", "find", "lookup") and op.args:
-        seq = seq_of(op.args[-1]) if isinstance(op.args[-1], str) else None
+        text = op.args[-1]
+        seq = seq_of(text) if isinstance(text, str) else None
+        if seq is None and op.view == "find" and isinstance(text, str):  # (by its key)
+            entry = state.keys.get(text)
+            seq = None if entry is None else seq_of(entry.job_id)
         return [] if seq is None else holders(state, seq)
     return []

@@ -17,7 +17,7 @@ from broker.errors import NotTheBroker, OsqueueError
 from broker.model.format.spill_format import read_checked
 from broker.model.format.spill_refs import SpillRef, is_out
 from broker.model.job import CANCELLED, COMPLETED, PENDING
-from broker.model.ops import CompleteItem, FailItem, NewJob
+from broker.model.ops import CompleteItem, FailItem, Inspect, NewJob
 from broker.service.broker import Broker
 from broker.storage import ObjectStore
 from broker.storage.files import FileStore
@@ -220,3 +220,24 @@ def test_mixed_operations_keep_each_spilled_job_exactly_once(tmp_path: Path, see
         await a.stop()
 
     run(go(), timeout_s=120)
+
+
+def test_find_by_key_or_id_reaches_a_spilled_dead_job(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+
+    async def go() -> None:
+        a = await started(store, spill_jobs=2)
+        ids = await a.push("q", [NewJob(b'{"n":%d}' % i, max_attempts=1, key=f"k-{i}")
+                                 for i in range(5)])
+        got = await a.claim("q", "w", max_jobs=5)
+        await a.fail("q", [FailItem(j.token, "boom", 0) for j in got])
+        assert not list(stored(store).jobs.touched())  # (all five spilled)
+        served = a.served("q")
+        assert served is not None
+        # the dashboard's search box: by key while the dedup window keeps it, and by id
+        assert await served.read(Inspect("find", ("k-3",))) == ids[3]
+        assert await served.read(Inspect("find", (ids[1],))) == ids[1]
+        assert await served.read(Inspect("find", ("k-nothing",))) is None
+        await a.stop()
+
+    run(go())

@@ -241,3 +241,57 @@ def test_find_by_key_or_id_reaches_a_spilled_dead_job(tmp_path: Path) -> None:
         await a.stop()
 
     run(go())
+
+
+async def _overlapping(broker: Broker, store: ObjectStore) -> list[str]:
+    """120 jobs pushed (one attempt each) and claimed; then ten spill objects of
+    two dead jobs each, whose seq bounds all hold seq 100: nine of an old job
+    that died with a new one (long retries do that), then the one holding
+    job 100 (``ids[99]``). The ids."""
+    ids = list(await broker.push("q", [NewJob(b'{"n":%d}' % i, max_attempts=1)
+                                       for i in range(120)]))
+    tokens = {j.id: j.token for j in await broker.claim("q", "w", max_jobs=120)}
+    for low, high in [*((i, 110 + i) for i in range(9)), (49, 99)]:
+        await broker.fail("q", [FailItem(tokens[ids[low]], "boom", 0),
+                                FailItem(tokens[ids[high]], "boom", 0)])
+    refs = stored(store).spill_refs
+    assert len(refs) == 10 and all(ref.seqs[0] <= 100 <= ref.seqs[1] for ref in refs)
+    return ids
+
+
+def test_a_dead_job_in_the_ninth_spill_object_whose_bounds_hold_it_is_reachable(
+        tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+
+    async def go() -> None:
+        a = await started(store, spill_jobs=1)  # (two dead jobs: one spill object)
+        target = (await _overlapping(a, store))[99]
+        assert (await a.job("q", target))["location"] == "spill"
+        served = a.served("q")
+        assert served is not None and await served.read(Inspect("find", (target,))) == target
+        answer, = await a.cancel("q", [target])
+        assert answer.status == "finished" and "dead" in (answer.reason or "")
+        assert await a.redrive("q", [target]) == 1
+        assert [j.id for j in await a.claim("q", "w2", max_jobs=5)] == [target]
+        await a.stop()
+
+    run(go())
+
+
+def test_a_cancel_reaches_a_redriven_job_in_the_ninth_spill_object_whose_bounds_hold_it(
+        tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+
+    async def go() -> None:
+        a = await started(store, spill_jobs=1)
+        ids = await _overlapping(a, store)
+        assert await a.redrive("q") == 20  # (by reference: ten pending refs)
+        answer, = await a.cancel("q", [ids[99]])
+        assert answer.status == CANCELLED  # (not "gone": it was there, and would run)
+        got: list[str] = []
+        while batch := await a.claim("q", "w2", max_jobs=3):
+            got += [j.id for j in batch]
+        assert sorted(got) == sorted({*ids[:9], *ids[110:119], ids[49]})
+        await a.stop()
+
+    run(go())

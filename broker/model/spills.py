@@ -406,7 +406,8 @@ def spill_loads(state: QueueState, op: object, now_ms: int) -> list[SpillRef]:
     applies, at most :data:`~broker.model.state.MAX_WINDOWS` each): a claim's
     (:func:`claim_refs`, due at ``now_ms``), a redrive by id's
     (:func:`redrive_loads`), a cancel's (:func:`take_out`), a page's of jobs
-    (:class:`~broker.model.ops.ReadJobs`),
+    (:class:`~broker.model.ops.ReadJobs`: every one that may show the page's
+    first seq, then up to the bound),
     a lookup's of one job (:class:`~broker.model.ops.Inspect` ``job``,
     ``find``, ``lookup``; a ``find`` by idempotency key, its job's)."""
     if not state.spill_refs:
@@ -424,7 +425,11 @@ def spill_loads(state: QueueState, op: object, now_ms: int) -> list[SpillRef]:
                                      and text[1:].isdecimal() and len(text) < 20):
             return []  # (the page itself is refused)
         after = -1 if text is None else int(text[1:])
-        return page_refs(state, op.status, after)[:MAX_WINDOWS]
+        refs = page_refs(state, op.status, after)
+        # (every one that may show the very next seq, else a page cut there makes no
+        # progress when more than MAX_WINDOWS objects' bounds overlap it)
+        tied = sum(1 for ref in refs if ref.seqs[0] <= after + 1)
+        return refs[:max(MAX_WINDOWS, tied)]
     if isinstance(op, Inspect) and op.view in ("job", "find", "lookup") and op.args:
         text = op.args[-1]
         seq = seq_of(text) if isinstance(text, str) else None

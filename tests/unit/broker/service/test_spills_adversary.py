@@ -295,3 +295,19 @@ def test_a_cancel_reaches_a_redriven_job_in_the_ninth_spill_object_whose_bounds_
         await a.stop()
 
     run(go())
+
+
+def test_a_page_of_dead_jobs_goes_past_more_spill_objects_than_a_step_loads(
+        tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+
+    async def go() -> None:
+        a = await started(store, spill_jobs=1)
+        ids = await _overlapping(a, store)
+        dead = sorted({*ids[:9], *ids[110:119], ids[49], ids[99]})
+        assert [j["id"] for j in await a.jobs("q", status="dead", limit=100)] == dead
+        assert [j["id"] for j in await a.jobs("q", limit=500)
+                if j["status"] == "dead"] == dead
+        await a.stop()
+
+    run(go())

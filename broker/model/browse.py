@@ -261,10 +261,15 @@ def find(state: QueueState, now_ms: int, text: str) -> str | None:
     """The id of the job whose id or idempotency key is ``text``, if the queue
     holds it (a key only while the dedup window keeps it)."""
     seq = seq_of(text)
-    if seq is not None and (seq in state.jobs or _holder(state.segment_refs, seq)):
+    if seq is not None and (seq in state.jobs or _holder(state.segment_refs, seq)
+                            or spilled_job(state, seq) is not None):
         return text
-    entry = state.keys.get(text)  # (a key's job is never in a segment: keys are inline)
-    if entry is not None and seq_of(entry.job_id) in state.jobs:
+    # (a key's job is never in a segment, keys are inline; but a dead one may be spilled)
+    entry = state.keys.get(text)
+    if entry is None:
+        return None
+    keyed = seq_of(entry.job_id)
+    if keyed is not None and (keyed in state.jobs or spilled_job(state, keyed) is not None):
         return entry.job_id
     return None
 

@@ -172,13 +172,14 @@ def _shown(ref: SpillRef, jobs: list[SpilledJob]) -> Iterator[tuple[int, Spilled
 def redrive_loads(state: QueueState, ids: Sequence[str] | None) -> list[SpillRef]:
     """The dead spill refs whose jobs a redrive of ``ids`` reads: none for a
     redrive of every dead job (by reference); for ids, those whose ``seqs``
-    bounds hold one of them, at most :data:`~broker.model.state.MAX_WINDOWS`
-    (an id beyond is not redriven by this call)."""
+    bounds hold one of them (:func:`first_holders`: all of the first id's,
+    then up to :data:`~broker.model.state.MAX_WINDOWS`; an id beyond is not
+    redriven by this call)."""
     if ids is None:
         return []
     seqs = [seq for seq in map(seq_of, ids) if seq is not None]
-    return [ref for ref in _refs(state, DEAD)
-            if any(ref.seqs[0] <= seq <= ref.seqs[1] for seq in seqs)][:MAX_WINDOWS]
+    return first_holders([[ref for ref in holders(state, seq) if ref.kind == DEAD]
+                          for seq in seqs])
 
 
 def redrive_spilled(state: QueueState, ids: Sequence[str] | None, now_ms: int) -> int:
@@ -315,11 +316,13 @@ def take_out(state: QueueState, seq: int, now_ms: int) -> Job | str | None:
     redriven ref) is moved into the head as pending (its position taken
     ``out`` of the ref; a ref left with no job is dropped) and returned; a dead
     one is returned as a throwaway job (nothing changed). :data:`UNLOADED` if
-    an object that may hold it is not loaded, None if none holds it."""
+    no loaded object holds it but one not loaded may, None if none holds it."""
+    unloaded = False  # (one that may hold it is not loaded: look in the loaded ones first)
     for ref in holders(state, seq):
         jobs = _loaded(state, ref)
         if jobs is None:
-            return UNLOADED
+            unloaded = True
+            continue
         for pos, job in _shown(ref, jobs):
             if job.seq != seq:
                 continue
@@ -335,7 +338,7 @@ def take_out(state: QueueState, seq: int, now_ms: int) -> Job | str | None:
                 del state.spill_refs[at]
                 state.dropped_refs.append(left)
             return moved
-    return None
+    return UNLOADED if unloaded else None
 
 
 def next_due_ms(state: QueueState, now_ms: int) -> int | None:
@@ -405,10 +408,26 @@ def spill_page(state: QueueState, status: str | None, after_seq: int,
 
 
 def holders(state: QueueState, seq: int) -> list[SpillRef]:
-    """The spill refs still holding jobs whose seq bounds hold ``seq`` (at most
-    :data:`~broker.model.state.MAX_WINDOWS`): where a lookup reads."""
+    """The spill refs still holding jobs whose seq bounds hold ``seq``: where a
+    lookup reads. All of them: bounds overlap (an old job that dies with new
+    ones widens its object's), and the one holding ``seq`` may come after
+    any number of others; a lookup reads each (one GET an object)."""
     return [ref for ref in _refs(state)
-            if ref.live and ref.seqs[0] <= seq <= ref.seqs[1]][:MAX_WINDOWS]
+            if ref.live and ref.seqs[0] <= seq <= ref.seqs[1]]
+
+
+def first_holders(groups: Sequence[list[SpillRef]]) -> list[SpillRef]:
+    """The refs of ``groups`` (the :func:`holders` of each id of a call, in
+    order), once each: every one of the first id's (so that a call for one
+    job, or retried for its first, always finds it), then the others' up to
+    :data:`~broker.model.state.MAX_WINDOWS` in all."""
+    out = dict.fromkeys(groups[0]) if groups else {}
+    for group in groups[1:]:
+        for ref in group:
+            if len(out) >= MAX_WINDOWS:
+                return list(out)
+            out.setdefault(ref)
+    return list(out)
 
 
 def spilled_job(state: QueueState, seq: int) -> Job | None:
@@ -426,9 +445,10 @@ def spill_loads(state: QueueState, op: object, now_ms: int) -> list[SpillRef]:
     applies, at most :data:`~broker.model.state.MAX_WINDOWS` each): a claim's
     (:func:`claim_refs`, due at ``now_ms``), a redrive by id's
     (:func:`redrive_loads`), a cancel's (:func:`take_out`), a page's of jobs
-    (:class:`~broker.model.ops.ReadJobs`),
+    (:class:`~broker.model.ops.ReadJobs`: every one that may show the page's
+    first seq, then up to the bound),
     a lookup's of one job (:class:`~broker.model.ops.Inspect` ``job``,
-    ``find``, ``lookup``)."""
+    ``find``, ``lookup``; a ``find`` by idempotency key, its job's)."""
     if not state.spill_refs:
         return []
     if isinstance(op, Claim):
@@ -437,16 +457,23 @@ def spill_loads(state: QueueState, op: object, now_ms: int) -> list[SpillRef]:
         return redrive_loads(state, op.ids)
     if isinstance(op, Cancel):
         seqs = [seq for seq in map(seq_of, op.ids) if seq is not None]
-        return list(dict.fromkeys(ref for seq in seqs for ref in holders(state, seq)))[
-            :MAX_WINDOWS]
+        return first_holders([holders(state, seq) for seq in seqs])
     if isinstance(op, ReadJobs):
         text = op.after
         if text is not None and not (isinstance(text, str) and text[:1] == "j"
                                      and text[1:].isdecimal() and len(text) < 20):
             return []  # (the page itself is refused)
         after = -1 if text is None else int(text[1:])
-        return page_refs(state, op.status, after)[:MAX_WINDOWS]
+        refs = page_refs(state, op.status, after)
+        # (every one that may show the very next seq, else a page cut there makes no
+        # progress when more than MAX_WINDOWS objects' bounds overlap it)
+        tied = sum(1 for ref in refs if ref.seqs[0] <= after + 1)
+        return refs[:max(MAX_WINDOWS, tied)]
     if isinstance(op, Inspect) and op.view in ("job", "find", "lookup") and op.args:
-        seq = seq_of(op.args[-1]) if isinstance(op.args[-1], str) else None
+        text = op.args[-1]
+        seq = seq_of(text) if isinstance(text, str) else None
+        if seq is None and op.view == "find" and isinstance(text, str):  # (by its key)
+            entry = state.keys.get(text)
+            seq = None if entry is None else seq_of(entry.job_id)
         return [] if seq is None else holders(state, seq)
     return []

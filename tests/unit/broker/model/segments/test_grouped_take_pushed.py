@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker.model import transitions as T
+from broker.model import views
 from broker.model.format import codec
 from broker.model.ops import (
     Cancel,
@@ -113,9 +114,17 @@ def _twins(steps: list[tuple[str, Any]]) -> None:
             patch.setattr(T, "take_pushed", lambda state, pushed, now_ms: None)
             assert _apply(through, step, now, through_tokens) == answer, step
         assert _dispatch(direct) == _dispatch(through), step
+        assert _wakes(direct, now) == _wakes(through, now), step
         if not (direct.groups and direct.groups.untold):  # (told: as through the ready heap)
             assert _tops(direct) == _tops(through), step
     assert _encoded(direct, now) == _encoded(through, now)
+
+
+def _wakes(state: QueueState, now: int) -> tuple[bool, int | None]:
+    """Whether the broker wakes waiting claims (ServedQueue.notify's test) and the
+    state's next wake-up."""
+    ready = bool(state.ready) or (state.groups is not None and state.groups.runnable(now))
+    return ready, views.next_wakeup_ms(state, now)
 
 
 def _tops(state: QueueState) -> tuple[list[Any], list[int]]:

@@ -38,7 +38,7 @@ Pure: no I/O, time passed in.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -75,7 +75,8 @@ from broker.model.state import QueueState
 
 _READY_PRIORITY_SHIFT = SEQ_BITS + TIME_BITS  # (a ready key's priority: see ready_key)
 
-__all__ = ["claim_grouped", "dissolve", "group_state", "group_stats", "taken_out", "uses_groups"]
+__all__ = ["claim_grouped", "dissolve", "group_state", "group_stats", "take_pushed", "taken_out",
+           "uses_groups"]
 
 
 def uses_groups(state: QueueState) -> bool:
@@ -323,6 +324,8 @@ def dissolve(state: QueueState) -> None:
 def _absorb(state: QueueState, groups: GroupState, now_ms: int) -> None:
     """Move the ready heap's live entries into their groups' heaps (each entry
     once: amortized O(log) a job) and tell dispatch the changed heads."""
+    if groups.untold:
+        _tell_pushed(state, groups, now_ms)
     ready, entries = state.ready, state.jobs.entries
     if not ready:
         return
@@ -391,6 +394,86 @@ def _absorb(state: QueueState, groups: GroupState, now_ms: int) -> None:
         if top is None or key != top:
             heads.append((gid, new(Head, (MAX_PRIORITY - (key >> _READY_PRIORITY_SHIFT), key, 0))))
     groups.dispatch.set_heads(heads, now_ms)
+
+
+def take_pushed(state: QueueState, pushed: Sequence[str | None], now_ms: int) -> None:
+    """A bulk push's jobs (their groups ``pushed``, one per job, in seq order;
+    the state's ready heap held nothing else) straight into their groups' heaps,
+    not through the ready heap: :func:`_absorb` would put each there at the next
+    claim, reading its group back off its line. Dispatch is told the groups'
+    heads at that claim, at its time, as :func:`_absorb` tells them
+    (:func:`_tell_pushed`). Only for groups in fair order without per-group
+    rates or segments, every job with a group; else a no-op (the ready heap
+    keeps them). ``bench/groups_cpu_bench.py``: a job's way from push to claim."""
+    groups: GroupState | None = state.groups
+    ready = state.ready
+    if groups is None or not _in_bulk(state, groups) or len(ready) != len(pushed) \
+            or None in pushed:
+        return
+    names, heaps, push = groups.names, groups.heaps, heapq.heappush
+    gids: dict[str | None, int] = {}
+    if not groups.untold:
+        groups.untold_from = ready[0] & SEQ_MASK
+    for entry, group in zip(ready, pushed, strict=True):
+        gid = gids.get(group)
+        if gid is None:
+            gid = gids[group] = names.gid(group)
+        heap = heaps.get(gid)
+        if heap is None:
+            heaps[gid] = [entry]
+        else:
+            push(heap, entry)
+    groups.untold.update(gids.values())
+    groups.untold_ms = max(groups.untold_ms, now_ms)
+    ready.clear()
+
+
+def _tell_pushed(state: QueueState, groups: GroupState, now_ms: int) -> None:
+    """Tell dispatch the heads of the groups :func:`take_pushed` filled, as
+    :func:`_absorb` would have: their pushed jobs since settled, cancelled or
+    not yet due (the clock stepped back) leave first, the not-due ones to the
+    delayed heap; a group whose top is what dispatch holds is told nothing."""
+    heaps, entries, dispatch = groups.heaps, state.jobs.entries, groups.dispatch
+    first, back = groups.untold_from, groups.untold_ms > now_ms
+    heads = []
+    new = tuple.__new__
+    for gid in sorted(groups.untold):
+        heap = heaps.get(gid)
+        if heap and back:  # (rare: each pushed line due later goes to the delayed heap)
+            keep = []
+            for entry in heap:
+                seq = entry & SEQ_MASK
+                if seq >= first and entries.get(seq).__class__ is bytes \
+                        and key_time(entry) > now_ms:
+                    heapq.heappush(state.delayed, timed_key(key_time(entry), seq))
+                else:
+                    keep.append(entry)
+            heapq.heapify(keep)
+            heap[:] = keep
+        while heap:  # (a pushed job at the top no longer live or due: as _absorb moves it)
+            entry = heap[0]
+            seq = entry & SEQ_MASK
+            if seq < first:
+                break
+            job = entries.get(seq)
+            if job.__class__ is bytes:
+                break
+            heapq.heappop(heap)
+            if isinstance(job, Job) and job.status == PENDING \
+                    and ready_key(job.priority, job.run_at_ms, seq) == entry:
+                if job.run_at_ms <= now_ms:
+                    heapq.heappush(heap, entry)
+                    break
+                heapq.heappush(state.delayed, timed_key(job.run_at_ms, seq))
+        if not heap:
+            heaps.pop(gid, None)
+            continue
+        key = heap[0]
+        if _told(dispatch, gid) != key:
+            heads.append((gid, new(Head, (MAX_PRIORITY - (key >> _READY_PRIORITY_SHIFT), key, 0))))
+    groups.untold.clear()
+    groups.untold_ms = 0
+    dispatch.set_heads(heads, now_ms)
 
 
 def _segment_next(state: QueueState, now_ms: int) -> tuple[int, int] | None:

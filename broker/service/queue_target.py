@@ -113,7 +113,10 @@ class QueueTarget:
                 self._checked.add((ref.key, ref.etag))
         if state.seg_names:  # jobs held at claim records' segment parts the batch may settle
             pages = [_as_page(state, op) for op in ops if isinstance(op, Inspect)]
-            loads = held_loads(state, [*ops, *filter(None, pages)], now_ms + PLAN_AHEAD_MS)
+            # (housekeeping's Reclaim applies with every batch, one of no ops too: a
+            # record whose lease ran out is reclaimed only with its lines loaded)
+            loads = held_loads(state, [Reclaim(), *ops, *filter(None, pages)],
+                               now_ms + PLAN_AHEAD_MS)
             self.held.pinned = {fence for _, fence, _ in loads}
             for ref, fence, span in loads:
                 lines = await self.segments.read_window(ref, span[3], span[3] + span[1])

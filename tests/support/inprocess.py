@@ -133,8 +133,9 @@ def payloads(store: ObjectStore, queue: str = "q") -> list[Any]:
     in_queue = [orjson.loads(j.payload) for j in [*state.jobs.values(), *held]
                 if j.status != "completed"]
     in_queue += segment_payloads(store, state)
-    archived = {r["id"] for r in archive_lines(store, queue)}
-    return sorted(in_queue + [rec["payload"] for rec in archive.read_all(store, queue)]
+    records = list(archive.read_all(store, queue))  # (read once, after the head)
+    archived = {r["id"] for r in records}
+    return sorted(in_queue + [rec["payload"] for rec in records]
                   + [orjson.loads(j.payload) for j in [*state.jobs.values(), *held]
                      if j.status == "completed" and j.id not in archived],
                   key=str)

@@ -15,7 +15,8 @@ objects: as users get them), and then, by kind:
 
 * ``pending``: left as it is (N jobs pending: the deep queue);
 * ``held``: claimed in claims of ``--claim-batch`` (2,000) jobs with a lease of an
-  hour, none completed (250 tasks of 2,000 hold 500,000; ``--held-in-records``: in records);
+  hour, none completed (250 tasks of 2,000 hold 500,000; in records by default,
+  ``--no-held-in-records``: as lines of the head);
 * ``dead``: claimed in claims of 2,000 and each claim's jobs failed at once with
   no retry delay until they are dead (``--dead-attempts``, the queue's
   ``max_attempts``: 1 by default, so one claim and one fail a job; a bad deploy,
@@ -420,7 +421,8 @@ class Child(ChildProcess):
                "--claim-batch", str(args.claim_batch),
                "--dead-attempts", str(args.dead_attempts),
                "--step-budget-s", str(args.step_budget_s), "--groups", str(args.groups)]
-        cmd += ["--no-tune-gc"] * (not args.tune_gc) + ["--held-in-records"] * args.held_in_records
+        cmd += ["--no-tune-gc"] * (not args.tune_gc) + [
+            "--held-in-records" if args.held_in_records else "--no-held-in-records"]
         print(f"== {store} {kind} {label(depth)}", file=sys.stderr, flush=True)
         super().__init__(cmd, args, stack, env)
         self.row = self.answer(FILLED_PREFIX) or {}
@@ -532,7 +534,9 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="depths 1k and 10k, 5 rounds")
     p.add_argument("--no-tune-gc", dest="tune_gc", action="store_false",
                    help="leave the collector as CPython sets it (an embedded broker's case)")
-    p.add_argument("--held-in-records", action="store_true", help="BrokerConfig.held_in_records")
+    p.add_argument("--held-in-records", action=argparse.BooleanOptionalAction,
+                   default=BrokerConfig.held_in_records,
+                   help="BrokerConfig.held_in_records (default: the broker's, on)")
     p.add_argument("--out", help="results name under bench/results (default depth_bench, "
                    "depth_bench_quick with --quick)")
     p.add_argument("--note", help="text saved with the results (say which sizes a run "

@@ -141,13 +141,14 @@ def payloads(store: ObjectStore, queue: str = "q") -> list[Any]:
                   key=str)
 
 async def archived_and_dropped(broker: Broker, store: ObjectStore, clock: Clock | None,
-                               queue: str = "q") -> None:
+                               queue: str = "q", deleted: bool = True) -> None:
     """Wait until every completion of ``queue`` is archived and dropped from the
     landed head (completed lines and claim records' done entries gone, and with
     them the segment references only those named), advancing ``clock`` past the
     archive's drop delay as it goes (None: the broker runs on the real clock);
-    then until the objects of the dropped
-    segments are deleted. Fails after ``until``'s timeout."""
+    then (``deleted``) until no segment object is left that the head does not
+    reference (pass False where a lost reply left one to the sweep). Fails after
+    ``until``'s timeout."""
     served = broker._queues[queue]
 
     def dropped() -> bool:
@@ -158,8 +159,11 @@ async def archived_and_dropped(broker: Broker, store: ObjectStore, clock: Clock 
         return not state.completed and not state.done_commits
 
     await until(dropped)
-    for task in list(served.target._deleting):
-        await task
+    if not deleted:
+        return
+    # (the deletes start once the loop has seen the drop land: after the store has it)
+    await until(lambda: set(segment_objects(store, queue)) <= {
+        ref.key for ref in stored(store, queue).segment_refs})
 
 
 async def until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:

@@ -162,7 +162,7 @@ def test_a_claim_through_a_segment_whose_commit_faults_drops_and_deletes_the_seg
         assert all(x.ok for x in done)
         stale = await a.complete("q", [CompleteItem(got[1].token)])
         assert not stale[0].ok
-        await archived_and_dropped(a, inner, clock)
+        await archived_and_dropped(a, inner, clock, deleted=held or fault == NOT_LANDED)
         await a.stop(drain_s=5)
 
     run(main())

@@ -15,7 +15,7 @@ objects: as users get them), and then, by kind:
 
 * ``pending``: left as it is (N jobs pending: the deep queue);
 * ``held``: claimed in claims of ``--claim-batch`` (2,000) jobs with a lease of an
-  hour, none completed (250 tasks of 2,000 hold 500,000; ``--held-in-records``: in records);
+  hour, none completed (250 tasks of 2,000 hold 500,000; in claim records by default);
 * ``dead``: claimed in claims of 2,000 and each claim's jobs failed at once, no retry
   delay, until dead (``--dead-attempts``, ``max_attempts``: 1 by default; a bad
   deploy, after it; ``--spill-jobs``: into spill objects past that many dead);
@@ -74,11 +74,9 @@ other. Measured:
   - ``dead``, the fail-then-dead path: what the setup's claims and fails wrote
     per job (``written_per_dead_job``).
 
-Steps past ``--step-budget-s`` (900 s; commit rounds after at least 3 rounds,
-and drains, whose rows then say how many jobs they drained) stop early; a
-(store, kind, depth) whose process does not answer (its setup, a round, its
-drain) within ``--child-timeout-s`` is recorded as timed out. Long steps print
-progress lines on stderr.
+Steps past ``--step-budget-s`` (900 s; rounds after at least 3, drains: their rows
+say how many jobs they drained) stop early; a process that does not answer (setup,
+round, drain) within ``--child-timeout-s`` is recorded as timed out.
 
 Prints a table and writes bench/results/depth_bench.json (``--quick``: depths
 1k and 10k, 5 rounds, into depth_bench_quick.json). Sizes in the JSON are in
@@ -418,9 +416,10 @@ class Child(ChildProcess):
                "--store-url", url, "--drain-jobs", str(args.drain_jobs),
                "--drain-batch", str(args.drain_batch), "--fill-chunk", str(args.fill_chunk),
                "--claim-batch", str(args.claim_batch), "--spill-jobs", str(args.spill_jobs),
-               "--dead-attempts", str(args.dead_attempts),
-               "--step-budget-s", str(args.step_budget_s), "--groups", str(args.groups)]
-        cmd += ["--no-tune-gc"] * (not args.tune_gc) + ["--held-in-records"] * args.held_in_records
+               "--dead-attempts", str(args.dead_attempts), "--step-budget-s",
+               str(args.step_budget_s), "--groups", str(args.groups)]
+        cmd += ["--no-tune-gc"] * (not args.tune_gc)
+        cmd += ["--no-held-in-records"] * (not args.held_in_records)
         print(f"== {store} {kind} {label(depth)}", file=sys.stderr, flush=True)
         super().__init__(cmd, args, stack, env)
         self.row = self.answer(FILLED_PREFIX) or {}
@@ -532,7 +531,8 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="depths 1k and 10k, 5 rounds")
     p.add_argument("--no-tune-gc", dest="tune_gc", action="store_false",
                    help="leave the collector as CPython sets it (an embedded broker's case)")
-    p.add_argument("--held-in-records", action="store_true", help="BrokerConfig.held_in_records")
+    p.add_argument("--held-in-records", action=argparse.BooleanOptionalAction,
+                   default=BrokerConfig.held_in_records, help="BrokerConfig.held_in_records")
     p.add_argument("--spill-jobs", type=int, default=0, help="BrokerConfig.spill_jobs (dead)")
     p.add_argument("--out", help="results name under bench/results (default depth_bench, "
                    "depth_bench_quick with --quick)")

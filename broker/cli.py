@@ -82,6 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-grouped-segments", dest="grouped_segments", action="store_const",
                    const=False, help=f"a bulk push whose jobs have groups goes into the queue "
                                      f"object (env {env_of('grouped_segments')}=false)")
+    p.add_argument("--held-in-records", dest="held_in_records", action="store_const",
+                   const=True, help=f"a claim from a segment object names its jobs in its "
+                                    f"claim record: the default (env "
+                                    f"{env_of('held_in_records')}=true)")
+    p.add_argument("--no-held-in-records", dest="held_in_records", action="store_const",
+                   const=False, help=f"a claim from a segment object moves its jobs into the "
+                                     f"queue object (env {env_of('held_in_records')}=false)")
     p.add_argument("--no-self-test", dest="self_test", action="store_const", const=False,
                    help=f"skip the conditional-write self-test at start-up "
                         f"(env {env_of('self_test')}=false)")

@@ -152,8 +152,8 @@ class BrokerFlags(BaseSettings):
     held_in_records: bool = Field(
         BrokerConfig.held_in_records,
         description="a claim from a segment object names its jobs in its claim record "
-                    "instead of moving them into the queue object (off by default while "
-                    "the readers of such jobs are being completed)")
+                    "instead of moving them into the queue object (on by default; off, "
+                    "such claims move their jobs into the queue object)")
     held_cache_mb: int = Field(
         BrokerConfig.held_cache_mb, ge=1, le=65_536,
         description="MiB of held segment jobs' lines kept per queue (a miss is read again "

@@ -55,9 +55,9 @@ class BrokerConfig:
     grouped_segments: bool = True
     #: a claim from an (ungrouped) segment names its jobs in its claim record
     #: (``{"seg": key, "at": runs}``) instead of moving them into the queue object,
-    #: their lines kept in a per-queue cache of at most ``held_cache_mb`` MiB. Off by
-    #: default until every reader of held segment jobs is in (docs/architecture.md)
-    held_in_records: bool = False
+    #: their lines kept in a per-queue cache of at most ``held_cache_mb`` MiB; off,
+    #: such a claim moves its jobs into the queue object (docs/architecture.md)
+    held_in_records: bool = True
     held_cache_mb: int = 256
     #: past this many dead jobs in a queue object (or ``spill_bytes`` of their
     #: estimated lines), a commit writes them all into an immutable spill object the

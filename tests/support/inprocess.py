@@ -13,6 +13,7 @@ from broker import paths, timefmt
 from broker.model import state as S
 from broker.model.format import archive, segment_format
 from broker.model.format.decode import decode_state
+from broker.model.held import job_at, segment_slices
 from broker.model.segments.refs import pending_lines
 from broker.service.broker import Broker
 from broker.service.config import BrokerConfig
@@ -103,6 +104,22 @@ def segment_payloads(store: ObjectStore, state: S.QueueState) -> list[Any]:
     return out
 
 
+def held_jobs(store: ObjectStore, state: S.QueueState) -> list[S.Job]:
+    """The jobs claim records of ``state`` hold at segment parts (claimed) or
+    name in done entries (completed, not yet dropped after their archive), read
+    from their segment objects in the store (each checked against its etag)."""
+    out = []
+    for ref in state.segment_refs:
+        held = segment_slices(state, ref)
+        if not held:
+            continue
+        got = store.read(ref.key)
+        assert got.etag == ref.etag, f"segment {ref.key} changed behind the head"
+        lines = segment_format.segment_lines(got.data, ref, 0)
+        out += [job_at(record, pos, ref, lines[at]) for at, record, pos in held]
+    return out
+
+
 def segment_objects(store: ObjectStore, queue: str = "q") -> list[str]:
     """The keys of every segment object of ``queue`` in the store."""
     return sorted(store.list(paths.segments_prefix(queue)))
@@ -110,15 +127,45 @@ def segment_objects(store: ObjectStore, queue: str = "q") -> list[str]:
 
 def payloads(store: ObjectStore, queue: str = "q") -> list[Any]:
     """Payloads of every job the store holds: in the queue object, in the segment
-    objects it references, and archived."""
+    objects it references (pending, or held there by claim records), and
+    archived (a completed job once: from the archive if it is there)."""
     state = stored(store, queue)
-    in_queue = [orjson.loads(j.payload) for j in state.jobs.values() if j.status != "completed"]
+    held = held_jobs(store, state)
+    in_queue = [orjson.loads(j.payload) for j in [*state.jobs.values(), *held]
+                if j.status != "completed"]
     in_queue += segment_payloads(store, state)
-    return sorted(in_queue + [rec["payload"] for rec in archive.read_all(store, queue)]
-                  + [orjson.loads(j.payload) for j in state.jobs.values()
-                     if j.status == "completed"
-                     and j.id not in {r["id"] for r in archive_lines(store, queue)}],
+    records = list(archive.read_all(store, queue))  # (read once, after the head)
+    archived = {r["id"] for r in records}
+    return sorted(in_queue + [rec["payload"] for rec in records]
+                  + [orjson.loads(j.payload) for j in [*state.jobs.values(), *held]
+                     if j.status == "completed" and j.id not in archived],
                   key=str)
+
+async def archived_and_dropped(broker: Broker, store: ObjectStore, clock: Clock | None,
+                               queue: str = "q", deleted: bool = True) -> None:
+    """Wait until every completion of ``queue`` is archived and dropped from the
+    landed head (completed lines and claim records' done entries gone, and with
+    them the segment references only those named), advancing ``clock`` past the
+    archive's drop delay as it goes (None: the broker runs on the real clock);
+    then (``deleted``) until no segment object is left that the head does not
+    reference (pass False where a lost reply left one to the sweep). Fails after
+    ``until``'s timeout."""
+    served = broker._queues[queue]
+
+    def dropped() -> bool:
+        if clock is not None:
+            clock.advance(1)  # (the drop waits DROP_DELAY_S on the broker's clock)
+        served.loop.poke()
+        state = stored(store, queue)
+        return not state.completed and not state.done_commits
+
+    await until(dropped)
+    if not deleted:
+        return
+    # (the deletes start once the loop has seen the drop land: after the store has it)
+    await until(lambda: set(segment_objects(store, queue)) <= {
+        ref.key for ref in stored(store, queue).segment_refs})
+
 
 async def until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
     """Wait (on the event loop) until ``check()`` holds: the broker writes in the

@@ -98,9 +98,14 @@ def test_a_queue_of_version_1_and_version_2_segments_lists_claims_fails_and_arch
             wire.loads(jobs[job.id].payload) for job in first]
         assert {job.attempt for job in first} == {1}
         assert client.stats()["served_by_this_broker"] is True
-        # every segment drained: its reference dropped, then its object deleted
-        assert stored(files).segment_refs == []
-        eventually(lambda: _segment_keys(files) == [], what="the drained segments deleted")
+        # every segment drained: each ref that stays is exhausted and named by a
+        # claim record (its jobs held there: the broker's held_in_records); those
+        # moved in or held by none are dropped, then their objects deleted
+        state = stored(files)
+        assert all(r.taken == r.count and r.key in state.seg_names
+                   for r in state.segment_refs), state.segment_refs
+        eventually(lambda: sorted(_segment_keys(files)) == sorted(
+            r.key for r in stored(files).segment_refs), what="the drained segments deleted")
         claimed = list(_pages(broker.url, 4, "claimed"))
         assert [row["id"] for row in claimed] == list(jobs)
         for row in claimed:
@@ -157,6 +162,9 @@ def test_a_queue_of_version_1_and_version_2_segments_lists_claims_fails_and_arch
             if job.id not in failed:
                 assert timefmt.parse(rec["run_at"]) == job.run_ms
         eventually(lambda: client.stats()["total"] == 0, what="the archived jobs dropped")
+        # no record names a segment any more: every ref dropped, every object deleted
+        eventually(lambda: not stored(files).segment_refs and _segment_keys(files) == [],
+                   what="the segments dropped and deleted")
         stats = client.stats()
         assert (stats["completed_total"], stats["failed_total"], stats["dead_total"]) == (
             21, 7, 2)

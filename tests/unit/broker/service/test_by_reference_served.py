@@ -15,6 +15,7 @@ from broker.model.ops import CompleteItem
 from broker.service import by_reference
 from broker.storage import store_from_url
 from tests.support.inprocess import (
+    archived_and_dropped,
     bodies,
     payloads,
     run,
@@ -40,14 +41,21 @@ def test_by_reference_helpers_split_by_jobs_and_bytes() -> None:
     assert by_reference.chunks([b"x" * 50], max_jobs=3, max_bytes=25) == [(0, 1)]
 
 
+HELD = pytest.mark.parametrize("held", [True, False], ids=["held", "moved_in"])
+
+
+@HELD
 def test_a_bulk_push_goes_into_segments_and_drains_in_order(tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch
-                                                             ) -> None:
+                                                             monkeypatch: pytest.MonkeyPatch,
+                                                             held: bool) -> None:
+    """... and each segment's ref and object go once its jobs are done: moved in,
+    with the claim that took its last job; held in claim records, once their
+    completions are archived and dropped (no record names it any more)."""
     monkeypatch.setattr(by_reference, "SEGMENT_MAX_BYTES", 400)  # many small segments
     store = store_from_url(f"file://{tmp_path}")
 
     async def go() -> None:
-        broker = await started(store, segment_push_jobs=50)
+        broker = await started(store, segment_push_jobs=50, held_in_records=held)
         await broker.push("q", bodies(3))  # inline: below the threshold
         ids = await broker.push("q", bodies(200, 3))
         assert ids[0] == "j0000000004" and len(ids) == 200
@@ -65,6 +73,8 @@ def test_a_bulk_push_goes_into_segments_and_drains_in_order(tmp_path: Path,
             got += [job.id for job in jobs]
             await broker.complete("q", [CompleteItem(job.token) for job in jobs])
         assert got == sorted(got) and len(got) == len(set(got)) == 203
+        assert sorted(payloads(store), key=lambda p: p["n"]) == [{"n": i} for i in range(203)]
+        await archived_and_dropped(broker, store, None)
         await _settled(broker)
         head = stored(store)
         assert head.segment_refs == [] and segment_objects(store) == []
@@ -73,16 +83,28 @@ def test_a_bulk_push_goes_into_segments_and_drains_in_order(tmp_path: Path,
     run(go())
 
 
-def test_a_purge_drops_the_segments_and_then_their_objects(tmp_path: Path) -> None:
+@HELD
+def test_a_purge_drops_the_segments_and_then_their_objects(tmp_path: Path, held: bool) -> None:
+    """A purge of pending jobs drops the segments' refs, then their objects; one a
+    claim record still names (jobs held there) stays, exhausted, until those
+    jobs are done and archived."""
     store = store_from_url(f"file://{tmp_path}")
 
     async def go() -> None:
-        broker = await started(store, segment_push_jobs=10)
+        broker = await started(store, segment_push_jobs=10, held_in_records=held)
         await broker.push("q", bodies(100))
-        await broker.claim("q", "w", max_jobs=5)
+        claimed = await broker.claim("q", "w", max_jobs=5)
         assert len(segment_objects(store)) == 1
         assert await broker.purge("q", ["pending"]) == 95
         await _settled(broker)
+        if held:  # (the claim's five are held at the segment: it stays)
+            refs = stored(store).segment_refs
+            assert [(r.taken, r.count) for r in refs] == [(100, 100)]
+            assert segment_objects(store) == [refs[0].key]
+            assert sorted(p["n"] for p in payloads(store)) == [0, 1, 2, 3, 4]
+            await broker.complete("q", [CompleteItem(j.token) for j in claimed])
+            await archived_and_dropped(broker, store, None)
+            await _settled(broker)
         assert stored(store).segment_refs == [] and segment_objects(store) == []
         assert (await broker.stats("q"))["counts"]["pending"] == 0
         await broker.stop()

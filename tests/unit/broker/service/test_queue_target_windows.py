@@ -14,20 +14,21 @@ from broker import paths
 from broker.model.state import MAX_WINDOWS
 from broker.service import by_reference
 from broker.storage import FileStore, store_from_url
-from tests.support.inprocess import bodies, run, segment_objects, started, stored
+from tests.support.inprocess import bodies, held_jobs, run, segment_objects, started, stored
 
 #: Segment bytes that make many small segments (about 45 jobs each).
 SMALL_SEGMENT_BYTES = 400
 
 
 
+@pytest.mark.parametrize("held", [True, False], ids=["held", "moved_in"])
 def test_prepare_keeps_the_windows_of_a_claim_over_more_segments_than_it_holds(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held: bool) -> None:
     monkeypatch.setattr(by_reference, "SEGMENT_MAX_BYTES", SMALL_SEGMENT_BYTES)
     store = store_from_url(f"file://{tmp_path}")
 
     async def go() -> None:
-        broker = await started(store, segment_push_jobs=50)
+        broker = await started(store, segment_push_jobs=50, held_in_records=held)
         await broker.push("q", bodies(400))
         refs = stored(store).segment_refs
         assert len(refs) > MAX_WINDOWS
@@ -37,7 +38,9 @@ def test_prepare_keeps_the_windows_of_a_claim_over_more_segments_than_it_holds(
         assert len(jobs) >= covered
         assert [job.id for job in jobs] == [f"j{seq:010d}" for seq in range(1, len(jobs) + 1)]
         head = stored(store)
-        claimed = [job.seq for job in head.jobs.values() if job.status == "claimed"]
+        # (lines of the head, or held at the claim record's segment parts)
+        claimed = sorted(job.seq for job in [*head.jobs.values(), *held_jobs(store, head)]
+                         if job.status == "claimed")
         assert claimed == list(range(1, len(jobs) + 1))
         assert sum(ref.remaining for ref in head.segment_refs) == 400 - len(jobs)
         assert {ref.key for ref in head.segment_refs} <= set(segment_objects(store))

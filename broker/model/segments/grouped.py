@@ -38,7 +38,7 @@ Pure: no I/O, time passed in.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -52,7 +52,7 @@ from broker.model.groups.counts import (
     source_key,
 )
 from broker.model.groups.directories import directory_of, run_at
-from broker.model.groups.dispatch import Dispatch, Head
+from broker.model.groups.dispatch import Head
 from broker.model.groups.names import NO_GROUP
 from broker.model.groups.settings import parse_group_settings
 from broker.model.indexes import (
@@ -69,7 +69,15 @@ from broker.model.job import DEAD, PENDING, Job
 from broker.model.job_lines import group_of_field, line_group_field, pending_from_line
 from broker.model.lifecycle import IllegalMove, claim_ready
 from broker.model.ops import LeasedJobs
-from broker.model.segments.group_heaps import fair_turns, live_top, virtual_at
+from broker.model.segments.group_heaps import (
+    fair_turns,
+    in_bulk,
+    live_top,
+    take_pushed,
+    tell_pushed,
+    told,
+    virtual_at,
+)
 from broker.model.segments.refs import due_key, next_untaken, run_from, taken_between
 from broker.model.state import QueueState
 
@@ -325,7 +333,7 @@ def _absorb(state: QueueState, groups: GroupState, now_ms: int) -> None:
     """Move the ready heap's live entries into their groups' heaps (each entry
     once: amortized O(log) a job) and tell dispatch the changed heads."""
     if groups.untold:
-        _tell_pushed(state, groups, now_ms)
+        tell_pushed(state, groups, now_ms)
     ready, entries = state.ready, state.jobs.entries
     if not ready:
         return
@@ -396,86 +404,6 @@ def _absorb(state: QueueState, groups: GroupState, now_ms: int) -> None:
     groups.dispatch.set_heads(heads, now_ms)
 
 
-def take_pushed(state: QueueState, pushed: Sequence[str | None], now_ms: int) -> None:
-    """A bulk push's jobs (their groups ``pushed``, one per job, in seq order;
-    the state's ready heap held nothing else) straight into their groups' heaps,
-    not through the ready heap: :func:`_absorb` would put each there at the next
-    claim, reading its group back off its line. Dispatch is told the groups'
-    heads at that claim, at its time, as :func:`_absorb` tells them
-    (:func:`_tell_pushed`). Only for groups in fair order without per-group
-    rates or segments, every job with a group; else a no-op (the ready heap
-    keeps them). ``bench/groups_cpu_bench.py``: a job's way from push to claim."""
-    groups: GroupState | None = state.groups
-    ready = state.ready
-    if groups is None or not _in_bulk(state, groups) or len(ready) != len(pushed) \
-            or None in pushed:
-        return
-    names, heaps, push = groups.names, groups.heaps, heapq.heappush
-    gids: dict[str | None, int] = {}
-    if not groups.untold:
-        groups.untold_from = ready[0] & SEQ_MASK
-    for entry, group in zip(ready, pushed, strict=True):
-        gid = gids.get(group)
-        if gid is None:
-            gid = gids[group] = names.gid(group)
-        heap = heaps.get(gid)
-        if heap is None:
-            heaps[gid] = [entry]
-        else:
-            push(heap, entry)
-    groups.untold.update(gids.values())
-    groups.untold_ms = max(groups.untold_ms, now_ms)
-    ready.clear()
-
-
-def _tell_pushed(state: QueueState, groups: GroupState, now_ms: int) -> None:
-    """Tell dispatch the heads of the groups :func:`take_pushed` filled, as
-    :func:`_absorb` would have: their pushed jobs since settled, cancelled or
-    not yet due (the clock stepped back) leave first, the not-due ones to the
-    delayed heap; a group whose top is what dispatch holds is told nothing."""
-    heaps, entries, dispatch = groups.heaps, state.jobs.entries, groups.dispatch
-    first, back = groups.untold_from, groups.untold_ms > now_ms
-    heads = []
-    new = tuple.__new__
-    for gid in sorted(groups.untold):
-        heap = heaps.get(gid)
-        if heap and back:  # (rare: each pushed line due later goes to the delayed heap)
-            keep = []
-            for entry in heap:
-                seq = entry & SEQ_MASK
-                if seq >= first and entries.get(seq).__class__ is bytes \
-                        and key_time(entry) > now_ms:
-                    heapq.heappush(state.delayed, timed_key(key_time(entry), seq))
-                else:
-                    keep.append(entry)
-            heapq.heapify(keep)
-            heap[:] = keep
-        while heap:  # (a pushed job at the top no longer live or due: as _absorb moves it)
-            entry = heap[0]
-            seq = entry & SEQ_MASK
-            if seq < first:
-                break
-            job = entries.get(seq)
-            if job.__class__ is bytes:
-                break
-            heapq.heappop(heap)
-            if isinstance(job, Job) and job.status == PENDING \
-                    and ready_key(job.priority, job.run_at_ms, seq) == entry:
-                if job.run_at_ms <= now_ms:
-                    heapq.heappush(heap, entry)
-                    break
-                heapq.heappush(state.delayed, timed_key(job.run_at_ms, seq))
-        if not heap:
-            heaps.pop(gid, None)
-            continue
-        key = heap[0]
-        if _told(dispatch, gid) != key:
-            heads.append((gid, new(Head, (MAX_PRIORITY - (key >> _READY_PRIORITY_SHIFT), key, 0))))
-    groups.untold.clear()
-    groups.untold_ms = 0
-    dispatch.set_heads(heads, now_ms)
-
-
 def _segment_next(state: QueueState, now_ms: int) -> tuple[int, int] | None:
     """The ungrouped segments' next job in claim order: (its key, the ref's index)."""
     best = None
@@ -486,21 +414,8 @@ def _segment_next(state: QueueState, now_ms: int) -> tuple[int, int] | None:
     return best
 
 
-def _told(dispatch: Dispatch, gid: int) -> int | None:
-    """The order key of the head dispatch holds for group ``gid`` (None: none)."""
-    head = dispatch.head(gid)
-    return None if head is None else head.order
-
-
 def _head(key: int | None) -> Head | None:
     return None if key is None else Head(priority_of(key), key, 0)
-
-
-def _in_bulk(state: QueueState, groups: GroupState) -> bool:
-    """Whether a claim's turns go by :func:`fair_turns` (fair order, no per-group
-    rate, no segment), not by the loop of :func:`claim_grouped`: the same turns."""
-    return not groups.settings.fifo and groups.dispatch.buckets is None \
-        and not state.segment_refs
 
 
 def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, now_ms: int,
@@ -536,10 +451,10 @@ def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, 
         return LeasedJobs()  # (a due grouped segment's directory is not loaded yet)
     assert move_in_position is not None or not groups.dirs
     chosen: list[int] = []  # the ready keys of the jobs picked, turn by turn
-    in_bulk = _in_bulk(state, groups)
-    if in_bulk:
+    bulk = in_bulk(state, groups)
+    if bulk:
         fair_turns(state, groups, chosen, max_jobs, now_ms)
-    while not in_bulk and len(chosen) < max_jobs:
+    while not bulk and len(chosen) < max_jobs:
         seg = _segment_next(state, now_ms) if state.segment_refs else None
         if seg is not None or NO_GROUP in heaps:  # (group 0: its inline jobs and the segments)
             top = live_top(state, heaps.get(NO_GROUP), now_ms)
@@ -557,7 +472,7 @@ def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, 
             if dispatch.head(gid) != now_head:  # (as below; or its run-at moved)
                 dispatch.served(gid, 0, now_head, now_ms)
                 continue
-        elif gid != NO_GROUP and top is not None and _told(dispatch, gid) != top:
+        elif gid != NO_GROUP and top is not None and told(dispatch, gid) != top:
             # (its head went stale, cancelled or purged: picked at that job's priority
             # and age, it must compete again at its live next job's)
             dispatch.served(gid, 0, _head(top), now_ms)

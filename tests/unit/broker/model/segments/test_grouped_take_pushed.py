@@ -1,5 +1,5 @@
 """A grouped bulk push's jobs go straight into their groups' heaps
-(broker.model.segments.grouped.take_pushed; dispatch told at the next claim)
+(broker.model.segments.group_heaps.take_pushed, through grouped; dispatch told at the next claim)
 and claims answer as when they went through the ready heap (grouped._absorb):
 twin queues under the same random steps (bulk pushes into groups, mixed with
 ungrouped jobs, jobs with options; claims; completions; failures retried;

@@ -6,24 +6,12 @@ takeover or a settings change)."""
 
 from __future__ import annotations
 
-from collections import Counter
-
 from broker.model import transitions as T
-from broker.model.ops import (
-    Claim,
-    Configure,
-)
-from broker.model.state import QueueState
+from broker.model.ops import Claim, Configure
+from tests.support.group_states import LEASE_MS, T0
+from tests.support.group_states import claim_groups as claim
 from tests.support.segment_refs import push_grouped_segment as push_segment
 from tests.support.states import new_queue
-
-T0 = 1_767_225_600_000
-LEASE_MS = 600_000
-
-
-def claim(state: QueueState, n: int, now: int) -> Counter[str | None]:
-    got = T.apply(state, Claim("w", n, LEASE_MS), now).jobs
-    return Counter(state.jobs[int(job.id[1:])].group for job in got)
 
 
 def test_a_clock_stepped_back_1_ms_strands_no_fair_segment_run() -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import secrets
 from collections import Counter
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -23,24 +22,10 @@ from broker.model import transitions as T
 from broker.model import views as V
 from broker.model.format import codec
 from broker.model.format.decode import decode_state
-from broker.model.ops import Claim, Configure, NewJob, Push, Reclaim
-from broker.model.state import QueueState
-from tests.support.states import new_queue
-
-T0 = 1_767_225_600_000
-LEASE_MS = 600_000  # (leases far beyond every time below: only tokens wake the timer)
-
-
-def queue(groups: list[str | None], **group_settings: Any) -> QueueState:
-    state = new_queue(T0)
-    T.apply(state, Configure(group_settings), T0)
-    T.apply(state, Push(tuple(NewJob(b"%d" % i, group=g) for i, g in enumerate(groups))), T0)
-    return state
-
-
-def claim(state: QueueState, n: int, now: int) -> Counter[str | None]:
-    got = T.apply(state, Claim("w", n, LEASE_MS), now).jobs
-    return Counter(state.jobs[int(job.id[1:])].group for job in got)
+from broker.model.ops import Configure, Reclaim
+from tests.support.group_states import T0
+from tests.support.group_states import claim_groups as claim
+from tests.support.group_states import grouped_queue as queue
 
 
 def test_rate_settings_are_stored_and_written_as_version_6() -> None:

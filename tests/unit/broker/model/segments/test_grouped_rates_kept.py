@@ -7,35 +7,13 @@ from one owner (only a takeover starts the buckets full)."""
 
 from __future__ import annotations
 
-from collections import Counter
-from typing import Any
-
 from broker.model import transitions as T
-from broker.model.ops import (
-    Cancel,
-    Claim,
-    Configure,
-    NewJob,
-    Push,
-)
-from broker.model.state import QueueState
+from broker.model.ops import Cancel, Configure
+from tests.support.group_states import T0
+from tests.support.group_states import claim_groups as claim
+from tests.support.group_states import grouped_queue as queue
 from tests.support.segment_refs import push_grouped_segment as push_segment
 from tests.support.states import new_queue
-
-T0 = 1_767_225_600_000
-LEASE_MS = 600_000
-
-
-def queue(groups: list[str | None], **group_settings: Any) -> QueueState:
-    state = new_queue(T0)
-    T.apply(state, Configure(group_settings), T0)
-    T.apply(state, Push(tuple(NewJob(b"%d" % i, group=g) for i, g in enumerate(groups))), T0)
-    return state
-
-
-def claim(state: QueueState, n: int, now: int) -> Counter[str | None]:
-    got = T.apply(state, Claim("w", n, LEASE_MS), now).jobs
-    return Counter(state.jobs[int(job.id[1:])].group for job in got)
 
 
 def test_a_change_of_another_group_setting_keeps_the_buckets() -> None:
@@ -66,7 +44,6 @@ def test_a_cancel_in_a_grouped_segment_keeps_the_buckets() -> None:
     assert answer.ok
     assert claim(state, 10, T0 + 2) == {}  # (no group has a token 2 ms on)
     assert claim(state, 10, T0 + 1000) == {"a": 1, "b": 1}
-
 
 
 def test_a_new_rate_counts_from_its_change_not_from_the_next_claim() -> None:

@@ -106,11 +106,6 @@ def test_the_purity_check_sees_imports_and_fixtures(tmp_path: Path) -> None:
                             "tests.support.broker_process.BrokerProcess", "fixture s3_url"]
 
 
-#: Test modules another test module still imports from (to move to tests/support).
-SHARED_TEST_MODULES = {
-    "tests/unit/broker/model/test_claim_records_machine_segments.py":
-        "tests.unit.broker.model.test_claim_records_machine",
-}
 
 
 def imported_test_modules(path: Path) -> list[str]:
@@ -130,7 +125,7 @@ def test_no_test_module_imports_another() -> None:
     found = {path.relative_to(ROOT).as_posix(): imported_test_modules(path)
              for path in sorted((ROOT / "tests").rglob("test_*.py"))}
     found = {path: mods for path, mods in found.items() if mods}
-    assert found == {path: [mod] for path, mod in SHARED_TEST_MODULES.items()}
+    assert found == {}
 
 
 def test_the_import_check_sees_test_modules_only(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from broker.model.segments.claims import held_loads
 from broker.model.state import HeldJobs, QueueState, SegmentRef, SegmentWindows
 from broker.model.tokens import stored_part
 from broker.paths import segment_key, segment_name
-from tests.unit.broker.model.test_claim_records_machine import ClaimMachine
+from tests.support.claim_machine import ClaimMachine
 
 FAR = 1 << 50  # (a reclaim planned this far ahead loads every record's held lines)
 

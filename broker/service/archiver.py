@@ -24,7 +24,7 @@ from concurrent.futures import Executor
 
 from broker import paths
 from broker.commit.offloop import run_io
-from broker.errors import OsqueueError
+from broker.errors import CorruptState, OsqueueError
 from broker.model import held
 from broker.model.claim_records import ClaimRecord, Done
 from broker.model.format import archive
@@ -109,7 +109,10 @@ class Archiver:
         """The completed jobs of ``done`` (records' done entries), their lines from
         the held-jobs cache or, when it lacks them (after a takeover), read from
         their segments: the same jobs, so the same archive bytes, either way.
-        Raises the store's errors and ``SegmentMissing``."""
+        Raises the store's errors, ``SegmentMissing``, and ``CorruptState`` when a
+        record's done entry names a position or a segment the head does not hold
+        (the write is then retried with backoff, counted in ``failures``, as any
+        other failed archive write, rather than ending its task unseen)."""
         refs = {ref.key: ref for ref in state.segment_refs}
         out: list[Job] = []
         read: dict[tuple[int, Span], list[bytes]] = {}
@@ -117,15 +120,18 @@ class Archiver:
             for i, pos in enumerate(entry.pos):
                 span = record.seg_span(pos)
                 if span is None:
-                    raise ValueError(f"claim {record.fence} completed position {pos}, "
-                                     "which is not held at a segment part")
+                    raise CorruptState(f"claim {record.fence} completed position {pos}, "
+                                       "which is not held at a segment part")
                 got = state.held.line(record.fence, span, pos - span[0])
                 if got is None:
                     lines = read.get((record.fence, span))
-                    ref = refs[span[2]]
+                    ref = refs.get(span[2])
+                    if ref is None:
+                        raise CorruptState(f"claim {record.fence} holds jobs of segment "
+                                           f"{span[2]}, which the queue does not reference")
                     if lines is None:
                         if self.segments is None:
-                            raise ValueError("no segment store to read completions from")
+                            raise CorruptState("no segment store to read completions from")
                         lines = read[(record.fence, span)] = await self.segments.read_window(
                             ref, span[3], span[3] + span[1])
                     got = ref, lines[pos - span[0]]

@@ -11,6 +11,7 @@ faults: a segment missing at load, a lost reply on the complete commit."""
 from __future__ import annotations
 
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import orjson
@@ -24,6 +25,7 @@ from broker.model.format import archive
 from broker.model.job import Job
 from broker.model.ops import CompleteItem, FailItem
 from broker.model.state import QueueState
+from broker.service.archiver import Archiver
 from broker.storage import FileStore
 from tests.support.faults import LOST_REPLY, NOT_LANDED, Clock, FaultyStore
 from tests.support.inprocess import archive_lines, crash, run, started, stored, successor, until
@@ -165,5 +167,42 @@ def test_a_lost_reply_on_the_complete_commit_is_answered_completed_by_its_repeat
             assert Counter(r["id"] for r in archive_lines(store)) == Counter(ids)
         finally:
             await a.stop(5)
+
+    run(main())
+
+
+def test_a_done_entry_naming_a_segment_the_head_lacks_is_a_counted_retried_failure(
+        tmp_path: Path) -> None:
+    """A head whose record holds completed jobs of a segment it no longer
+    references (a corrupt head: nothing writes one today) makes the archive write
+    fail as ``corrupt_state``, counted and retried with backoff like any failed
+    archive write, naming the segment; its task does not end on a bare KeyError
+    that nothing sees, and nothing is archived."""
+    clock = Clock()
+    store = FaultyStore(FileStore(tmp_path))
+    store.inject("put", NOT_LANDED, times=None, key_contains=OBJECTS)  # (done entries stay)
+
+    async def main() -> None:
+        a = await started(store, clock=clock, **CONFIG)
+        await a.push("q", [b'{"n":%d}' % i for i in range(12)])
+        jobs = await a.claim("q", "w", 12, lease_s=600)
+        await a.complete("q", [CompleteItem(j.token, None) for j in jobs])
+        await crash(a)
+        store.heal()
+        head = stored(store)
+        [ref] = head.segment_refs
+        assert head.done_commits
+        head.segment_refs = []  # (the corruption)
+        with ThreadPoolExecutor(1) as pool:
+            archiver = Archiver(store, "q", pool, lambda: None, monotonic=clock.monotonic,
+                                segments=None)
+            archiver.committed(head)
+            try:
+                await until(lambda: archiver.failures >= 1)
+                assert archiver.last_error is not None and ref.key in archiver.last_error
+                assert archiver.pending() == 1  # (still retrying)
+                assert store.list(OBJECTS) == []
+            finally:
+                archiver.cancel()
 
     run(main())

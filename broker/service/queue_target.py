@@ -58,6 +58,10 @@ PLAN_AHEAD_MS = 1_000
 DIRECTORY_READS = 4
 
 
+#: how many of the latest attempts' dropped refs are kept for a reply that is lost
+_DROPS_KEPT = 8
+
+
 class QueueTarget:
     """The :class:`broker.commit.target.CommitTarget` of one queue: ``QueueState`` changed by
     ``Op`` answering ``Result``."""
@@ -85,6 +89,10 @@ class QueueTarget:
         self.held_in_records = held_in_records
         self._checked: set[tuple[str, str]] = set()  # refs whose object was seen at its etag
         self._deleting: set[asyncio.Task[int]] = set()
+        # commit id -> the refs its state dropped, for a write that landed but whose
+        # reply was lost: the loop then reports the state it re-read, which knows
+        # nothing of them (a few of the latest attempts only)
+        self._drops: dict[str, list[S.SegmentRef | S.SpillRefLike]] = {}
         # dead (and pending) jobs off the head (spill_jobs, spill_bytes, spill_pending)
         self.spills = SpillWriter(queue, segments, *spill)
 
@@ -225,6 +233,10 @@ class QueueTarget:
 
     def encode(self, state: S.QueueState, writer: str, now_ms: int, commit: str) -> Data:
         codec.stamp(state, writer, now_ms, commit)
+        if state.dropped_refs:
+            if len(self._drops) >= _DROPS_KEPT:
+                del self._drops[next(iter(self._drops))]
+            self._drops[commit] = list(state.dropped_refs)
         return codec.encode_parts(state)
 
     def identity(self, state: S.QueueState) -> tuple[str | None, Sequence[str]]:
@@ -266,8 +278,19 @@ class QueueTarget:
 
     def committed(self, state: S.QueueState) -> None:
         self.spills.release()
-        if state.dropped_refs:  # the commit that dropped them landed: they may go
-            dropped, state.dropped_refs = state.dropped_refs, []
+        # The objects the landed commits dropped may go: this state's own, and those
+        # of an attempt of ours in its lineage (a landed write whose reply was lost;
+        # without this they waited for the sweep's grace).
+        gone = {ref.key: ref for ref in state.dropped_refs}
+        state.dropped_refs = []
+        landed = set(state.lineage).intersection(self._drops) if self._drops else ()
+        if landed:
+            for commit in landed:
+                gone.update((ref.key, ref) for ref in self._drops.pop(commit))
+            for key in [*(r.key for r in state.segment_refs), *(r.key for r in state.spill_refs)]:
+                gone.pop(key, None)  # (never one the head still references)
+        if gone:
+            dropped = list(gone.values())
             self._checked.difference_update((ref.key, ref.etag) for ref in dropped)
             task = asyncio.get_running_loop().create_task(self.segments.delete_dropped(dropped))
             self._deleting.add(task)

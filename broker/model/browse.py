@@ -67,7 +67,7 @@ def counters(state: QueueState, now_ms: int) -> dict[str, Any]:
             "failed": c.failed, "dead": c.dead, "reclaimed": c.reclaimed,
             "cancelled": c.cancelled,
             "depth": len(state.jobs) + segment_counts(state.segment_refs) - awaiting
-            + sum(ref.live for ref in state.spill_refs),
+            + sum(ref.live for ref in state.spill_refs) + state.held_by_status()[0],
             "paused": state.paused}
 
 
@@ -80,6 +80,9 @@ def summary(state: QueueState, now_ms: int) -> dict[str, Any]:
     one pass over the head's jobs."""
     tally = state.jobs.tally(now_ms)
     counts = tally.counts
+    held, done = state.held_by_status()  # (held at records' segment parts: no line)
+    counts[CLAIMED] += held
+    counts[COMPLETED] += done
     refs = state.segment_refs
     oldest, later = tally.oldest_due_created_ms, tally.next_run_ms
     in_segments = segment_counts(refs)

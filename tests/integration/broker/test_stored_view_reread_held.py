@@ -73,12 +73,12 @@ def _claim_held(files: FileStore, client: QueueClient, key: str) -> list[Claimed
 
 
 def _settler(files: FileStore, client: QueueClient, held: dict[str, list[ClaimedJob]],
-             then_claim: list[str] | None = None) -> Callable[[str], None]:
+             then_claim: list[str] | None = None) -> tuple[Callable[[str], None], list[str]]:
     """A hook that, before a read of a segment whose jobs ``held`` holds, has
     the owner complete them (the object must stay until that lands), claims
     the segment ``then_claim`` names next (if any: held too) and waits until
     the owner has deleted the settled segment's object. Does nothing before a
-    read of another segment."""
+    read of another segment. With the keys it settled, in order."""
     settled: list[str] = []
 
     def settle(key: str) -> None:
@@ -93,8 +93,7 @@ def _settler(files: FileStore, client: QueueClient, held: dict[str, list[Claimed
             held[nxt] = _claim_held(files, client, nxt)
         await_deleted(files, key)
 
-    settle.settled = settled  # type: ignore[attr-defined]
-    return settle
+    return settle, settled
 
 
 def test_stored_view_answers_a_page_from_a_newer_head_when_its_held_segment_was_dropped(
@@ -106,7 +105,7 @@ def test_stored_view_answers_a_page_from_a_newer_head_when_its_held_segment_was_
     _, client, ids, keys = owner
     files = FileStore(tmp_path)
     held = {keys[0]: _claim_held(files, client, keys[0])}
-    settle = _settler(files, client, held)
+    settle, settled = _settler(files, client, held)
     store = FaultyStore(files)
     store.inject("read", key_contains=keys[0], before=settle)
 
@@ -123,7 +122,7 @@ def test_stored_view_answers_a_page_from_a_newer_head_when_its_held_segment_was_
         assert stats["served_by_this_broker"] is False
 
     run(main())
-    assert settle.settled == [keys[0]] and len(store.injected) == 1  # type: ignore[attr-defined]
+    assert settled == [keys[0]] and len(store.injected) == 1
     lines = await_archived_once(files, ids[:SEG])
     assert all(line["status"] == "completed" and line["result"] == {"id": line["id"]}
                for line in lines)
@@ -171,7 +170,7 @@ def test_stored_view_gives_up_retryably_while_every_newer_head_settled_its_held_
     _, client, ids, keys = owner
     files = FileStore(tmp_path)
     held = {keys[0]: _claim_held(files, client, keys[0])}
-    settle = _settler(files, client, held, then_claim=list(keys[1:]))
+    settle, settled = _settler(files, client, held, then_claim=list(keys[1:]))
     store = FaultyStore(files)
     store.inject("read", key_contains="/segments/", times=None, before=settle)
 
@@ -185,7 +184,6 @@ def test_stored_view_gives_up_retryably_while_every_newer_head_settled_its_held_
         assert refused.value.retryable
 
     run(main())
-    settled = settle.settled  # type: ignore[attr-defined]
     assert settled == keys[:1 + REREADS] and 1 + REREADS < SEGMENTS
     await_archived_once(files, ids[:SEG * len(settled)])
     still = keys[len(settled)]  # (claimed by the last settle, held: it stays)

@@ -10,7 +10,7 @@ import pytest
 
 from broker.model import browse, views
 from broker.model import transitions as T
-from broker.model.ops import Claim, Complete, CompleteItem, PushPayloads
+from broker.model.ops import Cancel, Claim, Complete, CompleteItem, PushPayloads
 from broker.model.state import QueueState
 from tests.support.held_records import LATER, held_queue, write_back
 
@@ -43,3 +43,13 @@ def test_dashboard_summary_counts_held_jobs_as_claimed_and_in_its_depth(held: bo
     assert got["counts"]["claimed"] == 3 and got["counts"]["completed"] == 1
     assert got["counts"]["pending"] == 3
     assert got["total"] == 6 and got["counters"]["depth"] == 6
+
+
+@pytest.mark.parametrize("held", [True, False], ids=["held", "moved_in"])
+def test_stats_and_dashboard_summary_count_a_held_job_marked_for_cancel(held: bool) -> None:
+    state = _queue(held)
+    T.apply(state, Cancel(("j0000000003",)), LATER)  # claimed: marked, not cancelled
+    if held:
+        _, state = write_back(state)
+    assert views.stats(state, LATER)["cancel_requested"] == 1
+    assert browse.summary(state, LATER)["cancel_requested"] == 1

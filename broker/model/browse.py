@@ -104,7 +104,7 @@ def summary(state: QueueState, now_ms: int) -> dict[str, Any]:
         "counts": counts,
         "total": sum(counts.values()) - counts[COMPLETED] - counts[CANCELLED],
         "in_segments": in_segments,
-        "cancel_requested": tally.marked,
+        "cancel_requested": tally.marked + state.held_marked(),
         "oldest_pending_age_s": None if oldest is None else max(0, now_ms - oldest) / 1000,
         "next_delayed_run_at": None if later is None else timefmt.fmt(later),
         "paused": state.paused,

@@ -419,6 +419,12 @@ class QueueState:
             done += sum(len(e.pos) for e in r.completions or ())
         return held, done
 
+    def held_marked(self) -> int:
+        """How many jobs held at claim records' segment parts are marked for
+        cancellation (the mark is their record's). O(records)."""
+        return sum(1 for r in self.claim_records.values() if r.segs
+                   for pos in r.cancel if r.seg_span(pos) is not None) if self.seg_names else 0
+
     def size_estimate(self) -> int:
         """Rough bytes of the object: jobs, key windows, receipts and segment
         references (:data:`SEGMENT_REF_BYTES` each: a segment's jobs are not in

@@ -38,9 +38,7 @@ def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
             pending.append((job.run_at_ms, job.created_ms))
         elif job.cancel_ms is not None and job.status == CLAIMED:
             marked += 1
-    if state.seg_names:  # (jobs held at records' segment parts: marked in their record)
-        marked += sum(1 for r in state.claim_records.values() if r.segs
-                      for pos in r.cancel if r.seg_span(pos) is not None)
+    marked += state.held_marked()  # (jobs held at records' segment parts: marked in their record)
     # untouched bulk-pushed jobs (see broker.model.jobtable) were created when due
     pending += [(at, at) for at in state.jobs.untouched_due_times()]
     if refs:

@@ -573,6 +573,7 @@ def main() -> None:
               "drain_jobs": args.drain_jobs, "drain_batch": args.drain_batch,
               "fill_chunk": args.fill_chunk, "step_budget_s": args.step_budget_s,
               "tune_gc": args.tune_gc, "quick": args.quick, "error_text": ERROR,
+              "held_in_records": args.held_in_records, "spill_jobs": args.spill_jobs,
               "note": args.note, **({"groups": args.groups} if "grouped" in kinds else {})}
     name = args.out or ("depth_bench_quick" if args.quick else "depth_bench")
     with contextlib.ExitStack() as stack:

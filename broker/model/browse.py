@@ -67,7 +67,7 @@ def counters(state: QueueState, now_ms: int) -> dict[str, Any]:
             "failed": c.failed, "dead": c.dead, "reclaimed": c.reclaimed,
             "cancelled": c.cancelled,
             "depth": len(state.jobs) + segment_counts(state.segment_refs) - awaiting
-            + sum(ref.live for ref in state.spill_refs),
+            + sum(ref.live for ref in state.spill_refs) + state.held_by_status()[0],
             "paused": state.paused}
 
 
@@ -80,6 +80,9 @@ def summary(state: QueueState, now_ms: int) -> dict[str, Any]:
     one pass over the head's jobs."""
     tally = state.jobs.tally(now_ms)
     counts = tally.counts
+    held, done = state.held_by_status()  # (held at records' segment parts: no line)
+    counts[CLAIMED] += held
+    counts[COMPLETED] += done
     refs = state.segment_refs
     oldest, later = tally.oldest_due_created_ms, tally.next_run_ms
     in_segments = segment_counts(refs)
@@ -101,7 +104,7 @@ def summary(state: QueueState, now_ms: int) -> dict[str, Any]:
         "counts": counts,
         "total": sum(counts.values()) - counts[COMPLETED] - counts[CANCELLED],
         "in_segments": in_segments,
-        "cancel_requested": tally.marked,
+        "cancel_requested": tally.marked + state.held_marked(),
         "oldest_pending_age_s": None if oldest is None else max(0, now_ms - oldest) / 1000,
         "next_delayed_run_at": None if later is None else timefmt.fmt(later),
         "paused": state.paused,

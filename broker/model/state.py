@@ -402,12 +402,28 @@ class QueueState:
         counts = self.jobs.count_by_status()
         if self.segment_refs:
             counts[PENDING] += sum(ref.remaining for ref in self.segment_refs)
-        for r in self.claim_records.values() if self.seg_names else ():  # (held in records)
-            counts[CLAIMED] += r.held_seg()
-            counts[COMPLETED] += sum(len(e.pos) for e in r.completions or ())
+        held, done = self.held_by_status()
+        counts[CLAIMED] += held
+        counts[COMPLETED] += done
         for spill in self.spill_refs:
             counts[PENDING if spill.kind == PENDING else DEAD] += spill.live
         return counts
+
+    def held_by_status(self) -> tuple[int, int]:
+        """The jobs held at claim records' segment parts, which have no line in
+        the head: how many are claimed, and how many completed (done entries
+        awaiting their archive object). O(records); (0, 0) without such parts."""
+        held = done = 0
+        for r in self.claim_records.values() if self.seg_names else ():
+            held += r.held_seg()
+            done += sum(len(e.pos) for e in r.completions or ())
+        return held, done
+
+    def held_marked(self) -> int:
+        """How many jobs held at claim records' segment parts are marked for
+        cancellation (the mark is their record's). O(records)."""
+        return sum(1 for r in self.claim_records.values() if r.segs
+                   for pos in r.cancel if r.seg_span(pos) is not None) if self.seg_names else 0
 
     def size_estimate(self) -> int:
         """Rough bytes of the object: jobs, key windows, receipts and segment

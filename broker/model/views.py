@@ -18,7 +18,7 @@ from broker.model.indexes import key_time, lease_time
 from broker.model.job import CANCELLED, CLAIMED, COMPLETED, DEAD, PENDING, STATUSES, Job
 from broker.model.segments.claims import page_refs, segment_page
 from broker.model.segments.grouped import group_stats
-from broker.model.segments.refs import next_wakeup, oldest_due, segment_counts
+from broker.model.segments.refs import next_wakeup, oldest_due
 from broker.model.spills import next_due_ms, pending_times, spill_figures, spill_page
 from broker.model.state import MAX_WINDOWS, QueueState, SegmentRef
 
@@ -29,7 +29,6 @@ def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
     so their age is their due time's)."""
     counts = state.count_by_status()  # "completed": done, awaiting the archive
     refs = state.segment_refs  # (their jobs are in the pending count)
-    in_segments = segment_counts(refs)
     oldest: int | None = None
     next_run: int | None = None
     pending: list[tuple[int, int]] = []
@@ -39,9 +38,7 @@ def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
             pending.append((job.run_at_ms, job.created_ms))
         elif job.cancel_ms is not None and job.status == CLAIMED:
             marked += 1
-    if state.seg_names:  # (jobs held at records' segment parts: marked in their record)
-        marked += sum(1 for r in state.claim_records.values() if r.segs
-                      for pos in r.cancel if r.seg_span(pos) is not None)
+    marked += state.held_marked()  # (jobs held at records' segment parts: marked in their record)
     # untouched bulk-pushed jobs (see broker.model.jobtable) were created when due
     pending += [(at, at) for at in state.jobs.untouched_due_times()]
     if refs:
@@ -56,8 +53,8 @@ def stats(state: QueueState, now_ms: int) -> dict[str, Any]:
     return {
         "counts": counts,
         # completed and cancelled ones only await the archive
-        "total": len(state.jobs) + in_segments - counts[COMPLETED] - counts[CANCELLED]
-        + sum(ref.live for ref in state.spill_refs),
+        # (counts has the segments', spill objects' and records' held jobs too)
+        "total": sum(counts.values()) - counts[COMPLETED] - counts[CANCELLED],
         "paused": state.paused,
         "oldest_pending_age_s": None if oldest is None else (now_ms - oldest) / 1000,
         "next_delayed_run_at": None if next_run is None else timefmt.fmt(next_run),

@@ -568,13 +568,11 @@ def main() -> None:
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     if not kinds or any(k not in KINDS for k in kinds):
         p.error(f"--kinds takes {','.join(KINDS)} or some of them, got {args.kinds[:40]!r}")
-    config = {"depths": depths, "kinds": kinds, "stores": stores, "rounds": args.rounds,
-              "claim_batch": args.claim_batch, "dead_attempts": args.dead_attempts,
-              "drain_jobs": args.drain_jobs, "drain_batch": args.drain_batch,
-              "fill_chunk": args.fill_chunk, "step_budget_s": args.step_budget_s,
-              "tune_gc": args.tune_gc, "quick": args.quick, "error_text": ERROR,
-              "held_in_records": args.held_in_records, "spill_jobs": args.spill_jobs,
-              "note": args.note, **({"groups": args.groups} if "grouped" in kinds else {})}
+    config = {"depths": depths, "kinds": kinds, "stores": stores, "error_text": ERROR,
+              **{k: getattr(args, k) for k in (
+                  "rounds", "claim_batch", "dead_attempts", "drain_jobs", "drain_batch",
+                  "fill_chunk", "step_budget_s", "tune_gc", "quick", "held_in_records",
+                  "spill_jobs", "note", *(["groups"] if "grouped" in kinds else []))}}
     name = args.out or ("depth_bench_quick" if args.quick else "depth_bench")
     with contextlib.ExitStack() as stack:
         # set up one after the other (each alone on the machine), all kept up

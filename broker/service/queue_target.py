@@ -193,12 +193,15 @@ class QueueTarget:
         """Past the broker's ``spill_jobs`` (or ``spill_bytes``), write the
         head's dead jobs into spill objects and reference them instead
         (:class:`~broker.service.spill_writer.SpillWriter`: a failed write
-        leaves them inline, logged). Nothing with ``spill_jobs`` 0."""
+        leaves them inline, logged); first, merge the small dead spill objects
+        once they pile up (:meth:`~broker.service.spill_writer.SpillWriter.compact`).
+        Nothing with ``spill_jobs`` 0."""
         if not self.spills.spill_jobs:
             return
-        before = len(state.spill_refs)
+        await self.spills.compact(state)  # (before the spill: only landed objects merge)
         await self.spills.spill(state, now_ms)
-        self._checked.update((ref.key, ref.etag) for ref in state.spill_refs[before:])
+        # (every ref is checked by now, or was written by this commit)
+        self._checked.update((ref.key, ref.etag) for ref in state.spill_refs)
 
     def apply(self, state: S.QueueState, op: Op,
               now_ms: int) -> tuple[Result | OsqueueError, bool]:

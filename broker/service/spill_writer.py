@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 
 from broker.errors import OsqueueError
 from broker.model import spills
+from broker.model.format.spill_format import SpilledJob
 from broker.model.format.spill_refs import SpillRef, new_ref
+from broker.model.job import DEAD
 from broker.model.state import QueueState
 from broker.service.segment_store import SegmentStore
 
@@ -51,6 +53,11 @@ class SpillWriter:
     written: int = 0
     jobs: int = 0
     failures: int = 0
+    #: merges of dead refs (:meth:`compact`): landed in a commit's state, failed
+    compactions: int = 0
+    compaction_failures: int = 0
+    #: keys of dead objects whose merge made no fewer objects (big jobs): not merged again
+    unmergeable: set[str] = field(default_factory=set)
 
     async def spill(self, state: QueueState, now_ms: int) -> None:
         """Spill ``state``'s dead jobs if the rule says so: write their objects
@@ -92,6 +99,54 @@ class SpillWriter:
         self.jobs += len(plan.seqs)
         log.info("queue %s: %d job(s) moved into %d spill object(s)", self.queue,
                  len(plan.seqs), len(refs))
+
+    async def compact(self, state: QueueState) -> None:
+        """Merge the head's small dead spill objects once they pile up
+        (:func:`broker.model.spills.to_compact`): read them (at most
+        :data:`WRITERS` at once), write the merged objects under fresh keys
+        (held, as a spill's), then put their refs in place of the old ones,
+        which the commit drops (deleted only once it landed; if it never
+        lands the merged objects are referenced by no head and swept). All or
+        nothing, as :meth:`spill`: a failed read or write leaves the refs as
+        they were, logged; a merge that makes no fewer objects is not made,
+        and those objects are not tried again. Raises only what is not a
+        storage error (a bug)."""
+        olds = spills.to_compact(state, frozenset(self.unmergeable))
+        if not olds:
+            return
+        gate = asyncio.Semaphore(WRITERS)
+
+        async def read(ref: SpillRef) -> list[SpilledJob]:
+            async with gate:
+                return await self.segments.read_spill(ref)
+
+        try:
+            jobs = await asyncio.gather(*(read(ref) for ref in olds))
+            objects = spills.merged(self.queue, olds, jobs)
+            if len(objects) >= len(olds):
+                self.unmergeable.update(ref.key for ref in olds)
+                return
+            commit_seq = state.seq + 1
+            names = await asyncio.gather(*(self._write(gate, obj.data, commit_seq)
+                                           for obj in objects))
+        except (OsqueueError, OSError) as exc:
+            self.compaction_failures += 1
+            log.warning("queue %s: merging %d dead spill object(s) failed (%s); they stay "
+                        "as they are and a later commit tries again", self.queue,
+                        len(olds), exc)
+            return
+        news = [new_ref(obj, key, etag) for obj, (key, etag) in zip(objects, names, strict=True)]
+        spills.compact(state, olds, news)
+        self.compactions += 1
+        log.info("queue %s: %d dead spill object(s) merged into %d", self.queue, len(olds),
+                 len(news))
+
+    async def _write(self, gate: asyncio.Semaphore, data: bytes,
+                     commit_seq: int) -> tuple[str, str]:
+        async with gate:
+            key, etag = await self.segments.write_spill(self.queue, DEAD, commit_seq, data)
+        self.held.append(key)
+        return key, etag
 
     def release(self) -> None:
         """The commit that may reference the held objects is answered (landed,

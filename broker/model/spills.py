@@ -28,6 +28,7 @@ plans dead ones only so far. The plan is called by the commit's
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -243,15 +244,21 @@ def _shown(ref: SpillRef, jobs: list[SpilledJob]) -> Iterator[tuple[int, Spilled
 
 def redrive_loads(state: QueueState, ids: Sequence[str] | None) -> list[SpillRef]:
     """The dead spill refs whose jobs a redrive of ``ids`` reads: none for a
-    redrive of every dead job (by reference); for ids, those whose ``seqs``
-    bounds hold one of them (:func:`first_holders`: all of the first id's,
-    then up to :data:`~broker.model.state.MAX_WINDOWS`; an id beyond is not
-    redriven by this call)."""
+    redrive of every dead job (by reference); for ids, every one whose
+    ``seqs`` bounds hold one of them, once each (an id is redriven wherever
+    its job is; the ids of one call are at most ``MAX_ITEMS``, and the dead
+    refs few once merged: :func:`to_compact`). O(refs + ids)."""
     if ids is None:
         return []
-    seqs = [seq for seq in map(seq_of, ids) if seq is not None]
-    return first_holders([[ref for ref in holders(state, seq) if ref.kind == DEAD]
-                          for seq in seqs])
+    seqs = sorted({seq for seq in map(seq_of, ids) if seq is not None})
+    if not seqs:
+        return []
+    out = []
+    for ref in _refs(state, DEAD):
+        at = bisect.bisect_left(seqs, ref.seqs[0])
+        if ref.live and at < len(seqs) and seqs[at] <= ref.seqs[1]:
+            out.append(ref)
+    return out
 
 
 def redrive_spilled(state: QueueState, ids: Sequence[str] | None, now_ms: int) -> int:
@@ -259,7 +266,8 @@ def redrive_spilled(state: QueueState, ids: Sequence[str] | None, now_ms: int) -
 
     All: by reference, every dead ref becomes a pending ref due at
     ``now_ms`` (nothing read or copied; its jobs come back by :func:`move_in`).
-    By id: each job found in a loaded object (:func:`redrive_loads`) is copied
+    By id: each job found in a loaded object (:func:`redrive_loads`: every
+    object that may hold one of them is loaded first) is copied
     into the head as pending with no attempts, due at ``now_ms``, its last
     error kept, and its position taken ``out`` of its ref (a ref left with
     no job is dropped: its object deleted once this commit landed); an id

@@ -487,6 +487,63 @@ def spill_page(state: QueueState, status: str | None, after_seq: int,
     return jobs[:n], cut
 
 
+def back_refs(state: QueueState, status: str | None, before_seq: int) -> list[SpillRef]:
+    """The spill refs (of ``status``'s kinds) that may show jobs below
+    ``before_seq``, by the highest seq each may show there, descending: what a
+    page backwards from ``before_seq`` loads, every one tied at the top and
+    then up to :data:`~broker.model.state.MAX_WINDOWS` (:func:`spilled_before`
+    stops below the first one not loaded)."""
+    kinds = [kind for kind in (DEAD, PENDING) if status in (None, kind)]
+    refs = [ref for ref in _refs(state) if ref.kind in kinds and ref.live
+            and ref.seqs[0] < before_seq]
+    refs.sort(key=lambda ref: -min(ref.seqs[1], before_seq - 1))
+    top = min(refs[0].seqs[1], before_seq - 1) if refs else 0
+    tied = sum(1 for ref in refs if ref.seqs[1] >= top)
+    return refs[:max(MAX_WINDOWS, tied)]
+
+
+def spilled_before(state: QueueState, status: str | None, before_seq: int,
+                   n: int) -> tuple[list[int], int]:
+    """The seqs of the last ``n`` spilled jobs (of ``status``) below
+    ``before_seq``, descending, that the loaded objects show, and the floor:
+    the highest seq an unloaded object may show below ``before_seq`` (-1 if
+    every one that may is loaded). Below the floor the seqs are not known:
+    a page counting back stops there (the seqs returned are all above it)."""
+    kinds = [kind for kind in (DEAD, PENDING) if status in (None, kind)]
+    floor = -1
+    found: list[int] = []
+    for ref in _refs(state):
+        if ref.kind not in kinds or not ref.live or ref.seqs[0] >= before_seq:
+            continue
+        jobs = _loaded(state, ref)
+        if jobs is None:
+            floor = max(floor, min(ref.seqs[1], before_seq - 1))
+            continue
+        found += [job.seq for _, job in _shown(ref, jobs) if job.seq < before_seq]
+    found = sorted((seq for seq in found if seq > floor), reverse=True)
+    return found[:n], floor
+
+
+def first_spilled_after(state: QueueState, status: str | None, after_seq: int) -> int | None:
+    """The lowest seq above ``after_seq`` a spill ref (of ``status``'s kinds)
+    shows: exact for a loaded object, else the lowest it may show (its
+    ``seqs`` bound); None if none may. (Whether a page has more after it.)"""
+    kinds = [kind for kind in (DEAD, PENDING) if status in (None, kind)]
+    best: int | None = None
+    for ref in _refs(state):
+        if ref.kind not in kinds or not ref.live or ref.seqs[1] <= after_seq:
+            continue
+        jobs = _loaded(state, ref)
+        if jobs is None:
+            seq: int | None = max(ref.seqs[0], after_seq + 1)
+        else:
+            seq = min((job.seq for _, job in _shown(ref, jobs) if job.seq > after_seq),
+                      default=None)
+        if seq is not None and (best is None or seq < best):
+            best = seq
+    return best
+
+
 def holders(state: QueueState, seq: int) -> list[SpillRef]:
     """The spill refs still holding jobs whose seq bounds hold ``seq``: where a
     lookup reads. All of them: bounds overlap (an old job that dies with new
@@ -527,6 +584,8 @@ def spill_loads(state: QueueState, op: object, now_ms: int) -> list[SpillRef]:
     (:func:`redrive_loads`), a cancel's (:func:`take_out`), a page's of jobs
     (:class:`~broker.model.ops.ReadJobs`: every one that may show the page's
     first seq, then up to the bound),
+    a dashboard page's backwards from a seq (``page`` with ``before_seq``:
+    :func:`back_refs`; its forward part is planned as a page of jobs),
     a lookup's of one job (:class:`~broker.model.ops.Inspect` ``job``,
     ``find``, ``lookup``; a ``find`` by idempotency key, its job's)."""
     if not state.spill_refs:
@@ -549,6 +608,12 @@ def spill_loads(state: QueueState, op: object, now_ms: int) -> list[SpillRef]:
         # progress when more than MAX_WINDOWS objects' bounds overlap it)
         tied = sum(1 for ref in refs if ref.seqs[0] <= after + 1)
         return refs[:max(MAX_WINDOWS, tied)]
+    if isinstance(op, Inspect) and op.view == "page" and len(op.args) == 4:
+        status, after_seq, before_seq, _ = op.args  # (a page backwards: counts back first)
+        if after_seq is None and isinstance(before_seq, int) and \
+                status in (None, DEAD, PENDING):
+            return back_refs(state, status, before_seq)
+        return []
     if isinstance(op, Inspect) and op.view in ("job", "find", "lookup") and op.args:
         text = op.args[-1]
         seq = seq_of(text) if isinstance(text, str) else None

@@ -53,6 +53,8 @@ from broker.storage import Data
 
 #: How far ahead of now a batch plans its segment windows (ms).
 PLAN_AHEAD_MS = 1_000
+#: Spill objects whose existence prepare checks at once (one HEAD each).
+SPILL_CHECKS = 16
 #: Grouped segments whose directories prepare reads at once (each read is of
 #: the whole object, its lines dropped: this bounds the memory it takes).
 DIRECTORY_READS = 4
@@ -113,10 +115,7 @@ class QueueTarget:
         Raises ``SegmentMissing`` naming a missing or changed object (a
         segment or a spill object), and the store's errors."""
         self.spills.release()  # (the batch of the last before_write is answered)
-        for spill in state.spill_refs:
-            if (spill.key, spill.etag) not in self._checked:
-                await self.segments.check_spill(spill)
-                self._checked.add((spill.key, spill.etag))
+        await self._check_spills(state)
         await self._load_spills(state, ops, now_ms)
         refs = state.segment_refs
         if not refs:
@@ -172,6 +171,29 @@ class QueueTarget:
                 self.windows.put_grouped(ref, lines, runs, keep)
                 continue
             self.windows.put(ref, ref.taken, await self.segments.read_window(ref), keep)
+
+    async def _check_spills(self, state: S.QueueState) -> None:
+        """Check that every spill object ``state`` references and this target
+        has not seen at its etag exists at it: one metadata lookup each, at
+        most :data:`SPILL_CHECKS` at once (a takeover of a queue with many
+        dead objects waits for the slowest few, not their sum). Raises
+        ``SegmentMissing`` naming the first missing or changed one in the
+        head's order (those found are remembered), and the store's errors."""
+        todo = [ref for ref in state.spill_refs if (ref.key, ref.etag) not in self._checked]
+        if not todo:
+            return
+        gate = asyncio.Semaphore(SPILL_CHECKS)
+
+        async def check(ref: S.SpillRefLike) -> None:
+            async with gate:
+                await self.segments.check_spill(ref)
+
+        got = await asyncio.gather(*(check(ref) for ref in todo), return_exceptions=True)
+        self._checked.update((ref.key, ref.etag) for ref, outcome in zip(todo, got, strict=True)
+                             if outcome is None)
+        for outcome in got:
+            if isinstance(outcome, BaseException):
+                raise outcome
 
     async def _load_spills(self, state: S.QueueState, ops: Sequence[Op], now_ms: int) -> None:
         """Read the jobs of the spill objects the batch's claims take from, its

@@ -220,7 +220,7 @@ class QueueTarget:
         Nothing with ``spill_jobs`` 0."""
         if not self.spills.spill_jobs:
             return
-        await self.spills.compact(state)  # (before the spill: only landed objects merge)
+        self.spills.compact(state)  # (before the spill: only landed objects merge)
         await self.spills.spill(state, now_ms)
         # (every ref is checked by now, or was written by this commit)
         self._checked.update((ref.key, ref.etag) for ref in state.spill_refs)
@@ -291,6 +291,7 @@ class QueueTarget:
 
     def committed(self, state: S.QueueState) -> None:
         self.spills.release()
+        self.spills.landed(state)
         if state.dropped_refs:  # the commit that dropped them landed: they may go
             dropped, state.dropped_refs = state.dropped_refs, []
             self._checked.difference_update((ref.key, ref.etag) for ref in dropped)

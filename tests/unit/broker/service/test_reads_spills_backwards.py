@@ -21,7 +21,7 @@ from broker.model.state import MAX_WINDOWS
 from broker.service.broker import Broker
 from broker.service.served_queue import ServedQueue
 from broker.storage.files import FileStore
-from tests.support.inprocess import run, started, stored
+from tests.support.inprocess import run, started, stored, until
 
 OBJECTS = MAX_WINDOWS + 4
 
@@ -121,7 +121,10 @@ def test_paging_backwards_after_a_redrive_by_id_and_a_merge(
         taken = forwards[7]
         assert await a.redrive("q", [f"j{taken:010d}"]) == 1
         monkeypatch.setattr(spills, "COMPACT_REFS", 3)
-        await a.push("q", [NewJob(b'{"x":1}', priority=-1)])  # (this commit merges)
+        writer = a._queues["q"].target.spills
+        await a.push("q", [NewJob(b'{"x":1}', priority=-1)])  # (starts the merge)
+        await until(lambda: writer.ready is not None or writer.compactions > 0)
+        await a.push("q", [NewJob(b'{"x":2}', priority=-1)])  # (lands it)
         assert len(stored(store).spill_refs) < OBJECTS
         want = [s for s in forwards if s != taken]
         assert await _forwards(q, DEAD, 6) == want

@@ -152,8 +152,12 @@ def attach(state: QueueState, plan: SpillPlan, refs: list[SpillRef], now_ms: int
 
 #: Past this many small dead refs in the head a commit merges some (:func:`to_compact`).
 COMPACT_REFS = 32
-#: A dead ref holding fewer live jobs than this is small: a merge candidate.
-SMALL_REF_JOBS = MAX_SPILL_JOBS // 4
+#: Most live jobs one merge takes (a quarter of an object's bound: a lookup or
+#: a redrive by id reads a whole object, and this keeps that read near 4 MB).
+MERGED_JOBS = MAX_SPILL_JOBS // 4
+#: A dead ref holding fewer live jobs than this is small: a merge candidate
+#: (a merge's object holds more: it is not merged again).
+SMALL_REF_JOBS = MERGED_JOBS // 2
 
 
 def to_compact(state: QueueState, skip: frozenset[str] = frozenset()) -> list[SpillRef]:
@@ -161,11 +165,10 @@ def to_compact(state: QueueState, skip: frozenset[str] = frozenset()) -> list[Sp
     :func:`compact`), or none: once more than :data:`COMPACT_REFS` dead refs
     (not named in ``skip``: refs whose merge did not shrink) are small (fewer
     than :data:`SMALL_REF_JOBS` live jobs), the smallest of them, as many as
-    hold at most :data:`~broker.model.format.spill_format.MAX_SPILL_JOBS`
-    live jobs in all (at least two). Each spill of a bad deploy adds one
-    small ref; this keeps them at most about ``COMPACT_REFS`` besides the
-    merged ones (each of tens of thousands of jobs), so the head's list
-    stays O(dead / MAX_SPILL_JOBS + COMPACT_REFS). O(refs)."""
+    hold at most :data:`MERGED_JOBS` live jobs in all (at least two). Each
+    spill of a bad deploy adds one small ref; this keeps them at most about
+    ``COMPACT_REFS`` besides the merged ones (each of over 8,192 jobs), so
+    the head's list stays O(dead / 8,192 + COMPACT_REFS). O(refs)."""
     small = sorted((ref.live, i, ref) for i, ref in enumerate(_refs(state, DEAD))
                    if ref.live < SMALL_REF_JOBS and ref.key not in skip)
     if len(small) <= COMPACT_REFS:
@@ -173,7 +176,7 @@ def to_compact(state: QueueState, skip: frozenset[str] = frozenset()) -> list[Sp
     picked: list[SpillRef] = []
     total = 0
     for live, _, ref in small:
-        if total + live > MAX_SPILL_JOBS and len(picked) >= 2:
+        if total + live > MERGED_JOBS and len(picked) >= 2:
             break
         picked.append(ref)
         total += live

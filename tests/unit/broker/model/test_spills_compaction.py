@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from broker.model import spills, transitions
-from broker.model.format.spill_format import MAX_SPILL_JOBS, ErrorEntry
+from broker.model.format.spill_format import ErrorEntry
 from broker.model.format.spill_format import spill_jobs as read_spill
 from broker.model.format.spill_refs import SpillRef, new_ref, redriven, with_out
 from broker.model.job import DEAD
@@ -43,19 +43,19 @@ def test_up_to_compact_refs_small_dead_refs_are_left_as_they_are() -> None:
     assert spills.to_compact(_state(refs)) == []
 
 
-def test_past_compact_refs_the_smallest_are_merged_up_to_one_objects_jobs() -> None:
+def test_past_compact_refs_the_smallest_are_merged_up_to_merged_jobs() -> None:
     refs, _ = _refs(spills.COMPACT_REFS + 1)
     big = replace(refs[0], count=spills.SMALL_REF_JOBS, seqs=(10**6, 10**6 + 10**5))
     state = _state([big, *refs[1:], replace(refs[0], key=spill_key(DEAD, 999))])
     picked = spills.to_compact(state)
     assert big not in picked and len(picked) == spills.COMPACT_REFS + 1
     # (by live jobs, smallest first, while they fit one object)
-    wide = [replace(ref, count=MAX_SPILL_JOBS // 8 - 1, seqs=(ref.seqs[0], 10**7 + i))
+    wide = [replace(ref, count=spills.MERGED_JOBS // 8 - 1, seqs=(ref.seqs[0], 10**7 + i))
             for i, ref in enumerate(refs)]
     small = replace(refs[0], key=spill_key(DEAD, 998))
     picked = spills.to_compact(_state([*wide, small]))
     assert picked[0] == small and len(picked) == 9
-    assert sum(ref.live for ref in picked) <= MAX_SPILL_JOBS
+    assert sum(ref.live for ref in picked) <= spills.MERGED_JOBS
 
 
 def test_pending_refs_and_refs_named_in_skip_are_never_merged() -> None:

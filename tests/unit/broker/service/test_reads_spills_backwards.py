@@ -5,7 +5,8 @@ pending jobs between them: walking back from past the end by ``has_prev``
 shows every job once, in the order walking forwards does, and a page back
 from any seq is the jobs just before it; ``has_next`` sees spilled jobs
 after a page. Also after one of the objects is merged (compaction) and
-after a redrive by id took a job out of its object."""
+after a redrive by id took a job out of its object. A page back over a
+missing object fails naming it, the head unchanged."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from broker import paths
+from broker.errors import SegmentMissing
 from broker.model import spills
 from broker.model.job import DEAD
 from broker.model.ops import FailItem, Inspect, NewJob
@@ -129,6 +132,24 @@ def test_paging_backwards_after_a_redrive_by_id_and_a_merge(
         want = [s for s in forwards if s != taken]
         assert await _forwards(q, DEAD, 6) == want
         assert await _backwards(q, DEAD, want[-1] + 1, 6) == want
+        await a.stop()
+
+    run(go())
+
+
+def test_a_page_backwards_over_a_missing_spill_object_fails_naming_it(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+
+    async def go() -> None:
+        a = await started(store, spill_jobs=1)
+        q = await _queue(a)
+        refs = stored(store).spill_refs
+        gone = max(refs, key=lambda ref: ref.seqs[1])  # (the one a page back reads first)
+        store.delete(gone.key)
+        before = store.read(paths.state_key("q")).data
+        with pytest.raises(SegmentMissing, match=gone.key):
+            await _page(q, DEAD, None, gone.seqs[1] + 1, 5)
+        assert store.read(paths.state_key("q")).data == before
         await a.stop()
 
     run(go())

@@ -17,7 +17,7 @@ failure is logged (queue, jobs, error), never raised: answers do not change.
 
 **Compaction** (:meth:`SpillWriter.compact`): each spill adds one dead ref to
 the head, which every commit writes; once more than
-:data:`~broker.model.spills.COMPACT_REFS` small ones pile up, their objects
+:data:`~broker.model.spill_compaction.COMPACT_REFS` small ones pile up, their objects
 are merged into one (or a few) ordinary dead spill objects, so every reader
 (pages, lookups, ``spark.read``, the jq recipe, redrive and purge by
 reference) works on them unchanged. The merge (read, merge, write: 6 s for
@@ -35,7 +35,7 @@ import logging
 from dataclasses import dataclass, field
 
 from broker.errors import OsqueueError
-from broker.model import spills
+from broker.model import spill_compaction, spills
 from broker.model.format.spill_format import SpilledJob
 from broker.model.format.spill_refs import SpillRef, new_ref
 from broker.model.job import DEAD
@@ -119,11 +119,11 @@ class SpillWriter:
 
     def compact(self, state: QueueState) -> None:
         """Merge the head's small dead spill objects once they pile up
-        (:func:`broker.model.spills.to_compact`), off the commit path: the
+        (:func:`broker.model.spill_compaction.to_compact`), off the commit path: the
         first commit that sees them starts a task (:meth:`_merge`) that reads
         them and writes the merged objects under fresh keys, held from the
         sweep; a later commit puts their refs in place of the old ones
-        (:func:`broker.model.spills.compact`), which it drops (deleted only
+        (:func:`broker.model.spill_compaction.compact`), which it drops (deleted only
         once it landed). A merge whose old refs changed meanwhile (a job taken
         out, a purge, a redrive by reference) is given up: its objects are
         released to the sweep. Until a commit carrying the merge has landed
@@ -133,7 +133,7 @@ class SpillWriter:
         if self.ready is not None:
             olds, news = self.ready
             try:
-                spills.compact(state, olds, news)
+                spill_compaction.compact(state, olds, news)
             except ValueError:  # (the old refs are no longer the head's as they were)
                 log.info("queue %s: a merge of %d dead spill object(s) is given up: they "
                          "changed meanwhile", self.queue, len(olds))
@@ -141,7 +141,7 @@ class SpillWriter:
             return
         if self.merging is not None and not self.merging.done():
             return
-        small = spills.to_compact(state, frozenset(self.unmergeable))
+        small = spill_compaction.to_compact(state, frozenset(self.unmergeable))
         if small:
             self.merging = asyncio.get_running_loop().create_task(
                 self._merge(tuple(small), state.seq + 1))
@@ -169,7 +169,7 @@ class SpillWriter:
 
         try:
             jobs = await asyncio.gather(*(read(ref) for ref in olds))
-            objects = await asyncio.to_thread(spills.merged, self.queue, olds, jobs)
+            objects = await asyncio.to_thread(spill_compaction.merged, self.queue, olds, jobs)
             if len(objects) >= len(olds):
                 self.unmergeable.update(ref.key for ref in olds)
                 return

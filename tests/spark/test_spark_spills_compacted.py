@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from broker.model import spills
+from broker.model import spill_compaction
 from broker.model.ops import FailItem, NewJob
 from broker.storage.files import FileStore
 from tests.support.inprocess import run, started, stored, until
@@ -48,7 +48,7 @@ def _queue_with_a_merged_object(root: Path) -> list[str]:
 
 def test_merged_dead_objects_are_read_once_a_partition_each(
         spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(spills, "COMPACT_REFS", 3)
+    monkeypatch.setattr(spill_compaction, "COMPACT_REFS", 3)
     dead = _queue_with_a_merged_object(tmp_path)
     refs = stored(FileStore(tmp_path)).spill_refs
     assert sorted(ref.count for ref in refs) == [2, 2, 8]

@@ -14,7 +14,7 @@ import pytest
 
 from broker import paths
 from broker.errors import SegmentMissing
-from broker.model import spills
+from broker.model import spill_compaction
 from broker.model.ops import FailItem, NewJob
 from broker.service.broker import Broker
 from broker.service.queue_target import SPILL_CHECKS
@@ -29,7 +29,7 @@ QUEUE_KEY = paths.state_key("q")
 
 @pytest.fixture(autouse=True)
 def _no_merge(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(spills, "COMPACT_REFS", 1000)  # (one object per round, kept)
+    monkeypatch.setattr(spill_compaction, "COMPACT_REFS", 1000)  # (one object per round, kept)
 
 
 async def _dead_objects(broker: Broker, rounds: int) -> None:

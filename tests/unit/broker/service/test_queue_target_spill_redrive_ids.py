@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from broker.errors import OutcomeUnknown
-from broker.model import spills
+from broker.model import spill_compaction
 from broker.model.job import PENDING
 from broker.model.ops import FailItem, NewJob
 from broker.model.state import MAX_WINDOWS
@@ -25,7 +25,7 @@ OBJECTS = MAX_WINDOWS + 4
 
 @pytest.fixture(autouse=True)
 def _no_merge(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(spills, "COMPACT_REFS", 1000)  # (one object per round, kept)
+    monkeypatch.setattr(spill_compaction, "COMPACT_REFS", 1000)  # (one object per round, kept)
 
 
 async def _rounds(broker: Broker, rounds: int, per: int = 2) -> list[list[str]]:

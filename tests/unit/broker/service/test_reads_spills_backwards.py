@@ -17,7 +17,7 @@ import pytest
 
 from broker import paths
 from broker.errors import SegmentMissing
-from broker.model import spills
+from broker.model import spill_compaction
 from broker.model.job import DEAD
 from broker.model.ops import FailItem, Inspect, NewJob
 from broker.model.state import MAX_WINDOWS
@@ -31,7 +31,7 @@ OBJECTS = MAX_WINDOWS + 4
 
 @pytest.fixture(autouse=True)
 def _no_merge(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(spills, "COMPACT_REFS", 1000)  # (one object per round, kept)
+    monkeypatch.setattr(spill_compaction, "COMPACT_REFS", 1000)  # (one object per round, kept)
 
 
 async def _queue(broker: Broker) -> ServedQueue:
@@ -123,7 +123,7 @@ def test_paging_backwards_after_a_redrive_by_id_and_a_merge(
         forwards = await _forwards(q, DEAD, 6)
         taken = forwards[7]
         assert await a.redrive("q", [f"j{taken:010d}"]) == 1
-        monkeypatch.setattr(spills, "COMPACT_REFS", 3)
+        monkeypatch.setattr(spill_compaction, "COMPACT_REFS", 3)
         writer = a._queues["q"].target.spills
         await a.push("q", [NewJob(b'{"x":1}', priority=-1)])  # (starts the merge)
         await until(lambda: writer.ready is not None or writer.compactions > 0)

@@ -16,7 +16,7 @@ import pytest
 
 from broker import paths
 from broker.errors import OutcomeUnknown, SegmentMissing
-from broker.model import spills
+from broker.model import spill_compaction
 from broker.model.format.spill_format import read_checked
 from broker.model.job import DEAD
 from broker.model.ops import FailItem, NewJob
@@ -40,7 +40,7 @@ ROUNDS = 4  # (one past the lowered COMPACT_REFS: the next commit merges)
 
 @pytest.fixture(autouse=True)
 def _few_refs(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(spills, "COMPACT_REFS", 3)
+    monkeypatch.setattr(spill_compaction, "COMPACT_REFS", 3)
 
 
 async def _spilled_rounds(broker: Broker, rounds: int = ROUNDS, per: int = 2) -> list[str]:

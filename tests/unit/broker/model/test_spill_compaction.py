@@ -1,4 +1,4 @@
-"""broker.model.spills' compaction of dead refs: which small dead refs a commit
+"""broker.model.spill_compaction, the compaction of dead spill refs: which small dead refs a commit
 merges once they pile up (to_compact), the merged objects' jobs (merged: the
 live ones, each as it was) and the change of the head's list (compact: in place,
 the old refs dropped; a stale merge refused, nothing changed)."""
@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from broker.model import spills, transitions
+from broker.model import spill_compaction, transitions
 from broker.model.format.spill_format import ErrorEntry
 from broker.model.format.spill_format import spill_jobs as read_spill
 from broker.model.format.spill_refs import SpillRef, new_ref, redriven, with_out
@@ -39,37 +39,37 @@ def _state(refs: list[SpillRef]) -> QueueState:
 
 
 def test_up_to_compact_refs_small_dead_refs_are_left_as_they_are() -> None:
-    refs, _ = _refs(spills.COMPACT_REFS)
-    assert spills.to_compact(_state(refs)) == []
+    refs, _ = _refs(spill_compaction.COMPACT_REFS)
+    assert spill_compaction.to_compact(_state(refs)) == []
 
 
 def test_past_compact_refs_the_smallest_are_merged_up_to_merged_jobs() -> None:
-    refs, _ = _refs(spills.COMPACT_REFS + 1)
-    big = replace(refs[0], count=spills.SMALL_REF_JOBS, seqs=(10**6, 10**6 + 10**5))
+    refs, _ = _refs(spill_compaction.COMPACT_REFS + 1)
+    big = replace(refs[0], count=spill_compaction.SMALL_REF_JOBS, seqs=(10**6, 10**6 + 10**5))
     state = _state([big, *refs[1:], replace(refs[0], key=spill_key(DEAD, 999))])
-    picked = spills.to_compact(state)
-    assert big not in picked and len(picked) == spills.COMPACT_REFS + 1
+    picked = spill_compaction.to_compact(state)
+    assert big not in picked and len(picked) == spill_compaction.COMPACT_REFS + 1
     # (by live jobs, smallest first, while they fit one object)
-    wide = [replace(ref, count=spills.MERGED_JOBS // 8 - 1, seqs=(ref.seqs[0], 10**7 + i))
+    wide = [replace(ref, count=spill_compaction.MERGED_JOBS // 8 - 1, seqs=(ref.seqs[0], 10**7 + i))
             for i, ref in enumerate(refs)]
     small = replace(refs[0], key=spill_key(DEAD, 998))
-    picked = spills.to_compact(_state([*wide, small]))
+    picked = spill_compaction.to_compact(_state([*wide, small]))
     assert picked[0] == small and len(picked) == 9
-    assert sum(ref.live for ref in picked) <= spills.MERGED_JOBS
+    assert sum(ref.live for ref in picked) <= spill_compaction.MERGED_JOBS
 
 
 def test_pending_refs_and_refs_named_in_skip_are_never_merged() -> None:
-    refs, _ = _refs(spills.COMPACT_REFS + 1)
+    refs, _ = _refs(spill_compaction.COMPACT_REFS + 1)
     state = _state([redriven(refs[0], T0), *refs[1:]])
-    assert spills.to_compact(state) == []
+    assert spill_compaction.to_compact(state) == []
     state = _state(refs)
-    assert spills.to_compact(state, frozenset({refs[3].key})) == []
+    assert spill_compaction.to_compact(state, frozenset({refs[3].key})) == []
 
 
 def test_merged_holds_the_live_jobs_once_each_as_they_were() -> None:
     refs, jobs = _refs(3)
     refs[1] = with_out(refs[1], 1)  # (that job was copied back into the head)
-    obj, = spills.merged("q", refs, jobs)
+    obj, = spill_compaction.merged("q", refs, jobs)
     back = read_spill(obj.data, new_ref(obj, spill_key(DEAD, 500), ETAG))
     gone = jobs[1][1].seq
     assert sorted(job.seq for job in back) == [s for s in range(1, 10) if s != gone]
@@ -81,27 +81,27 @@ def test_merged_holds_the_live_jobs_once_each_as_they_were() -> None:
 def test_merged_refuses_jobs_that_do_not_match_the_refs() -> None:
     refs, jobs = _refs(2)
     with pytest.raises(ValueError, match="do not match"):
-        spills.merged("q", refs, jobs[:1])
+        spill_compaction.merged("q", refs, jobs[:1])
     with pytest.raises(ValueError, match="do not match"):
-        spills.merged("q", [redriven(refs[0], T0), refs[1]], jobs)
+        spill_compaction.merged("q", [redriven(refs[0], T0), refs[1]], jobs)
 
 
 def test_compact_puts_the_merged_refs_in_place_and_drops_the_old_ones() -> None:
     refs, jobs = _refs(4)
     state = _state(refs)
     olds = [refs[1], refs[3]]
-    obj, = spills.merged("q", olds, [jobs[1], jobs[3]])
+    obj, = spill_compaction.merged("q", olds, [jobs[1], jobs[3]])
     new = new_ref(obj, spill_key(DEAD, 600), ETAG)
-    spills.compact(state, olds, [new])
+    spill_compaction.compact(state, olds, [new])
     assert state.spill_refs == [refs[0], new, refs[2]]
     assert state.dropped_refs == olds
 
 
 def test_compact_of_refs_no_longer_the_heads_changes_nothing() -> None:
     refs, jobs = _refs(3)
-    obj, = spills.merged("q", refs[:2], jobs[:2])
+    obj, = spill_compaction.merged("q", refs[:2], jobs[:2])
     new = new_ref(obj, spill_key(DEAD, 600), ETAG)
     state = _state([with_out(refs[0], 0), *refs[1:]])  # (a job left it since)
     with pytest.raises(ValueError, match="as they are"):
-        spills.compact(state, refs[:2], [new])
+        spill_compaction.compact(state, refs[:2], [new])
     assert state.spill_refs[1:] == refs[1:] and state.dropped_refs == []

@@ -44,7 +44,7 @@ from broker.model.segments.refs import (
     segment_counts,
     untaken_spans,
 )
-from broker.model.spills import pending_times, spilled_job
+from broker.model.spills import first_spilled_after, pending_times, spilled_before, spilled_job
 from broker.model.state import QueueState, SegmentRef
 from broker.model.views import check_status, jobs_after
 
@@ -158,8 +158,9 @@ def page_start(state: QueueState, status: str | None, after_seq: int | None,
                before_seq: int | None, limit: int) -> int:
     """The seq a page starts after: ``after_seq`` (with or without
     ``before_seq``); for the last ``limit`` jobs before ``before_seq``, one
-    below the lowest of them (counted back through the head's jobs and the
-    segments' seq ranges, no line read); else -1."""
+    below the lowest of them (counted back through the head's jobs, the
+    segments' seq ranges and the loaded spill objects' jobs: not below one
+    not loaded, :func:`~broker.model.spills.spilled_before`); else -1."""
     if after_seq is not None:
         return after_seq
     if before_seq is None:
@@ -172,8 +173,13 @@ def page_start(state: QueueState, status: str | None, after_seq: int | None,
     held = held_seqs_before(state, before_seq, limit, status)
     if held:  # (jobs of claim records' segment parts)
         seqs = heapq.merge(seqs, held, reverse=True)
-    back = list(itertools.islice(seqs, limit))
-    return (back[-1] if back else before_seq) - 1
+    floor = -1
+    if state.spill_refs and status in (None, DEAD, PENDING):  # (of the loaded spill objects)
+        spilled, floor = spilled_before(state, status, before_seq, limit)
+        seqs = heapq.merge(seqs, spilled, reverse=True)
+    # (not below an unloaded spill object's jobs: the page then ends short, has_prev set)
+    back = list(itertools.islice(itertools.takewhile(lambda seq: seq > floor, seqs), limit))
+    return max((back[-1] if back else before_seq) - 1, floor)
 
 
 def _segment_seqs_before(refs: Sequence[SegmentRef], before_seq: int) -> Iterator[int]:
@@ -189,7 +195,8 @@ def _segment_seqs_before(refs: Sequence[SegmentRef], before_seq: int) -> Iterato
 
 
 def _first_seq(state: QueueState, status: str | None, after_seq: int) -> int | None:
-    """The seq of the first job after ``after_seq`` (of ``status``), head or segment."""
+    """The seq of the first job after ``after_seq`` (of ``status``), head,
+    segment or spill object (an unloaded one's: the lowest it may hold)."""
     found = next(state.jobs.peek(after_seq, status), None)
     seqs = [] if found is None else [found.seq]
     if status in (None, PENDING):
@@ -202,6 +209,9 @@ def _first_seq(state: QueueState, status: str | None, after_seq: int) -> int | N
                 seqs.append(start)
     if state.seg_names and status in (None, CLAIMED, COMPLETED):  # (in claim records)
         seqs += [seq for seq, _, _, _ in page_held(state, after_seq, 1, status)]
+    if state.spill_refs and status in (None, DEAD, PENDING):  # (in spill objects)
+        spilled = first_spilled_after(state, status, after_seq)
+        seqs += [] if spilled is None else [spilled]
     return min(seqs, default=None)
 
 

@@ -28,6 +28,7 @@ plans dead ones only so far. The plan is called by the commit's
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -171,15 +172,21 @@ def _shown(ref: SpillRef, jobs: list[SpilledJob]) -> Iterator[tuple[int, Spilled
 
 def redrive_loads(state: QueueState, ids: Sequence[str] | None) -> list[SpillRef]:
     """The dead spill refs whose jobs a redrive of ``ids`` reads: none for a
-    redrive of every dead job (by reference); for ids, those whose ``seqs``
-    bounds hold one of them (:func:`first_holders`: all of the first id's,
-    then up to :data:`~broker.model.state.MAX_WINDOWS`; an id beyond is not
-    redriven by this call)."""
+    redrive of every dead job (by reference); for ids, every one whose
+    ``seqs`` bounds hold one of them, once each (an id is redriven wherever
+    its job is; the ids of one call are at most ``MAX_ITEMS``, and the dead
+    refs few once merged: :mod:`broker.model.spill_compaction`). O(refs + ids)."""
     if ids is None:
         return []
-    seqs = [seq for seq in map(seq_of, ids) if seq is not None]
-    return first_holders([[ref for ref in holders(state, seq) if ref.kind == DEAD]
-                          for seq in seqs])
+    seqs = sorted({seq for seq in map(seq_of, ids) if seq is not None})
+    if not seqs:
+        return []
+    out = []
+    for ref in _refs(state, DEAD):
+        at = bisect.bisect_left(seqs, ref.seqs[0])
+        if ref.live and at < len(seqs) and seqs[at] <= ref.seqs[1]:
+            out.append(ref)
+    return out
 
 
 def redrive_spilled(state: QueueState, ids: Sequence[str] | None, now_ms: int) -> int:
@@ -187,7 +194,8 @@ def redrive_spilled(state: QueueState, ids: Sequence[str] | None, now_ms: int) -
 
     All: by reference, every dead ref becomes a pending ref due at
     ``now_ms`` (nothing read or copied; its jobs come back by :func:`move_in`).
-    By id: each job found in a loaded object (:func:`redrive_loads`) is copied
+    By id: each job found in a loaded object (:func:`redrive_loads`: every
+    object that may hold one of them is loaded first) is copied
     into the head as pending with no attempts, due at ``now_ms``, its last
     error kept, and its position taken ``out`` of its ref (a ref left with
     no job is dropped: its object deleted once this commit landed); an id
@@ -407,6 +415,63 @@ def spill_page(state: QueueState, status: str | None, after_seq: int,
     return jobs[:n], cut
 
 
+def back_refs(state: QueueState, status: str | None, before_seq: int) -> list[SpillRef]:
+    """The spill refs (of ``status``'s kinds) that may show jobs below
+    ``before_seq``, by the highest seq each may show there, descending: what a
+    page backwards from ``before_seq`` loads, every one tied at the top and
+    then up to :data:`~broker.model.state.MAX_WINDOWS` (:func:`spilled_before`
+    stops below the first one not loaded)."""
+    kinds = [kind for kind in (DEAD, PENDING) if status in (None, kind)]
+    refs = [ref for ref in _refs(state) if ref.kind in kinds and ref.live
+            and ref.seqs[0] < before_seq]
+    refs.sort(key=lambda ref: -min(ref.seqs[1], before_seq - 1))
+    top = min(refs[0].seqs[1], before_seq - 1) if refs else 0
+    tied = sum(1 for ref in refs if ref.seqs[1] >= top)
+    return refs[:max(MAX_WINDOWS, tied)]
+
+
+def spilled_before(state: QueueState, status: str | None, before_seq: int,
+                   n: int) -> tuple[list[int], int]:
+    """The seqs of the last ``n`` spilled jobs (of ``status``) below
+    ``before_seq``, descending, that the loaded objects show, and the floor:
+    the highest seq an unloaded object may show below ``before_seq`` (-1 if
+    every one that may is loaded). Below the floor the seqs are not known:
+    a page counting back stops there (the seqs returned are all above it)."""
+    kinds = [kind for kind in (DEAD, PENDING) if status in (None, kind)]
+    floor = -1
+    found: list[int] = []
+    for ref in _refs(state):
+        if ref.kind not in kinds or not ref.live or ref.seqs[0] >= before_seq:
+            continue
+        jobs = _loaded(state, ref)
+        if jobs is None:
+            floor = max(floor, min(ref.seqs[1], before_seq - 1))
+            continue
+        found += [job.seq for _, job in _shown(ref, jobs) if job.seq < before_seq]
+    found = sorted((seq for seq in found if seq > floor), reverse=True)
+    return found[:n], floor
+
+
+def first_spilled_after(state: QueueState, status: str | None, after_seq: int) -> int | None:
+    """The lowest seq above ``after_seq`` a spill ref (of ``status``'s kinds)
+    shows: exact for a loaded object, else the lowest it may show (its
+    ``seqs`` bound); None if none may. (Whether a page has more after it.)"""
+    kinds = [kind for kind in (DEAD, PENDING) if status in (None, kind)]
+    best: int | None = None
+    for ref in _refs(state):
+        if ref.kind not in kinds or not ref.live or ref.seqs[1] <= after_seq:
+            continue
+        jobs = _loaded(state, ref)
+        if jobs is None:
+            seq: int | None = max(ref.seqs[0], after_seq + 1)
+        else:
+            seq = min((job.seq for _, job in _shown(ref, jobs) if job.seq > after_seq),
+                      default=None)
+        if seq is not None and (best is None or seq < best):
+            best = seq
+    return best
+
+
 def holders(state: QueueState, seq: int) -> list[SpillRef]:
     """The spill refs still holding jobs whose seq bounds hold ``seq``: where a
     lookup reads. All of them: bounds overlap (an old job that dies with new
@@ -447,6 +512,8 @@ def spill_loads(state: QueueState, op: object, now_ms: int) -> list[SpillRef]:
     (:func:`redrive_loads`), a cancel's (:func:`take_out`), a page's of jobs
     (:class:`~broker.model.ops.ReadJobs`: every one that may show the page's
     first seq, then up to the bound),
+    a dashboard page's backwards from a seq (``page`` with ``before_seq``:
+    :func:`back_refs`; its forward part is planned as a page of jobs),
     a lookup's of one job (:class:`~broker.model.ops.Inspect` ``job``,
     ``find``, ``lookup``; a ``find`` by idempotency key, its job's)."""
     if not state.spill_refs:
@@ -469,6 +536,12 @@ def spill_loads(state: QueueState, op: object, now_ms: int) -> list[SpillRef]:
         # progress when more than MAX_WINDOWS objects' bounds overlap it)
         tied = sum(1 for ref in refs if ref.seqs[0] <= after + 1)
         return refs[:max(MAX_WINDOWS, tied)]
+    if isinstance(op, Inspect) and op.view == "page" and len(op.args) == 4:
+        status, after_seq, before_seq, _ = op.args  # (a page backwards: counts back first)
+        if after_seq is None and isinstance(before_seq, int) and \
+                status in (None, DEAD, PENDING):
+            return back_refs(state, status, before_seq)
+        return []
     if isinstance(op, Inspect) and op.view in ("job", "find", "lookup") and op.args:
         text = op.args[-1]
         seq = seq_of(text) if isinstance(text, str) else None

@@ -53,6 +53,8 @@ from broker.storage import Data
 
 #: How far ahead of now a batch plans its segment windows (ms).
 PLAN_AHEAD_MS = 1_000
+#: Spill objects whose existence prepare checks at once (one HEAD each).
+SPILL_CHECKS = 16
 #: Grouped segments whose directories prepare reads at once (each read is of
 #: the whole object, its lines dropped: this bounds the memory it takes).
 DIRECTORY_READS = 4
@@ -121,10 +123,7 @@ class QueueTarget:
         Raises ``SegmentMissing`` naming a missing or changed object (a
         segment or a spill object), and the store's errors."""
         self.spills.release()  # (the batch of the last before_write is answered)
-        for spill in state.spill_refs:
-            if (spill.key, spill.etag) not in self._checked:
-                await self.segments.check_spill(spill)
-                self._checked.add((spill.key, spill.etag))
+        await self._check_spills(state)
         await self._load_spills(state, ops, now_ms)
         refs = state.segment_refs
         if not refs:
@@ -181,6 +180,29 @@ class QueueTarget:
                 continue
             self.windows.put(ref, ref.taken, await self.segments.read_window(ref), keep)
 
+    async def _check_spills(self, state: S.QueueState) -> None:
+        """Check that every spill object ``state`` references and this target
+        has not seen at its etag exists at it: one metadata lookup each, at
+        most :data:`SPILL_CHECKS` at once (a takeover of a queue with many
+        dead objects waits for the slowest few, not their sum). Raises
+        ``SegmentMissing`` naming the first missing or changed one in the
+        head's order (those found are remembered), and the store's errors."""
+        todo = [ref for ref in state.spill_refs if (ref.key, ref.etag) not in self._checked]
+        if not todo:
+            return
+        gate = asyncio.Semaphore(SPILL_CHECKS)
+
+        async def check(ref: S.SpillRefLike) -> None:
+            async with gate:
+                await self.segments.check_spill(ref)
+
+        got = await asyncio.gather(*(check(ref) for ref in todo), return_exceptions=True)
+        self._checked.update((ref.key, ref.etag) for ref, outcome in zip(todo, got, strict=True)
+                             if outcome is None)
+        for outcome in got:
+            if isinstance(outcome, BaseException):
+                raise outcome
+
     async def _load_spills(self, state: S.QueueState, ops: Sequence[Op], now_ms: int) -> None:
         """Read the jobs of the spill objects the batch's claims take from, its
         redrives by id copy back and its pages and lookups show
@@ -201,12 +223,15 @@ class QueueTarget:
         """Past the broker's ``spill_jobs`` (or ``spill_bytes``), write the
         head's dead jobs into spill objects and reference them instead
         (:class:`~broker.service.spill_writer.SpillWriter`: a failed write
-        leaves them inline, logged). Nothing with ``spill_jobs`` 0."""
+        leaves them inline, logged); first, merge the small dead spill objects
+        once they pile up (:meth:`~broker.service.spill_writer.SpillWriter.compact`).
+        Nothing with ``spill_jobs`` 0."""
         if not self.spills.spill_jobs:
             return
-        before = len(state.spill_refs)
+        self.spills.compact(state)  # (before the spill: only landed objects merge)
         await self.spills.spill(state, now_ms)
-        self._checked.update((ref.key, ref.etag) for ref in state.spill_refs[before:])
+        # (every ref is checked by now, or was written by this commit)
+        self._checked.update((ref.key, ref.etag) for ref in state.spill_refs)
 
     def apply(self, state: S.QueueState, op: Op,
               now_ms: int) -> tuple[Result | OsqueueError, bool]:
@@ -278,6 +303,7 @@ class QueueTarget:
 
     def committed(self, state: S.QueueState) -> None:
         self.spills.release()
+        self.spills.landed(state)
         # The objects the landed commits dropped may go: this state's own, and those
         # of an attempt of ours in its lineage (a landed write whose reply was lost;
         # without this they waited for the sweep's grace).

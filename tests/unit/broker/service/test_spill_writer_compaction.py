@@ -57,18 +57,21 @@ async def _spilled_rounds(broker: Broker, rounds: int = ROUNDS, per: int = 2) ->
     return sorted(ids)
 
 
-async def _merge_ready(broker: Broker) -> None:
+async def _merge_ready(broker: Broker, done: int | None = None) -> None:
     """Wait until the merge a commit started has its objects written (or a
-    commit of the broker's own, a timer's, has landed it already)."""
+    commit of the broker's own, a timer's, has landed it already: more than
+    ``done`` merges landed, by default as many as now)."""
     writer = broker._queues["q"].target.spills
-    done = writer.compactions
+    done = writer.compactions if done is None else done
     await until(lambda: writer.ready is not None or writer.compactions > done)
 
 
-async def _merged(broker: Broker, n: int) -> None:
-    """A commit that starts the merge, then one that lands it (``n`` a payload tag)."""
+async def _merged(broker: Broker, n: int, done: int = 0) -> None:
+    """A commit that starts the merge, then one that lands it (``n`` a payload
+    tag; ``done``: the merges landed before, as for :func:`_merge_ready`, since
+    a commit of the broker's own may have started this one already)."""
     await broker.push("q", [b'{"start":%d}' % n])
-    await _merge_ready(broker)
+    await _merge_ready(broker, done)
     await broker.push("q", [b'{"land":%d}' % n])
 
 

@@ -111,8 +111,8 @@ class GroupState:
         # function is not told the time; a group parked a little early is woken by the
         # next pick, which advances the clock: never served early)
         self.now_ms = now_ms
-        # the latest time a claim was made at: a claim at an earlier one (the owner's
-        # clock stepped back) rebuilds these (broker.model.segments.grouped.claim_grouped)
+        # the latest time a claim (or a stats read) was made at: one at an earlier time (the
+        # owner's clock stepped back) rebuilds these (broker.model.segments.grouped)
         self.seen_ms = now_ms
         # fifo order: sets group gid's head (and dead count) from its heap top, checked
         # live against the state (set by broker.model.segments.grouped, which knows it)

@@ -174,7 +174,9 @@ def taken_out(state: QueueState, key: tuple[str, str], pos: int, now_ms: int) ->
     into the head outside a claim (a cancel). If the queue's groups know the
     segment, its run's next untaken position takes the run's place in its
     group's heap when ``pos`` held it, and the group's head is set again: the
-    groups, their turns and token buckets are kept (never rebuilt)."""
+    groups, their turns and token buckets are kept (rebuilt only if the clock
+    stepped back, as for a claim)."""
+    _stepped_back(state, now_ms)  # (then the claim registers the run as it stands)
     groups: GroupState | None = state.groups
     d = None if groups is None else groups.dirs.get(key)
     if groups is None or d is None:
@@ -296,6 +298,18 @@ def carry_buckets(dropped: QueueState, fresh: QueueState) -> None:
     groups: GroupState | None = dropped.groups
     fresh.group_buckets = (dropped.group_buckets if groups is None
                            else _stash_buckets(groups))
+
+
+def _stepped_back(state: QueueState, now_ms: int) -> None:
+    """Drop the groups' structures (:func:`dissolve`) if ``now_ms`` is before the
+    latest time a claim or stats read advanced them at (``seen_ms``): the owner's
+    clock stepped back, and the heaps hold runs and heads found due at that later
+    time (a run's next job not due now would be dropped from its group's heap by
+    :func:`live_top`, its run stranded until a rebuild). The next use rebuilds
+    them from the head at its own time; the token buckets are kept."""
+    groups: GroupState | None = state.groups
+    if groups is not None and now_ms < groups.seen_ms:
+        dissolve(state)
 
 
 def dissolve(state: QueueState) -> None:
@@ -434,12 +448,7 @@ def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, 
     the queue has no grouped segment). A claim whose next job lies
     in a segment with no loaded line ends there (never out of order).
     ``CorruptState`` (nothing changed) for bad group settings in the head."""
-    if state.groups is not None and now_ms < state.groups.seen_ms:
-        # The owner's clock stepped back: the heaps hold runs and heads found due at a
-        # later time (a run's next job not due now would be dropped from its group's
-        # heap, its run stranded until a rebuild). Rebuilt from the head at this time
-        # (the buckets start full again: at most one more burst, as after a takeover).
-        dissolve(state)
+    _stepped_back(state, now_ms)
     groups = group_state(state, now_ms)
     dispatch, heaps = groups.dispatch, groups.heaps
     groups.now_ms = max(groups.now_ms, now_ms)
@@ -538,7 +547,9 @@ def group_stats(state: QueueState, now_ms: int) -> dict[str, Any] | None:
     first, as a claim would (derived structures only: the head is unchanged)."""
     if not uses_groups(state):
         return None
+    _stepped_back(state, now_ms)
     groups = group_state(state, now_ms)
+    groups.seen_ms = now_ms  # (its runs registered now: a claim at an earlier time rebuilds)
     promote_due(state, now_ms)
     _absorb(state, groups, now_ms)
     more: dict[int, int] = {}

@@ -90,7 +90,7 @@ class GroupState:
     held counts) and each group's ready jobs. Derived, never stored."""
 
     __slots__ = ("dead", "dirs", "dispatch", "early", "heaps", "names", "now_ms", "refresh",
-                 "seen_ms", "settings")
+                 "seen_ms", "settings", "untold", "untold_from", "untold_ms")
 
     def __init__(self, settings: GroupSettings, held: dict[str | None, int],
                  now_ms: int, kept: tuple[GroupNames, GroupBuckets] | None = None) -> None:
@@ -122,6 +122,12 @@ class GroupState:
         self.dirs: dict[tuple[str, str], Directory] = {}
         # of those, the ones not yet due (fifo order): their group 0 runs go in when due
         self.early: set[tuple[str, str]] = set()
+        # groups whose heaps a bulk push filled since the last claim, dispatch not yet
+        # told (broker.model.segments.grouped.take_pushed): the lowest seq those pushes
+        # added and the latest time they were made at (ms)
+        self.untold: set[int] = set()
+        self.untold_from = 0
+        self.untold_ms = 0
         for name, n in held.items():
             self.dispatch.hold(self.names.gid(name), n, now_ms)
 
@@ -143,8 +149,9 @@ class GroupState:
         return 0 if view is None else view.held
 
     def runnable(self, now_ms: int) -> bool:
-        """Whether a claim at ``now_ms`` would find a group to serve."""
-        return self.dispatch.pick(now_ms) is not None
+        """Whether a claim at ``now_ms`` would find a group to serve (or jobs a
+        push put in their groups' heaps, not yet told: as jobs in the ready heap)."""
+        return bool(self.untold) or self.dispatch.pick(now_ms) is not None
 
     def stats(self, busiest: int = 10, more: Mapping[int, int] | None = None) -> dict[str, Any]:
         """The groups as stats show them: how many have a record (pending ready

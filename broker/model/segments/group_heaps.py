@@ -4,16 +4,20 @@
 entries dropped, early ones moved to the delayed heap), and the turns of a
 claim in fair order served in one call (:func:`fair_turns`).
 
+A bulk push into built groups in fair order goes straight into their heaps
+(:func:`take_pushed`; dispatch told at the next claim, :func:`tell_pushed`).
+
 Pure: no I/O, time passed in.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 
 from broker.limits import MAX_PRIORITY
 from broker.model.groups.counts import GroupState
-from broker.model.groups.dispatch import Head
+from broker.model.groups.dispatch import Dispatch, Head
 from broker.model.groups.names import NO_GROUP
 from broker.model.indexes import (
     SEQ_BITS,
@@ -24,7 +28,7 @@ from broker.model.indexes import (
     ready_key,
     timed_key,
 )
-from broker.model.job import PENDING
+from broker.model.job import PENDING, Job
 from broker.model.segments.refs import holding
 from broker.model.state import QueueState
 
@@ -134,3 +138,99 @@ def fair_turns(state: QueueState, groups: GroupState, chosen: list[int], want: i
         return n, new(Head, (MAX_PRIORITY - (top >> _READY_PRIORITY_SHIFT), top, 0))
 
     dispatch.serve_turns(now_ms, want, take)
+
+
+def in_bulk(state: QueueState, groups: GroupState) -> bool:
+    """Whether a claim's turns go by :func:`fair_turns` (fair order, no per-group
+    rate, no segment), not by the loop of
+    :func:`~broker.model.segments.grouped.claim_grouped`: the same turns."""
+    return not groups.settings.fifo and groups.dispatch.buckets is None \
+        and not state.segment_refs
+
+
+def told(dispatch: Dispatch, gid: int) -> int | None:
+    """The order key of the head dispatch holds for group ``gid`` (None: none)."""
+    head = dispatch.head(gid)
+    return None if head is None else head.order
+
+
+def take_pushed(state: QueueState, pushed: Sequence[str | None], now_ms: int) -> None:
+    """A bulk push's jobs (their groups ``pushed``, one per job, in seq order;
+    the state's ready heap held nothing else) straight into their groups' heaps,
+    not through the ready heap: :func:`~broker.model.segments.grouped._absorb`
+    would put each there at the next claim, reading its group back off its
+    line. Dispatch is told the groups' heads at that claim, at its time, as
+    ``_absorb`` tells them
+    (:func:`tell_pushed`). Only for groups in fair order without per-group
+    rates or segments, every job with a group; else a no-op (the ready heap
+    keeps them). ``bench/groups_cpu_bench.py``: a job's way from push to claim."""
+    groups: GroupState | None = state.groups
+    ready = state.ready
+    if groups is None or not in_bulk(state, groups) or len(ready) != len(pushed) \
+            or None in pushed:
+        return
+    names, heaps, push = groups.names, groups.heaps, heapq.heappush
+    gids: dict[str | None, int] = {}
+    if not groups.untold:
+        groups.untold_from = ready[0] & SEQ_MASK
+    for entry, group in zip(ready, pushed, strict=True):
+        gid = gids.get(group)
+        if gid is None:
+            gid = gids[group] = names.gid(group)
+        heap = heaps.get(gid)
+        if heap is None:
+            heaps[gid] = [entry]
+        else:
+            push(heap, entry)
+    groups.untold.update(gids.values())
+    groups.untold_ms = max(groups.untold_ms, now_ms)
+    ready.clear()
+
+
+def tell_pushed(state: QueueState, groups: GroupState, now_ms: int) -> None:
+    """Tell dispatch the heads of the groups :func:`take_pushed` filled, as
+    :func:`~broker.model.segments.grouped._absorb` would have: their pushed jobs
+    since settled, cancelled or not yet due (the clock stepped back) leave
+    first, the not-due ones to the delayed heap; a group whose top is what
+    dispatch holds is told nothing."""
+    heaps, entries, dispatch = groups.heaps, state.jobs.entries, groups.dispatch
+    first, back = groups.untold_from, groups.untold_ms > now_ms
+    heads = []
+    new = tuple.__new__
+    for gid in sorted(groups.untold):
+        heap = heaps.get(gid)
+        if heap and back:  # (rare: each pushed line due later goes to the delayed heap)
+            keep = []
+            for entry in heap:
+                seq = entry & SEQ_MASK
+                if seq >= first and entries.get(seq).__class__ is bytes \
+                        and key_time(entry) > now_ms:
+                    heapq.heappush(state.delayed, timed_key(key_time(entry), seq))
+                else:
+                    keep.append(entry)
+            heapq.heapify(keep)
+            heap[:] = keep
+        while heap:  # (a pushed job at the top no longer live or due: as _absorb moves it)
+            entry = heap[0]
+            seq = entry & SEQ_MASK
+            if seq < first:
+                break
+            job = entries.get(seq)
+            if job.__class__ is bytes:
+                break
+            heapq.heappop(heap)
+            if isinstance(job, Job) and job.status == PENDING \
+                    and ready_key(job.priority, job.run_at_ms, seq) == entry:
+                if job.run_at_ms <= now_ms:
+                    heapq.heappush(heap, entry)
+                    break
+                heapq.heappush(state.delayed, timed_key(job.run_at_ms, seq))
+        if not heap:
+            heaps.pop(gid, None)
+            continue
+        key = heap[0]
+        if told(dispatch, gid) != key:
+            heads.append((gid, new(Head, (MAX_PRIORITY - (key >> _READY_PRIORITY_SHIFT), key, 0))))
+    groups.untold.clear()
+    groups.untold_ms = 0
+    dispatch.set_heads(heads, now_ms)

@@ -151,7 +151,8 @@ def test_a_broker_without_held_in_records_claims_the_rest_of_a_half_held_segment
         ids = await a.push("q", [b'{"n":%d}' % i for i in range(10)])
         held = await a.claim("q", "w", 5, lease_s=600)
         await a.stop(5)
-        b = await started(store, url="http://b", clock=clock, segment_push_jobs=10)
+        b = await started(store, url="http://b", clock=clock, segment_push_jobs=10,
+                          held_in_records=False)
         try:
             rest = await b.claim("q", "w", 10, lease_s=600)
             assert sorted(j.id for j in rest) == ids[5:]

@@ -90,7 +90,7 @@ class GroupState:
     held counts) and each group's ready jobs. Derived, never stored."""
 
     __slots__ = ("dead", "dirs", "dispatch", "early", "heaps", "names", "now_ms", "refresh",
-                 "seen_ms", "settings", "untold", "untold_from", "untold_ms")
+                 "pushed", "seen_ms", "settings", "untold", "untold_ms")
 
     def __init__(self, settings: GroupSettings, held: dict[str | None, int],
                  now_ms: int, kept: tuple[GroupNames, GroupBuckets] | None = None) -> None:
@@ -122,11 +122,12 @@ class GroupState:
         self.dirs: dict[tuple[str, str], Directory] = {}
         # of those, the ones not yet due (fifo order): their group 0 runs go in when due
         self.early: set[tuple[str, str]] = set()
-        # groups whose heaps a bulk push filled since the last claim, dispatch not yet
-        # told (broker.model.segments.grouped.take_pushed): the lowest seq those pushes
-        # added and the latest time they were made at (ms)
-        self.untold: set[int] = set()
-        self.untold_from = 0
+        # gid -> its heap's top before the first bulk push since the last claim filled
+        # it (None: no heap), dispatch not yet told
+        # (broker.model.segments.group_heaps.take_pushed); the entries those pushes
+        # added, and the latest time they were made at (ms)
+        self.untold: dict[int, int | None] = {}
+        self.pushed: list[int] = []
         self.untold_ms = 0
         for name, n in held.items():
             self.dispatch.hold(self.names.gid(name), n, now_ms)

@@ -5,7 +5,8 @@ entries dropped, early ones moved to the delayed heap), and the turns of a
 claim in fair order served in one call (:func:`fair_turns`).
 
 A bulk push into built groups in fair order goes straight into their heaps
-(:func:`take_pushed`; dispatch told at the next claim, :func:`tell_pushed`).
+(:func:`take_pushed`; dispatch told at the next claim, with the heads that
+claim takes from the ready heap: :func:`tell_pushed`).
 
 Pure: no I/O, time passed in.
 """
@@ -159,78 +160,75 @@ def take_pushed(state: QueueState, pushed: Sequence[str | None], now_ms: int) ->
     the state's ready heap held nothing else) straight into their groups' heaps,
     not through the ready heap: :func:`~broker.model.segments.grouped._absorb`
     would put each there at the next claim, reading its group back off its
-    line. Dispatch is told the groups' heads at that claim, at its time, as
-    ``_absorb`` tells them
-    (:func:`tell_pushed`). Only for groups in fair order without per-group
-    rates or segments, every job with a group; else a no-op (the ready heap
-    keeps them). ``bench/groups_cpu_bench.py``: a job's way from push to claim."""
+    line. That claim (or stats) tells dispatch those groups' heads, at its time,
+    together with the heads of the jobs it takes from the ready heap, as if
+    these had been there too (:func:`tell_pushed`). Only for groups in fair
+    order without per-group rates or segments, every job with a group; else a
+    no-op (the ready heap keeps them). ``bench/groups_cpu_bench.py``: a job's
+    way from push to claim."""
     groups: GroupState | None = state.groups
     ready = state.ready
     if groups is None or not in_bulk(state, groups) or len(ready) != len(pushed) \
             or None in pushed:
         return
-    names, heaps, push = groups.names, groups.heaps, heapq.heappush
+    names, heaps, push, untold = groups.names, groups.heaps, heapq.heappush, groups.untold
     gids: dict[str | None, int] = {}
-    if not groups.untold:
-        groups.untold_from = ready[0] & SEQ_MASK
     for entry, group in zip(ready, pushed, strict=True):
         gid = gids.get(group)
         if gid is None:
             gid = gids[group] = names.gid(group)
+            if gid not in untold:  # (its top before: what _absorb compares the new top with)
+                heap = heaps.get(gid)
+                untold[gid] = heap[0] if heap else None
         heap = heaps.get(gid)
         if heap is None:
             heaps[gid] = [entry]
         else:
             push(heap, entry)
-    groups.untold.update(gids.values())
+    groups.pushed.extend(ready)
     groups.untold_ms = max(groups.untold_ms, now_ms)
     ready.clear()
 
 
-def tell_pushed(state: QueueState, groups: GroupState, now_ms: int) -> None:
-    """Tell dispatch the heads of the groups :func:`take_pushed` filled, as
-    :func:`~broker.model.segments.grouped._absorb` would have: their pushed jobs
-    since settled, cancelled or not yet due (the clock stepped back) leave
-    first, the not-due ones to the delayed heap; a group whose top is what
-    dispatch holds is told nothing."""
-    heaps, entries, dispatch = groups.heaps, state.jobs.entries, groups.dispatch
-    first, back = groups.untold_from, groups.untold_ms > now_ms
-    heads = []
-    new = tuple.__new__
-    for gid in sorted(groups.untold):
+def tell_pushed(state: QueueState, groups: GroupState, now_ms: int) -> dict[int, int | None]:
+    """The groups :func:`take_pushed` filled since the last claim, each with its
+    heap's top before (None: it had no heap), as
+    :func:`~broker.model.segments.grouped._absorb` collects the groups it puts
+    ready jobs in (dispatch is told their heads once, with those: told twice, a
+    group's pass would catch up with the virtual time at a priority it never
+    competed at). Their heaps are first left as ``_absorb`` would have filled
+    them: pushed jobs since settled or cancelled leave, and those no longer due
+    (the clock stepped back) go to the delayed heap. A group whose heap that
+    empties is left out (and its heap dropped)."""
+    heaps, entries, delayed = groups.heaps, state.jobs.entries, state.delayed
+    untold, pushed = groups.untold, groups.pushed
+    groups.untold, groups.pushed, groups.untold_ms = {}, [], 0
+    bad: set[int] = set()
+    for entry in pushed:  # (the common case: every one still its line, due)
+        job = entries.get(entry & SEQ_MASK)
+        if job.__class__ is not bytes or (entry >> SEQ_BITS) & TIME_MASK > now_ms:
+            bad.add(entry)
+    for entry in sorted(bad):  # (rare: as _absorb would have met them in the ready heap)
+        seq = entry & SEQ_MASK
+        job = entries.get(seq)
+        if isinstance(job, bytes):
+            heapq.heappush(delayed, timed_key(key_time(entry), seq))
+        elif isinstance(job, Job) and job.status == PENDING \
+                and ready_key(job.priority, job.run_at_ms, seq) == entry:
+            if job.run_at_ms <= now_ms:
+                bad.discard(entry)  # (a live job read off its line since: it stays)
+            else:
+                heapq.heappush(delayed, timed_key(job.run_at_ms, seq))
+    touched: dict[int, int | None] = {}
+    for gid, top in untold.items():
         heap = heaps.get(gid)
-        if heap and back:  # (rare: each pushed line due later goes to the delayed heap)
-            keep = []
-            for entry in heap:
-                seq = entry & SEQ_MASK
-                if seq >= first and entries.get(seq).__class__ is bytes \
-                        and key_time(entry) > now_ms:
-                    heapq.heappush(state.delayed, timed_key(key_time(entry), seq))
-                else:
-                    keep.append(entry)
-            heapq.heapify(keep)
-            heap[:] = keep
-        while heap:  # (a pushed job at the top no longer live or due: as _absorb moves it)
-            entry = heap[0]
-            seq = entry & SEQ_MASK
-            if seq < first:
-                break
-            job = entries.get(seq)
-            if job.__class__ is bytes:
-                break
-            heapq.heappop(heap)
-            if isinstance(job, Job) and job.status == PENDING \
-                    and ready_key(job.priority, job.run_at_ms, seq) == entry:
-                if job.run_at_ms <= now_ms:
-                    heapq.heappush(heap, entry)
-                    break
-                heapq.heappush(state.delayed, timed_key(job.run_at_ms, seq))
-        if not heap:
+        if heap and bad:
+            keep = [entry for entry in heap if entry not in bad]
+            if len(keep) != len(heap):
+                heapq.heapify(keep)
+                heap[:] = keep
+        if not heap:  # (every job pushed into it gone, and it had none before)
             heaps.pop(gid, None)
             continue
-        key = heap[0]
-        if told(dispatch, gid) != key:
-            heads.append((gid, new(Head, (MAX_PRIORITY - (key >> _READY_PRIORITY_SHIFT), key, 0))))
-    groups.untold.clear()
-    groups.untold_ms = 0
-    dispatch.set_heads(heads, now_ms)
+        touched[gid] = top
+    return touched

@@ -332,10 +332,8 @@ def dissolve(state: QueueState) -> None:
 def _absorb(state: QueueState, groups: GroupState, now_ms: int) -> None:
     """Move the ready heap's live entries into their groups' heaps (each entry
     once: amortized O(log) a job) and tell dispatch the changed heads."""
-    if groups.untold:
-        tell_pushed(state, groups, now_ms)
     ready, entries = state.ready, state.jobs.entries
-    if not ready:
+    if not ready and not groups.untold:
         return
     gid_of, heaps = groups.names.gid, groups.heaps
     fifo = groups.settings.fifo  # (then a grouped job goes to its group's heap by seq, due or not)
@@ -344,7 +342,8 @@ def _absorb(state: QueueState, groups: GroupState, now_ms: int) -> None:
     # changes the heaps), so a group whose top stays is told nothing: one dispatch
     # update per group whose head changed, not per group touched
     # (bench/groups_cpu_bench.py). Group 0's head may be a segment's: always told.
-    touched: dict[int, int | None] = {}
+    # (the groups a bulk push filled since, told with these: group_heaps.take_pushed)
+    touched = tell_pushed(state, groups, now_ms) if groups.untold else {}
     gids: dict[str | None, int] = {}  # (names.gid() once per group, not per job)
     names = groups.names
     spelt = names.spelt  # (and as lines spell them: once per group met lately)

@@ -150,7 +150,12 @@ def test_pushes_into_group_heaps_answer_as_through_the_ready_heap(
     # the clock stepped back between a push and the claim after it
     [("clock", 2_000), ("claim", 12), ("clock", 2_000), ("push", [("a", 0, 0), ("b", 0, 0)]),
      ("clock", -1_500), ("stats", 0), ("claim", 12), ("clock", 1_500), ("claim", 12)],
-], ids=["cancelled-top", "clock-back"])
+    # a reclaim after a push into untold groups: c told first at the pushed job's
+    # priority, then at its reclaimed one's, its pass caught up at a priority it never
+    # competed at (c served twice, a's pass wrong)
+    [("push", [("a", 0, 0)]), ("push", [("c", 1, 0)]), ("claim", 6), ("push", [("c", 0, 0)]),
+     ("complete", 1), ("push", [("a", 0, 0)]), ("clock", LEASE_MS + 1), ("claim", 3)],
+], ids=["cancelled-top", "clock-back", "reclaim-after-push"])
 def test_pushed_jobs_no_longer_due_or_live_are_told_as_through_the_ready_heap(
         steps: list[tuple[str, Any]]) -> None:
     _twins(steps)

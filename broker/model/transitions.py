@@ -117,6 +117,7 @@ from broker.model.ops import (
     Result,
     SetPaused,
     TakeOver,
+    groups_of,
 )
 from broker.model.segments.claims import attach_refs, claim_merged, purge_pending, reserve
 from broker.model.segments.grouped import take_pushed
@@ -245,7 +246,7 @@ def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
     # (jobs of redriven spill objects join the head's, the best of them first)
     moved = move_in(state, want, now_ms) if state.spill_refs else False
     out = result.jobs = claim_merged(state, op.worker, want, op.lease_ms, now_ms, tag)
-    if state.grouped and out:  # (a queue without groups pays nothing here)
+    if state.grouped and out and not groups_of(out):  # (a grouped claim names its own)
         _named_groups(state, out)
     state.claims.spend(state.settings, len(out), now_ms)
     result.changed = bool(out) or moved

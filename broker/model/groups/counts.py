@@ -89,8 +89,8 @@ class GroupState:
     """One queue's groups while it uses them: names, fair dispatch (with the
     held counts) and each group's ready jobs. Derived, never stored."""
 
-    __slots__ = ("dead", "dirs", "dispatch", "early", "heaps", "names", "now_ms", "refresh",
-                 "pushed", "seen_ms", "settings", "untold", "untold_ms")
+    __slots__ = ("dead", "dirs", "dispatch", "early", "heaps", "names", "now_ms", "pushed",
+                 "refresh", "seen_ms", "settings", "untold", "untold_ms")
 
     def __init__(self, settings: GroupSettings, held: dict[str | None, int],
                  now_ms: int, kept: tuple[GroupNames, GroupBuckets] | None = None) -> None:

@@ -517,7 +517,8 @@ def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, 
         return LeasedJobs()
     # One claim of the jobs picked, answered in claim order (priority, run-at, seq):
     # which jobs a claim takes is fair; their order within one answer is the queue's.
-    heapq.heapify(chosen)
+    chosen.sort()  # (a heap, whose order claim_ready takes them in: the answer's)
+    keys = chosen[:]
     picked_n = len(chosen)
     saved, state.ready = state.ready, chosen
     try:
@@ -526,6 +527,13 @@ def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, 
         state.ready = saved
     if len(out) != picked_n:  # (the held counts went up by picked_n: a bug, not a refusal)
         raise IllegalMove(f"a grouped claim picked {picked_n} jobs but claimed {len(out)}")
+    # The answer's groups by index (LeasedJobs.groups), read off the claimed jobs by
+    # seq here rather than by parsing their ids back (transitions._named_groups)
+    entries = state.jobs.entries
+    named = {i: group for i, key in enumerate(keys)
+             if (group := entries[key & SEQ_MASK].group) is not None}  # type: ignore[union-attr]
+    if named:
+        out.groups = named
     return out
 
 

@@ -68,8 +68,8 @@ import bisect
 import hashlib
 from array import array
 from collections.abc import Iterator, Sequence
-from operator import itemgetter
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 import orjson

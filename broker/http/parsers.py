@@ -75,34 +75,34 @@ def parse_new_jobs(body: dict[str, Any]) -> list[ops.NewJob | bytes]:
     dumps, new_job = orjson.dumps, ops.NewJob
     for i, raw in enumerate(list_field(body, "jobs")):
         try:
-            # fast path: {"payload": ..., "group": ...}, as the general way below reads it
-            # (the payload checked first; bench/broker_bench.py, grouped rows)
-            if type(raw) is dict and raw.keys() == _GROUPED_FIELDS:
-                payload = dumps(raw["payload"])
-                check_depth(payload, "jobs[%d].payload", i)
-                group = raw["group"]
-                if group is None:  # (the default: as the fast path below)
+            if type(raw) is dict:
+                keys = raw.keys()
+                # fast path: {"payload": ...} alone, or with every option at its default
+                if keys == _PLAIN_FIELDS or (
+                        keys != _GROUPED_FIELDS and "payload" in raw and keys <= _JOB_FIELDS
+                        and all(_SIMPLE_DEFAULTS[k] == v and type(v) is not bool
+                                and (type(v) is not float or k == "delay_s")  # 0.0 is no int
+                                for k, v in raw.items() if k != "payload")):
+                    payload = dumps(raw["payload"])
+                    check_depth(payload, "jobs[%d].payload", i)
                     jobs.append(payload)
                     continue
-                if type(group) is not str or group not in _GROUPS_CHECKED:
-                    check_group(f"field 'jobs[{i}].group'", group)  # (raises for a bad one)
-                    if len(_GROUPS_CHECKED) >= 4096:
-                        _GROUPS_CHECKED.clear()
-                    _GROUPS_CHECKED.add(group)
-                jobs.append(new_job(payload, 0, 0, None, None, group))
-                continue
-            # fast path: {"payload": ...} alone, or with every option at its default
-            if type(raw) is dict and "payload" in raw and (
-                raw.keys() == _PLAIN_FIELDS
-                or (raw.keys() <= _JOB_FIELDS and all(
-                    _SIMPLE_DEFAULTS[k] == v and type(v) is not bool
-                    and (type(v) is not float or k == "delay_s")  # priority 0.0 is no int
-                    for k, v in raw.items() if k != "payload"))
-            ):
-                payload = dumps(raw["payload"])
-                check_depth(payload, "jobs[%d].payload", i)
-                jobs.append(payload)
-                continue
+                # fast path: {"payload": ..., "group": ...}, as the general way below reads
+                # it (the payload checked first; bench/broker_bench.py, grouped rows)
+                if keys == _GROUPED_FIELDS:
+                    payload = dumps(raw["payload"])
+                    check_depth(payload, "jobs[%d].payload", i)
+                    group = raw["group"]
+                    if group is None:  # (the default: a bare payload, as above)
+                        jobs.append(payload)
+                        continue
+                    if type(group) is not str or group not in _GROUPS_CHECKED:
+                        check_group(f"field 'jobs[{i}].group'", group)  # (raises for a bad one)
+                        if len(_GROUPS_CHECKED) >= 4096:
+                            _GROUPS_CHECKED.clear()
+                        _GROUPS_CHECKED.add(group)
+                    jobs.append(new_job(payload, 0, 0, None, None, group))
+                    continue
         except orjson.JSONEncodeError:
             dumps_value(raw["payload"], f"jobs[{i}].payload")  # raises, naming the job
         where = f"jobs[{i}]."

@@ -69,6 +69,7 @@ import hashlib
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -137,6 +138,8 @@ DIGEST_BYTES = 8
 #: ungrouped pushes are those brokers from before groups kept.
 _DEFAULTS = (0, 0, None, None)
 _DEFAULTS_GROUPLESS = (*_DEFAULTS, None)
+# (a NewJob's payload, options and group, by position)
+_PAYLOAD, _OPTIONS, _GROUP = itemgetter(0), itemgetter(slice(1, None)), itemgetter(5)
 
 
 def push_digest(jobs: Sequence[Any]) -> str:
@@ -154,11 +157,17 @@ def push_digest(jobs: Sequence[Any]) -> str:
         joined = b"".join(jobs)  # every job a bare payload
         options = b""
     except TypeError:
-        payloads = [job if type(job) is bytes else job[0] for job in jobs]
+        if bytes not in set(map(type, jobs)) and None not in map(_GROUP, jobs):
+            # (every job a NewJob with a group, as a grouped push's are: the same
+            # bytes as below, read in C loops, not a Python step a job)
+            payloads = list(map(_PAYLOAD, jobs))
+            options = orjson.dumps(list(map(_OPTIONS, jobs)))
+        else:
+            payloads = [job if type(job) is bytes else job[0] for job in jobs]
+            listed = [None if type(job) is bytes or job[1:] == _DEFAULTS_GROUPLESS else
+                      job[1:5] if job[5] is None else job[1:] for job in jobs]
+            options = orjson.dumps(listed) if any(listed) else b""
         joined = b"".join(payloads)
-        listed = [None if type(job) is bytes or job[1:] == _DEFAULTS_GROUPLESS else
-                  job[1:5] if job[5] is None else job[1:] for job in jobs]
-        options = orjson.dumps(listed) if any(listed) else b""
         jobs = payloads
     h = hashlib.sha256(array("Q", map(len, jobs)).tobytes())
     h.update(joined)

@@ -117,8 +117,10 @@ from broker.model.ops import (
     Result,
     SetPaused,
     TakeOver,
+    groups_of,
 )
 from broker.model.segments.claims import attach_refs, claim_merged, purge_pending, reserve
+from broker.model.segments.grouped import take_pushed
 from broker.model.spills import move_in, purge_spilled, redrive_spilled
 from broker.model.state import QueueSettings, QueueState
 from broker.wire import ItemResult
@@ -180,7 +182,11 @@ def _push(state: QueueState, op: Push | PushPayloads, now_ms: int) -> Result:
         if isinstance(op, PushPayloads):
             ids = insert_payloads(state, op.payloads, now_ms)
         else:
+            was_ready = bool(state.ready)
             ids = insert_jobs(state, op.jobs, now_ms)
+            if state.groups is not None and not was_ready and not op.refs \
+                    and isinstance(ids, JobIds):
+                take_pushed(state, [new.group for new in op.jobs], now_ms)  # (a bulk push)
         if op.refs:  # (their segments are written already: see Reserve)
             ids = _with_refs(attach_refs(state, op.refs), ids)
     except QueueFull as exc:
@@ -240,7 +246,7 @@ def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
     # (jobs of redriven spill objects join the head's, the best of them first)
     moved = move_in(state, want, now_ms) if state.spill_refs else False
     out = result.jobs = claim_merged(state, op.worker, want, op.lease_ms, now_ms, tag)
-    if state.grouped and out:  # (a queue without groups pays nothing here)
+    if state.grouped and out and not groups_of(out):  # (a grouped claim names its own)
         _named_groups(state, out)
     state.claims.spend(state.settings, len(out), now_ms)
     result.changed = bool(out) or moved

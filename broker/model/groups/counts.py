@@ -89,8 +89,8 @@ class GroupState:
     """One queue's groups while it uses them: names, fair dispatch (with the
     held counts) and each group's ready jobs. Derived, never stored."""
 
-    __slots__ = ("dead", "dirs", "dispatch", "early", "heaps", "names", "now_ms", "refresh",
-                 "seen_ms", "settings")
+    __slots__ = ("dead", "dirs", "dispatch", "early", "heaps", "names", "now_ms", "pushed",
+                 "refresh", "seen_ms", "settings", "untold", "untold_ms")
 
     def __init__(self, settings: GroupSettings, held: dict[str | None, int],
                  now_ms: int, kept: tuple[GroupNames, GroupBuckets] | None = None) -> None:
@@ -122,6 +122,13 @@ class GroupState:
         self.dirs: dict[tuple[str, str], Directory] = {}
         # of those, the ones not yet due (fifo order): their group 0 runs go in when due
         self.early: set[tuple[str, str]] = set()
+        # gid -> its heap's top before the first bulk push since the last claim filled
+        # it (None: no heap), dispatch not yet told
+        # (broker.model.segments.group_heaps.take_pushed); the entries those pushes
+        # added, and the latest time they were made at (ms)
+        self.untold: dict[int, int | None] = {}
+        self.pushed: list[int] = []
+        self.untold_ms = 0
         for name, n in held.items():
             self.dispatch.hold(self.names.gid(name), n, now_ms)
 
@@ -143,8 +150,9 @@ class GroupState:
         return 0 if view is None else view.held
 
     def runnable(self, now_ms: int) -> bool:
-        """Whether a claim at ``now_ms`` would find a group to serve."""
-        return self.dispatch.pick(now_ms) is not None
+        """Whether a claim at ``now_ms`` would find a group to serve (or jobs a
+        push put in their groups' heaps, not yet told: as jobs in the ready heap)."""
+        return bool(self.untold) or self.dispatch.pick(now_ms) is not None
 
     def stats(self, busiest: int = 10, more: Mapping[int, int] | None = None) -> dict[str, Any]:
         """The groups as stats show them: how many have a record (pending ready

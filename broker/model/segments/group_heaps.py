@@ -4,16 +4,21 @@
 entries dropped, early ones moved to the delayed heap), and the turns of a
 claim in fair order served in one call (:func:`fair_turns`).
 
+A bulk push into built groups in fair order goes straight into their heaps
+(:func:`take_pushed`; dispatch told at the next claim, with the heads that
+claim takes from the ready heap: :func:`tell_pushed`).
+
 Pure: no I/O, time passed in.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 
 from broker.limits import MAX_PRIORITY
 from broker.model.groups.counts import GroupState
-from broker.model.groups.dispatch import Head
+from broker.model.groups.dispatch import Dispatch, Head
 from broker.model.groups.names import NO_GROUP
 from broker.model.indexes import (
     SEQ_BITS,
@@ -24,7 +29,7 @@ from broker.model.indexes import (
     ready_key,
     timed_key,
 )
-from broker.model.job import PENDING
+from broker.model.job import PENDING, Job
 from broker.model.segments.refs import holding
 from broker.model.state import QueueState
 
@@ -134,3 +139,96 @@ def fair_turns(state: QueueState, groups: GroupState, chosen: list[int], want: i
         return n, new(Head, (MAX_PRIORITY - (top >> _READY_PRIORITY_SHIFT), top, 0))
 
     dispatch.serve_turns(now_ms, want, take)
+
+
+def in_bulk(state: QueueState, groups: GroupState) -> bool:
+    """Whether a claim's turns go by :func:`fair_turns` (fair order, no per-group
+    rate, no segment), not by the loop of
+    :func:`~broker.model.segments.grouped.claim_grouped`: the same turns."""
+    return not groups.settings.fifo and groups.dispatch.buckets is None \
+        and not state.segment_refs
+
+
+def told(dispatch: Dispatch, gid: int) -> int | None:
+    """The order key of the head dispatch holds for group ``gid`` (None: none)."""
+    head = dispatch.head(gid)
+    return None if head is None else head.order
+
+
+def take_pushed(state: QueueState, pushed: Sequence[str | None], now_ms: int) -> None:
+    """A bulk push's jobs (their groups ``pushed``, one per job, in seq order;
+    the state's ready heap held nothing else) straight into their groups' heaps,
+    not through the ready heap: :func:`~broker.model.segments.grouped._absorb`
+    would put each there at the next claim, reading its group back off its
+    line. That claim (or stats) tells dispatch those groups' heads, at its time,
+    together with the heads of the jobs it takes from the ready heap, as if
+    these had been there too (:func:`tell_pushed`). Only for groups in fair
+    order without per-group rates or segments, every job with a group; else a
+    no-op (the ready heap keeps them). ``bench/groups_cpu_bench.py``: a job's
+    way from push to claim."""
+    groups: GroupState | None = state.groups
+    ready = state.ready
+    if groups is None or not in_bulk(state, groups) or len(ready) != len(pushed) \
+            or None in pushed:
+        return
+    names, heaps, push, untold = groups.names, groups.heaps, heapq.heappush, groups.untold
+    gids: dict[str | None, int] = {}
+    for entry, group in zip(ready, pushed, strict=True):
+        gid = gids.get(group)
+        if gid is None:
+            gid = gids[group] = names.gid(group)
+            if gid not in untold:  # (its top before: what _absorb compares the new top with)
+                heap = heaps.get(gid)
+                untold[gid] = heap[0] if heap else None
+        heap = heaps.get(gid)
+        if heap is None:
+            heaps[gid] = [entry]
+        else:
+            push(heap, entry)
+    groups.pushed.extend(ready)
+    groups.untold_ms = max(groups.untold_ms, now_ms)
+    ready.clear()
+
+
+def tell_pushed(state: QueueState, groups: GroupState, now_ms: int) -> dict[int, int | None]:
+    """The groups :func:`take_pushed` filled since the last claim, each with its
+    heap's top before (None: it had no heap), as
+    :func:`~broker.model.segments.grouped._absorb` collects the groups it puts
+    ready jobs in (dispatch is told their heads once, with those: told twice, a
+    group's pass would catch up with the virtual time at a priority it never
+    competed at). Their heaps are first left as ``_absorb`` would have filled
+    them: pushed jobs since settled or cancelled leave, and those no longer due
+    (the clock stepped back) go to the delayed heap. A group whose heap that
+    empties is left out (and its heap dropped)."""
+    heaps, entries, delayed = groups.heaps, state.jobs.entries, state.delayed
+    untold, pushed = groups.untold, groups.pushed
+    groups.untold, groups.pushed, groups.untold_ms = {}, [], 0
+    bad: set[int] = set()
+    for entry in pushed:  # (the common case: every one still its line, due)
+        job = entries.get(entry & SEQ_MASK)
+        if job.__class__ is not bytes or (entry >> SEQ_BITS) & TIME_MASK > now_ms:
+            bad.add(entry)
+    for entry in sorted(bad):  # (rare: as _absorb would have met them in the ready heap)
+        seq = entry & SEQ_MASK
+        job = entries.get(seq)
+        if isinstance(job, bytes):
+            heapq.heappush(delayed, timed_key(key_time(entry), seq))
+        elif isinstance(job, Job) and job.status == PENDING \
+                and ready_key(job.priority, job.run_at_ms, seq) == entry:
+            if job.run_at_ms <= now_ms:
+                bad.discard(entry)  # (a live job read off its line since: it stays)
+            else:
+                heapq.heappush(delayed, timed_key(job.run_at_ms, seq))
+    touched: dict[int, int | None] = {}
+    for gid, top in untold.items():
+        heap = heaps.get(gid)
+        if heap and bad:
+            keep = [entry for entry in heap if entry not in bad]
+            if len(keep) != len(heap):
+                heapq.heapify(keep)
+                heap[:] = keep
+        if not heap:  # (every job pushed into it gone, and it had none before)
+            heaps.pop(gid, None)
+            continue
+        touched[gid] = top
+    return touched

@@ -52,7 +52,7 @@ from broker.model.groups.counts import (
     source_key,
 )
 from broker.model.groups.directories import directory_of, run_at
-from broker.model.groups.dispatch import Dispatch, Head
+from broker.model.groups.dispatch import Head
 from broker.model.groups.names import NO_GROUP
 from broker.model.groups.settings import parse_group_settings
 from broker.model.indexes import (
@@ -69,13 +69,22 @@ from broker.model.job import DEAD, PENDING, Job
 from broker.model.job_lines import group_of_field, line_group_field, pending_from_line
 from broker.model.lifecycle import IllegalMove, claim_ready
 from broker.model.ops import LeasedJobs
-from broker.model.segments.group_heaps import fair_turns, live_top, virtual_at
+from broker.model.segments.group_heaps import (
+    fair_turns,
+    in_bulk,
+    live_top,
+    take_pushed,
+    tell_pushed,
+    told,
+    virtual_at,
+)
 from broker.model.segments.refs import due_key, next_untaken, run_from, taken_between
 from broker.model.state import QueueState
 
 _READY_PRIORITY_SHIFT = SEQ_BITS + TIME_BITS  # (a ready key's priority: see ready_key)
 
-__all__ = ["claim_grouped", "dissolve", "group_state", "group_stats", "taken_out", "uses_groups"]
+__all__ = ["claim_grouped", "dissolve", "group_state", "group_stats", "take_pushed", "taken_out",
+           "uses_groups"]
 
 
 def uses_groups(state: QueueState) -> bool:
@@ -338,7 +347,7 @@ def _absorb(state: QueueState, groups: GroupState, now_ms: int) -> None:
     """Move the ready heap's live entries into their groups' heaps (each entry
     once: amortized O(log) a job) and tell dispatch the changed heads."""
     ready, entries = state.ready, state.jobs.entries
-    if not ready:
+    if not ready and not groups.untold:
         return
     gid_of, heaps = groups.names.gid, groups.heaps
     fifo = groups.settings.fifo  # (then a grouped job goes to its group's heap by seq, due or not)
@@ -347,7 +356,8 @@ def _absorb(state: QueueState, groups: GroupState, now_ms: int) -> None:
     # changes the heaps), so a group whose top stays is told nothing: one dispatch
     # update per group whose head changed, not per group touched
     # (bench/groups_cpu_bench.py). Group 0's head may be a segment's: always told.
-    touched: dict[int, int | None] = {}
+    # (the groups a bulk push filled since, told with these: group_heaps.take_pushed)
+    touched = tell_pushed(state, groups, now_ms) if groups.untold else {}
     gids: dict[str | None, int] = {}  # (names.gid() once per group, not per job)
     names = groups.names
     spelt = names.spelt  # (and as lines spell them: once per group met lately)
@@ -417,21 +427,8 @@ def _segment_next(state: QueueState, now_ms: int) -> tuple[int, int] | None:
     return best
 
 
-def _told(dispatch: Dispatch, gid: int) -> int | None:
-    """The order key of the head dispatch holds for group ``gid`` (None: none)."""
-    head = dispatch.head(gid)
-    return None if head is None else head.order
-
-
 def _head(key: int | None) -> Head | None:
     return None if key is None else Head(priority_of(key), key, 0)
-
-
-def _in_bulk(state: QueueState, groups: GroupState) -> bool:
-    """Whether a claim's turns go by :func:`fair_turns` (fair order, no per-group
-    rate, no segment), not by the loop of :func:`claim_grouped`: the same turns."""
-    return not groups.settings.fifo and groups.dispatch.buckets is None \
-        and not state.segment_refs
 
 
 def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, now_ms: int,
@@ -462,10 +459,10 @@ def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, 
         return LeasedJobs()  # (a due grouped segment's directory is not loaded yet)
     assert move_in_position is not None or not groups.dirs
     chosen: list[int] = []  # the ready keys of the jobs picked, turn by turn
-    in_bulk = _in_bulk(state, groups)
-    if in_bulk:
+    bulk = in_bulk(state, groups)
+    if bulk:
         fair_turns(state, groups, chosen, max_jobs, now_ms)
-    while not in_bulk and len(chosen) < max_jobs:
+    while not bulk and len(chosen) < max_jobs:
         seg = _segment_next(state, now_ms) if state.segment_refs else None
         if seg is not None or NO_GROUP in heaps:  # (group 0: its inline jobs and the segments)
             top = live_top(state, heaps.get(NO_GROUP), now_ms)
@@ -483,7 +480,7 @@ def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, 
             if dispatch.head(gid) != now_head:  # (as below; or its run-at moved)
                 dispatch.served(gid, 0, now_head, now_ms)
                 continue
-        elif gid != NO_GROUP and top is not None and _told(dispatch, gid) != top:
+        elif gid != NO_GROUP and top is not None and told(dispatch, gid) != top:
             # (its head went stale, cancelled or purged: picked at that job's priority
             # and age, it must compete again at its live next job's)
             dispatch.served(gid, 0, _head(top), now_ms)
@@ -529,7 +526,8 @@ def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, 
         return LeasedJobs()
     # One claim of the jobs picked, answered in claim order (priority, run-at, seq):
     # which jobs a claim takes is fair; their order within one answer is the queue's.
-    heapq.heapify(chosen)
+    chosen.sort()  # (a heap, whose order claim_ready takes them in: the answer's)
+    keys = chosen[:]
     picked_n = len(chosen)
     saved, state.ready = state.ready, chosen
     try:
@@ -538,6 +536,13 @@ def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, 
         state.ready = saved
     if len(out) != picked_n:  # (the held counts went up by picked_n: a bug, not a refusal)
         raise IllegalMove(f"a grouped claim picked {picked_n} jobs but claimed {len(out)}")
+    # The answer's groups by index (LeasedJobs.groups), read off the claimed jobs by
+    # seq here rather than by parsing their ids back (transitions._named_groups)
+    entries = state.jobs.entries
+    named = {i: group for i, key in enumerate(keys)
+             if (group := entries[key & SEQ_MASK].group) is not None}  # type: ignore[union-attr]
+    if named:
+        out.groups = named
     return out
 
 

@@ -97,7 +97,7 @@ def test_claims_in_bulk_answer_as_the_loop_of_turns(steps: list[tuple[str, Any]]
             continue
         answer = _apply(bulk, step, now, bulk_tokens)
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(grouped, "_in_bulk", lambda state, groups: False)
+            patch.setattr(grouped, "in_bulk", lambda state, groups: False)
             assert _apply(loop, step, now, loop_tokens) == answer, step
         assert _dispatch(bulk) == _dispatch(loop)
     assert _encoded(bulk, now) == _encoded(loop, now)
@@ -123,10 +123,10 @@ def test_the_loop_is_what_the_twin_claims_with() -> None:
     state = new_queue(T0)
     T.apply(state, Push((NewJob(b"1", group="a"),)), T0)
     T.apply(state, Claim("w", 1, LEASE_MS), T0)
-    assert state.groups is not None and grouped._in_bulk(state, state.groups)
+    assert state.groups is not None and grouped.in_bulk(state, state.groups)
     for settings_ in ({"group_rate_per_s": 5}, {"group_order": "fifo"}):
         other = new_queue(T0)
         T.apply(other, Configure(settings_), T0)
         T.apply(other, Push((NewJob(b"1", group="a"),)), T0)
         T.apply(other, Claim("w", 1, LEASE_MS), T0)
-        assert other.groups is not None and not grouped._in_bulk(other, other.groups)
+        assert other.groups is not None and not grouped.in_bulk(other, other.groups)

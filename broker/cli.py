@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
                  "commit_timeout_s", "max_request_mb", "header_timeout_s", "body_timeout_s",
                  "max_connections", "max_connections_per_address", "trusted_proxies",
                  "wrong_tokens_per_min", "history_interval_s", "segment_push_jobs",
-                 "segment_push_bytes",
+                 "segment_push_bytes", "spill_jobs", "spill_bytes",
                  "segment_grace_s", "sweep_s", "log_level"):
         field = fields[name]
         default = "" if field.is_required() or field.default is None else \
@@ -89,6 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-held-in-records", dest="held_in_records", action="store_const",
                    const=False, help=f"a claim from a segment object moves its jobs into the "
                                      f"queue object (env {env_of('held_in_records')}=false)")
+    p.add_argument("--spill-pending", dest="spill_pending", action="store_const",
+                   const=True, help=f"retry-waiting and released jobs spill too, into pending "
+                                    f"spill objects: the default (env "
+                                    f"{env_of('spill_pending')}=true)")
+    p.add_argument("--no-spill-pending", dest="spill_pending", action="store_const",
+                   const=False, help=f"retry-waiting and released jobs stay in the queue "
+                                     f"object (env {env_of('spill_pending')}=false)")
     p.add_argument("--no-self-test", dest="self_test", action="store_const", const=False,
                    help=f"skip the conditional-write self-test at start-up "
                         f"(env {env_of('self_test')}=false)")

@@ -161,14 +161,16 @@ class BrokerFlags(BaseSettings):
     spill_jobs: int = Field(
         BrokerConfig.spill_jobs, ge=0, le=1 << 20,
         description="past this many dead jobs in a queue object, a commit moves them into "
-                    "a spill object the queue object references (0, the default: never)")
+                    "a spill object the queue object references (0: never)")
     spill_bytes: int = Field(
         BrokerConfig.spill_bytes, ge=1, le=1 << 30,
-        description="... or past this many bytes of their lines (with spill_jobs above 0)")
+        description="... or past this many bytes of their lines, so do they (with "
+                    "spill_jobs above 0)")
     spill_pending: bool = Field(
         BrokerConfig.spill_pending,
         description="with spill_jobs above 0, pending job objects (retry-waiting, released) "
-                    "spill too, into pending spill objects claims take from (off by default)")
+                    "spill too, into pending spill objects claims take from (on by default; "
+                    "off, they stay in the queue object)")
     history_interval_s: float = Field(
         BrokerConfig.history_interval_s, ge=0.1, le=600.0,
         description="seconds between the samples of the dashboard's charts (an hour kept)")

@@ -99,6 +99,7 @@ class QueueTarget:
         self.spills = SpillWriter(queue, segments, *spill)
 
     def decode(self, data: bytes) -> S.QueueState:
+        self.spills.forget()
         state = decode_state(data, where=self.where)
         tokens.bind(state, self.queue, self.random_bytes)  # (an older object: a key now)
         state.windows, state.spill_windows = self.windows, self.spill_windows
@@ -106,6 +107,7 @@ class QueueTarget:
         return state
 
     def empty(self, now_ms: int) -> S.QueueState:
+        self.spills.forget()
         state = transitions.new_state(now_ms, self.settings)
         tokens.bind(state, self.queue, self.random_bytes)
         state.windows, state.spill_windows = self.windows, self.spill_windows

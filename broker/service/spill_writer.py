@@ -35,7 +35,7 @@ import logging
 from dataclasses import dataclass, field
 
 from broker.errors import OsqueueError
-from broker.model import spill_compaction, spills
+from broker.model import spill_compaction, spill_tally, spills
 from broker.model.format.spill_format import SpilledJob
 from broker.model.format.spill_refs import SpillRef, new_ref
 from broker.model.job import DEAD
@@ -75,6 +75,27 @@ class SpillWriter:
     merging: asyncio.Task[None] | None = None
     ready: tuple[tuple[SpillRef, ...], tuple[SpillRef, ...]] | None = None
     merge_held: list[str] = field(default_factory=list)
+    #: the candidates of the state last seen (``seen``: its id), counted again
+    #: each commit in the blocks it changed (see :mod:`broker.model.spill_tally`)
+    tally: spill_tally.Tally = field(default_factory=spill_tally.Tally)
+    seen: int | None = None
+
+    def forget(self) -> None:
+        """A new state object is coming (decoded, or empty): count the next one
+        whole, whatever its ``id`` (an id is reused once its object is freed)."""
+        self.seen = None
+
+    def _may_spill(self, state: QueueState) -> bool:
+        """Whether the rule may spill ``state``'s candidates, by the tally: a
+        state not seen before (loaded, re-read) is counted whole, a state seen
+        at its last commit only in the blocks changed since (its dirty blocks:
+        this runs before the encode clears them)."""
+        if id(state) != self.seen:
+            self.seen = id(state)
+            self.tally = spill_tally.tally(state, self.pending)
+        else:
+            spill_tally.count_blocks(state, state.dirty_blocks, self.pending, self.tally)
+        return self.tally.over(self.spill_jobs, self.spill_bytes)
 
     async def spill(self, state: QueueState, now_ms: int) -> None:
         """Spill ``state``'s dead jobs if the rule says so: write their objects
@@ -82,9 +103,12 @@ class SpillWriter:
         change. All or nothing: if any object's write fails, none is attached
         (those written are left to the sweep) and the jobs stay inline. Raises
         only what is not a storage error (a bug)."""
+        if not self._may_spill(state):
+            return
         plan = spills.plan_dead(state, self.queue, self.spill_jobs, self.spill_bytes, now_ms,
                                 self.pending)
-        if not plan.objects:
+        if not plan.objects:  # (the tally counted too many: blocks of an older state)
+            self.tally = spill_tally.tally(state, self.pending)
             return
         commit_seq = state.seq + 1  # (the version that first references them)
         gate = asyncio.Semaphore(WRITERS)
@@ -112,6 +136,7 @@ class SpillWriter:
         refs: list[SpillRef] = [new_ref(obj, key, etag) for obj, (key, etag)
                                 in zip(plan.objects, names, strict=True)]
         spills.attach(state, plan, refs, now_ms)
+        self.tally = spill_tally.Tally()  # (every candidate went)
         self.written += len(refs)
         self.jobs += len(plan.seqs)
         log.info("queue %s: %d job(s) moved into %d spill object(s)", self.queue,

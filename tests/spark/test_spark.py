@@ -20,9 +20,11 @@ from chispa import assert_df_equality
 from broker import paths
 from broker.http.server import BrokerServer
 from broker.model.format.decode import decode_state
+from broker.model.job import DEAD, PENDING
 from broker.model.state import QueueSettings
 from broker.storage import FileStore
 from osqueue_spark import RESULT_SCHEMA, QueueClient, process, push_partition, start_broker
+from tests.support.spill_store import spilled_jobs
 
 pytestmark = pytest.mark.spark
 
@@ -129,10 +131,15 @@ def test_write_is_exactly_once_under_task_retry(any_spark: Any, broker: BrokerSe
           .select(F.to_json(F.struct("n")).alias("payload"), (F.col("n") % 3).alias("priority")))
     (df.write.format("osqueue").option("broker", broker.url).option("queue", q)
      .option("batchSize", "500").mode("append").save())
-    state = decode_state(FileStore(store_dir).read(paths.state_key(q)).data)
-    payloads = sorted(json.loads(j.payload)["n"] for j in state.jobs.values())
+    store = FileStore(store_dir)
+    state = decode_state(store.read(paths.state_key(q)).data)
+    # (rows with priorities are job objects: in the head, or past spill_jobs in
+    # pending spill objects it references)
+    spilled = spilled_jobs(store, q, PENDING)
+    payloads = sorted(json.loads(j.payload)["n"] for j in [*state.jobs.values(), *spilled])
     assert payloads == list(range(10_000))
     assert all(j.status == "pending" for j in state.jobs.values())
+    assert not spilled_jobs(store, q, DEAD)
     assert os.path.exists(marker)  # the first attempt failed after staging 4 chunks
     assert FileStore(store_dir).list(f"{q}/staging/") == []  # every chunk was cleaned up
 

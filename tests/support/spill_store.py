@@ -6,9 +6,9 @@ integration tests)."""
 from __future__ import annotations
 
 from broker import paths
-from broker.model.format.spill_format import read_checked
+from broker.model.format.spill_format import SpilledJob, read_checked
 from broker.model.format.spill_refs import SpillRef, is_out
-from broker.model.job import DEAD
+from broker.model.job import DEAD, PENDING
 from broker.storage import ObjectStore
 from tests.support.inprocess import stored
 
@@ -18,20 +18,26 @@ def spill_keys(store: ObjectStore, queue: str = "q") -> list[str]:
     return sorted(store.list(paths.spills_prefix(queue)))
 
 
-def spilled_ids(store: ObjectStore, queue: str = "q", kind: str = DEAD) -> list[str]:
-    """The ids of the jobs in the spill objects the landed head references
-    with refs of ``kind`` (but those taken ``out``), each read through the
-    broker's one check (so a missing or changed object fails), with repeats,
-    sorted."""
-    ids = []
+def spilled_jobs(store: ObjectStore, queue: str = "q", kind: str = DEAD) -> list[SpilledJob]:
+    """The jobs of the spill objects the landed head references with refs of
+    ``kind`` (but those taken ``out``, and a pending ref's before its cursor),
+    each object read through the broker's one check (so a missing or changed
+    object fails)."""
+    out = []
     for ref in stored(store, queue).spill_refs:
         if ref.kind != kind:
             continue
         assert isinstance(ref, SpillRef)
         got = store.read(ref.key)
         jobs = read_checked(ref, got.data, got.etag, store.url, 0, ref.count)
-        ids += [job.id for pos, job in enumerate(jobs) if not is_out(ref, pos)]
-    return sorted(ids)
+        low = ref.taken if kind == PENDING else 0
+        out += [job for pos, job in enumerate(jobs) if pos >= low and not is_out(ref, pos)]
+    return out
+
+
+def spilled_ids(store: ObjectStore, queue: str = "q", kind: str = DEAD) -> list[str]:
+    """The ids of :func:`spilled_jobs`, with repeats, sorted."""
+    return sorted(job.id for job in spilled_jobs(store, queue, kind))
 
 
 def dead_everywhere(store: ObjectStore, queue: str = "q") -> list[str]:

@@ -14,6 +14,7 @@ import pytest
 
 from broker import paths
 from broker.errors import OsqueueError
+from broker.model.job import PENDING
 from broker.model.ops import CompleteItem, NewJob, Push, PushPayloads
 from broker.service.by_reference import wanted
 from broker.storage import FileStore
@@ -30,6 +31,7 @@ from tests.support.inprocess import (
     stored,
     successor,
 )
+from tests.support.spill_store import spilled_ids
 
 BLOB = "x" * 200_000  # a 200 KB payload (the queue's limit is 256 KiB)
 
@@ -67,15 +69,22 @@ def test_big_payloads_from_the_client_leave_the_head_under_a_megabyte(tmp_path: 
 
 
 def test_a_push_of_keyed_jobs_stays_in_the_head(tmp_path: Path) -> None:
-    """A job with an idempotency key stays with its key in the queue object."""
+    """A job with an idempotency key never goes into a segment: its key stays in
+    the queue object's key window, the job in the queue object or (spill_pending,
+    past spill_bytes) in a pending spill object it references, once, and a
+    repeat of the push answers the same ids."""
     store = FileStore(tmp_path)
 
     async def go() -> None:
         a = await started(store)
         try:
-            await a.push("q", [NewJob(b'"%s"' % (b"k" * 100_000), key=f"k-{i}")
-                               for i in range(3)])
-            assert stored(store).segment_refs == [] and len(stored(store).jobs) == 3
+            jobs = [NewJob(b'"%s"' % (b"k" * 100_000), key=f"k-{i}") for i in range(3)]
+            ids = await a.push("q", jobs)
+            state = stored(store)
+            assert state.segment_refs == [] and sorted(state.keys) == ["k-0", "k-1", "k-2"]
+            inline = [job.id for job in state.jobs.touched()]
+            assert sorted(inline + spilled_ids(store, kind=PENDING)) == sorted(ids)
+            assert list(await a.push("q", jobs)) == list(ids)
         finally:
             await a.stop(5)
 

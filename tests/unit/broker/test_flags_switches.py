@@ -1,7 +1,8 @@
-"""The broker's on-by-default switches (broker.flags, broker.cli): grouped_segments
-and held_in_records. Each is on by default in BrokerConfig and on the command line;
-``--no-<name>`` or ``OSQUEUE_<NAME>=false`` (or ``0``) turns it off, and a flag beats
-its variable."""
+"""The broker's on-by-default switches (broker.flags, broker.cli): grouped_segments,
+held_in_records and spill_pending. Each is on by default in BrokerConfig and on the
+command line; ``--no-<name>`` or ``OSQUEUE_<NAME>=false`` (or ``0``) turns it off, and
+a flag beats its variable. Spilling dead jobs is on by default too, past
+``spill_jobs`` of them; ``--spill-jobs 0`` or ``OSQUEUE_SPILL_JOBS=0`` turns it off."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from broker import cli
 from broker.flags import BrokerFlags
 from broker.service.config import BrokerConfig
 
-SWITCHES = ["grouped_segments", "held_in_records"]
+SWITCHES = ["grouped_segments", "held_in_records", "spill_pending"]
 
 
 @pytest.fixture(autouse=True)
@@ -23,10 +24,13 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
 
 
+def config(*argv: str) -> BrokerConfig:
+    return BrokerFlags.load(vars(cli.build_parser().parse_args(["--store", "file:///tmp/q",
+                                                                 *argv]))).broker_config()
+
+
 def setting(name: str, *argv: str) -> bool:
-    flags = BrokerFlags.load(vars(cli.build_parser().parse_args(["--store", "file:///tmp/q",
-                                                                  *argv])))
-    value = getattr(flags.broker_config(), name)
+    value = getattr(config(*argv), name)
     assert isinstance(value, bool)
     return value
 
@@ -47,3 +51,14 @@ def test_a_switch_is_on_by_default_and_turned_off_by_flag_or_variable(
     assert setting(name) is False
     monkeypatch.setenv(variable, "true")
     assert setting(name, no_flag) is False
+
+
+def test_spilling_is_on_by_default_and_turned_off_by_spill_jobs_0(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert BrokerConfig().spill_jobs == config().spill_jobs == 1024
+    assert config().spill_bytes == BrokerConfig().spill_bytes == 256 * 1024
+    assert config("--spill-jobs", "0").spill_jobs == 0
+    assert config("--spill-jobs", "64", "--spill-bytes", "4096").spill_bytes == 4096
+    monkeypatch.setenv("OSQUEUE_SPILL_JOBS", "0")
+    assert config().spill_jobs == 0
+    assert config("--spill-jobs", "10").spill_jobs == 10  # (a flag beats its variable)

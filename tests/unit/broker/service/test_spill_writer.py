@@ -8,6 +8,7 @@ object no landed head references is swept after the grace."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -15,8 +16,9 @@ import pytest
 from broker import paths
 from broker.errors import OutcomeUnknown
 from broker.model.job import DEAD
-from broker.model.ops import FailItem, NewJob
+from broker.model.ops import FailItem
 from broker.service.broker import Broker
+from broker.storage import ObjectStore
 from broker.storage.files import FileStore
 from tests.support.faults import (
     EIO,
@@ -33,8 +35,25 @@ QUEUE_KEY = paths.state_key("q")
 SPILLS = "/spills/"
 
 
-def _jobs(n: int) -> list[NewJob]:
-    return [NewJob(b'{"n":%d}' % i, max_attempts=1) for i in range(n)]
+@pytest.fixture(params=[False, True], ids=["pending_inline", "pending_spilled"])
+def pending(request: pytest.FixtureRequest) -> bool:
+    """``spill_pending`` off and on: the dead path's promises hold either way."""
+    value = request.param
+    assert isinstance(value, bool)
+    return value
+
+
+async def _started(store: ObjectStore, pending: bool, **config: Any) -> Broker:
+    """A broker with ``spill_pending`` as given and queue ``q`` created with one
+    attempt a job, so that its pushes are plain lines (no job objects: never
+    pending spill candidates) and a failed job dies."""
+    broker = await started(store, spill_pending=pending, **config)
+    await broker.create_queue("q", {"max_attempts": 1})
+    return broker
+
+
+def _jobs(n: int) -> list[bytes]:
+    return [b'{"n":%d}' % i for i in range(n)]
 
 
 async def _fail_all(broker: Broker, n: int, error: str = "boom") -> list[str]:
@@ -48,11 +67,12 @@ async def _fail_all(broker: Broker, n: int, error: str = "boom") -> list[str]:
     return list(ids)
 
 
-def test_a_fail_past_spill_jobs_moves_the_dead_jobs_into_one_object(tmp_path: Path) -> None:
+def test_a_fail_past_spill_jobs_moves_the_dead_jobs_into_one_object(
+        tmp_path: Path, pending: bool) -> None:
     store = FileStore(tmp_path)
 
     async def go() -> None:
-        a = await started(store, spill_jobs=10)
+        a = await _started(store, pending, spill_jobs=10)
         ids = await _fail_all(a, 25)
         state = stored(store)
         assert [j for j in state.jobs.touched() if j.status == DEAD] == []
@@ -66,11 +86,11 @@ def test_a_fail_past_spill_jobs_moves_the_dead_jobs_into_one_object(tmp_path: Pa
     run(go())
 
 
-def test_under_spill_jobs_the_dead_jobs_stay_inline(tmp_path: Path) -> None:
+def test_under_spill_jobs_the_dead_jobs_stay_inline(tmp_path: Path, pending: bool) -> None:
     store = FileStore(tmp_path)
 
     async def go() -> None:
-        a = await started(store, spill_jobs=30)
+        a = await _started(store, pending, spill_jobs=30)
         ids = await _fail_all(a, 25)
         state = stored(store)
         assert len([j for j in state.jobs.touched() if j.status == DEAD]) == 25
@@ -81,11 +101,11 @@ def test_under_spill_jobs_the_dead_jobs_stay_inline(tmp_path: Path) -> None:
     run(go())
 
 
-def test_spill_jobs_0_never_spills(tmp_path: Path) -> None:
+def test_spill_jobs_0_never_spills(tmp_path: Path, pending: bool) -> None:
     store = FileStore(tmp_path)
 
     async def go() -> None:
-        a = await started(store)
+        a = await _started(store, pending, spill_jobs=0)
         await _fail_all(a, 40)
         assert stored(store).spill_refs == [] and spill_keys(store) == []
         await a.stop()
@@ -95,11 +115,11 @@ def test_spill_jobs_0_never_spills(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("fault", [EIO, NOT_LANDED])
 def test_a_spill_write_that_fails_leaves_the_jobs_inline_and_the_answers_unchanged(
-        tmp_path: Path, fault: str) -> None:
+        tmp_path: Path, fault: str, pending: bool) -> None:
     store = FaultyStore(FileStore(tmp_path))
 
     async def go() -> None:
-        a = await started(store, spill_jobs=10)
+        a = await _started(store, pending, spill_jobs=10)
         store.inject("create_if_absent", fault, key_contains=SPILLS)
         ids = await _fail_all(a, 25)  # (every fail answered ok: asserted there)
         assert [m for m, k, key in store.injected if SPILLS in key] == ["create_if_absent"]
@@ -118,11 +138,11 @@ def test_a_spill_write_that_fails_leaves_the_jobs_inline_and_the_answers_unchang
 
 
 def test_a_lost_reply_on_the_spill_create_is_resolved_by_reading_it_back(
-        tmp_path: Path) -> None:
+        tmp_path: Path, pending: bool) -> None:
     store = FaultyStore(FileStore(tmp_path))
 
     async def go() -> None:
-        a = await started(store, spill_jobs=10)
+        a = await _started(store, pending, spill_jobs=10)
         store.inject("create_if_absent", LOST_REPLY_412, key_contains=SPILLS)
         ids = await _fail_all(a, 25)
         assert store.injected[-1][1] == LOST_REPLY_412
@@ -136,12 +156,12 @@ def test_a_lost_reply_on_the_spill_create_is_resolved_by_reading_it_back(
 
 
 def test_a_lost_reply_without_an_answer_leaves_an_orphan_the_sweep_takes(
-        tmp_path: Path) -> None:
+        tmp_path: Path, pending: bool) -> None:
     store = FaultyStore(FileStore(tmp_path))
 
     async def go() -> None:
         clock = Clock()
-        a = await started(store, clock=clock, spill_jobs=10, segment_grace_s=60.0)
+        a = await _started(store, pending, clock=clock, spill_jobs=10, segment_grace_s=60.0)
         store.inject("create_if_absent", LOST_REPLY, key_contains=SPILLS)
         ids = await _fail_all(a, 25)
         state = stored(store)
@@ -160,13 +180,13 @@ def test_a_lost_reply_without_an_answer_leaves_an_orphan_the_sweep_takes(
 
 
 def test_a_cas_conflict_after_a_spill_leaves_the_jobs_in_the_landed_heads_spill_once(
-        tmp_path: Path) -> None:
+        tmp_path: Path, pending: bool) -> None:
     inner = FileStore(tmp_path)
     store = FaultyStore(inner)
 
     async def go() -> None:
         clock = Clock()
-        a = await started(store, clock=clock, spill_jobs=10, segment_grace_s=60.0)
+        a = await _started(store, pending, clock=clock, spill_jobs=10, segment_grace_s=60.0)
         ids = await a.push("q", _jobs(25))
         got = await a.claim("q", "w", max_jobs=25)
 
@@ -191,13 +211,14 @@ def test_a_cas_conflict_after_a_spill_leaves_the_jobs_in_the_landed_heads_spill_
     run(go())
 
 
-def test_a_crash_between_the_spill_write_and_the_cas_loses_no_job(tmp_path: Path) -> None:
+def test_a_crash_between_the_spill_write_and_the_cas_loses_no_job(
+        tmp_path: Path, pending: bool) -> None:
     clock = Clock()
     inner = FileStore(tmp_path)
     store = FaultyStore(inner)
 
     async def go() -> None:
-        a = await started(store, clock=clock, spill_jobs=10, commit_timeout_s=1.0)
+        a = await _started(store, pending, clock=clock, spill_jobs=10, commit_timeout_s=1.0)
         ids = await a.push("q", _jobs(25))
         got = await a.claim("q", "w", max_jobs=25)
         before = store.read(QUEUE_KEY).data
@@ -210,7 +231,7 @@ def test_a_crash_between_the_spill_write_and_the_cas_loses_no_job(tmp_path: Path
         assert store.read(QUEUE_KEY).data == before
         assert len(spill_keys(store)) >= 1  # unreferenced
         assert stored(store).spill_refs == []
-        b = await successor(store, clock, spill_jobs=10)
+        b = await successor(store, clock, spill_jobs=10, spill_pending=pending)
         clock.advance(31_000)  # (their leases run out: reclaimed, dead with one attempt)
         await b.push("q", _jobs(1))
         state = stored(store)

@@ -106,7 +106,7 @@ def test_spill_pending_off_keeps_retry_waiting_jobs_inline(tmp_path: Path) -> No
     store = FileStore(tmp_path)
 
     async def go() -> None:
-        a = await started(store, spill_jobs=10)
+        a = await started(store, spill_jobs=10, spill_pending=False)
         await _failed(a, 25, 0)
         state = stored(store)
         assert state.spill_refs == []

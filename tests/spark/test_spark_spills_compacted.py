@@ -17,6 +17,9 @@ from broker.storage.files import FileStore
 from tests.support.inprocess import run, started, stored, until
 from tests.support.spill_store import spill_keys
 
+#: dead jobs spilled past one; pending ones (pushed with options) kept inline
+DEAD_SPILLS = {"spill_jobs": 1, "spill_pending": False}
+
 pytestmark = pytest.mark.spark
 
 
@@ -26,7 +29,7 @@ def _queue_with_a_merged_object(root: Path) -> list[str]:
     store = FileStore(root)
 
     async def go() -> list[str]:
-        a = await started(store, spill_jobs=1)
+        a = await started(store, **DEAD_SPILLS)
         dead: list[str] = []
         for r in range(6):
             ids = await a.push("q", [NewJob(b'{"r":%d,"n":%d}' % (r, i), max_attempts=1)

@@ -22,6 +22,9 @@ from broker.storage.files import FileStore
 from tests.support.faults import Clock, FaultyStore
 from tests.support.inprocess import run, started, stored, successor
 
+#: dead jobs spilled past one; pending ones (pushed with options) kept inline
+DEAD_SPILLS = {"spill_jobs": 1, "spill_pending": False}
+
 SPILLS = "/spills/"
 OBJECTS = SPILL_CHECKS + 5
 QUEUE_KEY = paths.state_key("q")
@@ -72,7 +75,7 @@ def test_a_takeover_checks_the_spill_objects_concurrently_each_once(tmp_path: Pa
     store = FaultyStore(inner)
 
     async def go() -> None:
-        a = await started(inner, clock=clock, spill_jobs=1)
+        a = await started(inner, clock=clock, **DEAD_SPILLS)
         await _dead_objects(a, OBJECTS)
         await a.stop()
         refs = stored(inner).spill_refs
@@ -80,7 +83,7 @@ def test_a_takeover_checks_the_spill_objects_concurrently_each_once(tmp_path: Pa
         heads = Heads(SPILL_CHECKS)
         store.inject("head", None, key_contains=SPILLS, times=None, before=heads.before,
                      after=heads.after)
-        b = await successor(store, clock, spill_jobs=1)
+        b = await successor(store, clock, **DEAD_SPILLS)
         await b.push("q", [b'{"x":1}'])  # (takes the queue over: checks every ref)
         assert heads.most == SPILL_CHECKS
         assert sorted(heads.keys) == sorted(ref.key for ref in refs)
@@ -96,14 +99,14 @@ def test_a_missing_spill_object_is_refused_at_takeover_naming_it(tmp_path: Path)
     inner = FileStore(tmp_path)
 
     async def go() -> None:
-        a = await started(inner, clock=clock, spill_jobs=1)
+        a = await started(inner, clock=clock, **DEAD_SPILLS)
         await _dead_objects(a, OBJECTS)
         await a.stop()
         refs = stored(inner).spill_refs
         gone = refs[-3].key
         inner.delete(gone)
         before = inner.read(QUEUE_KEY).data
-        b = await successor(inner, clock, spill_jobs=1)
+        b = await successor(inner, clock, **DEAD_SPILLS)
         with pytest.raises(SegmentMissing, match=gone):
             await b.push("q", [b'{"x":1}'])
         assert inner.read(QUEUE_KEY).data == before

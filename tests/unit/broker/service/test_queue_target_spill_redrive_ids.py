@@ -20,6 +20,9 @@ from tests.support.faults import LOST_REPLY, LOST_REPLY_412, FaultyStore
 from tests.support.inprocess import run, started, stored
 from tests.support.spill_store import dead_everywhere
 
+#: dead jobs spilled past one; pending ones (pushed with options) kept inline
+DEAD_SPILLS = {"spill_jobs": 1, "spill_pending": False}
+
 OBJECTS = MAX_WINDOWS + 4
 
 
@@ -48,7 +51,7 @@ def test_a_redrive_by_ids_in_many_spill_objects_redrives_each_once(
     store = FaultyStore(FileStore(tmp_path))
 
     async def go() -> None:
-        a = await started(store, spill_jobs=1)
+        a = await started(store, **DEAD_SPILLS)
         rounds = await _rounds(a, OBJECTS)
         assert len(stored(store).spill_refs) == OBJECTS
         wanted = sorted(ids[1] for ids in rounds)  # (one of each object)

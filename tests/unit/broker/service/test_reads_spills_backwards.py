@@ -26,6 +26,9 @@ from broker.service.served_queue import ServedQueue
 from broker.storage.files import FileStore
 from tests.support.inprocess import run, started, stored, until
 
+#: dead jobs spilled past one; pending ones (pushed with options) kept inline
+DEAD_SPILLS = {"spill_jobs": 1, "spill_pending": False}
+
 OBJECTS = MAX_WINDOWS + 4
 
 
@@ -92,7 +95,7 @@ def test_paging_backwards_shows_every_spilled_job_once_as_forwards(
     store = FileStore(tmp_path)
 
     async def go() -> None:
-        a = await started(store, spill_jobs=1)
+        a = await started(store, **DEAD_SPILLS)
         q = await _queue(a)
         state = stored(store)
         assert len(state.spill_refs) >= OBJECTS
@@ -118,7 +121,7 @@ def test_paging_backwards_after_a_redrive_by_id_and_a_merge(
     store = FileStore(tmp_path)
 
     async def go() -> None:
-        a = await started(store, spill_jobs=1)
+        a = await started(store, **DEAD_SPILLS)
         q = await _queue(a)
         forwards = await _forwards(q, DEAD, 6)
         taken = forwards[7]
@@ -141,7 +144,7 @@ def test_a_page_backwards_over_a_missing_spill_object_fails_naming_it(tmp_path: 
     store = FileStore(tmp_path)
 
     async def go() -> None:
-        a = await started(store, spill_jobs=1)
+        a = await started(store, **DEAD_SPILLS)
         q = await _queue(a)
         refs = stored(store).spill_refs
         gone = max(refs, key=lambda ref: ref.seqs[1])  # (the one a page back reads first)

@@ -33,6 +33,9 @@ from tests.support.faults import (
 from tests.support.inprocess import crash, run, started, stored, successor, until
 from tests.support.spill_store import dead_everywhere, spill_keys
 
+#: dead jobs spilled past one; pending ones (pushed with options) kept inline
+DEAD_SPILLS = {"spill_jobs": 1, "spill_pending": False}
+
 QUEUE_KEY = paths.state_key("q")
 SPILLS = "/spills/"
 ROUNDS = 4  # (one past the lowered COMPACT_REFS: the next commit merges)
@@ -89,7 +92,7 @@ def test_small_dead_objects_past_the_bound_are_merged_into_one(tmp_path: Path) -
     store = FileStore(tmp_path)
 
     async def go() -> None:
-        a = await started(store, spill_jobs=1)
+        a = await started(store, **DEAD_SPILLS)
         ids = await _spilled_rounds(a)
         olds = _live_keys(store)
         assert len(olds) == ROUNDS
@@ -125,7 +128,7 @@ def test_a_merge_whose_write_fails_leaves_the_refs_as_they_were(
 
     async def go() -> None:
         clock = Clock()
-        a = await started(store, clock=clock, spill_jobs=1, segment_grace_s=60.0)
+        a = await started(store, clock=clock, **DEAD_SPILLS, segment_grace_s=60.0)
         ids = await _spilled_rounds(a)
         olds = _live_keys(store)
         store.inject("create_if_absent", fault, key_contains=SPILLS)
@@ -156,7 +159,7 @@ def test_a_cas_conflict_of_the_commit_with_a_merge_lands_it_once(
 
     async def go() -> None:
         clock = Clock()
-        a = await started(store, clock=clock, spill_jobs=1, segment_grace_s=60.0)
+        a = await started(store, clock=clock, **DEAD_SPILLS, segment_grace_s=60.0)
         ids = await _spilled_rounds(a)
         olds = _live_keys(store)
 
@@ -186,7 +189,7 @@ def test_a_merge_whose_commit_reply_is_lost_lands_once(tmp_path: Path, fault: st
 
     async def go() -> None:
         clock = Clock()
-        a = await started(store, clock=clock, spill_jobs=1, segment_grace_s=60.0)
+        a = await started(store, clock=clock, **DEAD_SPILLS, segment_grace_s=60.0)
         ids = await _spilled_rounds(a)
         olds = _live_keys(store)
         await a.push("q", [b'{"x":0}'])  # (starts the merge)
@@ -213,7 +216,7 @@ def test_a_crash_between_the_merge_and_the_cas_loses_no_job(tmp_path: Path) -> N
     store = FaultyStore(FileStore(tmp_path))
 
     async def go() -> None:
-        a = await started(store, clock=clock, spill_jobs=1, commit_timeout_s=1.0,
+        a = await started(store, clock=clock, **DEAD_SPILLS, commit_timeout_s=1.0,
                           segment_grace_s=60.0)
         ids = await _spilled_rounds(a)
         olds = _live_keys(store)
@@ -229,7 +232,7 @@ def test_a_crash_between_the_merge_and_the_cas_loses_no_job(tmp_path: Path) -> N
         assert store.read(QUEUE_KEY).data == before
         keys = spill_keys(store)
         assert set(olds) < set(keys)  # (every old one still there; the merged one too)
-        b = await successor(store, clock, spill_jobs=1, segment_grace_s=60.0)
+        b = await successor(store, clock, **DEAD_SPILLS, segment_grace_s=60.0)
         await _merged(b, 2)  # (it takes the queue over and merges again)
         ref, = stored(store).spill_refs
         assert ref.key not in keys and dead_everywhere(store) == ids
@@ -247,7 +250,7 @@ def test_an_owner_killed_after_its_merge_landed_leaves_the_old_objects_to_the_sw
     store = FaultyStore(FileStore(tmp_path))
 
     async def go() -> None:
-        a = await started(store, clock=clock, spill_jobs=1, segment_grace_s=60.0)
+        a = await started(store, clock=clock, **DEAD_SPILLS, segment_grace_s=60.0)
         ids = await _spilled_rounds(a)
         olds = _live_keys(store)
         store.inject("delete", NOT_LANDED, key_contains=SPILLS, times=None)  # (killed first)
@@ -256,7 +259,7 @@ def test_an_owner_killed_after_its_merge_landed_leaves_the_old_objects_to_the_sw
         ref, = stored(store).spill_refs
         assert set(olds) < set(spill_keys(store)) and dead_everywhere(store) == ids
         store.heal()
-        b = await successor(store, clock, spill_jobs=1, segment_grace_s=60.0)
+        b = await successor(store, clock, **DEAD_SPILLS, segment_grace_s=60.0)
         await b.push("q", [b'{"x":2}'])
         await _sweep_past_grace(b, clock)
         assert spill_keys(store) == [ref.key] and dead_everywhere(store) == ids
@@ -273,14 +276,14 @@ def test_a_merged_object_gone_missing_is_refused_at_load_naming_it(tmp_path: Pat
     inner = FileStore(tmp_path)
 
     async def go() -> None:
-        a = await started(inner, clock=clock, spill_jobs=1)
+        a = await started(inner, clock=clock, **DEAD_SPILLS)
         await _spilled_rounds(a)
         await _merged(a, 1)
         ref, = stored(inner).spill_refs
         await a.stop()
         inner.delete(ref.key)
         before = inner.read(QUEUE_KEY).data
-        b = await successor(inner, clock, spill_jobs=1)
+        b = await successor(inner, clock, **DEAD_SPILLS)
         with pytest.raises(SegmentMissing, match=ref.key):
             await b.push("q", [b'{"x":2}'])
         assert inner.read(QUEUE_KEY).data == before
@@ -294,7 +297,7 @@ def test_a_merge_whose_old_objects_changed_meanwhile_is_given_up(tmp_path: Path)
     store = FileStore(tmp_path)
 
     async def go() -> None:
-        a = await started(store, clock=clock, spill_jobs=1, segment_grace_s=60.0)
+        a = await started(store, clock=clock, **DEAD_SPILLS, segment_grace_s=60.0)
         ids = await _spilled_rounds(a)
         await a.push("q", [b'{"x":0}'])  # (starts the merge)
         await _merge_ready(a)

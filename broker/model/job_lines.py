@@ -335,6 +335,16 @@ def pending_from_line(seq: int, line: bytes) -> Job:
     return job
 
 
+def pending_payload(line: bytes) -> bytes:
+    """The payload of the job a line of :func:`new_pending_lines` or
+    :func:`new_grouped_pending_lines` describes, as :func:`pending_from_line`
+    reads it, without making its ``Job`` (a claim held in a record answers the
+    payload and nothing else of the line). The payload is the line's last
+    field, and no field before it can spell ``","payload":`` (a JSON string
+    escapes its quotes). ``ValueError`` for a line without one."""
+    return line[line.index(_STAMP_PAYLOAD, 30) + len(_STAMP_PAYLOAD):-1]
+
+
 def line_group(line: bytes) -> str | None:
     """The group of the job a line of :func:`new_pending_lines` or
     :func:`new_grouped_pending_lines` describes (None: none), read without

@@ -433,7 +433,11 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
         seq = token_seq(token)
         job = None if seq is None else get(seq)
         if job is None and held is not None and (answer := held(wire, token, value)) is not None:
-            answers.append(answer)  # (held at a segment part: its record's done entry)
+            # (held at a segment part: its record's done entry; answers.append(), inlined)
+            answered.append(answer[0])
+            oks.append(answer[1])
+            reasons.append(answer[2])
+            statuses.append(answer[3])
             continue
         if job is None or isinstance(job, bytes) or (lease := job.rec) is None or \
                 job.status != CLAIMED or job.lease_token != token or \

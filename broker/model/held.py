@@ -11,12 +11,17 @@ fills the cache first (:func:`broker.model.segments.claims.held_loads`).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
+import orjson
+
+from broker import timefmt
 from broker.model.claim_records import ClaimRecord, Done
 from broker.model.format import codec
+from broker.model.format.archive import Archived
 from broker.model.format.segment_format import segment_job
 from broker.model.job import CLAIMED, COMPLETED, Job, seq_of
+from broker.model.job_lines import archive_line, archived_from_pending
 from broker.model.state import QueueState, SegmentRef, Span
 
 
@@ -317,6 +322,34 @@ def done_job(record: ClaimRecord, entry: Done, i: int, ref: SegmentRef, line: by
     job.result = entry.results[i]
     job._enc = None
     return job
+
+
+def done_lines(record: ClaimRecord, entry: Done,
+               lines: Sequence[tuple[SegmentRef, bytes]]) -> list[Archived]:
+    """The archive lines of ``entry``'s completions, ``lines`` the source line of
+    each of its positions in order (and its segment's ref): the bytes
+    :func:`broker.model.job_lines.archive_line` makes of :func:`done_job`'s job,
+    spliced from the source line without a ``Job`` each (one is made for a
+    line of another shape). ``ValueError`` for an entry not committed yet."""
+    commit = entry.commit
+    if commit is None:
+        raise ValueError(f"the completions of claim {record.fence} in commit "
+                         f"{entry.commit_seq} are not committed")
+    # (what follows the token is the same for every completion of the entry)
+    worker = b',"worker":' + orjson.dumps(record.worker) + b',"token":"j'
+    after = b'","commit_seq":%d,"commit":"%s","completed_at":"%s","result":' % (
+        entry.commit_seq, commit.encode(), timefmt.fmt_bytes(entry.at_ms))
+    seqs, fence, at_ms, commit_seq = record.seqs, record.fence, entry.at_ms, entry.commit_seq
+    out = []
+    for i, (pos, result, (ref, line)) in enumerate(zip(entry.pos, entry.results, lines,
+                                                       strict=True)):
+        seq = seqs[pos]
+        made = archived_from_pending(line, b"%s%010d.%d%s%s}\n" % (
+            worker, seq, fence + pos, after, b"null" if result is None else result))
+        if made is None:
+            made = archive_line(done_job(record, entry, i, ref, line))
+        out.append(Archived(seq, at_ms, commit_seq, commit, made))
+    return out
 
 
 def done_count(state: QueueState) -> int:

@@ -345,6 +345,36 @@ def pending_payload(line: bytes) -> bytes:
     return line[line.index(_STAMP_PAYLOAD, 30) + len(_STAMP_PAYLOAD):-1]
 
 
+_FIRST_ATTEMPT = b'","attempts":0,'
+
+
+def archived_from_pending(line: bytes, tail: bytes) -> bytes | None:
+    """The archive line (:func:`archive_line`'s bytes) of the job a line of
+    :func:`new_pending_lines` describes, completed on its first attempt: the
+    line with ``"status":"completed"`` and ``"attempts":1`` spliced in, its
+    closing brace replaced by ``tail`` (``,"worker":..`` to the result, the
+    closing brace and the line break, as :data:`_ARCHIVED_JOB` spells them).
+    The line's own fields stand as :func:`pending_from_line` reads them and
+    :func:`archive_line` writes them back (a broker's spelling). None for a
+    line of another shape (a group's, or attempted): the caller makes the
+    ``Job`` and encodes it."""
+    at = line.index(_RUN_AT, 30)
+    stamp_end = at + len(_RUN_AT) + _STAMP_CHARS
+    end = line.index(b",", stamp_end + len(_FIRST_ATTEMPT) + len(b'"max_attempts":'))
+    payload_at = end + _TO_PAYLOAD
+    if line[payload_at - _AFTER_STAMP:payload_at] != _STAMP_PAYLOAD \
+            or line[stamp_end:stamp_end + len(_FIRST_ATTEMPT)] != _FIRST_ATTEMPT \
+            or not line.startswith(b',\n{"id":"j'):
+        return None
+    head = line[2:at]  # (id, seq, status, priority: nothing a caller spelled)
+    status = head.find(b'"status":"pending",')
+    if status < 0:
+        return None
+    return b"".join((head[:status], b'"status":"completed",', head[status + 19:],
+                     line[at:stamp_end], b'","attempts":1,',
+                     line[stamp_end + len(_FIRST_ATTEMPT):-1], tail))
+
+
 def line_group(line: bytes) -> str | None:
     """The group of the job a line of :func:`new_pending_lines` or
     :func:`new_grouped_pending_lines` describes (None: none), read without

@@ -114,8 +114,21 @@ def records_verbatim(data: bytes) -> Iterator[tuple[dict[str, Any], bytes, bytes
         yield rec, payload, result
 
 
-def commit_object(queue: str, jobs: Sequence[Job]) -> tuple[str, bytes]:
-    """The archive object (key, bytes) of the completed ``jobs`` of one commit.
+class Archived(NamedTuple):
+    """A completion whose archive line is made already (from its segment's line,
+    see :func:`broker.model.held.done_lines`), with what :func:`commit_object`
+    and :func:`index_keys` read of a completed :class:`Job`."""
+
+    seq: int
+    done_ms: int
+    done_seq: int
+    done_commit: str
+    line: bytes  # archive_line()'s bytes for the job
+
+
+def commit_object(queue: str, jobs: Sequence[Job | Archived]) -> tuple[str, bytes]:
+    """The archive object (key, bytes) of the completed ``jobs`` of one commit
+    (jobs, or their lines made already: :class:`Archived`).
 
     ``jobs`` must all carry the same commit (``done_seq``, ``done_commit``);
     lines are in job order, so every broker makes the same bytes. Raises
@@ -125,16 +138,17 @@ def commit_object(queue: str, jobs: Sequence[Job]) -> tuple[str, bytes]:
         raise ValueError("an archive object needs at least one job")
     first = jobs[0]
     if first.done_ms is None or first.done_seq is None or first.done_commit is None:
-        raise ValueError(f"job {first.id} is not a committed completion")
+        raise ValueError(f"job {job_id_for(first.seq)} is not a committed completion")
     if any(j.done_seq != first.done_seq or j.done_commit != first.done_commit for j in jobs):
         raise ValueError("the jobs of one archive object must come from one commit")
     ordered = sorted(jobs, key=lambda j: j.seq)
     key = paths.archive_key(queue, first.done_ms, first.done_seq, first.done_commit,
                             ordered[0].seq, ordered[-1].seq)
-    return key, b"".join(archive_line(j) for j in ordered)
+    return key, b"".join(j.line if isinstance(j, Archived) else archive_line(j)
+                         for j in ordered)
 
 
-def index_keys(queue: str, jobs: Sequence[Job]) -> list[str]:
+def index_keys(queue: str, jobs: Sequence[Job | Archived]) -> list[str]:
     """The index entries of the archive object of ``jobs`` (one commit's, as for
     :func:`commit_object`): one per seq block among them, in the hour of the object."""
     hour = paths.archive_hour(jobs[0].done_ms or 0)

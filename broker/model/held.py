@@ -47,17 +47,23 @@ def unname(state: QueueState, record: ClaimRecord) -> None:
 
 
 def held_position(state: QueueState, token: str, fences: list[int] | None = None,
-                  hint: ClaimRecord | None = None) -> tuple[ClaimRecord, int] | None:
+                  hint: ClaimRecord | None = None,
+                  seq: int | None = None) -> tuple[ClaimRecord, int] | None:
     """The claim record and position that the stored ``token`` names at a segment
     part (no line of its own in the head), live or not, or None. ``fences``: the
     records' fences, ascending (made here when not given; one made before a
     record left the head still does: a token of a record gone is held by none).
     ``hint``: a record to try first (the one the caller's last token named: a
     claim's tokens come back together), found without a search if it is still
-    in the head and its fences span the token's."""
+    in the head and its fences span the token's. ``seq``: the token's job seq
+    (:func:`broker.model.job.token_seq`) when the caller read it already and
+    found no line of that job in the head."""
     head, dot, tail = token.rpartition(".")
-    seq = seq_of(head) if dot else None
-    if seq is None or seq in state.jobs.entries:
+    if seq is None:
+        seq = seq_of(head) if dot else None
+        if seq is None or seq in state.jobs.entries:
+            return None
+    elif not dot:
         return None
     try:
         fence = int(tail)
@@ -325,7 +331,7 @@ def done_job(record: ClaimRecord, entry: Done, i: int, ref: SegmentRef, line: by
 
 
 def done_lines(record: ClaimRecord, entry: Done,
-               lines: Sequence[tuple[SegmentRef, bytes]]) -> list[Archived]:
+               lines: Sequence[tuple[SegmentRef, bytes]]) -> Archived:
     """The archive lines of ``entry``'s completions, ``lines`` the source line of
     each of its positions in order (and its segment's ref): the bytes
     :func:`broker.model.job_lines.archive_line` makes of :func:`done_job`'s job,
@@ -339,17 +345,16 @@ def done_lines(record: ClaimRecord, entry: Done,
     worker = b',"worker":' + orjson.dumps(record.worker) + b',"token":"j'
     after = b'","commit_seq":%d,"commit":"%s","completed_at":"%s","result":' % (
         entry.commit_seq, commit.encode(), timefmt.fmt_bytes(entry.at_ms))
-    seqs, fence, at_ms, commit_seq = record.seqs, record.fence, entry.at_ms, entry.commit_seq
+    record_seqs, fence = record.seqs, record.fence
+    seqs = [record_seqs[pos] for pos in entry.pos]
     out = []
-    for i, (pos, result, (ref, line)) in enumerate(zip(entry.pos, entry.results, lines,
-                                                       strict=True)):
-        seq = seqs[pos]
-        made = archived_from_pending(line, b"%s%010d.%d%s%s}\n" % (
+    for i, (seq, pos, result, (ref, line)) in enumerate(zip(seqs, entry.pos, entry.results,
+                                                            lines, strict=True)):
+        made = archived_from_pending(line, b"%b%010d.%d%b%b}\n" % (
             worker, seq, fence + pos, after, b"null" if result is None else result))
-        if made is None:
-            made = archive_line(done_job(record, entry, i, ref, line))
-        out.append(Archived(seq, at_ms, commit_seq, commit, made))
-    return out
+        out.append(archive_line(done_job(record, entry, i, ref, line)) if made is None
+                   else made)
+    return Archived(seqs, out, entry.at_ms, entry.commit_seq, commit)
 
 
 def done_count(state: QueueState) -> int:

@@ -13,6 +13,7 @@ key windows) is joined by :mod:`broker.model.format.codec`. Pure: bytes in, byte
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Sequence
 
 import orjson
@@ -345,34 +346,54 @@ def pending_payload(line: bytes) -> bytes:
     return line[line.index(_STAMP_PAYLOAD, 30) + len(_STAMP_PAYLOAD):-1]
 
 
-_FIRST_ATTEMPT = b'","attempts":0,'
-
-
 def archived_from_pending(line: bytes, tail: bytes) -> bytes | None:
     """The archive line (:func:`archive_line`'s bytes) of the job a line of
     :func:`new_pending_lines` describes, completed on its first attempt: the
     line with ``"status":"completed"`` and ``"attempts":1`` spliced in, its
     closing brace replaced by ``tail`` (``,"worker":..`` to the result, the
     closing brace and the line break, as :data:`_ARCHIVED_JOB` spells them).
-    The line's own fields stand as :func:`pending_from_line` reads them and
-    :func:`archive_line` writes them back (a broker's spelling). None for a
-    line of another shape (a group's, or attempted): the caller makes the
-    ``Job`` and encodes it."""
-    at = line.index(_RUN_AT, 30)
-    stamp_end = at + len(_RUN_AT) + _STAMP_CHARS
-    end = line.index(b",", stamp_end + len(_FIRST_ATTEMPT) + len(b'"max_attempts":'))
-    payload_at = end + _TO_PAYLOAD
-    if line[payload_at - _AFTER_STAMP:payload_at] != _STAMP_PAYLOAD \
-            or line[stamp_end:stamp_end + len(_FIRST_ATTEMPT)] != _FIRST_ATTEMPT \
-            or not line.startswith(b',\n{"id":"j'):
+    The fields from status to the payload are what a push's (or a segment's)
+    jobs share, so they are checked and respliced once per spelling; they
+    must be as :func:`archive_line` writes them back (a broker's spelling).
+    None for a line of another shape (a group's, or attempted): the caller
+    makes the ``Job`` and encodes it."""
+    status = line.find(b',"status":"', 20)
+    payload = line.find(b'","payload":', 30)
+    if status < 0 or payload < 0 or not line.startswith(b',\n{"id":"j'):
         return None
-    head = line[2:at]  # (id, seq, status, priority: nothing a caller spelled)
-    status = head.find(b'"status":"pending",')
-    if status < 0:
+    shared = line[status:payload]
+    spliced = _archived_shared.get(shared)
+    if spliced is None:
+        if len(_archived_shared) >= 4096:  # a few pushes' worth is all that is reused
+            _archived_shared.clear()
+        spliced = _archived_shared[shared] = _completed_shared(shared)
+    if not spliced:
         return None
-    return b"".join((head[:status], b'"status":"completed",', head[status + 19:],
-                     line[at:stamp_end], b'","attempts":1,',
-                     line[stamp_end + len(_FIRST_ATTEMPT):-1], tail))
+    return b"%b%b%b%b" % (line[2:status], spliced, line[payload:-1], tail)
+
+
+_archived_shared: dict[bytes, bytes] = {}
+_PENDING_SHARED = re.compile(
+    rb',"status":"pending","priority":(0|-?[1-9][0-9]*),"run_at":"([^"]*)",'
+    rb'"attempts":0,"max_attempts":([1-9][0-9]*),"created_at":"([^"]*)')
+
+
+def _completed_shared(shared: bytes) -> bytes:
+    """The fields from status up to the payload of a pending line's job
+    (``shared``, as :func:`new_pending_lines` spells them) as its archive line
+    spells them once completed on its first attempt; empty if they are not
+    spelled so (a group, an attempt, a time not as the broker writes it)."""
+    match = _PENDING_SHARED.fullmatch(shared)
+    if match is None:
+        return b""
+    for stamp in (match[2], match[4]):
+        try:
+            if timefmt.fmt_bytes(stamp_ms(stamp)) != stamp:
+                return b""
+        except ValueError:
+            return b""
+    return b',"status":"completed","priority":%b,"run_at":"%b","attempts":1,' \
+        b'"max_attempts":%b,"created_at":"%b' % (match[1], match[2], match[3], match[4])
 
 
 def line_group(line: bytes) -> str | None:

@@ -356,9 +356,9 @@ def _complete(state: QueueState, op: Complete, now_ms: int) -> Result:
     records = list(state.claim_records) if state.seg_names else []
     last: ClaimRecord | None = None  # the record the last held token named
 
-    def held(wire: str, token: str, value: bytes | None) -> ItemResult | None:
+    def held(wire: str, token: str, seq: int, value: bytes | None) -> ItemResult | None:
         nonlocal last
-        found = held_position(state, token, records, last) if records else None
+        found = held_position(state, token, records, last, seq) if records else None
         if found is None:
             return None
         record, pos = found

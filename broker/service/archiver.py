@@ -121,28 +121,39 @@ class Archiver:
         for record, entry in done:
             lines: list[tuple[SegmentRef, bytes]] = []
             span: Span | None = None
+            part: list[bytes] = []
             for pos in entry.pos:
                 if span is None or not span[0] <= pos < span[0] + span[1]:
-                    span = record.seg_span(pos)  # (positions ascend: a span's run at a time)
-                if span is None:
-                    raise CorruptState(f"claim {record.fence} completed position {pos}, "
-                                       "which is not held at a segment part")
-                got = state.held.line(record.fence, span, pos - span[0])
-                if got is None:
-                    read_lines = read.get((record.fence, span))
-                    ref = refs.get(span[2])
-                    if ref is None:
-                        raise CorruptState(f"claim {record.fence} holds jobs of segment "
-                                           f"{span[2]}, which the queue does not reference")
-                    if read_lines is None:
-                        if self.segments is None:
-                            raise CorruptState("no segment store to read completions from")
-                        read_lines = read[(record.fence, span)] = \
-                            await self.segments.read_window(ref, span[3], span[3] + span[1])
-                    got = ref, read_lines[pos - span[0]]
-                lines.append(got)
-            out += held.done_lines(record, entry, lines)
+                    # (positions ascend: a span's run at a time)
+                    span = record.seg_span(pos)
+                    if span is None:
+                        raise CorruptState(f"claim {record.fence} completed position {pos}, "
+                                           "which is not held at a segment part")
+                    got = state.held.lines(record.fence, span)
+                    if got is None or len(got[1]) != span[1]:
+                        got = await self._read_part(record, span, refs, read)
+                    ref, part = got
+                lines.append((ref, part[pos - span[0]]))
+            out.append(held.done_lines(record, entry, lines))
         return out
+
+    async def _read_part(self, record: ClaimRecord, span: Span, refs: dict[str, SegmentRef],
+                         read: dict[tuple[int, Span], list[bytes]]
+                         ) -> tuple[SegmentRef, list[bytes]]:
+        """The ref and lines of ``record``'s segment part ``span`` read from its
+        segment (kept in ``read``), for a cache that lacks them. Raises as
+        :meth:`_done_jobs` does."""
+        ref = refs.get(span[2])
+        if ref is None:
+            raise CorruptState(f"claim {record.fence} holds jobs of segment "
+                               f"{span[2]}, which the queue does not reference")
+        lines = read.get((record.fence, span))
+        if lines is None:
+            if self.segments is None:
+                raise CorruptState("no segment store to read completions from")
+            lines = read[(record.fence, span)] = await self.segments.read_window(
+                ref, span[3], span[3] + span[1])
+        return ref, lines
 
     async def _write(self, seq: int, jobs: list[Job | Archived],
                      done: list[tuple[ClaimRecord, Done]], state: QueueState) -> None:

@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from operator import itemgetter
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 import orjson
@@ -115,45 +116,52 @@ def records_verbatim(data: bytes) -> Iterator[tuple[dict[str, Any], bytes, bytes
 
 
 class Archived(NamedTuple):
-    """A completion whose archive line is made already (from its segment's line,
-    see :func:`broker.model.held.done_lines`), with what :func:`commit_object`
-    and :func:`index_keys` read of a completed :class:`Job`."""
+    """Completions of one commit whose archive lines are made already (from
+    their segment's lines, see :func:`broker.model.held.done_lines`): their
+    seqs and lines, aligned, and the commit, as :func:`commit_object` and
+    :func:`index_keys` read them of a completed :class:`Job`."""
 
-    seq: int
+    seqs: list[int]
+    lines: list[bytes]  # archive_line()'s bytes for each job
     done_ms: int
     done_seq: int
     done_commit: str
-    line: bytes  # archive_line()'s bytes for the job
 
 
 def commit_object(queue: str, jobs: Sequence[Job | Archived]) -> tuple[str, bytes]:
     """The archive object (key, bytes) of the completed ``jobs`` of one commit
-    (jobs, or their lines made already: :class:`Archived`).
+    (jobs, or runs of their lines made already: :class:`Archived`).
 
     ``jobs`` must all carry the same commit (``done_seq``, ``done_commit``);
     lines are in job order, so every broker makes the same bytes. Raises
-    ``ValueError`` for an empty list or jobs of different commits.
+    ``ValueError`` for no job or jobs of different commits.
     """
-    if not jobs:
+    keyed: list[tuple[int, Job | bytes]] = []
+    for j in jobs:
+        if isinstance(j, Archived):
+            keyed += zip(j.seqs, j.lines, strict=True)
+        else:
+            keyed.append((j.seq, j))
+    if not keyed:
         raise ValueError("an archive object needs at least one job")
     first = jobs[0]
     if first.done_ms is None or first.done_seq is None or first.done_commit is None:
-        raise ValueError(f"job {job_id_for(first.seq)} is not a committed completion")
+        raise ValueError(f"job {job_id_for(keyed[0][0])} is not a committed completion")
     if any(j.done_seq != first.done_seq or j.done_commit != first.done_commit for j in jobs):
         raise ValueError("the jobs of one archive object must come from one commit")
-    ordered = sorted(jobs, key=lambda j: j.seq)
+    keyed.sort(key=itemgetter(0))
     key = paths.archive_key(queue, first.done_ms, first.done_seq, first.done_commit,
-                            ordered[0].seq, ordered[-1].seq)
-    return key, b"".join(j.line if isinstance(j, Archived) else archive_line(j)
-                         for j in ordered)
+                            keyed[0][0], keyed[-1][0])
+    return key, b"".join(j if isinstance(j, bytes) else archive_line(j) for _, j in keyed)
 
 
 def index_keys(queue: str, jobs: Sequence[Job | Archived]) -> list[str]:
     """The index entries of the archive object of ``jobs`` (one commit's, as for
     :func:`commit_object`): one per seq block among them, in the hour of the object."""
     hour = paths.archive_hour(jobs[0].done_ms or 0)
-    return [paths.archive_block_key(queue, block, hour)
-            for block in sorted({j.seq >> BLOCK_SHIFT for j in jobs})]
+    blocks = {s >> BLOCK_SHIFT for j in jobs if isinstance(j, Archived) for s in j.seqs}
+    blocks.update(j.seq >> BLOCK_SHIFT for j in jobs if not isinstance(j, Archived))
+    return [paths.archive_block_key(queue, block, hour) for block in sorted(blocks)]
 
 
 def start_key(queue: str, now_ms: int, legacy: bool) -> str:

@@ -52,10 +52,11 @@ def test_the_lines_are_archive_lines_of_the_jobs(first: int, priority: int, run_
     assert all(archived_from_pending(line, b"}\n") for _, line in got)  # (spliced, no Job)
     made = done_lines(record, entry, got)
     want = [archive_line(done_job(record, entry, i, r, line)) for i, (r, line) in enumerate(got)]
-    assert [a.line for a in made] == want
-    assert [(a.seq, a.done_ms, a.done_seq, a.done_commit) for a in made] == [
-        (record.seqs[p], entry.at_ms, entry.commit_seq, entry.commit) for p in entry.pos]
-    row = orjson.loads(made[0].line)
+    assert made.lines == want
+    assert made.seqs == [record.seqs[p] for p in entry.pos]
+    assert (made.done_ms, made.done_seq, made.done_commit) == (
+        entry.at_ms, entry.commit_seq, entry.commit)
+    row = orjson.loads(made.lines[0])
     assert (row["status"], row["attempts"], row["worker"]) == ("completed", 1, worker)
 
 
@@ -68,7 +69,7 @@ def test_a_grouped_line_is_made_through_its_job() -> None:
     got = [(ref, lines[p - 2]) for p in entry.pos]
     assert [archived_from_pending(line, b"}\n") is None for _, line in got] == [
         True, False, False, True, True]  # (the grouped ones: made through their Job)
-    assert [a.line for a in done_lines(record, entry, got)] == [
+    assert done_lines(record, entry, got).lines == [
         archive_line(done_job(record, entry, i, r, line)) for i, (r, line) in enumerate(got)]
 
 

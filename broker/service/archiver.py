@@ -39,14 +39,15 @@ log = logging.getLogger("osqueue.archive")
 
 
 
-def write_commit(store: ObjectStore, queue: str, jobs: Sequence[Job | Archived],
-                 indexed: set[str] | None = None) -> str:
+def write_commit(store: ObjectStore, queue: str, jobs: Sequence[Job],
+                 indexed: set[str] | None = None, archived: Sequence[Archived] = ()) -> str:
     """Write (or rewrite, identically) the index entries, then the archive object
-    of one commit's completions; return its key. ``indexed``: entries known to
-    be written already (skipped; those written are added). Raises the store's
-    errors (the object is not written unless every entry was)."""
-    key, data = archive.commit_object(queue, jobs)
-    for entry in archive.index_keys(queue, jobs):
+    of one commit's completions (``jobs``, and ``archived``: lines made already);
+    return its key. ``indexed``: entries known to be written already (skipped;
+    those written are added). Raises the store's errors (the object is not
+    written unless every entry was)."""
+    key, data = archive.commit_object(queue, jobs, archived)
+    for entry in archive.index_keys(queue, jobs, archived):
         if indexed is None or entry not in indexed:
             store.put(entry, b"")
             if indexed is not None:
@@ -100,7 +101,7 @@ class Archiver:
         for seq in [*state.completed, *state.done_commits]:
             if seq in self._writing or seq in self._written:
                 continue
-            jobs: list[Job | Archived] = [state.jobs[s] for s in state.completed.get(seq, ())]
+            jobs = [state.jobs[s] for s in state.completed.get(seq, ())]
             done = held.done_entries(state, seq) if state.done_commits else []
             self._writing[seq] = asyncio.get_running_loop().create_task(
                 self._write(seq, jobs, done, state), name=f"archive {self.queue} {seq}")
@@ -155,22 +156,24 @@ class Archiver:
                 ref, span[3], span[3] + span[1])
         return ref, lines
 
-    async def _write(self, seq: int, jobs: list[Job | Archived],
+    async def _write(self, seq: int, jobs: list[Job],
                      done: list[tuple[ClaimRecord, Done]], state: QueueState) -> None:
         delays = backoff_delays(first_s=0.1, cap_s=30.0)
         if len(self._indexed) > 4096:  # (old hours: written long ago)
             self._indexed.clear()
+        archived: list[Archived] = []
         try:
             while True:
                 try:
                     if done:  # (completions held in claim records: their lines first)
-                        jobs, done = [*jobs, *await self._done_jobs(done, state)], []
+                        archived, done = await self._done_jobs(done, state), []
                     if not self._started:
+                        first = jobs[0] if jobs else archived[0]
                         await run_io(self._executor, write_start, self.store, self.queue,
-                                     jobs[0].done_ms or 0, bool(self._legacy))
+                                     first.done_ms or 0, bool(self._legacy))
                         self._started = True
                     await run_io(self._executor, write_commit, self.store, self.queue, jobs,
-                                 self._indexed)
+                                 self._indexed, archived)
                     break
                 except (OsqueueError, OSError) as exc:
                     self.failures += 1

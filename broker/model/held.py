@@ -11,12 +11,17 @@ fills the cache first (:func:`broker.model.segments.claims.held_loads`).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
+import orjson
+
+from broker import timefmt
 from broker.model.claim_records import ClaimRecord, Done
 from broker.model.format import codec
+from broker.model.format.archive import Archived
 from broker.model.format.segment_format import segment_job
-from broker.model.job import CLAIMED, COMPLETED, Job, token_seq
+from broker.model.job import CLAIMED, COMPLETED, Job, seq_of
+from broker.model.job_lines import archive_line, archived_from_pending
 from broker.model.state import QueueState, SegmentRef, Span
 
 
@@ -41,28 +46,44 @@ def unname(state: QueueState, record: ClaimRecord) -> None:
     state.held.forget(record.fence)
 
 
-def held_position(state: QueueState, token: str,
-                  fences: list[int] | None = None) -> tuple[ClaimRecord, int] | None:
+def held_position(state: QueueState, token: str, fences: list[int] | None = None,
+                  hint: ClaimRecord | None = None,
+                  seq: int | None = None) -> tuple[ClaimRecord, int] | None:
     """The claim record and position that the stored ``token`` names at a segment
     part (no line of its own in the head), live or not, or None. ``fences``: the
     records' fences, ascending (made here when not given; one made before a
-    record left the head still does: a token of a record gone is held by none)."""
-    seq = token_seq(token)
-    if seq is None or seq in state.jobs.entries:
+    record left the head still does: a token of a record gone is held by none).
+    ``hint``: a record to try first (the one the caller's last token named: a
+    claim's tokens come back together), found without a search if it is still
+    in the head and its fences span the token's. ``seq``: the token's job seq
+    (:func:`broker.model.job.token_seq`) when the caller read it already and
+    found no line of that job in the head."""
+    head, dot, tail = token.rpartition(".")
+    if seq is None:
+        seq = seq_of(head) if dot else None
+        if seq is None or seq in state.jobs.entries:
+            return None
+    elif not dot:
         return None
     try:
-        fence = int(token[token.rindex(".") + 1:])
+        fence = int(tail)
     except ValueError:
         return None
     records = state.claim_records
-    if fences is None:
-        fences = list(records)
-    at = bisect.bisect_right(fences, fence) - 1
-    if at < 0:
-        return None
-    record = records.get(fences[at])  # (``fences`` may name records gone since: none holds it)
-    if record is None:
-        return None
+    if hint is not None and hint.fence <= fence < hint.fence + len(hint.seqs) and \
+            records.get(hint.fence) is hint:  # (fence ranges are disjoint: the search's)
+        record = hint
+    else:
+        if fences is None:
+            fences = list(records)
+        at = bisect.bisect_right(fences, fence) - 1
+        if at < 0:
+            return None
+        # (``fences`` may name records gone since: none holds it)
+        found = records.get(fences[at])
+        if found is None:
+            return None
+        record = found
     pos = fence - record.fence
     if pos >= record.n or record.seqs[pos] != seq or record.seg_span(pos) is None:
         return None
@@ -226,8 +247,10 @@ def complete_position(state: QueueState, record: ClaimRecord, pos: int,
     payload: the archive object reads it from the segment)."""
     commit_seq = state.seq + 1
     record.settled |= 1 << pos
-    record.cancel.pop(pos, None)
-    _left_held(state)
+    if record.cancel:
+        record.cancel.pop(pos, None)
+    if state.groups is not None:  # (_left_held(), inlined: this runs once per job)
+        state.groups.settle(None)
     entries = record.completions
     if entries is None:
         entries = record.completions = []
@@ -236,9 +259,14 @@ def complete_position(state: QueueState, record: ClaimRecord, pos: int,
         state.done_commits.setdefault(commit_seq, []).append(record.fence)
     state.approx_bytes += len(result or b"") + 8  # (results are in the head until archived)
     entry = entries[-1]  # (positions ascending, results aligned: runs on disk)
-    at = bisect.bisect(entry.pos, pos)
-    entry.pos.insert(at, pos)
-    entry.results.insert(at, result)
+    done = entry.pos
+    if not done or done[-1] < pos:  # (a claim's tokens mostly come back in order)
+        done.append(pos)
+        entry.results.append(result)
+    else:
+        at = bisect.bisect(done, pos)
+        done.insert(at, pos)
+        entry.results.insert(at, result)
     record._enc = None
 
 
@@ -300,6 +328,33 @@ def done_job(record: ClaimRecord, entry: Done, i: int, ref: SegmentRef, line: by
     job.result = entry.results[i]
     job._enc = None
     return job
+
+
+def done_lines(record: ClaimRecord, entry: Done,
+               lines: Sequence[tuple[SegmentRef, bytes]]) -> Archived:
+    """The archive lines of ``entry``'s completions, ``lines`` the source line of
+    each of its positions in order (and its segment's ref): the bytes
+    :func:`broker.model.job_lines.archive_line` makes of :func:`done_job`'s job,
+    spliced from the source line without a ``Job`` each (one is made for a
+    line of another shape). ``ValueError`` for an entry not committed yet."""
+    commit = entry.commit
+    if commit is None:
+        raise ValueError(f"the completions of claim {record.fence} in commit "
+                         f"{entry.commit_seq} are not committed")
+    # (what follows the token is the same for every completion of the entry)
+    worker = b',"worker":' + orjson.dumps(record.worker) + b',"token":"j'
+    after = b'","commit_seq":%d,"commit":"%s","completed_at":"%s","result":' % (
+        entry.commit_seq, commit.encode(), timefmt.fmt_bytes(entry.at_ms))
+    record_seqs, fence = record.seqs, record.fence
+    seqs = [record_seqs[pos] for pos in entry.pos]
+    out = []
+    for i, (seq, pos, result, (ref, line)) in enumerate(zip(seqs, entry.pos, entry.results,
+                                                            lines, strict=True)):
+        made = archived_from_pending(line, b"%b%010d.%d%b%b}\n" % (
+            worker, seq, fence + pos, after, b"null" if result is None else result))
+        out.append(archive_line(done_job(record, entry, i, ref, line)) if made is None
+                   else made)
+    return Archived(seqs, out, entry.at_ms, entry.commit_seq, commit)
 
 
 def done_count(state: QueueState) -> int:

@@ -13,6 +13,7 @@ key windows) is joined by :mod:`broker.model.format.codec`. Pure: bytes in, byte
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Sequence
 
 import orjson
@@ -333,6 +334,66 @@ def pending_from_line(seq: int, line: bytes) -> Job:
         job.group = group_of_field(field) if group is None else group
     job._enc = line
     return job
+
+
+def pending_payload(line: bytes) -> bytes:
+    """The payload of the job a line of :func:`new_pending_lines` or
+    :func:`new_grouped_pending_lines` describes, as :func:`pending_from_line`
+    reads it, without making its ``Job`` (a claim held in a record answers the
+    payload and nothing else of the line). The payload is the line's last
+    field, and no field before it can spell ``","payload":`` (a JSON string
+    escapes its quotes). ``ValueError`` for a line without one."""
+    return line[line.index(_STAMP_PAYLOAD, 30) + len(_STAMP_PAYLOAD):-1]
+
+
+def archived_from_pending(line: bytes, tail: bytes) -> bytes | None:
+    """The archive line (:func:`archive_line`'s bytes) of the job a line of
+    :func:`new_pending_lines` describes, completed on its first attempt: the
+    line with ``"status":"completed"`` and ``"attempts":1`` spliced in, its
+    closing brace replaced by ``tail`` (``,"worker":..`` to the result, the
+    closing brace and the line break, as :data:`_ARCHIVED_JOB` spells them).
+    The fields from status to the payload are what a push's (or a segment's)
+    jobs share, so they are checked and respliced once per spelling; they
+    must be as :func:`archive_line` writes them back (a broker's spelling).
+    None for a line of another shape (a group's, or attempted): the caller
+    makes the ``Job`` and encodes it."""
+    status = line.find(b',"status":"', 20)
+    payload = line.find(b'","payload":', 30)
+    if status < 0 or payload < 0 or not line.startswith(b',\n{"id":"j'):
+        return None
+    shared = line[status:payload]
+    spliced = _archived_shared.get(shared)
+    if spliced is None:
+        if len(_archived_shared) >= 4096:  # a few pushes' worth is all that is reused
+            _archived_shared.clear()
+        spliced = _archived_shared[shared] = _completed_shared(shared)
+    if not spliced:
+        return None
+    return b"%b%b%b%b" % (line[2:status], spliced, line[payload:-1], tail)
+
+
+_archived_shared: dict[bytes, bytes] = {}
+_PENDING_SHARED = re.compile(
+    rb',"status":"pending","priority":(0|-?[1-9][0-9]*),"run_at":"([^"]*)",'
+    rb'"attempts":0,"max_attempts":([1-9][0-9]*),"created_at":"([^"]*)')
+
+
+def _completed_shared(shared: bytes) -> bytes:
+    """The fields from status up to the payload of a pending line's job
+    (``shared``, as :func:`new_pending_lines` spells them) as its archive line
+    spells them once completed on its first attempt; empty if they are not
+    spelled so (a group, an attempt, a time not as the broker writes it)."""
+    match = _PENDING_SHARED.fullmatch(shared)
+    if match is None:
+        return b""
+    for stamp in (match[2], match[4]):
+        try:
+            if timefmt.fmt_bytes(stamp_ms(stamp)) != stamp:
+                return b""
+        except ValueError:
+            return b""
+    return b',"status":"completed","priority":%b,"run_at":"%b","attempts":1,' \
+        b'"max_attempts":%b,"created_at":"%b' % (match[1], match[2], match[3], match[4])
 
 
 def line_group(line: bytes) -> str | None:

@@ -397,14 +397,14 @@ def claim_ready(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
 def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], now_ms: int,
                   stored: Callable[[str], str | None],
                   stale: Callable[[str, str | None], ItemResult],
-                  held: Callable[[str, str, bytes | None], ItemResult | None] | None = None,
+                  held: Callable[[str, str, int, bytes | None], ItemResult | None] | None = None,
                   ) -> tuple[ItemResults, list[int]]:
     """Complete the job each live token holds, with its result (JSON bytes or
     None), in the commit after ``state.seq``. Each item's token is a client's:
     ``stored(token)`` is the stored token it stands for, or None if its tag
     does not verify. Answers ``stale(token, stored token or None)`` for the
     tokens that hold no live lease, and for those whose job is marked for
-    cancellation (``stale`` ends such a job cancelled). ``held(wire, token,
+    cancellation (``stale`` ends such a job cancelled). ``held(wire, token, seq,
     result)``, for a token whose job has no line, answers it if a claim record
     holds it at a segment part (:mod:`broker.model.held`), else None. Returns
     the answers in order (column-wise, see :mod:`broker.model.columns`, each
@@ -432,8 +432,13 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
             continue
         seq = token_seq(token)
         job = None if seq is None else get(seq)
-        if job is None and held is not None and (answer := held(wire, token, value)) is not None:
-            answers.append(answer)  # (held at a segment part: its record's done entry)
+        if job is None and held is not None and seq is not None and \
+                (answer := held(wire, token, seq, value)) is not None:
+            # (held at a segment part: its record's done entry; answers.append(), inlined)
+            answered.append(answer[0])
+            oks.append(answer[1])
+            reasons.append(answer[2])
+            statuses.append(answer[3])
             continue
         if job is None or isinstance(job, bytes) or (lease := job.rec) is None or \
                 job.status != CLAIMED or job.lease_token != token or \

@@ -271,6 +271,16 @@ class HeldJobs:
         ref, blob, offsets = part
         return ref, blob[offsets[i]:offsets[i + 1]]
 
+    def lines(self, fence: int, span: Span) -> tuple[SegmentRef, list[bytes]] | None:
+        """The ref and every line of record ``fence``'s segment part ``span``, in
+        order, or None if it is not loaded (the archiver reads a done entry's
+        runs of positions so, not a line at a time)."""
+        part = self.parts.get((fence, span))
+        if part is None:
+            return None
+        ref, blob, offsets = part
+        return ref, [blob[a:b] for a, b in itertools.pairwise(offsets)]
+
     def has(self, fence: int, span: Span) -> bool:
         """Whether record ``fence``'s segment part ``span`` is loaded."""
         return (fence, span) in self.parts

@@ -58,6 +58,7 @@ from broker.limits import (
 )
 from broker.model import browse, cancels, idempotency, lifecycle, queue_rules, tokens
 from broker.model import receipts as R
+from broker.model.claim_records import ClaimRecord
 from broker.model.columns import Columns, plain_rows
 from broker.model.format.segment_format import segment_job
 from broker.model.held import (
@@ -359,12 +360,15 @@ def _complete(state: QueueState, op: Complete, now_ms: int) -> Result:
     ended: list[str] = []
     fences_held: list[int] = []
     records = list(state.claim_records) if state.seg_names else []
+    last: ClaimRecord | None = None  # the record the last held token named
 
-    def held(wire: str, token: str, value: bytes | None) -> ItemResult | None:
-        found = held_position(state, token, records) if records else None
+    def held(wire: str, token: str, seq: int, value: bytes | None) -> ItemResult | None:
+        nonlocal last
+        found = held_position(state, token, records, last, seq) if records else None
         if found is None:
             return None
         record, pos = found
+        last = record
         if record.is_settled(pos):  # a repeat answered from its done entry, if one has it
             return ItemResult(wire, True, None, COMPLETED) if done_at(record, pos) else None
         if record.expires_ms <= now_ms:

@@ -28,8 +28,9 @@ from broker.errors import CorruptState, OsqueueError
 from broker.model import held
 from broker.model.claim_records import ClaimRecord, Done
 from broker.model.format import archive
+from broker.model.format.archive import Archived
 from broker.model.job import Job
-from broker.model.state import QueueState, Span
+from broker.model.state import QueueState, SegmentRef, Span
 from broker.retry import backoff_delays
 from broker.service.segment_store import SegmentStore
 from broker.storage import ObjectStore
@@ -39,13 +40,14 @@ log = logging.getLogger("osqueue.archive")
 
 
 def write_commit(store: ObjectStore, queue: str, jobs: Sequence[Job],
-                 indexed: set[str] | None = None) -> str:
+                 indexed: set[str] | None = None, archived: Sequence[Archived] = ()) -> str:
     """Write (or rewrite, identically) the index entries, then the archive object
-    of one commit's completions; return its key. ``indexed``: entries known to
-    be written already (skipped; those written are added). Raises the store's
-    errors (the object is not written unless every entry was)."""
-    key, data = archive.commit_object(queue, jobs)
-    for entry in archive.index_keys(queue, jobs):
+    of one commit's completions (``jobs``, and ``archived``: lines made already);
+    return its key. ``indexed``: entries known to be written already (skipped;
+    those written are added). Raises the store's errors (the object is not
+    written unless every entry was)."""
+    key, data = archive.commit_object(queue, jobs, archived)
+    for entry in archive.index_keys(queue, jobs, archived):
         if indexed is None or entry not in indexed:
             store.put(entry, b"")
             if indexed is not None:
@@ -105,55 +107,73 @@ class Archiver:
                 self._write(seq, jobs, done, state), name=f"archive {self.queue} {seq}")
 
     async def _done_jobs(self, done: list[tuple[ClaimRecord, Done]],
-                         state: QueueState) -> list[Job]:
-        """The completed jobs of ``done`` (records' done entries), their lines from
-        the held-jobs cache or, when it lacks them (after a takeover), read from
-        their segments: the same jobs, so the same archive bytes, either way.
+                         state: QueueState) -> list[Archived]:
+        """The archive lines of the completions of ``done`` (records' done entries,
+        :func:`broker.model.held.done_lines`), from their source lines in the
+        held-jobs cache or, when it lacks them (after a takeover), read from
+        their segments: the same lines, so the same archive bytes, either way.
         Raises the store's errors, ``SegmentMissing``, and ``CorruptState`` when a
         record's done entry names a position or a segment the head does not hold
         (the write is then retried with backoff, counted in ``failures``, as any
         other failed archive write, rather than ending its task unseen)."""
         refs = {ref.key: ref for ref in state.segment_refs}
-        out: list[Job] = []
+        out: list[Archived] = []
         read: dict[tuple[int, Span], list[bytes]] = {}
         for record, entry in done:
-            for i, pos in enumerate(entry.pos):
-                span = record.seg_span(pos)
-                if span is None:
-                    raise CorruptState(f"claim {record.fence} completed position {pos}, "
-                                       "which is not held at a segment part")
-                got = state.held.line(record.fence, span, pos - span[0])
-                if got is None:
-                    lines = read.get((record.fence, span))
-                    ref = refs.get(span[2])
-                    if ref is None:
-                        raise CorruptState(f"claim {record.fence} holds jobs of segment "
-                                           f"{span[2]}, which the queue does not reference")
-                    if lines is None:
-                        if self.segments is None:
-                            raise CorruptState("no segment store to read completions from")
-                        lines = read[(record.fence, span)] = await self.segments.read_window(
-                            ref, span[3], span[3] + span[1])
-                    got = ref, lines[pos - span[0]]
-                out.append(held.done_job(record, entry, i, got[0], got[1]))
+            lines: list[tuple[SegmentRef, bytes]] = []
+            span: Span | None = None
+            part: list[bytes] = []
+            for pos in entry.pos:
+                if span is None or not span[0] <= pos < span[0] + span[1]:
+                    # (positions ascend: a span's run at a time)
+                    span = record.seg_span(pos)
+                    if span is None:
+                        raise CorruptState(f"claim {record.fence} completed position {pos}, "
+                                           "which is not held at a segment part")
+                    got = state.held.lines(record.fence, span)
+                    if got is None or len(got[1]) != span[1]:
+                        got = await self._read_part(record, span, refs, read)
+                    ref, part = got
+                lines.append((ref, part[pos - span[0]]))
+            out.append(held.done_lines(record, entry, lines))
         return out
+
+    async def _read_part(self, record: ClaimRecord, span: Span, refs: dict[str, SegmentRef],
+                         read: dict[tuple[int, Span], list[bytes]]
+                         ) -> tuple[SegmentRef, list[bytes]]:
+        """The ref and lines of ``record``'s segment part ``span`` read from its
+        segment (kept in ``read``), for a cache that lacks them. Raises as
+        :meth:`_done_jobs` does."""
+        ref = refs.get(span[2])
+        if ref is None:
+            raise CorruptState(f"claim {record.fence} holds jobs of segment "
+                               f"{span[2]}, which the queue does not reference")
+        lines = read.get((record.fence, span))
+        if lines is None:
+            if self.segments is None:
+                raise CorruptState("no segment store to read completions from")
+            lines = read[(record.fence, span)] = await self.segments.read_window(
+                ref, span[3], span[3] + span[1])
+        return ref, lines
 
     async def _write(self, seq: int, jobs: list[Job],
                      done: list[tuple[ClaimRecord, Done]], state: QueueState) -> None:
         delays = backoff_delays(first_s=0.1, cap_s=30.0)
         if len(self._indexed) > 4096:  # (old hours: written long ago)
             self._indexed.clear()
+        archived: list[Archived] = []
         try:
             while True:
                 try:
                     if done:  # (completions held in claim records: their lines first)
-                        jobs, done = jobs + await self._done_jobs(done, state), []
+                        archived, done = await self._done_jobs(done, state), []
                     if not self._started:
+                        first = jobs[0] if jobs else archived[0]
                         await run_io(self._executor, write_start, self.store, self.queue,
-                                     jobs[0].done_ms or 0, bool(self._legacy))
+                                     first.done_ms or 0, bool(self._legacy))
                         self._started = True
                     await run_io(self._executor, write_commit, self.store, self.queue, jobs,
-                                 self._indexed)
+                                 self._indexed, archived)
                     break
                 except (OsqueueError, OSError) as exc:
                     self.failures += 1

@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from operator import itemgetter
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 import orjson
@@ -114,32 +115,60 @@ def records_verbatim(data: bytes) -> Iterator[tuple[dict[str, Any], bytes, bytes
         yield rec, payload, result
 
 
-def commit_object(queue: str, jobs: Sequence[Job]) -> tuple[str, bytes]:
-    """The archive object (key, bytes) of the completed ``jobs`` of one commit.
+class Archived(NamedTuple):
+    """Completions of one commit whose archive lines are made already (from
+    their segment's lines, see :func:`broker.model.held.done_lines`): their
+    seqs and lines, aligned, and the commit, as :func:`commit_object` and
+    :func:`index_keys` read them of a completed :class:`Job`."""
 
-    ``jobs`` must all carry the same commit (``done_seq``, ``done_commit``);
-    lines are in job order, so every broker makes the same bytes. Raises
-    ``ValueError`` for an empty list or jobs of different commits.
+    seqs: list[int]
+    lines: list[bytes]  # archive_line()'s bytes for each job
+    done_ms: int
+    done_seq: int
+    done_commit: str
+
+
+def commit_object(queue: str, jobs: Sequence[Job],
+                  archived: Sequence[Archived] = ()) -> tuple[str, bytes]:
+    """The archive object (key, bytes) of the completed ``jobs`` of one commit,
+    and of ``archived``: more of its completions, their lines made already.
+
+    All must carry the same commit (``done_seq``, ``done_commit``); lines are in
+    job order, so every broker makes the same bytes. Raises ``ValueError`` for
+    no job or jobs of different commits.
     """
-    if not jobs:
+    everything: list[Job | Archived] = [*jobs, *archived]
+    if not jobs and not any(a.seqs for a in archived):
         raise ValueError("an archive object needs at least one job")
-    first = jobs[0]
+    first = everything[0]
     if first.done_ms is None or first.done_seq is None or first.done_commit is None:
-        raise ValueError(f"job {first.id} is not a committed completion")
-    if any(j.done_seq != first.done_seq or j.done_commit != first.done_commit for j in jobs):
+        seq = first.seq if isinstance(first, Job) else first.seqs[0]
+        raise ValueError(f"job {job_id_for(seq)} is not a committed completion")
+    if any(j.done_seq != first.done_seq or j.done_commit != first.done_commit
+           for j in everything):
         raise ValueError("the jobs of one archive object must come from one commit")
-    ordered = sorted(jobs, key=lambda j: j.seq)
+    if not archived:
+        ordered = sorted(jobs, key=lambda j: j.seq)
+        key = paths.archive_key(queue, first.done_ms, first.done_seq, first.done_commit,
+                                ordered[0].seq, ordered[-1].seq)
+        return key, b"".join(archive_line(j) for j in ordered)
+    keyed = [(j.seq, archive_line(j)) for j in jobs]
+    for a in archived:
+        keyed += zip(a.seqs, a.lines, strict=True)
+    keyed.sort(key=itemgetter(0))
     key = paths.archive_key(queue, first.done_ms, first.done_seq, first.done_commit,
-                            ordered[0].seq, ordered[-1].seq)
-    return key, b"".join(archive_line(j) for j in ordered)
+                            keyed[0][0], keyed[-1][0])
+    return key, b"".join(line for _, line in keyed)
 
 
-def index_keys(queue: str, jobs: Sequence[Job]) -> list[str]:
-    """The index entries of the archive object of ``jobs`` (one commit's, as for
-    :func:`commit_object`): one per seq block among them, in the hour of the object."""
-    hour = paths.archive_hour(jobs[0].done_ms or 0)
-    return [paths.archive_block_key(queue, block, hour)
-            for block in sorted({j.seq >> BLOCK_SHIFT for j in jobs})]
+def index_keys(queue: str, jobs: Sequence[Job], archived: Sequence[Archived] = ()) -> list[str]:
+    """The index entries of the archive object of ``jobs`` and ``archived`` (one
+    commit's, as for :func:`commit_object`): one per seq block among them, in
+    the hour of the object."""
+    hour = paths.archive_hour((jobs[0] if jobs else archived[0]).done_ms or 0)
+    blocks = {j.seq >> BLOCK_SHIFT for j in jobs}
+    blocks.update(s >> BLOCK_SHIFT for a in archived for s in a.seqs)
+    return [paths.archive_block_key(queue, block, hour) for block in sorted(blocks)]
 
 
 def start_key(queue: str, now_ms: int, legacy: bool) -> str:

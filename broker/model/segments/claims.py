@@ -37,7 +37,17 @@ from broker.model.format import codec
 from broker.model.format.segment_format import segment_job
 from broker.model.held import held_by_seq, held_position, page_held
 from broker.model.indexes import SEQ_MASK, lease_time, promote_due, ready_key, timed_key
-from broker.model.job import CLAIMED, COMPLETED, JOB_OVERHEAD_BYTES, PENDING, Job, JobIds, seq_of
+from broker.model.job import (
+    CLAIMED,
+    COMPLETED,
+    JOB_OVERHEAD_BYTES,
+    PENDING,
+    Job,
+    JobIds,
+    job_id_for,
+    seq_of,
+)
+from broker.model.job_lines import pending_payload
 from broker.model.lifecycle import (
     IllegalMove,
     claim_ready,
@@ -285,13 +295,15 @@ def hold_in(state: QueueState, i: int, n: int, record: ClaimRecord,
     refs[i] = take(refs, i, count)  # (named by the record: never dropped here)
     ids, payloads, tokens, attempts, expiries = out.columns
     expires, fence = record.expires_ms, record.fence + pos0
+    # (no Job per line: an id, the payload's bytes and the first attempt are all
+    # a claim answers, and a segment's line is pending, never attempted)
     for k, line in enumerate(lines):
-        job = segment_job(first + k, line, ref)
-        ids.append(job.id)
-        payloads.append(job.payload)
-        tokens.append(tag(f"{job.id}.{fence + k}"))
-        attempts.append(job.attempts + 1)
-        expiries.append(expires)
+        job_id = job_id_for(first + k)
+        ids.append(job_id)
+        payloads.append(pending_payload(line))
+        tokens.append(tag(f"{job_id}.{fence + k}"))
+    attempts += [1] * count
+    expiries += [expires] * count
     counters.fence += count
     return count
 
@@ -325,11 +337,22 @@ def held_wanted(state: QueueState, ops: Sequence[Op],
     records = state.claim_records
     fences = list(records)
     wanted: dict[int, ClaimRecord] = {}
+    last: list[ClaimRecord] = []  # the record the last token found, wanted already
 
     def by_token(wire: str, marked_only: bool = False) -> None:
-        found = held_position(state, wire.partition("-")[0], fences)
+        token = wire.partition("-")[0]
+        if last:
+            # (a claim's tokens come back together: one whose fence the record
+            # found last spans adds that record or nothing, so it is not looked up)
+            record = last[0]
+            fence = token[token.rfind(".") + 1:]
+            if fence.isascii() and fence.isdigit() and \
+                    record.fence <= int(fence) < record.fence + record.n:
+                return
+        found = held_position(state, token, fences)
         if found is not None and (not marked_only or found[1] in found[0].cancel):
             wanted[found[0].fence] = found[0]
+            last[:] = [found[0]]
 
     for op in ops:
         if isinstance(op, Complete):

@@ -15,7 +15,6 @@ committed version, start writing the archive objects it calls for.
 from __future__ import annotations
 
 import asyncio
-import logging
 import secrets
 from collections.abc import Callable, Sequence
 
@@ -52,8 +51,6 @@ from broker.service.segment_store import SegmentStore
 from broker.service.spill_writer import SpillWriter
 from broker.storage import Data
 
-log = logging.getLogger(__name__)
-
 #: How far ahead of now a batch plans its segment windows (ms).
 PLAN_AHEAD_MS = 1_000
 #: Grouped segments whose directories prepare reads at once (each read is of
@@ -88,10 +85,6 @@ class QueueTarget:
         self.held_in_records = held_in_records
         self._checked: set[tuple[str, str]] = set()  # refs whose object was seen at its etag
         self._deleting: set[asyncio.Task[int]] = set()
-        # spill objects read ahead of the batch that takes from them, by window name
-        self._reading: dict[tuple[str, str], asyncio.Task[list[SpilledJob]]] = {}
-        self._ahead: set[asyncio.Task[None]] = set()
-        self._now_ms: int | None = None  # the last batch's time (what read-ahead plans by)
         # dead (and pending) jobs off the head (spill_jobs, spill_bytes, spill_pending)
         self.spills = SpillWriter(queue, segments, *spill)
 
@@ -120,7 +113,6 @@ class QueueTarget:
         Raises ``SegmentMissing`` naming a missing or changed object (a
         segment or a spill object), and the store's errors."""
         self.spills.release()  # (the batch of the last before_write is answered)
-        self._now_ms = now_ms
         for spill in state.spill_refs:
             if (spill.key, spill.etag) not in self._checked:
                 await self.segments.check_spill(spill)
@@ -194,53 +186,8 @@ class QueueTarget:
         for name in [name for name in self.spill_windows if name not in names]:
             del self.spill_windows[name]
         for ref in dict.fromkeys(wanted):
-            name = window_name(ref)
-            if name in self.spill_windows:
-                continue
-            reading = self._reading.get(name)
-            if reading is not None:  # read ahead already: its outcome, else read again
-                try:
-                    self.spill_windows[name] = await asyncio.shield(reading)
-                    continue
-                except Exception:  # (this batch's own read raises what fails)
-                    pass
-            self.spill_windows[name] = await self.segments.read_spill(ref)
-
-    def _read_ahead(self, state: S.QueueState) -> None:
-        """Once a commit landed: start reading, in the background, the spill
-        objects the next claims take from (:func:`~broker.model.spills.claim_refs`,
-        due by the last batch's time and :data:`PLAN_AHEAD_MS`) that are not
-        loaded, so the batch that claims from them does not wait for the read
-        while the others in it wait too. One object at a time, one such task at a
-        time; only reads: a window adds what a read in ``prepare`` would have (the
-        object is immutable, its window named by its etag). A read that fails is
-        forgotten (the batch that needs it reads it again and is answered what
-        that read raises)."""
-        if not state.spill_refs or self._now_ms is None or self._ahead:
-            return
-        names = [(window_name(ref), ref)
-                 for ref in spill_claim_refs(state, self._now_ms + PLAN_AHEAD_MS)]
-        todo = [(name, ref) for name, ref in names if name not in self.spill_windows]
-        if not todo:
-            return
-
-        async def read_each() -> None:
-            for name, ref in todo:
-                task = asyncio.get_running_loop().create_task(self.segments.read_spill(ref))
-                self._reading[name] = task
-                try:
-                    jobs = await task
-                except Exception as exc:  # (read again by the batch needing it)
-                    log.debug("queue %s: reading spill object %s ahead failed: %s",
-                              self.queue, ref.key, exc)
-                    return
-                finally:
-                    del self._reading[name]
-                self.spill_windows.setdefault(name, jobs)
-
-        task = asyncio.get_running_loop().create_task(read_each())
-        self._ahead.add(task)
-        task.add_done_callback(self._ahead.discard)
+            if window_name(ref) not in self.spill_windows:
+                self.spill_windows[window_name(ref)] = await self.segments.read_spill(ref)
 
     async def before_write(self, state: S.QueueState, now_ms: int) -> None:
         """Past the broker's ``spill_jobs`` (or ``spill_bytes``), write the
@@ -327,7 +274,6 @@ class QueueTarget:
             task.add_done_callback(self._deleting.discard)
         if self.ownership.is_self(state.broker) or state.broker is None:
             self.archiver.committed(state)
-            self._read_ahead(state)
 
     def next_timer_ms(self, state: S.QueueState, now_ms: int) -> int | None:
         times = []

@@ -62,11 +62,11 @@ class BrokerConfig:
     #: past this many dead jobs in a queue object (or ``spill_bytes`` of their
     #: estimated lines), a commit writes them all into an immutable spill object the
     #: object references instead (0: never; docs/architecture.md, "Spill objects")
-    spill_jobs: int = 1000
+    spill_jobs: int = 0
     spill_bytes: int = 256 * 1024
     #: ... and their pending job objects too (retry-waiting, released: pending
     #: spill objects claims take from); off by default while it is new
-    spill_pending: bool = True
+    spill_pending: bool = False
     #: how often this broker sweeps the staging and segment objects of the queues
     #: it serves (an object is deleted at the first sweep past its grace period)
     sweep_s: float = SWEEP_S

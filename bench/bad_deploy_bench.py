@@ -2,7 +2,7 @@
 embedded default (a broker in this process on local files, local Spark).
 
     .venv/bin/python bench/bad_deploy_bench.py [--rows 3000000] [--workers 2]
-        [--claim-batch 2000] [--probe-cycles 200] [--out NAME]
+        [--claim-batch 2000] [--probe-cycles 200] [--broker-process] [--out NAME]
 
 1. A fresh queue with ``max_attempts`` 2 (the queue's other settings as created
    by default: ``max_state_bytes`` 512 MiB) on a fresh file store; a probe
@@ -43,6 +43,14 @@ the broker's process RSS (this process: Spark's driver side too) after each
 phase and its peak. Every check's outcome is recorded (``checks``) and a
 failed check makes the exit status 1, after the results are written.
 
+``--broker-process``: the same run with the broker in a process of its own
+(this script's ``--serve`` mode: :func:`start_broker` with ``tune_gc``, as
+``osqueue-broker`` tunes its process, the same counting store wrapper, its
+figures asked for over a pipe at each phase's end), to tell what the
+embedded default's one process (the broker's event loop, its I/O threads, the
+probe and Spark's driver sharing one GIL) costs the probe. The RSS figures are
+then the broker process's.
+
 Prints a summary and writes bench/results/bad_deploy.json. Times in seconds
 unless the name ends in ``_ms``; sizes in bytes.
 """
@@ -50,10 +58,14 @@ unless the name ends in ``_ms``; sizes in bytes.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -204,7 +216,67 @@ def read_archive(spark: Any, store_url: str, rows: int, wait_s: float) -> dict[s
         time.sleep(2.0)  # polling the archiver, which writes in the background
 
 
+class Counters:
+    """The broker's store figures and RSS: of this process's counting store
+    (the embedded default), or asked of a ``--serve`` child over its pipes."""
+
+    def __init__(self, store: CountingStore | None, child: subprocess.Popen[str] | None) -> None:
+        self.store, self.child = store, child
+
+    def read(self) -> dict[str, int]:
+        if self.child is None:
+            assert self.store is not None
+            return {"written": self.store.written, "max_head_bytes": self.store.max_head_bytes,
+                    "rss_bytes": rss_bytes(), "peak_rss_bytes": peak_rss_bytes()}
+        assert self.child.stdin is not None and self.child.stdout is not None
+        self.child.stdin.write("figures\n")
+        self.child.stdin.flush()
+        got: dict[str, int] = json.loads(self.child.stdout.readline())
+        return got
+
+
+def serve(store_url: str) -> None:
+    """``--serve``: a broker in this process over a counting store; prints its URL
+    as a JSON line, then answers each ``figures`` line on stdin with one of its
+    figures, until stdin closes."""
+    store = CountingStore(store_from_url(store_url), QUEUE)
+    with start_broker(store, tune_gc=True) as broker:
+        print(json.dumps({"url": broker.url}), flush=True)
+        for line in sys.stdin:
+            if line.strip() != "figures":
+                break
+            print(json.dumps({"written": store.written,
+                              "max_head_bytes": store.max_head_bytes,
+                              "rss_bytes": rss_bytes(), "peak_rss_bytes": peak_rss_bytes()}),
+                  flush=True)
+
+
+@contextlib.contextmanager
+def broker_for(store_url: str, own_process: bool) -> Iterator[tuple[str, Counters]]:
+    """The broker's URL and its figures: embedded in this process, or in a child."""
+    if not own_process:
+        store = CountingStore(store_from_url(store_url), QUEUE)
+        with start_broker(store) as broker:
+            yield broker.url, Counters(store, None)
+        return
+    child = subprocess.Popen([sys.executable, __file__, "--serve", store_url],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the broker process ended (status {child.wait()})")
+        yield json.loads(line)["url"], Counters(None, child)
+    finally:
+        if child.stdin is not None:
+            child.stdin.close()
+        child.wait(timeout=60)
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--serve"]:
+        serve(sys.argv[2])
+        return
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--rows", type=int, default=3_000_000, help="rows of the df.write")
     p.add_argument("--workers", type=int, default=2, help="process() tasks (local cores)")
@@ -216,6 +288,8 @@ def main() -> None:
                    help="failing process() runs at most, until every job is dead")
     p.add_argument("--archive-wait-s", type=float, default=600.0,
                    help="how long to wait for the archiver to write every completed job")
+    p.add_argument("--broker-process", action="store_true",
+                   help="the broker in a process of its own (not the embedded default)")
     p.add_argument("--out", default="bad_deploy", help="results name under bench/results")
     args = p.parse_args()
     if args.rows < 1 or args.workers < 1 or args.probe_cycles < 1:
@@ -226,25 +300,27 @@ def main() -> None:
     spark = local_session("osqueue-bad-deploy", cores=args.workers)
     tmp = Path(tempfile.mkdtemp(prefix="osq-bad-deploy-"))
     store_url = f"file://{tmp / 'store'}"
-    store = CountingStore(store_from_url(store_url), QUEUE)
     res: dict[str, Any] = {"rows": args.rows, "workers": args.workers,
                            "claim_batch": args.claim_batch, "max_attempts": 2,
-                           "retry_in_s": 0.0, "store": "file", "error_text": ERROR}
+                           "retry_in_s": 0.0, "store": "file", "error_text": ERROR,
+                           "broker": "process" if args.broker_process else "embedded"}
     checks: dict[str, bool] = {}
     phases: dict[str, dict[str, Any]] = {}
 
     def phase(name: str, start: float, written0: int, jobs: int, **more: Any) -> None:
-        written = store.written - written0
+        figures = counters.read()
+        written = figures["written"] - written0
         phases[name] = {"seconds": time.perf_counter() - start, "bytes_written": written,
-                        "written_per_job": written / jobs, "rss_bytes": rss_bytes(),
-                        "peak_rss_bytes": peak_rss_bytes(), "load": load()[0], **more}
+                        "written_per_job": written / jobs, "rss_bytes": figures["rss_bytes"],
+                        "peak_rss_bytes": figures["peak_rss_bytes"], "load": load()[0],
+                        **more}
         progress(f"{name}: {phases[name]['seconds']:.1f} s, "
                  f"{written / jobs:,.0f} B written per job")
 
-    with start_broker(store) as broker:
-        client = QueueClient(broker.url, QUEUE)
+    with broker_for(store_url, args.broker_process) as (url, counters):
+        client = QueueClient(url, QUEUE)
         client.create(max_attempts=2)
-        probe = Probe(broker.url)
+        probe = Probe(url)
         probe.run(args.probe_cycles)
         res["probe_empty"] = probe.figures()
         clear_probe_jobs(client)
@@ -255,9 +331,9 @@ def main() -> None:
                   F.concat(F.lit("s3://bucket/docs/"), F.col("id"), F.lit(".json"))
                   .alias("path"))).alias("payload")))
         progress(f"writing {args.rows:,} rows")
-        start, written0 = time.perf_counter(), store.written
+        start, written0 = time.perf_counter(), counters.read()["written"]
         try:
-            (df.write.format("osqueue").option("broker", broker.url).option("queue", QUEUE)
+            (df.write.format("osqueue").option("broker", url).option("queue", QUEUE)
              .mode("append").save())
             res["write_refused"] = None
         except Exception as exc:  # the figure says what refused it
@@ -267,14 +343,14 @@ def main() -> None:
         checks["pending_after_write"] = client.stats()["counts"]["pending"] == args.rows
 
         progress("the bad deploy: process() raising on every job, until all are dead")
-        probe = Probe(broker.url)
+        probe = Probe(url)
         probe.start()
-        start, written0 = time.perf_counter(), store.written
+        start, written0 = time.perf_counter(), counters.read()["written"]
         passes: list[dict[str, int]] = []
         worker_errors: list[str] = []
         try:
             for _ in range(args.max_passes):
-                passes.append(run_workers(spark, always_raises, broker.url, args, 0.0))
+                passes.append(run_workers(spark, always_raises, url, args, 0.0))
                 progress(f"failing pass {len(passes)}: {passes[-1]}")
                 if client.stats()["counts"].get("dead", 0) >= args.rows:
                     break
@@ -295,7 +371,7 @@ def main() -> None:
                                       + ("queue_full" in (res["write_refused"] or "")))
 
         progress("redrive of all dead")
-        start, written0 = time.perf_counter(), store.written
+        start, written0 = time.perf_counter(), counters.read()["written"]
         redriven = client.redrive()
         res["redrive_s"] = time.perf_counter() - start
         res["redriven"] = redriven
@@ -305,7 +381,7 @@ def main() -> None:
 
         progress("the fixed deploy: process() draining")
         drain_start = time.perf_counter()
-        res["drain_statuses"] = run_workers(spark, succeeds, broker.url, args, None)
+        res["drain_statuses"] = run_workers(spark, succeeds, url, args, None)
         res["drain_s"] = time.perf_counter() - drain_start
         res["drain_jobs_per_s"] = args.rows / res["drain_s"]
         counts = client.stats()["counts"]
@@ -318,12 +394,13 @@ def main() -> None:
                                            and res["duplicate_docs"] == 0
                                            and res["duplicate_ids"] == 0)
         client.close()
-    res["max_head_bytes"] = store.max_head_bytes
+        last = counters.read()
+    res["max_head_bytes"] = last["max_head_bytes"]
     res["phases"] = phases
     res["written_per_settled_job"] = {
         "fail_then_dead": phases["fail_until_dead"]["written_per_job"],
         "complete": phases["redrive_and_drain"]["written_per_job"]}
-    res["peak_rss_bytes"] = peak_rss_bytes()
+    res["peak_rss_bytes"] = last["peak_rss_bytes"]
     res["checks"] = checks
     spark.stop()
     summary(res)

@@ -15,8 +15,9 @@ from tests.support.scheduling import SPARK_FIXTURES, SparkGroupScheduling
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
-    """``--dist loadgroup``: the Spark files on one worker, every other test wherever
-    a worker is free (see :mod:`tests.support.scheduling`)."""
+    """``--dist loadgroup``: the classic Spark tests on one worker, the Connect ones on
+    another, every other test wherever a worker is free (see
+    :mod:`tests.support.scheduling`)."""
     if config.getvalue("dist") != "loadgroup":
         return None
     return SparkGroupScheduling(config, log, config.rootpath)

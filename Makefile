@@ -15,8 +15,8 @@ CHROMIUM ?= /usr/bin/chromium
 
 # Workers for the whole suite (pytest-xdist). Most of the
 # suite's wall time waits on subprocesses, servers, Spark and timeouts, not on the CPU, so
-# more workers than cores pay; `--dist loadgroup` runs the Spark files on one worker
-# (tests/support/scheduling.py).
+# more workers than cores pay; `--dist loadgroup` runs the classic Spark tests on one
+# worker and the Connect ones on another (tests/support/scheduling.py).
 JOBS ?= 4
 
 $(STAMP): pyproject.toml

@@ -15,8 +15,9 @@ from tests.support.scheduling import SPARK_FIXTURES, SparkGroupScheduling
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
-    """``--dist loadgroup``: the Spark files on one worker, every other test wherever
-    a worker is free (see :mod:`tests.support.scheduling`)."""
+    """``--dist loadgroup``: the classic Spark tests on one worker, the Connect ones on
+    another, every other test wherever a worker is free (see
+    :mod:`tests.support.scheduling`)."""
     if config.getvalue("dist") != "loadgroup":
         return None
     return SparkGroupScheduling(config, log, config.rootpath)
@@ -66,9 +67,9 @@ def s3_url(moto_server: MotoServer, s3_bucket: str) -> str:
     return f"s3://{s3_bucket}/queues?endpoint={moto_server.endpoint}"
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
-    """One local SparkSession for the whole test session (2 cores, 4 task attempts)."""
+def _spark_environment() -> None:
+    """What a JVM this process starts (the classic session's, the Connect server's)
+    must find in its environment."""
     import sys
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -76,6 +77,12 @@ def spark() -> Iterator[object]:
     # Spark's Python workers get the environment the JVM starts with: moto's fake
     # credentials now, for the tests that read an S3 store from Spark.
     set_default_credentials()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One local SparkSession for the whole test session (2 cores, 4 task attempts)."""
+    _spark_environment()
     from pyspark.sql import SparkSession
 
     import osqueue_spark
@@ -99,10 +106,12 @@ def spark() -> Iterator[object]:
 
 
 @pytest.fixture(scope="session")
-def spark_connect(spark: object) -> Iterator[object]:
+def spark_connect() -> Iterator[object]:
     """One Spark Connect session for the whole test session: a client of a
-    local Connect server run as a child process (see ``tests.support.connectserver``),
-    beside the classic ``spark`` session, which it starts first."""
+    local Connect server run as a child process (see ``tests.support.connectserver``).
+    It needs no classic session: under xdist the Connect tests run on a worker of
+    their own (``tests.support.scheduling``), which starts this server's JVM only."""
+    _spark_environment()
     import osqueue_spark
     from tests.support.connectserver import ConnectServer
 

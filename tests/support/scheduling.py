@@ -1,14 +1,19 @@
 """How pytest-xdist hands the suite to its workers (``make test``: ``-n 4 --dist
-loadgroup``): every test of a file that takes a SparkSession goes to one worker, as one
-unit of work, so the suite starts one JVM and one Spark Connect server, not one pair
-per worker (each pair costs about a minute of CPU and two GiB of memory on the 2-core
-machine); every other test is its own unit, given to whichever worker is free.
+loadgroup``): the Spark tests make two units of work, each given whole to one worker:
+the tests run on the classic session (``spark``, ``any_spark[classic]``) and those run
+on the Connect session (``spark_connect``, ``any_spark[connect]``). So each of those two
+workers starts one JVM (the classic session, or the Connect server's), as one worker
+starting both did, and the Spark tests' wall time is split in two; every other test is
+its own unit, given to whichever worker is free.
 
 This stands in for xdist's own ``loadgroup``, which reads ``xdist_group`` marks by
 renaming each marked item's node id: pytest 9.2's node ids can no longer be renamed, so
-those marks group nothing (xdist 3.8). The controller never collects, so a file's
-group is read from its source: a file with a function (a test or a fixture) that takes
-``spark``, ``spark_connect`` or ``any_spark`` is a Spark file.
+those marks group nothing (xdist 3.8). The controller never collects, so a test's unit
+is read from its file's source and its node id: a file with a function (a test or a
+fixture) that takes ``spark``, ``spark_connect`` or ``any_spark`` is a Spark file; in
+it, a test that takes ``spark_connect``, or takes ``any_spark`` with the ``connect``
+parameter, is a Connect test, and every other test a classic one (including one that
+takes no Spark fixture itself but may take one through a fixture of the file).
 """
 
 from __future__ import annotations
@@ -21,24 +26,48 @@ from xdist.scheduler import LoadScopeScheduling
 
 #: The fixtures of tests/conftest.py that start a JVM.
 SPARK_FIXTURES = frozenset({"spark", "spark_connect", "any_spark"})
-SPARK_GROUP = "spark"
+#: The two units of work of the Spark tests.
+CLASSIC_GROUP = "spark-classic"
+CONNECT_GROUP = "spark-connect"
 
 
 @functools.cache
-def takes_spark(path: str) -> bool:
-    """Whether a function in the test file at ``path`` takes a Spark fixture; False
-    for a file that cannot be read or parsed (its tests then run alone)."""
+def spark_functions(path: str) -> dict[str, frozenset[str]] | None:
+    """The Spark fixtures each function of the test file at ``path`` takes, by the
+    function's name (functions that take none are left out); None for a file with
+    no such function, or that cannot be read or parsed (its tests then run alone)."""
     try:
         tree = ast.parse(Path(path).read_text(encoding="utf-8"))
     except (OSError, SyntaxError, ValueError):
-        return False
-    return any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-               and SPARK_FIXTURES.intersection(a.arg for a in node.args.args)
-               for node in ast.walk(tree))
+        return None
+    found = {node.name: SPARK_FIXTURES.intersection(a.arg for a in node.args.args)
+             for node in ast.walk(tree)
+             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    taking = {name: fixtures for name, fixtures in found.items() if fixtures}
+    return taking or None
+
+
+def takes_spark(path: str) -> bool:
+    """Whether a function in the test file at ``path`` takes a Spark fixture."""
+    return spark_functions(path) is not None
+
+
+def spark_unit(nodeid: str, functions: dict[str, frozenset[str]]) -> str:
+    """The unit of work (:data:`CLASSIC_GROUP` or :data:`CONNECT_GROUP`) of the test
+    ``nodeid`` of a Spark file whose functions take ``functions``."""
+    name = nodeid.rsplit("::", 1)[-1]
+    base, _, params = name.partition("[")
+    fixtures = functions.get(base, frozenset())
+    if "spark_connect" in fixtures:
+        return CONNECT_GROUP
+    if "any_spark" in fixtures and "connect" in params.rstrip("]").split("-"):
+        return CONNECT_GROUP
+    return CLASSIC_GROUP
 
 
 class SparkGroupScheduling(LoadScopeScheduling):
-    """Each test is its own unit of work, except the tests of Spark files: one unit."""
+    """Each test is its own unit of work, except the Spark tests: two units, the
+    classic ones and the Connect ones."""
 
     def __init__(self, config: object, log: object = None, rootdir: Path | None = None) -> None:
         super().__init__(config, log)  # type: ignore[arg-type]
@@ -46,4 +75,5 @@ class SparkGroupScheduling(LoadScopeScheduling):
 
     def _split_scope(self, nodeid: str) -> str:
         path = nodeid.split("::", 1)[0]
-        return SPARK_GROUP if takes_spark(str(self.rootdir / path)) else nodeid
+        functions = spark_functions(str(self.rootdir / path))
+        return nodeid if functions is None else spark_unit(nodeid, functions)

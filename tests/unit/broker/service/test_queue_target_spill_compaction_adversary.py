@@ -29,17 +29,17 @@ from tests.support.inprocess import (
     successor,
     until,
 )
-from tests.support.spill_store import spill_keys
-from tests.unit.broker.service.test_queue_target_spills_adversary import (
+from tests.support.spill_runs import (
     FAULTS,
     GRACE_S,
     LEASE_S,
-    _claim,
-    _crash_soon,
-    _drain,
-    _where,
+    claim_more,
+    crash_soon,
+    drain,
     everywhere,
+    where,
 )
+from tests.support.spill_store import spill_keys
 
 
 @pytest.mark.parametrize("faulty", [False, True], ids=["clean", "faults"])
@@ -83,11 +83,11 @@ def test_merges_racing_mixed_operations_keep_each_spilled_job_exactly_once(
             elif pick < 0.45 and dead:
                 calls.append(a.cancel("q", dead[:3]))
             elif pick < 0.55:
-                calls.append(_claim(a, held))
+                calls.append(claim_more(a, held))
             elif pick < 0.62:
                 calls.append(a.purge("q", ["dead"]))
             elif pick < 0.67 and not faulty:
-                calls.append(_crash_soon(a))
+                calls.append(crash_soon(a))
             if rnd.random() < 0.4:
                 calls.append(a.sweep_staging())
             clock.advance(rnd.choice((0.001, 0.01, GRACE_S / 2, GRACE_S, GRACE_S * 2)))
@@ -119,8 +119,8 @@ def test_merges_racing_mixed_operations_keep_each_spilled_job_exactly_once(
                 if isinstance(answers, list) and answers and hasattr(answers[0], "status"):
                     cancelled.update(x.id for x in answers if x.status == CANCELLED)
             seen = everywhere(store)
-            assert [i for i, n in seen.items() if n > 1] == [], _where(store, seen)
-        await _drain(a, store, held)
+            assert [i for i, n in seen.items() if n > 1] == [], where(store, seen)
+        await drain(a, store, held)
         await until(lambda: not any(
             stored(store).count_by_status()[status] for status in (COMPLETED, CANCELLED)))
         seen = everywhere(store)

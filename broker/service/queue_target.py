@@ -101,6 +101,8 @@ class QueueTarget:
     def decode(self, data: bytes) -> S.QueueState:
         self.spills.forget()
         state = decode_state(data, where=self.where)
+        if state.broker is not None and state.broker.id != self.broker_id:
+            self.spills.lost()  # (its sweep may have deleted a ready merge's objects)
         tokens.bind(state, self.queue, self.random_bytes)  # (an older object: a key now)
         state.windows, state.spill_windows = self.windows, self.spill_windows
         state.held, state.held_in_records = self.held, self.held_in_records

@@ -75,6 +75,8 @@ class SpillWriter:
     merging: asyncio.Task[None] | None = None
     ready: tuple[tuple[SpillRef, ...], tuple[SpillRef, ...]] | None = None
     merge_held: list[str] = field(default_factory=list)
+    #: bumped by :meth:`lost`: a merge started before is stale (see there)
+    generation: int = 0
     #: the candidates of the state last seen (``seen``: its id), counted again
     #: each commit in the blocks it changed (see :mod:`broker.model.spill_tally`)
     tally: spill_tally.Tally = field(default_factory=spill_tally.Tally)
@@ -84,6 +86,15 @@ class SpillWriter:
         """A new state object is coming (decoded, or empty): count the next one
         whole, whatever its ``id`` (an id is reused once its object is freed)."""
         self.seen = None
+
+    def lost(self) -> None:
+        """Another broker has held the queue: give up the merge, ready or under
+        way. Its objects are held only by this broker's sweep, so the other
+        owner's sweep may have deleted them; swapped in once this broker took
+        the queue back, the head would name missing objects."""
+        self.generation += 1
+        if self.ready is not None:
+            self._give_up()
 
     def _may_spill(self, state: QueueState) -> bool:
         """Whether the rule may spill ``state``'s candidates, by the tally: a
@@ -179,6 +190,7 @@ class SpillWriter:
         merge that makes no fewer objects is not made, and those objects are
         not tried again."""
         gate = asyncio.Semaphore(WRITERS)
+        generation = self.generation
 
         async def read(ref: SpillRef) -> list[SpilledJob]:
             async with gate:
@@ -205,6 +217,9 @@ class SpillWriter:
             log.warning("queue %s: merging %d dead spill object(s) failed (%s); they stay "
                         "as they are and a later commit tries again", self.queue,
                         len(olds), exc)
+            return
+        if generation != self.generation:  # (the queue was another's meanwhile: see lost)
+            self.segments.release(written)
             return
         self.merge_held = written
         self.ready = (olds, tuple(new_ref(obj, key, etag)

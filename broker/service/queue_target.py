@@ -317,8 +317,9 @@ class QueueTarget:
         if landed:
             for commit in landed:
                 gone.update((ref.key, ref) for ref in self._drops.pop(commit))
-            for key in [*(r.key for r in state.segment_refs), *(r.key for r in state.spill_refs)]:
-                gone.pop(key, None)  # (never one the head still references)
+            for key in [*(r.key for r in state.segment_refs), *(r.key for r in state.spill_refs),
+                        *state.seg_names]:
+                gone.pop(key, None)  # (never one the head still references or a record names)
         if gone:
             dropped = list(gone.values())
             self._checked.difference_update((ref.key, ref.etag) for ref in dropped)

@@ -8,109 +8,39 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from broker.errors import NotTheBroker, OsqueueError
-from broker.model.format.spill_format import read_checked
-from broker.model.format.spill_refs import SpillRef, is_out
-from broker.model.job import CANCELLED, COMPLETED, PENDING
+from broker.model.job import CANCELLED, COMPLETED
 from broker.model.ops import CompleteItem, FailItem, Inspect, NewJob
 from broker.service.broker import Broker
 from broker.storage import ObjectStore
 from broker.storage.files import FileStore
 from tests.support.faults import (
-    EIO,
-    LOST_REPLY,
-    LOST_REPLY_412,
-    NOT_LANDED,
     Clock,
     FaultyStore,
 )
 from tests.support.inprocess import (
     archive_lines,
-    crash,
     run,
     started,
     stored,
     successor,
     until,
 )
+from tests.support.spill_runs import (
+    FAULTS,
+    GRACE_S,
+    LEASE_S,
+    claim_more,
+    crash_soon,
+    drain,
+    everywhere,
+    where,
+)
 from tests.support.spill_store import spill_keys
-
-SPILLS = "/spills/"
-#: The sweep's grace (broker seconds, on the test's clock).
-GRACE_S = 5.0
-#: Claims' leases (s): none expires on the test's clock but across a takeover.
-LEASE_S = 3600.0
-
-
-def everywhere(store: ObjectStore) -> Counter[str]:
-    """Each job id the store holds, counted where it is: the head's jobs that
-    are not finished (not the pending jobs of segments, nor those held in
-    claim records: the end of a run, drained, checks those by the archive),
-    the jobs each spill ref still holds (a pending ref's from its cursor on;
-    none taken out), read through the one check (a missing object fails), and
-    the archive's lines."""
-    state = stored(store)
-    ids = Counter(job.id for job in state.jobs.values()
-                  if job.status not in (COMPLETED, CANCELLED))
-    for ref in state.spill_refs:
-        assert isinstance(ref, SpillRef)
-        got = store.read(ref.key)
-        jobs = read_checked(ref, got.data, got.etag, store.url, 0, ref.count)
-        lo = ref.taken if ref.kind == PENDING else 0
-        ids.update(job.id for pos, job in enumerate(jobs) if pos >= lo and not is_out(ref, pos))
-    archived = Counter(rec["id"] for rec in archive_lines(store))
-    ids.update(archived)
-    # (completed, not archived yet; one both archived and still in the head awaits its drop)
-    ids.update(job.id for job in state.jobs.values()
-               if job.status == COMPLETED and job.id not in archived)
-    return ids
-
-
-def _where(store: ObjectStore, seen: Counter[str]) -> str:
-    state = stored(store)
-    twice = {i for i, n in seen.items() if n > 1}
-    head = [(j.id, j.status) for j in state.jobs.values() if j.id in twice]
-    arch = [(r["id"], r.get("status")) for r in archive_lines(store) if r["id"] in twice]
-    return f"head {head} archive {arch} refs {state.spill_refs}"
-
-
-async def _claim(broker: Broker, held: list[str]) -> None:
-    held += [j.token for j in await broker.claim("q", "w3", max_jobs=3, lease_s=LEASE_S)]
-
-
-async def _crash_soon(broker: Broker) -> None:
-    await asyncio.sleep(0)
-    await crash(broker)
-
-
-async def _drain(broker: Broker, store: ObjectStore, held: list[str]) -> None:
-    """Complete the ``held`` claims, then redrive every dead job and complete
-    every job until none is left."""
-    await broker.complete("q", [CompleteItem(token) for token in held])
-    for _ in range(50):
-        await broker.redrive("q")
-        got = await broker.claim("q", "drain", max_jobs=500)
-        if got:
-            await broker.complete("q", [CompleteItem(j.token) for j in got])
-            continue
-        counts = (await broker.stats("q"))["counts"]
-        if not counts[PENDING] and not counts["dead"] and not counts["claimed"]:
-            return
-    raise AssertionError(f"the queue did not drain: {(await broker.stats('q'))['counts']} "
-                         f"{stored(store).spill_refs}")
-
-
-#: Faults a step may inject into its next store call of that method and key.
-FAULTS = [("write_if_match", LOST_REPLY, "queue.json"), ("write_if_match", LOST_REPLY_412,
-                                                         "queue.json"),
-          ("write_if_match", NOT_LANDED, "queue.json"), ("create_if_absent", EIO, SPILLS),
-          ("create_if_absent", LOST_REPLY, SPILLS), ("read", EIO, SPILLS)]
-
 
 #: Broker settings besides spill_jobs: jobs inline, or pushed into segments and
 #: claimed from them held in claim records.
@@ -160,11 +90,11 @@ def test_mixed_operations_keep_each_spilled_job_exactly_once(tmp_path: Path, see
             elif pick < 0.45 and dead:
                 calls.append(a.cancel("q", dead[:3]))
             elif pick < 0.55:
-                calls.append(_claim(a, held))
+                calls.append(claim_more(a, held))
             elif pick < 0.62:
                 calls.append(a.purge("q", ["dead"]))
             elif pick < 0.66 and not faulty:  # (a crash mid-batch, another broker goes on)
-                calls.append(_crash_soon(a))
+                calls.append(crash_soon(a))
             if rnd.random() < 0.3:  # (a sweep racing the commit: objects in flight held)
                 calls.append(a.sweep_staging())
             clock.advance(rnd.choice((0.001, 0.01, GRACE_S / 2, GRACE_S)))
@@ -194,9 +124,9 @@ def test_mixed_operations_keep_each_spilled_job_exactly_once(tmp_path: Path, see
                     cancelled.update(x.id for x in answers if x.status == CANCELLED)
 
             seen = everywhere(store)
-            assert [i for i, n in seen.items() if n > 1] == [], _where(store, seen)
+            assert [i for i, n in seen.items() if n > 1] == [], where(store, seen)
             used = used or bool(stored(store).segment_refs)
-        await _drain(a, store, held)
+        await drain(a, store, held)
         await until(lambda: not any(  # (every finished job archived: none awaits it)
             stored(store).count_by_status()[status] for status in (COMPLETED, CANCELLED)))
         seen = everywhere(store)

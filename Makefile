@@ -79,10 +79,11 @@ test: lint typecheck suite
 
 # The one-minute check: lint, import contracts, types, references and the unit tier
 # (tests/unit: no servers, no subprocesses, no Spark, no browser), less its few tests
-# marked slow (long random runs, which make test runs).
+# marked slow (long random runs, which make test runs); its hypothesis runs take a fifth
+# of their examples (OSQ_TESTS_TIER=quick: tests/support/tiers.py).
 check: lint typecheck
 	$(BIN)/python -m tools.refcheck
-	$(BIN)/python -m pytest -q -n 2 -m "not slow" tests/unit tests/repo/test_tests_layout.py
+	OSQ_TESTS_TIER=quick $(BIN)/python -m pytest -q -n 2 -m "not slow" tests/unit tests/repo/test_tests_layout.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/state_encode_bench.py

@@ -18,6 +18,7 @@ from broker.model.job_lines import archive_line
 from broker.model.state import SegmentRef
 from broker.paths import segment_key, segment_name
 from tests.support.segment_v1 import encode_segment_v1
+from tests.support.tiers import examples
 
 T0 = 1_767_225_600_123
 TEN_YEARS_MS = 10 * 365 * 86_400_000
@@ -36,7 +37,7 @@ _payload = st.one_of(_json.map(orjson.dumps), _tricky)
 _result = st.none() | _payload
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(version=st.sampled_from([1, 2]), first=st.integers(1, 10**11),
        priority=st.integers(-1000, 1000), run_at=st.integers(0, T0 + TEN_YEARS_MS),
        created=st.integers(0, T0 + TEN_YEARS_MS), max_attempts=st.integers(1, 1000),

@@ -39,6 +39,7 @@ from broker.model.tokens import NOT_VALID, stored_part
 from broker.model.views import stats
 from broker.wire import ItemResult
 from tests.support.states import new_queue, read_back
+from tests.support.tiers import examples
 
 payloads = st.one_of(st.integers(-(2**53), 2**53), st.text(max_size=8),
                      st.lists(st.integers(-9, 9), max_size=3),
@@ -317,7 +318,7 @@ class QueueMachine(RuleBasedStateMachine):
 
 
 QueueMachine.TestCase.settings = settings(
-    max_examples=150, stateful_step_count=40, deadline=None,
+    max_examples=examples(150), stateful_step_count=40, deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestQueueMachine = QueueMachine.TestCase

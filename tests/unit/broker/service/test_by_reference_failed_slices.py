@@ -146,6 +146,7 @@ def go_free() -> Iterator[list[threading.Event]]:
         event.set()
 
 
+@pytest.mark.slow  # (101,000 jobs go inline: make test only)
 def test_writer_write_releases_a_slice_landing_after_a_line_break_sent_the_push_inline(
         tmp_path: Path, go_free: list[threading.Event]) -> None:
     clock = Clock()

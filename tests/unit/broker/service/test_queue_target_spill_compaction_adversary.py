@@ -40,10 +40,11 @@ from tests.support.spill_runs import (
     where,
 )
 from tests.support.spill_store import spill_keys
+from tests.support.tiers import seeds
 
 
 @pytest.mark.parametrize("faulty", [False, True], ids=["clean", "faults"])
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", seeds(6))  # (seeds past 0: make test only)
 def test_merges_racing_mixed_operations_keep_each_spilled_job_exactly_once(
         tmp_path: Path, seed: int, faulty: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(spill_compaction, "COMPACT_REFS", 2)

@@ -41,6 +41,7 @@ from tests.support.spill_runs import (
     where,
 )
 from tests.support.spill_store import spill_keys
+from tests.support.tiers import seeds
 
 #: Broker settings besides spill_jobs: jobs inline, or pushed into segments and
 #: claimed from them held in claim records.
@@ -53,7 +54,7 @@ MODES = {"inline": {}, "segments": {"segment_push_jobs": 5},
 # main by the ref kept until unnamed, broker.model.segments.claims.move_in)
 @pytest.mark.parametrize("mode", ["inline", "segments", "held"])
 @pytest.mark.parametrize("faulty", [False, True], ids=["clean", "faults"])
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", seeds(4))  # (seeds past 0: make test only)
 def test_mixed_operations_keep_each_spilled_job_exactly_once(tmp_path: Path, seed: int,
                                                              faulty: bool, mode: str) -> None:
     store = FaultyStore(FileStore(tmp_path))

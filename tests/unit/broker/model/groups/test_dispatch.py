@@ -68,7 +68,7 @@ class Tenants:
 def test_two_backlogged_groups_are_served_in_the_ratio_of_their_weights_within_one_turn(
         w1: int, w2: int, turns: int) -> None:
     t = Tenants({"group_weights": {"a": w1, "b": w2}})
-    a, b = t.push("a", 10**6), t.push("b", 10**6)
+    a, b = t.push("a", turns + 1), t.push("b", turns + 1)  # (backlogged through every turn)
     for _ in range(turns):
         t.claim(1)  # one job a claim: turns of one job (a claim of more takes quanta)
     n1, n2 = t.picks.count(a), t.picks.count(b)

@@ -21,6 +21,7 @@ from broker.model.groups.dispatch import EMPTY, QUANTUM, READY, STRIDE, Dispatch
 from broker.model.groups.names import GroupNames
 from broker.model.groups.settings import DEFAULT, parse_group_settings
 from tests.support.group_model import CLAIMED, DEAD, DONE, PENDING, ReferenceQueue
+from tests.support.tiers import examples
 
 GROUPS: list[str | None] = [None, "a", "b", "c", "d"]
 groups = st.sampled_from(GROUPS)
@@ -233,7 +234,7 @@ class DispatchMachine(RuleBasedStateMachine):
 
 
 DispatchMachine.TestCase.settings = settings(
-    max_examples=200, stateful_step_count=50, deadline=None,
+    max_examples=examples(200), stateful_step_count=50, deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestDispatchMachine = DispatchMachine.TestCase

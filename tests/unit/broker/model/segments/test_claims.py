@@ -19,6 +19,7 @@ from broker.model.segments.claims import claim_refs, plan_windows
 from broker.model.state import QueueState, SegmentRef, SegmentWindows
 from broker.paths import segment_key, segment_name
 from tests.support.states import new_queue, read_back
+from tests.support.tiers import examples
 
 NOW = 1_767_225_600_000
 
@@ -66,7 +67,8 @@ def _build(blocks: list[tuple], windows: SegmentWindows) -> tuple[QueueState, li
     return state, keys
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(120), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_BLOCK, min_size=1, max_size=8), st.lists(st.integers(1, 9), min_size=1))
 def test_claims_take_every_due_job_once_in_claim_order(blocks: list[tuple],
                                                        sizes: list[int]) -> None:

@@ -54,6 +54,7 @@ from broker.model.segments.refs import is_taken
 from broker.model.state import SegmentRef, SegmentWindows
 from broker.paths import segment_key, segment_name
 from tests.support.states import QUEUE, committed, new_queue
+from tests.support.tiers import examples
 
 T0 = 1_767_225_600_000
 LEASE_MS = 5_000
@@ -297,6 +298,6 @@ class FifoClaims(RuleBasedStateMachine):
 
 
 FifoClaims.TestCase.settings = settings(
-    max_examples=150, stateful_step_count=40, deadline=None,
+    max_examples=examples(150), stateful_step_count=40, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 TestFifoClaims = FifoClaims.TestCase

@@ -64,6 +64,7 @@ from broker.model.segments.refs import holding
 from broker.model.state import SegmentRef, SegmentWindows
 from broker.paths import segment_key, segment_name
 from tests.support.states import QUEUE, new_queue, read_back
+from tests.support.tiers import examples
 
 T0 = 1_767_225_600_000
 LEASE_MS = 5_000
@@ -394,6 +395,6 @@ class ModelGroupedClaims(RuleBasedStateMachine):
 
 
 ModelGroupedClaims.TestCase.settings = settings(
-    max_examples=100, stateful_step_count=40, deadline=None,
+    max_examples=examples(100), stateful_step_count=40, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 TestModelGroupedClaims = ModelGroupedClaims.TestCase

@@ -35,6 +35,7 @@ from broker.model.ops import (
 from broker.model.segments import grouped
 from broker.model.state import QueueState
 from tests.support.states import committed, new_queue
+from tests.support.tiers import examples
 
 T0 = 1_767_225_600_000
 LEASE_MS = 5_000
@@ -139,7 +140,7 @@ def _tops(state: QueueState) -> tuple[list[Any], list[int]]:
             for heap in [None if gid is None else groups.heaps.get(gid)]], sorted(state.delayed)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=st.lists(step_st, min_size=8, max_size=40))
 def test_pushes_into_group_heaps_answer_as_through_the_ready_heap(
         steps: list[tuple[str, Any]]) -> None:

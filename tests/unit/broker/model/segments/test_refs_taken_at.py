@@ -16,6 +16,7 @@ from broker.model.format import segment_format as sf
 from broker.model.segments import refs as sg
 from broker.model.state import SEGMENT_REF_BYTES, SegmentRef
 from tests.support.segment_refs import key_of, ref_for
+from tests.support.tiers import examples
 
 
 def grouped(count: int, taken_at: tuple[int, ...] = (), first_seq: int = 1) -> SegmentRef:
@@ -76,7 +77,7 @@ def histories(draw: st.DrawFn) -> tuple[int, list[tuple[bool, list[int]]]]:
     return count, steps
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(history=histories())
 def test_taking_and_giving_back_positions_agrees_with_a_set(
         history: tuple[int, list[tuple[bool, list[int]]]]) -> None:
@@ -157,7 +158,7 @@ def test_coalesce_merges_adjacent_spans_and_refuses_overlaps() -> None:
             sg.coalesce(spans)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(starts=st.sets(st.integers(0, 65_534), max_size=300), taken_first=st.booleans())
 def test_the_size_estimate_covers_a_grouped_refs_line(starts: set[int],
                                                       taken_first: bool) -> None:

@@ -511,6 +511,7 @@ class Dispatch:
                         -MAX_PRIORITY <= head.priority <= MAX_PRIORITY
                         and 0 <= head.order < ORDER_LIMIT):
                 self.set_head(gid, head, now_ms)
+                heap = self._heap  # (set_head may have rebuilt it: push into the live one)
                 continue
             if g is None:  # (_record(), for a queue whose settings name no group)
                 g = groups[gid] = _Group(gid, 1, plain_limit)

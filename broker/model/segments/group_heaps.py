@@ -146,11 +146,13 @@ def take_pushed(state: QueueState, pushed: Sequence[str | None], now_ms: int) ->
     # group name -> its heap: one lookup a job (names.gid() and heaps.get() once a
     # group of the push, bench/groups_cpu_bench.py)
     heap_of: dict[str | None, list[int]] = {}
-    find = heap_of.get
+    find, ids = heap_of.get, names.ids
     for entry, group in zip(ready, pushed, strict=True):
         heap = find(group)
         if heap is None:
-            gid = names.gid(group)
+            gid = ids.get(group) if group is not None else None  # (names.gid(), its common case)
+            if gid is None:
+                gid = names.gid(group)
             heap = heaps.get(gid)
             if gid not in untold:  # (its top before: what _absorb compares the new top with)
                 untold[gid] = heap[0] if heap else None

@@ -153,8 +153,9 @@ class JobHeaps(NamedTuple):
     """What :meth:`Dispatch.serve_turns` takes a turn's jobs from when no ``take``
     is given: the speed trick of a fair claim's turns (every ready group's head
     the top of its heap here, as ``Head(priority of key, key, 0)``), kept to this
-    one structure and the loop that reads it (``bench/groups_cpu_bench.py``: a
-    call a turn was the largest cost of a claim of many groups).
+    one structure and the loop that reads it: a call and a ``Head`` fewer a turn
+    (``bench/groups_model_bench.py --instructions`` counts what that saves: about
+    a fiftieth of a grouped job, with the other changes of its pass).
 
     ``heaps``: gid -> the ready keys of its jobs (a heap; a group whose heap
     empties is dropped from it); ``entries``: seq -> the job, or its line
@@ -414,7 +415,7 @@ class Dispatch:
             if lines is None:
                 assert take is not None  # (one of them: checked above)
                 n, nxt = take(gid, q, head)
-            else:  # (JobHeaps.take(), inlined: one call fewer a turn, bench/groups_cpu_bench.py)
+            else:  # (the take JobHeaps describes, written out: no call a turn)
                 h = heaps_get(gid)
                 jt = None
                 if h:

@@ -26,6 +26,11 @@ this tree's client (requests of at most 8 MiB), then the queue object's bytes an
 median of 20 single small pushes after them (each one commit rewriting the
 head). Writes bench/results/broker_bigpush.json.
 
+``--only groups``: claims/s of grouped cycles (:data:`GROUP_SCENARIOS`) against their
+ungrouped twins, interleaved; with ``--baseline DIR`` that tree's broker runs every
+cycle too, in the same rounds, each tree's grouped/ungrouped ratio in the results
+(bench/results/broker_groups.json, or ``--out NAME``: NAME.json).
+
 Prints tables and writes bench/results/broker_bench.json (or broker_ab.json).
 """
 
@@ -316,32 +321,47 @@ GROUP_SCENARIOS = [
 ]
 
 
-def groups_compare(seconds: float, rounds: int) -> None:
+def groups_compare(seconds: float, rounds: int, baseline: Path | None = None,
+                   out: str = "broker_groups") -> None:
     """Cycles of grouped jobs against their ungrouped twins on this tree, interleaved,
-    medians of ``rounds``; the bar (design-31 §10.5): grouped >= 0.8 of ungrouped."""
-    print(f"== groups: grouped cycles against ungrouped ones, {rounds} interleaved rounds")
-    table: dict[str, dict[str, list[float]]] = {}
+    medians of ``rounds``; the bar (design-31 §10.5): grouped >= 0.8 of ungrouped.
+    With ``baseline`` (another checkout) its broker runs every cycle too, in the same
+    rounds: its figures go in the results as ``before``, with each tree's ratio."""
+    trees = {"after": ROOT} if baseline is None else {"before": baseline, "after": ROOT}
+    print(f"== groups: grouped cycles against ungrouped ones, {rounds} interleaved rounds"
+          + ("" if baseline is None else f", this tree ({ROOT}) and {baseline}"))
+    table: dict[str, dict[str, dict[str, list[float]]]] = {tree: {} for tree in trees}
     for n in range(rounds):
         for batch, clients, options in GROUP_SCENARIOS:
             name = f"cycle-b{batch}-c{clients}{''.join(options).replace('--', '-')}"
-            cell = table.setdefault(name, {"ungrouped": [], "grouped": []})
-            order = [("ungrouped", ()), ("grouped", options)]
-            for label, extra in (order if n % 2 == 0 else order[::-1]):
-                r = broker_run("cycle", clients, seconds, batch, extra=extra)
+            order = [(tree, label, extra) for tree in trees
+                     for label, extra in (("ungrouped", ()), ("grouped", options))]
+            for tree, label, extra in (order if n % 2 == 0 else order[::-1]):
+                cell = table[tree].setdefault(name, {"ungrouped": [], "grouped": []})
+                r = broker_run("cycle", clients, seconds, batch, extra=extra, root=trees[tree])
                 cell[label].append(r["claim"]["jobs_per_s"] if "claim" in r else 0.0)
-            print(f"round {n + 1} {name:<44} claims/s ungrouped {cell['ungrouped'][-1]:>9,.0f}"
-                  f"   grouped {cell['grouped'][-1]:>9,.0f}   ratio "
-                  f"{cell['grouped'][-1] / max(cell['ungrouped'][-1], 1e-9):.3f}", flush=True)
-    summary = {}
-    for name, cell in table.items():
-        u = sorted(cell["ungrouped"])[len(cell["ungrouped"]) // 2]
-        g = sorted(cell["grouped"])[len(cell["grouped"]) // 2]
-        summary[name] = {"ungrouped_claims_per_s": u, "grouped_claims_per_s": g,
-                         "grouped_over_ungrouped": g / u if u else None,
-                         "rounds_ungrouped": cell["ungrouped"], "rounds_grouped": cell["grouped"]}
-        print(f"{name:<44} ungrouped {u:>9,.0f}  grouped {g:>9,.0f}  "
-              f"grouped_over_ungrouped {g / u if u else float('nan'):.3f}")
-    path = write_results("broker_groups", {"seconds": seconds, "results": summary})
+            for tree in trees:
+                cell = table[tree][name]
+                print(f"round {n + 1} {tree:<6} {name:<44} claims/s ungrouped "
+                      f"{cell['ungrouped'][-1]:>9,.0f}   grouped {cell['grouped'][-1]:>9,.0f}"
+                      f"   ratio {cell['grouped'][-1] / max(cell['ungrouped'][-1], 1e-9):.3f}",
+                      flush=True)
+    summaries: dict[str, dict[str, Any]] = {}
+    for tree in trees:
+        summary = summaries[tree] = {}
+        for name, cell in table[tree].items():
+            u = sorted(cell["ungrouped"])[len(cell["ungrouped"]) // 2]
+            g = sorted(cell["grouped"])[len(cell["grouped"]) // 2]
+            summary[name] = {"ungrouped_claims_per_s": u, "grouped_claims_per_s": g,
+                             "grouped_over_ungrouped": g / u if u else None,
+                             "rounds_ungrouped": cell["ungrouped"],
+                             "rounds_grouped": cell["grouped"]}
+            print(f"{tree:<6} {name:<44} ungrouped {u:>9,.0f}  grouped {g:>9,.0f}  "
+                  f"grouped_over_ungrouped {g / u if u else float('nan'):.3f}")
+    payload: dict[str, Any] = {"seconds": seconds, "results": summaries["after"]}
+    if baseline is not None:
+        payload.update(baseline=str(baseline), before=summaries["before"])
+    path = write_results(out, payload)
     print(f"results written to {path}")
 
 
@@ -414,12 +434,16 @@ def main() -> None:
     p.add_argument("--rows", help="with --baseline: only these A/B rows, comma-separated "
                    f"(of {', '.join(ab_name(*s) for s in AB_SCENARIOS)}), figures written "
                    "to bench/results/broker_ab_rows.json (broker_ab.json keeps the full A/B)")
+    p.add_argument("--out", help="with --only groups: the results file's name under "
+                   "bench/results/ (default broker_groups)")
     p.add_argument("--only", choices=["ab", "latency", "bigpush", "groups"],
                    help="ab: only the A/B comparison; latency: only 200 ms at 256 clients; "
                         "bigpush: only big payloads against the baseline")
     args = p.parse_args()
     if args.only == "groups":
-        groups_compare(args.seconds, args.rounds)
+        groups_compare(args.seconds, args.rounds,
+                       None if args.baseline is None else args.baseline.resolve(),
+                       args.out or "broker_groups")
         return
     if args.only == "bigpush":
         if args.baseline is None:

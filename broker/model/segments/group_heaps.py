@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from broker.limits import MAX_PRIORITY
 from broker.model.groups.counts import GroupState
-from broker.model.groups.dispatch import Dispatch, Head
+from broker.model.groups.dispatch import Dispatch, Head, JobHeaps
 from broker.model.groups.names import NO_GROUP
 from broker.model.indexes import (
     SEQ_BITS,
@@ -100,45 +100,16 @@ def fair_turns(state: QueueState, groups: GroupState, chosen: list[int], want: i
     :meth:`~broker.model.groups.dispatch.Dispatch.serve_turns`, each turn's jobs
     taken here as the loop of :func:`broker.model.segments.grouped.claim_grouped`
     takes them (the group's told head checked live first; up to ``q`` jobs of its
-    priority). The same turns as that loop, a few calls a job fewer
-    (``bench/groups_cpu_bench.py``)."""
+    priority), read from the groups' heaps in that call
+    (:class:`~broker.model.groups.dispatch.JobHeaps`). The same turns as that loop,
+    a few calls a job fewer (``bench/groups_cpu_bench.py``)."""
     heaps, entries, dispatch = groups.heaps, state.jobs.entries, groups.dispatch
     if NO_GROUP in heaps:  # (group 0's head, as the loop sets it before a pick)
         top = live_top(state, heaps[NO_GROUP], now_ms)
         dispatch.set_head(NO_GROUP, None if top is None else Head(
             MAX_PRIORITY - (top >> _READY_PRIORITY_SHIFT), top, 0), now_ms)
-    append, pop, new = chosen.append, heapq.heappop, tuple.__new__
-
-    def take(gid: int, q: int, head: Head) -> tuple[int, Head | None]:
-        heap = heaps.get(gid)
-        # (live_top, with a bulk push's due line, the common top, read inline)
-        top = heap[0] if heap else None
-        if top is not None and (entries.get(top & SEQ_MASK).__class__ is not bytes
-                                or (top >> SEQ_BITS) & TIME_MASK > now_ms):
-            top = live_top(state, heap, now_ms)
-        n = 0
-        if top == head.order:
-            assert heap is not None  # (a live top)
-            p = head.priority
-            while True:
-                pop(heap)
-                while heap and heap[0] == top:  # (a job indexed twice, as grouped._take drops it)
-                    pop(heap)
-                append(top)
-                n += 1
-                top = heap[0] if heap else None
-                if top is not None and (entries.get(top & SEQ_MASK).__class__ is not bytes
-                                        or (top >> SEQ_BITS) & TIME_MASK > now_ms):
-                    top = live_top(state, heap, now_ms)
-                if top is None or n >= q or MAX_PRIORITY - (top >> _READY_PRIORITY_SHIFT) != p:
-                    break
-        if top is None:  # (its heap is empty)
-            heaps.pop(gid, None)
-            return n, None
-        # (Head(...) without its Python-level __new__: once a turn, bench/groups_cpu_bench.py)
-        return n, new(Head, (MAX_PRIORITY - (top >> _READY_PRIORITY_SHIFT), top, 0))
-
-    dispatch.serve_turns(now_ms, want, take)
+    dispatch.serve_turns(now_ms, want, lines=JobHeaps(
+        heaps, entries, lambda heap: live_top(state, heap, now_ms), chosen))
 
 
 def in_bulk(state: QueueState, groups: GroupState) -> bool:
@@ -172,19 +143,23 @@ def take_pushed(state: QueueState, pushed: Sequence[str | None], now_ms: int) ->
             or None in pushed:
         return
     names, heaps, push, untold = groups.names, groups.heaps, heapq.heappush, groups.untold
-    gids: dict[str | None, int] = {}
+    # group name -> its heap: one lookup a job (names.gid() and heaps.get() once a
+    # group of the push, bench/groups_cpu_bench.py)
+    heap_of: dict[str | None, list[int]] = {}
+    find, ids = heap_of.get, names.ids
     for entry, group in zip(ready, pushed, strict=True):
-        gid = gids.get(group)
-        if gid is None:
-            gid = gids[group] = names.gid(group)
-            if gid not in untold:  # (its top before: what _absorb compares the new top with)
-                heap = heaps.get(gid)
-                untold[gid] = heap[0] if heap else None
-        heap = heaps.get(gid)
+        heap = find(group)
         if heap is None:
-            heaps[gid] = [entry]
-        else:
-            push(heap, entry)
+            gid = ids.get(group) if group is not None else None  # (names.gid(), its common case)
+            if gid is None:
+                gid = names.gid(group)
+            heap = heaps.get(gid)
+            if gid not in untold:  # (its top before: what _absorb compares the new top with)
+                untold[gid] = heap[0] if heap else None
+            if heap is None:
+                heap = heaps[gid] = []
+            heap_of[group] = heap
+        push(heap, entry)
     groups.pushed.extend(ready)
     groups.untold_ms = max(groups.untold_ms, now_ms)
     ready.clear()
@@ -201,13 +176,17 @@ def tell_pushed(state: QueueState, groups: GroupState, now_ms: int) -> dict[int,
     (the clock stepped back) go to the delayed heap. A group whose heap that
     empties is left out (and its heap dropped)."""
     heaps, entries, delayed = groups.heaps, state.jobs.entries, state.delayed
-    untold, pushed = groups.untold, groups.pushed
+    untold, pushed, untold_ms = groups.untold, groups.pushed, groups.untold_ms
     groups.untold, groups.pushed, groups.untold_ms = {}, [], 0
     bad: set[int] = set()
-    for entry in pushed:  # (the common case: every one still its line, due)
-        job = entries.get(entry & SEQ_MASK)
-        if job.__class__ is not bytes or (entry >> SEQ_BITS) & TIME_MASK > now_ms:
-            bad.add(entry)
+    # The common case, every one still its line and due (pushed at or before now_ms),
+    # is found in C loops (bench/groups_cpu_bench.py); else each is looked at.
+    if untold_ms > now_ms or not set(map(type, map(
+            entries.get, map(SEQ_MASK.__and__, pushed)))) <= {bytes}:
+        for entry in pushed:
+            job = entries.get(entry & SEQ_MASK)
+            if job.__class__ is not bytes or (entry >> SEQ_BITS) & TIME_MASK > now_ms:
+                bad.add(entry)
     for entry in sorted(bad):  # (rare: as _absorb would have met them in the ready heap)
         seq = entry & SEQ_MASK
         job = entries.get(seq)

@@ -8,14 +8,18 @@ what it cannot serve (per-group rates) or a caller's answer it cannot take."""
 
 from __future__ import annotations
 
+import heapq
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.limits import MAX_PRIORITY
-from broker.model.groups.dispatch import STRIDE, Dispatch, GroupView, Head
+from broker.model.groups import dispatch
+from broker.model.groups.dispatch import STRIDE, Dispatch, GroupView, Head, JobHeaps
 from broker.model.groups.names import GroupNames
 from broker.model.groups.settings import parse_group_settings
+from broker.model.indexes import SEQ_BITS, SEQ_MASK, TIME_BITS, TIME_MASK, ready_key
 
 T0 = 10_000
 NAMES = [None, "a", "b", "c", "d"]
@@ -174,3 +178,103 @@ def test_serve_turns_refuses_an_answer_it_cannot_take(answer: tuple[int, Head | 
     with pytest.raises(ValueError, match="jobs taken in a turn"):
         d.serve_turns(T0, 1, lambda g, q, h: answer)
     assert d.view(gid) == before
+
+
+def test_job_heaps_read_ready_keys_laid_out_as_the_indexes_make_them() -> None:
+    assert (dispatch._SEQ_MASK, dispatch._TIME_SHIFT, dispatch._TIME_MASK,
+            dispatch._KEY_PRIORITY_SHIFT) == (SEQ_MASK, SEQ_BITS, TIME_MASK, SEQ_BITS + TIME_BITS)
+    key = ready_key(-3, 1_767_225_600_123, 42)
+    assert key & dispatch._SEQ_MASK == 42
+    assert (key >> dispatch._TIME_SHIFT) & dispatch._TIME_MASK == 1_767_225_600_123
+    assert MAX_PRIORITY - (key >> dispatch._KEY_PRIORITY_SHIFT) == -3
+
+
+def test_serve_turns_takes_jobs_by_take_or_from_lines_one_of_them() -> None:
+    names = GroupNames()
+    d = Dispatch(parse_group_settings({}, "test"), names)
+    d.set_head(names.gid("a"), Head(0, 1, 0), T0)
+    before = d.view(names.gid("a"))
+    lines = JobHeaps({}, {}, lambda heap: None, [])
+    for take, given_lines in ((None, None), (lambda g, q, h: (1, None), lines)):
+        with pytest.raises(ValueError, match="one of them"):
+            d.serve_turns(T0, 1, take, given_lines)
+    assert d.view(names.gid("a")) == before
+
+
+_LIVE, _STALE = "job", "gone"  # (an entry that is no line: live or gone; bytes: a line)
+# (group, priority, due later, what its entry is): a job of a fair queue's group
+jobs_st = st.lists(st.tuples(st.sampled_from(["a", "b", "c", "d"]), st.sampled_from([0, 0, 2]),
+                             st.sampled_from([False, False, False, True]),
+                             st.sampled_from(["line", "line", "line", _LIVE, _STALE])),
+                   max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(jobs=jobs_st, stale_heads=st.lists(st.integers(0, 39), max_size=4),
+       want=st.integers(1, 30), limit=st.sampled_from([None, 1, 2]))
+def test_serve_turns_from_lines_takes_as_the_take_it_inlines(
+        jobs: list[tuple[str, int, bool, str]], stale_heads: list[int], want: int,
+        limit: int | None) -> None:
+    """The turns read from JobHeaps (a take without a call a turn) against a take
+    written plainly from its description: the same jobs in the same order, the
+    same heaps left, every group's record the same, with stale entries and jobs
+    due later inside a group's heap, heads gone stale since told, and limits."""
+    now = 1_767_225_600_000
+    raw = {} if limit is None else {"group_limit": limit}
+    names = GroupNames()
+    twins = [Dispatch(parse_group_settings(raw, "test"), names) for _ in "12"]
+    entries: dict[int, object] = {}
+    heaps: list[dict[int, list[int]]] = [{}, {}]
+    for seq, (name, priority, later, kind) in enumerate(jobs, 1):
+        entries[seq] = b"{}" if kind == "line" else kind
+        for h in heaps:
+            h.setdefault(names.gid(name), []).append(
+                ready_key(priority, now + 50 if later else now - 5, seq))
+    for h in heaps:
+        for heap in h.values():
+            heapq.heapify(heap)
+
+    def due(key: int) -> bool:
+        return entries[key & SEQ_MASK] != _STALE and (key >> SEQ_BITS) & TIME_MASK <= now
+
+    def live(heap: list[int]) -> int | None:
+        while heap and not due(heap[0]):
+            heapq.heappop(heap)
+        return heap[0] if heap else None
+
+    for h, d in zip(heaps, twins, strict=True):
+        for gid, heap in list(h.items()):
+            top = live(heap)
+            if top is None:
+                del h[gid]
+            else:
+                d.set_head(gid, Head(MAX_PRIORITY - (top >> (SEQ_BITS + TIME_BITS)), top, 0), now)
+    for i in stale_heads:  # (gone since their groups' heads were told)
+        if i < len(jobs):
+            entries[i + 1] = _STALE
+    chosen: list[list[int]] = [[], []]
+
+    def take(gid: int, q: int, head: Head) -> tuple[int, Head | None]:
+        heap = heaps[1].get(gid)
+        top = None if heap is None else live(heap)
+        n = 0
+        if top is not None and top == head.order:
+            assert heap is not None
+            while top is not None and n < q and \
+                    MAX_PRIORITY - (top >> (SEQ_BITS + TIME_BITS)) == head.priority:
+                while heap and heap[0] == top:
+                    heapq.heappop(heap)
+                chosen[1].append(top)
+                n += 1
+                top = live(heap)
+        if top is None:
+            heaps[1].pop(gid, None)
+            return n, None
+        return n, Head(MAX_PRIORITY - (top >> (SEQ_BITS + TIME_BITS)), top, 0)
+
+    got = twins[0].serve_turns(now, want, lines=JobHeaps(heaps[0], entries, live, chosen[0]))
+    assert twins[1].serve_turns(now, want, take) == got
+    assert chosen[0] == chosen[1] and len(chosen[0]) == got
+    assert heaps[0] == heaps[1]
+    for gid in {names.gid(name) for name, *_ in jobs}:
+        assert twins[0].view(gid) == twins[1].view(gid)

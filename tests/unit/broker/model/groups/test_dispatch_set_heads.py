@@ -100,3 +100,31 @@ def test_set_heads_refuses_a_bad_head_keeping_the_ones_before() -> None:
     one_by_one.set_head(*good, T0)
     assert _seen(at_once, names, T0) == _seen(one_by_one, names, T0)
     assert at_once.view(names.gid("b")) is None
+
+
+def test_set_heads_after_a_set_head_that_rebuilt_the_heap_leaves_its_groups_ready() -> None:
+    # A head told through set_head (a group with a record) pushed the ready heap past
+    # its rebuild size: set_heads then pushed the next newcomers into the old list, so
+    # they were ready (counted, never in the heap) and never picked: their jobs stayed
+    # pending until their heads changed again. Picks here are the twin's, to the end.
+    names = GroupNames()
+    one_by_one, at_once = (Dispatch(parse_group_settings({}, "test"), names) for _ in "12")
+    gids = [names.gid(f"g{i}") for i in range(10)]
+    newcomers = [names.gid(f"new{i}") for i in range(3)]
+    for d in (one_by_one, at_once):
+        for i, gid in enumerate(gids):
+            d.set_head(gid, Head(0, 100 + i, 0), T0)
+        for order in range(1000, 1074):  # (stale entries: the heap at 2 * 10 + 64)
+            d.set_head(gids[1], Head(0, order, 0), T0)
+    heads = [(gids[2], Head(0, 5000, 0))] + [(gid, Head(0, i + 1, 0))
+                                              for i, gid in enumerate(newcomers)]
+    for gid, head in heads:
+        one_by_one.set_head(gid, head, T0)
+    at_once.set_heads(heads, T0)
+    picks: list[list[int]] = [[], []]
+    for d, out in zip((one_by_one, at_once), picks, strict=True):
+        while (picked := d.pick(T0)) is not None:
+            out.append(picked[0])
+            d.served(picked[0], 1, None, T0)
+    assert picks[1] == picks[0]
+    assert picks[0][:3] == newcomers and len(picks[0]) == 13

@@ -11,7 +11,7 @@ AZURITE_STAMP := .tools/.azurite-$(AZURITE_VERSION)
 # Playwright's own browser download).
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: demo test check lint typecheck suite bench clean java-check chromium-check wheel
+.PHONY: demo test check lint typecheck suite long bench clean java-check chromium-check wheel
 
 # Workers for the whole suite (pytest-xdist). Most of the
 # suite's wall time waits on subprocesses, servers, Spark and timeouts, not on the CPU, so
@@ -71,9 +71,16 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# The whole pytest suite, every tier; pyproject's addopts print the 25 slowest tests.
+# The whole pytest suite, every tier, less the long variants of the random and chaos
+# runs (marked long: their short variants run here with the same checks);
+# pyproject's addopts print the 25 slowest tests.
 suite: $(STAMP) java-check $(AZURITE_STAMP) chromium-check
-	OSQ_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -q -n $(JOBS) --dist loadgroup
+	OSQ_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -q -n $(JOBS) --dist loadgroup -m "not long"
+
+# The long variants alone (tests/support/tiers.py): the chaos runs at their former 20 s
+# and the job-table equivalence run's other seeds.
+long: $(STAMP) java-check $(AZURITE_STAMP)
+	$(BIN)/python -m pytest -q -n $(JOBS) --dist loadgroup -m long
 
 test: lint typecheck suite
 

@@ -22,20 +22,25 @@ from typing import Any
 
 import pytest
 
+from tests.support.tiers import same_work, short_and_long
 from tools import chaos
 
 ROOT = Path(__file__).resolve().parents[3]
 GROUPS = 50
+#: The chaos phase (s): 12 in make test, the 20 these runs had before in make long;
+#: the same nemesis events, bulk pushes (same_work) and checks in both.
+CHAOS_SECONDS = short_and_long("seconds", 12, 20)
 
 
-def run_groups(tmp_path: Path, *extra: str) -> tuple[int, dict[str, Any], str]:
+def run_groups(tmp_path: Path, seconds: int, *extra: str) -> tuple[int, dict[str, Any], str]:
     out = tmp_path / "results.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     proc = subprocess.run(
         [sys.executable, "-m", "tools.chaos", "--store", "file", "--seed", "7",
-         "--seconds", "20", "--kills", "2", "--pauses", "0", "--competitors", "0",
-         "--lease-s", "3", "--push-rate", "60", "--bulk-rate", "60", "--bulk-min", "200",
+         "--seconds", str(seconds), "--kills", "2", "--pauses", "0", "--competitors", "0",
+         "--lease-s", "3", "--push-rate", "60", "--bulk-rate", same_work(60, seconds, 20),
+         "--bulk-min", "200",
          "--bulk-max", "400", "--consumers", "6", "--groups", str(GROUPS),
          "--group-limit", "2", "--drain-timeout-s", "90", "--max-runtime-s", "240",
          "--run-dir", str(tmp_path / "run"), "--out", str(out), *extra],
@@ -46,8 +51,9 @@ def run_groups(tmp_path: Path, *extra: str) -> tuple[int, dict[str, Any], str]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_groups_chaos_run_logs_claims_and_checks_the_limit(tmp_path: Path) -> None:
-    code, results, output = run_groups(tmp_path)
+@CHAOS_SECONDS
+def test_groups_chaos_run_logs_claims_and_checks_the_limit(tmp_path: Path, seconds: int) -> None:
+    code, results, output = run_groups(tmp_path, seconds)
     assert results, f"no results written:\n{output}"
     check, counts, g = results["check"], results["figures"]["client_counts"], results["groups"]
     for name in ("lost", "duplicated", "unexpected", "superseded", "double"):
@@ -120,11 +126,13 @@ def test_group_options_default_off_and_are_checked() -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_groups_chaos_run_with_grouped_segments(tmp_path: Path) -> None:
+@CHAOS_SECONDS
+def test_groups_chaos_run_with_grouped_segments(tmp_path: Path, seconds: int) -> None:
     """With --grouped-segments the brokers write grouped bulk pushes into segment
     objects (no publishers: every segment of the run is a grouped push's), and the
     same checks hold: every job once, no group above its limit, nothing left."""
-    code, results, output = run_groups(tmp_path, "--grouped-segments", "--publishers", "0")
+    code, results, output = run_groups(tmp_path, seconds, "--grouped-segments",
+                                       "--publishers", "0")
     assert results, f"no results written:\n{output}"
     check, g, seg = results["check"], results["groups"], results["segments"]
     for name in ("lost", "duplicated", "unexpected", "superseded", "double"):

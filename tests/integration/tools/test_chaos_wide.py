@@ -20,20 +20,26 @@ from typing import Any
 
 import pytest
 
+from tests.support.tiers import same_work, short_and_long
 from tools import chaos
 
 ROOT = Path(__file__).resolve().parents[3]
+#: The chaos phase (s): 14 in make test, the 20 this run had before in make long;
+#: the same nemesis events, bulk pushes (same_work) and checks in both.
+CHAOS_SECONDS = short_and_long("seconds", 14, 20)
 
 
-def run_wide(tmp_path: Path, store: str, *extra: str) -> tuple[int, dict[str, Any], str]:
+def run_wide(tmp_path: Path, store: str, seconds: int,
+             *extra: str) -> tuple[int, dict[str, Any], str]:
     out = tmp_path / "results.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     proc = subprocess.run(
         [sys.executable, "-m", "tools.chaos", "--store", store, "--seed", "5",
-         "--seconds", "20", "--kills", "1", "--pauses", "0", "--competitors", "0",
+         "--seconds", str(seconds), "--kills", "1", "--pauses", "0", "--competitors", "0",
          "--redrives", "2", "--claim-kills", "2", "--lease-s", "3",
-         "--push-rate", "20", "--bulk-rate", "150", "--bulk-min", "500", "--bulk-max", "2000",
+         "--push-rate", "20", "--bulk-rate", same_work(150, seconds, 20),
+         "--bulk-min", "500", "--bulk-max", "2000",
          "--max-backlog", "8000", "--big-claimers", "2", "--big-claim-min", "500",
          "--big-claim-max", "2000", "--doom-every", "13", "--max-attempts", "3",
          "--drain-timeout-s", "90", "--max-runtime-s", "240",
@@ -45,8 +51,9 @@ def run_wide(tmp_path: Path, store: str, *extra: str) -> tuple[int, dict[str, An
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_wide_chaos_run_on_file_store(tmp_path: Path) -> None:
-    code, results, output = run_wide(tmp_path, "file")
+@CHAOS_SECONDS
+def test_wide_chaos_run_on_file_store(tmp_path: Path, seconds: int) -> None:
+    code, results, output = run_wide(tmp_path, "file", seconds)
     assert results, f"no results written:\n{output}"
     check, counts = results["check"], results["figures"]["client_counts"]
     for name in ("lost", "duplicated", "unexpected", "superseded", "double",

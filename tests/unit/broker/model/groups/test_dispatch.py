@@ -4,6 +4,8 @@ scanning, wake-ups, the quantum, and misuse refused without a change."""
 
 from __future__ import annotations
 
+from collections import deque
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -32,21 +34,36 @@ class Tenants:
         self.names = GroupNames()
         self.settings = parse_group_settings(raw or {}, "test")
         self.d = Dispatch(self.settings, self.names)
-        self.queued: dict[int, list[int]] = {}  # gid -> order keys
+        # gid -> its order keys, as the ranges its pushes took (a push of a million
+        # keys is one range, not a million ints to build and shift)
+        self.queued: dict[int, deque[range]] = {}
         self.counter = 0
         self.picks: list[int] = []
 
     def push(self, group: str | None, n: int, priority: int = 0) -> int:
         gid = self.names.gid(group)
-        keys = self.queued.setdefault(gid, [])
-        keys.extend(range(self.counter, self.counter + n))
+        keys = self.queued.setdefault(gid, deque())
+        keys.append(range(self.counter, self.counter + n))
         self.counter += n
-        self.d.set_head(gid, Head(priority, keys[0], T0), T0)
+        self.d.set_head(gid, Head(priority, keys[0][0], T0), T0)
         return gid
 
     def head(self, gid: int, priority: int = 0) -> Head | None:
         keys = self.queued.get(gid)
-        return Head(priority, keys[0], T0) if keys else None
+        return Head(priority, keys[0][0], T0) if keys else None
+
+    def take(self, gid: int, n: int) -> int:
+        """Takes up to ``n`` of ``gid``'s oldest keys; how many it took."""
+        keys, taken = self.queued[gid], 0
+        while taken < n and keys:
+            first = keys[0]
+            k = min(n - taken, len(first))
+            if k == len(first):
+                keys.popleft()
+            else:
+                keys[0] = first[k:]
+            taken += k
+        return taken
 
     def claim(self, want: int, now: int = T0) -> list[int]:
         got: list[int] = []
@@ -55,8 +72,7 @@ class Tenants:
             if pick is None:
                 break
             gid, q = pick
-            n = min(q, len(self.queued[gid]))
-            del self.queued[gid][:n]
+            n = self.take(gid, q)
             self.d.served(gid, n, self.head(gid), now)
             got += [gid] * n
         self.picks += got
@@ -118,14 +134,14 @@ def test_priority_comes_before_turns() -> None:
     t = Tenants()
     low = t.push("low", 10, priority=0)
     high = t.push("high", 3, priority=5)
-    t.d.set_head(high, Head(5, t.queued[high][0], T0), T0)
+    t.d.set_head(high, t.head(high, 5), T0)
     got = []
     for _ in range(3):
         pick = t.d.pick(T0)
         assert pick is not None
         gid, _q = pick
         got.append(gid)
-        t.queued[gid].pop(0)
+        assert t.take(gid, 1) == 1
         t.d.served(gid, 1, t.head(gid, 5) if gid == high else t.head(gid), T0)
     assert got == [high] * 3 and t.d.pick(T0) == (low, 1)
 

@@ -16,12 +16,15 @@ from collections.abc import Iterable, Sequence
 import orjson
 
 from broker import timefmt
+from broker.model import tokens
 from broker.model.claim_records import ClaimRecord, Done
 from broker.model.format import codec
 from broker.model.format.archive import Archived
 from broker.model.format.segment_format import segment_job
 from broker.model.job import CLAIMED, COMPLETED, Job, seq_of
 from broker.model.job_lines import archive_line, archived_from_pending
+from broker.model.ops import LeasedJob
+from broker.model.spill_parts import spill_view, unname_spill
 from broker.model.state import QueueState, SegmentRef, Span
 
 
@@ -30,6 +33,13 @@ def unname(state: QueueState, record: ClaimRecord) -> None:
     is exhausted and named by no record is dropped (its object is deleted once
     the commit without it lands); its held lines are forgotten."""
     names = state.seg_names
+    for key in record.spill_keys() if record.spills else ():
+        left = names.get(key, 1) - 1
+        if left > 0:
+            names[key] = left
+        else:
+            names.pop(key, None)
+            unname_spill(state, key)
     for key in record.seg_keys():
         left = names.get(key, 1) - 1
         if left > 0:
@@ -85,7 +95,7 @@ def held_position(state: QueueState, token: str, fences: list[int] | None = None
             return None
         record = found
     pos = fence - record.fence
-    if pos >= record.n or record.seqs[pos] != seq or record.seg_span(pos) is None:
+    if pos >= record.n or record.seqs[pos] != seq or record.held_span(pos) is None:
         return None
     return record, pos
 
@@ -98,6 +108,12 @@ def held_by_seq(state: QueueState, seq: int,
     if not state.seg_names:
         return None
     for record in state.claim_records.values():
+        for pos0, count, _, _ in record.spills or ():
+            seqs = record.seqs[pos0:pos0 + count]
+            if seq in seqs:
+                pos = pos0 + seqs.index(seq)
+                if not record.is_settled(pos):
+                    return record, pos
         for pos0, count, _, _ in record.segs or ():
             pos = pos0 + seq - record.seqs[pos0]
             if pos0 <= pos < pos0 + count and (not record.is_settled(pos) or (
@@ -142,7 +158,9 @@ def held_view(state: QueueState, record: ClaimRecord, pos: int) -> Job | None:
     """The claimed job held at segment-part position ``pos`` of ``record``, as a
     throwaway :class:`Job` reading its lease through the record (for a page or a
     lookup; :func:`materialize` adds it to the head), or None if its line is not
-    loaded."""
+    loaded. A spill part's job: :func:`broker.model.spill_parts.spill_view`."""
+    if record.spills and (spill := record.spill_span(pos)) is not None:
+        return spill_view(state, record, pos, spill)
     span = record.seg_span(pos)
     got = None if span is None else state.held.line(record.fence, span, pos - span[0])
     return None if got is None else job_at(record, pos, got[0], got[1])
@@ -190,8 +208,10 @@ def materialize(state: QueueState, record: ClaimRecord, pos: int) -> Job | None:
     settled) a claimed line of its own in the head, built from its held source
     line, so that a settlement of it works as for any inline claimed job (which
     settles it in the same change: a claimed line never outlives the op). None,
-    nothing changed, if its line is not loaded (``prepare`` loads it first)."""
-    span = record.seg_span(pos)
+    nothing changed, if its line is not loaded (``prepare`` loads it first).
+    A spill part's job is made so too (attempts the spilled ones + 1, its last
+    error kept)."""
+    span = record.held_span(pos)
     if span is None or record.is_settled(pos):
         return None
     job = held_view(state, record, pos)
@@ -205,10 +225,12 @@ def materialize(state: QueueState, record: ClaimRecord, pos: int) -> Job | None:
 
 
 def materialize_live(state: QueueState, stored: Iterable[str | None], now_ms: int,
-                     marked_only: bool = False) -> None:
+                     marked_only: bool = False, spills_only: bool = False) -> None:
     """Materialize (:func:`materialize`) the jobs the stored tokens ``stored``
-    still hold at segment parts at ``now_ms`` (only those marked for cancel, with
-    ``marked_only``: a heartbeat ends only those), before an op settles them."""
+    still hold at segment or spill parts at ``now_ms`` (only those marked for
+    cancel, with ``marked_only``: a heartbeat ends only those; only those of spill
+    parts, with ``spills_only``: a complete settles a segment part's without a
+    line), before an op settles them."""
     if not state.seg_names:
         return
     fences = list(state.claim_records)
@@ -220,7 +242,8 @@ def materialize_live(state: QueueState, stored: Iterable[str | None], now_ms: in
             continue
         record, pos = found
         if record.is_settled(pos) or record.expires_ms <= now_ms or (
-                marked_only and pos not in record.cancel):
+                marked_only and pos not in record.cancel) or (
+                spills_only and record.spill_span(pos) is None):
             continue
         materialize(state, record, pos)
 
@@ -232,8 +255,8 @@ def materialize_expired(state: QueueState, now_ms: int) -> None:
     if not state.seg_names:
         return
     for record in list(state.claim_records.values()):
-        if record.segs and record.expires_ms <= now_ms:
-            for pos0, count, _, _ in record.segs:
+        if (record.segs or record.spills) and record.expires_ms <= now_ms:
+            for pos0, count, _, _ in [*(record.segs or ()), *(record.spills or ())]:
                 for pos in range(pos0, pos0 + count):
                     if not record.is_settled(pos):
                         materialize(state, record, pos)
@@ -406,8 +429,8 @@ def purge_held(state: QueueState) -> int:
     many jobs went."""
     purged = 0
     records = state.claim_records
-    for record in [r for r in records.values() if r.segs]:
-        for pos0, count, _, _ in record.segs or ():
+    for record in [r for r in records.values() if r.segs or r.spills]:
+        for pos0, count, _, _ in [*(record.segs or ()), *(record.spills or ())]:
             for pos in range(pos0, pos0 + count):
                 if not record.is_settled(pos):
                     record.settled |= 1 << pos
@@ -442,3 +465,48 @@ def held_seqs_before(state: QueueState, before_seq: int, n: int,
                     got += 1
                 pos -= 1
     return sorted(out, reverse=True)[:n]
+
+
+def still_held(state: QueueState, first_fence: int, count: int,
+                now_ms: int) -> list[LeasedJob]:
+    """The jobs still held under the leases numbered ``first_fence`` onwards
+    (``count`` of them), in the order they were claimed, with their tokens
+    as the claim answered them: the unsettled, unexpired positions of the
+    records those lease numbers fall in (a claim is one record, whose fence is
+    the claim's first; a version-4 claim may have become several records, split
+    where its jobs' leases differed or where one had already settled)."""
+    end = first_fence + count
+    tag = tokens.tagger(state).tag
+    held = []
+    for record in state.claim_records.values():  # (ascending fence; a repeat only)
+        if record.fence >= end:
+            break
+        if record.fence + record.n <= first_fence or record.expires_ms <= now_ms:
+            continue
+        for pos in record.unsettled():
+            fence = record.fence + pos
+            if fence < first_fence:
+                continue
+            if fence >= end:
+                break
+            job = state.jobs.get(record.seqs[pos])
+            if job is None and record.spills and record.spill_span(pos) is not None:
+                job = spill_view(state, record, pos)  # (held at a spill part: from the cache)
+                if job is not None:
+                    held.append(LeasedJob(job.id, job.payload, tag(f"{job.id}.{fence}"),
+                                          job.attempts, record.expires_ms))
+                continue
+            if job is None:  # held at a segment part: its line from the held-jobs cache
+                span = record.seg_span(pos)
+                got = None if span is None else state.held.line(record.fence, span, pos - span[0])
+                if got is None:
+                    continue  # (not loaded: left to its lease)
+                job = segment_job(record.seqs[pos], got[1], got[0])
+                held.append(LeasedJob(job.id, job.payload, tag(f"{job.id}.{fence}"),
+                                      job.attempts + 1, record.expires_ms))
+                continue
+            token = job.lease_token
+            assert job.status == CLAIMED and token is not None
+            held.append(LeasedJob(job.id, job.payload, tag(token), job.attempts,
+                                  job.lease_expires_ms))
+    return held

@@ -168,9 +168,10 @@ def held_view(state: QueueState, record: ClaimRecord, pos: int) -> Job | None:
 
 def page_held(state: QueueState, after_seq: int, n: int,
               status: str | None = None) -> list[tuple[int, ClaimRecord, int, Span]]:
-    """The first ``n`` jobs of segment parts with a seq above ``after_seq``, in
-    seq order: ``(seq, record, position, span)``; held ones (claimed) and, for
-    ``status`` None or completed, those of done entries. O(spans x n)."""
+    """The first ``n`` jobs of segment and spill parts with a seq above
+    ``after_seq``, in seq order: ``(seq, record, position, span)``; held ones
+    (claimed) and, for ``status`` None or completed, those of segment parts'
+    done entries. O(spans x n)."""
     out: list[tuple[int, ClaimRecord, int, Span]] = []
     for record in state.claim_records.values():
         done = {p for e in record.completions or () for p in e.pos} \
@@ -186,6 +187,11 @@ def page_held(state: QueueState, after_seq: int, n: int,
                     out.append((first + pos - pos0, record, pos, span))
                     got += 1
                 pos += 1
+        for span in record.spills or () if held else ():  # (claimed only: no done entries)
+            pos0, count = span[0], span[1]
+            seqs = record.seqs
+            out += sorted((seqs[pos], record, pos, span) for pos in range(pos0, pos0 + count)
+                          if seqs[pos] > after_seq and not record.is_settled(pos))[:n]
     out.sort(key=lambda item: item[0])
     return out[:n]
 
@@ -446,8 +452,8 @@ def purge_held(state: QueueState) -> int:
 
 def held_seqs_before(state: QueueState, before_seq: int, n: int,
                      status: str | None) -> list[int]:
-    """The last ``n`` seqs below ``before_seq`` of the jobs of segment parts a
-    page of ``status`` shows (held: claimed; in done entries: completed),
+    """The last ``n`` seqs below ``before_seq`` of the jobs of segment and spill
+    parts a page of ``status`` shows (held: claimed; in done entries: completed),
     descending: for the dashboard's paging back. O(spans x n)."""
     if not state.seg_names or status not in (None, CLAIMED, COMPLETED):
         return []
@@ -464,6 +470,11 @@ def held_seqs_before(state: QueueState, before_seq: int, n: int,
                     out.append(first + pos - pos0)
                     got += 1
                 pos -= 1
+        for pos0, count, _, _ in record.spills or () if held else ():
+            seqs = record.seqs
+            out += sorted((seqs[pos] for pos in range(pos0, pos0 + count)
+                           if seqs[pos] < before_seq and not record.is_settled(pos)),
+                          reverse=True)[:n]
     return sorted(out, reverse=True)[:n]
 
 

@@ -168,13 +168,18 @@ def hold_spilled(state: QueueState, items: list[Candidate], record: ClaimRecord,
 def spill_view(state: QueueState, record: ClaimRecord, pos: int,
                span: Span | None = None) -> Job | None:
     """The claimed job held at spill-part position ``pos`` of ``record`` as a
-    throwaway :class:`Job` reading its lease through the record (attempts the
-    spilled ones + 1, its last error kept), or None if its job is not loaded."""
+    throwaway :class:`Job` reading its lease through the record
+    (:func:`claimed_job`), or None if its job is not loaded."""
     span = span or record.spill_span(pos)
     got = None if span is None else state.held.spilled_job(record.fence, span, pos - span[0])
-    if got is None:
-        return None
-    job = got.to_job(PENDING)
+    return None if got is None else claimed_job(record, pos, got)
+
+
+def claimed_job(record: ClaimRecord, pos: int, spilled: SpilledJob) -> Job:
+    """The job held at spill-part position ``pos`` of ``record``, ``spilled`` as
+    its ref shows it, as a claimed :class:`Job` reading its lease through the
+    record: attempts the spilled ones + 1, its last error kept."""
+    job = spilled.to_job(PENDING)
     job.status = CLAIMED
     job.attempts += 1
     job.claim = record.fence
@@ -183,6 +188,23 @@ def spill_view(state: QueueState, record: ClaimRecord, pos: int,
     job.cancel_ms = record.cancel.get(pos)
     job._enc = None
     return job
+
+
+def spill_slices(state: QueueState,
+                 ref: SpillRef) -> tuple[tuple[int, ClaimRecord, int], ...]:
+    """``(position in ref's object, record, position in the record)`` of each
+    job a claim record of ``state`` holds at a spill part of ``ref`` (not
+    settled), by object position: for the readers of whole spill objects (the
+    Spark reader shows them claimed)."""
+    if ref.key not in state.seg_names:
+        return ()
+    out = []
+    for record in state.claim_records.values():
+        for pos0, count, key, at0 in record.spills or ():
+            if key == ref.key:
+                out += [(at0 + i, record, pos0 + i) for i in range(count)
+                        if not record.is_settled(pos0 + i)]
+    return tuple(sorted(out, key=lambda item: item[0]))
 
 
 def spill_missing(state: QueueState,

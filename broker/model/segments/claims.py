@@ -35,6 +35,7 @@ from broker.model import receipts as R
 from broker.model.claim_records import ClaimRecord
 from broker.model.format import codec
 from broker.model.format.segment_format import segment_job
+from broker.model.format.spill_refs import SpillRef
 from broker.model.held import held_by_seq, held_position, page_held
 from broker.model.indexes import SEQ_MASK, lease_time, promote_due, ready_key, timed_key
 from broker.model.job import (
@@ -78,7 +79,7 @@ from broker.model.segments.refs import (
     taken_between,
     untaken_spans,
 )
-from broker.model.spill_parts import Candidate, hold_spilled
+from broker.model.spill_parts import Candidate, hold_spilled, spill_missing
 from broker.model.state import MAX_WINDOWS, QueueState, SegmentRef, SegmentWindows, Span
 
 __all__ = ["SegmentWindows", "attach_refs", "claim_merged", "claim_refs", "move_in",
@@ -323,6 +324,14 @@ def held_loads(state: QueueState, ops: Sequence[Op],
     ``fence``'s segment part ``span`` (positions ``span[3] ..`` of ``ref``'s
     segment). The broker reads them before the batch applies."""
     return held_missing(state, held_wanted(state, ops, ahead_ms))
+
+
+def held_spill_loads(state: QueueState, ops: Sequence[Op],
+                     ahead_ms: int) -> list[tuple[SpillRef, int, Span]]:
+    """:func:`held_loads`' twin for spill parts: ``(ref, fence, span)`` of the
+    records' spill parts a batch of ``ops`` may materialize or show whose jobs
+    the held-jobs cache lacks (:func:`broker.model.spill_parts.spill_missing`)."""
+    return spill_missing(state, held_wanted(state, ops, ahead_ms))
 
 
 def held_wanted(state: QueueState, ops: Sequence[Op],

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
+from broker.model import browse
 from broker.model import transitions as T
 from broker.model.format import codec
 from broker.model.job import CANCELLED, CLAIMED, COMPLETED, DEAD, PENDING, job_id_for
@@ -24,6 +25,7 @@ from broker.model.ops import (
     FailItem,
     Heartbeat,
     Purge,
+    ReadJobs,
     Reclaim,
     Release,
 )
@@ -235,3 +237,22 @@ def test_a_purge_keeps_a_named_ref_until_its_record_goes(status: str) -> None:
         assert res.count == 2 and not state.claim_records
         (left,) = state.spill_refs  # (unnamed, 2 jobs left: stays)
         assert left.live == 2 and not state.dropped_refs
+
+
+def test_pages_and_lookups_show_the_held_jobs_claimed_with_their_lease() -> None:
+    state, _ = spill_queue(4, inline=2)
+    _claim(state, 4)  # inline 1, 2; spilled 3, 4 held
+    page = T.apply(state, ReadJobs(limit=10), NOW + 1).view
+    shown = {job["id"]: job for job in page.rows}
+    assert list(shown) == [job_id_for(s) for s in range(1, 7)]
+    for seq in (3, 4):
+        job = shown[job_id_for(seq)]
+        assert job["status"] == CLAIMED and job["attempts"] == 2
+        assert job["lease"]["worker"] == "w1"
+        assert job["last_error"] == ERROR
+    assert [shown[job_id_for(s)]["status"] for s in (5, 6)] == [PENDING, PENDING]
+    found = browse.lookup(state, NOW + 1, "q", job_id_for(3))["job"]
+    assert (found["status"], found["location"], found["attempts"]) == (CLAIMED, "spill", 2)
+    assert "token" not in found["lease"]
+    claimed = T.apply(state, ReadJobs(CLAIMED, 10), NOW + 1).view
+    assert [job["id"] for job in claimed.rows] == [job_id_for(s) for s in range(1, 5)]

@@ -350,7 +350,7 @@ def _link_spills(state: QueueState, record: ClaimRecord, where: str,
             if not record.is_settled(pos) and record.seqs[pos] in jobs:
                 raise ValueError(f"{where} holds {job_id_for(record.seqs[pos])} at spill "
                                  f"object {key}, but the jobs list has it too")
-    if len(set(record.seqs)) != len(record.seqs):
-        raise ValueError(f"{where} names a job twice")
+    if not record.segs and len(set(record.seqs)) != len(record.seqs):
+        raise ValueError(f"{where} names a job twice")  # (with segment parts: link_segments)
     for key in record.spill_keys():
         names[key] = names.get(key, 0) + 1

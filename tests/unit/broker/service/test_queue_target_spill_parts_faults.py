@@ -19,8 +19,15 @@ from broker.model.ops import CompleteItem, FailItem, NewJob
 from broker.service.broker import Broker
 from broker.storage import ObjectStore
 from broker.storage.files import FileStore
-from tests.support.faults import EIO, LATE, LOST_REPLY, LOST_REPLY_412, NOT_LANDED, Clock, \
-    FaultyStore
+from tests.support.faults import (
+    EIO,
+    LATE,
+    LOST_REPLY,
+    LOST_REPLY_412,
+    NOT_LANDED,
+    Clock,
+    FaultyStore,
+)
 from tests.support.inprocess import archive_lines, crash, run, started, stored, successor, until
 from tests.support.spill_runs import drain
 from tests.support.spill_store import held_at_spill_parts, spill_keys

@@ -15,6 +15,7 @@ import pytest
 from broker.model import browse
 from broker.model import transitions as T
 from broker.model.format import codec
+from broker.model.format.spill_refs import SpillRef
 from broker.model.job import CANCELLED, CLAIMED, COMPLETED, DEAD, PENDING, job_id_for
 from broker.model.ops import (
     Cancel,
@@ -29,6 +30,7 @@ from broker.model.ops import (
     Reclaim,
     Release,
 )
+from broker.model.spill_compaction import COMPACT_REFS, to_compact
 from broker.model.spill_parts import spill_missing
 from broker.model.state import QueueState
 from broker.model.views import stats
@@ -39,6 +41,7 @@ from tests.support.spill_claims import (
     spill_queue,
     write_back,
 )
+from tests.support.spill_objects import ETAG, spill_key
 
 LEASE_MS = 60_000
 
@@ -256,3 +259,14 @@ def test_pages_and_lookups_show_the_held_jobs_claimed_with_their_lease() -> None
     assert "token" not in found["lease"]
     claimed = T.apply(state, ReadJobs(CLAIMED, 10), NOW + 1).view
     assert [job["id"] for job in claimed.rows] == [job_id_for(s) for s in range(1, 5)]
+
+
+def test_compaction_never_merges_an_object_a_record_names() -> None:
+    state, ref = spill_queue(3)
+    _claim(state, 3)
+    small = [SpillRef(spill_key(DEAD, 100 + i), ETAG, DEAD, 1, (100 + i, 100 + i), NOW,
+                      first=(0, 100 + i)) for i in range(COMPACT_REFS + 5)]
+    state.spill_refs.extend(small)
+    picked = to_compact(state)
+    assert picked and ref.key not in {r.key for r in picked}
+    assert state.seg_names == {ref.key: 1}

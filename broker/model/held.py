@@ -21,10 +21,11 @@ from broker.model.claim_records import ClaimRecord, Done
 from broker.model.format import codec
 from broker.model.format.archive import Archived
 from broker.model.format.segment_format import segment_job
+from broker.model.format.spill_format import SpilledJob
 from broker.model.job import CLAIMED, COMPLETED, Job, seq_of
 from broker.model.job_lines import archive_line, archived_from_pending
 from broker.model.ops import LeasedJob
-from broker.model.spill_parts import spill_view, unname_spill
+from broker.model.spill_parts import claimed_job, spill_view, unname_spill
 from broker.model.state import QueueState, SegmentRef, Span
 
 
@@ -112,7 +113,7 @@ def held_by_seq(state: QueueState, seq: int,
             seqs = record.seqs[pos0:pos0 + count]
             if seq in seqs:
                 pos = pos0 + seqs.index(seq)
-                if not record.is_settled(pos):
+                if not record.is_settled(pos) or (done and done_at(record, pos) is not None):
                     return record, pos
         for pos0, count, _, _ in record.segs or ():
             pos = pos0 + seq - record.seqs[pos0]
@@ -137,6 +138,11 @@ def view_at(state: QueueState, record: ClaimRecord, pos: int) -> Job | None:
     object (:func:`done_job`); None if its line is not loaded or it is neither."""
     if not record.is_settled(pos):
         return held_view(state, record, pos)
+    if record.spills and (spill := record.spill_span(pos)) is not None:
+        done = done_at(record, pos)
+        got = None if done is None else state.held.spilled_job(record.fence, spill,
+                                                                pos - spill[0])
+        return None if got is None or done is None else spill_done_job(record, *done, got)
     done, span = done_at(record, pos), record.seg_span(pos)
     got = None if done is None or span is None else state.held.line(
         record.fence, span, pos - span[0])
@@ -187,11 +193,12 @@ def page_held(state: QueueState, after_seq: int, n: int,
                     out.append((first + pos - pos0, record, pos, span))
                     got += 1
                 pos += 1
-        for span in record.spills or () if held else ():  # (claimed only: no done entries)
+        for span in record.spills or ():
             pos0, count = span[0], span[1]
             seqs = record.seqs
             out += sorted((seqs[pos], record, pos, span) for pos in range(pos0, pos0 + count)
-                          if seqs[pos] > after_seq and not record.is_settled(pos))[:n]
+                          if seqs[pos] > after_seq and (
+                              (held and not record.is_settled(pos)) or pos in done))[:n]
     out.sort(key=lambda item: item[0])
     return out[:n]
 
@@ -231,12 +238,11 @@ def materialize(state: QueueState, record: ClaimRecord, pos: int) -> Job | None:
 
 
 def materialize_live(state: QueueState, stored: Iterable[str | None], now_ms: int,
-                     marked_only: bool = False, spills_only: bool = False) -> None:
+                     marked_only: bool = False) -> None:
     """Materialize (:func:`materialize`) the jobs the stored tokens ``stored``
     still hold at segment or spill parts at ``now_ms`` (only those marked for
-    cancel, with ``marked_only``: a heartbeat ends only those; only those of spill
-    parts, with ``spills_only``: a complete settles a segment part's without a
-    line), before an op settles them."""
+    cancel, with ``marked_only``: a heartbeat ends only those), before an op
+    settles them."""
     if not state.seg_names:
         return
     fences = list(state.claim_records)
@@ -248,8 +254,7 @@ def materialize_live(state: QueueState, stored: Iterable[str | None], now_ms: in
             continue
         record, pos = found
         if record.is_settled(pos) or record.expires_ms <= now_ms or (
-                marked_only and pos not in record.cancel) or (
-                spills_only and record.spill_span(pos) is None):
+                marked_only and pos not in record.cancel):
             continue
         materialize(state, record, pos)
 
@@ -270,10 +275,11 @@ def materialize_expired(state: QueueState, now_ms: int) -> None:
 
 def complete_position(state: QueueState, record: ClaimRecord, pos: int,
                       result: bytes | None, now_ms: int) -> None:
-    """Complete the job held at segment-part position ``pos`` of ``record`` in the
-    commit after ``state.seq``: its position settled and added, with
-    ``result``, to that commit's ``done`` entry of the record (no line, no
-    payload: the archive object reads it from the segment)."""
+    """Complete the job held at segment-part (or spill-part) position ``pos`` of
+    ``record`` in the commit after ``state.seq``: its position settled and
+    added, with ``result``, to that commit's ``done`` entry of the record (no
+    line, no payload: the archive object reads it from the segment, or the
+    spill object)."""
     commit_seq = state.seq + 1
     record.settled |= 1 << pos
     if record.cancel:
@@ -360,12 +366,14 @@ def done_job(record: ClaimRecord, entry: Done, i: int, ref: SegmentRef, line: by
 
 
 def done_lines(record: ClaimRecord, entry: Done,
-               lines: Sequence[tuple[SegmentRef, bytes]]) -> Archived:
+               lines: Sequence[tuple[SegmentRef, bytes] | SpilledJob]) -> Archived:
     """The archive lines of ``entry``'s completions, ``lines`` the source line of
     each of its positions in order (and its segment's ref): the bytes
     :func:`broker.model.job_lines.archive_line` makes of :func:`done_job`'s job,
     spliced from the source line without a ``Job`` each (one is made for a
-    line of another shape). ``ValueError`` for an entry not committed yet."""
+    line of another shape). A position of a spill part has its spilled job
+    (as its ref shows it) instead: :func:`spill_done_job`'s job's line.
+    ``ValueError`` for an entry not committed yet."""
     commit = entry.commit
     if commit is None:
         raise ValueError(f"the completions of claim {record.fence} in commit "
@@ -377,13 +385,42 @@ def done_lines(record: ClaimRecord, entry: Done,
     record_seqs, fence = record.seqs, record.fence
     seqs = [record_seqs[pos] for pos in entry.pos]
     out = []
-    for i, (seq, pos, result, (ref, line)) in enumerate(zip(seqs, entry.pos, entry.results,
-                                                            lines, strict=True)):
+    for i, (seq, pos, result, source) in enumerate(zip(seqs, entry.pos, entry.results,
+                                                       lines, strict=True)):
+        if isinstance(source, SpilledJob):
+            out.append(archive_line(spill_done_job(record, entry, i, source)))
+            continue
+        ref, line = source
         made = archived_from_pending(line, b"%b%010d.%d%b%b}\n" % (
             worker, seq, fence + pos, after, b"null" if result is None else result))
         out.append(archive_line(done_job(record, entry, i, ref, line)) if made is None
                    else made)
     return Archived(seqs, out, entry.at_ms, entry.commit_seq, commit)
+
+
+def spill_done_job(record: ClaimRecord, entry: Done, i: int, spilled: SpilledJob) -> Job:
+    """The completed job of ``entry``'s ``i``-th position, held at a spill part,
+    ``spilled`` its job as its ref shows it: what its archive line is made from
+    (as :func:`done_job`: the record's worker, its token, the entry's commit,
+    time and result; attempts the spilled ones + 1, its last error kept)."""
+    job = claimed_job(record, entry.pos[i], spilled)
+    job.status = COMPLETED
+    job.claim = None
+    job.cancel_ms = None
+    job.unlink()
+    job.done_ms, job.done_seq, job.done_commit = entry.at_ms, entry.commit_seq, entry.commit
+    job.result = entry.results[i]
+    job._enc = None
+    return job
+
+
+def spill_job_at(record: ClaimRecord, pos: int, spilled: SpilledJob) -> Job:
+    """The job at spill-part position ``pos`` of ``record``, ``spilled`` its job
+    as its ref shows it: completed if a done entry names it
+    (:func:`spill_done_job`), else claimed (:func:`claimed_job`)."""
+    done = done_at(record, pos)
+    return claimed_job(record, pos, spilled) if done is None else \
+        spill_done_job(record, done[0], done[1], spilled)
 
 
 def done_count(state: QueueState) -> int:
@@ -470,10 +507,11 @@ def held_seqs_before(state: QueueState, before_seq: int, n: int,
                     out.append(first + pos - pos0)
                     got += 1
                 pos -= 1
-        for pos0, count, _, _ in record.spills or () if held else ():
+        for pos0, count, _, _ in record.spills or ():
             seqs = record.seqs
             out += sorted((seqs[pos] for pos in range(pos0, pos0 + count)
-                           if seqs[pos] < before_seq and not record.is_settled(pos)),
+                           if seqs[pos] < before_seq and (
+                               (held and not record.is_settled(pos)) or pos in done)),
                           reverse=True)[:n]
     return sorted(out, reverse=True)[:n]
 

@@ -194,16 +194,18 @@ def spill_slices(state: QueueState,
                  ref: SpillRef) -> tuple[tuple[int, ClaimRecord, int], ...]:
     """``(position in ref's object, record, position in the record)`` of each
     job a claim record of ``state`` holds at a spill part of ``ref`` (not
-    settled), by object position: for the readers of whole spill objects (the
-    Spark reader shows them claimed)."""
+    settled) or names in a done entry, by object position: for the readers of
+    whole spill objects (the Spark reader shows them claimed, or completed
+    awaiting their archive object: :func:`broker.model.held.spill_job_at`)."""
     if ref.key not in state.seg_names:
         return ()
     out = []
     for record in state.claim_records.values():
+        done = {p for e in record.completions or () for p in e.pos}
         for pos0, count, key, at0 in record.spills or ():
             if key == ref.key:
                 out += [(at0 + i, record, pos0 + i) for i in range(count)
-                        if not record.is_settled(pos0 + i)]
+                        if not record.is_settled(pos0 + i) or pos0 + i in done]
     return tuple(sorted(out, key=lambda item: item[0]))
 
 

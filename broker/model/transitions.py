@@ -338,8 +338,6 @@ def _complete(state: QueueState, op: Complete, now_ms: int) -> Result:
             return None
         record, pos = found
         last = record
-        if record.spills and record.spill_span(pos) is not None:
-            return None  # (a spill part's job not materialized: its object is not loaded)
         if record.is_settled(pos):  # a repeat answered from its done entry, if one has it
             return ItemResult(wire, True, None, COMPLETED) if done_at(record, pos) else None
         if record.expires_ms <= now_ms:
@@ -361,9 +359,6 @@ def _complete(state: QueueState, op: Complete, now_ms: int) -> Result:
             return cancels.end_marked(state, job, wire, now_ms)
         return idempotency.repeat_answer(state, wire, token, R.COMPLETED)
 
-    if records:  # (held at spill parts: given lines, then completed as inline jobs)
-        materialize_live(state, (stored(row[0]) for row in plain_rows(op.items)), now_ms,
-                         spills_only=True)
     result.items, fences = complete_held(state, plain_rows(op.items), now_ms, stored, unheld,
                                          held if records else None)
     fences += fences_held

@@ -41,10 +41,10 @@ from broker.model.claim_records import ClaimRecord
 from broker.model.format import archive, segment_format, spill_format
 from broker.model.format.decode import decode_state
 from broker.model.format.spill_refs import SpillRef, is_out
-from broker.model.held import job_at, segment_slices
+from broker.model.held import job_at, segment_slices, spill_job_at
 from broker.model.job import PENDING, Job
 from broker.model.segments.refs import pending_lines
-from broker.model.spill_parts import claimed_job, spill_slices
+from broker.model.spill_parts import spill_slices
 from broker.model.state import QueueState, SegmentRef
 from broker.storage import ObjectStore, Versioned, store_from_url
 from osqueue_spark.datasource.errors import with_code
@@ -231,8 +231,8 @@ class QueueReader(DataSourceReader):
                 "changed, and the queue no longer references it: the queue moved on since "
                 "this read was planned (its jobs were redriven or purged); read it "
                 "again") from None
-        for at, record, pos in held:  # (claimed: held at a record's spill part)
-            yield _job_row(claimed_job(record, pos, jobs[at]), self.extra)
+        for at, record, pos in held:  # (held at a record's spill part: claimed, or completed)
+            yield _job_row(spill_job_at(record, pos, jobs[at]), self.extra)
         status = ref.kind
         lo = ref.taken if status == PENDING else 0
         for pos, job in enumerate(jobs):

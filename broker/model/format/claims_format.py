@@ -198,9 +198,9 @@ def _done_from(raw: Any, record: ClaimRecord, where: str) -> list[Done]:
             raise ValueError(f"{what} results must be a list of one result a position")
         bits = bits_of_runs(seq_runs(pos))
         if bits & seen or bits & ~record.settled or any(
-                record.seg_span(p) is None for p in pos):
+                record.held_span(p) is None for p in pos):
             raise ValueError(f"{what} names a position twice, one not settled or one "
-                             "not held at a segment part")
+                             "not held at a segment or spill part")
         seen |= bits
         out.append(Done(commit_seq, commit, _time(item["at"], f"{what} at"), pos,
                         [None if r is None else orjson.dumps(r) for r in results]))
@@ -297,6 +297,7 @@ def link_segments(state: QueueState) -> None:
         if record.spills:
             _link_spills(state, record, f"claims[{i}] (fence {record.fence})", names)
         if not record.segs:
+            _link_done(state, record, f"claims[{i}] (fence {record.fence})")
             continue
         where = f"claims[{i}] (fence {record.fence})"
         seqs = record.seqs
@@ -318,16 +319,22 @@ def link_segments(state: QueueState) -> None:
             raise ValueError(f"{where} names a job twice")
         for key in record.seg_keys():
             names[key] = names.get(key, 0) + 1
-        for entry in record.completions or ():
-            if entry.commit_seq > state.seq:
-                raise ValueError(f"{where} has a completion of commit {entry.commit_seq}, "
-                                 f"after this version ({state.seq})")
-            state.done_commits.setdefault(entry.commit_seq, []).append(record.fence)
+        _link_done(state, record, where)
     known = {ref.key for ref in state.segment_refs} | {ref.key for ref in state.spill_refs}
     for key in names:
         if key not in known:
             raise ValueError(f"a claim record names segment {key}, which is not referenced")
     state.seg_names = names
+
+
+def _link_done(state: QueueState, record: ClaimRecord, where: str) -> None:
+    """Index ``record``'s done entries by commit seq (``state.done_commits``);
+    ``ValueError`` for one of a commit after this version."""
+    for entry in record.completions or ():
+        if entry.commit_seq > state.seq:
+            raise ValueError(f"{where} has a completion of commit {entry.commit_seq}, "
+                             f"after this version ({state.seq})")
+        state.done_commits.setdefault(entry.commit_seq, []).append(record.fence)
 
 
 def _link_spills(state: QueueState, record: ClaimRecord, where: str,

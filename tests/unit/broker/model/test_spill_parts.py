@@ -16,12 +16,14 @@ from broker.model import browse
 from broker.model import transitions as T
 from broker.model.format import codec
 from broker.model.format.spill_refs import SpillRef
+from broker.model.held import done_entries, done_lines
 from broker.model.job import CANCELLED, CLAIMED, COMPLETED, DEAD, PENDING, job_id_for
 from broker.model.ops import (
     Cancel,
     Claim,
     Complete,
     CompleteItem,
+    DropArchived,
     Fail,
     FailItem,
     Heartbeat,
@@ -78,13 +80,22 @@ def test_an_exhausted_ref_stays_while_a_record_names_it_then_goes() -> None:
     T.apply(state, Complete(tuple(CompleteItem(t, b"1") for t in got.tokens[:2])), NOW + 1)
     assert state.spill_refs and not state.dropped_refs
     T.apply(state, Complete((CompleteItem(got.tokens[2], None),)), NOW + 2)
+    # completed in the record's done entries (no line): it stays until they are archived
+    assert not state.jobs.entries and state.counters.completed == 3
+    (record,) = state.claim_records.values()
+    assert record.done and state.spill_refs and not state.dropped_refs
+    codec.stamp(state, "b", NOW + 3, "c-1")
+    (entry,) = [e for _, e in done_entries(state, state.seq)]
+    spilled = [state.held.spilled_job(record.fence, record.spills[0], p) for p in entry.pos]
+    archived = done_lines(record, entry, spilled)
+    lines = [orjson.loads(line) for line in archived.lines]
+    assert [(a["id"], a["status"], a["attempts"], a["result"], a["last_error"], a["worker"])
+            for a in lines] == [(job_id_for(s), COMPLETED, 2, r, ERROR, "w1")
+                                for s, r in ((1, 1), (2, 1), (3, None))]
+    T.apply(state, DropArchived((state.seq,)), NOW + 4)  # (its archive object landed)
     assert not state.claim_records and not state.spill_refs
     assert [r.key for r in state.dropped_refs] == [ref.key]
     assert not state.seg_names
-    done = [state.jobs[seq] for seq in (1, 2, 3)]
-    assert [(j.status, j.attempts, j.result) for j in done] == [
-        (COMPLETED, 2, b"1"), (COMPLETED, 2, b"1"), (COMPLETED, 2, None)]
-    assert state.counters.completed == 3
 
 
 def test_a_complete_repeated_answers_the_same_and_changes_nothing_more() -> None:
@@ -94,7 +105,8 @@ def test_a_complete_repeated_answers_the_same_and_changes_nothing_more() -> None
     again = T.apply(state, Complete((CompleteItem(got.tokens[0], b"1"),)), NOW + 2)
     assert list(first.items.oks) == list(again.items.oks) == [True]
     assert state.counters.completed == 1
-    assert state.jobs[1].status == COMPLETED
+    (record,) = state.claim_records.values()
+    assert [e.pos for e in record.completions or ()] == [[0]]
 
 
 def test_a_fail_on_the_last_attempt_makes_the_job_dead_with_its_error() -> None:
@@ -210,14 +222,17 @@ def test_a_new_owner_loads_the_named_object_before_it_settles() -> None:
     (record,) = fresh.claim_records.values()
     assert [(r.key, f) for r, f, _ in spill_missing(fresh, {record.fence: record})] == [
         (ref.key, record.fence)]
-    # not loaded: a complete holds nothing it can settle (the job stays held)
-    res = T.apply(fresh, Complete((CompleteItem(got.tokens[0], None),)), NOW + 1)
+    # not loaded: a fail cannot materialize the job (it stays held, nothing changed)
+    res = T.apply(fresh, Fail((FailItem(got.tokens[0], "x", 0),)), NOW + 1)
     assert list(res.items.oks) == [False] and not fresh.jobs.entries
+    # a complete needs no job (a done entry; the archive reads the object)
+    res = T.apply(fresh, Complete((CompleteItem(got.tokens[1], None),)), NOW + 1)
+    assert list(res.items.oks) == [True] and not fresh.jobs.entries
     load_held(fresh)
     assert not spill_missing(fresh, {record.fence: record})
-    res = T.apply(fresh, Complete((CompleteItem(got.tokens[0], None),)), NOW + 2)
+    res = T.apply(fresh, Fail((FailItem(got.tokens[0], "x", 0),)), NOW + 2)
     assert list(res.items.oks) == [True]
-    assert fresh.jobs[1].status == COMPLETED and fresh.jobs[1].attempts == 2
+    assert fresh.jobs[1].status == PENDING and fresh.jobs[1].attempts == 2
 
 
 def test_stats_count_the_held_jobs_as_claimed() -> None:

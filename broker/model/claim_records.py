@@ -12,7 +12,11 @@ Position ``i`` (0-based, in claim order) holds the lease numbered ``fence + i``,
 so a job's token stays ``<job id>.<fence + i>`` (:mod:`broker.model.tokens` is
 unchanged). ``parts`` say where the positions come from: here only ``seq``
 parts (runs ``first, count, ...`` of inline jobs, whose lines say
-``"status":"claimed","claim":<fence>``). ``settled`` (runs of positions, written
+``"status":"claimed","claim":<fence>``); ``{"seg": key, "at": runs}`` parts
+hold jobs at positions of a segment, ``{"spill": key, "at": runs, "seq": runs}``
+parts at positions of a pending spill object (and name their seqs), neither
+with a line in the head (:mod:`broker.model.held`,
+:mod:`broker.model.spill_parts`). ``settled`` (runs of positions, written
 only when not empty) are positions no longer held; ``cancel`` the marked ones
 with the time their cancel was asked for. A record whose positions are all
 settled leaves the head (:mod:`broker.model.lifecycle`).

@@ -21,7 +21,16 @@ from broker.model.ops import CompleteItem, FailItem, NewJob
 from broker.service.broker import Broker
 from broker.storage.files import FileStore
 from tests.support.faults import LOST_REPLY, LOST_REPLY_412, NOT_LANDED, Clock, FaultyStore
-from tests.support.inprocess import archive_lines, crash, run, started, stored, successor, until
+from tests.support.inprocess import (
+    archive_lines,
+    archived_and_dropped,
+    crash,
+    run,
+    started,
+    stored,
+    successor,
+    until,
+)
 from tests.support.spill_store import dead_everywhere, spill_keys
 
 SPILLS = "/spills/"
@@ -71,6 +80,8 @@ def test_a_redrive_of_all_is_by_reference_and_each_job_is_claimed_once(tmp_path:
         shown = await a.job("q", ids[3])
         assert (shown["location"], shown["status"], shown["attempts"]) == ("spill", CLAIMED, 1)
         await a.complete("q", [CompleteItem(j.token) for j in [*got, *rest]])
+        # (completions are done entries: named until archived, then dropped)
+        await archived_and_dropped(a, store, None)
         assert stored(store).spill_refs == []  # (exhausted and named by none: dropped)
         await until(lambda: key not in spill_keys(store))  # (the drop landed: deleted)
         assert await a.claim("q", "w2", max_jobs=10) == []
@@ -188,6 +199,7 @@ def test_a_successor_after_a_redrive_claims_each_job_exactly_once(tmp_path: Path
         key = stored(store).spill_refs[0].key
         done = await b.complete("q", [CompleteItem(j.token) for j in [*held, *got]])
         assert all(r.ok for r in done)
+        await archived_and_dropped(b, store, clock)  # (done entries: named until archived)
         assert stored(store).spill_refs == []
         await until(lambda: key not in spill_keys(store))
         await until(lambda: sorted(r["id"] for r in archive_lines(store)) == sorted(ids))

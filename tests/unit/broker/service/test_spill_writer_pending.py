@@ -15,7 +15,15 @@ from broker.model.ops import CompleteItem, FailItem, NewJob
 from broker.service.broker import Broker
 from broker.storage.files import FileStore
 from tests.support.faults import Clock
-from tests.support.inprocess import crash, run, started, stored, successor, until
+from tests.support.inprocess import (
+    archived_and_dropped,
+    crash,
+    run,
+    started,
+    stored,
+    successor,
+    until,
+)
 from tests.support.spill_store import spill_keys
 
 
@@ -54,7 +62,9 @@ def test_retry_waiting_jobs_spill_into_a_pending_object_and_are_claimed_once(
         assert not list(state.jobs.touched()) and state.spill_refs[0].live == 0
         assert (await a.job("q", ids[3]))["status"] == CLAIMED
         await a.complete("q", [CompleteItem(j.token) for j in got])
-        assert stored(store).spill_refs == []  # (named by none once settled: dropped)
+        # (completions are done entries: named until archived, then dropped)
+        await archived_and_dropped(a, store, None)
+        assert stored(store).spill_refs == []
         await until(lambda: spill_keys(store) == [])  # (dropped, then deleted)
         await a.stop()
 

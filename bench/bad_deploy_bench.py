@@ -313,7 +313,8 @@ def main() -> None:
         phases[name] = {"seconds": time.perf_counter() - start, "bytes_written": written,
                         "written_per_job": written / jobs, "rss_bytes": figures["rss_bytes"],
                         "peak_rss_bytes": figures["peak_rss_bytes"], "load": load()[0],
-                        **more}
+                        # (the largest head up to this phase's end: which phase made it)
+                        "max_head_bytes_so_far": figures["max_head_bytes"], **more}
         progress(f"{name}: {phases[name]['seconds']:.1f} s, "
                  f"{written / jobs:,.0f} B written per job")
 

@@ -20,7 +20,8 @@ lists every module)::
     groups/                             groups' derived structures: names, settings,
                                         per-group buckets, fair dispatch
     ops                                 operations and results
-    held                                jobs held at claim records' segment parts
+    spill_parts                         claims held at claim records' spill parts
+    held                                jobs held at claim records' segment (and spill) parts
     checks, lifecycle                   input checks; every status change, in one table
     segments/                           segment references and claim order; jobs
                                         moving from segments into the head

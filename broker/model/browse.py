@@ -345,7 +345,8 @@ def lookup(state: QueueState, now_ms: int, queue: str, job_id: str) -> dict[str,
         found: Job | None = next(state.jobs.peek(seq - 1))
         where = "queue"
     elif (held := held_by_seq(state, seq, done=True)) is not None:  # (in a claim record)
-        found, where = view_at(state, *held), "segment"
+        found = view_at(state, *held)
+        where = "spill" if held[0].spills and held[0].spill_span(held[1]) else "segment"
     else:
         found, where = _segment_job(state, seq), "segment"
         if found is None:

@@ -12,7 +12,11 @@ Position ``i`` (0-based, in claim order) holds the lease numbered ``fence + i``,
 so a job's token stays ``<job id>.<fence + i>`` (:mod:`broker.model.tokens` is
 unchanged). ``parts`` say where the positions come from: here only ``seq``
 parts (runs ``first, count, ...`` of inline jobs, whose lines say
-``"status":"claimed","claim":<fence>``). ``settled`` (runs of positions, written
+``"status":"claimed","claim":<fence>``); ``{"seg": key, "at": runs}`` parts
+hold jobs at positions of a segment, ``{"spill": key, "at": runs, "seq": runs}``
+parts at positions of a pending spill object (and name their seqs), neither
+with a line in the head (:mod:`broker.model.held`,
+:mod:`broker.model.spill_parts`). ``settled`` (runs of positions, written
 only when not empty) are positions no longer held; ``cancel`` the marked ones
 with the time their cancel was asked for. A record whose positions are all
 settled leaves the head (:mod:`broker.model.lifecycle`).
@@ -84,6 +88,12 @@ class ClaimRecord:
     # (first position in the record, count, segment key, first position in the
     # segment), ascending; the other positions are inline jobs (``seq`` parts).
     segs: list[tuple[int, int, str, int]] | None = None
+    # The positions held at spill parts (``{"spill": key, "at": runs, "seq": runs}``):
+    # jobs a claim took from a pending spill ref's cursor on, spans as ``segs``'
+    # (first position, count, spill object key, first position in the object),
+    # each consecutive in the object too; their seqs are in ``seqs`` (a spill
+    # object's seqs are not consecutive, so the part names them).
+    spills: list[tuple[int, int, str, int]] | None = None
     # Completions of segment-part positions awaiting their archive object, one a
     # commit (``"done"``): the record stays until the last one is dropped.
     completions: list[Done] | None = None
@@ -139,6 +149,33 @@ class ClaimRecord:
                 return span
         return None
 
+    def spill_span(self, pos: int) -> tuple[int, int, str, int] | None:
+        """The spill span holding position ``pos``, or None."""
+        for span in self.spills or ():
+            if span[0] <= pos < span[0] + span[1]:
+                return span
+        return None
+
+    def held_span(self, pos: int) -> tuple[int, int, str, int] | None:
+        """The segment or spill span holding position ``pos`` (no line of its
+        own in the head), or None (an inline job's)."""
+        return self.seg_span(pos) or (self.spill_span(pos) if self.spills else None)
+
+    def add_spill(self, pos0: int, count: int, key: str, at0: int) -> bool:
+        """Hold positions ``pos0 ..`` (``count``) at positions ``at0 ..`` of spill
+        object ``key``; whether the record did not name ``key`` before."""
+        spills = self.spills
+        if spills is None:
+            spills = self.spills = []
+        new = all(span[2] != key for span in spills)
+        spills.append((pos0, count, key, at0))
+        self._enc = None
+        return new
+
+    def spill_keys(self) -> set[str]:
+        """The spill objects the record's parts name."""
+        return {span[2] for span in self.spills or ()}
+
     def add_seg(self, pos0: int, count: int, key: str, at0: int) -> bool:
         """Hold positions ``pos0 ..`` (``count``) at positions ``at0 ..`` of segment
         ``key``; whether the record did not name ``key`` before."""
@@ -155,32 +192,43 @@ class ClaimRecord:
         return {span[2] for span in self.segs or ()}
 
     def held_seg(self) -> int:
-        """How many positions held at segment parts are not settled."""
+        """How many positions held at segment or spill parts are not settled."""
         settled = self.settled
         held = 0
-        for pos0, count, _, _ in self.segs or ():
+        for pos0, count, _, _ in [*(self.segs or ()), *(self.spills or ())]:
             mask = ((1 << count) - 1) << pos0
             held += count - (settled & mask).bit_count()
         return held
 
     def _parts(self) -> bytes:
-        """The ``"parts"`` list: runs of seqs of inline positions and runs of
-        segment positions, in claim order (consecutive spans of one segment in
-        one part)."""
+        """The ``"parts"`` list: runs of seqs of inline positions, runs of
+        segment positions and runs of spill positions (with their jobs' seqs),
+        in claim order (consecutive spans of one object in one part)."""
         parts: list[Any] = []
         seqs, cur = self.seqs, 0
-        for pos0, count, key, at0 in self.segs or ():
+        spans = [(span, "seg") for span in self.segs or ()] + \
+            [(span, "spill") for span in self.spills or ()]
+        if self.spills and self.segs:
+            spans.sort(key=lambda item: item[0][0])
+        first = 0  # (the first position of the last part)
+        for (pos0, count, key, at0), kind in spans:
             if pos0 > cur:
                 parts.append({"seq": seq_runs(seqs[cur:pos0])})
-            last = parts[-1] if parts else None
-            if last is not None and last.get("seg") == key:
+            last = parts[-1] if parts and pos0 == cur else None
+            if last is not None and last.get(kind) == key:
                 runs = last["at"]
                 if runs[-2] + runs[-1] == at0:
                     runs[-1] += count
                 else:
                     runs += (at0, count)
+                if kind == "spill":
+                    last["seq"] = seq_runs(seqs[first:pos0 + count])
             else:
-                parts.append({"seg": key, "at": [at0, count]})
+                part: dict[str, Any] = {kind: key, "at": [at0, count]}
+                if kind == "spill":
+                    part["seq"] = seq_runs(seqs[pos0:pos0 + count])
+                parts.append(part)
+                first = pos0
             cur = pos0 + count
         if cur < len(seqs):
             parts.append({"seq": seq_runs(seqs[cur:])})
@@ -189,7 +237,7 @@ class ClaimRecord:
     def encode(self) -> bytes:
         """The record's line (cached until :attr:`_enc` is cleared)."""
         enc = self._enc
-        if enc is None and self.segs:
+        if enc is None and (self.segs or self.spills):
             enc = self._enc = self._encode_parts(self._parts())
         if enc is None:
             settled = b""

@@ -16,12 +16,16 @@ from collections.abc import Iterable, Sequence
 import orjson
 
 from broker import timefmt
+from broker.model import tokens
 from broker.model.claim_records import ClaimRecord, Done
 from broker.model.format import codec
 from broker.model.format.archive import Archived
 from broker.model.format.segment_format import segment_job
+from broker.model.format.spill_format import SpilledJob
 from broker.model.job import CLAIMED, COMPLETED, Job, seq_of
 from broker.model.job_lines import archive_line, archived_from_pending
+from broker.model.ops import LeasedJob
+from broker.model.spill_parts import claimed_job, spill_view, unname_spill
 from broker.model.state import QueueState, SegmentRef, Span
 
 
@@ -30,6 +34,13 @@ def unname(state: QueueState, record: ClaimRecord) -> None:
     is exhausted and named by no record is dropped (its object is deleted once
     the commit without it lands); its held lines are forgotten."""
     names = state.seg_names
+    for key in record.spill_keys() if record.spills else ():
+        left = names.get(key, 1) - 1
+        if left > 0:
+            names[key] = left
+        else:
+            names.pop(key, None)
+            unname_spill(state, key)
     for key in record.seg_keys():
         left = names.get(key, 1) - 1
         if left > 0:
@@ -85,7 +96,7 @@ def held_position(state: QueueState, token: str, fences: list[int] | None = None
             return None
         record = found
     pos = fence - record.fence
-    if pos >= record.n or record.seqs[pos] != seq or record.seg_span(pos) is None:
+    if pos >= record.n or record.seqs[pos] != seq or record.held_span(pos) is None:
         return None
     return record, pos
 
@@ -98,6 +109,12 @@ def held_by_seq(state: QueueState, seq: int,
     if not state.seg_names:
         return None
     for record in state.claim_records.values():
+        for pos0, count, _, _ in record.spills or ():
+            seqs = record.seqs[pos0:pos0 + count]
+            if seq in seqs:
+                pos = pos0 + seqs.index(seq)
+                if not record.is_settled(pos) or (done and done_at(record, pos) is not None):
+                    return record, pos
         for pos0, count, _, _ in record.segs or ():
             pos = pos0 + seq - record.seqs[pos0]
             if pos0 <= pos < pos0 + count and (not record.is_settled(pos) or (
@@ -121,6 +138,11 @@ def view_at(state: QueueState, record: ClaimRecord, pos: int) -> Job | None:
     object (:func:`done_job`); None if its line is not loaded or it is neither."""
     if not record.is_settled(pos):
         return held_view(state, record, pos)
+    if record.spills and (spill := record.spill_span(pos)) is not None:
+        done = done_at(record, pos)
+        got = None if done is None else state.held.spilled_job(record.fence, spill,
+                                                                pos - spill[0])
+        return None if got is None or done is None else spill_done_job(record, *done, got)
     done, span = done_at(record, pos), record.seg_span(pos)
     got = None if done is None or span is None else state.held.line(
         record.fence, span, pos - span[0])
@@ -142,7 +164,9 @@ def held_view(state: QueueState, record: ClaimRecord, pos: int) -> Job | None:
     """The claimed job held at segment-part position ``pos`` of ``record``, as a
     throwaway :class:`Job` reading its lease through the record (for a page or a
     lookup; :func:`materialize` adds it to the head), or None if its line is not
-    loaded."""
+    loaded. A spill part's job: :func:`broker.model.spill_parts.spill_view`."""
+    if record.spills and (spill := record.spill_span(pos)) is not None:
+        return spill_view(state, record, pos, spill)
     span = record.seg_span(pos)
     got = None if span is None else state.held.line(record.fence, span, pos - span[0])
     return None if got is None else job_at(record, pos, got[0], got[1])
@@ -150,9 +174,10 @@ def held_view(state: QueueState, record: ClaimRecord, pos: int) -> Job | None:
 
 def page_held(state: QueueState, after_seq: int, n: int,
               status: str | None = None) -> list[tuple[int, ClaimRecord, int, Span]]:
-    """The first ``n`` jobs of segment parts with a seq above ``after_seq``, in
-    seq order: ``(seq, record, position, span)``; held ones (claimed) and, for
-    ``status`` None or completed, those of done entries. O(spans x n)."""
+    """The first ``n`` jobs of segment and spill parts with a seq above
+    ``after_seq``, in seq order: ``(seq, record, position, span)``; held ones
+    (claimed) and, for ``status`` None or completed, those of segment parts'
+    done entries. O(spans x n)."""
     out: list[tuple[int, ClaimRecord, int, Span]] = []
     for record in state.claim_records.values():
         done = {p for e in record.completions or () for p in e.pos} \
@@ -168,6 +193,12 @@ def page_held(state: QueueState, after_seq: int, n: int,
                     out.append((first + pos - pos0, record, pos, span))
                     got += 1
                 pos += 1
+        for span in record.spills or ():
+            pos0, count = span[0], span[1]
+            seqs = record.seqs
+            out += sorted((seqs[pos], record, pos, span) for pos in range(pos0, pos0 + count)
+                          if seqs[pos] > after_seq and (
+                              (held and not record.is_settled(pos)) or pos in done))[:n]
     out.sort(key=lambda item: item[0])
     return out[:n]
 
@@ -190,8 +221,10 @@ def materialize(state: QueueState, record: ClaimRecord, pos: int) -> Job | None:
     settled) a claimed line of its own in the head, built from its held source
     line, so that a settlement of it works as for any inline claimed job (which
     settles it in the same change: a claimed line never outlives the op). None,
-    nothing changed, if its line is not loaded (``prepare`` loads it first)."""
-    span = record.seg_span(pos)
+    nothing changed, if its line is not loaded (``prepare`` loads it first).
+    A spill part's job is made so too (attempts the spilled ones + 1, its last
+    error kept)."""
+    span = record.held_span(pos)
     if span is None or record.is_settled(pos):
         return None
     job = held_view(state, record, pos)
@@ -207,8 +240,9 @@ def materialize(state: QueueState, record: ClaimRecord, pos: int) -> Job | None:
 def materialize_live(state: QueueState, stored: Iterable[str | None], now_ms: int,
                      marked_only: bool = False) -> None:
     """Materialize (:func:`materialize`) the jobs the stored tokens ``stored``
-    still hold at segment parts at ``now_ms`` (only those marked for cancel, with
-    ``marked_only``: a heartbeat ends only those), before an op settles them."""
+    still hold at segment or spill parts at ``now_ms`` (only those marked for
+    cancel, with ``marked_only``: a heartbeat ends only those), before an op
+    settles them."""
     if not state.seg_names:
         return
     fences = list(state.claim_records)
@@ -232,8 +266,8 @@ def materialize_expired(state: QueueState, now_ms: int) -> None:
     if not state.seg_names:
         return
     for record in list(state.claim_records.values()):
-        if record.segs and record.expires_ms <= now_ms:
-            for pos0, count, _, _ in record.segs:
+        if (record.segs or record.spills) and record.expires_ms <= now_ms:
+            for pos0, count, _, _ in [*(record.segs or ()), *(record.spills or ())]:
                 for pos in range(pos0, pos0 + count):
                     if not record.is_settled(pos):
                         materialize(state, record, pos)
@@ -241,10 +275,11 @@ def materialize_expired(state: QueueState, now_ms: int) -> None:
 
 def complete_position(state: QueueState, record: ClaimRecord, pos: int,
                       result: bytes | None, now_ms: int) -> None:
-    """Complete the job held at segment-part position ``pos`` of ``record`` in the
-    commit after ``state.seq``: its position settled and added, with
-    ``result``, to that commit's ``done`` entry of the record (no line, no
-    payload: the archive object reads it from the segment)."""
+    """Complete the job held at segment-part (or spill-part) position ``pos`` of
+    ``record`` in the commit after ``state.seq``: its position settled and
+    added, with ``result``, to that commit's ``done`` entry of the record (no
+    line, no payload: the archive object reads it from the segment, or the
+    spill object)."""
     commit_seq = state.seq + 1
     record.settled |= 1 << pos
     if record.cancel:
@@ -331,12 +366,14 @@ def done_job(record: ClaimRecord, entry: Done, i: int, ref: SegmentRef, line: by
 
 
 def done_lines(record: ClaimRecord, entry: Done,
-               lines: Sequence[tuple[SegmentRef, bytes]]) -> Archived:
+               lines: Sequence[tuple[SegmentRef, bytes] | SpilledJob]) -> Archived:
     """The archive lines of ``entry``'s completions, ``lines`` the source line of
     each of its positions in order (and its segment's ref): the bytes
     :func:`broker.model.job_lines.archive_line` makes of :func:`done_job`'s job,
     spliced from the source line without a ``Job`` each (one is made for a
-    line of another shape). ``ValueError`` for an entry not committed yet."""
+    line of another shape). A position of a spill part has its spilled job
+    (as its ref shows it) instead: :func:`spill_done_job`'s job's line.
+    ``ValueError`` for an entry not committed yet."""
     commit = entry.commit
     if commit is None:
         raise ValueError(f"the completions of claim {record.fence} in commit "
@@ -348,13 +385,42 @@ def done_lines(record: ClaimRecord, entry: Done,
     record_seqs, fence = record.seqs, record.fence
     seqs = [record_seqs[pos] for pos in entry.pos]
     out = []
-    for i, (seq, pos, result, (ref, line)) in enumerate(zip(seqs, entry.pos, entry.results,
-                                                            lines, strict=True)):
+    for i, (seq, pos, result, source) in enumerate(zip(seqs, entry.pos, entry.results,
+                                                       lines, strict=True)):
+        if isinstance(source, SpilledJob):
+            out.append(archive_line(spill_done_job(record, entry, i, source)))
+            continue
+        ref, line = source
         made = archived_from_pending(line, b"%b%010d.%d%b%b}\n" % (
             worker, seq, fence + pos, after, b"null" if result is None else result))
         out.append(archive_line(done_job(record, entry, i, ref, line)) if made is None
                    else made)
     return Archived(seqs, out, entry.at_ms, entry.commit_seq, commit)
+
+
+def spill_done_job(record: ClaimRecord, entry: Done, i: int, spilled: SpilledJob) -> Job:
+    """The completed job of ``entry``'s ``i``-th position, held at a spill part,
+    ``spilled`` its job as its ref shows it: what its archive line is made from
+    (as :func:`done_job`: the record's worker, its token, the entry's commit,
+    time and result; attempts the spilled ones + 1, its last error kept)."""
+    job = claimed_job(record, entry.pos[i], spilled)
+    job.status = COMPLETED
+    job.claim = None
+    job.cancel_ms = None
+    job.unlink()
+    job.done_ms, job.done_seq, job.done_commit = entry.at_ms, entry.commit_seq, entry.commit
+    job.result = entry.results[i]
+    job._enc = None
+    return job
+
+
+def spill_job_at(record: ClaimRecord, pos: int, spilled: SpilledJob) -> Job:
+    """The job at spill-part position ``pos`` of ``record``, ``spilled`` its job
+    as its ref shows it: completed if a done entry names it
+    (:func:`spill_done_job`), else claimed (:func:`claimed_job`)."""
+    done = done_at(record, pos)
+    return claimed_job(record, pos, spilled) if done is None else \
+        spill_done_job(record, done[0], done[1], spilled)
 
 
 def done_count(state: QueueState) -> int:
@@ -406,8 +472,8 @@ def purge_held(state: QueueState) -> int:
     many jobs went."""
     purged = 0
     records = state.claim_records
-    for record in [r for r in records.values() if r.segs]:
-        for pos0, count, _, _ in record.segs or ():
+    for record in [r for r in records.values() if r.segs or r.spills]:
+        for pos0, count, _, _ in [*(record.segs or ()), *(record.spills or ())]:
             for pos in range(pos0, pos0 + count):
                 if not record.is_settled(pos):
                     record.settled |= 1 << pos
@@ -423,8 +489,8 @@ def purge_held(state: QueueState) -> int:
 
 def held_seqs_before(state: QueueState, before_seq: int, n: int,
                      status: str | None) -> list[int]:
-    """The last ``n`` seqs below ``before_seq`` of the jobs of segment parts a
-    page of ``status`` shows (held: claimed; in done entries: completed),
+    """The last ``n`` seqs below ``before_seq`` of the jobs of segment and spill
+    parts a page of ``status`` shows (held: claimed; in done entries: completed),
     descending: for the dashboard's paging back. O(spans x n)."""
     if not state.seg_names or status not in (None, CLAIMED, COMPLETED):
         return []
@@ -441,4 +507,55 @@ def held_seqs_before(state: QueueState, before_seq: int, n: int,
                     out.append(first + pos - pos0)
                     got += 1
                 pos -= 1
+        for pos0, count, _, _ in record.spills or ():
+            seqs = record.seqs
+            out += sorted((seqs[pos] for pos in range(pos0, pos0 + count)
+                           if seqs[pos] < before_seq and (
+                               (held and not record.is_settled(pos)) or pos in done)),
+                          reverse=True)[:n]
     return sorted(out, reverse=True)[:n]
+
+
+def still_held(state: QueueState, first_fence: int, count: int,
+                now_ms: int) -> list[LeasedJob]:
+    """The jobs still held under the leases numbered ``first_fence`` onwards
+    (``count`` of them), in the order they were claimed, with their tokens
+    as the claim answered them: the unsettled, unexpired positions of the
+    records those lease numbers fall in (a claim is one record, whose fence is
+    the claim's first; a version-4 claim may have become several records, split
+    where its jobs' leases differed or where one had already settled)."""
+    end = first_fence + count
+    tag = tokens.tagger(state).tag
+    held = []
+    for record in state.claim_records.values():  # (ascending fence; a repeat only)
+        if record.fence >= end:
+            break
+        if record.fence + record.n <= first_fence or record.expires_ms <= now_ms:
+            continue
+        for pos in record.unsettled():
+            fence = record.fence + pos
+            if fence < first_fence:
+                continue
+            if fence >= end:
+                break
+            job = state.jobs.get(record.seqs[pos])
+            if job is None and record.spills and record.spill_span(pos) is not None:
+                job = spill_view(state, record, pos)  # (held at a spill part: from the cache)
+                if job is not None:
+                    held.append(LeasedJob(job.id, job.payload, tag(f"{job.id}.{fence}"),
+                                          job.attempts, record.expires_ms))
+                continue
+            if job is None:  # held at a segment part: its line from the held-jobs cache
+                span = record.seg_span(pos)
+                got = None if span is None else state.held.line(record.fence, span, pos - span[0])
+                if got is None:
+                    continue  # (not loaded: left to its lease)
+                job = segment_job(record.seqs[pos], got[1], got[0])
+                held.append(LeasedJob(job.id, job.payload, tag(f"{job.id}.{fence}"),
+                                      job.attempts + 1, record.expires_ms))
+                continue
+            token = job.lease_token
+            assert job.status == CLAIMED and token is not None
+            held.append(LeasedJob(job.id, job.payload, tag(token), job.attempts,
+                                  job.lease_expires_ms))
+    return held

@@ -176,7 +176,7 @@ def settle(state: QueueState, job: Job) -> None:
     job.claim = None
     if record.gone:
         del state.claim_records[fence]
-        if record.segs:
+        if record.segs or record.spills:
             unname(state, record)
 
 
@@ -448,7 +448,8 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
             continue
         assert seq is not None
         record = records_get(job.claim or 0)
-        if record is not None and len(record.seqs) == 1 and not record.segs:  # settle(), inlined
+        if record is not None and len(record.seqs) == 1 and not record.segs \
+                and not record.spills:  # settle(), inlined
             if state.groups is not None:
                 settle_hook(state.groups, job)
             del records[record.fence]

@@ -13,6 +13,7 @@ import sys
 from array import array
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from broker.errors import shown
 from broker.paths import parse_segment_key
@@ -236,15 +237,21 @@ class HeldJobs:
     same fence): the segment ref, the lines joined in one ``bytes`` and an
     ``array`` of offsets, never an object per job. Derived, one per queue,
     filled at claim and by the broker's ``prepare``. Beyond ``limit_bytes`` the
-    oldest parts go, never a pinned record's (a running batch needs them)."""
+    oldest parts go, never a pinned record's (a running batch needs them).
 
-    __slots__ = ("limit_bytes", "parts", "pinned", "size")
+    The jobs of ``spill`` parts are kept apart (:meth:`put_spilled`): the spill
+    object's jobs as its ref shows them (``SpilledJob`` values: payload,
+    attempts, errors, key, priority, times), counted at their payload and
+    error bytes."""
+
+    __slots__ = ("limit_bytes", "parts", "pinned", "size", "spilled")
 
     def __init__(self, limit_bytes: int = 256 << 20) -> None:
         self.limit_bytes = limit_bytes
         self.parts: dict[tuple[int, Span], tuple[SegmentRef, bytes, array[int]]] = {}
         self.pinned: set[int] = set()  # record fences a running batch needs
         self.size = 0
+        self.spilled: dict[tuple[int, Span], tuple[Any, list[Any], int]] = {}
 
     def put(self, fence: int, span: Span, ref: SegmentRef, lines: Sequence[bytes]) -> None:
         """Keep ``lines``, the jobs of record ``fence``'s segment part ``span``
@@ -261,6 +268,35 @@ class HeldJobs:
                 if self.size <= self.limit_bytes:
                     break
                 self.size -= len(self.parts.pop(name)[1])
+
+    def put_spilled(self, fence: int, span: Span, ref: Any, jobs: Sequence[Any]) -> None:
+        """Keep ``jobs`` (``SpilledJob`` values, as ``ref`` shows them), the jobs
+        of record ``fence``'s spill part ``span`` (positions ``span[3] ..`` of
+        ``ref``'s object), in order."""
+        size = sum(len(job.payload) + sum(len(e.text) for e in job.errors) + 64
+                   for job in jobs)
+        old = self.spilled.pop((fence, span), None)
+        if old is not None:
+            self.size -= old[2]
+        self.spilled[(fence, span)] = (ref, list(jobs), size)
+        self.size += size
+        if self.size > self.limit_bytes:
+            for name in [n for n in self.spilled if n[0] not in self.pinned and n[0] != fence]:
+                if self.size <= self.limit_bytes:
+                    break
+                self.size -= self.spilled.pop(name)[2]
+
+    def spilled_job(self, fence: int, span: Span, i: int) -> Any | None:
+        """The ``i``-th job (a ``SpilledJob``) of record ``fence``'s spill part
+        ``span``, or None if it is not loaded."""
+        part = self.spilled.get((fence, span))
+        if part is None or not 0 <= i < len(part[1]):
+            return None
+        return part[1][i]
+
+    def has_spilled(self, fence: int, span: Span) -> bool:
+        """Whether record ``fence``'s spill part ``span`` is loaded."""
+        return (fence, span) in self.spilled
 
     def line(self, fence: int, span: Span, i: int) -> tuple[SegmentRef, bytes] | None:
         """The ref and line of the ``i``-th job of record ``fence``'s segment part
@@ -289,3 +325,5 @@ class HeldJobs:
         """Drop the parts of record ``fence`` (it left the head)."""
         for name in [n for n in self.parts if n[0] == fence]:
             self.size -= len(self.parts.pop(name)[1])
+        for name in [n for n in self.spilled if n[0] == fence]:
+            self.size -= self.spilled.pop(name)[2]

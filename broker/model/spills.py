@@ -37,8 +37,6 @@ from broker.model.format import codec
 from broker.model.format.spill_format import EncodedSpill, ErrorEntry, SpilledJob, encode_spills
 from broker.model.format.spill_refs import (
     SpillRef,
-    claim_key,
-    is_out,
     redriven,
     with_out,
 )
@@ -46,7 +44,10 @@ from broker.model.indexes import ready_key, schedule
 from broker.model.job import DEAD, PENDING, Job, seq_of
 from broker.model.lifecycle import GONE, move
 from broker.model.ops import Cancel, Claim, Inspect, ReadJobs, Redrive
+from broker.model.spill_parts import due_refs, loaded, shown, window_name
 from broker.model.state import MAX_WINDOWS, QueueState
+
+__all__ = ["claim_refs", "window_name"]
 
 #: Bytes a spilled job's line costs besides its payload, key and error text
 #: (its fields' names and numbers; an estimate for the rule, not a bound).
@@ -151,23 +152,8 @@ def _refs(state: QueueState, kind: str | None = None) -> list[SpillRef]:
             if isinstance(ref, SpillRef) and (kind is None or ref.kind == kind)]
 
 
-def window_name(ref: SpillRef) -> tuple[str, str]:
-    """The name of ``ref``'s loaded jobs in ``state.spill_windows``: its key and
-    etag, and for a redriven ref its reset time too (its jobs are loaded as it
-    shows them: pending, attempts 0, due then)."""
-    return (ref.key, ref.etag if ref.reset_ms is None else f"{ref.etag} {ref.reset_ms}")
-
-
-def _loaded(state: QueueState, ref: SpillRef) -> list[SpilledJob] | None:
-    jobs = state.spill_windows.get(window_name(ref))
-    return jobs if jobs is not None and len(jobs) == ref.count else None
-
-
-def _shown(ref: SpillRef, jobs: list[SpilledJob]) -> Iterator[tuple[int, SpilledJob]]:
-    """The (position, job) pairs ``ref`` still holds: a dead ref's all, a
-    pending ref's from its cursor on, less those taken out."""
-    lo = ref.taken if ref.kind == PENDING else 0
-    return ((pos, jobs[pos]) for pos in range(lo, ref.count) if not is_out(ref, pos))
+_loaded = loaded
+_shown = shown
 
 
 def redrive_loads(state: QueueState, ids: Sequence[str] | None) -> list[SpillRef]:
@@ -217,7 +203,7 @@ def redrive_spilled(state: QueueState, ids: Sequence[str] | None, now_ms: int) -
                 _insert_pending(state, job.redriven(now_ms).to_job(PENDING), now_ms)
                 ref = with_out(ref, pos)
                 moved += 1
-        if ref.live:
+        if ref.live or ref.key in state.seg_names:  # (named: its held jobs' object)
             refs.append(ref)
         else:
             state.dropped_refs.append(ref)
@@ -232,19 +218,15 @@ def purge_spilled(state: QueueState, statuses: Sequence[str]) -> int:
     doomed = [ref for ref in _refs(state) if ref.kind in statuses]
     if not doomed:
         return 0
-    state.spill_refs[:] = [ref for ref in state.spill_refs if ref not in doomed]
-    state.dropped_refs.extend(doomed)
+    named = state.seg_names  # (a ref a claim record names stays, every job taken)
+    state.spill_refs[:] = [
+        ref if ref not in doomed else _advanced(ref, ref.count, [])
+        for ref in state.spill_refs if ref not in doomed or ref.key in named]
+    state.dropped_refs.extend(ref for ref in doomed if ref.key not in named)
     return sum(ref.live for ref in doomed)
 
 
-def claim_refs(state: QueueState, now_ms: int) -> list[SpillRef]:
-    """The pending spill refs due at ``now_ms``, in claim order of their next
-    jobs, at most :data:`~broker.model.state.MAX_WINDOWS`: whose jobs the
-    broker loads before a batch of claims (:func:`move_in` takes from them)."""
-    due = [(key, i, ref) for i, ref in enumerate(_refs(state, PENDING))
-           if ref.next is not None and ref.next[0] <= now_ms
-           and (key := claim_key(ref)) is not None]
-    return [ref for _, _, ref in sorted(due)[:MAX_WINDOWS]]
+claim_refs = due_refs
 
 
 def move_in(state: QueueState, budget: int, now_ms: int) -> bool:
@@ -269,7 +251,7 @@ def move_in(state: QueueState, budget: int, now_ms: int) -> bool:
     for ref in _refs(state):
         if ref.key in upto:
             ref = _advanced(ref, upto[ref.key], _loaded(state, ref) or [])
-        if ref.live or ref.kind != PENDING:
+        if ref.live or ref.kind != PENDING or ref.key in state.seg_names:
             refs.append(ref)
         else:
             state.dropped_refs.append(ref)
@@ -340,7 +322,7 @@ def take_out(state: QueueState, seq: int, now_ms: int) -> Job | str | None:
             _insert_pending(state, moved, now_ms)
             at = state.spill_refs.index(ref)
             left = with_out(ref, pos)
-            if left.live:
+            if left.live or left.key in state.seg_names:
                 state.spill_refs[at] = left
             else:
                 del state.spill_refs[at]

@@ -333,8 +333,9 @@ class QueueState:
     spill_windows: dict[tuple[str, str], list[Any]] = field(default_factory=dict,
                                                             compare=False, repr=False)
     # Never stored: the lines of jobs held at records' segment parts (shared like
-    # windows), whether claims take segment jobs so (BrokerConfig.held_in_records),
-    # and how many records name each segment (a named ref stays; derived on load).
+    # windows), whether claims take segment jobs so (BrokerConfig.held_in_records;
+    # the jobs of pending spill objects too), and how many records name each segment
+    # or spill object, by key (a named ref stays; derived on load).
     held: HeldJobs = field(default_factory=HeldJobs, compare=False, repr=False)
     held_in_records: bool = field(default=False, compare=False, repr=False)
     seg_names: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
@@ -410,8 +411,8 @@ class QueueState:
         return counts
 
     def held_by_status(self) -> tuple[int, int]:
-        """The jobs held at claim records' segment parts, which have no line in
-        the head: how many are claimed, and how many completed (done entries
+        """The jobs held at claim records' segment (or spill) parts, which have
+        no line in the head: how many are claimed, and how many completed (done entries
         awaiting their archive object). O(records); (0, 0) without such parts."""
         held = done = 0
         for r in self.claim_records.values() if self.seg_names else ():
@@ -422,8 +423,8 @@ class QueueState:
     def held_marked(self) -> int:
         """How many jobs held at claim records' segment parts are marked for
         cancellation (the mark is their record's). O(records)."""
-        return sum(1 for r in self.claim_records.values() if r.segs
-                   for pos in r.cancel if r.seg_span(pos) is not None) if self.seg_names else 0
+        return sum(1 for r in self.claim_records.values() if r.segs or r.spills
+                   for pos in r.cancel if r.held_span(pos) is not None) if self.seg_names else 0
 
     def size_estimate(self) -> int:
         """Rough bytes of the object: jobs, key windows, receipts and segment

@@ -60,7 +60,6 @@ from broker.model import browse, cancels, idempotency, lifecycle, queue_rules, t
 from broker.model import receipts as R
 from broker.model.claim_records import ClaimRecord
 from broker.model.columns import Columns, plain_rows
-from broker.model.format.segment_format import segment_job
 from broker.model.held import (
     complete_position,
     done_at,
@@ -70,6 +69,7 @@ from broker.model.held import (
     materialize_expired,
     materialize_live,
     purge_held,
+    still_held,
 )
 from broker.model.indexes import bound_stale_leases, expired_leases, promote_due
 from broker.model.inserts import insert_jobs, insert_payloads
@@ -121,7 +121,8 @@ from broker.model.ops import (
     groups_of,
 )
 from broker.model.segments.claims import attach_refs, claim_merged, purge_pending, reserve
-from broker.model.segments.grouped import take_pushed
+from broker.model.segments.grouped import take_pushed, uses_groups
+from broker.model.spill_parts import candidates
 from broker.model.spills import move_in, purge_spilled, redrive_spilled
 from broker.model.state import QueueSettings, QueueState
 from broker.wire import ItemResult
@@ -231,7 +232,7 @@ def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
         raise InvalidRequest(f"worker must be a name of 1..{MAX_WORKER_CHARS} characters")
     earlier = idempotency.earlier(state, op.request, op.floor, R.CLAIM, now_ms)
     if earlier is not None:
-        held = _still_held(state, earlier[0], earlier[1], now_ms)
+        held = still_held(state, earlier[0], earlier[1], now_ms)
         receipt = state.receipts.requests.get(op.request or "")
         if held and receipt is not None:  # this repeat holds them now: see _release
             receipt.replayed = True
@@ -244,9 +245,16 @@ def _claim(state: QueueState, op: Claim, now_ms: int) -> Result:
     tag = tokens.tagger(state).tag  # (raises before anything changed)
     first_fence = state.counters.fence + 1
     want = state.claims.cap(state.settings, op.max_jobs, now_ms)  # the dispatch rate limit
-    # (jobs of redriven spill objects join the head's, the best of them first)
-    moved = move_in(state, want, now_ms) if state.spill_refs else False
-    out = result.jobs = claim_merged(state, op.worker, want, op.lease_ms, now_ms, tag)
+    # (jobs of pending spill objects: held at the claim's record's spill parts, in
+    # claim order among the head's and the segments'; where claims go by groups,
+    # moved into the head first, the best of them, as pending lines)
+    spilled, moved = None, False
+    if state.spill_refs:
+        if state.held_in_records and not uses_groups(state):
+            spilled = candidates(state, want, now_ms)
+        else:
+            moved = move_in(state, want, now_ms)
+    out = result.jobs = claim_merged(state, op.worker, want, op.lease_ms, now_ms, tag, spilled)
     if state.grouped and out and not groups_of(out):  # (a grouped claim names its own)
         _named_groups(state, out)
     state.claims.spend(state.settings, len(out), now_ms)
@@ -268,45 +276,6 @@ def _named_groups(state: QueueState, out: Columns[LeasedJob]) -> LeasedJobs:
     if groups:
         claimed.groups = groups
     return claimed
-
-
-def _still_held(state: QueueState, first_fence: int, count: int,
-                now_ms: int) -> list[LeasedJob]:
-    """The jobs still held under the leases numbered ``first_fence`` onwards
-    (``count`` of them), in the order they were claimed, with their tokens
-    as the claim answered them: the unsettled, unexpired positions of the
-    records those lease numbers fall in (a claim is one record, whose fence is
-    the claim's first; a version-4 claim may have become several records, split
-    where its jobs' leases differed or where one had already settled)."""
-    end = first_fence + count
-    tag = tokens.tagger(state).tag
-    held = []
-    for record in state.claim_records.values():  # (ascending fence; a repeat only)
-        if record.fence >= end:
-            break
-        if record.fence + record.n <= first_fence or record.expires_ms <= now_ms:
-            continue
-        for pos in record.unsettled():
-            fence = record.fence + pos
-            if fence < first_fence:
-                continue
-            if fence >= end:
-                break
-            job = state.jobs.get(record.seqs[pos])
-            if job is None:  # held at a segment part: its line from the held-jobs cache
-                span = record.seg_span(pos)
-                got = None if span is None else state.held.line(record.fence, span, pos - span[0])
-                if got is None:
-                    continue  # (not loaded: left to its lease)
-                job = segment_job(record.seqs[pos], got[1], got[0])
-                held.append(LeasedJob(job.id, job.payload, tag(f"{job.id}.{fence}"),
-                                      job.attempts + 1, record.expires_ms))
-                continue
-            token = job.lease_token
-            assert job.status == CLAIMED and token is not None
-            held.append(LeasedJob(job.id, job.payload, tag(token), job.attempts,
-                                  job.lease_expires_ms))
-    return held
 
 
 def _heartbeat(state: QueueState, op: Heartbeat, now_ms: int) -> Result:

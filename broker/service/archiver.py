@@ -29,6 +29,8 @@ from broker.model import held
 from broker.model.claim_records import ClaimRecord, Done
 from broker.model.format import archive
 from broker.model.format.archive import Archived
+from broker.model.format.spill_format import SpilledJob
+from broker.model.format.spill_refs import SpillRef
 from broker.model.job import Job
 from broker.model.state import QueueState, SegmentRef, Span
 from broker.retry import backoff_delays
@@ -119,11 +121,19 @@ class Archiver:
         refs = {ref.key: ref for ref in state.segment_refs}
         out: list[Archived] = []
         read: dict[tuple[int, Span], list[bytes]] = {}
+        spilled: dict[str, list[SpilledJob]] = {}  # (spill objects read, by key)
         for record, entry in done:
-            lines: list[tuple[SegmentRef, bytes]] = []
+            lines: list[tuple[SegmentRef, bytes] | SpilledJob] = []
             span: Span | None = None
             part: list[bytes] = []
             for pos in entry.pos:
+                if record.spills and (spill := record.spill_span(pos)) is not None:
+                    job = state.held.spilled_job(record.fence, spill, pos - spill[0])
+                    if job is None:
+                        job = (await self._read_spill(record, spill, state, spilled))[
+                            spill[3] + pos - spill[0]]
+                    lines.append(job)
+                    continue
                 if span is None or not span[0] <= pos < span[0] + span[1]:
                     # (positions ascend: a span's run at a time)
                     span = record.seg_span(pos)
@@ -137,6 +147,23 @@ class Archiver:
                 lines.append((ref, part[pos - span[0]]))
             out.append(held.done_lines(record, entry, lines))
         return out
+
+    async def _read_spill(self, record: ClaimRecord, span: Span, state: QueueState,
+                          spilled: dict[str, list[SpilledJob]]) -> list[SpilledJob]:
+        """Every job of the spill object ``record``'s spill part ``span`` names, as
+        its ref shows them, read (once, kept in ``spilled``) for a held-jobs
+        cache that lacks them (after a takeover). Raises as :meth:`_done_jobs`."""
+        jobs = spilled.get(span[2])
+        if jobs is None:
+            ref = next((r for r in state.spill_refs
+                        if isinstance(r, SpillRef) and r.key == span[2]), None)
+            if ref is None:
+                raise CorruptState(f"claim {record.fence} holds jobs of spill object "
+                                   f"{span[2]}, which the queue does not reference")
+            if self.segments is None:
+                raise CorruptState("no segment store to read completions from")
+            jobs = spilled[span[2]] = await self.segments.read_spill(ref)
+        return jobs
 
     async def _read_part(self, record: ClaimRecord, span: Span, refs: dict[str, SegmentRef],
                          read: dict[tuple[int, Span], list[bytes]]

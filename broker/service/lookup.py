@@ -47,7 +47,7 @@ from broker.model import browse
 from broker.model.format import archive
 from broker.model.job import CANCELLED, seq_of
 from broker.model.ops import Inspect
-from broker.model.segments.claims import held_loads
+from broker.model.segments.claims import held_loads, held_spill_loads
 from broker.model.segments.refs import holding
 from broker.model.spills import holders as spill_holders
 from broker.model.spills import window_name
@@ -148,6 +148,19 @@ async def stored(read_head: Callable[[], Awaitable[Head | None]], queue: str, jo
                 missing, lost = exc, (ref.key, ref.etag)
                 continue
             state.held.put(fence, span, ref, lines)
+        spill_held = held_spill_loads(state, [Inspect("lookup", (queue, job_id))], now_ms)
+        try:  # (held at a claim record's spill part: its job from the spill object)
+            for spill, fence, span in spill_held:
+                if missing is not None and lost == (spill.key, spill.etag):
+                    raise missing
+                lost = (spill.key, spill.etag)
+                jobs = await segments.read_spill(spill)
+                state.held.put_spilled(fence, span, spill, jobs[span[3]:span[3] + span[1]])
+        except SegmentMissing as exc:
+            if exc is missing:
+                raise
+            missing = exc
+            continue
         try:  # (dead in a spill object: read the ones whose seq bounds hold it)
             for spill in spill_holders(state, seq):
                 if missing is not None and lost == (spill.key, spill.etag):

@@ -41,6 +41,7 @@ from broker.model.ops import (
 from broker.model.segments.claims import claim_refs, held_missing, held_wanted, plan_windows
 from broker.model.segments.grouped import carry_buckets
 from broker.model.segments.planning import claim_sources, directories_wanted
+from broker.model.spill_parts import spill_missing
 from broker.model.spills import claim_refs as spill_claim_refs
 from broker.model.spills import spill_loads, window_name
 from broker.model.state import MAX_WINDOWS, SegmentWindows
@@ -129,6 +130,8 @@ class QueueTarget:
         self.spills.release()  # (the batch of the last before_write is answered)
         await self._check_spills(state)
         await self._load_spills(state, ops, now_ms)
+        if state.seg_names:  # jobs held at claim records' parts the batch may settle
+            await self._load_held(state, ops, now_ms)
         refs = state.segment_refs
         if not refs:
             return
@@ -136,16 +139,6 @@ class QueueTarget:
             if (ref.key, ref.etag) not in self._checked:
                 await self.segments.check(ref)
                 self._checked.add((ref.key, ref.etag))
-        if state.seg_names:  # jobs held at claim records' segment parts the batch may settle
-            pages = [_as_page(state, op) for op in ops if isinstance(op, Inspect)]
-            # (with the housekeeping's Reclaim: every batch reclaims, named by no op)
-            holding = held_wanted(state, [*ops, Reclaim(), *filter(None, pages)],
-                                  now_ms + PLAN_AHEAD_MS)
-            self.held.pinned = set(holding)  # (loaded or not: a load must not push one out)
-            loads = held_missing(state, holding)
-            for ref, fence, span in loads:
-                lines = await self.segments.read_window(ref, span[3], span[3] + span[1])
-                self.held.put(fence, span, ref, lines)
         self.windows.keep_only(refs)
         budget = sum(op.max_jobs for op in ops if isinstance(op, Claim))
         # (a segment falling due while the batch lingers is planned for too)
@@ -183,6 +176,27 @@ class QueueTarget:
                 self.windows.put_grouped(ref, lines, runs, keep)
                 continue
             self.windows.put(ref, ref.taken, await self.segments.read_window(ref), keep)
+
+    async def _load_held(self, state: S.QueueState, ops: Sequence[Op], now_ms: int) -> None:
+        """Load the jobs held at claim records' segment and spill parts that the
+        batch may settle (:func:`~broker.model.segments.claims.held_wanted`) and
+        the held-jobs cache lacks: a segment part's lines, a spill part's jobs
+        (its object read once, as its ref shows them). Pins those records'."""
+        pages = [_as_page(state, op) for op in ops if isinstance(op, Inspect)]
+        # (with the housekeeping's Reclaim: every batch reclaims, named by no op)
+        holding = held_wanted(state, [*ops, Reclaim(), *filter(None, pages)],
+                              now_ms + PLAN_AHEAD_MS)
+        self.held.pinned = set(holding)  # (loaded or not: a load must not push one out)
+        for ref, fence, span in held_missing(state, holding):
+            lines = await self.segments.read_window(ref, span[3], span[3] + span[1])
+            self.held.put(fence, span, ref, lines)
+        read: dict[tuple[str, str], list[SpilledJob]] = {}
+        for spill, fence, span in spill_missing(state, holding):
+            name = window_name(spill)
+            jobs = self.spill_windows.get(name) or read.get(name)
+            if jobs is None or len(jobs) != spill.count:
+                jobs = read[name] = await self.segments.read_spill(spill)
+            self.held.put_spilled(fence, span, spill, jobs[span[3]:span[3] + span[1]])
 
     async def _check_spills(self, state: S.QueueState) -> None:
         """Check that every spill object ``state`` references and this target

@@ -25,7 +25,7 @@ from typing import Any
 from broker.errors import BrokerUnavailable, SegmentMissing, UnknownQueue
 from broker.model import transitions
 from broker.model.ops import JobsView, ReadJobs, ReadStats
-from broker.model.segments.claims import held_loads
+from broker.model.segments.claims import held_loads, held_spill_loads
 from broker.model.spills import spill_loads, window_name
 from broker.model.state import QueueState, SegmentRef, SegmentWindows, SpillRefLike
 from broker.model.views import page_segments
@@ -113,6 +113,12 @@ async def _step(state: QueueState, part: ReadJobs, segments: SegmentStore, now_m
         except SegmentMissing as missing:
             return ref, missing
         state.held.put(fence, span, ref, lines)
+    for spill, fence, span in held_spill_loads(state, [part], now_ms):  # (at spill parts)
+        try:
+            jobs = await segments.read_spill(spill)
+        except SegmentMissing as missing:
+            return spill, missing
+        state.held.put_spilled(fence, span, spill, jobs[span[3]:span[3] + span[1]])
     for spill in spill_loads(state, part, now_ms):  # (jobs in spill objects)
         try:
             state.spill_windows[window_name(spill)] = await segments.read_spill(spill)

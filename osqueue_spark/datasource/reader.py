@@ -41,9 +41,10 @@ from broker.model.claim_records import ClaimRecord
 from broker.model.format import archive, segment_format, spill_format
 from broker.model.format.decode import decode_state
 from broker.model.format.spill_refs import SpillRef, is_out
-from broker.model.held import job_at, segment_slices
+from broker.model.held import job_at, segment_slices, spill_job_at
 from broker.model.job import PENDING, Job
 from broker.model.segments.refs import pending_lines
+from broker.model.spill_parts import spill_slices
 from broker.model.state import QueueState, SegmentRef
 from broker.storage import ObjectStore, Versioned, store_from_url
 from osqueue_spark.datasource.errors import with_code
@@ -114,9 +115,11 @@ class HeadPart:
 class SpillPart:
     """A spill partition: the jobs of ``ref``'s spill object (dead ones, or
     pending from its cursor on), but those taken out, as the planned version
-    of the head has them."""
+    of the head has them, and ``held``: its positions that claim records of
+    that version hold (claimed; :func:`broker.model.spill_parts.spill_slices`)."""
 
     ref: SpillRef
+    held: tuple[tuple[int, ClaimRecord, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -165,7 +168,7 @@ class QueueReader(DataSourceReader):
         data = got.data if len(got.data) <= MAX_SHIPPED_HEAD_BYTES else None
         return [InputPartition(HeadPart(got.etag, data, len(live) + len(spills))),
                 *(InputPartition(SegmentPart(ref, segment_slices(state, ref))) for ref in live),
-                *(InputPartition(SpillPart(ref)) for ref in spills)]
+                *(InputPartition(SpillPart(ref, spill_slices(state, ref))) for ref in spills)]
 
     @with_code
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
@@ -178,7 +181,7 @@ class QueueReader(DataSourceReader):
             yield from self._segment_rows(store, part.ref, part.held)
             return
         if isinstance(part, SpillPart):
-            yield from self._spill_rows(store, part.ref)
+            yield from self._spill_rows(store, part.ref, part.held)
             return
         where = _head_where(store, self.opts.queue)
         refs: list[SegmentRef] = []
@@ -203,9 +206,11 @@ class QueueReader(DataSourceReader):
         for ref in refs:
             yield from self._segment_rows(store, ref, segment_slices(state, ref))
         for spill in spills:
-            yield from self._spill_rows(store, spill)
+            yield from self._spill_rows(store, spill, spill_slices(state, spill))
 
-    def _spill_rows(self, store: ObjectStore, ref: SpillRef) -> Iterator[tuple[Any, ...]]:
+    def _spill_rows(self, store: ObjectStore, ref: SpillRef,
+                    held: tuple[tuple[int, ClaimRecord, int], ...] = (),
+                    ) -> Iterator[tuple[Any, ...]]:
         """The rows of ``ref``'s spill object, read through the broker's one
         check (a missing or changed object fails the read, naming it: the
         queue moved on if it no longer references it)."""
@@ -226,6 +231,8 @@ class QueueReader(DataSourceReader):
                 "changed, and the queue no longer references it: the queue moved on since "
                 "this read was planned (its jobs were redriven or purged); read it "
                 "again") from None
+        for at, record, pos in held:  # (held at a record's spill part: claimed, or completed)
+            yield _job_row(spill_job_at(record, pos, jobs[at]), self.extra)
         status = ref.kind
         lo = ref.taken if status == PENDING else 0
         for pos, job in enumerate(jobs):
@@ -281,8 +288,10 @@ def _read_head(store: ObjectStore, queue: str) -> Versioned | None:
 
 
 def _live_spills(state: QueueState) -> list[SpillRef]:
-    """The head's spill refs that still hold jobs."""
-    return [ref for ref in state.spill_refs if isinstance(ref, SpillRef) and ref.live]
+    """The head's spill refs that still hold jobs (pending, dead, or claimed:
+    held at a claim record's spill part)."""
+    return [ref for ref in state.spill_refs if isinstance(ref, SpillRef)
+            and (ref.live or ref.key in state.seg_names)]
 
 
 def _dropped(store: ObjectStore, queue: str, ref: SegmentRef | SpillRef) -> bool:

@@ -16,6 +16,7 @@ from broker.service.broker import Broker
 from broker.storage import ObjectStore
 from tests.support.faults import EIO, LOST_REPLY, LOST_REPLY_412, NOT_LANDED
 from tests.support.inprocess import archive_lines, crash, stored
+from tests.support.spill_store import held_at_spill_parts
 
 SPILLS = "/spills/"
 #: The sweep's grace (broker seconds, on the test's clock).
@@ -26,14 +27,16 @@ LEASE_S = 3600.0
 
 def everywhere(store: ObjectStore) -> Counter[str]:
     """Each job id the store holds, counted where it is: the head's jobs that
-    are not finished (not the pending jobs of segments, nor those held in
-    claim records: the end of a run, drained, checks those by the archive),
+    are not finished and the claimed ones held at records' spill parts (not
+    the pending jobs of segments, nor those held at segment parts: the end of
+    a run, drained, checks those by the archive),
     the jobs each spill ref still holds (a pending ref's from its cursor on;
     none taken out), read through the one check (a missing object fails), and
     the archive's lines."""
     state = stored(store)
     ids = Counter(job.id for job in state.jobs.values()
                   if job.status not in (COMPLETED, CANCELLED))
+    ids.update(job.id for job in held_at_spill_parts(store))  # (claimed from a spill ref)
     for ref in state.spill_refs:
         assert isinstance(ref, SpillRef)
         got = store.read(ref.key)

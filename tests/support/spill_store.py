@@ -45,3 +45,26 @@ def dead_everywhere(store: ObjectStore, queue: str = "q") -> list[str]:
     spill objects, with repeats (a job twice shows twice), sorted."""
     inline = [job.id for job in stored(store, queue).jobs.touched() if job.status == DEAD]
     return sorted(inline + spilled_ids(store, queue))
+
+
+
+def held_at_spill_parts(store: ObjectStore, queue: str = "q") -> list[SpilledJob]:
+    """The claimed jobs that claim records of the landed head hold at spill
+    parts (taken from a pending spill ref: no line in the head, not shown by
+    the ref either), unsettled ones, as their objects hold them: each object
+    read through the broker's one check (a missing one fails), each job's seq
+    the one its record names."""
+    state = stored(store, queue)
+    refs = {ref.key: ref for ref in state.spill_refs}
+    out = []
+    for record in state.claim_records.values():
+        for pos0, count, key, at0 in record.spills or ():
+            ref = refs[key]
+            assert isinstance(ref, SpillRef)
+            got = store.read(key)
+            jobs = read_checked(ref, got.data, got.etag, store.url, 0, ref.count)
+            for i in range(count):
+                if not record.is_settled(pos0 + i):
+                    assert jobs[at0 + i].seq == record.seqs[pos0 + i]
+                    out.append(jobs[at0 + i])
+    return out

@@ -47,10 +47,13 @@ def spill_jobs(store: ObjectStore, raw: dict[str, Any],
     with an ``"id"`` is a job, its
     status the ref's ``kind`` (``pending`` for a dead object redriven by
     reference), but those the ref no longer holds: positions before a pending
-    ref's ``taken`` (moved into the head by claims) and those taken ``out``.
-    A missing object raises ``NotFound``. The id of a job held twice is
-    appended to ``again``."""
+    ref's ``taken`` (moved into the head by claims) and those taken ``out``;
+    of those before ``taken``, the ones a claim record's spill part holds are
+    jobs too (``claimed``, or ``completed`` in a done entry awaiting their
+    archive: :func:`_spill_parts`). A missing object raises ``NotFound``. The
+    id of a job held twice is appended to ``again``."""
     jobs: dict[str, dict[str, Any]] = {}
+    parts = _spill_parts(raw)
     for ref in raw.get("spills") or []:
         ref = ref if isinstance(ref, dict) else {"key": str(ref)}
         key = str(ref.get("key"))
@@ -67,11 +70,42 @@ def spill_jobs(store: ObjectStore, raw: dict[str, Any],
                 job = orjson.loads(line)
             except orjson.JSONDecodeError:
                 continue
-            if pos not in skip and isinstance(job, dict) and isinstance(job.get("id"), str):
+            status = parts.get((key, pos), kind if pos not in skip else None)
+            if status is not None and isinstance(job, dict) and isinstance(job.get("id"), str):
                 if again is not None and job["id"] in jobs:
                     again.append(job["id"])
-                jobs[job["id"]] = {**job, "status": kind}
+                jobs[job["id"]] = {**job, "status": status}
     return jobs
+
+
+def _spill_parts(raw: dict[str, Any]) -> dict[tuple[str, int], str]:
+    """``(spill object key, position) -> status`` of the jobs the head's claim
+    records hold at spill parts (``{"spill": key, "at": runs, "seq": runs}``):
+    ``claimed``, or ``completed`` for a position in a done entry; settled
+    positions in none are elsewhere (the head's lines, the archive). Lenient:
+    a record it cannot read holds nothing here."""
+    out: dict[tuple[str, int], str] = {}
+    for record in claim_records_of(raw):
+        try:
+            settled = _expand(record.get("settled") or [])
+            done = {p for entry in record.get("done") or [] for p in _expand(entry["pos"])}
+            first = 0
+            for part in record["parts"]:
+                runs = part.get("seq") if "seq" in part else part.get("at")
+                count = sum(runs[1::2])
+                if "spill" in part:
+                    for i, at in enumerate(_expand(part["at"])):
+                        pos = first + i
+                        if pos not in settled or pos in done:
+                            out[(part["spill"], at)] = "completed" if pos in done else "claimed"
+                first += count
+        except (AttributeError, KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
+def _expand(runs: list[int]) -> set[int]:
+    return {v for i in range(0, len(runs), 2) for v in range(runs[i], runs[i] + runs[i + 1])}
 
 
 def claim_records_of(raw: dict[str, Any] | None) -> list[Any]:

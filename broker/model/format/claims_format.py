@@ -24,8 +24,10 @@ from broker import timefmt
 from broker.limits import MAX_CLAIM_JOBS, MAX_LEASE_S
 from broker.model.claim_records import ClaimRecord, Done, bits_of_runs, expand_runs, seq_runs
 from broker.model.format.segment_format import MAX_SEGMENT_JOBS
+from broker.model.format.spill_format import MAX_SPILL_JOBS
+from broker.model.format.spill_refs import SpillRef
 from broker.model.indexes import TIME_MASK
-from broker.model.job import CLAIMED, job_id_for
+from broker.model.job import CLAIMED, PENDING, job_id_for
 from broker.model.state import QueueState
 
 _FIELDS = frozenset({"fence", "n", "worker", "lease_s", "expires_at", "heartbeat_at", "parts",
@@ -89,7 +91,11 @@ def record_from_json(raw: Any, where: str) -> ClaimRecord:
         raise ValueError(f"{where} parts must be a non-empty list")
     seqs: list[int] = []
     segs: list[tuple[int, int, str, int]] = []
+    spills: list[tuple[int, int, str, int]] = []
     for part in parts:
+        if isinstance(part, dict) and set(part) == {"spill", "at", "seq"}:
+            _spill_part(part, where, seqs, spills)
+            continue
         if isinstance(part, dict) and set(part) == {"seg", "at"}:
             key = part["seg"]
             if not isinstance(key, str) or not key:
@@ -102,7 +108,8 @@ def record_from_json(raw: Any, where: str) -> ClaimRecord:
         if not isinstance(part, dict) or set(part) != {"seq"}:
             kind = sorted(part) if isinstance(part, dict) else part
             raise ValueError(f"{where} has a part {kind!r}; this osqueue reads only "
-                             "{\"seq\": runs} and {\"seg\": key, \"at\": runs} parts "
+                             "{\"seq\": runs}, {\"seg\": key, \"at\": runs} and "
+                             "{\"spill\": key, \"at\": runs, \"seq\": runs} parts "
                              "(upgrade osqueue for others)")
         runs = part["seq"]
         if not isinstance(runs, list) or not runs or len(runs) % 2:
@@ -121,6 +128,7 @@ def record_from_json(raw: Any, where: str) -> ClaimRecord:
         _time(raw.get("expires_at"), f"{where} expires_at"),
         _time(raw.get("heartbeat_at"), f"{where} heartbeat_at"), seqs)
     record.segs = segs or None
+    record.spills = spills or None
     if "settled" in raw:
         record.settled = bits_of_runs(_runs(raw["settled"], f"{where} settled", 0, n - 1))
     if "done" in raw:
@@ -140,6 +148,31 @@ def record_from_json(raw: Any, where: str) -> ClaimRecord:
                              "or marked twice")
         record.cancel[pos] = _time(mark[1], f"{where} cancel time")
     return record
+
+
+def _spill_part(part: dict[str, Any], where: str, seqs: list[int],
+                spills: list[tuple[int, int, str, int]]) -> None:
+    """Read a spill part (``{"spill": key, "at": runs, "seq": runs}``: positions
+    of the spill object ``key`` and their jobs' seqs, as many) onto ``seqs``
+    and ``spills``."""
+    key = part["spill"]
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"{where} spill part must name a spill object key, got {key!r}")
+    at = _runs(part["at"], f"{where} spill part at", 0, MAX_SPILL_JOBS - 1)
+    runs = part["seq"]
+    if not isinstance(runs, list) or not runs or len(runs) % 2:
+        raise ValueError(f"{where} spill part seq must be runs [first, count, ...], got {runs!r}")
+    for i in range(0, len(runs), 2):
+        _int(runs[i], f"{where} spill part seq", 1, _FENCE_MAX)
+        _int(runs[i + 1], f"{where} spill part seq run count", 1, MAX_CLAIM_JOBS)
+    held = expand_runs(runs)
+    if len(held) != sum(at[1::2]):
+        raise ValueError(f"{where} spill part names {len(held)} seqs for {sum(at[1::2])} "
+                         "positions")
+    for i in range(0, len(at), 2):
+        spills.append((len(seqs), at[i + 1], key, at[i]))
+        seqs += held[:at[i + 1]]
+        del held[:at[i + 1]]
 
 
 def _done_from(raw: Any, record: ClaimRecord, where: str) -> list[Done]:
@@ -165,9 +198,9 @@ def _done_from(raw: Any, record: ClaimRecord, where: str) -> list[Done]:
             raise ValueError(f"{what} results must be a list of one result a position")
         bits = bits_of_runs(seq_runs(pos))
         if bits & seen or bits & ~record.settled or any(
-                record.seg_span(p) is None for p in pos):
+                record.held_span(p) is None for p in pos):
             raise ValueError(f"{what} names a position twice, one not settled or one "
-                             "not held at a segment part")
+                             "not held at a segment or spill part")
         seen |= bits
         out.append(Done(commit_seq, commit, _time(item["at"], f"{what} at"), pos,
                         [None if r is None else orjson.dumps(r) for r in results]))
@@ -205,8 +238,8 @@ def link(state: QueueState, records: dict[int, ClaimRecord]) -> None:
     for i, record in enumerate(records.values()):
         fence = record.fence
         for pos in record.unsettled():
-            if record.segs and record.seg_span(pos) is not None:
-                continue  # (held at a segment part: no line; see link_segments)
+            if (record.segs or record.spills) and record.held_span(pos) is not None:
+                continue  # (held at a segment or spill part: no line; see link_segments)
             seq = record.seqs[pos]
             job = jobs.get(seq)
             if job is None or job.status != CLAIMED or job.claim != fence:
@@ -261,7 +294,10 @@ def link_segments(state: QueueState) -> None:
     names: dict[str, int] = {}
     jobs = state.jobs.entries
     for i, record in enumerate(state.claim_records.values()):
+        if record.spills:
+            _link_spills(state, record, f"claims[{i}] (fence {record.fence})", names)
         if not record.segs:
+            _link_done(state, record, f"claims[{i}] (fence {record.fence})")
             continue
         where = f"claims[{i}] (fence {record.fence})"
         seqs = record.seqs
@@ -283,12 +319,45 @@ def link_segments(state: QueueState) -> None:
             raise ValueError(f"{where} names a job twice")
         for key in record.seg_keys():
             names[key] = names.get(key, 0) + 1
-        for entry in record.completions or ():
-            if entry.commit_seq > state.seq:
-                raise ValueError(f"{where} has a completion of commit {entry.commit_seq}, "
-                                 f"after this version ({state.seq})")
-            state.done_commits.setdefault(entry.commit_seq, []).append(record.fence)
+        _link_done(state, record, where)
+    known = {ref.key for ref in state.segment_refs} | {ref.key for ref in state.spill_refs}
     for key in names:
-        if not any(ref.key == key for ref in state.segment_refs):
+        if key not in known:
             raise ValueError(f"a claim record names segment {key}, which is not referenced")
     state.seg_names = names
+
+
+def _link_done(state: QueueState, record: ClaimRecord, where: str) -> None:
+    """Index ``record``'s done entries by commit seq (``state.done_commits``);
+    ``ValueError`` for one of a commit after this version."""
+    for entry in record.completions or ():
+        if entry.commit_seq > state.seq:
+            raise ValueError(f"{where} has a completion of commit {entry.commit_seq}, "
+                             f"after this version ({state.seq})")
+        state.done_commits.setdefault(entry.commit_seq, []).append(record.fence)
+
+
+def _link_spills(state: QueueState, record: ClaimRecord, where: str,
+                 names: dict[str, int]) -> None:
+    """Tie ``record``'s spill parts to the head's spill refs: each names a
+    pending ref of ``"spills"`` at positions its cursor took, and no job held
+    there has a line of the head too (``ValueError`` naming the record
+    otherwise); counts the record in ``names`` once per object it names."""
+    refs = {ref.key: ref for ref in state.spill_refs if isinstance(ref, SpillRef)}
+    jobs = state.jobs.entries
+    for pos0, count, key, at0 in record.spills or ():
+        ref = refs.get(key)
+        if ref is None or ref.kind != PENDING:
+            raise ValueError(f"{where} has a spill part naming spill object {key}, which the "
+                             "head does not reference as pending")
+        if at0 + count > ref.taken:
+            raise ValueError(f"{where} holds positions {at0}..{at0 + count - 1} of spill "
+                             f"object {key}, beyond its cursor")
+        for pos in range(pos0, pos0 + count):
+            if not record.is_settled(pos) and record.seqs[pos] in jobs:
+                raise ValueError(f"{where} holds {job_id_for(record.seqs[pos])} at spill "
+                                 f"object {key}, but the jobs list has it too")
+    if not record.segs and len(set(record.seqs)) != len(record.seqs):
+        raise ValueError(f"{where} names a job twice")  # (with segment parts: link_segments)
+    for key in record.spill_keys():
+        names[key] = names.get(key, 0) + 1

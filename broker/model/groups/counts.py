@@ -75,7 +75,7 @@ def held_by_group(records: Iterable[ClaimRecord], jobs: JobTable) -> dict[str | 
         seqs = record.seqs
         for pos in record.unsettled():
             job = jobs.get(seqs[pos])
-            if job is None and record.seg_span(pos) is not None:  # (an ungrouped segment's)
+            if job is None and record.held_span(pos) is not None:  # (ungrouped)
                 out[None] = out.get(None, 0) + 1
                 continue
             if not isinstance(job, Job):

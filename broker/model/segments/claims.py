@@ -35,6 +35,7 @@ from broker.model import receipts as R
 from broker.model.claim_records import ClaimRecord
 from broker.model.format import codec
 from broker.model.format.segment_format import segment_job
+from broker.model.format.spill_refs import SpillRef
 from broker.model.held import held_by_seq, held_position, page_held
 from broker.model.indexes import SEQ_MASK, lease_time, promote_due, ready_key, timed_key
 from broker.model.job import (
@@ -78,6 +79,7 @@ from broker.model.segments.refs import (
     taken_between,
     untaken_spans,
 )
+from broker.model.spill_parts import Candidate, hold_spilled, spill_missing
 from broker.model.state import MAX_WINDOWS, QueueState, SegmentRef, SegmentWindows, Span
 
 __all__ = ["SegmentWindows", "attach_refs", "claim_merged", "claim_refs", "move_in",
@@ -324,6 +326,14 @@ def held_loads(state: QueueState, ops: Sequence[Op],
     return held_missing(state, held_wanted(state, ops, ahead_ms))
 
 
+def held_spill_loads(state: QueueState, ops: Sequence[Op],
+                     ahead_ms: int) -> list[tuple[SpillRef, int, Span]]:
+    """:func:`held_loads`' twin for spill parts: ``(ref, fence, span)`` of the
+    records' spill parts a batch of ``ops`` may materialize or show whose jobs
+    the held-jobs cache lacks (:func:`broker.model.spill_parts.spill_missing`)."""
+    return spill_missing(state, held_wanted(state, ops, ahead_ms))
+
+
 def held_wanted(state: QueueState, ops: Sequence[Op],
                 ahead_ms: int) -> dict[int, ClaimRecord]:
     """The claim records, by fence, with jobs held at segment parts that a batch
@@ -384,7 +394,8 @@ def held_wanted(state: QueueState, ops: Sequence[Op],
             if answered:
                 first, end = answered[0], answered[0] + answered[1]
                 wanted.update((r.fence, r) for r in records.values()
-                              if r.segs and r.fence < end and first < r.fence + r.n)
+                              if (r.segs or r.spills) and r.fence < end
+                              and first < r.fence + r.n)
     return wanted
 
 
@@ -395,7 +406,8 @@ def _reclaimed_first(records: Iterable[ClaimRecord],
     :data:`RECLAIM_HELD_JOBS` such jobs together (at least one): a batch loads
     no more lines than that for a reclaim (the rest are reclaimed by the next
     batches: their lease entries stay due)."""
-    due = sorted((r for r in records if r.segs and r.expires_ms <= ahead_ms and not r.done),
+    due = sorted((r for r in records if (r.segs or r.spills) and r.expires_ms <= ahead_ms
+                  and not r.done),
                  key=lambda r: r.expires_ms)
     out: list[tuple[int, ClaimRecord]] = []
     total = 0
@@ -423,40 +435,61 @@ def held_missing(state: QueueState,
 
 
 def claim_merged(state: QueueState, worker: str, max_jobs: int, lease_ms: int,
-                 now_ms: int, tag: Callable[[str], str]) -> LeasedJobs:
+                 now_ms: int, tag: Callable[[str], str],
+                 spilled: list[Candidate] | None = None) -> LeasedJobs:
     """:func:`broker.model.lifecycle.claim_ready` over the inline jobs and the
     segments' loaded lines together, in claim order (see the module docstring);
     by groups (limits, fair turns) while the queue uses them
-    (:mod:`broker.model.segments.grouped`)."""
+    (:mod:`broker.model.segments.grouped`). ``spilled``: the due jobs of pending
+    spill refs a claim may take, in claim order
+    (:func:`broker.model.spill_parts.candidates`), merged in and held at the
+    record's spill parts (:func:`broker.model.spill_parts.hold_spilled`)."""
     if state.settings.groups or state.grouped or state.groups is not None or (
             state.segment_refs and grouped_refs(state)):
         if uses_groups(state):
             return claim_grouped(state, worker, max_jobs, lease_ms, now_ms, tag, move_in,
                                  move_in_position)
         dissolve(state)
-    if not state.segment_refs:
+    if not state.segment_refs and not spilled:
         return claim_ready(state, worker, max_jobs, lease_ms, now_ms, tag)
     out = LeasedJobs()
     record = open_claim(state, worker, lease_ms, now_ms)  # (one claim, one record)
+    spilled = spilled or []
+    at = 0  # (the next of ``spilled``)
     while len(out) < max_jobs:
         promote_due(state, now_ms)
         top = _clean_top(state, now_ms)
         refs = state.segment_refs
         source = next_from(top, refs, now_ms)
+        spill_key = spilled[at][0] if at < len(spilled) else None
+        source_key = None if source is None else top if source == INLINE else \
+            due_key(refs[source], now_ms)
+        left = max_jobs - len(out)
+        if spill_key is not None and (source_key is None or spill_key < source_key):
+            end = at
+            while end < len(spilled) and end - at < left and (
+                    source_key is None or spilled[end][0] < source_key):
+                end += 1
+            hold_spilled(state, spilled[at:end], record, tag, out.columns)
+            at = end
+            continue
         if source is None:
             break
-        left = max_jobs - len(out)
         if source == INLINE:
             until = min((k for ref in refs if (k := due_key(ref, now_ms)) is not None),
                         default=None)
+            if spill_key is not None and (until is None or spill_key < until):
+                until = spill_key
             got = claim_ready(state, worker, left, lease_ms, now_ms, tag, until, record)
-        elif state.held_in_records:
-            if not hold_in(state, source, min(left, run_from(top, refs, source, now_ms)),
-                           record, tag, out):
-                break  # (its lines are not loaded: answer what this claim has)
-            continue
         else:
-            moved = move_in(state, source, min(left, run_from(top, refs, source, now_ms)))
+            run = run_from(top, refs, source, now_ms)
+            if spill_key is not None and source_key is not None:
+                run = min(run, spill_key - source_key)  # (a segment's keys are consecutive)
+            if state.held_in_records:
+                if not hold_in(state, source, min(left, run), record, tag, out):
+                    break  # (its lines are not loaded: answer what this claim has)
+                continue
+            moved = move_in(state, source, min(left, run))
             if not moved:
                 break  # (its lines are not loaded: answer what this claim has)
             got = claim_ready(state, worker, moved, lease_ms, now_ms, tag, None, record)

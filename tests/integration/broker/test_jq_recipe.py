@@ -118,3 +118,30 @@ def test_the_docs_jq_recipe_lists_claimed_jobs_held_in_claim_records(tmp_path: P
     got = [orjson.loads(line) for line in out.splitlines()]
     assert len(got) == len(want) == 8
     assert sorted(got, key=lambda job: job["seq"]) == want
+
+
+def test_the_docs_jq_recipe_lists_claimed_jobs_held_at_spill_parts(tmp_path: Path) -> None:
+    """Claims from pending spill objects (retry-waiting jobs; a dead object
+    redriven by reference) write no job line: the recipe for spill parts reads
+    them from their objects through their records (a settled one is left out),
+    field for field as the API lists them."""
+    with BrokerProcess(f"file://{tmp_path}", "--lease-s", "3600",
+                       env={"OSQUEUE_SPILL_JOBS": "10", "OSQUEUE_HELD_IN_RECORDS": "true"}
+                       ) as broker:
+        client = QueueClient(broker.url, "q")
+        client.create(max_attempts=3)
+        client.push_many([{"n": i, "big": 2 ** 40 + i} for i in range(15)])
+        jobs = client.claim("w", max_jobs=15)
+        client.fail_many([(j.token, f"boom {j.id}", 0) for j in jobs])  # (spilled, pending)
+        held = client.claim("w-1", max_jobs=8, lease_s=3600)
+        client.claim("w-2", max_jobs=4, lease_s=600)
+        assert client.complete(held[2].token).ok  # (settled: not claimed any more)
+        head = orjson.loads((tmp_path / "q" / "queue.json").read_bytes())
+        assert any("spill" in part for c in head["claims"] for part in c["parts"])
+        want = list(client.iter_jobs("claimed"))
+    out = subprocess.run(["bash", "-c", "set -euo pipefail\n" + recipe(
+        "The third part\nof the recipe above lists them")], cwd=tmp_path, capture_output=True,
+        text=True, check=True, timeout=60).stdout
+    got = [orjson.loads(line) for line in out.splitlines()]
+    assert len(got) == len(want) == 11
+    assert sorted(got, key=lambda job: job["seq"]) == want

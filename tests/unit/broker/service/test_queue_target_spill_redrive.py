@@ -16,12 +16,21 @@ import orjson
 import pytest
 
 from broker.errors import OutcomeUnknown
-from broker.model.job import DEAD, PENDING
-from broker.model.ops import FailItem, NewJob
+from broker.model.job import CLAIMED, DEAD, PENDING
+from broker.model.ops import CompleteItem, FailItem, NewJob
 from broker.service.broker import Broker
 from broker.storage.files import FileStore
 from tests.support.faults import LOST_REPLY, LOST_REPLY_412, NOT_LANDED, Clock, FaultyStore
-from tests.support.inprocess import crash, run, started, stored, successor, until
+from tests.support.inprocess import (
+    archive_lines,
+    archived_and_dropped,
+    crash,
+    run,
+    started,
+    stored,
+    successor,
+    until,
+)
 from tests.support.spill_store import dead_everywhere, spill_keys
 
 SPILLS = "/spills/"
@@ -64,8 +73,16 @@ def test_a_redrive_of_all_is_by_reference_and_each_job_is_claimed_once(tmp_path:
         got = await a.claim("q", "w2", max_jobs=10)  # in claim order: by seq here
         assert [j.id for j in got] == sorted(ids)[:10] and all(j.attempt == 1 for j in got)
         assert stored(store).spill_refs[0].taken == 10
-        assert await _claim_all(a, 15) == sorted(ids)[10:]
-        assert stored(store).spill_refs == []  # (exhausted: dropped)
+        rest = await a.claim("q", "w2", max_jobs=15)
+        assert [j.id for j in rest] == sorted(ids)[10:] and all(j.attempt == 1 for j in rest)
+        # (exhausted, but named by the claims' records, which hold the jobs: it stays)
+        assert stored(store).spill_refs[0].live == 0
+        shown = await a.job("q", ids[3])
+        assert (shown["location"], shown["status"], shown["attempts"]) == ("spill", CLAIMED, 1)
+        await a.complete("q", [CompleteItem(j.token) for j in [*got, *rest]])
+        # (completions are done entries: named until archived, then dropped)
+        await archived_and_dropped(a, store, None)
+        assert stored(store).spill_refs == []  # (exhausted and named by none: dropped)
         await until(lambda: key not in spill_keys(store))  # (the drop landed: deleted)
         assert await a.claim("q", "w2", max_jobs=10) == []
         await a.stop()
@@ -168,7 +185,8 @@ def test_a_successor_after_a_redrive_claims_each_job_exactly_once(tmp_path: Path
         a = await started(store, clock=clock, spill_jobs=10)
         ids = await _dead(a, 25)
         assert await a.redrive("q") == 25
-        first = [j.id for j in await a.claim("q", "w2", max_jobs=10, lease_s=3600)]
+        held = await a.claim("q", "w2", max_jobs=10, lease_s=3600)
+        first = [j.id for j in held]
         await crash(a)  # killed right after: 10 claimed from the ref, 15 left in it
         assert stored(store).spill_refs[0].taken == 10
         b = await successor(store, clock, spill_jobs=10)
@@ -176,7 +194,15 @@ def test_a_successor_after_a_redrive_claims_each_job_exactly_once(tmp_path: Path
         assert sorted(j.id for j in got) == sorted(set(ids) - set(first))
         assert sorted(first) == sorted(ids)[:10]
         assert await b.claim("q", "w3", max_jobs=100) == []
+        # the successor settles the first owner's claim (its held cache empty: it loads
+        # the named object first) and its own; then the ref goes, and its object
+        key = stored(store).spill_refs[0].key
+        done = await b.complete("q", [CompleteItem(j.token) for j in [*held, *got]])
+        assert all(r.ok for r in done)
+        await archived_and_dropped(b, store, clock)  # (done entries: named until archived)
         assert stored(store).spill_refs == []
+        await until(lambda: key not in spill_keys(store))
+        await until(lambda: sorted(r["id"] for r in archive_lines(store)) == sorted(ids))
         await b.stop()
 
     run(go())

@@ -10,12 +10,20 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from broker.model.job import PENDING
-from broker.model.ops import FailItem, NewJob
+from broker.model.job import CLAIMED, PENDING
+from broker.model.ops import CompleteItem, FailItem, NewJob
 from broker.service.broker import Broker
 from broker.storage.files import FileStore
 from tests.support.faults import Clock
-from tests.support.inprocess import crash, run, started, stored, successor, until
+from tests.support.inprocess import (
+    archived_and_dropped,
+    crash,
+    run,
+    started,
+    stored,
+    successor,
+    until,
+)
 from tests.support.spill_store import spill_keys
 
 
@@ -50,6 +58,12 @@ def test_retry_waiting_jobs_spill_into_a_pending_object_and_are_claimed_once(
         got = await a.claim("q", "w2", max_jobs=100)
         assert sorted(j.id for j in got) == sorted(ids)
         assert all(j.attempt == 2 for j in got)  # (its attempts kept: this is the second)
+        state = stored(store)  # (held at the claim's spill part: no line, the ref named)
+        assert not list(state.jobs.touched()) and state.spill_refs[0].live == 0
+        assert (await a.job("q", ids[3]))["status"] == CLAIMED
+        await a.complete("q", [CompleteItem(j.token) for j in got])
+        # (completions are done entries: named until archived, then dropped)
+        await archived_and_dropped(a, store, None)
         assert stored(store).spill_refs == []
         await until(lambda: spill_keys(store) == [])  # (dropped, then deleted)
         await a.stop()
@@ -74,9 +88,11 @@ def test_spilled_retries_come_back_at_their_run_at_in_claim_order_across_objects
         got = [j.id for j in await a.claim("q", "w2", max_jobs=100)]
         assert got == sorted(early)  # (only the due ones)
         clock.advance(1.0)
-        got = [j.id for j in await a.claim("q", "w2", max_jobs=100)]
-        assert got == sorted(late)
-        assert stored(store).spill_refs == []
+        held = await a.claim("q", "w2", max_jobs=100)
+        assert [j.id for j in held] == sorted(late)
+        await a.fail("q", [FailItem(j.token, "again", 60_000) for j in held])
+        # (the early ones' claim holds its exhausted ref; the late ones' failed again)
+        assert [r.priority for r in stored(store).spill_refs if r.live == 0] == [1]
         await a.stop()
 
     run(go())
@@ -131,7 +147,7 @@ def test_a_successor_claims_the_rest_of_a_partly_claimed_pending_spill_once(
         got = [j.id for j in await b.claim("q", "w3", max_jobs=100)]
         assert sorted(got) == sorted(set(ids) - set(first)) and len(got) == 15
         assert await b.claim("q", "w3", max_jobs=100) == []
-        assert stored(store).spill_refs == []
+        assert stored(store).spill_refs[0].live == 0  # (named by both claims' records)
         await b.stop()
 
     run(go())

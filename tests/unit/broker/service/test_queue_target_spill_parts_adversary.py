@@ -24,6 +24,7 @@ import pytest
 from broker.errors import NotTheBroker, OsqueueError
 from broker.model.job import CANCELLED, COMPLETED
 from broker.model.ops import CompleteItem, FailItem, NewJob
+from broker.service.broker import Broker
 from broker.storage.files import FileStore
 from broker.wire import CANCEL_REQUESTED
 from tests.support.faults import Clock, FaultyStore
@@ -105,6 +106,15 @@ def test_mixed_operations_on_jobs_held_at_spill_parts_keep_each_job_exactly_once
             for token in frees:
                 live.pop(token, None)
             spent += [item.token for item in [*fails, *dones]] + frees
+            side: list[Any] = []  # (a claim in the same batch as the settlements)
+
+            async def side_claim(broker: Broker = a, lease_s: float = lease,
+                                 into: list[Any] = side) -> None:
+                into.extend(await broker.claim("q", "w4", max_jobs=rnd.randrange(1, 6),
+                                               lease_s=lease_s))
+
+            if rnd.random() < 0.5:
+                calls.append(side_claim())
             pick = rnd.random()
             held_ids = list(live.values())
             if pick < 0.12:
@@ -131,6 +141,11 @@ def test_mixed_operations_on_jobs_held_at_spill_parts_keep_each_job_exactly_once
                 store.inject(method, kind, key_contains=key)
             out = await asyncio.gather(*calls, return_exceptions=True)
             store.heal()
+            live.update((j.token, j.id) for j in side)
+            if step_s == EXPIRE_S:
+                spent += [j.token for j in side]
+                for j in side:
+                    live.pop(j.token)
             if a._stopping:
                 a = await successor(store, clock, url=f"http://b{step}", **config)
                 for _ in range(5):  # (a commit of the crashed one may land meanwhile)

@@ -31,6 +31,7 @@ from tests.support.faults import Clock, FaultyStore
 from tests.support.inprocess import archive_lines, run, started, stored, successor, until
 from tests.support.spill_runs import FAULTS, GRACE_S, crash_soon, drain, everywhere, where
 from tests.support.spill_store import held_at_spill_parts, spill_keys
+from tests.support.tiers import seeds
 
 #: Short claims' leases (s): a clock step of ``EXPIRE_S`` runs them out.
 SHORT_S = 20.0
@@ -46,7 +47,7 @@ MODES: dict[str, dict[str, Any]] = {
 
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("faulty", [False, True], ids=["clean", "faults"])
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", seeds(3))  # (seeds past 0: make test only)
 def test_mixed_operations_on_jobs_held_at_spill_parts_keep_each_job_exactly_once(
         tmp_path: Path, seed: int, faulty: bool, mode: str) -> None:
     store = FaultyStore(FileStore(tmp_path))

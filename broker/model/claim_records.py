@@ -31,7 +31,7 @@ values and bytes, no clock.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -329,6 +329,24 @@ def bits_of_runs(runs: Sequence[int]) -> int:
     for i in range(0, len(runs), 2):
         bits |= ((1 << runs[i + 1]) - 1) << runs[i]
     return bits
+
+
+def held_slices(records: Iterable[ClaimRecord], key: str,
+                spans: Callable[[ClaimRecord], list[tuple[int, int, str, int]] | None],
+                ) -> tuple[tuple[int, ClaimRecord, int], ...]:
+    """``(position in object key, record, position in the record)`` of each job
+    one of ``records`` holds at a part naming object ``key`` (``spans``: a
+    record's segment or spill spans) and has not settled, or names in a done
+    entry, by object position. A settled position in no done entry is
+    elsewhere (a line of the head, or the archive): left out."""
+    out = []
+    for record in records:
+        done = {p for e in record.completions or () for p in e.pos}
+        for pos0, count, name, at0 in spans(record) or ():
+            if name == key:
+                out += [(at0 + i, record, pos0 + i) for i in range(count)
+                        if not record.is_settled(pos0 + i) or pos0 + i in done]
+    return tuple(sorted(out, key=lambda item: item[0]))
 
 
 def records_bytes(records: dict[int, ClaimRecord]) -> bytes:

@@ -17,7 +17,7 @@ import orjson
 
 from broker import timefmt
 from broker.model import tokens
-from broker.model.claim_records import ClaimRecord, Done
+from broker.model.claim_records import ClaimRecord, Done, held_slices
 from broker.model.format import codec
 from broker.model.format.archive import Archived
 from broker.model.format.segment_format import segment_job
@@ -437,14 +437,7 @@ def segment_slices(state: QueueState,
     no done entry is elsewhere (a line of the head, or the archive): left out."""
     if ref.key not in state.seg_names:
         return ()
-    out = []
-    for record in state.claim_records.values():
-        done = {p for e in record.completions or () for p in e.pos}
-        for pos0, count, key, at0 in record.segs or ():
-            if key == ref.key:
-                out += [(at0 + i, record, pos0 + i) for i in range(count)
-                        if not record.is_settled(pos0 + i) or pos0 + i in done]
-    return tuple(sorted(out, key=lambda item: item[0]))
+    return held_slices(state.claim_records.values(), ref.key, lambda record: record.segs)
 
 
 def job_at(record: ClaimRecord, pos: int, ref: SegmentRef, line: bytes) -> Job:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from broker.model.claim_records import ClaimRecord
+from broker.model.claim_records import ClaimRecord, held_slices
 from broker.model.format.spill_format import SpilledJob
 from broker.model.format.spill_refs import SpillRef, claim_key, is_out
 from broker.model.indexes import ready_key
@@ -199,14 +199,7 @@ def spill_slices(state: QueueState,
     awaiting their archive object: :func:`broker.model.held.spill_job_at`)."""
     if ref.key not in state.seg_names:
         return ()
-    out = []
-    for record in state.claim_records.values():
-        done = {p for e in record.completions or () for p in e.pos}
-        for pos0, count, key, at0 in record.spills or ():
-            if key == ref.key:
-                out += [(at0 + i, record, pos0 + i) for i in range(count)
-                        if not record.is_settled(pos0 + i) or pos0 + i in done]
-    return tuple(sorted(out, key=lambda item: item[0]))
+    return held_slices(state.claim_records.values(), ref.key, lambda record: record.spills)
 
 
 def spill_missing(state: QueueState,

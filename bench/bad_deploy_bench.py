@@ -2,7 +2,8 @@
 embedded default (a broker in this process on local files, local Spark).
 
     .venv/bin/python bench/bad_deploy_bench.py [--rows 3000000] [--workers 2]
-        [--claim-batch 2000] [--probe-cycles 200] [--broker-process] [--out NAME]
+        [--claim-batch 2000] [--probe-cycles 200] [--healthy-first] [--broker-process]
+        [--out NAME]
 
 1. A fresh queue with ``max_attempts`` 2 (the queue's other settings as created
    by default: ``max_state_bytes`` 512 MiB) on a fresh file store; a probe
@@ -23,7 +24,11 @@ embedded default (a broker in this process on local files, local Spark).
    stops, the probe jobs left pending are claimed and completed.
 4. ``redrive`` of all dead jobs, timed; the queue must then hold exactly
    ``--rows`` pending jobs.
-5. ``process()`` with a function that succeeds drains them, timed.
+5. ``process()`` with a function that succeeds drains them, timed, while the
+   probe cycles beside it again (a foreign claim is completed, as the fixed
+   workers would): the "drain" latencies, the same small commits beside a
+   healthy ``process()`` of the same jobs on the same machine, to tell what the
+   failing path costs the probe from what any busy ``process()`` does.
 6. The archive is read with ``spark.read.format("osqueue")`` (``table``
    ``archive``; polled until the archiver has written every completed job, at
    most ``--archive-wait-s``): every row of the write must be there exactly once
@@ -32,7 +37,9 @@ embedded default (a broker in this process on local files, local Spark).
    read (``archive_read_s``); ``drain_s`` is the ``process()`` run alone.
 
 Measured: the probe's p50/p99 per small commit (push, claim, complete pooled)
-empty and during step 3, and their ratio; refusals ``queue_full`` (the probe's
+empty, during step 3 and during step 5, and the ratios of step 3's p99 to the
+empty one (``probe_p99_ratio``, the issue's bar) and to step 5's
+(``probe_p99_ratio_to_drain``); refusals ``queue_full`` (the probe's
 pushes and claims, the workers' results) and any other probe errors; the
 largest queue object written (``max_head_bytes``, a store wrapper sees every
 write); bytes written to the store per job in each phase: the write, the failing
@@ -42,6 +49,13 @@ drain (the complete path: the queue object versions and archive objects);
 the broker's process RSS (this process: Spark's driver side too) after each
 phase and its peak. Every check's outcome is recorded (``checks``) and a
 failed check makes the exit status 1, after the results are written.
+
+``--healthy-first``: before step 3, the same write into a queue of its own
+(``healthy-deploy``, the same settings) drained by a ``process()`` that
+succeeds, the probe beside it (``probe_healthy``, and the bad deploy's p99
+against it: ``probe_p99_ratio_to_healthy``): what any busy ``process()`` of
+claims of ``--claim-batch`` costs the probe on this machine, to tell it from
+what the failing path adds.
 
 ``--broker-process``: the same run with the broker in a process of its own
 (this script's ``--serve`` mode: :func:`start_broker` with ``tune_gc``, as
@@ -79,6 +93,7 @@ from osqueue_spark import RESULT_SCHEMA, QueueClient, process, start_broker
 from osqueue_spark.session import local_session
 
 QUEUE = "bad-deploy"
+HEALTHY_QUEUE = "healthy-deploy"  # --healthy-first's queue
 #: the error the failing function raises on every job of the write
 ERROR = "bad deploy: the worker function raises on every row"
 PROBE_PRIORITY = 1
@@ -108,10 +123,13 @@ def pct(values: list[float], q: float) -> float | None:
 class Probe:
     """Small commits on the queue from a thread of its own: push 1 job (priority
     :data:`PROBE_PRIORITY`), claim 1, complete it (or fail a job of the write it
-    claimed instead), each timed. Errors are counted by code, never raised."""
+    claimed instead: or, with ``complete_foreign``, complete it, as the fixed
+    deploy's workers would), each timed. Errors are counted by code, never
+    raised."""
 
-    def __init__(self, url: str) -> None:
-        self.client = QueueClient(url, QUEUE)
+    def __init__(self, url: str, complete_foreign: bool = False, queue: str = QUEUE) -> None:
+        self.client = QueueClient(url, queue)
+        self.complete_foreign = complete_foreign
         self.samples: list[float] = []  # seconds, one per commit
         self.cycles = 0
         self.foreign = 0  # claims that got a job of the write
@@ -138,7 +156,10 @@ class Probe:
                 self._timed(lambda: self.client.complete(jobs[0].token))
             else:
                 self.foreign += 1
-                self._timed(lambda: self.client.fail(jobs[0].token, "probe: not its job", 0.0))
+                if self.complete_foreign:
+                    self._timed(lambda: self.client.complete(jobs[0].token))
+                else:
+                    self._timed(lambda: self.client.fail(jobs[0].token, "probe: not its job", 0.0))
         except OsqueueError as exc:
             self.errors[exc.code] = self.errors.get(exc.code, 0) + 1
         self.cycles += 1
@@ -172,10 +193,10 @@ class Probe:
 
 
 def run_workers(spark: Any, fn: Any, url: str, args: argparse.Namespace,
-                retry_in_s: float | None) -> dict[str, int]:
-    """One ``process()`` run of ``args.workers`` tasks until the queue has nothing to
+                retry_in_s: float | None, queue: str = QUEUE) -> dict[str, int]:
+    """One ``process()`` run of ``args.workers`` tasks until ``queue`` has nothing to
     claim; how many results of each status."""
-    worker = process(fn, broker=url, queue=QUEUE, batch_size=args.claim_batch, idle_s=0.0,
+    worker = process(fn, broker=url, queue=queue, batch_size=args.claim_batch, idle_s=0.0,
                      lease_s=300.0, retry_in_s=retry_in_s)
     rows = (spark.range(args.workers, numPartitions=args.workers)
             .mapInPandas(worker, RESULT_SCHEMA).groupBy("status").count().collect())
@@ -192,6 +213,35 @@ def clear_probe_jobs(client: QueueClient) -> int:
         client.complete_many([(j.token, None) for j in jobs])
         done += len(jobs)
     return done
+
+
+def healthy_baseline(spark: Any, df: Any, url: str, args: argparse.Namespace) -> dict[str, Any]:
+    """``--healthy-first``: the write into queue :data:`HEALTHY_QUEUE` (the same
+    settings), then a ``process()`` that succeeds draining it with the probe
+    beside it on that queue: the probe's figures beside a healthy run of the
+    same claims, and the drain's seconds. Raises if the drain leaves a job."""
+    client = QueueClient(url, HEALTHY_QUEUE)
+    client.create(max_attempts=2)
+    progress(f"healthy baseline: writing {args.rows:,} rows into {HEALTHY_QUEUE!r}")
+    df.write.format("osqueue").option("broker", url).option("queue", HEALTHY_QUEUE) \
+        .mode("append").save()
+    progress("healthy baseline: process() draining, the probe beside it")
+    probe = Probe(url, complete_foreign=True, queue=HEALTHY_QUEUE)
+    probe.start()
+    start = time.perf_counter()
+    try:
+        statuses = run_workers(spark, succeeds, url, args, None, queue=HEALTHY_QUEUE)
+    finally:
+        probe.stop()
+    seconds = time.perf_counter() - start
+    clear_probe_jobs(client)
+    counts = client.stats()["counts"]
+    client.close()
+    if counts.get("pending", 0) or counts.get("claimed", 0):
+        raise RuntimeError(f"the healthy drain left jobs: {counts}")
+    progress(f"healthy baseline: drained in {seconds:.1f} s")
+    return {"probe_healthy": probe.figures(), "healthy_drain_s": seconds,
+            "healthy_drain_statuses": statuses}
 
 
 def read_archive(spark: Any, store_url: str, rows: int, wait_s: float) -> dict[str, Any]:
@@ -290,6 +340,9 @@ def main() -> None:
                    help="how long to wait for the archiver to write every completed job")
     p.add_argument("--broker-process", action="store_true",
                    help="the broker in a process of its own (not the embedded default)")
+    p.add_argument("--healthy-first", action="store_true",
+                   help="first the same write and a healthy process() draining it, the probe "
+                        "beside it, on a queue of its own (the probe's healthy baseline)")
     p.add_argument("--out", default="bad_deploy", help="results name under bench/results")
     args = p.parse_args()
     if args.rows < 1 or args.workers < 1 or args.probe_cycles < 1:
@@ -331,6 +384,8 @@ def main() -> None:
                   F.col("id").alias("doc"),
                   F.concat(F.lit("s3://bucket/docs/"), F.col("id"), F.lit(".json"))
                   .alias("path"))).alias("payload")))
+        if args.healthy_first:
+            res.update(healthy_baseline(spark, df, url, args))
         progress(f"writing {args.rows:,} rows")
         start, written0 = time.perf_counter(), counters.read()["written"]
         try:
@@ -380,10 +435,24 @@ def main() -> None:
         checks["redrive_all"] = redriven == args.rows
         checks["pending_after_redrive"] = res["pending_after_redrive"] == args.rows
 
-        progress("the fixed deploy: process() draining")
+        progress("the fixed deploy: process() draining, the probe beside it")
+        probe = Probe(url, complete_foreign=True)
+        probe.start()
         drain_start = time.perf_counter()
-        res["drain_statuses"] = run_workers(spark, succeeds, url, args, None)
+        try:
+            res["drain_statuses"] = run_workers(spark, succeeds, url, args, None)
+        finally:
+            probe.stop()
         res["drain_s"] = time.perf_counter() - drain_start
+        progress(f"the fixed deploy: drained in {res['drain_s']:.1f} s")
+        res["probe_drain"] = probe.figures()
+        res["probe_jobs_cleared_after_drain"] = clear_probe_jobs(client)
+        healthy_p99 = res.get("probe_healthy", {}).get("p99_ms")
+        res["probe_p99_ratio_to_healthy"] = during_p99 / healthy_p99 \
+            if healthy_p99 and during_p99 else None
+        drain_p99 = res["probe_drain"]["p99_ms"]
+        res["probe_p99_ratio_to_drain"] = during_p99 / drain_p99 \
+            if drain_p99 and during_p99 else None
         res["drain_jobs_per_s"] = args.rows / res["drain_s"]
         counts = client.stats()["counts"]
         checks["drained"] = not any(counts.get(s, 0) for s in ("pending", "claimed", "dead"))
@@ -421,6 +490,17 @@ def summary(res: dict[str, Any]) -> None:
     print(f"probe small commit p50/p99: empty {ms(e['p50_ms'])} / {ms(e['p99_ms'])}, during "
           f"{ms(d['p50_ms'])} / {ms(d['p99_ms'])} ({d['commits']:,} commits): p99 ratio "
           + ("-" if res["probe_p99_ratio"] is None else f"{res['probe_p99_ratio']:.1f}"))
+    if "probe_healthy" in res:
+        g = res["probe_healthy"]
+        print(f"probe beside a healthy process() of a fresh write: {ms(g['p50_ms'])} / "
+              f"{ms(g['p99_ms'])} ({g['commits']:,} commits): the bad deploy's p99 against it "
+              + ("-" if res["probe_p99_ratio_to_healthy"] is None
+                 else f"{res['probe_p99_ratio_to_healthy']:.1f}"))
+    h = res["probe_drain"]
+    print(f"probe beside the healthy drain: {ms(h['p50_ms'])} / {ms(h['p99_ms'])} "
+          f"({h['commits']:,} commits): the bad deploy's p99 against it "
+          + ("-" if res["probe_p99_ratio_to_drain"] is None
+             else f"{res['probe_p99_ratio_to_drain']:.1f}"))
     print(f"refused as queue full: {res['queue_full_refusals']}; probe errors {d['errors']}; "
           f"largest head {res['max_head_bytes'] / 1e6:,.2f} MB")
     print(f"redrive {res['redriven']:,} in {res['redrive_s']:.2f} s; pending then "

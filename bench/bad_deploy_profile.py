@@ -1,10 +1,13 @@
 """Where the bad deploy's commit loop spends its time: bad_deploy_bench.py run as is
 (the embedded default), with the embedded broker's commit loop timed from inside.
 
-    .venv/bin/python bench/bad_deploy_profile.py [bad_deploy_bench.py's options]
+    .venv/bin/python bench/bad_deploy_profile.py [--window fail|drain|healthy]
+        [bad_deploy_bench.py's options]
 
-Only during the failing passes (from the bench's "the bad deploy" progress line to
-its "redrive" one), it records:
+Only during one window, it records (``--window``: ``fail``, the default, the
+failing passes, from the bench's "the bad deploy" progress line to its
+"redrive" one; ``drain``, the fixed deploy's ``process()`` of the redriven
+jobs; ``healthy``, the healthy drain of ``--healthy-first``, which it implies):
 
 * each commit cycle (``CommitLoop._commit``): its wall time, its calls by kind, and
   the seconds of it spent in the target's ``prepare`` (segment and spill reads),
@@ -167,16 +170,32 @@ def _dump(out: str) -> None:
                                                             "writes": writes}))
 
 
+#: Each window's first and last progress lines of bad_deploy_bench (substrings).
+WINDOWS = {"fail": ("the bad deploy", "redrive of all"),
+           "drain": ("the fixed deploy: process() draining", "the fixed deploy: drained"),
+           "healthy": ("healthy baseline: process() draining", "healthy baseline: drained")}
+
+
 def main() -> None:
     args = sys.argv[1:]
+    window = "fail"
+    if "--window" in args:
+        i = args.index("--window")
+        window = args[i + 1] if i + 1 < len(args) else ""
+        del args[i:i + 2]
+        if window not in WINDOWS:
+            sys.exit(f"--window must be one of {', '.join(WINDOWS)}, not {window!r}")
+    if window == "healthy" and "--healthy-first" not in args:
+        args.append("--healthy-first")
     out = args[args.index("--out") + 1] if "--out" in args else "bad_deploy"
+    first, last = WINDOWS[window]
     _instrument()
     real_progress = measure.progress
 
     def progress(what: str) -> None:
-        if "the bad deploy" in what:
+        if first in what:
             active.set()
-        elif "redrive of all" in what:
+        elif last in what and active.is_set():
             active.clear()
             _dump(out)
         real_progress(what)

@@ -89,6 +89,8 @@ _HEADER_FIELDS = {
 }
 _LINE_FIELDS = frozenset({"id", "seq", "run_at", "attempts", "max_attempts", "created_at"})
 _OPTIONAL_FIELDS = frozenset({"key", "err"})
+#: each history entry's time's name in errors (built once, not a line at a time)
+_FAILED_AT = tuple(f": err[{i}] failed_at" for i in range(ERRORS_KEPT))
 _PAYLOAD = b',"payload":'
 # ids and times never need JSON escaping, so they are spliced in
 _PENDING_LINE = (b'{"id":"j%010d","seq":%d,"run_at":"%s","attempts":%d,"max_attempts":%d,'
@@ -151,7 +153,8 @@ class SpilledJob:
     def redriven(self, reset_ms: int) -> SpilledJob:
         """The job after a redrive at ``reset_ms``: pending again with no
         attempts, due then, its error history kept."""
-        return replace(self, attempts=0, run_at_ms=reset_ms)
+        return SpilledJob(self.seq, self.payload, self.priority, reset_ms, 0,
+                          self.max_attempts, self.created_ms, self.key, self.errors)
 
     def to_job(self, status: str) -> Job:
         """The job as a :class:`~broker.model.job.Job` of ``status`` (pending or
@@ -169,16 +172,9 @@ def _check_job(job: SpilledJob, kind: str, where: str) -> None:
     object: every field in range, a pending job with attempts left, its
     history bounded."""
     check_int(job.seq, f"{where}: seq", 1, SEQ_MASK)
-    check_int(job.priority, f"{where}: priority", -MAX_PRIORITY, MAX_PRIORITY)
     check_int(job.run_at_ms, f"{where}: run_at", 0, TIME_MASK)
     check_int(job.created_ms, f"{where}: created_at", 0, TIME_MASK)
-    check_int(job.max_attempts, f"{where}: max_attempts", 1, MAX_ATTEMPTS)
-    # (as the head's rule: a pending job has an attempt left)
-    check_int(job.attempts, f"{where}: attempts", 0,
-              job.max_attempts - 1 if kind == PENDING else job.max_attempts)
-    if job.key is not None and (not isinstance(job.key, str)
-                                or not 0 < len(job.key) <= MAX_KEY_CHARS):
-        raise ValueError(f"{where}: key must be 1..{MAX_KEY_CHARS} characters")
+    _check_counts(job, kind, where)
     if len(job.errors) > ERRORS_KEPT:
         raise ValueError(f"{where}: {len(job.errors)} errors kept; at most {ERRORS_KEPT}")
     for i, (attempt, failed_ms, text) in enumerate(job.errors):
@@ -187,6 +183,20 @@ def _check_job(job: SpilledJob, kind: str, where: str) -> None:
         if not isinstance(text, str) or len(text) > MAX_ERROR_CHARS:
             raise ValueError(f"{where}: err[{i}] text must be a string of at most "
                              f"{MAX_ERROR_CHARS} characters")
+
+
+def _check_counts(job: SpilledJob, kind: str, where: str) -> None:
+    """The part of :func:`_check_job` that :func:`parse_line` leaves to it
+    (the seq, times and history it checked as it read them): the priority,
+    the attempts (a pending job with one left) and the key."""
+    check_int(job.priority, where, -MAX_PRIORITY, MAX_PRIORITY, ": priority")
+    check_int(job.max_attempts, where, 1, MAX_ATTEMPTS, ": max_attempts")
+    # (as the head's rule: a pending job has an attempt left)
+    check_int(job.attempts, where, 0,
+              job.max_attempts - 1 if kind == PENDING else job.max_attempts, ": attempts")
+    if job.key is not None and (not isinstance(job.key, str)
+                                or not 0 < len(job.key) <= MAX_KEY_CHARS):
+        raise ValueError(f"{where}: key must be 1..{MAX_KEY_CHARS} characters")
 
 
 def _order(kind: str) -> Callable[[SpilledJob], tuple[int, int]]:
@@ -483,7 +493,7 @@ def parse_line(line: bytes, header: SpillHeader, where: str) -> SpilledJob:
     if not fields <= raw.keys() or not raw.keys() - fields <= _OPTIONAL_FIELDS:
         odd = sorted((raw.keys() ^ fields) - _OPTIONAL_FIELDS)
         raise ValueError(f"{where}: fields {shown(odd)} missing or unknown")
-    seq = check_int(raw["seq"], f"{where}: seq", 1, SEQ_MASK)
+    seq = check_int(raw["seq"], where, 1, SEQ_MASK, ": seq")
     if raw["id"] != job_id_for(seq):
         raise ValueError(f"{where}: id {shown(raw['id'])} is not the id of seq {seq}")
     key = raw.get("key")
@@ -492,12 +502,12 @@ def parse_line(line: bytes, header: SpillHeader, where: str) -> SpilledJob:
     job = SpilledJob(
         seq=seq, payload=payload,
         priority=header.priority if header.priority is not None else raw["priority"],
-        run_at_ms=check_time(raw["run_at"], f"{where}: run_at"),
+        run_at_ms=check_time(raw["run_at"], where, ": run_at"),
         attempts=raw["attempts"], max_attempts=raw["max_attempts"],
-        created_ms=check_time(raw["created_at"], f"{where}: created_at"),
+        created_ms=check_time(raw["created_at"], where, ": created_at"),
         key=key,
         errors=_errors_from(raw["err"], header.errors, where) if "err" in raw else ())
-    _check_job(job, header.kind, where)
+    _check_counts(job, header.kind, where)
     return job
 
 
@@ -512,9 +522,13 @@ def _errors_from(raw: Any, table: tuple[str, ...], where: str) -> tuple[ErrorEnt
         if not isinstance(entry, list) or len(entry) != 3:
             raise ValueError(f"{where}: err[{i}] must be [attempt, failed_at, index]")
         attempt, failed_at, index = entry
-        index = check_int(index, f"{where}: err[{i}] index", 0, len(table) - 1)
-        out.append(ErrorEntry(check_int(attempt, f"{where}: err[{i}] attempt", 1, MAX_ATTEMPTS),
-                              check_time(failed_at, f"{where}: err[{i}] failed_at"),
+        # (check_int's test inline: the named call only for its message)
+        if type(index) is not int or not 0 <= index < len(table):
+            check_int(index, f"{where}: err[{i}] index", 0, len(table) - 1)
+        if type(attempt) is not int or not 1 <= attempt <= MAX_ATTEMPTS:
+            check_int(attempt, f"{where}: err[{i}] attempt", 1, MAX_ATTEMPTS)
+        # (i < ERRORS_KEPT: the length is checked above)
+        out.append(ErrorEntry(attempt, check_time(failed_at, where, _FAILED_AT[i]),
                               table[index]))
     return tuple(out)
 

@@ -343,6 +343,19 @@ REFUSALS = [
     ("an empty history", lambda d: _edit_line(d, 2, err=[]), "err must be a non-empty list"),
     ("too long a history", lambda d: _edit_line(
         d, 2, err=[[1, timefmt.fmt(T0), 0]] * 9), "9 errors kept; at most 8"),
+    ("a seq not an integer", lambda d: _edit_line(d, 2, seq=True), "line 3: seq must be an integer"),
+    ("a time before 1970", lambda d: _edit_line(d, 2, created_at="1969-12-31T23:59:59.000Z"),
+     "line 3: created_at .* before 1970"),
+    ("a time not text", lambda d: _edit_line(d, 2, run_at=5), "line 3: run_at must be a time"),
+    ("no attempt at all", lambda d: _edit_line(d, 2, max_attempts=0), "line 3: max_attempts"),
+    ("an error's attempt 0", lambda d: _edit_line(d, 2, err=[[0, timefmt.fmt(T0), 0]]),
+     r"line 3: err\[0\] attempt"),
+    ("an error's attempt a bool", lambda d: _edit_line(d, 2, err=[[True, timefmt.fmt(T0), 0]]),
+     r"line 3: err\[0\] attempt"),
+    ("an error's index a bool", lambda d: _edit_line(d, 2, err=[[1, timefmt.fmt(T0), False]]),
+     r"line 3: err\[0\] index"),
+    ("a later error's time bad", lambda d: _edit_line(
+        d, 2, err=[[1, timefmt.fmt(T0), 0], [2, "noon", 0]]), r"line 3: err\[1\] failed_at"),
     ("lines out of order", lambda d: _edit_line(d, 3, d.split(b"\n")[1]), "line 4: out of order"),
     ("a seq outside the reference", lambda d: _edit_line(
         d, 3, d.split(b"\n")[3].replace(b"j0000000003", b"j0000000008").replace(

@@ -1,5 +1,6 @@
-"""broker.service.spill_writer keeps each job's error history (issue 30: "the
-error text of each attempt is kept, bounded per job"): a real Broker on a file
+"""broker.service.spill_writer keeps each job's error history (the error text of
+each attempt, bounded per job, so a dead job shows why it failed each time,
+not only the last): a real Broker on a file
 store, jobs failed, spilled as pending, claimed back from the spill object (held
 at a claim record's spill part), failed again, spilled again and finally dead;
 the spill objects' own bytes, read from the store, hold every attempt with the

@@ -125,7 +125,12 @@ def _errors_from(raw: dict[str, Any], job_id: str, attempts: int,
     alone, failed at its last attempt (the one before, for a claimed or
     completed job; at least 1) and, the line keeping no time, at
     ``written_ms`` (when the head was written: no earlier than the failure).
-    ``ValueError`` naming the job otherwise."""
+    ``ValueError`` naming the job otherwise.
+
+    No format version of its own (5, or 6 with groups): a broker from before
+    histories reads the fields it knows of a job line and ignores any other,
+    so it loads a head with them, and its next write drops them (each job
+    keeping its ``last_error``; checked with main ``de634bd``)."""
     last_error = _text(raw.get("last_error"), f"job {job_id!r} last_error", optional=True)
     entries = raw.get("errors")
     if entries is None:

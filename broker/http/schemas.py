@@ -34,9 +34,11 @@ from pydantic import (
 from broker.errors import shown
 from broker.limits import (
     DEFAULT_LEASE_S,
+    ERRORS_KEPT,
     MAX_ATTEMPTS,
     MAX_CLAIM_JOBS,
     MAX_DELAY_S,
+    MAX_ERROR_CHARS,
     MAX_GROUP_CHARS,
     MAX_ITEMS,
     MAX_JOB_ID_CHARS,
@@ -461,6 +463,14 @@ class JobLease(Response):
     heartbeat_at: str
 
 
+class JobError(Response):
+    attempt: int = Field(description="the attempt that failed (1: the first claim)")
+    failed_at: str = Field(description="when its commit failed it (a line written before "
+                           "error histories: when that head was written, no earlier)")
+    error: str = Field(description=f"its error text, its last {MAX_ERROR_CHARS:,} characters "
+                       "(empty: it gave none)")
+
+
 class JobFound(Response):
     """One job, wherever it is (``location``): the queue object (pending, claimed,
     dead, or finished and awaiting its archive object), a segment object
@@ -480,6 +490,9 @@ class JobFound(Response):
     location: Literal["queue", "segment", "spill", "archive"]
     key: str | None = Field(None, description="its idempotency key (not kept in the archive)")
     last_error: str | None = None
+    errors: list[JobError] | None = Field(
+        None, description=f"its error history, oldest first: the first failure and the "
+        f"{ERRORS_KEPT - 1} latest (absent: it never failed; null: an archived job's)")
     lease: JobLease | None = Field(None, description="a claimed job's lease, without its token")
     cancel_requested_at: str | None = None
     completed_at: str | None = None

@@ -292,8 +292,9 @@ def job(state: QueueState, now_ms: int, queue: str, job_id: str) -> dict[str, An
     payload and result pretty-printed, the lease without its token, when its
     cancel was asked for (a claimed job marked, or a cancelled one), and for
     a completed or cancelled job when it ended and the archive object it is
-    (or is about to be) in. ``cancellable``: pending (or delayed), or claimed
-    and not marked yet; ``redrivable``: dead."""
+    (or is about to be) in; ``errors`` its error history, oldest first
+    (:meth:`~broker.model.job.Job.errors_view`). ``cancellable``: pending (or
+    delayed), or claimed and not marked yet; ``redrivable``: dead."""
     seq = seq_of(job_id)
     if seq is None:
         return None
@@ -304,7 +305,8 @@ def job(state: QueueState, now_ms: int, queue: str, job_id: str) -> dict[str, An
     if found is None:
         return None
     out = row(found)
-    out.update(key=found.key, last_error=found.last_error, payload=pretty(found.payload),
+    out.update(key=found.key, last_error=found.last_error, errors=found.errors_view(),
+               payload=pretty(found.payload),
                payload_bytes=len(found.payload), lease=None, archive_key=None,
                completed_at=None, cancelled_at=None, result=None,
                cancel_requested_at=None if found.cancel_ms is None
@@ -368,7 +370,8 @@ def lookup(state: QueueState, now_ms: int, queue: str, job_id: str) -> dict[str,
 def archived(found: Found) -> dict[str, Any]:
     """A job the archive holds (:func:`broker.model.format.archive.find_job`) as
     :func:`job` shows one, its token left out: finished, so neither
-    cancellable nor redrivable."""
+    cancellable nor redrivable; ``errors`` None (an archive line keeps
+    ``last_error`` alone)."""
     record, payload = found.record, found.payload
     preview = payload[:PREVIEW_CHARS * 4].decode("utf-8", "replace")
     return {
@@ -380,7 +383,8 @@ def archived(found: Found) -> dict[str, Any]:
         "cancel_requested": False, "cancellable": False, "redrivable": False,
         "last_error": record.get("last_error"),
         "preview": preview[:PREVIEW_CHARS] + ("…" if len(preview) > PREVIEW_CHARS else ""),
-        "key": None, "payload": pretty(payload), "payload_bytes": len(payload), "lease": None,
+        "key": None, "errors": None, "payload": pretty(payload),
+        "payload_bytes": len(payload), "lease": None,
         "archive_key": found.key, "completed_at": record.get("completed_at"),
         "cancelled_at": record.get("cancelled_at"),
         "result": None if record.get("status") == CANCELLED else pretty(found.result),

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple, Protocol, overload
 import orjson
 
 from broker import timefmt, wire
+from broker.limits import ERRORS_KEPT, MAX_ERROR_CHARS
 from broker.model.columns import LazySequence
 
 PENDING = "pending"
@@ -159,6 +160,47 @@ def token_seq(token: str) -> int | None:
 
 
 
+class ErrorEntry(NamedTuple):
+    """One failure in a job's history: the attempt that failed (1 is the
+    first claim), when (ms since the epoch) and its error text (``""`` for a
+    failure that gave none)."""
+
+    attempt: int
+    failed_ms: int
+    text: str
+
+
+#: The history of a job that never failed: one shared empty tuple, so a job
+#: that never failed costs nothing for it.
+NO_ERRORS: tuple[ErrorEntry, ...] = ()
+
+
+def bounded_errors(entries: Sequence[ErrorEntry]) -> tuple[ErrorEntry, ...]:
+    """A job's error history as it is kept: at most :data:`~broker.limits.ERRORS_KEPT`
+    entries, the first attempt's (usually the real cause) and the latest ones
+    (what is happening now), each text cut to its last
+    :data:`~broker.limits.MAX_ERROR_CHARS` characters (as ``last_error`` is)."""
+    if not entries:
+        return NO_ERRORS
+    kept = entries if len(entries) <= ERRORS_KEPT else (
+        entries[0], *entries[len(entries) - ERRORS_KEPT + 1:])
+    return tuple(entry if len(entry.text) <= MAX_ERROR_CHARS
+                 else entry._replace(text=entry.text[-MAX_ERROR_CHARS:]) for entry in kept)
+
+
+def with_error(errors: tuple[ErrorEntry, ...], attempt: int, failed_ms: int,
+               text: str) -> tuple[ErrorEntry, ...]:
+    """``errors`` with the failure of ``attempt`` at ``failed_ms`` (ms since the
+    epoch) appended, bounded (:func:`bounded_errors`: the first entry and the
+    latest ones, ``text`` cut to its last MAX_ERROR_CHARS characters)."""
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[-MAX_ERROR_CHARS:]
+    entry = ErrorEntry(attempt, failed_ms, text)
+    if len(errors) < ERRORS_KEPT:
+        return (*errors, entry)
+    return (errors[0], *errors[len(errors) - ERRORS_KEPT + 2:], entry)
+
+
 class LeaseHolder(Protocol):
     """What a claimed job reads its lease's numbers from: its claim record
     (:class:`broker.model.claim_records.ClaimRecord`, a layer above)."""
@@ -217,9 +259,9 @@ class Job:
         "done_commit",
         "done_ms",
         "done_seq",
+        "errors",
         "group",
         "key",
-        "last_error",
         "lease_token",
         "max_attempts",
         "payload",
@@ -245,6 +287,7 @@ class Job:
         last_error: str | None = None,
         lease: Lease | None = None,
         group: str | None = None,
+        errors: tuple[ErrorEntry, ...] = NO_ERRORS,
     ) -> None:
         self.seq = seq
         self.payload = payload
@@ -255,7 +298,10 @@ class Job:
         self.max_attempts = max_attempts
         self.created_ms = created_ms
         self.key = key
-        self.last_error = last_error
+        # the error history, oldest first, bounded (bounded_errors); ``last_error``
+        # alone (no ``errors``) is a history of one entry whose time is unknown (0)
+        self.errors = errors if errors or last_error is None else (
+            ErrorEntry(max(1, attempts), 0, last_error),)
         self.group = group  # its group's name (broker.fields.group), or None
         # the lease (see the class docstring); the numbers mean nothing while the token is None
         self.lease_token: str | None = None
@@ -276,6 +322,19 @@ class Job:
         self.done_commit: str | None = None
         self.result: bytes | None = None
         self._enc: bytes | None = None  # the line's bytes, cached (codec, lines and lifecycle only)
+
+    @property
+    def last_error(self) -> str | None:
+        """The newest failure's error text (None if it gave none, or the job never
+        failed): its history's last entry, so the two never disagree."""
+        errors = self.errors
+        return (errors[-1].text or None) if errors else None
+
+    def errors_view(self) -> list[dict[str, Any]]:
+        """The error history as the job views show it, oldest first:
+        ``{"attempt", "failed_at", "error"}`` each (a failure without text: ``""``)."""
+        return [{"attempt": attempt, "failed_at": timefmt.fmt(failed_ms), "error": text}
+                for attempt, failed_ms, text in self.errors]
 
     @property
     def lease_worker(self) -> str:
@@ -365,7 +424,9 @@ class Job:
         return job_id_for(self.seq)
 
     def to_dict(self) -> dict[str, Any]:
-        """The job as it appears in the object (payload as an orjson fragment)."""
+        """The job as the job views show it (payload as an orjson fragment): its
+        line's fields, with its error history as ``errors`` (:meth:`errors_view`;
+        the line spells it compactly: :func:`broker.model.job_lines.stored_dict`)."""
         out: dict[str, Any] = {
             "id": self.id,
             "seq": self.seq,
@@ -383,6 +444,8 @@ class Job:
             out["key"] = self.key
         if self.last_error is not None:
             out["last_error"] = self.last_error
+        if self.errors:
+            out["errors"] = self.errors_view()
         lease = self.lease
         if lease is not None:
             out["lease"] = {

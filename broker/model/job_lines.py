@@ -103,13 +103,26 @@ def completed_from_claimed(claimed: bytes, token: str, tail: bytes) -> bytes:
 def stored_dict(job: Job) -> dict[str, object]:
     """The job as its line holds it: :meth:`Job.to_dict`, but a claimed job
     names its claim record instead of carrying its lease and cancel mark
-    (both are the record's)."""
+    (both are the record's), and the error history is :func:`errors_field`."""
     out = job.to_dict()
+    if job.errors:
+        out["errors"] = errors_field(job)
     if job.status == CLAIMED:
         out.pop("lease", None)
         out.pop("cancel_requested_at", None)
         out["claim"] = job.claim
     return out
+
+
+def errors_field(job: Job) -> list[list[object]]:
+    """A job line's ``"errors"``: its history, oldest first, as ``[attempt,
+    failed_at, text]``, the newest entry's text null (it is the line's
+    ``last_error``, or ``""`` when the line has none: never stored twice).
+    Optional: a line without it (a job that never failed, or written by a
+    broker before histories) has the history of its ``last_error`` alone."""
+    last = len(job.errors) - 1
+    return [[attempt, timefmt.fmt(failed_ms), None if i == last else text]
+            for i, (attempt, failed_ms, text) in enumerate(job.errors)]
 
 
 def plain_token(token: str) -> bool:
@@ -134,7 +147,7 @@ def job_line(job: Job) -> bytes:
     if enc is None:
         token = job.lease_token
         claimed = job.status == CLAIMED
-        if job.key is None and job.last_error is None \
+        if job.key is None and not job.errors \
                 and (claimed or job.cancel_ms is None) \
                 and (job.done_ms is None or job.done_commit is not None):
             fields = (job.seq, job.seq, job.status.encode(), job.priority,

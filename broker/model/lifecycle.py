@@ -461,7 +461,7 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
         job.done_ms = now_ms
         job.done_seq = commit_seq
         job.result = value
-        if job._enc is not None and job.key is None and job.last_error is None:
+        if job._enc is not None and job.key is None and not job.errors:
             claimed_lines[seq] = job._enc  # see codec.stamp
         job._enc = None  # codec.touch(), inlined
         dirty.add(seq >> shift)

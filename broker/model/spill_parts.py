@@ -12,7 +12,7 @@ segment or spill object), exhausted or not; its object with it.
 A settlement of such a job (complete, fail, release, cancel end, reclaim)
 first *materializes* it (:func:`broker.model.held.materialize`): a claimed
 line of its own built from :func:`spill_view` (attempts the spilled ones + 1,
-its last error kept), which the op then settles as any inline claimed job.
+its error history kept), which the op then settles as any inline claimed job.
 
 Pure: the broker loads the spill objects first (the claim's from
 :func:`due_refs`, a settlement's from :func:`spill_missing`).
@@ -178,7 +178,7 @@ def spill_view(state: QueueState, record: ClaimRecord, pos: int,
 def claimed_job(record: ClaimRecord, pos: int, spilled: SpilledJob) -> Job:
     """The job held at spill-part position ``pos`` of ``record``, ``spilled`` as
     its ref shows it, as a claimed :class:`Job` reading its lease through the
-    record: attempts the spilled ones + 1, its last error kept."""
+    record: attempts the spilled ones + 1, its error history kept."""
     job = spilled.to_job(PENDING)
     job.status = CLAIMED
     job.attempts += 1

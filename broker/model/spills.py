@@ -34,7 +34,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from broker.model.format import codec
-from broker.model.format.spill_format import EncodedSpill, ErrorEntry, SpilledJob, encode_spills
+from broker.model.format.spill_format import EncodedSpill, SpilledJob, encode_spills
 from broker.model.format.spill_refs import (
     SpillRef,
     redriven,
@@ -77,22 +77,19 @@ def spillable(job: Job, pending: bool = False) -> bool:
 
 
 def estimated_bytes(job: Job) -> int:
-    """A candidate's line bytes in a spill object (payload, key, error text and
+    """A candidate's line bytes in a spill object (payload, key, error texts and
     :data:`LINE_OVERHEAD`): what ``spill_bytes`` is compared with."""
-    return LINE_OVERHEAD + len(job.payload) + len(job.key or "") + len(job.last_error or "")
+    return LINE_OVERHEAD + len(job.payload) + len(job.key or "") + sum(
+        len(entry.text) for entry in job.errors)
 
 
-def spilled(job: Job, now_ms: int) -> SpilledJob:
-    """``job`` as a spill object holds it. Its history is its ``last_error``
-    at its last attempt (at least 1), failed at ``now_ms`` at the latest (the
-    head keeps no failure time: ``now_ms``, an upper bound, stands for it);
-    no entry without an error text."""
-    errors = () if job.last_error is None else \
-        (ErrorEntry(max(1, job.attempts), now_ms, job.last_error),)
+def spilled(job: Job) -> SpilledJob:
+    """``job`` as a spill object holds it, its error history whole (each
+    entry's attempt and failure time as the fail recorded them)."""
     return SpilledJob(seq=job.seq, payload=job.payload, priority=job.priority,
                       run_at_ms=job.run_at_ms, attempts=job.attempts,
                       max_attempts=job.max_attempts, created_ms=job.created_ms,
-                      key=job.key, errors=errors)
+                      key=job.key, errors=job.errors)
 
 
 def plan_dead(state: QueueState, queue: str, spill_jobs: int, spill_bytes: int,
@@ -117,7 +114,7 @@ def plan_dead(state: QueueState, queue: str, spill_jobs: int, spill_bytes: int,
     for kind in (DEAD, PENDING):
         jobs = [job for job in candidates if job.status == kind]
         if jobs:
-            objects += encode_spills(queue, kind, [spilled(job, now_ms) for job in jobs])
+            objects += encode_spills(queue, kind, [spilled(job) for job in jobs])
             seqs += [job.seq for job in jobs]
     return SpillPlan(tuple(seqs), tuple(objects))
 
@@ -182,8 +179,8 @@ def redrive_spilled(state: QueueState, ids: Sequence[str] | None, now_ms: int) -
     ``now_ms`` (nothing read or copied; its jobs come back by :func:`move_in`).
     By id: each job found in a loaded object (:func:`redrive_loads`: every
     object that may hold one of them is loaded first) is copied
-    into the head as pending with no attempts, due at ``now_ms``, its last
-    error kept, and its position taken ``out`` of its ref (a ref left with
+    into the head as pending with no attempts, due at ``now_ms``, its error
+    history kept, and its position taken ``out`` of its ref (a ref left with
     no job is dropped: its object deleted once this commit landed); an id
     whose object is not loaded is not redriven."""
     if ids is None:

@@ -52,7 +52,6 @@ from broker.errors import InvalidRequest, PayloadTooLarge, QueueFull, shown
 from broker.limits import (
     MAX_CLAIM_JOBS,
     MAX_DELAY_MS,
-    MAX_ERROR_CHARS,
     MAX_LEASE_MS,
     MAX_WORKER_CHARS,
 )
@@ -83,6 +82,7 @@ from broker.model.job import (
     JobIds,
     job_id_for,
     seq_of,
+    with_error,
 )
 from broker.model.lifecycle import (
     GONE,
@@ -140,9 +140,14 @@ def backoff_ms(settings: QueueSettings, attempts: int) -> int:
 
 def _settle_failure(state: QueueState, job: Job, error: str, retry_in_ms: int | None,
                     now_ms: int) -> str:
-    """Move a claimed job back to pending (retry) or dead; return the new status."""
+    """Move a claimed job back to pending (retry) or dead; return the new status.
+    Its error history gains an entry: this attempt (``job.attempts``, at least
+    1), failed at ``now_ms``, ``error`` cut to its last MAX_ERROR_CHARS
+    characters (``""`` if it gave none: ``last_error`` is then None). A
+    reclaim's expired lease is such a failure too (its text says so): it uses
+    up an attempt, as it always set ``last_error``."""
     job.lease = None
-    job.last_error = error[-MAX_ERROR_CHARS:] if error else None
+    job.errors = with_error(job.errors, max(1, job.attempts), now_ms, error or "")
     state.counters.failed += 1
     if job.attempts >= job.max_attempts:
         state.counters.dead += 1

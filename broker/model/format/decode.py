@@ -25,7 +25,9 @@ from broker.errors import CorruptState, ForeignState, InvalidRequest, NewerState
 from broker.fields import group as group_name
 from broker.limits import (
     BROKER_LEASE_S,
+    ERRORS_KEPT,
     MAX_ATTEMPTS,
+    MAX_ERROR_CHARS,
     MAX_LEASE_S,
     MAX_PRIORITY,
     MAX_RECORDED_BROKER_LEASE_S,
@@ -45,8 +47,10 @@ from broker.model.job import (
     CLAIMED,
     COMPLETED,
     DEAD,
+    NO_ERRORS,
     PENDING,
     STATUSES,
+    ErrorEntry,
     Job,
     Lease,
     job_id_for,
@@ -111,7 +115,54 @@ def _lease_from(raw: Any, job_id: str) -> Lease:
     )
 
 
-def _job_from(raw: Any, spans: LineSpans | None, version: int = VERSION) -> Job:
+def _errors_from(raw: dict[str, Any], job_id: str, attempts: int,
+                 written_ms: int) -> tuple[ErrorEntry, ...]:
+    """A job line's error history (:func:`broker.model.job_lines.errors_field`),
+    checked: at most ERRORS_KEPT ``[attempt, failed_at, text]`` entries, each
+    text a string of at most MAX_ERROR_CHARS characters but the newest one's,
+    null (it is ``last_error``, or ``""`` without one). A line without
+    ``"errors"`` (a broker before histories wrote it) has its ``last_error``
+    alone, failed at its last attempt (the one before, for a claimed or
+    completed job; at least 1) and, the line keeping no time, at
+    ``written_ms`` (when the head was written: no earlier than the failure).
+    ``ValueError`` naming the job otherwise.
+
+    No format version of its own (5, or 6 with groups): a broker from before
+    histories reads the fields it knows of a job line and ignores any other,
+    so it loads a head with them, and its next write drops them (each job
+    keeping its ``last_error``; checked with main ``de634bd``)."""
+    last_error = _text(raw.get("last_error"), f"job {job_id!r} last_error", optional=True)
+    entries = raw.get("errors")
+    if entries is None:
+        if last_error is None:
+            return NO_ERRORS
+        # (a claimed or completed job was claimed again since it failed)
+        again = raw.get("status") in (CLAIMED, COMPLETED)
+        return (ErrorEntry(max(1, attempts - again), written_ms, last_error),)
+    if not isinstance(entries, list) or not 0 < len(entries) <= ERRORS_KEPT:
+        raise ValueError(f"job {job_id!r} errors must be a list of 1..{ERRORS_KEPT} entries")
+    out = []
+    for i, entry in enumerate(entries):
+        what = f"job {job_id!r} errors[{i}]"
+        if not isinstance(entry, list) or len(entry) != 3:
+            raise ValueError(f"{what} must be [attempt, failed_at, text]")
+        attempt = _count(entry[0], f"{what} attempt", MAX_ATTEMPTS)
+        newest = i == len(entries) - 1
+        text = entry[2]
+        if newest and text is not None:
+            raise ValueError(f"{what} is the newest: its text is last_error's (null here)")
+        if not newest and (not isinstance(text, str) or len(text) > MAX_ERROR_CHARS):
+            raise ValueError(f"{what} text must be a string of at most "
+                             f"{MAX_ERROR_CHARS} characters")
+        if attempt < 1:
+            raise ValueError(f"{what} attempt must be 1..{MAX_ATTEMPTS}")
+        out.append(ErrorEntry(attempt, _time(entry[1], f"{what} failed_at"),
+                              (last_error or "") if newest else text))
+    return tuple(out)
+
+
+def _job_from(raw: Any, spans: LineSpans | None, version: int = VERSION,
+              written_ms: int = 0) -> Job:
     if not isinstance(raw, dict):
         raise ValueError("each job must be an object")
     status, job_id = raw.get("status"), raw.get("id")
@@ -145,8 +196,8 @@ def _job_from(raw: Any, spans: LineSpans | None, version: int = VERSION) -> Job:
         max_attempts=max_attempts,
         created_ms=_time(raw.get("created_at"), f"job {job_id!r} created_at"),
         key=_text(raw.get("key"), f"job {job_id!r} key", optional=True),
-        last_error=_text(raw.get("last_error"), f"job {job_id!r} last_error", optional=True),
         lease=_lease_from(lease, job_id) if lease is not None else None,
+        errors=_errors_from(raw, job_id, attempts, written_ms),
     )
     if raw.get("group") is not None:  # (null: none, as a push takes it)
         if version < 6:
@@ -529,9 +580,10 @@ def _add_jobs(state: QueueState, jobs: list[Any], lines: list[bytes] | None,
               version: int) -> None:
     for i, item in enumerate(jobs):
         try:
-            job = _job_from(item, LineSpans(lines[i]) if lines is not None else None, version)
+            job = _job_from(item, LineSpans(lines[i]) if lines is not None else None, version,
+                            state.updated_ms)
         except NotOurLayout:  # this line was edited by hand: re-encode what was parsed
-            job = _job_from(item, None, version)
+            job = _job_from(item, None, version, state.updated_ms)
         if job.seq in state.jobs:
             raise ValueError(f"job id {job.id!r} appears twice")
         state.jobs[job.seq] = job

@@ -47,9 +47,9 @@ a read object that the broker and the Spark reader share, raises
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 import orjson
 
@@ -71,6 +71,8 @@ from broker.model.format.segment_format import (
 )
 from broker.model.indexes import SEQ_MASK, TIME_MASK
 from broker.model.job import DEAD, PENDING, Job, job_id_for
+from broker.model.job import ErrorEntry as ErrorEntry  # (the Job's; re-exported)
+from broker.model.job import bounded_errors as bounded_errors
 from broker.paths import check_queue_name, parse_spill_key
 
 SPILL_FORMAT = "osqueue-jobs"
@@ -100,27 +102,6 @@ _DEAD_LINE = (b'{"id":"j%010d","seq":%d,"priority":%d,"run_at":"%s","attempts":%
 
 
 # -- jobs and their error history ---------------------------------------------------
-
-
-class ErrorEntry(NamedTuple):
-    """One failure in a job's history: the attempt that failed (1 is the
-    first claim), when (ms since the epoch) and its error text (``""`` for a
-    failure that gave none)."""
-
-    attempt: int
-    failed_ms: int
-    text: str
-
-
-def bounded_errors(entries: Sequence[ErrorEntry]) -> tuple[ErrorEntry, ...]:
-    """A job's error history as it is kept: at most :data:`~broker.limits.ERRORS_KEPT`
-    entries, the first attempt's (usually the real cause) and the latest ones
-    (what is happening now), each text cut to its last
-    :data:`~broker.limits.MAX_ERROR_CHARS` characters (as ``last_error`` is)."""
-    kept = entries if len(entries) <= ERRORS_KEPT else (
-        entries[0], *entries[len(entries) - ERRORS_KEPT + 1:])
-    return tuple(entry if len(entry.text) <= MAX_ERROR_CHARS
-                 else entry._replace(text=entry.text[-MAX_ERROR_CHARS:]) for entry in kept)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,13 +139,13 @@ class SpilledJob:
 
     def to_job(self, status: str) -> Job:
         """The job as a :class:`~broker.model.job.Job` of ``status`` (pending or
-        dead), ``last_error`` its newest error text. (The earlier entries of
-        its history are this value's ``errors``.)"""
+        dead), with its whole error history (``last_error`` its newest text).
+        ``ValueError`` for another status."""
         if status not in KINDS:
             raise ValueError(f"a spilled job is pending or dead, not {shown(status)}")
         return Job(self.seq, self.payload, status, self.priority, self.run_at_ms,
                    self.attempts, self.max_attempts, self.created_ms, self.key,
-                   self.last_error)
+                   errors=self.errors)
 
 
 def _check_job(job: SpilledJob, kind: str, where: str) -> None:

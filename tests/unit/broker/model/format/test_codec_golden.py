@@ -24,6 +24,12 @@ while every answer and every archive line stays the version-3 fixture's (a
 heartbeat renews its whole claim, which changes no answer of the sequence).
 The version-4 golden, as main wrote it, loads and is written as version 5 with
 every job as it was (leases, marks), its claimed lines made into records.
+
+Error histories (an optional ``"errors"`` on the line of a job that failed, no
+new version) change the same sequence's bytes by that field alone: each step's
+object with every ``"errors"`` cut is the version-5 step's bytes, and the
+version-5 golden, from before histories, loads and is written with them
+(a golden with longer histories: ``test_codec_errors_golden.py``).
 """
 
 from __future__ import annotations
@@ -63,7 +69,7 @@ from broker.model.ops import (
     TakeOver,
 )
 from broker.model.tokens import stored_part
-from tests.support.old_formats import JOBS, NO_SEGMENTS, as_v4
+from tests.support.old_formats import JOBS, NO_SEGMENTS, as_old_jobs, as_v4, without_histories
 from tests.support.states import KEY, new_queue, read_back, tagged
 
 FIXTURES = Path(__file__).resolve().parents[4] / "fixtures"
@@ -137,7 +143,7 @@ def _run() -> tuple[list[dict[str, Any]], bytes, list[bytes]]:
         codec.stamp(state, "b-writer", now, f"c-{at:06d}")
         done = state.completed.get(state.seq, ())  # completed in this very commit
         archived += [archive_line(state.jobs[seq]) for seq in done]
-        data = codec.encode(state)
+        data = without_histories(codec.encode(state))  # (the golden predates them)
         steps.append({"op": type(op).__name__, "result": _summary(result),
                       "sha256": hashlib.sha256(data).hexdigest()})
     return steps, codec.encode(state), archived
@@ -184,11 +190,12 @@ def _regenerate_v5() -> None:  # pragma: no cover (run by hand, see the docstrin
 
 def test_a_fixed_op_sequence_answers_as_before_and_writes_the_v5_golden() -> None:
     """Every step answers as the version-3 fixture says and archives the same
-    lines; each step's object is the version-5 steps' bytes, the last one the
-    version-5 golden byte for byte."""
+    lines; each step's object, its error histories cut, is the version-5
+    steps' bytes, the last one the version-5 golden byte for byte."""
     steps, final, archived = _run()
     expected = orjson.loads(STEPS.read_bytes())
-    assert final == FINAL_V5.read_bytes()
+    assert final != FINAL_V5.read_bytes()  # (two failed jobs' lines carry a history)
+    assert without_histories(final) == FINAL_V5.read_bytes()
     assert [line.decode() for line in archived] == expected["archive_lines"]
     for got, want in zip(steps, expected["steps"], strict=True):
         assert (got["op"], got["result"]) == (want["op"], want["result"]), got["op"]
@@ -232,7 +239,7 @@ def test_the_v4_golden_loads_and_is_written_as_v5_with_every_job_as_it_was() -> 
     data = codec.encode(decode_state(old))
     raw = wire.loads(data)
     assert raw["version"] == 5 and raw["claims"] and raw["spills"] == []
-    assert _plain_jobs(data) == _v4_jobs(old)
+    assert as_old_jobs(_plain_jobs(data)) == _v4_jobs(old)
     v4 = wire.loads(old)
     for name in ("counters", "receipts", "keys", "once", "settings", "token_key", "segments"):
         assert raw[name] == v4[name], name
@@ -240,7 +247,17 @@ def test_the_v4_golden_loads_and_is_written_as_v5_with_every_job_as_it_was() -> 
 
 
 def test_the_golden_object_reads_back_to_the_same_bytes() -> None:
-    data = FINAL_V5.read_bytes()
+    """The version-5 golden, from before error histories, is written with each
+    failed job's history (its ``last_error``, failed at its last failed
+    attempt, at the head's ``updated_at``: the line kept no time) and nothing
+    else changed; those bytes read back to themselves."""
+    old = FINAL_V5.read_bytes()
+    data = codec.encode(decode_state(old))
+    assert data != old and without_histories(data) == old
+    raw = wire.loads(data)
+    errors = {job["id"]: job["errors"] for job in raw["jobs"] if "errors" in job}
+    at = raw["updated_at"]
+    assert errors == {"j0000000006": [[1, at, None]], "j0000000008": [[1, at, None]]}
     assert codec.encode(decode_state(data)) == data
 
 
@@ -263,7 +280,7 @@ def test_a_version_3_object_loads_and_is_written_as_version_5() -> None:
     assert data == codec.encode(decode_state(as_v4(old)))
     raw = wire.loads(data)
     assert raw["version"] == 5 and raw["segments"] == [] and raw["spills"] == []
-    assert _plain_jobs(data) == _v4_jobs(old)
+    assert as_old_jobs(_plain_jobs(data)) == _v4_jobs(old)
     v3 = wire.loads(old)
     assert {k: v for k, v in raw.items() if k not in ("version", "segments", "claims",
                                                        "spills", "jobs")} == \

@@ -108,18 +108,16 @@ _STAMP_CHARS = len(timefmt.fmt(0))
 
 def check_int(raw: Any, what: str, lo: int, hi: int, suffix: str = "") -> int:
     """``raw`` if it is an int (not a bool) within ``[lo, hi]``; ``ValueError``
-    naming ``what`` and ``suffix`` (joined only then: a reader of many lines
-    passes the line's name and the field's apart) otherwise."""
+    naming ``what`` and ``suffix`` (joined only then) otherwise."""
     if isinstance(raw, bool) or not isinstance(raw, int) or not lo <= raw <= hi:
         raise ValueError(f"{what}{suffix} must be an integer within [{lo}, {hi}], "
                          f"got {shown(raw)}")
     return raw
 
 
-#: Times read back repeat (a claim's jobs share their run-at, a bad deploy's
-#: failures their times): each text is parsed once. Parsing was about a fifth
-#: of a spill object's read, which a claim's commit waits for
-#: (bench/spill_read_bench.py). Refusals are not cached: they raise.
+#: Times read back repeat (a claim's jobs share a run-at, a bad deploy's failures
+#: their times): each text parsed once is part of bench/spill_read_bench.py's
+#: gain. Refusals raise, so they are not cached.
 _parsed_time = functools.lru_cache(maxsize=1 << 12)(timefmt.parse)
 
 

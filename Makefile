@@ -92,7 +92,8 @@ test: lint typecheck suite
 
 # The one-minute check: lint, import contracts, types, references and the unit tier
 # (tests/unit: no servers, no subprocesses, no Spark, no browser), less its few tests
-# marked slow (long random runs, which make test runs); its hypothesis runs take a fifth
+# marked slow (long random runs, a test counting what a loop does in 4 s of wall
+# time; make test runs them); its hypothesis runs take a fifth
 # of their examples (OSQ_TESTS_TIER=quick: tests/support/tiers.py).
 check: lint typecheck
 	$(BIN)/python -m tools.refcheck

@@ -5,12 +5,15 @@ retried call waits a jittered delay, uniform in [0.5, 1.5) times it
 (:func:`jittered`), so clients that failed together do not retry together.
 :func:`retrying` is the synchronous form (a tenacity ``Retrying``);
 :func:`backoff_delays` the asynchronous one (``await asyncio.sleep(delay)``
-per failure). All times in seconds.
+per failure), waiting on a :class:`Pause` where a test may skip the waits.
+All times in seconds.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -51,3 +54,21 @@ def retrying(*, retry: Any, stop: Any, first_s: float = FIRST_S,
 
     return Retrying(retry=retry, stop=stop, wait=wait, reraise=True,
                     before_sleep=before_sleep)
+
+
+class Pause:
+    """How a retry loop waits out its backoff: :meth:`now` (monotonic seconds,
+    what its deadline is counted on) and :meth:`sleep`. This one waits in real
+    time (``time.monotonic``, ``asyncio.sleep``); a test injects one that skips
+    the waits and counts them as elapsed (``tests/support/pause.py``), so a
+    backoff schedule and its deadline run through without wall time."""
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+#: The real-time :class:`Pause`, every caller's default.
+REAL_TIME = Pause()

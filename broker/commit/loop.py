@@ -44,7 +44,7 @@ from broker.errors import (
     StorageUnavailable,
 )
 from broker.gcpause import gc_paused
-from broker.retry import backoff_delays
+from broker.retry import REAL_TIME, Pause, backoff_delays
 from broker.storage import ObjectStore, data_len
 
 log = logging.getLogger("osqueue.commit")
@@ -58,7 +58,9 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
 
     ``commit_timeout_s`` bounds how long one batch waits on failing storage
     before its callers are answered; ``fault_retry_s`` how soon a loop whose
-    last batch failed re-reads the object on its own.
+    last batch failed re-reads the object on its own. ``pause`` is what a
+    batch's and a read's retries wait on and count ``commit_timeout_s`` on
+    (real time; a test may skip the waits: :class:`broker.retry.Pause`).
     """
 
     def __init__(
@@ -78,6 +80,7 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
         max_linger_s: float = 0.05,
         commit_timeout_s: float = 30.0,
         fault_retry_s: float = 2.0,
+        pause: Pause = REAL_TIME,
     ) -> None:
         self.store = store
         self.key = key
@@ -103,6 +106,7 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
         self._max_linger_s = max_linger_s
         self._commit_timeout_s = commit_timeout_s
         self._fault_retry_s = fault_retry_s
+        self._pause = pause
         self._buffer: list[Waiter[OpT, ResultT]] = []
         self._batch: list[Waiter[OpT, ResultT]] = []
         self._wake = asyncio.Event()
@@ -118,10 +122,10 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
     async def load(self, deadline: float | None = None) -> StateT:
         """Read the object (or start empty). Raises ``StateError`` on a bad object,
         ``StorageRefused`` on a refusal, ``StorageUnavailable`` if storage keeps
-        failing for ``commit_timeout_s`` (or until ``deadline``, a ``time.monotonic()``
+        failing for ``commit_timeout_s`` (or until ``deadline``, a ``pause.now()``
         time, when given)."""
         try:
-            await self._reload(time.monotonic() + self._commit_timeout_s
+            await self._reload(self._pause.now() + self._commit_timeout_s
                                if deadline is None else deadline)
         except Expired as exp:
             raise StorageUnavailable(f"could not read {self.key}: {exp.last}") from None
@@ -309,7 +313,8 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
     async def _reload(self, deadline: float) -> None:
         """Read the committed object into ``state``; raise ``Expired`` past
         ``deadline``, a ``StateError`` or ``StorageRefused`` at once."""
-        got = await read_retrying(self._executor, self.store, self.key, deadline)
+        got = await read_retrying(self._executor, self.store, self.key, deadline,
+                                  self._pause)
         if got is None:
             self.state, self.etag = self.target.empty(self.clock()), None
         else:
@@ -321,7 +326,7 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
             self.target.committed(self.state)
 
     async def _commit(self, batch: list[Waiter[OpT, ResultT]]) -> None:
-        deadline = time.monotonic() + self._commit_timeout_s
+        deadline = self._pause.now() + self._commit_timeout_s
         attempts: list[Attempt[ResultT]] = []
         delays = backoff_delays(first_s=0.02)
         reread = False  # re-read once for a refusal of prepare()
@@ -440,11 +445,11 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
                 if not self._check_owner(fresh, pending=Verdict.PENDING in verdicts,
                                          batch=batch):
                     return
-                if time.monotonic() >= deadline:
+                if self._pause.now() >= deadline:
                     self._give_up(batch, attempts, exc)
                     return
                 if not isinstance(exc, Conflict):
-                    await asyncio.sleep(next(delays))
+                    await self._pause.sleep(next(delays))
                 continue
             self.etag = etag
             self.stats.state_bytes = data_len(data)

@@ -14,14 +14,13 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
-import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any
 
 from broker.errors import NotFound, StorageError, StorageRefused, StorageUnavailable
 from broker.gcpause import gc_paused
-from broker.retry import backoff_delays
+from broker.retry import REAL_TIME, Pause, backoff_delays
 from broker.storage import ObjectStore, Versioned
 
 log = logging.getLogger("osqueue.commit")
@@ -62,10 +61,11 @@ async def run_bulk(executor: Executor, fn: Callable[..., Any], *args: Any) -> An
 
 
 async def read_retrying(executor: Executor, store: ObjectStore, key: str,
-                        deadline: float) -> Versioned | None:
+                        deadline: float, pause: Pause = REAL_TIME) -> Versioned | None:
     """The object ``key`` (None if it does not exist), retrying transient
-    failures until ``deadline`` (``time.monotonic()`` seconds). Raises
-    :class:`Expired` past the deadline and ``StorageRefused`` at once."""
+    failures until ``deadline`` (``pause.now()`` seconds), the backoff waited
+    on ``pause``. Raises :class:`Expired` past the deadline and
+    ``StorageRefused`` at once."""
     delays = backoff_delays()
     while True:
         try:
@@ -77,7 +77,7 @@ async def read_retrying(executor: Executor, store: ObjectStore, key: str,
             raise
         except StorageError as exc:
             delay = next(delays)
-            if time.monotonic() + delay > deadline:
+            if pause.now() + delay > deadline:
                 raise Expired(exc) from None
             log.warning("re-read of %s failed (%s); retrying in %.2fs", key, exc, delay)
-            await asyncio.sleep(delay)
+            await pause.sleep(delay)

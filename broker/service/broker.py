@@ -61,6 +61,7 @@ from broker.model.ops import (
     push_of,
 )
 from broker.model.receipts import push_digest
+from broker.retry import REAL_TIME, Pause
 from broker.service.by_reference import Load, StagedPublish
 from broker.service.config import BrokerConfig
 from broker.service.metrics import Metrics
@@ -77,12 +78,22 @@ from broker.wire import CancelAnswer, ItemResult
 log = logging.getLogger("osqueue.broker")
 
 class Broker:
-    """Owns the queues of one store. Create it, ``await start()``, then call ops."""
+    """Owns the queues of one store. Create it, ``await start()``, then call ops.
+
+    ``clock`` (wall ms) and ``monotonic`` (s) are the broker's clocks; ``pause``
+    is what start-up's and the commit loops' retries wait on and count their
+    deadlines on, ``fault_retry_s`` how soon a queue whose last batch failed
+    re-reads its object on its own: real time and 2 s unless a test injects them.
+    """
 
     def __init__(self, store: ObjectStore, config: BrokerConfig | None = None, *,
                  clock: Callable[[], int] = timefmt.now_ms,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 pause: Pause = REAL_TIME, fault_retry_s: float = 2.0) -> None:
         self.store = store
+        # What start-up's and the loops' retries wait on, and how soon a faulted
+        # loop re-reads on its own: real time in production; tests shorten them.
+        self._pause, self._fault_retry_s = pause, fault_retry_s
         self.config = config or BrokerConfig()
         self.id = self.config.broker_id
         self.clock = clock
@@ -138,7 +149,8 @@ class Broker:
         """
         served, existing = await start_up(self.store, self.takeover, self._io,
                                           self_test=self.config.self_test,
-                                          timeout_s=self.config.startup_timeout_s)
+                                          timeout_s=self.config.startup_timeout_s,
+                                          pause=self._pause)
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._every(self.config.sweep_s, self.sweep_staging, "staging sweep")),
@@ -215,7 +227,8 @@ class Broker:
                         segments=self.segments, held_in_records=self.config.held_in_records,
                         held_cache_bytes=self.config.held_cache_mb << 20,
                         spill=(self.config.spill_jobs, self.config.spill_bytes,
-                               self.config.spill_pending))
+                               self.config.spill_pending),
+                        pause=self._pause, fault_retry_s=self._fault_retry_s)
         self._queues[name] = q
         return q
 

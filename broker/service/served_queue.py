@@ -21,6 +21,7 @@ from broker.errors import UnknownQueue
 from broker.model import state as S
 from broker.model.ops import Op, Push, PushPayloads, Result, push_of
 from broker.model.spills import has_due
+from broker.retry import REAL_TIME, Pause
 from broker.service.archiver import Archiver
 from broker.service.by_reference import (
     StagedPublish,
@@ -79,7 +80,8 @@ class ServedQueue:
     """One queue's loop, target and archiver, written as broker ``broker_id``.
 
     ``lease_ms``: the broker lease its record carries; ``observe(seconds,
-    batch, state_bytes)`` is told of every commit (metrics).
+    batch, state_bytes)`` is told of every commit (metrics); ``pause`` and
+    ``fault_retry_s`` go to its :class:`~broker.commit.loop.CommitLoop`.
     """
 
     def __init__(self, name: str, store: ObjectStore, executor: Executor, *,
@@ -88,7 +90,8 @@ class ServedQueue:
                  monotonic: Callable[[], float], commit_timeout_s: float,
                  observe: Callable[[float, int, int], None], segments: SegmentStore,
                  held_in_records: bool = False, held_cache_bytes: int = 256 << 20,
-                 spill: tuple[int, int, bool] = (0, 0, False)) -> None:
+                 spill: tuple[int, int, bool] = (0, 0, False),
+                 pause: Pause = REAL_TIME, fault_retry_s: float = 2.0) -> None:
         self.name = name
         self.segments, self._clock, self._monotonic = segments, clock, monotonic
         self.jobs_ready = asyncio.Event()
@@ -106,6 +109,8 @@ class ServedQueue:
             on_timer=self.notify,
             observe=observe,
             commit_timeout_s=commit_timeout_s,
+            fault_retry_s=fault_retry_s,
+            pause=pause,
         )
 
     async def read(self, op: Op) -> Any:

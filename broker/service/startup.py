@@ -25,14 +25,12 @@ anything but the self-test's probe object, which the self-test removes.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from broker.errors import OsqueueError
-from broker.retry import backoff_delays
+from broker.retry import REAL_TIME, Pause, backoff_delays
 
 if TYPE_CHECKING:
     from broker.service.takeover import Takeover
@@ -49,30 +47,32 @@ CAP_S = 5.0
 
 async def start_up(store: ObjectStore, takeover: Takeover,
                    io: Callable[..., Awaitable[Any]], *, self_test: bool,
-                   timeout_s: float) -> tuple[int, int]:
+                   timeout_s: float, pause: Pause = REAL_TIME) -> tuple[int, int]:
     """A broker's start-up: the store's self-test (if ``self_test``), then
     :meth:`~broker.service.takeover.Takeover.load`, each ridden out (:func:`ride_out`)
     until ``timeout_s`` after now; then :meth:`~broker.service.takeover.Takeover.take_all`.
-    ``io`` runs a store call off the event loop. Returns (served, existing)."""
-    deadline = time.monotonic() + timeout_s
+    ``io`` runs a store call off the event loop; ``pause`` is what the deadline
+    is counted on and the backoff waits on (the loops' own, which ``takeover``
+    loads with). Returns (served, existing)."""
+    deadline = pause.now() + timeout_s
     if self_test:
         await ride_out("the store's self-test", lambda: io(store.self_test),
-                       deadline=deadline, timeout_s=timeout_s)
+                       deadline=deadline, timeout_s=timeout_s, pause=pause)
     mine, existing = await ride_out("loading the queue objects",
                                     lambda: takeover.load(deadline),
-                                    deadline=deadline, timeout_s=timeout_s)
+                                    deadline=deadline, timeout_s=timeout_s, pause=pause)
     return await takeover.take_all(mine), existing
 
 
 async def ride_out(what: str, step: Callable[[], Awaitable[T]], *, deadline: float,
-                   timeout_s: float) -> T:
+                   timeout_s: float, pause: Pause = REAL_TIME) -> T:
     """``await step()``, again after each transient error until ``deadline``
-    (``time.monotonic()`` seconds; ``timeout_s`` is the whole start-up time, for
+    (``pause.now()`` seconds; ``timeout_s`` is the whole start-up time, for
     messages). ``what`` names the step in logs and errors ("the store's
     self-test"). Raises a non-retryable error at once, and the last transient
     one, re-worded (same class, code and details), once no time is left."""
     delays = backoff_delays(FIRST_S, CAP_S)
-    started = time.monotonic()
+    started = pause.now()
     tries = 0
     while True:
         tries += 1
@@ -82,14 +82,14 @@ async def ride_out(what: str, step: Callable[[], Awaitable[T]], *, deadline: flo
             if not exc.retryable:
                 raise
             last = exc
-        left = deadline - time.monotonic()
+        left = deadline - pause.now()
         if left <= 0:
             raise type(last)(
-                f"{what} kept failing for {time.monotonic() - started:.0f} s ({tries} "
+                f"{what} kept failing for {pause.now() - started:.0f} s ({tries} "
                 f"attempt{'s' if tries > 1 else ''}; the start-up time is {timeout_s:g} s): "
                 f"{last.message}", **last.details) from None
         delay = min(next(delays), left)
         log.warning("start-up: %s failed (%s [%s]); attempt %d in %.1f s, %.0f s of the "
                     "%g s start-up time left", what, last.message, last.code, tries + 1,
                     delay, left, timeout_s)
-        await asyncio.sleep(delay)
+        await pause.sleep(delay)

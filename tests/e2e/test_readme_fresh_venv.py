@@ -11,11 +11,22 @@ workers ran that one, and every task died with ``ModuleNotFoundError``.
 
 The wheel is built by the Makefile's target from a copy of the files it
 packages (the checkout gets no ``build/`` or ``dist/``). One venv serves the
-module; it is deleted afterwards (about 1 GB: pyspark, pyarrow, pandas). pip
-installs from its cache when it can (the one `make` filled), without byte-compiling
-what it installs (``PIP_NO_COMPILE``: what the runs import is compiled as they import
-it), which changes no file the programs run. Measured on the 2-core machine: about
-35 s to install, 10 s for the wheel, 15-20 s per Spark run.
+module; it is deleted afterwards. It comes in two variants, with the same runs
+and checks (tests/support/tiers.py):
+
+- ``short`` (``make test``): the wheel installed without its dependencies, which
+  are linked from this environment instead (tests/support/linked_deps.py: the
+  closure of the wheel's requirements with ``[spark]``, no other distribution, so
+  an import the wheel does not declare still fails), and pip, offline, finds
+  ``wheel[spark]`` satisfied there;
+- ``long`` (``make long``): pip installs ``wheel[spark]`` (about 1 GB: pyspark,
+  pyarrow, pandas) from its cache when it can (the one `make` filled), without
+  byte-compiling what it installs (``PIP_NO_COMPILE``: what the runs import is
+  compiled as they import it), which changes no file the programs run. Measured on
+  the 2-core machine: about 35 s to install on a quiet machine, minutes with
+  ``make test``'s workers beside it.
+
+Both: about 10 s for the wheel, 15-20 s per Spark run.
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.linked_deps import link_closure, wheel_requirements
 from tests.support.readme import block_after
 
 # The fixture's install counts against pytest-timeout's 300 s too (about 2.5 min of it
@@ -82,9 +94,13 @@ def user_env(venv: Path) -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="module")
-def fresh_python(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The Python of a new venv with the wheel ``make wheel`` built, ``[spark]`` extra."""
+@pytest.fixture(scope="module", params=[
+    pytest.param("linked", id="short"),
+    pytest.param("installed", id="long", marks=pytest.mark.long)])
+def fresh_python(request: pytest.FixtureRequest,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The Python of a new venv with the wheel ``make wheel`` built, ``[spark]``
+    extra: its dependencies linked (``short``) or installed by pip (``long``)."""
     base = tmp_path_factory.mktemp("fresh")
     src = base / "src"
     src.mkdir()
@@ -103,8 +119,19 @@ def fresh_python(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     # and the rest at install (CPU the other workers want); Python compiles what the
     # runs import
     env = {**user_env(venv), "PIP_NO_COMPILE": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    run([str(venv / "bin" / "pip"), "install", "--quiet", f"{wheel}[spark]"], base,
-        env=env, timeout_s=1200)
+    pip = [str(venv / "bin" / "python"), "-m", "pip"]
+    if request.param == "installed":
+        run([*pip, "install", "--quiet", f"{wheel}[spark]"], base, env=env, timeout_s=1200)
+    else:
+        linked = link_closure(venv, wheel_requirements(wheel), {"spark"})
+        assert {"pyspark", "pandas", "pyarrow", "boto3"} <= set(linked)
+        run([*pip, "install", "--quiet", "--no-index", "--no-deps", str(wheel)], base,
+            env=env)
+        # offline, pip finds every requirement of wheel[spark] met by what is linked
+        check = run([*pip, "install", "--no-index", "--dry-run", f"{wheel}[spark]"], base,
+                    env=env)
+        assert "Would install" not in check.stdout, check.stdout
+        run([*pip, "check"], base, env=env)
     yield venv / "bin" / "python"
     shutil.rmtree(base, ignore_errors=True)
 

@@ -451,15 +451,25 @@ def test_streaming_read_completes_on_commit_and_survives_restart(
     assert seen == set(range(30))
 
 
-def test_session_helpers_tell_the_kinds_apart(spark: Any, spark_connect: Any) -> None:
+# The session helpers, a test per kind: a test taking both sessions ran on the Connect
+# worker and started a second JVM there (tests/support/scheduling.py).
+def test_session_helpers_tell_a_classic_session(spark: Any) -> None:
+    from osqueue_spark.session import is_connect, sql_functions
+
+    assert not is_connect(spark)
+    assert sql_functions(spark).__name__ == "pyspark.sql.functions"
+
+
+def test_session_helpers_tell_a_connect_session(spark_connect: Any) -> None:
     """Outside ``any_spark`` this process is not in Connect mode, so plain
     ``pyspark.sql.functions`` build classic columns, which a Connect DataFrame
     refuses; the pipelines ask the session which functions to use."""
     from osqueue_spark.pipelines.common import documents
     from osqueue_spark.session import is_connect, sql_functions
 
-    assert not is_connect(spark) and is_connect(spark_connect)
-    assert sql_functions(spark).__name__ == "pyspark.sql.functions"
+    assert os.environ.get("SPARK_CONNECT_MODE_ENABLED") is None  # (not in Connect mode)
+    assert is_connect(spark_connect)
+    assert sql_functions(spark_connect).__name__ == "pyspark.sql.connect.functions"
     docs = documents(spark_connect, 5, partitions=2).where("doc = 3").collect()
     assert [(r["doc"], r["text"].split()[:2], r["poison"]) for r in docs] == [
         (3, ["document", "3"], False)]

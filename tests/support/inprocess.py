@@ -15,6 +15,7 @@ from broker.model.format import archive, segment_format
 from broker.model.format.decode import decode_state
 from broker.model.held import job_at, segment_slices
 from broker.model.segments.refs import pending_lines
+from broker.retry import REAL_TIME, Pause
 from broker.service.broker import Broker
 from broker.service.config import BrokerConfig
 from broker.storage import ObjectStore
@@ -28,12 +29,17 @@ def run(coro: Coroutine[Any, Any, T], timeout_s: float = 60.0) -> T:
     return asyncio.run(asyncio.wait_for(coro, timeout_s))
 
 
-async def started(store: ObjectStore, url: str = "http://a", clock: Clock | None = None,
+async def started(store: ObjectStore, url: str = "http://a", clock: Clock | None = None, *,
+                  pause: Pause = REAL_TIME, fault_retry_s: float = 2.0,
                   **config: Any) -> Broker:
+    """A started broker on ``store`` (``config``: ``BrokerConfig``'s fields, no
+    self-test unless asked), on ``clock`` if given; ``pause`` and
+    ``fault_retry_s`` as ``Broker``'s."""
     config.setdefault("self_test", False)
     broker = Broker(store, BrokerConfig(url=url, **config),
                     clock=clock.now_ms if clock else timefmt.now_ms,
-                    monotonic=clock.monotonic if clock else time.monotonic)
+                    monotonic=clock.monotonic if clock else time.monotonic,
+                    pause=pause, fault_retry_s=fault_retry_s)
     await broker.start()
     return broker
 

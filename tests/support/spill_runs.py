@@ -14,8 +14,8 @@ from broker.model.job import CANCELLED, COMPLETED, PENDING
 from broker.model.ops import CompleteItem
 from broker.service.broker import Broker
 from broker.storage import ObjectStore
-from tests.support.faults import EIO, LOST_REPLY, LOST_REPLY_412, NOT_LANDED
-from tests.support.inprocess import archive_lines, crash, stored
+from tests.support.faults import EIO, LOST_REPLY, LOST_REPLY_412, NOT_LANDED, Clock
+from tests.support.inprocess import archive_lines, crash, stored, until
 from tests.support.spill_store import held_at_spill_parts
 
 SPILLS = "/spills/"
@@ -83,6 +83,23 @@ async def drain(broker: Broker, store: ObjectStore, held: list[str]) -> None:
             return
     raise AssertionError(f"the queue did not drain: {(await broker.stats('q'))['counts']} "
                          f"{stored(store).spill_refs}")
+
+
+async def finished_archived(broker: Broker, store: ObjectStore, clock: Clock,
+                            queue: str = "q") -> None:
+    """Wait until the head of ``queue`` holds no completed or cancelled job (each
+    archived, then dropped), moving ``clock`` a second a look and poking the
+    queue's loop: the drop waits the archiver's ``DROP_DELAY_S`` on the broker's
+    clock, which the test moves (left still, the loop's timer would drop them a
+    second of wall time later). Fails after ``until``'s timeout."""
+
+    def finished_gone() -> bool:
+        clock.advance(1)
+        broker._queues[queue].loop.poke()
+        counts = stored(store, queue).count_by_status()
+        return not counts[COMPLETED] and not counts[CANCELLED]
+
+    await until(finished_gone)
 
 
 #: Faults a step may inject into its next store call of that method and key.

@@ -31,6 +31,7 @@ from tests.support.inprocess import (
     stored,
     successor,
 )
+from tests.support.pause import SkippedPause
 from tests.support.spill_store import spilled_ids
 
 BLOB = "x" * 200_000  # a 200 KB payload (the queue's limit is 256 KiB)
@@ -149,7 +150,8 @@ def test_a_crash_between_a_big_pushs_segment_write_and_its_commit(tmp_path: Path
     store = FaultyStore(FileStore(tmp_path))
 
     async def go() -> None:
-        a = await started(store, clock=clock)
+        # (the refs' commit fails for commit_timeout_s: its backoff skipped on a pause)
+        a = await started(store, clock=clock, pause=SkippedPause())
         await a.push("q", _big(1))
         # the reservation is the next write of the head, the refs' commit the one after
         store.inject("write_if_match", NOT_LANDED, nth=2, times=None,

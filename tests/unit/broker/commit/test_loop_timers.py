@@ -16,6 +16,7 @@ from broker.storage import FileStore
 from tests.support.broker_process import eventually
 from tests.support.faults import LOST_REPLY, NOT_LANDED, Clock, FaultyStore
 from tests.support.inprocess import run, started, until
+from tests.support.pause import SkippedPause
 
 
 def test_event_loop_keeps_running_after_a_lost_drop_commit(tmp_path: Path) -> None:
@@ -48,7 +49,10 @@ def test_event_loop_keeps_running_after_a_lost_drop_commit(tmp_path: Path) -> No
     gate = threading.Event()
     store.inject("put", None, key_contains="/archive/", before=lambda _k: gate.wait(10))
 
-    a = call(started(store, clock=clock, commit_timeout_s=0.5))
+    # (the re-reads' backoff skipped on an injected pause, counted against
+    # commit_timeout_s all the same; a faulted loop re-reads every 0.1 s, not 2 s)
+    a = call(started(store, clock=clock, commit_timeout_s=0.5, pause=SkippedPause(),
+                     fault_retry_s=0.1))
     call(a.push("q", [NewJob(b'"x"')]))
     [job] = call(a.claim("q", "w1", 1, 300.0))
     call(a.complete("q", [CompleteItem(job.token, b"1")]))  # commit N; archive write held
@@ -71,7 +75,7 @@ def test_event_loop_keeps_running_after_a_lost_drop_commit(tmp_path: Path) -> No
     eventually(dropped, 10, "the drop commit to land")
     eventually(lambda: qloop.fault is not None, 10, "the loop to give up reading (faulted)")
     clock.mono += 2.0  # monotonic time passes (the wall clock too, but less than lease/3)
-    store.heal()  # storage is back; the fault retry re-reads within 2 s
+    store.heal()  # storage is back; the fault retry re-reads within fault_retry_s
     # the re-read clears the fault; the loop then spun at once, never awaiting again
     eventually(lambda: qloop.fault is None, 10, "the fault retry's re-read")
     alive = responsive() and responsive()
@@ -109,6 +113,9 @@ def test_long_idle_streak_does_not_kill_the_commit_loop(tmp_path: Path) -> None:
     run(main())
 
 
+# A 4 s window of wall time (what the loop does in it is what is counted): slow,
+# so make test runs it and make check does not.
+@pytest.mark.slow
 def test_refused_keyed_push_to_a_new_queue_does_not_leave_a_timer_spinning(
         tmp_path: Path) -> None:
     """A keyed push refused (payload too large) as the first call to a new queue

@@ -17,6 +17,7 @@ from broker.model.ops import NewJob
 from broker.storage import FileStore
 from tests.support.faults import LATE, NOT_LANDED, REFUSED, Clock, FaultyStore
 from tests.support.inprocess import run, started, stored, until
+from tests.support.pause import SkippedPause
 
 #: client ids as QueueClient draws them; their calls are keyed f"{CLIENT}-{n}"
 CLIENT = "r-0123456789ab"
@@ -135,7 +136,8 @@ def test_a_refusal_nobody_was_told_is_not_replayed_to_a_retry(tmp_path: Path) ->
             return type(exc).__name__
 
     async def main() -> None:
-        a = await started(store, "http://a", clock, commit_timeout_s=0.4)
+        a = await started(store, "http://a", clock, commit_timeout_s=0.4,
+                          pause=SkippedPause())  # (the failing batch's backoff skipped)
         await a.create_queue("q", {"max_state_bytes": 65_536})
         # 1. producer CLIENT's push (call 0): its first PUT is held in the network (it
         #    lands later); every other write fails until the batch gives up.

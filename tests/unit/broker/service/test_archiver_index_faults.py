@@ -16,6 +16,7 @@ from broker.storage import FileStore
 from tests.support.faults import NOT_LANDED, Clock, FaultyStore
 from tests.support.inprocess import (
     archive_lines,
+    archived_and_dropped,
     crash,
     run,
     started,
@@ -41,8 +42,10 @@ def test_a_failing_index_write_keeps_the_job_in_the_queue_object_until_it_lands(
     store = FaultyStore(FileStore(tmp_path))
     store.inject("put", NOT_LANDED, times=None, key_contains="/archive-index/b")
 
+    clock = Clock()  # (the drop of archived jobs waits a second on it: the test moves it)
+
     async def main() -> None:
-        a = await started(store)
+        a = await started(store, clock=clock)
         try:
             ids = await a.push("q", [b'{"n":1}', b'{"n":2}'])
             jobs = await a.claim("q", "w", 2)
@@ -52,7 +55,7 @@ def test_a_failing_index_write_keeps_the_job_in_the_queue_object_until_it_lands(
             got = await a.job("q", ids[0])
             assert (got["location"], got["status"]) == ("queue", "completed")
             store.heal()
-            await until(lambda: not stored(store).completed)
+            await archived_and_dropped(a, store, clock, deleted=False)
             for job_id in ids:
                 got = await a.job("q", job_id)
                 assert (got["location"], got["status"]) == ("archive", "completed")
@@ -80,7 +83,7 @@ def test_a_crash_between_the_index_and_the_object_is_archived_once_by_the_succes
         store.heal()
         b = await successor(store, clock)
         try:
-            await until(lambda: not stored(store).completed)
+            await archived_and_dropped(b, store, clock, deleted=False)
             _once(store, ids[:2])
             assert len(store.list(paths.archive_prefix("q"))) == 1 and len(_indexed(store)) == 1
             for job_id in ids[:2]:
@@ -110,7 +113,7 @@ def test_a_crash_between_the_commit_and_any_archive_write(tmp_path: Path) -> Non
         store.heal()
         b = await successor(store, clock)
         try:
-            await until(lambda: not stored(store).completed)
+            await archived_and_dropped(b, store, clock, deleted=False)
             _once(store, ids)
             (start,) = store.list(paths.archive_start_prefix("q"))
             assert start.endswith("-clean")  # (nothing was archived before)
@@ -130,13 +133,14 @@ def test_an_archive_from_before_the_index_is_marked_legacy_and_still_searched(
     (and named its objects without a range): this version's first archive write
     marks the index's start ``-legacy``, so those jobs are still found."""
     store = FileStore(tmp_path)
+    clock = Clock()  # (the drop of archived jobs waits a second on it: the test moves it)
 
     async def main() -> None:
-        a = await started(store)
+        a = await started(store, clock=clock)
         first = await a.push("q", [b'{"n":1}', b'{"n":2}'])
         jobs = await a.claim("q", "w", 1)
         await a.complete("q", [CompleteItem(jobs[0].token, b'"old"')])
-        await until(lambda: not stored(store).completed)
+        await archived_and_dropped(a, store, clock, deleted=False)
         await a.stop(5)
         # what an older broker would have left: no index, no range in the name
         for key in store.list(paths.archive_index_prefix("q")):
@@ -146,11 +150,11 @@ def test_an_archive_from_before_the_index_is_marked_legacy_and_still_searched(
         store.put(old, store.get(key))
         store.delete(key)
 
-        b = await started(store, "http://b")
+        b = await started(store, "http://b", clock)
         try:
             (second,) = await b.claim("q", "w", 1)
             await b.complete("q", [CompleteItem(second.token, b'"new"')])
-            await until(lambda: not stored(store).completed)
+            await archived_and_dropped(b, store, clock, deleted=False)
             (start,) = store.list(paths.archive_start_prefix("q"))
             assert start.endswith("-legacy")
             got = await b.job("q", first[0])

@@ -53,6 +53,7 @@ from tests.support.inprocess import (
     successor,
     until,
 )
+from tests.support.pause import SkippedPause
 
 # -- 1. an unknown outcome under a takeover ------------------------------------------
 
@@ -250,7 +251,8 @@ def test_a_disk_error_is_answered_and_the_queue_recovers(tmp_path: Path, kind: s
     store = FaultyStore(FileStore(tmp_path))
 
     async def main() -> None:
-        a = await started(store, commit_timeout_s=1.0)
+        # (the failing batch's backoff skipped on a pause, counted against commit_timeout_s)
+        a = await started(store, commit_timeout_s=1.0, pause=SkippedPause())
         await a.push("q", [NewJob(b"1")])
         await a.push("other", [NewJob(b"1")])
         store.inject("write_if_match", kind, key_contains="q/queue.json", times=None)

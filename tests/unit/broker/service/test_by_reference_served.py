@@ -14,6 +14,7 @@ from broker import paths
 from broker.model.ops import CompleteItem
 from broker.service import by_reference
 from broker.storage import store_from_url
+from tests.support.faults import Clock
 from tests.support.inprocess import (
     archived_and_dropped,
     bodies,
@@ -54,8 +55,10 @@ def test_a_bulk_push_goes_into_segments_and_drains_in_order(tmp_path: Path,
     monkeypatch.setattr(by_reference, "SEGMENT_MAX_BYTES", 400)  # many small segments
     store = store_from_url(f"file://{tmp_path}")
 
+    clock = Clock()  # (the drop of archived jobs waits a second on it: the test moves it)
+
     async def go() -> None:
-        broker = await started(store, segment_push_jobs=50, held_in_records=held)
+        broker = await started(store, clock=clock, segment_push_jobs=50, held_in_records=held)
         await broker.push("q", bodies(3))  # inline: below the threshold
         ids = await broker.push("q", bodies(200, 3))
         assert ids[0] == "j0000000004" and len(ids) == 200
@@ -74,7 +77,7 @@ def test_a_bulk_push_goes_into_segments_and_drains_in_order(tmp_path: Path,
             await broker.complete("q", [CompleteItem(job.token) for job in jobs])
         assert got == sorted(got) and len(got) == len(set(got)) == 203
         assert sorted(payloads(store), key=lambda p: p["n"]) == [{"n": i} for i in range(203)]
-        await archived_and_dropped(broker, store, None)
+        await archived_and_dropped(broker, store, clock)
         await _settled(broker)
         head = stored(store)
         assert head.segment_refs == [] and segment_objects(store) == []
@@ -90,8 +93,10 @@ def test_a_purge_drops_the_segments_and_then_their_objects(tmp_path: Path, held:
     jobs are done and archived."""
     store = store_from_url(f"file://{tmp_path}")
 
+    clock = Clock()  # (the drop of archived jobs waits a second on it: the test moves it)
+
     async def go() -> None:
-        broker = await started(store, segment_push_jobs=10, held_in_records=held)
+        broker = await started(store, clock=clock, segment_push_jobs=10, held_in_records=held)
         await broker.push("q", bodies(100))
         claimed = await broker.claim("q", "w", max_jobs=5)
         assert len(segment_objects(store)) == 1
@@ -103,7 +108,7 @@ def test_a_purge_drops_the_segments_and_then_their_objects(tmp_path: Path, held:
             assert segment_objects(store) == [refs[0].key]
             assert sorted(p["n"] for p in payloads(store)) == [0, 1, 2, 3, 4]
             await broker.complete("q", [CompleteItem(j.token) for j in claimed])
-            await archived_and_dropped(broker, store, None)
+            await archived_and_dropped(broker, store, clock)
             await _settled(broker)
         assert stored(store).segment_refs == [] and segment_objects(store) == []
         assert (await broker.stats("q"))["counts"]["pending"] == 0

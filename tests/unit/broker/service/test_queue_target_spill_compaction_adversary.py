@@ -14,7 +14,7 @@ import pytest
 
 from broker.errors import NotTheBroker, OsqueueError
 from broker.model import spill_compaction
-from broker.model.job import CANCELLED, COMPLETED
+from broker.model.job import CANCELLED
 from broker.model.ops import CompleteItem, FailItem, NewJob
 from broker.service.broker import Broker
 from broker.storage import ObjectStore
@@ -37,6 +37,7 @@ from tests.support.spill_runs import (
     crash_soon,
     drain,
     everywhere,
+    finished_archived,
     where,
 )
 from tests.support.spill_store import spill_keys
@@ -122,8 +123,7 @@ def test_merges_racing_mixed_operations_keep_each_spilled_job_exactly_once(
             seen = everywhere(store)
             assert [i for i, n in seen.items() if n > 1] == [], where(store, seen)
         await drain(a, store, held)
-        await until(lambda: not any(
-            stored(store).count_by_status()[status] for status in (COMPLETED, CANCELLED)))
+        await finished_archived(a, store, clock)  # (every finished job archived: none awaits it)
         seen = everywhere(store)
         assert [i for i, n in seen.items() if n > 1] == []
         assert set(seen) <= set(pushed)

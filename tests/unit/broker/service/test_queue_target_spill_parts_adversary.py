@@ -29,7 +29,15 @@ from broker.storage.files import FileStore
 from broker.wire import CANCEL_REQUESTED
 from tests.support.faults import Clock, FaultyStore
 from tests.support.inprocess import archive_lines, run, started, stored, successor, until
-from tests.support.spill_runs import FAULTS, GRACE_S, crash_soon, drain, everywhere, where
+from tests.support.spill_runs import (
+    FAULTS,
+    GRACE_S,
+    crash_soon,
+    drain,
+    everywhere,
+    finished_archived,
+    where,
+)
 from tests.support.spill_store import held_at_spill_parts, spill_keys
 from tests.support.tiers import seeds
 
@@ -175,8 +183,7 @@ def test_mixed_operations_on_jobs_held_at_spill_parts_keep_each_job_exactly_once
         completed.update(x.token.split(".")[0] for x in done if x.ok and x.status == COMPLETED)
         clock.advance(LONG_S + 1)  # (every lease runs out: what a heartbeat lost is reclaimed)
         await drain(a, store, [])
-        await until(lambda: not any(
-            stored(store).count_by_status()[status] for status in (COMPLETED, CANCELLED)))
+        await finished_archived(a, store, clock)  # (every finished job archived: none awaits it)
         archived = Counter(rec["id"] for rec in archive_lines(store))
         assert [i for i, n in archived.items() if n > 1] == []
         statuses = {rec["id"]: rec.get("status") for rec in archive_lines(store)}

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from broker.errors import NotTheBroker, OsqueueError
-from broker.model.job import CANCELLED, COMPLETED, DEAD
+from broker.model.job import CANCELLED, DEAD
 from broker.model.ops import CompleteItem, FailItem, Inspect, NewJob
 from broker.service.broker import Broker
 from broker.storage import ObjectStore
@@ -38,6 +38,7 @@ from tests.support.spill_runs import (
     crash_soon,
     drain,
     everywhere,
+    finished_archived,
     where,
 )
 from tests.support.spill_store import spill_keys
@@ -128,8 +129,7 @@ def test_mixed_operations_keep_each_spilled_job_exactly_once(tmp_path: Path, see
             assert [i for i, n in seen.items() if n > 1] == [], where(store, seen)
             used = used or bool(stored(store).segment_refs)
         await drain(a, store, held)
-        await until(lambda: not any(  # (every finished job archived: none awaits it)
-            stored(store).count_by_status()[status] for status in (COMPLETED, CANCELLED)))
+        await finished_archived(a, store, clock)  # (every finished job archived: none awaits it)
         seen = everywhere(store)
         assert [i for i, n in seen.items() if n > 1] == []
         assert set(seen) <= set(pushed)

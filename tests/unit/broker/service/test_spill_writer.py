@@ -29,6 +29,7 @@ from tests.support.faults import (
     FaultyStore,
 )
 from tests.support.inprocess import crash, run, started, stored, successor
+from tests.support.pause import SkippedPause
 from tests.support.spill_store import dead_everywhere, spill_keys
 
 QUEUE_KEY = paths.state_key("q")
@@ -218,7 +219,8 @@ def test_a_crash_between_the_spill_write_and_the_cas_loses_no_job(
     store = FaultyStore(inner)
 
     async def go() -> None:
-        a = await _started(store, pending, clock=clock, spill_jobs=10, commit_timeout_s=1.0)
+        a = await _started(store, pending, clock=clock, spill_jobs=10, commit_timeout_s=1.0,
+                           pause=SkippedPause())  # (the failing batch's backoff skipped)
         ids = await a.push("q", _jobs(25))
         got = await a.claim("q", "w", max_jobs=25)
         before = store.read(QUEUE_KEY).data

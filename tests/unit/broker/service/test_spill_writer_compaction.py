@@ -31,6 +31,7 @@ from tests.support.faults import (
     FaultyStore,
 )
 from tests.support.inprocess import crash, run, started, stored, successor, until
+from tests.support.pause import SkippedPause
 from tests.support.spill_store import dead_everywhere, spill_keys
 
 #: dead jobs spilled past one; pending ones (pushed with options) kept inline
@@ -217,7 +218,7 @@ def test_a_crash_between_the_merge_and_the_cas_loses_no_job(tmp_path: Path) -> N
 
     async def go() -> None:
         a = await started(store, clock=clock, **DEAD_SPILLS, commit_timeout_s=1.0,
-                          segment_grace_s=60.0)
+                          segment_grace_s=60.0, pause=SkippedPause())  # (backoff skipped)
         ids = await _spilled_rounds(a)
         olds = _live_keys(store)
         await a.push("q", [b'{"x":0}'])  # (starts the merge)

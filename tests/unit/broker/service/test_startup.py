@@ -4,6 +4,10 @@ taking the queues over) rides out transient errors, logging each retry, for
 ``startup_timeout_s``; then it raises the last error. Permanent errors raise at
 once. Every test checks the store itself afterwards.
 
+The backoff waits and the deadlines they count against run on an injected
+:class:`~tests.support.pause.SkippedPause` (the broker's ``pause``): the same
+schedule and time limits, in no wall time; the tests read the waits it skipped.
+
 The same through real processes, an S3 API and a fault proxy:
 ``tests/integration/broker/test_startup_process.py``.
 """
@@ -32,6 +36,7 @@ from broker.service.config import BrokerConfig
 from broker.storage import Data, FileStore, ObjectStore, as_bytes
 from tests.support.faults import LOST_REPLY, NOT_LANDED, REFUSED, FaultyStore
 from tests.support.inprocess import run, started
+from tests.support.pause import SkippedPause
 
 QUEUES = ("a", "b", "c")
 JOBS = 5  # a queue, one of "a"'s claimed
@@ -55,9 +60,13 @@ def _snapshot(store: ObjectStore) -> dict[str, bytes]:
     return {key: store.get(key) for key in store.list("")}
 
 
-def _broker(store: ObjectStore, **config: object) -> Broker:
+def _broker(store: ObjectStore, pause: SkippedPause | None = None, fault_retry_s: float = 2.0,
+            **config: object) -> Broker:
+    """A broker waiting its start-up's and loops' backoff on ``pause`` (a
+    fresh :class:`SkippedPause` if None: the waits are skipped, counted as elapsed)."""
     config.setdefault("startup_timeout_s", 30.0)
-    return Broker(store, BrokerConfig(url="http://new", **config))  # type: ignore[arg-type]
+    return Broker(store, BrokerConfig(url="http://new", **config),  # type: ignore[arg-type]
+                  pause=pause or SkippedPause(), fault_retry_s=fault_retry_s)
 
 
 def _start_and_stop(broker: Broker) -> None:
@@ -131,11 +140,16 @@ def test_start_rides_out_a_store_that_cannot_be_listed_for_a_while(
     caplog.set_level(logging.WARNING, "osqueue")
     store = FaultyStore(inner)
     store.inject("list", NOT_LANDED, times=4)
-    broker = _broker(store)
+    pause = SkippedPause()
+    broker = _broker(store, pause)
     _start_and_stop(broker)
     retries = _retries(caplog, "loading the queue objects failed")
     assert len(retries) == 4
     assert [m.split("; attempt ")[1].split(" ")[0] for m in retries] == ["2", "3", "4", "5"]
+    # start-up's backoff: 0.25 s doubling, each jittered to [0.5, 1.5) times it
+    assert len(pause.slept) == 4
+    for delay, nominal in zip(pause.slept, [0.25, 0.5, 1.0, 2.0], strict=True):
+        assert 0.5 * nominal <= delay < 1.5 * nominal, pause.slept
     _check_store(inner)
 
 
@@ -144,12 +158,15 @@ def test_start_rides_out_reads_of_one_queue_object(
     caplog.set_level(logging.WARNING, "osqueue")
     store = FaultyStore(inner)
     store.inject("read", NOT_LANDED, key_contains="b/queue.json", times=5)
-    # (about 1.5 s of backoff: past a batch's time on failing storage, within start-up's)
-    broker = _broker(store, commit_timeout_s=0.3)
+    pause = SkippedPause()
+    broker = _broker(store, pause, commit_timeout_s=0.3)
     _start_and_stop(broker)
     rereads = [r.getMessage() for r in caplog.records if "re-read of b/queue.json" in
                r.getMessage()]
     assert len(rereads) == 5  # each retry of the read logged
+    # the read's backoff (50 ms doubling, jittered) went past a batch's time on
+    # failing storage (commit_timeout_s), within start-up's
+    assert len(pause.slept) == 5 and sum(pause.slept) > 0.3, pause.slept
     _check_store(inner)
 
 
@@ -183,7 +200,8 @@ def test_a_takeover_failing_past_the_commit_timeout_does_not_fail_start_up(
     itself once storage answers again: no client call needed."""
     store = FaultyStore(inner)
     store.inject("write_if_match", NOT_LANDED, key_contains="c/queue.json", times=None)
-    broker = _broker(store, commit_timeout_s=0.3)
+    # (its loop re-reads a faulted object every fault_retry_s: 2 s, 0.05 s here)
+    broker = _broker(store, commit_timeout_s=0.3, fault_retry_s=0.05)
 
     async def go() -> None:
         await broker.start()
@@ -192,7 +210,7 @@ def test_a_takeover_failing_past_the_commit_timeout_does_not_fail_start_up(
             assert c is not None and c.loop.fault is not None
             assert decode_state(inner.read(paths.state_key("c")).data).broker is None
             store.heal()
-            for _ in range(200):  # the loop re-reads a faulted object every 2 s
+            for _ in range(200):  # the loop re-reads a faulted object every 0.05 s
                 state = decode_state(inner.read(paths.state_key("c")).data)
                 if state.broker is not None:
                     break

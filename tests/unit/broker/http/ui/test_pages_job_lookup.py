@@ -10,21 +10,23 @@ from broker.http.app import build_app
 from broker.model.ops import CompleteItem
 from broker.storage import MemoryStore
 from tests.support.asgi import call
-from tests.support.inprocess import run, started, stored, until
+from tests.support.faults import Clock
+from tests.support.inprocess import archived_and_dropped, run, started
 from tests.support.ui_forms import TOKEN, URL, login
 
 
 def test_a_finished_jobs_page_shows_it_from_the_archive() -> None:
     store = MemoryStore()
+    clock = Clock()  # (the drop of archived jobs waits a second on it: the test moves it)
 
     async def main() -> None:
-        broker = await started(store, URL)
+        broker = await started(store, URL, clock)
         try:
             ids = await broker.push("q", [b'{"doc":"a"}', b'{"doc":"b"}', b'{"doc":"c"}'])
             jobs = await broker.claim("q", "worker-9", 1)
             await broker.complete("q", [CompleteItem(jobs[0].token, b'{"pages":12}')])
             await broker.cancel("q", [ids[1]])
-            await until(lambda: not stored(store).completed)
+            await archived_and_dropped(broker, store, clock, deleted=False)
             app = build_app(broker, token=TOKEN)
             cookie = {"cookie": f"osq_ui={await login(app)}"}
             status, body, _ = await call(app, "GET", f"/ui/queues/q/jobs/{ids[0]}",

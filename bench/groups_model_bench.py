@@ -17,8 +17,13 @@ tree's runs too, in the same interleaved rounds. ``--instructions``: instead,
 each row once per tree under valgrind's callgrind, the instructions a job
 (those of a run of ``--instruction-rounds`` cycles less those of a run of none,
 over its jobs): a count no other work on the machine moves, to weigh a change
-too small for a shared machine's CPU times. Writes
-bench/results/groups_model.json (or ``--out NAME``: NAME.json).
+too small for a shared machine's CPU times. ``--instructions --phases``: also
+each phase's instructions a job, steady state (one phase a run: only its calls
+counted, callgrind's ``--toggle-collect`` on a C function the child calls it
+through; a run of ``--instruction-rounds`` cycles less a run of one, over the
+jobs between): where a grouped job's extra instructions go, deterministically.
+``--rows``: only those rows. Writes bench/results/groups_model.json (or ``--out
+NAME``: NAME.json).
 """
 
 from __future__ import annotations
@@ -36,6 +41,10 @@ ROOT = Path(__file__).resolve().parent.parent
 ROWS = {"ungrouped": (0, None), "groups1000": (1000, None), "groups1000-limit2": (1000, 2)}
 CLIENTS, ROUNDS_EACH, BATCH = 16, 40, 100
 T0 = 1_767_225_600_000
+#: --phases: the child counts this phase only (its name in PHASES), called through
+#: operator.call, whose C function callgrind toggles collection on.
+_PHASE_ENV = "OSQ_BENCH_PHASE"
+_PHASE_TOGGLE = "_operator_call"
 
 #: (module, function) -> its phase: what the commit loop calls once an operation.
 PHASES = [("broker.model.transitions", "insert_jobs", "push: insert_jobs"),
@@ -54,8 +63,11 @@ def _child(row: str, rounds_each: int = ROUNDS_EACH) -> dict[str, float]:
     """One run of ``row`` (imports whichever broker is first on the path): thread CPU
     microseconds a job, by phase and in all."""
     import importlib
+    import operator
+    import os
     import secrets
     from collections import Counter
+    from functools import partial
 
     import orjson
 
@@ -75,10 +87,15 @@ def _child(row: str, rounds_each: int = ROUNDS_EACH) -> dict[str, float]:
                 spent[phase] += clock() - t0
         return run
 
+    counted = os.environ.get(_PHASE_ENV)
     for module, name, phase in PHASES:
         mod = importlib.import_module(module)
-        if hasattr(mod, name):
+        if not hasattr(mod, name):
+            continue
+        if counted is None:
             setattr(mod, name, timed(getattr(mod, name), phase))
+        elif counted == phase:  # (--phases: its calls go through _operator_call, counted)
+            setattr(mod, name, partial(operator.call, getattr(mod, name)))
     groups, limit = ROWS[row]
     state = transitions.new_state(T0)
     tokens.bind(state, "bench", secrets.token_bytes)
@@ -130,6 +147,10 @@ def main() -> None:
                    help="count instructions a job under valgrind (callgrind), no timing")
     p.add_argument("--instruction-rounds", type=int, default=10,
                    help="with --instructions: cycles of each client a run (default %(default)s)")
+    p.add_argument("--phases", action="store_true",
+                   help="with --instructions: also each phase's instructions a job")
+    p.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS),
+                   help="the rows to run (default: all)")
     p.add_argument("--baseline", type=Path,
                    help="another checkout whose model runs every row too, in the same "
                         "interleaved rounds")
@@ -141,7 +162,7 @@ def main() -> None:
     from bench._common import child_output, write_results
     trees = {"after": ROOT} if args.baseline is None else {"before": args.baseline, "after": ROOT}
     if args.instructions:
-        _instructions(trees, args.instruction_rounds, args.out)
+        _instructions(trees, args.instruction_rounds, args.out, args.rows, args.phases)
         return
     runs: dict[str, dict[str, list[dict[str, float]]]] = {t: {r: [] for r in ROWS} for t in trees}
     for n in range(args.rounds):
@@ -170,9 +191,11 @@ def main() -> None:
     print(f"results written to {path}")
 
 
-def _instructions(trees: dict[str, Path], rounds_each: int, out: str) -> None:
+def _instructions(trees: dict[str, Path], rounds_each: int, out: str,
+                  rows_run: list[str] | None = None, phases: bool = False) -> None:
     """Instructions a job of each row and tree, counted by callgrind (see the module
-    docstring); the rows' ratios are ungrouped over grouped instructions a job."""
+    docstring); the rows' ratios are ungrouped over grouped instructions a job
+    (with ``ungrouped`` among ``rows_run``). ``phases``: each phase's too."""
     import os
     import re
     import subprocess
@@ -180,11 +203,17 @@ def _instructions(trees: dict[str, Path], rounds_each: int, out: str) -> None:
 
     from bench._common import write_results
 
-    def count(root: Path, row: str, rounds: int) -> int:
+    rows_run = rows_run or list(ROWS)
+
+    def count(root: Path, row: str, rounds: int, phase: str | None = None) -> int:
         env = {**os.environ, "PYTHONPATH": str(root)}
+        toggle: list[str] = []
+        if phase is not None:
+            env[_PHASE_ENV] = phase
+            toggle = [f"--toggle-collect={_PHASE_TOGGLE}"]
         done = subprocess.run(
-            ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-             __file__, "--child", row, "--child-rounds", str(rounds)],
+            ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *toggle,
+             sys.executable, __file__, "--child", row, "--child-rounds", str(rounds)],
             env=env, cwd=root, capture_output=True, text=True, check=True, timeout=3600)
         found = re.search(r"Collected : (\d+)", done.stderr)
         if found is None:
@@ -192,28 +221,42 @@ def _instructions(trees: dict[str, Path], rounds_each: int, out: str) -> None:
         return int(found.group(1))
 
     jobs_n = CLIENTS * rounds_each * BATCH
-    runs = [(tree, row, n) for tree in trees for row, n in [("ungrouped", 0)]
-            + [(row, rounds_each) for row in ROWS]]
+    runs: list[tuple[str, str, int, str | None]] = [
+        (tree, row, n, None) for tree in trees
+        for row, n in [("ungrouped", 0)] + [(row, rounds_each) for row in rows_run]]
+    if phases:  # (steady state: rounds_each cycles less one, the first's building left out)
+        runs += [(tree, row, n, phase) for tree in trees for row in rows_run
+                 for _, _, phase in PHASES for n in (1, rounds_each)]
     with ThreadPoolExecutor(2) as pool:  # (counts, not times: two at once change nothing)
         counted = dict(zip(runs, pool.map(lambda run: count(trees[run[0]], *run[1:]), runs),
                            strict=True))
     summary: dict[str, dict[str, Any]] = {}
     for tree in trees:
-        empty = counted[(tree, "ungrouped", 0)]
-        rows = {row: (counted[(tree, row, rounds_each)] - empty) / jobs_n for row in ROWS}
-        summary[tree] = {"instructions_at_start": empty, "instructions_a_job": rows,
-                         "ungrouped_over_grouped": {row: rows["ungrouped"] / n
-                                                    for row, n in rows.items()
-                                                    if row != "ungrouped"}}
+        empty = counted[(tree, "ungrouped", 0, None)]
+        rows = {row: (counted[(tree, row, rounds_each, None)] - empty) / jobs_n
+                for row in rows_run}
+        summary[tree] = {"instructions_at_start": empty, "instructions_a_job": rows}
+        if "ungrouped" in rows:
+            summary[tree]["ungrouped_over_grouped"] = {
+                row: rows["ungrouped"] / n for row, n in rows.items() if row != "ungrouped"}
         print(f"{tree:<6} " + "  ".join(f"{row} {n:,.0f}" for row, n in rows.items())
               + " instructions a job", flush=True)
+        if phases:
+            steady = CLIENTS * (rounds_each - 1) * BATCH
+            split = summary[tree]["phases_a_job"] = {
+                row: {phase: (counted[(tree, row, rounds_each, phase)]
+                              - counted[(tree, row, 1, phase)]) / steady
+                      for _, _, phase in PHASES} for row in rows_run}
+            for row, by_phase in split.items():
+                print(f"       {row}: " + ", ".join(f"{phase} {n:,.0f}"
+                                                    for phase, n in by_phase.items() if n))
     payload: dict[str, Any] = {"instruction_rounds": rounds_each, "jobs": jobs_n,
                                "results": summary["after"]}
     if "before" in summary:
         payload["before"] = summary["before"]
         payload["after_over_before"] = {
             row: summary["after"]["instructions_a_job"][row]
-            / summary["before"]["instructions_a_job"][row] for row in ROWS}
+            / summary["before"]["instructions_a_job"][row] for row in rows_run}
     path = write_results(out, payload)
     print(f"results written to {path}")
 

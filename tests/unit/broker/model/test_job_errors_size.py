@@ -44,8 +44,6 @@ def _failing_head(failures: int) -> tuple[QueueState, int]:
     return state, now
 
 
-@pytest.mark.xfail(strict=True, reason="Job.size_estimate ignores the error history: a head "
-                   "of retrying jobs grows to 5x max_state_bytes and pushes still land")
 def test_a_push_into_a_head_its_error_histories_filled_is_refused_as_queue_full() -> None:
     """Ten jobs failing ERRORS_KEPT times with full-length texts make a head of
     ~330 KB against a bound of 64 KB (with ``last_error`` alone it stayed near
@@ -60,7 +58,6 @@ def test_a_push_into_a_head_its_error_histories_filled_is_refused_as_queue_full(
     assert len(state.jobs) == jobs_before
 
 
-@pytest.mark.xfail(strict=True, reason="Job.size_estimate ignores the error history")
 def test_a_job_s_size_estimate_counts_its_error_history() -> None:
     """A job with ERRORS_KEPT full-length ASCII texts: its estimate is at least
     its line's bytes (the texts are nearly all of them)."""

@@ -74,7 +74,10 @@ from broker.model.tokens import check_key
 def _time(raw: Any, what: str) -> int:
     if not isinstance(raw, str):
         raise ValueError(f"{what} must be a time string, got {raw!r}")
-    ms = timefmt.parse(raw)
+    try:
+        ms = timefmt.parse(raw)
+    except ValueError:  # (its message names neither the job nor the field)
+        raise ValueError(f"{what} {raw!r} is not a time") from None
     if not 0 <= ms <= TIME_MASK:
         raise ValueError(f"{what} {raw!r} is before 1970 or after 9999")
     return ms

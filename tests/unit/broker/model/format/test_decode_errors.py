@@ -110,8 +110,6 @@ def _with_last_error(text: str, errors: bool) -> bytes:
     return b"\n".join(lines)
 
 
-@pytest.mark.xfail(strict=True, reason="decode bounds the older texts but not last_error (the "
-                   "newest): a head it loads becomes, after one failure, a head it refuses")
 @pytest.mark.parametrize("errors", [True, False], ids=["with errors", "without errors"])
 def test_a_last_error_too_long_is_refused_not_written_into_a_head_no_broker_reads(
         errors: bool) -> None:

@@ -5,7 +5,9 @@ the owner killed right after a fail was answered (its spill of the failed
 jobs maybe in flight), the next owner's spill write or head write faulted
 (not landed, lost reply, a 412 after a landed write). At the end every job is
 dead exactly once with attempts [1, 6..12] and each attempt's text, nothing
-claimed or held, and once purged and swept no spill object is left."""
+claimed or held, and once purged and swept no spill object is left. A fail
+repeated (its first write's reply lost; on the owner and after a takeover)
+adds no entry."""
 
 from __future__ import annotations
 
@@ -20,7 +22,12 @@ from broker.service.broker import Broker
 from broker.storage.files import FileStore
 from tests.support.faults import EIO, LOST_REPLY, LOST_REPLY_412, NOT_LANDED, Clock, FaultyStore
 from tests.support.inprocess import crash, run, stored, successor, until
-from tests.support.spill_store import dead_everywhere, spill_keys, spilled_jobs
+from tests.support.spill_store import (
+    dead_everywhere,
+    held_at_spill_parts,
+    spill_keys,
+    spilled_jobs,
+)
 
 N = 20
 FAILURES = 12
@@ -86,3 +93,41 @@ def test_twelve_failures_across_killed_owners_keep_first_and_latest_histories(
         await owner.stop()
 
     run(go(), timeout_s=240)
+
+
+def test_a_repeated_fail_adds_no_entry_on_the_owner_or_after_a_takeover(
+        tmp_path: Path) -> None:
+    """A fail whose head write landed with its reply lost (a 412 on the retry),
+    repeated with the same tokens on the owner and again on the next owner:
+    one entry per attempt, the first text kept."""
+    inner = FileStore(tmp_path)
+    store = FaultyStore(inner)
+    clock = Clock(1_767_225_600_000)
+    spilling = {"spill_jobs": 3, "spill_pending": True}
+
+    async def go() -> None:
+        a = await successor(store, clock, "http://a", **spilling)
+        ids = await a.push("q", [NewJob(b'{"n":%d}' % i, max_attempts=5) for i in range(6)])
+        first = await a.claim("q", "w", max_jobs=6, lease_s=LEASE_S)
+        store.inject("write_if_match", LOST_REPLY_412, key_contains="queue.json")
+        for text in ("first", "first again"):
+            answers = await a.fail("q", [FailItem(j.token, text, 0) for j in first])
+            assert all(x.ok for x in answers)
+        assert [kind for _, kind, _ in store.injected] == [LOST_REPLY_412]
+        second = await a.claim("q", "w", max_jobs=6, lease_s=LEASE_S)
+        assert {j.attempt for j in second} == {2}
+        await crash(a)
+        b = await successor(store, clock, "http://b", **spilling)
+        for tokens, text in ((first, "first once more"), (second, "second"),
+                             (second, "second again")):
+            answers = await b.fail("q", [FailItem(j.token, text, 0) for j in tokens])
+            assert all(x.ok for x in answers)
+        head = stored(inner)
+        jobs = [*head.jobs.touched(), *spilled_jobs(inner, kind="pending"),
+                *held_at_spill_parts(inner)]
+        assert sorted(j.id for j in jobs) == sorted(ids)  # (lost 0, duplicated 0)
+        assert {j.id: [(e.attempt, e.text) for e in j.errors] for j in jobs} == {
+            i: [(1, "first"), (2, "second")] for i in ids}
+        await b.stop()
+
+    run(go(), timeout_s=120)

@@ -136,8 +136,7 @@ def _errors_from(raw: dict[str, Any], job_id: str, attempts: int,
     keeping its ``last_error``; checked with main ``de634bd``)."""
     last_error = _text(raw.get("last_error"), f"job {job_id!r} last_error", optional=True)
     if last_error is not None and len(last_error) > MAX_ERROR_CHARS:
-        # (every broker cut it so; loaded, the next failure would move it into
-        # "errors", and the head then written would be refused)
+        # (every broker cuts it so; loaded, a failure would write it into "errors": refused)
         raise ValueError(f"job {job_id!r} last_error must be at most {MAX_ERROR_CHARS} "
                          f"characters, got {len(last_error)}")
     entries = raw.get("errors")

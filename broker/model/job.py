@@ -188,6 +188,20 @@ def bounded_errors(entries: Sequence[ErrorEntry]) -> tuple[ErrorEntry, ...]:
                  else entry._replace(text=entry.text[-MAX_ERROR_CHARS:]) for entry in kept)
 
 
+#: Rough bytes an error-history entry adds to its job's line besides its text
+#: (attempt, failure time, brackets, quotes and commas: about 36; the names
+#: ``"last_error"`` and ``"errors"`` spread over the entries).
+ERROR_ENTRY_BYTES = 48
+
+
+def errors_bytes(errors: Sequence[ErrorEntry]) -> int:
+    """Rough bytes ``errors`` add to a job's line: each text's characters (one
+    byte each: a text of escaped or non-ASCII characters costs more) and
+    :data:`ERROR_ENTRY_BYTES`. Part of :meth:`Job.size_estimate`, so that
+    ``max_state_bytes`` sees histories (up to ERRORS_KEPT x MAX_ERROR_CHARS)."""
+    return sum(len(entry.text) for entry in errors) + ERROR_ENTRY_BYTES * len(errors)
+
+
 def with_error(errors: tuple[ErrorEntry, ...], attempt: int, failed_ms: int,
                text: str) -> tuple[ErrorEntry, ...]:
     """``errors`` with the failure of ``attempt`` at ``failed_ms`` (ms since the
@@ -467,8 +481,13 @@ class Job:
         return out
 
     def size_estimate(self) -> int:
-        """Rough bytes of the job's line (payload, result and :data:`JOB_OVERHEAD_BYTES`)."""
-        return len(self.payload) + JOB_OVERHEAD_BYTES + len(self.result or b"")
+        """Rough bytes of the job's line (payload, result, error history:
+        :func:`errors_bytes`, and :data:`JOB_OVERHEAD_BYTES`). A change of the
+        history while the job is in a state changes this: the caller keeps
+        the state's estimate (``transitions._settle_failure``)."""
+        errors = self.errors
+        return len(self.payload) + JOB_OVERHEAD_BYTES + len(self.result or b"") + (
+            errors_bytes(errors) if errors else 0)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Job):

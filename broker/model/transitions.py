@@ -80,6 +80,7 @@ from broker.model.job import (
     Job,
     JobIdRuns,
     JobIds,
+    errors_bytes,
     job_id_for,
     seq_of,
     with_error,
@@ -147,7 +148,10 @@ def _settle_failure(state: QueueState, job: Job, error: str, retry_in_ms: int | 
     reclaim's expired lease is such a failure too (its text says so): it uses
     up an attempt, as it always set ``last_error``."""
     job.lease = None
-    job.errors = with_error(job.errors, max(1, job.attempts), now_ms, error or "")
+    before = job.errors
+    job.errors = with_error(before, max(1, job.attempts), now_ms, error or "")
+    # (the history is part of the job's size estimate, which the state keeps)
+    state.approx_bytes += errors_bytes(job.errors) - errors_bytes(before)
     state.counters.failed += 1
     if job.attempts >= job.max_attempts:
         state.counters.dead += 1

@@ -74,7 +74,10 @@ from broker.model.tokens import check_key
 def _time(raw: Any, what: str) -> int:
     if not isinstance(raw, str):
         raise ValueError(f"{what} must be a time string, got {raw!r}")
-    ms = timefmt.parse(raw)
+    try:
+        ms = timefmt.parse(raw)
+    except ValueError:  # (its message names neither the job nor the field)
+        raise ValueError(f"{what} {raw!r} is not a time") from None
     if not 0 <= ms <= TIME_MASK:
         raise ValueError(f"{what} {raw!r} is before 1970 or after 9999")
     return ms
@@ -120,7 +123,7 @@ def _errors_from(raw: dict[str, Any], job_id: str, attempts: int,
     """A job line's error history (:func:`broker.model.job_lines.errors_field`),
     checked: at most ERRORS_KEPT ``[attempt, failed_at, text]`` entries, each
     text a string of at most MAX_ERROR_CHARS characters but the newest one's,
-    null (it is ``last_error``, or ``""`` without one). A line without
+    null (it is ``last_error``, at most as long, or ``""`` without one). A line without
     ``"errors"`` (a broker before histories wrote it) has its ``last_error``
     alone, failed at its last attempt (the one before, for a claimed or
     completed job; at least 1) and, the line keeping no time, at
@@ -132,6 +135,10 @@ def _errors_from(raw: dict[str, Any], job_id: str, attempts: int,
     so it loads a head with them, and its next write drops them (each job
     keeping its ``last_error``; checked with main ``de634bd``)."""
     last_error = _text(raw.get("last_error"), f"job {job_id!r} last_error", optional=True)
+    if last_error is not None and len(last_error) > MAX_ERROR_CHARS:
+        # (every broker cuts it so; loaded, a failure would write it into "errors": refused)
+        raise ValueError(f"job {job_id!r} last_error must be at most {MAX_ERROR_CHARS} "
+                         f"characters, got {len(last_error)}")
     entries = raw.get("errors")
     if entries is None:
         if last_error is None:

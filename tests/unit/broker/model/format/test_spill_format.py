@@ -343,7 +343,8 @@ REFUSALS = [
     ("an empty history", lambda d: _edit_line(d, 2, err=[]), "err must be a non-empty list"),
     ("too long a history", lambda d: _edit_line(
         d, 2, err=[[1, timefmt.fmt(T0), 0]] * 9), "9 errors kept; at most 8"),
-    ("a seq not an integer", lambda d: _edit_line(d, 2, seq=True), "line 3: seq must be an integer"),
+    ("a seq not an integer", lambda d: _edit_line(d, 2, seq=True),
+     "line 3: seq must be an integer"),
     ("a time before 1970", lambda d: _edit_line(d, 2, created_at="1969-12-31T23:59:59.000Z"),
      "line 3: created_at .* before 1970"),
     ("a time not text", lambda d: _edit_line(d, 2, run_at=5), "line 3: run_at must be a time"),

@@ -314,8 +314,8 @@ class Job:
         self.key = key
         # the error history, oldest first, bounded (bounded_errors); ``last_error``
         # alone (no ``errors``) is a history of one entry whose time is unknown (0)
-        self.errors = errors if errors or last_error is None else (
-            ErrorEntry(max(1, attempts), 0, last_error),)
+        self.errors = errors if last_error is None else (
+            errors or (ErrorEntry(max(1, attempts), 0, last_error),))
         self.group = group  # its group's name (broker.fields.group), or None
         # the lease (see the class docstring); the numbers mean nothing while the token is None
         self.lease_token: str | None = None
@@ -485,9 +485,8 @@ class Job:
         :func:`errors_bytes`, and :data:`JOB_OVERHEAD_BYTES`). A change of the
         history while the job is in a state changes this: the caller keeps
         the state's estimate (``transitions._settle_failure``)."""
-        errors = self.errors
-        return len(self.payload) + JOB_OVERHEAD_BYTES + len(self.result or b"") + (
-            errors_bytes(errors) if errors else 0)
+        size = len(self.payload) + JOB_OVERHEAD_BYTES + len(self.result or b"")
+        return size + errors_bytes(self.errors) if self.errors else size
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Job):

@@ -193,7 +193,9 @@ def archive_line(job: Job) -> bytes:
     :mod:`broker.model.format.archive`).
 
     Made from the job's stored fields alone, so every broker that writes
-    the archive object of a commit writes the same bytes. Ids and tokens
+    the archive object of a commit writes the same bytes. Of its error
+    history it keeps ``last_error`` only (the head and spill objects keep the
+    history while the job is queued). Ids and tokens
     never need escaping (see :mod:`broker.model.format.decode`), so the line is filled into a
     byte template. Raises ``ValueError`` for a job that is neither.
     """

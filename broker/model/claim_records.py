@@ -38,6 +38,7 @@ from typing import Any
 import orjson
 
 from broker import timefmt
+from broker.model.job import CLAIMED, Job
 
 # Everything but worker (JSON-encoded) and the runs needs no escaping.
 _RECORD = (b'{"fence":%d,"n":%d,"worker":%s,"lease_s":%s,"expires_at":"%s",'
@@ -329,6 +330,21 @@ def bits_of_runs(runs: Sequence[int]) -> int:
     for i in range(0, len(runs), 2):
         bits |= ((1 << runs[i + 1]) - 1) << runs[i]
     return bits
+
+
+def as_held(job: Job, record: ClaimRecord, pos: int) -> Job:
+    """``job`` (just made from its source: a segment line or a spill object's
+    job) turned into the claimed job held at position ``pos`` of ``record``:
+    one attempt more, its fence and token the record's, its lease and cancel
+    read through the record, no cached line. Returns ``job``."""
+    job.status = CLAIMED
+    job.attempts += 1
+    job.claim = record.fence
+    job.lease_token = f"{job.id}.{record.fence + pos}"
+    job.rec = record
+    job.cancel_ms = record.cancel.get(pos)
+    job._enc = None
+    return job
 
 
 def held_slices(records: Iterable[ClaimRecord], key: str,

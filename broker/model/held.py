@@ -17,7 +17,7 @@ import orjson
 
 from broker import timefmt
 from broker.model import tokens
-from broker.model.claim_records import ClaimRecord, Done, held_slices
+from broker.model.claim_records import ClaimRecord, Done, as_held, held_slices
 from broker.model.format import codec
 from broker.model.format.archive import Archived
 from broker.model.format.segment_format import segment_job
@@ -447,15 +447,7 @@ def job_at(record: ClaimRecord, pos: int, ref: SegmentRef, line: bytes) -> Job:
     done = done_at(record, pos)
     if done is not None:
         return done_job(record, done[0], done[1], ref, line)
-    job = segment_job(record.seqs[pos], line, ref)
-    job.status = CLAIMED
-    job.attempts += 1
-    job.claim = record.fence
-    job.lease_token = f"{job.id}.{record.fence + pos}"
-    job.rec = record
-    job.cancel_ms = record.cancel.get(pos)
-    job._enc = None
-    return job
+    return as_held(segment_job(record.seqs[pos], line, ref), record, pos)
 
 
 def purge_held(state: QueueState) -> int:

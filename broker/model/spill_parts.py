@@ -25,11 +25,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from broker.model.claim_records import ClaimRecord, held_slices
+from broker.model.claim_records import ClaimRecord, as_held, held_slices
 from broker.model.format.spill_format import SpilledJob
 from broker.model.format.spill_refs import SpillRef, claim_key, is_out
 from broker.model.indexes import ready_key
-from broker.model.job import CLAIMED, PENDING, Job, job_id_for
+from broker.model.job import PENDING, Job, job_id_for
 from broker.model.state import MAX_WINDOWS, QueueState, Span
 
 #: A claim candidate from a spill ref: (claim key, position in the object, the
@@ -179,15 +179,7 @@ def claimed_job(record: ClaimRecord, pos: int, spilled: SpilledJob) -> Job:
     """The job held at spill-part position ``pos`` of ``record``, ``spilled`` as
     its ref shows it, as a claimed :class:`Job` reading its lease through the
     record: attempts the spilled ones + 1, its error history kept."""
-    job = spilled.to_job(PENDING)
-    job.status = CLAIMED
-    job.attempts += 1
-    job.claim = record.fence
-    job.lease_token = f"{job.id}.{record.fence + pos}"
-    job.rec = record
-    job.cancel_ms = record.cancel.get(pos)
-    job._enc = None
-    return job
+    return as_held(spilled.to_job(PENDING), record, pos)
 
 
 def spill_slices(state: QueueState,

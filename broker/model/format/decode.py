@@ -20,7 +20,6 @@ from typing import Any
 
 import orjson
 
-from broker import timefmt
 from broker.errors import CorruptState, ForeignState, InvalidRequest, NewerState
 from broker.fields import group as group_name
 from broker.limits import (
@@ -39,9 +38,9 @@ from broker.model.format.claims_format import (
     records_from_v4,
 )
 from broker.model.format.codec import reset_blocks
-from broker.model.format.segment_format import ref_from_json
+from broker.model.format.segment_format import check_time, ref_from_json
 from broker.model.format.spill_refs import refs_from
-from broker.model.indexes import SEQ_MASK, TIME_MASK, rebuild_indexes
+from broker.model.indexes import SEQ_MASK, rebuild_indexes
 from broker.model.job import (
     CANCELLED,
     CLAIMED,
@@ -69,18 +68,6 @@ from broker.model.state import (
     SegmentRef,
 )
 from broker.model.tokens import check_key
-
-
-def _time(raw: Any, what: str) -> int:
-    if not isinstance(raw, str):
-        raise ValueError(f"{what} must be a time string, got {raw!r}")
-    try:
-        ms = timefmt.parse(raw)
-    except ValueError:  # (its message names neither the job nor the field)
-        raise ValueError(f"{what} {raw!r} is not a time") from None
-    if not 0 <= ms <= TIME_MASK:
-        raise ValueError(f"{what} {raw!r} is before 1970 or after 9999")
-    return ms
 
 
 def _count(raw: Any, what: str, hi: int = SEQ_MASK) -> int:
@@ -113,8 +100,8 @@ def _lease_from(raw: Any, job_id: str) -> Lease:
         token=token,
         worker=str(_text(raw.get("worker"), f"job {job_id!r} lease worker")),
         lease_ms=round(float(lease_s) * 1000),
-        expires_ms=_time(raw.get("expires_at"), f"job {job_id!r} lease expiry"),
-        heartbeat_ms=_time(raw.get("heartbeat_at"), f"job {job_id!r} heartbeat time"),
+        expires_ms=check_time(raw.get("expires_at"), f"job {job_id!r} lease expiry"),
+        heartbeat_ms=check_time(raw.get("heartbeat_at"), f"job {job_id!r} heartbeat time"),
     )
 
 
@@ -163,7 +150,7 @@ def _errors_from(raw: dict[str, Any], job_id: str, attempts: int,
                              f"{MAX_ERROR_CHARS} characters")
         if attempt < 1:
             raise ValueError(f"{what} attempt must be 1..{MAX_ATTEMPTS}")
-        out.append(ErrorEntry(attempt, _time(entry[1], f"{what} failed_at"),
+        out.append(ErrorEntry(attempt, check_time(entry[1], f"{what} failed_at"),
                               (last_error or "") if newest else text))
     return tuple(out)
 
@@ -198,10 +185,10 @@ def _job_from(raw: Any, spans: LineSpans | None, version: int = VERSION,
         payload=spans.payload(raw["payload"]) if spans else orjson.dumps(raw["payload"]),
         status=status,
         priority=priority,
-        run_at_ms=_time(raw.get("run_at"), f"job {job_id!r} run_at"),
+        run_at_ms=check_time(raw.get("run_at"), f"job {job_id!r} run_at"),
         attempts=attempts,
         max_attempts=max_attempts,
-        created_ms=_time(raw.get("created_at"), f"job {job_id!r} created_at"),
+        created_ms=check_time(raw.get("created_at"), f"job {job_id!r} created_at"),
         key=_text(raw.get("key"), f"job {job_id!r} key", optional=True),
         lease=_lease_from(lease, job_id) if lease is not None else None,
         errors=_errors_from(raw, job_id, attempts, written_ms),
@@ -228,18 +215,19 @@ def _job_from(raw: Any, spans: LineSpans | None, version: int = VERSION,
     if "cancel_requested_at" in raw:  # (a claimed job marked, or a cancelled one)
         if status not in (CLAIMED, CANCELLED):
             raise ValueError(f"job {job_id!r} is {status} but has cancel_requested_at")
-        job.cancel_ms = _time(raw["cancel_requested_at"], f"job {job_id!r} cancel_requested_at")
+        job.cancel_ms = check_time(raw["cancel_requested_at"],
+                                   f"job {job_id!r} cancel_requested_at")
     if status == CANCELLED:
         if job.cancel_ms is None:
             raise ValueError(f"cancelled job {job_id!r} has no cancel_requested_at")
         if "result" in raw or "completed_at" in raw:
             raise ValueError(f"cancelled job {job_id!r} has a result or completed_at")
-        job.done_ms = _time(raw.get("cancelled_at"), f"job {job_id!r} cancelled_at")
+        job.done_ms = check_time(raw.get("cancelled_at"), f"job {job_id!r} cancelled_at")
         _done_commit(job, raw)
     if status == PENDING and attempts >= job.max_attempts:
         raise ValueError(f"job {job_id!r} is pending with no attempts left")
     if status == COMPLETED:
-        job.done_ms = _time(raw.get("completed_at"), f"job {job_id!r} completed_at")
+        job.done_ms = check_time(raw.get("completed_at"), f"job {job_id!r} completed_at")
         _done_commit(job, raw)
         if "result" not in raw:
             raise ValueError(f"completed job {job_id!r} has no result")
@@ -370,7 +358,7 @@ def _broker_from(raw: Any) -> BrokerRecord | None:
     return BrokerRecord(
         id=str(_text(raw.get("id"), "broker id")),
         url=str(_text(raw.get("url"), "broker url")),
-        expires_ms=_time(raw.get("lease_expires_at"), "broker lease expiry"),
+        expires_ms=check_time(raw.get("lease_expires_at"), "broker lease expiry"),
         lease_ms=round(float(lease_s) * 1000),
     )
 
@@ -428,7 +416,7 @@ def _decode_fields(raw: dict[str, Any], data: bytes) -> QueueState:
         writer=_text(raw.get("writer"), "writer", optional=True),
         commit=_text(raw.get("commit"), "commit", optional=True),
         lineage=list(lineage[-LINEAGE:]),
-        updated_ms=_time(raw.get("updated_at"), "updated_at"),
+        updated_ms=check_time(raw.get("updated_at"), "updated_at"),
         broker=_broker_from(raw.get("broker")),
         paused=bool(raw.get("paused", False)),
         settings=_settings_from(raw.get("settings")),
@@ -456,7 +444,7 @@ def _decode_fields(raw: dict[str, Any], data: bytes) -> QueueState:
                 isinstance(v, str) for v in entry):
             raise ValueError(f"key entry {entry!r} is not [key, job id, time]")
         key, job_id, at = entry
-        entry_ = KeyEntry(job_id, _time(at, f"key {key!r} time"))
+        entry_ = KeyEntry(job_id, check_time(at, f"key {key!r} time"))
         if job_id == "(published)":  # a publish key, kept with the keys before version 3
             state.once[key] = entry_
         else:
@@ -468,7 +456,7 @@ def _decode_fields(raw: dict[str, Any], data: bytes) -> QueueState:
         if not isinstance(entry, list) or len(entry) != 2 or not all(
                 isinstance(v, str) for v in entry):
             raise ValueError(f"once entry {entry!r} is not [key, time]")
-        state.once[entry[0]] = KeyEntry("(published)", _time(entry[1], f"key {entry[0]!r}"))
+        state.once[entry[0]] = KeyEntry("(published)", check_time(entry[1], f"key {entry[0]!r}"))
     state.receipts = Receipts.decode(raw.get("receipts"))
     if "token_key" in raw:  # (an object from before tokens were tagged has none)
         state.token_key = check_key(raw["token_key"])

@@ -225,23 +225,34 @@ def healthy_baseline(spark: Any, df: Any, url: str, args: argparse.Namespace) ->
     progress(f"healthy baseline: writing {args.rows:,} rows into {HEALTHY_QUEUE!r}")
     df.write.format("osqueue").option("broker", url).option("queue", HEALTHY_QUEUE) \
         .mode("append").save()
-    progress("healthy baseline: process() draining, the probe beside it")
-    probe = Probe(url, complete_foreign=True, queue=HEALTHY_QUEUE)
-    probe.start()
-    start = time.perf_counter()
-    try:
-        statuses = run_workers(spark, succeeds, url, args, None, queue=HEALTHY_QUEUE)
-    finally:
-        probe.stop()
-    seconds = time.perf_counter() - start
+    statuses, seconds, figures = drain_probed(spark, url, args, "healthy baseline",
+                                              HEALTHY_QUEUE)
     clear_probe_jobs(client)
     counts = client.stats()["counts"]
     client.close()
     if counts.get("pending", 0) or counts.get("claimed", 0):
         raise RuntimeError(f"the healthy drain left jobs: {counts}")
-    progress(f"healthy baseline: drained in {seconds:.1f} s")
-    return {"probe_healthy": probe.figures(), "healthy_drain_s": seconds,
+    return {"probe_healthy": figures, "healthy_drain_s": seconds,
             "healthy_drain_statuses": statuses}
+
+
+def drain_probed(spark: Any, url: str, args: argparse.Namespace, what: str,
+                 queue: str = QUEUE) -> tuple[dict[str, int], float, dict[str, Any]]:
+    """A ``process()`` that succeeds draining ``queue``, the probe cycling beside
+    it (completing a job of the queue it claims): the results by status, the
+    seconds, the probe's figures. Its progress lines start with ``what`` (the
+    windows of bench/bad_deploy_profile.py match them)."""
+    progress(f"{what}: process() draining, the probe beside it")
+    probe = Probe(url, complete_foreign=True, queue=queue)
+    probe.start()
+    start = time.perf_counter()
+    try:
+        statuses = run_workers(spark, succeeds, url, args, None, queue=queue)
+    finally:
+        probe.stop()
+    seconds = time.perf_counter() - start
+    progress(f"{what}: drained in {seconds:.1f} s")
+    return statuses, seconds, probe.figures()
 
 
 def read_archive(spark: Any, store_url: str, rows: int, wait_s: float) -> dict[str, Any]:
@@ -435,17 +446,8 @@ def main() -> None:
         checks["redrive_all"] = redriven == args.rows
         checks["pending_after_redrive"] = res["pending_after_redrive"] == args.rows
 
-        progress("the fixed deploy: process() draining, the probe beside it")
-        probe = Probe(url, complete_foreign=True)
-        probe.start()
-        drain_start = time.perf_counter()
-        try:
-            res["drain_statuses"] = run_workers(spark, succeeds, url, args, None)
-        finally:
-            probe.stop()
-        res["drain_s"] = time.perf_counter() - drain_start
-        progress(f"the fixed deploy: drained in {res['drain_s']:.1f} s")
-        res["probe_drain"] = probe.figures()
+        res["drain_statuses"], res["drain_s"], res["probe_drain"] = drain_probed(
+            spark, url, args, "the fixed deploy")
         res["probe_jobs_cleared_after_drain"] = clear_probe_jobs(client)
         healthy_p99 = res.get("probe_healthy", {}).get("p99_ms")
         res["probe_p99_ratio_to_healthy"] = during_p99 / healthy_p99 \

@@ -10,10 +10,12 @@ from typing import Any, TypeVar
 import orjson
 
 from broker import paths, timefmt
+from broker.errors import NotTheBroker
 from broker.model import state as S
 from broker.model.format import archive, segment_format
 from broker.model.format.decode import decode_state
 from broker.model.held import job_at, segment_slices
+from broker.model.ops import NewJob
 from broker.model.segments.refs import pending_lines
 from broker.retry import REAL_TIME, Pause
 from broker.service.broker import Broker
@@ -65,6 +67,23 @@ async def successor(store: ObjectStore, clock: Clock, url: str = "http://b",
     clock.advance(lease_s + 1)
     await b.watch()
     return b
+
+
+async def owning_successor(store: ObjectStore, clock: Clock, url: str,
+                           **config: Any) -> tuple[Broker, list[str]]:
+    """A :func:`successor` of a crashed broker that owns queue ``q``, shown by a
+    push of one job ``{"after":"crash"}`` it accepted: a commit of the crashed
+    one may land meanwhile, so a push answered "not the broker" waits another
+    broker lease (31 s of ``clock``) and tries again, 5 times at most (then
+    ``AssertionError``). The broker and the push's ids."""
+    b = await successor(store, clock, url=url, **config)
+    for _ in range(5):
+        try:
+            return b, await b.push("q", [NewJob(b'{"after":"crash"}')])
+        except NotTheBroker:
+            clock.advance(31)
+            await b.watch()
+    raise AssertionError("no broker took the queue over")
 
 
 def stored(store: ObjectStore, queue: str = "q") -> S.QueueState:

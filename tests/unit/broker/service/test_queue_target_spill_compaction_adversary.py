@@ -23,6 +23,7 @@ from tests.support.faults import LOST_REPLY, LOST_REPLY_412, NOT_LANDED, Clock, 
 from tests.support.inprocess import (
     archive_lines,
     crash,
+    owning_successor,
     run,
     started,
     stored,
@@ -104,16 +105,8 @@ def test_merges_racing_mixed_operations_keep_each_spilled_job_exactly_once(
                 merged = max(merged, served.target.spills.compactions)
             if a._stopping:
                 failed.update(token.split(".")[0] for token in held)
-                a = await successor(store, clock, url=f"http://b{len(pushed)}", **config)
-                for _ in range(5):
-                    try:
-                        pushed += await a.push("q", [NewJob(b'{"after":"crash"}')])
-                        break
-                    except NotTheBroker:
-                        clock.advance(31)
-                        await a.watch()
-                else:
-                    raise AssertionError("no broker took the queue over")
+                a, ids = await owning_successor(store, clock, f"http://b{len(pushed)}", **config)
+                pushed += ids
             failed.update(f.token.split(".")[0] for f in fails)
             for exc in out:
                 assert not isinstance(exc, BaseException) or isinstance(exc, OsqueueError), exc

@@ -57,6 +57,21 @@ def text(name: str, value: Any, max_chars: int, error: Error = InvalidRequest) -
     return value
 
 
+def error_text(value: str) -> str:
+    """A failure's error text as a head can hold it: ``value`` itself, unless it
+    holds lone surrogates (as a message naming a file whose name is not UTF-8,
+    from ``os.listdir``, does), which no UTF-8 object can: each becomes its ``\\udcXX`` escape.
+    An error text is a diagnostic, so an odd one is kept readable, never refused
+    (a refused fail would leave its job claimed until its lease ran out)."""
+    if value.isascii():
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
+
+
 #: The characters a group name may not hold: the C0 controls and DEL.
 #: control characters, and lone surrogates (no UTF-8 head could hold them)
 _NOT_IN_GROUPS = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")

@@ -47,7 +47,9 @@ from broker.errors import (
     OsqueueError,
     RequestKeyReused,
     from_dict,
+    shown,
 )
+from broker.fields import error_text
 from broker.limits import (
     MAX_CLAIM_JOBS,
     MAX_DELAY_S,
@@ -101,6 +103,15 @@ def _broker_urls(url: str | Sequence[str] | None, store: str | None) -> list[str
     if bad:
         raise InvalidRequest(f"broker URLs must be http(s) URLs, got {bad[0]!r}")
     return urls
+
+
+def failure_text(i: int, error: Any) -> str:
+    """Item ``i``'s error text as sent: a string (else ``InvalidArgument``), lone
+    surrogates escaped (:func:`broker.fields.error_text`), which would otherwise
+    make the body unencodable and the fail, not the job, fail."""
+    if not isinstance(error, str):
+        raise InvalidArgument(f"items[{i}].error must be a string, got {shown(error)}")
+    return error_text(error)
 
 
 class QueueClient:
@@ -427,9 +438,9 @@ class QueueClient:
 
     def fail_many(self, items: Iterable[tuple[str, str, float | None]], *,
                   raise_on_stale: bool = False) -> list[ItemResult]:
-        body = {"items": [{"token": t, "error": e} if r is None else {
-            "token": t, "error": e, "retry_in_s": number(f"items[{i}].retry_in_s", r, 0.0,
-                                                          MAX_DELAY_S)}
+        body = {"items": [{"token": t, "error": failure_text(i, e)} if r is None else {
+            "token": t, "error": failure_text(i, e),
+            "retry_in_s": number(f"items[{i}].retry_in_s", r, 0.0, MAX_DELAY_S)}
             for i, (t, e, r) in enumerate(items)]}
         return checked(items_of(self.request("POST", self._q("fail"), body)), raise_on_stale)
 

@@ -222,8 +222,8 @@ def materialize(state: QueueState, record: ClaimRecord, pos: int) -> Job | None:
     line, so that a settlement of it works as for any inline claimed job (which
     settles it in the same change: a claimed line never outlives the op). None,
     nothing changed, if its line is not loaded (``prepare`` loads it first).
-    A spill part's job is made so too (attempts the spilled ones + 1, its last
-    error kept)."""
+    A spill part's job is made so too (attempts the spilled ones + 1, its error
+    history kept)."""
     span = record.held_span(pos)
     if span is None or record.is_settled(pos):
         return None
@@ -402,7 +402,7 @@ def spill_done_job(record: ClaimRecord, entry: Done, i: int, spilled: SpilledJob
     """The completed job of ``entry``'s ``i``-th position, held at a spill part,
     ``spilled`` its job as its ref shows it: what its archive line is made from
     (as :func:`done_job`: the record's worker, its token, the entry's commit,
-    time and result; attempts the spilled ones + 1, its last error kept)."""
+    time and result; attempts the spilled ones + 1, its error history kept)."""
     job = claimed_job(record, entry.pos[i], spilled)
     job.status = COMPLETED
     job.claim = None

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple, Protocol, overload
 import orjson
 
 from broker import timefmt, wire
+from broker.fields import error_text
 from broker.limits import ERRORS_KEPT, MAX_ERROR_CHARS
 from broker.model.columns import LazySequence
 
@@ -206,7 +207,9 @@ def with_error(errors: tuple[ErrorEntry, ...], attempt: int, failed_ms: int,
                text: str) -> tuple[ErrorEntry, ...]:
     """``errors`` with the failure of ``attempt`` at ``failed_ms`` (ms since the
     epoch) appended, bounded (:func:`bounded_errors`: the first entry and the
-    latest ones, ``text`` cut to its last MAX_ERROR_CHARS characters)."""
+    latest ones, ``text`` cut to its last MAX_ERROR_CHARS characters; lone
+    surrogates escaped, :func:`broker.fields.error_text`)."""
+    text = error_text(text)
     if len(text) > MAX_ERROR_CHARS:
         text = text[-MAX_ERROR_CHARS:]
     entry = ErrorEntry(attempt, failed_ms, text)

@@ -9,6 +9,8 @@ import math
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from broker import fields
 from broker.errors import InvalidRequest
@@ -77,3 +79,19 @@ def test_a_long_value_is_quoted_by_its_start_only() -> None:
     with pytest.raises(InvalidRequest) as info:
         fields.text("key", "s" * 10_000 + "SECRET-TAIL", 512)
     assert "SECRET-TAIL" not in info.value.message and len(info.value.message) < 200
+
+
+@given(st.text())
+def test_error_text_gives_utf8_storable_text_and_leaves_storable_text_alone(value: str) -> None:
+    got = fields.error_text(value)
+    got.encode("utf-8")  # never raises
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        assert got != value and "\\ud" in got
+    else:
+        assert got is value
+
+
+def test_error_text_escapes_each_lone_surrogate_and_keeps_the_rest() -> None:
+    assert fields.error_text("bad name b'\udcff' in é") == "bad name b'\\udcff' in é"

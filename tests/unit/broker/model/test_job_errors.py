@@ -167,3 +167,16 @@ def test_a_reclaim_and_a_textless_failure_add_entries_last_error_as_before() -> 
     again = _round_trip(state).jobs.get(1)
     assert again is not None and again.status == PENDING and again.attempts == 0
     assert again.errors == job.errors
+
+
+def test_a_failure_text_with_a_lone_surrogate_is_kept_escaped_and_the_head_encodes() -> None:
+    # (a message naming a file whose name is not UTF-8, as os.listdir gives it)
+    state = new_queue(NOW)
+    T.apply(state, Push((NewJob(b"1", max_attempts=3),)), NOW)
+    (token,) = T.apply(state, Claim("w", 1, LEASE_MS), NOW + 1).jobs.tokens
+    T.apply(state, Fail((FailItem(token, "open: b'\udcff.csv'", 0),)), NOW + 2)
+    job = state.jobs.get(1)
+    assert job is not None and job.status == PENDING
+    assert job.last_error == "open: b'\\udcff.csv'"
+    again = _round_trip(state).jobs.get(1)  # the head encodes, and loads
+    assert again is not None and again.errors == job.errors

@@ -34,6 +34,7 @@ failed (a segment's jobs never did). The archive keeps ``last_error`` only
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -73,19 +74,31 @@ ARCHIVE_SCHEMA = (
 
 
 def column_names(ddl: str) -> list[str]:
-    """The column names of a DDL schema string such as :data:`QUEUE_SCHEMA`, in
-    order: its top-level columns only (the commas inside ``array<struct<...>>``
-    or ``decimal(10, 2)`` separate no columns)."""
-    names, depth, start = [], 0, 0
+    """The column names of a DDL schema string such as :data:`QUEUE_SCHEMA` or a
+    ``payloadSchema``, in order: its top-level columns only (the commas inside
+    ``array<struct<...>>``, ``decimal(10, 2)``, a quoted comment or a
+    backquoted name separate no columns), a backquoted name without its
+    backquotes. Not a check of the DDL: Spark parses it."""
+    names, depth, start, quote = [], 0, 0, ""
     for at, char in enumerate(ddl + ","):
-        if char in "<(":
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "`'\"":
+            quote = char
+        elif char in "<(":
             depth += 1
         elif char in ">)":
             depth -= 1
         elif char == "," and depth == 0:
-            names.append(ddl[start:at].split()[0])
+            column = _COLUMN_NAME.match(ddl[start:at].strip())
+            if column:
+                names.append(column[1].replace("``", "`") if column[1] is not None
+                             else column[0])
             start = at + 1
     return names
+
+
+_COLUMN_NAME = re.compile(r"`((?:[^`]|``)*)`|[^\s:`]+")
 
 
 QUEUE_COLUMNS = len(column_names(QUEUE_SCHEMA))

@@ -61,6 +61,12 @@ def test_schemas_follow_the_options() -> None:
     assert source(store="file:///s", queue="q", payloadSchema="doc long").schema() == (
         QUEUE_SCHEMA + ", doc long")
     assert source(**BROKER).schema() == STREAM_SCHEMA
+    for table, extra, named in (("queue", "n long, Errors string", "'Errors'"),
+                                ("archive", "`result` string, `group` string",
+                                 "'result', 'group'")):
+        with pytest.raises(OptionError, match=f"option 'payloadSchema' names {named}, a "
+                           f"column the {table} table has already"):
+            source(store="file:///s", queue="q", table=table, payloadSchema=extra).schema()
 
 
 def test_the_queue_columns_keep_their_positions_and_errors_comes_last() -> None:
@@ -73,6 +79,8 @@ def test_the_queue_columns_keep_their_positions_and_errors_comes_last() -> None:
         "cancel_requested_at", "group", "errors"]
     assert column_names("a decimal(10, 2), b map<string,array<struct<x:int,y:int>>>, c int") \
         == ["a", "b", "c"]
+    assert column_names("`x, y` int, `a``b` string COMMENT 'p, q', d:long,") == [
+        "x, y", "a`b", "d"]
     reader = source(store="file:///s", queue="q").reader(schema(QUEUE_SCHEMA + ", doc long"))
     assert isinstance(reader, QueueReader) and reader.extra == ["doc"]
 

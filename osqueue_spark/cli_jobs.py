@@ -1,7 +1,8 @@
 """The ``osqueue`` commands that run a job's life by hand: look a job up
-(``job``: the queue object, a segment, or the archive), ``claim`` jobs and
-settle them by token (``complete``, ``fail``, ``heartbeat``). See
-:mod:`osqueue_spark.cli` for the rest and the exit statuses.
+(``job``: the queue object, a segment, a spill object or the archive, with
+its error history), ``claim`` jobs and settle them by token (``complete``,
+``fail``, ``heartbeat``). See :mod:`osqueue_spark.cli` for the rest and the
+exit statuses.
 """
 
 from __future__ import annotations
@@ -15,7 +16,16 @@ from typing import Any
 
 from broker import wire
 from broker.limits import DEFAULT_LEASE_S, MAX_CLAIM_JOBS
-from osqueue_spark.cli_out import console, dump, json_arg, json_line, positive, say, table
+from osqueue_spark.cli_out import (
+    console,
+    dump,
+    error_rows,
+    json_arg,
+    json_line,
+    positive,
+    say,
+    table,
+)
 from osqueue_spark.client import QueueClient
 
 
@@ -25,11 +35,16 @@ def cmd_job(client: QueueClient, args: argparse.Namespace) -> int:
         dump(job)
         return 0
     rows = [(k, wire.dumps(v).decode() if isinstance(v, dict) else v)
-            for k, v in job.items() if k not in ("payload", "result")]
-    console().print(table(rows, ["job " + str(job.get("id")), "value"]))
+            for k, v in job.items() if k not in ("payload", "result", "errors")]
+    out = console()
+    out.print(table(rows, ["job " + str(job.get("id")), "value"]))
     say("payload: " + wire.dumps(job.get("payload")).decode())
     if job.get("status") == "completed":
         say("result: " + wire.dumps(job.get("result")).decode())
+    errors = error_rows(job.get("errors"))
+    if errors:  # (oldest first, as the broker keeps them: the newest is the last line)
+        say("errors, oldest first (each text whole: --json):")
+        out.print(table(errors, ["attempt", "failed_at", "error"]))
     return 0
 
 
@@ -92,7 +107,8 @@ def add_commands(command: Callable[[str, str], argparse.ArgumentParser]) -> None
     """Add this module's commands with ``command(name, help)``, which makes a
     sub-parser (the ``osqueue`` parser's, with ``--json``)."""
     tokens: dict[str, Any] = {"nargs": "+", "metavar": "TOKEN", "help": "tokens from claim"}
-    jb = command("job", "one job by id, wherever it is: the queue, a segment, the archive")
+    jb = command("job", "one job by id, wherever it is (the queue, a segment, a spill "
+                       "object, the archive), with its error history")
     jb.add_argument("id", metavar="ID", help="a job id, such as j0000000042")
     jb.set_defaults(fn=cmd_job)
 

@@ -96,6 +96,23 @@ def group_rows(groups: Mapping[str, Any] | None) -> list[tuple[str, Any]]:
     return rows
 
 
+def error_rows(errors: Sequence[Mapping[str, Any]] | None) -> list[tuple[Any, Any, str]]:
+    """``osqueue job`` rows of a job's error history (the job view's ``errors``,
+    oldest first, so the newest is last): ``(attempt, failed_at, error)``, the
+    error its text's first line that is not blank (a traceback's
+    ``Type: message`` in a text of ``process()``), with how many lines follow;
+    ``""`` for a failure that gave no text. None (an archived job, one that
+    never failed): no rows."""
+    rows = []
+    for entry in errors or ():
+        lines = [line for line in str(entry.get("error") or "").splitlines() if line.strip()]
+        first = lines[0].rstrip() if lines else ""
+        more = f" (+{len(lines) - 1} more line{'s' if len(lines) > 2 else ''})" \
+            if len(lines) > 1 else ""
+        rows.append((entry.get("attempt"), entry.get("failed_at"), first + more))
+    return rows
+
+
 def json_arg(text: str, what: str, command: str = "push") -> Any:
     try:
         return wire.loads(text)  # numbers exact; NaN and Infinity refused, as JSON has none

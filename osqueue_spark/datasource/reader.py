@@ -23,11 +23,18 @@ and in the queue object until archived); ``cancel_requested_at`` (queue) is
 set on a claimed job marked for cancellation, ``cancelled_at`` (archive) on
 a cancelled job, whose ``completed_at`` is null.
 
+``errors`` (queue, the last column before the payload's) is a job's error
+history as ``GET .../jobs/{id}`` shows it, oldest first: the first failure and
+the 7 latest, each ``(attempt, failed_at, error)``; ``[]`` for a job that never
+failed (a segment's jobs never did). The archive keeps ``last_error`` only
+(its lines carry no history).
+
 ``payloadSchema`` (DDL) adds the payload's fields as columns.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,7 +62,8 @@ QUEUE_SCHEMA = (
     "id string, seq long, status string, priority int, payload string, attempts int, "
     "max_attempts int, created_at timestamp, run_at timestamp, worker string, "
     "lease_expires_at timestamp, last_error string, cancel_requested_at timestamp, "
-    "group string"  # (last: the columns before it keep their positions)
+    "group string, "  # (new columns go last: the columns before them keep their positions)
+    "errors array<struct<attempt:int,failed_at:timestamp,error:string>>"
 )
 ARCHIVE_SCHEMA = (
     "id string, seq long, status string, priority int, payload string, attempts int, "
@@ -65,7 +73,41 @@ ARCHIVE_SCHEMA = (
 )
 
 
+def column_names(ddl: str) -> list[str]:
+    """The column names of a DDL schema string such as :data:`QUEUE_SCHEMA` or a
+    ``payloadSchema``, in order: its top-level columns only (the commas inside
+    ``array<struct<...>>``, ``decimal(10, 2)``, a quoted comment or a
+    backquoted name separate no columns), a backquoted name without its
+    backquotes. Not a check of the DDL: Spark parses it."""
+    names, depth, start, quote = [], 0, 0, ""
+    for at, char in enumerate(ddl + ","):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "`'\"":
+            quote = char
+        elif char in "<(":
+            depth += 1
+        elif char in ">)":
+            depth -= 1
+        elif char == "," and depth == 0:
+            column = _COLUMN_NAME.match(ddl[start:at].strip())
+            if column:
+                names.append(column[1].replace("``", "`") if column[1] is not None
+                             else column[0])
+            start = at + 1
+    return names
+
+
+_COLUMN_NAME = re.compile(r"`((?:[^`]|``)*)`|[^\s:`]+")
+
+
+QUEUE_COLUMNS = len(column_names(QUEUE_SCHEMA))
+ARCHIVE_COLUMNS = len(column_names(ARCHIVE_SCHEMA))
+
+
 def _payload_fields(schema: Any, base: int) -> list[str]:
+    """The names of the ``payloadSchema`` columns: those of ``schema`` after its
+    ``base`` first ones (the table's own)."""
     return [f.name for f in schema.fields[base:]]
 
 
@@ -152,7 +194,7 @@ class QueueReader(DataSourceReader):
 
     def __init__(self, opts: ReadOptions, schema: Any) -> None:
         self.opts = opts
-        self.extra = _payload_fields(schema, len(QUEUE_SCHEMA.split(",")))
+        self.extra = _payload_fields(schema, QUEUE_COLUMNS)
 
     @with_code
     def partitions(self) -> Sequence[InputPartition]:
@@ -317,7 +359,9 @@ def _job_row(job: Job, extra: list[str]) -> tuple[Any, ...]:
         job.id, job.seq, job.status, job.priority, job.payload.decode(), job.attempts,
         job.max_attempts, ts(job.created_ms), ts(job.run_at_ms),
         lease.worker if lease else None, ts(lease.expires_ms) if lease else None,
-        job.last_error, ts(job.cancel_ms), job.group, *_extract(payload, extra),
+        job.last_error, ts(job.cancel_ms), job.group,
+        [(attempt, ts(failed_ms), text) for attempt, failed_ms, text in job.errors],
+        *_extract(payload, extra),
     )
 
 
@@ -339,7 +383,7 @@ class ArchiveReader(DataSourceReader):
 
     def __init__(self, opts: ReadOptions, schema: Any) -> None:
         self.opts = opts
-        self.extra = _payload_fields(schema, len(ARCHIVE_SCHEMA.split(",")))
+        self.extra = _payload_fields(schema, ARCHIVE_COLUMNS)
 
     @with_code
     def partitions(self) -> Sequence[InputPartition]:

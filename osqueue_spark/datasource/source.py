@@ -53,6 +53,7 @@ from osqueue_spark.datasource.driver_errors import install as install_driver_err
 from osqueue_spark.datasource.errors import with_code
 from osqueue_spark.datasource.options import (
     BrokerOptions,
+    OptionError,
     ReadOptions,
     StreamReadOptions,
     StreamWriteOptions,
@@ -64,6 +65,7 @@ from osqueue_spark.datasource.reader import (
     QUEUE_SCHEMA,
     ArchiveReader,
     QueueReader,
+    column_names,
 )
 from osqueue_spark.datasource.stream_reader import STREAM_SCHEMA, QueueStreamReader
 from osqueue_spark.datasource.stream_writer import QueueStreamWriter, checkpoint_query_id
@@ -99,7 +101,16 @@ class OsqueueDataSource(DataSource):
         extra = self.options.get("payloadSchema")
         if self.options.get("broker"):  # writes ignore it; batch reads never take a broker
             return STREAM_SCHEMA
-        return f"{base}, {extra}" if extra else base
+        if not extra:
+            return base
+        taken = {name.lower() for name in column_names(base)}  # (Spark's names: any case)
+        clash = [name for name in column_names(extra) if name.lower() in taken]
+        if clash:  # (two columns of one name: ambiguous to select, and Arrow fails the read)
+            raise OptionError(
+                f"option 'payloadSchema' names {', '.join(map(repr, clash))}, a column the "
+                f"{table} table has already; read such a payload field from the payload "
+                f"column instead, e.g. get_json_object(payload, '$.{clash[0]}')")
+        return f"{base}, {extra}"
 
     @with_code
     def reader(self, schema: Any) -> DataSourceReader:

@@ -71,6 +71,43 @@ def test_claim_heartbeat_complete_and_fail_by_token(broker: BrokerServer,
     assert "no job to claim in life" in capsys.readouterr().err
 
 
+def test_job_shows_the_error_history_oldest_first_and_json_the_api_form(
+        broker: BrokerServer, capsys: pytest.CaptureFixture[str]) -> None:
+    """A job failed three times (dead): ``osqueue job`` shows one line a failure,
+    its attempt, time and text's first line, the newest last; ``--json`` is
+    the broker's job view, each text whole. A job that never failed shows no
+    history."""
+    base = ["--broker", broker.url, "--queue", "hist"]
+    assert main([*base, "configure", "max_attempts=3"]) == 0
+    assert main([*base, "push", '{"n": 1}']) == 0
+    capsys.readouterr()
+    for attempt in (1, 2, 3):
+        assert main([*base, "claim", "--worker", "cli-w"]) == 0
+        [job] = _lines(capsys.readouterr().out)
+        assert job["id"] == "j0000000001"
+        assert main([*base, "fail", str(job["token"]), "--retry-in-s", "0",
+                     "--error", f"ValueError: try {attempt}\nTraceback (most recent call last):"
+                                "\n  File \"w.py\""]) == 0
+        said = capsys.readouterr().out
+        assert ("j0000000001: dead" in said) == (attempt == 3)
+    view = QueueClient(broker.url, "hist").job("j0000000001")
+    assert [e["attempt"] for e in view["errors"]] == [1, 2, 3]
+    assert main([*base, "--json", "job", "j0000000001"]) == 0
+    assert json.loads(capsys.readouterr().out)["errors"] == view["errors"]
+    assert main([*base, "job", "j0000000001"]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    at = shown.index("errors, oldest first (each text whole: --json):")
+    assert shown[at + 1].split() == ["attempt", "failed_at", "error"]
+    assert [line.split(None, 2) for line in shown[at + 3:]] == [
+        [str(e["attempt"]), e["failed_at"], f"ValueError: try {e['attempt']} (+2 more lines)"]
+        for e in view["errors"]]
+    assert not any(line.startswith("errors ") for line in shown[:at])  # (not in the table)
+    assert main([*base, "push", '{"n": 2}']) == 0
+    capsys.readouterr()
+    assert main([*base, "job", "j0000000002"]) == 0
+    assert "errors" not in capsys.readouterr().out
+
+
 def test_version_comes_from_the_package(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
         main(["--version"])

@@ -14,6 +14,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 from broker.errors import InvalidRequest, UnknownQueue
 from osqueue_spark.datasource import source as source_module
 from osqueue_spark.datasource.options import OptionError
+from osqueue_spark.datasource.reader import column_names
 from osqueue_spark.datasource.source import (
     ARCHIVE_SCHEMA,
     QUEUE_SCHEMA,
@@ -36,7 +37,7 @@ def source(**options: str) -> OsqueueDataSource:
 def schema(ddl: str) -> StructType:
     """The schema's column names (readers count and name columns; types do not matter
     here, and parsing DDL would need a SparkSession)."""
-    return StructType([StructField(col.split()[0], StringType()) for col in ddl.split(",")])
+    return StructType([StructField(name, StringType()) for name in column_names(ddl)])
 
 
 def roundtrip(value: Any) -> Any:
@@ -60,6 +61,28 @@ def test_schemas_follow_the_options() -> None:
     assert source(store="file:///s", queue="q", payloadSchema="doc long").schema() == (
         QUEUE_SCHEMA + ", doc long")
     assert source(**BROKER).schema() == STREAM_SCHEMA
+    for table, extra, named in (("queue", "n long, Errors string", "'Errors'"),
+                                ("archive", "`result` string, `group` string",
+                                 "'result', 'group'")):
+        with pytest.raises(OptionError, match=f"option 'payloadSchema' names {named}, a "
+                           f"column the {table} table has already"):
+            source(store="file:///s", queue="q", table=table, payloadSchema=extra).schema()
+
+
+def test_the_queue_columns_keep_their_positions_and_errors_comes_last() -> None:
+    """Columns are only ever added last (a read by position keeps working); the
+    commas inside ``errors``' type separate no columns, so a ``payloadSchema``
+    column is named as such."""
+    assert column_names(QUEUE_SCHEMA) == [
+        "id", "seq", "status", "priority", "payload", "attempts", "max_attempts",
+        "created_at", "run_at", "worker", "lease_expires_at", "last_error",
+        "cancel_requested_at", "group", "errors"]
+    assert column_names("a decimal(10, 2), b map<string,array<struct<x:int,y:int>>>, c int") \
+        == ["a", "b", "c"]
+    assert column_names("`x, y` int, `a``b` string COMMENT 'p, q', d:long,") == [
+        "x, y", "a`b", "d"]
+    reader = source(store="file:///s", queue="q").reader(schema(QUEUE_SCHEMA + ", doc long"))
+    assert isinstance(reader, QueueReader) and reader.extra == ["doc"]
 
 
 def test_readers_are_chosen_by_table_and_pushdown(tmp_path: Path) -> None:
@@ -199,11 +222,14 @@ def test_the_readers_show_cancelled_jobs(tmp_path: Path) -> None:
         [held] = client.claim("w", 1)
         client.cancel([a, b])
         reader = source(store=store, queue="q").reader(schema(QUEUE_SCHEMA))
-        rows = {row[0]: row for part in reader.partitions() for row in reader.read(part)}
-        # (cancel_requested_at, then group: none here)
-        assert rows[a][2] == "claimed" and isinstance(rows[a][-2], datetime)
-        assert rows[c][2] == "pending" and rows[c][-2] is None and rows[c][-1] is None
-        assert b not in rows or rows[b][2] == "cancelled"  # (until its archive object lands)
+        columns = column_names(QUEUE_SCHEMA)
+        rows = {row[0]: dict(zip(columns, row, strict=True))
+                for part in reader.partitions() for row in reader.read(part)}
+        assert rows[a]["status"] == "claimed"
+        assert isinstance(rows[a]["cancel_requested_at"], datetime)
+        assert rows[c]["status"] == "pending" and rows[c]["cancel_requested_at"] is None
+        assert rows[c]["group"] is None and rows[c]["errors"] == []
+        assert b not in rows or rows[b]["status"] == "cancelled"  # (until its archive lands)
         client.heartbeat([held.token])  # answered cancelled: the job ends
         client.complete(client.claim("w", 1)[0].token, "done")
         eventually(lambda: len(stored(FileStore(tmp_path)).jobs) == 0, 30, "the archive")
@@ -214,7 +240,7 @@ def test_the_readers_show_cancelled_jobs(tmp_path: Path) -> None:
         return {row[0]: row for part in reader.partitions() for row in reader.read(part)}
 
     rows = archive_rows()
-    names = [c.split()[0] for c in ARCHIVE_SCHEMA.split(", ")]
+    names = column_names(ARCHIVE_SCHEMA)
     cancelled = dict(zip(names, rows[a], strict=True))
     assert cancelled["status"] == "cancelled" and cancelled["completed_at"] is None
     assert cancelled["cancelled_at"].tzinfo is UTC and cancelled["worker"] == "w"

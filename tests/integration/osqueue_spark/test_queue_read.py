@@ -21,14 +21,20 @@ from broker.model.ops import CompleteItem, FailItem, NewJob
 from broker.storage import ObjectStore, store_from_url
 from broker.storage.files import FileStore
 from osqueue_spark.datasource import reader as reader_module
-from osqueue_spark.datasource.reader import QUEUE_SCHEMA, HeadPart, QueueReader, SegmentPart
+from osqueue_spark.datasource.reader import (
+    QUEUE_SCHEMA,
+    HeadPart,
+    QueueReader,
+    SegmentPart,
+    column_names,
+)
 from osqueue_spark.datasource.source import OsqueueDataSource
 from tests.support.inprocess import crash, run, started, stored
 from tests.support.segmented import NOW, Segmented, put_head, write_segment, write_segmented
 from tests.support.spill_store import held_at_spill_parts
 from tests.support.states import new_queue
 
-COLUMNS = [column.split()[0] for column in QUEUE_SCHEMA.split(",")]
+COLUMNS = column_names(QUEUE_SCHEMA)
 
 
 @pytest.fixture(params=["file", "s3"])
@@ -46,7 +52,7 @@ def queue_reader(url: str, queue: str = "q", extra: str = "") -> QueueReader:
     from pyspark.sql.types import StringType, StructField, StructType
 
     ddl = QUEUE_SCHEMA + extra
-    schema = StructType([StructField(c.split()[0], StringType()) for c in ddl.split(",")])
+    schema = StructType([StructField(name, StringType()) for name in column_names(ddl)])
     reader = OsqueueDataSource({"store": url, "queue": queue}).reader(schema)
     assert isinstance(reader, QueueReader)
     return reader
@@ -124,6 +130,7 @@ def test_the_queue_reader_reads_the_head_and_the_untaken_part_of_each_segment(
     segment_rows = per_part[1] + per_part[2]
     assert {(row["lease_expires_at"], row["last_error"]) for row in segment_rows} == {
         (None, None)}
+    assert all(row["errors"] == [] for row in segment_rows)  # (a segment's jobs never failed)
     assert snapshot(store) == before
 
 
@@ -281,3 +288,8 @@ def test_jobs_held_at_spill_parts_are_read_once_as_claimed_or_completed(
             assert (row["worker"], row["attempts"]) == ("w-2", 2)
         else:
             assert (row["worker"], row["attempts"]) == (None, 1)
+    # each keeps its history through the spill object and the record: one failure,
+    # all in one commit
+    assert {(len(row["errors"]), row["errors"][0][0], row["errors"][0][2]) for row in rows} \
+        == {(1, 1, "boom")}
+    assert len({row["errors"][0][1] for row in rows}) == 1

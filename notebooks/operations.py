@@ -51,6 +51,9 @@ print({k: stats[k] for k in ("counts", "oldest_pending_age_s", "completed_total"
 dead = (spark.read.format("osqueue").option("store", STORE).option("queue", QUEUE).load()
         .where("status = 'dead'").select("id", "attempts", "last_error", "payload"))
 dead.show(truncate=60)
+# Each attempt's error (the first and the latest ones), a row a failure:
+(spark.read.format("osqueue").option("store", STORE).option("queue", QUEUE).load()
+ .where("status = 'dead'").selectExpr("id", "inline(errors)").show(truncate=60))
 DEAD_BEFORE = dead.count()
 
 # COMMAND ----------

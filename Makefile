@@ -83,8 +83,9 @@ typecheck: $(STAMP)
 suite: $(STAMP) java-check $(AZURITE_STAMP) chromium-check
 	OSQ_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -q -n $(JOBS) --dist loadgroup -m "not long"
 
-# The long variants alone (tests/support/tiers.py): the chaos runs at their former 20 s
-# and the job-table equivalence run's other seeds.
+# The long variants alone (tests/support/tiers.py): the chaos runs at their former 20 s,
+# the job-table equivalence run's and the spill adversaries' other seeds, and the HTTP
+# fuzzing's full request counts.
 long: $(STAMP) java-check $(AZURITE_STAMP)
 	$(BIN)/python -m pytest -q -n $(JOBS) --dist loadgroup -m long
 

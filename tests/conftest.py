@@ -12,6 +12,7 @@ from tests.support.azurite import azure_container, azure_url, azurite_server  # 
 from tests.support.browser import chromium, ui_page  # noqa: F401
 from tests.support.motoserver import MotoServer, set_default_credentials
 from tests.support.scheduling import SPARK_FIXTURES, SparkGroupScheduling
+from tests.support.spark_jvm import JAVA_OPTIONS
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
@@ -96,6 +97,7 @@ def spark() -> Iterator[object]:
         # readers must then give the rows they give with it off
         .config("spark.sql.python.filterPushdown.enabled", "true")
         .config("spark.driver.memory", "2g")
+        .config("spark.driver.extraJavaOptions", JAVA_OPTIONS)  # CPU: tests.support.spark_jvm
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .getOrCreate()
     )

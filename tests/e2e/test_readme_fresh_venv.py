@@ -42,6 +42,7 @@ import pytest
 
 from tests.support.linked_deps import link_closure, wheel_requirements
 from tests.support.readme import block_after
+from tests.support.spark_jvm import JAVA_OPTIONS
 
 # The fixture's install counts against pytest-timeout's 300 s too (about 2.5 min of it
 # with four xdist workers busy beside it, then 2.5 min for the four runs): the one test
@@ -143,7 +144,10 @@ def test_the_spark_snippet_and_the_five_minute_example_run_as_printed_in_a_fresh
     expected = block_after("readme-example-output", "text")
     (tmp_path / "spark_quickstart.py").write_text(spark_code, encoding="utf-8")
     (tmp_path / "quickstart.py").write_text(quick_code, encoding="utf-8")
-    env = user_env(fresh_python.parent.parent)
+    # The driver JVMs get the tests' JIT and GC options (the two Spark runs are most of
+    # this test's CPU; tests.support.spark_jvm): options of the JVM only, not a
+    # variable that says which Python or which packages a program gets.
+    env = {**user_env(fresh_python.parent.parent), "SPARK_SUBMIT_OPTS": JAVA_OPTIONS}
     probe = run([str(fresh_python), "-c", "import osqueue_spark; print(osqueue_spark.__file__)"],
                 tmp_path, env)
     assert str(ROOT) not in probe.stdout  # the wheel's copy, not the checkout

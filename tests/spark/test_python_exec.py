@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from osqueue_spark.datasource.python_exec import chosen_python
+from tests.support.spark_jvm import JAVA_OPTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 ME = "/venv/bin/python"
@@ -63,6 +64,7 @@ def test_a_script_run_by_a_venvs_python_not_activated_gets_working_workers(
     env["PATH"] = os.pathsep.join(e for e in os.environ.get("PATH", "").split(os.pathsep)
                                   if e not in in_a_venv)
     env["PYTHONPATH"] = str(ROOT)
+    env["SPARK_SUBMIT_OPTS"] = JAVA_OPTIONS  # the driver JVM's (CPU: tests.support.spark_jvm)
     script = tmp_path / "script.py"
     script.write_text(SCRIPT, encoding="utf-8")
     proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,

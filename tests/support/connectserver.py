@@ -29,6 +29,7 @@ import time
 from typing import Any
 
 from tests.support.serving import free_port
+from tests.support.spark_jvm import JAVA_OPTIONS
 
 READY = "connectserver ready on "
 
@@ -114,6 +115,7 @@ def _serve(port: int, master: str) -> None:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.driver.memory", "2g")
+        .config("spark.driver.extraJavaOptions", JAVA_OPTIONS)  # CPU: tests.support.spark_jvm
         .config("spark.plugins", "org.apache.spark.sql.connect.SparkConnectPlugin")
         .config("spark.connect.grpc.binding.address", "127.0.0.1")
         .config("spark.connect.grpc.binding.port", str(port))

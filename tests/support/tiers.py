@@ -3,9 +3,11 @@
 - The quick tier (``make check``: ``-m "not slow"``, ``OSQ_TESTS_TIER=quick``): a
   random run parametrized by seed keeps its first ``fast`` seeds there, with all
   its checks (:func:`seeds`), and hypothesis runs take a fifth of their examples
-  (:func:`examples`); ``make test`` runs every seed and example.
+  (:func:`examples`); ``make test`` runs every seed and example but those of the
+  long tier.
 - The long tier (marker ``long``): the long variants of random and chaos runs,
-  which ``make test`` leaves out (``-m "not long"``) and ``make long`` runs. A run
+  which ``make test`` leaves out (``-m "not long"``) and ``make long`` runs (a
+  seeded random run's later seeds too: :func:`seeds` with ``short``). A run
   moves there only beside a shorter variant of it that stays in ``make test`` with
   the same checks (:func:`short_and_long`), so ``make test`` still runs every
   check, on less work.
@@ -23,11 +25,16 @@ import pytest
 QUICK = os.environ.get("OSQ_TESTS_TIER") == "quick"
 
 
-def seeds(n: int, fast: int = 1) -> list[Any]:
+def seeds(n: int, fast: int = 1, short: int | None = None) -> list[Any]:
     """Seeds ``0 .. n - 1`` for ``pytest.mark.parametrize``: the first ``fast``
-    plain, the others marked slow."""
-    return [*range(min(fast, n)),
-            *(pytest.param(seed, marks=pytest.mark.slow) for seed in range(fast, n))]
+    plain, the others marked slow; with ``short``, the seeds from ``short`` on are
+    marked long as well (``make long`` only: ``make test`` runs seeds ``0 .. short -
+    1``, every check on fewer random runs)."""
+    last = n if short is None else min(short, n)
+    return [*range(min(fast, last)),
+            *(pytest.param(seed, marks=pytest.mark.slow) for seed in range(fast, last)),
+            *(pytest.param(seed, marks=[pytest.mark.slow, pytest.mark.long])
+              for seed in range(last, n))]
 
 
 def examples(n: int) -> int:

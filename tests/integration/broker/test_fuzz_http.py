@@ -15,7 +15,8 @@ One broker for the module (file store in a temporary directory, a 1 MiB request
 limit, a bearer token, fake AWS credentials in its environment), kept from writing
 on its own (see "Quiet store" in :mod:`tests.support.fuzz_harness`). Examples are
 derandomized (and seeded per route), so every run sends the same requests; each
-test checks that it sent its share (:data:`MIN_PER_ROUTE`, :data:`MIN_STRAY`) and that
+test checks that it sent its share (:data:`PER_ROUTE`, :data:`STRAY`: fewer in
+``make test``'s short variant than in ``make long``'s, the same checks) and that
 no log line of the broker holds a secret, so each stands alone, in any order.
 """
 
@@ -42,13 +43,13 @@ from tests.support.fuzz_requests import (
     route_requests,
     stray_requests,
 )
+from tests.support.tiers import short_and_long
 
-PER_ROUTE = 100
-STRAY = 250
-#: Requests each test must have sent: all its examples (hypothesis would stop short
-#: of max_examples on a route with too few distinct requests, or filtering them away)
-MIN_PER_ROUTE = PER_ROUTE
-MIN_STRAY = STRAY
+#: Examples (requests) a route's test sends: ``make test`` runs the short variant,
+#: ``make long`` the long one, with the same checks (tests/support/tiers.py).
+PER_ROUTE = {"short": 40, "long": 100}
+#: The same for the paths and methods no route serves.
+STRAY = {"short": 100, "long": 250}
 FUZZ = settings(deadline=None, derandomize=True, database=None, print_blob=False,
                 suppress_health_check=list(HealthCheck))
 
@@ -96,12 +97,14 @@ def route_id(route: Route) -> str:
 
 
 @pytest.mark.parametrize("route", ROUTES, ids=route_id)
+@short_and_long("examples", PER_ROUTE["short"], PER_ROUTE["long"])
 def test_route_answers_hold_the_invariants(broker: tuple[BrokerProcess, Path],
-                                           harness: Harness, route: Route) -> None:
+                                           harness: Harness, route: Route,
+                                           examples: int) -> None:
     # a seed of its own for each route (derandomize alone gives every route the
     # same choices, this function being the same); still the same on every run
     @seed(zlib.crc32(route_id(route).encode()))
-    @settings(FUZZ, max_examples=PER_ROUTE)
+    @settings(FUZZ, max_examples=examples)
     @given(st.data())
     def run(data: st.DataObject) -> None:
         req = data.draw(route_requests(route), label="request")
@@ -110,12 +113,15 @@ def test_route_answers_hold_the_invariants(broker: tuple[BrokerProcess, Path],
 
     before, began = harness.sent, time.monotonic()
     run()
-    assert_sent(broker[0], harness, before, began, MIN_PER_ROUTE)
+    # all its examples: hypothesis would stop short of max_examples on a route with
+    # too few distinct requests, or filtering them away
+    assert_sent(broker[0], harness, before, began, examples)
 
 
+@short_and_long("examples", STRAY["short"], STRAY["long"])
 def test_stray_paths_and_methods_are_refused_in_json(broker: tuple[BrokerProcess, Path],
-                                                     harness: Harness) -> None:
-    @settings(FUZZ, max_examples=STRAY)
+                                                     harness: Harness, examples: int) -> None:
+    @settings(FUZZ, max_examples=examples)
     @given(st.data())
     def run(data: st.DataObject) -> None:
         req = data.draw(stray_requests(), label="request")
@@ -124,7 +130,7 @@ def test_stray_paths_and_methods_are_refused_in_json(broker: tuple[BrokerProcess
 
     before, began = harness.sent, time.monotonic()
     run()
-    assert_sent(broker[0], harness, before, began, MIN_STRAY)
+    assert_sent(broker[0], harness, before, began, examples)
 
 
 def assert_sent(proc: BrokerProcess, harness: Harness, before: int, began: float,

@@ -533,7 +533,8 @@ def main() -> None:
                    help="leave the collector as CPython sets it (an embedded broker's case)")
     p.add_argument("--held-in-records", action=argparse.BooleanOptionalAction,
                    default=BrokerConfig.held_in_records, help="BrokerConfig.held_in_records")
-    p.add_argument("--spill-jobs", type=int, default=0, help="BrokerConfig.spill_jobs (dead)")
+    p.add_argument("--spill-jobs", type=int, default=BrokerConfig.spill_jobs,
+                   help="BrokerConfig.spill_jobs (the broker's, %(default)s; 0: dead stay inline)")
     p.add_argument("--out", help="results name under bench/results (default depth_bench, "
                    "depth_bench_quick with --quick)")
     p.add_argument("--note", help="text saved with the results (which sizes were left out)")

@@ -91,8 +91,6 @@ class Broker:
                  monotonic: Callable[[], float] = time.monotonic,
                  pause: Pause = REAL_TIME, fault_retry_s: float = 2.0) -> None:
         self.store = store
-        # What start-up's and the loops' retries wait on, and how soon a faulted
-        # loop re-reads on its own: real time in production; tests shorten them.
         self._pause, self._fault_retry_s = pause, fault_retry_s
         self.config = config or BrokerConfig()
         self.id = self.config.broker_id

@@ -79,7 +79,7 @@ def spin_rows(marker_dir: str, stop_file: str) -> Any:
 def probe_once(url: str, cycles: int) -> dict[str, Any]:
     probe = Probe(url, complete_foreign=True, queue=QUEUE)
     probe.run(cycles)
-    probe.client.close()
+    probe.stop()  # (no thread was started: closes its client)
     return {"samples": probe.samples, **probe.figures()}
 
 

@@ -515,7 +515,10 @@ def _purge(state: QueueState, op: Purge, now_ms: int) -> Result:
     for job in doomed:
         move(state, job, GONE, now_ms)
     count = len(doomed) + (purge_held(state) if CLAIMED in statuses and state.seg_names else 0)
-    count += purge_pending(state) if PENDING in statuses else 0
+    if PENDING in statuses:
+        count += purge_pending(state)
+        if state.groups is not None:  # (grouped segments' runs went too: every heap is suspect)
+            state.groups.stale.update(state.groups.heaps)
     count += purge_spilled(state, [s for s in (DEAD, PENDING) if s in statuses]) \
         if state.spill_refs else 0
     if op.request is not None:

@@ -90,7 +90,7 @@ class GroupState:
     held counts) and each group's ready jobs. Derived, never stored."""
 
     __slots__ = ("dead", "dirs", "dispatch", "early", "heaps", "names", "now_ms", "pushed",
-                 "refresh", "seen_ms", "settings", "untold", "untold_ms")
+                 "refresh", "seen_ms", "settings", "stale", "twice", "untold", "untold_ms")
 
     def __init__(self, settings: GroupSettings, held: dict[str | None, int],
                  now_ms: int, kept: tuple[GroupNames, GroupBuckets] | None = None) -> None:
@@ -129,6 +129,12 @@ class GroupState:
         self.untold: dict[int, int | None] = {}
         self.pushed: list[int] = []
         self.untold_ms = 0
+        # gids whose heaps may hold entries of jobs that left pending other than by a
+        # claim (cancelled, purged, spilled), and (fifo order) gids whose heaps may
+        # hold a seq twice (a job's move to pending and its ready entry both push it):
+        # what the next stats read drops (broker.model.segments.grouped.group_stats)
+        self.stale: set[int] = set()
+        self.twice: set[int] = set()
         for name, n in held.items():
             self.dispatch.hold(self.names.gid(name), n, now_ms)
 
@@ -158,10 +164,14 @@ class GroupState:
         """The groups as stats show them: how many have a record (pending ready
         jobs or held ones), the jobs held in all, the ready jobs held back by a
         limit (``held_back``: jobs, groups at their limit), and the ``busiest``
-        groups by (claimed, ready pending). O(groups in memory), never O(jobs);
-        a group's ready count may include jobs cancelled or purged since it was
-        last served (their entries go when it is). ``more``: gid -> pending jobs
-        its heap does not count one by one (those of grouped segments' runs)."""
+        groups by (claimed, ready pending). O(groups in memory), never O(jobs).
+        A group's count is its heap's length: exact once the entries of jobs
+        cancelled or purged since (:attr:`stale`) and a fifo heap's repeated
+        seqs (:attr:`twice`) are dropped, which
+        :func:`broker.model.segments.grouped.group_stats` does first (a read of
+        the :class:`GroupState` alone, as the metrics make, may count them).
+        ``more``: gid -> pending jobs its heap does not count one by one (those
+        of grouped segments' runs)."""
         dispatch, heaps, names = self.dispatch, self.heaps, self.names
         more = more or {}
         rows = []
@@ -192,6 +202,14 @@ class GroupState:
             raise ValueError(f"a job of group {name!r:.60} was settled, but none is held")
         self.dispatch.settled_one(gid, self.now_ms)
 
+    def left(self, name: str | None) -> None:
+        """A pending job of group ``name`` left pending other than by a claim
+        (cancelled, purged, spilled; see :func:`left_hook`): its entry in the
+        group's heap, if any, is stale (dropped by the next stats read)."""
+        gid = self.names.find(name)
+        if gid is not None:
+            self.stale.add(gid)
+
     def moved(self, job: Job, frm: str, to: str, now_ms: int) -> None:
         """Grouped ``job`` moved from status ``frm`` to ``to`` at ``now_ms`` (see
         :func:`moved_hook`). In fifo order its group's heap gets it when it is
@@ -221,6 +239,14 @@ def settle_hook(groups: GroupState | None, job: Job) -> None:
         groups.settle(job.group)
 
 
+def left_hook(groups: GroupState | None, job: Job) -> None:
+    """``job`` left pending other than by a claim (cancelled, purged, spilled
+    out of the head): its group's heap may count it until the next stats read
+    drops it (:meth:`GroupState.left`). A no-op without groups."""
+    if groups is not None:
+        groups.left(job.group)
+
+
 def moved_hook(groups: GroupState | None, job: Job, frm: str, to: str, now_ms: int) -> None:
     """``job`` (with a group) moved from ``frm`` to ``to`` (a push: from ``"new"``)
     at ``now_ms``: what a fifo group's head and dead count follow
@@ -229,5 +255,5 @@ def moved_hook(groups: GroupState | None, job: Job, frm: str, to: str, now_ms: i
         groups.moved(job, frm, to, now_ms)
 
 
-__all__ = ["NO_GROUP", "GroupState", "held_by_group", "moved_hook", "priority_of",
+__all__ = ["NO_GROUP", "GroupState", "held_by_group", "left_hook", "moved_hook", "priority_of",
            "ready_key_of", "settle_hook", "source_key"]

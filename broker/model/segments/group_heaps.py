@@ -35,7 +35,7 @@ from broker.model.state import QueueState
 
 _READY_PRIORITY_SHIFT = SEQ_BITS + TIME_BITS  # (a ready key's priority: see ready_key)
 
-__all__ = ["fair_turns", "live_top", "virtual_at"]
+__all__ = ["drop_stale", "fair_turns", "live_top", "virtual_at"]
 
 
 def virtual_at(state: QueueState, seq: int) -> int | None:
@@ -91,6 +91,37 @@ def live_top(state: QueueState, heap: list[int] | None, now_ms: int,
             continue
         return entry
     return None
+
+
+def drop_stale(state: QueueState, groups: GroupState, now_ms: int) -> list[int]:
+    """Drop, from the heaps of the groups marked :attr:`~GroupState.stale` or
+    :attr:`~GroupState.twice` since the last call, every entry :func:`live_top`
+    would drop (jobs cancelled or purged, early ones moved to the delayed heap
+    as it moves them) and every repeated one, and clear the marks: then each
+    heap holds one entry a pending job (a run's next, for a grouped segment's).
+    O(those heaps' entries), once a mark; a heap only repeated (fifo) is
+    deduplicated in C. Returns the gids whose heaps were stale (or emptied),
+    whose heads dispatch must be told again; a heap left empty is dropped."""
+    heaps = groups.heaps
+    stale, twice = groups.stale, groups.twice
+    groups.stale, groups.twice = set(), set()
+    fifo_order = groups.settings.fifo
+    for gid in twice - stale:
+        heap = heaps.get(gid)
+        if heap is not None and len(set(heap)) != len(heap):
+            heap[:] = sorted(set(heap))  # (ascending: a heap)
+    out = []
+    for gid in stale:
+        heap = heaps.get(gid)
+        if heap is None:
+            continue
+        fifo = fifo_order and gid != NO_GROUP
+        heap[:] = sorted(entry for entry in set(heap)
+                         if live_top(state, [entry], now_ms, fifo) is not None)
+        if not heap:
+            del heaps[gid]
+        out.append(gid)
+    return out
 
 
 def fair_turns(state: QueueState, groups: GroupState, chosen: list[int], want: int,

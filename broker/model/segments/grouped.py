@@ -70,6 +70,7 @@ from broker.model.job_lines import group_of_field, line_group_field, pending_fro
 from broker.model.lifecycle import IllegalMove, claim_ready
 from broker.model.ops import LeasedJobs
 from broker.model.segments.group_heaps import (
+    drop_stale,
     fair_turns,
     in_bulk,
     live_top,
@@ -246,6 +247,7 @@ def _build_fifo(state: QueueState, groups: GroupState, now_ms: int) -> None:
         if heap is not None:
             heapq.heapify(heap)
         _refresh(state, groups, gid, now_ms)
+    groups.twice.update(heaps)  # (the ready heap's entries of these jobs come in again)
 
 
 def _ready_entry(state: QueueState, seq: int) -> int:
@@ -330,6 +332,11 @@ def dissolve(state: QueueState) -> None:
         return
     ready, entries = state.ready, state.jobs.entries
     fifo = groups.settings.fifo
+    # (fifo: a job not due is in its group's heap and has its entry in the delayed
+    # heap, which brings it back; one due may have its entry in the ready heap still,
+    # not yet taken in. Given back twice, a job was counted twice by the stats of the
+    # groups built next: tests/unit/broker/model/segments/test_grouped_stats.py)
+    delayed = set(state.delayed) if fifo else set()
     for gid, heap in groups.heaps.items():
         if not fifo or gid == NO_GROUP:
             ready.extend(heap)
@@ -337,7 +344,11 @@ def dissolve(state: QueueState) -> None:
         for seq in set(heap):  # (seqs: their pending jobs' ready keys; runs are registered again)
             job = entries.get(seq)
             if isinstance(job, bytes) or (job is not None and job.status == PENDING):
-                ready.append(_ready_entry(state, seq))
+                entry = _ready_entry(state, seq)
+                if timed_key(key_time(entry), seq) not in delayed:
+                    ready.append(entry)
+    if fifo:
+        ready[:] = set(ready)
     heapq.heapify(ready)
     state.group_buckets = _stash_buckets(groups)
     state.groups = None
@@ -391,6 +402,8 @@ def _absorb(state: QueueState, groups: GroupState, now_ms: int) -> None:
                 gid = gids[group] = gid_of(group)
         if fifo and gid != NO_GROUP:
             entry = seq  # (source_key in fifo order)
+            if job.__class__ is not bytes:  # (its move to pending put it in its heap already)
+                groups.twice.add(gid)
         heap = heaps.get(gid)
         if heap is None:
             heaps[gid] = [entry]
@@ -546,10 +559,29 @@ def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, 
     return out
 
 
+def _drop_stale(state: QueueState, groups: GroupState, now_ms: int) -> None:
+    """Drop the entries of the jobs cancelled or purged since the last stats
+    read, and a fifo heap's repeated seqs (:func:`group_heaps.drop_stale`), and
+    tell dispatch the heads of the groups that had stale ones (as a claim
+    would: group 0's the earlier of its heap's and the ungrouped segments')."""
+    for gid in drop_stale(state, groups, now_ms):
+        if gid != NO_GROUP:
+            _refresh(state, groups, gid, now_ms)
+            continue
+        top = live_top(state, groups.heaps.get(NO_GROUP), now_ms)
+        seg = _segment_next(state, now_ms) if state.segment_refs else None
+        groups.dispatch.set_head(NO_GROUP, _head(top if seg is None or (
+            top is not None and top < seg[0]) else seg[0]), now_ms)
+
+
 def group_stats(state: QueueState, now_ms: int) -> dict[str, Any] | None:
     """The ``groups`` block of stats (:meth:`GroupState.stats`), or None while
     the queue uses no groups. Takes the ready heap's new jobs into their groups
-    first, as a claim would (derived structures only: the head is unchanged)."""
+    first, as a claim would, and drops the entries of jobs cancelled or purged
+    since the last read (:func:`_drop_stale`: O(the entries of the groups they
+    were in), once), so each group's count is exact: its due pending jobs in
+    the head and in the due grouped segments (in fifo order a group's every
+    pending job, due or not); derived structures only, the head is unchanged."""
     if not uses_groups(state):
         return None
     _stepped_back(state, now_ms)
@@ -557,15 +589,22 @@ def group_stats(state: QueueState, now_ms: int) -> dict[str, Any] | None:
     groups.seen_ms = now_ms  # (its runs registered now: a claim at an earlier time rebuilds)
     promote_due(state, now_ms)
     _absorb(state, groups, now_ms)
-    more: dict[int, int] = {}
-    if state.segment_refs and grouped_refs(state):
+    grouped = bool(state.segment_refs) and grouped_refs(state)
+    if grouped:
         _register(state, groups, now_ms)
+    if groups.stale or groups.twice:
+        _drop_stale(state, groups, now_ms)
+    more: dict[int, int] = {}
+    if grouped:
         for ref in state.segment_refs:  # (O(runs of the loaded grouped segments))
             d = groups.dirs.get((ref.key, ref.etag))
             if d is None:
                 continue
             starts, gids = d.starts, d.gids
+            early = (ref.key, ref.etag) in groups.early  # (its group 0 runs go in once due)
             for r in range(d.runs):
+                if early and gids[r] == NO_GROUP:
+                    continue
                 n = starts[r + 1] - starts[r] - taken_between(ref, starts[r], starts[r + 1])
                 if n > 1:  # (the run's next job is its one entry in its group's heap)
                     more[gids[r]] = more.get(gids[r], 0) + n - 1

@@ -20,7 +20,8 @@ with its own group; no group went past its limit (counted by the model); in
 fifo order a group got a job only while holding none. After every step: the
 model's held count of each group equals the broker's and the one rebuilt from
 the head's claim records; the stats' counts (pending, claimed, dead, the
-groups' claimed total) equal the model's; the head decodes and encodes to
+groups' claimed total, each group's pending jobs and those held back by a
+limit: ``check_groups_pending`` says which count) equal the model's; the head decodes and encodes to
 the same bytes, and the decoded head rebuilds the same held counts."""
 
 from __future__ import annotations
@@ -383,6 +384,38 @@ class ModelGroupedClaims(RuleBasedStateMachine):
             assert counts[status] == want, (status, counts, want)
         if "groups" in view:
             assert view["groups"]["claimed"] == sum(self.model_held().values()), view["groups"]
+            self.check_groups_pending(view["groups"])
+
+    def check_groups_pending(self, block: dict[str, Any]) -> None:
+        """The groups block's pending count of each named group is the model's:
+        its pending jobs, due ones only in fair order (every one in fifo: a
+        group's head is its oldest, due or not), so their sum is the queue's
+        pending jobs with a group (due, in fair order). No group's row (None)
+        counts at most its due pending jobs in the head or in a grouped segment
+        (an ungrouped segment's are not counted; its row shows once a claim has
+        told dispatch its head). ``held_back`` is the pending jobs of the groups
+        at their limit (holding as many as it), and how many of those have some."""
+        s, held = self.settings(), self.model_held()
+        want: dict[str | None, int] = {}
+        for seq, status in self.status.items():
+            group = self.group[seq]
+            if status != PENDING or (self.run_at(seq) > self.now and not (
+                    s.fifo and group is not None)):
+                continue
+            if group is None and seq not in self.state.jobs.entries:
+                at = holding(self.state.segment_refs, seq)
+                if at is None or self.state.segment_refs[at].groups is None:
+                    continue  # (in an ungrouped segment)
+            want[group] = want.get(group, 0) + 1
+        got = {row["group"]: row["pending"] for row in block["busiest"] if row["pending"]}
+        assert got.get(None, 0) <= want.get(None, 0), (got, want)
+        got.pop(None, None)
+        want.pop(None, None)
+        assert got == want, (got, want)
+        at_limit = [g for g in want if (limit := s.limit_of(g)) is not None
+                    and held.get(g, 0) >= limit]
+        assert block["held_back"] == {"jobs": sum(want[g] for g in at_limit),
+                                      "groups_at_limit": len(at_limit)}, (block, want, held)
 
     @invariant()
     def the_head_reads_back(self) -> None:

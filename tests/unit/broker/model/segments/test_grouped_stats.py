@@ -1,0 +1,139 @@
+"""The ``groups`` block of stats (broker.model.segments.grouped.group_stats)
+agrees with the jobs after cancels and purges: a group's pending count is its
+pending jobs (due ones in fair order), ``held_back`` the pending jobs of the
+groups at their limit, and a group left with nothing pending or claimed is
+no longer known. Before the fix a cancelled or purged job stayed counted until
+its group was next served."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.model import transitions as T
+from broker.model.ops import Cancel, Claim, Configure, NewJob, Purge, Push, ReadStats
+from broker.model.state import QueueState
+from tests.support.segment_refs import push_grouped_segment
+from tests.support.states import new_queue
+
+T0 = 1_767_225_600_000
+
+
+def queue(groups: list[str | None], **settings: Any) -> QueueState:
+    state = new_queue(T0)
+    if settings:
+        T.apply(state, Configure(settings), T0)
+    T.apply(state, Push(tuple(NewJob(b"%d" % i, group=g) for i, g in enumerate(groups))), T0)
+    return state
+
+
+def stats(state: QueueState) -> dict[str, Any]:
+    view: dict[str, Any] = T.apply(state, ReadStats(), T0).view
+    return view
+
+
+def pending_by_group(view: dict[str, Any]) -> dict[str | None, int]:
+    return {row["group"]: row["pending"] for row in view["groups"]["busiest"] if row["pending"]}
+
+
+def cancel(state: QueueState, *seqs: int) -> None:
+    answers = T.apply(state, Cancel(tuple(f"j{seq:010d}" for seq in seqs)), T0).view
+    assert all(answer.ok for answer in answers), answers
+
+
+def test_a_cancelled_held_back_job_leaves_the_held_back_count() -> None:
+    state = queue(["a"] * 5 + ["b"], group_limit=2)
+    T.apply(state, Claim("w", 10, 30_000), T0)  # (a: 2 claimed, 3 held back; b: 1 claimed)
+    assert stats(state)["groups"]["held_back"] == {"jobs": 3, "groups_at_limit": 1}
+    cancel(state, 4)
+    view = stats(state)
+    assert view["counts"]["pending"] == 2
+    assert view["groups"]["held_back"] == {"jobs": 2, "groups_at_limit": 1}
+    assert pending_by_group(view) == {"a": 2}
+
+
+def test_a_group_whose_jobs_are_all_cancelled_shows_none_and_is_not_known() -> None:
+    state = queue(["a"] * 3 + ["b"] * 2)
+    assert pending_by_group(stats(state)) == {"a": 3, "b": 2}
+    cancel(state, 4, 5)
+    view = stats(state)
+    assert pending_by_group(view) == {"a": 3}
+    assert view["groups"]["known"] == 1
+    assert [row["group"] for row in view["groups"]["busiest"]] == ["a"]
+
+
+def test_a_purge_of_pending_jobs_leaves_no_group_pending() -> None:
+    state = queue(["a"] * 4 + ["b"] * 3 + [None] * 2, group_limit=1)
+    T.apply(state, Claim("w", 3, 30_000), T0)  # (one of each: a and b at their limit)
+    assert stats(state)["groups"]["held_back"] == {"jobs": 5, "groups_at_limit": 2}
+    T.apply(state, Purge(("pending",)), T0)
+    view = stats(state)
+    assert view["counts"]["pending"] == 0
+    assert pending_by_group(view) == {}
+    assert view["groups"]["held_back"] == {"jobs": 0, "groups_at_limit": 0}
+    assert view["groups"]["claimed"] == 3  # (the purge left the claimed jobs be)
+
+
+def test_a_purge_then_pushes_count_only_the_new_jobs() -> None:
+    state = queue(["a"] * 4, group_limit=1)
+    stats(state)
+    T.apply(state, Purge(("pending",)), T0)
+    T.apply(state, Push((NewJob(b"x", group="a"), NewJob(b"y", group="b"))), T0)
+    assert pending_by_group(stats(state)) == {"a": 1, "b": 1}
+
+
+def test_a_grouped_segments_jobs_are_counted_through_cancels_and_a_purge() -> None:
+    state = new_queue(T0)
+    T.apply(state, Configure({"group_limit": 1}), T0)
+    first = push_grouped_segment(state, ["a"] * 4 + ["b"] * 2, T0)  # (runs a: 0-3, b: 4-5)
+    assert pending_by_group(stats(state)) == {"a": 4, "b": 2}
+    cancel(state, first, first + 2)  # (a's run entry, then a hole within it)
+    cancel(state, first + 4, first + 5)  # (all of b)
+    view = stats(state)
+    assert view["counts"]["pending"] == 2
+    assert pending_by_group(view) == {"a": 2}
+    assert view["groups"]["known"] == 1
+    T.apply(state, Claim("w", 5, 30_000), T0)  # (a's oldest live job: the limit holds it to 1)
+    assert stats(state)["groups"]["held_back"] == {"jobs": 1, "groups_at_limit": 1}
+    T.apply(state, Purge(("pending",)), T0)
+    view = stats(state)
+    assert view["counts"]["pending"] == 0
+    assert pending_by_group(view) == {}
+    assert view["groups"]["held_back"] == {"jobs": 0, "groups_at_limit": 0}
+
+
+def test_fifo_groups_count_each_pending_job_once() -> None:
+    state = queue(["a"] * 3 + ["b"] * 2, group_order="fifo")
+    assert pending_by_group(stats(state)) == {"a": 3, "b": 2}
+    cancel(state, 2)
+    view = stats(state)
+    assert pending_by_group(view) == {"a": 2, "b": 2}
+    T.apply(state, Claim("w", 5, 30_000), T0)
+    view = stats(state)
+    assert pending_by_group(view) == {"a": 1, "b": 1}
+    assert view["groups"]["held_back"] == {"jobs": 2, "groups_at_limit": 2}
+
+
+def test_a_switch_from_fifo_to_fair_counts_each_job_once_when_due() -> None:
+    """Fifo order holds a job not due in its group's heap and its entry in the
+    delayed heap: the switch gives both back, and the job came in twice."""
+    state = new_queue(T0)
+    T.apply(state, Configure({"group_order": "fifo"}), T0)
+    T.apply(state, Push((NewJob(b"1", group="a"), NewJob(b"2", group="a", delay_ms=1_000))), T0)
+    stats(state)  # (the groups built: both jobs in a's heap)
+    T.apply(state, Push((NewJob(b"3", group="a"),)), T0)  # (its ready entry not taken in yet)
+    T.apply(state, Configure({"group_order": "fair"}), T0)
+    assert pending_by_group(stats(state)) == {"a": 2}
+    view = T.apply(state, ReadStats(), T0 + 2_000).view
+    assert pending_by_group(view) == {"a": 3}
+    got = T.apply(state, Claim("w", 10, 30_000), T0 + 2_000).jobs
+    assert sorted(got.ids) == ["j0000000001", "j0000000002", "j0000000003"]
+
+
+def test_a_fifo_grouped_segment_not_yet_due_counts_its_named_groups_only() -> None:
+    """In fifo order a grouped segment's runs go into their groups' heaps before
+    it is due, but for no group's (None), whose jobs count once due."""
+    state = queue([None], group_order="fifo")
+    push_grouped_segment(state, [None, None, None, "a", "a"], T0 + 2_000)
+    assert pending_by_group(stats(state)) == {"a": 2, None: 1}
+    view = T.apply(state, ReadStats(), T0 + 2_000).view
+    assert pending_by_group(view) == {"a": 2, None: 4}

@@ -450,7 +450,8 @@ class JobsPage(Response):
     answers 503 ``broker_unavailable`` (retryable) if the owner took and
     deleted segments under three reads of a page in a row."""
 
-    jobs: list[dict[str, Any]] = Field(description="in enqueue order")
+    jobs: list[dict[str, Any]] = Field(description="in enqueue order, each as GET jobs/{id} "
+                                       "shows it (errors: [] for a job that never failed)")
     next_after: str | None = Field(description="the page's last job id when it is full (pass "
                                    "it as after for the next page, which may be empty); "
                                    "null: no more jobs")
@@ -492,7 +493,8 @@ class JobFound(Response):
     last_error: str | None = None
     errors: list[JobError] | None = Field(
         None, description=f"its error history, oldest first: the first failure and the "
-        f"{ERRORS_KEPT - 1} latest (absent: it never failed; null: an archived job's)")
+        f"{ERRORS_KEPT - 1} latest ([]: it never failed; null: an archived job's, whose "
+        "archive line keeps last_error alone)")
     lease: JobLease | None = Field(None, description="a claimed job's lease, without its token")
     cancel_requested_at: str | None = None
     completed_at: str | None = None

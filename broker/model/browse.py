@@ -334,7 +334,8 @@ def job(state: QueueState, now_ms: int, queue: str, job_id: str) -> dict[str, An
 def lookup(state: QueueState, now_ms: int, queue: str, job_id: str) -> dict[str, Any]:
     """``{"job": ..., "enqueued": n}``: job ``job_id`` as the queue object holds
     it (or would, for a pending job of a segment whose line is loaded), its
-    lease without its token, with ``location`` (``"queue"`` or ``"segment"``)
+    lease without its token, its error history ``errors`` (``[]``: it never
+    failed), with ``location`` (``"queue"`` or ``"segment"``)
     and, finished and awaiting its archive object, ``archive_key``; None if
     neither the head nor a loaded segment line holds it. ``enqueued``: the
     seq counter (no job has a larger seq). ``InvalidRequest`` for a text that
@@ -355,6 +356,7 @@ def lookup(state: QueueState, now_ms: int, queue: str, job_id: str) -> dict[str,
             found, where = spilled_job(state, seq), "spill"
     if found is not None:
         out = found.to_dict()
+        out.setdefault("errors", [])  # (never failed: the line leaves it out, the views say [])
         if "lease" in out:
             del out["lease"]["token"]  # (it settles the job: never shown here)
         out["location"] = where

@@ -36,7 +36,8 @@ def read_stats(state: QueueState, op: ReadStats, now_ms: int) -> Result:
 
 
 def read_jobs(state: QueueState, op: ReadJobs, now_ms: int) -> Result:
-    """A page of jobs as dicts, and where to read on if it was cut short: a
+    """A page of jobs as dicts (each with its error history ``errors``, ``[]``
+    for a job that never failed), and where to read on if it was cut short: a
     :class:`~broker.model.ops.JobsView` (see :func:`broker.model.views.list_page`). A
     lease's token is left out unless ``op.tokens``; then it is the token as the
     claim answered it (left out still if the state has no token key: a read
@@ -45,6 +46,7 @@ def read_jobs(state: QueueState, op: ReadJobs, now_ms: int) -> Result:
     rows = [job.to_dict() if op.raw else job.to_plain() for job in page]
     tag = state.tagger.tag if op.tokens and state.tagger is not None else None
     for row in rows:
+        row.setdefault("errors", [])  # (never failed: as the job view says it)
         lease = row.get("lease")
         if lease is not None:
             token = lease.pop("token")

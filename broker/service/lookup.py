@@ -99,8 +99,10 @@ async def find(view: Callable[[], Awaitable[View]], store: ObjectStore, io: IO, 
 
 def answer(found: archive.Found) -> dict[str, Any]:
     """An archived job as :func:`find` answers it: its archive line without the
-    token, payload and result as written."""
+    token, payload and result as written, ``errors`` null (the line keeps
+    ``last_error`` alone: the history is not known)."""
     out = {k: v for k, v in found.record.items() if k != "token"}
+    out.setdefault("errors", None)
     out["payload"] = orjson.Fragment(found.payload)
     out["result"] = None if out.get("status") == CANCELLED else orjson.Fragment(found.result)
     out["location"] = "archive"

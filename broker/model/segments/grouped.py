@@ -332,10 +332,8 @@ def dissolve(state: QueueState) -> None:
         return
     ready, entries = state.ready, state.jobs.entries
     fifo = groups.settings.fifo
-    # (fifo: a job not due is in its group's heap and has its entry in the delayed
-    # heap, which brings it back; one due may have its entry in the ready heap still,
-    # not yet taken in. Given back twice, a job was counted twice by the stats of the
-    # groups built next: tests/unit/broker/model/segments/test_grouped_stats.py)
+    # (fifo: a job's entry may be in the delayed heap, or the ready heap not yet taken
+    # in, still: given back twice, the next groups' stats counted it twice)
     delayed = set(state.delayed) if fifo else set()
     for gid, heap in groups.heaps.items():
         if not fifo or gid == NO_GROUP:
@@ -559,29 +557,14 @@ def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, 
     return out
 
 
-def _drop_stale(state: QueueState, groups: GroupState, now_ms: int) -> None:
-    """Drop the entries of the jobs cancelled or purged since the last stats
-    read, and a fifo heap's repeated seqs (:func:`group_heaps.drop_stale`), and
-    tell dispatch the heads of the groups that had stale ones (as a claim
-    would: group 0's the earlier of its heap's and the ungrouped segments')."""
-    for gid in drop_stale(state, groups, now_ms):
-        if gid != NO_GROUP:
-            _refresh(state, groups, gid, now_ms)
-            continue
-        top = live_top(state, groups.heaps.get(NO_GROUP), now_ms)
-        seg = _segment_next(state, now_ms) if state.segment_refs else None
-        groups.dispatch.set_head(NO_GROUP, _head(top if seg is None or (
-            top is not None and top < seg[0]) else seg[0]), now_ms)
-
-
 def group_stats(state: QueueState, now_ms: int) -> dict[str, Any] | None:
     """The ``groups`` block of stats (:meth:`GroupState.stats`), or None while
     the queue uses no groups. Takes the ready heap's new jobs into their groups
     first, as a claim would, and drops the entries of jobs cancelled or purged
-    since the last read (:func:`_drop_stale`: O(the entries of the groups they
-    were in), once), so each group's count is exact: its due pending jobs in
-    the head and in the due grouped segments (in fifo order a group's every
-    pending job, due or not); derived structures only, the head is unchanged."""
+    since the last read (:func:`~broker.model.segments.group_heaps.drop_stale`:
+    O(the entries of the groups they were in), once), so a group's count is
+    exact: its due pending jobs in the head and the due grouped segments (fifo:
+    every one, due or not). Derived structures only: the head is unchanged."""
     if not uses_groups(state):
         return None
     _stepped_back(state, now_ms)
@@ -592,8 +575,9 @@ def group_stats(state: QueueState, now_ms: int) -> dict[str, Any] | None:
     grouped = bool(state.segment_refs) and grouped_refs(state)
     if grouped:
         _register(state, groups, now_ms)
-    if groups.stale or groups.twice:
-        _drop_stale(state, groups, now_ms)
+    if groups.stale or groups.twice:  # (group 0's head: the claim sets it again, segments and all)
+        for gid in drop_stale(state, groups, now_ms):
+            _refresh(state, groups, gid, now_ms)
     more: dict[int, int] = {}
     if grouped:
         for ref in state.segment_refs:  # (O(runs of the loaded grouped segments))

@@ -64,6 +64,7 @@ from collections.abc import Iterable
 
 from broker.model import idempotency
 from broker.model import receipts as R
+from broker.model.groups.counts import left_hook
 from broker.model.held import held_by_seq, mark_held_cancel
 from broker.model.job import CANCELLED, CLAIMED, PENDING, Job, seq_of
 from broker.model.lifecycle import mark_cancel, move
@@ -188,6 +189,8 @@ def end_marked(state: QueueState, job: Job, wire: str, now_ms: int) -> ItemResul
 
 def _finish(state: QueueState, job: Job, now_ms: int) -> None:
     """Move ``job`` (pending, or claimed and marked) to cancelled in the next commit."""
+    if job.status == PENDING:  # (its entry in its group's heap goes stale)
+        left_hook(state.groups, job)
     job.done_ms = now_ms
     job.done_seq = state.seq + 1
     move(state, job, CANCELLED, now_ms)

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from broker.model.claim_records import ClaimRecord
 from broker.model.format import codec
-from broker.model.groups.counts import left_hook, moved_hook, settle_hook
+from broker.model.groups.counts import moved_hook, settle_hook
 from broker.model.held import unname
 from broker.model.indexes import (
     SEQ_MASK,
@@ -119,8 +119,6 @@ def move(state: QueueState, job: Job, to: str, now_ms: int) -> None:
     if to == GONE:
         if frm == CLAIMED:
             settle(state, job)
-        elif frm == PENDING:  # (purged or spilled: its group's heap entry is stale)
-            left_hook(state.groups, job)
         del state.jobs[seq]
         codec.removed(state, job)
         state.approx_bytes -= job.size_estimate()
@@ -136,8 +134,6 @@ def move(state: QueueState, job: Job, to: str, now_ms: int) -> None:
         raise IllegalMove(f"job {job.id} moving to {to} has the fields of another status")
     if frm == CLAIMED:
         settle(state, job)
-    elif to == CANCELLED and frm == PENDING:  # (its group's heap entry is stale)
-        left_hook(state.groups, job)
     job.status = to
     if frm == NEW:
         state.jobs[seq] = job

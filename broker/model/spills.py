@@ -40,6 +40,7 @@ from broker.model.format.spill_refs import (
     redriven,
     with_out,
 )
+from broker.model.groups.counts import left_hook
 from broker.model.indexes import ready_key, schedule
 from broker.model.job import DEAD, PENDING, Job, seq_of
 from broker.model.lifecycle import GONE, move
@@ -136,6 +137,8 @@ def attach(state: QueueState, plan: SpillPlan, refs: list[SpillRef], now_ms: int
         raise ValueError("a planned job is no longer a dead job (or a pending one) of the head")
     for job in jobs:
         assert job is not None
+        if job.status == PENDING:  # (its entry in its group's heap goes stale)
+            left_hook(state.groups, job)
         move(state, job, GONE, now_ms)
     state.spill_refs.extend(refs)
 

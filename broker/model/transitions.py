@@ -517,7 +517,7 @@ def _purge(state: QueueState, op: Purge, now_ms: int) -> Result:
     count = len(doomed) + (purge_held(state) if CLAIMED in statuses and state.seg_names else 0)
     if PENDING in statuses:
         count += purge_pending(state)
-        if state.groups is not None:  # (grouped segments' runs went too: every heap is suspect)
+        if state.groups is not None:  # (every pending job went: each group's heap is stale)
             state.groups.stale.update(state.groups.heaps)
     count += purge_spilled(state, [s for s in (DEAD, PENDING) if s in statuses]) \
         if state.spill_refs else 0

@@ -240,9 +240,10 @@ def settle_hook(groups: GroupState | None, job: Job) -> None:
 
 
 def left_hook(groups: GroupState | None, job: Job) -> None:
-    """``job`` left pending other than by a claim (cancelled, purged, spilled
-    out of the head): its group's heap may count it until the next stats read
-    drops it (:meth:`GroupState.left`). A no-op without groups."""
+    """``job`` leaves pending other than by a claim (cancelled, spilled out of
+    the head; a purge of pending jobs marks every group at once): its group's
+    heap may count it until the next stats read drops it
+    (:meth:`GroupState.left`). A no-op without groups."""
     if groups is not None:
         groups.left(job.group)
 

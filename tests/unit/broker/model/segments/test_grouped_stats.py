@@ -9,10 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from broker.model import spills
 from broker.model import transitions as T
+from broker.model.format.spill_refs import new_ref
+from broker.model.job import PENDING
 from broker.model.ops import Cancel, Claim, Configure, NewJob, Purge, Push, ReadStats
 from broker.model.state import QueueState
 from tests.support.segment_refs import push_grouped_segment
+from tests.support.spill_objects import ETAG, spill_key
 from tests.support.states import new_queue
 
 T0 = 1_767_225_600_000
@@ -137,3 +141,18 @@ def test_a_fifo_grouped_segment_not_yet_due_counts_its_named_groups_only() -> No
     assert pending_by_group(stats(state)) == {"a": 2, None: 1}
     view = T.apply(state, ReadStats(), T0 + 2_000).view
     assert pending_by_group(view) == {"a": 2, None: 4}
+
+
+def test_pending_jobs_spilled_out_of_the_head_leave_their_groups_count() -> None:
+    """Pending job objects without a group (pushed with options) spilled into
+    a pending spill object are not in the head: no group counts them."""
+    state = new_queue(T0)
+    T.apply(state, Configure({"group_limit": 1}), T0)
+    T.apply(state, Push((NewJob(b"a", group="a"), *(NewJob(b"%d" % i, priority=1)
+                                                    for i in range(3)))), T0)
+    assert pending_by_group(stats(state)) == {"a": 1, None: 3}
+    plan = spills.plan_dead(state, "q", 1, 1 << 20, T0, pending=True)
+    assert len(plan.seqs) == 3
+    spills.attach(state, plan, [new_ref(obj, spill_key(PENDING, 1 + i), ETAG)
+                                for i, obj in enumerate(plan.objects)], T0)
+    assert pending_by_group(stats(state)) == {"a": 1}

@@ -9,7 +9,8 @@ keys of the settings' maps; the decoder turns its refusal into ``CorruptState``)
 
 :class:`GroupNames` maps names to small ints (gids) and back, in memory only:
 gid 0 is "no group", ids of released names are reused, so the table is as
-large as the groups the caller still references, not every group ever seen.
+large as the groups the caller still references (up to twice that, once past
+:data:`SWEEP_FLOOR`: :mod:`broker.model.groups.sweep`), not every group ever seen.
 
 Pure: no I/O; imports the broker's errors and fields only.
 """
@@ -23,6 +24,8 @@ from broker.errors import InvalidRequest, OsqueueError
 
 #: The gid of "no group" (a job without a group: its own group in the rotation).
 NO_GROUP = 0
+#: A table's first :attr:`GroupNames.cap` (:data:`broker.model.groups.sweep.FLOOR`).
+SWEEP_FLOOR = 4096
 
 
 def valid_group(raw: Any) -> bool:
@@ -67,7 +70,7 @@ class GroupNames:
         self._free: list[int] = []
         #: Names interned past which the owner sweeps the unreferenced ones
         #: (:func:`broker.model.groups.sweep.release_unused` sets it again after).
-        self.cap = 4096
+        self.cap = SWEEP_FLOOR
         #: A name as a job's line spells it (its JSON string) -> its gid, for the
         #: names met lately (None -> 0): read it; :meth:`gid_spelt` fills it. A
         #: grouped claim finds its new jobs' groups so (``bench/groups_cpu_bench.py``).

@@ -44,10 +44,11 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from broker.model.groups.counts import GroupState
-from broker.model.groups.names import NO_GROUP
+from broker.model.groups.names import NO_GROUP, SWEEP_FLOOR
 
-#: The fewest names a table holds before a sweep (its first :attr:`cap`).
-FLOOR = 4096
+#: The fewest names a table holds before a sweep (its first
+#: :attr:`~broker.model.groups.names.GroupNames.cap`).
+FLOOR = SWEEP_FLOOR
 
 
 def referenced(groups: GroupState) -> set[int]:

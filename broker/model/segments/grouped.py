@@ -30,7 +30,10 @@ counts from the claim records (so a limit holds across takeovers), the ready
 jobs taken over from the queue's ready heap; kept by the claims here and by
 the settle function (:func:`broker.model.lifecycle.settle`). A settings change
 (or the queue no longer using groups) gives the ready jobs back
-(:func:`dissolve`) and the next claim builds them again.
+(:func:`dissolve`) and the next claim builds them again. A claim first
+releases the group names no piece refers to any more, once the names table has
+grown past its cap (:func:`broker.model.groups.sweep.release_unused`): a broker
+that owns a queue for days meets new groups all the time.
 
 Pure: no I/O, time passed in.
 """

@@ -5,8 +5,8 @@
 Each run is a child process importing one tree's broker that pushes ``--groups``
 jobs, each in a group of its own (a queue grouped by customer, API key or run
 id), ``--batch`` at a time: push, claim them all, complete them, the commit
-stamped and the completed jobs of the commit before dropped (their archive
-written), as a broker's commit loop would, no I/O. The queue's state (and its
+stamped and encoded and the completed jobs of the commit before dropped (their
+archive written), as a broker's commit loop would, no I/O. The queue's state (and its
 group structures) stays in memory throughout, as on a broker that owns it for
 days. Figures: the Python heap traced by ``tracemalloc`` (bytes, after a
 ``gc.collect()``), the names interned and their ``spelt`` cache, at each tenth
@@ -57,6 +57,7 @@ def _child(row: str, groups: int, batch: int) -> dict[str, Any]:
                                                 for t in jobs.columns[2])), now)
         done = state.seq + 1
         codec.stamp(state, "bench", now, secrets.token_hex(8))
+        b"".join(codec.encode_parts(state))  # (as a commit: it also prunes what left the head)
         transitions.apply(state, DropArchived((archived[0],)), now)
         archived[0] = done
         now += 1

@@ -26,6 +26,7 @@ Pure: no I/O, no clock (``now_ms`` is passed in).
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from broker.model.ratelimit import NANO, effective_burst, nano_per_ms, next_token_ms, refill
@@ -167,3 +168,7 @@ class GroupBuckets:
 
     def __contains__(self, gid: object) -> bool:
         return gid in self._level
+
+    def __iter__(self) -> Iterator[int]:
+        """The gids that have a bucket (short of full): ids that must not be released."""
+        return iter(list(self._level))

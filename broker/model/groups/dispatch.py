@@ -246,6 +246,17 @@ class Dispatch:
         must not be released while it is."""
         return gid in self._groups or (self.buckets is not None and gid in self.buckets)
 
+    def in_use(self) -> set[int]:
+        """Every gid in use here (:meth:`holds`: a record or a bucket; and any gid
+        ready or parked, which has a record): O(those groups), for the sweep of
+        unreferenced names (:func:`broker.model.groups.sweep.release_unused`)."""
+        used = set(self._groups)
+        used.update(self._ready)
+        used.update(self._parked)
+        if self.buckets is not None:
+            used.update(self.buckets)
+        return used
+
     def ready_at(self, priority: int) -> int:
         """How many groups are ready at ``priority``."""
         return self._ready_at.get(priority, 0)

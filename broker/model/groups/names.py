@@ -9,7 +9,8 @@ keys of the settings' maps; the decoder turns its refusal into ``CorruptState``)
 
 :class:`GroupNames` maps names to small ints (gids) and back, in memory only:
 gid 0 is "no group", ids of released names are reused, so the table is as
-large as the groups the caller still references, not every group ever seen.
+large as the groups the caller still references (up to twice that, once past
+:data:`SWEEP_FLOOR`: :mod:`broker.model.groups.sweep`), not every group ever seen.
 
 Pure: no I/O; imports the broker's errors and fields only.
 """
@@ -23,6 +24,8 @@ from broker.errors import InvalidRequest, OsqueueError
 
 #: The gid of "no group" (a job without a group: its own group in the rotation).
 NO_GROUP = 0
+#: A table's first :attr:`GroupNames.cap` (:data:`broker.model.groups.sweep.FLOOR`).
+SWEEP_FLOOR = 4096
 
 
 def valid_group(raw: Any) -> bool:
@@ -50,10 +53,13 @@ class GroupNames:
     Ids live in memory only (the head stores names). :meth:`release` frees an
     id when nothing the caller keeps refers to it any more (no pending, held
     or dead job of the group, no bucket, no dispatch record); the next new
-    name takes the freed id, so the table's size is the live groups'.
+    name takes the freed id. The caller of a queue's groups releases by mark
+    and sweep (:func:`broker.model.groups.sweep.release_unused`), once the table
+    has grown past :attr:`cap`: so the table holds at most about twice the
+    names still referenced (and at least the floor), never every group ever seen.
     """
 
-    __slots__ = ("_free", "_gids", "_names", "ids", "spelt")
+    __slots__ = ("_free", "_gids", "_names", "cap", "ids", "spelt")
 
     def __init__(self) -> None:
         self._gids: dict[str, int] = {}
@@ -62,6 +68,9 @@ class GroupNames:
         self.ids = self._gids
         self._names: list[str | None] = [None]  # gid -> name; None at 0 and at freed ids
         self._free: list[int] = []
+        #: Names interned past which the owner sweeps the unreferenced ones
+        #: (:func:`broker.model.groups.sweep.release_unused` sets it again after).
+        self.cap = SWEEP_FLOOR
         #: A name as a job's line spells it (its JSON string) -> its gid, for the
         #: names met lately (None -> 0): read it; :meth:`gid_spelt` fills it. A
         #: grouped claim finds its new jobs' groups so (``bench/groups_cpu_bench.py``).
@@ -117,6 +126,24 @@ class GroupNames:
         self._free.append(gid)
         self.spelt.clear()  # (a spelling of the name would find its id, reused)
         self.spelt[None] = NO_GROUP
+
+    def release_all(self, gids: list[int]) -> None:
+        """:meth:`release` of each of ``gids`` (distinct; 0 skipped), with :attr:`spelt`
+        emptied once, not once an id. ``KeyError`` for an id not in use (the ids
+        before it are released)."""
+        spelt = self.spelt
+        try:
+            for gid in gids:
+                if gid == NO_GROUP:
+                    continue
+                name = self.name(gid)
+                assert name is not None  # (gid is not 0)
+                del self._gids[name]
+                self._names[gid] = None
+                self._free.append(gid)
+        finally:
+            spelt.clear()  # (a spelling of a released name would find its id, reused)
+            spelt[None] = NO_GROUP
 
     def __len__(self) -> int:
         """Names interned now (gid 0 not counted)."""

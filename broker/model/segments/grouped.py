@@ -30,7 +30,10 @@ counts from the claim records (so a limit holds across takeovers), the ready
 jobs taken over from the queue's ready heap; kept by the claims here and by
 the settle function (:func:`broker.model.lifecycle.settle`). A settings change
 (or the queue no longer using groups) gives the ready jobs back
-(:func:`dissolve`) and the next claim builds them again.
+(:func:`dissolve`) and the next claim builds them again. A claim first
+releases the group names no piece refers to any more, once the names table has
+grown past its cap (:func:`broker.model.groups.sweep.release_unused`): a broker
+that owns a queue for days meets new groups all the time.
 
 Pure: no I/O, time passed in.
 """
@@ -55,6 +58,7 @@ from broker.model.groups.directories import directory_of, run_at
 from broker.model.groups.dispatch import Head
 from broker.model.groups.names import NO_GROUP
 from broker.model.groups.settings import parse_group_settings
+from broker.model.groups.sweep import release_unused
 from broker.model.indexes import (
     SEQ_BITS,
     SEQ_MASK,
@@ -462,6 +466,8 @@ def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, 
     groups.now_ms = max(groups.now_ms, now_ms)
     groups.seen_ms = now_ms
     dispatch.sweep(now_ms)  # (per-group token buckets that refilled: dropped)
+    if len(groups.names) > groups.names.cap:  # (then the names no piece refers to: released)
+        release_unused(groups, {(ref.key, ref.etag) for ref in state.segment_refs})
     fifo_order = groups.settings.fifo
     promote_due(state, now_ms)  # (so claim_ready below finds nothing more to promote)
     _absorb(state, groups, now_ms)

@@ -95,3 +95,14 @@ def test_interning_and_releasing_keep_a_bijection_of_live_names(
         assert names.name(gid) == name and names.find(name) == gid
     # the table never grows past the most names live at once
     assert max(live.values(), default=0) <= len({n for _, n in steps})
+
+
+def test_release_all_frees_each_id_skips_0_and_empties_spelt() -> None:
+    names = GroupNames()
+    a, b, c = (names.gid_spelt(f'"{n}"'.encode(), n) for n in "abc")
+    names.release_all([a, NO_GROUP, c])
+    assert len(names) == 1 and names.find("b") == b and names.find("a") is None
+    assert names.spelt == {None: NO_GROUP}  # (a spelling would find a freed id, reused)
+    assert {names.gid("d"), names.gid("e")} == {a, c}
+    with pytest.raises(KeyError):
+        names.release_all([names.gid("f") + 1])

@@ -31,9 +31,8 @@ jobs taken over from the queue's ready heap; kept by the claims here and by
 the settle function (:func:`broker.model.lifecycle.settle`). A settings change
 (or the queue no longer using groups) gives the ready jobs back
 (:func:`dissolve`) and the next claim builds them again. A claim first
-releases the group names no piece refers to any more, once the names table has
-grown past its cap (:func:`broker.model.groups.sweep.release_unused`): a broker
-that owns a queue for days meets new groups all the time.
+releases the names nothing refers to once the table is past its cap
+(:func:`broker.model.groups.sweep.release_unused`).
 
 Pure: no I/O, time passed in.
 """
@@ -567,10 +566,9 @@ def group_stats(state: QueueState, now_ms: int) -> dict[str, Any] | None:
     """The ``groups`` block of stats (:meth:`GroupState.stats`), or None while
     the queue uses no groups. Takes the ready heap's new jobs into their groups
     first, as a claim would, and drops the entries of jobs cancelled or purged
-    since the last read (:func:`~broker.model.segments.group_heaps.drop_stale`:
-    O(the entries of the groups they were in), once), so a group's count is
-    exact: its due pending jobs in the head and the due grouped segments (fifo:
-    every one, due or not). Derived structures only: the head is unchanged."""
+    since (:func:`~broker.model.segments.group_heaps.drop_stale`, O(their groups'
+    entries) once), so a group's count is exact: its due pending jobs in the head
+    and grouped segments (fifo: due or not). The head is unchanged."""
     if not uses_groups(state):
         return None
     _stepped_back(state, now_ms)
@@ -581,9 +579,10 @@ def group_stats(state: QueueState, now_ms: int) -> dict[str, Any] | None:
     grouped = bool(state.segment_refs) and grouped_refs(state)
     if grouped:
         _register(state, groups, now_ms)
-    if groups.stale or groups.twice:  # (group 0's head: the claim sets it again, segments and all)
+    if groups.stale or groups.twice:  # (group 0's with segments: the claim sets it, from them)
         for gid in drop_stale(state, groups, now_ms):
-            _refresh(state, groups, gid, now_ms)
+            if gid != NO_GROUP or not state.segment_refs:
+                _refresh(state, groups, gid, now_ms)
     more: dict[int, int] = {}
     if grouped:
         for ref in state.segment_refs:  # (O(runs of the loaded grouped segments))

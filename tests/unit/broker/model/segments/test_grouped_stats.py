@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from broker import paths
 from broker.model import spills
 from broker.model import transitions as T
@@ -212,10 +210,6 @@ def _turns(read_stats: bool) -> str:
     return "".join(served)
 
 
-@pytest.mark.xfail(strict=True, reason="group_stats refreshes group 0's head from its heap "
-                   "alone: emptied by drop_stale, group 0 (whose jobs are an ungrouped "
-                   "segment's) loses its record and pass and comes back as a newcomer, "
-                   "winning every turn")
 def test_stats_reads_after_cancels_keep_fair_turns_with_an_ungrouped_segment() -> None:
     assert _turns(read_stats=False) == "0a" * 15  # (the control: turns alternate)
     assert _turns(read_stats=True) == "0a" * 15

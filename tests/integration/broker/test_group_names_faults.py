@@ -60,14 +60,17 @@ SETTINGS = [
 ]
 
 
+@pytest.mark.parametrize("by_reference", [False, True])
 @pytest.mark.parametrize("settings, limit", SETTINGS)
 def test_reused_group_ids_through_faults_and_a_takeover(
-        tmp_path: Path, settings: dict[str, Any], limit: int) -> None:
+        tmp_path: Path, settings: dict[str, Any], limit: int, by_reference: bool) -> None:
+    """``by_reference``: each round's push is a grouped segment (segment_push_jobs 5)."""
+    config = {"segment_push_jobs": 5} if by_reference else {}
     store = FaultyStore(FileStore(tmp_path))
     clock = Clock()
 
     async def main() -> None:
-        broker = await started(store, "http://a", clock)
+        broker = await started(store, "http://a", clock, **config)
         await broker.create_queue("q", settings)
         pushed: set[str] = set()
         held: dict[str, str | None] = {}  # token -> group of each job held
@@ -78,16 +81,18 @@ def test_reused_group_ids_through_faults_and_a_takeover(
             clock.advance(0.2)  # (per-group buckets refill a little: full ones are dropped)
             if r == 12:
                 await crash(broker)
-                broker = await successor(store, clock)
+                broker = await successor(store, clock, **config)
             if r % 5 == 3:
                 store.inject("write_if_match", LOST_REPLY, key_contains="queue.json")
             if r % 7 == 4:
                 store.inject("write_if_match", NOT_LANDED, key_contains="queue.json")
             names = [f"r{r}-{i % 3}" for i in range(5)] + [f"k{r % 4}", None]
-            jobs = [NewJob(b'{"r":%d,"i":%d}' % (r, i), group=g, max_attempts=1 + i % 2)
+            jobs = [NewJob(b'{"r":%d,"i":%d}' % (r, i), group=g, max_attempts=1 + r % 2)
                     for i, g in enumerate(names)]
             ids = await _retry(broker.push, "q", jobs, request=f"p-{r}")
             pushed.update(ids)
+            if by_reference and r == 0:  # (by reference: one segment, runs r0-0..2, k0, None)
+                assert [ref.groups for ref in stored(store.inner).segment_refs] == [5]
             await broker.stats("q")
             got = await _retry(broker.claim, "q", "w", 6, lease_s=3600)
             await broker.stats("q")

@@ -27,6 +27,7 @@ from broker.model.job_lines import archive_line, archived_from_pending
 from broker.model.ops import LeasedJob
 from broker.model.spill_parts import claimed_job, spill_view, unname_spill
 from broker.model.state import QueueState, SegmentRef, Span
+from broker.wire import compact
 
 
 def unname(state: QueueState, record: ClaimRecord) -> None:
@@ -293,6 +294,8 @@ def complete_position(state: QueueState, record: ClaimRecord, pos: int,
         entries.append(Done(commit_seq, None, now_ms))
         state.done_commits.setdefault(commit_seq, []).append(record.fence)
     state.approx_bytes += len(result or b"") + 8  # (results are in the head until archived)
+    if result is not None:
+        result = compact(result)  # (kept until archived: not orjson's 4 KB buffer)
     entry = entries[-1]  # (positions ascending, results aligned: runs on disk)
     done = entry.pos
     if not done or done[-1] < pos:  # (a claim's tokens mostly come back in order)

@@ -19,6 +19,7 @@ from broker.model.job import JOB_OVERHEAD_BYTES, PENDING, Job, JobIds
 from broker.model.lifecycle import add_pending, add_pending_bulk
 from broker.model.ops import NewJob
 from broker.model.state import QueueState
+from broker.wire import compact
 
 
 def validate_new(state: QueueState, new: NewJob) -> int:
@@ -82,7 +83,8 @@ def insert_jobs(state: QueueState, jobs: Sequence[NewJob], now_ms: int) -> Seque
                 continue
         counters.enqueued += 1
         seq = counters.enqueued
-        job = Job(seq, new.payload, PENDING, new.priority,
+        # (kept as a Job until claimed: a copy, not orjson's 4 KB buffer; see compact)
+        job = Job(seq, compact(new.payload), PENDING, new.priority,
                   now_ms + new.delay_ms, 0, new.max_attempts or settings_max, now_ms, new.key)
         if new.group is not None:
             job.group = new.group

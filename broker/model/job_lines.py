@@ -20,6 +20,7 @@ import orjson
 
 from broker import timefmt
 from broker.model.job import CANCELLED, CLAIMED, COMPLETED, PENDING, Job
+from broker.wire import compact
 
 # ids, statuses and timestamps never need JSON escaping, so they can be spliced
 # in. A job's id is its seq, formatted as job_id_for() does (seq goes in twice).
@@ -275,7 +276,7 @@ def new_grouped_pending_lines(first_seq: int, payloads: Sequence[bytes],
         if field is None:
             if len(fields) >= 4096:  # the groups of a few pushes are all that is reused
                 fields.clear()
-            field = fields[group] = orjson.dumps(group)
+            field = fields[group] = compact(orjson.dumps(group))  # (4,096 kept: 16 MB else)
         out.append(grouped % (seq, seq, field, payload))
     return out
 

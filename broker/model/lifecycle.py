@@ -71,7 +71,7 @@ from broker.model.job_lines import (
 )
 from broker.model.ops import ItemResults, LeasedJobs
 from broker.model.state import QueueState
-from broker.wire import ItemResult
+from broker.wire import ItemResult, compact
 
 NEW = "(new)"  # not in the state yet
 GONE = "(gone)"  # removed from the state
@@ -460,7 +460,7 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
         job.status = COMPLETED
         job.done_ms = now_ms
         job.done_seq = commit_seq
-        job.result = value
+        job.result = value if value is None else compact(value)  # (kept until archived)
         if job._enc is not None and job.key is None and not job.errors:
             claimed_lines[seq] = job._enc  # see codec.stamp
         job._enc = None  # codec.touch(), inlined

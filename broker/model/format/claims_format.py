@@ -29,6 +29,7 @@ from broker.model.format.spill_refs import SpillRef
 from broker.model.indexes import TIME_MASK
 from broker.model.job import CLAIMED, PENDING, job_id_for
 from broker.model.state import QueueState
+from broker.wire import compact
 
 _FIELDS = frozenset({"fence", "n", "worker", "lease_s", "expires_at", "heartbeat_at", "parts",
                      "settled", "cancel", "done"})
@@ -203,7 +204,7 @@ def _done_from(raw: Any, record: ClaimRecord, where: str) -> list[Done]:
                              "not held at a segment or spill part")
         seen |= bits
         out.append(Done(commit_seq, commit, _time(item["at"], f"{what} at"), pos,
-                        [None if r is None else orjson.dumps(r) for r in results]))
+                        [None if r is None else compact(orjson.dumps(r)) for r in results]))
     return out
 
 

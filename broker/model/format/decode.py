@@ -68,6 +68,7 @@ from broker.model.state import (
     SegmentRef,
 )
 from broker.model.tokens import check_key
+from broker.wire import compact
 
 
 def _count(raw: Any, what: str, hi: int = SEQ_MASK) -> int:
@@ -182,7 +183,8 @@ def _job_from(raw: Any, spans: LineSpans | None, version: int = VERSION,
     lease = raw.get("lease")
     job = Job(
         seq=seq,
-        payload=spans.payload(raw["payload"]) if spans else orjson.dumps(raw["payload"]),
+        # (kept in the state: copies, not orjson's 4 KB buffers; see compact)
+        payload=compact(spans.payload(raw["payload"]) if spans else orjson.dumps(raw["payload"])),
         status=status,
         priority=priority,
         run_at_ms=check_time(raw.get("run_at"), f"job {job_id!r} run_at"),
@@ -232,7 +234,7 @@ def _job_from(raw: Any, spans: LineSpans | None, version: int = VERSION,
         if "result" not in raw:
             raise ValueError(f"completed job {job_id!r} has no result")
         result = spans.result(raw["result"]) if spans else orjson.dumps(raw["result"])
-        job.result = None if result == b"null" else result
+        job.result = None if result == b"null" else compact(result)
     return job
 
 

@@ -214,10 +214,9 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
             timeout = self._timer_timeout()
             if timeout is None or timeout > 0:
                 self._wake.clear()  # nothing buffered: the timers were just looked at
-                if await self._woken(timeout):
-                    if not self._buffer and not self._closing:
-                        return False  # poked: look at the timers again
-                # (else a timer is due: commit the housekeeping)
+                woken = await self._woken(timeout)  # (not woken: a timer is due, commit it)
+                if woken and not self._buffer and not self._closing:
+                    return False  # poked: look at the timers again
         self._wake.clear()
         if self._closing and not self._buffer:
             return True

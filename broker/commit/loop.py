@@ -143,6 +143,8 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
             raise self.step_down_error or BrokerUnavailable("broker is shutting down")
         if not self.active and self.step_down_error is not None:
             raise self.step_down_error
+        if self._task is not None and self._task.done():  # (cancelled: nothing would answer)
+            raise BrokerUnavailable("broker is shutting down")
         fut: asyncio.Future[ResultT] = asyncio.get_running_loop().create_future()
         self._buffer.append(Waiter(op, fut))
         self._wake.set()
@@ -196,7 +198,8 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
             try:
                 if await self._round():
                     return
-            except asyncio.CancelledError:
+            except asyncio.CancelledError:  # (nothing buffered is written from now on)
+                self._fail_all(BrokerUnavailable("broker is shutting down"))
                 raise
             except Exception:  # never let the loop end: answer, back off, go on
                 log.exception("%s: unexpected error in the commit loop", self.key)
@@ -211,13 +214,9 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
             timeout = self._timer_timeout()
             if timeout is None or timeout > 0:
                 self._wake.clear()  # nothing buffered: the timers were just looked at
-                try:
-                    await asyncio.wait_for(self._wake.wait(), timeout)
-                except TimeoutError:
-                    pass  # a timer is due: commit the housekeeping
-                else:
-                    if not self._buffer and not self._closing:
-                        return False  # poked: look at the timers again
+                woken = await self._woken(timeout)  # (not woken: a timer is due, commit it)
+                if woken and not self._buffer and not self._closing:
+                    return False  # poked: look at the timers again
         self._wake.clear()
         if self._closing and not self._buffer:
             return True
@@ -278,10 +277,21 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
             if left <= 0:
                 return
             self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), left)
-            except TimeoutError:
+            if not await self._woken(left):
                 return
+
+    async def _woken(self, timeout_s: float | None) -> bool:
+        """Wait until woken (:meth:`poke`, a submit) or ``timeout_s`` seconds passed
+        (None: no limit); whether woken. Raises ``CancelledError`` if the task is
+        cancelled meanwhile, even as the wake comes: not ``asyncio.wait_for``,
+        which on Python 3.11 then returns as if woken and swallows the
+        cancellation (the loop of a broker killed or stopped went on writing)."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._wake.wait()
+        except TimeoutError:
+            return False
+        return True
 
     def _timer_timeout(self) -> float | None:
         if not self.active:

@@ -135,6 +135,13 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(), name=self.key)
+            self._task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """The loop's task ended: if cancelled (even before its first step, when
+        ``_run`` never reached its own handler), nothing buffered will be written."""
+        if task.cancelled():
+            self._fail_all(BrokerUnavailable("broker is shutting down"))
 
     async def submit(self, op: OpT) -> ResultT:
         """Queue ``op`` for the next commit; return its result once durable, or

@@ -147,10 +147,6 @@ def test_a_loop_cancelled_before_any_write_answers_unavailable_and_writes_nothin
     run(main())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a task cancelled before its first step never enters _run's try: an op "
-    "buffered before start() is never answered (close() answers it; a bare "
-    "cancel, as tests' crash(), does not). Fix: answer in a done callback of the task"))
 def test_a_loop_cancelled_before_its_task_first_runs_answers_its_callers() -> None:
     store = FaultyStore(MemoryStore())
 

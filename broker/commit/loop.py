@@ -205,8 +205,7 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
             try:
                 if await self._round():
                     return
-            except asyncio.CancelledError:  # (nothing buffered is written from now on)
-                self._fail_all(BrokerUnavailable("broker is shutting down"))
+            except asyncio.CancelledError:  # (what was buffered: answered by _ended)
                 raise
             except Exception:  # never let the loop end: answer, back off, go on
                 log.exception("%s: unexpected error in the commit loop", self.key)

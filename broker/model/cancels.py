@@ -189,8 +189,7 @@ def end_marked(state: QueueState, job: Job, wire: str, now_ms: int) -> ItemResul
 
 def _finish(state: QueueState, job: Job, now_ms: int) -> None:
     """Move ``job`` (pending, or claimed and marked) to cancelled in the next commit."""
-    if job.status == PENDING:  # (its entry in its group's heap goes stale)
-        left_hook(state.groups, job)
+    left_hook(state.groups, job)  # (pending: its entry in its group's heap goes stale)
     job.done_ms = now_ms
     job.done_seq = state.seq + 1
     move(state, job, CANCELLED, now_ms)

@@ -137,8 +137,7 @@ def attach(state: QueueState, plan: SpillPlan, refs: list[SpillRef], now_ms: int
         raise ValueError("a planned job is no longer a dead job (or a pending one) of the head")
     for job in jobs:
         assert job is not None
-        if job.status == PENDING:  # (its entry in its group's heap goes stale)
-            left_hook(state.groups, job)
+        left_hook(state.groups, job)  # (pending: its entry in its group's heap goes stale)
         move(state, job, GONE, now_ms)
     state.spill_refs.extend(refs)
 

@@ -243,8 +243,8 @@ def left_hook(groups: GroupState | None, job: Job) -> None:
     """``job`` leaves pending other than by a claim (cancelled, spilled out of
     the head; a purge of pending jobs marks every group at once): its group's
     heap may count it until the next stats read drops it
-    (:meth:`GroupState.left`). A no-op without groups."""
-    if groups is not None:
+    (:meth:`GroupState.left`). A no-op without groups or for a job not pending."""
+    if groups is not None and job.status == PENDING:
         groups.left(job.group)
 
 

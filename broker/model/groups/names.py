@@ -117,15 +117,7 @@ class GroupNames:
     def release(self, gid: int) -> None:
         """Free ``gid`` for reuse (0 is never freed: a no-op). ``KeyError`` for
         an id not in use (released twice: the caller's count is wrong)."""
-        if gid == NO_GROUP:
-            return
-        name = self.name(gid)
-        assert name is not None  # (gid is not 0)
-        del self._gids[name]
-        self._names[gid] = None
-        self._free.append(gid)
-        self.spelt.clear()  # (a spelling of the name would find its id, reused)
-        self.spelt[None] = NO_GROUP
+        self.release_all([gid])
 
     def release_all(self, gids: list[int]) -> None:
         """:meth:`release` of each of ``gids`` (distinct; 0 skipped), with :attr:`spelt`

@@ -29,7 +29,10 @@ head). Writes bench/results/broker_bigpush.json.
 ``--only groups``: claims/s of grouped cycles (:data:`GROUP_SCENARIOS`) against their
 ungrouped twins, interleaved; with ``--baseline DIR`` that tree's broker runs every
 cycle too, in the same rounds, each tree's grouped/ungrouped ratio in the results
-(bench/results/broker_groups.json, or ``--out NAME``: NAME.json).
+(bench/results/broker_groups.json, or ``--out NAME``: NAME.json). Beside it, the
+same ratio by the broker's own CPU an operation (ungrouped over grouped, the median
+of the rounds' ratios): on two shared cores both swing by a fifth from round to
+round; bench/groups_model_bench.py --instructions is the deterministic figure.
 
 Prints tables and writes bench/results/broker_bench.json (or broker_ab.json).
 """
@@ -337,27 +340,40 @@ def groups_compare(seconds: float, rounds: int, baseline: Path | None = None,
             order = [(tree, label, extra) for tree in trees
                      for label, extra in (("ungrouped", ()), ("grouped", options))]
             for tree, label, extra in (order if n % 2 == 0 else order[::-1]):
-                cell = table[tree].setdefault(name, {"ungrouped": [], "grouped": []})
+                cell = table[tree].setdefault(
+                    name, {"ungrouped": [], "grouped": [], "cpu_ungrouped": [], "cpu_grouped": []})
                 r = broker_run("cycle", clients, seconds, batch, extra=extra, root=trees[tree])
                 cell[label].append(r["claim"]["jobs_per_s"] if "claim" in r else 0.0)
+                cell[f"cpu_{label}"].append(r.get("broker_cpu_us_per_job") or float("nan"))
             for tree in trees:
                 cell = table[tree][name]
                 print(f"round {n + 1} {tree:<6} {name:<44} claims/s ungrouped "
                       f"{cell['ungrouped'][-1]:>9,.0f}   grouped {cell['grouped'][-1]:>9,.0f}"
-                      f"   ratio {cell['grouped'][-1] / max(cell['ungrouped'][-1], 1e-9):.3f}",
-                      flush=True)
+                      f"   ratio {cell['grouped'][-1] / max(cell['ungrouped'][-1], 1e-9):.3f}"
+                      f"   broker CPU/op {cell['cpu_ungrouped'][-1]:.1f} / "
+                      f"{cell['cpu_grouped'][-1]:.1f} us", flush=True)
     summaries: dict[str, dict[str, Any]] = {}
     for tree in trees:
         summary = summaries[tree] = {}
         for name, cell in table[tree].items():
-            u = sorted(cell["ungrouped"])[len(cell["ungrouped"]) // 2]
-            g = sorted(cell["grouped"])[len(cell["grouped"]) // 2]
+            u, g = statistics.median(cell["ungrouped"]), statistics.median(cell["grouped"])
+            # the broker's capacity ratio: its CPU an operation ungrouped over grouped,
+            # the median of the rounds' ratios. Claims/s swing with the load generator,
+            # which shares the two cores; the broker's own CPU a job swings far less.
+            cpu = statistics.median(
+                cu / cg for cu, cg in zip(cell["cpu_ungrouped"], cell["cpu_grouped"], strict=True))
             summary[name] = {"ungrouped_claims_per_s": u, "grouped_claims_per_s": g,
                              "grouped_over_ungrouped": g / u if u else None,
+                             "grouped_over_ungrouped_by_cpu": cpu,
+                             "ungrouped_cpu_us_per_op": statistics.median(cell["cpu_ungrouped"]),
+                             "grouped_cpu_us_per_op": statistics.median(cell["cpu_grouped"]),
                              "rounds_ungrouped": cell["ungrouped"],
-                             "rounds_grouped": cell["grouped"]}
+                             "rounds_grouped": cell["grouped"],
+                             "rounds_cpu_ungrouped": cell["cpu_ungrouped"],
+                             "rounds_cpu_grouped": cell["cpu_grouped"]}
             print(f"{tree:<6} {name:<44} ungrouped {u:>9,.0f}  grouped {g:>9,.0f}  "
-                  f"grouped_over_ungrouped {g / u if u else float('nan'):.3f}")
+                  f"grouped_over_ungrouped {g / u if u else float('nan'):.3f}  "
+                  f"by broker CPU {cpu:.3f}")
     payload: dict[str, Any] = {"seconds": seconds, "results": summaries["after"]}
     if baseline is not None:
         payload.update(baseline=str(baseline), before=summaries["before"])

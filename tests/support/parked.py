@@ -22,8 +22,11 @@ from broker.commit.loop import CommitLoop
 T = TypeVar("T")
 
 
-class _Parking:
+class _Parks:
+    """``waiting`` and ``parked`` for the asyncio primitive it is mixed into."""
+
     def __init__(self) -> None:
+        super().__init__()
         self.waiting = asyncio.Event()
         self.parked = 0
 
@@ -38,41 +41,23 @@ class _Parking:
                 self.waiting.clear()
 
 
-class ParkedEvent(asyncio.Event):
+class ParkedEvent(_Parks, asyncio.Event):
     """An ``asyncio.Event`` whose ``waiting`` is set while a ``wait()`` is parked."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._parking = _Parking()
-        self.waiting = self._parking.waiting
-
-    @property
-    def parked(self) -> int:
-        return self._parking.parked
 
     async def wait(self) -> Literal[True]:
         if self.is_set():
             return True
-        return await self._parking._park(super().wait)
+        return await self._park(super().wait)
 
 
-class ParkedLock(asyncio.Lock):
+class ParkedLock(_Parks, asyncio.Lock):
     """An ``asyncio.Lock`` whose ``waiting`` is set while an ``acquire()`` is parked
     (called while the lock was held)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._parking = _Parking()
-        self.waiting = self._parking.waiting
-
-    @property
-    def parked(self) -> int:
-        return self._parking.parked
 
     async def acquire(self) -> Literal[True]:
         if not self.locked():
             return await super().acquire()
-        return await self._parking._park(super().acquire)
+        return await self._park(super().acquire)
 
 
 def parked_wakes(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,27 +17,53 @@ import pytest
 
 from broker.model import state as S
 from broker.model.ops import ClearBroker, NewJob
+from broker.service.broker import Broker
 from broker.storage import MemoryStore
 from tests.support.inprocess import crash, run, started, stored
 from tests.support.same_turn import cancelled_as_answered
 
+Patch = Callable[[Broker, "asyncio.Task[None]"], None]
+
+
+def stop_cancelled(patch: Patch) -> tuple[bool, MemoryStore, str]:
+    """A broker with one job pending stopped, ``patch(broker, stop's task)``
+    applied before the task first runs: whether the task ended cancelled, the
+    store, the job's id. The broker is then ended as a crash would."""
+    store = MemoryStore()
+
+    async def go() -> tuple[bool, str]:
+        a = await started(store)
+        [job] = await a.push("q", [NewJob(b'"kept"')])
+        task = asyncio.create_task(a.stop(drain_s=10))
+        patch(a, task)
+        await asyncio.wait({task}, timeout=20)
+        cancelled = task.done() and task.cancelled()
+        await crash(a)  # (its loop, left running by a cancelled stop)
+        a._executor.shutdown()
+        return cancelled, job
+
+    cancelled, job = run(go(), timeout_s=60)
+    return cancelled, store, job
+
+
+def assert_cleared_and_kept(store: MemoryStore, job: str) -> None:
+    state = stored(store)
+    assert state.broker is None  # (the commit that answered it landed)
+    assert [j.id for j in state.jobs.values() if j.status == S.PENDING] == [job]
+
 
 def test_stop_cancelled_as_its_broker_record_is_cleared_ends_and_closes_nothing(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    store = MemoryStore()
+    closed: list[str] = []
 
-    async def go() -> None:
-        a = await started(store)
-        [job] = await a.push("q", [NewJob(b'"kept"')])
+    def patch(a: Broker, stopping: asyncio.Task[None]) -> None:
         q = a.served("q")
         assert q is not None
         submit, close = q.loop.submit, q.loop.close
-        stopping: list[asyncio.Task[None]] = []
-        closed: list[str] = []
 
         def clear_cancelling(op: Any) -> Awaitable[Any]:
             if isinstance(op, ClearBroker):  # (answered, and stop() cancelled, in one turn)
-                return cancelled_as_answered(submit(op), stopping[0])
+                return cancelled_as_answered(submit(op), stopping)
             return submit(op)
 
         async def recorded_close(timeout_s: float | None = None) -> None:
@@ -46,42 +72,24 @@ def test_stop_cancelled_as_its_broker_record_is_cleared_ends_and_closes_nothing(
 
         monkeypatch.setattr(q.loop, "submit", clear_cancelling)
         monkeypatch.setattr(q.loop, "close", recorded_close)
-        stopping.append(asyncio.create_task(a.stop(drain_s=10)))
-        await asyncio.wait(stopping, timeout=20)
-        task, = stopping
-        assert (task.done() and task.cancelled(), closed) == (True, [])
-        state = stored(store)
-        assert state.broker is None  # (the commit that answered it landed)
-        assert [j.id for j in state.jobs.values() if j.status == S.PENDING] == [job]
-        await crash(a)  # (its loop, left running by the cancelled stop)
-        a._executor.shutdown()
 
-    run(go(), timeout_s=60)
+    cancelled, store, job = stop_cancelled(patch)
+    assert (cancelled, closed) == (True, [])
+    assert_cleared_and_kept(store, job)
 
 
 def test_stop_cancelled_as_the_store_settles_ends_cancelled(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    store = MemoryStore()
-
-    async def go() -> None:
-        a = await started(store)
-        [job] = await a.push("q", [NewJob(b'"kept"')])
-        io = a._io
-        stopping: list[asyncio.Task[None]] = []
+    def patch(a: Broker, stopping: asyncio.Task[None]) -> None:
+        io, settle = a._io, a.store.settle
 
         def settle_cancelling(fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
-            if fn == store.settle:  # (settled, and stop() cancelled, in one turn)
-                return cancelled_as_answered(io(fn, *args), stopping[0])
+            if fn == settle:  # (settled, and stop() cancelled, in one turn)
+                return cancelled_as_answered(io(fn, *args), stopping)
             return io(fn, *args)
 
         monkeypatch.setattr(a, "_io", settle_cancelling)
-        stopping.append(asyncio.create_task(a.stop(drain_s=10)))
-        await asyncio.wait(stopping, timeout=20)
-        task, = stopping
-        assert task.done() and task.cancelled()  # (not returned as if stopped)
-        state = stored(store)
-        assert state.broker is None
-        assert [j.id for j in state.jobs.values() if j.status == S.PENDING] == [job]
-        a._executor.shutdown()
 
-    run(go(), timeout_s=60)
+    cancelled, store, job = stop_cancelled(patch)
+    assert cancelled  # (not returned as if stopped)
+    assert_cleared_and_kept(store, job)

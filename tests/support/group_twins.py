@@ -34,8 +34,9 @@ def apply_step(state: QueueState, step: Step, now: int, tokens: list[str]) -> An
     live leases, those claimed added, those settled taken out."""
     kind, arg = step
     if kind == "push":
-        return T.apply(state, ops.Push(tuple(ops.NewJob(b"%d" % i, priority=p, delay_ms=d, group=g)
-                                         for i, (g, p, d) in enumerate(arg))), now).ids
+        jobs = tuple(ops.NewJob(b"%d" % i, priority=p, delay_ms=d, group=g)
+                     for i, (g, p, d) in enumerate(arg))
+        return T.apply(state, ops.Push(jobs), now).ids
     if kind == "claim":
         out = T.apply(state, ops.Claim("w", arg, LEASE_MS), now).jobs
         tokens.extend(job.token for job in out)

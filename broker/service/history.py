@@ -92,9 +92,10 @@ class History:
         served = [(name, q) for name in names if (q := broker.served(name)) is not None]
 
         async def one(name: str, q: Any) -> bool:
+            # Not wait_for: on Python 3.11 it swallows a cancellation that comes with the answer.
             try:
-                result = await asyncio.wait_for(q.loop.submit(Inspect("counters")),
-                                                self.interval_s)
+                async with asyncio.timeout(self.interval_s):
+                    result = await q.loop.submit(Inspect("counters"))
             except (OsqueueError, TimeoutError) as exc:
                 log.debug("history: no sample of %s this round (%s)", name, exc)
                 return False

@@ -21,7 +21,8 @@ import pytest
 from broker.commit.loop import CommitLoop
 from broker.storage import MemoryStore
 from tests.support.commit_targets import Tally
-from tests.support.inprocess import run, until
+from tests.support.inprocess import run
+from tests.support.parked import ParkedEvent
 
 KEY = "t/tally.json"
 
@@ -42,12 +43,13 @@ def test_a_loop_cancelled_as_it_is_woken_ends_and_writes_nothing_more(wake: str)
         executor = ThreadPoolExecutor(2)
         loop: CommitLoop[dict[str, Any], int | str, int] = CommitLoop(
             store, KEY, Timed(), "w", executor, clock=lambda: 0)
+        loop._wake = wake = ParkedEvent()  # (says when the loop waits for work)
         await loop.load()
         loop.reactivate()
         loop.start()
         assert await loop.submit(2) == 2
         # (idle: waiting for work, its timer an hour away)
-        await until(lambda: bool(loop._wake._waiters))  # type: ignore[attr-defined]
+        await wake.waiting.wait()
         task = loop._task
         assert task is not None
         late = asyncio.ensure_future(loop.submit(3)) if wake == "submit" else None

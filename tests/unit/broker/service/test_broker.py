@@ -17,6 +17,7 @@ from broker.model.ops import NewJob
 from broker.storage import FileStore
 from tests.support.faults import REFUSED, Clock, FaultyStore
 from tests.support.inprocess import crash, run, started, stored, until
+from tests.support.parked import ParkedLock
 
 
 def test_one_loop_per_queue_and_stop_ends_it(tmp_path: Path) -> None:
@@ -43,13 +44,15 @@ def test_one_loop_per_queue_and_stop_ends_it(tmp_path: Path) -> None:
         await a.push("q", [NewJob(b"1")])
         await crash(a)
         b = await started(store, "http://b", clock)
+        lock = b._locks["q"] = ParkedLock()  # (b's lock for q: says who queues behind it)
         clock.advance(31)  # a's lease has run out as b sees it
         store.inject("read", None, key_contains="q/queue.json", before=slow_first_read)
         push = asyncio.create_task(b.push("q", [NewJob(b"2")]))  # a redirected client
         await until(entered.is_set)
         watch = asyncio.create_task(b.watch())  # the periodic watch round, meanwhile
-        lock = b.lock("q")
-        await until(lambda: watch.done() or bool(lock._waiters))  # done, or queued behind the call
+        queued = asyncio.ensure_future(lock.waiting.wait())
+        await asyncio.wait({watch, queued}, return_when=asyncio.FIRST_COMPLETED)
+        queued.cancel()  # (done, or queued behind the call)
         gate.set()
         await watch
         first = b._queues["q"]

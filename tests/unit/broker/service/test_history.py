@@ -1,17 +1,23 @@
 """The dashboard's history (broker.service.history): bounded per queue and in
 queues, per-interval differences for the charts, the commit rate, and a
-broker's sampling of the queues it serves (through their commit loops)."""
+broker's sampling of the queues it serves (through their commit loops), which
+a cancellation ends whenever it comes."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
+from collections.abc import Awaitable
 from typing import Any, cast
 
-from broker.model.ops import CompleteItem, FailItem
+import pytest
+
+from broker.model.ops import CompleteItem, FailItem, Inspect
 from broker.service.broker import Broker
 from broker.service.history import History
 from broker.storage import MemoryStore
 from tests.support.inprocess import run, started
+from tests.support.same_turn import cancelled_as_answered
 
 
 class Clock:
@@ -121,3 +127,35 @@ def test_a_totals_rate_looks_at_the_last_minute() -> None:
         history.record("q", i * 10_000, 0, done, 2 * i, 0, 0, 0)
     assert history.total_rate("q", "completed") == 4.0
     assert history.total_rate("q", "failed") == 0.2
+
+
+def test_a_sampling_cancelled_as_its_queue_answers_ends_and_records_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sampling task cancelled in the same turn as a queue's counters are
+    answered ends cancelled with no sample taken (``asyncio.wait_for`` swallowed
+    that cancellation on Python 3.11: the sample was recorded as if never
+    cancelled)."""
+    async def main() -> None:
+        broker = await started(MemoryStore())
+        try:
+            history = History(broker, interval_s=1, window_s=60)
+            await broker.push("q", [b"1"])
+            q = broker.served("q")
+            assert q is not None
+            submit = q.loop.submit
+            sampling: list[asyncio.Task[int]] = []
+
+            def inspect_cancelling(op: Any) -> Awaitable[Any]:
+                if isinstance(op, Inspect):  # (answered, and the sampling cancelled, in one turn)
+                    return cancelled_as_answered(submit(op), sampling[0])
+                return submit(op)
+
+            monkeypatch.setattr(q.loop, "submit", inspect_cancelling)
+            sampling.append(asyncio.create_task(history.sample()))
+            await asyncio.wait(sampling, timeout=20)
+            task, = sampling
+            assert (task.done() and task.cancelled(), history.samples("q")) == (True, [])
+        finally:
+            await broker.stop(5)
+
+    run(main())

@@ -31,6 +31,7 @@ from tests.support.inprocess import (
     successor,
     until,
 )
+from tests.support.parked import ParkedEvent
 from tests.support.spill_store import dead_everywhere, spill_keys
 
 SPILLS = "/spills/"
@@ -255,8 +256,9 @@ def test_a_waiting_claim_wakes_when_a_redrive_by_reference_lands(tmp_path: Path)
         ids = await _dead(a, 25)
         q = a.served("q")
         assert q is not None
+        ready = q.jobs_ready = ParkedEvent()  # (says when the claim waits on it)
         waiter = asyncio.create_task(a.claim("q", "w2", max_jobs=5, wait_s=30))
-        await until(lambda: bool(q.jobs_ready._waiters))  # (it waits: nothing pending)
+        await ready.waiting.wait()  # (it waits: nothing pending)
         assert await a.redrive("q") == 25
         got = await asyncio.wait_for(waiter, 10)  # (well before its 30 s)
         assert [j.id for j in got] == sorted(ids)[:5]

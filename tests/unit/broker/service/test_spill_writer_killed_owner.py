@@ -14,6 +14,8 @@ import asyncio
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from broker.errors import OsqueueError
 from broker.model.ops import NewJob
 from broker.storage.files import FileStore
@@ -26,6 +28,7 @@ from tests.support.inprocess import (
     started,
     until,
 )
+from tests.support.parked import parked_wakes, wake_of
 from tests.support.spill_runs import GRACE_S, drain, finished_archived
 from tests.support.spill_store import spill_keys
 
@@ -33,8 +36,10 @@ CONFIG = {"spill_jobs": 2, "spill_pending": True, "segment_grace_s": GRACE_S}
 LEASE_S = 20.0
 
 
-def test_an_owner_killed_as_its_loop_wakes_leaves_no_spill_object(tmp_path: Path) -> None:
+def test_an_owner_killed_as_its_loop_wakes_leaves_no_spill_object(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = FaultyStore(FileStore(tmp_path))
+    parked_wakes(monkeypatch)  # (to see the owner's loop idle)
 
     async def go() -> None:
         clock = Clock()
@@ -42,7 +47,7 @@ def test_an_owner_killed_as_its_loop_wakes_leaves_no_spill_object(tmp_path: Path
         pushed = await a.push("q", [NewJob(b'{"n":%d}' % i, max_attempts=1) for i in range(6)])
         assert len(await a.claim("q", "w", max_jobs=6, lease_s=LEASE_S)) == 6
         old = a._queues["q"].loop
-        await until(lambda: bool(old._wake._waiters))  # type: ignore[attr-defined]  # (idle)
+        await wake_of(old).waiting.wait()  # (idle)
         late = asyncio.ensure_future(a.push("q", [NewJob(b'"late"')]))
         await asyncio.sleep(0)  # (the push ran: buffered, the loop woken)
         await crash(a)  # (in the same turn)

@@ -16,26 +16,13 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from broker.model import transitions as T
-from broker.model.format import codec
-from broker.model.ops import (
-    Cancel,
-    Claim,
-    Complete,
-    CompleteItem,
-    Configure,
-    Fail,
-    FailItem,
-    NewJob,
-    Push,
-    Reclaim,
-    groups_of,
-)
+from broker.model.ops import Claim, Configure, NewJob, Push
 from broker.model.segments import grouped
 from broker.model.state import QueueState
-from tests.support.states import committed, new_queue
+from tests.support.group_twins import LEASE_MS, Step, dispatch_records, run_twins
+from tests.support.states import new_queue
 
 T0 = 1_767_225_600_000
-LEASE_MS = 5_000
 GROUPS = [None, "a", "b", "c", "d", "e"]
 
 push_st = st.tuples(st.just("push"), st.lists(
@@ -56,29 +43,6 @@ step_st = st.one_of(
 )
 
 
-def _apply(state: QueueState, step: tuple[str, Any], now: int, tokens: list[str]) -> Any:
-    kind, arg = step
-    if kind == "push":
-        return T.apply(state, Push(tuple(NewJob(b"%d" % i, priority=p, delay_ms=d, group=g)
-                                         for i, (g, p, d) in enumerate(arg))), now).ids
-    if kind == "claim":
-        out = T.apply(state, Claim("w", arg, LEASE_MS), now).jobs
-        tokens.extend(job.token for job in out)
-        return [job.id for job in out], groups_of(out)
-    if kind in ("complete", "fail") and tokens:
-        token = tokens.pop(arg % len(tokens))
-        op = Complete((CompleteItem(token),)) if kind == "complete" else \
-            Fail((FailItem(token, "boom", retry_in_ms=0),))
-        return T.apply(state, op, now).items[0].ok
-    if kind == "cancel":
-        return T.apply(state, Cancel((f"j{arg:010d}",)), now).view
-    if kind == "configure":
-        return T.apply(state, Configure(arg), now).changed
-    if kind == "clock":
-        return T.apply(state, Reclaim(), now).count
-    return None
-
-
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @example(steps=[  # (a stale key behind the head, inside a turn of two: skipped, not taken)
     ("push", [("a", 0, 0)] * 4), ("claim", 1), ("cancel", 3), ("claim", 3)])
@@ -87,36 +51,14 @@ def test_claims_in_bulk_answer_as_the_loop_of_turns(steps: list[tuple[str, Any]]
     bulk, loop = new_queue(T0), new_queue(T0)
     for state in (bulk, loop):
         T.apply(state, Configure({"group_limit": 3}), T0)
-    bulk_tokens: list[str] = []
-    loop_tokens: list[str] = []
-    now = T0
-    for step in steps:
-        if step[0] == "clock":
-            now += step[1]
-        if step[0] == "takeover":
-            now += 1
-            bulk, loop = committed(bulk, now), committed(loop, now)
-            continue
-        answer = _apply(bulk, step, now, bulk_tokens)
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(grouped, "in_bulk", lambda state, groups: False)
-            assert _apply(loop, step, now, loop_tokens) == answer, step
-        assert _dispatch(bulk) == _dispatch(loop)
-    assert _encoded(bulk, now) == _encoded(loop, now)
 
+    def by_loop(patch: pytest.MonkeyPatch) -> None:
+        patch.setattr(grouped, "in_bulk", lambda state, groups: False)
 
-def _dispatch(state: QueueState) -> list[Any]:
-    """Each group's record in dispatch (state, held, pass, head...) by name."""
-    groups = state.groups
-    if groups is None:
-        return []
-    return [(name, None if gid is None else groups.dispatch.view(gid))
-            for name in GROUPS for gid in [groups.names.find(name)]]
+    def check(bulk: QueueState, loop: QueueState, now: int, step: Step) -> None:
+        assert dispatch_records(bulk, GROUPS) == dispatch_records(loop, GROUPS)
 
-
-def _encoded(state: QueueState, now: int) -> bytes:
-    codec.stamp(state, "w", now, "c-1")
-    return b"".join(codec.encode_parts(state))
+    run_twins((bulk, loop), steps, T0, by_loop, check)
 
 
 def test_the_loop_is_what_the_twin_claims_with() -> None:

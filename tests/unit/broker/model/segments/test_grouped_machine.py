@@ -20,72 +20,27 @@ from typing import Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import invariant, precondition, rule
 
 from broker.model import transitions as T
-from broker.model.format.segment_format import encode_segment, segment_lines
-from broker.model.groups.counts import held_by_group
-from broker.model.groups.directories import group_major
-from broker.model.groups.settings import parse_group_settings
-from broker.model.job import CLAIMED, PENDING
-from broker.model.ops import (
-    Cancel,
-    Claim,
-    Complete,
-    CompleteItem,
-    Configure,
-    Fail,
-    FailItem,
-    NewJob,
-    Push,
-    PushPayloads,
-    Reclaim,
-    Release,
-    Reserve,
-    TakeOver,
-)
+from broker.model.job import PENDING
+from broker.model.ops import Cancel, Configure, Reclaim
 from broker.model.segments.refs import is_taken
-from broker.model.state import SegmentRef, SegmentWindows
-from broker.paths import segment_key, segment_name
-from tests.support.states import QUEUE, committed, new_queue
+from tests.support.group_machines import LEASE_MS, GroupClaimsMachine
 from tests.support.tiers import examples
 
-T0 = 1_767_225_600_000
-LEASE_MS = 5_000
 GROUPS: list[str | None] = [None, "a", "b", "c"]
 limits = st.none() | st.integers(0, 3)
 
 
-class GroupedClaims(RuleBasedStateMachine):
+class GroupedClaims(GroupClaimsMachine):
     def __init__(self) -> None:
-        super().__init__()
-        self.now = T0
-        self.state = new_queue(T0)
-        T.apply(self.state, Configure({"group_limit": 2}), T0)
-        self.tokens: list[str] = []  # tokens claims answered (some stale since)
-        self.owner = 0
-        self.windows = SegmentWindows()  # (the segments' lines, "loaded" when written)
-        self.state.windows = self.windows
-        self.seg_groups: dict[int, list[str | None]] = {}  # first seq -> group a position
+        super().__init__({"group_limit": 2})
 
     # -- helpers -------------------------------------------------------------------
 
     def limit(self, group: str | None) -> int | None:
-        return parse_group_settings(self.state.settings.groups, "t").limit_of(group)
-
-    def held(self) -> dict[str | None, int]:
-        return held_by_group(self.state.claim_records.values(), self.state.jobs)
-
-    def live(self) -> list[str]:
-        state, out = self.state, []
-        assert state.tagger is not None
-        for token in self.tokens:
-            job = state.jobs.get(int(token[1:11]))
-            if job is not None and job.status == CLAIMED and job.lease_token is not None \
-                    and state.tagger.tag(job.lease_token) == token:
-                out.append(token)
-        self.tokens = out
-        return out
+        return self.settings().limit_of(group)
 
     def eligible(self) -> list[Any]:
         """The due pending jobs of groups below their limit."""
@@ -112,30 +67,13 @@ class GroupedClaims(RuleBasedStateMachine):
     @rule(jobs=st.lists(st.tuples(st.sampled_from(GROUPS), st.integers(0, 2),
                                   st.sampled_from([0, 0, 0, 2])), min_size=1, max_size=8))
     def push(self, jobs: list[tuple[str | None, int, int]]) -> None:
-        T.apply(self.state, Push(tuple(NewJob(b"%d" % i, priority=p, delay_ms=d * 1000, group=g)
-                                       for i, (g, p, d) in enumerate(jobs))), self.now)
+        self.push_jobs([(g, p, d, None) for g, p, d in jobs])
 
     @precondition(lambda self: len(self.seg_groups) < 6)  # (all windows stay loaded)
     @rule(groups=st.lists(st.sampled_from(GROUPS), min_size=1, max_size=10))
     def push_segment(self, groups: list[str | None]) -> None:
-        """A push by reference: seqs reserved, the segment "written" (group-major,
-        format 3 if a job has a group), its ref pushed, its lines loaded."""
-        state = self.state
-        first = T.apply(state, Reserve(len(groups), 8), self.now).ids.first
-        gm = group_major([b"%d" % (100 + i) for i in range(len(groups))], groups)
-        data = encode_segment(QUEUE, first, 0, self.now, gm.payloads, max_attempts=3,
-                              groups=gm.runs)
-        ref = SegmentRef(segment_key(QUEUE, segment_name(first, "0123abcd")), f'"e{first}"',
-                         first, len(groups), 0, self.now,
-                         groups=None if gm.runs is None else len(gm.runs))
-        T.apply(state, PushPayloads((), refs=(ref,)), self.now)
-        lines = segment_lines(data, ref)
-        if gm.runs is None:
-            self.windows.put(ref, 0, lines)
-        else:
-            self.windows.put_grouped(ref, lines, gm.runs)
-        self.seg_groups[first] = [group for group, k in gm.runs or [(None, len(groups))]
-                                  for _ in range(k)]
+        """A push by reference (grouped, format 3, or ungrouped when no job has a group)."""
+        self.push_segment_of(groups, max_attempts=3)
 
     @rule(data=st.data())
     def cancel_in_segment(self, data: st.DataObject) -> None:
@@ -151,12 +89,7 @@ class GroupedClaims(RuleBasedStateMachine):
     @rule(n=st.integers(1, 6))
     def claim(self, n: int) -> None:
         before = self.held()
-        out = list(T.apply(self.state, Claim("w", n, LEASE_MS), self.now).jobs)
-        self.tokens += [job.token for job in out]
-        jobs = [self.state.jobs[int(job.id[1:])] for job in out]
-        got: dict[str | None, int] = {}
-        for job in jobs:
-            got[job.group] = got.get(job.group, 0) + 1
+        out, jobs, got = self.claimed(n)
         for group, k in got.items():
             limit = self.limit(group)
             assert limit is None or before.get(group, 0) + k <= limit, (group, before, got)
@@ -170,26 +103,6 @@ class GroupedClaims(RuleBasedStateMachine):
                     assert (job.run_at_ms, job.seq) < (other.run_at_ms, other.seq), \
                         "not oldest first within a group"
 
-    @rule(data=st.data())
-    def complete(self, data: st.DataObject) -> None:
-        live = self.live()
-        if live:
-            token = data.draw(st.sampled_from(live))
-            assert T.apply(self.state, Complete((CompleteItem(token),)), self.now).items[0].ok
-
-    @rule(data=st.data(), retry=st.sampled_from([0, 1_000]))
-    def fail(self, data: st.DataObject, retry: int) -> None:
-        live = self.live()
-        if live:
-            token = data.draw(st.sampled_from(live))
-            T.apply(self.state, Fail((FailItem(token, "boom", retry_in_ms=retry),)), self.now)
-
-    @rule(data=st.data())
-    def release(self, data: st.DataObject) -> None:
-        live = self.live()
-        if live:
-            T.apply(self.state, Release((data.draw(st.sampled_from(live)),)), self.now)
-
     @rule(ms=st.sampled_from([1, 1_000, 2_500, LEASE_MS + 1]))
     def reclaim(self, ms: int) -> None:
         self.now += ms
@@ -200,23 +113,11 @@ class GroupedClaims(RuleBasedStateMachine):
         T.apply(self.state, Configure({"group_limit": limit, "group_limits": {"a": a},
                                        "group_weights": {"b": weight}}), self.now)
 
-    @rule()
-    def takeover(self) -> None:
-        self.now += 1
-        self.state = committed(self.state, self.now)
-        self.state.windows = self.windows  # (the new owner loads the segments again)
-        self.owner += 1
-        T.apply(self.state, TakeOver(f"b-{self.owner}", "http://b", 30_000), self.now)
-
     # -- invariants ------------------------------------------------------------------
 
     @invariant()
     def counts_equal_the_records(self) -> None:
-        groups = self.state.groups
-        if groups is not None:
-            held = self.held()
-            for group in GROUPS:
-                assert groups.held(group) == held.get(group, 0), (group, held)
+        self.assert_held_counts(GROUPS)
 
 
 GroupedClaims.TestCase.settings = settings(

@@ -18,27 +18,13 @@ from hypothesis import strategies as st
 
 from broker.model import transitions as T
 from broker.model import views
-from broker.model.format import codec
-from broker.model.ops import (
-    Cancel,
-    Claim,
-    Complete,
-    CompleteItem,
-    Configure,
-    Fail,
-    FailItem,
-    NewJob,
-    Push,
-    Reclaim,
-    groups_of,
-)
-from broker.model.segments import grouped
+from broker.model.ops import Claim, Configure, NewJob, Push, groups_of
 from broker.model.state import QueueState
-from tests.support.states import committed, new_queue
+from tests.support.group_twins import LEASE_MS, Step, dispatch_records, run_twins
+from tests.support.states import new_queue
 from tests.support.tiers import examples
 
 T0 = 1_767_225_600_000
-LEASE_MS = 5_000
 GROUPS = [None, "a", "b", "c", "d", "e"]
 
 bulk_st = st.tuples(st.just("push"), st.lists(
@@ -65,32 +51,6 @@ step_st = st.one_of(
 )
 
 
-def _apply(state: QueueState, step: tuple[str, Any], now: int, tokens: list[str]) -> Any:
-    kind, arg = step
-    if kind == "push":
-        return T.apply(state, Push(tuple(NewJob(b"%d" % i, priority=p, delay_ms=d, group=g)
-                                         for i, (g, p, d) in enumerate(arg))), now).ids
-    if kind == "claim":
-        out = T.apply(state, Claim("w", arg, LEASE_MS), now).jobs
-        tokens.extend(job.token for job in out)
-        return [job.id for job in out], groups_of(out)
-    if kind in ("complete", "fail") and tokens:
-        token = tokens.pop(arg % len(tokens))
-        op = Complete((CompleteItem(token),)) if kind == "complete" else \
-            Fail((FailItem(token, "boom", retry_in_ms=0),))
-        return T.apply(state, op, now).items[0].ok
-    if kind == "cancel":
-        return T.apply(state, Cancel((f"j{arg:010d}",)), now).view
-    if kind == "stats":
-        stats = grouped.group_stats(state, now)
-        return None if stats is None else {k: v for k, v in stats.items() if k != "busiest"}
-    if kind == "configure":
-        return T.apply(state, Configure(arg), now).changed
-    if kind == "clock":
-        return T.apply(state, Reclaim(), now).count
-    return None
-
-
 def _twins(steps: list[tuple[str, Any]]) -> None:
     """Run ``steps`` on twin queues, take_pushed on in one and off in the other:
     the same answers, dispatch records and encoded heads (the clock steps move
@@ -100,25 +60,17 @@ def _twins(steps: list[tuple[str, Any]]) -> None:
         T.apply(state, Configure({"group_limit": 3}), T0)
         T.apply(state, Push(tuple(NewJob(b"0", group=g) for g in GROUPS)), T0)
         T.apply(state, Claim("w", 1, LEASE_MS), T0)
-    direct_tokens: list[str] = []
-    through_tokens: list[str] = []
-    now = T0
-    for step in steps:
-        if step[0] == "clock":
-            now += step[1]
-        if step[0] == "takeover":
-            now += 1
-            direct, through = committed(direct, now), committed(through, now)
-            continue
-        answer = _apply(direct, step, now, direct_tokens)
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(T, "take_pushed", lambda state, pushed, now_ms: None)
-            assert _apply(through, step, now, through_tokens) == answer, step
-        assert _dispatch(direct) == _dispatch(through), step
+
+    def through_the_ready_heap(patch: pytest.MonkeyPatch) -> None:
+        patch.setattr(T, "take_pushed", lambda state, pushed, now_ms: None)
+
+    def check(direct: QueueState, through: QueueState, now: int, step: Step) -> None:
+        assert dispatch_records(direct, GROUPS) == dispatch_records(through, GROUPS), step
         assert _wakes(direct, now) == _wakes(through, now), step
         if not (direct.groups and direct.groups.untold):  # (told: as through the ready heap)
             assert _tops(direct) == _tops(through), step
-    assert _encoded(direct, now) == _encoded(through, now)
+
+    run_twins((direct, through), steps, T0, through_the_ready_heap, check)
 
 
 def _wakes(state: QueueState, now: int) -> tuple[bool, int | None]:
@@ -167,20 +119,6 @@ def test_pushes_into_group_heaps_answer_as_through_the_ready_heap(
 def test_pushed_jobs_no_longer_due_or_live_are_told_as_through_the_ready_heap(
         steps: list[tuple[str, Any]]) -> None:
     _twins(steps)
-
-
-def _dispatch(state: QueueState) -> list[Any]:
-    """Each group's record in dispatch (state, held, pass, head...) by name."""
-    groups = state.groups
-    if groups is None:
-        return []
-    return [(name, None if gid is None else groups.dispatch.view(gid))
-            for name in GROUPS for gid in [groups.names.find(name)]]
-
-
-def _encoded(state: QueueState, now: int) -> bytes:
-    codec.stamp(state, "w", now, "c-1")
-    return b"".join(codec.encode_parts(state))
 
 
 def test_a_bulk_push_into_known_groups_skips_the_ready_heap() -> None:

@@ -190,6 +190,16 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
                 pass
         self._fail_all(BrokerUnavailable("broker is shutting down"))
 
+    def abort(self) -> None:
+        """Stop at once, flushing nothing: the loop's task is cancelled, so what it
+        had buffered is answered ``BrokerUnavailable`` and never written (a write
+        already sent may still land: its callers get ``OutcomeUnknown``). For a
+        shutdown that is itself cancelled: a loop left running would go on
+        committing (timer commits, spills) beside a successor."""
+        self._closing = True
+        if self._task is not None:
+            self._task.cancel()
+
     def step_down(self, error: OsqueueError) -> None:
         """Stop writing (another writer owns the object); answer ``error`` from now on."""
         log.warning("%s: another broker owns the object now; stepping down (%s)",

@@ -161,8 +161,10 @@ class Broker:
         """Flush buffered operations, write pending archive objects, clear our
         broker record, stop every loop; all within ``drain_s`` (storage down or
         not: callers still waiting then get ``BrokerUnavailable``). Cancelled, it
-        ends where it is, whatever answered in that same turn (what it had not
-        done yet, closing loops included, is left undone)."""
+        ends where it is, whatever answered in that same turn: the loops it had
+        not closed yet are stopped at once (:meth:`broker.commit.loop.CommitLoop.abort`: their
+        buffers answered ``BrokerUnavailable``, never written); the rest of its
+        work (the broker record, the store's clean-up) is left undone."""
         if self._stopping:
             return
         self._stopping = True
@@ -176,16 +178,24 @@ class Broker:
 
         async def retire(q: ServedQueue) -> None:
             q.target.retiring = True
-            if q.loop.active and q.loop.etag is not None:
-                await q.archiver.wait(left() / 2)
-                # Not wait_for: on Python 3.11 it swallows a cancellation coming with the answer.
-                try:
-                    async with asyncio.timeout(left()):
-                        await q.loop.submit(ClearBroker(self.id))
-                except (OsqueueError, TimeoutError) as exc:
-                    log.warning("could not clear broker record of %s: %s", q.name, exc)
-            q.archiver.cancel()
-            await q.loop.close(left())
+            try:
+                if q.loop.active and q.loop.etag is not None:
+                    await q.archiver.wait(left() / 2)
+                    # Not wait_for: on Python 3.11 it swallows a cancellation coming
+                    # with the answer.
+                    try:
+                        async with asyncio.timeout(left()):
+                            await q.loop.submit(ClearBroker(self.id))
+                    except (OsqueueError, TimeoutError) as exc:
+                        log.warning("could not clear broker record of %s: %s", q.name, exc)
+                q.archiver.cancel()
+                await q.loop.close(left())
+            except asyncio.CancelledError:
+                # (stop() cancelled: its loops must not live on as zombies, committing
+                # beside a successor; their buffers are answered, never written)
+                q.archiver.cancel()
+                q.loop.abort()
+                raise
 
         await asyncio.gather(*(retire(q) for q in list(self._queues.values())))
         try:

@@ -66,3 +66,37 @@ def test_a_loop_cancelled_as_it_is_woken_ends_and_writes_nothing_more(wake: str)
         executor.shutdown()
 
     run(main())
+
+
+def test_abort_ends_the_loop_at_once_answering_what_it_buffered_unwritten() -> None:
+    """CommitLoop.abort (a cancelled shutdown's way to stop a loop): the op
+    buffered behind the write in flight is answered ``BrokerUnavailable`` and
+    never written; later submits are refused; the loop's task ends."""
+    from broker.errors import BrokerUnavailable, OsqueueError
+
+    store = MemoryStore()
+
+    async def main() -> None:
+        executor = ThreadPoolExecutor(2)
+        loop: CommitLoop[dict[str, Any], int | str, int] = CommitLoop(
+            store, KEY, Timed(), "w", executor, clock=lambda: 0)
+        loop._wake = wake = ParkedEvent()
+        await loop.load()
+        loop.reactivate()
+        loop.start()
+        assert await loop.submit(2) == 2
+        await wake.waiting.wait()  # (idle)
+        late = asyncio.ensure_future(loop.submit(3))
+        await asyncio.sleep(0)  # (the submit ran: buffered, the loop woken, not yet run)
+        loop.abort()
+        task = loop._task
+        assert task is not None
+        await asyncio.wait({task, late}, timeout=5)
+        assert task.cancelled()
+        assert isinstance(late.exception(), BrokerUnavailable)
+        with pytest.raises(OsqueueError):
+            await loop.submit(4)
+        assert orjson.loads(store.get(KEY))["total"] == 2  # (neither 3 nor 4 written)
+        executor.shutdown()
+
+    run(main())

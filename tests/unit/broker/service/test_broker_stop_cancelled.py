@@ -4,8 +4,9 @@ it ends cancelled and does nothing more.
 
 On Python 3.11 ``asyncio.wait_for`` swallowed such a cancellation: stop() went
 on as if never cancelled (closed the queue's loop, shut its executor down and
-returned normally). The store afterwards: the record cleared by the commit that
-was answered, the pushed job still pending, nothing else written."""
+returned normally). Cancelled, it stops the loops it has not closed at once
+(``CommitLoop.abort``). The store afterwards: the record cleared by the commit
+that was answered, the pushed job still pending, nothing else written."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from broker.errors import BrokerUnavailable
 from broker.model import state as S
 from broker.model.ops import ClearBroker, NewJob
 from broker.service.broker import Broker
@@ -28,17 +30,25 @@ Patch = Callable[[Broker, "asyncio.Task[None]"], None]
 def stop_cancelled(patch: Patch) -> tuple[bool, MemoryStore, str]:
     """A broker with one job pending stopped, ``patch(broker, stop's task)``
     applied before the task first runs: whether the task ended cancelled, the
-    store, the job's id. The broker is then ended as a crash would."""
+    store, the job's id. The queue's commit loop must have ended too (a loop
+    left running by a cancelled stop would go on committing: a zombie beside a
+    successor); the broker is then ended as a crash would."""
     store = MemoryStore()
 
     async def go() -> tuple[bool, str]:
         a = await started(store)
         [job] = await a.push("q", [NewJob(b'"kept"')])
+        q = a.served("q")
+        assert q is not None and q.loop._task is not None
         task = asyncio.create_task(a.stop(drain_s=10))
         patch(a, task)
         await asyncio.wait({task}, timeout=20)
         cancelled = task.done() and task.cancelled()
-        await crash(a)  # (its loop, left running by a cancelled stop)
+        await asyncio.wait({q.loop._task}, timeout=20)
+        assert q.loop._task.done(), "stop() cancelled left its queue's commit loop running"
+        with pytest.raises(BrokerUnavailable):  # (refused, never buffered)
+            await a.push("q", [NewJob(b'"after"')])
+        await crash(a)
         a._executor.shutdown()
         return cancelled, job
 

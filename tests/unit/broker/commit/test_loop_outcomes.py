@@ -17,7 +17,15 @@ from broker.model.job import COMPLETED
 from broker.model.ops import NewJob, PushPayloads
 from broker.model.tokens import stored_part
 from broker.storage import FileStore
-from tests.support.faults import LATE, LOST_REPLY, LOST_REPLY_412, NOT_LANDED, Clock, FaultyStore
+from tests.support.faults import (
+    LATE,
+    LOST_REPLY,
+    LOST_REPLY_412,
+    NOT_LANDED,
+    REFUSED,
+    Clock,
+    FaultyStore,
+)
 from tests.support.inprocess import archive_lines, run, started, stored, until
 
 
@@ -167,3 +175,35 @@ def test_bad_call_whose_earlier_attempt_may_land_is_not_told_it_failed(
             f"the push was answered {type(answer).__name__} (retryable="
             f"{getattr(answer, 'retryable', None)}): {answer}; yet attempt 1 carrying it "
             f"landed: the queue holds it as {copies}")
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "CommitLoop._commit: after a write's unknown outcome, the re-read refused "
+    "(StorageRefused, raised by _reload at once, not Expired) escapes to _round's "
+    "_faulted, which answers the batch StorageRefused ('nothing was written') "
+    "although its write landed"))
+def test_a_push_whose_write_landed_is_not_answered_refused_when_the_reread_is(
+        tmp_path: Path) -> None:
+    """A push whose head write landed but whose reply was lost, and whose re-read
+    is then refused (a 403 for a moment): it may not be answered with an error
+    that says nothing was written (``StorageRefused``): a client would push the
+    job again. Acknowledged, refused or unknown, the store must agree."""
+    inner = FileStore(tmp_path)
+    store = FaultyStore(inner)
+
+    async def main() -> tuple[BaseException | list[str], list[str]]:
+        a = await started(store)
+        first = await a.push("q", [NewJob(b'"a"')])
+        store.inject("write_if_match", LOST_REPLY, key_contains="queue.json")
+        store.inject("read", REFUSED, key_contains="queue.json")
+        [got] = await asyncio.gather(a.push("q", [NewJob(b'"b"')]), return_exceptions=True)
+        await a.stop(drain_s=5)
+        return got, first
+
+    got, first = run(main())
+    pending = [j.id for j in stored(inner).jobs.values()]
+    assert len(pending) == 2  # (the second push landed)
+    if isinstance(got, BaseException):
+        assert isinstance(got, OutcomeUnknown), repr(got)
+    else:
+        assert pending == first + got

@@ -276,6 +276,8 @@ class Broker:
             if not exists and not create:
                 raise UnknownQueue(f"queue {name!r} does not exist "
                                    "(it is created by its first push)")
+            if self._stopping:  # (stop() began meanwhile: it retires the queues it listed)
+                raise BrokerUnavailable("broker is shutting down")
             # (the watch never makes a queue outside this lock)
             q = self.make_queue(name)
             q.loop.reactivate()

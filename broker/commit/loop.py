@@ -256,8 +256,6 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
             self._fail_all(BrokerUnavailable("broker is shutting down"))
             raise
         except Exception as exc:  # never let one batch end the loop
-            if self._attempted:  # (a re-read refused, say: a write of it may have landed)
-                self._answer_unknown(batch, exc)
             self._faulted(exc, batch)
         finally:
             self._batch = []

@@ -363,6 +363,11 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
                 except Expired as exp:
                     self._give_up(batch, attempts, exp.last)
                     return
+                except StorageRefused as refused:
+                    if not attempts:
+                        raise  # (nothing of this batch was written: the refusal says so)
+                    self._give_up(batch, attempts, refused)  # (an attempt may have landed)
+                    return
                 assert self.state is not None
                 # (another broker may have taken the object over while we could not look)
                 if not self._check_owner(self.state, pending=bool(attempts), batch=batch):
@@ -450,8 +455,10 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
                 self._drop_state()
                 try:
                     await self._reload(deadline)
-                except Expired as exp:
-                    self._give_up(batch, attempts, exp.last)
+                except (Expired, StorageRefused) as exp:
+                    # (a refused re-read says nothing of the write before it, which
+                    # may have landed: the batch is answered OutcomeUnknown)
+                    self._give_up(batch, attempts, exp.last if isinstance(exp, Expired) else exp)
                     return
                 fresh = self.state
                 assert fresh is not None

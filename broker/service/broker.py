@@ -197,7 +197,16 @@ class Broker:
                 q.loop.abort()
                 raise
 
-        await asyncio.gather(*(retire(q) for q in list(self._queues.values())))
+        queues = list(self._queues.values())
+        try:
+            await asyncio.gather(*(retire(q) for q in queues))
+        except asyncio.CancelledError:
+            # (also when cancelled before a retire task first ran: its handler never
+            # did; abort() of a loop already ended is a no-op)
+            for q in queues:
+                q.archiver.cancel()
+                q.loop.abort()
+            raise
         try:
             async with asyncio.timeout(left()):
                 await self._io(self.store.settle)

@@ -177,11 +177,6 @@ def test_bad_call_whose_earlier_attempt_may_land_is_not_told_it_failed(
             f"landed: the queue holds it as {copies}")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "CommitLoop._commit: after a write's unknown outcome, the re-read refused "
-    "(StorageRefused, raised by _reload at once, not Expired) escapes to _round's "
-    "_faulted, which answers the batch StorageRefused ('nothing was written') "
-    "although its write landed"))
 def test_a_push_whose_write_landed_is_not_answered_refused_when_the_reread_is(
         tmp_path: Path) -> None:
     """A push whose head write landed but whose reply was lost, and whose re-read

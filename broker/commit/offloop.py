@@ -18,7 +18,13 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any
 
-from broker.errors import NotFound, StorageError, StorageRefused, StorageUnavailable
+from broker.errors import (
+    BrokerUnavailable,
+    NotFound,
+    StorageError,
+    StorageRefused,
+    StorageUnavailable,
+)
 from broker.gcpause import gc_paused
 from broker.retry import REAL_TIME, Pause, backoff_delays
 from broker.storage import ObjectStore, Versioned
@@ -46,9 +52,15 @@ def _gc_paused_call(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 async def run_io(executor: Executor, fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)`` in ``executor``; an ``OSError`` is raised as ``StorageUnavailable``."""
+    """``fn(*args)`` in ``executor``; an ``OSError`` is raised as ``StorageUnavailable``,
+    and an executor already shut down (the broker stopping: a request that raced
+    its stop) refuses the call as ``BrokerUnavailable``, not a bare ``RuntimeError``."""
     try:
-        return await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
+        call = asyncio.get_running_loop().run_in_executor(executor, fn, *args)
+    except RuntimeError as exc:  # (raised only by the scheduling: not fn's own)
+        raise BrokerUnavailable("broker is shutting down") from exc
+    try:
+        return await call
     except OSError as exc:  # a store that let one through: it is a storage fault
         raise storage_error(exc) from exc
 

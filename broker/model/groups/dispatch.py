@@ -397,17 +397,17 @@ class Dispatch:
         self.advance(now_ms)  # (a turn parks no group due by now_ms: once is enough)
         heap, groups, ready_at, vtime = self._heap, self._groups, self._ready_at, self._vtime
         # (bound once a call, not looked up each turn: bench/groups_cpu_bench.py)
-        heappop, unready, get = heapq.heappop, self._ready.discard, groups.get
+        heappop, unready, get, gid_mask = heapq.heappop, self._ready.discard, groups.get, _GID_MASK
         if lines is not None:
             heaps, heaps_get, entries_get = lines.heaps, lines.heaps.get, lines.entries.get
             live, append, new = lines.live, lines.chosen.append, tuple.__new__
         got = 0
-        while got < want:
-            if not heap:
-                break
+        while got < want and heap:
             top = heap[0]
-            g = get(top & _GID_MASK)
-            if g is None or g.state != READY or g.key != top:
+            gid = top & gid_mask
+            g = get(gid)
+            # (a record's key is -1 outside READY: a key equal to the top is READY's)
+            if g is None or g.key != top:
                 heappop(heap)
                 continue
             head = g.head
@@ -422,11 +422,18 @@ class Dispatch:
             limit = g.limit
             if limit is not None and q > limit - g.held:
                 q = limit - g.held
-            gid = g.gid
             if lines is None:
                 assert take is not None  # (one of them: checked above)
                 n, nxt = take(gid, q, head)
+                if not 0 <= n <= q or (not n and nxt == head):
+                    raise ValueError(f"group {gid}: {n} jobs taken in a turn of at most {q}"
+                                     + ("" if n else ", its head unchanged"))
+                self._check_head(nxt)
             else:  # (the take JobHeaps describes, written out: no call a turn)
+                # (not checked as take's answer is: n is within [0, q] by this loop, 0 only
+                # when the live top is not the head, and the next head is a ready key of
+                # the group's heap, its priority and order in range as made: the checks'
+                # ~20 bytecodes a turn, groups_model_bench --instructions)
                 h = heaps_get(gid)
                 jt = None
                 if h:
@@ -454,12 +461,6 @@ class Dispatch:
                     nxt = None
                 else:
                     nxt = new(Head, (MAX_PRIORITY - (jt >> _KEY_PRIORITY_SHIFT), jt, 0))
-            if not 0 <= n <= q or (not n and nxt == head):
-                raise ValueError(f"group {gid}: {n} jobs taken in a turn of at most {q}"
-                                 + ("" if n else ", its head unchanged"))
-            if nxt is not None and not (-MAX_PRIORITY <= nxt.priority <= MAX_PRIORITY
-                                        and 0 <= nxt.order < ORDER_LIMIT):
-                self._check_head(nxt)  # (raises)
             if n:
                 v = vtime.get(p)
                 if v is None or v < g.pass_:

@@ -202,6 +202,22 @@ class GroupState:
             raise ValueError(f"a job of group {name!r:.60} was settled, but none is held")
         self.dispatch.settled_one(gid, self.now_ms)
 
+    def settle_many(self, names: list[str | None]) -> None:
+        """:meth:`settle` of each of ``names`` in turn (one call an operation for
+        all its settled jobs: ``groups_model_bench --instructions``). ``ValueError``
+        for a name none of whose jobs is held (those before it are settled)."""
+        ids = self.names.ids
+        gids = list(map(ids.get, names))  # (in C: None for None and for a name not interned)
+        if None in gids:
+            for i, name in enumerate(names):
+                if gids[i] is None:
+                    if name is not None:
+                        self.dispatch.settled_many(gids[:i], self.now_ms)  # type: ignore[arg-type]
+                        raise ValueError(f"a job of group {name!r:.60} was settled, "
+                                         "but none is held")
+                    gids[i] = NO_GROUP
+        self.dispatch.settled_many(gids, self.now_ms)  # type: ignore[arg-type]
+
     def left(self, name: str | None) -> None:
         """A pending job of group ``name`` left pending other than by a claim
         (cancelled, purged, spilled; see :func:`left_hook`): its entry in the

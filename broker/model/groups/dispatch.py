@@ -524,27 +524,37 @@ class Dispatch:
         self._update(g, head, dead, now_ms)
 
     def settled_one(self, gid: int, now_ms: int) -> None:
-        """:meth:`settled` of one job with head and dead count unchanged: what
-        every settled job of a claim asks (``bench/groups_cpu_bench.py``). A group
-        whose state one fewer held cannot change (empty; or ready, so below its
-        limit, at a pass its priority's virtual time has not passed) only counts
-        it here; any other with a held job is re-derived as :meth:`settled` would
-        (head and dead count kept), one without goes through it (which refuses):
-        the same result either way."""
-        g = self._groups.get(gid)
-        if g is not None and g.held:
-            if g.state == EMPTY:
-                g.held -= 1
-                if not g.held and not g.dead:
-                    del self._groups[gid]
-                return
-            if g.state == READY and self._vtime.get(g.at_p, 0) <= g.pass_:
-                g.held -= 1
-                return
-            g.held -= 1  # (settled()'s checks hold: a held job, head and dead count kept)
-            self._derive(g, now_ms)
-            return
-        self.settled(gid, 1, now_ms)
+        """:meth:`settled` of one job with head and dead count unchanged:
+        :meth:`settled_many` of one."""
+        self.settled_many((gid,), now_ms)
+
+    def settled_many(self, gids: Iterable[int], now_ms: int) -> None:
+        """:meth:`settled` of one job of each of ``gids`` in turn, head and dead
+        count unchanged: what the settled jobs of an operation ask, in one call
+        (``groups_model_bench --instructions``). A group whose state one fewer
+        held cannot change (empty; or ready, so below its limit, at a pass its
+        priority's virtual time has not passed) only counts it here; any other
+        with a held job is re-derived as :meth:`settled` would (head and dead
+        count kept), one without goes through it (which refuses: ``ValueError``,
+        the gids before it settled): the same result either way."""
+        groups, vtime = self._groups, self._vtime
+        get, empty, ready = groups.get, EMPTY, READY
+        for gid in gids:
+            g = get(gid)
+            if g is not None and g.held:
+                state = g.state
+                if state == empty:
+                    g.held -= 1
+                    if not g.held and not g.dead:
+                        del groups[gid]
+                    continue
+                if state == ready and vtime.get(g.at_p, 0) <= g.pass_:
+                    g.held -= 1
+                    continue
+                g.held -= 1  # (settled()'s checks hold: a held job, head and dead count kept)
+                self._derive(g, now_ms)
+                continue
+            self.settled(gid, 1, now_ms)
 
     def hold(self, gid: int, n: int, now_ms: int) -> None:
         """``n`` more jobs of group ``gid`` are held, found rather than served (the

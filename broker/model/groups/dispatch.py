@@ -598,7 +598,7 @@ class Dispatch:
             for gid, head in heads:  # (groups not all alike, or tokens: the general way)
                 self.set_head(gid, head, now_ms)
             return
-        plain_limit, push, get = settings.limit, heapq.heappush, groups.get
+        plain_limit, push, get, new_group = settings.limit, heapq.heappush, groups.get, object.__new__
         for gid, head in heads:
             g = get(gid)
             if head is None or (g is not None and g.state != EMPTY) or head.due_ms > now_ms \
@@ -609,7 +609,11 @@ class Dispatch:
                 heap = self._heap  # (set_head may have rebuilt it: push into the live one)
                 continue
             if g is None:  # (_record(), for a queue whose settings name no group)
-                g = groups[gid] = _Group(gid, 1, plain_limit)
+                # (_Group() with its fields set here, not by its __init__'s call: a
+                # record made a grouped job here, groups_model_bench --instructions)
+                g = groups[gid] = new_group(_Group)
+                g.gid, g.weight, g.limit, g.held, g.dead, g.pass_, g.head, g.state, g.key, \
+                    g.at_p, g.wake = gid, 1, plain_limit, 0, 0, 0, None, EMPTY, -1, 0, None
             if (g.limit is not None and g.held >= g.limit) or (g.dead and settings.holds_dead):
                 self.set_head(gid, head, now_ms)  # (not ready: parked as _derive parks)
                 continue

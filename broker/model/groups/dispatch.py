@@ -598,7 +598,8 @@ class Dispatch:
             for gid, head in heads:  # (groups not all alike, or tokens: the general way)
                 self.set_head(gid, head, now_ms)
             return
-        plain_limit, push, get, new_group = settings.limit, heapq.heappush, groups.get, object.__new__
+        plain_limit, push, get = settings.limit, heapq.heappush, groups.get
+        new_group = object.__new__
         for gid, head in heads:
             g = get(gid)
             if head is None or (g is not None and g.state != EMPTY) or head.due_ms > now_ms \

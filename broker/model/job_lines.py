@@ -266,19 +266,32 @@ def new_grouped_pending_lines(first_seq: int, payloads: Sequence[bytes],
     from one template per push (``bench/groups_cpu_bench.py``)."""
     line = b",\n" + pending_format(0, now_ms, now_ms, max_attempts)
     grouped = line.replace(b',"payload":', b',"group":%b,"payload":', 1)
+    if None not in groups:  # (every job grouped: its fields found in C, the lines by a
+        # listcomp, not a loop's body a job: groups_model_bench --instructions)
+        got = list(map(_group_json.get, groups))
+        if None in got:
+            got = [_group_field(group) if field is None else field
+                   for field, group in zip(got, groups, strict=True)]
+        return [grouped % (seq, seq, field, payload) for seq, field, payload in zip(
+            range(first_seq, first_seq + len(payloads)), got, payloads, strict=True)]
     out = []
-    fields = _group_json
     for seq, (payload, group) in enumerate(zip(payloads, groups, strict=True), first_seq):
         if group is None:
             out.append(line % (seq, seq, payload))
             continue
-        field = fields.get(group)
-        if field is None:
-            if len(fields) >= 4096:  # the groups of a few pushes are all that is reused
-                fields.clear()
-            field = fields[group] = compact(orjson.dumps(group))  # (4,096 kept: 16 MB else)
-        out.append(grouped % (seq, seq, field, payload))
+        out.append(grouped % (seq, seq, _group_field(group), payload))
     return out
+
+
+def _group_field(group: str) -> bytes:
+    """``group`` as a line spells it (its JSON string), kept in ``_group_json``."""
+    fields = _group_json
+    field = fields.get(group)
+    if field is None:
+        if len(fields) >= 4096:  # the groups of a few pushes are all that is reused
+            fields.clear()
+        field = fields[group] = compact(orjson.dumps(group))  # (4,096 kept: 16 MB else)
+    return field
 
 
 _group_json: dict[str, bytes] = {}

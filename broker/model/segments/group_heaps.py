@@ -174,23 +174,22 @@ def take_pushed(state: QueueState, pushed: Sequence[str | None], now_ms: int) ->
             or None in pushed:
         return
     names, heaps, push, untold = groups.names, groups.heaps, heapq.heappush, groups.untold
-    # group name -> its heap: one lookup a job (names.gid() and heaps.get() once a
-    # group of the push, bench/groups_cpu_bench.py)
-    heap_of: dict[str | None, list[int]] = {}
-    find, ids = heap_of.get, names.ids
-    for entry, group in zip(ready, pushed, strict=True):
-        heap = find(group)
+    # The gids in C (names.gid() only for a name not interned yet, in push order), then
+    # one heap lookup a job (groups_model_bench --instructions: a push's jobs are
+    # mostly of distinct groups, so a per-push cache of heaps by name found none)
+    gids = list(map(names.ids.get, pushed))
+    if None in gids:
+        gids = [names.gid(group) if gid is None else gid
+                for gid, group in zip(gids, pushed, strict=True)]
+    find = heaps.get
+    for entry, gid in zip(ready, gids, strict=True):
+        heap = find(gid)
+        if gid not in untold:  # (its top before: what _absorb compares the new top with)
+            untold[gid] = heap[0] if heap else None
         if heap is None:
-            gid = ids.get(group) if group is not None else None  # (names.gid(), its common case)
-            if gid is None:
-                gid = names.gid(group)
-            heap = heaps.get(gid)
-            if gid not in untold:  # (its top before: what _absorb compares the new top with)
-                untold[gid] = heap[0] if heap else None
-            if heap is None:
-                heap = heaps[gid] = []
-            heap_of[group] = heap
-        push(heap, entry)
+            heaps[gid] = [entry]
+        else:
+            push(heap, entry)
     groups.pushed.extend(ready)
     groups.untold_ms = max(groups.untold_ms, now_ms)
     ready.clear()

@@ -92,11 +92,23 @@ def test_set_heads_leaves_dispatch_as_set_head_of_each(
         assert _seen(at_once, names, now) == _seen(one_by_one, names, now)
 
 
-def test_set_heads_refuses_a_bad_head_keeping_the_ones_before() -> None:
+def test_set_heads_refuses_a_bad_gid_keeping_the_ones_before() -> None:
+    one_by_one, at_once, names = _twins({})
+    good = (names.gid("a"), Head(0, 1, 0))
+    with pytest.raises(ValueError, match="group id"):
+        at_once.set_heads([good, (1 << 32, Head(0, 2, 0))], T0)
+    one_by_one.set_head(*good, T0)
+    assert _seen(at_once, names, T0) == _seen(one_by_one, names, T0)
+    assert at_once.view(1 << 32) is None
+
+
+def test_set_heads_refuses_a_bad_head_of_a_group_it_tells_through_set_head() -> None:
+    # (the fast path takes a claim's heads, ready keys in range as made, unchecked; a
+    # head that goes through set_head, here one not due yet, is checked there)
     one_by_one, at_once, names = _twins({})
     good = (names.gid("a"), Head(0, 1, 0))
     with pytest.raises(ValueError, match="priority"):
-        at_once.set_heads([good, (names.gid("b"), Head(10**9, 2, 0))], T0)
+        at_once.set_heads([good, (names.gid("b"), Head(10**9, 2, T0 + 1))], T0)
     one_by_one.set_head(*good, T0)
     assert _seen(at_once, names, T0) == _seen(one_by_one, names, T0)
     assert at_once.view(names.gid("b")) is None

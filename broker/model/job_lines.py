@@ -354,13 +354,14 @@ def pending_from_line(seq: int, line: bytes) -> Job:
         job = Job(seq, line[at:-1], PENDING, 0, due_ms, 0, max_attempts, due_ms)
     else:  # (a grouped push's line: the group spliced before the payload)
         # (a JSON string holds no bare ',"payload":': its quotes are escaped)
-        group_at = at - _AFTER_STAMP + len(_STAMP_GROUP)
+        # (offsets as module constants, not summed a job: groups_model_bench --instructions)
+        group_at = at + _STAMP_TO_GROUP
         payload_at = line.index(_PAYLOAD_FIELD, group_at)
-        job = Job(seq, line[payload_at + len(_PAYLOAD_FIELD):-1], PENDING, 0, due_ms, 0,
+        job = Job(seq, line[payload_at + _PAYLOAD_LEN:-1], PENDING, 0, due_ms, 0,
                   max_attempts, due_ms)
         field = line[group_at:payload_at]
-        group = _groups_read.get(field)  # (group_of_field(), inlined: once a grouped job claimed)
-        job.group = group_of_field(field) if group is None else group
+        # (group_of_field(), inlined: once a grouped job claimed; a name is never empty)
+        job.group = _groups_read.get(field) or group_of_field(field)
     job._enc = line
     return job
 
@@ -460,6 +461,8 @@ _PAYLOAD_FIELD = b',"payload":'
 _STAMP_PAYLOAD = b'"' + _PAYLOAD_FIELD  # (what follows created_at's stamp: a payload,
 _STAMP_GROUP = b'","group":'  # or a group)
 _AFTER_STAMP = len(_STAMP_PAYLOAD)
+_STAMP_TO_GROUP = len(_STAMP_GROUP) - _AFTER_STAMP  # (from a stamp's end + _AFTER_STAMP)
+_PAYLOAD_LEN = len(_PAYLOAD_FIELD)
 _CREATED_AT = b',"created_at":"'
 _CREATED_TO_GROUP = len(_CREATED_AT) + _STAMP_CHARS  # (to the '",' after its stamp)
 

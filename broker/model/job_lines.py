@@ -360,7 +360,8 @@ def pending_from_line(seq: int, line: bytes) -> Job:
         job = Job(seq, line[payload_at + _PAYLOAD_LEN:-1], PENDING, 0, due_ms, 0,
                   max_attempts, due_ms)
         field = line[group_at:payload_at]
-        # (group_of_field(), inlined: once a grouped job claimed; a name is never empty)
+        # (group_of_field(), inlined: once a grouped job claimed; a miss, or an empty
+        # name, asks it, which answers the same)
         job.group = _groups_read.get(field) or group_of_field(field)
     job._enc = line
     return job

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
+from typing import cast
 
 import orjson
 
@@ -268,10 +269,11 @@ def new_grouped_pending_lines(first_seq: int, payloads: Sequence[bytes],
     grouped = line.replace(b',"payload":', b',"group":%b,"payload":', 1)
     if None not in groups:  # (every job grouped: its fields found in C, the lines by a
         # listcomp, not a loop's body a job: groups_model_bench --instructions)
-        got = list(map(_group_json.get, groups))
+        named = cast("Sequence[str]", groups)
+        got = list(map(_group_json.get, named))
         if None in got:
             got = [_group_field(group) if field is None else field
-                   for field, group in zip(got, groups, strict=True)]
+                   for field, group in zip(got, named, strict=True)]
         return [grouped % (seq, seq, field, payload) for seq, field, payload in zip(
             range(first_seq, first_seq + len(payloads)), got, payloads, strict=True)]
     out = []

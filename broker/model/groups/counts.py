@@ -207,7 +207,8 @@ class GroupState:
         all its settled jobs: ``groups_model_bench --instructions``). ``ValueError``
         for a name none of whose jobs is held (those before it are settled)."""
         ids = self.names.ids
-        gids = list(map(ids.get, names))  # (in C: None for None and for a name not interned)
+        # (in C: None for None and for a name not interned)
+        gids = list(map(ids.get, names))  # type: ignore[arg-type]
         if None in gids:
             for i, name in enumerate(names):
                 if gids[i] is None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
+from typing import cast
 
 from broker.limits import MAX_PRIORITY
 from broker.model.groups.counts import GroupState
@@ -177,10 +178,10 @@ def take_pushed(state: QueueState, pushed: Sequence[str | None], now_ms: int) ->
     # The gids in C (names.gid() only for a name not interned yet, in push order), then
     # one heap lookup a job (groups_model_bench --instructions: a push's jobs are
     # mostly of distinct groups, so a per-push cache of heaps by name found none)
-    gids = list(map(names.ids.get, pushed))
-    if None in gids:
-        gids = [names.gid(group) if gid is None else gid
-                for gid, group in zip(gids, pushed, strict=True)]
+    named = cast("Sequence[str]", pushed)  # (None is not in it: checked above)
+    found = list(map(names.ids.get, named))
+    gids = cast("list[int]", found) if None not in found else [
+        names.gid(group) if gid is None else gid for gid, group in zip(found, named, strict=True)]
     find = heaps.get
     for entry, gid in zip(ready, gids, strict=True):
         heap = find(gid)

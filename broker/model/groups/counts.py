@@ -207,17 +207,18 @@ class GroupState:
         all its settled jobs: ``groups_model_bench --instructions``). ``ValueError``
         for a name none of whose jobs is held (those before it are settled)."""
         ids = self.names.ids
-        # (in C: None for None and for a name not interned)
-        gids = list(map(ids.get, names))  # type: ignore[arg-type]
-        if None in gids:
-            for i, name in enumerate(names):
-                if gids[i] is None:
-                    if name is not None:
-                        self.dispatch.settled_many(gids[:i], self.now_ms)  # type: ignore[arg-type]
-                        raise ValueError(f"a job of group {name!r:.60} was settled, "
-                                         "but none is held")
-                    gids[i] = NO_GROUP
-        self.dispatch.settled_many(gids, self.now_ms)  # type: ignore[arg-type]
+        try:  # (in C; a KeyError for None, never a key, or a name not interned)
+            gids = list(map(ids.__getitem__, names))  # type: ignore[arg-type]
+        except KeyError:
+            gids = []
+            for name in names:
+                gid = NO_GROUP if name is None else ids.get(name)
+                if gid is None:
+                    self.dispatch.settled_many(gids, self.now_ms)
+                    raise ValueError(f"a job of group {name!r:.60} was settled, "
+                                     "but none is held") from None
+                gids.append(gid)
+        self.dispatch.settled_many(gids, self.now_ms)
 
     def left(self, name: str | None) -> None:
         """A pending job of group ``name`` left pending other than by a claim

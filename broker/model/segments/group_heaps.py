@@ -171,17 +171,20 @@ def take_pushed(state: QueueState, pushed: Sequence[str | None], now_ms: int) ->
     way from push to claim."""
     groups: GroupState | None = state.groups
     ready = state.ready
-    if groups is None or not in_bulk(state, groups) or len(ready) != len(pushed) \
-            or None in pushed:
+    if groups is None or not in_bulk(state, groups) or len(ready) != len(pushed):
         return
     names, heaps, push, untold = groups.names, groups.heaps, heapq.heappush, groups.untold
     # The gids in C (names.gid() only for a name not interned yet, in push order), then
     # one heap lookup a job (groups_model_bench --instructions: a push's jobs are
     # mostly of distinct groups, so a per-push cache of heaps by name found none)
-    named = cast("Sequence[str]", pushed)  # (None is not in it: checked above)
-    found = list(map(names.ids.get, named))
-    gids = cast("list[int]", found) if None not in found else [
-        names.gid(group) if gid is None else gid for gid, group in zip(found, named, strict=True)]
+    # (a KeyError, not a scan for None: None is never a key of ids, and the compares
+    # of a scan cost more than they save)
+    try:
+        gids = list(map(names.ids.__getitem__, cast("Sequence[str]", pushed)))
+    except KeyError:
+        if None in pushed:  # (a job without a group: the ready heap keeps them)
+            return
+        gids = [names.gid(group) for group in pushed]
     find = heaps.get
     for entry, gid in zip(ready, gids, strict=True):
         heap = find(gid)

@@ -555,7 +555,7 @@ def claim_grouped(state: QueueState, worker: str, max_jobs: int, lease_ms: int, 
     # their ids (transitions._named_groups); in C loops (groups_model_bench --instructions)
     got = list(map(attrgetter("group"), map(state.jobs.entries.__getitem__,
                                             map(SEQ_MASK.__and__, keys))))
-    named = dict(enumerate(got)) if None not in got else {
+    named = dict(enumerate(got)) if all(got) else {  # (all(): no compares with None)
         i: group for i, group in enumerate(got) if group is not None}
     if named:
         out.groups = named

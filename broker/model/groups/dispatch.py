@@ -609,7 +609,7 @@ class Dispatch:
             # (the head's priority and order not range-checked: ready keys, in range as
             # made; ~14 bytecodes a grouped job, groups_model_bench --instructions)
             if head is None or (g is not None and g.state != EMPTY) or head.due_ms > now_ms \
-                    or not gid or gid > _GID_MASK:
+                    or not 0 < gid <= _GID_MASK:
                 self.set_head(gid, head, now_ms)
                 heap = self._heap  # (set_head may have rebuilt it: push into the live one)
                 continue

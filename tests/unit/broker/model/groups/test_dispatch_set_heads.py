@@ -102,12 +102,10 @@ def test_set_heads_refuses_a_bad_gid_keeping_the_ones_before() -> None:
     assert at_once.view(1 << 32) is None
 
 
-@pytest.mark.xfail(strict=True, reason="advtrim: set_heads' fast path checks `not gid or "
-                   "gid > _GID_MASK`, so a negative gid is made a ready record (key -1) where "
-                   "main's `not 0 < gid <= _GID_MASK` sent it to set_head, which refuses it")
 def test_set_heads_refuses_a_negative_gid_keeping_the_ones_before() -> None:
-    # (the phantom record also counts as ready at its priority: the next pick of a
-    # real group there got half its quantum, (a, 2) not (a, 4))
+    # (with `not gid or gid > _GID_MASK` on the fast path, -1 was made a ready record
+    # keyed -1, counted ready at its priority: a real group's next pick there got
+    # half its quantum, (a, 2) not (a, 4))
     one_by_one, at_once, names = _twins({})
     good = (names.gid("a"), Head(0, 1, 0))
     with pytest.raises(ValueError, match="group id"):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
+from typing import cast
 
 import orjson
 
@@ -266,19 +267,36 @@ def new_grouped_pending_lines(first_seq: int, payloads: Sequence[bytes],
     from one template per push (``bench/groups_cpu_bench.py``)."""
     line = b",\n" + pending_format(0, now_ms, now_ms, max_attempts)
     grouped = line.replace(b',"payload":', b',"group":%b,"payload":', 1)
+    # Every job grouped and its group spelt before (the common case): the fields found
+    # in C, the lines by a listcomp, not a loop's body a job; a KeyError (a job
+    # without a group, a group not spelt yet: None is never a key) rather than a
+    # scan for None, whose compares cost more than they save
+    # (groups_model_bench --instructions)
+    try:
+        got = list(map(_group_json.__getitem__, cast("Sequence[str]", groups)))
+    except KeyError:
+        pass
+    else:
+        return [grouped % (seq, seq, field, payload) for seq, field, payload in zip(
+            range(first_seq, first_seq + len(payloads)), got, payloads, strict=True)]
     out = []
-    fields = _group_json
     for seq, (payload, group) in enumerate(zip(payloads, groups, strict=True), first_seq):
         if group is None:
             out.append(line % (seq, seq, payload))
             continue
-        field = fields.get(group)
-        if field is None:
-            if len(fields) >= 4096:  # the groups of a few pushes are all that is reused
-                fields.clear()
-            field = fields[group] = compact(orjson.dumps(group))  # (4,096 kept: 16 MB else)
-        out.append(grouped % (seq, seq, field, payload))
+        out.append(grouped % (seq, seq, _group_field(group), payload))
     return out
+
+
+def _group_field(group: str) -> bytes:
+    """``group`` as a line spells it (its JSON string), kept in ``_group_json``."""
+    fields = _group_json
+    field = fields.get(group)
+    if field is None:
+        if len(fields) >= 4096:  # the groups of a few pushes are all that is reused
+            fields.clear()
+        field = fields[group] = compact(orjson.dumps(group))  # (4,096 kept: 16 MB else)
+    return field
 
 
 _group_json: dict[str, bytes] = {}
@@ -341,13 +359,15 @@ def pending_from_line(seq: int, line: bytes) -> Job:
         job = Job(seq, line[at:-1], PENDING, 0, due_ms, 0, max_attempts, due_ms)
     else:  # (a grouped push's line: the group spliced before the payload)
         # (a JSON string holds no bare ',"payload":': its quotes are escaped)
-        group_at = at - _AFTER_STAMP + len(_STAMP_GROUP)
+        # (offsets as module constants, not summed a job: groups_model_bench --instructions)
+        group_at = at + _STAMP_TO_GROUP
         payload_at = line.index(_PAYLOAD_FIELD, group_at)
-        job = Job(seq, line[payload_at + len(_PAYLOAD_FIELD):-1], PENDING, 0, due_ms, 0,
+        job = Job(seq, line[payload_at + _PAYLOAD_LEN:-1], PENDING, 0, due_ms, 0,
                   max_attempts, due_ms)
         field = line[group_at:payload_at]
-        group = _groups_read.get(field)  # (group_of_field(), inlined: once a grouped job claimed)
-        job.group = group_of_field(field) if group is None else group
+        # (group_of_field(), inlined: once a grouped job claimed; a miss, or an empty
+        # name, asks it, which answers the same)
+        job.group = _groups_read.get(field) or group_of_field(field)
     job._enc = line
     return job
 
@@ -447,6 +467,8 @@ _PAYLOAD_FIELD = b',"payload":'
 _STAMP_PAYLOAD = b'"' + _PAYLOAD_FIELD  # (what follows created_at's stamp: a payload,
 _STAMP_GROUP = b'","group":'  # or a group)
 _AFTER_STAMP = len(_STAMP_PAYLOAD)
+_STAMP_TO_GROUP = len(_STAMP_GROUP) - _AFTER_STAMP  # (from a stamp's end + _AFTER_STAMP)
+_PAYLOAD_LEN = len(_PAYLOAD_FIELD)
 _CREATED_AT = b',"created_at":"'
 _CREATED_TO_GROUP = len(_CREATED_AT) + _STAMP_CHARS  # (to the '",' after its stamp)
 

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from broker.model.claim_records import ClaimRecord
 from broker.model.format import codec
-from broker.model.groups.counts import moved_hook, settle_hook
+from broker.model.groups.counts import GroupState, moved_hook, settle_hook
 from broker.model.held import unname
 from broker.model.indexes import (
     SEQ_MASK,
@@ -158,16 +158,18 @@ def move(state: QueueState, job: Job, to: str, now_ms: int) -> None:
 # -- changes within a status --------------------------------------------------------
 
 
-def settle(state: QueueState, job: Job) -> None:
+def settle(state: QueueState, job: Job, tell_groups: bool = True) -> None:
     """Mark ``job``'s position in its claim record settled (it leaves claimed,
     whatever for); a record with every position settled leaves the head. The
-    caller moves the job on (:func:`move` calls this)."""
+    caller moves the job on (:func:`move` calls this). ``tell_groups`` False:
+    the caller tells the groups itself (:func:`complete_held`, once for all
+    its jobs)."""
     fence = job.claim
     record = None if fence is None else state.claim_records.get(fence)
     if record is None or fence is None:
         raise IllegalMove(f"claimed job {job.id} is in no claim record")
     pos = record.position(job.seq)
-    if state.groups is not None:  # (its group holds one fewer)
+    if tell_groups and state.groups is not None:  # (its group holds one fewer)
         settle_hook(state.groups, job)
     record.settled |= 1 << pos
     record.cancel.pop(pos, None)
@@ -425,38 +427,46 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
     done: list[int] = []  # job seqs
     fences: list[int] = []
     added_bytes = 0
+    # The groups of the jobs settled, told once for all (GroupState.settle_many), not
+    # a call chain a job: told before any other call that may change a group (stale,
+    # held), so they see the groups as one by one would (groups_model_bench --instructions)
+    groups = state.groups
+    settling: list[str | None] = []
     for wire, value in items:
         token = stored(wire)
         if token is None:
+            _tell_settled(groups, settling)
             answers.append(stale(wire, None))  # never looked up
             continue
         seq = token_seq(token)
         job = None if seq is None else get(seq)
-        if job is None and held is not None and seq is not None and \
-                (answer := held(wire, token, seq, value)) is not None:
-            # (held at a segment part: its record's done entry; answers.append(), inlined)
-            answered.append(answer[0])
-            oks.append(answer[1])
-            reasons.append(answer[2])
-            statuses.append(answer[3])
-            continue
+        if job is None and held is not None and seq is not None:
+            _tell_settled(groups, settling)
+            if (answer := held(wire, token, seq, value)) is not None:
+                # (held at a segment part: its record's done entry; answers.append(), inlined)
+                answered.append(answer[0])
+                oks.append(answer[1])
+                reasons.append(answer[2])
+                statuses.append(answer[3])
+                continue
         if job is None or isinstance(job, bytes) or (lease := job.rec) is None or \
                 job.status != CLAIMED or job.lease_token != token or \
                 lease.expires_ms <= now_ms or \
                 job.cancel_ms is not None:  # (a marked job ends cancelled: see stale)
+            _tell_settled(groups, settling)
             answers.append(stale(wire, token))  # (a job kept as its line is pending)
             continue
         assert seq is not None
         record = records_get(job.claim or 0)
         if record is not None and len(record.seqs) == 1 and not record.segs \
                 and not record.spills:  # settle(), inlined
-            if state.groups is not None:
-                settle_hook(state.groups, job)
             del records[record.fence]
             job.unlink()
             job.claim = None
         else:
-            settle(state, job)
+            settle(state, job, False)
+        if groups is not None:
+            settling.append(job.group)
         job.status = COMPLETED
         job.done_ms = now_ms
         job.done_seq = commit_seq
@@ -473,10 +483,20 @@ def complete_held(state: QueueState, items: Iterable[tuple[str, bytes | None]], 
         oks.append(True)
         reasons.append(None)
         statuses.append(COMPLETED)
+    _tell_settled(groups, settling)
     if done:
         state.completed.setdefault(commit_seq, []).extend(done)
         state.approx_bytes += added_bytes
     return answers, fences
+
+
+def _tell_settled(groups: GroupState | None, settling: list[str | None]) -> None:
+    """Tell ``groups`` (if any) the groups of the jobs settled so far, ``settling``
+    (emptied): :func:`complete_held`'s one :meth:`GroupState.settle_many` for them."""
+    if settling:
+        assert groups is not None
+        groups.settle_many(settling)
+        settling.clear()
 
 
 def drop_completed(state: QueueState, commit_seq: int) -> int:

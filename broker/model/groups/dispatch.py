@@ -397,17 +397,17 @@ class Dispatch:
         self.advance(now_ms)  # (a turn parks no group due by now_ms: once is enough)
         heap, groups, ready_at, vtime = self._heap, self._groups, self._ready_at, self._vtime
         # (bound once a call, not looked up each turn: bench/groups_cpu_bench.py)
-        heappop, unready, get = heapq.heappop, self._ready.discard, groups.get
+        heappop, unready, get, gid_mask = heapq.heappop, self._ready.discard, groups.get, _GID_MASK
         if lines is not None:
             heaps, heaps_get, entries_get = lines.heaps, lines.heaps.get, lines.entries.get
             live, append, new = lines.live, lines.chosen.append, tuple.__new__
         got = 0
-        while got < want:
-            if not heap:
-                break
+        while got < want and heap:
             top = heap[0]
-            g = get(top & _GID_MASK)
-            if g is None or g.state != READY or g.key != top:
+            gid = top & gid_mask
+            g = get(gid)
+            # (a record's key is -1 outside READY: a key equal to the top is READY's)
+            if g is None or g.key != top:
                 heappop(heap)
                 continue
             head = g.head
@@ -422,11 +422,18 @@ class Dispatch:
             limit = g.limit
             if limit is not None and q > limit - g.held:
                 q = limit - g.held
-            gid = g.gid
             if lines is None:
                 assert take is not None  # (one of them: checked above)
                 n, nxt = take(gid, q, head)
+                if not 0 <= n <= q or (not n and nxt == head):
+                    raise ValueError(f"group {gid}: {n} jobs taken in a turn of at most {q}"
+                                     + ("" if n else ", its head unchanged"))
+                self._check_head(nxt)
             else:  # (the take JobHeaps describes, written out: no call a turn)
+                # (not checked as take's answer is: n is within [0, q] by this loop, 0 only
+                # when the live top is not the head, and the next head is a ready key of
+                # the group's heap, its priority and order in range as made: the checks'
+                # ~20 bytecodes a turn, groups_model_bench --instructions)
                 h = heaps_get(gid)
                 jt = None
                 if h:
@@ -454,12 +461,6 @@ class Dispatch:
                     nxt = None
                 else:
                     nxt = new(Head, (MAX_PRIORITY - (jt >> _KEY_PRIORITY_SHIFT), jt, 0))
-            if not 0 <= n <= q or (not n and nxt == head):
-                raise ValueError(f"group {gid}: {n} jobs taken in a turn of at most {q}"
-                                 + ("" if n else ", its head unchanged"))
-            if nxt is not None and not (-MAX_PRIORITY <= nxt.priority <= MAX_PRIORITY
-                                        and 0 <= nxt.order < ORDER_LIMIT):
-                self._check_head(nxt)  # (raises)
             if n:
                 v = vtime.get(p)
                 if v is None or v < g.pass_:
@@ -523,27 +524,37 @@ class Dispatch:
         self._update(g, head, dead, now_ms)
 
     def settled_one(self, gid: int, now_ms: int) -> None:
-        """:meth:`settled` of one job with head and dead count unchanged: what
-        every settled job of a claim asks (``bench/groups_cpu_bench.py``). A group
-        whose state one fewer held cannot change (empty; or ready, so below its
-        limit, at a pass its priority's virtual time has not passed) only counts
-        it here; any other with a held job is re-derived as :meth:`settled` would
-        (head and dead count kept), one without goes through it (which refuses):
-        the same result either way."""
-        g = self._groups.get(gid)
-        if g is not None and g.held:
-            if g.state == EMPTY:
-                g.held -= 1
-                if not g.held and not g.dead:
-                    del self._groups[gid]
-                return
-            if g.state == READY and self._vtime.get(g.at_p, 0) <= g.pass_:
-                g.held -= 1
-                return
-            g.held -= 1  # (settled()'s checks hold: a held job, head and dead count kept)
-            self._derive(g, now_ms)
-            return
-        self.settled(gid, 1, now_ms)
+        """:meth:`settled` of one job with head and dead count unchanged:
+        :meth:`settled_many` of one."""
+        self.settled_many((gid,), now_ms)
+
+    def settled_many(self, gids: Iterable[int], now_ms: int) -> None:
+        """:meth:`settled` of one job of each of ``gids`` in turn, head and dead
+        count unchanged: what the settled jobs of an operation ask, in one call
+        (``groups_model_bench --instructions``). A group whose state one fewer
+        held cannot change (empty; or ready, so below its limit, at a pass its
+        priority's virtual time has not passed) only counts it here; any other
+        with a held job is re-derived as :meth:`settled` would (head and dead
+        count kept), one without goes through it (which refuses: ``ValueError``,
+        the gids before it settled): the same result either way."""
+        groups, vtime = self._groups, self._vtime
+        get, empty, ready = groups.get, EMPTY, READY
+        for gid in gids:
+            g = get(gid)
+            if g is not None and g.held:
+                state = g.state
+                if state == empty:
+                    g.held -= 1
+                    if not g.held and not g.dead:
+                        del groups[gid]
+                    continue
+                if state == ready and vtime.get(g.at_p, 0) <= g.pass_:
+                    g.held -= 1
+                    continue
+                g.held -= 1  # (settled()'s checks hold: a held job, head and dead count kept)
+                self._derive(g, now_ms)
+                continue
+            self.settled(gid, 1, now_ms)
 
     def hold(self, gid: int, n: int, now_ms: int) -> None:
         """``n`` more jobs of group ``gid`` are held, found rather than served (the
@@ -579,8 +590,12 @@ class Dispatch:
         ready is made so here, without the general re-derivation (one such
         group for each group with new jobs after a claim emptied them:
         ``bench/groups_cpu_bench.py``); any other goes through :meth:`set_head`,
-        the same result either way. ``ValueError`` for a bad head (the heads
-        before it stand)."""
+        the same result either way. The heads are a claim's: ready keys of its
+        groups' heaps (``Head(priority of key, key, 0)``), in range as made, so
+        the fast path checks only the gid; a head given to :meth:`set_head`
+        (a group not like the others, one not empty, a head not due) is
+        checked there. ``ValueError`` for a bad gid (the heads before it
+        stand)."""
         groups, settings, heap, ready = self._groups, self.settings, self._heap, self._ready
         ready_at, vtime = self._ready_at, self._vtime
         if self.buckets is not None or settings.weights or settings.limits or settings.fifo:
@@ -588,17 +603,22 @@ class Dispatch:
                 self.set_head(gid, head, now_ms)
             return
         plain_limit, push, get = settings.limit, heapq.heappush, groups.get
+        new_group = object.__new__
         for gid, head in heads:
             g = get(gid)
+            # (the head's priority and order not range-checked: ready keys, in range as
+            # made; ~14 bytecodes a grouped job, groups_model_bench --instructions)
             if head is None or (g is not None and g.state != EMPTY) or head.due_ms > now_ms \
-                    or not 0 < gid <= _GID_MASK or not (
-                        -MAX_PRIORITY <= head.priority <= MAX_PRIORITY
-                        and 0 <= head.order < ORDER_LIMIT):
+                    or not 0 < gid <= _GID_MASK:
                 self.set_head(gid, head, now_ms)
                 heap = self._heap  # (set_head may have rebuilt it: push into the live one)
                 continue
             if g is None:  # (_record(), for a queue whose settings name no group)
-                g = groups[gid] = _Group(gid, 1, plain_limit)
+                # (_Group() with its fields set here, not by its __init__'s call: a
+                # record made a grouped job here, groups_model_bench --instructions)
+                g = groups[gid] = new_group(_Group)
+                g.gid, g.weight, g.limit, g.held, g.dead, g.pass_, g.head, g.state, g.key, \
+                    g.at_p, g.wake = gid, 1, plain_limit, 0, 0, 0, None, EMPTY, -1, 0, None
             if (g.limit is not None and g.held >= g.limit) or (g.dead and settings.holds_dead):
                 self.set_head(gid, head, now_ms)  # (not ready: parked as _derive parks)
                 continue

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
+from typing import cast
 
 from broker.limits import MAX_PRIORITY
 from broker.model.groups.counts import GroupState
@@ -170,27 +171,29 @@ def take_pushed(state: QueueState, pushed: Sequence[str | None], now_ms: int) ->
     way from push to claim."""
     groups: GroupState | None = state.groups
     ready = state.ready
-    if groups is None or not in_bulk(state, groups) or len(ready) != len(pushed) \
-            or None in pushed:
+    if groups is None or not in_bulk(state, groups) or len(ready) != len(pushed):
         return
     names, heaps, push, untold = groups.names, groups.heaps, heapq.heappush, groups.untold
-    # group name -> its heap: one lookup a job (names.gid() and heaps.get() once a
-    # group of the push, bench/groups_cpu_bench.py)
-    heap_of: dict[str | None, list[int]] = {}
-    find, ids = heap_of.get, names.ids
-    for entry, group in zip(ready, pushed, strict=True):
-        heap = find(group)
+    # The gids in C (names.gid() only for a name not interned yet, in push order), then
+    # one heap lookup a job (groups_model_bench --instructions: a push's jobs are
+    # mostly of distinct groups, so a per-push cache of heaps by name found none)
+    # (a KeyError, not a scan for None: None is never a key of ids, and the compares
+    # of a scan cost more than they save)
+    try:
+        gids = list(map(names.ids.__getitem__, cast("Sequence[str]", pushed)))
+    except KeyError:
+        if None in pushed:  # (a job without a group: the ready heap keeps them)
+            return
+        gids = [names.gid(group) for group in pushed]
+    find = heaps.get
+    for entry, gid in zip(ready, gids, strict=True):
+        heap = find(gid)
+        if gid not in untold:  # (its top before: what _absorb compares the new top with)
+            untold[gid] = heap[0] if heap else None
         if heap is None:
-            gid = ids.get(group) if group is not None else None  # (names.gid(), its common case)
-            if gid is None:
-                gid = names.gid(group)
-            heap = heaps.get(gid)
-            if gid not in untold:  # (its top before: what _absorb compares the new top with)
-                untold[gid] = heap[0] if heap else None
-            if heap is None:
-                heap = heaps[gid] = []
-            heap_of[group] = heap
-        push(heap, entry)
+            heaps[gid] = [entry]
+        else:
+            push(heap, entry)
     groups.pushed.extend(ready)
     groups.untold_ms = max(groups.untold_ms, now_ms)
     ready.clear()

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from broker.model.groups.dispatch import Dispatch, GroupView, Head
 from broker.model.groups.names import GroupNames
-from broker.model.groups.settings import parse_group_settings
+from tests.support.dispatch_twins import dispatch_twins
 
 T0 = 10_000
 NAMES = [None, "a", "b", "c", "d"]
@@ -38,11 +38,7 @@ step_st = st.one_of(
 
 
 def _twins(raw: dict[str, Any]) -> tuple[Dispatch, Dispatch, GroupNames]:
-    names = GroupNames()
-    for name in NAMES:
-        names.gid(name)
-    group_settings = parse_group_settings(raw, "test")
-    return Dispatch(group_settings, names), Dispatch(group_settings, names), names
+    return dispatch_twins(raw, NAMES)
 
 
 def _seen(d: Dispatch, names: GroupNames, now: int) -> tuple[list[GroupView | None], object]:
@@ -132,8 +128,7 @@ def test_set_heads_after_a_set_head_that_rebuilt_the_heap_leaves_its_groups_read
     # its rebuild size: set_heads then pushed the next newcomers into the old list, so
     # they were ready (counted, never in the heap) and never picked: their jobs stayed
     # pending until their heads changed again. Picks here are the twin's, to the end.
-    names = GroupNames()
-    one_by_one, at_once = (Dispatch(parse_group_settings({}, "test"), names) for _ in "12")
+    one_by_one, at_once, names = dispatch_twins({}, [])
     gids = [names.gid(f"g{i}") for i in range(10)]
     newcomers = [names.gid(f"new{i}") for i in range(3)]
     for d in (one_by_one, at_once):

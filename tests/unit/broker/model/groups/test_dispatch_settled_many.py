@@ -7,13 +7,15 @@ before it settled."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.model.groups.dispatch import Dispatch, GroupView, Head
 from broker.model.groups.names import GroupNames
-from broker.model.groups.settings import parse_group_settings
+from tests.support.dispatch_twins import dispatch_twins
 
 T0 = 1_000
 NAMES = [None, "a", "b", "c"]
@@ -24,12 +26,8 @@ ops = st.lists(st.tuples(st.sampled_from(["head", "none", "serve", "dead", "sett
                max_size=60)
 
 
-def _twins(raw: dict[str, object]) -> tuple[Dispatch, Dispatch, GroupNames]:
-    names = GroupNames()
-    for name in NAMES:
-        names.gid(name)
-    group_settings = parse_group_settings(raw, "test")
-    return Dispatch(group_settings, names), Dispatch(group_settings, names), names
+def _twins(raw: dict[str, Any]) -> tuple[Dispatch, Dispatch, GroupNames]:
+    return dispatch_twins(raw, NAMES)
 
 
 def _seen(d: Dispatch, names: GroupNames) -> tuple[list[GroupView | None], list[int],

@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
 from broker.commit.loop import CommitLoop
-from broker.errors import OsqueueError, OutcomeUnknown
-from broker.storage import MemoryStore
+from broker.errors import OsqueueError, OutcomeUnknown, StorageUnavailable
+from broker.model.ops import NewJob
+from broker.service.queue_target import QueueTarget
+from broker.storage import FileStore, MemoryStore
 from tests.support.commit_targets import Tally
 from tests.support.faults import LATE, FaultyStore
+from tests.support.inprocess import run, started, stored
 
 
 @pytest.mark.xfail(strict=True, reason=(
@@ -60,3 +64,50 @@ def test_a_late_attempt_landing_before_the_reread_of_a_refused_prepare_is_not_ap
     total = orjson.loads(inner.get("t/tally.json"))["total"]
     assert total == 5, f"the 3 was added {(total - 2) // 3} times; answered {got!r}"
     assert got == 5 or isinstance(got, OutcomeUnknown), repr(got)
+
+
+@pytest.mark.parametrize("keyed", [
+    pytest.param(False, marks=pytest.mark.xfail(strict=True, reason=(
+        "advfinal: an unkeyed push (the broker's Python API) is enqueued twice when its "
+        "late first attempt lands before the re-read of a refused prepare()"))),
+    True,  # (holds: the receipt of the landed attempt answers the repeat)
+])
+def test_a_push_whose_late_attempt_lands_before_a_refused_prepares_reread_is_enqueued_once(
+        tmp_path: Path, keyed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The queue's own target: the push's write times out (it lands later), the
+    re-read finds it pending, prepare() (a segment read, say) refuses once, and
+    the first write lands before the loop's second re-read. The store holds the
+    job once, whatever the push was answered."""
+    inner = FileStore(tmp_path)
+    store = FaultyStore(inner)
+    armed = {"n": 0}
+    real = QueueTarget.prepare
+
+    async def prepare(self, state, ops, now_ms):  # type: ignore[no-untyped-def]
+        if armed["n"]:
+            armed["n"] -= 1
+            raise StorageUnavailable("injected: a segment could not be read")
+        return await real(self, state, ops, now_ms)
+
+    monkeypatch.setattr(QueueTarget, "prepare", prepare)
+
+    async def main() -> object:
+        a = await started(store)
+        await a.push("q", [NewJob(b'"a"')])
+        store.inject("write_if_match", LATE, key_contains="q/queue.json")
+        store.inject("read", None, key_contains="q/queue.json",
+                     after=lambda _k: armed.__setitem__("n", 1))
+        store.inject("read", None, key_contains="q/queue.json", before=store.land_late)
+        try:
+            got: object = await a.push("q", [NewJob(b'"b"')],
+                                       request="r-0123456789ab-0" if keyed else None,
+                                       floor=0 if keyed else None)
+        except OsqueueError as exc:
+            got = exc
+        await a.stop(drain_s=5)
+        return got
+
+    got = run(main())
+    copies = sorted(j.id for j in stored(inner).jobs.values() if j.payload == b'"b"')
+    assert len(copies) == 1, f"the push was answered {got!r}; the queue holds it as {copies}"
+    assert got == copies or isinstance(got, OutcomeUnknown), repr(got)

@@ -13,13 +13,13 @@ import orjson
 import pytest
 
 from broker.commit.loop import CommitLoop
-from broker.errors import OsqueueError, OutcomeUnknown, StorageUnavailable
+from broker.errors import NotTheBroker, OsqueueError, OutcomeUnknown, StorageUnavailable
 from broker.model.ops import NewJob
 from broker.service.queue_target import QueueTarget
 from broker.storage import FileStore, MemoryStore
 from tests.support.commit_targets import Tally
-from tests.support.faults import LATE, FaultyStore
-from tests.support.inprocess import run, started, stored
+from tests.support.faults import LATE, LOST_REPLY, REFUSED, Clock, FaultyStore
+from tests.support.inprocess import crash, run, started, stored, successor
 
 
 @pytest.mark.xfail(strict=True, reason=(
@@ -111,3 +111,46 @@ def test_a_push_whose_late_attempt_lands_before_a_refused_prepares_reread_is_enq
     copies = sorted(j.id for j in stored(inner).jobs.values() if j.payload == b'"b"')
     assert len(copies) == 1, f"the push was answered {got!r}; the queue holds it as {copies}"
     assert got == copies or isinstance(got, OutcomeUnknown), repr(got)
+
+
+def test_a_keyed_push_answered_unknown_for_a_refused_reread_is_retried_at_a_successor(
+        tmp_path: Path) -> None:
+    """The push's head write lands (its reply lost); the re-read is refused, and
+    stays refused: the push is answered OutcomeUnknown, and the broker can no
+    longer read its queue. A successor takes the queue over once the lease
+    lapsed; the client repeats the push there under its request key: it gets
+    the ids that landed, and the queue holds the job once. Meanwhile the refused
+    broker, healed, steps down instead of writing."""
+    inner = FileStore(tmp_path)
+    store = FaultyStore(inner)
+    clock = Clock()
+    key = "r-0123456789ab-0"
+
+    async def main() -> tuple[object, list[str], object]:
+        a = await started(store, clock=clock)
+        await a.push("q", [NewJob(b'"a"')])
+        store.inject("write_if_match", LOST_REPLY, key_contains="q/queue.json")
+        store.inject("read", REFUSED, key_contains="q/queue.json", times=None)
+        try:
+            got: object = await a.push("q", [NewJob(b'"b"')], request=key, floor=0)
+        except OsqueueError as exc:
+            got = exc
+        b = await successor(inner, clock)
+        again = await b.push("q", [NewJob(b'"b"')], request=key, floor=0)
+        store.heal()
+        try:
+            late: object = await a.push("q", [NewJob(b'"c"')])
+        except OsqueueError as exc:
+            late = exc
+        await b.stop(drain_s=5)
+        await crash(a)
+        a._executor.shutdown()
+        return got, again, late
+
+    got, again, late = run(main())
+    assert isinstance(got, OutcomeUnknown), repr(got)
+    jobs = stored(inner).jobs.values()
+    copies = [j.id for j in jobs if j.payload == b'"b"']
+    assert copies == again
+    assert isinstance(late, NotTheBroker), repr(late)
+    assert not [j for j in jobs if j.payload == b'"c"']

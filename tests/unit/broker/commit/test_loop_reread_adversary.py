@@ -154,3 +154,41 @@ def test_a_keyed_push_answered_unknown_for_a_refused_reread_is_retried_at_a_succ
     assert copies == again
     assert isinstance(late, NotTheBroker), repr(late)
     assert not [j for j in jobs if j.payload == b'"c"']
+
+
+def test_a_refused_reread_after_a_refused_prepare_answers_unknown_then_heals() -> None:
+    """The write times out (it lands later), the re-read finds it pending,
+    prepare() refuses once, and the loop's second re-read is refused (a 403): the
+    batch is answered OutcomeUnknown, not the refusal (that says nothing was
+    written). The late write lands; the refusal heals: the next call is applied
+    over it, and the tally holds each call once."""
+    inner = MemoryStore()
+    store = FaultyStore(inner)
+    target = Tally()
+
+    async def main() -> tuple[object, int]:
+        executor = ThreadPoolExecutor(2)
+        loop: CommitLoop[dict[str, Any], int | str, int] = CommitLoop(
+            store, "t/tally.json", target, "w", executor, clock=lambda: 0)
+        await loop.load()
+        loop.reactivate()
+        loop.start()
+        assert await loop.submit(2) == 2
+        store.inject("write_if_match", LATE, key_contains="tally.json")
+        store.inject("read", None, key_contains="tally.json",
+                     after=lambda _k: setattr(target, "refusals", 1))
+        store.inject("read", REFUSED, key_contains="tally.json")
+        try:
+            got: object = await loop.submit(3)
+        except OsqueueError as exc:
+            got = exc
+        assert loop.fault is not None and loop.state is None
+        assert store.land_late() == 1
+        after = await loop.submit(10)
+        await loop.close(5)
+        executor.shutdown()
+        return got, after
+
+    got, after = asyncio.run(main())
+    assert isinstance(got, OutcomeUnknown), repr(got)
+    assert after == 15 and orjson.loads(inner.get("t/tally.json"))["total"] == 15

@@ -18,7 +18,15 @@ from broker.model.ops import NewJob
 from broker.service.queue_target import QueueTarget
 from broker.storage import FileStore, MemoryStore
 from tests.support.commit_targets import Tally
-from tests.support.faults import LATE, LOST_REPLY, REFUSED, Clock, FaultyStore
+from tests.support.faults import (
+    LATE,
+    LOST_REPLY,
+    LOST_REPLY_412,
+    NOT_LANDED,
+    REFUSED,
+    Clock,
+    FaultyStore,
+)
 from tests.support.inprocess import crash, run, started, stored, successor
 
 
@@ -192,3 +200,54 @@ def test_a_refused_reread_after_a_refused_prepare_answers_unknown_then_heals() -
     got, after = asyncio.run(main())
     assert isinstance(got, OutcomeUnknown), repr(got)
     assert after == 15 and orjson.loads(inner.get("t/tally.json"))["total"] == 15
+
+
+@pytest.mark.parametrize(("first", "second", "reread_refused"), [
+    (NOT_LANDED, LOST_REPLY, True),
+    (LATE, LOST_REPLY, True),
+    (LATE, NOT_LANDED, True),
+    (LATE, REFUSED, False),
+    (LOST_REPLY_412, None, False),
+])
+def test_several_attempts_then_a_refusal_answer_what_landed_or_unknown(
+        first: str, second: str | None, reread_refused: bool) -> None:
+    """A batch written more than once (the first write's outcome unknown, the
+    re-read finding it pending), then refused (the second re-read, or the second
+    write): never answered the refusal while an attempt may land. Every late
+    write landed afterwards, the tally holds the call at most once, exactly
+    once if it was answered a total."""
+    inner = MemoryStore()
+    store = FaultyStore(inner)
+    target = Tally()
+
+    async def main() -> object:
+        executor = ThreadPoolExecutor(2)
+        loop: CommitLoop[dict[str, Any], int | str, int] = CommitLoop(
+            store, "t/tally.json", target, "w", executor, clock=lambda: 0)
+        await loop.load()
+        loop.reactivate()
+        loop.start()
+        assert await loop.submit(2) == 2
+        store.inject("write_if_match", first, key_contains="tally.json")
+        if second is not None:
+            store.inject("write_if_match", second, key_contains="tally.json")  # (the 2nd)
+        if reread_refused:
+            store.inject("read", REFUSED, nth=2, key_contains="tally.json")
+        try:
+            got: object = await loop.submit(3)
+        except OsqueueError as exc:
+            got = exc
+        assert len(store.injected) == 1 + (second is not None) + reread_refused
+        store.land_late()
+        await loop.close(5)
+        executor.shutdown()
+        return got
+
+    got = asyncio.run(main())
+    total = orjson.loads(inner.get("t/tally.json"))["total"]
+    assert total in (2, 5), total
+    if isinstance(got, OsqueueError):
+        assert isinstance(got, OutcomeUnknown) or total == 2, (repr(got), total)
+    else:
+        assert got == 5 and total == 5, (got, total)
+

@@ -380,7 +380,9 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
                 exc = refusal if isinstance(refusal, OsqueueError) else StorageUnavailable(
                     f"reading what {self.key}'s batch needs failed: {refusal}")
                 self._drop_state()
-                if not reread:  # our state may be behind the object: read it again
+                # Our state may be behind the object: read it again; not after an attempt
+                # (the re-read would not judge it: one landed meanwhile would apply twice).
+                if not reread and not attempts:
                     reread = True
                     continue
                 (self._answer_unknown if attempts else answer_all)(batch, exc)

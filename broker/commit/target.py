@@ -47,7 +47,8 @@ class CommitTarget(Protocol[StateT, OpT, ResultT_co]):
         """Before ``ops`` apply to ``state``: load what applying them needs and
         the pure model cannot read (I/O happens here, never in ``apply``).
         Raise an ``OsqueueError`` to refuse the batch: the loop re-reads the
-        object once and tries again, then answers the batch with it."""
+        object once and tries again, then answers the batch with it (after a
+        write of the batch was attempted, which may land: ``OutcomeUnknown`` at once)."""
         ...
 
     async def before_write(self, state: StateT, now_ms: int) -> None:

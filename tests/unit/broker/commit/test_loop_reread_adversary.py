@@ -13,7 +13,13 @@ import orjson
 import pytest
 
 from broker.commit.loop import CommitLoop
-from broker.errors import NotTheBroker, OsqueueError, OutcomeUnknown, StorageUnavailable
+from broker.errors import (
+    NotTheBroker,
+    OsqueueError,
+    OutcomeUnknown,
+    StorageRefused,
+    StorageUnavailable,
+)
 from broker.model.ops import NewJob
 from broker.service.queue_target import QueueTarget
 from broker.storage import FileStore, MemoryStore
@@ -30,16 +36,13 @@ from tests.support.faults import (
 from tests.support.inprocess import crash, run, started, stored, successor
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "advfinal: a prepare() refusal after a PENDING verdict re-reads at the top of "
-    "_commit without judging the earlier attempts: one that landed meanwhile is "
-    "applied again (the batch lands twice)"))
 def test_a_late_attempt_landing_before_the_reread_of_a_refused_prepare_is_not_applied_twice(
         ) -> None:
     """A write times out (it lands later); the re-read finds it pending, so the
-    batch is applied again; prepare() refuses that once, and the loop re-reads
-    once more: meanwhile the first write landed. The batch must be answered from
-    that attempt (or OutcomeUnknown), never applied a second time."""
+    batch is applied again; prepare() refuses that once, and the first write
+    lands before any further re-read. The batch must be answered from that
+    attempt (or OutcomeUnknown), never applied a second time (it was, when the
+    refusal's re-read at the top of _commit did not judge the attempt)."""
     inner = MemoryStore()
     store = FaultyStore(inner)
     target = Tally()
@@ -64,6 +67,7 @@ def test_a_late_attempt_landing_before_the_reread_of_a_refused_prepare_is_not_ap
             got: object = await loop.submit(3)
         except OsqueueError as exc:
             got = exc
+        store.land_late()  # (if the loop did not re-read, it lands now)
         await loop.close(5)
         executor.shutdown()
         return got
@@ -75,10 +79,8 @@ def test_a_late_attempt_landing_before_the_reread_of_a_refused_prepare_is_not_ap
 
 
 @pytest.mark.parametrize("keyed", [
-    pytest.param(False, marks=pytest.mark.xfail(strict=True, reason=(
-        "advfinal: an unkeyed push (the broker's Python API) is enqueued twice when its "
-        "late first attempt lands before the re-read of a refused prepare()"))),
-    True,  # (holds: the receipt of the landed attempt answers the repeat)
+    False,  # (enqueued twice before: the re-read did not judge the landed attempt)
+    True,  # (held before too: the receipt of the landed attempt answers the repeat)
 ])
 def test_a_push_whose_late_attempt_lands_before_a_refused_prepares_reread_is_enqueued_once(
         tmp_path: Path, keyed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -164,12 +166,12 @@ def test_a_keyed_push_answered_unknown_for_a_refused_reread_is_retried_at_a_succ
     assert not [j for j in jobs if j.payload == b'"c"']
 
 
-def test_a_refused_reread_after_a_refused_prepare_answers_unknown_then_heals() -> None:
+def test_a_refused_prepare_after_a_pending_attempt_answers_unknown_then_heals() -> None:
     """The write times out (it lands later), the re-read finds it pending,
-    prepare() refuses once, and the loop's second re-read is refused (a 403): the
-    batch is answered OutcomeUnknown, not the refusal (that says nothing was
-    written). The late write lands; the refusal heals: the next call is applied
-    over it, and the tally holds each call once."""
+    prepare() refuses the re-application: the batch is answered OutcomeUnknown,
+    not the refusal (that says nothing was written). The late write lands; the
+    next call's read is refused (answered so: nothing of it written), then the
+    refusal heals: the tally holds each call once."""
     inner = MemoryStore()
     store = FaultyStore(inner)
     target = Tally()
@@ -185,13 +187,14 @@ def test_a_refused_reread_after_a_refused_prepare_answers_unknown_then_heals() -
         store.inject("write_if_match", LATE, key_contains="tally.json")
         store.inject("read", None, key_contains="tally.json",
                      after=lambda _k: setattr(target, "refusals", 1))
-        store.inject("read", REFUSED, key_contains="tally.json")
         try:
             got: object = await loop.submit(3)
         except OsqueueError as exc:
             got = exc
-        assert loop.fault is not None and loop.state is None
         assert store.land_late() == 1
+        store.inject("read", REFUSED, key_contains="tally.json")
+        with pytest.raises(StorageRefused):
+            await loop.submit(10)
         after = await loop.submit(10)
         await loop.close(5)
         executor.shutdown()

@@ -25,6 +25,10 @@ LEASE_S = 20.0
 HEAD = "q/queue.json"
 
 
+def assert_(ok: bool) -> None:
+    assert ok, "the dead owner's write did not land in time"
+
+
 def test_an_owner_killed_with_a_complete_in_flight_loses_and_duplicates_nothing(
         tmp_path: Path) -> None:
     store = FaultyStore(FileStore(tmp_path))
@@ -47,8 +51,12 @@ def test_an_owner_killed_with_a_complete_in_flight_loses_and_duplicates_nothing(
         await crash(a)
         [got] = await asyncio.gather(call, return_exceptions=True)
         assert isinstance(got, OutcomeUnknown), got
-        # (the dead owner's write lands once the successor has read the head)
+        # (the dead owner's write lands once the successor has read the head, and
+        # before the successor's first head write: that write waits for it, or the
+        # dead write could lose the race and get a 412, never landing)
         store.inject("read", None, key_contains=HEAD, after=lambda _k: release.set())
+        store.inject("write_if_match", None, key_contains=HEAD,
+                     before=lambda _k: assert_(landed.wait(20)))
         b, ids = await owning_successor(store, clock, "http://b", **CONFIG)
         assert release.is_set()
         await until(landed.is_set)  # (it did land: over the head the successor read)

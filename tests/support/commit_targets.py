@@ -3,11 +3,14 @@ loop's tests: the loop's contract without the queue's rules."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import orjson
 
+from broker.commit.loop import CommitLoop
 from broker.errors import InvalidRequest, OsqueueError, StorageUnavailable
+from broker.storage import ObjectStore
 
 
 class Tally:
@@ -77,3 +80,19 @@ class Tally:
 
     def next_timer_ms(self, state: dict[str, Any], now_ms: int) -> int | None:
         return None
+
+
+TallyLoop = CommitLoop[dict[str, Any], int | str, int]
+
+
+async def running_tally(store: ObjectStore, target: Tally,
+                        key: str = "t/tally.json") -> tuple[TallyLoop, ThreadPoolExecutor]:
+    """A commit loop over ``target`` at ``key`` (clock 0), loaded, taken over and
+    started, with 2 committed: the loop and its executor (the caller shuts it down)."""
+    executor = ThreadPoolExecutor(2)
+    loop: TallyLoop = CommitLoop(store, key, target, "w", executor, clock=lambda: 0)
+    await loop.load()
+    loop.reactivate()
+    loop.start()
+    assert await loop.submit(2) == 2
+    return loop, executor

@@ -5,14 +5,11 @@ judge that attempt before the batch is applied again."""
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
 
-from broker.commit.loop import CommitLoop
 from broker.errors import (
     NotTheBroker,
     OsqueueError,
@@ -23,7 +20,7 @@ from broker.errors import (
 from broker.model.ops import NewJob
 from broker.service.queue_target import QueueTarget
 from broker.storage import FileStore, MemoryStore
-from tests.support.commit_targets import Tally
+from tests.support.commit_targets import Tally, running_tally
 from tests.support.faults import (
     LATE,
     LOST_REPLY,
@@ -48,13 +45,7 @@ def test_a_late_attempt_landing_before_the_reread_of_a_refused_prepare_is_not_ap
     target = Tally()
 
     async def main() -> object:
-        executor = ThreadPoolExecutor(2)
-        loop: CommitLoop[dict[str, Any], int | str, int] = CommitLoop(
-            store, "t/tally.json", target, "w", executor, clock=lambda: 0)
-        await loop.load()
-        loop.reactivate()
-        loop.start()
-        assert await loop.submit(2) == 2
+        loop, executor = await running_tally(store, target)
         store.inject("write_if_match", LATE, key_contains="tally.json")
         # the re-read after the timeout: the attempt is still pending; then
         # prepare() refuses once
@@ -177,13 +168,7 @@ def test_a_refused_prepare_after_a_pending_attempt_answers_unknown_then_heals() 
     target = Tally()
 
     async def main() -> tuple[object, int]:
-        executor = ThreadPoolExecutor(2)
-        loop: CommitLoop[dict[str, Any], int | str, int] = CommitLoop(
-            store, "t/tally.json", target, "w", executor, clock=lambda: 0)
-        await loop.load()
-        loop.reactivate()
-        loop.start()
-        assert await loop.submit(2) == 2
+        loop, executor = await running_tally(store, target)
         store.inject("write_if_match", LATE, key_contains="tally.json")
         store.inject("read", None, key_contains="tally.json",
                      after=lambda _k: setattr(target, "refusals", 1))
@@ -224,13 +209,7 @@ def test_several_attempts_then_a_refusal_answer_what_landed_or_unknown(
     target = Tally()
 
     async def main() -> object:
-        executor = ThreadPoolExecutor(2)
-        loop: CommitLoop[dict[str, Any], int | str, int] = CommitLoop(
-            store, "t/tally.json", target, "w", executor, clock=lambda: 0)
-        await loop.load()
-        loop.reactivate()
-        loop.start()
-        assert await loop.submit(2) == 2
+        loop, executor = await running_tally(store, target)
         store.inject("write_if_match", first, key_contains="tally.json")
         if second is not None:
             store.inject("write_if_match", second, key_contains="tally.json")  # (the 2nd)

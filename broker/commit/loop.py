@@ -358,15 +358,16 @@ class CommitLoop(Generic[StateT, OpT, ResultT]):
         reread = False  # re-read once for a refusal of prepare()
         while True:
             if self.state is None:
+                if attempts:
+                    # (the state dropped under an attempt, the loop reactivated meanwhile:
+                    # this re-read would not judge the attempts, one of which may have
+                    # landed since, and the batch would apply over its own copy)
+                    self._answer_unknown(batch, None)
+                    return
                 try:
                     await self._reload(deadline)
                 except Expired as exp:
                     self._give_up(batch, attempts, exp.last)
-                    return
-                except StorageRefused as refused:
-                    if not attempts:
-                        raise  # (nothing of this batch was written: the refusal says so)
-                    self._give_up(batch, attempts, refused)  # (an attempt may have landed)
                     return
                 assert self.state is not None
                 # (another broker may have taken the object over while we could not look)

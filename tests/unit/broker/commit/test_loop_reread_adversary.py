@@ -5,7 +5,9 @@ judge that attempt before the batch is applied again."""
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -20,7 +22,7 @@ from broker.errors import (
 from broker.model.ops import NewJob
 from broker.service.queue_target import QueueTarget
 from broker.storage import FileStore, MemoryStore
-from tests.support.commit_targets import Tally, running_tally
+from tests.support.commit_targets import Tally, TallyLoop, running_tally
 from tests.support.faults import (
     LATE,
     LOST_REPLY,
@@ -32,6 +34,19 @@ from tests.support.faults import (
 )
 from tests.support.inprocess import crash, run, started, stored, successor
 
+
+async def submit_3_then_land(loop: TallyLoop, executor: ThreadPoolExecutor,
+                             store: FaultyStore) -> object:
+    """Submit 3: its answer or the error raised; then land what is held back
+    (if the loop did not), close the loop and its executor."""
+    try:
+        got: object = await loop.submit(3)
+    except OsqueueError as exc:
+        got = exc
+    store.land_late()
+    await loop.close(5)
+    executor.shutdown()
+    return got
 
 def test_a_late_attempt_landing_before_the_reread_of_a_refused_prepare_is_not_applied_twice(
         ) -> None:
@@ -233,3 +248,35 @@ def test_several_attempts_then_a_refusal_answer_what_landed_or_unknown(
     else:
         assert got == 5 and total == 5, (got, total)
 
+
+
+def test_a_loop_reactivated_mid_commit_does_not_apply_a_pending_attempt_twice() -> None:
+    """A write times out (it lands later) and the re-read finds it pending, so
+    the batch is applied again; meanwhile the loop is reactivated (its state
+    dropped, as a takeover signal does) and the first write lands. The re-read
+    at the top of _commit that follows must not apply the batch over its own
+    landed copy: answered from that attempt or OutcomeUnknown, the 3 added once."""
+    inner = MemoryStore()
+    store = FaultyStore(inner)
+    holder: list[Any] = []
+
+    class Reactivating(Tally):
+        async def prepare(self, state: dict[str, Any], ops: Any, now_ms: int) -> None:
+            await super().prepare(state, ops, now_ms)
+            if self.prepared == 3:  # (the batch's second pass, after the pending re-read)
+                store.land_late()
+                holder[0].reactivate()
+
+    target = Reactivating()
+
+    async def main() -> object:
+        loop, executor = await running_tally(store, target)
+        holder.append(loop)
+        store.inject("write_if_match", LATE, key_contains="tally.json")
+        return await submit_3_then_land(loop, executor, store)
+
+    got = asyncio.run(main())
+    total = orjson.loads(inner.get("t/tally.json"))["total"]
+    assert target.prepared >= 3  # (the reactivation happened mid-commit)
+    assert total == 5, f"the 3 was added {(total - 2) // 3} times; answered {got!r}"
+    assert got == 5 or isinstance(got, OutcomeUnknown), repr(got)

@@ -206,18 +206,12 @@ class GroupState:
         """:meth:`settle` of each of ``names`` in turn (one call an operation for
         all its settled jobs: ``groups_model_bench --instructions``). ``ValueError``
         for a name none of whose jobs is held (those before it are settled)."""
-        ids = self.names.ids
         try:  # (in C; a KeyError for None, never a key, or a name not interned)
-            gids = list(map(ids.__getitem__, names))  # type: ignore[arg-type]
-        except KeyError:
-            gids = []
+            gids = list(map(self.names.ids.__getitem__, names))  # type: ignore[arg-type]
+        except KeyError:  # (then one by one: settle() looks each up, refusing as it says)
             for name in names:
-                gid = NO_GROUP if name is None else ids.get(name)
-                if gid is None:
-                    self.dispatch.settled_many(gids, self.now_ms)
-                    raise ValueError(f"a job of group {name!r:.60} was settled, "
-                                     "but none is held") from None
-                gids.append(gid)
+                self.settle(name)
+            return
         self.dispatch.settled_many(gids, self.now_ms)
 
     def left(self, name: str | None) -> None:

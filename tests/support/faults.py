@@ -165,6 +165,23 @@ class FaultyStore(ObjectStore):
         self.inner.settle()
 
 
+def held_call(store: FaultyStore, method: str, key_contains: str,
+              hold_s: float = 20.0) -> tuple[threading.Event, threading.Event, threading.Event]:
+    """Hold the next call of ``method`` on a key containing ``key_contains`` in
+    its thread (a write in flight, say): ``(entered, release, landed)``, set
+    when the call is held, to let it go on (within ``hold_s`` seconds, else it
+    fails), and once it has succeeded."""
+    entered, release, landed = threading.Event(), threading.Event(), threading.Event()
+
+    def hold(_key: str) -> None:
+        entered.set()
+        assert release.wait(hold_s)
+
+    store.inject(method, None, key_contains=key_contains, before=hold,
+                 after=lambda _k: landed.set())
+    return entered, release, landed
+
+
 class Clock:
     """An injectable broker clock: wall time in ms and a monotonic time in s,
     moved only by the test."""

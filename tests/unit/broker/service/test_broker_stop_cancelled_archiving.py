@@ -7,7 +7,6 @@ dropped from the head, and no spill object is left once drained and swept."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections import Counter
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pytest
 
 from broker.model.ops import CompleteItem, NewJob
 from broker.storage.files import FileStore
-from tests.support.faults import Clock, FaultyStore
+from tests.support.faults import Clock, FaultyStore, held_call
 from tests.support.inprocess import (
     archive_lines,
     crash,
@@ -38,14 +37,7 @@ def test_stop_cancelled_while_an_archive_write_hangs_archives_each_job_once(
         clock = Clock()
         a = await started(store, clock=clock, **CONFIG)
         pushed = await a.push("q", [NewJob(b'{"n":%d}' % i) for i in range(5)])
-        entered, release, landed = threading.Event(), threading.Event(), threading.Event()
-
-        def hold(_key: str) -> None:
-            entered.set()
-            assert release.wait(20)
-
-        store.inject("put", None, key_contains="q/archive/", before=hold,
-                     after=lambda _k: landed.set())
+        entered, release, landed = held_call(store, "put", "q/archive/")
         got = await a.claim("q", "w", max_jobs=3)
         await a.complete("q", [CompleteItem(j.token) for j in got])
         await until(entered.is_set)  # (the archive object's write hangs)

@@ -10,14 +10,13 @@ and no spill object is left once drained and swept."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections import Counter
 from pathlib import Path
 
 from broker.errors import BrokerUnavailable, OutcomeUnknown
 from broker.model.ops import CompleteItem, NewJob
 from broker.storage.files import FileStore
-from tests.support.faults import Clock, FaultyStore
+from tests.support.faults import Clock, FaultyStore, held_call
 from tests.support.inprocess import (
     archive_lines,
     crash,
@@ -41,14 +40,7 @@ def test_stop_cancelled_behind_a_write_in_flight_loses_and_duplicates_nothing(
         clock = Clock()
         a = await started(store, clock=clock, **CONFIG)
         first = await a.push("q", [NewJob(b'{"n":0}')])
-        entered, release, landed = threading.Event(), threading.Event(), threading.Event()
-
-        def hold(_key: str) -> None:
-            entered.set()
-            assert release.wait(20)
-
-        store.inject("write_if_match", None, key_contains=HEAD, before=hold,
-                     after=lambda _k: landed.set())
+        entered, release, landed = held_call(store, "write_if_match", HEAD)
         jobs = [NewJob(b'{"n":1}'), NewJob(b'{"n":2}')]
         keyed = asyncio.ensure_future(a.push("q", jobs, request="r-1"))
         await until(entered.is_set)

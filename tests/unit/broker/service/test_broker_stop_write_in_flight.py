@@ -8,14 +8,13 @@ no spill object is left."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections import Counter
 from pathlib import Path
 
 from broker.errors import OutcomeUnknown
 from broker.model.ops import CompleteItem, NewJob
 from broker.storage.files import FileStore
-from tests.support.faults import Clock, FaultyStore
+from tests.support.faults import Clock, FaultyStore, held_call
 from tests.support.inprocess import archive_lines, owning_successor, run, started, until
 from tests.support.spill_runs import GRACE_S, drain, finished_archived
 from tests.support.spill_store import spill_keys
@@ -32,14 +31,7 @@ def test_a_push_in_flight_when_stop_times_out_is_answered_unknown_and_repeats_on
         clock = Clock()
         a = await started(store, clock=clock, **CONFIG)
         first = await a.push("q", [NewJob(b'{"n":0}')])
-        entered, release, landed = threading.Event(), threading.Event(), threading.Event()
-
-        def hold(_key: str) -> None:
-            entered.set()
-            assert release.wait(20)
-
-        store.inject("write_if_match", None, key_contains=HEAD, before=hold,
-                     after=lambda _k: landed.set())
+        entered, release, landed = held_call(store, "write_if_match", HEAD)
         jobs = [NewJob(b'{"n":1}'), NewJob(b'{"n":2}')]
         call = asyncio.ensure_future(a.push("q", jobs, request="r-1"))
         await until(entered.is_set)

@@ -8,14 +8,13 @@ Afterwards every job is archived exactly once and no spill object is left."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections import Counter
 from pathlib import Path
 
 from broker.errors import OutcomeUnknown
 from broker.model.ops import CompleteItem, NewJob
 from broker.storage.files import FileStore
-from tests.support.faults import Clock, FaultyStore
+from tests.support.faults import Clock, FaultyStore, held_call
 from tests.support.inprocess import archive_lines, crash, owning_successor, run, started, until
 from tests.support.spill_runs import GRACE_S, drain, finished_archived
 from tests.support.spill_store import spill_keys
@@ -38,14 +37,7 @@ def test_an_owner_killed_with_a_complete_in_flight_loses_and_duplicates_nothing(
         a = await started(store, clock=clock, **CONFIG)
         pushed = await a.push("q", [NewJob(b'{"n":%d}' % i, max_attempts=1) for i in range(6)])
         held = [j.token for j in await a.claim("q", "w", max_jobs=6, lease_s=LEASE_S)]
-        entered, release, landed = threading.Event(), threading.Event(), threading.Event()
-
-        def hold(_key: str) -> None:
-            entered.set()
-            assert release.wait(20)
-
-        store.inject("write_if_match", None, key_contains=HEAD, before=hold,
-                     after=lambda _k: landed.set())
+        entered, release, landed = held_call(store, "write_if_match", HEAD)
         call = asyncio.ensure_future(a.complete("q", [CompleteItem(t) for t in held[:3]]))
         await until(entered.is_set)  # (the complete's write is in its thread)
         await crash(a)

@@ -178,31 +178,25 @@ class Broker:
 
         async def retire(q: ServedQueue) -> None:
             q.target.retiring = True
-            try:
-                if q.loop.active and q.loop.etag is not None:
-                    await q.archiver.wait(left() / 2)
-                    # Not wait_for: on Python 3.11 it swallows a cancellation coming
-                    # with the answer.
-                    try:
-                        async with asyncio.timeout(left()):
-                            await q.loop.submit(ClearBroker(self.id))
-                    except (OsqueueError, TimeoutError) as exc:
-                        log.warning("could not clear broker record of %s: %s", q.name, exc)
-                q.archiver.cancel()
-                await q.loop.close(left())
-            except asyncio.CancelledError:
-                # (stop() cancelled: its loops must not live on as zombies, committing
-                # beside a successor; their buffers are answered, never written)
-                q.archiver.cancel()
-                q.loop.abort()
-                raise
+            if q.loop.active and q.loop.etag is not None:
+                await q.archiver.wait(left() / 2)
+                # Not wait_for: on Python 3.11 it swallows a cancellation coming
+                # with the answer.
+                try:
+                    async with asyncio.timeout(left()):
+                        await q.loop.submit(ClearBroker(self.id))
+                except (OsqueueError, TimeoutError) as exc:
+                    log.warning("could not clear broker record of %s: %s", q.name, exc)
+            q.archiver.cancel()
+            await q.loop.close(left())
 
         queues = list(self._queues.values())
         try:
             await asyncio.gather(*(retire(q) for q in queues))
         except asyncio.CancelledError:
-            # (also when cancelled before a retire task first ran: its handler never
-            # did; abort() of a loop already ended is a no-op)
+            # (stop() cancelled, before or while its retire tasks ran: its loops must
+            # not live on as zombies, committing beside a successor; their buffers are
+            # answered, never written; abort() of a loop already ended is a no-op)
             for q in queues:
                 q.archiver.cancel()
                 q.loop.abort()
